@@ -1,0 +1,339 @@
+/* adapter.c - the platform table and the helpers every adapter file shares. */
+#include "adapter.h"
+
+#include "../core/error.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern const adapter_ops_t adapter_facebook;
+extern const adapter_ops_t adapter_whatsapp;
+extern const adapter_ops_t adapter_whatsapp_cloud;
+extern const adapter_ops_t adapter_slack;
+extern const adapter_ops_t adapter_wechat;
+extern const adapter_ops_t adapter_teamwork;
+
+static const adapter_ops_t *const adapters[] = {
+    &adapter_facebook, &adapter_whatsapp, &adapter_whatsapp_cloud,
+    &adapter_slack,    &adapter_wechat,   &adapter_teamwork,
+};
+
+const adapter_ops_t *adapter_find(const char *type)
+{
+    if (type == NULL)
+        return NULL;
+    for (size_t i = 0; i < sizeof(adapters) / sizeof(adapters[0]); i++)
+        if (strcmp(adapters[i]->type, type) == 0)
+            return adapters[i];
+    return NULL;
+}
+
+unsigned adapter_response_type(const char *type)
+{
+    if (type == NULL)
+        return 0;
+    if (strcmp(type, "TEXT") == 0)
+        return ADAPTER_TEXT;
+    if (strcmp(type, "IMAGE") == 0)
+        return ADAPTER_IMAGE;
+    if (strcmp(type, "TEMPLATE") == 0)
+        return ADAPTER_TEMPLATE;
+    return 0;
+}
+
+int adapter_err_code(const adapter_ops_t *ops, adapter_status_t status)
+{
+    switch (status) {
+    case ADAPTER_OK:
+        return BG_OK;
+    case ADAPTER_RECIPIENT_INVALID:
+        return ops->recipient_invalid_code;
+    case ADAPTER_AUTH_INVALID:
+    case ADAPTER_AUTH_EXPIRED:
+        return BG_ERR_RECIPIENT_INVALID;
+    case ADAPTER_RATE_LIMITED:
+        return BG_ERR_RATE_LIMITED;
+    case ADAPTER_UNSUPPORTED:
+        return BG_ERR_UNSUPPORTED;
+    case ADAPTER_SERVER_ERROR:
+    case ADAPTER_REJECTED:
+        break;
+    }
+    return BG_ERR_PLATFORM;
+}
+
+void adapter_result_init(adapter_result_t *res)
+{
+    memset(res, 0, sizeof(*res));
+    res->status = ADAPTER_OK;
+    res->retry_after_s = -1;
+}
+
+void adapter_result_clear(adapter_result_t *res)
+{
+    json_decref(res->meta);
+    adapter_result_init(res);
+}
+
+void adapter_call_free(adapter_call_t *call)
+{
+    free(call->url);
+    for (int i = 0; i < ADAPTER_MAX_HEADERS && call->headers[i]; i++)
+        free(call->headers[i]);
+    free(call->body);
+    memset(call, 0, sizeof(*call));
+}
+
+int adapter_fail(adapter_result_t *res, adapter_status_t status, const char *fmt, ...)
+{
+    va_list ap;
+
+    res->status = status;
+    va_start(ap, fmt);
+    vsnprintf(res->error, sizeof(res->error), fmt, ap);
+    va_end(ap);
+    bg_utf8_trim(res->error);
+    return -1;
+}
+
+int adapter_add_header(adapter_call_t *call, const char *fmt, ...)
+{
+    va_list ap;
+    int i = 0;
+    char *line;
+
+    while (i < ADAPTER_MAX_HEADERS && call->headers[i])
+        i++;
+    if (i == ADAPTER_MAX_HEADERS)
+        return -1;
+    va_start(ap, fmt);
+    if (vasprintf(&line, fmt, ap) < 0)
+        line = NULL;
+    va_end(ap);
+    if (line == NULL)
+        return -1;
+    if (strpbrk(line, "\r\n") != NULL) { /* a value from info must not add header lines */
+        free(line);
+        return -1;
+    }
+    call->headers[i] = line;
+    return 0;
+}
+
+int adapter_set_json_body(adapter_call_t *call, json_t *body)
+{
+    char *text = json_dumps(body, JSON_COMPACT);
+
+    json_decref(body);
+    if (text == NULL)
+        return -1;
+    free(call->body);
+    call->body = text;
+    call->body_len = strlen(text);
+    return adapter_add_header(call, "Content-Type: application/json");
+}
+
+char *adapter_urlencode(const char *s)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = strlen(s);
+    char *out = malloc(n * 3 + 1), *p = out;
+
+    if (out == NULL)
+        return NULL;
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+            c == '-' || c == '_' || c == '.' || c == '~') {
+            *p++ = (char)c;
+        } else {
+            *p++ = '%';
+            *p++ = hex[c >> 4];
+            *p++ = hex[c & 15];
+        }
+    }
+    *p = '\0';
+    return out;
+}
+
+const char *adapter_info_str(const json_t *info, const char *key)
+{
+    const char *s = json_string_value(json_object_get(info, key));
+
+    return s != NULL && *s != '\0' ? s : NULL;
+}
+
+json_t *adapter_answer_json(const adapter_answer_t *a)
+{
+    if (a->body == NULL || a->body_len == 0)
+        return NULL;
+    return json_loadb(a->body, a->body_len, JSON_DECODE_ANY, NULL);
+}
+
+void adapter_copy(char *dst, size_t size, const char *s)
+{
+    snprintf(dst, size, "%s", s ? s : "");
+    bg_utf8_trim(dst);
+}
+
+void adapter_copy_masked(char *dst, size_t size, const char *s, const json_t *info,
+                         const char *const *keys)
+{
+    /* Each secret as stored and as it travels in a query string. */
+    const char *forms[2 * ADAPTER_MAX_SECRETS];
+    char *encoded[ADAPTER_MAX_SECRETS] = {0};
+    size_t nforms = 0, n = 0;
+
+    if (size == 0)
+        return;
+    for (size_t i = 0; keys && keys[i] && i < ADAPTER_MAX_SECRETS; i++) {
+        const char *v = adapter_info_str(info, keys[i]);
+        if (v == NULL)
+            continue;
+        forms[nforms++] = v;
+        if ((encoded[i] = adapter_urlencode(v)) != NULL && strcmp(encoded[i], v) != 0)
+            forms[nforms++] = encoded[i];
+    }
+    for (s = s ? s : ""; *s && n + 1 < size;) {
+        size_t skip = 0; /* the longest secret starting here, so that none leaks a tail */
+        for (size_t i = 0; i < nforms; i++) {
+            size_t len = strlen(forms[i]);
+            if (len > skip && strncmp(s, forms[i], len) == 0)
+                skip = len;
+        }
+        if (skip == 0) {
+            dst[n++] = *s++;
+            continue;
+        }
+        for (const char *m = "***"; *m && n + 1 < size; m++)
+            dst[n++] = *m;
+        s += skip;
+    }
+    dst[n] = '\0';
+    bg_utf8_trim(dst);
+    for (size_t i = 0; i < ADAPTER_MAX_SECRETS; i++)
+        free(encoded[i]);
+}
+
+char *adapter_url(const char *base, const char *fmt, ...)
+{
+    size_t n = base ? strlen(base) : 0;
+    char *path, *url;
+    va_list ap;
+    int rc;
+
+    if (n == 0)
+        return NULL;
+    if (base[n - 1] == '/')
+        n--;
+    va_start(ap, fmt);
+    rc = vasprintf(&path, fmt, ap);
+    va_end(ap);
+    if (rc < 0)
+        return NULL;
+    if (asprintf(&url, "%.*s%s", (int)n, base, path) < 0)
+        url = NULL;
+    free(path);
+    return url;
+}
+
+int adapter_json_post(adapter_call_t *out, char *url, json_t *body)
+{
+    out->method = "POST";
+    free(out->url);
+    out->url = url;
+    if (url == NULL || body == NULL) {
+        json_decref(body);
+        adapter_call_free(out);
+        return -1;
+    }
+    if (adapter_set_json_body(out, body) < 0) {
+        adapter_call_free(out);
+        return -1;
+    }
+    return 0;
+}
+
+unsigned adapter_response_kind(const adapter_ops_t *ops, const json_t *response,
+                               adapter_result_t *res)
+{
+    const char *type = json_string_value(json_object_get(response, "type"));
+    unsigned kind = adapter_response_type(type);
+    char shown[32];
+
+    if (type == NULL) {
+        adapter_fail(res, ADAPTER_REJECTED, "%s: response has no type", ops->type);
+        return 0;
+    }
+    if ((kind & ops->response_types) == 0) {
+        adapter_copy(shown, sizeof(shown), type);
+        adapter_fail(res, ADAPTER_UNSUPPORTED, "%s: response type %s is not supported", ops->type,
+                     shown);
+        return 0;
+    }
+    return kind;
+}
+
+const char *adapter_response_str(const adapter_ops_t *ops, const json_t *response, const char *key,
+                                 adapter_result_t *res)
+{
+    const char *s = json_string_value(json_object_get(response, key));
+
+    if (s == NULL || *s == '\0')
+        adapter_fail(res, ADAPTER_REJECTED, "%s: response has no %s", ops->type, key);
+    return s != NULL && *s != '\0' ? s : NULL;
+}
+
+int adapter_retry_after(const char *value)
+{
+    long v = 0;
+    const char *p = value;
+
+    if (p == NULL)
+        return -1;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (*p < '0' || *p > '9')
+        return -1;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        v = v * 10 + (*p - '0');
+        if (v > INT_MAX)
+            return -1;
+    }
+    while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
+        p++;
+    return *p == '\0' ? (int)v : -1;
+}
+
+adapter_status_t adapter_code_status(const adapter_code_t *table, long code, adapter_status_t dflt)
+{
+    for (; table->code != 0; table++)
+        if (table->code == code)
+            return table->status;
+    return dflt;
+}
+
+int adapter_graph_error(const json_t *answer, adapter_graph_error_t *err)
+{
+    const json_t *e = json_object_get(answer, "error"), *data;
+    const char *s;
+
+    memset(err, 0, sizeof(*err));
+    err->message = "";
+    err->details = "";
+    if (!json_is_object(e))
+        return -1;
+    err->code = (long)json_integer_value(json_object_get(e, "code"));
+    err->subcode = (long)json_integer_value(json_object_get(e, "error_subcode"));
+    if ((s = json_string_value(json_object_get(e, "message"))) != NULL)
+        err->message = s;
+    data = json_object_get(e, "error_data");
+    s = json_is_string(data) ? json_string_value(data)
+                             : json_string_value(json_object_get(data, "details"));
+    if (s != NULL)
+        err->details = s;
+    return 0;
+}

@@ -1,0 +1,193 @@
+/* adapter.h - the table every platform fills: build the platform request for one step of a
+ * send, parse the platform's answer. Adapters are pure: no sockets, no clock (now is passed in),
+ * no Redis. The gateway runs the calls they build through the upstream client. */
+#ifndef BOTGATE_ADAPTERS_ADAPTER_H
+#define BOTGATE_ADAPTERS_ADAPTER_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Response types (bits of adapter_ops_t.response_types). */
+enum {
+    ADAPTER_TEXT = 1u << 0,
+    ADAPTER_IMAGE = 1u << 1,
+    ADAPTER_TEMPLATE = 1u << 2,
+};
+
+/* What a platform answer means for botgate. */
+typedef enum {
+    ADAPTER_OK = 0,
+    ADAPTER_RECIPIENT_INVALID, /* the user does not exist or cannot receive: 100 or 104 */
+    ADAPTER_AUTH_INVALID,      /* the channel's credential is refused or missing: 104 */
+    ADAPTER_AUTH_EXPIRED,      /* refresh the credential once, then retry the call once */
+    ADAPTER_RATE_LIMITED,      /* 120; retry_after_s tells when, if the platform said */
+    ADAPTER_SERVER_ERROR,      /* 5xx, temporary failure, garbage answer, unreachable: 113 */
+    ADAPTER_REJECTED,          /* the platform refused the message for another reason: 113 */
+    ADAPTER_UNSUPPORTED,       /* the response type does not exist on this platform: 117 */
+} adapter_status_t;
+
+#define ADAPTER_MAX_HEADERS 6
+#define ADAPTER_ID_MAX 192
+#define ADAPTER_ERROR_MAX 200
+
+/* One HTTP call to make. Owns every string in it; adapter_call_free() releases them. */
+typedef struct adapter_call {
+    const char *method;                      /* "GET" or "POST" (static string) */
+    char *url;                               /* absolute URL, query already encoded */
+    char *headers[ADAPTER_MAX_HEADERS + 1];  /* "Name: value" lines, NULL-terminated */
+    char *body;                              /* NULL for none */
+    size_t body_len;
+} adapter_call_t;
+
+/* The platform's answer, as the upstream client received it. Borrowed. */
+typedef struct adapter_answer {
+    long status;             /* HTTP status; 0 when no answer arrived */
+    const char *body;        /* NUL-terminated copy of the body ("" when none) */
+    size_t body_len;
+    const char *retry_after; /* Retry-After header value, NULL when absent */
+    const char *content_type;/* Content-Type header value, NULL when absent */
+} adapter_answer_t;
+
+/* Outcome of building a call or parsing an answer. */
+typedef struct adapter_result {
+    adapter_status_t status;
+    char message_id[ADAPTER_ID_MAX]; /* platform message id; "" when the platform gives none */
+    char chat_id[ADAPTER_ID_MAX];    /* conversation id; "" means "the recipient address" */
+    char ref[ADAPTER_ID_MAX];        /* check: the platform address (wa_id); upload: media_id */
+    json_t *meta;                    /* owned: the platform's own meta object, or NULL */
+    long platform_code;              /* the platform's error code, 0 when none */
+    int retry_after_s;               /* for ADAPTER_RATE_LIMITED; -1 when unknown */
+    char error[ADAPTER_ERROR_MAX];   /* short reason for a failure, never a secret */
+} adapter_result_t;
+
+/* Who and where a call goes to. Borrowed. */
+typedef struct adapter_target {
+    const char *base_url; /* the platform's configured base URL (NULL for whatsapp: info.apiPath) */
+    const json_t *info;   /* the channel's info object; holds secrets */
+    const char *to;       /* the member's address on the platform (wa_id for whatsapp) */
+    int64_t now_ms;       /* the current time, for expiry computations */
+} adapter_target_t;
+
+typedef struct adapter_ops {
+    const char *type;          /* channel type, as in contract.md section 2 */
+    const char *api_version;   /* version reported in result.meta */
+    const char *from_field;    /* info field that holds the bot's address (messageEvent.from) */
+    unsigned response_types;   /* ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_TEMPLATE */
+    int recipient_invalid_code;/* err_code for ADAPTER_RECIPIENT_INVALID: 100 or 104 */
+    int server_error_aborts;   /* 1: a server error on the first response aborts with 113 */
+    int phone_recipients;      /* 1: recipient ids are phone numbers, normalised before use */
+    int image_by_upload;       /* 1: an IMAGE is downloaded and uploaded first (build_upload) */
+    const char *cred_field;    /* info field of the refreshable credential; NULL when static */
+
+    /* The message call for one response. media_id is NULL unless image_by_upload. */
+    int (*build_send)(const adapter_target_t *t, const json_t *response, const char *media_id,
+                      adapter_call_t *out, adapter_result_t *res);
+    void (*parse_send)(const adapter_target_t *t, const adapter_answer_t *a,
+                       adapter_result_t *res);
+
+    /* Credential refresh (whatsapp admin login, wechat access token); NULL when the
+     * credential is static. parse_cred returns the fields to merge into info (new reference)
+     * or NULL with res filled. */
+    int (*cred_needs_refresh)(const json_t *info, int64_t now_ms);
+    int (*build_cred)(const adapter_target_t *t, adapter_call_t *out, adapter_result_t *res);
+    json_t *(*parse_cred)(const adapter_target_t *t, const adapter_answer_t *a,
+                          adapter_result_t *res);
+
+    /* Recipient check before the first message (whatsapp contacts); NULL when none. On
+     * success res->ref holds the address to send to. t->to is the normalised number. */
+    int (*build_check)(const adapter_target_t *t, adapter_call_t *out, adapter_result_t *res);
+    void (*parse_check)(const adapter_target_t *t, const adapter_answer_t *a,
+                        adapter_result_t *res);
+
+    /* Media upload (image_by_upload); on success res->ref holds the media id. */
+    int (*build_upload)(const adapter_target_t *t, const char *data, size_t len,
+                        const char *content_type, adapter_call_t *out, adapter_result_t *res);
+    void (*parse_upload)(const adapter_target_t *t, const adapter_answer_t *a,
+                         adapter_result_t *res);
+} adapter_ops_t;
+
+/* The adapter for a channel type, NULL when botgate has none (117). */
+const adapter_ops_t *adapter_find(const char *type);
+
+/* The response type bit for a response's "type" string, 0 when unknown. */
+unsigned adapter_response_type(const char *type);
+
+/* The err_code a failed status maps to on this platform. */
+int adapter_err_code(const adapter_ops_t *ops, adapter_status_t status);
+
+void adapter_result_init(adapter_result_t *res);
+void adapter_result_clear(adapter_result_t *res); /* frees meta, then init */
+void adapter_call_free(adapter_call_t *call);     /* frees the contents, not the struct */
+
+/* Helpers for the adapter files. */
+int adapter_fail(adapter_result_t *res, adapter_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int adapter_add_header(adapter_call_t *call, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Sets the JSON body (compact) and the Content-Type header; steals body. */
+int adapter_set_json_body(adapter_call_t *call, json_t *body);
+/* Percent-encodes s for a query string; returns a malloc'd string. */
+char *adapter_urlencode(const char *s);
+/* A string field of info, NULL when absent, not a string or empty. */
+const char *adapter_info_str(const json_t *info, const char *key);
+/* Parses an answer body as JSON (NULL if it is not JSON). New reference. */
+json_t *adapter_answer_json(const adapter_answer_t *a);
+/* Copies s into a fixed buffer, cutting at a UTF-8 boundary. */
+void adapter_copy(char *dst, size_t size, const char *s);
+
+/* The six platform tables (one file each). */
+extern const adapter_ops_t adapter_facebook;
+extern const adapter_ops_t adapter_whatsapp;
+extern const adapter_ops_t adapter_whatsapp_cloud;
+extern const adapter_ops_t adapter_slack;
+extern const adapter_ops_t adapter_wechat;
+extern const adapter_ops_t adapter_teamwork;
+
+/* Like adapter_copy for a text that comes from a platform answer: every occurrence of the info
+ * strings named in keys (NULL-terminated, at most ADAPTER_MAX_SECRETS; the channel's secrets),
+ * as stored or percent-encoded, is replaced with "***", since platforms echo parameters back. */
+#define ADAPTER_MAX_SECRETS 8
+void adapter_copy_masked(char *dst, size_t size, const char *s, const json_t *info,
+                         const char *const *keys);
+/* base (one trailing '/' dropped) followed by the formatted path; malloc'd, NULL when base is
+ * NULL or empty. */
+char *adapter_url(const char *base, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Makes out a JSON POST to url with body; steals both (either may be NULL: then it fails).
+ * Returns -1 with out freed on failure. */
+int adapter_json_post(adapter_call_t *out, char *url, json_t *body);
+/* The type bit of a response that ops supports; 0 with res filled (REJECTED when the type is
+ * missing, UNSUPPORTED when the platform lacks it). */
+unsigned adapter_response_kind(const adapter_ops_t *ops, const json_t *response,
+                               adapter_result_t *res);
+/* A non-empty string field of a response; NULL with res filled (REJECTED) when missing. */
+const char *adapter_response_str(const adapter_ops_t *ops, const json_t *response, const char *key,
+                                 adapter_result_t *res);
+/* A Retry-After value in whole seconds; -1 when absent or not a plain number of seconds. */
+int adapter_retry_after(const char *value);
+
+/* A platform error code and what it means; tables end with a code of 0. */
+typedef struct adapter_code {
+    long code;
+    adapter_status_t status;
+} adapter_code_t;
+/* The status for code in table, dflt when the table does not list it. */
+adapter_status_t adapter_code_status(const adapter_code_t *table, long code, adapter_status_t dflt);
+
+/* The Graph API error object (facebook, whatsapp-cloud). Strings are borrowed from the answer. */
+typedef struct adapter_graph_error {
+    long code;           /* error.code, 0 when absent */
+    long subcode;        /* error.error_subcode, 0 when absent */
+    const char *message; /* error.message, "" when absent */
+    const char *details; /* error.error_data.details (or error_data as a string), "" when absent */
+} adapter_graph_error_t;
+/* Reads the error object of a Graph answer: 0 when there is one, -1 when not. */
+int adapter_graph_error(const json_t *answer, adapter_graph_error_t *err);
+
+/* The message body shared by the whatsapp kinds (defined in whatsapp.c): on-premises, or the
+ * Cloud API form when cloud is 1 (messaging_product, template language without policy). ns is
+ * the optional template namespace. NULL with res filled on failure. */
+json_t *adapter_whatsapp_body(const adapter_ops_t *ops, unsigned kind, const json_t *response,
+                              const char *to, const char *ns, int cloud, adapter_result_t *res);
+
+#endif

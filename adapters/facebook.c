@@ -1,0 +1,117 @@
+/* facebook.c - Messenger Send API: build /me/messages calls and read Graph answers. */
+#include "adapter.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const secrets[] = {"accessToken", NULL};
+
+/* Decided by error.code, not by the HTTP status (platforms.md). Code 100 is decided by its
+ * subcode, below. */
+static const adapter_code_t codes[] = {
+    {551, ADAPTER_RECIPIENT_INVALID}, {10, ADAPTER_RECIPIENT_INVALID},
+    {190, ADAPTER_AUTH_INVALID},      {4, ADAPTER_RATE_LIMITED},
+    {613, ADAPTER_RATE_LIMITED},      {1200, ADAPTER_SERVER_ERROR},
+    {2, ADAPTER_SERVER_ERROR},        {0, ADAPTER_OK},
+};
+
+static json_t *fb_message(unsigned kind, const json_t *response, adapter_result_t *res)
+{
+    const char *s;
+    json_t *m;
+
+    if ((s = adapter_response_str(&adapter_facebook, response,
+                                  kind == ADAPTER_TEXT ? "text" : "url", res)) == NULL)
+        return NULL;
+    if (kind == ADAPTER_TEXT)
+        m = json_pack("{s:s}", "text", s);
+    else
+        m = json_pack("{s:{s:s,s:{s:s,s:b}}}", "attachment", "type", "image", "payload", "url", s,
+                      "is_reusable", 1);
+    if (m == NULL)
+        adapter_fail(res, ADAPTER_SERVER_ERROR, "facebook: cannot build the request");
+    return m;
+}
+
+static int fb_build_send(const adapter_target_t *t, const json_t *response, const char *media_id,
+                         adapter_call_t *out, adapter_result_t *res)
+{
+    const char *token = adapter_info_str(t->info, "accessToken");
+    json_t *message, *body;
+    unsigned kind;
+    char *enc, *url;
+
+    (void)media_id;
+    memset(out, 0, sizeof(*out));
+    if (token == NULL)
+        return adapter_fail(res, ADAPTER_AUTH_INVALID, "channel has no accessToken");
+    if ((kind = adapter_response_kind(&adapter_facebook, response, res)) == 0)
+        return -1;
+    if (t->to == NULL || *t->to == '\0')
+        return adapter_fail(res, ADAPTER_REJECTED, "facebook: no recipient");
+    if ((message = fb_message(kind, response, res)) == NULL)
+        return -1;
+    body = json_pack("{s:s,s:{s:s},s:o}", "messaging_type", "RESPONSE", "recipient", "id", t->to,
+                     "message", message);
+    enc = adapter_urlencode(token);
+    url = enc ? adapter_url(t->base_url, "/me/messages?access_token=%s", enc) : NULL;
+    free(enc);
+    if (adapter_json_post(out, url, body) < 0)
+        return adapter_fail(res, ADAPTER_SERVER_ERROR, "facebook: cannot build the request");
+    return 0;
+}
+
+static void fb_error(const adapter_target_t *t, const adapter_answer_t *a,
+                     const adapter_graph_error_t *ge, adapter_result_t *res)
+{
+    adapter_status_t st = a->status == 429   ? ADAPTER_RATE_LIMITED
+                          : a->status >= 500 ? ADAPTER_SERVER_ERROR
+                                             : ADAPTER_REJECTED;
+    char text[128];
+
+    if (ge->code == 100)
+        st = ge->subcode == 2018001 ? ADAPTER_RECIPIENT_INVALID : ADAPTER_REJECTED;
+    else
+        st = adapter_code_status(codes, ge->code, st);
+    adapter_copy_masked(text, sizeof(text), ge->message, t->info, secrets);
+    adapter_fail(res, st, "facebook: %s (code %ld)", text, ge->code);
+    res->platform_code = ge->code;
+}
+
+static void fb_parse_send(const adapter_target_t *t, const adapter_answer_t *a,
+                          adapter_result_t *res)
+{
+    json_t *j = a->status != 0 ? adapter_answer_json(a) : NULL;
+    const char *mid = json_string_value(json_object_get(j, "message_id"));
+    adapter_graph_error_t ge;
+
+    if (a->status == 0)
+        adapter_fail(res, ADAPTER_SERVER_ERROR, "facebook: no answer");
+    else if (!json_is_object(j))
+        adapter_fail(res, ADAPTER_SERVER_ERROR, "facebook: unreadable answer (HTTP %ld)",
+                     a->status);
+    else if (adapter_graph_error(j, &ge) == 0)
+        fb_error(t, a, &ge, res);
+    else if (a->status >= 200 && a->status < 300 && mid != NULL && *mid != '\0') {
+        res->status = ADAPTER_OK;
+        adapter_copy(res->message_id, sizeof(res->message_id), mid);
+        adapter_copy(res->chat_id, sizeof(res->chat_id),
+                     json_string_value(json_object_get(j, "recipient_id")));
+    } else if (a->status >= 300 && a->status < 500)
+        adapter_fail(res, ADAPTER_REJECTED, "facebook: HTTP %ld", a->status);
+    else if (a->status < 300)
+        adapter_fail(res, ADAPTER_SERVER_ERROR, "facebook: answer without message_id");
+    else
+        adapter_fail(res, ADAPTER_SERVER_ERROR, "facebook: HTTP %ld", a->status);
+    json_decref(j);
+}
+
+const adapter_ops_t adapter_facebook = {
+    .type = "facebook",
+    .api_version = "v19.0",
+    .from_field = "pageId",
+    .response_types = ADAPTER_TEXT | ADAPTER_IMAGE,
+    .recipient_invalid_code = 104,
+    .build_send = fb_build_send,
+    .parse_send = fb_parse_send,
+};

@@ -1,0 +1,287 @@
+/* wechat.c - WeChat Official Account customer-service messages: access token, media upload
+ * (images go by media_id only) and /cgi-bin/message/custom/send. */
+#include "adapter.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define REFRESH_MARGIN_MS  (5 * 60000) /* a new token is fetched this long before expiry */
+#define DEFAULT_LIFETIME_S 7200
+#define BOUNDARY           "botgate-7d9f3a61c2e84b05"
+#define BOUNDARY_TRIES     64 /* bounded: the data is someone else's download */
+
+static const char *const secrets[] = {"accessToken", "appsecret", "JSAPITicket", NULL};
+
+static const adapter_code_t codes[] = {
+    {40001, ADAPTER_AUTH_EXPIRED}, {40014, ADAPTER_AUTH_EXPIRED},
+    {42001, ADAPTER_AUTH_EXPIRED}, {40003, ADAPTER_RECIPIENT_INVALID},
+    {45015, ADAPTER_RATE_LIMITED}, {45047, ADAPTER_RATE_LIMITED},
+    {-1, ADAPTER_SERVER_ERROR},    {0, ADAPTER_OK},
+};
+
+static int wx_needs_refresh(const json_t *info, int64_t now_ms)
+{
+    const json_t *expiry = json_object_get(info, "accessTokenExpiry");
+
+    return adapter_info_str(info, "accessToken") == NULL || !json_is_number(expiry) ||
+           json_number_value(expiry) <= (double)now_ms + REFRESH_MARGIN_MS;
+}
+
+static int wx_build_cred(const adapter_target_t *t, adapter_call_t *out, adapter_result_t *res)
+{
+    const char *appid = adapter_info_str(t->info, "appId");
+    const char *secret = adapter_info_str(t->info, "appsecret");
+    char *eid, *esecret;
+
+    memset(out, 0, sizeof(*out));
+    if (appid == NULL || secret == NULL)
+        return adapter_fail(res, ADAPTER_AUTH_INVALID, "channel has no %s",
+                            appid == NULL ? "appId" : "appsecret");
+    eid = adapter_urlencode(appid);
+    esecret = adapter_urlencode(secret);
+    out->method = "GET";
+    if (eid != NULL && esecret != NULL)
+        out->url = adapter_url(t->base_url,
+                               "/cgi-bin/token?grant_type=client_credential&appid=%s&secret=%s",
+                               eid, esecret);
+    free(eid);
+    free(esecret);
+    if (out->url == NULL)
+        return adapter_fail(res, ADAPTER_SERVER_ERROR, "wechat: cannot build the token request");
+    return 0;
+}
+
+static json_t *wx_parse_cred(const adapter_target_t *t, const adapter_answer_t *a,
+                             adapter_result_t *res)
+{
+    json_t *j = a->status != 0 ? adapter_answer_json(a) : NULL, *cred = NULL;
+    long code = (long)json_integer_value(json_object_get(j, "errcode"));
+    const char *token = json_string_value(json_object_get(j, "access_token"));
+    json_int_t lifetime = json_integer_value(json_object_get(j, "expires_in"));
+
+    if (a->status == 0) {
+        adapter_fail(res, ADAPTER_SERVER_ERROR, "wechat token: no answer");
+    } else if (code == -1) { /* "system busy": not a verdict on the credentials */
+        adapter_fail(res, ADAPTER_SERVER_ERROR, "wechat token: platform busy (errcode -1)");
+        res->platform_code = code;
+    } else if (code != 0) {
+        adapter_fail(res, ADAPTER_AUTH_INVALID, "wechat token refused (errcode %ld)", code);
+        res->platform_code = code;
+    } else if (a->status >= 200 && a->status < 300 && token != NULL && *token != '\0') {
+        if (lifetime <= 0 || lifetime > 30 * 86400)
+            lifetime = DEFAULT_LIFETIME_S;
+        cred = json_pack("{s:s,s:I}", "accessToken", token, "accessTokenExpiry",
+                         (json_int_t)(t->now_ms + lifetime * 1000));
+        if (cred == NULL)
+            adapter_fail(res, ADAPTER_SERVER_ERROR, "wechat token: out of memory");
+        else
+            res->status = ADAPTER_OK;
+    } else {
+        adapter_fail(res, ADAPTER_SERVER_ERROR, "wechat token: unusable answer (HTTP %ld)",
+                     a->status);
+    }
+    json_decref(j);
+    return cred;
+}
+
+/* The access token every call but the token fetch carries in its URL. */
+static int wx_token(const adapter_target_t *t, adapter_result_t *res, char **enc)
+{
+    const char *token = adapter_info_str(t->info, "accessToken");
+
+    *enc = NULL;
+    /* Missing is what an expired token would be: the gateway refreshes and retries. */
+    if (token == NULL)
+        return adapter_fail(res, ADAPTER_AUTH_EXPIRED, "channel has no accessToken");
+    if ((*enc = adapter_urlencode(token)) == NULL)
+        return adapter_fail(res, ADAPTER_SERVER_ERROR, "wechat: out of memory");
+    return 0;
+}
+
+static int wx_build_send(const adapter_target_t *t, const json_t *response, const char *media_id,
+                         adapter_call_t *out, adapter_result_t *res)
+{
+    const char *text = NULL;
+    unsigned kind;
+    json_t *body;
+    char *enc;
+
+    memset(out, 0, sizeof(*out));
+    if ((kind = adapter_response_kind(&adapter_wechat, response, res)) == 0)
+        return -1;
+    if (t->to == NULL || *t->to == '\0')
+        return adapter_fail(res, ADAPTER_REJECTED, "wechat: no recipient");
+    if (kind == ADAPTER_TEXT &&
+        (text = adapter_response_str(&adapter_wechat, response, "text", res)) == NULL)
+        return -1;
+    if (kind == ADAPTER_IMAGE && (media_id == NULL || *media_id == '\0'))
+        return adapter_fail(res, ADAPTER_REJECTED, "wechat: image without media_id");
+    if (wx_token(t, res, &enc) < 0)
+        return -1;
+    if (kind == ADAPTER_TEXT)
+        body = json_pack("{s:s,s:s,s:{s:s}}", "touser", t->to, "msgtype", "text", "text", "content",
+                         text);
+    else
+        body = json_pack("{s:s,s:s,s:{s:s}}", "touser", t->to, "msgtype", "image", "image",
+                         "media_id", media_id);
+    if (adapter_json_post(
+            out, adapter_url(t->base_url, "/cgi-bin/message/custom/send?access_token=%s", enc),
+            body) < 0) {
+        free(enc);
+        return adapter_fail(res, ADAPTER_SERVER_ERROR, "wechat: cannot build the request");
+    }
+    free(enc);
+    return 0;
+}
+
+/* The verdict every WeChat answer carries: 0 when it is a success (*jp holds the parsed
+ * answer, which the caller frees in every case). */
+static int wx_answer(const adapter_target_t *t, const adapter_answer_t *a, json_t **jp,
+                     adapter_result_t *res)
+{
+    json_t *j = *jp = a->status != 0 ? adapter_answer_json(a) : NULL;
+    long code = (long)json_integer_value(json_object_get(j, "errcode"));
+    char text[128];
+
+    if (a->status == 0)
+        return adapter_fail(res, ADAPTER_SERVER_ERROR, "wechat: no answer");
+    if (!json_is_object(j))
+        return adapter_fail(res, ADAPTER_SERVER_ERROR, "wechat: unreadable answer (HTTP %ld)",
+                            a->status);
+    if (code != 0) {
+        adapter_copy_masked(text, sizeof(text), json_string_value(json_object_get(j, "errmsg")),
+                            t->info, secrets);
+        adapter_fail(res, adapter_code_status(codes, code, ADAPTER_REJECTED),
+                     "wechat: %s (errcode %ld)", text, code);
+        res->platform_code = code;
+        return -1;
+    }
+    if (a->status < 200 || a->status >= 300)
+        return adapter_fail(res, a->status >= 500 ? ADAPTER_SERVER_ERROR : ADAPTER_REJECTED,
+                            "wechat: HTTP %ld", a->status);
+    res->status = ADAPTER_OK;
+    return 0;
+}
+
+static void wx_parse_send(const adapter_target_t *t, const adapter_answer_t *a,
+                          adapter_result_t *res)
+{
+    json_t *j;
+
+    /* No message id on success: the gateway makes one. */
+    if (wx_answer(t, a, &j, res) == 0)
+        adapter_copy(res->chat_id, sizeof(res->chat_id), t->to);
+    json_decref(j);
+}
+
+/* The file name extension WeChat expects for an image type, "" when unknown. */
+static const char *wx_extension(const char *type)
+{
+    static const struct {
+        const char *type, *ext;
+    } map[] = {
+        {"image/jpeg", ".jpg"},  {"image/jpg", ".jpg"}, {"image/pjpeg", ".jpg"},
+        {"image/png", ".png"},   {"image/gif", ".gif"}, {"image/bmp", ".bmp"},
+        {"image/webp", ".webp"},
+    };
+    size_t n = strcspn(type, "; ");
+
+    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+        if (strlen(map[i].type) == n && strncasecmp(type, map[i].type, n) == 0)
+            return map[i].ext;
+    return "";
+}
+
+/* The content type to put in the part header: as given, unless it could break the framing. */
+static const char *wx_part_type(const char *type)
+{
+    if (type == NULL || *type == '\0' || strlen(type) > 128)
+        return "application/octet-stream";
+    for (const char *p = type; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e)
+            return "application/octet-stream";
+    return type;
+}
+
+static int wx_build_upload(const adapter_target_t *t, const char *data, size_t len,
+                           const char *content_type, adapter_call_t *out, adapter_result_t *res)
+{
+    const char *type = wx_part_type(content_type);
+    char boundary[64], *head = NULL, *tail = NULL, *enc = NULL, *body;
+    int hlen, tlen, i;
+
+    memset(out, 0, sizeof(*out));
+    if (data == NULL || len == 0)
+        return adapter_fail(res, ADAPTER_REJECTED, "wechat: empty image");
+    for (i = 0; i < BOUNDARY_TRIES; i++) {
+        if (i == 0)
+            snprintf(boundary, sizeof(boundary), "%s", BOUNDARY);
+        else
+            snprintf(boundary, sizeof(boundary), "%s-%d", BOUNDARY, i);
+        if (memmem(data, len, boundary, strlen(boundary)) == NULL && !strstr(type, boundary))
+            break;
+    }
+    if (i == BOUNDARY_TRIES)
+        return adapter_fail(res, ADAPTER_REJECTED, "wechat: no multipart boundary fits the image");
+    if (wx_token(t, res, &enc) < 0)
+        return -1;
+    hlen = asprintf(&head,
+                    "--%s\r\nContent-Disposition: form-data; name=\"media\"; "
+                    "filename=\"image%s\"\r\nContent-Type: %s\r\n\r\n",
+                    boundary, wx_extension(type), type);
+    tlen = asprintf(&tail, "\r\n--%s--\r\n", boundary);
+    body = hlen < 0 || tlen < 0 ? NULL : malloc((size_t)hlen + len + (size_t)tlen + 1);
+    if (body != NULL) {
+        memcpy(body, head, (size_t)hlen);
+        memcpy(body + hlen, data, len);
+        memcpy(body + hlen + len, tail, (size_t)tlen + 1);
+        out->body = body;
+        out->body_len = (size_t)hlen + len + (size_t)tlen;
+    }
+    out->method = "POST";
+    out->url = adapter_url(t->base_url, "/cgi-bin/media/upload?access_token=%s&type=image", enc);
+    free(enc);
+    free(hlen < 0 ? NULL : head);
+    free(tlen < 0 ? NULL : tail);
+    if (body == NULL || out->url == NULL ||
+        adapter_add_header(out, "Content-Type: multipart/form-data; boundary=%s", boundary) < 0) {
+        adapter_call_free(out);
+        return adapter_fail(res, ADAPTER_SERVER_ERROR, "wechat: cannot build the upload");
+    }
+    return 0;
+}
+
+static void wx_parse_upload(const adapter_target_t *t, const adapter_answer_t *a,
+                            adapter_result_t *res)
+{
+    json_t *j;
+    const char *media_id;
+
+    if (wx_answer(t, a, &j, res) == 0) {
+        media_id = json_string_value(json_object_get(j, "media_id"));
+        if (media_id == NULL || *media_id == '\0' || strlen(media_id) >= sizeof(res->ref))
+            adapter_fail(res, ADAPTER_SERVER_ERROR, "wechat: upload answer without media_id");
+        else
+            adapter_copy(res->ref, sizeof(res->ref), media_id);
+    }
+    json_decref(j);
+}
+
+const adapter_ops_t adapter_wechat = {
+    .type = "wechat",
+    .api_version = "cgi-bin",
+    .from_field = "botOpenId",
+    .response_types = ADAPTER_TEXT | ADAPTER_IMAGE,
+    .recipient_invalid_code = 104,
+    .image_by_upload = 1,
+    .build_send = wx_build_send,
+    .parse_send = wx_parse_send,
+    .cred_field = "accessToken",
+    .cred_needs_refresh = wx_needs_refresh,
+    .build_cred = wx_build_cred,
+    .parse_cred = wx_parse_cred,
+    .build_upload = wx_build_upload,
+    .parse_upload = wx_parse_upload,
+};

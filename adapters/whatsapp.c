@@ -1,0 +1,363 @@
+/* whatsapp.c - the on-premises WhatsApp Business API client: admin login, contact check and
+ * /v1/messages; also the message body the cloud variant shares. */
+#include "adapter.h"
+
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LOGIN_MARGIN_MS     60000            /* log in again when the token expires this soon */
+#define DEFAULT_LIFETIME_MS (7 * 86400000LL) /* when the login answer gives no expiry */
+
+static const char *const secrets[] = {"adminAuthToken", "adminPassword", NULL};
+
+static const adapter_code_t codes[] = {
+    {1013, ADAPTER_RECIPIENT_INVALID}, {1026, ADAPTER_RECIPIENT_INVALID},
+    {1015, ADAPTER_RATE_LIMITED},      {1014, ADAPTER_SERVER_ERROR},
+    {1016, ADAPTER_SERVER_ERROR},      {0, ADAPTER_OK},
+};
+
+json_t *adapter_whatsapp_body(const adapter_ops_t *ops, unsigned kind, const json_t *response,
+                              const char *to, const char *ns, int cloud, adapter_result_t *res)
+{
+    const json_t *components = json_object_get(response, "components");
+    const char *s, *lang;
+    json_t *body = NULL, *tmpl;
+
+    if (kind == ADAPTER_TEXT) {
+        if ((s = adapter_response_str(ops, response, "text", res)) == NULL)
+            return NULL;
+        body = json_pack("{s:s,s:s,s:s,s:{s:s}}", "recipient_type", "individual", "to", to, "type",
+                         "text", "text", "body", s);
+    } else if (kind == ADAPTER_IMAGE) {
+        if ((s = adapter_response_str(ops, response, "url", res)) == NULL)
+            return NULL;
+        body = json_pack("{s:s,s:s,s:s,s:{s:s}}", "recipient_type", "individual", "to", to, "type",
+                         "image", "image", "link", s);
+    } else {
+        if ((s = adapter_response_str(ops, response, "elementName", res)) == NULL ||
+            (lang = adapter_response_str(ops, response, "languageCode", res)) == NULL)
+            return NULL;
+        tmpl = cloud ? json_pack("{s:s,s:{s:s}}", "name", s, "language", "code", lang)
+                     : json_pack("{s:s,s:{s:s,s:s}}", "name", s, "language", "policy",
+                                 "deterministic", "code", lang);
+        if (tmpl != NULL && ns != NULL)
+            json_object_set_new(tmpl, "namespace", json_string(ns));
+        if (tmpl != NULL && components != NULL &&
+            json_object_set_new(tmpl, "components", json_deep_copy(components)) < 0) {
+            json_decref(tmpl);
+            tmpl = NULL;
+        }
+        if (tmpl != NULL)
+            body = json_pack("{s:s,s:s,s:o}", "to", to, "type", "template", "template", tmpl);
+    }
+    if (body != NULL && cloud &&
+        json_object_set_new(body, "messaging_product", json_string("whatsapp")) < 0) {
+        json_decref(body);
+        body = NULL;
+    }
+    if (body == NULL)
+        adapter_fail(res, ADAPTER_SERVER_ERROR, "%s: cannot build the request", ops->type);
+    return body;
+}
+
+/* apiPath and the admin token every call but the login needs. */
+static int wa_prepare(const adapter_target_t *t, adapter_call_t *out, adapter_result_t *res,
+                      const char **api, const char **token)
+{
+    memset(out, 0, sizeof(*out));
+    *api = *token = NULL;
+    if ((*api = adapter_info_str(t->info, "apiPath")) == NULL)
+        return adapter_fail(res, ADAPTER_AUTH_INVALID, "channel has no apiPath");
+    /* Missing is what an expired token would be: the gateway logs in and retries. */
+    if ((*token = adapter_info_str(t->info, "adminAuthToken")) == NULL)
+        return adapter_fail(res, ADAPTER_AUTH_EXPIRED, "channel has no adminAuthToken");
+    if (t->to == NULL || *t->to == '\0')
+        return adapter_fail(res, ADAPTER_REJECTED, "whatsapp: no recipient");
+    return 0;
+}
+
+static int wa_post(adapter_call_t *out, adapter_result_t *res, const char *api, const char *path,
+                   const char *token, json_t *body)
+{
+    if (adapter_json_post(out, adapter_url(api, "%s", path), body) < 0 ||
+        adapter_add_header(out, "Authorization: Bearer %s", token) < 0) {
+        adapter_call_free(out);
+        return adapter_fail(res, ADAPTER_SERVER_ERROR, "whatsapp: cannot build the request");
+    }
+    return 0;
+}
+
+static int wa_build_send(const adapter_target_t *t, const json_t *response, const char *media_id,
+                         adapter_call_t *out, adapter_result_t *res)
+{
+    const char *api, *token;
+    unsigned kind;
+    json_t *body;
+
+    (void)media_id;
+    if (wa_prepare(t, out, res, &api, &token) < 0 ||
+        (kind = adapter_response_kind(&adapter_whatsapp, response, res)) == 0)
+        return -1;
+    body = adapter_whatsapp_body(&adapter_whatsapp, kind, response, t->to,
+                                 adapter_info_str(t->info, "namespace"), 0, res);
+    if (body == NULL)
+        return -1;
+    return wa_post(out, res, api, "/v1/messages", token, body);
+}
+
+static void wa_error(const adapter_target_t *t, const adapter_answer_t *a, const json_t *err,
+                     adapter_result_t *res)
+{
+    long code = (long)json_integer_value(json_object_get(err, "code"));
+    const char *details = json_string_value(json_object_get(err, "details"));
+    adapter_status_t st = a->status == 429   ? ADAPTER_RATE_LIMITED
+                          : a->status >= 500 ? ADAPTER_SERVER_ERROR
+                                             : ADAPTER_REJECTED;
+    char title[80], more[80];
+
+    adapter_copy_masked(title, sizeof(title), json_string_value(json_object_get(err, "title")),
+                        t->info, secrets);
+    adapter_copy_masked(more, sizeof(more), details, t->info, secrets);
+    adapter_fail(res, adapter_code_status(codes, code, st), "whatsapp: %s%s%s (code %ld)", title,
+                 *more ? ": " : "", more, code);
+    res->platform_code = code;
+}
+
+static void wa_parse_send(const adapter_target_t *t, const adapter_answer_t *a,
+                          adapter_result_t *res)
+{
+    json_t *j = a->status != 0 ? adapter_answer_json(a) : NULL;
+    const json_t *err = json_array_get(json_object_get(j, "errors"), 0);
+    const json_t *meta = json_object_get(j, "meta");
+    const char *id =
+        json_string_value(json_object_get(json_array_get(json_object_get(j, "messages"), 0), "id"));
+
+    if (a->status == 0)
+        adapter_fail(res, ADAPTER_SERVER_ERROR, "whatsapp: no answer");
+    else if (a->status == 401)
+        adapter_fail(res, ADAPTER_AUTH_EXPIRED, "whatsapp: admin token refused (HTTP 401)");
+    else if (a->status >= 200 && a->status < 300 && id != NULL && *id != '\0') {
+        res->status = ADAPTER_OK;
+        adapter_copy(res->message_id, sizeof(res->message_id), id);
+        adapter_copy(res->chat_id, sizeof(res->chat_id), t->to);
+        if (json_is_object(meta))
+            res->meta = json_incref((json_t *)meta);
+    } else if (json_is_object(err))
+        wa_error(t, a, err, res);
+    else if (a->status == 429)
+        adapter_fail(res, ADAPTER_RATE_LIMITED, "whatsapp: rate limited (HTTP 429)");
+    else if (!json_is_object(j) || a->status < 300 || a->status >= 500)
+        adapter_fail(res, ADAPTER_SERVER_ERROR, "whatsapp: unusable answer (HTTP %ld)", a->status);
+    else
+        adapter_fail(res, ADAPTER_REJECTED, "whatsapp: HTTP %ld", a->status);
+    json_decref(j);
+}
+
+static int wa_needs_refresh(const json_t *info, int64_t now_ms)
+{
+    const json_t *expiry = json_object_get(info, "adminAuthTokenExpiry");
+
+    /* Compared as doubles: a huge stored number must not overflow a conversion. */
+    return adapter_info_str(info, "adminAuthToken") == NULL || !json_is_number(expiry) ||
+           json_number_value(expiry) <= (double)now_ms + LOGIN_MARGIN_MS;
+}
+
+static int wa_build_cred(const adapter_target_t *t, adapter_call_t *out, adapter_result_t *res)
+{
+    const char *api = adapter_info_str(t->info, "apiPath");
+    const char *user = adapter_info_str(t->info, "adminUsername");
+    const char *pass = adapter_info_str(t->info, "adminPassword");
+    unsigned char *b64 = NULL;
+    char *pair = NULL;
+    int n, rc = -1;
+
+    memset(out, 0, sizeof(*out));
+    if (api == NULL)
+        return adapter_fail(res, ADAPTER_AUTH_INVALID, "channel has no apiPath");
+    if (user == NULL || pass == NULL)
+        return adapter_fail(res, ADAPTER_AUTH_INVALID, "channel has no %s",
+                            user == NULL ? "adminUsername" : "adminPassword");
+    if ((n = asprintf(&pair, "%s:%s", user, pass)) < 0)
+        pair = NULL;
+    else if ((b64 = malloc(4 * (((size_t)n + 2) / 3) + 1)) != NULL)
+        EVP_EncodeBlock(b64, (const unsigned char *)pair, n);
+    if (b64 != NULL &&
+        adapter_json_post(out, adapter_url(api, "/v1/users/login"), json_object()) == 0 &&
+        adapter_add_header(out, "Authorization: Basic %s", (char *)b64) == 0)
+        rc = 0;
+    if (pair != NULL)
+        explicit_bzero(pair, (size_t)n);
+    if (b64 != NULL)
+        explicit_bzero(b64, strlen((char *)b64));
+    free(pair);
+    free(b64);
+    if (rc < 0) {
+        adapter_call_free(out);
+        return adapter_fail(res, ADAPTER_SERVER_ERROR, "whatsapp: cannot build the login");
+    }
+    return 0;
+}
+
+/* Exactly n digits at *p. */
+static int digits(const char **p, int n, int *out)
+{
+    *out = 0;
+    for (int i = 0; i < n; i++, (*p)++) {
+        if (**p < '0' || **p > '9')
+            return -1;
+        *out = *out * 10 + (**p - '0');
+    }
+    return 0;
+}
+
+static int expect(const char **p, const char *set)
+{
+    if (**p == '\0' || strchr(set, **p) == NULL)
+        return -1;
+    (*p)++;
+    return 0;
+}
+
+/* Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil). */
+static int64_t days_from_civil(int64_t y, int m, int d)
+{
+    int64_t era, yoe, doy, doe;
+
+    y -= m <= 2;
+    era = (y >= 0 ? y : y - 399) / 400;
+    yoe = y - era * 400;
+    doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+    doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+/* "2026-11-29 15:29:26+00:00" (also 'T', fractions, "Z", "+0800", no offset = UTC) to ms since
+ * the epoch, without the C library's locale and time zone state. */
+static int wa_parse_time(const char *s, int64_t *ms)
+{
+    static const int mdays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int y, mo, d, h, mi, sec, oh = 0, om = 0, sign = 0;
+    const char *p = s;
+    int leap;
+
+    if (digits(&p, 4, &y) || expect(&p, "-") || digits(&p, 2, &mo) || expect(&p, "-") ||
+        digits(&p, 2, &d) || expect(&p, " T") || digits(&p, 2, &h) || expect(&p, ":") ||
+        digits(&p, 2, &mi) || expect(&p, ":") || digits(&p, 2, &sec))
+        return -1;
+    if (*p == '.' && p[1] >= '0' && p[1] <= '9')
+        for (p++; *p >= '0' && *p <= '9'; p++)
+            ;
+    if (*p == 'Z') {
+        p++;
+    } else if (*p == '+' || *p == '-') {
+        sign = *p++ == '-' ? -1 : 1;
+        if (digits(&p, 2, &oh))
+            return -1;
+        if (*p == ':')
+            p++;
+        if (digits(&p, 2, &om))
+            return -1;
+    }
+    leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    if (*p != '\0' || mo < 1 || mo > 12 || d < 1 || d > mdays[mo - 1] ||
+        (mo == 2 && d == 29 && !leap) || h > 23 || mi > 59 || sec > 60 || oh > 23 || om > 59)
+        return -1;
+    *ms = ((days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec) -
+           sign * (oh * 3600 + om * 60)) *
+          1000;
+    return 0;
+}
+
+static json_t *wa_parse_cred(const adapter_target_t *t, const adapter_answer_t *a,
+                             adapter_result_t *res)
+{
+    json_t *j = a->status != 0 ? adapter_answer_json(a) : NULL, *cred = NULL;
+    const json_t *user = json_array_get(json_object_get(j, "users"), 0);
+    const char *token = json_string_value(json_object_get(user, "token"));
+    const char *expires = json_string_value(json_object_get(user, "expires_after"));
+    int64_t expiry;
+
+    if (a->status == 401) {
+        adapter_fail(res, ADAPTER_AUTH_INVALID, "whatsapp admin login refused");
+    } else if (a->status >= 200 && a->status < 300 && token != NULL && *token != '\0') {
+        /* An expiry we cannot read counts as absent: a 401 later brings a new login anyway. */
+        if (expires == NULL || wa_parse_time(expires, &expiry) < 0)
+            expiry = t->now_ms + DEFAULT_LIFETIME_MS;
+        cred = json_pack("{s:s,s:I}", "adminAuthToken", token, "adminAuthTokenExpiry",
+                         (json_int_t)expiry);
+        if (cred == NULL)
+            adapter_fail(res, ADAPTER_SERVER_ERROR, "whatsapp admin login: out of memory");
+        else
+            res->status = ADAPTER_OK;
+    } else if (a->status == 0) {
+        adapter_fail(res, ADAPTER_SERVER_ERROR, "whatsapp admin login: no answer");
+    } else {
+        adapter_fail(res, ADAPTER_SERVER_ERROR, "whatsapp admin login failed (HTTP %ld)",
+                     a->status);
+    }
+    json_decref(j);
+    return cred;
+}
+
+static int wa_build_check(const adapter_target_t *t, adapter_call_t *out, adapter_result_t *res)
+{
+    const char *api, *token;
+    json_t *body;
+
+    if (wa_prepare(t, out, res, &api, &token) < 0)
+        return -1;
+    body =
+        json_pack("{s:s,s:[s+]}", "blocking", "wait", "contacts", *t->to == '+' ? "" : "+", t->to);
+    return wa_post(out, res, api, "/v1/contacts", token, body);
+}
+
+static void wa_parse_check(const adapter_target_t *t, const adapter_answer_t *a,
+                           adapter_result_t *res)
+{
+    json_t *j = a->status != 0 ? adapter_answer_json(a) : NULL;
+    const json_t *contact = json_array_get(json_object_get(j, "contacts"), 0);
+    const char *status = json_string_value(json_object_get(contact, "status"));
+    const char *wa_id = json_string_value(json_object_get(contact, "wa_id"));
+
+    if (wa_id == NULL || *wa_id == '\0')
+        wa_id = t->to;
+    if (a->status == 401) {
+        adapter_fail(res, ADAPTER_AUTH_EXPIRED, "whatsapp: admin token refused (HTTP 401)");
+    } else if (a->status >= 200 && a->status < 300 && status != NULL &&
+               strcmp(status, "valid") == 0) {
+        if (wa_id == NULL || strlen(wa_id) >= sizeof(res->ref)) {
+            adapter_fail(res, ADAPTER_SERVER_ERROR, "whatsapp: contacts answer without wa_id");
+        } else {
+            res->status = ADAPTER_OK;
+            adapter_copy(res->ref, sizeof(res->ref), wa_id);
+        }
+    } else if (status != NULL && strcmp(status, "invalid") == 0) {
+        adapter_fail(res, ADAPTER_RECIPIENT_INVALID, "whatsapp: the number is not on WhatsApp");
+    } else if (a->status == 0) {
+        adapter_fail(res, ADAPTER_SERVER_ERROR, "whatsapp: no answer to the contacts check");
+    } else {
+        adapter_fail(res, ADAPTER_SERVER_ERROR, "whatsapp: contacts check failed (HTTP %ld)",
+                     a->status);
+    }
+    json_decref(j);
+}
+
+const adapter_ops_t adapter_whatsapp = {
+    .type = "whatsapp",
+    .api_version = "",
+    .from_field = "waId",
+    .response_types = ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_TEMPLATE,
+    .recipient_invalid_code = 100,
+    .server_error_aborts = 1,
+    .phone_recipients = 1,
+    .build_send = wa_build_send,
+    .parse_send = wa_parse_send,
+    .cred_field = "adminAuthToken",
+    .cred_needs_refresh = wa_needs_refresh,
+    .build_cred = wa_build_cred,
+    .parse_cred = wa_parse_cred,
+    .build_check = wa_build_check,
+    .parse_check = wa_parse_check,
+};

@@ -1,0 +1,121 @@
+/* auth.c - token hashing and the authorization decisions; the lookup itself is the store's. */
+#include "auth.h"
+
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+void auth_hash_token(const char *token, size_t len, char out[AUTH_HASH_HEX])
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+
+    EVP_Digest(token, len, md, &n, EVP_sha256(), NULL);
+    for (unsigned int i = 0; i < n; i++) {
+        out[2 * i] = hex[md[i] >> 4];
+        out[2 * i + 1] = hex[md[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+unsigned auth_scope_bit(const char *name)
+{
+    static const struct {
+        const char *name;
+        unsigned bit;
+    } scopes[] = {
+        {"bot:sendResponses", AUTH_SCOPE_SEND},
+        {"bot:redirectMemberToNode", AUTH_SCOPE_REDIRECT},
+        {"bot:admin", AUTH_SCOPE_BOT_ADMIN},
+        {"api:admin", AUTH_SCOPE_API_ADMIN},
+    };
+
+    for (size_t i = 0; name && i < sizeof(scopes) / sizeof(scopes[0]); i++)
+        if (strcmp(scopes[i].name, name) == 0)
+            return scopes[i].bit;
+    return 0;
+}
+
+int auth_token_decode(const json_t *root, auth_token_t *out)
+{
+    json_t *v;
+    const char *app;
+    size_t i;
+
+    memset(out, 0, sizeof(*out));
+    if (!json_is_object(root))
+        goto fail;
+    app = json_string_value(json_object_get(root, "app"));
+    if (app == NULL || *app == '\0' || strlen(app) >= sizeof(out->app))
+        goto fail;
+    snprintf(out->app, sizeof(out->app), "%s", app);
+    json_array_foreach(json_object_get(root, "scopes"), i, v)
+        out->scopes |= auth_scope_bit(json_string_value(v));
+    v = json_object_get(root, "expiresAt");
+    if (json_is_number(v))
+        out->expires_at = (int64_t)json_number_value(v);
+    else if (v != NULL && !json_is_null(v))
+        goto fail;
+    v = json_object_get(root, "channels");
+    if (json_is_array(v))
+        out->channels = json_incref(v);
+    else if (v != NULL && !json_is_null(v))
+        goto fail;
+    return 0;
+fail:
+    auth_token_free(out);
+    return -1;
+}
+
+void auth_token_free(auth_token_t *t)
+{
+    json_decref(t->channels);
+    t->channels = NULL;
+}
+
+int auth_allows(const auth_token_t *t, unsigned accepted, int64_t now_ms)
+{
+    if ((t->scopes & accepted) == 0)
+        return 0;
+    return t->expires_at == 0 || now_ms < t->expires_at;
+}
+
+int auth_sees_channel(const auth_token_t *t, const char *channel_id, const char *channel_app)
+{
+    json_t *v;
+    size_t i;
+
+    if (channel_app == NULL || strcmp(channel_app, t->app) != 0)
+        return 0;
+    if (t->channels == NULL)
+        return 1;
+    json_array_foreach(t->channels, i, v) {
+        const char *id = json_string_value(v);
+        if (id != NULL && strcmp(id, channel_id) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+const char *auth_request_token(const char *authorization, const char *query_token, size_t *len)
+{
+    if (authorization != NULL && strncasecmp(authorization, "Bearer ", 7) == 0) {
+        const char *p = authorization + 7;
+        while (*p == ' ')
+            p++;
+        size_t n = strlen(p);
+        while (n > 0 && p[n - 1] == ' ')
+            n--;
+        if (n > 0) {
+            *len = n;
+            return p;
+        }
+    }
+    if (query_token != NULL && *query_token != '\0') {
+        *len = strlen(query_token);
+        return query_token;
+    }
+    return NULL;
+}

@@ -1,0 +1,55 @@
+/* error.h - botgate's error model: the err_codes of the interface and a small error value. */
+#ifndef BOTGATE_CORE_ERROR_H
+#define BOTGATE_CORE_ERROR_H
+
+#include <jansson.h>
+
+/* err_code values. 100-113 come from interface.md, 114-120 are botgate's extensions
+ * (contract.md section 5, docs/api.md). */
+enum {
+    BG_OK = 0,
+    BG_ERR_PHONE_INVALID = 100,    /* whatsapp kinds: the number has no account */
+    BG_ERR_RECIPIENT_INVALID = 104, /* recipient invalid, or the channel's credential is */
+    BG_ERR_MISSING_PARAM = 108,    /* parameter missing or of the wrong type */
+    BG_ERR_NO_CHANNEL = 112,       /* no such channel (or not visible to this token) */
+    BG_ERR_PLATFORM = 113,         /* platform server error or unreachable */
+    BG_ERR_NO_MEMBER = 114,        /* memberId unknown in this channel */
+    BG_ERR_NO_TREE = 115,          /* tree or node not found */
+    BG_ERR_CHANNEL_OFF = 116,      /* channel is not live */
+    BG_ERR_UNSUPPORTED = 117,      /* channel type or response type not supported */
+    BG_ERR_LIMIT = 118,            /* over a limit */
+    BG_ERR_STORE = 119,            /* Redis down or timed out */
+    BG_ERR_RATE_LIMITED = 120,     /* the platform rate-limited the send */
+    /* Not an err_code on the wire: "User is not authorized" answers carry none. */
+    BG_ERR_UNAUTHORIZED = -1,
+    /* Not an err_code on the wire: an internal failure, answered as a JSON 500. */
+    BG_ERR_INTERNAL = -2,
+};
+
+#define BG_ERROR_MSG_MAX 256
+
+/* An error value: filled by the function that fails, turned into an answer by the route. */
+typedef struct bg_error {
+    int code;                      /* one of the values above; BG_OK when no error */
+    int http_status;               /* 500 unless a limit asks for another (413) */
+    char msg[BG_ERROR_MSG_MAX];
+} bg_error_t;
+
+/* Sets code and a printf-formatted message; http_status becomes 500. Returns -1 so that
+ * callers can write `return bg_error_set(err, ...)`. */
+int bg_error_set(bg_error_t *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+void bg_error_clear(bg_error_t *err);
+
+/* Cuts a trailing UTF-8 sequence that truncation left incomplete, so the text stays valid. */
+void bg_utf8_trim(char *s);
+
+/* The JSON body of a failure answer: {"ok":0,"err_code":N,"err":msg,"error":msg}
+ * (no err_code for BG_ERR_UNAUTHORIZED and BG_ERR_INTERNAL). New reference. */
+json_t *bg_error_to_json(const bg_error_t *err);
+
+/* The element-level error object {"err_code":N,"err":msg}. New reference. */
+json_t *bg_error_element_json(const bg_error_t *err);
+
+#endif

@@ -1,0 +1,57 @@
+/* request.h - parsing and validating request bodies: everything checked before any I/O. */
+#ifndef BOTGATE_CORE_REQUEST_H
+#define BOTGATE_CORE_REQUEST_H
+
+#include "error.h"
+
+#include <jansson.h>
+#include <stddef.h>
+
+#define REQUEST_MAX_BODY (1024 * 1024) /* bytes; over it: HTTP 413, err_code 118 */
+#define REQUEST_MAX_RESPONSES 50       /* responses per request */
+#define REQUEST_MAX_STRING (64 * 1024) /* bytes in any one string of the body */
+#define REQUEST_MAX_DEPTH 64           /* nesting of the body */
+#define REQUEST_MAX_ID 256             /* bytes in channelId, memberId, recipientId, tree, node */
+
+/* Who a request is about. Every pointer is borrowed from the parsed body. */
+typedef struct request_target {
+    const char *channel_id;
+    const char *member_id;    /* NULL when absent */
+    const char *recipient_id; /* NULL when absent or null */
+} request_target_t;
+
+/* POST /sendResponses. root owns everything; request_send_free() releases it. */
+typedef struct send_request {
+    json_t *root;
+    request_target_t target;
+    const json_t *responses; /* array of 1..REQUEST_MAX_RESPONSES validated response objects */
+} send_request_t;
+
+/* POST /redirectMemberToNode. */
+typedef struct redirect_request {
+    json_t *root;
+    request_target_t target;
+    const char *tree;
+    const char *node_id;
+    int run_pre, send_response, run_post; /* each defaults to 1 */
+    const json_t *meta;                   /* the request's meta object, or an empty object */
+} redirect_request_t;
+
+/* Parses a body that must be one JSON object within the limits above (108 / 118). */
+int request_parse_json(const char *body, size_t len, json_t **out, bg_error_t *err);
+
+int request_parse_send(const char *body, size_t len, send_request_t *out, bg_error_t *err);
+void request_send_free(send_request_t *req);
+
+int request_parse_redirect(const char *body, size_t len, redirect_request_t *out,
+                           bg_error_t *err);
+void request_redirect_free(redirect_request_t *req);
+
+/* Checks one response object (TEXT, IMAGE, TEMPLATE); where names it in messages
+ * ("response[2]"). Unknown type: 117. */
+int request_check_response(const json_t *resp, const char *where, bg_error_t *err);
+
+/* Removes '+', '-', '(', ')' and spaces from a phone number (contract.md section 5). */
+void request_normalize_phone(const char *in, char *out, size_t size);
+
+#endif

@@ -1,0 +1,245 @@
+/* config.c - defaults, environment and flags, validated once at start-up. */
+#include "config.h"
+
+#include "log.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef enum { T_STR, T_INT, T_BOOL, T_LEVEL } opt_type_t;
+
+typedef struct option_def {
+    const char *env;
+    opt_type_t type;
+    size_t offset;
+    size_t size; /* for strings */
+    const char *def;
+    int min, max;
+    const char *help;
+} option_def_t;
+
+#define STR(field, env, def, help) {env, T_STR, offsetof(config_t, field), sizeof(((config_t *)0)->field), def, 0, 0, help}
+#define INT(field, env, def, lo, hi, help) {env, T_INT, offsetof(config_t, field), 0, def, lo, hi, help}
+
+static const option_def_t options[] = {
+    STR(listen, "BOTGATE_LISTEN", "0.0.0.0:8080", "address:port of the HTTP API"),
+    STR(redis_url, "BOTGATE_REDIS_URL", "redis://127.0.0.1:6379/0",
+        "redis://[:password@]host:port/db or unix:///path/sock"),
+    STR(store.prefix, "BOTGATE_REDIS_PREFIX", "botgate:", "prefix of every Redis key"),
+    INT(workers, "BOTGATE_WORKERS", "0", 0, 256, "worker threads (0: number of CPUs)"),
+    STR(facebook_url, "BOTGATE_FACEBOOK_API_URL", "https://graph.facebook.com/v19.0",
+        "base of the Messenger Send API"),
+    STR(whatsapp_cloud_url, "BOTGATE_WHATSAPP_CLOUD_API_URL", "https://graph.facebook.com/v19.0",
+        "base of the WhatsApp Cloud API"),
+    STR(slack_url, "BOTGATE_SLACK_API_URL", "https://slack.com/api", "base of the Slack Web API"),
+    STR(wechat_url, "BOTGATE_WECHAT_API_URL", "https://api.weixin.qq.com",
+        "base of the WeChat Official Account API"),
+    STR(teamwork_url, "BOTGATE_TEAMWORK_API_URL", "https://www.teambition.com/appstore/api",
+        "base of the team-collaboration API"),
+    STR(ca_file, "BOTGATE_CA_FILE", "", "extra CA bundle for outbound TLS"),
+    {"BOTGATE_ALLOW_PRIVATE_MEDIA", T_BOOL, offsetof(config_t, allow_private_media), 0, "0", 0, 1,
+     "1: fetched URLs may reach loopback/private addresses (tests only)"},
+    {"BOTGATE_LOG_LEVEL", T_LEVEL, offsetof(config_t, log_level), 0, "info", 0, 0,
+     "error, warn, info, debug"},
+    INT(request_timeout_ms, "BOTGATE_REQUEST_TIMEOUT_MS", "10000", 100, 300000,
+        "deadline of one request"),
+    INT(upstream_timeout_ms, "BOTGATE_UPSTREAM_TIMEOUT_MS", "5000", 50, 300000,
+        "timeout of one platform call"),
+    INT(store.redis.command_timeout_ms, "BOTGATE_REDIS_TIMEOUT_MS", "1000", 10, 60000,
+        "timeout of one Redis command"),
+    INT(store.redis.connect_timeout_ms, "BOTGATE_REDIS_CONNECT_TIMEOUT_MS", "1000", 10, 60000,
+        "timeout of connecting to Redis"),
+    INT(store.redis.max_in_flight, "BOTGATE_REDIS_MAX_IN_FLIGHT", "10000", 1, 1000000,
+        "Redis commands in flight per worker"),
+    INT(max_connections, "BOTGATE_MAX_CONNECTIONS", "10000", 1, 1000000,
+        "open client connections per worker"),
+    INT(drain_timeout_ms, "BOTGATE_DRAIN_TIMEOUT_MS", "10000", 0, 600000,
+        "on SIGTERM, how long in-flight requests may take"),
+    INT(http_timeout_s, "BOTGATE_HTTP_TIMEOUT_S", "30", 1, 3600,
+        "reading a request and idle keep-alive, seconds"),
+};
+
+static void usage(void)
+{
+    printf("usage: botgate [--flag value ...]\n\n"
+           "Every setting is an environment variable; the flag of the same name in lower case\n"
+           "without BOTGATE_ (e.g. --listen, --redis_url or --redis-url) overrides it.\n\n");
+    for (size_t i = 0; i < sizeof(options) / sizeof(options[0]); i++)
+        printf("  %-34s %s (default: %s)\n", options[i].env, options[i].help,
+               options[i].def[0] ? options[i].def : "none");
+}
+
+static int set_option(config_t *cfg, const option_def_t *o, const char *value)
+{
+    char *end;
+    long v;
+    void *field = (char *)cfg + o->offset;
+
+    switch (o->type) {
+    case T_STR:
+        if (strlen(value) >= o->size) {
+            fprintf(stderr, "botgate: %s is too long\n", o->env);
+            return -1;
+        }
+        memcpy(field, value, strlen(value) + 1);
+        return 0;
+    case T_BOOL:
+        if (strcmp(value, "1") != 0 && strcmp(value, "0") != 0 && strcmp(value, "true") != 0 &&
+            strcmp(value, "false") != 0) {
+            fprintf(stderr, "botgate: %s must be 0 or 1\n", o->env);
+            return -1;
+        }
+        *(int *)field = value[0] == '1' || value[0] == 't';
+        return 0;
+    case T_LEVEL:
+        if ((*(int *)field = log_parse_level(value)) < 0) {
+            fprintf(stderr, "botgate: %s must be error, warn, info or debug\n", o->env);
+            return -1;
+        }
+        return 0;
+    case T_INT:
+        v = strtol(value, &end, 10);
+        if (*value == '\0' || *end != '\0' || v < o->min || v > o->max) {
+            fprintf(stderr, "botgate: %s must be an integer from %d to %d\n", o->env, o->min,
+                    o->max);
+            return -1;
+        }
+        *(int *)field = (int)v;
+        return 0;
+    }
+    return -1;
+}
+
+/* "--redis-url" and "--redis_url" both name BOTGATE_REDIS_URL. */
+static const option_def_t *find_flag(const char *flag)
+{
+    char name[64] = "BOTGATE_";
+    size_t n = strlen(name);
+
+    for (; *flag && n + 1 < sizeof(name); flag++)
+        name[n++] = *flag == '-' ? '_' : (char)toupper((unsigned char)*flag);
+    name[n] = '\0';
+    for (size_t i = 0; i < sizeof(options) / sizeof(options[0]); i++)
+        if (strcmp(options[i].env, name) == 0)
+            return &options[i];
+    return NULL;
+}
+
+static int parse_listen(config_t *cfg)
+{
+    char spec[sizeof(cfg->listen)];
+    char *colon, *end;
+    long port;
+
+    memcpy(spec, cfg->listen, sizeof(spec));
+    colon = strrchr(spec, ':');
+    if (colon == NULL) {
+        fprintf(stderr, "botgate: BOTGATE_LISTEN must be address:port\n");
+        return -1;
+    }
+    port = strtol(colon + 1, &end, 10);
+    if (*end != '\0' || port < 0 || port > 65535) {
+        fprintf(stderr, "botgate: bad port in BOTGATE_LISTEN\n");
+        return -1;
+    }
+    *colon = '\0';
+    snprintf(cfg->listen_host, sizeof(cfg->listen_host), "%s", spec);
+    /* [::]:8080 */
+    if (cfg->listen_host[0] == '[') {
+        size_t n = strlen(cfg->listen_host);
+        if (n >= 2 && cfg->listen_host[n - 1] == ']') {
+            memmove(cfg->listen_host, cfg->listen_host + 1, n - 2);
+            cfg->listen_host[n - 2] = '\0';
+        }
+    }
+    cfg->listen_port = (int)port;
+    return 0;
+}
+
+static void strip_slash(char *url)
+{
+    size_t n = strlen(url);
+
+    while (n > 0 && url[n - 1] == '/')
+        url[--n] = '\0';
+}
+
+int config_load(config_t *cfg, int argc, char **argv)
+{
+    char err[256];
+    size_t n = sizeof(options) / sizeof(options[0]);
+
+    memset(cfg, 0, sizeof(*cfg));
+    for (size_t i = 0; i < n; i++) {
+        const char *env = getenv(options[i].env);
+        if (set_option(cfg, &options[i], options[i].def) < 0)
+            return -1;
+        if (env != NULL && set_option(cfg, &options[i], env) < 0)
+            return -1;
+    }
+    for (int i = 1; i < argc; i++) {
+        const option_def_t *o;
+        const char *value;
+        char *eq;
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage();
+            return 1;
+        }
+        if (strncmp(argv[i], "--", 2) != 0) {
+            fprintf(stderr, "botgate: unexpected argument %s (see --help)\n", argv[i]);
+            return -1;
+        }
+        /* --flag=value or --flag value */
+        char flag[64];
+        snprintf(flag, sizeof(flag), "%s", argv[i] + 2);
+        if ((eq = strchr(flag, '=')) != NULL) {
+            *eq = '\0';
+            value = strchr(argv[i], '=') + 1;
+        } else if (i + 1 < argc) {
+            value = argv[++i];
+        } else {
+            fprintf(stderr, "botgate: --%s needs a value\n", flag);
+            return -1;
+        }
+        if ((o = find_flag(flag)) == NULL) {
+            fprintf(stderr, "botgate: unknown flag --%s (see --help)\n", flag);
+            return -1;
+        }
+        if (set_option(cfg, o, value) < 0)
+            return -1;
+    }
+    if (parse_listen(cfg) < 0)
+        return -1;
+    if (cfg->workers == 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        cfg->workers = cpus > 0 ? (int)cpus : 1;
+    }
+    if (redisc_parse_url(cfg->redis_url, &cfg->store.redis, err, sizeof(err)) < 0) {
+        fprintf(stderr, "botgate: BOTGATE_REDIS_URL: %s\n", err);
+        return -1;
+    }
+    strip_slash(cfg->facebook_url);
+    strip_slash(cfg->whatsapp_cloud_url);
+    strip_slash(cfg->slack_url);
+    strip_slash(cfg->wechat_url);
+    strip_slash(cfg->teamwork_url);
+    return 0;
+}
+
+const char *config_platform_url(const config_t *cfg, const char *type)
+{
+    if (strcmp(type, "facebook") == 0)
+        return cfg->facebook_url;
+    if (strcmp(type, "whatsapp-cloud") == 0)
+        return cfg->whatsapp_cloud_url;
+    if (strcmp(type, "slack") == 0)
+        return cfg->slack_url;
+    if (strcmp(type, "wechat") == 0)
+        return cfg->wechat_url;
+    if (strcmp(type, "teamwork") == 0)
+        return cfg->teamwork_url;
+    return NULL;
+}

@@ -1,0 +1,39 @@
+/* config.h - botgate's configuration: environment variables, each also a --flag (contract.md
+ * section 1). Read once in main, then shared read-only by every worker. */
+#ifndef BOTGATE_GATEWAY_CONFIG_H
+#define BOTGATE_GATEWAY_CONFIG_H
+
+#include "../store/store.h"
+
+#define CONFIG_URL_MAX 512
+
+typedef struct config {
+    char listen[300];        /* as given: host:port */
+    char listen_host[300];
+    int listen_port;
+    char redis_url[CONFIG_URL_MAX];
+    store_config_t store;   /* parsed Redis URL, timeouts, key prefix */
+    int workers;
+    char facebook_url[CONFIG_URL_MAX];
+    char whatsapp_cloud_url[CONFIG_URL_MAX];
+    char slack_url[CONFIG_URL_MAX];
+    char wechat_url[CONFIG_URL_MAX];
+    char teamwork_url[CONFIG_URL_MAX];
+    char ca_file[CONFIG_URL_MAX];
+    int allow_private_media;
+    int log_level;
+    int request_timeout_ms;  /* deadline of one request, from arrival to answer */
+    int upstream_timeout_ms; /* one platform call */
+    int max_connections;     /* open client connections per worker */
+    int drain_timeout_ms;    /* SIGTERM: time in-flight requests get to finish */
+    int http_timeout_s;      /* reading a request, idle keep-alive */
+} config_t;
+
+/* Fills cfg from defaults, the environment, then argv. Returns 0, 1 when --help was printed,
+ * or -1 with a message on stderr. */
+int config_load(config_t *cfg, int argc, char **argv);
+
+/* The configured base URL of a platform type, NULL when the type has none (whatsapp). */
+const char *config_platform_url(const config_t *cfg, const char *type);
+
+#endif

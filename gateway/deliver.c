@@ -1,0 +1,612 @@
+/* deliver.c - delivering one response to the platform: make sure the channel's credential is
+ * fresh (one refresh per channel at a time across every worker and instance, through a Redis
+ * lock), check a whatsapp number once a week, turn a wechat image into a media_id, send, and
+ * retry once where that is safe (expired credential, rate limit with Retry-After). Callbacks
+ * only record what happened and call step(); step() decides what comes next. */
+#include "op.h"
+
+#include "log.h"
+
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ANSWER_MAX (1024 * 1024)        /* a platform answer larger than this is an error */
+#define MEDIA_MAX (10 * 1024 * 1024)    /* an image to upload */
+#define LOCK_TTL_MS 15000               /* a crashed refresher's lock expires after this */
+#define LOCK_POLL_MS 50                 /* how often a waiter looks for the new credential */
+#define CONTACT_TTL_S (7 * 24 * 3600)   /* whatsapp: a valid number is checked once a week */
+#define MEDIA_TTL_S (2 * 24 * 3600)     /* wechat: media ids live 3 days; keep them 2 */
+#define DEADLINE_MARGIN_MS 20           /* leave time to answer after a call times out */
+
+static void step(op_t *op);
+
+static const json_t *info(const op_t *op)
+{
+    return json_object_get(op->channel, "info");
+}
+
+static const char *current_cred(const op_t *op)
+{
+    const char *s = op->adapter->cred_field
+                        ? json_string_value(json_object_get(info(op), op->adapter->cred_field))
+                        : NULL;
+    return s ? s : "";
+}
+
+static adapter_target_t target(const op_t *op)
+{
+    adapter_target_t t;
+
+    t.base_url = config_platform_url(op->w->cfg, op->adapter->type);
+    t.info = info(op);
+    t.to = op->to;
+    t.now_ms = op_now_wall_ms();
+    return t;
+}
+
+static void finish(op_t *op, deliver_result_t *r)
+{
+    op_delivered_fn *done = op->delivered;
+
+    if (op->lock_held) {
+        store_unlock_credential(op->w->store, op->target.channel_id, op->lock_owner);
+        op->lock_held = 0;
+    }
+    op->dl = DL_IDLE;
+    op->delivered_count++;
+    adapter_call_free(&op->call_req);
+    done(op, r);
+    adapter_result_clear(&r->res);
+}
+
+/* Ends the delivery with a failure of class status. On the first response, failures that
+ * concern the whole request abort it (contract.md section 5). */
+static void fail(op_t *op, adapter_status_t status, long platform_code, const char *msg)
+{
+    deliver_result_t r;
+    int code = adapter_err_code(op->adapter, status);
+
+    memset(&r, 0, sizeof(r));
+    adapter_result_init(&r.res);
+    r.res.status = status;
+    r.res.platform_code = platform_code;
+    bg_error_set(&r.err, code, "%s", msg);
+    r.abort = op->delivered_count == 0 &&
+              (status == ADAPTER_RECIPIENT_INVALID || status == ADAPTER_AUTH_INVALID ||
+               status == ADAPTER_AUTH_EXPIRED ||
+               (status == ADAPTER_SERVER_ERROR && op->adapter->server_error_aborts));
+    finish(op, &r);
+}
+
+static void fail_store(op_t *op, store_status_t st)
+{
+    deliver_result_t r;
+
+    memset(&r, 0, sizeof(r));
+    adapter_result_init(&r.res);
+    bg_error_set(&r.err, st == STORE_BUSY ? BG_ERR_LIMIT : BG_ERR_STORE,
+                 st == STORE_BUSY ? "too many store commands in flight" : "store unavailable");
+    r.abort = op->delivered_count == 0;
+    finish(op, &r);
+}
+
+static void arm_timer(op_t *op, long ms, event_callback_fn cb)
+{
+    struct timeval tv;
+
+    tv.tv_sec = ms / 1000;
+    tv.tv_usec = (ms % 1000) * 1000;
+    event_assign(&op->timer, op->w->base, -1, 0, cb, op);
+    event_add(&op->timer, &tv);
+    op->timer_armed = 1;
+}
+
+void deliver_cancel(op_t *op)
+{
+    if (op->xfer != NULL) {
+        upstream_cancel(op->xfer);
+        op->xfer = NULL;
+    }
+    if (op->timer_armed) {
+        event_del(&op->timer);
+        op->timer_armed = 0;
+    }
+    if (op->lock_held) {
+        store_unlock_credential(op->w->store, op->target.channel_id, op->lock_owner);
+        op->lock_held = 0;
+    }
+    adapter_call_free(&op->call_req);
+    op->dl = DL_IDLE;
+}
+
+/* Starts op->call_req; cb gets the answer. */
+static void call(op_t *op, deliver_phase_t phase, size_t max_answer, unsigned flags,
+                 upstream_cb *cb)
+{
+    long remaining = (long)op_remaining_ms(op) - DEADLINE_MARGIN_MS;
+    long timeout = op->w->cfg->upstream_timeout_ms;
+
+    if (remaining <= 0) {
+        fail(op, ADAPTER_SERVER_ERROR, 0, "no time left for the platform call");
+        return;
+    }
+    op->dl = phase;
+    op->platform_calls++;
+    op->xfer = upstream_start(op->w->up, &op->call_req, remaining < timeout ? remaining : timeout,
+                              max_answer, flags, cb, op);
+    if (op->xfer == NULL)
+        fail(op, ADAPTER_SERVER_ERROR, 0, "could not start the platform call");
+}
+
+/* Takes a fresh channel record (after a refresh, or someone else's). */
+static void adopt_channel(op_t *op, json_t *channel)
+{
+    json_decref(op->channel);
+    op->channel = channel;
+}
+
+static int cred_fresh(const op_t *op)
+{
+    const char *cred = current_cred(op);
+
+    return *cred != '\0' && strcmp(cred, op->stale_cred) != 0 &&
+           !op->adapter->cred_needs_refresh(info(op), op_now_wall_ms());
+}
+
+/* ---- credential refresh ---- */
+
+static void cred_done(op_t *op)
+{
+    if (op->lock_held) {
+        store_unlock_credential(op->w->store, op->target.channel_id, op->lock_owner);
+        op->lock_held = 0;
+    }
+    op->cred_ready = 1;
+    op->cred_forced = 0;
+    step(op);
+}
+
+static void on_cred_written(void *arg, store_status_t st, json_t *channel)
+{
+    op_t *op = arg;
+
+    op->call = NULL;
+    if (st == STORE_OK)
+        adopt_channel(op, channel);
+    else
+        log_msg(LOG_WARN, "channel %s: the new credential could not be written back",
+                op->target.channel_id);
+    cred_done(op);
+}
+
+static void on_cred_answer(void *arg, const upstream_answer_t *ans)
+{
+    op_t *op = arg;
+    adapter_target_t t = target(op);
+    adapter_result_t res;
+    json_t *fields;
+    store_status_t st;
+
+    op->xfer = NULL;
+    adapter_call_free(&op->call_req);
+    adapter_result_init(&res);
+    fields = op->adapter->parse_cred(&t, &ans->a, &res);
+    if (fields == NULL) {
+        /* A refused login is the channel's credential being wrong: 104, not "try again". */
+        adapter_status_t status = res.status == ADAPTER_OK ? ADAPTER_SERVER_ERROR : res.status;
+        if (status == ADAPTER_AUTH_EXPIRED)
+            status = ADAPTER_AUTH_INVALID;
+        fail(op, status, res.platform_code, res.error[0] ? res.error : ans->error);
+        adapter_result_clear(&res);
+        return;
+    }
+    adapter_result_clear(&res);
+    atomic_fetch_add_explicit(&op->w->metrics.credential_refreshes, 1, memory_order_relaxed);
+    op->cred_refreshed = 1;
+    /* Use the new credential at once, whether or not the write-back succeeds. */
+    json_object_update(json_object_get(op->channel, "info"), fields);
+    op->dl = DL_CRED_WRITE;
+    op->call = store_update_channel_info(op->w->store, op->target.channel_id, fields,
+                                         on_cred_written, op, &st);
+    json_decref(fields);
+    if (op->call == NULL)
+        cred_done(op);
+}
+
+static void cred_call(op_t *op)
+{
+    adapter_target_t t = target(op);
+    adapter_result_t res;
+
+    adapter_result_init(&res);
+    if (op->adapter->build_cred(&t, &op->call_req, &res) < 0) {
+        fail(op, res.status, 0, res.error);
+        return;
+    }
+    call(op, DL_CRED_CALL, ANSWER_MAX, 0, on_cred_answer);
+}
+
+static void cred_lock(op_t *op);
+
+static void on_reread(void *arg, store_status_t st, json_t *channel)
+{
+    op_t *op = arg;
+
+    op->call = NULL;
+    if (st != STORE_OK) {
+        json_decref(channel);
+        fail_store(op, st == STORE_NOT_FOUND ? STORE_UNAVAILABLE : st);
+        return;
+    }
+    adopt_channel(op, channel);
+    if (cred_fresh(op)) {
+        /* Someone else refreshed it while we waited for the lock. */
+        cred_done(op);
+        return;
+    }
+    if (op->lock_held)
+        cred_call(op);
+    else
+        cred_lock(op);
+}
+
+static void cred_reread(op_t *op)
+{
+    store_status_t st;
+
+    op->dl = DL_CRED_REREAD;
+    op->call = store_get_channel(op->w->store, op->target.channel_id, on_reread, op, &st);
+    if (op->call == NULL)
+        fail_store(op, st);
+}
+
+static void on_lock_wait(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    ((op_t *)arg)->timer_armed = 0;
+    cred_reread(arg);
+}
+
+static void on_lock(void *arg, store_status_t st, json_t *value)
+{
+    op_t *op = arg;
+
+    json_decref(value);
+    op->call = NULL;
+    if (st == STORE_OK) {
+        op->lock_held = 1;
+        cred_reread(op); /* the refresh may have happened just before we got the lock */
+        return;
+    }
+    if (st != STORE_NOT_FOUND) {
+        fail_store(op, st);
+        return;
+    }
+    op->dl = DL_CRED_WAIT;
+    arm_timer(op, LOCK_POLL_MS, on_lock_wait);
+}
+
+static void cred_lock(op_t *op)
+{
+    store_status_t st;
+
+    if (op->lock_owner[0] == '\0')
+        worker_random_hex(op->w, op->lock_owner, 32);
+    op->dl = DL_CRED_LOCK;
+    op->call = store_lock_credential(op->w->store, op->target.channel_id, op->lock_owner,
+                                     LOCK_TTL_MS, on_lock, op, &st);
+    if (op->call == NULL)
+        fail_store(op, st);
+}
+
+static void cred_begin(op_t *op)
+{
+    if (op->cred_refreshed) {
+        fail(op, ADAPTER_AUTH_INVALID, 0, "the platform refused the channel credential");
+        return;
+    }
+    snprintf(op->stale_cred, sizeof(op->stale_cred), "%s", current_cred(op));
+    cred_lock(op);
+}
+
+/* ---- whatsapp contacts ---- */
+
+static void on_contact_answer(void *arg, const upstream_answer_t *ans)
+{
+    op_t *op = arg;
+    adapter_target_t t = target(op);
+    adapter_result_t res;
+
+    op->xfer = NULL;
+    adapter_call_free(&op->call_req);
+    adapter_result_init(&res);
+    op->adapter->parse_check(&t, &ans->a, &res);
+    if (res.status == ADAPTER_OK && res.ref[0] != '\0') {
+        store_put_contact(op->w->store, op->target.channel_id, op->to, res.ref, CONTACT_TTL_S);
+        snprintf(op->to, sizeof(op->to), "%s", res.ref);
+        op->contact_ready = 1;
+        step(op);
+    } else if (res.status == ADAPTER_AUTH_EXPIRED && !op->cred_refreshed) {
+        op->cred_ready = 0;
+        op->cred_forced = 1;
+        step(op);
+    } else {
+        fail(op, res.status == ADAPTER_OK ? ADAPTER_SERVER_ERROR : res.status, res.platform_code,
+             res.error[0] ? res.error : ans->error);
+    }
+    adapter_result_clear(&res);
+}
+
+static void contact_call(op_t *op)
+{
+    adapter_target_t t = target(op);
+    adapter_result_t res;
+
+    adapter_result_init(&res);
+    if (op->adapter->build_check(&t, &op->call_req, &res) < 0) {
+        fail(op, res.status, 0, res.error);
+        return;
+    }
+    call(op, DL_CONTACT_CALL, ANSWER_MAX, 0, on_contact_answer);
+}
+
+static void on_contact_cached(void *arg, store_status_t st, json_t *value)
+{
+    op_t *op = arg;
+
+    op->call = NULL;
+    if (st == STORE_OK && json_string_length(value) > 0) {
+        snprintf(op->to, sizeof(op->to), "%s", json_string_value(value));
+        op->contact_ready = 1;
+        json_decref(value);
+        step(op);
+        return;
+    }
+    json_decref(value);
+    contact_call(op); /* a cache miss or a cache failure: ask the platform */
+}
+
+static void contact_cache(op_t *op)
+{
+    store_status_t st;
+
+    op->dl = DL_CONTACT_CACHE;
+    op->call = store_get_contact(op->w->store, op->target.channel_id, op->to, on_contact_cached,
+                                 op, &st);
+    if (op->call == NULL)
+        contact_call(op);
+}
+
+/* ---- wechat media ---- */
+
+static void on_upload_answer(void *arg, const upstream_answer_t *ans)
+{
+    op_t *op = arg;
+    adapter_target_t t = target(op);
+    adapter_result_t res;
+
+    op->xfer = NULL;
+    adapter_call_free(&op->call_req);
+    adapter_result_init(&res);
+    op->adapter->parse_upload(&t, &ans->a, &res);
+    if (res.status == ADAPTER_OK && res.ref[0] != '\0') {
+        snprintf(op->media_id, sizeof(op->media_id), "%s", res.ref);
+        store_put_media(op->w->store, op->target.channel_id, op->url_hash, op->media_id,
+                        MEDIA_TTL_S);
+        step(op);
+    } else if (res.status == ADAPTER_AUTH_EXPIRED && !op->cred_refreshed) {
+        op->cred_ready = 0;
+        op->cred_forced = 1;
+        step(op);
+    } else {
+        fail(op, res.status == ADAPTER_OK ? ADAPTER_SERVER_ERROR : res.status, res.platform_code,
+             res.error[0] ? res.error : ans->error);
+    }
+    adapter_result_clear(&res);
+}
+
+static void on_media_fetched(void *arg, const upstream_answer_t *ans)
+{
+    op_t *op = arg;
+    adapter_target_t t = target(op);
+    adapter_result_t res;
+    const char *ctype = ans->a.content_type;
+    char msg[ADAPTER_ERROR_MAX];
+
+    op->xfer = NULL;
+    adapter_call_free(&op->call_req);
+    if (ans->blocked || ans->too_large || ans->a.status < 200 || ans->a.status > 299) {
+        if (ans->blocked || ans->too_large)
+            snprintf(msg, sizeof(msg), "image download refused: %s", ans->error);
+        else if (ans->a.status == 0)
+            snprintf(msg, sizeof(msg), "image download failed: %s", ans->error);
+        else
+            snprintf(msg, sizeof(msg), "image download failed: HTTP %ld", ans->a.status);
+        fail(op, ADAPTER_REJECTED, 0, msg);
+        return;
+    }
+    if (ctype == NULL || strncmp(ctype, "image/", 6) != 0) {
+        fail(op, ADAPTER_REJECTED, 0, "image download is not an image (Content-Type)");
+        return;
+    }
+    adapter_result_init(&res);
+    if (op->adapter->build_upload(&t, ans->a.body, ans->a.body_len, ctype, &op->call_req,
+                                  &res) < 0) {
+        fail(op, res.status, 0, res.error);
+        return;
+    }
+    call(op, DL_MEDIA_UPLOAD, ANSWER_MAX, 0, on_upload_answer);
+}
+
+static void media_fetch(op_t *op)
+{
+    const char *url = json_string_value(json_object_get(op->response, "url"));
+
+    adapter_call_free(&op->call_req);
+    op->call_req.method = "GET";
+    op->call_req.url = strdup(url ? url : "");
+    if (op->call_req.url == NULL) {
+        fail(op, ADAPTER_SERVER_ERROR, 0, "out of memory");
+        return;
+    }
+    call(op, DL_MEDIA_FETCH, MEDIA_MAX, UPSTREAM_GUARD | UPSTREAM_FOLLOW, on_media_fetched);
+}
+
+static void on_media_cached(void *arg, store_status_t st, json_t *value)
+{
+    op_t *op = arg;
+
+    op->call = NULL;
+    if (st == STORE_OK && json_string_length(value) > 0) {
+        snprintf(op->media_id, sizeof(op->media_id), "%s", json_string_value(value));
+        json_decref(value);
+        step(op);
+        return;
+    }
+    json_decref(value);
+    media_fetch(op);
+}
+
+static void media_cache(op_t *op)
+{
+    const char *url = json_string_value(json_object_get(op->response, "url"));
+    store_status_t st;
+
+    auth_hash_token(url ? url : "", url ? strlen(url) : 0, op->url_hash);
+    op->dl = DL_MEDIA_CACHE;
+    op->call = store_get_media(op->w->store, op->target.channel_id, op->url_hash,
+                               on_media_cached, op, &st);
+    if (op->call == NULL)
+        media_fetch(op);
+}
+
+/* ---- the message ---- */
+
+static void send_now(op_t *op);
+
+static void on_retry_wait(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    ((op_t *)arg)->timer_armed = 0;
+    send_now(arg);
+}
+
+static void on_send_answer(void *arg, const upstream_answer_t *ans)
+{
+    op_t *op = arg;
+    adapter_target_t t = target(op);
+    deliver_result_t r;
+
+    op->xfer = NULL;
+    adapter_call_free(&op->call_req);
+    memset(&r, 0, sizeof(r));
+    adapter_result_init(&r.res);
+    op->adapter->parse_send(&t, &ans->a, &r.res);
+    switch (r.res.status) {
+    case ADAPTER_OK:
+        r.ok = 1;
+        finish(op, &r);
+        return;
+    case ADAPTER_AUTH_EXPIRED:
+        if (!op->auth_retried && !op->cred_refreshed) {
+            op->auth_retried = 1;
+            op->cred_ready = 0;
+            op->cred_forced = 1;
+            adapter_result_clear(&r.res);
+            step(op);
+            return;
+        }
+        break;
+    case ADAPTER_RATE_LIMITED:
+        /* Retried once, only when the platform says when and that fits the deadline: a 429
+         * means the message was not accepted, so the retry cannot duplicate it. */
+        if (!op->rate_retried && r.res.retry_after_s >= 0 &&
+            (int64_t)r.res.retry_after_s * 1000 + 2 * DEADLINE_MARGIN_MS < op_remaining_ms(op)) {
+            op->rate_retried = 1;
+            op->dl = DL_RETRY_WAIT;
+            arm_timer(op, (long)r.res.retry_after_s * 1000, on_retry_wait);
+            adapter_result_clear(&r.res);
+            return;
+        }
+        break;
+    default:
+        break;
+    }
+    fail(op, r.res.status, r.res.platform_code, r.res.error[0] ? r.res.error : ans->error);
+    adapter_result_clear(&r.res);
+}
+
+static void send_now(op_t *op)
+{
+    adapter_target_t t = target(op);
+    adapter_result_t res;
+
+    adapter_result_init(&res);
+    if (op->adapter->build_send(&t, op->response, op->media_id[0] ? op->media_id : NULL,
+                                &op->call_req, &res) < 0) {
+        fail(op, res.status, 0, res.error);
+        return;
+    }
+    call(op, DL_SEND, ANSWER_MAX, 0, on_send_answer);
+}
+
+static int is_image(const json_t *response)
+{
+    const char *type = json_string_value(json_object_get(response, "type"));
+
+    return type != NULL && strcmp(type, "IMAGE") == 0;
+}
+
+/* Decides what the delivery needs next. */
+static void step(op_t *op)
+{
+    const adapter_ops_t *a = op->adapter;
+
+    if (!op->cred_ready && a->cred_needs_refresh != NULL) {
+        if (op->cred_forced || a->cred_needs_refresh(info(op), op_now_wall_ms())) {
+            cred_begin(op);
+            return;
+        }
+        op->cred_ready = 1;
+    }
+    if (!op->contact_ready && a->build_check != NULL) {
+        contact_cache(op);
+        return;
+    }
+    if (a->image_by_upload && is_image(op->response) && op->media_id[0] == '\0') {
+        media_cache(op);
+        return;
+    }
+    send_now(op);
+}
+
+void deliver_start(op_t *op, const json_t *response, op_delivered_fn *done)
+{
+    op->response = response;
+    op->delivered = done;
+    op->auth_retried = op->rate_retried = 0;
+    op->media_id[0] = '\0';
+    step(op);
+}
+
+json_t *deliver_event(const op_t *op, const json_t *response, const char *message_id)
+{
+    const json_t *from = json_object_get(info(op), op->adapter->from_field);
+    char buf[32];
+    const char *from_s = json_string_value(from);
+
+    if (from_s == NULL && json_is_integer(from)) {
+        snprintf(buf, sizeof(buf), "%lld", (long long)json_integer_value(from));
+        from_s = buf;
+    }
+    return result_message_event(from_s, op->to, response, op_now_wall_ms(), message_id);
+}
+
+const char *deliver_chat_id(const op_t *op, const adapter_result_t *res)
+{
+    return res->chat_id[0] ? res->chat_id : op->to;
+}

@@ -1,0 +1,138 @@
+/* http.c - evhttp set up as a server, and the routes. Every answer is JSON. */
+#include "http.h"
+
+#include "log.h"
+#include "op.h"
+
+#include <arpa/inet.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/listener.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+
+static void send_json(struct evhttp_request *req, int status, const char *reason,
+                      const char *body)
+{
+    struct evbuffer *buf = evhttp_request_get_output_buffer(req);
+
+    evbuffer_add(buf, body, strlen(body));
+    evhttp_send_reply(req, status, reason, NULL);
+}
+
+static void health(worker_t *w, struct evhttp_request *req)
+{
+    (void)w;
+    send_json(req, 200, "OK", "{\"ok\":1}");
+}
+
+/* Ready while Redis is reachable and the worker is not draining, so that a load balancer
+ * stops sending before the process goes away. */
+static void ready(worker_t *w, struct evhttp_request *req)
+{
+    if (w->draining)
+        send_json(req, 503, "Service Unavailable",
+                  "{\"ok\":0,\"err\":\"shutting down\",\"error\":\"shutting down\"}");
+    else if (!store_ready(w->store))
+        send_json(req, 503, "Service Unavailable",
+                  "{\"ok\":0,\"err\":\"store unavailable\",\"error\":\"store unavailable\"}");
+    else
+        send_json(req, 200, "OK", "{\"ok\":1}");
+}
+
+static const struct route {
+    const char *path;
+    enum evhttp_cmd_type method;
+    void (*handler)(worker_t *w, struct evhttp_request *req);
+} routes[] = {
+    {"/sendResponses", EVHTTP_REQ_POST, op_send_start},
+    {"/redirectMemberToNode", EVHTTP_REQ_POST, op_redirect_start},
+    {"/healthz", EVHTTP_REQ_GET, health},
+    {"/readyz", EVHTTP_REQ_GET, ready},
+};
+
+static void on_request(struct evhttp_request *req, void *arg)
+{
+    worker_t *w = arg;
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+
+    if (path == NULL) {
+        send_json(req, 400, "Bad Request",
+                  "{\"ok\":0,\"err\":\"bad request\",\"error\":\"bad request\"}");
+        return;
+    }
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        if (strcmp(path, routes[i].path) != 0)
+            continue;
+        if (cmd == routes[i].method) {
+            routes[i].handler(w, req);
+            return;
+        }
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
+                          routes[i].method == EVHTTP_REQ_POST ? "POST" : "GET");
+        send_json(req, 405, "Method Not Allowed",
+                  "{\"ok\":0,\"err\":\"method not allowed\",\"error\":\"method not allowed\"}");
+        return;
+    }
+    send_json(req, 404, "Not Found", "{\"ok\":0,\"err\":\"not found\",\"error\":\"not found\"}");
+}
+
+int http_start(worker_t *w)
+{
+    const config_t *cfg = w->cfg;
+    struct sockaddr_storage ss;
+    int sslen = sizeof(ss);
+    char spec[320];
+
+    w->http = evhttp_new(w->base);
+    if (w->http == NULL)
+        return -1;
+    evhttp_set_max_body_size(w->http, HTTP_TRANSPORT_MAX_BODY);
+    evhttp_set_max_headers_size(w->http, HTTP_MAX_HEADERS_SIZE);
+    evhttp_set_timeout(w->http, cfg->http_timeout_s);
+    evhttp_set_default_content_type(w->http, "application/json");
+    evhttp_set_allowed_methods(w->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+                                            EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+    evhttp_set_gencb(w->http, on_request, w);
+
+    if (strchr(cfg->listen_host, ':') != NULL)
+        snprintf(spec, sizeof(spec), "[%s]:%d", cfg->listen_host, cfg->listen_port);
+    else
+        snprintf(spec, sizeof(spec), "%s:%d", cfg->listen_host, cfg->listen_port);
+    memset(&ss, 0, sizeof(ss));
+    if (evutil_parse_sockaddr_port(spec, (struct sockaddr *)&ss, &sslen) < 0) {
+        log_msg(LOG_ERROR, "cannot parse listen address %s", spec);
+        return -1;
+    }
+    /* One listening socket per worker on the same port: the kernel balances accepts. */
+    w->listener = evconnlistener_new_bind(
+        w->base, NULL, NULL,
+        LEV_OPT_REUSEABLE | LEV_OPT_REUSEABLE_PORT | LEV_OPT_CLOSE_ON_FREE |
+            LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_DISABLED,
+        4096, (struct sockaddr *)&ss, sslen);
+    if (w->listener == NULL) {
+        log_msg(LOG_ERROR, "cannot listen on %s: %s", spec,
+                evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        return -1;
+    }
+    if (evhttp_bind_listener(w->http, w->listener) == NULL) {
+        log_msg(LOG_ERROR, "cannot bind the HTTP server to %s", spec);
+        return -1;
+    }
+    evconnlistener_enable(w->listener);
+    w->accepting = 1;
+    return 0;
+}
+
+void http_stop_accepting(worker_t *w)
+{
+    if (w->listener != NULL && w->accepting) {
+        evconnlistener_disable(w->listener);
+        w->accepting = 0;
+    }
+}

@@ -1,0 +1,457 @@
+/* op.c - what both operations share: the request's life (deadline, answer, log line, free) and
+ * the resolve phase. Token, channel and (when memberId is given) member are fetched in one
+ * round trip; a member found by recipientId, and created when new, takes a second one, and
+ * only once the token and the channel have been accepted, so that nobody can create members
+ * without a valid token. */
+#include "op.h"
+
+#include "../core/member.h"
+#include "log.h"
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+#include <time.h>
+
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t op_now_wall_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t op_remaining_ms(const op_t *op)
+{
+    return op->deadline_ms - mono_us() / 1000;
+}
+
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    op_t *op = arg;
+    bg_error_t err;
+
+    (void)fd;
+    (void)what;
+    op_cancel_all(op);
+    if (op->phase == OP_RUN && op->expired != NULL) {
+        op->expired(op);
+        return;
+    }
+    bg_error_set(&err, op->phase == OP_RUN ? BG_ERR_PLATFORM : BG_ERR_STORE,
+                 op->phase == OP_RUN ? "the platform did not answer in time"
+                                     : "the store did not answer in time");
+    op_fail(op, &err);
+}
+
+/* A caller's X-Request-Id is kept when it is short and plain; otherwise one is made up. */
+static void take_request_id(op_t *op)
+{
+    const char *given = evhttp_find_header(evhttp_request_get_input_headers(op->req),
+                                           "X-Request-Id");
+    size_t n = given ? strlen(given) : 0;
+
+    if (n > 0 && n < sizeof(op->id) && strspn(given, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN"
+                                                     "OPQRSTUVWXYZ0123456789-_.:") == n) {
+        memcpy(op->id, given, n + 1);
+        return;
+    }
+    worker_random_hex(op->w, op->id, 16);
+}
+
+op_t *op_new(worker_t *w, struct evhttp_request *req, metrics_route_t route)
+{
+    op_t *op = calloc(1, sizeof(*op));
+    struct timeval tv;
+
+    if (op == NULL)
+        return NULL;
+    op->w = w;
+    op->req = req;
+    op->route = route;
+    op->started_us = mono_us();
+    op->deadline_ms = op->started_us / 1000 + w->cfg->request_timeout_ms;
+    op->phase = OP_PARSE;
+    take_request_id(op);
+    evtimer_assign(&op->deadline, w->base, on_deadline, op);
+    tv.tv_sec = w->cfg->request_timeout_ms / 1000;
+    tv.tv_usec = (w->cfg->request_timeout_ms % 1000) * 1000;
+    evtimer_add(&op->deadline, &tv);
+    op->next = w->ops;
+    if (w->ops)
+        w->ops->prev = op;
+    w->ops = op;
+    w->in_flight++;
+    atomic_fetch_add_explicit(&w->metrics.in_flight, 1, memory_order_relaxed);
+    return op;
+}
+
+void op_cancel_all(op_t *op)
+{
+    for (int i = 0; i < 3; i++) {
+        store_cancel(op->calls[i]);
+        op->calls[i] = NULL;
+    }
+    store_cancel(op->call);
+    op->call = NULL;
+    deliver_cancel(op);
+    event_del(&op->deadline);
+}
+
+static void op_free(op_t *op)
+{
+    worker_t *w = op->w;
+
+    op_cancel_all(op);
+    if (op->prev)
+        op->prev->next = op->next;
+    else
+        w->ops = op->next;
+    if (op->next)
+        op->next->prev = op->prev;
+    auth_token_free(&op->token);
+    json_decref(op->channel);
+    json_decref(op->member);
+    json_decref(op->results);
+    json_decref(op->sending);
+    json_decref(op->node_tree_app);
+    adapter_call_free(&op->call_req);
+    request_send_free(&op->send);
+    request_redirect_free(&op->redirect);
+    if (op->cleanup != NULL)
+        op->cleanup(op);
+    free(op);
+    w->in_flight--;
+    atomic_fetch_add_explicit(&w->metrics.in_flight, -1, memory_order_relaxed);
+    worker_op_done(w);
+}
+
+static void free_buffer(const void *data, size_t len, void *arg)
+{
+    (void)len;
+    (void)arg;
+    free((void *)data);
+}
+
+static void log_request(op_t *op, int status, int code, int64_t elapsed_us)
+{
+    json_t *o;
+    const char *channel = op->target.channel_id;
+
+    if (!log_enabled(LOG_INFO))
+        return;
+    o = json_object();
+    json_object_set_new(o, "msg", json_string("request"));
+    json_object_set_new(o, "request_id", json_string(op->id));
+    json_object_set_new(o, "route", json_string(op->route == METRICS_ROUTE_SEND
+                                                    ? "sendResponses"
+                                                    : "redirectMemberToNode"));
+    json_object_set_new(o, "status", json_integer(status));
+    if (code > 0)
+        json_object_set_new(o, "err_code", json_integer(code));
+    else if (code == BG_ERR_UNAUTHORIZED)
+        json_object_set_new(o, "err", json_string("unauthorized"));
+    if (channel)
+        json_object_set_new(o, "channel", json_string(channel));
+    if (op->member_id)
+        json_object_set_new(o, "member", json_string(op->member_id));
+    json_object_set_new(o, "platform_calls", json_integer(op->platform_calls));
+    json_object_set_new(o, "duration_ms", json_real((double)elapsed_us / 1000.0));
+    log_fields(LOG_INFO, o);
+}
+
+static void reply(op_t *op, int status, json_t *body, int code)
+{
+    struct evbuffer *buf = evhttp_request_get_output_buffer(op->req);
+    struct evkeyvalq *headers = evhttp_request_get_output_headers(op->req);
+    size_t n = json_dumpb(body, NULL, 0, JSON_COMPACT);
+    char *text = malloc(n + 1);
+    int64_t elapsed = mono_us() - op->started_us;
+
+    if (text != NULL) {
+        json_dumpb(body, text, n, JSON_COMPACT);
+        evbuffer_add_reference(buf, text, n, free_buffer, NULL);
+    }
+    json_decref(body);
+    evhttp_add_header(headers, "X-Request-Id", op->id);
+    if (op->w->draining)
+        evhttp_add_header(headers, "Connection", "close");
+    evhttp_send_reply(op->req, status, status == 200 ? "OK" : status == 413 ? "Payload Too Large"
+                                                                          : "Internal Server Error",
+                      NULL);
+    metrics_request(&op->w->metrics, op->route, code, elapsed);
+    log_request(op, status, code, elapsed);
+    op->phase = OP_DONE;
+    op_free(op);
+}
+
+void op_fail(op_t *op, const bg_error_t *err)
+{
+    int status = err->http_status == 413 ? 413 : 500;
+
+    reply(op, status, bg_error_to_json(err), err->code);
+}
+
+void op_answer(op_t *op, json_t *answer)
+{
+    reply(op, 200, answer, 0);
+}
+
+/* ---- resolve ---- */
+
+static void fail_code(op_t *op, int code, const char *msg)
+{
+    bg_error_t err;
+
+    bg_error_set(&err, code, "%s", msg);
+    op_fail(op, &err);
+}
+
+static void fail_store(op_t *op, store_status_t st)
+{
+    if (st == STORE_BUSY)
+        fail_code(op, BG_ERR_LIMIT, "too many store commands in flight, try again");
+    else
+        fail_code(op, BG_ERR_STORE, "store unavailable");
+}
+
+static const char *member_address(op_t *op)
+{
+    const char *ext = json_string_value(json_object_get(op->member, "externalId"));
+
+    if (ext == NULL || *ext == '\0')
+        return NULL;
+    if (op->adapter->phone_recipients)
+        request_normalize_phone(ext, op->to, sizeof(op->to));
+    else
+        snprintf(op->to, sizeof(op->to), "%s", ext);
+    return op->to[0] ? op->to : NULL;
+}
+
+static void member_ready(op_t *op)
+{
+    op->member_id = json_string_value(json_object_get(op->member, "_id"));
+    if (op->member_id == NULL) {
+        fail_code(op, BG_ERR_NO_MEMBER, "member record has no _id");
+        return;
+    }
+    if (member_address(op) == NULL) {
+        fail_code(op, BG_ERR_RECIPIENT_INVALID, "member has no address on the platform");
+        return;
+    }
+    op->phase = OP_RUN;
+    op->run(op);
+}
+
+static void on_recipient(void *arg, store_status_t st, json_t *value)
+{
+    op_t *op = arg;
+
+    op->call = NULL;
+    if (st != STORE_OK) {
+        json_decref(value);
+        if (st == STORE_BAD_RECORD)
+            fail_code(op, BG_ERR_NO_MEMBER, "member record is not valid");
+        else
+            fail_store(op, st);
+        return;
+    }
+    op->member = value;
+    member_ready(op);
+}
+
+static void resolve_recipient(op_t *op)
+{
+    char id[25], recipient[REQUEST_MAX_ID + 1];
+    const char *rid = op->target.recipient_id;
+    json_t *fresh;
+    store_status_t st;
+
+    if (op->adapter->phone_recipients) {
+        request_normalize_phone(rid, recipient, sizeof(recipient));
+        if (recipient[0] == '\0') {
+            fail_code(op, BG_ERR_MISSING_PARAM, "parameter recipientId is not a phone number");
+            return;
+        }
+        rid = recipient;
+    }
+    worker_random_hex(op->w, id, 24);
+    fresh = member_new(id, op->target.channel_id, op->token.app, rid, op->adapter->type,
+                       op_now_wall_ms());
+    op->phase = OP_RECIPIENT;
+    op->call = store_member_for_recipient(op->w->store, op->target.channel_id, rid, fresh,
+                                          on_recipient, op, &st);
+    json_decref(fresh);
+    if (op->call == NULL)
+        fail_store(op, st);
+}
+
+static void resolve_check(op_t *op)
+{
+    const json_t *on;
+    const char *type;
+
+    if (!op->token_done || !op->channel_done || !op->member_done)
+        return;
+    if (op->token_st == STORE_UNAVAILABLE || op->token_st == STORE_BUSY) {
+        fail_store(op, op->token_st);
+        return;
+    }
+    if (op->token_st != STORE_OK ||
+        !auth_allows(&op->token, op->accepted_scopes, op_now_wall_ms())) {
+        fail_code(op, BG_ERR_UNAUTHORIZED, "User is not authorized");
+        return;
+    }
+    if (op->channel_st == STORE_UNAVAILABLE || op->channel_st == STORE_BUSY) {
+        fail_store(op, op->channel_st);
+        return;
+    }
+    /* Another app's channel is answered exactly like a missing one. */
+    if (op->channel_st != STORE_OK ||
+        !auth_sees_channel(&op->token, op->target.channel_id,
+                           json_string_value(json_object_get(op->channel, "app")))) {
+        fail_code(op, BG_ERR_NO_CHANNEL, "channel not found");
+        return;
+    }
+    on = json_object_get(op->channel, "on");
+    if (json_is_false(on)) {
+        fail_code(op, BG_ERR_CHANNEL_OFF, "channel is not live");
+        return;
+    }
+    type = json_string_value(json_object_get(op->channel, "type"));
+    if ((op->adapter = adapter_find(type)) == NULL) {
+        bg_error_t err;
+        bg_error_set(&err, BG_ERR_UNSUPPORTED, "channel type %.40s is not supported",
+                     type ? type : "(none)");
+        op_fail(op, &err);
+        return;
+    }
+    if (op->target.member_id == NULL) {
+        resolve_recipient(op);
+        return;
+    }
+    if (op->member_st == STORE_UNAVAILABLE || op->member_st == STORE_BUSY) {
+        fail_store(op, op->member_st);
+        return;
+    }
+    if (op->member_st != STORE_OK) {
+        fail_code(op, BG_ERR_NO_MEMBER, "member not found");
+        return;
+    }
+    member_ready(op);
+}
+
+static void on_token(void *arg, store_status_t st, json_t *value)
+{
+    op_t *op = arg;
+
+    op->calls[0] = NULL;
+    op->token_done = 1;
+    op->token_st = st;
+    if (st == STORE_OK && auth_token_decode(value, &op->token) < 0)
+        op->token_st = STORE_BAD_RECORD;
+    json_decref(value);
+    resolve_check(op);
+}
+
+static void on_channel(void *arg, store_status_t st, json_t *value)
+{
+    op_t *op = arg;
+
+    op->calls[1] = NULL;
+    op->channel_done = 1;
+    op->channel_st = st;
+    if (st == STORE_OK && json_is_object(value))
+        op->channel = value;
+    else {
+        json_decref(value);
+        if (st == STORE_OK)
+            op->channel_st = STORE_BAD_RECORD;
+    }
+    resolve_check(op);
+}
+
+static void on_member(void *arg, store_status_t st, json_t *value)
+{
+    op_t *op = arg;
+
+    op->calls[2] = NULL;
+    op->member_done = 1;
+    op->member_st = st;
+    if (st == STORE_OK && json_is_object(value))
+        op->member = value;
+    else {
+        json_decref(value);
+        if (st == STORE_OK)
+            op->member_st = STORE_BAD_RECORD;
+    }
+    resolve_check(op);
+}
+
+void op_resolve(op_t *op)
+{
+    store_t *store = op->w->store;
+    store_status_t st = STORE_OK;
+
+    op->phase = OP_RESOLVE;
+    op->member_done = op->target.member_id == NULL;
+    op->calls[0] = store_get_token(store, op->token_hash, on_token, op, &st);
+    if (op->calls[0] != NULL)
+        op->calls[1] = store_get_channel(store, op->target.channel_id, on_channel, op, &st);
+    if (op->calls[1] != NULL && op->target.member_id != NULL)
+        op->calls[2] = store_get_member(store, op->target.channel_id, op->target.member_id,
+                                        on_member, op, &st);
+    if (st != STORE_OK) {
+        op_cancel_all(op);
+        fail_store(op, st);
+    }
+}
+
+/* Takes the token of the request, or answers "not authorized". Returns 0 when there is one. */
+int op_take_token(op_t *op)
+{
+    const char *auth = evhttp_find_header(evhttp_request_get_input_headers(op->req),
+                                          "Authorization");
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(op->req);
+    const char *query = uri ? evhttp_uri_get_query(uri) : NULL;
+    struct evkeyvalq params;
+    const char *token;
+    size_t len = 0;
+
+    TAILQ_INIT(&params);
+    if (query != NULL)
+        evhttp_parse_query_str(query, &params);
+    token = auth_request_token(auth, evhttp_find_header(&params, "accessToken"), &len);
+    if (token != NULL && len <= AUTH_TOKEN_MAX) {
+        auth_hash_token(token, len, op->token_hash);
+        op->has_token = 1;
+    }
+    evhttp_clear_headers(&params);
+    if (!op->has_token) {
+        fail_code(op, BG_ERR_UNAUTHORIZED, "User is not authorized");
+        return -1;
+    }
+    return 0;
+}
+
+/* The request body as one contiguous block (evhttp keeps it in its input buffer). */
+const char *op_body(op_t *op, size_t *len)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(op->req);
+
+    *len = evbuffer_get_length(in);
+    return *len ? (const char *)evbuffer_pullup(in, -1) : "";
+}

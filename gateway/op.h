@@ -1,0 +1,149 @@
+/* op.h - one API request in flight: its deadline, the records it resolved, its answer. Both
+ * operations share the resolve phase (token, channel, member) and the delivery of a response
+ * to the platform (deliver.c); each then runs its own state machine (op_send.c,
+ * op_redirect.c). An op owns everything allocated for its request and frees it in op_finish(). */
+#ifndef BOTGATE_GATEWAY_OP_H
+#define BOTGATE_GATEWAY_OP_H
+
+#include "../adapters/adapter.h"
+#include "../core/auth.h"
+#include "../core/error.h"
+#include "../core/request.h"
+#include "../core/result.h"
+#include "../store/store.h"
+#include "metrics.h"
+#include "upstream.h"
+#include "worker.h"
+
+#include <event2/event_struct.h>
+#include <jansson.h>
+#include <stdint.h>
+
+struct evhttp_request;
+struct op;
+struct node_run;
+
+/* Delivery of one response (deliver.c). */
+typedef enum {
+    DL_IDLE = 0,
+    DL_CRED_LOCK,    /* taking the channel's credential lock */
+    DL_CRED_REREAD,  /* re-reading the channel: did another refresh it? */
+    DL_CRED_WAIT,    /* another holds the lock: wait, then re-read */
+    DL_CRED_CALL,    /* login / token call */
+    DL_CRED_WRITE,   /* writing the new credential back */
+    DL_CONTACT_CACHE,/* whatsapp: number seen valid lately? */
+    DL_CONTACT_CALL, /* whatsapp: /v1/contacts */
+    DL_MEDIA_CACHE,  /* wechat: media_id cached for this URL? */
+    DL_MEDIA_FETCH,  /* wechat: downloading the image */
+    DL_MEDIA_UPLOAD, /* wechat: uploading it */
+    DL_SEND,         /* the message call */
+    DL_RETRY_WAIT,   /* waiting Retry-After before the one retry */
+} deliver_phase_t;
+
+/* The outcome of one delivery, handed to the operation. */
+typedef struct deliver_result {
+    int ok;
+    adapter_result_t res; /* message_id, chat_id, meta on success */
+    bg_error_t err;       /* on failure */
+    int abort;            /* the failure concerns the whole request (first response only) */
+} deliver_result_t;
+
+typedef void op_run_fn(struct op *op);
+typedef void op_delivered_fn(struct op *op, deliver_result_t *r);
+
+typedef enum { OP_PARSE, OP_RESOLVE, OP_RECIPIENT, OP_RUN, OP_WRITEBACK, OP_DONE } op_phase_t;
+
+typedef struct op {
+    worker_t *w;
+    struct evhttp_request *req;
+    metrics_route_t route;
+    char id[40];                  /* request id (X-Request-Id) */
+    int64_t started_us;           /* monotonic */
+    int64_t deadline_ms;          /* monotonic */
+    struct event deadline;
+    struct event timer;           /* waits inside a delivery */
+    int timer_armed;
+    struct op *prev, *next;       /* the worker's in-flight list */
+    op_phase_t phase;
+    bg_error_t err;
+
+    /* what the request asked; borrowed from the parsed body */
+    request_target_t target;
+    unsigned accepted_scopes;
+    op_run_fn *run;               /* the operation's own machine, started after resolve */
+    op_run_fn *expired;           /* the deadline passed while running (NULL: answer 113) */
+    op_run_fn *cleanup;           /* frees what the operation added (NULL: nothing) */
+
+    /* resolve */
+    char token_hash[AUTH_HASH_HEX];
+    int has_token;
+    auth_token_t token;
+    int token_done, channel_done, member_done;
+    store_status_t token_st, channel_st, member_st;
+    json_t *channel;              /* owned */
+    json_t *member;               /* owned */
+    store_call_t *calls[3];       /* token, channel, member: in flight during resolve */
+    store_call_t *call;           /* the one store call in flight after resolve */
+    const adapter_ops_t *adapter;
+    const char *member_id;        /* borrowed from member */
+    char to[ADAPTER_ID_MAX];      /* the member's address on the platform */
+
+    /* delivery */
+    deliver_phase_t dl;
+    const json_t *response;       /* the response being delivered (borrowed) */
+    json_t *sending;              /* the response with media_id etc. (owned), or NULL */
+    op_delivered_fn *delivered;
+    upstream_xfer_t *xfer;
+    adapter_call_t call_req;      /* the call in flight */
+    int cred_ready;               /* credential checked for this request */
+    int cred_refreshed;           /* refreshed once in this request already */
+    int cred_forced;              /* refresh although not expired (the platform said so) */
+    char stale_cred[512];         /* the credential that failed, to see a new one */
+    char lock_owner[40];
+    int lock_held;
+    int contact_ready;
+    int auth_retried, rate_retried;
+    char media_id[ADAPTER_ID_MAX];
+    char url_hash[AUTH_HASH_HEX];
+    int platform_calls;
+    int delivered_count;          /* responses already through delivery */
+
+    /* sendResponses */
+    send_request_t send;
+    size_t index;
+    json_t *results;              /* owned */
+    int send_ok;
+
+    /* redirectMemberToNode */
+    redirect_request_t redirect;
+    struct node_run *node;
+    json_t *node_tree_app;
+} op_t;
+
+/* The evhttp entry points of the two operations. */
+void op_send_start(worker_t *w, struct evhttp_request *req);
+void op_redirect_start(worker_t *w, struct evhttp_request *req);
+
+/* Shared by the operations. */
+op_t *op_new(worker_t *w, struct evhttp_request *req, metrics_route_t route);
+/* Takes the request's token (hashed), or answers "not authorized" and returns -1. */
+int op_take_token(op_t *op);
+/* The request body as one contiguous block. */
+const char *op_body(op_t *op, size_t *len);
+/* After the body is parsed: looks up token, channel, member, then calls op->run. */
+void op_resolve(op_t *op);
+/* Answers with err (or answer when err is NULL) and frees the op. */
+void op_fail(op_t *op, const bg_error_t *err);
+void op_answer(op_t *op, json_t *answer);
+void op_cancel_all(op_t *op);
+int64_t op_remaining_ms(const op_t *op);
+int64_t op_now_wall_ms(void);
+
+/* deliver.c */
+void deliver_start(op_t *op, const json_t *response, op_delivered_fn *done);
+void deliver_cancel(op_t *op);
+/* A messageEvent for response on this op's channel. New reference. */
+json_t *deliver_event(const op_t *op, const json_t *response, const char *message_id);
+const char *deliver_chat_id(const op_t *op, const adapter_result_t *res);
+
+#endif

@@ -1,0 +1,270 @@
+/* op_redirect.c - POST /redirectMemberToNode: resolve token/channel/member (op.c), then drive
+ * the node engine (core/node.c): fetch each node of the chain, deliver its responses, call its
+ * webhooks, and finally apply the run's changes to the latest member record in one
+ * compare-and-set, so that concurrent redirects of one member keep each other's updates. */
+#include "op.h"
+
+#include "../core/member.h"
+#include "../core/node.h"
+
+#include <event2/http.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WEBHOOK_ANSWER_MAX (256 * 1024) /* the answer is kept in the member record */
+
+static void step(op_t *op);
+
+static void cleanup(op_t *op)
+{
+    node_run_free(op->node);
+    op->node = NULL;
+}
+
+/* ---- nodes ---- */
+
+static void on_node(void *arg, store_status_t st, json_t *value)
+{
+    op_t *op = arg;
+    json_t *node = NULL;
+    const char *app;
+
+    op->call = NULL;
+    if (st == STORE_UNAVAILABLE || st == STORE_BUSY) {
+        bg_error_t err;
+        json_decref(value);
+        bg_error_set(&err, st == STORE_BUSY ? BG_ERR_LIMIT : BG_ERR_STORE, "store unavailable");
+        op_fail(op, &err);
+        return;
+    }
+    /* A node of another app's tree is not found, exactly like a missing one. */
+    app = json_string_value(json_object_get(json_object_get(value, "tree"), "app"));
+    if (st == STORE_OK && app != NULL && strcmp(app, op->token.app) == 0)
+        node = json_incref(json_object_get(value, "node"));
+    json_decref(value);
+    node_run_node_loaded(op->node, node);
+    step(op);
+}
+
+static void fetch_node(op_t *op, const char *tree, const char *node_id)
+{
+    store_status_t st;
+
+    op->call = store_get_node(op->w->store, tree, node_id, on_node, op, &st);
+    if (op->call == NULL) {
+        bg_error_t err;
+        bg_error_set(&err, st == STORE_BUSY ? BG_ERR_LIMIT : BG_ERR_STORE, "store unavailable");
+        op_fail(op, &err);
+    }
+}
+
+/* ---- responses ---- */
+
+static void on_delivered(op_t *op, deliver_result_t *r)
+{
+    const json_t *response = op->response;
+    json_t *ev;
+
+    if (!r->ok && r->abort) {
+        op_fail(op, &r->err);
+        return;
+    }
+    if (r->ok) {
+        char generated[40];
+        const char *mid = r->res.message_id;
+        if (*mid == '\0') {
+            worker_random_hex(op->w, generated, 32);
+            mid = generated;
+        }
+        ev = deliver_event(op, response, mid);
+        node_run_send_done(op->node, result_node_element(ev, NULL));
+    } else {
+        ev = deliver_event(op, response, NULL);
+        node_run_send_done(op->node, result_node_element(ev, &r->err));
+    }
+    json_decref(op->sending);
+    op->sending = NULL;
+    step(op);
+}
+
+static void send_response(op_t *op, const json_t *response)
+{
+    const char *type = json_string_value(json_object_get(response, "type"));
+    bg_error_t err;
+
+    /* A stored node is checked here, after rendering: its responses may not suit this
+     * channel's platform, or may have rendered into something invalid. */
+    bg_error_clear(&err);
+    if (request_check_response(response, "response", &err) == 0 &&
+        (adapter_response_type(type) & op->adapter->response_types) == 0)
+        bg_error_set(&err, BG_ERR_UNSUPPORTED, "type %.40s is not supported on %s channels",
+                     type, op->adapter->type);
+    if (err.code != BG_OK) {
+        json_t *ev = json_is_object(response) && type ? deliver_event(op, response, NULL) : NULL;
+        node_run_send_done(op->node, result_node_element(ev, &err));
+        step(op);
+        return;
+    }
+    /* The run's response stays valid only until send_done: keep our own reference. */
+    op->sending = json_incref((json_t *)response);
+    deliver_start(op, op->sending, on_delivered);
+}
+
+/* ---- webhooks ---- */
+
+static void on_webhook(void *arg, const upstream_answer_t *ans)
+{
+    op_t *op = arg;
+    int ok = ans->a.status >= 200 && ans->a.status <= 299;
+    json_t *answer = ok ? json_loadb(ans->a.body, ans->a.body_len, JSON_DECODE_ANY, NULL) : NULL;
+
+    op->xfer = NULL;
+    adapter_call_free(&op->call_req);
+    node_run_webhook_done(op->node, ok, answer);
+    step(op);
+}
+
+static void webhook(op_t *op, const json_t *hook)
+{
+    const char *url = json_string_value(json_object_get(hook, "url"));
+    const char *method = json_string_value(json_object_get(hook, "method"));
+    const json_t *body = json_object_get(hook, "body");
+    long timeout = (long)json_integer_value(json_object_get(hook, "timeoutMs"));
+    long remaining = (long)op_remaining_ms(op) - 20;
+
+    adapter_call_free(&op->call_req);
+    op->call_req.method = method != NULL && strcmp(method, "GET") == 0 ? "GET" : "POST";
+    op->call_req.url = strdup(url ? url : "");
+    if (strcmp(op->call_req.method, "POST") == 0 && body != NULL && !json_is_null(body))
+        adapter_set_json_body(&op->call_req, json_incref((json_t *)body));
+    if (timeout <= 0 || timeout > remaining)
+        timeout = remaining;
+    if (op->call_req.url == NULL || timeout <= 0) {
+        node_run_webhook_done(op->node, 0, NULL);
+        step(op);
+        return;
+    }
+    op->xfer = upstream_start(op->w->up, &op->call_req, timeout, WEBHOOK_ANSWER_MAX,
+                              UPSTREAM_GUARD | UPSTREAM_FOLLOW, on_webhook, op);
+    if (op->xfer == NULL) {
+        node_run_webhook_done(op->node, 0, NULL);
+        step(op);
+    }
+}
+
+/* ---- the end: one atomic write-back, then the answer ---- */
+
+static void answer(op_t *op, int written)
+{
+    json_t *results = node_run_results(op->node);
+    int ok = node_run_ok(op->node);
+
+    if (!written) {
+        bg_error_t err;
+        bg_error_set(&err, BG_ERR_STORE, "the member could not be updated");
+        json_array_append_new(results, result_node_element(NULL, &err));
+        ok = 0;
+    }
+    op_answer(op, result_answer(op->member_id, ok, results));
+}
+
+static void on_written(void *arg, store_status_t st, json_t *value)
+{
+    op_t *op = arg;
+
+    op->call = NULL;
+    json_decref(value);
+    answer(op, st == STORE_OK);
+}
+
+static void done(op_t *op)
+{
+    bg_error_t err;
+    store_status_t st;
+
+    if (node_run_error(op->node, &err)) {
+        op_fail(op, &err);
+        return;
+    }
+    op->phase = OP_WRITEBACK;
+    op->call = store_update_member(op->w->store, op->target.channel_id, op->member_id,
+                                   member_mutate, node_run_delta(op->node), op_now_wall_ms(),
+                                   on_written, op, &st);
+    if (op->call == NULL)
+        answer(op, 0);
+}
+
+static void step(op_t *op)
+{
+    node_need_t need;
+
+    switch (node_run_next(op->node, &need)) {
+    case NODE_NEED_NODE:
+        fetch_node(op, need.tree, need.node_id);
+        return;
+    case NODE_NEED_SEND:
+        send_response(op, need.response);
+        return;
+    case NODE_NEED_WEBHOOK:
+        webhook(op, need.webhook);
+        return;
+    case NODE_DONE:
+        done(op);
+        return;
+    }
+}
+
+/* The deadline passed: answer with what ran; the member is not updated. */
+static void expired(op_t *op)
+{
+    json_t *results = node_run_results(op->node);
+    bg_error_t err;
+
+    bg_error_set(&err, BG_ERR_PLATFORM,
+                 "the request deadline passed; the rest of the node did not run and the member "
+                 "was not updated");
+    json_array_append_new(results, result_node_element(NULL, &err));
+    op_answer(op, result_answer(op->member_id, 0, results));
+}
+
+static void run(op_t *op)
+{
+    node_flags_t flags = {op->redirect.run_pre, op->redirect.send_response,
+                          op->redirect.run_post};
+
+    op->node = node_run_new(op->member, op->channel, op->redirect.meta, op->redirect.tree,
+                            op->redirect.node_id, flags, op_now_wall_ms());
+    if (op->node == NULL) {
+        bg_error_t err;
+        bg_error_set(&err, BG_ERR_INTERNAL, "out of memory");
+        op_fail(op, &err);
+        return;
+    }
+    step(op);
+}
+
+void op_redirect_start(worker_t *w, struct evhttp_request *req)
+{
+    op_t *op = op_new(w, req, METRICS_ROUTE_REDIRECT);
+    const char *body;
+    size_t len;
+
+    if (op == NULL) {
+        evhttp_send_error(req, 500, "Internal Server Error");
+        return;
+    }
+    op->accepted_scopes = AUTH_ACCEPT_REDIRECT;
+    op->run = run;
+    op->expired = expired;
+    op->cleanup = cleanup;
+    if (op_take_token(op) < 0)
+        return;
+    body = op_body(op, &len);
+    if (request_parse_redirect(body, len, &op->redirect, &op->err) < 0) {
+        op_fail(op, &op->err);
+        return;
+    }
+    op->target = op->redirect.target;
+    op_resolve(op);
+}

@@ -1,0 +1,399 @@
+/* upstream.c - the curl multi client (model: curl's docs/examples/hiperfifo.c). One libevent
+ * event per socket, kept while curl's wish for it stays the same, so that a steady connection
+ * costs no epoll_ctl per request. Easy handles and transfer records are reused. */
+#include "upstream.h"
+
+#include "../core/netguard.h"
+
+#include <curl/curl.h>
+#include <event2/event.h>
+#include <event2/event_struct.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* Owned by the multi handle's socket map: created on curl's first wish for a socket, freed on
+ * CURL_POLL_REMOVE. */
+typedef struct upstream_sock {
+    struct event ev;
+    int what;
+} upstream_sock_t;
+
+/* Owned by upstream_t: in flight from upstream_start until its callback or cancel, then kept
+ * on the free list with its easy handle. */
+struct upstream_xfer {
+    upstream_t *up;
+    CURL *easy;
+    struct curl_slist *headers;
+    char *body;           /* the request body, owned */
+    upstream_cb *cb;
+    void *arg;
+    char *buf;            /* the answer body */
+    size_t len, cap, max;
+    char retry_after[32];
+    int has_retry_after;
+    int blocked, too_large;
+    unsigned flags;
+    upstream_xfer_t *next; /* free list */
+    char errbuf[CURL_ERROR_SIZE];
+};
+
+/* Owned by its worker. */
+struct upstream {
+    struct event_base *base;
+    CURLM *multi;
+    struct event *timer;
+    upstream_config_t cfg;
+    size_t in_flight;
+    upstream_xfer_t *spare;
+};
+
+static void check_done(upstream_t *up);
+
+static void on_event(evutil_socket_t fd, short what, void *arg)
+{
+    upstream_t *up = arg;
+    int running, action = 0;
+
+    if (what & EV_READ)
+        action |= CURL_CSELECT_IN;
+    if (what & EV_WRITE)
+        action |= CURL_CSELECT_OUT;
+    curl_multi_socket_action(up->multi, fd, action, &running);
+    check_done(up);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    upstream_t *up = arg;
+    int running;
+
+    (void)fd;
+    (void)what;
+    curl_multi_socket_action(up->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    check_done(up);
+}
+
+/* curl's socket callback: never returns -1 (that would abort every transfer). */
+static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
+{
+    upstream_t *up = userp;
+    upstream_sock_t *sk = socketp;
+    short kind;
+
+    (void)easy;
+    if (what == CURL_POLL_REMOVE) {
+        if (sk != NULL) {
+            event_del(&sk->ev);
+            free(sk);
+        }
+        return 0;
+    }
+    if (sk == NULL) {
+        if ((sk = calloc(1, sizeof(*sk))) == NULL)
+            return 0;
+        curl_multi_assign(up->multi, s, sk);
+    } else if (sk->what == what) {
+        return 0; /* unchanged: keep the event as it is */
+    } else {
+        event_del(&sk->ev); /* event_assign on a pending event corrupts libevent */
+    }
+    kind = EV_PERSIST | ((what & CURL_POLL_IN) ? EV_READ : 0) | ((what & CURL_POLL_OUT) ? EV_WRITE : 0);
+    event_assign(&sk->ev, up->base, s, kind, on_event, up);
+    event_add(&sk->ev, NULL);
+    sk->what = what;
+    return 0;
+}
+
+/* curl's timer callback: only arms a libevent timer, never calls curl itself. */
+static int on_curl_timer(CURLM *multi, long timeout_ms, void *userp)
+{
+    upstream_t *up = userp;
+    struct timeval tv;
+
+    (void)multi;
+    if (timeout_ms < 0) {
+        event_del(up->timer);
+        return 0;
+    }
+    tv.tv_sec = timeout_ms / 1000;
+    tv.tv_usec = (timeout_ms % 1000) * 1000;
+    event_add(up->timer, &tv);
+    return 0;
+}
+
+static size_t on_write(char *data, size_t size, size_t n, void *arg)
+{
+    upstream_xfer_t *x = arg;
+    size_t bytes = size * n;
+
+    if (x->len + bytes > x->max) {
+        x->too_large = 1;
+        return 0; /* makes curl fail the transfer with CURLE_WRITE_ERROR */
+    }
+    if (x->len + bytes + 1 > x->cap) {
+        size_t cap = x->cap ? x->cap : 1024;
+        char *buf;
+        while (cap < x->len + bytes + 1)
+            cap *= 2;
+        if ((buf = realloc(x->buf, cap)) == NULL)
+            return 0;
+        x->buf = buf;
+        x->cap = cap;
+    }
+    memcpy(x->buf + x->len, data, bytes);
+    x->len += bytes;
+    return bytes;
+}
+
+static size_t on_header(char *line, size_t size, size_t n, void *arg)
+{
+    upstream_xfer_t *x = arg;
+    size_t bytes = size * n, vlen;
+
+    /* A new status line (redirect, 100 Continue) starts a new header block. */
+    if (bytes > 5 && strncmp(line, "HTTP/", 5) == 0)
+        x->has_retry_after = 0;
+    if (bytes > 12 && strncasecmp(line, "Retry-After:", 12) == 0) {
+        const char *v = line + 12;
+        while (v < line + bytes && (*v == ' ' || *v == '\t'))
+            v++;
+        vlen = (size_t)(line + bytes - v);
+        while (vlen > 0 && (v[vlen - 1] == '\r' || v[vlen - 1] == '\n' || v[vlen - 1] == ' '))
+            vlen--;
+        if (vlen < sizeof(x->retry_after)) {
+            memcpy(x->retry_after, v, vlen);
+            x->retry_after[vlen] = '\0';
+            x->has_retry_after = 1;
+        }
+    }
+    return bytes;
+}
+
+static curl_socket_t on_open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *addr)
+{
+    upstream_xfer_t *x = arg;
+
+    (void)purpose;
+    if (netguard_blocked(&addr->addr)) {
+        x->blocked = 1;
+        return CURL_SOCKET_BAD;
+    }
+    return socket(addr->family, addr->socktype, addr->protocol);
+}
+
+static CURL *easy_new(upstream_t *up, upstream_xfer_t *x)
+{
+    CURL *e = curl_easy_init();
+
+    if (e == NULL)
+        return NULL;
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, x);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->errbuf);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_MAXREDIRS, 3L);
+    curl_easy_setopt(e, CURLOPT_USERAGENT, "botgate/1.0");
+    curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, x);
+    if (up->cfg.ca_file != NULL && up->cfg.ca_file[0] != '\0')
+        curl_easy_setopt(e, CURLOPT_CAINFO, up->cfg.ca_file);
+    return e;
+}
+
+upstream_t *upstream_new(struct event_base *base, const upstream_config_t *cfg)
+{
+    upstream_t *up = calloc(1, sizeof(*up));
+
+    if (up == NULL)
+        return NULL;
+    up->base = base;
+    up->cfg = *cfg;
+    up->multi = curl_multi_init();
+    up->timer = evtimer_new(base, on_timer, up);
+    if (up->multi == NULL || up->timer == NULL) {
+        upstream_free(up);
+        return NULL;
+    }
+    curl_multi_setopt(up->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+    curl_multi_setopt(up->multi, CURLMOPT_SOCKETDATA, up);
+    curl_multi_setopt(up->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+    curl_multi_setopt(up->multi, CURLMOPT_TIMERDATA, up);
+    curl_multi_setopt(up->multi, CURLMOPT_MAXCONNECTS,
+                      cfg->max_connections > 0 ? cfg->max_connections : 1024L);
+    return up;
+}
+
+static void xfer_release(upstream_xfer_t *x)
+{
+    upstream_t *up = x->up;
+
+    curl_slist_free_all(x->headers);
+    x->headers = NULL;
+    free(x->body);
+    x->body = NULL;
+    x->cb = NULL;
+    x->len = 0;
+    /* Keep modest buffers for the next transfer; drop big ones (media, 50 MiB answers). */
+    if (x->cap > 64 * 1024) {
+        free(x->buf);
+        x->buf = NULL;
+        x->cap = 0;
+    }
+    x->next = up->spare;
+    up->spare = x;
+    up->in_flight--;
+}
+
+void upstream_free(upstream_t *up)
+{
+    upstream_xfer_t *x;
+
+    if (up == NULL)
+        return;
+    /* Transfers still in flight are the owners' to cancel first; free only the spares. */
+    while ((x = up->spare) != NULL) {
+        up->spare = x->next;
+        if (x->easy != NULL)
+            curl_easy_cleanup(x->easy);
+        free(x->buf);
+        free(x);
+    }
+    if (up->multi != NULL)
+        curl_multi_cleanup(up->multi);
+    if (up->timer != NULL)
+        event_free(up->timer);
+    free(up);
+}
+
+upstream_xfer_t *upstream_start(upstream_t *up, adapter_call_t *call, long timeout_ms,
+                                size_t max_answer, unsigned flags, upstream_cb *cb, void *arg)
+{
+    upstream_xfer_t *x = up->spare;
+    CURL *e;
+
+    if (x != NULL) {
+        up->spare = x->next;
+    } else {
+        if ((x = calloc(1, sizeof(*x))) == NULL)
+            return NULL;
+        x->up = up;
+        if ((x->easy = easy_new(up, x)) == NULL) {
+            free(x);
+            return NULL;
+        }
+    }
+    up->in_flight++;
+    e = x->easy;
+    x->cb = cb;
+    x->arg = arg;
+    x->max = max_answer;
+    x->len = 0;
+    x->blocked = x->too_large = x->has_retry_after = 0;
+    x->flags = flags;
+    x->errbuf[0] = '\0';
+    for (int i = 0; i < ADAPTER_MAX_HEADERS && call->headers[i]; i++)
+        x->headers = curl_slist_append(x->headers, call->headers[i]);
+    /* No "Expect: 100-continue" round trip for larger bodies. */
+    x->headers = curl_slist_append(x->headers, "Expect:");
+    curl_easy_setopt(e, CURLOPT_URL, call->url);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, x->headers);
+    if (strcmp(call->method, "GET") == 0) {
+        curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+    } else {
+        x->body = call->body;
+        call->body = NULL;
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)(x->body ? call->body_len : 0));
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, x->body ? x->body : "");
+        if (strcmp(call->method, "POST") != 0)
+            curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, call->method);
+        else
+            curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, NULL);
+    }
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms > 0 ? timeout_ms : 1L);
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, (flags & UPSTREAM_FOLLOW) ? 1L : 0L);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION,
+                     (flags & UPSTREAM_GUARD) && !up->cfg.allow_private ? on_open_socket : NULL);
+    if (curl_multi_add_handle(up->multi, e) != CURLM_OK) {
+        xfer_release(x);
+        return NULL;
+    }
+    return x;
+}
+
+void upstream_cancel(upstream_xfer_t *x)
+{
+    if (x == NULL)
+        return;
+    curl_multi_remove_handle(x->up->multi, x->easy);
+    xfer_release(x);
+}
+
+size_t upstream_in_flight(const upstream_t *up)
+{
+    return up->in_flight;
+}
+
+static void finish(upstream_xfer_t *x, CURLcode code)
+{
+    upstream_answer_t ans;
+    upstream_cb *cb = x->cb;
+    void *arg = x->arg;
+    long status = 0;
+    char *ctype = NULL;
+    double total = 0;
+
+    memset(&ans, 0, sizeof(ans));
+    curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_getinfo(x->easy, CURLINFO_CONTENT_TYPE, &ctype);
+    curl_easy_getinfo(x->easy, CURLINFO_TOTAL_TIME, &total);
+    if (x->buf == NULL && (x->buf = malloc(1)) != NULL)
+        x->cap = 1;
+    if (x->buf != NULL)
+        x->buf[x->len] = '\0';
+    ans.curl_code = code;
+    ans.blocked = x->blocked;
+    ans.too_large = x->too_large;
+    ans.elapsed_ms = (long)(total * 1000);
+    ans.a.status = code == CURLE_OK ? status : 0;
+    ans.a.body = x->buf ? x->buf : "";
+    ans.a.body_len = code == CURLE_OK ? x->len : 0;
+    ans.a.retry_after = x->has_retry_after ? x->retry_after : NULL;
+    ans.a.content_type = ctype;
+    ans.not_sent = code == CURLE_COULDNT_CONNECT || code == CURLE_COULDNT_RESOLVE_HOST ||
+                   code == CURLE_COULDNT_RESOLVE_PROXY;
+    if (x->blocked)
+        ans.error = "address not allowed (private, loopback or link-local)";
+    else if (x->too_large)
+        ans.error = "answer too large";
+    else if (code != CURLE_OK)
+        ans.error = x->errbuf[0] ? x->errbuf : curl_easy_strerror(code);
+    else
+        ans.error = "";
+    if (cb != NULL)
+        cb(arg, &ans);
+    xfer_release(x);
+}
+
+static void check_done(upstream_t *up)
+{
+    CURLMsg *msg;
+    int left;
+
+    while ((msg = curl_multi_info_read(up->multi, &left)) != NULL) {
+        upstream_xfer_t *x;
+        CURLcode code;
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        code = msg->data.result;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+        curl_multi_remove_handle(up->multi, msg->easy_handle);
+        finish(x, code);
+    }
+}

@@ -1,0 +1,217 @@
+/* worker.c - a worker's life: build its loop, run it on a thread, drain it on SIGTERM. */
+#include "worker.h"
+
+#include "../store/store.h"
+#include "http.h"
+#include "log.h"
+#include "op.h"
+#include "upstream.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/listener.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#define DRAIN_FLUSH_MS 200 /* after the last answer, time for it to leave the socket buffers */
+
+static worker_t *all_workers;
+static int all_count;
+
+void worker_set_all(worker_t *all, int n)
+{
+    all_workers = all;
+    all_count = n;
+}
+
+worker_t *worker_all(int *n)
+{
+    *n = all_count;
+    return all_workers;
+}
+
+static uint64_t next_random(worker_t *w)
+{
+    /* xorshift64*: ids need to be unique and unguessable enough for member ids and lock
+     * owners, not cryptographic. Seeded from getrandom(). */
+    uint64_t x = w->rng;
+
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    w->rng = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+void worker_random_hex(worker_t *w, char *out, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    uint64_t bits = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        if (i % 16 == 0)
+            bits = next_random(w);
+        out[i] = hex[bits & 15];
+        bits >>= 4;
+    }
+    out[n] = '\0';
+}
+
+static void on_redis_state(void *arg, int up, const char *why)
+{
+    worker_t *w = arg;
+
+    if (up) {
+        log_msg(LOG_INFO, "worker %d: redis %s", w->id, why);
+    } else {
+        atomic_fetch_add_explicit(&w->metrics.redis_reconnects, 1, memory_order_relaxed);
+        log_msg(LOG_WARN, "worker %d: redis down: %s", w->id, why);
+    }
+}
+
+/* Answers every request still in flight (used when the drain time is over). */
+static void abort_all(worker_t *w)
+{
+    bg_error_t err;
+
+    bg_error_set(&err, BG_ERR_INTERNAL, "server is shutting down");
+    while (w->ops != NULL) {
+        op_t *op = w->ops;
+        op_cancel_all(op);
+        op_fail(op, &err);
+    }
+}
+
+static void finish_drain(worker_t *w)
+{
+    struct timeval tv = {0, DRAIN_FLUSH_MS * 1000};
+
+    event_base_loopexit(w->base, &tv);
+}
+
+static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    worker_t *w = arg;
+
+    (void)fd;
+    (void)what;
+    if (w->in_flight > 0)
+        log_msg(LOG_WARN, "worker %d: drain time over, %zu requests cut short", w->id,
+                w->in_flight);
+    abort_all(w);
+    finish_drain(w);
+}
+
+static void on_ctl(evutil_socket_t fd, short what, void *arg)
+{
+    worker_t *w = arg;
+    char c;
+
+    (void)what;
+    while (read(fd, &c, 1) == 1) {
+        if (c == 'd' && !w->draining) {
+            struct timeval tv;
+            w->draining = 1;
+            http_stop_accepting(w);
+            if (w->in_flight == 0) {
+                finish_drain(w);
+                continue;
+            }
+            tv.tv_sec = w->cfg->drain_timeout_ms / 1000;
+            tv.tv_usec = (w->cfg->drain_timeout_ms % 1000) * 1000;
+            evtimer_add(w->drain_timer, &tv);
+        } else if (c == 'q') {
+            w->draining = 1;
+            http_stop_accepting(w);
+            abort_all(w);
+            finish_drain(w);
+        }
+    }
+}
+
+void worker_op_done(worker_t *w)
+{
+    if (w->draining && w->in_flight == 0)
+        finish_drain(w);
+}
+
+int worker_init(worker_t *w, int id, const config_t *cfg)
+{
+    struct event_config *ec;
+    upstream_config_t ucfg;
+
+    memset(w, 0, sizeof(*w));
+    w->id = id;
+    w->cfg = cfg;
+    w->ctl[0] = w->ctl[1] = -1;
+    if (getrandom(&w->rng, sizeof(w->rng), 0) != sizeof(w->rng) || w->rng == 0)
+        w->rng = 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uintptr_t)w;
+    /* One thread per base: no locking inside libevent. */
+    ec = event_config_new();
+    event_config_set_flag(ec, EVENT_BASE_FLAG_NOLOCK);
+    w->base = event_base_new_with_config(ec);
+    event_config_free(ec);
+    if (w->base == NULL)
+        return -1;
+    w->store = store_new(w->base, &cfg->store);
+    if (w->store == NULL)
+        return -1;
+    redisc_set_state_cb(store_redis(w->store), on_redis_state, w);
+    memset(&ucfg, 0, sizeof(ucfg));
+    ucfg.ca_file = cfg->ca_file;
+    ucfg.allow_private = cfg->allow_private_media;
+    ucfg.max_connections = 4096;
+    w->up = upstream_new(w->base, &ucfg);
+    if (w->up == NULL)
+        return -1;
+    if (pipe2(w->ctl, O_NONBLOCK | O_CLOEXEC) < 0)
+        return -1;
+    w->ctl_ev = event_new(w->base, w->ctl[0], EV_READ | EV_PERSIST, on_ctl, w);
+    w->drain_timer = evtimer_new(w->base, on_drain_timeout, w);
+    if (w->ctl_ev == NULL || w->drain_timer == NULL || event_add(w->ctl_ev, NULL) < 0)
+        return -1;
+    return http_start(w);
+}
+
+static void *run(void *arg)
+{
+    worker_t *w = arg;
+
+    event_base_dispatch(w->base);
+    return NULL;
+}
+
+int worker_start(worker_t *w)
+{
+    return pthread_create(&w->thread, NULL, run, w) == 0 ? 0 : -1;
+}
+
+void worker_tell(worker_t *w, char what)
+{
+    ssize_t n = write(w->ctl[1], &what, 1);
+
+    (void)n;
+}
+
+void worker_cleanup(worker_t *w)
+{
+    abort_all(w);
+    if (w->http != NULL)
+        evhttp_free(w->http); /* also frees the bound listener */
+    if (w->ctl_ev != NULL)
+        event_free(w->ctl_ev);
+    if (w->drain_timer != NULL)
+        event_free(w->drain_timer);
+    upstream_free(w->up);
+    store_free(w->store);
+    if (w->base != NULL)
+        event_base_free(w->base);
+    if (w->ctl[0] >= 0)
+        close(w->ctl[0]);
+    if (w->ctl[1] >= 0)
+        close(w->ctl[1]);
+}

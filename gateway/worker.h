@@ -1,0 +1,57 @@
+/* worker.h - one worker thread: an event_base holding the HTTP server, the Redis client and
+ * the upstream client. Workers share nothing; the kernel spreads connections over them
+ * (SO_REUSEPORT). */
+#ifndef BOTGATE_GATEWAY_WORKER_H
+#define BOTGATE_GATEWAY_WORKER_H
+
+#include "config.h"
+#include "metrics.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct event_base;
+struct event;
+struct evhttp;
+struct evconnlistener;
+struct op;
+
+typedef struct worker {
+    int id;
+    const config_t *cfg;
+    struct event_base *base;
+    struct evhttp *http;
+    struct evconnlistener *listener;
+    struct store *store;
+    struct upstream *up;
+    pthread_t thread;
+    int ctl[2];               /* main thread -> worker: 'd' drain, 'q' stop now */
+    struct event *ctl_ev;
+    struct event *drain_timer;
+    int draining;
+    size_t in_flight;         /* requests accepted and not yet answered */
+    size_t connections;       /* open client connections */
+    int accepting;            /* the listener is enabled */
+    struct op *ops;           /* in-flight requests, for drain */
+    uint64_t rng;             /* xorshift state for ids */
+    metrics_t metrics;        /* this worker's counters, summed by /metrics */
+} worker_t;
+
+/* Creates the worker's loop and binds its listener; -1 with a log line on failure. */
+int worker_init(worker_t *w, int id, const config_t *cfg);
+int worker_start(worker_t *w);           /* runs the loop on a new thread */
+void worker_tell(worker_t *w, char what); /* from the main thread: 'd' or 'q' */
+void worker_cleanup(worker_t *w);
+
+/* Called by an op when it has answered: the drain may finish. */
+void worker_op_done(worker_t *w);
+
+/* A random hex id of n characters (n < size). */
+void worker_random_hex(worker_t *w, char *out, size_t n);
+
+/* Every worker, for /metrics. Set once by main before the workers start. */
+void worker_set_all(worker_t *all, int n);
+worker_t *worker_all(int *n);
+
+#endif

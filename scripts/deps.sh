@@ -1,0 +1,34 @@
+#!/bin/sh
+# Installs the Debian 12 packages botgate needs for a purpose, when some are missing:
+#   deps.sh build | test | bench | deploy
+# As root it runs apt-get; otherwise it prints the exact command and fails.
+set -eu
+purpose=${1:-build}
+pkgs="gcc make cmake pkg-config libevent-dev libcurl4-openssl-dev libhiredis-dev libjansson-dev libssl-dev redis-server curl"
+case "$purpose" in
+  build) ;;
+  test) pkgs="$pkgs libcmocka-dev python3 clang libclang-rt-14-dev" ;;
+  bench) pkgs="$pkgs python3 wrk nginx-light" ;;
+  deploy) pkgs="$pkgs python3 podman buildah runc debootstrap haproxy docker-compose podman-compose yamllint iproute2 nodejs npm" ;;
+  *) echo "usage: $0 build|test|bench|deploy" >&2; exit 2 ;;
+esac
+missing=""
+for p in $pkgs; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+  echo "botgate needs these Debian packages:$missing" >&2
+  echo "run:  sudo apt-get update && sudo apt-get install -y$missing" >&2
+  exit 1
+fi
+echo "installing:$missing" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# Packages with services (redis-server, nginx, haproxy) must not start system-wide copies that
+# hold the default ports: botgate starts its own on private sockets and free ports.
+policy=/usr/sbin/policy-rc.d
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' > "$policy"; chmod +x "$policy"; trap 'rm -f "$policy"' EXIT
+fi
+apt-get install -y -qq --no-install-recommends $missing >/dev/null

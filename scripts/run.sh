@@ -1,0 +1,73 @@
+#!/bin/sh
+# make run: a private redis-server under ./var (unless BOTGATE_REDIS_URL is set), the platform
+# simulator, demo data, then botgate in the foreground. Ctrl-C stops everything it started.
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=$root/build/bin
+var=$root/var
+mkdir -p "$var"
+pids=""
+
+cleanup() {
+  trap - INT TERM EXIT
+  for p in $pids; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+wait_file() { # path what
+  i=0
+  while [ ! -e "$1" ]; do
+    i=$((i + 1)); [ $i -gt 100 ] && { echo "make run: $2 did not start (see $var/*.log)" >&2; exit 1; }
+    sleep 0.1
+  done
+}
+
+if [ -z "${BOTGATE_REDIS_URL:-}" ]; then
+  rm -f "$var/redis.sock"
+  redis-server --port 0 --unixsocket "$var/redis.sock" --unixsocketperm 700 --dir "$var" \
+    --save "" --appendonly no --daemonize no > "$var/redis.log" 2>&1 &
+  pids="$pids $!"
+  wait_file "$var/redis.sock" redis-server
+  BOTGATE_REDIS_URL="unix://$var/redis.sock"
+fi
+export BOTGATE_REDIS_URL
+
+rm -f "$var/sim.port"
+"$bin/botgate-sim" --listen 127.0.0.1:0 --port-file "$var/sim.port" --quiet > "$var/sim.log" 2>&1 &
+pids="$pids $!"
+wait_file "$var/sim.port" "the platform simulator"
+sim="http://127.0.0.1:$(cat "$var/sim.port")"
+
+"$root/scripts/demo-data.sh" "$sim" > "$var/demo.log" 2>&1 || { cat "$var/demo.log" >&2; exit 1; }
+token=$("$bin/botgatectl" token create --app demo --scope bot:admin --label "make run demo")
+
+listen=${BOTGATE_LISTEN:-127.0.0.1:8080}
+port=${listen##*:}
+export BOTGATE_LISTEN="$listen"
+export BOTGATE_FACEBOOK_API_URL="$sim/graph/v19.0"
+export BOTGATE_WHATSAPP_CLOUD_API_URL="$sim/graph/v19.0"
+export BOTGATE_SLACK_API_URL="$sim/slack/api"
+export BOTGATE_WECHAT_API_URL="$sim/wechat"
+export BOTGATE_TEAMWORK_API_URL="$sim/teamwork/appstore/api"
+export BOTGATE_ALLOW_PRIVATE_MEDIA=1   # the demo's images live on the simulator, on loopback
+export BOTGATE_WORKERS="${BOTGATE_WORKERS:-2}"
+
+cat <<EOT
+
+botgate demo: Redis $BOTGATE_REDIS_URL, platform simulator $sim
+Demo token (shown once, stored only as its SHA-256): $token
+
+Send a message (paste in another terminal):
+
+curl -s -X POST 'http://127.0.0.1:$port/sendResponses' -H 'Authorization: Bearer $token' -H 'Content-Type: application/json' -d '{"channelId":"demo-facebook","memberId":"demo-fb-member","response":[{"type":"TEXT","text":"Hello from botgate"}]}'
+
+What the simulated platforms received: curl -s '$sim/_sim/log'
+Channels: demo-facebook demo-whatsapp demo-whatsapp-cloud (members demo-fb-member,
+demo-wa-member, demo-cloud-member). Ctrl-C stops botgate, the simulator and Redis.
+
+EOT
+"$bin/botgate" &
+pids="$pids $!"
+wait $!

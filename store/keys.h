@@ -1,0 +1,30 @@
+/* keys.h - every Redis key botgate reads or writes (contract.md section 3). Nobody else builds
+ * a key string. Each function writes into buf and returns the key's length, or -1 when it
+ * does not fit. */
+#ifndef BOTGATE_STORE_KEYS_H
+#define BOTGATE_STORE_KEYS_H
+
+#include <stddef.h>
+
+#define STORE_KEY_MAX 1024
+#define STORE_PREFIX_MAX 64
+
+int store_key_token(char *buf, size_t size, const char *prefix, const char *hash_hex);
+int store_key_channel(char *buf, size_t size, const char *prefix, const char *channel_id);
+int store_key_member(char *buf, size_t size, const char *prefix, const char *channel_id,
+                     const char *member_id);
+/* The member key without the member id: what a Lua script appends an id to. */
+int store_key_member_base(char *buf, size_t size, const char *prefix, const char *channel_id);
+int store_key_recipient(char *buf, size_t size, const char *prefix, const char *channel_id,
+                        const char *recipient_id);
+int store_key_tree(char *buf, size_t size, const char *prefix, const char *tree_id);
+/* whatsapp: a number seen valid by /v1/contacts, kept 7 days. */
+int store_key_contact(char *buf, size_t size, const char *prefix, const char *channel_id,
+                      const char *number);
+/* The lock that makes a credential refresh single-flight across instances. */
+int store_key_cred_lock(char *buf, size_t size, const char *prefix, const char *channel_id);
+/* wechat: the media_id of an uploaded URL (url_hash: hex SHA-256 of the URL). */
+int store_key_media(char *buf, size_t size, const char *prefix, const char *channel_id,
+                    const char *url_hash);
+
+#endif

@@ -1,0 +1,416 @@
+/* redisc.c - async Redis client: one connection per worker, commands pipelined on it.
+ * hiredis 0.14 has no timeouts and no reconnect; this file adds both. Commands in flight are
+ * kept oldest first (Redis answers in order), so one timer watching the oldest command is
+ * enough to notice a stuck server; then the context is freed, every pending callback gets
+ * NULL, and a new connection is tried with backoff. */
+#include "redisc.h"
+
+#include <arpa/inet.h>
+#include <event2/event.h>
+#include <hiredis/adapters/libevent.h>
+#include <hiredis/async.h>
+#include <netdb.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define BACKOFF_MIN_MS 50
+#define BACKOFF_MAX_MS 2000
+
+struct redisc_cmd {
+    redisc_t *r;
+    redisc_cb *cb; /* NULL once cancelled */
+    void *arg;
+    int64_t deadline_ms;
+    redisc_cmd_t *prev, *next;
+};
+
+typedef enum { RC_DOWN, RC_CONNECTING, RC_UP } redisc_state_t;
+
+/* Owned by the worker that created it; redisc_free() releases everything. */
+struct redisc {
+    struct event_base *base;
+    redisc_config_t cfg;
+    redisAsyncContext *ac;  /* NULL while down */
+    redisc_state_t state;
+    struct event *timer;    /* connect timeout, then the oldest command's deadline */
+    struct event *retry;    /* reconnect after backoff */
+    int backoff_ms;
+    redisc_cmd_t *head, *tail; /* in flight, oldest first */
+    size_t n;
+    redisc_cmd_t *spare;    /* free list, so that a command costs no malloc */
+    redisc_state_cb *state_cb;
+    void *state_arg;
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void arm(struct event *ev, int64_t ms)
+{
+    struct timeval tv;
+
+    if (ms < 0)
+        ms = 0;
+    tv.tv_sec = ms / 1000;
+    tv.tv_usec = (ms % 1000) * 1000;
+    event_add(ev, &tv);
+}
+
+static void tell(redisc_t *r, int up, const char *why)
+{
+    if (r->state_cb != NULL)
+        r->state_cb(r->state_arg, up, why);
+}
+
+static void unlink_cmd(redisc_t *r, redisc_cmd_t *c)
+{
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        r->head = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    else
+        r->tail = c->prev;
+    r->n--;
+    c->next = r->spare;
+    r->spare = c;
+}
+
+static void schedule_reconnect(redisc_t *r)
+{
+    if (!event_pending(r->retry, EV_TIMEOUT, NULL))
+        arm(r->retry, r->backoff_ms);
+    r->backoff_ms = r->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : r->backoff_ms * 2;
+}
+
+/* Gives up the current connection: every pending callback gets NULL. Never called from the
+ * connect callback (hiredis 0.14 frees the context itself after a failed connect). */
+static void drop(redisc_t *r, const char *why)
+{
+    redisAsyncContext *ac = r->ac;
+    int was_up = r->state == RC_UP;
+
+    r->ac = NULL;
+    r->state = RC_DOWN;
+    event_del(r->timer);
+    if (ac != NULL) {
+        ac->data = NULL; /* on_disconnect ignores a context we dropped */
+        redisAsyncFree(ac);
+    }
+    if (was_up)
+        tell(r, 0, why);
+    schedule_reconnect(r);
+}
+
+static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    redisc_cmd_t *c = privdata;
+    redisc_t *r = c->r;
+    redisc_cb *cb = c->cb;
+    void *arg = c->arg;
+
+    (void)ac;
+    unlink_cmd(r, c);
+    if (cb != NULL)
+        cb(reply, arg);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    redisc_t *r = arg;
+    int64_t now = now_ms();
+
+    (void)fd;
+    (void)what;
+    if (r->state == RC_CONNECTING) {
+        drop(r, "connect timed out");
+        return;
+    }
+    if (r->head == NULL)
+        return;
+    if (r->head->deadline_ms <= now) {
+        drop(r, "command timed out");
+        return;
+    }
+    arm(r->timer, r->head->deadline_ms - now);
+}
+
+static void watch_head(redisc_t *r)
+{
+    if (r->head != NULL && !event_pending(r->timer, EV_TIMEOUT, NULL))
+        arm(r->timer, r->head->deadline_ms - now_ms());
+}
+
+static int send_cmd(redisc_t *r, redisc_cb *cb, void *arg, int argc, const char **argv,
+                    const size_t *argvlen, redisc_cmd_t **out)
+{
+    redisc_cmd_t *c = r->spare;
+
+    if (c != NULL)
+        r->spare = c->next;
+    else if ((c = malloc(sizeof(*c))) == NULL)
+        return REDISC_BUSY;
+    c->r = r;
+    c->cb = cb;
+    c->arg = arg;
+    c->deadline_ms = now_ms() + r->cfg.command_timeout_ms;
+    c->next = NULL;
+    c->prev = r->tail;
+    if (redisAsyncCommandArgv(r->ac, on_reply, c, argc, argv, argvlen) != REDIS_OK) {
+        c->next = r->spare;
+        r->spare = c;
+        return REDISC_DOWN;
+    }
+    if (r->tail)
+        r->tail->next = c;
+    else
+        r->head = c;
+    r->tail = c;
+    r->n++;
+    watch_head(r);
+    if (out != NULL)
+        *out = c;
+    return REDISC_OK;
+}
+
+static void on_setup_reply(redisReply *reply, void *arg)
+{
+    redisc_t *r = arg;
+
+    if (reply == NULL || reply->type == REDIS_REPLY_ERROR)
+        drop(r, reply ? "AUTH or SELECT refused" : "connection lost during setup");
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+    redisc_t *r = ac->data;
+
+    if (r == NULL)
+        return;
+    event_del(r->timer);
+    if (status != REDIS_OK) {
+        /* hiredis frees the context after this callback: only forget it. */
+        r->ac = NULL;
+        r->state = RC_DOWN;
+        schedule_reconnect(r);
+        return;
+    }
+    r->state = RC_UP;
+    r->backoff_ms = BACKOFF_MIN_MS;
+    if (r->cfg.password[0] != '\0') {
+        const char *argv[] = {"AUTH", r->cfg.password};
+        send_cmd(r, on_setup_reply, r, 2, argv, NULL, NULL);
+    }
+    if (r->cfg.db != 0) {
+        char db[16];
+        const char *argv[] = {"SELECT", db};
+        snprintf(db, sizeof(db), "%d", r->cfg.db);
+        send_cmd(r, on_setup_reply, r, 2, argv, NULL, NULL);
+    }
+    tell(r, 1, "connected");
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+    redisc_t *r = ac->data;
+
+    (void)status;
+    if (r == NULL)
+        return;
+    r->ac = NULL;
+    r->state = RC_DOWN;
+    event_del(r->timer);
+    tell(r, 0, "connection lost");
+    schedule_reconnect(r);
+}
+
+static void connect_now(redisc_t *r)
+{
+    redisAsyncContext *ac;
+
+    if (r->cfg.unix_path[0] != '\0')
+        ac = redisAsyncConnectUnix(r->cfg.unix_path);
+    else
+        ac = redisAsyncConnect(r->cfg.host, r->cfg.port);
+    if (ac == NULL || ac->err) {
+        if (ac != NULL)
+            redisAsyncFree(ac);
+        schedule_reconnect(r);
+        return;
+    }
+    ac->data = r;
+    if (redisLibeventAttach(ac, r->base) != REDIS_OK ||
+        redisAsyncSetConnectCallback(ac, on_connect) != REDIS_OK ||
+        redisAsyncSetDisconnectCallback(ac, on_disconnect) != REDIS_OK) {
+        redisAsyncFree(ac);
+        schedule_reconnect(r);
+        return;
+    }
+    r->ac = ac;
+    r->state = RC_CONNECTING;
+    arm(r->timer, r->cfg.connect_timeout_ms);
+}
+
+static void on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    connect_now(arg);
+}
+
+redisc_t *redisc_new(struct event_base *base, const redisc_config_t *cfg)
+{
+    redisc_t *r = calloc(1, sizeof(*r));
+
+    if (r == NULL)
+        return NULL;
+    r->base = base;
+    r->cfg = *cfg;
+    r->backoff_ms = BACKOFF_MIN_MS;
+    r->timer = evtimer_new(base, on_timer, r);
+    r->retry = evtimer_new(base, on_retry, r);
+    if (r->timer == NULL || r->retry == NULL) {
+        redisc_free(r);
+        return NULL;
+    }
+    connect_now(r);
+    return r;
+}
+
+void redisc_free(redisc_t *r)
+{
+    redisc_cmd_t *c;
+
+    if (r == NULL)
+        return;
+    if (r->ac != NULL) {
+        redisAsyncContext *ac = r->ac;
+        r->ac = NULL;
+        r->state = RC_DOWN;
+        ac->data = NULL;
+        redisAsyncFree(ac);
+    }
+    if (r->timer)
+        event_free(r->timer);
+    if (r->retry)
+        event_free(r->retry);
+    while ((c = r->spare) != NULL) {
+        r->spare = c->next;
+        free(c);
+    }
+    free(r);
+}
+
+void redisc_set_state_cb(redisc_t *r, redisc_state_cb *cb, void *arg)
+{
+    r->state_cb = cb;
+    r->state_arg = arg;
+}
+
+int redisc_connected(const redisc_t *r)
+{
+    return r->state == RC_UP;
+}
+
+size_t redisc_in_flight(const redisc_t *r)
+{
+    return r->n;
+}
+
+int redisc_command(redisc_t *r, redisc_cb *cb, void *arg, int argc, const char **argv,
+                   const size_t *argvlen, redisc_cmd_t **out)
+{
+    if (r->state != RC_UP)
+        return REDISC_DOWN;
+    if (r->n >= (size_t)r->cfg.max_in_flight)
+        return REDISC_BUSY;
+    return send_cmd(r, cb, arg, argc, argv, argvlen, out);
+}
+
+void redisc_cancel(redisc_cmd_t *cmd)
+{
+    if (cmd != NULL)
+        cmd->cb = NULL;
+}
+
+int redisc_parse_url(const char *url, redisc_config_t *cfg, char *errbuf, size_t errlen)
+{
+    char hostbuf[256] = "", *p;
+    const char *rest;
+    struct addrinfo hints, *res = NULL;
+
+    cfg->host[0] = cfg->unix_path[0] = cfg->password[0] = '\0';
+    cfg->port = 6379;
+    cfg->db = 0;
+    if (strncmp(url, "unix://", 7) == 0) {
+        snprintf(cfg->unix_path, sizeof(cfg->unix_path), "%s", url + 7);
+        if ((p = strchr(cfg->unix_path, '?')) != NULL) {
+            *p++ = '\0';
+            if (strncmp(p, "db=", 3) == 0)
+                cfg->db = atoi(p + 3);
+        }
+        if (cfg->unix_path[0] != '/') {
+            snprintf(errbuf, errlen, "unix socket path must be absolute");
+            return -1;
+        }
+        return 0;
+    }
+    if (strncmp(url, "redis://", 8) != 0) {
+        snprintf(errbuf, errlen, "Redis URL must start with redis:// or unix://");
+        return -1;
+    }
+    rest = url + 8;
+    if ((p = strrchr(rest, '@')) != NULL) {
+        const char *colon = memchr(rest, ':', (size_t)(p - rest));
+        const char *pw = colon ? colon + 1 : rest;
+        snprintf(cfg->password, sizeof(cfg->password), "%.*s", (int)(p - pw), pw);
+        rest = p + 1;
+    }
+    snprintf(hostbuf, sizeof(hostbuf), "%s", rest);
+    if ((p = strchr(hostbuf, '/')) != NULL) {
+        *p++ = '\0';
+        if (*p)
+            cfg->db = atoi(p);
+    }
+    if (hostbuf[0] == '[') { /* [v6]:port */
+        char *end = strchr(hostbuf, ']');
+        if (end == NULL) {
+            snprintf(errbuf, errlen, "bad IPv6 address in Redis URL");
+            return -1;
+        }
+        *end = '\0';
+        if (end[1] == ':')
+            cfg->port = atoi(end + 2);
+        memmove(hostbuf, hostbuf + 1, strlen(hostbuf + 1) + 1);
+    } else if ((p = strrchr(hostbuf, ':')) != NULL) {
+        *p = '\0';
+        cfg->port = atoi(p + 1);
+    }
+    if (hostbuf[0] == '\0' || cfg->port <= 0 || cfg->port > 65535) {
+        snprintf(errbuf, errlen, "Redis URL needs a host and a valid port");
+        return -1;
+    }
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(hostbuf, NULL, &hints, &res) != 0 || res == NULL) {
+        snprintf(errbuf, errlen, "cannot resolve Redis host %.100s", hostbuf);
+        return -1;
+    }
+    if (res->ai_family == AF_INET6)
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)res->ai_addr)->sin6_addr, cfg->host,
+                  sizeof(cfg->host));
+    else
+        inet_ntop(AF_INET, &((struct sockaddr_in *)res->ai_addr)->sin_addr, cfg->host,
+                  sizeof(cfg->host));
+    freeaddrinfo(res);
+    return 0;
+}

@@ -1,0 +1,55 @@
+/* redisc.h - the async Redis client of one worker, on hiredis 0.14 and the worker's event_base:
+ * connect timeout, per-command timeout, reconnect with backoff, a cap on commands in flight.
+ * Modelled on h2o's lib/common/redis.c. */
+#ifndef BOTGATE_STORE_REDISC_H
+#define BOTGATE_STORE_REDISC_H
+
+#include <hiredis/hiredis.h>
+#include <stddef.h>
+
+struct event_base;
+
+typedef struct redisc redisc_t;
+typedef struct redisc_cmd redisc_cmd_t;
+
+/* Called once per command unless it was cancelled. reply is NULL when the command failed
+ * (connection lost, timed out); it is freed by hiredis after the call. */
+typedef void redisc_cb(redisReply *reply, void *arg);
+
+typedef struct redisc_config {
+    char host[256];          /* an IP address: hiredis resolves names with a blocking call */
+    int port;
+    char unix_path[256];     /* used instead of host:port when not empty */
+    char password[256];      /* AUTH on connect when not empty */
+    int db;                  /* SELECT on connect when not 0 */
+    int connect_timeout_ms;
+    int command_timeout_ms;
+    int max_in_flight;       /* commands in flight on the connection; past it: REDISC_BUSY */
+} redisc_config_t;
+
+enum { REDISC_OK = 0, REDISC_DOWN = -1, REDISC_BUSY = -2 };
+
+redisc_t *redisc_new(struct event_base *base, const redisc_config_t *cfg);
+void redisc_free(redisc_t *r); /* pending callbacks are called with NULL */
+
+/* Told when the connection comes up (up = 1) or goes down (up = 0, why says why), so that the
+ * owner can log it and count it. */
+typedef void redisc_state_cb(void *arg, int up, const char *why);
+void redisc_set_state_cb(redisc_t *r, redisc_state_cb *cb, void *arg);
+
+int redisc_connected(const redisc_t *r);
+size_t redisc_in_flight(const redisc_t *r);
+
+/* Sends one command. Returns REDISC_OK and sets *out (a handle valid until the callback runs or
+ * redisc_cancel) or REDISC_DOWN / REDISC_BUSY, in which case cb is never called. */
+int redisc_command(redisc_t *r, redisc_cb *cb, void *arg, int argc, const char **argv,
+                   const size_t *argvlen, redisc_cmd_t **out);
+
+/* The callback of cmd will not be called; the reply is dropped when it arrives. */
+void redisc_cancel(redisc_cmd_t *cmd);
+
+/* Parses redis://[:password@]host[:port][/db] or unix:///path[?db=N]; host names are resolved
+ * here, once. -1 with a message in errbuf on failure. */
+int redisc_parse_url(const char *url, redisc_config_t *cfg, char *errbuf, size_t errlen);
+
+#endif

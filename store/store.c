@@ -1,0 +1,516 @@
+/* store.c - the records of contract.md section 3 over the async client. A store_call_t carries
+ * one logical operation (one command, or a GET + compare-and-set loop) and decodes replies
+ * into JSON for its callback. */
+#include "store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CAS_ATTEMPTS 8
+
+/* Compare-and-set: writes ARGV[2] only if the key still holds ARGV[1]. */
+static const char CAS_SCRIPT[] =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then "
+    "redis.call('SET', KEYS[1], ARGV[2]) return 1 end return 0";
+
+/* Get-or-create of a member by recipient id, atomic so that two first messages from the same
+ * user create one member. KEYS[1]: recipient key; ARGV: member key base, new id, new record. */
+static const char RESOLVE_SCRIPT[] =
+    "local id = redis.call('GET', KEYS[1]) "
+    "if id then local m = redis.call('GET', ARGV[1] .. id) if m then return m end end "
+    "redis.call('SET', KEYS[1], ARGV[2]) redis.call('SET', ARGV[1] .. ARGV[2], ARGV[3]) "
+    "return ARGV[3]";
+
+/* Releases a lock only if the caller still owns it. */
+static const char UNLOCK_SCRIPT[] =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
+    "return 0";
+
+struct store {
+    redisc_t *redis;
+    char prefix[STORE_PREFIX_MAX];
+};
+
+typedef enum {
+    CALL_GET_JSON,  /* GET, value parsed as JSON */
+    CALL_GET_STRING,/* GET, value returned as a JSON string */
+    CALL_RESOLVE,   /* EVAL RESOLVE_SCRIPT */
+    CALL_CAS_READ,  /* GET before a compare-and-set */
+    CALL_CAS_WRITE, /* EVAL CAS_SCRIPT */
+    CALL_NODE,      /* HMGET tree _tree node */
+    CALL_LOCK,      /* SET NX PX */
+    CALL_IGNORE,    /* fire and forget */
+} call_kind_t;
+
+/* Owned by the store from creation until its callback has run or it is cancelled. */
+struct store_call {
+    store_t *st;
+    call_kind_t kind;
+    store_cb *cb;
+    void *arg;
+    redisc_cmd_t *cmd;
+    /* compare-and-set loop */
+    store_mutate_fn *mutate;
+    json_t *change;
+    int64_t now_ms;
+    int attempts;
+    char *old;
+    size_t old_len;
+    char key[STORE_KEY_MAX];
+};
+
+store_t *store_new(struct event_base *base, const store_config_t *cfg)
+{
+    store_t *st = calloc(1, sizeof(*st));
+
+    if (st == NULL)
+        return NULL;
+    snprintf(st->prefix, sizeof(st->prefix), "%s", cfg->prefix);
+    st->redis = redisc_new(base, &cfg->redis);
+    if (st->redis == NULL) {
+        free(st);
+        return NULL;
+    }
+    return st;
+}
+
+void store_free(store_t *st)
+{
+    if (st == NULL)
+        return;
+    redisc_free(st->redis);
+    free(st);
+}
+
+int store_ready(const store_t *st)
+{
+    return redisc_connected(st->redis);
+}
+
+redisc_t *store_redis(store_t *st)
+{
+    return st->redis;
+}
+
+const char *store_prefix(const store_t *st)
+{
+    return st->prefix;
+}
+
+static void call_free(store_call_t *c)
+{
+    json_decref(c->change);
+    free(c->old);
+    free(c);
+}
+
+void store_cancel(store_call_t *call)
+{
+    if (call == NULL)
+        return;
+    redisc_cancel(call->cmd);
+    call_free(call);
+}
+
+static store_call_t *call_new(store_t *st, call_kind_t kind, store_cb *cb, void *arg)
+{
+    store_call_t *c = calloc(1, sizeof(*c));
+
+    if (c == NULL)
+        return NULL;
+    c->st = st;
+    c->kind = kind;
+    c->cb = cb;
+    c->arg = arg;
+    return c;
+}
+
+static void finish(store_call_t *c, store_status_t status, json_t *value)
+{
+    store_cb *cb = c->cb;
+    void *arg = c->arg;
+
+    call_free(c);
+    if (cb != NULL)
+        cb(arg, status, value);
+    else
+        json_decref(value);
+}
+
+static void on_reply(redisReply *reply, void *arg);
+
+static store_status_t send_argv(store_call_t *c, int argc, const char **argv,
+                                const size_t *lens)
+{
+    int rc = redisc_command(c->st->redis, on_reply, c, argc, argv, lens, &c->cmd);
+
+    if (rc == REDISC_OK)
+        return STORE_OK;
+    return rc == REDISC_BUSY ? STORE_BUSY : STORE_UNAVAILABLE;
+}
+
+/* Sends and returns the call, or frees it and reports why nothing was sent. */
+static store_call_t *start(store_call_t *c, int argc, const char **argv, const size_t *lens,
+                           store_status_t *status)
+{
+    store_status_t st = send_argv(c, argc, argv, lens);
+
+    if (status != NULL)
+        *status = st;
+    if (st != STORE_OK) {
+        call_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static store_call_t *start_get(store_call_t *c, store_status_t *status)
+{
+    const char *argv[] = {"GET", c->key};
+
+    return start(c, 2, argv, NULL, status);
+}
+
+/* Nothing was sent: the key did not fit (ids are bounded before this, so it means a bad
+ * record), or memory ran out. */
+static store_call_t *key_too_long(store_call_t *c, store_status_t *status)
+{
+    if (status != NULL)
+        *status = c != NULL ? STORE_BAD_RECORD : STORE_BUSY;
+    if (c != NULL)
+        call_free(c);
+    return NULL;
+}
+
+static void cas_write(store_call_t *c, const char *raw, size_t len)
+{
+    json_t *record = json_loadb(raw, len, 0, NULL);
+    char *next;
+    store_status_t st;
+
+    if (!json_is_object(record) || c->mutate(record, c->change, c->now_ms) < 0) {
+        json_decref(record);
+        finish(c, STORE_BAD_RECORD, NULL);
+        return;
+    }
+    next = json_dumps(record, JSON_COMPACT);
+    json_decref(record);
+    free(c->old);
+    c->old = malloc(len + 1);
+    if (next == NULL || c->old == NULL) {
+        free(next);
+        finish(c, STORE_UNAVAILABLE, NULL);
+        return;
+    }
+    memcpy(c->old, raw, len);
+    c->old_len = len;
+    {
+        const char *argv[] = {"EVAL", CAS_SCRIPT, "1", c->key, c->old, next};
+        size_t lens[] = {4, sizeof(CAS_SCRIPT) - 1, 1, strlen(c->key), len, strlen(next)};
+        c->kind = CALL_CAS_WRITE;
+        st = send_argv(c, 6, argv, lens);
+    }
+    free(next);
+    if (st != STORE_OK)
+        finish(c, st, NULL);
+}
+
+static void on_cas_written(store_call_t *c, redisReply *reply)
+{
+    json_t *record;
+
+    if (reply->type == REDIS_REPLY_INTEGER && reply->integer == 1) {
+        /* What was written is what the callback gets: parse the old value and apply again
+         * rather than keep a second copy around for the rare write path. */
+        record = json_loadb(c->old, c->old_len, 0, NULL);
+        if (record != NULL && c->mutate(record, c->change, c->now_ms) == 0) {
+            finish(c, STORE_OK, record);
+            return;
+        }
+        json_decref(record);
+        finish(c, STORE_BAD_RECORD, NULL);
+        return;
+    }
+    if (++c->attempts >= CAS_ATTEMPTS) {
+        finish(c, STORE_CONFLICT, NULL);
+        return;
+    }
+    c->kind = CALL_CAS_READ;
+    {
+        const char *argv[] = {"GET", c->key};
+        store_status_t st = send_argv(c, 2, argv, NULL);
+        if (st != STORE_OK)
+            finish(c, st, NULL);
+    }
+}
+
+static void on_node(store_call_t *c, redisReply *reply)
+{
+    json_t *tree, *node, *value;
+
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2) {
+        finish(c, STORE_UNAVAILABLE, NULL);
+        return;
+    }
+    if (reply->element[0]->type != REDIS_REPLY_STRING ||
+        reply->element[1]->type != REDIS_REPLY_STRING) {
+        finish(c, STORE_NOT_FOUND, NULL);
+        return;
+    }
+    tree = json_loadb(reply->element[0]->str, reply->element[0]->len, 0, NULL);
+    node = json_loadb(reply->element[1]->str, reply->element[1]->len, 0, NULL);
+    if (!json_is_object(tree) || !json_is_object(node)) {
+        json_decref(tree);
+        json_decref(node);
+        finish(c, STORE_BAD_RECORD, NULL);
+        return;
+    }
+    value = json_object();
+    json_object_set_new(value, "tree", tree);
+    json_object_set_new(value, "node", node);
+    finish(c, STORE_OK, value);
+}
+
+static void on_reply(redisReply *reply, void *arg)
+{
+    store_call_t *c = arg;
+    json_t *value;
+
+    c->cmd = NULL;
+    if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+        finish(c, STORE_UNAVAILABLE, NULL);
+        return;
+    }
+    switch (c->kind) {
+    case CALL_IGNORE:
+        finish(c, STORE_OK, NULL);
+        return;
+    case CALL_LOCK:
+        finish(c, reply->type == REDIS_REPLY_STATUS ? STORE_OK : STORE_NOT_FOUND, NULL);
+        return;
+    case CALL_NODE:
+        on_node(c, reply);
+        return;
+    case CALL_CAS_WRITE:
+        on_cas_written(c, reply);
+        return;
+    default:
+        break;
+    }
+    if (reply->type == REDIS_REPLY_NIL) {
+        finish(c, STORE_NOT_FOUND, NULL);
+        return;
+    }
+    if (reply->type != REDIS_REPLY_STRING) {
+        finish(c, STORE_BAD_RECORD, NULL);
+        return;
+    }
+    if (c->kind == CALL_CAS_READ) {
+        cas_write(c, reply->str, reply->len);
+        return;
+    }
+    if (c->kind == CALL_GET_STRING)
+        value = json_stringn(reply->str, reply->len);
+    else
+        value = json_loadb(reply->str, reply->len, 0, NULL);
+    if (!json_is_object(value) && !json_is_string(value)) {
+        json_decref(value);
+        finish(c, STORE_BAD_RECORD, NULL);
+        return;
+    }
+    finish(c, STORE_OK, value);
+}
+
+store_call_t *store_get_token(store_t *st, const char *hash_hex, store_cb *cb, void *arg,
+                              store_status_t *status)
+{
+    store_call_t *c = call_new(st, CALL_GET_JSON, cb, arg);
+
+    if (c == NULL || store_key_token(c->key, sizeof(c->key), st->prefix, hash_hex) < 0)
+        return key_too_long(c, status);
+    return start_get(c, status);
+}
+
+store_call_t *store_get_channel(store_t *st, const char *channel_id, store_cb *cb, void *arg,
+                                store_status_t *status)
+{
+    store_call_t *c = call_new(st, CALL_GET_JSON, cb, arg);
+
+    if (c == NULL || store_key_channel(c->key, sizeof(c->key), st->prefix, channel_id) < 0)
+        return key_too_long(c, status);
+    return start_get(c, status);
+}
+
+store_call_t *store_get_member(store_t *st, const char *channel_id, const char *member_id,
+                               store_cb *cb, void *arg, store_status_t *status)
+{
+    store_call_t *c = call_new(st, CALL_GET_JSON, cb, arg);
+
+    if (c == NULL ||
+        store_key_member(c->key, sizeof(c->key), st->prefix, channel_id, member_id) < 0)
+        return key_too_long(c, status);
+    return start_get(c, status);
+}
+
+store_call_t *store_member_for_recipient(store_t *st, const char *channel_id,
+                                         const char *recipient_id, const json_t *new_member,
+                                         store_cb *cb, void *arg, store_status_t *status)
+{
+    store_call_t *c = call_new(st, CALL_RESOLVE, cb, arg);
+    char base[STORE_KEY_MAX], *record;
+    const char *id = json_string_value(json_object_get(new_member, "_id"));
+
+    if (c == NULL || id == NULL ||
+        store_key_recipient(c->key, sizeof(c->key), st->prefix, channel_id, recipient_id) < 0 ||
+        store_key_member_base(base, sizeof(base), st->prefix, channel_id) < 0)
+        return key_too_long(c, status);
+    record = json_dumps(new_member, JSON_COMPACT);
+    if (record == NULL)
+        return key_too_long(c, status);
+    {
+        const char *argv[] = {"EVAL", RESOLVE_SCRIPT, "1", c->key, base, id, record};
+        c = start(c, 7, argv, NULL, status);
+    }
+    free(record);
+    return c;
+}
+
+static store_call_t *start_cas(store_call_t *c, store_mutate_fn *mutate, const json_t *change,
+                               int64_t now_ms, store_status_t *status)
+{
+    c->kind = CALL_CAS_READ;
+    c->mutate = mutate;
+    c->change = json_deep_copy(change);
+    c->now_ms = now_ms;
+    return start_get(c, status);
+}
+
+static int merge_info(json_t *channel, const json_t *fields, int64_t now_ms)
+{
+    json_t *info = json_object_get(channel, "info");
+
+    (void)now_ms;
+    if (info == NULL) {
+        info = json_object();
+        json_object_set_new(channel, "info", info);
+    }
+    if (!json_is_object(info))
+        return -1;
+    return json_object_update(info, (json_t *)fields);
+}
+
+store_call_t *store_update_channel_info(store_t *st, const char *channel_id,
+                                        const json_t *fields, store_cb *cb, void *arg,
+                                        store_status_t *status)
+{
+    store_call_t *c = call_new(st, CALL_CAS_READ, cb, arg);
+
+    if (c == NULL || store_key_channel(c->key, sizeof(c->key), st->prefix, channel_id) < 0)
+        return key_too_long(c, status);
+    return start_cas(c, merge_info, fields, 0, status);
+}
+
+store_call_t *store_update_member(store_t *st, const char *channel_id, const char *member_id,
+                                  store_mutate_fn *mutate, const json_t *change, int64_t now_ms,
+                                  store_cb *cb, void *arg, store_status_t *status)
+{
+    store_call_t *c = call_new(st, CALL_CAS_READ, cb, arg);
+
+    if (c == NULL ||
+        store_key_member(c->key, sizeof(c->key), st->prefix, channel_id, member_id) < 0)
+        return key_too_long(c, status);
+    return start_cas(c, mutate, change, now_ms, status);
+}
+
+store_call_t *store_get_contact(store_t *st, const char *channel_id, const char *number,
+                                store_cb *cb, void *arg, store_status_t *status)
+{
+    store_call_t *c = call_new(st, CALL_GET_STRING, cb, arg);
+
+    if (c == NULL || store_key_contact(c->key, sizeof(c->key), st->prefix, channel_id, number) < 0)
+        return key_too_long(c, status);
+    return start_get(c, status);
+}
+
+static void set_ex(store_t *st, const char *key, const char *value, int ttl_s)
+{
+    store_call_t *c = call_new(st, CALL_IGNORE, NULL, NULL);
+    char ttl[16];
+    const char *argv[] = {"SET", key, value, "EX", ttl};
+
+    if (c == NULL)
+        return;
+    snprintf(ttl, sizeof(ttl), "%d", ttl_s);
+    start(c, 5, argv, NULL, NULL);
+}
+
+void store_put_contact(store_t *st, const char *channel_id, const char *number,
+                       const char *wa_id, int ttl_s)
+{
+    char key[STORE_KEY_MAX];
+
+    if (store_key_contact(key, sizeof(key), st->prefix, channel_id, number) >= 0)
+        set_ex(st, key, wa_id, ttl_s);
+}
+
+store_call_t *store_get_node(store_t *st, const char *tree_id, const char *node_id,
+                             store_cb *cb, void *arg, store_status_t *status)
+{
+    store_call_t *c = call_new(st, CALL_NODE, cb, arg);
+
+    if (c == NULL || store_key_tree(c->key, sizeof(c->key), st->prefix, tree_id) < 0)
+        return key_too_long(c, status);
+    {
+        const char *argv[] = {"HMGET", c->key, "_tree", node_id};
+        return start(c, 4, argv, NULL, status);
+    }
+}
+
+store_call_t *store_lock_credential(store_t *st, const char *channel_id, const char *owner,
+                                    int ttl_ms, store_cb *cb, void *arg, store_status_t *status)
+{
+    store_call_t *c = call_new(st, CALL_LOCK, cb, arg);
+    char ttl[16];
+
+    if (c == NULL || store_key_cred_lock(c->key, sizeof(c->key), st->prefix, channel_id) < 0)
+        return key_too_long(c, status);
+    snprintf(ttl, sizeof(ttl), "%d", ttl_ms);
+    {
+        const char *argv[] = {"SET", c->key, owner, "NX", "PX", ttl};
+        return start(c, 6, argv, NULL, status);
+    }
+}
+
+void store_unlock_credential(store_t *st, const char *channel_id, const char *owner)
+{
+    store_call_t *c = call_new(st, CALL_IGNORE, NULL, NULL);
+
+    if (c == NULL || store_key_cred_lock(c->key, sizeof(c->key), st->prefix, channel_id) < 0) {
+        key_too_long(c, NULL);
+        return;
+    }
+    {
+        const char *argv[] = {"EVAL", UNLOCK_SCRIPT, "1", c->key, owner};
+        start(c, 5, argv, NULL, NULL);
+    }
+}
+
+store_call_t *store_get_media(store_t *st, const char *channel_id, const char *url_hash,
+                              store_cb *cb, void *arg, store_status_t *status)
+{
+    store_call_t *c = call_new(st, CALL_GET_STRING, cb, arg);
+
+    if (c == NULL || store_key_media(c->key, sizeof(c->key), st->prefix, channel_id, url_hash) < 0)
+        return key_too_long(c, status);
+    return start_get(c, status);
+}
+
+void store_put_media(store_t *st, const char *channel_id, const char *url_hash,
+                     const char *media_id, int ttl_s)
+{
+    char key[STORE_KEY_MAX];
+
+    if (store_key_media(key, sizeof(key), st->prefix, channel_id, url_hash) >= 0)
+        set_ex(st, key, media_id, ttl_s);
+}

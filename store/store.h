@@ -1,0 +1,90 @@
+/* store.h - botgate's records in Redis, read and written through the worker's async client.
+ * Every function here is asynchronous: it sends its command(s) and returns at once; the
+ * callback runs later on the worker's loop, exactly once, unless the call is cancelled. */
+#ifndef BOTGATE_STORE_STORE_H
+#define BOTGATE_STORE_STORE_H
+
+#include "keys.h"
+#include "redisc.h"
+
+#include <jansson.h>
+#include <stdint.h>
+
+struct event_base;
+
+typedef enum {
+    STORE_OK = 0,
+    STORE_NOT_FOUND,   /* no such key (for a lock: somebody else holds it) */
+    STORE_UNAVAILABLE, /* Redis down, timed out or answering errors: 119 */
+    STORE_BUSY,        /* too many commands in flight on this worker */
+    STORE_BAD_RECORD,  /* the stored value is not what contract.md says */
+    STORE_CONFLICT,    /* a compare-and-set kept losing to concurrent writers */
+} store_status_t;
+
+typedef struct store store_t;
+typedef struct store_call store_call_t;
+
+/* value: a new reference the callback owns (NULL unless st is STORE_OK). */
+typedef void store_cb(void *arg, store_status_t st, json_t *value);
+
+/* A change applied to the latest stored record inside a compare-and-set loop; returns -1 to
+ * give up (the call then ends with STORE_BAD_RECORD). */
+typedef int store_mutate_fn(json_t *record, const json_t *change, int64_t now_ms);
+
+typedef struct store_config {
+    redisc_config_t redis;
+    char prefix[STORE_PREFIX_MAX];
+} store_config_t;
+
+store_t *store_new(struct event_base *base, const store_config_t *cfg);
+void store_free(store_t *st);
+int store_ready(const store_t *st);
+redisc_t *store_redis(store_t *st);
+const char *store_prefix(const store_t *st);
+
+/* The callback will not run. */
+void store_cancel(store_call_t *call);
+
+/* Each returns the call (NULL with *status set when nothing could be sent: the callback will
+ * then never run). */
+store_call_t *store_get_token(store_t *st, const char *hash_hex, store_cb *cb, void *arg,
+                              store_status_t *status);
+store_call_t *store_get_channel(store_t *st, const char *channel_id, store_cb *cb, void *arg,
+                                store_status_t *status);
+store_call_t *store_get_member(store_t *st, const char *channel_id, const char *member_id,
+                               store_cb *cb, void *arg, store_status_t *status);
+/* The member a recipient id points to; when there is none, new_member (with its "_id") is
+ * stored with its recipient key, atomically, and returned. */
+store_call_t *store_member_for_recipient(store_t *st, const char *channel_id,
+                                         const char *recipient_id, const json_t *new_member,
+                                         store_cb *cb, void *arg, store_status_t *status);
+/* Merges fields into the channel's info, compare-and-set against concurrent writers. The
+ * callback gets the updated channel record. */
+store_call_t *store_update_channel_info(store_t *st, const char *channel_id,
+                                        const json_t *fields, store_cb *cb, void *arg,
+                                        store_status_t *status);
+/* Applies mutate(record, change) to the latest member record, compare-and-set. */
+store_call_t *store_update_member(store_t *st, const char *channel_id, const char *member_id,
+                                  store_mutate_fn *mutate, const json_t *change, int64_t now_ms,
+                                  store_cb *cb, void *arg, store_status_t *status);
+/* whatsapp contacts seen valid: value is the wa_id as a JSON string. */
+store_call_t *store_get_contact(store_t *st, const char *channel_id, const char *number,
+                                store_cb *cb, void *arg, store_status_t *status);
+void store_put_contact(store_t *st, const char *channel_id, const char *number,
+                       const char *wa_id, int ttl_s);
+/* A node of a tree: value is {"tree": <_tree field>, "node": <node>}; STORE_NOT_FOUND when the
+ * tree or the node is missing. */
+store_call_t *store_get_node(store_t *st, const char *tree_id, const char *node_id,
+                             store_cb *cb, void *arg, store_status_t *status);
+/* The credential lock of a channel: STORE_OK when taken by owner, STORE_NOT_FOUND when held
+ * by another. Released only by its owner. */
+store_call_t *store_lock_credential(store_t *st, const char *channel_id, const char *owner,
+                                    int ttl_ms, store_cb *cb, void *arg, store_status_t *status);
+void store_unlock_credential(store_t *st, const char *channel_id, const char *owner);
+/* wechat media cache: value is the media_id as a JSON string. */
+store_call_t *store_get_media(store_t *st, const char *channel_id, const char *url_hash,
+                              store_cb *cb, void *arg, store_status_t *status);
+void store_put_media(store_t *st, const char *channel_id, const char *url_hash,
+                     const char *media_id, int ttl_s);
+
+#endif

@@ -1,0 +1,371 @@
+"""POST /sendResponses: every field of interface.md's tables, every error code, authentication
+and tenancy, against real redis-server, the simulator and botgate."""
+import json
+import time
+import unittest
+
+from harness import StackTest, facebook_channel, member, cloud_channel
+
+APP = "app-send"
+OTHER = "app-other"
+
+
+class SendApi(StackTest):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        s = cls.s
+        s.put("channel", facebook_channel("fb1", APP))
+        s.put("channel", facebook_channel("fb-off", APP, on=False))
+        s.put("channel", facebook_channel("fb-other", OTHER))
+        s.put("channel", {"_id": "odd", "app": APP, "type": "carrier-pigeon", "on": True, "info": {}})
+        s.put("channel", cloud_channel("cl1", APP))
+        s.put("member", member("m1", "fb1", APP, "psid-1001"))
+        s.put("member", member("m-bad", "fb1", APP, "psid-invalid"))
+        s.put("member", member("m-badtoken", "fb1", APP, "psid-badtoken"))
+        s.put("member", member("m-other", "fb-other", OTHER, "psid-9"))
+        s.put("member", member("cm1", "cl1", APP, "+852 9123-4567", platform="whatsapp-cloud"))
+        cls.tok = s.token(APP, "bot:sendResponses")
+        cls.admin = s.token(APP, "bot:admin")
+        cls.redirect_only = s.token(APP, "bot:redirectMemberToNode")
+        cls.other = s.token(OTHER, "bot:sendResponses")
+
+    def setUp(self):
+        self.s.sim_reset()
+
+    def send(self, body, token=None, **kw):
+        return self.s.send(body, token if token is not None else self.tok, **kw)
+
+    def assert_error(self, ans, code, http_status=500, mentions=None):
+        self.assertEqual(ans.status, http_status, ans)
+        self.assertEqual(ans.json["ok"], 0, ans)
+        self.assertEqual(ans.json["err_code"], code, ans)
+        self.assertIsInstance(ans.json["err_code"], int)
+        self.assertEqual(ans.json["err"], ans.json["error"])
+        if mentions:
+            self.assertIn(mentions, ans.json["err"])
+
+    def assert_unauthorized(self, ans):
+        self.assertEqual(ans.status, 500, ans)
+        self.assertEqual(ans.json, {"ok": 0, "err": "User is not authorized",
+                                    "error": "User is not authorized"})
+
+    # ---- success, every field ----
+    def test_text_every_field(self):
+        before = int(time.time() * 1000)
+        ans = self.send({"channelId": "fb1", "memberId": "m1",
+                         "response": [{"type": "TEXT", "text": "hello"}]})
+        self.assertEqual(ans.status, 200, ans)
+        j = ans.json
+        self.assertEqual(j["ok"], 1)
+        self.assertEqual(j["member"], "m1")
+        self.assertEqual(j["sendResult"]["ok"], 1)
+        self.assertEqual(j["sendResult"]["member"], "m1")
+        self.assertEqual(len(j["sendResult"]["result"]), 1)
+        el = j["sendResult"]["result"][0]
+        mid = el["result"]["messages"][0]["id"]
+        self.assertTrue(mid.startswith("m_"), el)
+        self.assertEqual(el["result"]["meta"], {"api_status": "stable", "version": "v19.0"})
+        ev = el["messageEvent"]
+        self.assertEqual(ev["from"], 1234567890)          # all digits: a JSON number
+        self.assertEqual(ev["to"], "psid-1001")           # not digits: a string
+        self.assertEqual(ev["data"], {"text": "hello"})
+        self.assertEqual(ev["type"], "TEXT")
+        self.assertEqual(ev["messageId"], mid)
+        self.assertGreaterEqual(ev["timestamp"], before)
+        self.assertLessEqual(ev["timestamp"], int(time.time() * 1000))
+        self.assertEqual(el["chatId"], "psid-1001")
+        self.assertNotIn("error", el)
+        log = self.s.sim_log()
+        self.assertEqual(len(log), 1)
+        self.assertEqual(log[0]["platform"], "facebook")
+        self.assertEqual(log[0]["body"], {"messaging_type": "RESPONSE",
+                                          "recipient": {"id": "psid-1001"},
+                                          "message": {"text": "hello"}})
+        self.assertIn("access_token=fb-page-token-fb1", log[0]["query"])
+        self.assertTrue(ans.headers.get("X-Request-Id"))
+        self.assertIn("application/json", ans.headers.get("Content-Type"))
+
+    def test_image(self):
+        ans = self.send({"channelId": "fb1", "memberId": "m1",
+                         "response": [{"type": "IMAGE", "url": "https://example.com/a.png"}]})
+        self.assertEqual(ans.status, 200, ans)
+        ev = ans.json["sendResult"]["result"][0]["messageEvent"]
+        self.assertEqual(ev["type"], "IMAGE")
+        self.assertEqual(ev["data"], {"url": "https://example.com/a.png"})
+        body = self.s.sim_log()[0]["body"]
+        self.assertEqual(body["message"]["attachment"],
+                         {"type": "image", "payload": {"url": "https://example.com/a.png",
+                                                       "is_reusable": True}})
+
+    def test_template_on_cloud_with_components(self):
+        tpl = {"type": "TEMPLATE", "elementName": "order_update", "languageCode": "en_US",
+               "components": [
+                   {"type": "header", "parameters": [{"type": "video", "video": {"id": "vid-1"}}]},
+                   {"type": "button", "sub_type": "quick_reply", "index": "0",
+                    "parameters": [{"type": "payload", "payload": "YES"}]}]}
+        ans = self.send({"channelId": "cl1", "memberId": "cm1", "response": [tpl]})
+        self.assertEqual(ans.status, 200, ans)
+        el = ans.json["sendResult"]["result"][0]
+        self.assertTrue(el["result"]["messages"][0]["id"].startswith("wamid."))
+        self.assertEqual(el["messageEvent"]["from"], 1055550000)
+        self.assertEqual(el["messageEvent"]["to"], 85291234567)  # normalised phone, a number
+        self.assertEqual(el["messageEvent"]["data"]["elementName"], "order_update")
+        body = self.s.sim_log()[0]["body"]
+        self.assertEqual(body["messaging_product"], "whatsapp")
+        self.assertEqual(body["to"], "85291234567")
+        self.assertEqual(body["template"]["name"], "order_update")
+        self.assertEqual(body["template"]["language"], {"code": "en_US"})
+        self.assertEqual(body["template"]["components"], tpl["components"])
+
+    def test_three_responses_in_request_order(self):
+        texts = ["first", "second", "third"]
+        ans = self.send({"channelId": "fb1", "memberId": "m1",
+                         "response": [{"type": "TEXT", "text": t} for t in texts]})
+        self.assertEqual(ans.status, 200, ans)
+        got = [r["body"]["message"]["text"] for r in self.s.sim_log()]
+        self.assertEqual(got, texts)
+        seqs = [r["seq"] for r in self.s.sim_log()]
+        self.assertEqual(seqs, sorted(seqs))
+        self.assertEqual([e["messageEvent"]["data"]["text"]
+                          for e in ans.json["sendResult"]["result"]], texts)
+
+    def test_responses_synonym_and_query_token(self):
+        ans = self.send({"channelId": "fb1", "memberId": "m1",
+                         "responses": [{"type": "TEXT", "text": "syn"}]}, token="",
+                        query_token=self.tok)
+        self.assertEqual(ans.status, 200, ans)
+        self.assertEqual(self.s.sim_log()[0]["body"]["message"]["text"], "syn")
+
+    def test_member_id_wins_over_recipient_id(self):
+        ans = self.send({"channelId": "fb1", "memberId": "m1", "recipientId": "psid-other",
+                         "response": [{"type": "TEXT", "text": "x"}]})
+        self.assertEqual(ans.status, 200, ans)
+        self.assertEqual(self.s.sim_log()[0]["recipient"], "psid-1001")
+
+    def test_recipient_id_null_with_member_id(self):
+        ans = self.send({"channelId": "fb1", "memberId": "m1", "recipientId": None,
+                         "response": [{"type": "TEXT", "text": "x"}]})
+        self.assertEqual(ans.status, 200, ans)
+
+    def test_unknown_recipient_creates_member_once(self):
+        body = {"channelId": "fb1", "recipientId": "psid-new-77",
+                "response": [{"type": "TEXT", "text": "welcome"}]}
+        before = len(self.s.redis("KEYS", "botgate:member:{fb1}:*"))
+        a1 = self.send(body)
+        self.assertEqual(a1.status, 200, a1)
+        mid = a1.json["member"]
+        rec = json.loads(self.s.redis("GET", "botgate:member:{fb1}:" + mid))
+        self.assertEqual(rec["externalId"], "psid-new-77")
+        self.assertEqual(rec["channel"], "fb1")
+        self.assertEqual(rec["app"], APP)
+        self.assertEqual(rec["platform"], "facebook")
+        self.assertEqual(rec["tags"], [])
+        self.assertEqual(rec["botMeta"]["subscribed"], True)
+        self.assertEqual(self.s.redis("GET", "botgate:recipient:{fb1}:psid-new-77"), mid)
+        a2 = self.send(body)
+        self.assertEqual(a2.json["member"], mid)
+        self.assertEqual(len(self.s.redis("KEYS", "botgate:member:{fb1}:*")), before + 1)
+
+    def test_admin_scope_accepted(self):
+        ans = self.send({"channelId": "fb1", "memberId": "m1",
+                         "response": [{"type": "TEXT", "text": "a"}]}, token=self.admin)
+        self.assertEqual(ans.status, 200, ans)
+
+    # ---- authentication and tenancy ----
+    def test_no_token(self):
+        self.assert_unauthorized(self.send({"channelId": "fb1", "memberId": "m1",
+                                            "response": [{"type": "TEXT", "text": "a"}]},
+                                           token=""))
+
+    def test_unknown_token(self):
+        self.assert_unauthorized(self.send({"channelId": "fb1", "memberId": "m1",
+                                            "response": [{"type": "TEXT", "text": "a"}]},
+                                           token="bgt_nope"))
+
+    def test_wrong_scope(self):
+        self.assert_unauthorized(self.send({"channelId": "fb1", "memberId": "m1",
+                                            "response": [{"type": "TEXT", "text": "a"}]},
+                                           token=self.redirect_only))
+
+    def test_expired_token(self):
+        tok = self.s.token(APP, "bot:sendResponses", extra=("--expires-in", "1s"))
+        body = {"channelId": "fb1", "memberId": "m1", "response": [{"type": "TEXT", "text": "a"}]}
+        self.assertEqual(self.send(body, token=tok).status, 200)
+        time.sleep(1.2)
+        self.assert_unauthorized(self.send(body, token=tok))
+
+    def test_revoked_token(self):
+        tok = self.s.token(APP, "bot:sendResponses")
+        body = {"channelId": "fb1", "memberId": "m1", "response": [{"type": "TEXT", "text": "a"}]}
+        self.assertEqual(self.send(body, token=tok).status, 200)
+        self.s.ctl("token", "revoke", tok)
+        self.assert_unauthorized(self.send(body, token=tok))
+
+    def test_token_stored_only_as_hash(self):
+        keys = self.s.redis("KEYS", "botgate:token:*")
+        self.assertTrue(keys)
+        for k in keys:
+            self.assertNotIn(self.tok, k)
+            self.assertNotIn(self.tok, self.s.redis("GET", k))
+
+    def test_other_app_channel_is_answered_like_unknown(self):
+        body = {"memberId": "m-other", "response": [{"type": "TEXT", "text": "x"}]}
+        theirs = self.send(dict(body, channelId="fb-other"))
+        missing = self.send(dict(body, channelId="no-such-channel"))
+        self.assert_error(theirs, 112)
+        self.assertEqual(theirs.status, missing.status)
+        self.assertEqual(theirs.json, missing.json)
+        self.assertEqual(self.s.sim_log(), [])
+        # ... also with recipientId: no member is created in the other app's channel
+        theirs = self.send({"channelId": "fb-other", "recipientId": "psid-sneak",
+                            "response": [{"type": "TEXT", "text": "x"}]})
+        self.assertEqual(theirs.json, missing.json)
+        self.assertIsNone(self.s.redis("GET", "botgate:recipient:{fb-other}:psid-sneak"))
+
+    def test_token_channel_list(self):
+        tok = self.s.token(APP, "bot:sendResponses", extra=("--channel", "cl1"))
+        ans = self.send({"channelId": "fb1", "memberId": "m1",
+                         "response": [{"type": "TEXT", "text": "x"}]}, token=tok)
+        self.assert_error(ans, 112)
+
+    # ---- errors ----
+    def test_108_missing_and_wrong_parameters(self):
+        ok_resp = [{"type": "TEXT", "text": "x"}]
+        cases = [
+            ({"memberId": "m1", "response": ok_resp}, "channelId"),
+            ({"channelId": 7, "memberId": "m1", "response": ok_resp}, "channelId"),
+            ({"channelId": "fb1", "response": ok_resp}, "memberId or recipientId"),
+            ({"channelId": "fb1", "memberId": 5, "response": ok_resp}, "memberId"),
+            ({"channelId": "fb1", "memberId": "m1"}, "response"),
+            ({"channelId": "fb1", "memberId": "m1", "response": {"type": "TEXT"}}, "response"),
+            ({"channelId": "fb1", "memberId": "m1", "response": []}, "response"),
+            ({"channelId": "fb1", "memberId": "m1", "response": [{"type": "TEXT"}]},
+             "response[0].text"),
+            ({"channelId": "fb1", "memberId": "m1", "response": [{"text": "x"}]},
+             "response[0].type"),
+            ({"channelId": "fb1", "memberId": "m1",
+              "response": [ok_resp[0], {"type": "IMAGE", "url": "ftp://x"}]}, "response[1].url"),
+            ({"channelId": "fb1", "memberId": "m1",
+              "response": [{"type": "TEMPLATE", "elementName": "x"}]}, "languageCode"),
+            ({"channelId": "fb{1}", "memberId": "m1", "response": ok_resp}, "channelId"),
+        ]
+        for body, name in cases:
+            with self.subTest(body=body):
+                self.assert_error(self.send(body), 108, mentions=name)
+        self.assertEqual(self.s.sim_log(), [])
+
+    def test_108_bad_bodies(self):
+        for raw in [b"", b"not json", b"[1,2]", b'"text"', b'{"a":1', b"\xff\xfe{}",
+                    b"[" * 70 + b"]" * 70, b'{"channelId":"fb1","channelId":"fb2"}']:
+            with self.subTest(raw=raw[:20]):
+                self.assert_error(self.send(raw), 108)
+        deep = {"channelId": "fb1", "memberId": "m1", "response": [{"type": "TEXT", "text": "x"}]}
+        d = deep
+        for _ in range(70):
+            d["x"] = {}
+            d = d["x"]
+        self.assert_error(self.send(deep), 108, mentions="nested")
+
+    def test_112_unknown_channel(self):
+        self.assert_error(self.send({"channelId": "nope", "memberId": "m1",
+                                     "response": [{"type": "TEXT", "text": "x"}]}), 112)
+
+    def test_114_unknown_member(self):
+        self.assert_error(self.send({"channelId": "fb1", "memberId": "ghost",
+                                     "response": [{"type": "TEXT", "text": "x"}]}), 114)
+
+    def test_116_channel_off(self):
+        self.s.put("member", member("m-off", "fb-off", APP, "psid-5"))
+        self.assert_error(self.send({"channelId": "fb-off", "memberId": "m-off",
+                                     "response": [{"type": "TEXT", "text": "x"}]}), 116)
+        self.assertEqual(self.s.sim_log(), [])
+
+    def test_117_channel_type_and_response_types(self):
+        self.assert_error(self.send({"channelId": "odd", "recipientId": "r1",
+                                     "response": [{"type": "TEXT", "text": "x"}]}), 117)
+        # TEMPLATE does not exist on Messenger: nothing is sent, not even the TEXT before it
+        ans = self.send({"channelId": "fb1", "memberId": "m1",
+                         "response": [{"type": "TEXT", "text": "x"},
+                                      {"type": "TEMPLATE", "elementName": "t",
+                                       "languageCode": "en", "components": []}]})
+        self.assert_error(ans, 117, mentions="TEMPLATE")
+        self.assert_error(self.send({"channelId": "fb1", "memberId": "m1",
+                                     "response": [{"type": "VIDEO", "url": "https://x"}]}), 117)
+        self.assertEqual(self.s.sim_log(), [])
+
+    def test_118_limits(self):
+        resp = [{"type": "TEXT", "text": "x"}] * 51
+        self.assert_error(self.send({"channelId": "fb1", "memberId": "m1", "response": resp}), 118)
+        big = "y" * (64 * 1024 + 1)
+        self.assert_error(self.send({"channelId": "fb1", "memberId": "m1",
+                                     "response": [{"type": "TEXT", "text": big}]}), 118)
+        huge = {"channelId": "fb1", "memberId": "m1",
+                "response": [{"type": "TEXT", "text": "z" * 60000}] * 20}
+        ans = self.send(huge)
+        self.assert_error(ans, 118, http_status=413)
+        self.assertEqual(self.s.sim_log(), [])
+        # exactly 50 responses is allowed
+        ok = self.send({"channelId": "fb1", "memberId": "m1",
+                        "response": [{"type": "TEXT", "text": "n%d" % i} for i in range(50)]})
+        self.assertEqual(ok.status, 200, ok)
+        self.assertEqual(len(self.s.sim_log()), 50)
+
+    def test_104_invalid_recipient_and_bad_page_token(self):
+        ans = self.send({"channelId": "fb1", "memberId": "m-bad",
+                         "response": [{"type": "TEXT", "text": "x"}]})
+        self.assert_error(ans, 104)
+        ans = self.send({"channelId": "fb1", "memberId": "m-badtoken",
+                         "response": [{"type": "TEXT", "text": "x"}]})
+        self.assert_error(ans, 104)
+        self.assertNotIn("fb-page-token", ans.raw)
+
+    def test_later_failure_is_reported_in_its_element(self):
+        ans = self.send({"channelId": "fb1", "memberId": "m1",
+                         "response": [{"type": "TEXT", "text": "fine"},
+                                      {"type": "TEXT", "text": "boom fail5xx"},
+                                      {"type": "TEXT", "text": "after"}]})
+        self.assertEqual(ans.status, 200, ans)
+        self.assertEqual(ans.json["ok"], 1)
+        self.assertEqual(ans.json["sendResult"]["ok"], 0)
+        res = ans.json["sendResult"]["result"]
+        self.assertEqual(len(res), 3)
+        self.assertNotIn("error", res[0])
+        self.assertEqual(res[1]["error"]["err_code"], 113)
+        self.assertIn("err", res[1]["error"])
+        self.assertNotIn("messageId", res[1]["messageEvent"])
+        self.assertNotIn("error", res[2])
+        self.assertEqual(len(self.s.sim_log()), 3)
+
+    def test_first_response_server_error_on_facebook_is_an_element(self):
+        ans = self.send({"channelId": "fb1", "memberId": "m1",
+                         "response": [{"type": "TEXT", "text": "fail5xx"}]})
+        self.assertEqual(ans.status, 200, ans)
+        self.assertEqual(ans.json["sendResult"]["ok"], 0)
+        self.assertEqual(ans.json["sendResult"]["result"][0]["error"]["err_code"], 113)
+
+    def test_unknown_route_and_method(self):
+        from harness import http
+        a = http("GET", self.s.url + "/nothing")
+        self.assertEqual(a.status, 404)
+        self.assertEqual(a.json["ok"], 0)
+        a = http("GET", self.s.url + "/sendResponses")
+        self.assertEqual(a.status, 405)
+        self.assertEqual(http("GET", self.s.url + "/healthz").json, {"ok": 1})
+
+    def test_request_id_is_taken_from_caller(self):
+        ans = self.send({"channelId": "fb1", "memberId": "m1",
+                         "response": [{"type": "TEXT", "text": "x"}]},
+                        headers={"X-Request-Id": "crm-42"})
+        self.assertEqual(ans.headers.get("X-Request-Id"), "crm-42")
+
+    def test_secrets_never_in_logs(self):
+        self.send({"channelId": "fb1", "memberId": "m-badtoken",
+                   "response": [{"type": "TEXT", "text": "x"}]})
+        log = self.s.gateway_log()
+        for secret in [self.tok, self.admin, self.other, "fb-page-token-fb1", "cloud-token-cl1"]:
+            self.assertNotIn(secret, log)
+
+
+if __name__ == "__main__":
+    unittest.main()
