@@ -4,6 +4,7 @@
 .PHONY: all build run test test-asan bench soak install test-deploy clean
 
 JOBS ?= $(shell nproc)
+MAKEFLAGS += --no-print-directory
 
 all: build
 

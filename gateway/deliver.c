@@ -121,9 +121,9 @@ void deliver_cancel(op_t *op)
     op->dl = DL_IDLE;
 }
 
-/* Starts op->call_req; cb gets the answer. */
-static void call(op_t *op, deliver_phase_t phase, size_t max_answer, unsigned flags,
-                 upstream_cb *cb)
+/* Starts op->call_req on client up; cb gets the answer. */
+static void call_on(op_t *op, upstream_t *up, deliver_phase_t phase, size_t max_answer,
+                    unsigned flags, upstream_cb *cb)
 {
     long remaining = (long)op_remaining_ms(op) - DEADLINE_MARGIN_MS;
     long timeout = op->w->cfg->upstream_timeout_ms;
@@ -134,10 +134,16 @@ static void call(op_t *op, deliver_phase_t phase, size_t max_answer, unsigned fl
     }
     op->dl = phase;
     op->platform_calls++;
-    op->xfer = upstream_start(op->w->up, &op->call_req, remaining < timeout ? remaining : timeout,
+    op->xfer = upstream_start(up, &op->call_req, remaining < timeout ? remaining : timeout,
                               max_answer, flags, cb, op);
     if (op->xfer == NULL)
         fail(op, ADAPTER_SERVER_ERROR, 0, "could not start the platform call");
+}
+
+/* A platform call. */
+static void call(op_t *op, deliver_phase_t phase, size_t max_answer, upstream_cb *cb)
+{
+    call_on(op, op->w->up, phase, max_answer, 0, cb);
 }
 
 /* Takes a fresh channel record (after a refresh, or someone else's). */
@@ -225,7 +231,7 @@ static void cred_call(op_t *op)
         fail(op, res.status, 0, res.error);
         return;
     }
-    call(op, DL_CRED_CALL, ANSWER_MAX, 0, on_cred_answer);
+    call(op, DL_CRED_CALL, ANSWER_MAX, on_cred_answer);
 }
 
 static void cred_lock(op_t *op);
@@ -350,7 +356,7 @@ static void contact_call(op_t *op)
         fail(op, res.status, 0, res.error);
         return;
     }
-    call(op, DL_CONTACT_CALL, ANSWER_MAX, 0, on_contact_answer);
+    call(op, DL_CONTACT_CALL, ANSWER_MAX, on_contact_answer);
 }
 
 static void on_contact_cached(void *arg, store_status_t st, json_t *value)
@@ -438,7 +444,7 @@ static void on_media_fetched(void *arg, const upstream_answer_t *ans)
         fail(op, res.status, 0, res.error);
         return;
     }
-    call(op, DL_MEDIA_UPLOAD, ANSWER_MAX, 0, on_upload_answer);
+    call(op, DL_MEDIA_UPLOAD, ANSWER_MAX, on_upload_answer);
 }
 
 static void media_fetch(op_t *op)
@@ -452,7 +458,7 @@ static void media_fetch(op_t *op)
         fail(op, ADAPTER_SERVER_ERROR, 0, "out of memory");
         return;
     }
-    call(op, DL_MEDIA_FETCH, MEDIA_MAX, UPSTREAM_GUARD | UPSTREAM_FOLLOW, on_media_fetched);
+    call_on(op, op->w->up_user, DL_MEDIA_FETCH, MEDIA_MAX, UPSTREAM_FOLLOW, on_media_fetched);
 }
 
 static void on_media_cached(void *arg, store_status_t st, json_t *value)
@@ -551,7 +557,7 @@ static void send_now(op_t *op)
         fail(op, res.status, 0, res.error);
         return;
     }
-    call(op, DL_SEND, ANSWER_MAX, 0, on_send_answer);
+    call(op, DL_SEND, ANSWER_MAX, on_send_answer);
 }
 
 static int is_image(const json_t *response)

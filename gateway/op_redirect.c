@@ -145,8 +145,8 @@ static void webhook(op_t *op, const json_t *hook)
         step(op);
         return;
     }
-    op->xfer = upstream_start(op->w->up, &op->call_req, timeout, WEBHOOK_ANSWER_MAX,
-                              UPSTREAM_GUARD | UPSTREAM_FOLLOW, on_webhook, op);
+    op->xfer = upstream_start(op->w->up_user, &op->call_req, timeout, WEBHOOK_ANSWER_MAX,
+                              UPSTREAM_FOLLOW, on_webhook, op);
     if (op->xfer == NULL) {
         node_run_webhook_done(op->node, 0, NULL);
         step(op);

@@ -318,8 +318,7 @@ upstream_xfer_t *upstream_start(upstream_t *up, adapter_call_t *call, long timeo
     }
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms > 0 ? timeout_ms : 1L);
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, (flags & UPSTREAM_FOLLOW) ? 1L : 0L);
-    curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION,
-                     (flags & UPSTREAM_GUARD) && !up->cfg.allow_private ? on_open_socket : NULL);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, up->cfg.guard ? on_open_socket : NULL);
     if (curl_multi_add_handle(up->multi, e) != CURLM_OK) {
         xfer_release(x);
         return NULL;

@@ -1,5 +1,8 @@
 /* upstream.h - outbound HTTP on curl's multi interface, driven by the worker's event_base:
- * thousands of platform calls in flight on one thread, connections kept alive per worker. */
+ * thousands of platform calls in flight on one thread, connections kept alive per worker.
+ * A worker has two clients: one for the platforms (configured URLs) and one for URLs users
+ * give (media downloads, webhooks) whose every connection passes the SSRF guard. They must not
+ * share a connection pool: a user URL on a platform's host would reuse an unchecked connection. */
 #ifndef BOTGATE_GATEWAY_UPSTREAM_H
 #define BOTGATE_GATEWAY_UPSTREAM_H
 
@@ -14,7 +17,7 @@ typedef struct upstream_xfer upstream_xfer_t;
 
 typedef struct upstream_config {
     const char *ca_file;        /* extra CA bundle, or NULL/"" */
-    int allow_private;          /* 1: the SSRF guard lets private addresses through */
+    int guard;                  /* 1: every connection passes the SSRF guard (user URLs) */
     long max_connections;       /* kept-alive connections in the cache */
 } upstream_config_t;
 
@@ -32,8 +35,7 @@ typedef struct upstream_answer {
 typedef void upstream_cb(void *arg, const upstream_answer_t *ans);
 
 enum {
-    UPSTREAM_GUARD = 1u << 0,  /* apply the SSRF guard (URLs given by users) */
-    UPSTREAM_FOLLOW = 1u << 1, /* follow up to 3 redirects (each checked by the guard) */
+    UPSTREAM_FOLLOW = 1u << 0, /* follow up to 3 redirects (each checked by the guard) */
 };
 
 upstream_t *upstream_new(struct event_base *base, const upstream_config_t *cfg);

@@ -163,10 +163,12 @@ int worker_init(worker_t *w, int id, const config_t *cfg)
     redisc_set_state_cb(store_redis(w->store), on_redis_state, w);
     memset(&ucfg, 0, sizeof(ucfg));
     ucfg.ca_file = cfg->ca_file;
-    ucfg.allow_private = cfg->allow_private_media;
     ucfg.max_connections = 4096;
     w->up = upstream_new(w->base, &ucfg);
-    if (w->up == NULL)
+    ucfg.guard = !cfg->allow_private_media;
+    ucfg.max_connections = 256;
+    w->up_user = upstream_new(w->base, &ucfg);
+    if (w->up == NULL || w->up_user == NULL)
         return -1;
     if (pipe2(w->ctl, O_NONBLOCK | O_CLOEXEC) < 0)
         return -1;
@@ -207,6 +209,7 @@ void worker_cleanup(worker_t *w)
     if (w->drain_timer != NULL)
         event_free(w->drain_timer);
     upstream_free(w->up);
+    upstream_free(w->up_user);
     store_free(w->store);
     if (w->base != NULL)
         event_base_free(w->base);

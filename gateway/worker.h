@@ -24,7 +24,8 @@ typedef struct worker {
     struct evhttp *http;
     struct evconnlistener *listener;
     struct store *store;
-    struct upstream *up;
+    struct upstream *up;      /* platform calls */
+    struct upstream *up_user; /* URLs from users (media, webhooks): SSRF-guarded, own pool */
     pthread_t thread;
     int ctl[2];               /* main thread -> worker: 'd' drain, 'q' stop now */
     struct event *ctl_ev;

@@ -21,3 +21,22 @@ channel demo-whatsapp whatsapp "{\"apiPath\":\"$sim/wa\",\"adminUsername\":\"adm
 member demo-wa-member demo-whatsapp 85291234567 whatsapp
 channel demo-whatsapp-cloud whatsapp-cloud '{"accessToken":"demo-cloud-token","phoneNumberId":"1055550001","wabaId":"2001"}'
 member demo-cloud-member demo-whatsapp-cloud 85291234568 whatsapp-cloud
+channel demo-slack slack '{"botAccessToken":"xoxb-demo-token","botId":"B0DEMO"}'
+member demo-slack-member demo-slack D0DEMO1 slack
+channel demo-wechat wechat '{"appId":"wxdemo","appsecret":"demo-app-secret","botOpenId":"gh_demo"}'
+member demo-wechat-member demo-wechat openid-demo-1 wechat
+channel demo-teamwork teamwork '{"apiKey":"demo-api-key","tbId":"tb-demo"}'
+member demo-teamwork-member demo-teamwork user-demo-1 teamwork
+
+# A tree for redirectMemberToNode: welcome (pre-action, templated response, post-action) then a
+# redirect to followup.
+"$ctl" tree import - <<'EOT'
+{"_id":"demo-tree","app":"demo","name":"Demo tree","nodes":{
+  "welcome":{"name":"Welcome",
+    "preAction":[{"type":"set","path":"member.botMeta.tempData.referrer","value":"{{agendaMeta.from}}"}],
+    "response":[{"type":"TEXT","text":"Hi {{member.firstName}}, {{agendaMeta.from}} sent you here."}],
+    "responseByLocale":{"zh-HK":[{"type":"TEXT","text":"{{member.firstName}}，你好！"}]},
+    "postAction":[{"type":"addTags","tags":["welcomed"]}],
+    "redirect":{"tree":"demo-tree","nodeCompositeId":"followup"}},
+  "followup":{"name":"Follow-up","response":[{"type":"TEXT","text":"Anything else I can do for you?"}]}}}
+EOT

@@ -63,9 +63,14 @@ Send a message (paste in another terminal):
 
 curl -s -X POST 'http://127.0.0.1:$port/sendResponses' -H 'Authorization: Bearer $token' -H 'Content-Type: application/json' -d '{"channelId":"demo-facebook","memberId":"demo-fb-member","response":[{"type":"TEXT","text":"Hello from botgate"}]}'
 
+Move the member to a node of the demo tree (runs its actions and sends its responses):
+
+curl -s -X POST 'http://127.0.0.1:$port/redirectMemberToNode' -H 'Authorization: Bearer $token' -H 'Content-Type: application/json' -d '{"channelId":"demo-facebook","memberId":"demo-fb-member","redirect":{"tree":"demo-tree","nodeCompositeId":"welcome"},"meta":{"from":"the README"}}'
+
 What the simulated platforms received: curl -s '$sim/_sim/log'
-Channels: demo-facebook demo-whatsapp demo-whatsapp-cloud (members demo-fb-member,
-demo-wa-member, demo-cloud-member). Ctrl-C stops botgate, the simulator and Redis.
+Channels: demo-facebook, demo-whatsapp, demo-whatsapp-cloud, demo-slack, demo-wechat,
+demo-teamwork (members demo-fb-member, demo-wa-member, demo-cloud-member, demo-slack-member,
+demo-wechat-member, demo-teamwork-member). Ctrl-C stops botgate, the simulator and Redis.
 
 EOT
 "$bin/botgate" &

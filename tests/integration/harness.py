@@ -136,14 +136,15 @@ def http(method, url, body=None, headers=None, timeout=30):
 class Stack:
     """redis-server + botgate-sim + botgate, each on a free port, in one temporary directory."""
 
-    def __init__(self, workers=2, env=None, sim_threads=2, start_gateway=True):
+    def __init__(self, workers=2, env=None, sim_threads=2, start_gateway=True,
+                 sim_host="127.0.0.1"):
         self.dir = tempfile.mkdtemp(prefix="botgate-it-")
         self.procs = {}
         self.workers = workers
         self.extra_env = env or {}
         try:
             self.start_redis()
-            self.start_sim(sim_threads)
+            self.start_sim(sim_threads, sim_host)
             if start_gateway:
                 self.start_gateway()
         except BaseException:
@@ -156,7 +157,8 @@ class Stack:
         with open(os.path.join(self.dir, "redis.log"), "ab") as log:
             self.procs["redis"] = subprocess.Popen(
                 [REDIS_SERVER, "--port", str(self.redis_port), "--bind", "127.0.0.1", "--save",
-                 "", "--appendonly", "no", "--dir", self.dir, "--daemonize", "no"],
+                 "", "--appendonly", "no", "--dir", self.dir, "--daemonize", "no",
+                 "--enable-debug-command", "local"],
                 stdout=log, stderr=log)
         self.redis = Redis(self.redis_port)
         wait_for(lambda: self.redis("PING") == "PONG", what="redis-server")
@@ -168,11 +170,11 @@ class Stack:
             p.wait()
         self.redis.close()
 
-    def start_sim(self, threads=2):
+    def start_sim(self, threads=2, host="127.0.0.1"):
         port_file = os.path.join(self.dir, "sim.port")
         with open(os.path.join(self.dir, "sim.log"), "ab") as log:
             self.procs["sim"] = subprocess.Popen(
-                [os.path.join(BIN, "botgate-sim"), "--listen", "127.0.0.1:0", "--port-file",
+                [os.path.join(BIN, "botgate-sim"), "--listen", host + ":0", "--port-file",
                  port_file, "--threads", str(threads), "--quiet"], stdout=log, stderr=log)
         wait_for(lambda: os.path.exists(port_file), what="simulator port file")
         with open(port_file) as f:

@@ -1,0 +1,71 @@
+-- wrk script of make bench: one script for every scenario and every target.
+--
+--   wrk -t2 -c64 -d10s --latency -s bench/bench.lua URL -- MODE SCENARIO [TOKEN]
+--
+-- MODE botgate:  the gateway's own API (POST /sendResponses or /redirectMemberToNode, bearer
+--                token), the request a bot sends;
+-- MODE upstream: the Facebook Send API call that botgate makes for it
+--                (POST /graph/v19.0/me/messages?access_token=...), sent to nginx (which proxies
+--                it to the simulator) or to the simulator itself.
+-- SCENARIO: a (1 TEXT), b (3 TEXT in one request), c (redirect to a 2-response node),
+--           d (as a; run with 5000 connections while the simulator answers after 1 s).
+-- BENCH_DELAY_MS in the environment: wait that long after each answer before the next request
+-- on the connection (a paced load for the added-latency figure; wrk has no fixed rate).
+--
+-- done() prints one line "BENCH_JSON {...}" that bench/report.py reads.
+
+local CHANNEL = "bench-fb"
+local MEMBER = "bench-member"
+local PSID = "2456789012345678"
+local TEXT = "hello from wrk, a message of ordinary length"
+
+local function text_responses(n)
+    local parts = {}
+    for i = 1, n do
+        parts[i] = '{"type":"TEXT","text":"' .. TEXT .. ' ' .. i .. '"}'
+    end
+    return '[' .. table.concat(parts, ',') .. ']'
+end
+
+function init(args)
+    local mode, scenario, token = args[1], args[2], args[3]
+    wrk.method = "POST"
+    wrk.headers["Content-Type"] = "application/json"
+    if mode == "botgate" then
+        wrk.headers["Authorization"] = "Bearer " .. (token or "")
+        if scenario == "c" then
+            wrk.path = "/redirectMemberToNode"
+            wrk.body = '{"channelId":"' .. CHANNEL .. '","memberId":"' .. MEMBER .. '",'
+                .. '"redirect":{"tree":"bench-tree","nodeCompositeId":"two"}}'
+        else
+            wrk.path = "/sendResponses"
+            wrk.body = '{"channelId":"' .. CHANNEL .. '","memberId":"' .. MEMBER .. '",'
+                .. '"response":' .. text_responses(scenario == "b" and 3 or 1) .. '}'
+        end
+    elseif mode == "upstream" then
+        -- the body botgate's facebook adapter sends for one TEXT response
+        wrk.path = "/graph/v19.0/me/messages?access_token=bench-page-token"
+        wrk.body = '{"messaging_type":"RESPONSE","recipient":{"id":"' .. PSID .. '"},'
+            .. '"message":{"text":"' .. TEXT .. ' 1"}}'
+    else
+        error("bench.lua: MODE must be botgate or upstream, got " .. tostring(mode))
+    end
+end
+
+local pace = tonumber(os.getenv("BENCH_DELAY_MS") or "") or 0
+if pace > 0 then
+    function delay()
+        return pace
+    end
+end
+
+function done(summary, latency, requests)
+    local e = summary.errors
+    io.write(string.format(
+        'BENCH_JSON {"requests":%d,"duration_us":%d,"bytes":%d,"connect":%d,"read":%d,'
+            .. '"write":%d,"status":%d,"timeout":%d,"p50_us":%d,"p90_us":%d,"p99_us":%d,'
+            .. '"p999_us":%d,"max_us":%d,"mean_us":%.1f}\n',
+        summary.requests, summary.duration, summary.bytes, e.connect, e.read, e.write, e.status,
+        e.timeout, latency:percentile(50), latency:percentile(90), latency:percentile(99),
+        latency:percentile(99.9), latency.max, latency.mean))
+end
