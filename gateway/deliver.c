@@ -121,6 +121,18 @@ void deliver_cancel(op_t *op)
     op->dl = DL_IDLE;
 }
 
+/* Every outbound answer passes here on its way to the phase's callback: metrics. */
+static void on_answer(void *arg, const upstream_answer_t *ans)
+{
+    op_t *op = arg;
+    upstream_cb *cb = op->xfer_cb;
+
+    metrics_call(&op->w->metrics,
+                 op->dl == DL_MEDIA_FETCH ? METRICS_TARGET_MEDIA : metrics_target(op->adapter->type),
+                 ans->a.status, (int64_t)ans->elapsed_us);
+    cb(op, ans);
+}
+
 /* Starts op->call_req on client up; cb gets the answer. */
 static void call_on(op_t *op, upstream_t *up, deliver_phase_t phase, size_t max_answer,
                     unsigned flags, upstream_cb *cb)
@@ -134,8 +146,9 @@ static void call_on(op_t *op, upstream_t *up, deliver_phase_t phase, size_t max_
     }
     op->dl = phase;
     op->platform_calls++;
+    op->xfer_cb = cb;
     op->xfer = upstream_start(up, &op->call_req, remaining < timeout ? remaining : timeout,
-                              max_answer, flags, cb, op);
+                              max_answer, flags, on_answer, op);
     if (op->xfer == NULL)
         fail(op, ADAPTER_SERVER_ERROR, 0, "could not start the platform call");
 }

@@ -6,11 +6,13 @@
 
 #include <arpa/inet.h>
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/listener.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void send_json(struct evhttp_request *req, int status, const char *reason,
@@ -42,6 +44,23 @@ static void ready(worker_t *w, struct evhttp_request *req)
         send_json(req, 200, "OK", "{\"ok\":1}");
 }
 
+static void metrics(worker_t *w, struct evhttp_request *req)
+{
+    const metrics_t *all[256];
+    int n;
+    worker_t *workers = worker_all(&n);
+
+    (void)w;
+    if (n > 256)
+        n = 256;
+    for (int i = 0; i < n; i++)
+        all[i] = &workers[i].metrics;
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+                      "text/plain; version=0.0.4; charset=utf-8");
+    metrics_render(evhttp_request_get_output_buffer(req), all, n);
+    evhttp_send_reply(req, 200, "OK", NULL);
+}
+
 static const struct route {
     const char *path;
     enum evhttp_cmd_type method;
@@ -51,6 +70,7 @@ static const struct route {
     {"/redirectMemberToNode", EVHTTP_REQ_POST, op_redirect_start},
     {"/healthz", EVHTTP_REQ_GET, health},
     {"/readyz", EVHTTP_REQ_GET, ready},
+    {"/metrics", EVHTTP_REQ_GET, metrics},
 };
 
 static void on_request(struct evhttp_request *req, void *arg)
@@ -81,6 +101,79 @@ static void on_request(struct evhttp_request *req, void *arg)
     send_json(req, 404, "Not Found", "{\"ok\":0,\"err\":\"not found\",\"error\":\"not found\"}");
 }
 
+/* ---- connection cap ----
+ * evhttp 2.1 tells nobody when a connection closes unless a close callback was set on it, and
+ * offers no hook where a new connection is seen with its evhttp_connection. So the bufferevent
+ * callback counts the connection and queues its bufferevent; a deferred callback, run in the
+ * same loop iteration once evhttp has wired the connection up, finds the evhttp_connection
+ * (the bufferevent's callback argument) and sets the close callback that uncounts it. Past the
+ * cap the listener stops accepting (the kernel keeps new connections in its backlog); below
+ * it, accepting resumes. (A pass-through filter bufferevent would see the free too, but evhttp
+ * then believes a reply is sent once it reaches the filter and may close before it is.) */
+
+static void update_accepting(worker_t *w)
+{
+    if (w->listener == NULL || w->draining)
+        return;
+    if (w->accepting && w->connections >= (size_t)w->cfg->max_connections) {
+        evconnlistener_disable(w->listener);
+        w->accepting = 0;
+        atomic_fetch_add_explicit(&w->metrics.accept_pauses, 1, memory_order_relaxed);
+    } else if (!w->accepting && w->connections < (size_t)w->cfg->max_connections) {
+        evconnlistener_enable(w->listener);
+        w->accepting = 1;
+    }
+}
+
+static void on_connection_closed(struct evhttp_connection *evcon, void *arg)
+{
+    worker_t *w = arg;
+
+    (void)evcon;
+    w->connections--;
+    atomic_fetch_add_explicit(&w->metrics.connections, -1, memory_order_relaxed);
+    update_accepting(w);
+}
+
+static void adopt_connections(evutil_socket_t fd, short what, void *arg)
+{
+    worker_t *w = arg;
+
+    (void)fd;
+    (void)what;
+    for (size_t i = 0; i < w->n_fresh; i++) {
+        void *evcon = NULL;
+        bufferevent_getcb(w->fresh[i], NULL, NULL, NULL, &evcon);
+        if (evcon != NULL)
+            evhttp_connection_set_closecb(evcon, on_connection_closed, w);
+    }
+    w->n_fresh = 0;
+}
+
+static struct bufferevent *new_connection(struct event_base *base, void *arg)
+{
+    worker_t *w = arg;
+    struct bufferevent *bev;
+    struct bufferevent **fresh = w->fresh;
+
+    if (w->n_fresh == w->cap_fresh) {
+        size_t cap = w->cap_fresh ? w->cap_fresh * 2 : 64;
+        if ((fresh = realloc(w->fresh, cap * sizeof(*fresh))) == NULL)
+            return NULL;
+        w->fresh = fresh;
+        w->cap_fresh = cap;
+    }
+    bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+    if (bev == NULL)
+        return NULL;
+    w->fresh[w->n_fresh++] = bev;
+    event_active(w->adopt_ev, EV_TIMEOUT, 0);
+    w->connections++;
+    atomic_fetch_add_explicit(&w->metrics.connections, 1, memory_order_relaxed);
+    update_accepting(w);
+    return bev;
+}
+
 int http_start(worker_t *w)
 {
     const config_t *cfg = w->cfg;
@@ -99,6 +192,10 @@ int http_start(worker_t *w)
                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
                                             EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
     evhttp_set_gencb(w->http, on_request, w);
+    evhttp_set_bevcb(w->http, new_connection, w);
+    w->adopt_ev = event_new(w->base, -1, 0, adopt_connections, w);
+    if (w->adopt_ev == NULL)
+        return -1;
 
     if (strchr(cfg->listen_host, ':') != NULL)
         snprintf(spec, sizeof(spec), "[%s]:%d", cfg->listen_host, cfg->listen_port);

@@ -1,11 +1,21 @@
-/* metrics.c - recording into the per-worker counters. */
+/* metrics.c - recording into the per-worker counters, and the Prometheus exposition that sums
+ * them. Labels never carry ids or secrets: only routes, codes, platforms and outcomes. */
 #include "metrics.h"
 
-const double metrics_bounds[METRICS_LATENCY_BUCKETS] = {
+#include <event2/buffer.h>
+#include <string.h>
+
+static const double bounds[METRICS_BUCKETS] = {
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 };
+static const char *const route_names[METRICS_ROUTES] = {"sendResponses", "redirectMemberToNode"};
+static const int statuses[METRICS_STATUSES] = {200, 413, 500};
+static const char *const targets[METRICS_TARGETS] = {
+    "facebook", "whatsapp", "whatsapp-cloud", "slack", "wechat", "teamwork", "media", "webhook",
+};
+static const char *const outcomes[METRICS_OUTCOMES] = {"2xx", "4xx", "5xx", "no_answer"};
 
-int metrics_code_slot(int err_code)
+static int code_slot(int err_code)
 {
     if (err_code == 0)
         return 0;
@@ -16,20 +26,198 @@ int metrics_code_slot(int err_code)
     return 2;
 }
 
-static int bucket(int64_t us)
+static const char *code_label(int slot, char *buf)
+{
+    if (slot == 0)
+        return "0";
+    if (slot == 1)
+        return "unauthorized";
+    if (slot == 2)
+        return "internal";
+    buf[0] = '1';
+    buf[1] = (char)('0' + (slot - 3) / 10);
+    buf[2] = (char)('0' + (slot - 3) % 10);
+    buf[3] = '\0';
+    return buf;
+}
+
+static void add(atomic_uint_fast64_t *c, uint64_t v)
+{
+    atomic_fetch_add_explicit(c, v, memory_order_relaxed);
+}
+
+static uint64_t get(const atomic_uint_fast64_t *c)
+{
+    return atomic_load_explicit(c, memory_order_relaxed);
+}
+
+void metrics_observe(metrics_histogram_t *h, int64_t us)
 {
     int i = 0;
 
-    while (i < METRICS_LATENCY_BUCKETS && (double)us / 1e6 > metrics_bounds[i])
+    if (us < 0)
+        us = 0;
+    while (i < METRICS_BUCKETS && (double)us > bounds[i] * 1e6)
         i++;
-    return i;
+    add(&h->buckets[i], 1);
+    add(&h->sum_us, (uint64_t)us);
 }
 
-void metrics_request(metrics_t *m, metrics_route_t route, int err_code, int64_t elapsed_us)
+void metrics_request(metrics_t *m, metrics_route_t route, int http_status, int err_code,
+                     int64_t elapsed_us)
 {
-    atomic_fetch_add_explicit(&m->requests[route][metrics_code_slot(err_code)], 1,
-                              memory_order_relaxed);
-    atomic_fetch_add_explicit(&m->latency[route][bucket(elapsed_us)], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&m->latency_sum_us[route], (uint64_t)elapsed_us,
-                              memory_order_relaxed);
+    int s = http_status == 200 ? 0 : http_status == 413 ? 1 : 2;
+
+    add(&m->requests[route][s][code_slot(err_code)], 1);
+    metrics_observe(&m->latency[route], elapsed_us);
+}
+
+void metrics_call(metrics_t *m, int target, long status, int64_t elapsed_us)
+{
+    int o = status >= 200 && status < 300   ? 0
+            : status >= 400 && status < 500 ? 1
+            : status >= 500                 ? 2
+                                            : 3;
+
+    if (target < 0 || target >= METRICS_TARGETS)
+        return;
+    add(&m->calls[target][o], 1);
+    metrics_observe(&m->call_latency[target], elapsed_us);
+}
+
+int metrics_target(const char *type)
+{
+    for (int i = 0; i < 6; i++)
+        if (type != NULL && strcmp(targets[i], type) == 0)
+            return i;
+    return -1;
+}
+
+/* ---- exposition ---- */
+
+static void header(struct evbuffer *b, const char *name, const char *type, const char *help)
+{
+    evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void histogram(struct evbuffer *b, const char *name, const char *label, const char *value,
+                      const metrics_histogram_t *const *hs, int n)
+{
+    uint64_t cum = 0, sum_us = 0;
+
+    for (int i = 0; i <= METRICS_BUCKETS; i++) {
+        for (int w = 0; w < n; w++)
+            cum += get(&hs[w]->buckets[i]);
+        if (i < METRICS_BUCKETS)
+            evbuffer_add_printf(b, "%s_bucket{%s%s%s%sle=\"%g\"} %llu\n", name,
+                                label ? label : "", label ? "=\"" : "", label ? value : "",
+                                label ? "\"," : "", bounds[i], (unsigned long long)cum);
+        else
+            evbuffer_add_printf(b, "%s_bucket{%s%s%s%sle=\"+Inf\"} %llu\n", name,
+                                label ? label : "", label ? "=\"" : "", label ? value : "",
+                                label ? "\"," : "", (unsigned long long)cum);
+    }
+    for (int w = 0; w < n; w++)
+        sum_us += get(&hs[w]->sum_us);
+    if (label) {
+        evbuffer_add_printf(b, "%s_sum{%s=\"%s\"} %.6f\n", name, label, value, sum_us / 1e6);
+        evbuffer_add_printf(b, "%s_count{%s=\"%s\"} %llu\n", name, label, value,
+                            (unsigned long long)cum);
+    } else {
+        evbuffer_add_printf(b, "%s_sum %.6f\n%s_count %llu\n", name, sum_us / 1e6, name,
+                            (unsigned long long)cum);
+    }
+}
+
+/* Sums one counter (a field path inside metrics_t) over every worker. */
+#define SUM(out, field)                                                                            \
+    do {                                                                                           \
+        (out) = 0;                                                                                 \
+        for (int w_ = 0; w_ < n; w_++)                                                             \
+            (out) += atomic_load_explicit(&all[w_]->field, memory_order_relaxed);                  \
+    } while (0)
+
+static void scalar(struct evbuffer *b, const char *name, const char *type, const char *help,
+                   long long value)
+{
+    header(b, name, type, help);
+    evbuffer_add_printf(b, "%s %lld\n", name, value);
+}
+
+void metrics_render(struct evbuffer *b, const metrics_t *const *all, int n)
+{
+    const metrics_histogram_t *hs[256] = {0};
+    char code[8];
+    uint64_t v;
+    long long g;
+
+    if (n > 256)
+        n = 256;
+    header(b, "botgate_requests_total", "counter",
+           "API requests answered, by route, HTTP status and err_code.");
+    for (int r = 0; r < METRICS_ROUTES; r++)
+        for (int s = 0; s < METRICS_STATUSES; s++)
+            for (int c = 0; c < METRICS_CODES; c++) {
+                SUM(v, requests[r][s][c]);
+                /* every success series always, errors once they happened */
+                if (v == 0 && !(s == 0 && c == 0))
+                    continue;
+                evbuffer_add_printf(b,
+                                    "botgate_requests_total{route=\"%s\",status=\"%d\","
+                                    "err_code=\"%s\"} %llu\n",
+                                    route_names[r], statuses[s], code_label(c, code),
+                                    (unsigned long long)v);
+            }
+    header(b, "botgate_request_duration_seconds", "histogram",
+           "Time from a request's arrival to its answer.");
+    for (int r = 0; r < METRICS_ROUTES; r++) {
+        for (int w = 0; w < n; w++)
+            hs[w] = &all[w]->latency[r];
+        histogram(b, "botgate_request_duration_seconds", "route", route_names[r], hs, n);
+    }
+    SUM(g, in_flight);
+    scalar(b, "botgate_requests_in_flight", "gauge", "API requests being worked on.", g);
+    header(b, "botgate_platform_calls_total", "counter",
+           "Outbound calls by target (platform, media download, webhook) and outcome.");
+    for (int t = 0; t < METRICS_TARGETS; t++)
+        for (int o = 0; o < METRICS_OUTCOMES; o++) {
+            SUM(v, calls[t][o]);
+            evbuffer_add_printf(b,
+                                "botgate_platform_calls_total{target=\"%s\",outcome=\"%s\"} %llu\n",
+                                targets[t], outcomes[o], (unsigned long long)v);
+        }
+    header(b, "botgate_platform_call_duration_seconds", "histogram",
+           "Duration of outbound calls by target.");
+    for (int t = 0; t < METRICS_TARGETS; t++) {
+        for (int w = 0; w < n; w++)
+            hs[w] = &all[w]->call_latency[t];
+        histogram(b, "botgate_platform_call_duration_seconds", "target", targets[t], hs, n);
+    }
+    SUM(v, redis_commands);
+    scalar(b, "botgate_redis_commands_total", "counter", "Redis commands answered.", (long long)v);
+    SUM(v, redis_errors);
+    scalar(b, "botgate_redis_errors_total", "counter",
+           "Redis commands that failed (connection lost, timed out, error reply).", (long long)v);
+    SUM(v, redis_reconnects);
+    scalar(b, "botgate_redis_disconnects_total", "counter", "Redis connections lost.",
+           (long long)v);
+    header(b, "botgate_redis_command_duration_seconds", "histogram",
+           "Time from sending a Redis command to its reply.");
+    for (int w = 0; w < n; w++)
+        hs[w] = &all[w]->redis_latency;
+    histogram(b, "botgate_redis_command_duration_seconds", NULL, NULL, hs, n);
+    SUM(g, redis_up);
+    scalar(b, "botgate_redis_connected_workers", "gauge", "Workers whose Redis connection is up.",
+           g);
+    SUM(v, credential_refreshes);
+    scalar(b, "botgate_credential_refreshes_total", "counter",
+           "Platform credentials refreshed (whatsapp admin logins, wechat access tokens).",
+           (long long)v);
+    SUM(g, connections);
+    scalar(b, "botgate_connections_open", "gauge", "Open client connections.", g);
+    SUM(v, accept_pauses);
+    scalar(b, "botgate_accept_pauses_total", "counter",
+           "Times a worker stopped accepting connections because it reached its cap.",
+           (long long)v);
+    scalar(b, "botgate_workers", "gauge", "Worker threads.", n);
 }

@@ -6,35 +6,56 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+struct evbuffer;
+
 typedef enum {
     METRICS_ROUTE_SEND = 0,
     METRICS_ROUTE_REDIRECT,
-    METRICS_ROUTE_OTHER,
     METRICS_ROUTES
 } metrics_route_t;
 
 /* err_code slots: 0 = success, 1 = unauthorized, 2 = internal, then 100..120. */
 #define METRICS_CODES 24
-#define METRICS_LATENCY_BUCKETS 14
+/* HTTP status slots: 200, 413, 500. */
+#define METRICS_STATUSES 3
+#define METRICS_BUCKETS 14
+/* Outbound call targets: the six platforms, then media downloads and webhooks. */
+#define METRICS_TARGETS 8
+#define METRICS_TARGET_MEDIA 6
+#define METRICS_TARGET_WEBHOOK 7
+/* Outcome of an outbound call: 2xx, 4xx, 5xx, no answer (connect failure, timeout, refused). */
+#define METRICS_OUTCOMES 4
+
+typedef struct metrics_histogram {
+    atomic_uint_fast64_t buckets[METRICS_BUCKETS + 1]; /* the last one is +Inf */
+    atomic_uint_fast64_t sum_us;
+} metrics_histogram_t;
 
 typedef struct metrics {
-    atomic_uint_fast64_t requests[METRICS_ROUTES][METRICS_CODES];
-    atomic_uint_fast64_t latency[METRICS_ROUTES][METRICS_LATENCY_BUCKETS + 1]; /* +Inf last */
-    atomic_uint_fast64_t latency_sum_us[METRICS_ROUTES];
-    atomic_uint_fast64_t platform_calls[8][4];   /* platform index x outcome */
-    atomic_uint_fast64_t platform_latency[8][METRICS_LATENCY_BUCKETS + 1];
-    atomic_uint_fast64_t platform_latency_sum_us[8];
+    atomic_uint_fast64_t requests[METRICS_ROUTES][METRICS_STATUSES][METRICS_CODES];
+    metrics_histogram_t latency[METRICS_ROUTES];
+    atomic_uint_fast64_t calls[METRICS_TARGETS][METRICS_OUTCOMES];
+    metrics_histogram_t call_latency[METRICS_TARGETS];
+    atomic_uint_fast64_t redis_commands;
     atomic_uint_fast64_t redis_errors;
     atomic_uint_fast64_t redis_reconnects;
+    metrics_histogram_t redis_latency;
     atomic_uint_fast64_t credential_refreshes;
+    atomic_uint_fast64_t accept_pauses;
     atomic_int_fast64_t in_flight;
     atomic_int_fast64_t connections;
+    atomic_int_fast64_t redis_up;
 } metrics_t;
 
-/* Bucket upper bounds in seconds, shared by every histogram. */
-extern const double metrics_bounds[METRICS_LATENCY_BUCKETS];
+void metrics_request(metrics_t *m, metrics_route_t route, int http_status, int err_code,
+                     int64_t elapsed_us);
+/* target: metrics_target() or METRICS_TARGET_*; status 0 when no answer arrived. */
+void metrics_call(metrics_t *m, int target, long http_status, int64_t elapsed_us);
+void metrics_observe(metrics_histogram_t *h, int64_t elapsed_us);
+/* The metrics target of a channel type, -1 when unknown. */
+int metrics_target(const char *type);
 
-int metrics_code_slot(int err_code);
-void metrics_request(metrics_t *m, metrics_route_t route, int err_code, int64_t elapsed_us);
+/* Sums every worker's counters into buf, in the Prometheus text format (version 0.0.4). */
+void metrics_render(struct evbuffer *buf, const metrics_t *const *all, int n);
 
 #endif

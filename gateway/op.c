@@ -192,7 +192,7 @@ static void reply(op_t *op, int status, json_t *body, int code)
     evhttp_send_reply(op->req, status, status == 200 ? "OK" : status == 413 ? "Payload Too Large"
                                                                           : "Internal Server Error",
                       NULL);
-    metrics_request(&op->w->metrics, op->route, code, elapsed);
+    metrics_request(&op->w->metrics, op->route, status, code, elapsed);
     log_request(op, status, code, elapsed);
     op->phase = OP_DONE;
     op_free(op);

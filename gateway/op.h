@@ -94,6 +94,7 @@ typedef struct op {
     json_t *sending;              /* the response with media_id etc. (owned), or NULL */
     op_delivered_fn *delivered;
     upstream_xfer_t *xfer;
+    upstream_cb *xfer_cb;         /* where the answer of xfer goes after the metrics */
     adapter_call_t call_req;      /* the call in flight */
     int cred_ready;               /* credential checked for this request */
     int cred_refreshed;           /* refreshed once in this request already */

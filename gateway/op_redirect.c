@@ -120,6 +120,8 @@ static void on_webhook(void *arg, const upstream_answer_t *ans)
     json_t *answer = ok ? json_loadb(ans->a.body, ans->a.body_len, JSON_DECODE_ANY, NULL) : NULL;
 
     op->xfer = NULL;
+    metrics_call(&op->w->metrics, METRICS_TARGET_WEBHOOK, ans->a.status,
+                 (int64_t)ans->elapsed_us);
     adapter_call_free(&op->call_req);
     node_run_webhook_done(op->node, ok, answer);
     step(op);

@@ -346,12 +346,12 @@ static void finish(upstream_xfer_t *x, CURLcode code)
     void *arg = x->arg;
     long status = 0;
     char *ctype = NULL;
-    double total = 0;
+    curl_off_t total_us = 0;
 
     memset(&ans, 0, sizeof(ans));
     curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_getinfo(x->easy, CURLINFO_CONTENT_TYPE, &ctype);
-    curl_easy_getinfo(x->easy, CURLINFO_TOTAL_TIME, &total);
+    curl_easy_getinfo(x->easy, CURLINFO_TOTAL_TIME_T, &total_us);
     if (x->buf == NULL && (x->buf = malloc(1)) != NULL)
         x->cap = 1;
     if (x->buf != NULL)
@@ -359,7 +359,7 @@ static void finish(upstream_xfer_t *x, CURLcode code)
     ans.curl_code = code;
     ans.blocked = x->blocked;
     ans.too_large = x->too_large;
-    ans.elapsed_ms = (long)(total * 1000);
+    ans.elapsed_us = (long long)total_us;
     ans.a.status = code == CURLE_OK ? status : 0;
     ans.a.body = x->buf ? x->buf : "";
     ans.a.body_len = code == CURLE_OK ? x->len : 0;

@@ -29,7 +29,7 @@ typedef struct upstream_answer {
     int blocked;         /* 1 when the SSRF guard refused the address */
     int too_large;       /* 1 when the answer was longer than allowed */
     const char *error;   /* what went wrong, "" when nothing */
-    long elapsed_ms;
+    long long elapsed_us;
 } upstream_answer_t;
 
 typedef void upstream_cb(void *arg, const upstream_answer_t *ans);

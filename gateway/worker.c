@@ -65,12 +65,22 @@ static void on_redis_state(void *arg, int up, const char *why)
 {
     worker_t *w = arg;
 
+    atomic_store_explicit(&w->metrics.redis_up, up ? 1 : 0, memory_order_relaxed);
     if (up) {
         log_msg(LOG_INFO, "worker %d: redis %s", w->id, why);
     } else {
         atomic_fetch_add_explicit(&w->metrics.redis_reconnects, 1, memory_order_relaxed);
         log_msg(LOG_WARN, "worker %d: redis down: %s", w->id, why);
     }
+}
+
+static void on_redis_command(void *arg, int ok, int64_t latency_us)
+{
+    worker_t *w = arg;
+
+    atomic_fetch_add_explicit(ok ? &w->metrics.redis_commands : &w->metrics.redis_errors, 1,
+                              memory_order_relaxed);
+    metrics_observe(&w->metrics.redis_latency, latency_us);
 }
 
 /* Answers every request still in flight (used when the drain time is over). */
@@ -161,6 +171,7 @@ int worker_init(worker_t *w, int id, const config_t *cfg)
     if (w->store == NULL)
         return -1;
     redisc_set_state_cb(store_redis(w->store), on_redis_state, w);
+    redisc_set_observer(store_redis(w->store), on_redis_command, w);
     memset(&ucfg, 0, sizeof(ucfg));
     ucfg.ca_file = cfg->ca_file;
     ucfg.max_connections = 4096;
@@ -202,12 +213,17 @@ void worker_tell(worker_t *w, char what)
 void worker_cleanup(worker_t *w)
 {
     abort_all(w);
+    w->draining = 1;     /* connections closing now must not re-enable accepting */
+    w->listener = NULL;  /* evhttp_free frees it with the bound socket */
     if (w->http != NULL)
-        evhttp_free(w->http); /* also frees the bound listener */
+        evhttp_free(w->http);
     if (w->ctl_ev != NULL)
         event_free(w->ctl_ev);
     if (w->drain_timer != NULL)
         event_free(w->drain_timer);
+    if (w->adopt_ev != NULL)
+        event_free(w->adopt_ev);
+    free(w->fresh);
     upstream_free(w->up);
     upstream_free(w->up_user);
     store_free(w->store);

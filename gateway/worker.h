@@ -15,6 +15,7 @@ struct event_base;
 struct event;
 struct evhttp;
 struct evconnlistener;
+struct bufferevent;
 struct op;
 
 typedef struct worker {
@@ -33,6 +34,9 @@ typedef struct worker {
     int draining;
     size_t in_flight;         /* requests accepted and not yet answered */
     size_t connections;       /* open client connections */
+    struct bufferevent **fresh; /* connections accepted in this loop iteration (http.c) */
+    size_t n_fresh, cap_fresh;
+    struct event *adopt_ev;
     int accepting;            /* the listener is enabled */
     struct op *ops;           /* in-flight requests, for drain */
     uint64_t rng;             /* xorshift state for ids */

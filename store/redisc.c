@@ -24,6 +24,7 @@ struct redisc_cmd {
     redisc_cb *cb; /* NULL once cancelled */
     void *arg;
     int64_t deadline_ms;
+    int64_t sent_us;
     redisc_cmd_t *prev, *next;
 };
 
@@ -43,6 +44,8 @@ struct redisc {
     redisc_cmd_t *spare;    /* free list, so that a command costs no malloc */
     redisc_state_cb *state_cb;
     void *state_arg;
+    redisc_observe_cb *observe;
+    void *observe_arg;
 };
 
 static int64_t now_ms(void)
@@ -51,6 +54,14 @@ static int64_t now_ms(void)
 
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 static void arm(struct event *ev, int64_t ms)
@@ -119,6 +130,10 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     void *arg = c->arg;
 
     (void)ac;
+    if (r->observe != NULL)
+        r->observe(r->observe_arg,
+                   reply != NULL && ((redisReply *)reply)->type != REDIS_REPLY_ERROR,
+                   now_us() - c->sent_us);
     unlink_cmd(r, c);
     if (cb != NULL)
         cb(reply, arg);
@@ -162,6 +177,7 @@ static int send_cmd(redisc_t *r, redisc_cb *cb, void *arg, int argc, const char 
     c->r = r;
     c->cb = cb;
     c->arg = arg;
+    c->sent_us = r->observe != NULL ? now_us() : 0;
     c->deadline_ms = now_ms() + r->cfg.command_timeout_ms;
     c->next = NULL;
     c->prev = r->tail;
@@ -314,6 +330,12 @@ void redisc_set_state_cb(redisc_t *r, redisc_state_cb *cb, void *arg)
 {
     r->state_cb = cb;
     r->state_arg = arg;
+}
+
+void redisc_set_observer(redisc_t *r, redisc_observe_cb *cb, void *arg)
+{
+    r->observe = cb;
+    r->observe_arg = arg;
 }
 
 int redisc_connected(const redisc_t *r)

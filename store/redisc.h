@@ -6,6 +6,7 @@
 
 #include <hiredis/hiredis.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct event_base;
 
@@ -36,6 +37,10 @@ void redisc_free(redisc_t *r); /* pending callbacks are called with NULL */
  * owner can log it and count it. */
 typedef void redisc_state_cb(void *arg, int up, const char *why);
 void redisc_set_state_cb(redisc_t *r, redisc_state_cb *cb, void *arg);
+
+/* Told of every command that ends: ok 0 when it failed or timed out; latency from sending. */
+typedef void redisc_observe_cb(void *arg, int ok, int64_t latency_us);
+void redisc_set_observer(redisc_t *r, redisc_observe_cb *cb, void *arg);
 
 int redisc_connected(const redisc_t *r);
 size_t redisc_in_flight(const redisc_t *r);

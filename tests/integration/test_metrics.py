@@ -1,0 +1,77 @@
+"""GET /metrics: the Prometheus text format (checked by promtool), and counters that follow
+the traffic: requests by route/status/err_code, platform calls by outcome, Redis commands,
+credential refreshes; no ids or secrets in any label."""
+import re
+import shutil
+import subprocess
+import unittest
+
+from harness import StackTest, facebook_channel, member, http
+
+APP = "app-metrics"
+
+
+def parse(text):
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$', line)
+        assert m, "bad exposition line: %r" % line
+        out[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+    return out
+
+
+class Metrics(StackTest):
+    def metrics(self):
+        a = http("GET", self.s.url + "/metrics")
+        self.assertEqual(a.status, 200)
+        self.assertTrue(a.headers["Content-Type"].startswith("text/plain; version=0.0.4"))
+        return a.raw
+
+    def test_counters_follow_traffic_and_format_is_valid(self):
+        s = self.s
+        s.put("channel", facebook_channel("fm", APP))
+        s.put("member", member("mem-zq7", "fm", APP, "psid-zq7"))
+        tok = s.token(APP, "bot:sendResponses")
+        before = parse(self.metrics())
+        ok = {"channelId": "fm", "memberId": "mem-zq7", "response": [{"type": "TEXT", "text": "a"}]}
+        for _ in range(3):
+            self.assertEqual(s.send(ok, tok).status, 200)
+        s.send(dict(ok, memberId="nobody"), tok)                           # 114
+        s.send(ok, "bgt_wrong")                                             # unauthorized
+        s.send({"channelId": "fm", "memberId": "mem-zq7",
+                "response": [{"type": "TEXT", "text": "fail5xx"}]}, tok)   # 200, a 5xx call
+        text = self.metrics()
+        after = parse(text)
+
+        def delta(key):
+            return after.get(key, 0) - before.get(key, 0)
+
+        send = 'route="sendResponses"'
+        self.assertEqual(delta('botgate_requests_total{%s,status="200",err_code="0"}' % send), 4)
+        self.assertEqual(delta('botgate_requests_total{%s,status="500",err_code="114"}' % send), 1)
+        self.assertEqual(delta('botgate_requests_total{%s,status="500",err_code="unauthorized"}'
+                               % send), 1)
+        self.assertEqual(delta('botgate_request_duration_seconds_count{%s}' % send), 6)
+        self.assertEqual(delta('botgate_platform_calls_total{target="facebook",outcome="2xx"}'), 3)
+        self.assertEqual(delta('botgate_platform_calls_total{target="facebook",outcome="5xx"}'), 1)
+        self.assertGreaterEqual(delta("botgate_redis_commands_total"), 15)
+        self.assertEqual(after["botgate_requests_in_flight"], 0)
+        self.assertEqual(after["botgate_workers"], 2)
+        self.assertEqual(after["botgate_redis_connected_workers"], 2)
+        # histogram buckets are cumulative
+        buckets = [v for k, v in after.items()
+                   if k.startswith("botgate_request_duration_seconds_bucket{%s" % send)]
+        self.assertEqual(buckets, sorted(buckets))
+        for secret in [tok, "fb-page-token", "psid-zq7", "mem-zq7"]:
+            self.assertNotIn(secret, text)
+        promtool = shutil.which("promtool")
+        self.assertIsNotNone(promtool, "promtool (Debian package prometheus) is needed")
+        r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
+                           text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
