@@ -95,7 +95,7 @@ int adapter_fail(adapter_result_t *res, adapter_status_t status, const char *fmt
     va_start(ap, fmt);
     vsnprintf(res->error, sizeof(res->error), fmt, ap);
     va_end(ap);
-    bg_utf8_trim(res->error);
+    bg_utf8_sanitize(res->error);
     return -1;
 }
 

@@ -54,10 +54,19 @@ int auth_token_decode(const json_t *root, auth_token_t *out)
     json_array_foreach(json_object_get(root, "scopes"), i, v)
         out->scopes |= auth_scope_bit(json_string_value(v));
     v = json_object_get(root, "expiresAt");
-    if (json_is_number(v))
-        out->expires_at = (int64_t)json_number_value(v);
-    else if (v != NULL && !json_is_null(v))
+    if (json_is_integer(v)) {
+        out->expires_at = json_integer_value(v);
+    } else if (json_is_real(v)) {
+        double d = json_real_value(v);
+        if (!(d > -9.2e18 && d < 9.2e18)) /* casting it to int64_t would be undefined */
+            goto fail;
+        out->expires_at = (int64_t)d;
+    } else if (v != NULL && !json_is_null(v)) {
         goto fail;
+    }
+    /* 0 in expires_at means "never"; a record's 0 (or less) is a moment long past. */
+    if (v != NULL && !json_is_null(v) && out->expires_at <= 0)
+        out->expires_at = -1;
     v = json_object_get(root, "channels");
     if (json_is_array(v))
         out->channels = json_incref(v);

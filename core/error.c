@@ -14,8 +14,45 @@ int bg_error_set(bg_error_t *err, int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
     va_end(ap);
-    bg_utf8_trim(err->msg);
+    bg_utf8_sanitize(err->msg);
     return -1;
+}
+
+/* Length of the valid UTF-8 sequence at p (RFC 3629: no overlongs, no surrogates, at most
+ * U+10FFFF), 0 when it is not one. */
+static size_t utf8_valid_at(const unsigned char *p)
+{
+    unsigned char c = p[0];
+
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xC2 && c <= 0xDF)
+        return (p[1] & 0xC0) == 0x80 ? 2 : 0;
+    if (c >= 0xE0 && c <= 0xEF) {
+        unsigned char lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+        return p[1] >= lo && p[1] <= hi && (p[2] & 0xC0) == 0x80 ? 3 : 0;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+        unsigned char lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+        return p[1] >= lo && p[1] <= hi && (p[2] & 0xC0) == 0x80 && (p[3] & 0xC0) == 0x80 ? 4
+                                                                                           : 0;
+    }
+    return 0;
+}
+
+void bg_utf8_sanitize(char *s)
+{
+    unsigned char *p = (unsigned char *)s;
+
+    bg_utf8_trim(s); /* a sequence cut at the end goes; broken bytes elsewhere become '?' */
+    while (*p) {
+        size_t n = utf8_valid_at(p);
+        if (n == 0) {
+            *p++ = '?';
+            continue;
+        }
+        p += n;
+    }
 }
 
 void bg_utf8_trim(char *s)

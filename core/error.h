@@ -45,6 +45,12 @@ void bg_error_clear(bg_error_t *err);
 /* Cuts a trailing UTF-8 sequence that truncation left incomplete, so the text stays valid. */
 void bg_utf8_trim(char *s);
 
+/* Drops a sequence cut at the end (bg_utf8_trim), then replaces every other byte that is not
+ * part of a valid UTF-8 sequence with '?': messages built with
+ * "%.40s" from a caller's text may cut a character anywhere, and an answer's message must
+ * stay a valid JSON string. bg_error_set() and adapter_fail() apply it. */
+void bg_utf8_sanitize(char *s);
+
 /* The JSON body of a failure answer: {"ok":0,"err_code":N,"err":msg,"error":msg}
  * (no err_code for BG_ERR_UNAUTHORIZED and BG_ERR_INTERNAL). New reference. */
 json_t *bg_error_to_json(const bg_error_t *err);

@@ -12,7 +12,8 @@ static int check_limits(const json_t *v, int depth, bg_error_t *err)
     json_t *item;
     size_t i;
 
-    if (depth > REQUEST_MAX_DEPTH)
+    /* Only containers make a level: a scalar inside the 64th container is not a 65th. */
+    if (depth > REQUEST_MAX_DEPTH && (json_is_object(v) || json_is_array(v)))
         return bg_error_set(err, BG_ERR_MISSING_PARAM, "body nested deeper than %d levels",
                             REQUEST_MAX_DEPTH);
     switch (json_typeof(v)) {

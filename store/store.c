@@ -3,11 +3,18 @@
  * into JSON for its callback. */
 #include "store.h"
 
+#include <event2/event.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 
-#define CAS_ATTEMPTS 8
+/* Compare-and-set writes to one key are queued inside a worker (they would only defeat each
+ * other on its one connection); what is left are races with other workers and instances,
+ * retried after a short random pause. */
+#define CAS_ATTEMPTS 64
+#define CAS_BUCKETS 256
 
 /* Compare-and-set: writes ARGV[2] only if the key still holds ARGV[1]. */
 static const char CAS_SCRIPT[] =
@@ -29,7 +36,10 @@ static const char UNLOCK_SCRIPT[] =
 
 struct store {
     redisc_t *redis;
+    struct event_base *base;
     char prefix[STORE_PREFIX_MAX];
+    store_call_t *cas_active[CAS_BUCKETS]; /* compare-and-set calls holding their key */
+    uint64_t rng;
 };
 
 typedef enum {
@@ -57,8 +67,15 @@ struct store_call {
     int attempts;
     char *old;
     size_t old_len;
+    unsigned bucket;
+    int cas_state;             /* CAS_NONE, CAS_WAITING (queued behind the holder), CAS_HOLDING */
+    store_call_t *bucket_next; /* next holder in the same bucket */
+    store_call_t *queue_next;  /* the next call waiting for the same key */
+    struct event *pause;       /* the random pause before retrying a lost race */
     char key[STORE_KEY_MAX];
 };
+
+enum { CAS_NONE = 0, CAS_WAITING, CAS_HOLDING };
 
 store_t *store_new(struct event_base *base, const store_config_t *cfg)
 {
@@ -66,6 +83,8 @@ store_t *store_new(struct event_base *base, const store_config_t *cfg)
 
     if (st == NULL)
         return NULL;
+    st->base = base;
+    st->rng = (uint64_t)(uintptr_t)st ^ 0x9E3779B97F4A7C15ULL;
     snprintf(st->prefix, sizeof(st->prefix), "%s", cfg->prefix);
     st->redis = redisc_new(base, &cfg->redis);
     if (st->redis == NULL) {
@@ -102,13 +121,70 @@ static void call_free(store_call_t *c)
 {
     json_decref(c->change);
     free(c->old);
+    if (c->pause != NULL)
+        event_free(c->pause);
     free(c);
+}
+
+/* ---- one compare-and-set per key at a time in this worker ---- */
+
+static unsigned key_bucket(const char *key)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+
+    for (; *key; key++)
+        h = (h ^ (unsigned char)*key) * 16777619u;
+    return h % CAS_BUCKETS;
+}
+
+static store_call_t *cas_holder(store_t *st, unsigned bucket, const char *key)
+{
+    for (store_call_t *h = st->cas_active[bucket]; h != NULL; h = h->bucket_next)
+        if (strcmp(h->key, key) == 0)
+            return h;
+    return NULL;
+}
+
+static void cas_hold(store_call_t *c)
+{
+    c->cas_state = CAS_HOLDING;
+    c->bucket_next = c->st->cas_active[c->bucket];
+    c->st->cas_active[c->bucket] = c;
+}
+
+static store_status_t send_get(store_call_t *c);
+static void finish(store_call_t *c, store_status_t status, json_t *value);
+
+/* The holder c is done (or cancelled): the next call waiting for the key takes over. */
+static void cas_release(store_call_t *c)
+{
+    store_call_t **pp = &c->st->cas_active[c->bucket], *next = c->queue_next;
+    store_status_t st;
+
+    while (*pp != c)
+        pp = &(*pp)->bucket_next;
+    *pp = c->bucket_next;
+    c->cas_state = CAS_NONE;
+    c->queue_next = NULL;
+    if (next == NULL)
+        return;
+    cas_hold(next);
+    if ((st = send_get(next)) != STORE_OK)
+        finish(next, st, NULL); /* which releases the key to the one after it */
 }
 
 void store_cancel(store_call_t *call)
 {
     if (call == NULL)
         return;
+    if (call->cas_state == CAS_WAITING) {
+        store_call_t *h = cas_holder(call->st, call->bucket, call->key);
+        while (h->queue_next != call)
+            h = h->queue_next;
+        h->queue_next = call->queue_next;
+    } else if (call->cas_state == CAS_HOLDING) {
+        cas_release(call);
+    }
     redisc_cancel(call->cmd);
     call_free(call);
 }
@@ -131,6 +207,8 @@ static void finish(store_call_t *c, store_status_t status, json_t *value)
     store_cb *cb = c->cb;
     void *arg = c->arg;
 
+    if (c->cas_state == CAS_HOLDING)
+        cas_release(c);
     call_free(c);
     if (cb != NULL)
         cb(arg, status, value);
@@ -170,6 +248,14 @@ static store_call_t *start_get(store_call_t *c, store_status_t *status)
     const char *argv[] = {"GET", c->key};
 
     return start(c, 2, argv, NULL, status);
+}
+
+static store_status_t send_get(store_call_t *c)
+{
+    const char *argv[] = {"GET", c->key};
+
+    c->kind = CALL_CAS_READ;
+    return send_argv(c, 2, argv, NULL);
 }
 
 /* Nothing was sent: the key did not fit (ids are bounded before this, so it means a bad
@@ -216,6 +302,17 @@ static void cas_write(store_call_t *c, const char *raw, size_t len)
         finish(c, st, NULL);
 }
 
+static void on_pause(evutil_socket_t fd, short what, void *arg)
+{
+    store_call_t *c = arg;
+    store_status_t st;
+
+    (void)fd;
+    (void)what;
+    if ((st = send_get(c)) != STORE_OK)
+        finish(c, st, NULL);
+}
+
 static void on_cas_written(store_call_t *c, redisReply *reply)
 {
     json_t *record;
@@ -236,12 +333,21 @@ static void on_cas_written(store_call_t *c, redisReply *reply)
         finish(c, STORE_CONFLICT, NULL);
         return;
     }
-    c->kind = CALL_CAS_READ;
+    /* Another worker or instance wrote first: read again after 0..31 ms, so that racing
+     * writers spread out instead of colliding again. */
     {
-        const char *argv[] = {"GET", c->key};
-        store_status_t st = send_argv(c, 2, argv, NULL);
-        if (st != STORE_OK)
-            finish(c, st, NULL);
+        uint64_t x = c->st->rng;
+        struct timeval tv = {0, 0};
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        c->st->rng = x;
+        tv.tv_usec = (suseconds_t)((x % (1u << (c->attempts < 5 ? c->attempts : 5))) * 1000);
+        if (c->pause == NULL && (c->pause = evtimer_new(c->st->base, on_pause, c)) == NULL) {
+            finish(c, STORE_UNAVAILABLE, NULL);
+            return;
+        }
+        evtimer_add(c->pause, &tv);
     }
 }
 
@@ -379,11 +485,33 @@ store_call_t *store_member_for_recipient(store_t *st, const char *channel_id,
 static store_call_t *start_cas(store_call_t *c, store_mutate_fn *mutate, const json_t *change,
                                int64_t now_ms, store_status_t *status)
 {
+    store_call_t *h;
+    store_status_t st;
+
     c->kind = CALL_CAS_READ;
     c->mutate = mutate;
     c->change = json_deep_copy(change);
     c->now_ms = now_ms;
-    return start_get(c, status);
+    c->bucket = key_bucket(c->key);
+    if ((h = cas_holder(c->st, c->bucket, c->key)) != NULL) {
+        /* wait behind the calls already writing this key */
+        while (h->queue_next != NULL)
+            h = h->queue_next;
+        h->queue_next = c;
+        c->cas_state = CAS_WAITING;
+        if (status != NULL)
+            *status = STORE_OK;
+        return c;
+    }
+    cas_hold(c);
+    if ((st = send_get(c)) != STORE_OK) {
+        cas_release(c);
+        call_free(c);
+        c = NULL;
+    }
+    if (status != NULL)
+        *status = st;
+    return c;
 }
 
 static int merge_info(json_t *channel, const json_t *fields, int64_t now_ms)

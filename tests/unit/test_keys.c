@@ -1,0 +1,207 @@
+/* test_keys.c - every Redis key is exactly contract.md's, hash tags included, and never cut. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "store/keys.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HASH "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+/* One key builder with its arguments bound, so every builder is tested the same way. */
+typedef struct key_case {
+    const char *name;
+    const char *channel; /* the channel in the key's hash tag; NULL when the key has none */
+    const char *suffix;  /* the key after the prefix */
+    int (*build)(const struct key_case *c, char *buf, size_t size, const char *prefix);
+} key_case_t;
+
+static int k_token(const key_case_t *c, char *buf, size_t size, const char *prefix)
+{
+    (void)c;
+    return store_key_token(buf, size, prefix, HASH);
+}
+
+static int k_channel(const key_case_t *c, char *buf, size_t size, const char *prefix)
+{
+    return store_key_channel(buf, size, prefix, c->channel);
+}
+
+static int k_member(const key_case_t *c, char *buf, size_t size, const char *prefix)
+{
+    return store_key_member(buf, size, prefix, c->channel, "M1");
+}
+
+static int k_member_base(const key_case_t *c, char *buf, size_t size, const char *prefix)
+{
+    return store_key_member_base(buf, size, prefix, c->channel);
+}
+
+static int k_recipient(const key_case_t *c, char *buf, size_t size, const char *prefix)
+{
+    return store_key_recipient(buf, size, prefix, c->channel, "85291234567");
+}
+
+static int k_tree(const key_case_t *c, char *buf, size_t size, const char *prefix)
+{
+    (void)c;
+    return store_key_tree(buf, size, prefix, "T1");
+}
+
+static int k_contact(const key_case_t *c, char *buf, size_t size, const char *prefix)
+{
+    return store_key_contact(buf, size, prefix, c->channel, "85291234567");
+}
+
+static int k_cred_lock(const key_case_t *c, char *buf, size_t size, const char *prefix)
+{
+    return store_key_cred_lock(buf, size, prefix, c->channel);
+}
+
+static int k_media(const key_case_t *c, char *buf, size_t size, const char *prefix)
+{
+    return store_key_media(buf, size, prefix, c->channel, HASH);
+}
+
+static const key_case_t cases[] = {
+    /* contract.md section 3 */
+    {"token", NULL, "token:" HASH, k_token},
+    {"channel", "C1", "channel:{C1}", k_channel},
+    {"member", "C1", "member:{C1}:M1", k_member},
+    {"recipient", "C1", "recipient:{C1}:85291234567", k_recipient},
+    {"tree", NULL, "tree:T1", k_tree},
+    /* botgate's own keys, in the channel's slot */
+    {"member_base", "C1", "member:{C1}:", k_member_base},
+    {"contact", "C1", "wacontact:{C1}:85291234567", k_contact},
+    {"cred_lock", "C1", "lock:{C1}:credential", k_cred_lock},
+    {"media", "C1", "media:{C1}:" HASH, k_media},
+};
+
+#define NCASES (sizeof(cases) / sizeof(cases[0]))
+
+/* The hash tag Redis Cluster uses: what lies between the first '{' and the next '}', when
+ * that is not empty; else the whole key. */
+static void hash_tag(const char *key, char *out, size_t size)
+{
+    const char *open = strchr(key, '{'), *close = open ? strchr(open + 1, '}') : NULL;
+
+    if (open == NULL || close == NULL || close == open + 1)
+        snprintf(out, size, "%s", key);
+    else
+        snprintf(out, size, "%.*s", (int)(close - open - 1), open + 1);
+}
+
+static void test_exact_keys(void **state)
+{
+    static const char *const prefixes[] = {"botgate:", "tenant7:", "", "x"};
+    char buf[STORE_KEY_MAX], want[STORE_KEY_MAX];
+
+    (void)state;
+    for (size_t p = 0; p < sizeof(prefixes) / sizeof(prefixes[0]); p++) {
+        for (size_t i = 0; i < NCASES; i++) {
+            int n;
+
+            snprintf(want, sizeof(want), "%s%s", prefixes[p], cases[i].suffix);
+            memset(buf, 'Z', sizeof(buf));
+            n = cases[i].build(&cases[i], buf, sizeof(buf), prefixes[p]);
+            if (n < 0 || strcmp(buf, want) != 0)
+                fail_msg("%s with prefix \"%s\": got %d \"%s\", want \"%s\"", cases[i].name,
+                         prefixes[p], n, n < 0 ? "" : buf, want);
+            assert_int_equal(n, strlen(want));
+        }
+    }
+}
+
+static void test_hash_tags(void **state)
+{
+    static const char *const channels[] = {"C1", "65f0c1d2e3a4b5c6d7e8f901", "ch:with:colons",
+                                           "\xc3\xa9t\xc3\xa9"};
+    char buf[STORE_KEY_MAX], tag[STORE_KEY_MAX];
+
+    (void)state;
+    for (size_t c = 0; c < sizeof(channels) / sizeof(channels[0]); c++) {
+        for (size_t i = 0; i < NCASES; i++) {
+            key_case_t kc = cases[i];
+
+            if (kc.channel == NULL) {
+                /* no hash tag: these keys are not bound to a channel's slot */
+                assert_true(kc.build(&kc, buf, sizeof(buf), "botgate:") > 0);
+                assert_null(strchr(buf, '{'));
+                assert_null(strchr(buf, '}'));
+                continue;
+            }
+            kc.channel = channels[c];
+            assert_true(kc.build(&kc, buf, sizeof(buf), "botgate:") > 0);
+            hash_tag(buf, tag, sizeof(tag));
+            if (strcmp(tag, channels[c]) != 0)
+                fail_msg("%s: key %s has hash tag \"%s\", want \"%s\"", kc.name, buf, tag,
+                         channels[c]);
+            /* the tag is the literal "{channelId}" right after the key's type */
+            snprintf(tag, sizeof(tag), ":{%s}", channels[c]);
+            assert_non_null(strstr(buf, tag));
+        }
+    }
+}
+
+static void test_does_not_fit(void **state)
+{
+    char buf[STORE_KEY_MAX], want[STORE_KEY_MAX];
+    char *big;
+
+    (void)state;
+    for (size_t i = 0; i < NCASES; i++) {
+        size_t len;
+
+        snprintf(want, sizeof(want), "botgate:%s", cases[i].suffix);
+        len = strlen(want);
+        /* exactly enough room: the key and its terminator */
+        assert_int_equal(cases[i].build(&cases[i], buf, len + 1, "botgate:"), len);
+        assert_string_equal(buf, want);
+        /* one byte short, much too short, no room at all: -1 */
+        assert_int_equal(cases[i].build(&cases[i], buf, len, "botgate:"), -1);
+        assert_int_equal(cases[i].build(&cases[i], buf, 8, "botgate:"), -1);
+        assert_int_equal(cases[i].build(&cases[i], buf, 1, "botgate:"), -1);
+        assert_int_equal(cases[i].build(&cases[i], buf, 0, "botgate:"), -1);
+    }
+
+    /* an id longer than a key buffer */
+    big = malloc(STORE_KEY_MAX + 1);
+    assert_non_null(big);
+    memset(big, 'c', STORE_KEY_MAX);
+    big[STORE_KEY_MAX] = '\0';
+    assert_int_equal(store_key_channel(buf, sizeof(buf), "botgate:", big), -1);
+    assert_int_equal(store_key_member(buf, sizeof(buf), "botgate:", "C1", big), -1);
+    assert_int_equal(store_key_member(buf, sizeof(buf), "botgate:", big, "M1"), -1);
+    assert_int_equal(store_key_recipient(buf, sizeof(buf), "botgate:", "C1", big), -1);
+    assert_int_equal(store_key_tree(buf, sizeof(buf), "botgate:", big), -1);
+    assert_int_equal(store_key_token(buf, sizeof(buf), big, HASH), -1);
+    /* the largest ids a request may carry (256 bytes each) fit under the longest prefix */
+    {
+        char prefix[STORE_PREFIX_MAX];
+        memset(prefix, 'p', sizeof(prefix) - 1);
+        prefix[sizeof(prefix) - 1] = '\0';
+        big[256] = '\0';
+        assert_true(store_key_member(buf, sizeof(buf), prefix, big, big) > 0);
+        assert_true(store_key_recipient(buf, sizeof(buf), prefix, big, big) > 0);
+        assert_true(store_key_contact(buf, sizeof(buf), prefix, big, big) > 0);
+        assert_true(store_key_tree(buf, sizeof(buf), prefix, big) > 0);
+    }
+    free(big);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_exact_keys),
+        cmocka_unit_test(test_hash_tags),
+        cmocka_unit_test(test_does_not_fit),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,1084 @@
+/* test_request.c - request bodies of both operations: fields, types, limits, 108/117/118. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "core/request.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TARGET    "\"channelId\":\"C1\",\"memberId\":\"M1\""
+#define TEXT_RESP "{\"type\":\"TEXT\",\"text\":\"hi\"}"
+#define REDIRECT  "\"redirect\":{\"tree\":\"T1\",\"nodeCompositeId\":\"N1\"}"
+
+/* A growable string for the bodies built at run time. */
+typedef struct buf {
+    char *s;
+    size_t len, cap;
+} buf_t;
+
+static void buf_grow(buf_t *b, size_t more)
+{
+    if (b->len + more + 1 <= b->cap)
+        return;
+    b->cap = (b->len + more + 1) * 2;
+    b->s = realloc(b->s, b->cap);
+    assert_non_null(b->s);
+}
+
+static void buf_add(buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void buf_add(buf_t *b, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    assert_true(n >= 0);
+    buf_grow(b, (size_t)n);
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+static void buf_rep(buf_t *b, const char *piece, size_t times)
+{
+    size_t n = strlen(piece);
+
+    buf_grow(b, n * times);
+    for (size_t i = 0; i < times; i++) {
+        memcpy(b->s + b->len, piece, n);
+        b->len += n;
+    }
+    b->s[b->len] = '\0';
+}
+
+static void buf_free(buf_t *b)
+{
+    free(b->s);
+    memset(b, 0, sizeof(*b));
+}
+
+/* 1 when msg mentions name as a whole parameter: "response" is not found in
+ * "response[0].type", "redirect.tree" is not found in "redirect.treeX". */
+static int names_param(const char *msg, const char *name)
+{
+    size_t n = strlen(name);
+
+    for (const char *p = strstr(msg, name); p; p = strstr(p + 1, name)) {
+        char before = p == msg ? ' ' : p[-1], after = p[n];
+        if (isalnum((unsigned char)before) || strchr("_.[]", before))
+            continue;
+        if (isalnum((unsigned char)after) || (after && strchr("_.[", after)))
+            continue;
+        return 1;
+    }
+    return 0;
+}
+
+/* Every error: the code, the parameter it names, and a message that survives as JSON. */
+static void check_error(const bg_error_t *err, int code, const char *name, const char *body)
+{
+    json_t *j;
+
+    if (err->code != code)
+        fail_msg("err_code %d (%s), want %d, for %.300s", err->code, err->msg, code, body);
+    if (name != NULL && !names_param(err->msg, name))
+        fail_msg("message \"%s\" does not name %s (body %.300s)", err->msg, name, body);
+    j = bg_error_to_json(err);
+    assert_non_null(j);
+    assert_non_null(json_string_value(json_object_get(j, "err")));
+    assert_non_null(json_string_value(json_object_get(j, "error")));
+    json_decref(j);
+}
+
+static void send_fails_len(const char *body, size_t len, int code, const char *name)
+{
+    send_request_t req;
+    bg_error_t err;
+
+    bg_error_clear(&err);
+    if (request_parse_send(body, len, &req, &err) == 0) {
+        request_send_free(&req);
+        fail_msg("accepted: %.300s", body ? body : "(null)");
+    }
+    assert_null(req.root);
+    assert_null(req.responses);
+    check_error(&err, code, name, body ? body : "(null)");
+    if (err.code != BG_ERR_LIMIT || len <= REQUEST_MAX_BODY)
+        assert_int_equal(err.http_status, 500);
+}
+
+static void send_fails(const char *body, int code, const char *name)
+{
+    send_fails_len(body, strlen(body), code, name);
+}
+
+static void send_ok(const char *body, send_request_t *req)
+{
+    bg_error_t err;
+
+    bg_error_clear(&err);
+    if (request_parse_send(body, strlen(body), req, &err) != 0)
+        fail_msg("refused (%d: %s): %.300s", err.code, err.msg, body);
+    assert_non_null(req->root);
+    assert_true(json_is_array(req->responses));
+}
+
+/* Accepted and released at once. */
+static void send_accepts(const char *body)
+{
+    send_request_t req;
+
+    send_ok(body, &req);
+    request_send_free(&req);
+    assert_null(req.root);
+}
+
+static void redirect_fails_len(const char *body, size_t len, int code, const char *name)
+{
+    redirect_request_t req;
+    bg_error_t err;
+
+    bg_error_clear(&err);
+    if (request_parse_redirect(body, len, &req, &err) == 0) {
+        request_redirect_free(&req);
+        fail_msg("accepted: %.300s", body);
+    }
+    assert_null(req.root);
+    check_error(&err, code, name, body);
+}
+
+static void redirect_fails(const char *body, int code, const char *name)
+{
+    redirect_fails_len(body, strlen(body), code, name);
+}
+
+static void redirect_ok(const char *body, redirect_request_t *req)
+{
+    bg_error_t err;
+
+    bg_error_clear(&err);
+    if (request_parse_redirect(body, strlen(body), req, &err) != 0)
+        fail_msg("refused (%d: %s): %.300s", err.code, err.msg, body);
+    assert_non_null(req->root);
+}
+
+/* {"channelId":..,<id_key>:<id_json>,"response":[TEXT]} with the other id fixed. */
+static char *body_with_id(const char *key, const char *value_json)
+{
+    buf_t b = {0};
+
+    if (strcmp(key, "channelId") == 0)
+        buf_add(&b, "{\"channelId\":%s,\"memberId\":\"M1\"", value_json);
+    else
+        buf_add(&b, "{\"channelId\":\"C1\",\"%s\":%s", key, value_json);
+    buf_add(&b, ",\"response\":[" TEXT_RESP "]}");
+    return b.s;
+}
+
+static void test_send_minimal(void **state)
+{
+    send_request_t req;
+
+    (void)state;
+    send_ok("{" TARGET ",\"response\":[" TEXT_RESP "]}", &req);
+    assert_string_equal(req.target.channel_id, "C1");
+    assert_string_equal(req.target.member_id, "M1");
+    assert_null(req.target.recipient_id);
+    assert_int_equal(json_array_size(req.responses), 1);
+    assert_ptr_equal(req.responses, json_object_get(req.root, "response"));
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(req.responses, 0), "text")), "hi");
+    request_send_free(&req);
+    assert_null(req.root);
+    assert_null(req.responses);
+    assert_null(req.target.channel_id);
+}
+
+static void test_send_member_and_recipient(void **state)
+{
+    send_request_t req;
+
+    (void)state;
+    /* recipientId alone */
+    send_ok("{\"channelId\":\"C1\",\"recipientId\":\"+852 9123-4567\",\"response\":[" TEXT_RESP
+            "]}",
+            &req);
+    assert_null(req.target.member_id);
+    assert_string_equal(req.target.recipient_id, "+852 9123-4567"); /* normalised later */
+    request_send_free(&req);
+
+    /* recipientId null is accepted with memberId */
+    send_ok("{" TARGET ",\"recipientId\":null,\"response\":[" TEXT_RESP "]}", &req);
+    assert_string_equal(req.target.member_id, "M1");
+    assert_null(req.target.recipient_id);
+    request_send_free(&req);
+
+    /* memberId null with a recipientId */
+    send_ok(
+        "{\"channelId\":\"C1\",\"memberId\":null,\"recipientId\":\"R9\",\"response\":[" TEXT_RESP
+        "]}",
+        &req);
+    assert_null(req.target.member_id);
+    assert_string_equal(req.target.recipient_id, "R9");
+    request_send_free(&req);
+
+    /* both: both are kept, the operation lets memberId win */
+    send_ok("{" TARGET ",\"recipientId\":\"R9\",\"response\":[" TEXT_RESP "]}", &req);
+    assert_string_equal(req.target.member_id, "M1");
+    assert_string_equal(req.target.recipient_id, "R9");
+    request_send_free(&req);
+
+    /* ids that are not ASCII, or hold ':' '/' and spaces, are fine */
+    send_ok("{\"channelId\":\"Ch\xc3\xa9:1/x "
+            "y\",\"memberId\":\"\xe2\x82\xac-2\",\"response\":[" TEXT_RESP "]}",
+            &req);
+    assert_string_equal(req.target.channel_id, "Ch\xc3\xa9:1/x y");
+    assert_string_equal(req.target.member_id, "\xe2\x82\xac-2");
+    request_send_free(&req);
+}
+
+static void test_send_target_errors(void **state)
+{
+    static const struct {
+        const char *body;
+        const char *name;
+    } cases[] = {
+        {"{\"memberId\":\"M1\",\"response\":[" TEXT_RESP "]}", "channelId"},
+        {"{\"channelId\":null,\"memberId\":\"M1\",\"response\":[" TEXT_RESP "]}", "channelId"},
+        {"{\"channelId\":5,\"memberId\":\"M1\",\"response\":[" TEXT_RESP "]}", "channelId"},
+        {"{\"channelId\":\"\",\"memberId\":\"M1\",\"response\":[" TEXT_RESP "]}", "channelId"},
+        {"{\"channelId\":{},\"memberId\":\"M1\",\"response\":[" TEXT_RESP "]}", "channelId"},
+        {"{\"channelId\":[\"C1\"],\"memberId\":\"M1\",\"response\":[" TEXT_RESP "]}", "channelId"},
+        {"{\"channelId\":true,\"memberId\":\"M1\",\"response\":[" TEXT_RESP "]}", "channelId"},
+        {"{\"channelId\":\"C1\",\"memberId\":5,\"response\":[" TEXT_RESP "]}", "memberId"},
+        {"{\"channelId\":\"C1\",\"memberId\":true,\"response\":[" TEXT_RESP "]}", "memberId"},
+        {"{\"channelId\":\"C1\",\"memberId\":\"\",\"recipientId\":\"R1\",\"response\":[" TEXT_RESP
+         "]}",
+         "memberId"},
+        {"{\"channelId\":\"C1\",\"recipientId\":5,\"response\":[" TEXT_RESP "]}", "recipientId"},
+        {"{\"channelId\":\"C1\",\"recipientId\":[],\"response\":[" TEXT_RESP "]}", "recipientId"},
+        {"{\"channelId\":\"C1\",\"recipientId\":\"\",\"response\":[" TEXT_RESP "]}", "recipientId"},
+        {"{" TARGET ",\"recipientId\":12,\"response\":[" TEXT_RESP "]}", "recipientId"},
+        /* no member at all */
+        {"{\"channelId\":\"C1\",\"response\":[" TEXT_RESP "]}", "memberId"},
+        {"{\"channelId\":\"C1\",\"memberId\":null,\"recipientId\":null,\"response\":[" TEXT_RESP
+         "]}",
+         "recipientId"},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        send_fails(cases[i].body, BG_ERR_MISSING_PARAM, cases[i].name);
+}
+
+static void test_send_id_characters(void **state)
+{
+    static const char *const keys[] = {"channelId", "memberId", "recipientId"};
+    static const char *const refused[] = {
+        "\"a{b\"",       "\"a}b\"",       "\"{C1}\"",        "\"}\"",
+        "\"a\\nb\"",     "\"a\\tb\"",     "\"a\\rb\"",       "\"\\u0001\"",
+        "\"a\\u001fb\"", "\"a\\u007fb\"", "\"x\\u001b[0m\"",
+    };
+    static const char *const allowed[] = {"\"a b\"", "\"a:b\"", "\"~!@#$%^&*()[]\"",
+                                          "\"\\u00e9\\u20ac\""};
+
+    (void)state;
+    for (size_t k = 0; k < 3; k++) {
+        for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+            char *body = body_with_id(keys[k], refused[i]);
+            send_fails(body, BG_ERR_MISSING_PARAM, keys[k]);
+            free(body);
+        }
+        for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++) {
+            char *body = body_with_id(keys[k], allowed[i]);
+            send_accepts(body);
+            free(body);
+        }
+    }
+}
+
+static void test_send_id_lengths(void **state)
+{
+    static const char *const keys[] = {"channelId", "memberId", "recipientId"};
+
+    (void)state;
+    for (size_t k = 0; k < 3; k++) {
+        for (int n = REQUEST_MAX_ID - 1; n <= REQUEST_MAX_ID + 2; n++) {
+            buf_t v = {0};
+            char *body;
+
+            buf_add(&v, "\"");
+            buf_rep(&v, "i", (size_t)n);
+            buf_add(&v, "\"");
+            body = body_with_id(keys[k], v.s);
+            if (n <= REQUEST_MAX_ID)
+                send_accepts(body);
+            else
+                send_fails(body, BG_ERR_LIMIT, keys[k]);
+            free(body);
+            buf_free(&v);
+        }
+        /* bytes count, not characters: 128 two-byte characters fit, 129 do not */
+        for (size_t chars = 128; chars <= 129; chars++) {
+            buf_t v = {0};
+            char *body;
+
+            buf_add(&v, "\"");
+            buf_rep(&v, "\xc3\xa9", chars);
+            buf_add(&v, "\"");
+            body = body_with_id(keys[k], v.s);
+            if (chars == 128)
+                send_accepts(body);
+            else
+                send_fails(body, BG_ERR_LIMIT, keys[k]);
+            free(body);
+            buf_free(&v);
+        }
+    }
+}
+
+static void test_send_response_synonym(void **state)
+{
+    send_request_t req;
+
+    (void)state;
+    send_ok("{" TARGET ",\"responses\":[" TEXT_RESP ",{\"type\":\"TEXT\",\"text\":\"2\"}]}", &req);
+    assert_int_equal(json_array_size(req.responses), 2);
+    assert_ptr_equal(req.responses, json_object_get(req.root, "responses"));
+    request_send_free(&req);
+
+    /* "response" wins when both are there */
+    send_ok("{" TARGET ",\"responses\":[" TEXT_RESP "," TEXT_RESP "],\"response\":[" TEXT_RESP "]}",
+            &req);
+    assert_int_equal(json_array_size(req.responses), 1);
+    assert_ptr_equal(req.responses, json_object_get(req.root, "response"));
+    request_send_free(&req);
+
+    send_fails("{" TARGET "}", BG_ERR_MISSING_PARAM, "response");
+    send_fails("{" TARGET ",\"response\":{}}", BG_ERR_MISSING_PARAM, "response");
+    send_fails("{" TARGET ",\"response\":\"hi\"}", BG_ERR_MISSING_PARAM, "response");
+    send_fails("{" TARGET ",\"response\":null}", BG_ERR_MISSING_PARAM, "response");
+    send_fails("{" TARGET ",\"response\":[]}", BG_ERR_MISSING_PARAM, "response");
+    send_fails("{" TARGET ",\"response\":" TEXT_RESP "}", BG_ERR_MISSING_PARAM, "response");
+    send_fails("{" TARGET ",\"responses\":{}}", BG_ERR_MISSING_PARAM, "responses");
+    send_fails("{" TARGET ",\"responses\":[]}", BG_ERR_MISSING_PARAM, "responses");
+    send_fails("{" TARGET ",\"Response\":[" TEXT_RESP "]}", BG_ERR_MISSING_PARAM, "response");
+}
+
+static void test_send_shapes(void **state)
+{
+    send_request_t req;
+    const json_t *r;
+
+    (void)state;
+    send_ok("{" TARGET ",\"response\":["
+            "{\"type\":\"TEXT\",\"text\":\"Hello \\u00e9\"},"
+            "{\"type\":\"IMAGE\",\"url\":\"https://cdn.example.com/a.png\"},"
+            "{\"type\":\"IMAGE\",\"url\":\"http://cdn.example.com/b.jpg\"},"
+            "{\"type\":\"TEMPLATE\",\"elementName\":\"order_update\",\"languageCode\":\"en\","
+            "\"components\":[{\"type\":\"header\",\"parameters\":[{\"type\":\"video\","
+            "\"video\":{\"id\":\"vid-1\"}}]},{\"type\":\"button\",\"sub_type\":\"quick_reply\","
+            "\"index\":\"0\",\"parameters\":[{\"type\":\"payload\",\"payload\":\"yes\"}]}]},"
+            "{\"type\":\"TEMPLATE\",\"elementName\":\"hello\",\"languageCode\":\"zh_HK\"},"
+            "{\"type\":\"TEMPLATE\",\"elementName\":\"e\",\"languageCode\":\"en\","
+            "\"components\":[]}"
+            "]}",
+            &req);
+    assert_int_equal(json_array_size(req.responses), 6);
+    r = json_array_get(req.responses, 0);
+    assert_string_equal(json_string_value(json_object_get(r, "text")), "Hello \xc3\xa9");
+    r = json_array_get(req.responses, 1);
+    assert_string_equal(json_string_value(json_object_get(r, "url")),
+                        "https://cdn.example.com/a.png");
+    r = json_array_get(req.responses, 3);
+    assert_string_equal(json_string_value(json_object_get(r, "type")), "TEMPLATE");
+    assert_int_equal(json_array_size(json_object_get(r, "components")), 2);
+    request_send_free(&req);
+}
+
+static void test_send_shape_errors(void **state)
+{
+    static const struct {
+        const char *resp;
+        const char *name;
+    } cases[] = {
+        {"{\"type\":\"IMAGE\"}", "response[2].url"},
+        {"{\"type\":\"IMAGE\",\"url\":5}", "response[2].url"},
+        {"{\"type\":\"IMAGE\",\"url\":\"\"}", "response[2].url"},
+        {"{\"type\":\"IMAGE\",\"url\":null}", "response[2].url"},
+        {"{\"type\":\"IMAGE\",\"url\":\"ftp://x/a.png\"}", "response[2].url"},
+        {"{\"type\":\"IMAGE\",\"url\":\"file:///etc/passwd\"}", "response[2].url"},
+        {"{\"type\":\"IMAGE\",\"url\":\"cdn.example.com/a.png\"}", "response[2].url"},
+        {"{\"type\":\"IMAGE\",\"url\":\"https:/\"}", "response[2].url"},
+        {"{\"type\":\"TEXT\"}", "response[2].text"},
+        {"{\"type\":\"TEXT\",\"text\":7}", "response[2].text"},
+        {"{\"type\":\"TEXT\",\"text\":\"\"}", "response[2].text"},
+        {"{\"type\":\"TEXT\",\"text\":[\"a\"]}", "response[2].text"},
+        {"{\"text\":\"hi\"}", "response[2].type"},
+        {"{\"type\":5,\"text\":\"hi\"}", "response[2].type"},
+        {"{\"type\":\"\",\"text\":\"hi\"}", "response[2].type"},
+        {"{\"type\":null,\"text\":\"hi\"}", "response[2].type"},
+        {"\"hi\"", "response[2]"},
+        {"[]", "response[2]"},
+        {"null", "response[2]"},
+        {"42", "response[2]"},
+        {"{\"type\":\"TEMPLATE\",\"languageCode\":\"en\"}", "response[2].elementName"},
+        {"{\"type\":\"TEMPLATE\",\"elementName\":3,\"languageCode\":\"en\"}",
+         "response[2].elementName"},
+        {"{\"type\":\"TEMPLATE\",\"elementName\":\"e\"}", "response[2].languageCode"},
+        {"{\"type\":\"TEMPLATE\",\"elementName\":\"e\",\"languageCode\":\"\"}",
+         "response[2].languageCode"},
+        {"{\"type\":\"TEMPLATE\",\"elementName\":\"e\",\"languageCode\":\"en\",\"components\":{}}",
+         "response[2].components"},
+        {"{\"type\":\"TEMPLATE\",\"elementName\":\"e\",\"languageCode\":\"en\","
+         "\"components\":\"x\"}",
+         "response[2].components"},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        buf_t b = {0};
+        char syn[64];
+
+        buf_add(&b, "{" TARGET ",\"response\":[" TEXT_RESP "," TEXT_RESP ",%s," TEXT_RESP "]}",
+                cases[i].resp);
+        send_fails(b.s, BG_ERR_MISSING_PARAM, cases[i].name);
+        buf_free(&b);
+
+        /* the synonym is named as the caller spelled it */
+        buf_add(&b, "{" TARGET ",\"responses\":[" TEXT_RESP "," TEXT_RESP ",%s]}", cases[i].resp);
+        snprintf(syn, sizeof(syn), "responses%s", cases[i].name + strlen("response"));
+        send_fails(b.s, BG_ERR_MISSING_PARAM, syn);
+        buf_free(&b);
+    }
+}
+
+static void test_send_unknown_type(void **state)
+{
+    buf_t b = {0};
+    bg_error_t err;
+    send_request_t req;
+
+    (void)state;
+    send_fails("{" TARGET ",\"response\":[{\"type\":\"VIDEO\",\"url\":\"https://x/v.mp4\"}]}",
+               BG_ERR_UNSUPPORTED, "VIDEO");
+    send_fails("{" TARGET ",\"response\":[{\"type\":\"text\",\"text\":\"hi\"}]}",
+               BG_ERR_UNSUPPORTED, "text");
+    send_fails("{" TARGET ",\"response\":[" TEXT_RESP ",{\"type\":\"CAROUSEL\"}]}",
+               BG_ERR_UNSUPPORTED, "CAROUSEL");
+    /* checked in order: the unknown type comes before the broken IMAGE */
+    send_fails("{" TARGET ",\"response\":[{\"type\":\"AUDIO\"},{\"type\":\"IMAGE\"}]}",
+               BG_ERR_UNSUPPORTED, "AUDIO");
+    send_fails("{" TARGET ",\"response\":[{\"type\":\"IMAGE\"},{\"type\":\"AUDIO\"}]}",
+               BG_ERR_MISSING_PARAM, "response[0].url");
+
+    /* a long type of multi-byte characters is cut in the message at a character boundary:
+     * the message must stay valid UTF-8 at every cut position */
+    for (size_t lead = 0; lead < 4; lead++) {
+        static const char *const chars[] = {"\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80"};
+        for (size_t c = 0; c < 3; c++) {
+            json_t *j;
+
+            b.len = 0;
+            buf_add(&b, "{" TARGET ",\"response\":[{\"type\":\"");
+            buf_rep(&b, "X", lead);
+            buf_rep(&b, chars[c], 40);
+            buf_add(&b, "\"}]}");
+            bg_error_clear(&err);
+            assert_int_equal(request_parse_send(b.s, b.len, &req, &err), -1);
+            assert_int_equal(err.code, BG_ERR_UNSUPPORTED);
+            j = json_string(err.msg);
+            if (j == NULL)
+                fail_msg("message is not valid UTF-8 (lead %zu, char %zu)", lead, c);
+            json_decref(j);
+            j = bg_error_to_json(&err);
+            assert_string_equal(json_string_value(json_object_get(j, "err")), err.msg);
+            json_decref(j);
+        }
+    }
+    buf_free(&b);
+}
+
+static void build_n_responses(buf_t *b, const char *key, size_t n)
+{
+    buf_add(b, "{" TARGET ",\"%s\":[", key);
+    for (size_t i = 0; i < n; i++)
+        buf_add(b, "%s{\"type\":\"TEXT\",\"text\":\"m%zu\"}", i ? "," : "", i);
+    buf_add(b, "]}");
+}
+
+static void test_send_response_count(void **state)
+{
+    buf_t b = {0};
+    send_request_t req;
+
+    (void)state;
+    build_n_responses(&b, "response", REQUEST_MAX_RESPONSES);
+    send_ok(b.s, &req);
+    assert_int_equal(json_array_size(req.responses), 50);
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(req.responses, 49), "text")), "m49");
+    request_send_free(&req);
+    buf_free(&b);
+
+    build_n_responses(&b, "response", REQUEST_MAX_RESPONSES + 1);
+    send_fails(b.s, BG_ERR_LIMIT, NULL);
+    buf_free(&b);
+
+    build_n_responses(&b, "responses", REQUEST_MAX_RESPONSES + 1);
+    send_fails(b.s, BG_ERR_LIMIT, NULL);
+    buf_free(&b);
+
+    build_n_responses(&b, "response", 200);
+    send_fails(b.s, BG_ERR_LIMIT, NULL);
+    buf_free(&b);
+}
+
+static void test_string_limits(void **state)
+{
+    buf_t b = {0};
+
+    (void)state;
+    /* a string value: 64 KiB is the most */
+    for (size_t n = REQUEST_MAX_STRING - 1; n <= REQUEST_MAX_STRING + 1; n++) {
+        buf_add(&b, "{" TARGET ",\"response\":[{\"type\":\"TEXT\",\"text\":\"");
+        buf_rep(&b, "a", n);
+        buf_add(&b, "\"}]}");
+        if (n <= REQUEST_MAX_STRING)
+            send_accepts(b.s);
+        else
+            send_fails(b.s, BG_ERR_LIMIT, NULL);
+        buf_free(&b);
+    }
+    /* counted in bytes once decoded: 32768 two-byte characters fit, one more does not */
+    for (size_t n = REQUEST_MAX_STRING / 2; n <= REQUEST_MAX_STRING / 2 + 1; n++) {
+        buf_add(&b, "{" TARGET ",\"response\":[{\"type\":\"TEXT\",\"text\":\"");
+        buf_rep(&b, "\xc3\xa9", n);
+        buf_add(&b, "\"}]}");
+        if (n == REQUEST_MAX_STRING / 2)
+            send_accepts(b.s);
+        else
+            send_fails(b.s, BG_ERR_LIMIT, NULL);
+        buf_free(&b);
+    }
+    /* escapes decode: 65537 "\u0041" escapes are 65537 bytes */
+    buf_add(&b, "{" TARGET ",\"response\":[{\"type\":\"TEXT\",\"text\":\"");
+    buf_rep(&b, "\\u0041", REQUEST_MAX_STRING + 1);
+    buf_add(&b, "\"}]}");
+    send_fails(b.s, BG_ERR_LIMIT, NULL);
+    buf_free(&b);
+
+    /* an object key, at the top and nested */
+    for (size_t n = REQUEST_MAX_STRING; n <= REQUEST_MAX_STRING + 1; n++) {
+        buf_add(&b, "{" TARGET ",\"response\":[" TEXT_RESP "],\"");
+        buf_rep(&b, "k", n);
+        buf_add(&b, "\":1}");
+        if (n == REQUEST_MAX_STRING)
+            send_accepts(b.s);
+        else
+            send_fails(b.s, BG_ERR_LIMIT, NULL);
+        buf_free(&b);
+
+        buf_add(&b, "{" TARGET ",\"response\":[{\"type\":\"TEXT\",\"text\":\"hi\",\"x\":[{\"");
+        buf_rep(&b, "k", n);
+        buf_add(&b, "\":1}]}]}");
+        if (n == REQUEST_MAX_STRING)
+            send_accepts(b.s);
+        else
+            send_fails(b.s, BG_ERR_LIMIT, NULL);
+        buf_free(&b);
+    }
+    /* anywhere in the body, also in a redirect's meta */
+    buf_add(&b, "{" TARGET "," REDIRECT ",\"meta\":{\"a\":[\"");
+    buf_rep(&b, "z", REQUEST_MAX_STRING + 1);
+    buf_add(&b, "\"]}}");
+    redirect_fails(b.s, BG_ERR_LIMIT, NULL);
+    buf_free(&b);
+}
+
+static void test_body_size(void **state)
+{
+    buf_t b = {0};
+    bg_error_t err;
+    send_request_t req;
+    redirect_request_t rreq;
+
+    (void)state;
+    /* exactly 1 MiB of valid JSON (padded with white space) is accepted */
+    buf_add(&b, "{" TARGET ",\"response\":[" TEXT_RESP "]");
+    buf_rep(&b, " ", REQUEST_MAX_BODY - b.len - 1);
+    buf_add(&b, "}");
+    assert_int_equal(b.len, REQUEST_MAX_BODY);
+    send_accepts(b.s);
+
+    /* one byte more: 118 with HTTP 413, before any parsing */
+    b.s[b.len - 1] = ' ';
+    buf_add(&b, "}");
+    assert_int_equal(b.len, REQUEST_MAX_BODY + 1);
+    bg_error_clear(&err);
+    assert_int_equal(request_parse_send(b.s, b.len, &req, &err), -1);
+    assert_null(req.root);
+    assert_int_equal(err.code, BG_ERR_LIMIT);
+    assert_int_equal(err.http_status, 413);
+    check_error(&err, BG_ERR_LIMIT, NULL, "1 MiB + 1");
+
+    bg_error_clear(&err);
+    assert_int_equal(request_parse_redirect(b.s, b.len, &rreq, &err), -1);
+    assert_null(rreq.root);
+    assert_int_equal(err.code, BG_ERR_LIMIT);
+    assert_int_equal(err.http_status, 413);
+
+    /* the size is checked first: garbage over the limit is 413 as well */
+    memset(b.s, 'x', b.len);
+    bg_error_clear(&err);
+    assert_int_equal(request_parse_send(b.s, b.len, &req, &err), -1);
+    assert_int_equal(err.code, BG_ERR_LIMIT);
+    assert_int_equal(err.http_status, 413);
+    buf_free(&b);
+
+    /* other limits keep HTTP 500 */
+    build_n_responses(&b, "response", 51);
+    bg_error_clear(&err);
+    assert_int_equal(request_parse_send(b.s, b.len, &req, &err), -1);
+    assert_int_equal(err.code, BG_ERR_LIMIT);
+    assert_int_equal(err.http_status, 500);
+    buf_free(&b);
+}
+
+/* A send body with an extra "x" whose value nests so that the whole body has `depth` levels
+ * (the root object is level 1). leaf: what sits in the innermost container. */
+static void build_depth(buf_t *b, int depth, const char *open, const char *close, const char *leaf)
+{
+    buf_add(b, "{" TARGET ",\"response\":[" TEXT_RESP "],\"x\":");
+    for (int i = 1; i < depth; i++)
+        buf_add(b, "%s", open);
+    buf_add(b, "%s", leaf);
+    for (int i = 1; i < depth; i++)
+        buf_add(b, "%s", close);
+    buf_add(b, "}");
+}
+
+static void test_depth(void **state)
+{
+    static const struct {
+        const char *open, *close, *leaf;
+    } kinds[] = {
+        {"[", "]", "1"},        {"[", "]", "\"s\""}, {"[", "]", ""},
+        {"{\"a\":", "}", "{}"}, {"[", "]", "null"},  {"{\"a\":", "}", "true"},
+    };
+    buf_t b = {0};
+
+    (void)state;
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+        int depth;
+        /* "[" + leaf "" is an empty array: the innermost container is the last "[" */
+        int extra = strcmp(kinds[k].leaf, "{}") == 0 ? 1 : 0;
+
+        depth = REQUEST_MAX_DEPTH - extra;
+        build_depth(&b, depth, kinds[k].open, kinds[k].close, kinds[k].leaf);
+        send_accepts(b.s);
+        buf_free(&b);
+
+        build_depth(&b, depth + 1, kinds[k].open, kinds[k].close, kinds[k].leaf);
+        send_fails(b.s, BG_ERR_MISSING_PARAM, NULL);
+        buf_free(&b);
+    }
+    /* far deeper than jansson's own limit: refused, not a crash */
+    build_depth(&b, 5000, "[", "]", "1");
+    send_fails(b.s, BG_ERR_MISSING_PARAM, NULL);
+    buf_free(&b);
+
+    /* meta of a redirect sits at level 2 */
+    buf_add(&b, "{" TARGET "," REDIRECT ",\"meta\":");
+    for (int i = 2; i <= REQUEST_MAX_DEPTH; i++)
+        buf_add(&b, "{\"a\":");
+    buf_add(&b, "1");
+    for (int i = 2; i <= REQUEST_MAX_DEPTH; i++)
+        buf_add(&b, "}");
+    buf_add(&b, "}");
+    {
+        redirect_request_t req;
+        redirect_ok(b.s, &req);
+        request_redirect_free(&req);
+    }
+    buf_free(&b);
+
+    buf_add(&b, "{" TARGET "," REDIRECT ",\"meta\":");
+    for (int i = 2; i <= REQUEST_MAX_DEPTH + 1; i++)
+        buf_add(&b, "{\"a\":");
+    buf_add(&b, "1");
+    for (int i = 2; i <= REQUEST_MAX_DEPTH + 1; i++)
+        buf_add(&b, "}");
+    buf_add(&b, "}");
+    redirect_fails(b.s, BG_ERR_MISSING_PARAM, NULL);
+    buf_free(&b);
+}
+
+#define SEND_MEMBERS     TARGET ",\"response\":[" TEXT_RESP "]"
+#define REDIRECT_MEMBERS TARGET "," REDIRECT
+#define VALID_SEND       "{" SEND_MEMBERS "}"
+#define VALID_REDIRECT   "{" REDIRECT_MEMBERS "}"
+
+/* Refused as a body, not for a missing parameter. */
+static void body_refused(const char *body, size_t len, int redirect)
+{
+    send_request_t req;
+    redirect_request_t rreq;
+    bg_error_t err;
+    int rc;
+
+    bg_error_clear(&err);
+    rc = redirect ? request_parse_redirect(body, len, &rreq, &err)
+                  : request_parse_send(body, len, &req, &err);
+    if (rc == 0) {
+        if (redirect)
+            request_redirect_free(&rreq);
+        else
+            request_send_free(&req);
+        fail_msg("accepted: %.300s", body ? body : "(null)");
+    }
+    check_error(&err, BG_ERR_MISSING_PARAM, NULL, body ? body : "(null)");
+    assert_int_equal(err.http_status, 500);
+    if (strncmp(err.msg, "missing parameter", 17) == 0 || strncmp(err.msg, "parameter ", 10) == 0)
+        fail_msg("refused for a parameter (%s), not as a body: %.300s", err.msg, body);
+}
+
+static void test_not_an_object(void **state)
+{
+    /* each wraps or spoils a body that is otherwise valid; %s is its members (twice) */
+    static const char *const fmts[] = {
+        "[{%s}]",        "{%s}{%s}",         "{%s} x",         "{%s},",
+        "\"{%s}\"",      "\xef\xbb\xbf{%s}", "/* */ {%s}",     "{%s} //",
+        "{\"a\":01,%s}", "{\"a\":NaN,%s}",   "{\"a\":1,,%s}",  "{%s,}",
+        "{'a':1,%s}",    "{a:1,%s}",         "{\"a\" 1,%s}",   "{%s",
+        "{\"a\":[1,%s}", "{\"a\":.5,%s}",    "{\"a\":tru,%s}", "{\"a\":\"x,%s}",
+    };
+    static const char *const scalars[] = {" ",    "\n",   "[]",    "\"x\"", "1", "-0.5",
+                                          "null", "true", "false", "{",     "}", "\"{}\""};
+    char buf[512];
+    send_request_t req;
+
+    (void)state;
+    for (int redirect = 0; redirect <= 1; redirect++) {
+        const char *valid = redirect ? VALID_REDIRECT : VALID_SEND;
+        const char *members = redirect ? REDIRECT_MEMBERS : SEND_MEMBERS;
+
+        for (size_t i = 0; i < sizeof(fmts) / sizeof(fmts[0]); i++) {
+            snprintf(buf, sizeof(buf), fmts[i], members, members);
+            body_refused(buf, strlen(buf), redirect);
+        }
+        for (size_t i = 0; i < sizeof(scalars) / sizeof(scalars[0]); i++)
+            body_refused(scalars[i], strlen(scalars[i]), redirect);
+        /* empty, and no body at all */
+        body_refused("", 0, redirect);
+        body_refused(NULL, 0, redirect);
+        /* len is honoured: the object ends where len says */
+        body_refused(valid, strlen(valid) - 1, redirect);
+        /* a NUL byte inside or after the object */
+        body_refused(valid, strlen(valid) + 1, redirect);
+        snprintf(buf, sizeof(buf), "%s", valid);
+        buf[5] = '\0';
+        body_refused(buf, strlen(valid), redirect);
+    }
+    /* the same body with the right length is fine */
+    send_ok(VALID_SEND, &req);
+    request_send_free(&req);
+    /* an object without anything in it names the first missing parameter */
+    send_fails("{}", BG_ERR_MISSING_PARAM, "channelId");
+    redirect_fails("{}", BG_ERR_MISSING_PARAM, "channelId");
+}
+
+static void test_invalid_text(void **state)
+{
+    static const char *const bad[] = {
+        "\xff",             /* never valid */
+        "\xc3",             /* cut two-byte sequence */
+        "\xc3\x28",         /* bad continuation */
+        "\xe2\x82",         /* cut three-byte sequence */
+        "\xf0\x9f\x98",     /* cut four-byte sequence */
+        "\xc0\xaf",         /* overlong '/' */
+        "\xe0\x80\xaf",     /* overlong '/' */
+        "\xed\xa0\x80",     /* UTF-16 surrogate */
+        "\xf4\x90\x80\x80", /* beyond U+10FFFF */
+        "\x80",             /* stray continuation */
+        "\\u0000",          /* NUL */
+        "a\\u0000b",
+        "\\ud800", /* lone surrogate escape */
+        "\\udc00x",
+        "\\x41", /* not a JSON escape */
+        "\x01",  /* raw control character */
+        "a\nb",
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        buf_t b = {0};
+
+        /* in a value */
+        buf_add(&b, "{" TARGET ",\"response\":[{\"type\":\"TEXT\",\"text\":\"%s\"}]}", bad[i]);
+        send_fails(b.s, BG_ERR_MISSING_PARAM, NULL);
+        buf_free(&b);
+        /* in a key */
+        buf_add(&b, "{" TARGET ",\"response\":[" TEXT_RESP "],\"%s\":1}", bad[i]);
+        send_fails(b.s, BG_ERR_MISSING_PARAM, NULL);
+        buf_free(&b);
+        /* in a redirect's meta */
+        buf_add(&b, "{" TARGET "," REDIRECT ",\"meta\":{\"k\":\"%s\"}}", bad[i]);
+        redirect_fails(b.s, BG_ERR_MISSING_PARAM, NULL);
+        buf_free(&b);
+    }
+    /* a valid surrogate pair and valid multi-byte text are fine */
+    send_accepts("{" TARGET ",\"response\":[{\"type\":\"TEXT\",\"text\":\"\\ud83d\\ude00 "
+                 "\xf0\x9f\x98\x80 \xe2\x82\xac \xc3\xa9\"}]}");
+}
+
+static void test_duplicate_keys(void **state)
+{
+    (void)state;
+    send_fails(
+        "{\"channelId\":\"C1\",\"channelId\":\"C2\",\"memberId\":\"M1\",\"response\":[" TEXT_RESP
+        "]}",
+        BG_ERR_MISSING_PARAM, NULL);
+    send_fails("{" TARGET ",\"memberId\":\"M2\",\"response\":[" TEXT_RESP "]}",
+               BG_ERR_MISSING_PARAM, NULL);
+    send_fails("{" TARGET ",\"response\":[" TEXT_RESP "],\"response\":[" TEXT_RESP "]}",
+               BG_ERR_MISSING_PARAM, NULL);
+    send_fails("{" TARGET ",\"response\":[{\"type\":\"TEXT\",\"text\":\"a\",\"text\":\"b\"}]}",
+               BG_ERR_MISSING_PARAM, NULL);
+    redirect_fails("{" TARGET ",\"redirect\":{\"tree\":\"T1\",\"tree\":\"T2\","
+                   "\"nodeCompositeId\":\"N1\"}}",
+                   BG_ERR_MISSING_PARAM, NULL);
+    redirect_fails("{" TARGET "," REDIRECT ",\"meta\":{\"a\":1,\"a\":2}}", BG_ERR_MISSING_PARAM,
+                   NULL);
+    /* the same key in two different objects is not a duplicate */
+    send_accepts("{" TARGET ",\"response\":[" TEXT_RESP "," TEXT_RESP "]}");
+}
+
+static void test_redirect_fields(void **state)
+{
+    redirect_request_t req;
+    json_t *want;
+
+    (void)state;
+    /* everything given */
+    redirect_ok("{\"channelId\":\"C1\",\"memberId\":\"M1\",\"recipientId\":null,\"redirect\":{"
+                "\"tree\":\"T1\",\"nodeCompositeId\":\"N1\",\"runPreAction\":false,"
+                "\"sendResponse\":true,\"runPostAction\":false},\"meta\":{\"orderId\":\"42\","
+                "\"n\":[1,{\"x\":null}]}}",
+                &req);
+    assert_string_equal(req.target.channel_id, "C1");
+    assert_string_equal(req.target.member_id, "M1");
+    assert_null(req.target.recipient_id);
+    assert_string_equal(req.tree, "T1");
+    assert_string_equal(req.node_id, "N1");
+    assert_int_equal(req.run_pre, 0);
+    assert_int_equal(req.send_response, 1);
+    assert_int_equal(req.run_post, 0);
+    want = json_loads("{\"orderId\":\"42\",\"n\":[1,{\"x\":null}]}", 0, NULL);
+    assert_true(json_equal(req.meta, want));
+    assert_ptr_equal(req.meta, json_object_get(req.root, "meta"));
+    json_decref(want);
+    request_redirect_free(&req);
+    assert_null(req.root);
+    assert_null(req.meta);
+
+    /* the three flags default to 1, also when null; meta defaults to {} */
+    redirect_ok("{\"channelId\":\"C1\",\"recipientId\":\"R1\"," REDIRECT "}", &req);
+    assert_null(req.target.member_id);
+    assert_string_equal(req.target.recipient_id, "R1");
+    assert_int_equal(req.run_pre, 1);
+    assert_int_equal(req.send_response, 1);
+    assert_int_equal(req.run_post, 1);
+    assert_true(json_is_object(req.meta));
+    assert_int_equal(json_object_size(req.meta), 0);
+    request_redirect_free(&req);
+
+    redirect_ok("{" TARGET ",\"redirect\":{\"tree\":\"T1\",\"nodeCompositeId\":\"N1\","
+                "\"runPreAction\":null,\"sendResponse\":false,\"runPostAction\":null},"
+                "\"meta\":null}",
+                &req);
+    assert_int_equal(req.run_pre, 1);
+    assert_int_equal(req.send_response, 0);
+    assert_int_equal(req.run_post, 1);
+    assert_true(json_is_object(req.meta));
+    assert_int_equal(json_object_size(req.meta), 0);
+    request_redirect_free(&req);
+
+    /* each flag on its own */
+    redirect_ok("{" TARGET ",\"redirect\":{\"tree\":\"T1\",\"nodeCompositeId\":\"N1\","
+                "\"runPostAction\":false}}",
+                &req);
+    assert_int_equal(req.run_pre, 1);
+    assert_int_equal(req.send_response, 1);
+    assert_int_equal(req.run_post, 0);
+    request_redirect_free(&req);
+    redirect_ok("{" TARGET ",\"redirect\":{\"tree\":\"T1\",\"nodeCompositeId\":\"N1\","
+                "\"runPreAction\":false,\"sendResponse\":false,\"runPostAction\":false}}",
+                &req);
+    assert_int_equal(req.run_pre + req.send_response + req.run_post, 0);
+    request_redirect_free(&req);
+
+    /* an empty meta object stays the caller's */
+    redirect_ok("{" TARGET "," REDIRECT ",\"meta\":{}}", &req);
+    assert_ptr_equal(req.meta, json_object_get(req.root, "meta"));
+    assert_int_equal(json_object_size(req.meta), 0);
+    request_redirect_free(&req);
+}
+
+static void test_redirect_errors(void **state)
+{
+    static const struct {
+        const char *body;
+        int code;
+        const char *name;
+    } cases[] = {
+        {"{\"memberId\":\"M1\"," REDIRECT "}", 108, "channelId"},
+        {"{\"channelId\":7,\"memberId\":\"M1\"," REDIRECT "}", 108, "channelId"},
+        {"{\"channelId\":\"C1\"," REDIRECT "}", 108, "memberId"},
+        {"{\"channelId\":\"C1\",\"memberId\":[]," REDIRECT "}", 108, "memberId"},
+        {"{\"channelId\":\"C1\",\"recipientId\":{}," REDIRECT "}", 108, "recipientId"},
+        {"{" TARGET "}", 108, "redirect"},
+        {"{" TARGET ",\"redirect\":null}", 108, "redirect"},
+        {"{" TARGET ",\"redirect\":\"T1\"}", 108, "redirect"},
+        {"{" TARGET ",\"redirect\":[\"T1\",\"N1\"]}", 108, "redirect"},
+        {"{" TARGET ",\"redirect\":{}}", 108, "redirect.tree"},
+        {"{" TARGET ",\"redirect\":{\"nodeCompositeId\":\"N1\"}}", 108, "redirect.tree"},
+        {"{" TARGET ",\"redirect\":{\"tree\":null,\"nodeCompositeId\":\"N1\"}}", 108,
+         "redirect.tree"},
+        {"{" TARGET ",\"redirect\":{\"tree\":1,\"nodeCompositeId\":\"N1\"}}", 108, "redirect.tree"},
+        {"{" TARGET ",\"redirect\":{\"tree\":\"\",\"nodeCompositeId\":\"N1\"}}", 108,
+         "redirect.tree"},
+        {"{" TARGET ",\"redirect\":{\"tree\":\"T{1}\",\"nodeCompositeId\":\"N1\"}}", 108,
+         "redirect.tree"},
+        {"{" TARGET ",\"redirect\":{\"tree\":\"T\\n1\",\"nodeCompositeId\":\"N1\"}}", 108,
+         "redirect.tree"},
+        {"{" TARGET ",\"redirect\":{\"tree\":\"T1\"}}", 108, "redirect.nodeCompositeId"},
+        {"{" TARGET ",\"redirect\":{\"tree\":\"T1\",\"nodeCompositeId\":false}}", 108,
+         "redirect.nodeCompositeId"},
+        {"{" TARGET ",\"redirect\":{\"tree\":\"T1\",\"nodeCompositeId\":\"\"}}", 108,
+         "redirect.nodeCompositeId"},
+        {"{" TARGET ",\"redirect\":{\"tree\":\"T1\",\"nodeCompositeId\":\"}\"}}", 108,
+         "redirect.nodeCompositeId"},
+        {"{" TARGET ",\"redirect\":{\"tree\":\"T1\",\"nodeCompositeId\":\"N\\u0000\"}}", 108, NULL},
+        {"{" TARGET ",\"redirect\":{\"tree\":\"T1\",\"nodeCompositeId\":\"N1\","
+         "\"runPreAction\":\"yes\"}}",
+         108, "redirect.runPreAction"},
+        {"{" TARGET ",\"redirect\":{\"tree\":\"T1\",\"nodeCompositeId\":\"N1\","
+         "\"runPreAction\":1}}",
+         108, "redirect.runPreAction"},
+        {"{" TARGET ",\"redirect\":{\"tree\":\"T1\",\"nodeCompositeId\":\"N1\","
+         "\"sendResponse\":0}}",
+         108, "redirect.sendResponse"},
+        {"{" TARGET ",\"redirect\":{\"tree\":\"T1\",\"nodeCompositeId\":\"N1\","
+         "\"runPostAction\":\"false\"}}",
+         108, "redirect.runPostAction"},
+        {"{" TARGET ",\"redirect\":{\"tree\":\"T1\",\"nodeCompositeId\":\"N1\","
+         "\"runPostAction\":{}}}",
+         108, "redirect.runPostAction"},
+        {"{" TARGET "," REDIRECT ",\"meta\":[]}", 108, "meta"},
+        {"{" TARGET "," REDIRECT ",\"meta\":\"{}\"}", 108, "meta"},
+        {"{" TARGET "," REDIRECT ",\"meta\":1}", 108, "meta"},
+        {"{" TARGET "," REDIRECT ",\"meta\":false}", 108, "meta"},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        redirect_fails(cases[i].body, cases[i].code, cases[i].name);
+}
+
+static void test_redirect_id_lengths(void **state)
+{
+    static const char *const fields[] = {"tree", "nodeCompositeId"};
+    static const char *const names[] = {"redirect.tree", "redirect.nodeCompositeId"};
+
+    (void)state;
+    for (size_t f = 0; f < 2; f++) {
+        for (int n = REQUEST_MAX_ID; n <= REQUEST_MAX_ID + 1; n++) {
+            buf_t b = {0};
+
+            buf_add(&b, "{" TARGET ",\"redirect\":{\"%s\":\"X\",\"%s\":\"", fields[1 - f],
+                    fields[f]);
+            buf_rep(&b, "i", (size_t)n);
+            buf_add(&b, "\"}}");
+            if (n == REQUEST_MAX_ID) {
+                redirect_request_t req;
+                redirect_ok(b.s, &req);
+                assert_int_equal(strlen(f == 0 ? req.tree : req.node_id), REQUEST_MAX_ID);
+                request_redirect_free(&req);
+            } else {
+                redirect_fails(b.s, BG_ERR_LIMIT, names[f]);
+            }
+            buf_free(&b);
+        }
+    }
+}
+
+static void test_normalize_phone(void **state)
+{
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"+852 9123-4567", "85291234567"},
+        {"(852) 9123 4567", "85291234567"},
+        {"+1 (415) 555-0100", "14155550100"},
+        {"85291234567", "85291234567"},
+        {"", ""},
+        {"+-() ", ""},
+        {"+44 20 7946 0958", "442079460958"},
+        {"12.34/56", "12.34/56"}, /* only the five listed characters go */
+    };
+    char out[32];
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        memset(out, 'Z', sizeof(out));
+        request_normalize_phone(cases[i].in, out, sizeof(out));
+        assert_string_equal(out, cases[i].out);
+    }
+    /* the output is cut to fit and always terminated */
+    memset(out, 'Z', sizeof(out));
+    request_normalize_phone("+852 9123 4567", out, 5);
+    assert_string_equal(out, "8529");
+    assert_int_equal(out[5], 'Z');
+    request_normalize_phone("+852", out, 1);
+    assert_string_equal(out, "");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_send_minimal),
+        cmocka_unit_test(test_send_member_and_recipient),
+        cmocka_unit_test(test_send_target_errors),
+        cmocka_unit_test(test_send_id_characters),
+        cmocka_unit_test(test_send_id_lengths),
+        cmocka_unit_test(test_send_response_synonym),
+        cmocka_unit_test(test_send_shapes),
+        cmocka_unit_test(test_send_shape_errors),
+        cmocka_unit_test(test_send_unknown_type),
+        cmocka_unit_test(test_send_response_count),
+        cmocka_unit_test(test_string_limits),
+        cmocka_unit_test(test_body_size),
+        cmocka_unit_test(test_depth),
+        cmocka_unit_test(test_not_an_object),
+        cmocka_unit_test(test_invalid_text),
+        cmocka_unit_test(test_duplicate_keys),
+        cmocka_unit_test(test_redirect_fields),
+        cmocka_unit_test(test_redirect_errors),
+        cmocka_unit_test(test_redirect_id_lengths),
+        cmocka_unit_test(test_normalize_phone),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

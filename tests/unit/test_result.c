@@ -1,0 +1,270 @@
+/* test_result.c - addresses, messageEvent, result elements and the success answer. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "core/result.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static json_t *load(const char *text)
+{
+    json_error_t e;
+    json_t *v = json_loads(text, JSON_DECODE_ANY, &e);
+
+    if (v == NULL)
+        fail_msg("bad test JSON: %s (%s)", e.text, text);
+    return v;
+}
+
+/* v equals the JSON text want (exactly: an integer is not a real, a number not a string). */
+static void assert_json(const json_t *v, const char *want)
+{
+    json_t *w = load(want);
+
+    if (!json_equal(v, w)) {
+        char *got = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+        fail_msg("got %s, want %s", got ? got : "(null)", want);
+    }
+    json_decref(w);
+}
+
+static void test_address(void **state)
+{
+    static const struct {
+        const char *addr;
+        const char *json;
+    } cases[] = {
+        {"1", "1"},
+        {"0", "0"},
+        {"123456789012345", "123456789012345"}, /* 15 digits: a number */
+        {"999999999999999", "999999999999999"},
+        {"85291234567", "85291234567"},
+        {"1234567890123456", "\"1234567890123456\""}, /* 16 digits: a string */
+        {"99999999999999999999", "\"99999999999999999999\""},
+        {"0123", "\"0123\""}, /* a leading zero would be lost */
+        {"00", "\"00\""},
+        {"", "\"\""},
+        {"+85291234567", "\"+85291234567\""},
+        {"-5", "\"-5\""},
+        {"12a", "\"12a\""},
+        {"1.5", "\"1.5\""},
+        {" 12", "\" 12\""},
+        {"12 ", "\"12 \""},
+        {"1e5", "\"1e5\""},
+        {"U012ABCDEF", "\"U012ABCDEF\""},
+        {"oU7b-5x_Jq", "\"oU7b-5x_Jq\""},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *v = result_address(cases[i].addr);
+        assert_non_null(v);
+        assert_json(v, cases[i].json);
+        if (cases[i].json[0] != '"')
+            assert_true(json_is_integer(v));
+        json_decref(v);
+    }
+    {
+        json_t *v = result_address(NULL);
+        assert_true(json_is_null(v));
+        json_decref(v);
+    }
+}
+
+static void test_message_event(void **state)
+{
+    json_t *resp = load("{\"type\":\"TEXT\",\"text\":\"Hi \\u00e9\"}");
+    json_t *img = load("{\"type\":\"IMAGE\",\"url\":\"https://x/a.png\",\"caption\":\"c\"}");
+    json_t *ev;
+
+    (void)state;
+    ev = result_message_event("1234567890", "85291234567", resp, 1700000000123LL, "wamid.X");
+    assert_json(ev, "{\"from\":1234567890,\"to\":85291234567,\"data\":{\"text\":\"Hi \\u00e9\"},"
+                    "\"type\":\"TEXT\",\"timestamp\":1700000000123,\"messageId\":\"wamid.X\"}");
+    assert_true(json_is_integer(json_object_get(ev, "timestamp")));
+    /* the response itself is not touched */
+    assert_json(resp, "{\"type\":\"TEXT\",\"text\":\"Hi \\u00e9\"}");
+    /* data is a copy: changing the event leaves the response alone */
+    json_object_set_new(json_object_get(ev, "data"), "text", json_string("changed"));
+    assert_string_equal(json_string_value(json_object_get(resp, "text")), "Hi \xc3\xa9");
+    json_decref(ev);
+
+    /* no messageId, string addresses */
+    ev = result_message_event("B0123", "U9", img, 5, NULL);
+    assert_json(ev, "{\"from\":\"B0123\",\"to\":\"U9\",\"data\":{\"url\":\"https://x/a.png\","
+                    "\"caption\":\"c\"},\"type\":\"IMAGE\",\"timestamp\":5}");
+    assert_null(json_object_get(ev, "messageId"));
+    json_decref(ev);
+
+    /* an empty message id is still given, as a string */
+    ev = result_message_event("1", "2", resp, 0, "");
+    assert_string_equal(json_string_value(json_object_get(ev, "messageId")), "");
+    json_decref(ev);
+
+    /* a template: nested data is copied whole, only the top-level type goes */
+    {
+        json_t *t = load("{\"type\":\"TEMPLATE\",\"elementName\":\"e\",\"languageCode\":\"en\","
+                         "\"components\":[{\"type\":\"header\",\"parameters\":[]}]}");
+        ev = result_message_event(NULL, "1234567890123456", t, 7, "m1");
+        assert_json(ev, "{\"from\":null,\"to\":\"1234567890123456\",\"data\":{\"elementName\":"
+                        "\"e\",\"languageCode\":\"en\",\"components\":[{\"type\":\"header\","
+                        "\"parameters\":[]}]},\"type\":\"TEMPLATE\",\"timestamp\":7,"
+                        "\"messageId\":\"m1\"}");
+        json_decref(ev);
+        json_decref(t);
+    }
+    json_decref(resp);
+    json_decref(img);
+}
+
+static void test_send_element(void **state)
+{
+    json_t *resp = load("{\"type\":\"TEXT\",\"text\":\"hi\"}");
+    json_t *meta = load("{\"api_status\":\"deprecated\",\"version\":\"2.45.1\",\"x\":[1]}");
+    json_t *el, *ev;
+
+    (void)state;
+    /* default meta: the version botgate speaks */
+    ev = result_message_event("111", "222", resp, 9, "mid.1");
+    el = result_send_element("mid.1", "222", NULL, "v19.0", ev);
+    assert_json(el, "{\"result\":{\"messages\":[{\"id\":\"mid.1\"}],\"meta\":{\"api_status\":"
+                    "\"stable\",\"version\":\"v19.0\"}},\"messageEvent\":{\"from\":111,\"to\":222,"
+                    "\"data\":{\"text\":\"hi\"},\"type\":\"TEXT\",\"timestamp\":9,\"messageId\":"
+                    "\"mid.1\"},\"chatId\":\"222\"}");
+    assert_ptr_equal(json_object_get(el, "messageEvent"), ev); /* stolen, not copied */
+    assert_true(json_is_string(json_object_get(el, "chatId")));
+    json_decref(el);
+
+    /* the platform's own meta, copied */
+    ev = result_message_event("111", "222", resp, 9, "wamid.2");
+    el = result_send_element("wamid.2", "C-7", meta, "", ev);
+    assert_json(json_object_get(el, "result"),
+                "{\"messages\":[{\"id\":\"wamid.2\"}],\"meta\":{\"api_status\":\"deprecated\","
+                "\"version\":\"2.45.1\",\"x\":[1]}}");
+    assert_ptr_not_equal(json_object_get(json_object_get(el, "result"), "meta"), meta);
+    json_object_set_new(json_object_get(json_object_get(el, "result"), "meta"), "api_status",
+                        json_string("changed"));
+    assert_string_equal(json_string_value(json_object_get(meta, "api_status")), "deprecated");
+    assert_string_equal(json_string_value(json_object_get(el, "chatId")), "C-7");
+    json_decref(el);
+
+    /* a meta that is not an object is replaced by the default */
+    {
+        json_t *bad = json_string("meta");
+        ev = result_message_event("1", "2", resp, 1, "m");
+        el = result_send_element("m", "2", bad, "web-api", ev);
+        assert_json(json_object_get(json_object_get(el, "result"), "meta"),
+                    "{\"api_status\":\"stable\",\"version\":\"web-api\"}");
+        json_decref(el);
+        json_decref(bad);
+    }
+    json_decref(meta);
+    json_decref(resp);
+}
+
+static void test_send_failed(void **state)
+{
+    json_t *resp = load("{\"type\":\"IMAGE\",\"url\":\"https://x/a.png\"}");
+    json_t *ev, *el;
+    bg_error_t err;
+
+    (void)state;
+    bg_error_set(&err, BG_ERR_RATE_LIMITED, "rate limited by the platform");
+    ev = result_message_event("111", "222", resp, 3, NULL);
+    el = result_send_failed("222", ev, &err);
+    assert_json(el, "{\"messageEvent\":{\"from\":111,\"to\":222,\"data\":{\"url\":"
+                    "\"https://x/a.png\"},\"type\":\"IMAGE\",\"timestamp\":3},\"chatId\":\"222\","
+                    "\"error\":{\"err_code\":120,\"err\":\"rate limited by the platform\"}}");
+    assert_null(json_object_get(el, "result"));
+    assert_null(json_object_get(el, "ok"));
+    json_decref(el);
+
+    /* an internal failure is still reported with a wire code */
+    bg_error_set(&err, BG_ERR_INTERNAL, "oops");
+    el = result_send_failed("x", result_message_event("1", "2", resp, 3, NULL), &err);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(el, "error"), "err_code")),
+                     BG_ERR_PLATFORM);
+    json_decref(el);
+    json_decref(resp);
+}
+
+static void test_node_element(void **state)
+{
+    json_t *resp = load("{\"type\":\"TEXT\",\"text\":\"hi\"}");
+    json_t *ev, *el;
+    bg_error_t err;
+
+    (void)state;
+    ev = result_message_event("111", "222", resp, 4, "m1");
+    el = result_node_element(ev, NULL);
+    assert_json(el, "{\"ok\":1,\"messageEvent\":{\"from\":111,\"to\":222,\"data\":{\"text\":"
+                    "\"hi\"},\"type\":\"TEXT\",\"timestamp\":4,\"messageId\":\"m1\"}}");
+    assert_true(json_is_integer(json_object_get(el, "ok")));
+    json_decref(el);
+
+    bg_error_set(&err, BG_ERR_PHONE_INVALID, "phone number invalid");
+    ev = result_message_event("111", "222", resp, 4, NULL);
+    el = result_node_element(ev, &err);
+    assert_json(el, "{\"ok\":0,\"messageEvent\":{\"from\":111,\"to\":222,\"data\":{\"text\":"
+                    "\"hi\"},\"type\":\"TEXT\",\"timestamp\":4},\"error\":{\"err_code\":100,"
+                    "\"err\":\"phone number invalid\"}}");
+    json_decref(el);
+
+    /* a failure with nothing sent: no messageEvent */
+    bg_error_set(&err, BG_ERR_LIMIT, "redirect chain longer than 11 nodes");
+    el = result_node_element(NULL, &err);
+    assert_json(el, "{\"ok\":0,\"error\":{\"err_code\":118,\"err\":\"redirect chain longer than "
+                    "11 nodes\"}}");
+    json_decref(el);
+
+    el = result_node_element(NULL, NULL);
+    assert_json(el, "{\"ok\":1}");
+    json_decref(el);
+    json_decref(resp);
+}
+
+static void test_answer(void **state)
+{
+    json_t *results = load("[{\"ok\":1},{\"ok\":0}]");
+    json_t *keep = json_incref(results);
+    json_t *a;
+
+    (void)state;
+    a = result_answer("M1", 1, results);
+    assert_json(a, "{\"ok\":1,\"member\":\"M1\",\"sendResult\":{\"ok\":1,\"member\":\"M1\","
+                   "\"result\":[{\"ok\":1},{\"ok\":0}]}}");
+    assert_ptr_equal(json_object_get(json_object_get(a, "sendResult"), "result"), keep);
+    assert_true(json_is_integer(json_object_get(a, "ok")));
+    assert_true(json_is_integer(json_object_get(json_object_get(a, "sendResult"), "ok")));
+    json_decref(a);
+    json_decref(keep);
+
+    /* a failed element: sendResult.ok 0, the top-level ok stays 1 */
+    a = result_answer("M2", 0, json_array());
+    assert_json(a, "{\"ok\":1,\"member\":\"M2\",\"sendResult\":{\"ok\":0,\"member\":\"M2\","
+                   "\"result\":[]}}");
+    json_decref(a);
+
+    /* any non-zero send_ok is 1 on the wire */
+    a = result_answer("M3", 7, json_array());
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(a, "sendResult"), "ok")),
+                     1);
+    json_decref(a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_address),      cmocka_unit_test(test_message_event),
+        cmocka_unit_test(test_send_element), cmocka_unit_test(test_send_failed),
+        cmocka_unit_test(test_node_element), cmocka_unit_test(test_answer),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
