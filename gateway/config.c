@@ -29,6 +29,10 @@ static const option_def_t options[] = {
     STR(redis_url, "BOTGATE_REDIS_URL", "redis://127.0.0.1:6379/0",
         "redis://[:password@]host:port/db or unix:///path/sock"),
     STR(store.prefix, "BOTGATE_REDIS_PREFIX", "botgate:", "prefix of every Redis key"),
+    STR(redis_sentinels, "BOTGATE_REDIS_SENTINELS", "",
+        "Redis Sentinel host:port,...: the master is found and followed through them"),
+    STR(store.redis.master_name, "BOTGATE_REDIS_MASTER", "mymaster",
+        "the master's name known to the sentinels"),
     INT(workers, "BOTGATE_WORKERS", "0", 0, 256, "worker threads (0: number of CPUs)"),
     STR(facebook_url, "BOTGATE_FACEBOOK_API_URL", "https://graph.facebook.com/v19.0",
         "base of the Messenger Send API"),
@@ -219,6 +223,13 @@ int config_load(config_t *cfg, int argc, char **argv)
     }
     if (redisc_parse_url(cfg->redis_url, &cfg->store.redis, err, sizeof(err)) < 0) {
         fprintf(stderr, "botgate: BOTGATE_REDIS_URL: %s\n", err);
+        return -1;
+    }
+    /* With sentinels, the URL still gives the password and the database. */
+    if (cfg->redis_sentinels[0] != '\0' &&
+        sentinel_parse_list(cfg->redis_sentinels, cfg->store.redis.sentinels, SENTINEL_MAX,
+                            &cfg->store.redis.n_sentinels, err, sizeof(err)) < 0) {
+        fprintf(stderr, "botgate: BOTGATE_REDIS_SENTINELS: %s\n", err);
         return -1;
     }
     strip_slash(cfg->facebook_url);

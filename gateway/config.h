@@ -12,6 +12,7 @@ typedef struct config {
     char listen_host[300];
     int listen_port;
     char redis_url[CONFIG_URL_MAX];
+    char redis_sentinels[CONFIG_URL_MAX]; /* host:port,... ; empty: no Sentinel */
     store_config_t store;   /* parsed Redis URL, timeouts, key prefix */
     int workers;
     char facebook_url[CONFIG_URL_MAX];

@@ -18,6 +18,7 @@
 
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 2000
+#define SENTINEL_CHECK_MS 1000 /* how often a connected worker asks where the master is */
 
 struct redisc_cmd {
     redisc_t *r;
@@ -46,6 +47,12 @@ struct redisc {
     void *state_arg;
     redisc_observe_cb *observe;
     void *observe_arg;
+    /* Sentinel */
+    sentinel_query_t *query;  /* a question to the sentinels in flight */
+    struct event *check;      /* the periodic "is the master still there?" */
+    int next_sentinel;
+    char master_host[64];     /* the master currently used */
+    int master_port;
 };
 
 static int64_t now_ms(void)
@@ -113,6 +120,9 @@ static void drop(redisc_t *r, const char *why)
     r->ac = NULL;
     r->state = RC_DOWN;
     event_del(r->timer);
+    event_del(r->check);
+    sentinel_cancel(r->query);
+    r->query = NULL;
     if (ac != NULL) {
         ac->data = NULL; /* on_disconnect ignores a context we dropped */
         redisAsyncFree(ac);
@@ -137,6 +147,10 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     unlink_cmd(r, c);
     if (cb != NULL)
         cb(reply, arg);
+    /* After a failover the old master comes back as a replica: writes answer READONLY. */
+    if (reply != NULL && ((redisReply *)reply)->type == REDIS_REPLY_ERROR &&
+        strncmp(((redisReply *)reply)->str, "READONLY", 8) == 0 && r->ac == ac)
+        drop(r, "the server became a replica");
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
@@ -232,6 +246,8 @@ static void on_connect(const redisAsyncContext *ac, int status)
         snprintf(db, sizeof(db), "%d", r->cfg.db);
         send_cmd(r, on_setup_reply, r, 2, argv, NULL, NULL);
     }
+    if (r->cfg.n_sentinels > 0)
+        arm(r->check, SENTINEL_CHECK_MS);
     tell(r, 1, "connected");
 }
 
@@ -245,21 +261,25 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     r->ac = NULL;
     r->state = RC_DOWN;
     event_del(r->timer);
+    event_del(r->check);
+    sentinel_cancel(r->query);
+    r->query = NULL;
     tell(r, 0, "connection lost");
     schedule_reconnect(r);
 }
 
-static void connect_now(redisc_t *r)
+static void connect_to(redisc_t *r, const char *host, int port)
 {
     redisAsyncContext *ac;
 
-    if (r->cfg.unix_path[0] != '\0')
+    if (host == NULL)
         ac = redisAsyncConnectUnix(r->cfg.unix_path);
     else
-        ac = redisAsyncConnect(r->cfg.host, r->cfg.port);
+        ac = redisAsyncConnect(host, port);
     if (ac == NULL || ac->err) {
         if (ac != NULL)
             redisAsyncFree(ac);
+        r->state = RC_DOWN;
         schedule_reconnect(r);
         return;
     }
@@ -268,12 +288,75 @@ static void connect_now(redisc_t *r)
         redisAsyncSetConnectCallback(ac, on_connect) != REDIS_OK ||
         redisAsyncSetDisconnectCallback(ac, on_disconnect) != REDIS_OK) {
         redisAsyncFree(ac);
+        r->state = RC_DOWN;
         schedule_reconnect(r);
         return;
     }
     r->ac = ac;
     r->state = RC_CONNECTING;
     arm(r->timer, r->cfg.connect_timeout_ms);
+}
+
+static void on_master(void *arg, int ok, const char *host, int port)
+{
+    redisc_t *r = arg;
+
+    r->query = NULL;
+    if (!ok) {
+        r->state = RC_DOWN;
+        schedule_reconnect(r);
+        return;
+    }
+    snprintf(r->master_host, sizeof(r->master_host), "%s", host);
+    r->master_port = port;
+    connect_to(r, r->master_host, r->master_port);
+}
+
+static void connect_now(redisc_t *r)
+{
+    if (r->cfg.n_sentinels > 0) {
+        r->state = RC_CONNECTING;
+        r->query = sentinel_ask(r->base, r->cfg.sentinels, r->cfg.n_sentinels, &r->next_sentinel,
+                                r->cfg.master_name, r->cfg.connect_timeout_ms, on_master, r);
+        if (r->query == NULL) {
+            r->state = RC_DOWN;
+            schedule_reconnect(r);
+        }
+        return;
+    }
+    if (r->cfg.unix_path[0] != '\0')
+        connect_to(r, NULL, 0);
+    else
+        connect_to(r, r->cfg.host, r->cfg.port);
+}
+
+/* The sentinels' answer to the periodic check: a failover moved the master elsewhere. */
+static void on_master_checked(void *arg, int ok, const char *host, int port)
+{
+    redisc_t *r = arg;
+
+    r->query = NULL;
+    if (r->state != RC_UP)
+        return;
+    if (ok && (strcmp(host, r->master_host) != 0 || port != r->master_port)) {
+        drop(r, "the sentinels moved the master");
+        return;
+    }
+    arm(r->check, SENTINEL_CHECK_MS);
+}
+
+static void on_check(evutil_socket_t fd, short what, void *arg)
+{
+    redisc_t *r = arg;
+
+    (void)fd;
+    (void)what;
+    if (r->state != RC_UP || r->query != NULL)
+        return;
+    r->query = sentinel_ask(r->base, r->cfg.sentinels, r->cfg.n_sentinels, &r->next_sentinel,
+                            r->cfg.master_name, r->cfg.connect_timeout_ms, on_master_checked, r);
+    if (r->query == NULL)
+        arm(r->check, SENTINEL_CHECK_MS);
 }
 
 static void on_retry(evutil_socket_t fd, short what, void *arg)
@@ -294,7 +377,8 @@ redisc_t *redisc_new(struct event_base *base, const redisc_config_t *cfg)
     r->backoff_ms = BACKOFF_MIN_MS;
     r->timer = evtimer_new(base, on_timer, r);
     r->retry = evtimer_new(base, on_retry, r);
-    if (r->timer == NULL || r->retry == NULL) {
+    r->check = evtimer_new(base, on_check, r);
+    if (r->timer == NULL || r->retry == NULL || r->check == NULL) {
         redisc_free(r);
         return NULL;
     }
@@ -315,10 +399,13 @@ void redisc_free(redisc_t *r)
         ac->data = NULL;
         redisAsyncFree(ac);
     }
+    sentinel_cancel(r->query);
     if (r->timer)
         event_free(r->timer);
     if (r->retry)
         event_free(r->retry);
+    if (r->check)
+        event_free(r->check);
     while ((c = r->spare) != NULL) {
         r->spare = c->next;
         free(c);

@@ -4,6 +4,8 @@
 #ifndef BOTGATE_STORE_REDISC_H
 #define BOTGATE_STORE_REDISC_H
 
+#include "sentinel.h"
+
 #include <hiredis/hiredis.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -26,6 +28,11 @@ typedef struct redisc_config {
     int connect_timeout_ms;
     int command_timeout_ms;
     int max_in_flight;       /* commands in flight on the connection; past it: REDISC_BUSY */
+    /* Redis Sentinel: when n_sentinels > 0 the master of master_name is asked for before
+     * every connect, checked every SENTINEL_CHECK_MS, and host/port above are ignored. */
+    sentinel_addr_t sentinels[SENTINEL_MAX];
+    int n_sentinels;
+    char master_name[128];
 } redisc_config_t;
 
 enum { REDISC_OK = 0, REDISC_DOWN = -1, REDISC_BUSY = -2 };

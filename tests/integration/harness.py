@@ -85,7 +85,7 @@ class Redis:
             return None if n < 0 else [self._reply() for _ in range(n)]
         raise RuntimeError("bad RESP reply %r" % line)
 
-    def __call__(self, *args):
+    def __call__(self, *args, retry=True):
         if self.sock is None:
             self._connect()
         out = b"*%d\r\n" % len(args)
@@ -96,8 +96,11 @@ class Redis:
             self.sock.sendall(out)
             return self._reply()
         except OSError:
-            self.sock = None
-            raise
+            # a server that closed an idle connection (a failover does) gets one more try
+            self.close()
+            if not retry:
+                raise
+            return self(*args, retry=False)
 
     def close(self):
         if self.sock:
