@@ -1,6 +1,7 @@
 /* http.c - evhttp set up as a server, and the routes. Every answer is JSON. */
 #include "http.h"
 
+#include "conn.h"
 #include "log.h"
 #include "op.h"
 
@@ -65,12 +66,13 @@ static const struct route {
     const char *path;
     enum evhttp_cmd_type method;
     void (*handler)(worker_t *w, struct evhttp_request *req);
+    int api; /* answered later, by an op: its connection is busy until then */
 } routes[] = {
-    {"/sendResponses", EVHTTP_REQ_POST, op_send_start},
-    {"/redirectMemberToNode", EVHTTP_REQ_POST, op_redirect_start},
-    {"/healthz", EVHTTP_REQ_GET, health},
-    {"/readyz", EVHTTP_REQ_GET, ready},
-    {"/metrics", EVHTTP_REQ_GET, metrics},
+    {"/sendResponses", EVHTTP_REQ_POST, op_send_start, 1},
+    {"/redirectMemberToNode", EVHTTP_REQ_POST, op_redirect_start, 1},
+    {"/healthz", EVHTTP_REQ_GET, health, 0},
+    {"/readyz", EVHTTP_REQ_GET, ready, 0},
+    {"/metrics", EVHTTP_REQ_GET, metrics, 0},
 };
 
 static void on_request(struct evhttp_request *req, void *arg)
@@ -89,6 +91,7 @@ static void on_request(struct evhttp_request *req, void *arg)
         if (strcmp(path, routes[i].path) != 0)
             continue;
         if (cmd == routes[i].method) {
+            conn_request_arrived(w, req, routes[i].api);
             routes[i].handler(w, req);
             return;
         }
@@ -99,79 +102,6 @@ static void on_request(struct evhttp_request *req, void *arg)
         return;
     }
     send_json(req, 404, "Not Found", "{\"ok\":0,\"err\":\"not found\",\"error\":\"not found\"}");
-}
-
-/* ---- connection cap ----
- * evhttp 2.1 tells nobody when a connection closes unless a close callback was set on it, and
- * offers no hook where a new connection is seen with its evhttp_connection. So the bufferevent
- * callback counts the connection and queues its bufferevent; a deferred callback, run in the
- * same loop iteration once evhttp has wired the connection up, finds the evhttp_connection
- * (the bufferevent's callback argument) and sets the close callback that uncounts it. Past the
- * cap the listener stops accepting (the kernel keeps new connections in its backlog); below
- * it, accepting resumes. (A pass-through filter bufferevent would see the free too, but evhttp
- * then believes a reply is sent once it reaches the filter and may close before it is.) */
-
-static void update_accepting(worker_t *w)
-{
-    if (w->listener == NULL || w->draining)
-        return;
-    if (w->accepting && w->connections >= (size_t)w->cfg->max_connections) {
-        evconnlistener_disable(w->listener);
-        w->accepting = 0;
-        atomic_fetch_add_explicit(&w->metrics.accept_pauses, 1, memory_order_relaxed);
-    } else if (!w->accepting && w->connections < (size_t)w->cfg->max_connections) {
-        evconnlistener_enable(w->listener);
-        w->accepting = 1;
-    }
-}
-
-static void on_connection_closed(struct evhttp_connection *evcon, void *arg)
-{
-    worker_t *w = arg;
-
-    (void)evcon;
-    w->connections--;
-    atomic_fetch_add_explicit(&w->metrics.connections, -1, memory_order_relaxed);
-    update_accepting(w);
-}
-
-static void adopt_connections(evutil_socket_t fd, short what, void *arg)
-{
-    worker_t *w = arg;
-
-    (void)fd;
-    (void)what;
-    for (size_t i = 0; i < w->n_fresh; i++) {
-        void *evcon = NULL;
-        bufferevent_getcb(w->fresh[i], NULL, NULL, NULL, &evcon);
-        if (evcon != NULL)
-            evhttp_connection_set_closecb(evcon, on_connection_closed, w);
-    }
-    w->n_fresh = 0;
-}
-
-static struct bufferevent *new_connection(struct event_base *base, void *arg)
-{
-    worker_t *w = arg;
-    struct bufferevent *bev;
-    struct bufferevent **fresh = w->fresh;
-
-    if (w->n_fresh == w->cap_fresh) {
-        size_t cap = w->cap_fresh ? w->cap_fresh * 2 : 64;
-        if ((fresh = realloc(w->fresh, cap * sizeof(*fresh))) == NULL)
-            return NULL;
-        w->fresh = fresh;
-        w->cap_fresh = cap;
-    }
-    bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
-    if (bev == NULL)
-        return NULL;
-    w->fresh[w->n_fresh++] = bev;
-    event_active(w->adopt_ev, EV_TIMEOUT, 0);
-    w->connections++;
-    atomic_fetch_add_explicit(&w->metrics.connections, 1, memory_order_relaxed);
-    update_accepting(w);
-    return bev;
 }
 
 int http_start(worker_t *w)
@@ -188,13 +118,14 @@ int http_start(worker_t *w)
     evhttp_set_max_headers_size(w->http, HTTP_MAX_HEADERS_SIZE);
     evhttp_set_timeout(w->http, cfg->http_timeout_s);
     evhttp_set_default_content_type(w->http, "application/json");
+    /* A body over the limit is read and dropped before the 413 goes out, so that a client
+     * still sending sees the answer instead of a reset. The HTTP timeout bounds it. */
+    evhttp_set_flags(w->http, EVHTTP_SERVER_LINGERING_CLOSE);
     evhttp_set_allowed_methods(w->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
                                             EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
     evhttp_set_gencb(w->http, on_request, w);
-    evhttp_set_bevcb(w->http, new_connection, w);
-    w->adopt_ev = event_new(w->base, -1, 0, adopt_connections, w);
-    if (w->adopt_ev == NULL)
+    if (conn_setup(w) < 0)
         return -1;
 
     if (strchr(cfg->listen_host, ':') != NULL)
@@ -226,10 +157,3 @@ int http_start(worker_t *w)
     return 0;
 }
 
-void http_stop_accepting(worker_t *w)
-{
-    if (w->listener != NULL && w->accepting) {
-        evconnlistener_disable(w->listener);
-        w->accepting = 0;
-    }
-}

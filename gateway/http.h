@@ -12,6 +12,5 @@
 
 /* Creates w->http and w->listener. -1 on failure (logged). */
 int http_start(worker_t *w);
-void http_stop_accepting(worker_t *w);
 
 #endif

@@ -6,6 +6,7 @@
 #include "op.h"
 
 #include "../core/member.h"
+#include "conn.h"
 #include "log.h"
 
 #include <event2/buffer.h>
@@ -186,6 +187,7 @@ static void reply(op_t *op, int status, json_t *body, int code)
         evbuffer_add_reference(buf, text, n, free_buffer, NULL);
     }
     json_decref(body);
+    conn_request_done(op->w, op->req);
     evhttp_add_header(headers, "X-Request-Id", op->id);
     if (op->w->draining)
         evhttp_add_header(headers, "Connection", "close");

@@ -2,6 +2,7 @@
 #include "worker.h"
 
 #include "../store/store.h"
+#include "conn.h"
 #include "http.h"
 #include "log.h"
 #include "op.h"
@@ -126,7 +127,7 @@ static void on_ctl(evutil_socket_t fd, short what, void *arg)
         if (c == 'd' && !w->draining) {
             struct timeval tv;
             w->draining = 1;
-            http_stop_accepting(w);
+            conn_update_accepting(w);
             if (w->in_flight == 0) {
                 finish_drain(w);
                 continue;
@@ -136,7 +137,7 @@ static void on_ctl(evutil_socket_t fd, short what, void *arg)
             evtimer_add(w->drain_timer, &tv);
         } else if (c == 'q') {
             w->draining = 1;
-            http_stop_accepting(w);
+            conn_update_accepting(w);
             abort_all(w);
             finish_drain(w);
         }
@@ -221,9 +222,7 @@ void worker_cleanup(worker_t *w)
         event_free(w->ctl_ev);
     if (w->drain_timer != NULL)
         event_free(w->drain_timer);
-    if (w->adopt_ev != NULL)
-        event_free(w->adopt_ev);
-    free(w->fresh);
+    conn_cleanup(w);
     upstream_free(w->up);
     upstream_free(w->up_user);
     store_free(w->store);

@@ -15,7 +15,7 @@ struct event_base;
 struct event;
 struct evhttp;
 struct evconnlistener;
-struct bufferevent;
+struct conn_table;
 struct op;
 
 typedef struct worker {
@@ -34,9 +34,7 @@ typedef struct worker {
     int draining;
     size_t in_flight;         /* requests accepted and not yet answered */
     size_t connections;       /* open client connections */
-    struct bufferevent **fresh; /* connections accepted in this loop iteration (http.c) */
-    size_t n_fresh, cap_fresh;
-    struct event *adopt_ev;
+    struct conn_table *conns; /* the connections, for the cap and the sweep (conn.c) */
     int accepting;            /* the listener is enabled */
     struct op *ops;           /* in-flight requests, for drain */
     uint64_t rng;             /* xorshift state for ids */
