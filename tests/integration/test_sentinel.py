@@ -21,6 +21,13 @@ def sentinel_binary():
 
 class SentinelFailover(unittest.TestCase):
     def setUp(self):
+        try:
+            self.start()
+        except BaseException:
+            self.s.close()
+            raise
+
+    def start(self):
         self.s = Stack(workers=2, start_gateway=False,
                        env={"BOTGATE_REQUEST_TIMEOUT_MS": "3000",
                             "BOTGATE_REDIS_TIMEOUT_MS": "500",
