@@ -24,7 +24,8 @@ class SentinelFailover(unittest.TestCase):
         try:
             self.start()
         except BaseException:
-            self.s.close()
+            if hasattr(self, "s"):  # Stack() cleans up after itself when it fails
+                self.s.close()
             raise
 
     def start(self):
