@@ -58,6 +58,9 @@ static const option_def_t options[] = {
         "timeout of connecting to Redis"),
     INT(store.redis.max_in_flight, "BOTGATE_REDIS_MAX_IN_FLIGHT", "10000", 1, 1000000,
         "Redis commands in flight per worker"),
+    INT(store.cache_ttl_ms, "BOTGATE_CACHE_TTL_MS", "1000", 0, 600000,
+        "tokens and channels are cached this long per worker (0: off); a revoked token or a "
+        "changed channel takes effect within it"),
     INT(max_connections, "BOTGATE_MAX_CONNECTIONS", "10000", 1, 1000000,
         "open client connections per worker"),
     INT(drain_timeout_ms, "BOTGATE_DRAIN_TIMEOUT_MS", "10000", 0, 600000,

@@ -224,7 +224,9 @@ static void on_cred_answer(void *arg, const upstream_answer_t *ans)
     adapter_result_clear(&res);
     atomic_fetch_add_explicit(&op->w->metrics.credential_refreshes, 1, memory_order_relaxed);
     op->cred_refreshed = 1;
-    /* Use the new credential at once, whether or not the write-back succeeds. */
+    /* Use the new credential at once, whether or not the write-back succeeds. The channel
+     * record may be the worker cache's shared copy: change a copy of it. */
+    adopt_channel(op, json_deep_copy(op->channel));
     json_object_update(json_object_get(op->channel, "info"), fields);
     op->dl = DL_CRED_WRITE;
     op->call = store_update_channel_info(op->w->store, op->target.channel_id, fields,

@@ -407,19 +407,34 @@ void op_resolve(op_t *op)
 {
     store_t *store = op->w->store;
     store_status_t st = STORE_OK;
+    json_t *cached;
 
+    /* Token and channel come from the worker's cache when it has them; whatever is missing is
+     * asked for in one round trip (hiredis pipelines the commands). */
     op->phase = OP_RESOLVE;
     op->member_done = op->target.member_id == NULL;
-    op->calls[0] = store_get_token(store, op->token_hash, on_token, op, &st);
-    if (op->calls[0] != NULL)
+    if ((cached = store_cached_token(store, op->token_hash)) != NULL) {
+        op->token_done = 1;
+        op->token_st = auth_token_decode(cached, &op->token) == 0 ? STORE_OK : STORE_BAD_RECORD;
+        json_decref(cached);
+    }
+    if ((op->channel = store_cached_channel(store, op->target.channel_id)) != NULL) {
+        op->channel_done = 1;
+        op->channel_st = STORE_OK;
+    }
+    if (!op->token_done)
+        op->calls[0] = store_get_token(store, op->token_hash, on_token, op, &st);
+    if (st == STORE_OK && !op->channel_done)
         op->calls[1] = store_get_channel(store, op->target.channel_id, on_channel, op, &st);
-    if (op->calls[1] != NULL && op->target.member_id != NULL)
+    if (st == STORE_OK && op->target.member_id != NULL)
         op->calls[2] = store_get_member(store, op->target.channel_id, op->target.member_id,
                                         on_member, op, &st);
     if (st != STORE_OK) {
         op_cancel_all(op);
         fail_store(op, st);
+        return;
     }
+    resolve_check(op); /* everything may have come from the cache */
 }
 
 /* Takes the token of the request, or answers "not authorized". Returns 0 when there is one. */

@@ -3,12 +3,15 @@
  * into JSON for its callback. */
 #include "store.h"
 
+#include "cache.h"
+
 #include <event2/event.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 
 /* Compare-and-set writes to one key are queued inside a worker (they would only defeat each
  * other on its one connection); what is left are races with other workers and instances,
@@ -34,8 +37,11 @@ static const char UNLOCK_SCRIPT[] =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
     "return 0";
 
+#define CACHE_MAX 20000 /* entries per worker */
+
 struct store {
     redisc_t *redis;
+    store_cache_t *cache; /* NULL when caching is off */
     struct event_base *base;
     char prefix[STORE_PREFIX_MAX];
     store_call_t *cas_active[CAS_BUCKETS]; /* compare-and-set calls holding their key */
@@ -67,6 +73,7 @@ struct store_call {
     int attempts;
     char *old;
     size_t old_len;
+    int cacheable;             /* a successful read (or write) refreshes the cache */
     unsigned bucket;
     int cas_state;             /* CAS_NONE, CAS_WAITING (queued behind the holder), CAS_HOLDING */
     store_call_t *bucket_next; /* next holder in the same bucket */
@@ -85,6 +92,7 @@ store_t *store_new(struct event_base *base, const store_config_t *cfg)
         return NULL;
     st->base = base;
     st->rng = (uint64_t)(uintptr_t)st ^ 0x9E3779B97F4A7C15ULL;
+    st->cache = store_cache_new(CACHE_MAX, cfg->cache_ttl_ms);
     snprintf(st->prefix, sizeof(st->prefix), "%s", cfg->prefix);
     st->redis = redisc_new(base, &cfg->redis);
     if (st->redis == NULL) {
@@ -99,6 +107,7 @@ void store_free(store_t *st)
     if (st == NULL)
         return;
     redisc_free(st->redis);
+    store_cache_free(st->cache);
     free(st);
 }
 
@@ -115,6 +124,14 @@ redisc_t *store_redis(store_t *st)
 const char *store_prefix(const store_t *st)
 {
     return st->prefix;
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void call_free(store_call_t *c)
@@ -322,6 +339,8 @@ static void on_cas_written(store_call_t *c, redisReply *reply)
          * rather than keep a second copy around for the rare write path. */
         record = json_loadb(c->old, c->old_len, 0, NULL);
         if (record != NULL && c->mutate(record, c->change, c->now_ms) == 0) {
+            if (c->cacheable)
+                store_cache_put(c->st->cache, c->key, record, now_ms());
             finish(c, STORE_OK, record);
             return;
         }
@@ -425,7 +444,27 @@ static void on_reply(redisReply *reply, void *arg)
         finish(c, STORE_BAD_RECORD, NULL);
         return;
     }
+    if (c->cacheable)
+        store_cache_put(c->st->cache, c->key, value, now_ms());
     finish(c, STORE_OK, value);
+}
+
+json_t *store_cached_token(store_t *st, const char *hash_hex)
+{
+    char key[STORE_KEY_MAX];
+
+    if (st->cache == NULL || store_key_token(key, sizeof(key), st->prefix, hash_hex) < 0)
+        return NULL;
+    return store_cache_get(st->cache, key, now_ms());
+}
+
+json_t *store_cached_channel(store_t *st, const char *channel_id)
+{
+    char key[STORE_KEY_MAX];
+
+    if (st->cache == NULL || store_key_channel(key, sizeof(key), st->prefix, channel_id) < 0)
+        return NULL;
+    return store_cache_get(st->cache, key, now_ms());
 }
 
 store_call_t *store_get_token(store_t *st, const char *hash_hex, store_cb *cb, void *arg,
@@ -435,6 +474,7 @@ store_call_t *store_get_token(store_t *st, const char *hash_hex, store_cb *cb, v
 
     if (c == NULL || store_key_token(c->key, sizeof(c->key), st->prefix, hash_hex) < 0)
         return key_too_long(c, status);
+    c->cacheable = 1;
     return start_get(c, status);
 }
 
@@ -445,6 +485,7 @@ store_call_t *store_get_channel(store_t *st, const char *channel_id, store_cb *c
 
     if (c == NULL || store_key_channel(c->key, sizeof(c->key), st->prefix, channel_id) < 0)
         return key_too_long(c, status);
+    c->cacheable = 1;
     return start_get(c, status);
 }
 
@@ -536,6 +577,7 @@ store_call_t *store_update_channel_info(store_t *st, const char *channel_id,
 
     if (c == NULL || store_key_channel(c->key, sizeof(c->key), st->prefix, channel_id) < 0)
         return key_too_long(c, status);
+    c->cacheable = 1;
     return start_cas(c, merge_info, fields, 0, status);
 }
 

@@ -34,6 +34,7 @@ typedef int store_mutate_fn(json_t *record, const json_t *change, int64_t now_ms
 typedef struct store_config {
     redisc_config_t redis;
     char prefix[STORE_PREFIX_MAX];
+    int cache_ttl_ms; /* tokens and channels are kept this long in the worker; 0: never */
 } store_config_t;
 
 store_t *store_new(struct event_base *base, const store_config_t *cfg);
@@ -44,6 +45,11 @@ const char *store_prefix(const store_t *st);
 
 /* The callback will not run. */
 void store_cancel(store_call_t *call);
+
+/* The worker's cached copy of a token record or a channel record (a new reference, shared:
+ * never change it), or NULL when there is none: then ask with store_get_token/channel. */
+json_t *store_cached_token(store_t *st, const char *hash_hex);
+json_t *store_cached_channel(store_t *st, const char *channel_id);
 
 /* Each returns the call (NULL with *status set when nothing could be sent: the callback will
  * then never run). */
