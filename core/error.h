@@ -20,10 +20,11 @@ enum {
     BG_ERR_LIMIT = 118,            /* over a limit */
     BG_ERR_STORE = 119,            /* Redis down or timed out */
     BG_ERR_RATE_LIMITED = 120,     /* the platform rate-limited the send */
+    BG_ERR_UNAVAILABLE = 121,      /* botgate cannot take it now: shutting down, out of memory */
+    BG_ERR_NO_ROUTE = 122,         /* no such endpoint, or not with this method */
+    BG_ERR_INTERNAL = BG_ERR_UNAVAILABLE, /* older name */
     /* Not an err_code on the wire: "User is not authorized" answers carry none. */
     BG_ERR_UNAUTHORIZED = -1,
-    /* Not an err_code on the wire: an internal failure, answered as a JSON 500. */
-    BG_ERR_INTERNAL = -2,
 };
 
 #define BG_ERROR_MSG_MAX 256
@@ -52,7 +53,7 @@ void bg_utf8_trim(char *s);
 void bg_utf8_sanitize(char *s);
 
 /* The JSON body of a failure answer: {"ok":0,"err_code":N,"err":msg,"error":msg}
- * (no err_code for BG_ERR_UNAUTHORIZED and BG_ERR_INTERNAL). New reference. */
+ * (no err_code for BG_ERR_UNAUTHORIZED, as interface.md shows). New reference. */
 json_t *bg_error_to_json(const bg_error_t *err);
 
 /* The element-level error object {"err_code":N,"err":msg}. New reference. */

@@ -114,12 +114,12 @@ static int set_below(json_t *base, const char *rest, const json_t *value, bg_err
         *dot = '\0';
         base = child_object(base, seg);
         if (base == NULL)
-            return bg_error_set(err, BG_ERR_INTERNAL, "out of memory");
+            return bg_error_set(err, BG_ERR_UNAVAILABLE, "out of memory");
         seg = dot + 1;
     }
     copy = json_deep_copy(value);
     if (copy == NULL || json_object_set_new(base, seg, copy) < 0)
-        return bg_error_set(err, BG_ERR_INTERNAL, "out of memory");
+        return bg_error_set(err, BG_ERR_UNAVAILABLE, "out of memory");
     return 0;
 }
 
@@ -141,12 +141,12 @@ int member_apply_set(json_t *member, const char *path, json_t *value, bg_error_t
     case PATH_META:
         base = child_object(member, "meta");
         return base ? set_below(base, rest, value, err)
-                    : bg_error_set(err, BG_ERR_INTERNAL, "out of memory");
+                    : bg_error_set(err, BG_ERR_UNAVAILABLE, "out of memory");
     case PATH_TEMP_DATA:
         base = child_object(member, "botMeta");
         base = base ? child_object(base, "tempData") : NULL;
         return base ? set_below(base, rest, value, err)
-                    : bg_error_set(err, BG_ERR_INTERNAL, "out of memory");
+                    : bg_error_set(err, BG_ERR_UNAVAILABLE, "out of memory");
     case PATH_SUBSCRIBED: {
         int b;
         const char *s = json_string_value(value);
@@ -158,7 +158,7 @@ int member_apply_set(json_t *member, const char *path, json_t *value, bg_error_t
             return bg_error_set(err, BG_ERR_MISSING_PARAM, "path %s takes a boolean", path);
         base = child_object(member, "botMeta");
         if (base == NULL || json_object_set_new(base, "subscribed", json_boolean(b)) < 0)
-            return bg_error_set(err, BG_ERR_INTERNAL, "out of memory");
+            return bg_error_set(err, BG_ERR_UNAVAILABLE, "out of memory");
         return 0;
     }
     case PATH_CUSTOM_LOCALE:
@@ -252,7 +252,7 @@ static int apply_op(json_t *member, const json_t *op, size_t at, bg_error_t *err
                                 "delta[%zu] position needs tree and node strings", at);
         bot = child_object(member, "botMeta");
         if (bot == NULL)
-            return bg_error_set(err, BG_ERR_INTERNAL, "out of memory");
+            return bg_error_set(err, BG_ERR_UNAVAILABLE, "out of memory");
         json_object_set_new(bot, "tree", json_deep_copy(tree));
         json_object_set_new(bot, "nodeCompositeId", json_deep_copy(node));
         return 0;
@@ -279,7 +279,7 @@ int member_apply_delta(json_t *member, const json_t *delta, int64_t now_ms, bg_e
     /* Work on a copy so that a bad op leaves the record as it was. */
     work = json_deep_copy(member);
     if (work == NULL)
-        return bg_error_set(err, BG_ERR_INTERNAL, "out of memory");
+        return bg_error_set(err, BG_ERR_UNAVAILABLE, "out of memory");
     json_array_foreach(delta, i, op) {
         if (apply_op(work, op, i, err) < 0) {
             json_decref(work);
@@ -292,7 +292,7 @@ int member_apply_delta(json_t *member, const json_t *delta, int64_t now_ms, bg_e
     json_object_set_new(work, "updatedAt", json_integer(now_ms));
     if (json_object_clear(member) < 0 || json_object_update(member, work) < 0) {
         json_decref(work);
-        return bg_error_set(err, BG_ERR_INTERNAL, "out of memory");
+        return bg_error_set(err, BG_ERR_UNAVAILABLE, "out of memory");
     }
     json_decref(work);
     return 0;

@@ -67,7 +67,9 @@ static void add_error(node_run_t *run, int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(e.msg, sizeof(e.msg), fmt, ap);
     va_end(ap);
-    bg_utf8_trim(e.msg);
+    /* "%.64s" of an id may cut a character in the middle of the message, not only at its end:
+     * the message must stay a valid JSON string or the element loses its "err". */
+    bg_utf8_sanitize(e.msg);
     json_array_append_new(run->results, result_node_element(NULL, &e));
 }
 
@@ -236,7 +238,7 @@ static int action_webhook(node_run_t *run, const json_t *action, const char *pla
     if (url == NULL || hook == NULL) {
         free(url);
         json_decref(hook);
-        add_error(run, BG_ERR_INTERNAL, "%s: out of memory", place);
+        add_error(run, BG_ERR_UNAVAILABLE, "%s: out of memory", place);
         return -1;
     }
     json_object_set_new(hook, "url", json_string(url));
@@ -327,7 +329,7 @@ static int run_responses(node_run_t *run, node_need_t *need)
         }
         run->pending = tmpl_render_json(resp, run->scope);
         if (run->pending == NULL) {
-            add_error(run, BG_ERR_INTERNAL, "node %.64s response[%zu]: out of memory", run->node_id,
+            add_error(run, BG_ERR_UNAVAILABLE, "node %.64s response[%zu]: out of memory", run->node_id,
                       at);
             continue;
         }
@@ -371,7 +373,7 @@ static int follow_redirect(node_run_t *run)
     if (t == NULL || n == NULL) {
         free(t);
         free(n);
-        add_error(run, BG_ERR_INTERNAL, "out of memory");
+        add_error(run, BG_ERR_UNAVAILABLE, "out of memory");
         return 0;
     }
     run->flags.run_pre = flag_of(r, "runPreAction");
@@ -483,7 +485,7 @@ void node_run_node_loaded(node_run_t *run, json_t *node)
         free(t);
         free(n);
         json_decref(node);
-        add_error(run, BG_ERR_INTERNAL, "out of memory");
+        add_error(run, BG_ERR_UNAVAILABLE, "out of memory");
         finish(run);
         return;
     }

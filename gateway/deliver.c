@@ -86,8 +86,8 @@ static void fail_store(op_t *op, store_status_t st)
 
     memset(&r, 0, sizeof(r));
     adapter_result_init(&r.res);
-    bg_error_set(&r.err, st == STORE_BUSY ? BG_ERR_LIMIT : BG_ERR_STORE,
-                 st == STORE_BUSY ? "too many store commands in flight" : "store unavailable");
+    bg_error_set(&r.err, BG_ERR_STORE,
+                 st == STORE_BUSY ? "store busy: too many commands in flight" : "store unavailable");
     r.abort = op->delivered_count == 0;
     finish(op, &r);
 }

@@ -37,10 +37,12 @@ static void ready(worker_t *w, struct evhttp_request *req)
 {
     if (w->draining)
         send_json(req, 503, "Service Unavailable",
-                  "{\"ok\":0,\"err\":\"shutting down\",\"error\":\"shutting down\"}");
+                  "{\"ok\":0,\"err_code\":121,\"err\":\"shutting down\","
+                  "\"error\":\"shutting down\"}");
     else if (!store_ready(w->store))
         send_json(req, 503, "Service Unavailable",
-                  "{\"ok\":0,\"err\":\"store unavailable\",\"error\":\"store unavailable\"}");
+                  "{\"ok\":0,\"err_code\":119,\"err\":\"store unavailable\","
+                  "\"error\":\"store unavailable\"}");
     else
         send_json(req, 200, "OK", "{\"ok\":1}");
 }
@@ -84,7 +86,7 @@ static void on_request(struct evhttp_request *req, void *arg)
 
     if (path == NULL) {
         send_json(req, 400, "Bad Request",
-                  "{\"ok\":0,\"err\":\"bad request\",\"error\":\"bad request\"}");
+                  "{\"ok\":0,\"err_code\":108,\"err\":\"bad request\",\"error\":\"bad request\"}");
         return;
     }
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
@@ -98,10 +100,11 @@ static void on_request(struct evhttp_request *req, void *arg)
         evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
                           routes[i].method == EVHTTP_REQ_POST ? "POST" : "GET");
         send_json(req, 405, "Method Not Allowed",
-                  "{\"ok\":0,\"err\":\"method not allowed\",\"error\":\"method not allowed\"}");
+                  "{\"ok\":0,\"err_code\":122,\"err\":\"method not allowed\","
+                  "\"error\":\"method not allowed\"}");
         return;
     }
-    send_json(req, 404, "Not Found", "{\"ok\":0,\"err\":\"not found\",\"error\":\"not found\"}");
+    send_json(req, 404, "Not Found", "{\"ok\":0,\"err_code\":122,\"err\":\"not found\",\"error\":\"not found\"}");
 }
 
 int http_start(worker_t *w)

@@ -225,7 +225,7 @@ static void fail_code(op_t *op, int code, const char *msg)
 static void fail_store(op_t *op, store_status_t st)
 {
     if (st == STORE_BUSY)
-        fail_code(op, BG_ERR_LIMIT, "too many store commands in flight, try again");
+        fail_code(op, BG_ERR_STORE, "store busy: too many commands in flight");
     else
         fail_code(op, BG_ERR_STORE, "store unavailable");
 }

@@ -34,7 +34,9 @@ static void on_node(void *arg, store_status_t st, json_t *value)
     if (st == STORE_UNAVAILABLE || st == STORE_BUSY) {
         bg_error_t err;
         json_decref(value);
-        bg_error_set(&err, st == STORE_BUSY ? BG_ERR_LIMIT : BG_ERR_STORE, "store unavailable");
+        bg_error_set(&err, BG_ERR_STORE,
+                     st == STORE_BUSY ? "store busy: too many commands in flight"
+                                      : "store unavailable");
         op_fail(op, &err);
         return;
     }
@@ -54,7 +56,9 @@ static void fetch_node(op_t *op, const char *tree, const char *node_id)
     op->call = store_get_node(op->w->store, tree, node_id, on_node, op, &st);
     if (op->call == NULL) {
         bg_error_t err;
-        bg_error_set(&err, st == STORE_BUSY ? BG_ERR_LIMIT : BG_ERR_STORE, "store unavailable");
+        bg_error_set(&err, BG_ERR_STORE,
+                     st == STORE_BUSY ? "store busy: too many commands in flight"
+                                      : "store unavailable");
         op_fail(op, &err);
     }
 }
@@ -239,7 +243,7 @@ static void run(op_t *op)
                             op->redirect.node_id, flags, op_now_wall_ms());
     if (op->node == NULL) {
         bg_error_t err;
-        bg_error_set(&err, BG_ERR_INTERNAL, "out of memory");
+        bg_error_set(&err, BG_ERR_UNAVAILABLE, "out of memory");
         op_fail(op, &err);
         return;
     }

@@ -89,7 +89,7 @@ static void abort_all(worker_t *w)
 {
     bg_error_t err;
 
-    bg_error_set(&err, BG_ERR_INTERNAL, "server is shutting down");
+    bg_error_set(&err, BG_ERR_UNAVAILABLE, "server is shutting down");
     while (w->ops != NULL) {
         op_t *op = w->ops;
         op_cancel_all(op);

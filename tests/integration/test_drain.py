@@ -66,6 +66,7 @@ class Drain(unittest.TestCase):
             for a in answers:
                 self.assertEqual(a.status, 500, a)
                 self.assertEqual(a.json["ok"], 0)
+                self.assertEqual(a.json["err_code"], 121)
                 self.assertIn("shutting down", a.json["err"])
             self.assertEqual(s.procs["botgate"].wait(10), 0)
             s.procs.pop("botgate")

@@ -1,6 +1,6 @@
 """Inbound limits: slowloris clients and idle-connection floods cannot hold the connection
 slots; the connection cap pauses accepting and resumes; header and body limits; the cap on
-Redis commands in flight answers 118; hostile bodies never crash the process."""
+Redis commands in flight answers 119 (the store is busy); hostile bodies never crash the process."""
 import socket
 import threading
 import time
@@ -95,7 +95,7 @@ class InboundLimits(StackTest):
 class RedisInFlightCap(StackTest):
     stack_args = {"workers": 1, "env": {"BOTGATE_REDIS_MAX_IN_FLIGHT": "3"}}
 
-    def test_cap_answers_118_and_nothing_breaks(self):
+    def test_cap_answers_119_and_nothing_breaks(self):
         s = self.s
         s.put("channel", facebook_channel("fc", "A"))
         s.put("member", member("mc", "fc", "A", "psid-slow200"))
@@ -104,8 +104,8 @@ class RedisInFlightCap(StackTest):
         with ThreadPoolExecutor(max_workers=30) as pool:
             answers = list(pool.map(lambda _: s.send(body, tok), range(30)))
         codes = {(a.status, (a.json or {}).get("err_code")) for a in answers}
-        self.assertTrue(codes <= {(200, None), (500, 118)}, codes)
-        self.assertIn((500, 118), codes)
+        self.assertTrue(codes <= {(200, None), (500, 119)}, codes)
+        self.assertIn((500, 119), codes)
         self.assertIn((200, None), codes)
         busy = [a for a in answers if a.status == 500]
         self.assertIn("in flight", busy[0].json["err"])

@@ -352,9 +352,10 @@ class SendApi(StackTest):
         from harness import http
         a = http("GET", self.s.url + "/nothing")
         self.assertEqual(a.status, 404)
-        self.assertEqual(a.json["ok"], 0)
+        self.assertEqual((a.json["ok"], a.json["err_code"]), (0, 122))
         a = http("GET", self.s.url + "/sendResponses")
         self.assertEqual(a.status, 405)
+        self.assertEqual((a.json["err_code"], a.headers["Allow"]), (122, "POST"))
         self.assertEqual(http("GET", self.s.url + "/healthz").json, {"ok": 1})
 
     def test_request_id_is_taken_from_caller(self):

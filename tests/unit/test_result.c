@@ -185,8 +185,8 @@ static void test_send_failed(void **state)
     assert_null(json_object_get(el, "ok"));
     json_decref(el);
 
-    /* an internal failure is still reported with a wire code */
-    bg_error_set(&err, BG_ERR_INTERNAL, "oops");
+    /* a failure with no wire code of its own is still reported with one */
+    bg_error_set(&err, BG_ERR_UNAUTHORIZED, "oops");
     el = result_send_failed("x", result_message_event("1", "2", resp, 3, NULL), &err);
     assert_int_equal(json_integer_value(json_object_get(json_object_get(el, "error"), "err_code")),
                      BG_ERR_PLATFORM);
