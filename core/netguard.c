@@ -42,11 +42,14 @@ static int blocked_v6(const uint8_t *b)
     static const uint8_t zero[16];
     static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
     static const uint8_t nat64[12] = {0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
+    static const uint8_t siit[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0};
+    static const uint8_t nat64_local[6] = {0, 0x64, 0xff, 0x9b, 0, 0x01};
 
     if (memcmp(b, zero, 15) == 0 && (b[15] == 0 || b[15] == 1))
         return 1; /* :: and ::1 */
-    if (memcmp(b, mapped, 12) == 0 || memcmp(b, nat64, 12) == 0)
-        return blocked_v4(v4_at(b + 12));
+    if (memcmp(b, mapped, 12) == 0 || memcmp(b, nat64, 12) == 0 || memcmp(b, siit, 12) == 0 ||
+        memcmp(b, nat64_local, 6) == 0)
+        return blocked_v4(v4_at(b + 12)); /* ::ffff:a.b.c.d, NAT64 (RFC 6052, 8215), SIIT */
     if (memcmp(b, zero, 12) == 0)
         return blocked_v4(v4_at(b + 12)); /* deprecated IPv4-compatible ::a.b.c.d */
     if (b[0] == 0x20 && b[1] == 0x02)

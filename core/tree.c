@@ -7,6 +7,9 @@
 #include <string.h>
 
 #define WHERE_MAX 640 /* an id of TREE_ID_MAX bytes and the names around it */
+/* A webhook's answer is saved with a set of member.botMeta.tempData.<saveAs>, a path of at most
+ * MEMBER_PATH_MAX bytes: a longer saveAs would pass here and fail on every run. */
+#define SAVE_AS_MAX (MEMBER_PATH_MAX - (int)(sizeof("member.botMeta.tempData.") - 1))
 
 int tree_id_ok(const char *s)
 {
@@ -97,10 +100,12 @@ static int check_webhook(const json_t *action, const char *where, bg_error_t *er
     if (get_str(action, "saveAs", where, 0, &save_as, err) < 0)
         return -1;
     if (save_as != NULL &&
-        (save_as[0] == '\0' || strlen(save_as) > TREE_ID_MAX ||
+        (save_as[0] == '\0' || strlen(save_as) > SAVE_AS_MAX ||
          strspn(save_as, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") !=
              strlen(save_as)))
-        return bg_error_set(err, BG_ERR_MISSING_PARAM, "%s.saveAs must match [A-Za-z0-9_]+", where);
+        return bg_error_set(err, BG_ERR_MISSING_PARAM,
+                            "%s.saveAs must match [A-Za-z0-9_]+ (at most %d characters)", where,
+                            SAVE_AS_MAX);
     timeout = json_object_get(action, "timeoutMs");
     if (timeout != NULL && (!json_is_integer(timeout) || json_integer_value(timeout) < 1 ||
                             json_integer_value(timeout) > TREE_WEBHOOK_TIMEOUT_MAX))
