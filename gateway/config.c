@@ -63,6 +63,9 @@ static const option_def_t options[] = {
         "changed channel takes effect within it"),
     INT(max_connections, "BOTGATE_MAX_CONNECTIONS", "10000", 1, 1000000,
         "open client connections per worker"),
+    INT(drain_delay_ms, "BOTGATE_DRAIN_DELAY_MS", "0", 0, 600000,
+        "on SIGTERM, keep accepting this long while /readyz says 503, so that a load balancer "
+        "stops sending first"),
     INT(drain_timeout_ms, "BOTGATE_DRAIN_TIMEOUT_MS", "10000", 0, 600000,
         "on SIGTERM, how long in-flight requests may take"),
     INT(http_timeout_s, "BOTGATE_HTTP_TIMEOUT_S", "30", 1, 3600,

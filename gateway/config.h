@@ -26,6 +26,7 @@ typedef struct config {
     int request_timeout_ms;  /* deadline of one request, from arrival to answer */
     int upstream_timeout_ms; /* one platform call */
     int max_connections;     /* open client connections per worker */
+    int drain_delay_ms;      /* SIGTERM: keep accepting this long (readyz 503) before closing */
     int drain_timeout_ms;    /* SIGTERM: time in-flight requests get to finish */
     int http_timeout_s;      /* reading a request, idle keep-alive */
 } config_t;

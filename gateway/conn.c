@@ -65,7 +65,7 @@ static conn_t *lookup(conn_table_t *t, const struct evhttp_connection *evcon)
 
 void conn_update_accepting(worker_t *w)
 {
-    int want = !w->draining && w->connections < (size_t)w->cfg->max_connections;
+    int want = w->connections < (size_t)w->cfg->max_connections;
 
     if (w->listener == NULL || want == w->accepting)
         return;
@@ -73,8 +73,7 @@ void conn_update_accepting(worker_t *w)
         evconnlistener_enable(w->listener);
     } else {
         evconnlistener_disable(w->listener);
-        if (!w->draining)
-            atomic_fetch_add_explicit(&w->metrics.accept_pauses, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&w->metrics.accept_pauses, 1, memory_order_relaxed);
     }
     w->accepting = want;
 }

@@ -21,7 +21,7 @@ void conn_cleanup(worker_t *w);   /* after evhttp_free: frees what is left */
 void conn_request_arrived(worker_t *w, struct evhttp_request *req, int busy);
 void conn_request_done(worker_t *w, struct evhttp_request *req);
 
-/* Stops accepting (drain) or follows the cap again. */
+/* Pauses or resumes accepting to follow the cap. */
 void conn_update_accepting(worker_t *w);
 
 #endif

@@ -151,7 +151,7 @@ int http_start(worker_t *w)
                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
         return -1;
     }
-    if (evhttp_bind_listener(w->http, w->listener) == NULL) {
+    if ((w->bound = evhttp_bind_listener(w->http, w->listener)) == NULL) {
         log_msg(LOG_ERROR, "cannot bind the HTTP server to %s", spec);
         return -1;
     }

@@ -117,6 +117,35 @@ static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
     finish_drain(w);
 }
 
+/* Closes the listening socket: from now on a new connection is refused at once, which a load
+ * balancer retries on another instance safely (a connection left waiting in the accept queue
+ * of a socket nobody serves would be reset later, with its request). */
+static void stop_listening(worker_t *w)
+{
+    struct timeval tv;
+
+    if (w->bound != NULL) {
+        evhttp_del_accept_socket(w->http, w->bound); /* frees the listener, closes the fd */
+        w->bound = NULL;
+        w->listener = NULL;
+        w->accepting = 0;
+    }
+    if (w->in_flight == 0) {
+        finish_drain(w);
+        return;
+    }
+    tv.tv_sec = w->cfg->drain_timeout_ms / 1000;
+    tv.tv_usec = (w->cfg->drain_timeout_ms % 1000) * 1000;
+    evtimer_add(w->drain_timer, &tv);
+}
+
+static void on_drain_delay(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    stop_listening(arg);
+}
+
 static void on_ctl(evutil_socket_t fd, short what, void *arg)
 {
     worker_t *w = arg;
@@ -125,19 +154,21 @@ static void on_ctl(evutil_socket_t fd, short what, void *arg)
     (void)what;
     while (read(fd, &c, 1) == 1) {
         if (c == 'd' && !w->draining) {
-            struct timeval tv;
+            /* /readyz turns 503 and answers carry Connection: close at once; new connections
+             * are still taken for BOTGATE_DRAIN_DELAY_MS, time for a load balancer's health
+             * check to notice, then refused. */
             w->draining = 1;
-            conn_update_accepting(w);
-            if (w->in_flight == 0) {
-                finish_drain(w);
-                continue;
+            if (w->cfg->drain_delay_ms > 0) {
+                struct timeval tv = {w->cfg->drain_delay_ms / 1000,
+                                     (w->cfg->drain_delay_ms % 1000) * 1000};
+                evtimer_add(w->drain_delay, &tv);
+            } else {
+                stop_listening(w);
             }
-            tv.tv_sec = w->cfg->drain_timeout_ms / 1000;
-            tv.tv_usec = (w->cfg->drain_timeout_ms % 1000) * 1000;
-            evtimer_add(w->drain_timer, &tv);
         } else if (c == 'q') {
             w->draining = 1;
-            conn_update_accepting(w);
+            evtimer_del(w->drain_delay);
+            stop_listening(w);
             abort_all(w);
             finish_drain(w);
         }
@@ -146,7 +177,7 @@ static void on_ctl(evutil_socket_t fd, short what, void *arg)
 
 void worker_op_done(worker_t *w)
 {
-    if (w->draining && w->in_flight == 0)
+    if (w->draining && w->bound == NULL && w->in_flight == 0)
         finish_drain(w);
 }
 
@@ -186,7 +217,9 @@ int worker_init(worker_t *w, int id, const config_t *cfg)
         return -1;
     w->ctl_ev = event_new(w->base, w->ctl[0], EV_READ | EV_PERSIST, on_ctl, w);
     w->drain_timer = evtimer_new(w->base, on_drain_timeout, w);
-    if (w->ctl_ev == NULL || w->drain_timer == NULL || event_add(w->ctl_ev, NULL) < 0)
+    w->drain_delay = evtimer_new(w->base, on_drain_delay, w);
+    if (w->ctl_ev == NULL || w->drain_timer == NULL || w->drain_delay == NULL ||
+        event_add(w->ctl_ev, NULL) < 0)
         return -1;
     return http_start(w);
 }
@@ -214,14 +247,17 @@ void worker_tell(worker_t *w, char what)
 void worker_cleanup(worker_t *w)
 {
     abort_all(w);
-    w->draining = 1;     /* connections closing now must not re-enable accepting */
+    w->draining = 1;
     w->listener = NULL;  /* evhttp_free frees it with the bound socket */
+    w->bound = NULL;
     if (w->http != NULL)
         evhttp_free(w->http);
     if (w->ctl_ev != NULL)
         event_free(w->ctl_ev);
     if (w->drain_timer != NULL)
         event_free(w->drain_timer);
+    if (w->drain_delay != NULL)
+        event_free(w->drain_delay);
     conn_cleanup(w);
     upstream_free(w->up);
     upstream_free(w->up_user);

@@ -15,6 +15,7 @@ struct event_base;
 struct event;
 struct evhttp;
 struct evconnlistener;
+struct evhttp_bound_socket;
 struct conn_table;
 struct op;
 
@@ -23,7 +24,8 @@ typedef struct worker {
     const config_t *cfg;
     struct event_base *base;
     struct evhttp *http;
-    struct evconnlistener *listener;
+    struct evconnlistener *listener; /* NULL once the worker stopped listening */
+    struct evhttp_bound_socket *bound;
     struct store *store;
     struct upstream *up;      /* platform calls */
     struct upstream *up_user; /* URLs from users (media, webhooks): SSRF-guarded, own pool */
@@ -31,6 +33,7 @@ typedef struct worker {
     int ctl[2];               /* main thread -> worker: 'd' drain, 'q' stop now */
     struct event *ctl_ev;
     struct event *drain_timer;
+    struct event *drain_delay;
     int draining;
     size_t in_flight;         /* requests accepted and not yet answered */
     size_t connections;       /* open client connections */

@@ -29,7 +29,9 @@ struct redisc_cmd {
     redisc_cmd_t *prev, *next;
 };
 
-typedef enum { RC_DOWN, RC_CONNECTING, RC_UP } redisc_state_t;
+/* DOWN -> CONNECTING (sentinels asked, TCP connect) -> SETUP (AUTH, SELECT, PING answered
+ * before anybody else may send) -> UP. */
+typedef enum { RC_DOWN, RC_CONNECTING, RC_SETUP, RC_UP } redisc_state_t;
 
 /* Owned by the worker that created it; redisc_free() releases everything. */
 struct redisc {
@@ -53,6 +55,7 @@ struct redisc {
     int next_sentinel;
     char master_host[64];     /* the master currently used */
     int master_port;
+    char why[160];            /* the last failure reported, so that a loop reports it once */
 };
 
 static int64_t now_ms(void)
@@ -82,8 +85,13 @@ static void arm(struct event *ev, int64_t ms)
     event_add(ev, &tv);
 }
 
+/* Reports going up, and each different reason for being down once: a server that keeps
+ * refusing us (wrong password, protected mode) does not flood the log at every retry. */
 static void tell(redisc_t *r, int up, const char *why)
 {
+    if (!up && strcmp(why, r->why) == 0)
+        return;
+    snprintf(r->why, sizeof(r->why), "%s", up ? "" : why);
     if (r->state_cb != NULL)
         r->state_cb(r->state_arg, up, why);
 }
@@ -115,7 +123,6 @@ static void schedule_reconnect(redisc_t *r)
 static void drop(redisc_t *r, const char *why)
 {
     redisAsyncContext *ac = r->ac;
-    int was_up = r->state == RC_UP;
 
     r->ac = NULL;
     r->state = RC_DOWN;
@@ -127,8 +134,7 @@ static void drop(redisc_t *r, const char *why)
         ac->data = NULL; /* on_disconnect ignores a context we dropped */
         redisAsyncFree(ac);
     }
-    if (was_up)
-        tell(r, 0, why);
+    tell(r, 0, why);
     schedule_reconnect(r);
 }
 
@@ -212,12 +218,29 @@ static int send_cmd(redisc_t *r, redisc_cb *cb, void *arg, int argc, const char 
     return REDISC_OK;
 }
 
+/* AUTH, SELECT and PING answered: only now may requests use the connection. A server that
+ * refuses us (wrong password, protected mode, loading) is not "up", so /readyz says so and
+ * the reconnect backoff keeps growing. */
 static void on_setup_reply(redisReply *reply, void *arg)
 {
     redisc_t *r = arg;
+    char why[160];
 
-    if (reply == NULL || reply->type == REDIS_REPLY_ERROR)
-        drop(r, reply ? "AUTH or SELECT refused" : "connection lost during setup");
+    if (r->state != RC_SETUP)
+        return; /* the connection was given up already: this is its pending PING */
+    if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+        snprintf(why, sizeof(why), "refused at connect: %.120s",
+                 reply ? reply->str : "connection lost");
+        drop(r, why);
+        return;
+    }
+    if (r->n > 0)
+        return; /* the last setup reply (PING) decides */
+    r->state = RC_UP;
+    r->backoff_ms = BACKOFF_MIN_MS;
+    if (r->cfg.n_sentinels > 0)
+        arm(r->check, SENTINEL_CHECK_MS);
+    tell(r, 1, "connected");
 }
 
 static void on_connect(const redisAsyncContext *ac, int status)
@@ -234,8 +257,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
         schedule_reconnect(r);
         return;
     }
-    r->state = RC_UP;
-    r->backoff_ms = BACKOFF_MIN_MS;
+    r->state = RC_SETUP;
     if (r->cfg.password[0] != '\0') {
         const char *argv[] = {"AUTH", r->cfg.password};
         send_cmd(r, on_setup_reply, r, 2, argv, NULL, NULL);
@@ -246,9 +268,10 @@ static void on_connect(const redisAsyncContext *ac, int status)
         snprintf(db, sizeof(db), "%d", r->cfg.db);
         send_cmd(r, on_setup_reply, r, 2, argv, NULL, NULL);
     }
-    if (r->cfg.n_sentinels > 0)
-        arm(r->check, SENTINEL_CHECK_MS);
-    tell(r, 1, "connected");
+    {
+        const char *argv[] = {"PING"};
+        send_cmd(r, on_setup_reply, r, 1, argv, NULL, NULL);
+    }
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status)

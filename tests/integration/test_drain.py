@@ -1,6 +1,7 @@
 """SIGTERM under load: every request botgate accepted is answered, new ones are not accepted,
 /readyz turns 503 while draining, and the process exits 0."""
 import http.client
+import socket
 import time
 import unittest
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +35,12 @@ class Drain(unittest.TestCase):
                 r = probe.getresponse()
                 self.assertEqual(r.status, 503)
                 r.read()
+                # the listening socket is closed: a new connection is refused at once (which a
+                # load balancer retries elsewhere), not left waiting in an accept queue
+                t0 = time.time()
+                with self.assertRaises(ConnectionRefusedError):
+                    socket.create_connection(("127.0.0.1", s.port), timeout=2).close()
+                self.assertLess(time.time() - t0, 0.5)
                 answers = [f.result() for f in futures]
             self.assertEqual([a.status for a in answers], [200] * 40)
             self.assertEqual(p.wait(15), 0)
@@ -42,6 +49,31 @@ class Drain(unittest.TestCase):
             with self.assertRaises(OSError):
                 http_get(s.url + "/healthz", timeout=1)
             self.assertEqual(len(s.sim_log()), 40)
+        finally:
+            s.close()
+            s.cleanup_dir()
+
+    def test_drain_delay_keeps_accepting_while_readyz_says_no(self):
+        s = Stack(workers=1, env={"BOTGATE_DRAIN_DELAY_MS": "1500"})
+        try:
+            s.put("channel", facebook_channel("fg", "A"))
+            s.put("member", member("mg", "fg", "A", "psid-1"))
+            tok = s.token("A", "bot:sendResponses")
+            body = {"channelId": "fg", "memberId": "mg", "response": [{"type": "TEXT", "text": "x"}]}
+            p = s.procs["botgate"]
+            p.send_signal(15)
+            time.sleep(0.2)
+            # new connections are still served during the delay, and readiness says no
+            a = http_get(s.url + "/readyz", timeout=2)
+            self.assertEqual((a.status, a.json["err_code"]), (503, 121))
+            a = s.send(body, tok)
+            self.assertEqual(a.status, 200, a)
+            self.assertEqual(a.headers.get("Connection"), "close")
+            time.sleep(1.6)
+            with self.assertRaises(OSError):
+                http_get(s.url + "/healthz", timeout=1)
+            self.assertEqual(p.wait(10), 0)
+            s.procs.pop("botgate")
         finally:
             s.close()
             s.cleanup_dir()
