@@ -1,6 +1,7 @@
 # botgate: the two commands of the quick start, and the longer runs.
 #   make run    build, start a private Redis, the platform simulator and botgate with demo data
 #   make test   build with AddressSanitizer + UBSan and run every test
+#   make bench  Release build; botgate and nginx side by side against the simulator (bench/README.md)
 .PHONY: all build run test test-asan bench soak install test-deploy clean
 
 JOBS ?= $(shell nproc)
@@ -22,6 +23,33 @@ test:
 	@cmake --build build-asan -j$(JOBS)
 	@cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)
+
+bench:
+	@scripts/deps.sh bench
+	@cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DBOTGATE_TESTS=OFF >/dev/null
+	@cmake --build build-release -j$(JOBS)
+	@BENCH_COMMAND="make bench" bench/bench.sh
+
+# make install [PREFIX=/usr/local] [DESTDIR=/tmp/stage]: a Release build, the binaries, the
+# systemd unit (its paths follow PREFIX) and docs/.
+PREFIX ?= /usr/local
+install:
+	@scripts/deps.sh build
+	@cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DBOTGATE_TESTS=OFF >/dev/null
+	@cmake --build build-release -j$(JOBS)
+	DESTDIR="$(DESTDIR)" cmake --install build-release --prefix "$(PREFIX)"
+	install -d "$(DESTDIR)/lib/systemd/system"
+	sed -e 's|/usr/local/|$(PREFIX)/|g' deploy/systemd/botgate.service > "$(DESTDIR)/lib/systemd/system/botgate.service"
+	chmod 0644 "$(DESTDIR)/lib/systemd/system/botgate.service"
+	@if [ -d docs ] && [ -n "$$(ls -A docs)" ]; then \
+		install -d "$(DESTDIR)$(PREFIX)/share/doc/botgate" && \
+		cp -R docs/. "$(DESTDIR)$(PREFIX)/share/doc/botgate/" && \
+		echo "docs installed in $(DESTDIR)$(PREFIX)/share/doc/botgate"; \
+	fi
+
+# Deployment files (deploy/) checked and run: image, compose, rolling restart behind haproxy.
+test-deploy:
+	@scripts/test-deploy.sh
 
 clean:
 	rm -rf build build-asan build-release var

@@ -9,8 +9,9 @@
 --                it to the simulator) or to the simulator itself.
 -- SCENARIO: a (1 TEXT), b (3 TEXT in one request), c (redirect to a 2-response node),
 --           d (as a; run with 5000 connections while the simulator answers after 1 s).
--- BENCH_DELAY_MS in the environment: wait that long after each answer before the next request
--- on the connection (a paced load for the added-latency figure; wrk has no fixed rate).
+-- BENCH_DELAY_MS in the environment: after each answer, wait a random 0..2*BENCH_DELAY_MS ms
+-- before the next request on the connection: a paced load for the added-latency figure (wrk
+-- has no fixed rate like wrk2); the randomness keeps the connections from firing in step.
 --
 -- done() prints one line "BENCH_JSON {...}" that bench/report.py reads.
 
@@ -54,8 +55,10 @@ end
 
 local pace = tonumber(os.getenv("BENCH_DELAY_MS") or "") or 0
 if pace > 0 then
+    -- a different sequence in every thread's Lua state
+    math.randomseed(tonumber(tostring({}):match("0x(%x+)") or "1", 16) % 2147483647)
     function delay()
-        return pace
+        return math.random(0, 2 * pace)
     end
 end
 

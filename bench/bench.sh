@@ -1,0 +1,292 @@
+#!/usr/bin/env bash
+# make bench: botgate and nginx side by side, in one run, against the same platform simulator.
+#
+# Starts a private redis-server (free port, no persistence), botgate-sim (1 thread, no record),
+# botgate (BOTGATE_WORKERS, default 1) and nginx (1 worker_process, a plain reverse proxy to the
+# simulator with keepalive upstream connections, config from bench/nginx.conf.in in a temporary
+# directory), loads the bench data with botgatectl, then runs wrk with bench/bench.lua against
+# each in turn for every scenario and prints one table (also written to BENCH_OUT).
+#
+#   BENCH_DURATION=10        seconds per wrk run
+#   BENCH_SCENARIOS="a b c d" scenarios to run (see bench/README.md)
+#   BENCH_CONNECTIONS=64     wrk connections of a, b and c
+#   BENCH_WRK_THREADS=2      wrk threads
+#   BENCH_OUT=build-release/bench-latest.txt
+#   BOTGATE_WORKERS=1, BOTGATE_MAX_CONNECTIONS=20000, BOTGATE_REDIS_MAX_IN_FLIGHT=50000
+#   BENCH_PACE_MS=20         mean pause after each answer in the paced (added-latency) runs
+#   BENCH_HOLD=1             start and load everything, print the addresses, pids and wrk
+#                            commands, and wait for Ctrl-C instead of running (for strace/perf)
+#
+# Expects a Release build in build-release (make bench does it). Every process it starts is
+# stopped on exit, Ctrl-C included.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+bench=$root/bench
+bin=${BOTGATE_BIN_DIR:-$root/build-release/bin}
+duration=${BENCH_DURATION:-10}
+scenarios=${BENCH_SCENARIOS:-a b c d}
+conns=${BENCH_CONNECTIONS:-64}
+wrk_threads=${BENCH_WRK_THREADS:-2}
+out=${BENCH_OUT:-$root/build-release/bench-latest.txt}
+workers=${BOTGATE_WORKERS:-1}
+max_conn=${BOTGATE_MAX_CONNECTIONS:-20000}
+redis_inflight=${BOTGATE_REDIS_MAX_IN_FLIGHT:-50000}
+report="python3 $bench/report.py"
+
+for tool in wrk nginx redis-server curl python3; do
+  command -v "$tool" >/dev/null || { echo "bench: $tool is missing (scripts/deps.sh bench)" >&2; exit 1; }
+done
+for b in botgate botgate-sim botgatectl; do
+  [ -x "$bin/$b" ] || { echo "bench: $bin/$b is missing (make bench builds it)" >&2; exit 1; }
+done
+
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+busy_start=$($report busy 2)
+echo "bench: before starting, the machine keeps $busy_start of its $(nproc) CPUs busy" >&2
+case $busy_start in
+  0.[0-2]*) ;;
+  *) echo "bench: warning: other jobs are running; every figure will be lower and noisier" >&2 ;;
+esac
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/botgate-bench.XXXXXX")
+pids=""         # every process started here, in start order
+nginx_pid=""
+
+stop_pid() { # pid: TERM, up to 10 s, then KILL
+  local p=$1 i=0
+  kill -TERM "$p" 2>/dev/null || return 0
+  while kill -0 "$p" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+  kill -KILL "$p" 2>/dev/null || true
+}
+
+cleanup() {
+  local rc=$? p list="" workers_left=""
+  trap - EXIT INT TERM
+  [ -n "$nginx_pid" ] && workers_left=$(pgrep -P "$nginx_pid" 2>/dev/null || true)
+  for p in $pids; do list="$p $list"; done   # newest first
+  for p in $list; do stop_pid "$p"; done
+  for p in $workers_left; do kill -KILL "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if [ "$rc" -eq 0 ]; then
+    rm -rf "$tmp"
+  else
+    echo "bench: failed (exit $rc); logs kept in $tmp" >&2
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+die() { echo "bench: $*" >&2; exit 1; }
+
+wait_until() { # what command...: up to 15 s
+  local what=$1 i=0
+  shift
+  until "$@" >/dev/null 2>&1; do
+    i=$((i + 1)); [ $i -gt 150 ] && die "$what did not start (logs in $tmp)"
+    sleep 0.1
+  done
+}
+
+# ---- file descriptors: d needs 5000 client + 5000 upstream connections per process ----
+nofile_asked=65536
+ulimit -n "$nofile_asked" 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+nofile=$(ulimit -n)
+echo "bench: file descriptors: asked $nofile_asked, the machine allowed $nofile" >&2
+case " $scenarios " in
+  *" d "*) [ "$nofile" != unlimited ] && [ "$nofile" -lt 10200 ] &&
+    echo "bench: warning: $nofile descriptors are too few for scenario d (10200+ wanted)" >&2 ;;
+esac
+[ "$nofile" = unlimited ] && nofile=1048576
+
+read -r redis_port botgate_port nginx_port <<<"$($report freeport 3 | tr '\n' ' ')"
+
+# ---- redis-server ----
+redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --dir "$tmp" \
+  --daemonize no --maxclients 10000 > "$tmp/redis.log" 2>&1 &
+redis_pid=$!; pids="$pids $redis_pid"
+wait_until redis-server redis-cli -p "$redis_port" ping
+export BOTGATE_REDIS_URL="redis://127.0.0.1:$redis_port/0"
+
+# ---- the simulator ----
+"$bin/botgate-sim" --listen 127.0.0.1:0 --port-file "$tmp/sim.port" --threads 1 --log-max 0 \
+  --quiet > "$tmp/sim.log" 2>&1 &
+sim_pid=$!; pids="$pids $sim_pid"
+wait_until botgate-sim test -s "$tmp/sim.port"
+sim_port=$(cat "$tmp/sim.port")
+sim="http://127.0.0.1:$sim_port"
+
+sim_latency() { # ms
+  curl -sf -X POST "$sim/_sim/config" -H 'Content-Type: application/json' \
+    -d "{\"latency_ms\":$1}" > /dev/null || die "cannot set the simulator latency"
+}
+
+# ---- data ----
+ctl=$bin/botgatectl
+now=$(date +%s)000
+printf '{"_id":"bench-fb","app":"bench","type":"facebook","on":true,"name":"bench facebook","info":{"accessToken":"bench-page-token","pageId":"100200300"},"createdAt":%s,"updatedAt":%s}' \
+  "$now" "$now" | "$ctl" channel put - > /dev/null 2>> "$tmp/ctl.log"
+printf '{"_id":"bench-member","channel":"bench-fb","app":"bench","externalId":"2456789012345678","platform":"facebook","firstName":"Bench","lastName":"User","locale":"en","customLocale":null,"tags":[],"meta":{},"botMeta":{"tree":null,"nodeCompositeId":null,"liveChat":false,"subscribed":true,"tempData":{}},"createdAt":%s,"updatedAt":%s}' \
+  "$now" "$now" | "$ctl" member put - > /dev/null 2>> "$tmp/ctl.log"
+cat > "$tmp/tree.json" <<'EOT'
+{"_id":"bench-tree","app":"bench","name":"bench tree","nodes":{"two":{"response":[
+ {"type":"TEXT","text":"hello from the bench tree, first of two"},
+ {"type":"TEXT","text":"hello from the bench tree, second of two"}]}}}
+EOT
+"$ctl" tree import "$tmp/tree.json" > /dev/null 2>> "$tmp/ctl.log"
+token=$("$ctl" token create --app bench --scope bot:admin --label "make bench" 2>> "$tmp/ctl.log")
+
+# ---- botgate ----
+knobs="BOTGATE_WORKERS=$workers BOTGATE_MAX_CONNECTIONS=$max_conn BOTGATE_REDIS_MAX_IN_FLIGHT=$redis_inflight BOTGATE_LOG_LEVEL=warn"
+env BOTGATE_LISTEN="127.0.0.1:$botgate_port" \
+  BOTGATE_WORKERS="$workers" \
+  BOTGATE_MAX_CONNECTIONS="$max_conn" \
+  BOTGATE_REDIS_MAX_IN_FLIGHT="$redis_inflight" \
+  BOTGATE_LOG_LEVEL="${BOTGATE_LOG_LEVEL:-warn}" \
+  BOTGATE_FACEBOOK_API_URL="$sim/graph/v19.0" \
+  BOTGATE_WHATSAPP_CLOUD_API_URL="$sim/graph/v19.0" \
+  BOTGATE_SLACK_API_URL="$sim/slack/api" \
+  BOTGATE_WECHAT_API_URL="$sim/wechat" \
+  BOTGATE_TEAMWORK_API_URL="$sim/teamwork/appstore/api" \
+  "$bin/botgate" > "$tmp/botgate.log" 2>&1 &
+botgate_pid=$!; pids="$pids $botgate_pid"
+botgate="http://127.0.0.1:$botgate_port"
+wait_until botgate curl -sf "$botgate/readyz"
+
+# ---- nginx ----
+mkdir -p "$tmp/nginx"
+user_line=""
+[ "$(id -u)" -eq 0 ] && user_line="user $(id -un) $(id -gn);"   # workers stay the current user
+wc=$((nofile - 64)); [ $wc -gt 16384 ] && wc=16384
+sed -e "s|@PREFIX@|$tmp/nginx|g" -e "s|@SIM_PORT@|$sim_port|g" -e "s|@PORT@|$nginx_port|g" \
+  -e "s|@NOFILE@|$nofile|g" -e "s|@WORKER_CONNECTIONS@|$wc|g" -e "s|@USER_LINE@|$user_line|g" \
+  "$bench/nginx.conf.in" > "$tmp/nginx/nginx.conf"
+nginx -p "$tmp/nginx/" -c "$tmp/nginx/nginx.conf" -e "$tmp/nginx/error.log" -g 'daemon off;' \
+  > "$tmp/nginx/stdout.log" 2>&1 &
+nginx_pid=$!; pids="$pids $nginx_pid"
+nginx="http://127.0.0.1:$nginx_port"
+wait_until nginx curl -s -o /dev/null "$nginx/"
+
+# ---- one request of each kind, so that a broken setup fails here and not as wrk errors ----
+check() { # name url path body [token]
+  local code
+  : > "$tmp/check.out"
+  code=$(curl -s -m 10 -o "$tmp/check.out" -w '%{http_code}' -X POST "$2$3" \
+    -H 'Content-Type: application/json' ${5:+-H "Authorization: Bearer $5"} -d "$4") || true
+  { echo "== $1: HTTP $code"; cat "$tmp/check.out"; echo; } >> "$tmp/checks.log"
+  [ "$code" = 200 ] || die "$1 answered HTTP $code: $(head -c 500 "$tmp/check.out")"
+  case $1 in
+    botgate*) grep -q '^{"ok":1' "$tmp/check.out" ||
+      die "$1 answered 200 without ok:1: $(head -c 500 "$tmp/check.out")" ;;
+  esac
+}
+fb='{"messaging_type":"RESPONSE","recipient":{"id":"2456789012345678"},"message":{"text":"check"}}'
+check "simulator" "$sim" "/graph/v19.0/me/messages?access_token=bench-page-token" "$fb"
+check "nginx" "$nginx" "/graph/v19.0/me/messages?access_token=bench-page-token" "$fb"
+check "botgate sendResponses" "$botgate" /sendResponses \
+  '{"channelId":"bench-fb","memberId":"bench-member","response":[{"type":"TEXT","text":"check"}]}' "$token"
+check "botgate redirectMemberToNode" "$botgate" /redirectMemberToNode \
+  '{"channelId":"bench-fb","memberId":"bench-member","redirect":{"tree":"bench-tree","nodeCompositeId":"two"}}' "$token"
+
+if [ "${BENCH_HOLD:-0}" = 1 ]; then
+  cat >&2 <<EOT
+bench: BENCH_HOLD=1: everything runs until Ctrl-C (logs in $tmp)
+  botgate $botgate (pid $botgate_pid)   nginx $nginx (master pid $nginx_pid, worker $(pgrep -P "$nginx_pid" | tr '\n' ' '))
+  simulator $sim (pid $sim_pid)   redis 127.0.0.1:$redis_port (pid $redis_pid)
+  wrk -t2 -c64 -d10s --latency -s $bench/bench.lua $botgate -- botgate a $token
+  wrk -t2 -c64 -d10s --latency -s $bench/bench.lua $nginx -- upstream a
+EOT
+  trap 'exit 0' INT TERM
+  while :; do sleep 3600 & pids="$pids $!"; wait $!; done
+fi
+
+# ---- the runs ----
+results=$tmp/results.jsonl
+: > "$results"
+failed=0
+
+run() { # scenario target connections [extra wrk options...]
+  local sc=$1 target=$2 c=$3 url mode pidlist aux
+  shift 3
+  case $target in
+    botgate) url=$botgate; mode=botgate; pidlist=$botgate_pid; aux="redis=$redis_pid,sim=$sim_pid" ;;
+    nginx) url=$nginx; mode=upstream; pidlist=$nginx_pid; aux="redis=$redis_pid,sim=$sim_pid" ;;
+    sim) url=$sim; mode=upstream; pidlist=$sim_pid; aux="redis=$redis_pid" ;;
+  esac
+  local t=$wrk_threads
+  [ "$t" -gt "$c" ] && t=$c
+  $report measure --out "${run_out:-$results}" --log "$tmp/wrk.log" --scenario "$sc" --target "$target" \
+    --connections "$c" --pids "$pidlist" --aux "$aux" --sim "$sim" -- \
+    wrk "-t$t" "-c$c" "-d${run_duration:-$duration}s" --latency "$@" -s "$bench/bench.lua" "$url" \
+    -- "$mode" "$sc" "$token" || {
+    local rc=$?
+    [ $rc -ge 128 ] && exit $rc   # interrupted
+    failed=1
+  }
+  sleep 1
+}
+
+echo "bench: $duration s per run; scenarios: $scenarios" >&2
+echo "bench: the simulator alone (its own capacity)" >&2
+run sim sim "$conns"
+for sc in $scenarios; do
+  case $sc in
+    a | b | c)
+      echo "bench: scenario $sc" >&2
+      run "$sc" botgate "$conns"
+      run "$sc" nginx "$conns"
+      ;;
+    d)
+      echo "bench: scenario d (simulator latency 1000 ms, 5000 connections)" >&2
+      sim_latency 1000
+      run d botgate 5000 --timeout 10s
+      sleep 2   # requests cut off by wrk's end are still finishing upstream
+      run d nginx 5000 --timeout 10s
+      sim_latency 0
+      sleep 2
+      ;;
+    *) die "unknown scenario '$sc' (a b c d)" ;;
+  esac
+done
+
+pace_desc=""
+pace_delay=${BENCH_PACE_MS:-20}
+case " $scenarios " in
+  *" a "*)
+    if read -r pconns prate <<<"$($report pace "$results" --delay "$pace_delay")"; then
+      pace_desc="$prate req/s, the half of botgate's scenario-a req/s"
+      echo "bench: p99 added latency: scenario a paced at ~$prate req/s" >&2
+      export BENCH_DELAY_MS=$pace_delay
+      for target in sim botgate nginx; do
+        # a short run to see what rate $pconns connections give, then the corrected count
+        : > "$tmp/calib.jsonl"
+        run_out=$tmp/calib.jsonl run_duration=3 run calib "$target" "$pconns"
+        read -r c _ <<<"$($report pace "$results" --calib "$tmp/calib.jsonl" --conns "$pconns")"
+        run lat "$target" "$c"
+      done
+      unset BENCH_DELAY_MS
+    fi
+    ;;
+esac
+
+# ---- the report ----
+cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
+python3 -c 'import json, sys; print(json.dumps(dict(a.split("=", 1) for a in sys.argv[1:])))' \
+  "date=$(date -u '+%Y-%m-%d %H:%M:%S UTC')" "nproc=$(nproc)" "cpu=$cpu" "kernel=$(uname -r)" \
+  "workers=$workers" "duration=$duration" "nofile_asked=$nofile_asked" "nofile=$nofile" \
+  "knobs=$knobs (d: client connections and 3 Redis commands per request in flight at once)" \
+  "nginx_version=$(nginx -v 2>&1 | sed 's/.*nginx\///')" \
+  "wrk_version=$(wrk -v 2>&1 | head -1 | awk '{print $2}')" \
+  "load=$load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end; CPUs busy before starting: $busy_start" \
+  "pace_desc=$pace_desc" "pace_delay=$pace_delay" \
+  "command=${BENCH_COMMAND:-bench/bench.sh} (BENCH_DURATION=$duration BENCH_SCENARIOS=\"$scenarios\")" \
+  > "$tmp/meta.json"
+mkdir -p "$(dirname "$out")"
+$report table "$results" "$tmp/meta.json" | tee "$out"
+cp "$results" "${out%.txt}.jsonl"
+if grep -qi 'error\|fatal' "$tmp/botgate.log" 2>/dev/null; then
+  echo "bench: botgate logged errors (first lines):" >&2
+  grep -i 'error\|fatal' "$tmp/botgate.log" | head -5 >&2
+fi
+[ "$failed" -eq 0 ] || die "some runs failed (see above)"

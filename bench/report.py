@@ -1,0 +1,444 @@
+#!/usr/bin/env python3
+"""Helpers of make bench (bench/bench.sh); Python 3 standard library only.
+
+  report.py freeport N                 print N free TCP ports of 127.0.0.1, one a line
+  report.py busy [SECONDS]             how many CPUs the machine keeps busy (before starting)
+  report.py measure [options] -- WRK...
+                                       run wrk once and append one JSON line to --out: wrk's
+                                       figures (from bench.lua's done()), the CPU seconds of the
+                                       measured processes (utime+stime from /proc, child
+                                       processes included: nginx's worker), their RSS sampled
+                                       every 100 ms (idle before, peak during), how many calls
+                                       the simulator received (GET /_sim/stats), and what else
+                                       the machine was busy with meanwhile
+  report.py pace RESULTS.jsonl [--delay MS] [--calib CALIB.jsonl --conns N]
+                                       connections for a paced load of about half of botgate's
+                                       scenario-a maximum, and that rate
+  report.py table RESULTS.jsonl META.json
+                                       print the report
+"""
+import argparse
+import json
+import os
+import re
+import resource
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+SCENARIOS = {
+    "sim": "simulator alone (its capacity)",
+    "a": "a  sendResponses, 1 TEXT",
+    "b": "b  sendResponses, 3 TEXT",
+    "c": "c  redirectMemberToNode, 2 resp.",
+    "d": "d  5000 conn., upstream 1 s",
+}
+ORDER = ["sim", "a", "b", "c", "d"]
+
+
+# ---- /proc ----
+
+def read_stat(pid):
+    """(comm, fields after the command name) of /proc/PID/stat, or None."""
+    try:
+        with open("/proc/%s/stat" % pid) as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+
+
+def children(pid):
+    """Direct child processes of pid (nginx's worker)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = read_stat(name)
+            if st is not None and int(st[1][1]) == pid:
+                out.append(int(name))
+    return out
+
+
+def tree(pids):
+    """The pids and their direct children."""
+    allp = []
+    for p in pids:
+        allp.append(p)
+        allp.extend(children(p))
+    return allp
+
+
+def cpu_seconds(pids):
+    total = 0
+    for p in pids:
+        st = read_stat(p)
+        if st is not None:
+            total += int(st[1][11]) + int(st[1][12])  # utime, stime (fields 14 and 15)
+    return total / CLK_TCK
+
+
+def all_cpu():
+    """{pid: (comm, cpu seconds)} of every process on the machine."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = read_stat(name)
+            if st is not None:
+                out[int(name)] = (st[0], (int(st[1][11]) + int(st[1][12])) / CLK_TCK)
+    return out
+
+
+def host_busy_s():
+    """CPU seconds the whole machine spent outside idle and iowait (all CPUs)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (sum(v[:8]) - v[3] - v[4]) / CLK_TCK
+
+
+def rss_kib(pids):
+    total = 0
+    for p in pids:
+        try:
+            with open("/proc/%d/status" % p) as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+                        break
+        except OSError:
+            pass
+    return total
+
+
+def sim_total(url):
+    if not url:
+        return None
+    try:
+        with urllib.request.urlopen(url + "/_sim/stats", timeout=5) as r:
+            return json.loads(r.read())["total"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+# ---- subcommands ----
+
+def cmd_freeport(args):
+    socks = []
+    for _ in range(args.n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    for s in socks:
+        print(s.getsockname()[1])
+    for s in socks:
+        s.close()
+
+
+def cmd_busy(args):
+    h0 = host_busy_s()
+    time.sleep(args.seconds)
+    print("%.2f" % ((host_busy_s() - h0) / args.seconds))
+
+
+def parse_pids(spec):
+    return [int(p) for p in spec.split(",") if p.strip()] if spec else []
+
+
+def cmd_measure(args):
+    wrk = args.wrk
+    if wrk and wrk[0] == "--":
+        wrk = wrk[1:]
+    procs = tree(parse_pids(args.pids))
+    aux = {}
+    for item in (args.aux or "").split(","):
+        if "=" in item:
+            name, pid = item.split("=", 1)
+            aux[name] = tree([int(pid)])
+
+    idle_rss = rss_kib(procs)
+    peak = [idle_rss]
+    stop = threading.Event()
+
+    def sampler():
+        while not stop.wait(0.1):
+            peak[0] = max(peak[0], rss_kib(procs))
+
+    calls0 = sim_total(args.sim)
+    cpu0 = cpu_seconds(procs)
+    aux0 = {k: cpu_seconds(v) for k, v in aux.items()}
+    host0 = host_busy_s()
+    every0 = all_cpu()
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = threading.Thread(target=sampler, daemon=True)
+    t.start()
+    t0 = time.monotonic()
+    r = subprocess.run(wrk, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wall = time.monotonic() - t0
+    stop.set()
+    t.join()
+    peak[0] = max(peak[0], rss_kib(procs))
+    cpu1 = cpu_seconds(procs)
+    aux1 = {k: cpu_seconds(v) for k, v in aux.items()}
+    host1 = host_busy_s()
+    every1 = all_cpu()
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    calls1 = sim_total(args.sim)
+
+    # what else ran meanwhile: every other process (wrk, our child, has exited by now)
+    mine = set(procs) | {p for v in aux.values() for p in v} | {os.getpid()}
+    others = {}
+    for pid, (comm, c1) in every1.items():
+        if pid not in mine:
+            d = c1 - every0.get(pid, (comm, 0.0))[1]
+            if d >= 0.01:
+                others[comm] = others.get(comm, 0.0) + d
+
+    if args.log:
+        with open(args.log, "a") as f:
+            f.write("$ %s\n%s\n" % (" ".join(wrk), r.stdout))
+    rec = {"scenario": args.scenario, "target": args.target, "connections": args.connections,
+           "wall_s": round(wall, 3), "cpu_s": round(cpu1 - cpu0, 3),
+           "idle_rss_kib": idle_rss, "peak_rss_kib": peak[0],
+           "aux_cpu_s": {k: round(aux1[k] - aux0[k], 3) for k in aux},
+           "wrk_cpu_s": round((ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime), 3),
+           "host_cpus_busy": round((host1 - host0) / wall, 2) if wall > 0 else 0,
+           "others_cpu_s": round(sum(others.values()), 2),
+           "others_top": sorted(([k, round(v, 2)] for k, v in others.items()),
+                                key=lambda kv: -kv[1])[:4],
+           "wrk_rc": r.returncode, "note": args.note}
+    if calls0 is not None and calls1 is not None:
+        rec["upstream_calls"] = calls1 - calls0
+    m = re.search(r"^BENCH_JSON (\{.*\})$", r.stdout, re.M)
+    if m:
+        rec.update(json.loads(m.group(1)))
+    else:
+        rec["error"] = "no BENCH_JSON in wrk's output: " + " ".join(r.stdout[-500:].split())
+    with open(args.out, "a") as f:
+        f.write(json.dumps(rec) + "\n")
+    print("  %-5s %-8s %s" % (args.scenario, args.target, short(rec)), file=sys.stderr)
+    if "error" in rec or r.returncode != 0:
+        print(r.stdout, file=sys.stderr)
+        sys.exit(1)
+
+
+def load(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def rps(rec):
+    if not rec.get("duration_us"):
+        return 0.0
+    return rec["requests"] / (rec["duration_us"] / 1e6)
+
+
+def errors(rec):
+    return sum(rec.get(k, 0) for k in ("connect", "read", "write", "status", "timeout"))
+
+
+def short(rec):
+    if "error" in rec:
+        return rec["error"]
+    return "%.0f req/s, p50 %.2f ms, p99 %.2f ms, errors %d, CPU %.2f s, others %.2f s" % (
+        rps(rec), rec["p50_us"] / 1e3, rec["p99_us"] / 1e3, errors(rec), rec["cpu_s"],
+        rec.get("others_cpu_s", 0))
+
+
+def find(recs, scenario, target):
+    for r in recs:
+        if r["scenario"] == scenario and r["target"] == target:
+            return r
+    return None
+
+
+def cmd_pace(args):
+    """Half of botgate's scenario-a req/s, and the connections for it with a mean pause of
+    args.delay ms after each answer: rate = conns / (pause + latency). With --calib (a short
+    run of the same target at --conns connections) the count is corrected by what it did."""
+    a = find(load(args.results), "a", "botgate")
+    if a is None or "error" in a or rps(a) <= 0:
+        sys.exit("pace: no scenario-a result of botgate")
+    rate = rps(a) / 2
+    if args.calib:
+        c = load(args.calib)[-1]
+        got = rps(c) if "error" not in c else 0
+        conns = args.conns * rate / got if got > 0 else args.conns
+    else:
+        conns = rate * (args.delay + 1) / 1000.0  # ~1 ms answers at half load, to start with
+    print(max(1, int(round(conns))), round(rate))
+
+
+def ms(us):
+    return "%.2f" % (us / 1000.0)
+
+
+def cmd_table(args):
+    recs = load(args.results)
+    with open(args.meta) as f:
+        meta = json.load(f)
+    nproc = meta.get("nproc")
+    out = []
+    w = out.append
+    w("botgate vs nginx (make bench) - %s" % meta.get("date", ""))
+    w("machine: %s CPU(s), %s; kernel %s" % (nproc, meta.get("cpu"), meta.get("kernel")))
+    w("botgate: %s worker(s); nginx %s: 1 worker_process, keepalive upstream; "
+      "wrk %s, %s s per run" % (meta.get("workers"), meta.get("nginx_version"),
+                                meta.get("wrk_version"), meta.get("duration")))
+    w("load average (1/5/15 min): %s" % meta.get("load", "?"))
+    w("file descriptors: asked %s, allowed %s" % (meta.get("nofile_asked"), meta.get("nofile")))
+    w("botgate knobs: %s" % meta.get("knobs", ""))
+    w("")
+    hdr = ("scenario", "target", "conns", "req/s", "p50 ms", "p99 ms", "errors", "CPU s",
+           "CPU us/req", "peak RSS MiB", "upstr/req", "redis CPU s", "host CPUs",
+           "others CPU s", "bg/nginx req/s")
+    rows = []
+    for sc in ORDER:
+        for r in [x for x in recs if x["scenario"] == sc]:
+            if "error" in r:
+                rows.append((SCENARIOS.get(sc, sc), r["target"], str(r.get("connections", "")),
+                             "FAILED") + ("",) * (len(hdr) - 4))
+                continue
+            n = r["requests"] or 1
+            ratio = ""
+            if r["target"] == "botgate":
+                ng = find(recs, sc, "nginx")
+                if ng and "error" not in ng and rps(ng) > 0:
+                    ratio = "%.2fx" % (rps(r) / rps(ng))
+            up = r.get("upstream_calls")
+            rows.append((SCENARIOS.get(sc, sc), r["target"], str(r.get("connections", "")),
+                         "%.0f" % rps(r), ms(r["p50_us"]), ms(r["p99_us"]), str(errors(r)),
+                         "%.2f" % r["cpu_s"], "%.0f" % (r["cpu_s"] * 1e6 / n),
+                         "%.1f" % (r["peak_rss_kib"] / 1024.0),
+                         "%.2f" % (up / n) if up is not None else "",
+                         "%.2f" % r["aux_cpu_s"].get("redis", 0)
+                         if r["target"] == "botgate" else "",
+                         "%.2f" % r.get("host_cpus_busy", 0),
+                         "%.2f" % r.get("others_cpu_s", 0), ratio))
+    widths = [max([len(hdr[i])] + [len(row[i]) for row in rows]) for i in range(len(hdr))]
+
+    def fmt(row):
+        return "  ".join(c.ljust(widths[i]) if i < 3 else c.rjust(widths[i])
+                         for i, c in enumerate(row)).rstrip()
+    w(fmt(hdr))
+    w("  ".join("-" * x for x in widths))
+    for row in rows:
+        w(fmt(row))
+    w("")
+    w("req/s counts every answer, errors included; errors = non-2xx + wrk socket errors "
+      "(connect, read, write, timeout).")
+    w("CPU s: utime+stime of botgate (all threads) or of nginx (master + worker) during the run;")
+    w("redis CPU s: the private redis-server during botgate's runs (part of botgate's cost).")
+    w("host CPUs: how many of the machine's %s CPUs were busy during the run (wrk, simulator," % nproc)
+    w("Redis, the target, the kernel's network work, anything else): near %s, the machine was"
+      % nproc)
+    w("the limit. others CPU s: CPU time of the machine's other processes during the run (not")
+    w("the target, wrk, the simulator or Redis): other jobs competing for the same CPUs.")
+    w("upstr/req: calls the simulator received per answered request. In b nginx still makes ONE")
+    w("upstream call per request where botgate makes 3; in c botgate reads the tree, updates the")
+    w("member and sends 2 messages, nginx again proxies one Facebook call.")
+
+    d_rows = [r for r in recs if r["scenario"] == "d" and "error" not in r]
+    if d_rows:
+        dur = float(meta.get("duration", 10))
+        w("")
+        w("d: 5000 connections, simulator latency 1000 ms, %s s run. Little's law bound: "
+          "5000 req/s" % meta.get("duration"))
+        w("   (%.0f req/s over a %.0f s run: the first second has no answers yet)."
+          % (5000 * (dur - 1) / dur, dur))
+        for r in d_rows:
+            inflight = r.get("connections") or 5000
+            w("  %-8s %5.0f req/s = %3.0f%% of 5000/s; non-2xx %d; socket errors: connect %d, "
+              "read %d, write %d, timeout %d"
+              % (r["target"], rps(r), rps(r) / 50.0, r["status"], r["connect"], r["read"],
+                 r["write"], r["timeout"]))
+            w("  %-8s RSS idle %.1f MiB -> peak %.1f MiB: %.1f KiB per in-flight request"
+              % ("", r["idle_rss_kib"] / 1024.0, r["peak_rss_kib"] / 1024.0,
+                 (r["peak_rss_kib"] - r["idle_rss_kib"]) / float(inflight)))
+
+    lat = {r["target"]: r for r in recs if r["scenario"] == "lat" and "error" not in r}
+    if "botgate" in lat and "sim" in lat:
+        b, s = lat["botgate"], lat["sim"]
+        w("")
+        w("p99 added latency, scenario a at about half of botgate's maximum (%s)."
+          % meta.get("pace_desc", ""))
+        w("No wrk2 here: wrk with a random pause (mean %s ms) after each answer on each"
+          % meta.get("pace_delay", "?"))
+        w("connection, the connection count calibrated per target by a 3 s run: a paced closed")
+        w("loop, not wrk2's constant rate (coordinated omission is not corrected).")
+        for t in ("sim", "botgate", "nginx"):
+            if t in lat:
+                r = lat[t]
+                w("  %-8s %4d conns %6.0f req/s  p50 %s ms  p99 %s ms  p99.9 %s ms  errors %d"
+                  "  others CPU %.2f s"
+                  % (t, r.get("connections", 0), rps(r), ms(r["p50_us"]), ms(r["p99_us"]),
+                     ms(r["p999_us"]), errors(r), r.get("others_cpu_s", 0)))
+        w("  botgate p99 added = %s - %s = %s ms" % (ms(b["p99_us"]), ms(s["p99_us"]),
+                                                     ms(b["p99_us"] - s["p99_us"])))
+        if "nginx" in lat:
+            n = lat["nginx"]
+            w("  nginx   p99 added = %s - %s = %s ms" % (ms(n["p99_us"]), ms(s["p99_us"]),
+                                                         ms(n["p99_us"] - s["p99_us"])))
+
+    busy = {}
+    for r in recs:
+        for comm, sec in r.get("others_top", []):
+            busy[comm] = busy.get(comm, 0.0) + sec
+    top = sorted(busy.items(), key=lambda kv: -kv[1])[:6]
+    if top and top[0][1] >= 0.5:
+        w("")
+        w("Other processes busy during the runs (CPU s, summed over all runs): " +
+          ", ".join("%s %.1f" % (k, v) for k, v in top))
+    for r in recs:
+        if "error" in r:
+            w("FAILED %s %s: %s" % (r["scenario"], r["target"], r["error"]))
+    if meta.get("command"):
+        w("")
+        w("command: %s" % meta["command"])
+    print("\n".join(out))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("freeport")
+    p.add_argument("n", type=int, nargs="?", default=1)
+    p.set_defaults(func=cmd_freeport)
+    p = sub.add_parser("busy")
+    p.add_argument("seconds", type=float, nargs="?", default=2.0)
+    p.set_defaults(func=cmd_busy)
+    p = sub.add_parser("measure")
+    p.add_argument("--out", required=True)
+    p.add_argument("--scenario", required=True)
+    p.add_argument("--target", required=True)
+    p.add_argument("--connections", type=int, default=0)
+    p.add_argument("--pids", default="", help="comma list; their child processes count too")
+    p.add_argument("--aux", default="", help="name=pid,... whose CPU is reported aside")
+    p.add_argument("--sim", default="", help="simulator URL, to count upstream calls")
+    p.add_argument("--log", default="")
+    p.add_argument("--note", default="")
+    p.add_argument("wrk", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_measure)
+    p = sub.add_parser("pace")
+    p.add_argument("results")
+    p.add_argument("--delay", type=float, default=20)
+    p.add_argument("--calib", default="")
+    p.add_argument("--conns", type=int, default=0)
+    p.set_defaults(func=cmd_pace)
+    p = sub.add_parser("table")
+    p.add_argument("results")
+    p.add_argument("meta")
+    p.set_defaults(func=cmd_table)
+    args = ap.parse_args()
+    try:
+        args.func(args)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()
