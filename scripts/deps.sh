@@ -9,7 +9,7 @@ case "$purpose" in
   build) ;;
   test) pkgs="$pkgs libcmocka-dev python3 clang libclang-rt-14-dev prometheus" ;;
   bench) pkgs="$pkgs python3 wrk nginx-light" ;;
-  deploy) pkgs="$pkgs python3 podman buildah runc debootstrap haproxy docker-compose podman-compose yamllint iproute2 nodejs" ;;
+  deploy) pkgs="$pkgs python3 podman buildah runc debootstrap haproxy docker-compose podman-compose golang-github-containernetworking-plugin-dnsname yamllint systemd iproute2 nodejs" ;;
   *) echo "usage: $0 build|test|bench|deploy" >&2; exit 2 ;;
 esac
 missing=""
