@@ -2,6 +2,7 @@
 #include "adapter.h"
 
 #include "../core/error.h"
+#include "../core/jsonw.h"
 
 #include <limits.h>
 #include <stdarg.h>
@@ -125,14 +126,15 @@ int adapter_add_header(adapter_call_t *call, const char *fmt, ...)
 
 int adapter_set_json_body(adapter_call_t *call, json_t *body)
 {
-    char *text = json_dumps(body, JSON_COMPACT);
+    size_t len = 0;
+    char *text = jw_dump(body, &len);
 
     json_decref(body);
     if (text == NULL)
         return -1;
     free(call->body);
     call->body = text;
-    call->body_len = strlen(text);
+    call->body_len = len;
     return adapter_add_header(call, "Content-Type: application/json");
 }
 

@@ -32,37 +32,84 @@ json_t *result_message_event(const char *from, const char *to, const json_t *res
     return ev;
 }
 
-json_t *result_send_element(const char *message_id, const char *chat_id, const json_t *meta,
-                            const char *api_version, json_t *event)
+static void write_event(jsonw_t *w, const result_event_t *ev)
 {
-    json_t *el = json_object(), *result = json_object(), *messages = json_array();
-    json_t *msg = json_object();
+    const char *key;
+    json_t *value;
+    int first = 1;
 
-    json_object_set_new(msg, "id", json_string(message_id));
-    json_array_append_new(messages, msg);
-    json_object_set_new(result, "messages", messages);
-    if (json_is_object(meta)) {
-        json_object_set_new(result, "meta", json_deep_copy(meta));
-    } else {
-        json_t *m = json_object();
-        json_object_set_new(m, "api_status", json_string("stable"));
-        json_object_set_new(m, "version", json_string(api_version));
-        json_object_set_new(result, "meta", m);
+    jw_lit(w, "{\"from\":");
+    jw_addr(w, ev->from);
+    jw_lit(w, ",\"to\":");
+    jw_addr(w, ev->to);
+    jw_lit(w, ",\"data\":{");
+    /* the response without its type, in its own order */
+    json_object_foreach((json_t *)ev->response, key, value) {
+        if (strcmp(key, "type") == 0)
+            continue;
+        if (!first)
+            jw_lit(w, ",");
+        first = 0;
+        jw_str(w, key);
+        jw_lit(w, ":");
+        jw_json(w, value);
     }
-    json_object_set_new(el, "result", result);
-    json_object_set_new(el, "messageEvent", event);
-    json_object_set_new(el, "chatId", json_string(chat_id));
-    return el;
+    jw_lit(w, "},\"type\":");
+    jw_str(w, json_string_value(json_object_get(ev->response, "type")));
+    jw_lit(w, ",\"timestamp\":");
+    jw_int(w, ev->timestamp_ms);
+    if (ev->message_id != NULL) {
+        jw_lit(w, ",\"messageId\":");
+        jw_str(w, ev->message_id);
+    }
+    jw_lit(w, "}");
 }
 
-json_t *result_send_failed(const char *chat_id, json_t *event, const bg_error_t *err)
+void result_write_sent(jsonw_t *w, const result_event_t *ev, const char *chat_id,
+                       const json_t *meta, const char *api_version)
 {
-    json_t *el = json_object();
+    jw_lit(w, "{\"result\":{\"messages\":[{\"id\":");
+    jw_str(w, ev->message_id);
+    jw_lit(w, "}],\"meta\":");
+    if (json_is_object(meta)) {
+        jw_json(w, meta);
+    } else {
+        jw_lit(w, "{\"api_status\":\"stable\",\"version\":");
+        jw_str(w, api_version);
+        jw_lit(w, "}");
+    }
+    jw_lit(w, "},\"messageEvent\":");
+    write_event(w, ev);
+    jw_lit(w, ",\"chatId\":");
+    jw_str(w, chat_id);
+    jw_lit(w, "}");
+}
 
-    json_object_set_new(el, "messageEvent", event);
-    json_object_set_new(el, "chatId", json_string(chat_id));
-    json_object_set_new(el, "error", bg_error_element_json(err));
-    return el;
+void result_write_failed(jsonw_t *w, const result_event_t *ev, const char *chat_id,
+                         const bg_error_t *err)
+{
+    jw_lit(w, "{\"messageEvent\":");
+    write_event(w, ev);
+    jw_lit(w, ",\"chatId\":");
+    jw_str(w, chat_id);
+    jw_lit(w, ",\"error\":{\"err_code\":");
+    jw_int(w, err->code > 0 ? err->code : BG_ERR_PLATFORM);
+    jw_lit(w, ",\"err\":");
+    jw_str(w, err->msg);
+    jw_lit(w, "}}");
+}
+
+void result_write_answer(jsonw_t *w, const char *member_id, int send_ok, const char *elements,
+                         size_t len)
+{
+    jw_lit(w, "{\"ok\":1,\"member\":");
+    jw_str(w, member_id);
+    jw_lit(w, send_ok ? ",\"sendResult\":{\"ok\":1,\"member\":"
+                      : ",\"sendResult\":{\"ok\":0,\"member\":");
+    jw_str(w, member_id);
+    jw_lit(w, ",\"result\":[");
+    jw_raw(w, elements, len);
+    jw_lit(w, "]}}");
 }
 
 json_t *result_node_element(json_t *event, const bg_error_t *err)

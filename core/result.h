@@ -3,6 +3,7 @@
 #define BOTGATE_CORE_RESULT_H
 
 #include "error.h"
+#include "jsonw.h"
 
 #include <jansson.h>
 #include <stdint.h>
@@ -16,13 +17,25 @@ json_t *result_address(const char *addr);
 json_t *result_message_event(const char *from, const char *to, const json_t *response,
                              int64_t timestamp_ms, const char *message_id);
 
-/* A sendResponses element for a delivered response. meta is the platform's own meta object or
- * NULL for {"api_status":"stable","version":api_version}. Steals event; borrows meta. */
-json_t *result_send_element(const char *message_id, const char *chat_id, const json_t *meta,
-                            const char *api_version, json_t *event);
+/* What a messageEvent says. Borrowed. */
+typedef struct result_event {
+    const char *from, *to;
+    const json_t *response;
+    int64_t timestamp_ms;
+    const char *message_id; /* NULL: no messageId */
+} result_event_t;
 
-/* A sendResponses element for a failed response. Steals event. */
-json_t *result_send_failed(const char *chat_id, json_t *event, const bg_error_t *err);
+/* sendResponses elements are written as text (jsonw.h): the hot path of the busiest
+ * operation. A delivered response: meta is the platform's own meta object or NULL for
+ * {"api_status":"stable","version":api_version}. */
+void result_write_sent(jsonw_t *w, const result_event_t *ev, const char *chat_id,
+                       const json_t *meta, const char *api_version);
+/* A failed response. */
+void result_write_failed(jsonw_t *w, const result_event_t *ev, const char *chat_id,
+                         const bg_error_t *err);
+/* The success answer around elements, the comma-separated element texts. */
+void result_write_answer(jsonw_t *w, const char *member_id, int send_ok, const char *elements,
+                         size_t len);
 
 /* A redirectMemberToNode element: {"ok":1,"messageEvent":..} or {"ok":0,..,"error":..}.
  * Steals event (may be NULL); err NULL means success. */

@@ -614,17 +614,30 @@ void deliver_start(op_t *op, const json_t *response, op_delivered_fn *done)
     step(op);
 }
 
-json_t *deliver_event(const op_t *op, const json_t *response, const char *message_id)
+result_event_t deliver_event_of(const op_t *op, const json_t *response, const char *message_id,
+                                char buf[32])
 {
     const json_t *from = json_object_get(info(op), op->adapter->from_field);
-    char buf[32];
-    const char *from_s = json_string_value(from);
+    result_event_t ev;
 
-    if (from_s == NULL && json_is_integer(from)) {
-        snprintf(buf, sizeof(buf), "%lld", (long long)json_integer_value(from));
-        from_s = buf;
+    ev.from = json_string_value(from);
+    if (ev.from == NULL && json_is_integer(from)) {
+        snprintf(buf, 32, "%lld", (long long)json_integer_value(from));
+        ev.from = buf;
     }
-    return result_message_event(from_s, op->to, response, op_now_wall_ms(), message_id);
+    ev.to = op->to;
+    ev.response = response;
+    ev.timestamp_ms = op_now_wall_ms();
+    ev.message_id = message_id;
+    return ev;
+}
+
+json_t *deliver_event(const op_t *op, const json_t *response, const char *message_id)
+{
+    char buf[32];
+    result_event_t ev = deliver_event_of(op, response, message_id, buf);
+
+    return result_message_event(ev.from, ev.to, response, ev.timestamp_ms, message_id);
 }
 
 const char *deliver_chat_id(const op_t *op, const adapter_result_t *res)

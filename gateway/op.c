@@ -126,7 +126,7 @@ static void op_free(op_t *op)
     auth_token_free(&op->token);
     json_decref(op->channel);
     json_decref(op->member);
-    json_decref(op->results);
+    jw_free(&op->results);
     json_decref(op->sending);
     json_decref(op->node_tree_app);
     adapter_call_free(&op->call_req);
@@ -174,19 +174,15 @@ static void log_request(op_t *op, int status, int code, int64_t elapsed_us)
     log_fields(LOG_INFO, o);
 }
 
-static void reply(op_t *op, int status, json_t *body, int code)
+/* Sends the answer text (taken over) and frees the op. */
+static void reply_text(op_t *op, int status, char *text, size_t len, int code)
 {
     struct evbuffer *buf = evhttp_request_get_output_buffer(op->req);
     struct evkeyvalq *headers = evhttp_request_get_output_headers(op->req);
-    size_t n = json_dumpb(body, NULL, 0, JSON_COMPACT);
-    char *text = malloc(n + 1);
     int64_t elapsed = mono_us() - op->started_us;
 
-    if (text != NULL) {
-        json_dumpb(body, text, n, JSON_COMPACT);
-        evbuffer_add_reference(buf, text, n, free_buffer, NULL);
-    }
-    json_decref(body);
+    if (text != NULL)
+        evbuffer_add_reference(buf, text, len, free_buffer, NULL);
     conn_request_done(op->w, op->req);
     evhttp_add_header(headers, "X-Request-Id", op->id);
     if (op->w->draining)
@@ -200,6 +196,15 @@ static void reply(op_t *op, int status, json_t *body, int code)
     op_free(op);
 }
 
+static void reply(op_t *op, int status, json_t *body, int code)
+{
+    size_t len = 0;
+    char *text = jw_dump(body, &len);
+
+    json_decref(body);
+    reply_text(op, status, text, len, code);
+}
+
 void op_fail(op_t *op, const bg_error_t *err)
 {
     int status = err->http_status == 413 ? 413 : 500;
@@ -210,6 +215,11 @@ void op_fail(op_t *op, const bg_error_t *err)
 void op_answer(op_t *op, json_t *answer)
 {
     reply(op, 200, answer, 0);
+}
+
+void op_answer_text(op_t *op, char *text, size_t len)
+{
+    reply_text(op, 200, text, len, 0);
 }
 
 /* ---- resolve ---- */
@@ -295,7 +305,7 @@ static void resolve_recipient(op_t *op)
                        op_now_wall_ms());
     op->phase = OP_RECIPIENT;
     op->call = store_member_for_recipient(op->w->store, op->target.channel_id, rid, fresh,
-                                          on_recipient, op, &st);
+                                          op->route == METRICS_ROUTE_SEND, on_recipient, op, &st);
     json_decref(fresh);
     if (op->call == NULL)
         fail_store(op, st);
@@ -428,7 +438,7 @@ void op_resolve(op_t *op)
         op->calls[1] = store_get_channel(store, op->target.channel_id, on_channel, op, &st);
     if (st == STORE_OK && op->target.member_id != NULL)
         op->calls[2] = store_get_member(store, op->target.channel_id, op->target.member_id,
-                                        on_member, op, &st);
+                                        op->route == METRICS_ROUTE_SEND, on_member, op, &st);
     if (st != STORE_OK) {
         op_cancel_all(op);
         fail_store(op, st);

@@ -112,7 +112,7 @@ typedef struct op {
     /* sendResponses */
     send_request_t send;
     size_t index;
-    json_t *results;              /* owned */
+    jsonw_t results;              /* the elements written so far, comma-separated */
     int send_ok;
 
     /* redirectMemberToNode */
@@ -136,6 +136,8 @@ void op_resolve(op_t *op);
 /* Answers with err (or answer when err is NULL) and frees the op. */
 void op_fail(op_t *op, const bg_error_t *err);
 void op_answer(op_t *op, json_t *answer);
+/* Answers 200 with JSON text already written (taken over, freed by the op). */
+void op_answer_text(op_t *op, char *text, size_t len);
 void op_cancel_all(op_t *op);
 int64_t op_remaining_ms(const op_t *op);
 int64_t op_now_wall_ms(void);
@@ -145,6 +147,9 @@ void deliver_start(op_t *op, const json_t *response, op_delivered_fn *done);
 void deliver_cancel(op_t *op);
 /* A messageEvent for response on this op's channel. New reference. */
 json_t *deliver_event(const op_t *op, const json_t *response, const char *message_id);
+/* The same as text-writer input; buf holds a numeric from address. */
+result_event_t deliver_event_of(const op_t *op, const json_t *response, const char *message_id,
+                                char buf[32]);
 const char *deliver_chat_id(const op_t *op, const adapter_result_t *res);
 
 #endif

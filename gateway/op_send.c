@@ -11,13 +11,15 @@ static void send_next(op_t *op);
 
 static void on_delivered(op_t *op, deliver_result_t *r)
 {
-    const json_t *response = op->response;
-    json_t *el;
+    char buf[32];
+    result_event_t ev;
 
     if (!r->ok && r->abort) {
         op_fail(op, &r->err);
         return;
     }
+    if (op->index > 0)
+        jw_lit(&op->results, ",");
     if (r->ok) {
         char generated[40];
         const char *mid = r->res.message_id;
@@ -26,15 +28,35 @@ static void on_delivered(op_t *op, deliver_result_t *r)
             worker_random_hex(op->w, generated, 32);
             mid = generated;
         }
-        el = result_send_element(mid, deliver_chat_id(op, &r->res), r->res.meta,
-                                 op->adapter->api_version, deliver_event(op, response, mid));
+        ev = deliver_event_of(op, op->response, mid, buf);
+        result_write_sent(&op->results, &ev, deliver_chat_id(op, &r->res), r->res.meta,
+                          op->adapter->api_version);
     } else {
-        el = result_send_failed(op->to, deliver_event(op, response, NULL), &r->err);
+        ev = deliver_event_of(op, op->response, NULL, buf);
+        result_write_failed(&op->results, &ev, op->to, &r->err);
         op->send_ok = 0;
     }
-    json_array_append_new(op->results, el);
     op->index++;
     send_next(op);
+}
+
+static void answer(op_t *op, int send_ok)
+{
+    jsonw_t w;
+    char *text;
+    size_t len;
+
+    jw_init(&w);
+    result_write_answer(&w, op->member_id, send_ok, op->results.buf ? op->results.buf : "",
+                        op->results.len);
+    if (op->results.failed || (text = jw_steal(&w, &len)) == NULL) {
+        bg_error_t err;
+        jw_free(&w);
+        bg_error_set(&err, BG_ERR_UNAVAILABLE, "out of memory");
+        op_fail(op, &err);
+        return;
+    }
+    op_answer_text(op, text, len);
 }
 
 static void send_next(op_t *op)
@@ -43,7 +65,7 @@ static void send_next(op_t *op)
         deliver_start(op, json_array_get(op->send.responses, op->index), on_delivered);
         return;
     }
-    op_answer(op, result_answer(op->member_id, op->send_ok, json_incref(op->results)));
+    answer(op, op->send_ok);
 }
 
 /* The deadline passed during delivery: what was delivered is reported, the response in flight
@@ -60,13 +82,15 @@ static void expired(op_t *op)
     }
     bg_error_set(&err, BG_ERR_PLATFORM, "the platform did not answer in time");
     for (size_t i = op->index; i < n; i++) {
-        const json_t *response = json_array_get(op->send.responses, i);
+        char buf[32];
+        result_event_t ev = deliver_event_of(op, json_array_get(op->send.responses, i), NULL, buf);
         if (i == op->index + 1)
             bg_error_set(&err, BG_ERR_PLATFORM, "not sent: the request deadline passed");
-        json_array_append_new(op->results,
-                              result_send_failed(op->to, deliver_event(op, response, NULL), &err));
+        if (i > 0)
+            jw_lit(&op->results, ",");
+        result_write_failed(&op->results, &ev, op->to, &err);
     }
-    op_answer(op, result_answer(op->member_id, 0, json_incref(op->results)));
+    answer(op, 0);
 }
 
 static void run(op_t *op)
@@ -86,7 +110,6 @@ static void run(op_t *op)
             return;
         }
     }
-    op->results = json_array();
     op->send_ok = 1;
     op->index = 0;
     send_next(op);

@@ -1,6 +1,12 @@
 /* upstream.c - the curl multi client (model: curl's docs/examples/hiperfifo.c). One libevent
  * event per socket, kept while curl's wish for it stays the same, so that a steady connection
- * costs no epoll_ctl per request. Easy handles and transfer records are reused. */
+ * costs no epoll_ctl per request. Easy handles and transfer records are reused.
+ *
+ * Transfers are spread over several multi handles ("shards") of at most SHARD_XFERS each:
+ * libcurl 7.88 walks its whole connection cache when a finished handle is removed and the
+ * host's connections when it looks for one to reuse, so one multi handle with 5000
+ * connections spends most of its time in those walks. A shard keeps them short; under light
+ * load everything runs on the first shard and reuses its connections. */
 #include "upstream.h"
 
 #include "../core/netguard.h"
@@ -13,6 +19,11 @@
 #include <string.h>
 #include <strings.h>
 
+#define SHARD_XFERS 128 /* transfers in flight per multi handle before the next one is used */
+#define SHARDS_MAX 64
+
+typedef struct upstream_shard upstream_shard_t;
+
 /* Owned by the multi handle's socket map: created on curl's first wish for a socket, freed on
  * CURL_POLL_REMOVE. */
 typedef struct upstream_sock {
@@ -24,6 +35,7 @@ typedef struct upstream_sock {
  * on the free list with its easy handle. */
 struct upstream_xfer {
     upstream_t *up;
+    upstream_shard_t *shard; /* the multi handle it runs on, while in flight */
     CURL *easy;
     struct curl_slist *headers;
     char *body;           /* the request body, owned */
@@ -39,46 +51,55 @@ struct upstream_xfer {
     char errbuf[CURL_ERROR_SIZE];
 };
 
+/* Owned by its upstream_t. */
+struct upstream_shard {
+    upstream_t *up;
+    CURLM *multi;
+    struct event *timer;
+    size_t in_flight;
+};
+
 /* Owned by its worker. */
 struct upstream {
     struct event_base *base;
-    CURLM *multi;
-    struct event *timer;
     upstream_config_t cfg;
+    upstream_shard_t *shards[SHARDS_MAX];
+    int n_shards;
     size_t in_flight;
     upstream_xfer_t *spare;
+    int proxy_env; /* the environment names a proxy: let curl use it */
 };
 
-static void check_done(upstream_t *up);
+static void check_done(upstream_shard_t *sh);
 
 static void on_event(evutil_socket_t fd, short what, void *arg)
 {
-    upstream_t *up = arg;
+    upstream_shard_t *sh = arg;
     int running, action = 0;
 
     if (what & EV_READ)
         action |= CURL_CSELECT_IN;
     if (what & EV_WRITE)
         action |= CURL_CSELECT_OUT;
-    curl_multi_socket_action(up->multi, fd, action, &running);
-    check_done(up);
+    curl_multi_socket_action(sh->multi, fd, action, &running);
+    check_done(sh);
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
-    upstream_t *up = arg;
+    upstream_shard_t *sh = arg;
     int running;
 
     (void)fd;
     (void)what;
-    curl_multi_socket_action(up->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-    check_done(up);
+    curl_multi_socket_action(sh->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    check_done(sh);
 }
 
 /* curl's socket callback: never returns -1 (that would abort every transfer). */
 static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
 {
-    upstream_t *up = userp;
+    upstream_shard_t *sh = userp;
     upstream_sock_t *sk = socketp;
     short kind;
 
@@ -93,14 +114,14 @@ static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *s
     if (sk == NULL) {
         if ((sk = calloc(1, sizeof(*sk))) == NULL)
             return 0;
-        curl_multi_assign(up->multi, s, sk);
+        curl_multi_assign(sh->multi, s, sk);
     } else if (sk->what == what) {
         return 0; /* unchanged: keep the event as it is */
     } else {
         event_del(&sk->ev); /* event_assign on a pending event corrupts libevent */
     }
     kind = EV_PERSIST | ((what & CURL_POLL_IN) ? EV_READ : 0) | ((what & CURL_POLL_OUT) ? EV_WRITE : 0);
-    event_assign(&sk->ev, up->base, s, kind, on_event, up);
+    event_assign(&sk->ev, sh->up->base, s, kind, on_event, sh);
     event_add(&sk->ev, NULL);
     sk->what = what;
     return 0;
@@ -109,17 +130,17 @@ static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *s
 /* curl's timer callback: only arms a libevent timer, never calls curl itself. */
 static int on_curl_timer(CURLM *multi, long timeout_ms, void *userp)
 {
-    upstream_t *up = userp;
+    upstream_shard_t *sh = userp;
     struct timeval tv;
 
     (void)multi;
     if (timeout_ms < 0) {
-        event_del(up->timer);
+        event_del(sh->timer);
         return 0;
     }
     tv.tv_sec = timeout_ms / 1000;
     tv.tv_usec = (timeout_ms % 1000) * 1000;
-    event_add(up->timer, &tv);
+    event_add(sh->timer, &tv);
     return 0;
 }
 
@@ -201,11 +222,77 @@ static CURL *easy_new(upstream_t *up, upstream_xfer_t *x)
     curl_easy_setopt(e, CURLOPT_MAXREDIRS, 3L);
     curl_easy_setopt(e, CURLOPT_USERAGENT, "botgate/1.0");
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+    /* curl allocates this receive buffer for every transfer in flight: 16 KiB by default,
+     * far more than a platform's answer needs when thousands wait at once. */
+    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, up->cfg.buffer_size > 0 ? up->cfg.buffer_size : 16384L);
     curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, x);
     if (up->cfg.ca_file != NULL && up->cfg.ca_file[0] != '\0')
         curl_easy_setopt(e, CURLOPT_CAINFO, up->cfg.ca_file);
+    /* Without proxy variables in the environment, tell curl so: it would otherwise read them
+     * and parse the URL for them again on every transfer. */
+    if (!up->proxy_env)
+        curl_easy_setopt(e, CURLOPT_PROXY, "");
     return e;
 }
+
+static void shard_free(upstream_shard_t *sh)
+{
+    if (sh == NULL)
+        return;
+    if (sh->multi != NULL)
+        curl_multi_cleanup(sh->multi);
+    if (sh->timer != NULL)
+        event_free(sh->timer);
+    free(sh);
+}
+
+static upstream_shard_t *shard_new(upstream_t *up)
+{
+    upstream_shard_t *sh = calloc(1, sizeof(*sh));
+
+    if (sh == NULL)
+        return NULL;
+    sh->up = up;
+    sh->multi = curl_multi_init();
+    sh->timer = evtimer_new(up->base, on_timer, sh);
+    if (sh->multi == NULL || sh->timer == NULL) {
+        shard_free(sh);
+        return NULL;
+    }
+    curl_multi_setopt(sh->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+    curl_multi_setopt(sh->multi, CURLMOPT_SOCKETDATA, sh);
+    curl_multi_setopt(sh->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+    curl_multi_setopt(sh->multi, CURLMOPT_TIMERDATA, sh);
+    /* idle connections kept for reuse; a little more than the shard runs at once */
+    curl_multi_setopt(sh->multi, CURLMOPT_MAXCONNECTS, (long)(SHARD_XFERS * 2));
+    return sh;
+}
+
+/* The first shard with room, so that light load stays on one connection pool; a new shard
+ * when all are full; the least busy one past SHARDS_MAX. */
+static upstream_shard_t *pick_shard(upstream_t *up)
+{
+    upstream_shard_t *least = NULL;
+
+    for (int i = 0; i < up->n_shards; i++) {
+        upstream_shard_t *sh = up->shards[i];
+        if (sh->in_flight < SHARD_XFERS)
+            return sh;
+        if (least == NULL || sh->in_flight < least->in_flight)
+            least = sh;
+    }
+    if (up->n_shards < SHARDS_MAX) {
+        upstream_shard_t *sh = shard_new(up);
+        if (sh != NULL) {
+            up->shards[up->n_shards++] = sh;
+            return sh;
+        }
+    }
+    return least;
+}
+
+static const char *const proxy_vars[] = {"http_proxy",  "HTTP_PROXY", "https_proxy",
+                                          "HTTPS_PROXY", "all_proxy",  "ALL_PROXY"};
 
 upstream_t *upstream_new(struct event_base *base, const upstream_config_t *cfg)
 {
@@ -215,18 +302,13 @@ upstream_t *upstream_new(struct event_base *base, const upstream_config_t *cfg)
         return NULL;
     up->base = base;
     up->cfg = *cfg;
-    up->multi = curl_multi_init();
-    up->timer = evtimer_new(base, on_timer, up);
-    if (up->multi == NULL || up->timer == NULL) {
+    for (size_t i = 0; i < sizeof(proxy_vars) / sizeof(proxy_vars[0]); i++)
+        if (getenv(proxy_vars[i]) != NULL && getenv(proxy_vars[i])[0] != '\0')
+            up->proxy_env = 1;
+    if (pick_shard(up) == NULL) {
         upstream_free(up);
         return NULL;
     }
-    curl_multi_setopt(up->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
-    curl_multi_setopt(up->multi, CURLMOPT_SOCKETDATA, up);
-    curl_multi_setopt(up->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
-    curl_multi_setopt(up->multi, CURLMOPT_TIMERDATA, up);
-    curl_multi_setopt(up->multi, CURLMOPT_MAXCONNECTS,
-                      cfg->max_connections > 0 ? cfg->max_connections : 1024L);
     return up;
 }
 
@@ -234,6 +316,8 @@ static void xfer_release(upstream_xfer_t *x)
 {
     upstream_t *up = x->up;
 
+    x->shard->in_flight--;
+    x->shard = NULL;
     curl_slist_free_all(x->headers);
     x->headers = NULL;
     free(x->body);
@@ -265,10 +349,8 @@ void upstream_free(upstream_t *up)
         free(x->buf);
         free(x);
     }
-    if (up->multi != NULL)
-        curl_multi_cleanup(up->multi);
-    if (up->timer != NULL)
-        event_free(up->timer);
+    for (int i = 0; i < up->n_shards; i++)
+        shard_free(up->shards[i]);
     free(up);
 }
 
@@ -289,6 +371,12 @@ upstream_xfer_t *upstream_start(upstream_t *up, adapter_call_t *call, long timeo
             return NULL;
         }
     }
+    if ((x->shard = pick_shard(up)) == NULL) {
+        x->next = up->spare;
+        up->spare = x;
+        return NULL;
+    }
+    x->shard->in_flight++;
     up->in_flight++;
     e = x->easy;
     x->cb = cb;
@@ -319,7 +407,7 @@ upstream_xfer_t *upstream_start(upstream_t *up, adapter_call_t *call, long timeo
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms > 0 ? timeout_ms : 1L);
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, (flags & UPSTREAM_FOLLOW) ? 1L : 0L);
     curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, up->cfg.guard ? on_open_socket : NULL);
-    if (curl_multi_add_handle(up->multi, e) != CURLM_OK) {
+    if (curl_multi_add_handle(x->shard->multi, e) != CURLM_OK) {
         xfer_release(x);
         return NULL;
     }
@@ -330,7 +418,7 @@ void upstream_cancel(upstream_xfer_t *x)
 {
     if (x == NULL)
         return;
-    curl_multi_remove_handle(x->up->multi, x->easy);
+    curl_multi_remove_handle(x->shard->multi, x->easy);
     xfer_release(x);
 }
 
@@ -380,19 +468,19 @@ static void finish(upstream_xfer_t *x, CURLcode code)
     xfer_release(x);
 }
 
-static void check_done(upstream_t *up)
+static void check_done(upstream_shard_t *sh)
 {
     CURLMsg *msg;
     int left;
 
-    while ((msg = curl_multi_info_read(up->multi, &left)) != NULL) {
+    while ((msg = curl_multi_info_read(sh->multi, &left)) != NULL) {
         upstream_xfer_t *x;
         CURLcode code;
         if (msg->msg != CURLMSG_DONE)
             continue;
         code = msg->data.result;
         curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
-        curl_multi_remove_handle(up->multi, msg->easy_handle);
+        curl_multi_remove_handle(sh->multi, msg->easy_handle);
         finish(x, code);
     }
 }

@@ -18,7 +18,7 @@ typedef struct upstream_xfer upstream_xfer_t;
 typedef struct upstream_config {
     const char *ca_file;        /* extra CA bundle, or NULL/"" */
     int guard;                  /* 1: every connection passes the SSRF guard (user URLs) */
-    long max_connections;       /* kept-alive connections in the cache */
+    long buffer_size;           /* curl's receive buffer per transfer in flight (bytes) */
 } upstream_config_t;
 
 /* What came back. Valid only during the callback. */

@@ -195,6 +195,11 @@ int worker_init(worker_t *w, int id, const config_t *cfg)
     /* One thread per base: no locking inside libevent. */
     ec = event_config_new();
     event_config_set_flag(ec, EVENT_BASE_FLAG_NOLOCK);
+    /* A 0 ms timer that curl asks for must not wait for the coarse clock's next tick; and the
+     * changelist folds an event's disable/enable within one loop turn (evhttp does that for
+     * every request) into no epoll_ctl at all. */
+    event_config_set_flag(ec, EVENT_BASE_FLAG_PRECISE_TIMER);
+    event_config_set_flag(ec, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
     w->base = event_base_new_with_config(ec);
     event_config_free(ec);
     if (w->base == NULL)
@@ -206,10 +211,10 @@ int worker_init(worker_t *w, int id, const config_t *cfg)
     redisc_set_observer(store_redis(w->store), on_redis_command, w);
     memset(&ucfg, 0, sizeof(ucfg));
     ucfg.ca_file = cfg->ca_file;
-    ucfg.max_connections = 4096;
+    ucfg.buffer_size = 4096; /* platform answers are a few hundred bytes */
     w->up = upstream_new(w->base, &ucfg);
     ucfg.guard = !cfg->allow_private_media;
-    ucfg.max_connections = 256;
+    ucfg.buffer_size = 65536; /* media downloads */
     w->up_user = upstream_new(w->base, &ucfg);
     if (w->up == NULL || w->up_user == NULL)
         return -1;

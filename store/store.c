@@ -5,6 +5,8 @@
 
 #include "cache.h"
 
+#include "../core/jscan.h"
+
 #include <event2/event.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -74,6 +76,7 @@ struct store_call {
     char *old;
     size_t old_len;
     int cacheable;             /* a successful read (or write) refreshes the cache */
+    int brief;                 /* decode only _id and externalId of a member record */
     unsigned bucket;
     int cas_state;             /* CAS_NONE, CAS_WAITING (queued behind the holder), CAS_HOLDING */
     store_call_t *bucket_next; /* next holder in the same bucket */
@@ -397,6 +400,26 @@ static void on_node(store_call_t *c, redisReply *reply)
     finish(c, STORE_OK, value);
 }
 
+/* {"_id":..,"externalId":..} of a member record, or NULL when it is not a valid record. */
+static json_t *decode_brief(const char *raw, size_t len)
+{
+    static const char *const keys[] = {"_id", "externalId"};
+    char *values[2];
+    json_t *o = NULL;
+
+    if (jscan_strings(raw, len, keys, 2, values) < 0)
+        return NULL;
+    if (values[0] != NULL) {
+        o = json_object();
+        json_object_set_new(o, "_id", json_string(values[0]));
+        if (values[1] != NULL)
+            json_object_set_new(o, "externalId", json_string(values[1]));
+    }
+    free(values[0]);
+    free(values[1]);
+    return o;
+}
+
 static void on_reply(redisReply *reply, void *arg)
 {
     store_call_t *c = arg;
@@ -437,6 +460,8 @@ static void on_reply(redisReply *reply, void *arg)
     }
     if (c->kind == CALL_GET_STRING)
         value = json_stringn(reply->str, reply->len);
+    else if (c->brief)
+        value = decode_brief(reply->str, reply->len);
     else
         value = json_loadb(reply->str, reply->len, 0, NULL);
     if (!json_is_object(value) && !json_is_string(value)) {
@@ -490,19 +515,21 @@ store_call_t *store_get_channel(store_t *st, const char *channel_id, store_cb *c
 }
 
 store_call_t *store_get_member(store_t *st, const char *channel_id, const char *member_id,
-                               store_cb *cb, void *arg, store_status_t *status)
+                               int brief, store_cb *cb, void *arg, store_status_t *status)
 {
     store_call_t *c = call_new(st, CALL_GET_JSON, cb, arg);
 
     if (c == NULL ||
         store_key_member(c->key, sizeof(c->key), st->prefix, channel_id, member_id) < 0)
         return key_too_long(c, status);
+    c->brief = brief;
     return start_get(c, status);
 }
 
 store_call_t *store_member_for_recipient(store_t *st, const char *channel_id,
                                          const char *recipient_id, const json_t *new_member,
-                                         store_cb *cb, void *arg, store_status_t *status)
+                                         int brief, store_cb *cb, void *arg,
+                                         store_status_t *status)
 {
     store_call_t *c = call_new(st, CALL_RESOLVE, cb, arg);
     char base[STORE_KEY_MAX], *record;
@@ -512,6 +539,7 @@ store_call_t *store_member_for_recipient(store_t *st, const char *channel_id,
         store_key_recipient(c->key, sizeof(c->key), st->prefix, channel_id, recipient_id) < 0 ||
         store_key_member_base(base, sizeof(base), st->prefix, channel_id) < 0)
         return key_too_long(c, status);
+    c->brief = brief;
     record = json_dumps(new_member, JSON_COMPACT);
     if (record == NULL)
         return key_too_long(c, status);

@@ -57,13 +57,16 @@ store_call_t *store_get_token(store_t *st, const char *hash_hex, store_cb *cb, v
                               store_status_t *status);
 store_call_t *store_get_channel(store_t *st, const char *channel_id, store_cb *cb, void *arg,
                                 store_status_t *status);
+/* A member record. brief: only {"_id","externalId"} are decoded (what a send needs), without
+ * parsing the whole record. */
 store_call_t *store_get_member(store_t *st, const char *channel_id, const char *member_id,
-                               store_cb *cb, void *arg, store_status_t *status);
+                               int brief, store_cb *cb, void *arg, store_status_t *status);
 /* The member a recipient id points to; when there is none, new_member (with its "_id") is
- * stored with its recipient key, atomically, and returned. */
+ * stored with its recipient key, atomically, and returned (brief as above). */
 store_call_t *store_member_for_recipient(store_t *st, const char *channel_id,
                                          const char *recipient_id, const json_t *new_member,
-                                         store_cb *cb, void *arg, store_status_t *status);
+                                         int brief, store_cb *cb, void *arg,
+                                         store_status_t *status);
 /* Merges fields into the channel's info, compare-and-set against concurrent writers. The
  * callback gets the updated channel record. */
 store_call_t *store_update_channel_info(store_t *st, const char *channel_id,

@@ -17,6 +17,8 @@
 
 #include "adapters/adapter.h"
 #include "core/auth.h"
+#include "core/jscan.h"
+#include "core/jsonw.h"
 #include "core/member.h"
 #include "core/node.h"
 #include "core/result.h"
@@ -468,6 +470,76 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
+/* The brief member decoding (jscan) against jansson on the same text: whenever both accept
+ * it, the strings agree; an object jansson accepts (not too deep) jscan accepts too. */
+static void check_jscan(const uint8_t *data, size_t size, const json_t *rec)
+{
+    static const char *const keys[] = {"_id", "externalId", "text"};
+    char *out[3];
+    int ok = jscan_strings((const char *)data, size, keys, 3, out) == 0;
+
+    if (ok)
+        for (int i = 0; i < 3; i++)
+            FUZZ_CHECK(out[i] == NULL || fuzz_utf8_valid(out[i], strlen(out[i])), "jscan %s", keys[i]);
+    /* keys are matched on their raw bytes (botgate's records never escape keys): compare only
+     * texts without \u escapes, where jansson's keys are the raw ones too */
+    if (json_is_object(rec) && count_braces((const char *)data, size) < 60 &&
+        memmem(data, size, "\\u", 2) == NULL && memchr(data, 0, size) == NULL) {
+        FUZZ_CHECK(ok, "jscan refused an object jansson accepts");
+        for (int i = 0; i < 3; i++) {
+            const char *want = json_string_value(json_object_get(rec, keys[i]));
+            FUZZ_CHECK((want == NULL) == (out[i] == NULL), "jscan %s presence", keys[i]);
+            FUZZ_CHECK(want == NULL || strcmp(want, out[i]) == 0, "jscan %s value", keys[i]);
+        }
+    }
+    if (ok)
+        for (int i = 0; i < 3; i++)
+            free(out[i]);
+}
+
+/* The JSON writer: any value written as a string and as a value reads back the same. */
+static void check_jsonw(const json_t *rec)
+{
+    const char *key;
+    json_t *value;
+    jsonw_t w;
+    char *text;
+    json_t *back;
+
+    if (!json_is_object(rec))
+        return;
+    jw_init(&w);
+    jw_lit(&w, "{");
+    int first = 1;
+    json_object_foreach((json_t *)rec, key, value) {
+        if (!first)
+            jw_lit(&w, ",");
+        first = 0;
+        jw_str(&w, key);
+        jw_lit(&w, ":");
+        if (json_is_string(value))
+            jw_str(&w, json_string_value(value));
+        else
+            jw_json(&w, value);
+    }
+    jw_lit(&w, "}");
+    text = jw_steal(&w, NULL);
+    FUZZ_CHECK(text != NULL, "jsonw failed");
+    back = json_loads(text, 0, NULL);
+    FUZZ_CHECK(back != NULL && json_equal(back, rec), "jsonw text: %s", text);
+    json_decref(back);
+    free(text);
+    /* jw_dump writes exactly what jansson writes */
+    {
+        char *mine = jw_dump(rec, NULL), *theirs = json_dumps(rec, JSON_COMPACT);
+        FUZZ_CHECK(mine != NULL && theirs != NULL && strcmp(mine, theirs) == 0,
+                   "jw_dump %s\n  json_dumps %s", mine ? mine : "(null)",
+                   theirs ? theirs : "(null)");
+        free(mine);
+        free(theirs);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     json_t *rec = json_loadb((const char *)data, size, 0, NULL); /* as store.c reads a reply */
@@ -476,8 +548,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     source_t src;
     int valid;
 
+    check_jscan(data, size, rec);
     if (rec == NULL)
         return 0;
+    check_jsonw(rec);
     check_token(rec);
     check_channel(rec);
     check_member_record(rec);

@@ -123,42 +123,52 @@ static void test_message_event(void **state)
     json_decref(img);
 }
 
+/* The text a writer produced, parsed (it must be JSON). */
+static json_t *written(jsonw_t *w)
+{
+    char *text = jw_steal(w, NULL);
+    json_t *v;
+
+    assert_non_null(text);
+    v = load(text);
+    free(text);
+    return v;
+}
+
 static void test_send_element(void **state)
 {
     json_t *resp = load("{\"type\":\"TEXT\",\"text\":\"hi\"}");
     json_t *meta = load("{\"api_status\":\"deprecated\",\"version\":\"2.45.1\",\"x\":[1]}");
-    json_t *el, *ev;
+    result_event_t ev = {"111", "222", resp, 9, "mid.1"};
+    jsonw_t w;
+    json_t *el;
 
     (void)state;
     /* default meta: the version botgate speaks */
-    ev = result_message_event("111", "222", resp, 9, "mid.1");
-    el = result_send_element("mid.1", "222", NULL, "v19.0", ev);
+    jw_init(&w);
+    result_write_sent(&w, &ev, "222", NULL, "v19.0");
+    el = written(&w);
     assert_json(el, "{\"result\":{\"messages\":[{\"id\":\"mid.1\"}],\"meta\":{\"api_status\":"
                     "\"stable\",\"version\":\"v19.0\"}},\"messageEvent\":{\"from\":111,\"to\":222,"
                     "\"data\":{\"text\":\"hi\"},\"type\":\"TEXT\",\"timestamp\":9,\"messageId\":"
                     "\"mid.1\"},\"chatId\":\"222\"}");
-    assert_ptr_equal(json_object_get(el, "messageEvent"), ev); /* stolen, not copied */
-    assert_true(json_is_string(json_object_get(el, "chatId")));
     json_decref(el);
 
-    /* the platform's own meta, copied */
-    ev = result_message_event("111", "222", resp, 9, "wamid.2");
-    el = result_send_element("wamid.2", "C-7", meta, "", ev);
+    /* the platform's own meta */
+    ev.message_id = "wamid.2";
+    result_write_sent(&w, &ev, "C-7", meta, "");
+    el = written(&w);
     assert_json(json_object_get(el, "result"),
                 "{\"messages\":[{\"id\":\"wamid.2\"}],\"meta\":{\"api_status\":\"deprecated\","
                 "\"version\":\"2.45.1\",\"x\":[1]}}");
-    assert_ptr_not_equal(json_object_get(json_object_get(el, "result"), "meta"), meta);
-    json_object_set_new(json_object_get(json_object_get(el, "result"), "meta"), "api_status",
-                        json_string("changed"));
-    assert_string_equal(json_string_value(json_object_get(meta, "api_status")), "deprecated");
     assert_string_equal(json_string_value(json_object_get(el, "chatId")), "C-7");
     json_decref(el);
 
     /* a meta that is not an object is replaced by the default */
     {
         json_t *bad = json_string("meta");
-        ev = result_message_event("1", "2", resp, 1, "m");
-        el = result_send_element("m", "2", bad, "web-api", ev);
+        result_write_sent(&w, &ev, "2", bad, "web-api");
+        el = written(&w);
         assert_json(json_object_get(json_object_get(el, "result"), "meta"),
                     "{\"api_status\":\"stable\",\"version\":\"web-api\"}");
         json_decref(el);
@@ -168,30 +178,116 @@ static void test_send_element(void **state)
     json_decref(resp);
 }
 
+/* The writer's event equals result_message_event() for every kind of response, including
+ * strings that need escaping and TEMPLATE components. */
+static void test_written_event_matches_jansson(void **state)
+{
+    static const char *const responses[] = {
+        "{\"type\":\"TEXT\",\"text\":\"quote \\\" backslash \\\\ nl \\n tab \\t ctl \\u0001 é 😀\"}",
+        "{\"type\":\"IMAGE\",\"url\":\"https://x/a.png?b=1&c=</script>\"}",
+        "{\"type\":\"TEMPLATE\",\"elementName\":\"t\",\"languageCode\":\"en\","
+        "\"components\":[{\"type\":\"button\",\"index\":\"0\",\"parameters\":[{\"type\":"
+        "\"payload\",\"payload\":\"P\\u2028\"}]},{\"n\":1.5,\"b\":true,\"z\":null}]}",
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(responses) / sizeof(responses[0]); i++) {
+        json_t *resp = load(responses[i]), *got, *want;
+        result_event_t ev = {"0123", "-9", resp, 1700000000123LL, i ? "m\"1" : NULL};
+        jsonw_t w;
+        bg_error_t err;
+
+        jw_init(&w);
+        bg_error_set(&err, BG_ERR_PLATFORM, "boom \"%zu\"", i);
+        result_write_failed(&w, &ev, "c\n", &err);
+        got = written(&w);
+        want = result_message_event("0123", "-9", resp, 1700000000123LL, ev.message_id);
+        if (!json_equal(json_object_get(got, "messageEvent"), want))
+            fail_msg("event %zu differs", i);
+        assert_string_equal(json_string_value(json_object_get(got, "chatId")), "c\n");
+        assert_string_equal(json_string_value(json_object_get(json_object_get(got, "error"), "err")),
+                            err.msg);
+        json_decref(want);
+        json_decref(got);
+        json_decref(resp);
+    }
+}
+
 static void test_send_failed(void **state)
 {
     json_t *resp = load("{\"type\":\"IMAGE\",\"url\":\"https://x/a.png\"}");
-    json_t *ev, *el;
+    result_event_t ev = {"111", "222", resp, 3, NULL};
+    json_t *el;
+    jsonw_t w;
     bg_error_t err;
 
     (void)state;
+    jw_init(&w);
     bg_error_set(&err, BG_ERR_RATE_LIMITED, "rate limited by the platform");
-    ev = result_message_event("111", "222", resp, 3, NULL);
-    el = result_send_failed("222", ev, &err);
+    result_write_failed(&w, &ev, "222", &err);
+    el = written(&w);
     assert_json(el, "{\"messageEvent\":{\"from\":111,\"to\":222,\"data\":{\"url\":"
                     "\"https://x/a.png\"},\"type\":\"IMAGE\",\"timestamp\":3},\"chatId\":\"222\","
                     "\"error\":{\"err_code\":120,\"err\":\"rate limited by the platform\"}}");
-    assert_null(json_object_get(el, "result"));
-    assert_null(json_object_get(el, "ok"));
     json_decref(el);
 
     /* a failure with no wire code of its own is still reported with one */
     bg_error_set(&err, BG_ERR_UNAUTHORIZED, "oops");
-    el = result_send_failed("x", result_message_event("1", "2", resp, 3, NULL), &err);
+    result_write_failed(&w, &ev, "x", &err);
+    el = written(&w);
     assert_int_equal(json_integer_value(json_object_get(json_object_get(el, "error"), "err_code")),
                      BG_ERR_PLATFORM);
     json_decref(el);
     json_decref(resp);
+}
+
+static void test_written_answer(void **state)
+{
+    jsonw_t w;
+    json_t *a;
+
+    (void)state;
+    jw_init(&w);
+    result_write_answer(&w, "M1", 1, "{\"x\":1},{\"x\":2}", 15);
+    a = written(&w);
+    assert_json(a, "{\"ok\":1,\"member\":\"M1\",\"sendResult\":{\"ok\":1,\"member\":\"M1\","
+                   "\"result\":[{\"x\":1},{\"x\":2}]}}");
+    json_decref(a);
+    result_write_answer(&w, "M\"2", 0, "", 0);
+    a = written(&w);
+    assert_json(a, "{\"ok\":1,\"member\":\"M\\\"2\",\"sendResult\":{\"ok\":0,\"member\":"
+                   "\"M\\\"2\",\"result\":[]}}");
+    json_decref(a);
+}
+
+static void test_jw_scalars(void **state)
+{
+    static const long long ints[] = {0, 7, -7, 1700000000123LL, 9223372036854775807LL,
+                                     -9223372036854775807LL - 1};
+    jsonw_t w;
+    char *text;
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
+        char want[32];
+        jw_init(&w);
+        jw_int(&w, ints[i]);
+        text = jw_steal(&w, NULL);
+        snprintf(want, sizeof(want), "%lld", ints[i]);
+        assert_string_equal(text, want);
+        free(text);
+    }
+    jw_init(&w);
+    jw_str(&w, NULL);
+    jw_lit(&w, ",");
+    jw_addr(&w, NULL);
+    jw_lit(&w, ",");
+    jw_addr(&w, "123456789012345");
+    jw_lit(&w, ",");
+    jw_addr(&w, "1234567890123456");
+    text = jw_steal(&w, NULL);
+    assert_string_equal(text, "null,null,123456789012345,\"1234567890123456\"");
+    free(text);
 }
 
 static void test_node_element(void **state)
@@ -263,6 +359,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_address),      cmocka_unit_test(test_message_event),
         cmocka_unit_test(test_send_element), cmocka_unit_test(test_send_failed),
+        cmocka_unit_test(test_written_event_matches_jansson),
+        cmocka_unit_test(test_written_answer), cmocka_unit_test(test_jw_scalars),
         cmocka_unit_test(test_node_element), cmocka_unit_test(test_answer),
     };
 

@@ -1,0 +1,250 @@
+/* jsonw.c - the JSON writer. Escaping follows jansson's compact output: ", \ and control
+ * characters are escaped, everything else (UTF-8 included) is written as it is. */
+#include "jsonw.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void jw_init(jsonw_t *w)
+{
+    memset(w, 0, sizeof(*w));
+}
+
+void jw_free(jsonw_t *w)
+{
+    free(w->buf);
+    jw_init(w);
+}
+
+static int reserve(jsonw_t *w, size_t extra)
+{
+    size_t need = w->len + extra + 1, cap;
+    char *buf;
+
+    if (w->failed)
+        return -1;
+    if (need <= w->cap)
+        return 0;
+    cap = w->cap ? w->cap : 512;
+    while (cap < need)
+        cap *= 2;
+    if ((buf = realloc(w->buf, cap)) == NULL) {
+        w->failed = 1;
+        return -1;
+    }
+    w->buf = buf;
+    w->cap = cap;
+    return 0;
+}
+
+char *jw_steal(jsonw_t *w, size_t *len)
+{
+    char *out;
+
+    if (reserve(w, 0) < 0) {
+        jw_free(w);
+        return NULL;
+    }
+    w->buf[w->len] = '\0';
+    out = w->buf;
+    if (len != NULL)
+        *len = w->len;
+    jw_init(w);
+    return out;
+}
+
+void jw_raw(jsonw_t *w, const char *s, size_t n)
+{
+    if (reserve(w, n) < 0)
+        return;
+    memcpy(w->buf + w->len, s, n);
+    w->len += n;
+}
+
+void jw_lit(jsonw_t *w, const char *s)
+{
+    jw_raw(w, s, strlen(s));
+}
+
+void jw_str(jsonw_t *w, const char *s)
+{
+    static const char hex[] = "0123456789ABCDEF"; /* upper case, as jansson writes it */
+    const unsigned char *p = (const unsigned char *)s, *run;
+    size_t n;
+
+    if (s == NULL) {
+        jw_lit(w, "null");
+        return;
+    }
+    n = strlen(s);
+    /* worst case every byte becomes \u00XX */
+    if (reserve(w, n * 6 + 2) < 0)
+        return;
+    w->buf[w->len++] = '"';
+    for (run = p; *p; p++) {
+        unsigned char c = *p;
+        const char *esc;
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        memcpy(w->buf + w->len, run, (size_t)(p - run));
+        w->len += (size_t)(p - run);
+        run = p + 1;
+        switch (c) {
+        case '"': esc = "\\\""; break;
+        case '\\': esc = "\\\\"; break;
+        case '\b': esc = "\\b"; break;
+        case '\f': esc = "\\f"; break;
+        case '\n': esc = "\\n"; break;
+        case '\r': esc = "\\r"; break;
+        case '\t': esc = "\\t"; break;
+        default:
+            memcpy(w->buf + w->len, "\\u00", 4);
+            w->buf[w->len + 4] = hex[c >> 4];
+            w->buf[w->len + 5] = hex[c & 15];
+            w->len += 6;
+            continue;
+        }
+        w->buf[w->len++] = esc[0];
+        w->buf[w->len++] = esc[1];
+    }
+    memcpy(w->buf + w->len, run, (size_t)(p - run));
+    w->len += (size_t)(p - run);
+    w->buf[w->len++] = '"';
+}
+
+void jw_int(jsonw_t *w, long long v)
+{
+    char tmp[24], *e = tmp + sizeof(tmp), *p = e;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *--p = '-';
+    jw_raw(w, p, (size_t)(e - p));
+}
+
+/* A real as jansson writes it: the shortest of %.17g, with ".0" when it would read back as
+ * an integer. */
+static void jw_real(jsonw_t *w, double d)
+{
+    char tmp[40];
+    int n = snprintf(tmp, sizeof(tmp), "%.17g", d);
+
+    if (n < 0 || n >= (int)sizeof(tmp) - 3) {
+        w->failed = 1;
+        return;
+    }
+    if (strpbrk(tmp, ".eEni") == NULL) { /* "inf"/"nan" cannot occur: jansson refuses them */
+        tmp[n++] = '.';
+        tmp[n++] = '0';
+        tmp[n] = '\0';
+    }
+    /* like jansson: no '+' and no leading zeros in the exponent (1e+300 -> 1e300, 1e-05 -> 1e-5) */
+    {
+        char *e = strchr(tmp, 'e'), *start, *end;
+        if (e != NULL) {
+            start = e + 1;
+            end = start + 1;
+            if (*start == '-')
+                start++;
+            while (*end == '0')
+                end++;
+            if (end != start) {
+                memmove(start, end, (size_t)(tmp + n - end) + 1);
+                n -= (int)(end - start);
+            }
+        }
+    }
+    jw_raw(w, tmp, (size_t)n);
+}
+
+static void value(jsonw_t *w, const json_t *v, int depth)
+{
+    const char *key;
+    json_t *item;
+    size_t i;
+    int first = 1;
+
+    if (depth > 2048) { /* jansson's own parser limit: nothing botgate holds is deeper */
+        w->failed = 1;
+        return;
+    }
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        jw_lit(w, "{");
+        json_object_foreach((json_t *)v, key, item) {
+            if (!first)
+                jw_lit(w, ",");
+            first = 0;
+            jw_str(w, key);
+            jw_lit(w, ":");
+            value(w, item, depth + 1);
+        }
+        jw_lit(w, "}");
+        return;
+    case JSON_ARRAY:
+        jw_lit(w, "[");
+        json_array_foreach(v, i, item) {
+            if (i > 0)
+                jw_lit(w, ",");
+            value(w, item, depth + 1);
+        }
+        jw_lit(w, "]");
+        return;
+    case JSON_STRING:
+        jw_str(w, json_string_value(v));
+        return;
+    case JSON_INTEGER:
+        jw_int(w, json_integer_value(v));
+        return;
+    case JSON_REAL:
+        jw_real(w, json_real_value(v));
+        return;
+    case JSON_TRUE:
+        jw_lit(w, "true");
+        return;
+    case JSON_FALSE:
+        jw_lit(w, "false");
+        return;
+    case JSON_NULL:
+        jw_lit(w, "null");
+        return;
+    }
+}
+
+void jw_json(jsonw_t *w, const json_t *v)
+{
+    if (v == NULL) {
+        w->failed = 1;
+        return;
+    }
+    value(w, v, 0);
+}
+
+char *jw_dump(const json_t *v, size_t *len)
+{
+    jsonw_t w;
+
+    jw_init(&w);
+    jw_json(&w, v);
+    return jw_steal(&w, len);
+}
+
+void jw_addr(jsonw_t *w, const char *addr)
+{
+    size_t n;
+
+    if (addr == NULL) {
+        jw_lit(w, "null");
+        return;
+    }
+    n = strlen(addr);
+    if (n == 0 || n > 15 || strspn(addr, "0123456789") != n || (addr[0] == '0' && n > 1))
+        jw_str(w, addr);
+    else
+        jw_raw(w, addr, n);
+}

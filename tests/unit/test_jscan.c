@@ -1,0 +1,113 @@
+/* test_jscan.c - the brief decoding of member records: the same strings jansson would give,
+ * and refusal of what is not one JSON object. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "core/jscan.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const keys[] = {"_id", "externalId"};
+
+/* jscan's answer for text equals jansson's (both succeed, same strings). */
+static void same_as_jansson(const char *text)
+{
+    char *out[2];
+    json_t *v = json_loads(text, 0, NULL);
+
+    assert_non_null(v);
+    assert_int_equal(jscan_strings(text, strlen(text), keys, 2, out), 0);
+    for (int i = 0; i < 2; i++) {
+        const char *want = json_string_value(json_object_get(v, keys[i]));
+        if (want == NULL)
+            assert_null(out[i]);
+        else
+            assert_string_equal(out[i], want);
+        free(out[i]);
+    }
+    json_decref(v);
+}
+
+static void refused(const char *text, size_t n)
+{
+    char *out[2] = {(char *)1, (char *)1};
+
+    assert_int_equal(jscan_strings(text, n, keys, 2, out), -1);
+    assert_null(out[0]);
+    assert_null(out[1]);
+}
+
+static void test_records(void **state)
+{
+    (void)state;
+    same_as_jansson("{\"_id\":\"M1\",\"channel\":\"C1\",\"externalId\":\"psid-1\",\"tags\":[],"
+                    "\"meta\":{\"a\":{\"b\":[1,2.5e3,-0.1,true,false,null]}},\"n\":-0}");
+    same_as_jansson("{}");
+    same_as_jansson("  {\"externalId\" : 12, \"_id\":\"x\"}  ");
+    same_as_jansson("{\"_id\":null}");
+    same_as_jansson("{\"_id\":\"a\",\"_id\":\"b\"}"); /* the last one, like jansson */
+    same_as_jansson("{\"_id\":\"\\u00e9\\u20ac\\ud83d\\ude00\\n\\t\\\"\\\\\\/\"}");
+    same_as_jansson("{\"_id\":\"é€😀\",\"externalId\":\"+852 9123\"}");
+    same_as_jansson("{\"x\":{\"_id\":\"nested is not top level\"},\"_id\":\"top\"}");
+}
+
+static void test_escaped_key_is_not_matched(void **state)
+{
+    char *out[2];
+    const char *text = "{\"_i\\u0064\":\"escaped key\"}";
+
+    (void)state;
+    /* documented: keys are matched on their raw bytes; botgate's records never escape keys */
+    assert_int_equal(jscan_strings(text, strlen(text), keys, 2, out), 0);
+    assert_null(out[0]);
+}
+
+static void test_refused(void **state)
+{
+    static const char *const bad[] = {
+        "", "[]", "\"s\"", "1", "{", "{\"_id\"}", "{\"_id\":}", "{\"_id\":\"a\",}", "{,}",
+        "{\"_id\":\"a\"} x", "{\"_id\":\"\\x\"}", "{\"_id\":\"\\ud800\"}", "{\"_id\":\"\\udc00\"}",
+        "{\"_id\":\"\\u0000\"}", "{\"_id\":\"a\nb\"}", "{\"a\":01}", "{\"a\":1.}", "{\"a\":-}",
+        "{\"a\":tru}", "{\"a\":[1,]}", "{\"a\":{\"b\":1,}}", "{\"_id\":\"\xff\"}",
+        "{\"_id\":\"\xc0\xaf\"}", "{\"_id\":\"\xed\xa0\x80\"}", "{'a':1}",
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        refused(bad[i], strlen(bad[i]));
+    refused("{\"_id\":\"a\0b\"}", 12); /* a NUL byte inside */
+}
+
+static void test_depth(void **state)
+{
+    char text[400];
+    size_t n = 0;
+
+    (void)state;
+    text[n++] = '{';
+    memcpy(text + n, "\"a\":", 4);
+    n += 4;
+    for (int i = 0; i < 100; i++)
+        text[n++] = '[';
+    for (int i = 0; i < 100; i++)
+        text[n++] = ']';
+    text[n++] = '}';
+    refused(text, n); /* deeper than 64 */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_records),
+        cmocka_unit_test(test_escaped_key_is_not_matched),
+        cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_depth),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
