@@ -16,13 +16,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+void http_send(struct evhttp_request *req, int status, const char *reason)
+{
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+    struct bufferevent *bev;
+    struct evbuffer *out;
+
+    evhttp_send_reply(req, status, reason, NULL);
+    if (evcon == NULL || (bev = evhttp_connection_get_bufferevent(evcon)) == NULL)
+        return;
+    out = bufferevent_get_output(bev);
+    if (evbuffer_write(out, bufferevent_getfd(bev)) < 0 || evbuffer_get_length(out) > 0)
+        return; /* the rest goes when the socket is writable */
+    /* Everything left: tell evhttp now, as the write event would have (this may free the
+     * connection, or start reading its next request). */
+    bufferevent_trigger(bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS);
+}
+
 static void send_json(struct evhttp_request *req, int status, const char *reason,
                       const char *body)
 {
     struct evbuffer *buf = evhttp_request_get_output_buffer(req);
 
     evbuffer_add(buf, body, strlen(body));
-    evhttp_send_reply(req, status, reason, NULL);
+    http_send(req, status, reason);
 }
 
 static void health(worker_t *w, struct evhttp_request *req)
@@ -61,7 +78,7 @@ static void metrics(worker_t *w, struct evhttp_request *req)
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
                       "text/plain; version=0.0.4; charset=utf-8");
     metrics_render(evhttp_request_get_output_buffer(req), all, n);
-    evhttp_send_reply(req, 200, "OK", NULL);
+    http_send(req, 200, "OK");
 }
 
 static const struct route {

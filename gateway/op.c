@@ -7,6 +7,7 @@
 
 #include "../core/member.h"
 #include "conn.h"
+#include "http.h"
 #include "log.h"
 
 #include <event2/buffer.h>
@@ -187,9 +188,8 @@ static void reply_text(op_t *op, int status, char *text, size_t len, int code)
     evhttp_add_header(headers, "X-Request-Id", op->id);
     if (op->w->draining)
         evhttp_add_header(headers, "Connection", "close");
-    evhttp_send_reply(op->req, status, status == 200 ? "OK" : status == 413 ? "Payload Too Large"
-                                                                          : "Internal Server Error",
-                      NULL);
+    http_send(op->req, status, status == 200 ? "OK" : status == 413 ? "Payload Too Large"
+                                                                    : "Internal Server Error");
     metrics_request(&op->w->metrics, op->route, status, code, elapsed);
     log_request(op, status, code, elapsed);
     op->phase = OP_DONE;
