@@ -22,6 +22,23 @@
 
 static void step(op_t *op);
 
+/* The rare paths' state; a request that never refreshes a credential nor uploads media never
+ * allocates it. NULL only when memory ran out, which callers treat as a failed call. */
+static const char *media_id(const op_t *op)
+{
+    return op->x != NULL ? op->x->media_id : "";
+}
+
+static deliver_extra_t *extra(op_t *op)
+{
+    /* a stand-in after a failed allocation: the delivery then fails its call anyway */
+    static _Thread_local deliver_extra_t none;
+
+    if (op->x == NULL && (op->x = calloc(1, sizeof(*op->x))) == NULL)
+        return &none;
+    return op->x;
+}
+
 static const json_t *info(const op_t *op)
 {
     return json_object_get(op->channel, "info");
@@ -51,7 +68,7 @@ static void finish(op_t *op, deliver_result_t *r)
     op_delivered_fn *done = op->delivered;
 
     if (op->lock_held) {
-        store_unlock_credential(op->w->store, op->target.channel_id, op->lock_owner);
+        store_unlock_credential(op->w->store, op->target.channel_id, extra(op)->lock_owner);
         op->lock_held = 0;
     }
     op->dl = DL_IDLE;
@@ -114,7 +131,7 @@ void deliver_cancel(op_t *op)
         op->timer_armed = 0;
     }
     if (op->lock_held) {
-        store_unlock_credential(op->w->store, op->target.channel_id, op->lock_owner);
+        store_unlock_credential(op->w->store, op->target.channel_id, extra(op)->lock_owner);
         op->lock_held = 0;
     }
     adapter_call_free(&op->call_req);
@@ -166,11 +183,11 @@ static void adopt_channel(op_t *op, json_t *channel)
     op->channel = channel;
 }
 
-static int cred_fresh(const op_t *op)
+static int cred_fresh(op_t *op)
 {
     const char *cred = current_cred(op);
 
-    return *cred != '\0' && strcmp(cred, op->stale_cred) != 0 &&
+    return *cred != '\0' && strcmp(cred, extra(op)->stale_cred) != 0 &&
            !op->adapter->cred_needs_refresh(info(op), op_now_wall_ms());
 }
 
@@ -179,7 +196,7 @@ static int cred_fresh(const op_t *op)
 static void cred_done(op_t *op)
 {
     if (op->lock_held) {
-        store_unlock_credential(op->w->store, op->target.channel_id, op->lock_owner);
+        store_unlock_credential(op->w->store, op->target.channel_id, extra(op)->lock_owner);
         op->lock_held = 0;
     }
     op->cred_ready = 1;
@@ -314,10 +331,10 @@ static void cred_lock(op_t *op)
 {
     store_status_t st;
 
-    if (op->lock_owner[0] == '\0')
-        worker_random_hex(op->w, op->lock_owner, 32);
+    if (extra(op)->lock_owner[0] == '\0')
+        worker_random_hex(op->w, extra(op)->lock_owner, 32);
     op->dl = DL_CRED_LOCK;
-    op->call = store_lock_credential(op->w->store, op->target.channel_id, op->lock_owner,
+    op->call = store_lock_credential(op->w->store, op->target.channel_id, extra(op)->lock_owner,
                                      LOCK_TTL_MS, on_lock, op, &st);
     if (op->call == NULL)
         fail_store(op, st);
@@ -329,7 +346,7 @@ static void cred_begin(op_t *op)
         fail(op, ADAPTER_AUTH_INVALID, 0, "the platform refused the channel credential");
         return;
     }
-    snprintf(op->stale_cred, sizeof(op->stale_cred), "%s", current_cred(op));
+    snprintf(extra(op)->stale_cred, sizeof(extra(op)->stale_cred), "%s", current_cred(op));
     cred_lock(op);
 }
 
@@ -414,8 +431,8 @@ static void on_upload_answer(void *arg, const upstream_answer_t *ans)
     adapter_result_init(&res);
     op->adapter->parse_upload(&t, &ans->a, &res);
     if (res.status == ADAPTER_OK && res.ref[0] != '\0') {
-        snprintf(op->media_id, sizeof(op->media_id), "%s", res.ref);
-        store_put_media(op->w->store, op->target.channel_id, op->url_hash, op->media_id,
+        snprintf(extra(op)->media_id, sizeof(extra(op)->media_id), "%s", res.ref);
+        store_put_media(op->w->store, op->target.channel_id, extra(op)->url_hash, extra(op)->media_id,
                         MEDIA_TTL_S);
         step(op);
     } else if (res.status == ADAPTER_AUTH_EXPIRED && !op->cred_refreshed) {
@@ -482,7 +499,7 @@ static void on_media_cached(void *arg, store_status_t st, json_t *value)
 
     op->call = NULL;
     if (st == STORE_OK && json_string_length(value) > 0) {
-        snprintf(op->media_id, sizeof(op->media_id), "%s", json_string_value(value));
+        snprintf(extra(op)->media_id, sizeof(extra(op)->media_id), "%s", json_string_value(value));
         json_decref(value);
         step(op);
         return;
@@ -496,9 +513,9 @@ static void media_cache(op_t *op)
     const char *url = json_string_value(json_object_get(op->response, "url"));
     store_status_t st;
 
-    auth_hash_token(url ? url : "", url ? strlen(url) : 0, op->url_hash);
+    auth_hash_token(url ? url : "", url ? strlen(url) : 0, extra(op)->url_hash);
     op->dl = DL_MEDIA_CACHE;
-    op->call = store_get_media(op->w->store, op->target.channel_id, op->url_hash,
+    op->call = store_get_media(op->w->store, op->target.channel_id, extra(op)->url_hash,
                                on_media_cached, op, &st);
     if (op->call == NULL)
         media_fetch(op);
@@ -567,7 +584,7 @@ static void send_now(op_t *op)
     adapter_result_t res;
 
     adapter_result_init(&res);
-    if (op->adapter->build_send(&t, op->response, op->media_id[0] ? op->media_id : NULL,
+    if (op->adapter->build_send(&t, op->response, media_id(op)[0] ? media_id(op) : NULL,
                                 &op->call_req, &res) < 0) {
         fail(op, res.status, 0, res.error);
         return;
@@ -598,7 +615,7 @@ static void step(op_t *op)
         contact_cache(op);
         return;
     }
-    if (a->image_by_upload && is_image(op->response) && op->media_id[0] == '\0') {
+    if (a->image_by_upload && is_image(op->response) && media_id(op)[0] == '\0') {
         media_cache(op);
         return;
     }
@@ -610,7 +627,8 @@ void deliver_start(op_t *op, const json_t *response, op_delivered_fn *done)
     op->response = response;
     op->delivered = done;
     op->auth_retried = op->rate_retried = 0;
-    op->media_id[0] = '\0';
+    if (op->x != NULL)
+        op->x->media_id[0] = '\0';
     step(op);
 }
 

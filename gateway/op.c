@@ -131,6 +131,7 @@ static void op_free(op_t *op)
     json_decref(op->sending);
     json_decref(op->node_tree_app);
     adapter_call_free(&op->call_req);
+    free(op->x);
     request_send_free(&op->send);
     request_redirect_free(&op->redirect);
     if (op->cleanup != NULL)

@@ -23,6 +23,15 @@ struct evhttp_request;
 struct op;
 struct node_run;
 
+/* What only credential refreshes and media uploads need: kept out of op_t, which every
+ * request in flight carries (deliver.c allocates it; op_free frees it). */
+typedef struct deliver_extra {
+    char stale_cred[512];         /* the credential that failed, to see a new one */
+    char lock_owner[40];
+    char media_id[ADAPTER_ID_MAX];
+    char url_hash[AUTH_HASH_HEX];
+} deliver_extra_t;
+
 /* Delivery of one response (deliver.c). */
 typedef enum {
     DL_IDLE = 0,
@@ -99,13 +108,10 @@ typedef struct op {
     int cred_ready;               /* credential checked for this request */
     int cred_refreshed;           /* refreshed once in this request already */
     int cred_forced;              /* refresh although not expired (the platform said so) */
-    char stale_cred[512];         /* the credential that failed, to see a new one */
-    char lock_owner[40];
+    struct deliver_extra *x;      /* state of the rare paths, allocated when first needed */
     int lock_held;
     int contact_ready;
     int auth_retried, rate_retried;
-    char media_id[ADAPTER_ID_MAX];
-    char url_hash[AUTH_HASH_HEX];
     int platform_calls;
     int delivered_count;          /* responses already through delivery */
 

@@ -211,7 +211,9 @@ int worker_init(worker_t *w, int id, const config_t *cfg)
     redisc_set_observer(store_redis(w->store), on_redis_command, w);
     memset(&ucfg, 0, sizeof(ucfg));
     ucfg.ca_file = cfg->ca_file;
-    ucfg.buffer_size = 4096; /* platform answers are a few hundred bytes */
+    /* platform answers are a few hundred bytes: curl's smallest receive buffer (1 KiB) keeps
+     * the memory of a send in flight low; a longer answer only takes more reads */
+    ucfg.buffer_size = 1024;
     w->up = upstream_new(w->base, &ucfg);
     ucfg.guard = !cfg->allow_private_media;
     ucfg.buffer_size = 65536; /* media downloads */

@@ -4,7 +4,7 @@
 # As root it runs apt-get; otherwise it prints the exact command and fails.
 set -eu
 purpose=${1:-build}
-pkgs="gcc make cmake pkg-config libevent-dev libcurl4-openssl-dev libhiredis-dev libjansson-dev libssl-dev redis-server curl"
+pkgs="gcc make cmake pkg-config libevent-dev libcurl4-openssl-dev libhiredis-dev libjansson-dev libssl-dev libmimalloc-dev redis-server curl"
 case "$purpose" in
   build) ;;
   test) pkgs="$pkgs libcmocka-dev python3 clang libclang-rt-14-dev prometheus redis-sentinel" ;;
