@@ -19,6 +19,7 @@
 #define CONTACT_TTL_S (7 * 24 * 3600)   /* whatsapp: a valid number is checked once a week */
 #define MEDIA_TTL_S (2 * 24 * 3600)     /* wechat: media ids live 3 days; keep them 2 */
 #define DEADLINE_MARGIN_MS 20           /* leave time to answer after a call times out */
+#define CONNECT_RETRY_MS 100            /* pause before the one retry of a refused connection */
 
 static void step(op_t *op);
 
@@ -541,6 +542,16 @@ static void on_send_answer(void *arg, const upstream_answer_t *ans)
 
     op->xfer = NULL;
     adapter_call_free(&op->call_req);
+    /* The one failure that surely delivered nothing: the connection could not be made. Try
+     * once more after a short pause; anything else (a timeout, a reset, a 5xx) may have been
+     * delivered, and a retry could send the message twice. */
+    if (ans->not_sent && !op->connect_retried &&
+        op_remaining_ms(op) > CONNECT_RETRY_MS + 2 * DEADLINE_MARGIN_MS) {
+        op->connect_retried = 1;
+        op->dl = DL_RETRY_WAIT;
+        arm_timer(op, CONNECT_RETRY_MS, on_retry_wait);
+        return;
+    }
     memset(&r, 0, sizeof(r));
     adapter_result_init(&r.res);
     op->adapter->parse_send(&t, &ans->a, &r.res);
@@ -626,7 +637,7 @@ void deliver_start(op_t *op, const json_t *response, op_delivered_fn *done)
 {
     op->response = response;
     op->delivered = done;
-    op->auth_retried = op->rate_retried = 0;
+    op->auth_retried = op->rate_retried = op->connect_retried = 0;
     if (op->x != NULL)
         op->x->media_id[0] = '\0';
     step(op);

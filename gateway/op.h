@@ -111,7 +111,7 @@ typedef struct op {
     struct deliver_extra *x;      /* state of the rare paths, allocated when first needed */
     int lock_held;
     int contact_ready;
-    int auth_retried, rate_retried;
+    int auth_retried, rate_retried, connect_retried;
     int platform_calls;
     int delivered_count;          /* responses already through delivery */
 

@@ -103,6 +103,24 @@ class WhatsApp(StackTest):
         self.assertEqual(a.status, 500, a)
         self.assertEqual(a.json["err_code"], 113)
 
+    def test_refused_connection_is_retried_once_then_113(self):
+        from harness import http
+        def refused_calls():
+            for line in http("GET", self.s.url + "/metrics").raw.splitlines():
+                if line.startswith('botgate_platform_calls_total{target="whatsapp",outcome="no_answer"}'):
+                    return float(line.split()[1])
+            return 0.0
+        ch = whatsapp_channel("wa-refused", APP, "http://127.0.0.1:9/wa")
+        ch["info"].update({"adminAuthToken": "valid", "adminAuthTokenExpiry": 4102444800000})
+        self.s.put("channel", ch)
+        # the number was seen valid lately: the first call is the message itself
+        self.s.redis("SET", "botgate:wacontact:{wa-refused}:85260000016", "85260000016")
+        before = refused_calls()
+        a = self.send("wa-refused", rid="85260000016")
+        self.assertEqual((a.status, a.json.get("err_code")), (500, 113), a)
+        # a refused connection surely delivered nothing: the message is tried once more
+        self.assertEqual(refused_calls() - before, 2)
+
     def test_template_and_image(self):
         self.channel("wa-tpl", namespace="ns-1")
         body = {"channelId": "wa-tpl", "recipientId": "85260000007", "response": [
