@@ -561,8 +561,11 @@ static void on_send_answer(void *arg, const upstream_answer_t *ans)
         finish(op, &r);
         return;
     case ADAPTER_AUTH_EXPIRED:
-        if (!op->auth_retried && !op->cred_refreshed) {
-            op->auth_retried = 1;
+        /* Refresh and retry. The first retry may adopt a credential another worker or instance
+         * just got, which the platform may have revoked as well: then one more, with a
+         * credential of our own (after which cred_refreshed stops the loop). */
+        if (!op->cred_refreshed && op->auth_retried < 2) {
+            op->auth_retried++;
             op->cred_ready = 0;
             op->cred_forced = 1;
             adapter_result_clear(&r.res);

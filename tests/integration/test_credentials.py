@@ -81,6 +81,27 @@ class SingleFlight(StackTest):
         # one call for the first expiry, one after the platform revoked every token
         self.assertEqual(self.stats()["token_calls"].get("app-wx-sf3"), 2)
 
+    def test_adopted_credential_revoked_too_gets_a_refresh_of_our_own(self):
+        from harness import http
+        self.wechat("wx-sf4")
+        self.assertEqual(self.burst("wx-sf4", 1, [self.s.url, self.url2])[0].status, 200)
+        self.assertEqual(self.burst("wx-sf4", 1, [self.url2, self.s.url])[0].status, 200)
+        # another instance refreshed the token (both workers still cache the old one) ...
+        a = http("GET", self.s.sim_url + "/wechat/cgi-bin/token?grant_type=client_credential"
+                 "&appid=app-wx-sf4&secret=s")
+        key = "botgate:channel:{wx-sf4}"
+        ch = json.loads(self.s.redis("GET", key))
+        ch["info"]["accessToken"] = a.json["access_token"]
+        ch["info"]["accessTokenExpiry"] = int(time.time() * 1000) + 3600 * 1000
+        self.s.redis("SET", key, json.dumps(ch))
+        # ... and then the platform revoked every token, that one too
+        self.s.sim("POST", "/_sim/expire-tokens", {})
+        self.s.sim_reset()
+        answers = self.burst("wx-sf4", 4, [self.s.url, self.url2])
+        self.assertEqual([a.status for a in answers], [200] * 4, answers)
+        calls = self.stats()["token_calls"].get("app-wx-sf4")
+        self.assertGreaterEqual(calls, 1)
+
 
 if __name__ == "__main__":
     unittest.main()
