@@ -290,6 +290,13 @@ class Stack:
     def send(self, body, token, **kw):
         return self.post("/sendResponses", body, token=token, **kw)
 
+    def metric(self, series):
+        """The value of one series of GET /metrics (name with its labels), 0 when absent."""
+        for line in http("GET", self.url + "/metrics").raw.splitlines():
+            if line.startswith(series + " "):
+                return float(line.split()[1])
+        return 0.0
+
     # -- simulator --
     def sim(self, method, path, body=None):
         return http(method, self.sim_url + path, body).json

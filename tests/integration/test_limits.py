@@ -10,13 +10,6 @@ from concurrent.futures import ThreadPoolExecutor
 from harness import StackTest, facebook_channel, member, http
 
 
-def metric(s, name):
-    for line in http("GET", s.url + "/metrics").raw.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError("no metric " + name)
-
-
 class InboundLimits(StackTest):
     stack_args = {"workers": 1, "env": {"BOTGATE_HTTP_TIMEOUT_S": "2",
                                         "BOTGATE_MAX_CONNECTIONS": "40"}}
@@ -50,17 +43,17 @@ class InboundLimits(StackTest):
         idle = [socket.create_connection(("127.0.0.1", self.s.port)) for _ in range(120)]
         try:
             time.sleep(0.3)
-            self.assertLessEqual(metric(self.s, "botgate_connections_open"), 40)
+            self.assertLessEqual(self.s.metric("botgate_connections_open"), 40)
             t0 = time.time()
             a = self.s.send(self.body, self.tok, timeout=10)
             self.assertEqual(a.status, 200, a)
             self.assertLess(time.time() - t0, 2 + 1 + 2)
-            self.assertGreater(metric(self.s, "botgate_accept_pauses_total"), 0)
+            self.assertGreater(self.s.metric("botgate_accept_pauses_total"), 0)
         finally:
             for c in idle:
                 c.close()
         time.sleep(1.5)
-        self.assertLessEqual(metric(self.s, "botgate_connections_open"), 1)
+        self.assertLessEqual(self.s.metric("botgate_connections_open"), 1)
 
     def test_oversized_headers(self):
         c = socket.create_connection(("127.0.0.1", self.s.port), timeout=5)

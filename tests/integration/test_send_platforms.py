@@ -104,12 +104,8 @@ class WhatsApp(StackTest):
         self.assertEqual(a.json["err_code"], 113)
 
     def test_refused_connection_is_retried_once_then_113(self):
-        from harness import http
         def refused_calls():
-            for line in http("GET", self.s.url + "/metrics").raw.splitlines():
-                if line.startswith('botgate_platform_calls_total{target="whatsapp",outcome="no_answer"}'):
-                    return float(line.split()[1])
-            return 0.0
+            return self.s.metric('botgate_platform_calls_total{target="whatsapp",outcome="no_answer"}')
         ch = whatsapp_channel("wa-refused", APP, "http://127.0.0.1:9/wa")
         ch["info"].update({"adminAuthToken": "valid", "adminAuthTokenExpiry": 4102444800000})
         self.s.put("channel", ch)
