@@ -6,6 +6,7 @@
 #include "cache.h"
 
 #include "../core/jscan.h"
+#include "../core/jsonw.h"
 
 #include <event2/event.h>
 #include <stdint.h>
@@ -73,8 +74,7 @@ struct store_call {
     json_t *change;
     int64_t now_ms;
     int attempts;
-    char *old;
-    size_t old_len;
+    json_t *written;           /* the record the compare-and-set in flight writes */
     int cacheable;             /* a successful read (or write) refreshes the cache */
     int brief;                 /* decode only _id and externalId of a member record */
     unsigned bucket;
@@ -140,7 +140,7 @@ static int64_t now_ms(void)
 static void call_free(store_call_t *c)
 {
     json_decref(c->change);
-    free(c->old);
+    json_decref(c->written);
     if (c->pause != NULL)
         event_free(c->pause);
     free(c);
@@ -292,6 +292,7 @@ static store_call_t *key_too_long(store_call_t *c, store_status_t *status)
 static void cas_write(store_call_t *c, const char *raw, size_t len)
 {
     json_t *record = json_loadb(raw, len, 0, NULL);
+    size_t next_len = 0;
     char *next;
     store_status_t st;
 
@@ -300,22 +301,19 @@ static void cas_write(store_call_t *c, const char *raw, size_t len)
         finish(c, STORE_BAD_RECORD, NULL);
         return;
     }
-    next = json_dumps(record, JSON_COMPACT);
-    json_decref(record);
-    free(c->old);
-    c->old = malloc(len + 1);
-    if (next == NULL || c->old == NULL) {
-        free(next);
+    if ((next = jw_dump(record, &next_len)) == NULL) {
+        json_decref(record);
         finish(c, STORE_UNAVAILABLE, NULL);
         return;
     }
-    memcpy(c->old, raw, len);
-    c->old_len = len;
+    /* kept for the callback: what was written is what it gets */
+    json_decref(c->written);
+    c->written = record;
     {
-        const char *argv[] = {"EVAL", CAS_SCRIPT, "1", c->key, c->old, next};
-        size_t lens[] = {4, sizeof(CAS_SCRIPT) - 1, 1, strlen(c->key), len, strlen(next)};
+        const char *argv[] = {"EVAL", CAS_SCRIPT, "1", c->key, raw, next};
+        size_t lens[] = {4, sizeof(CAS_SCRIPT) - 1, 1, strlen(c->key), len, next_len};
         c->kind = CALL_CAS_WRITE;
-        st = send_argv(c, 6, argv, lens);
+        st = send_argv(c, 6, argv, lens); /* hiredis copies the arguments */
     }
     free(next);
     if (st != STORE_OK)
@@ -338,17 +336,11 @@ static void on_cas_written(store_call_t *c, redisReply *reply)
     json_t *record;
 
     if (reply->type == REDIS_REPLY_INTEGER && reply->integer == 1) {
-        /* What was written is what the callback gets: parse the old value and apply again
-         * rather than keep a second copy around for the rare write path. */
-        record = json_loadb(c->old, c->old_len, 0, NULL);
-        if (record != NULL && c->mutate(record, c->change, c->now_ms) == 0) {
-            if (c->cacheable)
-                store_cache_put(c->st->cache, c->key, record, now_ms());
-            finish(c, STORE_OK, record);
-            return;
-        }
-        json_decref(record);
-        finish(c, STORE_BAD_RECORD, NULL);
+        record = c->written;
+        c->written = NULL;
+        if (c->cacheable)
+            store_cache_put(c->st->cache, c->key, record, now_ms());
+        finish(c, STORE_OK, record);
         return;
     }
     if (++c->attempts >= CAS_ATTEMPTS) {
