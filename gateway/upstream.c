@@ -46,6 +46,7 @@ struct upstream_xfer {
     char retry_after[32];
     int has_retry_after;
     int blocked, too_large;
+    int resend_refused;   /* curl wanted to send the request again after it went out */
     unsigned flags;
     upstream_xfer_t *next; /* free list */
     char errbuf[CURL_ERROR_SIZE];
@@ -204,6 +205,30 @@ static curl_socket_t on_open_socket(void *arg, curlsocktype purpose, struct curl
     return socket(addr->family, addr->socktype, addr->protocol);
 }
 
+/* Called before each attempt of a request. libcurl 7.88 sends a request again, up to five
+ * times, when a reused connection dies before the answer starts ("Connection died, retrying a
+ * fresh connect"), even when the request went out whole: the platform may have received it,
+ * and a second attempt would deliver the message twice. Request bytes already written (the
+ * request size curl counts across attempts) mean exactly that: the attempt is refused. An
+ * attempt after nothing was written is let through, that one surely was not delivered. */
+static int on_prereq(void *arg, char *primary_ip, char *local_ip, int primary_port,
+                     int local_port)
+{
+    upstream_xfer_t *x = arg;
+    long sent = 0;
+
+    (void)primary_ip;
+    (void)local_ip;
+    (void)primary_port;
+    (void)local_port;
+    curl_easy_getinfo(x->easy, CURLINFO_REQUEST_SIZE, &sent);
+    if (sent > 0) {
+        x->resend_refused = 1;
+        return CURL_PREREQFUNC_ABORT;
+    }
+    return CURL_PREREQFUNC_OK;
+}
+
 static CURL *easy_new(upstream_t *up, upstream_xfer_t *x)
 {
     CURL *e = curl_easy_init();
@@ -226,6 +251,8 @@ static CURL *easy_new(upstream_t *up, upstream_xfer_t *x)
      * far more than a platform's answer needs when thousands wait at once. */
     curl_easy_setopt(e, CURLOPT_BUFFERSIZE, up->cfg.buffer_size > 0 ? up->cfg.buffer_size : 16384L);
     curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, x);
+    curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, on_prereq);
+    curl_easy_setopt(e, CURLOPT_PREREQDATA, x);
     if (up->cfg.ca_file != NULL && up->cfg.ca_file[0] != '\0')
         curl_easy_setopt(e, CURLOPT_CAINFO, up->cfg.ca_file);
     /* Without proxy variables in the environment, tell curl so: it would otherwise read them
@@ -383,7 +410,7 @@ upstream_xfer_t *upstream_start(upstream_t *up, adapter_call_t *call, long timeo
     x->arg = arg;
     x->max = max_answer;
     x->len = 0;
-    x->blocked = x->too_large = x->has_retry_after = 0;
+    x->blocked = x->too_large = x->has_retry_after = x->resend_refused = 0;
     x->flags = flags;
     x->errbuf[0] = '\0';
     for (int i = 0; i < ADAPTER_MAX_HEADERS && call->headers[i]; i++)
@@ -457,6 +484,9 @@ static void finish(upstream_xfer_t *x, CURLcode code)
                    code == CURLE_COULDNT_RESOLVE_PROXY;
     if (x->blocked)
         ans.error = "address not allowed (private, loopback or link-local)";
+    else if (x->resend_refused)
+        ans.error = "the connection closed after the request was sent; not sent again, as the "
+                    "platform may have received it";
     else if (x->too_large)
         ans.error = "answer too large";
     else if (code != CURLE_OK)
