@@ -2,6 +2,7 @@
 #   make run    build, start a private Redis, the platform simulator and botgate with demo data
 #   make test   build with AddressSanitizer + UBSan and run every test
 #   make bench  Release build; botgate and nginx side by side against the simulator (bench/README.md)
+#   make soak   normal build; SOAK_SECONDS (default 600) of mixed traffic and faults, then a summary
 .PHONY: all build run test test-asan bench soak install test-deploy clean
 
 JOBS ?= $(shell nproc)
@@ -29,6 +30,9 @@ bench:
 	@cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DBOTGATE_TESTS=OFF >/dev/null
 	@cmake --build build-release -j$(JOBS)
 	@BENCH_COMMAND="make bench" bench/bench.sh
+
+soak:
+	@scripts/soak.sh
 
 # make install [PREFIX=/usr/local] [DESTDIR=/tmp/stage]: a Release build, the binaries, the
 # systemd unit (its paths follow PREFIX) and docs/.

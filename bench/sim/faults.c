@@ -2,11 +2,13 @@
 #include "sim.h"
 
 #include <ctype.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Order matters: tests rely on "first word found wins", e.g. "invalid-timeout" is invalid. */
+/* Order matters: tests rely on "first word found wins", e.g. "invalid-timeout" is invalid.
+ * "reset" inside "midreset" does not count as reset (sim_fault_search). */
 static const struct {
     const char *word;
     sim_fault_kind_t kind;
@@ -15,8 +17,32 @@ static const struct {
     {"fail5xx", SIM_FAULT_FAIL5XX},     {"ratelimit", SIM_FAULT_RATELIMIT},
     {"timeout", SIM_FAULT_TIMEOUT},     {"garbage", SIM_FAULT_GARBAGE},
     {"truncated", SIM_FAULT_TRUNCATED}, {"reset", SIM_FAULT_RESET},
+    {"midreset", SIM_FAULT_MIDRESET},   {"huge", SIM_FAULT_HUGE},
     {"slow", SIM_FAULT_SLOW},
 };
+
+#define SIM_HUGE_SIZE  ((size_t)50 * 1024 * 1024)
+#define SIM_BLOCK_SIZE ((size_t)1024 * 1024)
+
+/* huge is padded with this megabyte of spaces, referenced as often as needed: JSON allows
+ * whitespace before a value, so the body stays the platform's valid answer. */
+static char sim_spaces[SIM_BLOCK_SIZE];
+static pthread_once_t sim_spaces_once = PTHREAD_ONCE_INIT;
+
+static void sim_spaces_init(void)
+{
+    memset(sim_spaces, ' ', sizeof(sim_spaces));
+}
+
+/* The first occurrence of word in s; a "reset" that is the tail of "midreset" is skipped. */
+static const char *sim_fault_search(const char *s, const char *word, sim_fault_kind_t kind)
+{
+    for (const char *p = strstr(s, word); p; p = strstr(p + 1, word)) {
+        if (kind != SIM_FAULT_RESET || p - s < 3 || strncmp(p - 3, "mid", 3) != 0)
+            return p;
+    }
+    return NULL;
+}
 
 /* slow counts only with digits after it, so that a name like "slowpoke" stays harmless. */
 static int sim_fault_slow(const char *s, int *ms)
@@ -46,7 +72,7 @@ void sim_fault_find(sim_fault_t *f, const char *const *texts, size_t n)
                 snprintf(f->word, sizeof(f->word), "slow%d", f->slow_ms);
                 return;
             }
-            const char *hit = strstr(s, sim_fault_words[w].word);
+            const char *hit = sim_fault_search(s, sim_fault_words[w].word, sim_fault_words[w].kind);
             if (hit == NULL)
                 continue;
             f->kind = sim_fault_words[w].kind;
@@ -92,6 +118,34 @@ void sim_fault_apply(const sim_fault_t *f, sim_reply_t *r)
     case SIM_FAULT_RESET:
         r->action = SIM_ACT_RESET;
         break;
+    case SIM_FAULT_MIDRESET:
+        /* server.c sends the headers (Content-Length of the whole body) and half of it. */
+        r->action = SIM_ACT_MIDRESET;
+        r->status = 200;
+        r->retry_after = NULL;
+        break;
+    case SIM_FAULT_HUGE: {
+        /* The platform's answer after 50 MiB minus its length of spaces; never in memory. */
+        struct evbuffer *big = evbuffer_new();
+        size_t len = r->body != NULL ? evbuffer_get_length(r->body) : 0;
+        pthread_once(&sim_spaces_once, sim_spaces_init);
+        if (big != NULL) {
+            for (size_t left = len < SIM_HUGE_SIZE ? SIM_HUGE_SIZE - len : 0; left > 0;) {
+                size_t n = left < SIM_BLOCK_SIZE ? left : SIM_BLOCK_SIZE;
+                evbuffer_add_reference(big, sim_spaces, n, NULL, NULL);
+                left -= n;
+            }
+            if (r->body != NULL)
+                evbuffer_add_buffer(big, r->body);
+        }
+        if (r->body != NULL)
+            evbuffer_free(r->body);
+        r->body = big;
+        r->status = 200;
+        r->content_type = "application/json";
+        r->retry_after = NULL;
+        break;
+    }
     case SIM_FAULT_SLOW:
         r->delay_ms += f->slow_ms;
         break;

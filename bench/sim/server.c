@@ -26,7 +26,9 @@ struct sim_server {
     int wake_fds[2];
 };
 
-/* A request answered later (latency, slow<N>, timeout, reset, /hook/slow). Owned by its
+#define SIM_MIDRESET_GAP_MS 50 /* midreset: between the half answer and the reset */
+
+/* A request answered later (latency, slow<N>, timeout, reset, midreset, /hook/slow). Owned by its
  * server thread and freed exactly once: after answering, or from the connection's close
  * callback when the client leaves, on reset, or when evhttp_free() runs at shutdown. */
 typedef struct {
@@ -35,7 +37,8 @@ typedef struct {
     struct event *timer; /* NULL for SIM_ACT_HOLD */
     struct event *watch; /* readable socket: the client may have gone */
     sim_reply_t reply;
-    int counted; /* holds one unit of in_flight */
+    int counted;   /* holds one unit of in_flight */
+    int half_sent; /* midreset: the headers and half the body are out; the reset is next */
 } sim_pending_t;
 
 /* ---- replies ---- */
@@ -137,17 +140,52 @@ static void sim_pending_closed(struct evhttp_connection *evcon, void *arg)
     sim_pending_free(arg);
 }
 
+/* midreset: a 200 whose Content-Length promises the whole body, then only its first half,
+ * written to the socket directly: evhttp must not think a reply is under way. */
+static void sim_pending_half(sim_pending_t *p, int sock)
+{
+    struct evbuffer *out = evbuffer_new();
+    size_t len = p->reply.body != NULL ? evbuffer_get_length(p->reply.body) : 0;
+    if (out == NULL)
+        return;
+    evbuffer_add_printf(out,
+                        "HTTP/1.1 %d OK\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                        "Connection: keep-alive\r\n\r\n",
+                        p->reply.status,
+                        p->reply.content_type ? p->reply.content_type : "application/json", len);
+    if (len > 0)
+        evbuffer_remove_buffer(p->reply.body, out, len / 2);
+    evbuffer_write(out, sock); /* a few hundred bytes: the socket buffer takes them at once */
+    evbuffer_free(out);
+}
+
 static void sim_pending_fire(evutil_socket_t fd, short what, void *arg)
 {
     sim_pending_t *p = arg;
     (void)fd;
     (void)what;
-    if (p->reply.action == SIM_ACT_RESET) {
+    if (p->reply.action == SIM_ACT_MIDRESET && !p->half_sent) {
+        int sock = bufferevent_getfd(evhttp_connection_get_bufferevent(p->evcon));
+        if (sock >= 0)
+            sim_pending_half(p, sock);
+        p->half_sent = 1;
+        struct timeval tv = {.tv_sec = 0, .tv_usec = SIM_MIDRESET_GAP_MS * 1000};
+        evtimer_add(p->timer, &tv);
+        return;
+    }
+    if (p->reply.action == SIM_ACT_RESET || p->reply.action == SIM_ACT_MIDRESET) {
         /* Linger 0 turns the close into an RST, the harshest thing a platform can do. */
         struct linger lg = {.l_onoff = 1, .l_linger = 0};
         int sock = bufferevent_getfd(evhttp_connection_get_bufferevent(p->evcon));
         if (sock >= 0)
             setsockopt(sock, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+        if (sock >= 0 && p->reply.action == SIM_ACT_MIDRESET) {
+            /* evhttp shuts the socket down (a FIN) before it closes it, and a client that saw
+             * the FIN reads a short body, not a reset. Dissolving the connection (connect to
+             * AF_UNSPEC) sends the RST at once. */
+            struct sockaddr sa = {.sa_family = AF_UNSPEC};
+            connect(sock, &sa, sizeof(sa));
+        }
         evhttp_connection_free(p->evcon); /* frees p through sim_pending_closed */
         return;
     }

@@ -54,6 +54,8 @@ typedef enum {
     SIM_FAULT_GARBAGE,
     SIM_FAULT_TRUNCATED,
     SIM_FAULT_RESET,
+    SIM_FAULT_MIDRESET,
+    SIM_FAULT_HUGE,
     SIM_FAULT_SLOW,
 } sim_fault_kind_t;
 
@@ -67,9 +69,10 @@ typedef struct {
 /* ---- replies ---- */
 
 typedef enum {
-    SIM_ACT_ANSWER, /* send the reply (after delay_ms) */
-    SIM_ACT_HOLD,   /* never answer; freed when the client leaves or at shutdown */
-    SIM_ACT_RESET,  /* close the connection without an answer (after delay_ms) */
+    SIM_ACT_ANSWER,   /* send the reply (after delay_ms) */
+    SIM_ACT_HOLD,     /* never answer; freed when the client leaves or at shutdown */
+    SIM_ACT_RESET,    /* close the connection without an answer (after delay_ms) */
+    SIM_ACT_MIDRESET, /* send the headers and half the body (after delay_ms), then reset */
 } sim_action_t;
 
 /* What to answer. Owned by whoever holds it: the handler fills it, the server sends it now or

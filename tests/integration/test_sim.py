@@ -6,6 +6,7 @@ Run: BOTGATE_BIN_DIR=/work/main/build-sim/bin python3 tests/integration/test_sim
 """
 import base64
 import datetime
+import http.client
 import json
 import os
 import signal
@@ -572,6 +573,107 @@ class TestFaults(SimTestCase):
                 data = b""
             self.assertEqual(data, b"")
 
+
+    def _raw_post(self, body, timeout=5):
+        """Sends a facebook message on a raw socket; returns (bytes received, how it ended)."""
+        port = int(self.base.rsplit(":", 1)[1])
+        body = json.dumps(body).encode()
+        data, ended = b"", "eof"
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.sendall(b"POST /graph/v19.0/me/messages?access_token=T HTTP/1.1\r\n"
+                      b"Host: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            while True:
+                try:
+                    chunk = s.recv(65536)
+                except ConnectionResetError:
+                    ended = "reset"
+                    break
+                except socket.timeout:
+                    ended = "timeout"
+                    break
+                if not chunk:
+                    break
+                data += chunk
+        return data, ended
+
+    def test_midreset(self):
+        """A 200 whose Content-Length promises the whole JSON, half of it, then a reset."""
+        for text in ("hello", "x-midreset-y"):
+            to = "to-midreset" if text == "hello" else "plain"
+            data, ended = self._raw_post({"recipient": {"id": to}, "message": {"text": text}})
+            self.assertEqual(ended, "reset", data)
+            head, _, body = data.partition(b"\r\n\r\n")
+            lines = head.decode().split("\r\n")
+            self.assertEqual(lines[0], "HTTP/1.1 200 OK")
+            hdrs = {k.lower(): v.strip() for k, v in (l.split(":", 1) for l in lines[1:])}
+            self.assertEqual(hdrs["content-type"], "application/json")
+            full = int(hdrs["content-length"])
+            self.assertGreater(full, 20)
+            self.assertEqual(len(body), full // 2)
+            self.assertTrue(body.startswith(b'{"'), body)
+        # Through an HTTP client, on every platform: the answer fails while the body is read.
+        for platform in PLATFORMS:
+            with self.subTest(platform=platform):
+                t0 = time.monotonic()
+                with self.assertRaises((OSError, http.client.HTTPException)):
+                    self.send(platform, "to-midreset", timeout=5)
+                self.assertLess(time.monotonic() - t0, 4)
+        self.assertEqual(self.get("/_sim/health").status, 200)
+        # "reset" inside "midreset" is not reset; a reset elsewhere still is (it comes first).
+        data, ended = self._raw_post({"recipient": {"id": "a-reset-b-midreset"},
+                                      "message": {"text": "x"}})
+        self.assertEqual(data, b"")
+        self.assertIn(ended, ("eof", "reset"))  # reset: a FIN, then the RST
+        faults = [e["fault"] for e in self.log()["requests"] if e["kind"] in ("messages", "send")]
+        self.assertEqual(faults, ["midreset"] * (2 + len(PLATFORMS)) + ["reset"])
+        self._wait_in_flight(0)
+
+    def _rss_kib(self):
+        with open("/proc/%d/status" % self.proc.pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        raise AssertionError("no VmRSS")
+
+    def test_huge(self):
+        """200, application/json, 50 MiB: the platform's own answer after 50 MiB of padding,
+        served from one static block (the simulator's memory does not grow by the body)."""
+        rss0 = self._rss_kib()
+        size = 50 * 1024 * 1024
+        for platform in PLATFORMS:
+            with self.subTest(platform=platform):
+                to = "to-huge" if platform != "whatsapp-cloud" else "852huge"
+                r = self.send(platform, to, timeout=60)
+                self.assertEqual(r.status, 200)
+                self.assertEqual(r.headers["Content-Type"], "application/json")
+                self.assertEqual(int(r.headers["Content-Length"]), size)
+                self.assertEqual(len(r.body), size)
+                self.assertTrue(r.body.startswith(b" " * 1024))
+                self.assert_success(platform, r, to)  # valid JSON: whitespace, then the answer
+        # Several at once, read slowly: the simulator must not copy the body per client.
+        port = int(self.base.rsplit(":", 1)[1])
+        body = b'{"recipient":{"id":"huge"},"message":{"text":"x"}}'
+        socks = []
+        for _ in range(6):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.sendall(b"POST /graph/v19.0/me/messages?access_token=T HTTP/1.1\r\nHost: x\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            s.recv(4096)
+            socks.append(s)
+        time.sleep(0.3)
+        grown_mib = (self._rss_kib() - rss0) / 1024
+        for s in socks:
+            s.close()
+        self.assertLess(grown_mib, 20, "the simulator grew by %.1f MiB" % grown_mib)
+        self.assertEqual(self.get("/_sim/health").status, 200)
+        faults = [e["fault"] for e in self.log()["requests"] if e["kind"] in ("messages", "send")]
+        self.assertEqual(faults, ["huge"] * (len(PLATFORMS) + 6))
+        # Word order: huge comes after timeout, before slow<N>.
+        r = self.send("slack", "C-huge-slow100", timeout=60)
+        self.assertEqual(len(r.body), size)
+        self.assertEqual(self.log()["requests"][-1]["fault"], "huge")
+        self._wait_in_flight(0)
 
 class TestRecord(SimTestCase):
     def test_log_order_since_and_reset(self):
