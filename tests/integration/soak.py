@@ -223,18 +223,20 @@ class Watch:
                 pass
 
 
-RESTARTS = []  # (killed, back up) monotonic times
+RESTARTS = []  # (fault start, killed, back up) monotonic times
+RECOVERY_S = 5.0  # after Redis is back, 119 answers must stop within this
 
 
 def fault_redis(s):
     # No persistence in tests: a snapshot taken now is what the restarted Redis loads before
     # it accepts anyone, so that no request meets an empty store.
+    start = time.monotonic()  # before the kill: answers to requests in flight then count here
     s.redis("SAVE")
     s.stop_redis()  # SIGKILL
     killed = time.monotonic()
     time.sleep(1.0)
     s.start_redis(port=s.redis_port)
-    RESTARTS.append((killed, time.monotonic()))
+    RESTARTS.append((start, killed, time.monotonic()))
 
 
 def fault_latency(s):
@@ -282,7 +284,7 @@ def main():
                                     "BOTGATE_UPSTREAM_TIMEOUT_MS": "1500",
                                     "BOTGATE_REDIS_TIMEOUT_MS": "300",
                                     "BOTGATE_HTTP_TIMEOUT_S": "5",
-                                    "BOTGATE_LOG_LEVEL": "warn"})
+                                    "BOTGATE_LOG_LEVEL": os.environ.get("SOAK_LOG_LEVEL", "warn")})
     ok = False
     try:
         ok = run(s)
@@ -291,7 +293,7 @@ def main():
         code = codes.get("botgate")
         print("  botgate exit code at the end  %s%s" % (code, "" if code == 0 else "   FAIL"))
         ok = ok and code == 0
-        if ok:
+        if ok and not os.environ.get("SOAK_KEEP_LOGS"):
             s.cleanup_dir()
         else:
             print("  logs kept in %s" % s.dir)
@@ -363,7 +365,16 @@ def run(s):
     rss_max = max(rss + ([rss_end] if rss_end else []))
     tolerance = max(2.0, 0.05 * mean3)
     flat = rss_end is not None and rss_end <= rss_start + 20 and mean4 - mean3 <= tolerance
+    recoveries = []
+    for i, (start, killed, up) in enumerate(RESTARTS):
+        # the 119 answers of this outage: from its start to the start of the next one (the
+        # requests in flight when the next kill comes are answered before it is recorded)
+        end = RESTARTS[i + 1][0] if i + 1 < len(RESTARTS) else float("inf")
+        last = max([t for t in tally.store_down if start <= t < end] or [up])
+        recoveries.append((up - killed, max(0.0, last - up)))
     checks = {
+        # every worker is back on Redis within a few seconds of Redis (backoff at most 2 s)
+        "recovery": all(after_up <= RECOVERY_S for _, after_up in recoveries),
         "lost": lost == 0,
         "unexpected": not tally.unexpected,
         "late": tally.late == 0,
@@ -396,10 +407,9 @@ def run(s):
     print("  crashes (botgate exits)       %d%s" % (crashes, mark("crashes")))
     print("  faults                        %s" % ", ".join("%s x%d" % (k, v)
                                                           for k, v in sorted(done.items())))
-    for killed, up in RESTARTS:
-        last = max([t for t in tally.store_down if killed <= t < killed + PERIOD] or [killed])
-        print("  Redis down %.1f s: 119 answered until %.1f s after it was back"
-              % (up - killed, last - up))
+    for down, after_up in recoveries:
+        print("  Redis down %.1f s: 119 answered until %.1f s after it was back%s"
+              % (down, after_up, "" if after_up <= RECOVERY_S else "   FAIL"))
     print("  in flight after the load      %s%s" % (in_flight, mark("in_flight")))
     print("  traffic after the soak        %s%s"
           % ("ok on every channel" if checks["after"] else "failing: %s" % after,
