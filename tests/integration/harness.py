@@ -346,6 +346,22 @@ class StackTest(unittest.TestCase):
 
     stack_args = {}
 
+    def assert_error(self, ans, code, http_status=500, mentions=None):
+        """A failure answer as contract.md section 5 has it: exactly ok, err_code, err, error."""
+        self.assertEqual(ans.status, http_status, ans)
+        self.assertEqual(set(ans.json), {"ok", "err", "error", "err_code"}, ans)
+        self.assertEqual(ans.json["ok"], 0, ans)
+        self.assertEqual(ans.json["err_code"], code, ans)
+        self.assertIsInstance(ans.json["err_code"], int)
+        self.assertEqual(ans.json["err"], ans.json["error"])
+        if mentions:
+            self.assertIn(mentions, ans.json["err"])
+
+    def assert_unauthorized(self, ans):
+        self.assertEqual(ans.status, 500, ans)
+        self.assertEqual(ans.json, {"ok": 0, "err": "User is not authorized",
+                                    "error": "User is not authorized"})
+
     @classmethod
     def setUpClass(cls):
         cls.s = Stack(**cls.stack_args)

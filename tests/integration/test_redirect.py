@@ -212,16 +212,6 @@ class RedirectBase(StackTest):
         return [r["body"]["message"]["text"] for r in self.platform_log()]
 
     # -- answers --
-    def assert_error(self, ans, code, mentions=None, http_status=500):
-        self.assertEqual(ans.status, http_status, ans)
-        self.assertEqual(set(ans.json), {"ok", "err", "error", "err_code"}, ans)
-        self.assertEqual(ans.json["ok"], 0, ans)
-        self.assertEqual(ans.json["err_code"], code, ans)
-        self.assertIsInstance(ans.json["err_code"], int)
-        self.assertEqual(ans.json["err"], ans.json["error"])
-        if mentions:
-            self.assertIn(mentions, ans.json["err"])
-
     def results(self, ans, mid, send_ok=1, count=None):
         """Checks the answer's shape and returns sendResult.result."""
         self.assertEqual(ans.status, 200, ans)

@@ -36,20 +36,6 @@ class SendApi(StackTest):
     def send(self, body, token=None, **kw):
         return self.s.send(body, token if token is not None else self.tok, **kw)
 
-    def assert_error(self, ans, code, http_status=500, mentions=None):
-        self.assertEqual(ans.status, http_status, ans)
-        self.assertEqual(ans.json["ok"], 0, ans)
-        self.assertEqual(ans.json["err_code"], code, ans)
-        self.assertIsInstance(ans.json["err_code"], int)
-        self.assertEqual(ans.json["err"], ans.json["error"])
-        if mentions:
-            self.assertIn(mentions, ans.json["err"])
-
-    def assert_unauthorized(self, ans):
-        self.assertEqual(ans.status, 500, ans)
-        self.assertEqual(ans.json, {"ok": 0, "err": "User is not authorized",
-                                    "error": "User is not authorized"})
-
     # ---- success, every field ----
     def test_text_every_field(self):
         before = int(time.time() * 1000)

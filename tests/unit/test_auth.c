@@ -6,21 +6,14 @@
 
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include "core/auth.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static json_t *load(const char *text)
-{
-    json_error_t e;
-    json_t *v = json_loads(text, JSON_DECODE_ANY, &e);
-
-    if (v == NULL)
-        fail_msg("bad test JSON: %s (%s)", e.text, text);
-    return v;
-}
 
 /* Decodes a record given as JSON text; fails the test when it is refused. */
 static void decode_ok(const char *text, auth_token_t *t)

@@ -7,6 +7,8 @@
 
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include "core/member.h"
 #include "core/node.h"
 
@@ -16,15 +18,6 @@
 
 #define NOW 1700000000000LL
 
-static json_t *load(const char *text)
-{
-    json_error_t e;
-    json_t *v = json_loads(text, JSON_DECODE_ANY, &e);
-
-    if (v == NULL)
-        fail_msg("bad test JSON: %s (%s)", e.text, text);
-    return v;
-}
 
 static const json_t *at(const json_t *v, const char *path)
 {

@@ -6,21 +6,14 @@
 
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include "core/result.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static json_t *load(const char *text)
-{
-    json_error_t e;
-    json_t *v = json_loads(text, JSON_DECODE_ANY, &e);
-
-    if (v == NULL)
-        fail_msg("bad test JSON: %s (%s)", e.text, text);
-    return v;
-}
 
 /* v equals the JSON text want (exactly: an integer is not a real, a number not a string). */
 static void assert_json(const json_t *v, const char *want)

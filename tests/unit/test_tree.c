@@ -6,21 +6,14 @@
 
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include "core/tree.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static json_t *load(const char *text)
-{
-    json_error_t e;
-    json_t *v = json_loads(text, JSON_DECODE_ANY, &e);
-
-    if (v == NULL)
-        fail_msg("bad test JSON: %s (%s)", e.text, text);
-    return v;
-}
 
 static const char *valid_tree =
     "{\"_id\":\"T1\",\"app\":\"A1\",\"name\":\"Orders\",\"nodes\":{"
