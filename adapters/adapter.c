@@ -124,18 +124,33 @@ int adapter_add_header(adapter_call_t *call, const char *fmt, ...)
     return 0;
 }
 
+static int set_json_text(adapter_call_t *call, char *text, size_t len)
+{
+    char *ctype;
+
+    if (text == NULL)
+        return -1;
+    free(call->body);
+    call->body = text;
+    call->body_len = len;
+    for (int i = 0; i < ADAPTER_MAX_HEADERS; i++) {
+        if (call->headers[i] != NULL)
+            continue;
+        if ((ctype = strdup("Content-Type: application/json")) == NULL)
+            return -1;
+        call->headers[i] = ctype;
+        return 0;
+    }
+    return -1;
+}
+
 int adapter_set_json_body(adapter_call_t *call, json_t *body)
 {
     size_t len = 0;
     char *text = jw_dump(body, &len);
 
     json_decref(body);
-    if (text == NULL)
-        return -1;
-    free(call->body);
-    call->body = text;
-    call->body_len = len;
-    return adapter_add_header(call, "Content-Type: application/json");
+    return set_json_text(call, text, len);
 }
 
 char *adapter_urlencode(const char *s)
@@ -222,7 +237,7 @@ void adapter_copy_masked(char *dst, size_t size, const char *s, const json_t *in
 
 char *adapter_url(const char *base, const char *fmt, ...)
 {
-    size_t n = base ? strlen(base) : 0;
+    size_t n = base ? strlen(base) : 0, plen;
     char *path, *url;
     va_list ap;
     int rc;
@@ -236,8 +251,11 @@ char *adapter_url(const char *base, const char *fmt, ...)
     va_end(ap);
     if (rc < 0)
         return NULL;
-    if (asprintf(&url, "%.*s%s", (int)n, base, path) < 0)
-        url = NULL;
+    plen = (size_t)rc;
+    if ((url = malloc(n + plen + 1)) != NULL) {
+        memcpy(url, base, n);
+        memcpy(url + n, path, plen + 1);
+    }
     free(path);
     return url;
 }
@@ -253,6 +271,23 @@ int adapter_json_post(adapter_call_t *out, char *url, json_t *body)
         return -1;
     }
     if (adapter_set_json_body(out, body) < 0) {
+        adapter_call_free(out);
+        return -1;
+    }
+    return 0;
+}
+
+int adapter_json_post_text(adapter_call_t *out, char *url, jsonw_t *body)
+{
+    size_t len = 0;
+    char *text = jw_steal(body, &len);
+
+    out->method = "POST";
+    free(out->url);
+    out->url = url;
+    if (url == NULL || set_json_text(out, text, len) < 0) {
+        if (out->body != text)
+            free(text);
         adapter_call_free(out);
         return -1;
     }

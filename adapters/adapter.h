@@ -4,6 +4,8 @@
 #ifndef BOTGATE_ADAPTERS_ADAPTER_H
 #define BOTGATE_ADAPTERS_ADAPTER_H
 
+#include "../core/jsonw.h"
+
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -156,6 +158,8 @@ char *adapter_url(const char *base, const char *fmt, ...) __attribute__((format(
 /* Makes out a JSON POST to url with body; steals both (either may be NULL: then it fails).
  * Returns -1 with out freed on failure. */
 int adapter_json_post(adapter_call_t *out, char *url, json_t *body);
+/* The same with a body already written as text (its writer is emptied). */
+int adapter_json_post_text(adapter_call_t *out, char *url, jsonw_t *body);
 /* The type bit of a response that ops supports; 0 with res filled (REJECTED when the type is
  * missing, UNSUPPORTED when the platform lacks it). */
 unsigned adapter_response_kind(const adapter_ops_t *ops, const json_t *response,

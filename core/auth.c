@@ -2,9 +2,20 @@
 #include "auth.h"
 
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+
+static EVP_MD *sha256;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+
+/* OpenSSL 3 looks EVP_sha256() up again on every digest; fetched once, the lookup is gone
+ * (an EVP_MD may be shared by threads). */
+static void sha256_fetch(void)
+{
+    sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
 
 void auth_hash_token(const char *token, size_t len, char out[AUTH_HASH_HEX])
 {
@@ -12,7 +23,8 @@ void auth_hash_token(const char *token, size_t len, char out[AUTH_HASH_HEX])
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int n = 0;
 
-    EVP_Digest(token, len, md, &n, EVP_sha256(), NULL);
+    pthread_once(&sha256_once, sha256_fetch);
+    EVP_Digest(token, len, md, &n, sha256 != NULL ? sha256 : EVP_sha256(), NULL);
     for (unsigned int i = 0; i < n; i++) {
         out[2 * i] = hex[md[i] >> 4];
         out[2 * i + 1] = hex[md[i] & 15];

@@ -11,6 +11,15 @@ void jw_init(jsonw_t *w)
     memset(w, 0, sizeof(*w));
 }
 
+void jw_init_size(jsonw_t *w, size_t cap)
+{
+    jw_init(w);
+    if ((w->buf = malloc(cap > 0 ? cap : 1)) == NULL)
+        w->failed = 1;
+    else
+        w->cap = cap > 0 ? cap : 1;
+}
+
 void jw_free(jsonw_t *w)
 {
     free(w->buf);

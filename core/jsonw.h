@@ -18,6 +18,9 @@ typedef struct jsonw {
 } jsonw_t;
 
 void jw_init(jsonw_t *w);
+/* As jw_init, with room for about cap bytes from the start: a text whose size is known
+ * roughly is written without growing, and holds no more memory than it needs. */
+void jw_init_size(jsonw_t *w, size_t cap);
 void jw_free(jsonw_t *w);
 /* The text, NUL-terminated, handed over to the caller (free()); NULL when failed. */
 char *jw_steal(jsonw_t *w, size_t *len);

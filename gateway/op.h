@@ -74,7 +74,6 @@ typedef struct op {
     int timer_armed;
     struct op *prev, *next;       /* the worker's in-flight list */
     op_phase_t phase;
-    bg_error_t err;
 
     /* what the request asked; borrowed from the parsed body */
     request_target_t target;

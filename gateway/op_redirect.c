@@ -255,6 +255,7 @@ void op_redirect_start(worker_t *w, struct evhttp_request *req)
     op_t *op = op_new(w, req, METRICS_ROUTE_REDIRECT);
     const char *body;
     size_t len;
+    bg_error_t err;
 
     if (op == NULL) {
         evhttp_send_error(req, 500, "Internal Server Error");
@@ -267,8 +268,8 @@ void op_redirect_start(worker_t *w, struct evhttp_request *req)
     if (op_take_token(op) < 0)
         return;
     body = op_body(op, &len);
-    if (request_parse_redirect(body, len, &op->redirect, &op->err) < 0) {
-        op_fail(op, &op->err);
+    if (request_parse_redirect(body, len, &op->redirect, &err) < 0) {
+        op_fail(op, &err);
         return;
     }
     op->target = op->redirect.target;

@@ -120,6 +120,7 @@ void op_send_start(worker_t *w, struct evhttp_request *req)
     op_t *op = op_new(w, req, METRICS_ROUTE_SEND);
     const char *body;
     size_t len;
+    bg_error_t err;
 
     if (op == NULL) {
         evhttp_send_error(req, 500, "Internal Server Error");
@@ -131,8 +132,8 @@ void op_send_start(worker_t *w, struct evhttp_request *req)
     if (op_take_token(op) < 0)
         return;
     body = op_body(op, &len);
-    if (request_parse_send(body, len, &op->send, &op->err) < 0) {
-        op_fail(op, &op->err);
+    if (request_parse_send(body, len, &op->send, &err) < 0) {
+        op_fail(op, &err);
         return;
     }
     op->target = op->send.target;

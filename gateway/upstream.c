@@ -155,7 +155,9 @@ static size_t on_write(char *data, size_t size, size_t n, void *arg)
         return 0; /* makes curl fail the transfer with CURLE_WRITE_ERROR */
     }
     if (x->len + bytes + 1 > x->cap) {
-        size_t cap = x->cap ? x->cap : 1024;
+        /* from 256 bytes: a platform's usual answer is a hundred or two, and the buffer stays
+         * with the transfer record, one per send in flight */
+        size_t cap = x->cap ? x->cap : 256;
         char *buf;
         while (cap < x->len + bytes + 1)
             cap *= 2;

@@ -2,68 +2,80 @@
  * channel's keys live on one shard, so a Lua script may touch several of them. */
 #include "keys.h"
 
-#include <stdarg.h>
-#include <stdio.h>
+#include <string.h>
 
-static int key(char *buf, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int key(char *buf, size_t size, const char *fmt, ...)
+/* The nparts parts joined into buf. Keys are built on every request: a plain copy costs a
+ * tenth of vsnprintf. Returns the length, or -1 when a part is missing or the key does not
+ * fit. */
+static int join(char *buf, size_t size, const char *const *parts, size_t nparts)
 {
-    va_list ap;
-    int n;
+    size_t n = 0;
 
-    va_start(ap, fmt);
-    n = vsnprintf(buf, size, fmt, ap);
-    va_end(ap);
-    return n < 0 || (size_t)n >= size ? -1 : n;
+    if (size == 0)
+        return -1;
+    for (size_t i = 0; i < nparts; i++) {
+        size_t len;
+        if (parts[i] == NULL)
+            return -1;
+        len = strlen(parts[i]);
+        if (len >= size - n)
+            return -1;
+        memcpy(buf + n, parts[i], len);
+        n += len;
+    }
+    buf[n] = '\0';
+    return (int)n;
 }
+
+#define key(buf, size, ...)                                                                  \
+    join((buf), (size), (const char *const[]){__VA_ARGS__},                                  \
+         sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *))
 
 int store_key_token(char *buf, size_t size, const char *prefix, const char *hash_hex)
 {
-    return key(buf, size, "%stoken:%s", prefix, hash_hex);
+    return key(buf, size, prefix, "token:", hash_hex);
 }
 
 int store_key_channel(char *buf, size_t size, const char *prefix, const char *channel_id)
 {
-    return key(buf, size, "%schannel:{%s}", prefix, channel_id);
+    return key(buf, size, prefix, "channel:{", channel_id, "}");
 }
 
 int store_key_member(char *buf, size_t size, const char *prefix, const char *channel_id,
                      const char *member_id)
 {
-    return key(buf, size, "%smember:{%s}:%s", prefix, channel_id, member_id);
+    return key(buf, size, prefix, "member:{", channel_id, "}:", member_id);
 }
 
 int store_key_member_base(char *buf, size_t size, const char *prefix, const char *channel_id)
 {
-    return key(buf, size, "%smember:{%s}:", prefix, channel_id);
+    return key(buf, size, prefix, "member:{", channel_id, "}:");
 }
 
 int store_key_recipient(char *buf, size_t size, const char *prefix, const char *channel_id,
                         const char *recipient_id)
 {
-    return key(buf, size, "%srecipient:{%s}:%s", prefix, channel_id, recipient_id);
+    return key(buf, size, prefix, "recipient:{", channel_id, "}:", recipient_id);
 }
 
 int store_key_tree(char *buf, size_t size, const char *prefix, const char *tree_id)
 {
-    return key(buf, size, "%stree:%s", prefix, tree_id);
+    return key(buf, size, prefix, "tree:", tree_id);
 }
 
 int store_key_contact(char *buf, size_t size, const char *prefix, const char *channel_id,
                       const char *number)
 {
-    return key(buf, size, "%swacontact:{%s}:%s", prefix, channel_id, number);
+    return key(buf, size, prefix, "wacontact:{", channel_id, "}:", number);
 }
 
 int store_key_cred_lock(char *buf, size_t size, const char *prefix, const char *channel_id)
 {
-    return key(buf, size, "%slock:{%s}:credential", prefix, channel_id);
+    return key(buf, size, prefix, "lock:{", channel_id, "}:credential");
 }
 
 int store_key_media(char *buf, size_t size, const char *prefix, const char *channel_id,
                     const char *url_hash)
 {
-    return key(buf, size, "%smedia:{%s}:%s", prefix, channel_id, url_hash);
+    return key(buf, size, prefix, "media:{", channel_id, "}:", url_hash);
 }

@@ -109,10 +109,11 @@ class Redis:
 
 
 class Answer:
-    def __init__(self, status, body, headers):
+    def __init__(self, status, body, headers, header_items=None):
         self.status = status
         self.raw = body
         self.headers = headers
+        self.header_items = header_items or list(headers.items())  # repeated names kept
         try:
             self.json = json.loads(body) if body else None
         except ValueError:
@@ -131,9 +132,11 @@ def http(method, url, body=None, headers=None, timeout=30):
     req = urllib.request.Request(url, data=data, method=method, headers=hdrs)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
-            return Answer(r.status, r.read().decode("utf-8", "replace"), dict(r.headers))
+            return Answer(r.status, r.read().decode("utf-8", "replace"), dict(r.headers),
+                          list(r.headers.items()))
     except urllib.error.HTTPError as e:
-        return Answer(e.code, e.read().decode("utf-8", "replace"), dict(e.headers))
+        return Answer(e.code, e.read().decode("utf-8", "replace"), dict(e.headers),
+                      list(e.headers.items()))
 
 
 class Stack:

@@ -1,5 +1,6 @@
 """POST /sendResponses: every field of interface.md's tables, every error code, authentication
 and tenancy, against real redis-server, the simulator and botgate."""
+import email.utils
 import json
 import time
 import unittest
@@ -71,6 +72,11 @@ class SendApi(StackTest):
         self.assertIn("access_token=fb-page-token-fb1", log[0]["query"])
         self.assertTrue(ans.headers.get("X-Request-Id"))
         self.assertIn("application/json", ans.headers.get("Content-Type"))
+        # one Date header (the worker's, evhttp adds none beside it), RFC 1123, about now
+        self.assertEqual(len([v for k, v in ans.header_items if k.lower() == "date"]), 1)
+        when = email.utils.parsedate_to_datetime(ans.headers.get("Date"))
+        self.assertTrue(ans.headers.get("Date").endswith(" GMT"))
+        self.assertLess(abs(when.timestamp() - time.time()), 5)
 
     def test_image(self):
         ans = self.send({"channelId": "fb1", "memberId": "m1",

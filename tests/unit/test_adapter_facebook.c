@@ -123,13 +123,15 @@ static void test_build_text(void **state)
 
     (void)state;
     assert_int_equal(
-        build(BASE, INFO, "{\"type\":\"TEXT\",\"text\":\"héllo \\\"you\\\"\"}", &call, &res), 0);
+        build(BASE, INFO, "{\"type\":\"TEXT\",\"text\":\"héllo \\\"you\\\"\\n\\t\\\\ \\u0001\"}", &call,
+              &res),
+        0);
     assert_string_equal(call.method, "POST");
     assert_string_equal(call.url, BASE "/me/messages?access_token=EAAB%2Btok%2Fen%3DSECRET");
     assert_int_equal(header_count(&call), 1);
     assert_true(has_header(&call, "Content-Type: application/json"));
     assert_json_body(&call, "{\"messaging_type\":\"RESPONSE\",\"recipient\":{\"id\":\"" TO "\"},"
-                            "\"message\":{\"text\":\"héllo \\\"you\\\"\"}}");
+                            "\"message\":{\"text\":\"héllo \\\"you\\\"\\n\\t\\\\ \\u0001\"}}");
     adapter_call_free(&call);
 }
 
@@ -216,6 +218,18 @@ static void test_parse_success(void **state)
     assert_int_equal(res.platform_code, 0);
     assert_null(res.meta);
     adapter_result_clear(&res);
+
+    /* escaped keys and values read like plain ones */
+    assert_int_equal(parse(200, "{\"recipient\\u005fid\":\"12\",\"message_id\":\"m_\\u00e9\\\"\"}", &res),
+                     ADAPTER_OK);
+    assert_string_equal(res.message_id, "m_\xc3\xa9\"");
+    assert_string_equal(res.chat_id, "12");
+    adapter_result_clear(&res);
+    /* an answer without recipient_id still counts: the chat is the recipient */
+    assert_int_equal(parse(201, "{ \"message_id\" : \"m_2\" }", &res), ADAPTER_OK);
+    assert_string_equal(res.message_id, "m_2");
+    assert_string_equal(res.chat_id, "");
+    adapter_result_clear(&res);
 }
 
 #define GRAPH(code, sub, msg)                                                                      \
@@ -258,6 +272,13 @@ static void test_parse_errors(void **state)
         {200, "", ADAPTER_SERVER_ERROR, 0},
         {200, "[1,2]", ADAPTER_SERVER_ERROR, 0},
         {200, "{\"recipient_id\":\"1\"}", ADAPTER_SERVER_ERROR, 0},
+        /* a message_id beside an error object, or an empty one: still a failure */
+        {200, "{\"message_id\":\"m_1\",\"error\":{\"message\":\"x\",\"code\":2}}",
+         ADAPTER_SERVER_ERROR, 2},
+        {200, "{\"message_id\":\"m_1\",\"\\u0065rror\":{\"message\":\"x\",\"code\":2}}",
+         ADAPTER_SERVER_ERROR, 2},
+        {200, "{\"message_id\":\"\",\"recipient_id\":\"1\"}", ADAPTER_SERVER_ERROR, 0},
+        {200, "{\"message_id\":\"m_1\"", ADAPTER_SERVER_ERROR, 0},
         {503, "{}", ADAPTER_SERVER_ERROR, 0},
         {404, "{}", ADAPTER_REJECTED, 0},
         {0, "", ADAPTER_SERVER_ERROR, 0},

@@ -195,12 +195,25 @@ static void test_does_not_fit(void **state)
     free(big);
 }
 
+/* A missing id never yields a key (a shorter key would name another record). */
+static void test_missing_part(void **state)
+{
+    char buf[STORE_KEY_MAX];
+
+    (void)state;
+    assert_int_equal(store_key_member(buf, sizeof(buf), "botgate:", "C1", NULL), -1);
+    assert_int_equal(store_key_member(buf, sizeof(buf), "botgate:", NULL, "M1"), -1);
+    assert_int_equal(store_key_token(buf, sizeof(buf), NULL, HASH), -1);
+    assert_int_equal(store_key_tree(buf, sizeof(buf), "botgate:", NULL), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exact_keys),
         cmocka_unit_test(test_hash_tags),
         cmocka_unit_test(test_does_not_fit),
+        cmocka_unit_test(test_missing_part),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
