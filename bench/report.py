@@ -343,18 +343,19 @@ def cmd_table(args):
 
     d_rows = [r for r in recs if r["scenario"] == "d" and "error" not in r]
     if d_rows:
-        dur = float(meta.get("duration", 10))
+        dur = float(meta.get("d_duration") or meta.get("duration", 10))
         w("")
-        w("d: 5000 connections, simulator latency 1000 ms, %s s run. Little's law bound: "
-          "5000 req/s" % meta.get("duration"))
+        w("d: 5000 connections, simulator latency 1000 ms, %.0f s run. Little's law bound: "
+          "5000 req/s" % dur)
         w("   (%.0f req/s over a %.0f s run: the first second has no answers yet)."
           % (5000 * (dur - 1) / dur, dur))
         for r in d_rows:
             inflight = r.get("connections") or 5000
-            w("  %-8s %5.0f req/s = %3.0f%% of 5000/s; non-2xx %d; socket errors: connect %d, "
-              "read %d, write %d, timeout %d"
-              % (r["target"], rps(r), rps(r) / 50.0, r["status"], r["connect"], r["read"],
-                 r["write"], r["timeout"]))
+            w("  %-8s %5.0f req/s = %3.0f%% of 5000/s (%.0f%% of the run's %.0f); non-2xx %d; "
+              "socket errors: connect %d, read %d, write %d, timeout %d"
+              % (r["target"], rps(r), rps(r) / 50.0, 100.0 * rps(r) / (5000 * (dur - 1) / dur),
+                 5000 * (dur - 1) / dur, r["status"], r["connect"], r["read"], r["write"],
+                 r["timeout"]))
             w("  %-8s RSS idle %.1f MiB -> peak %.1f MiB: %.1f KiB per in-flight request"
               % ("", r["idle_rss_kib"] / 1024.0, r["peak_rss_kib"] / 1024.0,
                  (r["peak_rss_kib"] - r["idle_rss_kib"]) / float(inflight)))
