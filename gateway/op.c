@@ -283,6 +283,7 @@ static void on_recipient(void *arg, store_status_t st, json_t *value)
         return;
     }
     op->member = value;
+    op->member_seq = store_write_seq(op->w->store);
     member_ready(op);
 }
 
@@ -404,9 +405,10 @@ static void on_member(void *arg, store_status_t st, json_t *value)
     op->calls[2] = NULL;
     op->member_done = 1;
     op->member_st = st;
-    if (st == STORE_OK && json_is_object(value))
+    if (st == STORE_OK && json_is_object(value)) {
         op->member = value;
-    else {
+        op->member_seq = store_write_seq(op->w->store);
+    } else {
         json_decref(value);
         if (st == STORE_OK)
             op->member_st = STORE_BAD_RECORD;

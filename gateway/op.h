@@ -90,6 +90,7 @@ typedef struct op {
     store_status_t token_st, channel_st, member_st;
     json_t *channel;              /* owned */
     json_t *member;               /* owned */
+    uint64_t member_seq;          /* store_write_seq() when the member was read */
     store_call_t *calls[3];       /* token, channel, member: in flight during resolve */
     store_call_t *call;           /* the one store call in flight after resolve */
     const adapter_ops_t *adapter;

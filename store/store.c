@@ -48,6 +48,8 @@ struct store {
     struct event_base *base;
     char prefix[STORE_PREFIX_MAX];
     store_call_t *cas_active[CAS_BUCKETS]; /* compare-and-set calls holding their key */
+    uint64_t write_seq;                    /* compare-and-set writes done, counted */
+    uint64_t bucket_seq[CAS_BUCKETS];      /* write_seq of the last one, by key bucket */
     uint64_t rng;
 };
 
@@ -75,6 +77,8 @@ struct store_call {
     int64_t now_ms;
     int attempts;
     json_t *written;           /* the record the compare-and-set in flight writes */
+    json_t *expected;          /* the record as the caller read it: tried without a GET */
+    int optimistic;            /* the write in flight compares against expected */
     int cacheable;             /* a successful read (or write) refreshes the cache */
     int brief;                 /* decode only _id and externalId of a member record */
     unsigned bucket;
@@ -141,6 +145,7 @@ static void call_free(store_call_t *c)
 {
     json_decref(c->change);
     json_decref(c->written);
+    json_decref(c->expected);
     if (c->pause != NULL)
         event_free(c->pause);
     free(c);
@@ -289,35 +294,70 @@ static store_call_t *key_too_long(store_call_t *c, store_status_t *status)
     return NULL;
 }
 
-static void cas_write(store_call_t *c, const char *raw, size_t len)
+/* mutate(record) as text in *next; takes record over (kept in c->written, for the callback:
+ * what was written is what it gets). Returns STORE_OK, STORE_BAD_RECORD or
+ * STORE_UNAVAILABLE. */
+static store_status_t cas_next(store_call_t *c, json_t *record, char **next, size_t *next_len)
 {
-    json_t *record = json_loadb(raw, len, 0, NULL);
-    size_t next_len = 0;
-    char *next;
-    store_status_t st;
-
     if (!json_is_object(record) || c->mutate(record, c->change, c->now_ms) < 0) {
         json_decref(record);
-        finish(c, STORE_BAD_RECORD, NULL);
-        return;
+        return STORE_BAD_RECORD;
     }
-    if ((next = jw_dump(record, &next_len)) == NULL) {
+    if ((*next = jw_dump(record, next_len)) == NULL) {
         json_decref(record);
-        finish(c, STORE_UNAVAILABLE, NULL);
-        return;
+        return STORE_UNAVAILABLE;
     }
-    /* kept for the callback: what was written is what it gets */
     json_decref(c->written);
     c->written = record;
-    {
-        const char *argv[] = {"EVAL", CAS_SCRIPT, "1", c->key, raw, next};
-        size_t lens[] = {4, sizeof(CAS_SCRIPT) - 1, 1, strlen(c->key), len, next_len};
-        c->kind = CALL_CAS_WRITE;
-        st = send_argv(c, 6, argv, lens); /* hiredis copies the arguments */
-    }
+    return STORE_OK;
+}
+
+/* The script: next is written if raw is still the stored value. */
+static store_status_t cas_send(store_call_t *c, const char *raw, size_t len, char *next,
+                               size_t next_len)
+{
+    const char *argv[] = {"EVAL", CAS_SCRIPT, "1", c->key, raw, next};
+    size_t lens[] = {4, sizeof(CAS_SCRIPT) - 1, 1, strlen(c->key), len, next_len};
+    store_status_t st;
+
+    c->kind = CALL_CAS_WRITE;
+    st = send_argv(c, 6, argv, lens); /* hiredis copies the arguments */
     free(next);
+    return st;
+}
+
+/* raw: the stored value just read. */
+static void cas_write(store_call_t *c, const char *raw, size_t len)
+{
+    char *next = NULL;
+    size_t next_len = 0;
+    store_status_t st = cas_next(c, json_loadb(raw, len, 0, NULL), &next, &next_len);
+
+    if (st == STORE_OK)
+        st = cas_send(c, raw, len, next, next_len);
     if (st != STORE_OK)
         finish(c, st, NULL);
+}
+
+/* The first attempt without reading: the record the caller read a moment ago, as botgate
+ * writes records (compact, in order), is most likely what is stored. When it is not (another
+ * writer came first, or the record was stored in another layout) the script writes nothing
+ * and the usual read-then-write follows at once, this attempt not counted. Anything that
+ * fails here is left to that usual path, which reports it from a reply callback. */
+static store_status_t cas_write_expected(store_call_t *c)
+{
+    size_t len = 0, next_len = 0;
+    char *raw = jw_dump(c->expected, &len), *next = NULL;
+    store_status_t st;
+
+    if (raw == NULL || cas_next(c, json_deep_copy(c->expected), &next, &next_len) != STORE_OK) {
+        free(raw);
+        return send_get(c);
+    }
+    c->optimistic = 1;
+    st = cas_send(c, raw, len, next, next_len);
+    free(raw);
+    return st;
 }
 
 static void on_pause(evutil_socket_t fd, short what, void *arg)
@@ -336,11 +376,19 @@ static void on_cas_written(store_call_t *c, redisReply *reply)
     json_t *record;
 
     if (reply->type == REDIS_REPLY_INTEGER && reply->integer == 1) {
+        c->st->bucket_seq[c->bucket] = ++c->st->write_seq;
         record = c->written;
         c->written = NULL;
         if (c->cacheable)
             store_cache_put(c->st->cache, c->key, record, now_ms());
         finish(c, STORE_OK, record);
+        return;
+    }
+    if (c->optimistic) {
+        store_status_t st;
+        c->optimistic = 0;
+        if ((st = send_get(c)) != STORE_OK)
+            finish(c, st, NULL);
         return;
     }
     if (++c->attempts >= CAS_ATTEMPTS) {
@@ -565,7 +613,8 @@ static store_call_t *start_cas(store_call_t *c, store_mutate_fn *mutate, const j
         return c;
     }
     cas_hold(c);
-    if ((st = send_get(c)) != STORE_OK) {
+    st = c->expected != NULL ? cas_write_expected(c) : send_get(c);
+    if (st != STORE_OK) {
         cas_release(c);
         call_free(c);
         c = NULL;
@@ -601,7 +650,13 @@ store_call_t *store_update_channel_info(store_t *st, const char *channel_id,
     return start_cas(c, merge_info, fields, 0, status);
 }
 
+uint64_t store_write_seq(const store_t *st)
+{
+    return st->write_seq;
+}
+
 store_call_t *store_update_member(store_t *st, const char *channel_id, const char *member_id,
+                                  const json_t *current, uint64_t current_seq,
                                   store_mutate_fn *mutate, const json_t *change, int64_t now_ms,
                                   store_cb *cb, void *arg, store_status_t *status)
 {
@@ -610,6 +665,10 @@ store_call_t *store_update_member(store_t *st, const char *channel_id, const cha
     if (c == NULL ||
         store_key_member(c->key, sizeof(c->key), st->prefix, channel_id, member_id) < 0)
         return key_too_long(c, status);
+    /* Not when this worker wrote the key (or one of its bucket) since current was read: the
+     * compare would surely fail, and cost a round trip where it should save one. */
+    if (json_is_object(current) && st->bucket_seq[key_bucket(c->key)] <= current_seq)
+        c->expected = json_incref((json_t *)current);
     return start_cas(c, mutate, change, now_ms, status);
 }
 

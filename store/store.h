@@ -72,8 +72,15 @@ store_call_t *store_member_for_recipient(store_t *st, const char *channel_id,
 store_call_t *store_update_channel_info(store_t *st, const char *channel_id,
                                         const json_t *fields, store_cb *cb, void *arg,
                                         store_status_t *status);
-/* Applies mutate(record, change) to the latest member record, compare-and-set. */
+/* The count of this worker's compare-and-set writes so far: taken when a member is read, it
+ * tells store_update_member whether this worker has written that member since. */
+uint64_t store_write_seq(const store_t *st);
+/* Applies mutate(record, change) to the latest member record, compare-and-set. current, when
+ * not NULL, is the record as the caller read it when store_write_seq was current_seq: unless
+ * this worker wrote the member since, the first attempt compares against it without reading
+ * again (a round trip less when nobody wrote in between). */
 store_call_t *store_update_member(store_t *st, const char *channel_id, const char *member_id,
+                                  const json_t *current, uint64_t current_seq,
                                   store_mutate_fn *mutate, const json_t *change, int64_t now_ms,
                                   store_cb *cb, void *arg, store_status_t *status);
 /* whatsapp contacts seen valid: value is the wa_id as a JSON string. */

@@ -6,6 +6,7 @@ botgate (contract.md sections 3-6)."""
 import itertools
 import json
 import os
+import socket
 import threading
 import time
 import unittest
@@ -698,6 +699,67 @@ class RedirectApi(RedirectBase):
         self.assertEqual(rec["meta"], {"s%d" % i: str(i) for i in range(6)})
         for a in answers:
             self.results(a, mid, count=1)
+
+    def member_commands(self, mid, action):
+        """The Redis commands naming member mid's key while action runs, as MONITOR shows
+        them: (source, command) pairs, source "lua" for those of a script."""
+        key = "botgate:member:{fb1}:%s" % mid
+        sock = socket.create_connection(("127.0.0.1", self.s.redis_port), timeout=5)
+        try:
+            sock.sendall(b"MONITOR\r\n")
+            buf = b""
+            while b"\r\n" not in buf:
+                buf += sock.recv(4096)
+            buf = buf.split(b"\r\n", 1)[1]
+            action()
+            time.sleep(0.3)
+            sock.settimeout(0.3)
+            try:
+                while True:
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        break
+                    buf += chunk
+            except socket.timeout:
+                pass
+        finally:
+            sock.close()
+        seen = []
+        for line in buf.decode("utf-8", "replace").split("\r\n"):
+            # +1700000000.123456 [0 127.0.0.1:4242] "GET" "botgate:member:{fb1}:m"
+            if ('"%s"' % key) not in line or "] " not in line:
+                continue
+            source = "lua" if "[0 lua]" in line else "client"
+            seen.append((source, line.split("] ", 1)[1].split(" ", 1)[0].strip('"').upper()))
+        return seen
+
+    def test_write_back_compares_with_the_record_it_read(self):
+        # The member read to run the node is the one the compare-and-set expects: one GET of
+        # the member by botgate, then the script (whose own GET and SET show as lua).
+        self.new_member("mopt")
+        seen = self.member_commands(
+            "mopt", lambda: self.results(self.go("mopt", "T1", "HELLO"), "mopt", count=1))
+        self.assertEqual([c for c in seen if c[0] == "client"],
+                         [("client", "GET"), ("client", "EVAL")], seen)
+        self.assertEqual([c for c in seen if c[0] == "lua"], [("lua", "GET"), ("lua", "SET")],
+                         seen)
+        self.assert_position(self.rec("mopt"), "T1", "HELLO")
+
+    def test_write_back_of_a_record_stored_in_another_layout(self):
+        # Stored pretty-printed (by another tool): the first compare fails, the member is read
+        # again and written; nothing is lost, the answer is the same.
+        m = self.new_member("mpretty")
+        m["meta"] = {"keep": "me"}
+        self.s.redis("SET", "botgate:member:{fb1}:mpretty", json.dumps(m, indent=2))
+        seen = self.member_commands(
+            "mpretty", lambda: self.results(self.go("mpretty", "T1", "HELLO"), "mpretty",
+                                            count=1))
+        self.assertEqual([c[1] for c in seen if c[0] == "client"], ["GET", "EVAL", "GET", "EVAL"],
+                         seen)
+        rec = self.rec("mpretty")
+        self.assert_position(rec, "T1", "HELLO")
+        self.assertEqual(rec["meta"], {"keep": "me"})
+        self.assertEqual(rec["firstName"], m["firstName"])
 
     # ---- errors ----
     def test_108_parameters(self):
