@@ -86,9 +86,18 @@ void jw_str(jsonw_t *w, const char *s)
         jw_lit(w, "null");
         return;
     }
-    n = strlen(s);
-    /* worst case every byte becomes \u00XX */
-    if (reserve(w, n * 6 + 2) < 0)
+    /* room for exactly what is written: reserving the worst case (every byte as \u00XX) made
+     * a short body's buffer six times its size */
+    n = 2;
+    for (run = p; *run; run++) {
+        if (*run >= 0x20 && *run != '"' && *run != '\\')
+            n += 1;
+        else if (strchr("\"\\\b\f\n\r\t", *run) != NULL) /* *run is not NUL here */
+            n += 2;
+        else
+            n += 6;
+    }
+    if (reserve(w, n) < 0)
         return;
     w->buf[w->len++] = '"';
     for (run = p; *p; p++) {

@@ -167,6 +167,8 @@ static void call_on(op_t *op, upstream_t *up, deliver_phase_t phase, size_t max_
     op->xfer_cb = cb;
     op->xfer = upstream_start(up, &op->call_req, remaining < timeout ? remaining : timeout,
                               max_answer, flags, on_answer, op);
+    /* curl keeps its own copies (the body was handed over): not held while waiting */
+    adapter_call_free(&op->call_req);
     if (op->xfer == NULL)
         fail(op, ADAPTER_SERVER_ERROR, 0, "could not start the platform call");
 }

@@ -485,3 +485,13 @@ const char *op_body(op_t *op, size_t *len)
     *len = evbuffer_get_length(in);
     return *len ? (const char *)evbuffer_pullup(in, -1) : "";
 }
+
+/* Once parsed, nothing reads the body again (the parsed request holds its own copies): its
+ * buffer goes now rather than when the answer is sent, a kilobyte less per request that
+ * waits for a platform. */
+void op_body_done(op_t *op)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(op->req);
+
+    evbuffer_drain(in, evbuffer_get_length(in));
+}

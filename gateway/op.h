@@ -137,6 +137,8 @@ op_t *op_new(worker_t *w, struct evhttp_request *req, metrics_route_t route);
 int op_take_token(op_t *op);
 /* The request body as one contiguous block. */
 const char *op_body(op_t *op, size_t *len);
+/* Frees the body once it is parsed: nothing reads it again. */
+void op_body_done(op_t *op);
 /* After the body is parsed: looks up token, channel, member, then calls op->run. */
 void op_resolve(op_t *op);
 /* Answers with err (or answer when err is NULL) and frees the op. */

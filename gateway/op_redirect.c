@@ -272,6 +272,7 @@ void op_redirect_start(worker_t *w, struct evhttp_request *req)
         op_fail(op, &err);
         return;
     }
+    op_body_done(op);
     op->target = op->redirect.target;
     op_resolve(op);
 }

@@ -136,6 +136,7 @@ void op_send_start(worker_t *w, struct evhttp_request *req)
         op_fail(op, &err);
         return;
     }
+    op_body_done(op);
     op->target = op->send.target;
     op_resolve(op);
 }
