@@ -48,7 +48,8 @@ int member_apply_op(json_t *member, const json_t *op, bg_error_t *err);
  * malformed op or a refused set) member is left unchanged. */
 int member_apply_delta(json_t *member, const json_t *delta, int64_t now_ms, bg_error_t *err);
 
-/* member_apply_delta in the shape of store.h's store_mutate_fn (change is the delta). */
+/* member_apply_delta in the shape of store.h's store_mutate_fn (change is the delta), without
+ * the all-or-nothing copy: on -1 record may be half changed, and the caller discards it. */
 int member_mutate(json_t *record, const json_t *change, int64_t now_ms);
 
 /* A new member record with every field of contract.md section 3; NULL strings become "".

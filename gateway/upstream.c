@@ -351,9 +351,11 @@ upstream_t *upstream_new(struct event_base *base, const upstream_config_t *cfg)
     for (size_t i = 0; i < sizeof(proxy_vars) / sizeof(proxy_vars[0]); i++)
         if (getenv(proxy_vars[i]) != NULL && getenv(proxy_vars[i])[0] != '\0')
             up->proxy_env = 1;
-    up->json_headers = curl_slist_append(NULL, JSON_HEADER);
-    if (up->json_headers != NULL)
-        up->json_headers = curl_slist_append(up->json_headers, "Expect:");
+    if ((up->json_headers = curl_slist_append(NULL, JSON_HEADER)) != NULL &&
+        curl_slist_append(up->json_headers, "Expect:") == NULL) {
+        curl_slist_free_all(up->json_headers);
+        up->json_headers = NULL;
+    }
     if (up->json_headers == NULL || pick_shard(up) == NULL) {
         upstream_free(up);
         return NULL;

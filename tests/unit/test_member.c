@@ -314,6 +314,27 @@ static void test_delta_all_or_nothing(void **state)
     assert_int_equal(member_mutate(m, d, 99), 0);
     assert_int_equal(json_integer_value(json_object_get(m, "updatedAt")), 99);
     json_decref(d);
+    /* member_mutate (in place, for the compare-and-set) writes what member_apply_delta does */
+    {
+        json_t *x = json_deep_copy(m), *y = json_deep_copy(m);
+        d = load("[{\"op\":\"set\",\"path\":\"member.meta.k\",\"value\":\"v\"},"
+                 "{\"op\":\"addTags\",\"tags\":[\"t2\",\"t1\"]},"
+                 "{\"op\":\"position\",\"tree\":\"T1\",\"node\":\"N2\"}]");
+        assert_int_equal(member_apply_delta(x, d, 123, &err), 0);
+        assert_int_equal(member_mutate(y, d, 123), 0);
+        assert_true(json_equal(x, y));
+        assert_string_equal(json_string_value(json_object_get(json_object_get(y, "meta"), "k")),
+                            "v");
+        json_decref(d);
+        d = load(bad[0]);
+        assert_int_equal(member_mutate(y, d, 124), -1);
+        json_decref(d);
+        d = load("{}");
+        assert_int_equal(member_mutate(y, d, 124), -1);
+        json_decref(d);
+        json_decref(x);
+        json_decref(y);
+    }
     json_decref(m);
     json_decref(before);
 }
