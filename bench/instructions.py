@@ -51,7 +51,7 @@ def main():
         s.url = "http://127.0.0.1:%d" % s.port
         env = s.gateway_env()
         env["BOTGATE_WORKERS"] = "1"
-        env["BOTGATE_LOG_LEVEL"] = "warn"
+        env["BOTGATE_LOG_LEVEL"] = os.environ.get("BENCH_LOG_LEVEL", "warn")
         env["BOTGATE_REQUEST_TIMEOUT_MS"] = "60000"
         env["BOTGATE_UPSTREAM_TIMEOUT_MS"] = "50000"
         env["BOTGATE_REDIS_TIMEOUT_MS"] = "20000"

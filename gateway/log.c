@@ -1,6 +1,8 @@
 /* log.c - the process log. */
 #include "log.h"
 
+#include "../core/jsonw.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,37 +42,61 @@ static void write_line(char *line)
     (void)w;
 }
 
-void log_fields(log_level_t level, json_t *fields)
+/* "2026-11-22T09:40:12.345Z": the part up to the seconds is made once a second per thread. */
+static void timestamp(char *out, size_t size)
 {
+    static _Thread_local time_t shown = (time_t)-1;
+    static _Thread_local char second[32];
     struct timespec ts;
     struct tm tm;
-    char when[40];
-    char *line;
-    size_t n;
 
-    if (!log_enabled(level)) {
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (ts.tv_sec != shown) {
+        gmtime_r(&ts.tv_sec, &tm);
+        if (strftime(second, sizeof(second), "%Y-%m-%dT%H:%M:%S", &tm) == 0)
+            second[0] = '\0';
+        shown = ts.tv_sec;
+    }
+    snprintf(out, size, "%s.%03ldZ", second, ts.tv_nsec / 1000000);
+}
+
+void log_fields_text(log_level_t level, const char *fields, size_t len)
+{
+    static const char head[] = "{\"ts\":\"";
+    char when[48], *line;
+    size_t n, w;
+
+    if (!log_enabled(level))
+        return;
+    timestamp(when, sizeof(when));
+    /* {"ts":"<when>","level":"<name>",<fields>}\n */
+    n = sizeof(head) - 1 + strlen(when) + 11 + strlen(names[level]) + 2 + len + 2;
+    if ((line = malloc(n + 1)) == NULL)
+        return;
+    w = (size_t)snprintf(line, n + 1, "%s%s\",\"level\":\"%s\"%s", head, when, names[level],
+                         len > 0 ? "," : "");
+    memcpy(line + w, fields, len);
+    w += len;
+    line[w++] = '}';
+    line[w] = '\0';
+    write_line(line);
+    free(line);
+}
+
+void log_fields(log_level_t level, json_t *fields)
+{
+    char *text;
+    size_t n = 0;
+
+    if (!log_enabled(level) || (text = jw_dump(fields, &n)) == NULL) {
         json_decref(fields);
         return;
     }
-    clock_gettime(CLOCK_REALTIME, &ts);
-    gmtime_r(&ts.tv_sec, &tm);
-    n = strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(when + n, sizeof(when) - n, ".%03ldZ", ts.tv_nsec / 1000000);
-    /* ts and level first: put them in a new object, then the caller's fields. */
-    json_t *o = json_object();
-    json_object_set_new(o, "ts", json_string(when));
-    json_object_set_new(o, "level", json_string(names[level]));
-    json_object_update(o, fields);
+    /* the members without the object's braces */
+    if (n >= 2)
+        log_fields_text(level, text + 1, n - 2);
+    free(text);
     json_decref(fields);
-    n = json_dumpb(o, NULL, 0, JSON_COMPACT);
-    line = malloc(n + 2);
-    if (line != NULL) {
-        json_dumpb(o, line, n, JSON_COMPACT);
-        line[n] = '\0';
-        write_line(line);
-        free(line);
-    }
-    json_decref(o);
 }
 
 void log_msg(log_level_t level, const char *fmt, ...)

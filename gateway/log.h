@@ -16,5 +16,8 @@ void log_msg(log_level_t level, const char *fmt, ...) __attribute__((format(prin
 
 /* Writes fields (an object, stolen) as one line, adding "ts" and "level". */
 void log_fields(log_level_t level, json_t *fields);
+/* The same with the fields already written as JSON text: the members of an object, without
+ * its braces (len bytes, valid UTF-8). */
+void log_fields_text(log_level_t level, const char *fields, size_t len);
 
 #endif

@@ -5,6 +5,7 @@
  * without a valid token. */
 #include "op.h"
 
+#include "../core/jsonw.h"
 #include "../core/member.h"
 #include "conn.h"
 #include "http.h"
@@ -138,7 +139,6 @@ static void op_free(op_t *op)
         op->cleanup(op);
     free(op);
     w->in_flight--;
-    atomic_fetch_add_explicit(&w->metrics.in_flight, -1, memory_order_relaxed);
     worker_op_done(w);
 }
 
@@ -149,31 +149,47 @@ static void free_buffer(const void *data, size_t len, void *arg)
     free((void *)data);
 }
 
+/* One line per request, written as text: built as a jansson object it cost a quarter of a
+ * request's own instructions at the default level. The strings come from parsed JSON or
+ * are botgate's own ASCII. */
 static void log_request(op_t *op, int status, int code, int64_t elapsed_us)
 {
-    json_t *o;
     const char *channel = op->target.channel_id;
+    char ms[48];
+    jsonw_t w;
+    int n;
 
     if (!log_enabled(LOG_INFO))
         return;
-    o = json_object();
-    json_object_set_new(o, "msg", json_string("request"));
-    json_object_set_new(o, "request_id", json_string(op->id));
-    json_object_set_new(o, "route", json_string(op->route == METRICS_ROUTE_SEND
-                                                    ? "sendResponses"
-                                                    : "redirectMemberToNode"));
-    json_object_set_new(o, "status", json_integer(status));
-    if (code > 0)
-        json_object_set_new(o, "err_code", json_integer(code));
-    else if (code == BG_ERR_UNAUTHORIZED)
-        json_object_set_new(o, "err", json_string("unauthorized"));
-    if (channel)
-        json_object_set_new(o, "channel", json_string(channel));
-    if (op->member_id)
-        json_object_set_new(o, "member", json_string(op->member_id));
-    json_object_set_new(o, "platform_calls", json_integer(op->platform_calls));
-    json_object_set_new(o, "duration_ms", json_real((double)elapsed_us / 1000.0));
-    log_fields(LOG_INFO, o);
+    jw_init_size(&w, 256);
+    jw_lit(&w, "\"msg\":\"request\",\"request_id\":");
+    jw_str(&w, op->id);
+    jw_lit(&w, op->route == METRICS_ROUTE_SEND ? ",\"route\":\"sendResponses\",\"status\":"
+                                               : ",\"route\":\"redirectMemberToNode\",\"status\":");
+    jw_int(&w, status);
+    if (code > 0) {
+        jw_lit(&w, ",\"err_code\":");
+        jw_int(&w, code);
+    } else if (code == BG_ERR_UNAUTHORIZED) {
+        jw_lit(&w, ",\"err\":\"unauthorized\"");
+    }
+    if (channel) {
+        jw_lit(&w, ",\"channel\":");
+        jw_str(&w, channel);
+    }
+    if (op->member_id) {
+        jw_lit(&w, ",\"member\":");
+        jw_str(&w, op->member_id);
+    }
+    jw_lit(&w, ",\"platform_calls\":");
+    jw_int(&w, op->platform_calls);
+    /* milliseconds to the microsecond: 0.282, not a double's 0.28199999999999997 */
+    n = snprintf(ms, sizeof(ms), ",\"duration_ms\":%lld.%03lld", (long long)(elapsed_us / 1000),
+                 (long long)(elapsed_us % 1000));
+    jw_raw(&w, ms, n > 0 && (size_t)n < sizeof(ms) ? (size_t)n : 0);
+    if (!w.failed)
+        log_fields_text(LOG_INFO, w.buf, w.len);
+    jw_free(&w);
 }
 
 /* Sends the answer text (taken over) and frees the op. */
@@ -189,9 +205,11 @@ static void reply_text(op_t *op, int status, char *text, size_t len, int code)
     evhttp_add_header(headers, "X-Request-Id", op->id);
     if (op->w->draining)
         evhttp_add_header(headers, "Connection", "close");
+    /* counted before the answer leaves: whoever has the answer sees it in /metrics */
+    metrics_request(&op->w->metrics, op->route, status, code, elapsed);
+    atomic_fetch_add_explicit(&op->w->metrics.in_flight, -1, memory_order_relaxed);
     http_send(op->req, status, status == 200 ? "OK" : status == 413 ? "Payload Too Large"
                                                                     : "Internal Server Error");
-    metrics_request(&op->w->metrics, op->route, status, code, elapsed);
     log_request(op, status, code, elapsed);
     op->phase = OP_DONE;
     op_free(op);

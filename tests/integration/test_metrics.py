@@ -1,9 +1,11 @@
 """GET /metrics: the Prometheus text format (checked by promtool), and counters that follow
 the traffic: requests by route/status/err_code, platform calls by outcome, Redis commands,
 credential refreshes; no ids or secrets in any label."""
+import json
 import re
 import shutil
 import subprocess
+import time
 import unittest
 
 from harness import StackTest, facebook_channel, member, http
@@ -72,6 +74,47 @@ class Metrics(StackTest):
         r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
                            text=True)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+
+class RequestLog(StackTest):
+    stack_args = {"env": {"BOTGATE_LOG_LEVEL": "info"}}
+
+    def lines(self, request_id):
+        found = []
+        for line in self.s.gateway_log().splitlines():
+            if request_id in line:
+                found.append(json.loads(line))
+        return found
+
+    def test_one_line_per_request_with_its_fields(self):
+        s = self.s
+        s.put("channel", facebook_channel("fl", APP))
+        s.put("member", member("mem-log", "fl", APP, "psid-log"))
+        tok = s.token(APP, "bot:sendResponses")
+        ok = {"channelId": "fl", "memberId": "mem-log", "response": [{"type": "TEXT", "text": "a"}]}
+        cases = [
+            ("log-ok", ok, tok, {"status": 200, "channel": "fl", "member": "mem-log",
+                                 "platform_calls": 1}),
+            ("log-114", dict(ok, memberId="nobody"), tok,
+             {"status": 500, "err_code": 114, "channel": "fl", "platform_calls": 0}),
+            ("log-401", ok, "bgt_wrong", {"status": 500, "err": "unauthorized",
+                                          "channel": "fl", "platform_calls": 0}),
+        ]
+        for rid, body, token, _ in cases:
+            s.post("/sendResponses", body, token=token, headers={"X-Request-Id": rid})
+        time.sleep(0.3)
+        for rid, _, _, want in cases:
+            got = self.lines(rid)
+            self.assertEqual(len(got), 1, got)
+            line = got[0]
+            self.assertRegex(line.pop("ts"), r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+            duration = line.pop("duration_ms")
+            self.assertIsInstance(duration, float)
+            self.assertTrue(0 <= duration < 4000, duration)
+            self.assertEqual(line, dict({"level": "info", "msg": "request", "request_id": rid,
+                                         "route": "sendResponses"}, **want))
+        for secret in [tok, "fb-page-token", "psid-log"]:
+            self.assertNotIn(secret, s.gateway_log())
 
 
 if __name__ == "__main__":
