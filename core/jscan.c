@@ -97,7 +97,19 @@ static long scan_string(scan_t *s, unsigned char *dst)
 
     s->p++; /* the quote */
     while (s->p < s->end) {
-        unsigned char c = *s->p;
+        const unsigned char *run = s->p;
+        unsigned char c;
+        /* plain ASCII, the bulk of every record, goes as one run */
+        while (s->p < s->end && *s->p >= 0x20 && *s->p < 0x80 && *s->p != '"' && *s->p != '\\')
+            s->p++;
+        if (s->p > run) {
+            if (dst != NULL)
+                memcpy(dst + len, run, (size_t)(s->p - run));
+            len += (size_t)(s->p - run);
+            if (s->p >= s->end)
+                break;
+        }
+        c = *s->p;
         if (c == '"') {
             s->p++;
             return (long)len;
