@@ -167,8 +167,6 @@ static void call_on(op_t *op, upstream_t *up, deliver_phase_t phase, size_t max_
     op->xfer_cb = cb;
     op->xfer = upstream_start(up, &op->call_req, remaining < timeout ? remaining : timeout,
                               max_answer, flags, on_answer, op);
-    /* curl keeps its own copies (the body was handed over): not held while waiting */
-    adapter_call_free(&op->call_req);
     if (op->xfer == NULL)
         fail(op, ADAPTER_SERVER_ERROR, 0, "could not start the platform call");
 }
@@ -229,7 +227,6 @@ static void on_cred_answer(void *arg, const upstream_answer_t *ans)
     store_status_t st;
 
     op->xfer = NULL;
-    adapter_call_free(&op->call_req);
     adapter_result_init(&res);
     fields = op->adapter->parse_cred(&t, &ans->a, &res);
     if (fields == NULL) {
@@ -362,7 +359,6 @@ static void on_contact_answer(void *arg, const upstream_answer_t *ans)
     adapter_result_t res;
 
     op->xfer = NULL;
-    adapter_call_free(&op->call_req);
     adapter_result_init(&res);
     op->adapter->parse_check(&t, &ans->a, &res);
     if (res.status == ADAPTER_OK && res.ref[0] != '\0') {
@@ -430,7 +426,6 @@ static void on_upload_answer(void *arg, const upstream_answer_t *ans)
     adapter_result_t res;
 
     op->xfer = NULL;
-    adapter_call_free(&op->call_req);
     adapter_result_init(&res);
     op->adapter->parse_upload(&t, &ans->a, &res);
     if (res.status == ADAPTER_OK && res.ref[0] != '\0') {
@@ -458,7 +453,6 @@ static void on_media_fetched(void *arg, const upstream_answer_t *ans)
     char msg[ADAPTER_ERROR_MAX];
 
     op->xfer = NULL;
-    adapter_call_free(&op->call_req);
     if (ans->blocked || ans->too_large || ans->a.status < 200 || ans->a.status > 299) {
         if (ans->blocked || ans->too_large)
             snprintf(msg, sizeof(msg), "image download refused: %s", ans->error);
@@ -543,7 +537,6 @@ static void on_send_answer(void *arg, const upstream_answer_t *ans)
     deliver_result_t r;
 
     op->xfer = NULL;
-    adapter_call_free(&op->call_req);
     /* The one failure that surely delivered nothing: the connection could not be made. Try
      * once more after a short pause; anything else (a timeout, a reset, a 5xx) may have been
      * delivered, and a retry could send the message twice. */

@@ -126,7 +126,6 @@ static void on_webhook(void *arg, const upstream_answer_t *ans)
     op->xfer = NULL;
     metrics_call(&op->w->metrics, METRICS_TARGET_WEBHOOK, ans->a.status,
                  (int64_t)ans->elapsed_us);
-    adapter_call_free(&op->call_req);
     node_run_webhook_done(op->node, ok, answer);
     step(op);
 }

@@ -407,8 +407,8 @@ void upstream_free(upstream_t *up)
     free(up);
 }
 
-upstream_xfer_t *upstream_start(upstream_t *up, adapter_call_t *call, long timeout_ms,
-                                size_t max_answer, unsigned flags, upstream_cb *cb, void *arg)
+static upstream_xfer_t *start(upstream_t *up, adapter_call_t *call, long timeout_ms,
+                              size_t max_answer, unsigned flags, upstream_cb *cb, void *arg)
 {
     upstream_xfer_t *x = up->spare;
     CURL *e;
@@ -469,6 +469,17 @@ upstream_xfer_t *upstream_start(upstream_t *up, adapter_call_t *call, long timeo
         xfer_release(x);
         return NULL;
     }
+    return x;
+}
+
+upstream_xfer_t *upstream_start(upstream_t *up, adapter_call_t *call, long timeout_ms,
+                                size_t max_answer, unsigned flags, upstream_cb *cb, void *arg)
+{
+    upstream_xfer_t *x = start(up, call, timeout_ms, max_answer, flags, cb, arg);
+
+    /* curl copied the URL and the header lines, the body is the transfer's: nothing of the
+     * call is held while the platform takes its time */
+    adapter_call_free(call);
     return x;
 }
 

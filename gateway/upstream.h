@@ -41,9 +41,9 @@ enum {
 upstream_t *upstream_new(struct event_base *base, const upstream_config_t *cfg);
 void upstream_free(upstream_t *up); /* cancels what is in flight without callbacks */
 
-/* Starts call. Takes call->body (set to NULL); the rest of call stays the caller's, who may
- * free it at once (the URL and headers are copied). Returns NULL when the call could not be
- * started (the callback never runs). */
+/* Starts call and empties it (adapter_call_free), whether it started or not: the transfer
+ * keeps what it needs. Returns NULL when the call could not be started (the callback never
+ * runs). */
 upstream_xfer_t *upstream_start(upstream_t *up, adapter_call_t *call, long timeout_ms,
                                 size_t max_answer, unsigned flags, upstream_cb *cb, void *arg);
 

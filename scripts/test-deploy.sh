@@ -539,18 +539,18 @@ done
 info "compose health checks (podman healthcheck run): redis, botgate1, botgate2, haproxy healthy"
 # The drain command of the compose file's header, in the haproxy container.
 hacli() { pm exec ${project}_haproxy_1 bash -c "echo '$1' >/dev/tcp/127.0.0.1/9999"; }
+compose_state() { # server state: until the compose haproxy shows it (at most 5 s)
+  local i
+  for i in $(seq 50); do
+    nsx python3 "$run/lbstate.py" "http://$lbip:8404" 2>/dev/null | grep -q "^$1 $2 " && return 0
+    sleep 0.1
+  done
+  return 1
+}
 hacli "set server be_botgate/botgate1 state drain" || fail "haproxy runtime API in the container"
-for i in $(seq 50); do
-  nsx python3 "$run/lbstate.py" "http://$lbip:8404" 2>/dev/null | grep -q '^botgate1 DRAIN ' && break
-  [ "$i" = 50 ] && fail "haproxy did not drain botgate1 on the runtime API command"
-  sleep 0.1
-done
+compose_state botgate1 DRAIN || fail "haproxy did not drain botgate1 on the runtime API command"
 hacli "set server be_botgate/botgate1 state ready"
-for i in $(seq 50); do
-  nsx python3 "$run/lbstate.py" "http://$lbip:8404" 2>/dev/null | grep -q '^botgate1 UP ' && break
-  [ "$i" = 50 ] && fail "haproxy did not take botgate1 back on the runtime API command"
-  sleep 0.1
-done
+compose_state botgate1 UP || fail "haproxy did not take botgate1 back on the runtime API command"
 info "haproxy runtime API in the container (port 9999): botgate1 drained, then ready again"
 gw1=${project}_botgate1_1
 echo '{"_id":"c1","app":"a1","type":"facebook","on":true,"info":{"accessToken":"t","pageId":"1"}}' | pm exec -i $gw1 botgatectl channel put - >/dev/null 2>&1
