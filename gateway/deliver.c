@@ -74,7 +74,6 @@ static void finish(op_t *op, deliver_result_t *r)
     }
     op->dl = DL_IDLE;
     op->delivered_count++;
-    adapter_call_free(&op->call_req);
     done(op, r);
     adapter_result_clear(&r->res);
 }
@@ -114,10 +113,14 @@ static void arm_timer(op_t *op, long ms, event_callback_fn cb)
 {
     struct timeval tv;
 
+    if (op->x == NULL && (op->x = calloc(1, sizeof(*op->x))) == NULL) {
+        cb(-1, EV_TIMEOUT, op); /* out of memory: no wait rather than none at all */
+        return;
+    }
     tv.tv_sec = ms / 1000;
     tv.tv_usec = (ms % 1000) * 1000;
-    event_assign(&op->timer, op->w->base, -1, 0, cb, op);
-    event_add(&op->timer, &tv);
+    event_assign(&op->x->timer, op->w->base, -1, 0, cb, op);
+    event_add(&op->x->timer, &tv);
     op->timer_armed = 1;
 }
 
@@ -128,14 +131,13 @@ void deliver_cancel(op_t *op)
         op->xfer = NULL;
     }
     if (op->timer_armed) {
-        event_del(&op->timer);
+        event_del(&op->x->timer);
         op->timer_armed = 0;
     }
     if (op->lock_held) {
         store_unlock_credential(op->w->store, op->target.channel_id, extra(op)->lock_owner);
         op->lock_held = 0;
     }
-    adapter_call_free(&op->call_req);
     op->dl = DL_IDLE;
 }
 
@@ -151,30 +153,32 @@ static void on_answer(void *arg, const upstream_answer_t *ans)
     cb(op, ans);
 }
 
-/* Starts op->call_req on client up; cb gets the answer. */
-static void call_on(op_t *op, upstream_t *up, deliver_phase_t phase, size_t max_answer,
-                    unsigned flags, upstream_cb *cb)
+/* Starts c on client up and empties it; cb gets the answer. */
+static void call_on(op_t *op, adapter_call_t *c, upstream_t *up, deliver_phase_t phase,
+                    size_t max_answer, unsigned flags, upstream_cb *cb)
 {
     long remaining = (long)op_remaining_ms(op) - DEADLINE_MARGIN_MS;
     long timeout = op->w->cfg->upstream_timeout_ms;
 
     if (remaining <= 0) {
+        adapter_call_free(c);
         fail(op, ADAPTER_SERVER_ERROR, 0, "no time left for the platform call");
         return;
     }
     op->dl = phase;
     op->platform_calls++;
     op->xfer_cb = cb;
-    op->xfer = upstream_start(up, &op->call_req, remaining < timeout ? remaining : timeout,
-                              max_answer, flags, on_answer, op);
+    op->xfer = upstream_start(up, c, remaining < timeout ? remaining : timeout, max_answer,
+                              flags, on_answer, op);
     if (op->xfer == NULL)
         fail(op, ADAPTER_SERVER_ERROR, 0, "could not start the platform call");
 }
 
 /* A platform call. */
-static void call(op_t *op, deliver_phase_t phase, size_t max_answer, upstream_cb *cb)
+static void call(op_t *op, adapter_call_t *c, deliver_phase_t phase, size_t max_answer,
+                 upstream_cb *cb)
 {
-    call_on(op, op->w->up, phase, max_answer, 0, cb);
+    call_on(op, c, op->w->up, phase, max_answer, 0, cb);
 }
 
 /* Takes a fresh channel record (after a refresh, or someone else's). */
@@ -257,13 +261,15 @@ static void cred_call(op_t *op)
 {
     adapter_target_t t = target(op);
     adapter_result_t res;
+    adapter_call_t c = {0};
 
     adapter_result_init(&res);
-    if (op->adapter->build_cred(&t, &op->call_req, &res) < 0) {
+    if (op->adapter->build_cred(&t, &c, &res) < 0) {
+        adapter_call_free(&c);
         fail(op, res.status, 0, res.error);
         return;
     }
-    call(op, DL_CRED_CALL, ANSWER_MAX, on_cred_answer);
+    call(op, &c, DL_CRED_CALL, ANSWER_MAX, on_cred_answer);
 }
 
 static void cred_lock(op_t *op);
@@ -381,13 +387,15 @@ static void contact_call(op_t *op)
 {
     adapter_target_t t = target(op);
     adapter_result_t res;
+    adapter_call_t c = {0};
 
     adapter_result_init(&res);
-    if (op->adapter->build_check(&t, &op->call_req, &res) < 0) {
+    if (op->adapter->build_check(&t, &c, &res) < 0) {
+        adapter_call_free(&c);
         fail(op, res.status, 0, res.error);
         return;
     }
-    call(op, DL_CONTACT_CALL, ANSWER_MAX, on_contact_answer);
+    call(op, &c, DL_CONTACT_CALL, ANSWER_MAX, on_contact_answer);
 }
 
 static void on_contact_cached(void *arg, store_status_t st, json_t *value)
@@ -449,6 +457,7 @@ static void on_media_fetched(void *arg, const upstream_answer_t *ans)
     op_t *op = arg;
     adapter_target_t t = target(op);
     adapter_result_t res;
+    adapter_call_t c = {0};
     const char *ctype = ans->a.content_type;
     char msg[ADAPTER_ERROR_MAX];
 
@@ -468,26 +477,28 @@ static void on_media_fetched(void *arg, const upstream_answer_t *ans)
         return;
     }
     adapter_result_init(&res);
-    if (op->adapter->build_upload(&t, ans->a.body, ans->a.body_len, ctype, &op->call_req,
-                                  &res) < 0) {
+    if (op->adapter->build_upload(&t, ans->a.body, ans->a.body_len, ctype, &c, &res) < 0) {
+        adapter_call_free(&c);
         fail(op, res.status, 0, res.error);
         return;
     }
-    call(op, DL_MEDIA_UPLOAD, ANSWER_MAX, on_upload_answer);
+    call(op, &c, DL_MEDIA_UPLOAD, ANSWER_MAX, on_upload_answer);
 }
 
 static void media_fetch(op_t *op)
 {
     const char *url = json_string_value(json_object_get(op->response, "url"));
 
-    adapter_call_free(&op->call_req);
-    op->call_req.method = "GET";
-    op->call_req.url = strdup(url ? url : "");
-    if (op->call_req.url == NULL) {
+    adapter_call_t c = {0};
+
+    c.method = "GET";
+    c.url = strdup(url ? url : "");
+    if (c.url == NULL) {
         fail(op, ADAPTER_SERVER_ERROR, 0, "out of memory");
         return;
     }
-    call_on(op, op->w->up_user, DL_MEDIA_FETCH, MEDIA_MAX, UPSTREAM_FOLLOW, on_media_fetched);
+    call_on(op, &c, op->w->up_user, DL_MEDIA_FETCH, MEDIA_MAX, UPSTREAM_FOLLOW,
+            on_media_fetched);
 }
 
 static void on_media_cached(void *arg, store_status_t st, json_t *value)
@@ -591,14 +602,16 @@ static void send_now(op_t *op)
 {
     adapter_target_t t = target(op);
     adapter_result_t res;
+    adapter_call_t c = {0};
 
     adapter_result_init(&res);
-    if (op->adapter->build_send(&t, op->response, media_id(op)[0] ? media_id(op) : NULL,
-                                &op->call_req, &res) < 0) {
+    if (op->adapter->build_send(&t, op->response, media_id(op)[0] ? media_id(op) : NULL, &c,
+                                &res) < 0) {
+        adapter_call_free(&c);
         fail(op, res.status, 0, res.error);
         return;
     }
-    call(op, DL_SEND, ANSWER_MAX, on_send_answer);
+    call(op, &c, DL_SEND, ANSWER_MAX, on_send_answer);
 }
 
 static int is_image(const json_t *response)

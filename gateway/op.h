@@ -26,6 +26,7 @@ struct node_run;
 /* What only credential refreshes and media uploads need: kept out of op_t, which every
  * request in flight carries (deliver.c allocates it; op_free frees it). */
 typedef struct deliver_extra {
+    struct event timer;           /* a wait inside a delivery (Retry-After, a held lock) */
     char stale_cred[512];         /* the credential that failed, to see a new one */
     char lock_owner[40];
     char media_id[ADAPTER_ID_MAX];
@@ -67,17 +68,16 @@ typedef struct op {
     struct evhttp_request *req;
     metrics_route_t route;
     char id[40];                  /* request id (X-Request-Id) */
+    int timer_armed;              /* x->timer */
     int64_t started_us;           /* monotonic */
     int64_t deadline_ms;          /* monotonic */
     struct event deadline;
-    struct event timer;           /* waits inside a delivery */
-    int timer_armed;
     struct op *prev, *next;       /* the worker's in-flight list */
     op_phase_t phase;
+    unsigned accepted_scopes;
 
     /* what the request asked; borrowed from the parsed body */
     request_target_t target;
-    unsigned accepted_scopes;
     op_run_fn *run;               /* the operation's own machine, started after resolve */
     op_run_fn *expired;           /* the deadline passed while running (NULL: answer 113) */
     op_run_fn *cleanup;           /* frees what the operation added (NULL: nothing) */
@@ -94,35 +94,38 @@ typedef struct op {
     store_call_t *calls[3];       /* token, channel, member: in flight during resolve */
     store_call_t *call;           /* the one store call in flight after resolve */
     const adapter_ops_t *adapter;
-    const char *member_id;        /* borrowed from member */
+    const char *member_id;        /* borrowed from member, or from target */
     char to[ADAPTER_ID_MAX];      /* the member's address on the platform */
 
     /* delivery */
     deliver_phase_t dl;
+    int send_ok;                  /* sendResponses: every response so far was delivered */
     const json_t *response;       /* the response being delivered (borrowed) */
     json_t *sending;              /* the response with media_id etc. (owned), or NULL */
     op_delivered_fn *delivered;
     upstream_xfer_t *xfer;
     upstream_cb *xfer_cb;         /* where the answer of xfer goes after the metrics */
-    adapter_call_t call_req;      /* the call in flight */
     int cred_ready;               /* credential checked for this request */
     int cred_refreshed;           /* refreshed once in this request already */
     int cred_forced;              /* refresh although not expired (the platform said so) */
-    struct deliver_extra *x;      /* state of the rare paths, allocated when first needed */
     int lock_held;
     int contact_ready;
     int auth_retried, rate_retried, connect_retried;
     int platform_calls;
     int delivered_count;          /* responses already through delivery */
+    struct deliver_extra *x;      /* state of the rare paths, allocated when first needed */
+
+    /* the request as parsed: one or the other, as route says */
+    union {
+        send_request_t send;
+        redirect_request_t redirect;
+    };
 
     /* sendResponses */
-    send_request_t send;
     size_t index;
     jsonw_t results;              /* the elements written so far, comma-separated */
-    int send_ok;
 
     /* redirectMemberToNode */
-    redirect_request_t redirect;
     struct node_run *node;
     json_t *node_tree_app;
 } op_t;

@@ -138,19 +138,21 @@ static void webhook(op_t *op, const json_t *hook)
     long timeout = (long)json_integer_value(json_object_get(hook, "timeoutMs"));
     long remaining = (long)op_remaining_ms(op) - 20;
 
-    adapter_call_free(&op->call_req);
-    op->call_req.method = method != NULL && strcmp(method, "GET") == 0 ? "GET" : "POST";
-    op->call_req.url = strdup(url ? url : "");
-    if (strcmp(op->call_req.method, "POST") == 0 && body != NULL && !json_is_null(body))
-        adapter_set_json_body(&op->call_req, json_incref((json_t *)body));
+    adapter_call_t c = {0};
+
+    c.method = method != NULL && strcmp(method, "GET") == 0 ? "GET" : "POST";
+    c.url = strdup(url ? url : "");
+    if (strcmp(c.method, "POST") == 0 && body != NULL && !json_is_null(body))
+        adapter_set_json_body(&c, json_incref((json_t *)body));
     if (timeout <= 0 || timeout > remaining)
         timeout = remaining;
-    if (op->call_req.url == NULL || timeout <= 0) {
+    if (c.url == NULL || timeout <= 0) {
+        adapter_call_free(&c);
         node_run_webhook_done(op->node, 0, NULL);
         step(op);
         return;
     }
-    op->xfer = upstream_start(op->w->up_user, &op->call_req, timeout, WEBHOOK_ANSWER_MAX,
+    op->xfer = upstream_start(op->w->up_user, &c, timeout, WEBHOOK_ANSWER_MAX,
                               UPSTREAM_FOLLOW, on_webhook, op);
     if (op->xfer == NULL) {
         node_run_webhook_done(op->node, 0, NULL);

@@ -110,6 +110,13 @@ static void run(op_t *op)
             return;
         }
     }
+    /* Of the member only its id is read again: when the request named it, the record goes
+     * now rather than after the platforms answered. */
+    if (op->target.member_id != NULL && strcmp(op->member_id, op->target.member_id) == 0) {
+        op->member_id = op->target.member_id;
+        json_decref(op->member);
+        op->member = NULL;
+    }
     op->send_ok = 1;
     op->index = 0;
     send_next(op);

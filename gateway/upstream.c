@@ -376,12 +376,11 @@ static void xfer_release(upstream_xfer_t *x)
     x->body = NULL;
     x->cb = NULL;
     x->len = 0;
-    /* Keep modest buffers for the next transfer; drop big ones (media, 50 MiB answers). */
-    if (x->cap > 64 * 1024) {
-        free(x->buf);
-        x->buf = NULL;
-        x->cap = 0;
-    }
+    /* The answer buffer goes with the answer: a transfer that waits for its platform holds
+     * none (thousands wait at once), and a media answer's megabytes are not kept. */
+    free(x->buf);
+    x->buf = NULL;
+    x->cap = 0;
     x->next = up->spare;
     up->spare = x;
     up->in_flight--;

@@ -2,6 +2,7 @@
 and tenancy, against real redis-server, the simulator and botgate."""
 import email.utils
 import json
+import socket
 import time
 import unittest
 
@@ -355,6 +356,50 @@ class SendApi(StackTest):
                          "response": [{"type": "TEXT", "text": "x"}]},
                         headers={"X-Request-Id": "crm-42"})
         self.assertEqual(ans.headers.get("X-Request-Id"), "crm-42")
+
+    def raw_send(self, sock, version, connection):
+        body = json.dumps({"channelId": "fb1", "memberId": "m1",
+                           "response": [{"type": "TEXT", "text": "kept"}]}).encode()
+        head = ["POST /sendResponses %s" % version, "Host: x", "Authorization: Bearer " + self.tok,
+                "Content-Type: application/json", "Content-Length: %d" % len(body)]
+        if connection:
+            head.append("Connection: " + connection)
+        sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            self.assertTrue(chunk, "closed before the answer")
+            data += chunk
+        head, rest = data.split(b"\r\n\r\n", 1)
+        lines = head.decode().split("\r\n")
+        headers = {k.lower(): v.strip() for k, v in (l.split(":", 1) for l in lines[1:])}
+        if "content-length" in headers:
+            while len(rest) < int(headers["content-length"]):
+                rest += sock.recv(65536)
+        else:  # HTTP/1.0 without keep-alive: the body ends where the connection does
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                rest += chunk
+        self.assertIn(" 200 ", lines[0] + " ")
+        self.assertEqual(json.loads(rest)["sendResult"]["ok"], 1)
+        return headers
+
+    def test_connection_header_is_honoured(self):
+        # The request headers are dropped once read, all but Connection: the answer must still
+        # keep or close the connection as the client asked.
+        with socket.create_connection(("127.0.0.1", self.s.port), timeout=10) as c:
+            h = self.raw_send(c, "HTTP/1.0", "keep-alive")
+            self.assertEqual(h.get("connection", "").lower(), "keep-alive")
+            self.raw_send(c, "HTTP/1.1", None)  # the same connection, still open
+            h = self.raw_send(c, "HTTP/1.1", "close")
+            self.assertEqual(h.get("connection", "").lower(), "close")
+            self.assertEqual(c.recv(1), b"")  # and closed after the answer
+        with socket.create_connection(("127.0.0.1", self.s.port), timeout=10) as c:
+            h = self.raw_send(c, "HTTP/1.0", None)  # HTTP/1.0 without keep-alive: closed
+            self.assertNotEqual(h.get("connection", "").lower(), "keep-alive")
+            self.assertEqual(c.recv(1), b"")
 
     def test_secrets_never_in_logs(self):
         self.send({"channelId": "fb1", "memberId": "m-badtoken",
