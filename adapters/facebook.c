@@ -21,7 +21,9 @@ static const adapter_code_t codes[] = {
  * the adapter's work on a message. The strings come from parsed JSON, so they are UTF-8. */
 static void fb_body(jsonw_t *w, unsigned kind, const char *to, const char *s)
 {
-    jw_init_size(w, strlen(to) + strlen(s) + 128);
+    /* the framing below (69 or 129 bytes), two pairs of quotes and the NUL: the body is
+     * kept while the platform is waited for, so no slack but for escapes */
+    jw_init_size(w, strlen(to) + strlen(s) + (kind == ADAPTER_TEXT ? 74 : 134));
     jw_lit(w, "{\"messaging_type\":\"RESPONSE\",\"recipient\":{\"id\":");
     jw_str(w, to);
     if (kind == ADAPTER_TEXT) {

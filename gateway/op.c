@@ -135,9 +135,10 @@ static void op_free(op_t *op)
     json_decref(op->sending);
     json_decref(op->node_tree_app);
     free(op->x);
-    if (op->route == METRICS_ROUTE_SEND)
+    if (op->route == METRICS_ROUTE_SEND) {
         request_send_free(&op->send);
-    else
+        free(op->send_ids);
+    } else
         request_redirect_free(&op->redirect);
     if (op->cleanup != NULL)
         op->cleanup(op);

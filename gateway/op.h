@@ -117,7 +117,10 @@ typedef struct op {
 
     /* the request as parsed: one or the other, as route says */
     union {
-        send_request_t send;
+        struct {
+            send_request_t send;
+            char *send_ids; /* the channel and member ids, once the body is let go (op_send.c) */
+        };
         redirect_request_t redirect;
     };
 

@@ -5,6 +5,7 @@
 
 #include <event2/http.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void send_next(op_t *op);
@@ -93,6 +94,40 @@ static void expired(op_t *op)
     answer(op, 0);
 }
 
+/* What is read again once the request is resolved: its responses, the channel id (a
+ * delivery's store calls, the log line) and the member id (the answer). The rest, the
+ * member's record and the parsed body around the responses, goes before the platform calls
+ * rather than after their answers: thousands of requests may wait for them at once. Out of
+ * memory, everything is simply kept. */
+static void let_go(op_t *op)
+{
+    size_t nc = strlen(op->target.channel_id) + 1;
+    size_t nm = op->target.member_id ? strlen(op->target.member_id) + 1 : 0;
+    char *ids;
+    json_t *root;
+
+    if (op->target.member_id != NULL && strcmp(op->member_id, op->target.member_id) == 0) {
+        op->member_id = op->target.member_id;
+        json_decref(op->member);
+        op->member = NULL;
+    }
+    if ((ids = malloc(nc + nm)) == NULL)
+        return;
+    memcpy(ids, op->target.channel_id, nc);
+    if (nm > 0)
+        memcpy(ids + nc, op->target.member_id, nm);
+    if (op->member_id == op->target.member_id)
+        op->member_id = ids + nc;
+    op->target.channel_id = ids;
+    op->target.member_id = nm > 0 ? ids + nc : NULL;
+    op->target.recipient_id = NULL; /* read only to find the member */
+    op->send.target = op->target;
+    op->send_ids = ids;
+    root = op->send.root; /* the responses array is all it keeps */
+    op->send.root = json_incref((json_t *)op->send.responses);
+    json_decref(root);
+}
+
 static void run(op_t *op)
 {
     const json_t *response;
@@ -110,13 +145,7 @@ static void run(op_t *op)
             return;
         }
     }
-    /* Of the member only its id is read again: when the request named it, the record goes
-     * now rather than after the platforms answered. */
-    if (op->target.member_id != NULL && strcmp(op->member_id, op->target.member_id) == 0) {
-        op->member_id = op->target.member_id;
-        json_decref(op->member);
-        op->member = NULL;
-    }
+    let_go(op);
     op->send_ok = 1;
     op->index = 0;
     send_next(op);
