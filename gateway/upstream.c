@@ -317,6 +317,10 @@ static upstream_shard_t *shard_new(upstream_t *up)
     curl_multi_setopt(sh->multi, CURLMOPT_TIMERDATA, sh);
     /* idle connections kept for reuse; a little more than the shard runs at once */
     curl_multi_setopt(sh->multi, CURLMOPT_MAXCONNECTS, (long)(SHARD_XFERS * 2));
+    /* HTTP/2: a shard's transfers fit on one connection when the platform allows as many
+     * streams (curl's own limit is 100). libcurl 7.88 gives every transfer past a full
+     * connection a new one while the next is still connecting, one per transfer. */
+    curl_multi_setopt(sh->multi, CURLMOPT_MAX_CONCURRENT_STREAMS, (long)SHARD_XFERS);
     return sh;
 }
 
@@ -463,6 +467,12 @@ static upstream_xfer_t *start(upstream_t *up, adapter_call_t *call, long timeout
         x->headers = curl_slist_append(x->headers, "Expect:");
     }
     curl_easy_setopt(e, CURLOPT_URL, call->url);
+    /* Platforms that speak HTTP/2 (over TLS) get one connection for a shard's transfers:
+     * transfers started before the first connection knows whether it multiplexes wait for it
+     * (ALPN tells at the end of the handshake) instead of each opening a TLS connection of its
+     * own. Not over cleartext: there curl learns that a host does not multiplex only from its
+     * first answer, and every transfer would wait for that. */
+    curl_easy_setopt(e, CURLOPT_PIPEWAIT, strncasecmp(call->url, "https:", 6) == 0 ? 1L : 0L);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, x->headers);
     if (strcmp(call->method, "GET") == 0) {
         curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);

@@ -1,9 +1,15 @@
 """Outbound TLS: a platform behind HTTPS with a CA from BOTGATE_CA_FILE is reached, a wrong CA
-is refused, and a new connection resumes the TLS session that another transfer of the worker
-made (one session cache for all of a worker's transfers, not one per easy handle)."""
+is refused, a new connection resumes the TLS session that another transfer of the worker made
+(one session cache for all of a worker's transfers, not one per easy handle), and sends to a
+platform that speaks HTTP/2 share one connection instead of opening one each (nginx, from
+Debian, as the HTTP/2 front of the simulator), while sends over cleartext HTTP/1.1 do not wait
+for a first answer before opening their connections."""
+import getpass
+import grp
 import http.server
 import json
 import os
+import socket
 import ssl
 import subprocess
 import threading
@@ -11,7 +17,7 @@ import time
 import unittest
 from concurrent.futures import ThreadPoolExecutor
 
-from harness import StackTest, facebook_channel, member
+from harness import StackTest, facebook_channel, free_port, member, wait_for
 
 
 class Platform(http.server.ThreadingHTTPServer):
@@ -128,6 +134,141 @@ class TlsUpstream(StackTest):
             s.start_gateway(port=port, extra={"BOTGATE_FACEBOOK_API_URL": self.base,
                                               "BOTGATE_CA_FILE": os.path.join(s.dir,
                                                                               "platform.pem")})
+
+
+NGINX_CONF = """
+%(user)s
+worker_processes 1;
+pid %(dir)s/nginx.pid;
+error_log %(dir)s/error.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path %(dir)s/body; proxy_temp_path %(dir)s/proxy;
+    fastcgi_temp_path %(dir)s/fastcgi; uwsgi_temp_path %(dir)s/uwsgi; scgi_temp_path %(dir)s/scgi;
+    upstream sim { server 127.0.0.1:%(sim)d; keepalive 256; }
+    server {
+        listen 127.0.0.1:%(port)d ssl http2;
+        ssl_certificate %(cert)s;
+        ssl_certificate_key %(key)s;
+        http2_max_concurrent_streams 128;
+        location / {
+            proxy_pass http://sim;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+    }
+}
+"""
+
+
+def established_to(port):
+    """Established TCP connections whose far end is 127.0.0.1:port (/proc/net/tcp)."""
+    n = 0
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            if fields[2] == "0100007F:%04X" % port and fields[3] == "01":
+                n += 1
+    return n
+
+
+def tls_ready(port, cafile):
+    ctx = ssl.create_default_context(cafile=cafile)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as raw:
+            with ctx.wrap_socket(raw, server_hostname="127.0.0.1"):
+                return True
+    except OSError:
+        return False
+
+
+class Http2Upstream(StackTest):
+    stack_args = {"workers": 1, "start_gateway": False}
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        s = cls.s
+        cert, key = make_cert(s.dir, "h2")
+        d = os.path.join(s.dir, "nginx")
+        for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
+            os.makedirs(os.path.join(d, sub))
+        cls.port = free_port()
+        user = ""
+        if os.getuid() == 0:  # nginx's workers would be nobody otherwise
+            user = "user %s %s;" % (getpass.getuser(), grp.getgrgid(os.getgid()).gr_name)
+        with open(os.path.join(d, "nginx.conf"), "w") as f:
+            f.write(NGINX_CONF % {"user": user, "dir": d, "sim": s.sim_port, "port": cls.port,
+                                  "cert": cert, "key": key})
+        cls.nginx = subprocess.Popen(["nginx", "-p", d + "/", "-c", os.path.join(d, "nginx.conf"),
+                                      "-e", os.path.join(d, "error.log"), "-g", "daemon off;"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: tls_ready(cls.port, cert), what="nginx")
+        s.start_gateway(extra={
+            "BOTGATE_FACEBOOK_API_URL": "https://127.0.0.1:%d/graph/v19.0" % cls.port,
+            "BOTGATE_CA_FILE": cert})
+        s.put("channel", facebook_channel("h2-fb", "A"))
+        s.put("member", member("h2-m", "h2-fb", "A", "psid-88"))
+        cls.tok = s.token("A", "bot:sendResponses")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.nginx.terminate()
+        cls.nginx.wait(10)
+        super().tearDownClass()
+
+    def test_sends_in_flight_share_one_connection(self):
+        s = self.s
+        body = {"channelId": "h2-fb", "memberId": "h2-m",
+                "response": [{"type": "TEXT", "text": "multiplexed"}]}
+        s.sim("POST", "/_sim/config", {"latency_ms": 1500})
+        try:
+            with ThreadPoolExecutor(100) as pool:
+                futures = [pool.submit(s.send, body, self.tok, timeout=20) for _ in range(100)]
+                # all 100 wait for the platform now: count botgate's connections to it
+                wait_for(lambda: s.metric("botgate_requests_in_flight") >= 100, timeout=10,
+                         what="100 sends in flight")
+                time.sleep(0.5)
+                conns = established_to(self.port)
+                answers = [f.result() for f in futures]
+        finally:
+            s.sim("POST", "/_sim/config", {"latency_ms": 0})
+        for a in answers:
+            self.assertEqual(a.status, 200, a)
+            self.assertEqual(a.json["sendResult"]["ok"], 1, a)
+        # one connection carries the 100 (at most one more, opened at the very start before
+        # the first said it multiplexes); without waiting for it, about one each
+        self.assertGreaterEqual(conns, 1)
+        self.assertLessEqual(conns, 2, "%d connections for 100 sends in flight" % conns)
+
+
+class CleartextBurst(StackTest):
+    """Waiting to learn whether a connection multiplexes is for TLS, where the handshake tells:
+    over cleartext libcurl 7.88 learns it from the first answer, and a burst would wait for it."""
+    stack_args = {"workers": 1}
+
+    def test_a_first_burst_opens_its_connections_at_once(self):
+        s = self.s
+        s.put("channel", facebook_channel("cb-fb", "A"))
+        s.put("member", member("cb-m", "cb-fb", "A", "psid-99"))
+        tok = s.token("A", "bot:sendResponses")
+        body = {"channelId": "cb-fb", "memberId": "cb-m",
+                "response": [{"type": "TEXT", "text": "burst"}]}
+        s.sim("POST", "/_sim/config", {"latency_ms": 1500})
+        try:
+            with ThreadPoolExecutor(20) as pool:
+                futures = [pool.submit(s.send, body, tok, timeout=20) for _ in range(20)]
+                wait_for(lambda: s.metric("botgate_requests_in_flight") >= 20, timeout=10,
+                         what="20 sends in flight")
+                wait_for(lambda: established_to(s.sim_port) >= 20, timeout=1.2,
+                         what="20 connections to the simulator before its first answer")
+                answers = [f.result() for f in futures]
+        finally:
+            s.sim("POST", "/_sim/config", {"latency_ms": 0})
+        for a in answers:
+            self.assertEqual(a.json["sendResult"]["ok"], 1, a)
 
 
 if __name__ == "__main__":
