@@ -301,7 +301,7 @@ static void cred_reread(op_t *op)
     store_status_t st;
 
     op->dl = DL_CRED_REREAD;
-    op->call = store_get_channel(op->w->store, op->target.channel_id, on_reread, op, &st);
+    op->call = store_reread_channel(op->w->store, op->target.channel_id, on_reread, op, &st);
     if (op->call == NULL)
         fail_store(op, st);
 }

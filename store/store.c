@@ -48,6 +48,7 @@ struct store {
     struct event_base *base;
     char prefix[STORE_PREFIX_MAX];
     store_call_t *cas_active[CAS_BUCKETS]; /* compare-and-set calls holding their key */
+    store_call_t *reading[CAS_BUCKETS];    /* shared reads in flight, by key bucket */
     uint64_t write_seq;                    /* compare-and-set writes done, counted */
     uint64_t bucket_seq[CAS_BUCKETS];      /* write_seq of the last one, by key bucket */
     uint64_t rng;
@@ -85,6 +86,13 @@ struct store_call {
     int cas_state;             /* CAS_NONE, CAS_WAITING (queued behind the holder), CAS_HOLDING */
     store_call_t *bucket_next; /* next holder in the same bucket */
     store_call_t *queue_next;  /* the next call waiting for the same key */
+    /* shared reads (start_shared_get) */
+    int shared;                /* in st->reading: later reads of the key join it */
+    int dispatching;           /* its answer is being handed to the joined reads */
+    store_call_t *read_next;   /* next shared read in the same bucket */
+    store_call_t *joiners;     /* reads waiting for this one's answer */
+    store_call_t *leader;      /* the read this one waits for (a joiner) */
+    store_call_t *join_next;   /* next joiner of the same leader */
     struct event *pause;       /* the random pause before retrying a lost race */
     char key[STORE_KEY_MAX];
 };
@@ -162,6 +170,21 @@ static unsigned key_bucket(const char *key)
     return h % CAS_BUCKETS;
 }
 
+/* ---- reads of one record in flight at once share one GET ---- */
+
+/* A shared read leaves st->reading: its answer is coming, later reads send their own GET. */
+static void reading_remove(store_call_t *c)
+{
+    store_call_t **pp = &c->st->reading[key_bucket(c->key)];
+
+    if (!c->shared)
+        return;
+    while (*pp != c)
+        pp = &(*pp)->read_next;
+    *pp = c->read_next;
+    c->shared = 0;
+}
+
 static store_call_t *cas_holder(store_t *st, unsigned bucket, const char *key)
 {
     for (store_call_t *h = st->cas_active[bucket]; h != NULL; h = h->bucket_next)
@@ -202,6 +225,19 @@ void store_cancel(store_call_t *call)
 {
     if (call == NULL)
         return;
+    if (call->leader != NULL) { /* a joined read: it only leaves the list */
+        store_call_t **pp = &call->leader->joiners;
+        while (*pp != call)
+            pp = &(*pp)->join_next;
+        *pp = call->join_next;
+        call_free(call);
+        return;
+    }
+    if (call->joiners != NULL || call->dispatching) {
+        call->cb = NULL; /* others wait for its answer: the GET goes on without its caller */
+        return;
+    }
+    reading_remove(call);
     if (call->cas_state == CAS_WAITING) {
         store_call_t *h = cas_holder(call->st, call->bucket, call->key);
         while (h->queue_next != call)
@@ -229,9 +265,21 @@ static store_call_t *call_new(store_t *st, call_kind_t kind, store_cb *cb, void 
 
 static void finish(store_call_t *c, store_status_t status, json_t *value)
 {
-    store_cb *cb = c->cb;
-    void *arg = c->arg;
+    store_cb *cb;
+    void *arg;
+    store_call_t *j;
 
+    reading_remove(c);
+    /* The joined reads get the same answer, the record shared by reference. A callback may
+     * cancel a joined read still in the list, or this one (which then only loses its cb). */
+    c->dispatching = 1;
+    while ((j = c->joiners) != NULL) {
+        c->joiners = j->join_next;
+        j->leader = NULL;
+        finish(j, status, json_incref(value));
+    }
+    cb = c->cb;
+    arg = c->arg;
     if (c->cas_state == CAS_HOLDING)
         cas_release(c);
     call_free(c);
@@ -273,6 +321,34 @@ static store_call_t *start_get(store_call_t *c, store_status_t *status)
     const char *argv[] = {"GET", c->key};
 
     return start(c, 2, argv, NULL, status);
+}
+
+/* A GET that a read of the same key already in flight answers: c joins it and sends nothing.
+ * For the records the worker caches (token, channel), whose readers take them up to a cache
+ * TTL old anyway: when the cache is cold, a burst of requests for one tenant (make bench's d
+ * starts 5000 at once) would otherwise send a GET each for the same two records and keep a
+ * parsed copy each while it waits for its platform. */
+static store_call_t *start_shared_get(store_call_t *c, store_status_t *status)
+{
+    store_call_t **slot = &c->st->reading[key_bucket(c->key)];
+
+    if (c->st->cache == NULL) /* no cache: every read sees what was written before it */
+        return start_get(c, status);
+    for (store_call_t *l = *slot; l != NULL; l = l->read_next)
+        if (strcmp(l->key, c->key) == 0) {
+            c->leader = l;
+            c->join_next = l->joiners;
+            l->joiners = c;
+            if (status != NULL)
+                *status = STORE_OK;
+            return c;
+        }
+    if ((c = start_get(c, status)) != NULL) {
+        c->shared = 1;
+        c->read_next = *slot;
+        *slot = c;
+    }
+    return c;
 }
 
 static store_status_t send_get(store_call_t *c)
@@ -540,18 +616,30 @@ store_call_t *store_get_token(store_t *st, const char *hash_hex, store_cb *cb, v
     if (c == NULL || store_key_token(c->key, sizeof(c->key), st->prefix, hash_hex) < 0)
         return key_too_long(c, status);
     c->cacheable = 1;
-    return start_get(c, status);
+    return start_shared_get(c, status);
 }
 
-store_call_t *store_get_channel(store_t *st, const char *channel_id, store_cb *cb, void *arg,
-                                store_status_t *status)
+static store_call_t *get_channel(store_t *st, const char *channel_id, int shared, store_cb *cb,
+                                 void *arg, store_status_t *status)
 {
     store_call_t *c = call_new(st, CALL_GET_JSON, cb, arg);
 
     if (c == NULL || store_key_channel(c->key, sizeof(c->key), st->prefix, channel_id) < 0)
         return key_too_long(c, status);
     c->cacheable = 1;
-    return start_get(c, status);
+    return shared ? start_shared_get(c, status) : start_get(c, status);
+}
+
+store_call_t *store_get_channel(store_t *st, const char *channel_id, store_cb *cb, void *arg,
+                                store_status_t *status)
+{
+    return get_channel(st, channel_id, 1, cb, arg, status);
+}
+
+store_call_t *store_reread_channel(store_t *st, const char *channel_id, store_cb *cb, void *arg,
+                                   store_status_t *status)
+{
+    return get_channel(st, channel_id, 0, cb, arg, status);
 }
 
 store_call_t *store_get_member(store_t *st, const char *channel_id, const char *member_id,

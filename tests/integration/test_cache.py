@@ -1,14 +1,46 @@
 """The worker cache of tokens and channels: hits save Redis round trips; a revoked token, a
 channel switched off or moved to another app take effect within BOTGATE_CACHE_TTL_MS; with 0
-they take effect at once."""
+they take effect at once. Token and channel reads in flight at once share one GET (only while
+the cache is on)."""
+import threading
 import time
 import unittest
+from concurrent.futures import ThreadPoolExecutor
 
 from harness import StackTest, facebook_channel, member
 
 
+def burst_commands(s, body, tok, n=20):
+    """Redis commands botgate sends for n sends that arrive while Redis is busy (DEBUG SLEEP),
+    so that all their reads are in flight at once; every answer must be a success."""
+    before = s.metric("botgate_redis_commands_total")
+    sleeper = threading.Thread(target=lambda: s.redis("DEBUG", "SLEEP", "1"))
+    sleeper.start()
+    time.sleep(0.1)
+    with ThreadPoolExecutor(n) as pool:
+        answers = list(pool.map(lambda _: s.send(body, tok, timeout=20), range(n)))
+    sleeper.join()
+    for a in answers:
+        assert a.status == 200 and a.json["sendResult"]["ok"] == 1, a
+    return s.metric("botgate_redis_commands_total") - before
+
+
 class Cached(StackTest):
-    stack_args = {"workers": 1, "env": {"BOTGATE_CACHE_TTL_MS": "700"}}
+    stack_args = {"workers": 1, "env": {"BOTGATE_CACHE_TTL_MS": "700",
+                                        "BOTGATE_REDIS_TIMEOUT_MS": "3000"}}
+
+    def test_reads_in_flight_at_once_share_one_get(self):
+        s = self.s
+        s.put("channel", facebook_channel("fb-burst", "A"))
+        s.put("member", member("m-burst", "fb-burst", "A", "psid-3"))
+        tok = s.token("A", "bot:sendResponses")
+        body = {"channelId": "fb-burst", "memberId": "m-burst",
+                "response": [{"type": "TEXT", "text": "x"}]}
+        self.assertEqual(s.send(body, tok).status, 200)
+        time.sleep(0.8)  # the cache is cold again
+        # a GET of the member each (never shared: a send must see the member as written),
+        # one of the token and one of the channel for all twenty
+        self.assertEqual(burst_commands(s, body, tok), 20 + 2)
 
     def test_hits_save_round_trips_and_changes_arrive_within_the_ttl(self):
         s = self.s
@@ -46,7 +78,8 @@ class Cached(StackTest):
 
 
 class Uncached(StackTest):
-    stack_args = {"workers": 1, "env": {"BOTGATE_CACHE_TTL_MS": "0"}}
+    stack_args = {"workers": 1, "env": {"BOTGATE_CACHE_TTL_MS": "0",
+                                        "BOTGATE_REDIS_TIMEOUT_MS": "3000"}}
 
     def test_changes_take_effect_at_once(self):
         s = self.s
@@ -61,6 +94,15 @@ class Uncached(StackTest):
         s.ctl("token", "revoke", tok)
         a = s.send(body, tok)
         self.assertEqual(a.json["err"], "User is not authorized")
+
+    def test_reads_in_flight_at_once_each_send_their_own(self):
+        s = self.s
+        s.put("channel", facebook_channel("fu-burst", "A"))
+        s.put("member", member("mu-burst", "fu-burst", "A", "psid-4"))
+        tok = s.token("A", "bot:sendResponses")
+        body = {"channelId": "fu-burst", "memberId": "mu-burst",
+                "response": [{"type": "TEXT", "text": "x"}]}
+        self.assertEqual(burst_commands(s, body, tok), 20 * 3)
 
 
 if __name__ == "__main__":
