@@ -10,6 +10,14 @@ from concurrent.futures import ThreadPoolExecutor
 from harness import StackTest, facebook_channel, member
 
 
+def tenant(s, cid, mid, psid):
+    """A Facebook channel of app A with one member, a send token, and a send body to them."""
+    s.put("channel", facebook_channel(cid, "A"))
+    s.put("member", member(mid, cid, "A", psid))
+    body = {"channelId": cid, "memberId": mid, "response": [{"type": "TEXT", "text": "x"}]}
+    return s.token("A", "bot:sendResponses"), body
+
+
 def burst_commands(s, body, tok, n=20):
     """Redis commands botgate sends for n sends that arrive while Redis is busy (DEBUG SLEEP),
     so that all their reads are in flight at once; every answer must be a success."""
@@ -31,11 +39,7 @@ class Cached(StackTest):
 
     def test_reads_in_flight_at_once_share_one_get(self):
         s = self.s
-        s.put("channel", facebook_channel("fb-burst", "A"))
-        s.put("member", member("m-burst", "fb-burst", "A", "psid-3"))
-        tok = s.token("A", "bot:sendResponses")
-        body = {"channelId": "fb-burst", "memberId": "m-burst",
-                "response": [{"type": "TEXT", "text": "x"}]}
+        tok, body = tenant(s, "fb-burst", "m-burst", "psid-3")
         self.assertEqual(s.send(body, tok).status, 200)
         time.sleep(0.8)  # the cache is cold again
         # a GET of the member each (never shared: a send must see the member as written),
@@ -44,10 +48,7 @@ class Cached(StackTest):
 
     def test_hits_save_round_trips_and_changes_arrive_within_the_ttl(self):
         s = self.s
-        s.put("channel", facebook_channel("fk", "A"))
-        s.put("member", member("mk", "fk", "A", "psid-1"))
-        tok = s.token("A", "bot:sendResponses")
-        body = {"channelId": "fk", "memberId": "mk", "response": [{"type": "TEXT", "text": "x"}]}
+        tok, body = tenant(s, "fk", "mk", "psid-1")
         self.assertEqual(s.send(body, tok).status, 200)
         before = s.metric("botgate_redis_commands_total")
         for _ in range(10):
@@ -66,10 +67,7 @@ class Cached(StackTest):
 
     def test_channel_moved_to_another_app(self):
         s = self.s
-        s.put("channel", facebook_channel("fm2", "A"))
-        s.put("member", member("mm2", "fm2", "A", "psid-2"))
-        tok = s.token("A", "bot:sendResponses")
-        body = {"channelId": "fm2", "memberId": "mm2", "response": [{"type": "TEXT", "text": "x"}]}
+        tok, body = tenant(s, "fm2", "mm2", "psid-2")
         self.assertEqual(s.send(body, tok).status, 200)
         s.put("channel", facebook_channel("fm2", "B"))
         time.sleep(0.8)
@@ -83,10 +81,7 @@ class Uncached(StackTest):
 
     def test_changes_take_effect_at_once(self):
         s = self.s
-        s.put("channel", facebook_channel("fu", "A"))
-        s.put("member", member("mu", "fu", "A", "psid-1"))
-        tok = s.token("A", "bot:sendResponses")
-        body = {"channelId": "fu", "memberId": "mu", "response": [{"type": "TEXT", "text": "x"}]}
+        tok, body = tenant(s, "fu", "mu", "psid-1")
         self.assertEqual(s.send(body, tok).status, 200)
         before = s.metric("botgate_redis_commands_total")
         self.assertEqual(s.send(body, tok).status, 200)
@@ -97,11 +92,7 @@ class Uncached(StackTest):
 
     def test_reads_in_flight_at_once_each_send_their_own(self):
         s = self.s
-        s.put("channel", facebook_channel("fu-burst", "A"))
-        s.put("member", member("mu-burst", "fu-burst", "A", "psid-4"))
-        tok = s.token("A", "bot:sendResponses")
-        body = {"channelId": "fu-burst", "memberId": "mu-burst",
-                "response": [{"type": "TEXT", "text": "x"}]}
+        tok, body = tenant(s, "fu-burst", "mu-burst", "psid-4")
         self.assertEqual(burst_commands(s, body, tok), 20 * 3)
 
 
