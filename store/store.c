@@ -94,7 +94,7 @@ struct store_call {
     store_call_t *leader;      /* the read this one waits for (a joiner) */
     store_call_t *join_next;   /* next joiner of the same leader */
     struct event *pause;       /* the random pause before retrying a lost race */
-    char key[STORE_KEY_MAX];
+    char key[]; /* as long as it is: thousands of calls may wait at once */
 };
 
 enum { CAS_NONE = 0, CAS_WAITING, CAS_HOLDING };
@@ -250,12 +250,15 @@ void store_cancel(store_call_t *call)
     call_free(call);
 }
 
-static store_call_t *call_new(store_t *st, call_kind_t kind, store_cb *cb, void *arg)
+static store_call_t *call_new(store_t *st, call_kind_t kind, const char *key, store_cb *cb,
+                              void *arg)
 {
-    store_call_t *c = calloc(1, sizeof(*c));
+    size_t n = strlen(key);
+    store_call_t *c = calloc(1, sizeof(*c) + n + 1);
 
     if (c == NULL)
         return NULL;
+    memcpy(c->key, key, n + 1);
     c->st = st;
     c->kind = kind;
     c->cb = cb;
@@ -359,15 +362,17 @@ static store_status_t send_get(store_call_t *c)
     return send_argv(c, 2, argv, NULL);
 }
 
-/* Nothing was sent: the key did not fit (ids are bounded before this, so it means a bad
- * record), or memory ran out. */
-static store_call_t *key_too_long(store_call_t *c, store_status_t *status)
+/* The call for the key the caller built (key_len, what store_key_* returned), or NULL with
+ * *status set: the key did not fit (ids are bounded before this, so it means a bad record),
+ * or memory ran out. */
+static store_call_t *call_for(store_t *st, call_kind_t kind, int key_len, const char *key,
+                              store_cb *cb, void *arg, store_status_t *status)
 {
-    if (status != NULL)
-        *status = c != NULL ? STORE_BAD_RECORD : STORE_BUSY;
-    if (c != NULL)
-        call_free(c);
-    return NULL;
+    store_call_t *c = key_len < 0 ? NULL : call_new(st, kind, key, cb, arg);
+
+    if (c == NULL && status != NULL)
+        *status = key_len < 0 ? STORE_BAD_RECORD : STORE_BUSY;
+    return c;
 }
 
 /* mutate(record) as text in *next; takes record over (kept in c->written, for the callback:
@@ -611,10 +616,12 @@ json_t *store_cached_channel(store_t *st, const char *channel_id)
 store_call_t *store_get_token(store_t *st, const char *hash_hex, store_cb *cb, void *arg,
                               store_status_t *status)
 {
-    store_call_t *c = call_new(st, CALL_GET_JSON, cb, arg);
+    char key[STORE_KEY_MAX];
+    int len = store_key_token(key, sizeof(key), st->prefix, hash_hex);
+    store_call_t *c = call_for(st, CALL_GET_JSON, len, key, cb, arg, status);
 
-    if (c == NULL || store_key_token(c->key, sizeof(c->key), st->prefix, hash_hex) < 0)
-        return key_too_long(c, status);
+    if (c == NULL)
+        return NULL;
     c->cacheable = 1;
     return start_shared_get(c, status);
 }
@@ -622,10 +629,12 @@ store_call_t *store_get_token(store_t *st, const char *hash_hex, store_cb *cb, v
 static store_call_t *get_channel(store_t *st, const char *channel_id, int shared, store_cb *cb,
                                  void *arg, store_status_t *status)
 {
-    store_call_t *c = call_new(st, CALL_GET_JSON, cb, arg);
+    char key[STORE_KEY_MAX];
+    int len = store_key_channel(key, sizeof(key), st->prefix, channel_id);
+    store_call_t *c = call_for(st, CALL_GET_JSON, len, key, cb, arg, status);
 
-    if (c == NULL || store_key_channel(c->key, sizeof(c->key), st->prefix, channel_id) < 0)
-        return key_too_long(c, status);
+    if (c == NULL)
+        return NULL;
     c->cacheable = 1;
     return shared ? start_shared_get(c, status) : start_get(c, status);
 }
@@ -645,11 +654,12 @@ store_call_t *store_reread_channel(store_t *st, const char *channel_id, store_cb
 store_call_t *store_get_member(store_t *st, const char *channel_id, const char *member_id,
                                int brief, store_cb *cb, void *arg, store_status_t *status)
 {
-    store_call_t *c = call_new(st, CALL_GET_JSON, cb, arg);
+    char key[STORE_KEY_MAX];
+    int len = store_key_member(key, sizeof(key), st->prefix, channel_id, member_id);
+    store_call_t *c = call_for(st, CALL_GET_JSON, len, key, cb, arg, status);
 
-    if (c == NULL ||
-        store_key_member(c->key, sizeof(c->key), st->prefix, channel_id, member_id) < 0)
-        return key_too_long(c, status);
+    if (c == NULL)
+        return NULL;
     c->brief = brief;
     return start_get(c, status);
 }
@@ -659,18 +669,22 @@ store_call_t *store_member_for_recipient(store_t *st, const char *channel_id,
                                          int brief, store_cb *cb, void *arg,
                                          store_status_t *status)
 {
-    store_call_t *c = call_new(st, CALL_RESOLVE, cb, arg);
-    char base[STORE_KEY_MAX], *record;
+    char key[STORE_KEY_MAX], base[STORE_KEY_MAX], *record;
     const char *id = json_string_value(json_object_get(new_member, "_id"));
+    int len = id == NULL || store_key_member_base(base, sizeof(base), st->prefix, channel_id) < 0
+                  ? -1
+                  : store_key_recipient(key, sizeof(key), st->prefix, channel_id, recipient_id);
+    store_call_t *c = call_for(st, CALL_RESOLVE, len, key, cb, arg, status);
 
-    if (c == NULL || id == NULL ||
-        store_key_recipient(c->key, sizeof(c->key), st->prefix, channel_id, recipient_id) < 0 ||
-        store_key_member_base(base, sizeof(base), st->prefix, channel_id) < 0)
-        return key_too_long(c, status);
+    if (c == NULL)
+        return NULL;
     c->brief = brief;
-    record = json_dumps(new_member, JSON_COMPACT);
-    if (record == NULL)
-        return key_too_long(c, status);
+    if ((record = json_dumps(new_member, JSON_COMPACT)) == NULL) {
+        call_free(c);
+        if (status != NULL)
+            *status = STORE_BUSY;
+        return NULL;
+    }
     {
         const char *argv[] = {"EVAL", RESOLVE_SCRIPT, "1", c->key, base, id, record};
         c = start(c, 7, argv, NULL, status);
@@ -730,10 +744,12 @@ store_call_t *store_update_channel_info(store_t *st, const char *channel_id,
                                         const json_t *fields, store_cb *cb, void *arg,
                                         store_status_t *status)
 {
-    store_call_t *c = call_new(st, CALL_CAS_READ, cb, arg);
+    char key[STORE_KEY_MAX];
+    int len = store_key_channel(key, sizeof(key), st->prefix, channel_id);
+    store_call_t *c = call_for(st, CALL_CAS_READ, len, key, cb, arg, status);
 
-    if (c == NULL || store_key_channel(c->key, sizeof(c->key), st->prefix, channel_id) < 0)
-        return key_too_long(c, status);
+    if (c == NULL)
+        return NULL;
     c->cacheable = 1;
     return start_cas(c, merge_info, fields, 0, status);
 }
@@ -748,11 +764,12 @@ store_call_t *store_update_member(store_t *st, const char *channel_id, const cha
                                   store_mutate_fn *mutate, const json_t *change, int64_t now_ms,
                                   store_cb *cb, void *arg, store_status_t *status)
 {
-    store_call_t *c = call_new(st, CALL_CAS_READ, cb, arg);
+    char key[STORE_KEY_MAX];
+    int len = store_key_member(key, sizeof(key), st->prefix, channel_id, member_id);
+    store_call_t *c = call_for(st, CALL_CAS_READ, len, key, cb, arg, status);
 
-    if (c == NULL ||
-        store_key_member(c->key, sizeof(c->key), st->prefix, channel_id, member_id) < 0)
-        return key_too_long(c, status);
+    if (c == NULL)
+        return NULL;
     /* Not when this worker wrote the key (or one of its bucket) since current was read: the
      * compare would surely fail, and cost a round trip where it should save one. */
     if (json_is_object(current) && st->bucket_seq[key_bucket(c->key)] <= current_seq)
@@ -763,16 +780,18 @@ store_call_t *store_update_member(store_t *st, const char *channel_id, const cha
 store_call_t *store_get_contact(store_t *st, const char *channel_id, const char *number,
                                 store_cb *cb, void *arg, store_status_t *status)
 {
-    store_call_t *c = call_new(st, CALL_GET_STRING, cb, arg);
+    char key[STORE_KEY_MAX];
+    int len = store_key_contact(key, sizeof(key), st->prefix, channel_id, number);
+    store_call_t *c = call_for(st, CALL_GET_STRING, len, key, cb, arg, status);
 
-    if (c == NULL || store_key_contact(c->key, sizeof(c->key), st->prefix, channel_id, number) < 0)
-        return key_too_long(c, status);
+    if (c == NULL)
+        return NULL;
     return start_get(c, status);
 }
 
 static void set_ex(store_t *st, const char *key, const char *value, int ttl_s)
 {
-    store_call_t *c = call_new(st, CALL_IGNORE, NULL, NULL);
+    store_call_t *c = call_new(st, CALL_IGNORE, key, NULL, NULL);
     char ttl[16];
     const char *argv[] = {"SET", key, value, "EX", ttl};
 
@@ -794,10 +813,12 @@ void store_put_contact(store_t *st, const char *channel_id, const char *number,
 store_call_t *store_get_node(store_t *st, const char *tree_id, const char *node_id,
                              store_cb *cb, void *arg, store_status_t *status)
 {
-    store_call_t *c = call_new(st, CALL_NODE, cb, arg);
+    char key[STORE_KEY_MAX];
+    int len = store_key_tree(key, sizeof(key), st->prefix, tree_id);
+    store_call_t *c = call_for(st, CALL_NODE, len, key, cb, arg, status);
 
-    if (c == NULL || store_key_tree(c->key, sizeof(c->key), st->prefix, tree_id) < 0)
-        return key_too_long(c, status);
+    if (c == NULL)
+        return NULL;
     {
         const char *argv[] = {"HMGET", c->key, "_tree", node_id};
         return start(c, 4, argv, NULL, status);
@@ -807,11 +828,13 @@ store_call_t *store_get_node(store_t *st, const char *tree_id, const char *node_
 store_call_t *store_lock_credential(store_t *st, const char *channel_id, const char *owner,
                                     int ttl_ms, store_cb *cb, void *arg, store_status_t *status)
 {
-    store_call_t *c = call_new(st, CALL_LOCK, cb, arg);
+    char key[STORE_KEY_MAX];
     char ttl[16];
+    int len = store_key_cred_lock(key, sizeof(key), st->prefix, channel_id);
+    store_call_t *c = call_for(st, CALL_LOCK, len, key, cb, arg, status);
 
-    if (c == NULL || store_key_cred_lock(c->key, sizeof(c->key), st->prefix, channel_id) < 0)
-        return key_too_long(c, status);
+    if (c == NULL)
+        return NULL;
     snprintf(ttl, sizeof(ttl), "%d", ttl_ms);
     {
         const char *argv[] = {"SET", c->key, owner, "NX", "PX", ttl};
@@ -821,12 +844,13 @@ store_call_t *store_lock_credential(store_t *st, const char *channel_id, const c
 
 void store_unlock_credential(store_t *st, const char *channel_id, const char *owner)
 {
-    store_call_t *c = call_new(st, CALL_IGNORE, NULL, NULL);
+    char key[STORE_KEY_MAX];
+    store_call_t *c = call_for(st, CALL_IGNORE,
+                               store_key_cred_lock(key, sizeof(key), st->prefix, channel_id), key,
+                               NULL, NULL, NULL);
 
-    if (c == NULL || store_key_cred_lock(c->key, sizeof(c->key), st->prefix, channel_id) < 0) {
-        key_too_long(c, NULL);
+    if (c == NULL)
         return;
-    }
     {
         const char *argv[] = {"EVAL", UNLOCK_SCRIPT, "1", c->key, owner};
         start(c, 5, argv, NULL, NULL);
@@ -836,10 +860,12 @@ void store_unlock_credential(store_t *st, const char *channel_id, const char *ow
 store_call_t *store_get_media(store_t *st, const char *channel_id, const char *url_hash,
                               store_cb *cb, void *arg, store_status_t *status)
 {
-    store_call_t *c = call_new(st, CALL_GET_STRING, cb, arg);
+    char key[STORE_KEY_MAX];
+    int len = store_key_media(key, sizeof(key), st->prefix, channel_id, url_hash);
+    store_call_t *c = call_for(st, CALL_GET_STRING, len, key, cb, arg, status);
 
-    if (c == NULL || store_key_media(c->key, sizeof(c->key), st->prefix, channel_id, url_hash) < 0)
-        return key_too_long(c, status);
+    if (c == NULL)
+        return NULL;
     return start_get(c, status);
 }
 
