@@ -75,6 +75,29 @@ class Cached(StackTest):
         self.assertEqual((a.status, a.json.get("err_code")), (500, 112), a)
 
 
+class DeadlineWhileShared(StackTest):
+    """Requests whose deadline passes while they wait on one shared read: each is answered,
+    the read finishes without them, and nothing is left behind (ASan watches in make test)."""
+    stack_args = {"workers": 1, "env": {"BOTGATE_CACHE_TTL_MS": "700",
+                                        "BOTGATE_REDIS_TIMEOUT_MS": "3000",
+                                        "BOTGATE_REQUEST_TIMEOUT_MS": "800"}}
+
+    def test_cancelled_readers_and_their_leader(self):
+        s = self.s
+        tok, body = tenant(s, "fd-burst", "md-burst", "psid-5")
+        sleeper = threading.Thread(target=lambda: s.redis("DEBUG", "SLEEP", "1.6"))
+        sleeper.start()
+        time.sleep(0.1)
+        with ThreadPoolExecutor(10) as pool:
+            answers = list(pool.map(lambda _: s.send(body, tok, timeout=20), range(10)))
+        sleeper.join()
+        for a in answers:  # the store did not answer in time
+            self.assertEqual((a.status, a.json.get("err_code")), (500, 119), a)
+        time.sleep(0.3)
+        a = s.send(body, tok)
+        self.assertEqual((a.status, a.json["sendResult"]["ok"]), (200, 1), a)
+
+
 class Uncached(StackTest):
     stack_args = {"workers": 1, "env": {"BOTGATE_CACHE_TTL_MS": "0",
                                         "BOTGATE_REDIS_TIMEOUT_MS": "3000"}}
