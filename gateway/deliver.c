@@ -104,7 +104,8 @@ static void fail_store(op_t *op, store_status_t st)
     memset(&r, 0, sizeof(r));
     adapter_result_init(&r.res);
     bg_error_set(&r.err, BG_ERR_STORE,
-                 st == STORE_BUSY ? "store busy: too many commands in flight" : "store unavailable");
+                 st == STORE_BUSY ? "store busy: too many commands in flight"
+                                  : "store unavailable");
     r.abort = op->delivered_count == 0;
     finish(op, &r);
 }
@@ -148,7 +149,8 @@ static void on_answer(void *arg, const upstream_answer_t *ans)
     upstream_cb *cb = op->xfer_cb;
 
     metrics_call(&op->w->metrics,
-                 op->dl == DL_MEDIA_FETCH ? METRICS_TARGET_MEDIA : metrics_target(op->adapter->type),
+                 op->dl == DL_MEDIA_FETCH ? METRICS_TARGET_MEDIA
+                                          : metrics_target(op->adapter->type),
                  ans->a.status, (int64_t)ans->elapsed_us);
     cb(op, ans);
 }
@@ -438,8 +440,8 @@ static void on_upload_answer(void *arg, const upstream_answer_t *ans)
     op->adapter->parse_upload(&t, &ans->a, &res);
     if (res.status == ADAPTER_OK && res.ref[0] != '\0') {
         snprintf(extra(op)->media_id, sizeof(extra(op)->media_id), "%s", res.ref);
-        store_put_media(op->w->store, op->target.channel_id, extra(op)->url_hash, extra(op)->media_id,
-                        MEDIA_TTL_S);
+        store_put_media(op->w->store, op->target.channel_id, extra(op)->url_hash,
+                        extra(op)->media_id, MEDIA_TTL_S);
         step(op);
     } else if (res.status == ADAPTER_AUTH_EXPIRED && !op->cred_refreshed) {
         op->cred_ready = 0;

@@ -195,9 +195,9 @@ static void done(op_t *op)
         return;
     }
     op->phase = OP_WRITEBACK;
-    op->call = store_update_member(op->w->store, op->target.channel_id, op->member_id,
-                                   op->member, op->member_seq, member_mutate, node_run_delta(op->node), op_now_wall_ms(),
-                                   on_written, op, &st);
+    op->call = store_update_member(op->w->store, op->target.channel_id, op->member_id, op->member,
+                                   op->member_seq, member_mutate, node_run_delta(op->node),
+                                   op_now_wall_ms(), on_written, op, &st);
     if (op->call == NULL)
         answer(op, 0);
 }

@@ -129,7 +129,8 @@ static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *s
     } else {
         event_del(&sk->ev); /* event_assign on a pending event corrupts libevent */
     }
-    kind = EV_PERSIST | ((what & CURL_POLL_IN) ? EV_READ : 0) | ((what & CURL_POLL_OUT) ? EV_WRITE : 0);
+    kind = EV_PERSIST | ((what & CURL_POLL_IN) ? EV_READ : 0) |
+           ((what & CURL_POLL_OUT) ? EV_WRITE : 0);
     event_assign(&sk->ev, sh->up->base, s, kind, on_event, sh);
     event_add(&sk->ev, NULL);
     sk->what = what;

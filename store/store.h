@@ -54,8 +54,9 @@ json_t *store_cached_channel(store_t *st, const char *channel_id);
 /* Each returns the call (NULL with *status set when nothing could be sent: the callback will
  * then never run). A token or channel read started while another of the same record is in
  * flight in this worker takes that one's answer (one GET, the record shared): they are read
- * as the cache has them, up to its TTL old (with the cache off, each read sends its own). store_reread_channel always sends its own GET,
- * for a read that must see what was written before it started. */
+ * as the cache has them, up to its TTL old (with the cache off, each read sends its own).
+ * store_reread_channel always sends its own GET, for a read that must see what was written
+ * before it started. */
 store_call_t *store_get_token(store_t *st, const char *hash_hex, store_cb *cb, void *arg,
                               store_status_t *status);
 store_call_t *store_get_channel(store_t *st, const char *channel_id, store_cb *cb, void *arg,
