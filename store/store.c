@@ -613,17 +613,26 @@ json_t *store_cached_channel(store_t *st, const char *channel_id)
     return store_cache_get(st->cache, key, now_ms());
 }
 
+/* A GET of a record the worker caches (token, channel): its answer refreshes the cache, and a
+ * shared one may join a read of the key already in flight (start_shared_get). */
+static store_call_t *cached_get(store_t *st, int key_len, const char *key, int shared,
+                                store_cb *cb, void *arg, store_status_t *status)
+{
+    store_call_t *c = call_for(st, CALL_GET_JSON, key_len, key, cb, arg, status);
+
+    if (c == NULL)
+        return NULL;
+    c->cacheable = 1;
+    return shared ? start_shared_get(c, status) : start_get(c, status);
+}
+
 store_call_t *store_get_token(store_t *st, const char *hash_hex, store_cb *cb, void *arg,
                               store_status_t *status)
 {
     char key[STORE_KEY_MAX];
     int len = store_key_token(key, sizeof(key), st->prefix, hash_hex);
-    store_call_t *c = call_for(st, CALL_GET_JSON, len, key, cb, arg, status);
 
-    if (c == NULL)
-        return NULL;
-    c->cacheable = 1;
-    return start_shared_get(c, status);
+    return cached_get(st, len, key, 1, cb, arg, status);
 }
 
 static store_call_t *get_channel(store_t *st, const char *channel_id, int shared, store_cb *cb,
@@ -631,12 +640,8 @@ static store_call_t *get_channel(store_t *st, const char *channel_id, int shared
 {
     char key[STORE_KEY_MAX];
     int len = store_key_channel(key, sizeof(key), st->prefix, channel_id);
-    store_call_t *c = call_for(st, CALL_GET_JSON, len, key, cb, arg, status);
 
-    if (c == NULL)
-        return NULL;
-    c->cacheable = 1;
-    return shared ? start_shared_get(c, status) : start_get(c, status);
+    return cached_get(st, len, key, shared, cb, arg, status);
 }
 
 store_call_t *store_get_channel(store_t *st, const char *channel_id, store_cb *cb, void *arg,
