@@ -136,7 +136,7 @@ static int set_json_text(adapter_call_t *call, char *text, size_t len)
     for (int i = 0; i < ADAPTER_MAX_HEADERS; i++) {
         if (call->headers[i] != NULL)
             continue;
-        if ((ctype = strdup("Content-Type: application/json")) == NULL)
+        if ((ctype = strdup(ADAPTER_JSON_HEADER)) == NULL)
             return -1;
         call->headers[i] = ctype;
         return 0;

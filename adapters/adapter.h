@@ -30,6 +30,9 @@ typedef enum {
 } adapter_status_t;
 
 #define ADAPTER_MAX_HEADERS 6
+/* The header line of a JSON body (adapter_set_json_body): upstream.c recognises it to use its
+ * shared header list. */
+#define ADAPTER_JSON_HEADER "Content-Type: application/json"
 #define ADAPTER_ID_MAX 192
 #define ADAPTER_ERROR_MAX 200
 

@@ -19,7 +19,6 @@
 #include <string.h>
 #include <strings.h>
 
-#define JSON_HEADER "Content-Type: application/json"
 #define SHARD_XFERS 128 /* transfers in flight per multi handle before the next one is used */
 #define SHARDS_MAX 64
 
@@ -362,7 +361,7 @@ upstream_t *upstream_new(struct event_base *base, const upstream_config_t *cfg)
     for (size_t i = 0; i < sizeof(proxy_vars) / sizeof(proxy_vars[0]); i++)
         if (getenv(proxy_vars[i]) != NULL && getenv(proxy_vars[i])[0] != '\0')
             up->proxy_env = 1;
-    if ((up->json_headers = curl_slist_append(NULL, JSON_HEADER)) != NULL &&
+    if ((up->json_headers = curl_slist_append(NULL, ADAPTER_JSON_HEADER)) != NULL &&
         curl_slist_append(up->json_headers, "Expect:") == NULL) {
         curl_slist_free_all(up->json_headers);
         up->json_headers = NULL;
@@ -458,7 +457,7 @@ static upstream_xfer_t *start(upstream_t *up, adapter_call_t *call, long timeout
     x->blocked = x->too_large = x->has_retry_after = x->resend_refused = 0;
     x->flags = flags;
     x->errbuf[0] = '\0';
-    if (call->headers[0] != NULL && strcmp(call->headers[0], JSON_HEADER) == 0 &&
+    if (call->headers[0] != NULL && strcmp(call->headers[0], ADAPTER_JSON_HEADER) == 0 &&
         call->headers[1] == NULL) {
         x->headers = up->json_headers; /* most calls: four allocations fewer */
     } else {
