@@ -490,7 +490,6 @@ static void on_media_fetched(void *arg, const upstream_answer_t *ans)
 static void media_fetch(op_t *op)
 {
     const char *url = json_string_value(json_object_get(op->response, "url"));
-
     adapter_call_t c = {0};
 
     c.method = "GET";
