@@ -344,6 +344,14 @@ def member(mid, cid, app, external, platform="facebook", **over):
     return m
 
 
+def tenant(s, cid, mid, psid, app="A"):
+    """A Facebook channel of app with one member, a send token, and a TEXT send to them."""
+    s.put("channel", facebook_channel(cid, app))
+    s.put("member", member(mid, cid, app, psid))
+    body = {"channelId": cid, "memberId": mid, "response": [{"type": "TEXT", "text": "x"}]}
+    return s.token(app, "bot:sendResponses"), body
+
+
 class StackTest(unittest.TestCase):
     """A test case class whose tests share one Stack; botgate must exit 0 at the end."""
 

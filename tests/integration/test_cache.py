@@ -7,28 +7,26 @@ import time
 import unittest
 from concurrent.futures import ThreadPoolExecutor
 
-from harness import StackTest, facebook_channel, member
+from harness import StackTest, facebook_channel, tenant
 
 
-def tenant(s, cid, mid, psid):
-    """A Facebook channel of app A with one member, a send token, and a send body to them."""
-    s.put("channel", facebook_channel(cid, "A"))
-    s.put("member", member(mid, cid, "A", psid))
-    body = {"channelId": cid, "memberId": mid, "response": [{"type": "TEXT", "text": "x"}]}
-    return s.token("A", "bot:sendResponses"), body
-
-
-def burst_commands(s, body, tok, n=20):
-    """Redis commands botgate sends for n sends that arrive while Redis is busy (DEBUG SLEEP),
-    so that all their reads are in flight at once; every answer must be a success."""
-    before = s.metric("botgate_redis_commands_total")
-    sleeper = threading.Thread(target=lambda: s.redis("DEBUG", "SLEEP", "1"))
+def burst(s, body, tok, n, redis_sleep="1"):
+    """The answers to n sends that arrive while Redis is busy (DEBUG SLEEP redis_sleep), so
+    that all their reads are in flight at once."""
+    sleeper = threading.Thread(target=lambda: s.redis("DEBUG", "SLEEP", redis_sleep))
     sleeper.start()
     time.sleep(0.1)
     with ThreadPoolExecutor(n) as pool:
         answers = list(pool.map(lambda _: s.send(body, tok, timeout=20), range(n)))
     sleeper.join()
-    for a in answers:
+    return answers
+
+
+def burst_commands(s, body, tok, n=20):
+    """Redis commands botgate sends for a burst (above) of n sends; every answer must be a
+    success."""
+    before = s.metric("botgate_redis_commands_total")
+    for a in burst(s, body, tok, n):
         assert a.status == 200 and a.json["sendResult"]["ok"] == 1, a
     return s.metric("botgate_redis_commands_total") - before
 
@@ -85,13 +83,7 @@ class DeadlineWhileShared(StackTest):
     def test_cancelled_readers_and_their_leader(self):
         s = self.s
         tok, body = tenant(s, "fd-burst", "md-burst", "psid-5")
-        sleeper = threading.Thread(target=lambda: s.redis("DEBUG", "SLEEP", "1.6"))
-        sleeper.start()
-        time.sleep(0.1)
-        with ThreadPoolExecutor(10) as pool:
-            answers = list(pool.map(lambda _: s.send(body, tok, timeout=20), range(10)))
-        sleeper.join()
-        for a in answers:  # the store did not answer in time
+        for a in burst(s, body, tok, 10, redis_sleep="1.6"):  # the store did not answer in time
             self.assertEqual((a.status, a.json.get("err_code")), (500, 119), a)
         time.sleep(0.3)
         a = s.send(body, tok)

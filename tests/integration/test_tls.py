@@ -17,7 +17,7 @@ import time
 import unittest
 from concurrent.futures import ThreadPoolExecutor
 
-from harness import StackTest, facebook_channel, free_port, member, wait_for
+from harness import StackTest, free_port, tenant, wait_for
 
 
 class Platform(http.server.ThreadingHTTPServer):
@@ -81,9 +81,7 @@ class TlsUpstream(StackTest):
         threading.Thread(target=cls.platform.serve_forever, daemon=True).start()
         base = "https://127.0.0.1:%d/graph/v19.0" % cls.platform.server_address[1]
         s.start_gateway(extra={"BOTGATE_FACEBOOK_API_URL": base, "BOTGATE_CA_FILE": cert})
-        s.put("channel", facebook_channel("tls-fb", "A"))
-        s.put("member", member("tls-m", "tls-fb", "A", "psid-77"))
-        cls.tok = s.token("A", "bot:sendResponses")
+        cls.tok, _ = tenant(s, "tls-fb", "tls-m", "psid-77")
         cls.base = base
 
     @classmethod
@@ -184,6 +182,26 @@ def tls_ready(port, cafile):
         return False
 
 
+def while_in_flight(test, body, tok, n, during):
+    """n sends that the simulator holds for 1.5 s: during() runs once all n are in flight, and
+    its result is returned after every send was checked to have succeeded."""
+    s = test.s
+    s.sim("POST", "/_sim/config", {"latency_ms": 1500})
+    try:
+        with ThreadPoolExecutor(n) as pool:
+            futures = [pool.submit(s.send, body, tok, timeout=20) for _ in range(n)]
+            wait_for(lambda: s.metric("botgate_requests_in_flight") >= n, timeout=10,
+                     what="%d sends in flight" % n)
+            seen = during()
+            answers = [f.result() for f in futures]
+    finally:
+        s.sim("POST", "/_sim/config", {"latency_ms": 0})
+    for a in answers:
+        test.assertEqual(a.status, 200, a)
+        test.assertEqual(a.json["sendResult"]["ok"], 1, a)
+    return seen
+
+
 class Http2Upstream(StackTest):
     stack_args = {"workers": 1, "start_gateway": False}
 
@@ -209,9 +227,7 @@ class Http2Upstream(StackTest):
         s.start_gateway(extra={
             "BOTGATE_FACEBOOK_API_URL": "https://127.0.0.1:%d/graph/v19.0" % cls.port,
             "BOTGATE_CA_FILE": cert})
-        s.put("channel", facebook_channel("h2-fb", "A"))
-        s.put("member", member("h2-m", "h2-fb", "A", "psid-88"))
-        cls.tok = s.token("A", "bot:sendResponses")
+        cls.tok, cls.body = tenant(s, "h2-fb", "h2-m", "psid-88")
 
     @classmethod
     def tearDownClass(cls):
@@ -220,24 +236,11 @@ class Http2Upstream(StackTest):
         super().tearDownClass()
 
     def test_sends_in_flight_share_one_connection(self):
-        s = self.s
-        body = {"channelId": "h2-fb", "memberId": "h2-m",
-                "response": [{"type": "TEXT", "text": "multiplexed"}]}
-        s.sim("POST", "/_sim/config", {"latency_ms": 1500})
-        try:
-            with ThreadPoolExecutor(100) as pool:
-                futures = [pool.submit(s.send, body, self.tok, timeout=20) for _ in range(100)]
-                # all 100 wait for the platform now: count botgate's connections to it
-                wait_for(lambda: s.metric("botgate_requests_in_flight") >= 100, timeout=10,
-                         what="100 sends in flight")
-                time.sleep(0.5)
-                conns = established_to(self.port)
-                answers = [f.result() for f in futures]
-        finally:
-            s.sim("POST", "/_sim/config", {"latency_ms": 0})
-        for a in answers:
-            self.assertEqual(a.status, 200, a)
-            self.assertEqual(a.json["sendResult"]["ok"], 1, a)
+        def connections():  # all 100 wait for the platform now
+            time.sleep(0.5)
+            return established_to(self.port)
+
+        conns = while_in_flight(self, self.body, self.tok, 100, connections)
         # one connection carries the 100 (at most one more, opened at the very start before
         # the first said it multiplexes); without waiting for it, about one each
         self.assertGreaterEqual(conns, 1)
@@ -251,24 +254,10 @@ class CleartextBurst(StackTest):
 
     def test_a_first_burst_opens_its_connections_at_once(self):
         s = self.s
-        s.put("channel", facebook_channel("cb-fb", "A"))
-        s.put("member", member("cb-m", "cb-fb", "A", "psid-99"))
-        tok = s.token("A", "bot:sendResponses")
-        body = {"channelId": "cb-fb", "memberId": "cb-m",
-                "response": [{"type": "TEXT", "text": "burst"}]}
-        s.sim("POST", "/_sim/config", {"latency_ms": 1500})
-        try:
-            with ThreadPoolExecutor(20) as pool:
-                futures = [pool.submit(s.send, body, tok, timeout=20) for _ in range(20)]
-                wait_for(lambda: s.metric("botgate_requests_in_flight") >= 20, timeout=10,
-                         what="20 sends in flight")
-                wait_for(lambda: established_to(s.sim_port) >= 20, timeout=1.2,
-                         what="20 connections to the simulator before its first answer")
-                answers = [f.result() for f in futures]
-        finally:
-            s.sim("POST", "/_sim/config", {"latency_ms": 0})
-        for a in answers:
-            self.assertEqual(a.json["sendResult"]["ok"], 1, a)
+        tok, body = tenant(s, "cb-fb", "cb-m", "psid-99")
+        while_in_flight(self, body, tok, 20, lambda: wait_for(
+            lambda: established_to(s.sim_port) >= 20, timeout=1.2,
+            what="20 connections to the simulator before its first answer"))
 
 
 if __name__ == "__main__":
