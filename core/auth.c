@@ -60,9 +60,10 @@ int auth_token_decode(const json_t *root, auth_token_t *out)
     if (!json_is_object(root))
         goto fail;
     app = json_string_value(json_object_get(root, "app"));
-    if (app == NULL || *app == '\0' || strlen(app) >= sizeof(out->app))
+    if (app == NULL || *app == '\0' || strlen(app) > AUTH_APP_MAX)
         goto fail;
-    snprintf(out->app, sizeof(out->app), "%s", app);
+    out->record = json_incref((json_t *)root);
+    out->app = app;
     json_array_foreach(json_object_get(root, "scopes"), i, v)
         out->scopes |= auth_scope_bit(json_string_value(v));
     v = json_object_get(root, "expiresAt");
@@ -81,7 +82,7 @@ int auth_token_decode(const json_t *root, auth_token_t *out)
         out->expires_at = -1;
     v = json_object_get(root, "channels");
     if (json_is_array(v))
-        out->channels = json_incref(v);
+        out->channels = v;
     else if (v != NULL && !json_is_null(v))
         goto fail;
     return 0;
@@ -92,8 +93,8 @@ fail:
 
 void auth_token_free(auth_token_t *t)
 {
-    json_decref(t->channels);
-    t->channels = NULL;
+    json_decref(t->record);
+    memset(t, 0, sizeof(*t));
 }
 
 int auth_allows(const auth_token_t *t, unsigned accepted, int64_t now_ms)
@@ -112,7 +113,7 @@ int auth_sees_channel(const auth_token_t *t, const char *channel_id, const char 
         return 0;
     if (t->channels == NULL)
         return 1;
-    json_array_foreach(t->channels, i, v) {
+    json_array_foreach((json_t *)t->channels, i, v) {
         const char *id = json_string_value(v);
         if (id != NULL && strcmp(id, channel_id) == 0)
             return 1;

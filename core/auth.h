@@ -19,12 +19,17 @@ enum {
 #define AUTH_HASH_HEX 65 /* 64 hex digits and the NUL */
 #define AUTH_TOKEN_MAX 512 /* longer tokens are refused without a lookup */
 
-/* A token record, decoded. Owns channels. */
+#define AUTH_APP_MAX 128 /* a record with a longer app name is not a valid record */
+
+/* A token record, decoded. Holds one reference to the record, which app and channels point
+ * into: every request in flight holds its token, and a copy of the app name would cost more
+ * than the rest of it. */
 typedef struct auth_token {
-    char app[129];
+    json_t *record;
+    const char *app;
+    const json_t *channels; /* array of allowed channel ids, or NULL for all of the app's */
+    int64_t expires_at;     /* ms since epoch; 0 when it never expires */
     unsigned scopes;
-    int64_t expires_at; /* ms since epoch; 0 when it never expires */
-    json_t *channels;   /* array of allowed channel ids, or NULL for all of the app's */
 } auth_token_t;
 
 /* SHA-256 of the token as lower-case hex: the only form a token is stored or looked up in. */

@@ -32,19 +32,14 @@ json_t *result_message_event(const char *from, const char *to, const json_t *res
     return ev;
 }
 
-static void write_event(jsonw_t *w, const result_event_t *ev)
+void result_write_data(jsonw_t *w, const json_t *response)
 {
     const char *key;
     json_t *value;
     int first = 1;
 
-    jw_lit(w, "{\"from\":");
-    jw_addr(w, ev->from);
-    jw_lit(w, ",\"to\":");
-    jw_addr(w, ev->to);
-    jw_lit(w, ",\"data\":{");
-    /* the response without its type, in its own order */
-    json_object_foreach((json_t *)ev->response, key, value) {
+    jw_lit(w, "{");
+    json_object_foreach((json_t *)response, key, value) {
         if (strcmp(key, "type") == 0)
             continue;
         if (!first)
@@ -54,8 +49,26 @@ static void write_event(jsonw_t *w, const result_event_t *ev)
         jw_lit(w, ":");
         jw_json(w, value);
     }
-    jw_lit(w, "},\"type\":");
-    jw_str(w, json_string_value(json_object_get(ev->response, "type")));
+    jw_lit(w, "}");
+}
+
+static void write_event(jsonw_t *w, const result_event_t *ev)
+{
+    jw_lit(w, "{\"from\":");
+    jw_addr(w, ev->from);
+    jw_lit(w, ",\"to\":");
+    jw_addr(w, ev->to);
+    jw_lit(w, ",\"data\":");
+    if (ev->response != NULL) {
+        result_write_data(w, ev->response);
+        jw_lit(w, ",\"type\":");
+        jw_str(w, json_string_value(json_object_get(ev->response, "type")));
+    } else {
+        const char *data = ev->data ? ev->data : "{}";
+        jw_raw(w, data, strlen(data));
+        jw_lit(w, ",\"type\":");
+        jw_str(w, ev->type);
+    }
     jw_lit(w, ",\"timestamp\":");
     jw_int(w, ev->timestamp_ms);
     if (ev->message_id != NULL) {

@@ -20,10 +20,15 @@ json_t *result_message_event(const char *from, const char *to, const json_t *res
 /* What a messageEvent says. Borrowed. */
 typedef struct result_event {
     const char *from, *to;
-    const json_t *response;
+    const json_t *response; /* or NULL, and the two below, written by result_write_data */
+    const char *type, *data;
     int64_t timestamp_ms;
     const char *message_id; /* NULL: no messageId */
 } result_event_t;
+
+/* The messageEvent's data of a response: the response without its "type", in its own order,
+ * as JSON text (a response's text kept while its platform call is out, instead of it). */
+void result_write_data(jsonw_t *w, const json_t *response);
 
 /* sendResponses elements are written as text (jsonw.h): the hot path of the busiest
  * operation. A delivered response: meta is the platform's own meta object or NULL for

@@ -142,6 +142,20 @@ void deliver_cancel(op_t *op)
     op->dl = DL_IDLE;
 }
 
+/* Why a platform call failed: the adapter's words and, when no HTTP answer came at all, the
+ * transport's (refused, timed out, a certificate refused...), which tell an operator where
+ * to look. */
+static const char *why(const adapter_result_t *res, const upstream_answer_t *ans, char *buf,
+                       size_t size)
+{
+    if (res->error[0] == '\0')
+        return ans->error;
+    if (ans->a.status != 0 || ans->error[0] == '\0')
+        return res->error;
+    snprintf(buf, size, "%s: %s", res->error, ans->error);
+    return buf;
+}
+
 /* Every outbound answer passes here on its way to the phase's callback: metrics. */
 static void on_answer(void *arg, const upstream_answer_t *ans)
 {
@@ -174,6 +188,8 @@ static void call_on(op_t *op, adapter_call_t *c, upstream_t *up, deliver_phase_t
                               flags, on_answer, op);
     if (op->xfer == NULL)
         fail(op, ADAPTER_SERVER_ERROR, 0, "could not start the platform call");
+    else if (phase == DL_SEND && op->kind->set_aside != NULL)
+        op->kind->set_aside(op); /* taken back by response_back, if a retry needs it */
 }
 
 /* A platform call. */
@@ -227,6 +243,7 @@ static void on_cred_written(void *arg, store_status_t st, json_t *channel)
 static void on_cred_answer(void *arg, const upstream_answer_t *ans)
 {
     op_t *op = arg;
+    char buf[BG_ERROR_MSG_MAX];
     adapter_target_t t = target(op);
     adapter_result_t res;
     json_t *fields;
@@ -240,7 +257,7 @@ static void on_cred_answer(void *arg, const upstream_answer_t *ans)
         adapter_status_t status = res.status == ADAPTER_OK ? ADAPTER_SERVER_ERROR : res.status;
         if (status == ADAPTER_AUTH_EXPIRED)
             status = ADAPTER_AUTH_INVALID;
-        fail(op, status, res.platform_code, res.error[0] ? res.error : ans->error);
+        fail(op, status, res.platform_code, why(&res, ans, buf, sizeof(buf)));
         adapter_result_clear(&res);
         return;
     }
@@ -363,6 +380,7 @@ static void cred_begin(op_t *op)
 static void on_contact_answer(void *arg, const upstream_answer_t *ans)
 {
     op_t *op = arg;
+    char buf[BG_ERROR_MSG_MAX];
     adapter_target_t t = target(op);
     adapter_result_t res;
 
@@ -371,16 +389,19 @@ static void on_contact_answer(void *arg, const upstream_answer_t *ans)
     op->adapter->parse_check(&t, &ans->a, &res);
     if (res.status == ADAPTER_OK && res.ref[0] != '\0') {
         store_put_contact(op->w->store, op->target.channel_id, op->to, res.ref, CONTACT_TTL_S);
-        snprintf(op->to, sizeof(op->to), "%s", res.ref);
-        op->contact_ready = 1;
-        step(op);
+        if (op_set_to(op, res.ref) < 0) {
+            fail(op, ADAPTER_SERVER_ERROR, 0, "out of memory");
+        } else {
+            op->contact_ready = 1;
+            step(op);
+        }
     } else if (res.status == ADAPTER_AUTH_EXPIRED && !op->cred_refreshed) {
         op->cred_ready = 0;
         op->cred_forced = 1;
         step(op);
     } else {
         fail(op, res.status == ADAPTER_OK ? ADAPTER_SERVER_ERROR : res.status, res.platform_code,
-             res.error[0] ? res.error : ans->error);
+             why(&res, ans, buf, sizeof(buf)));
     }
     adapter_result_clear(&res);
 }
@@ -406,9 +427,13 @@ static void on_contact_cached(void *arg, store_status_t st, json_t *value)
 
     op->call = NULL;
     if (st == STORE_OK && json_string_length(value) > 0) {
-        snprintf(op->to, sizeof(op->to), "%s", json_string_value(value));
-        op->contact_ready = 1;
+        int ok = op_set_to(op, json_string_value(value)) == 0;
         json_decref(value);
+        if (!ok) {
+            fail(op, ADAPTER_SERVER_ERROR, 0, "out of memory");
+            return;
+        }
+        op->contact_ready = 1;
         step(op);
         return;
     }
@@ -432,6 +457,7 @@ static void contact_cache(op_t *op)
 static void on_upload_answer(void *arg, const upstream_answer_t *ans)
 {
     op_t *op = arg;
+    char buf[BG_ERROR_MSG_MAX];
     adapter_target_t t = target(op);
     adapter_result_t res;
 
@@ -449,7 +475,7 @@ static void on_upload_answer(void *arg, const upstream_answer_t *ans)
         step(op);
     } else {
         fail(op, res.status == ADAPTER_OK ? ADAPTER_SERVER_ERROR : res.status, res.platform_code,
-             res.error[0] ? res.error : ans->error);
+             why(&res, ans, buf, sizeof(buf)));
     }
     adapter_result_clear(&res);
 }
@@ -545,6 +571,7 @@ static void on_retry_wait(evutil_socket_t fd, short what, void *arg)
 static void on_send_answer(void *arg, const upstream_answer_t *ans)
 {
     op_t *op = arg;
+    char buf[BG_ERROR_MSG_MAX];
     adapter_target_t t = target(op);
     deliver_result_t r;
 
@@ -595,8 +622,19 @@ static void on_send_answer(void *arg, const upstream_answer_t *ans)
     default:
         break;
     }
-    fail(op, r.res.status, r.res.platform_code, r.res.error[0] ? r.res.error : ans->error);
+    fail(op, r.res.status, r.res.platform_code, why(&r.res, ans, buf, sizeof(buf)));
     adapter_result_clear(&r.res);
+}
+
+/* The response again, when it was set aside while its first call was out (a retry). */
+static int response_back(op_t *op)
+{
+    if (op->response == NULL && op->kind->take_back != NULL)
+        op->kind->take_back(op);
+    if (op->response != NULL)
+        return 0;
+    fail(op, ADAPTER_SERVER_ERROR, 0, "out of memory");
+    return -1;
 }
 
 static void send_now(op_t *op)
@@ -605,6 +643,8 @@ static void send_now(op_t *op)
     adapter_result_t res;
     adapter_call_t c = {0};
 
+    if (response_back(op) < 0)
+        return;
     adapter_result_init(&res);
     if (op->adapter->build_send(&t, op->response, media_id(op)[0] ? media_id(op) : NULL, &c,
                                 &res) < 0) {
@@ -627,6 +667,8 @@ static void step(op_t *op)
 {
     const adapter_ops_t *a = op->adapter;
 
+    if (response_back(op) < 0)
+        return;
     if (!op->cred_ready && a->cred_needs_refresh != NULL) {
         if (op->cred_forced || a->cred_needs_refresh(info(op), op_now_wall_ms())) {
             cred_begin(op);
@@ -668,6 +710,7 @@ result_event_t deliver_event_of(const op_t *op, const json_t *response, const ch
     }
     ev.to = op->to;
     ev.response = response;
+    ev.type = ev.data = NULL;
     ev.timestamp_ms = op_now_wall_ms();
     ev.message_id = message_id;
     return ev;

@@ -21,8 +21,8 @@
 #include <sys/queue.h>
 #include <time.h>
 
-/* Every request in flight carries one: mimalloc would round 1025 bytes up to 1280. */
-_Static_assert(sizeof(op_t) <= 1024, "op_t grew past 1024 bytes");
+/* Every request in flight carries one: mimalloc would round 513 bytes up to 640. */
+_Static_assert(sizeof(op_t) <= 512, "op_t grew past 512 bytes");
 
 static int64_t mono_us(void)
 {
@@ -45,22 +45,64 @@ int64_t op_remaining_ms(const op_t *op)
     return op->deadline_ms - mono_us() / 1000;
 }
 
-static void on_deadline(evutil_socket_t fd, short what, void *arg)
+/* The deadline passed: the op is answered, and so freed. */
+static void expire(op_t *op)
 {
-    op_t *op = arg;
     bg_error_t err;
 
-    (void)fd;
-    (void)what;
     op_cancel_all(op);
-    if (op->phase == OP_RUN && op->expired != NULL) {
-        op->expired(op);
+    if (op->phase == OP_RUN && op->kind->expired != NULL) {
+        op->kind->expired(op);
         return;
     }
     bg_error_set(&err, op->phase == OP_RUN ? BG_ERR_PLATFORM : BG_ERR_STORE,
                  op->phase == OP_RUN ? "the platform did not answer in time"
                                      : "the store did not answer in time");
     op_fail(op, &err);
+}
+
+/* Every request gets the same timeout, so the in-flight list, appended to as requests
+ * arrive, is in deadline order: one worker timer for its first request does what a timer
+ * per request did (128 bytes of struct event each, thousands in flight, and a heap insert
+ * and delete per request). It fires early when that request was answered before; then it is
+ * set again for the new first one. */
+static void arm_deadlines(worker_t *w, int64_t now_ms)
+{
+    int64_t ms = w->ops->deadline_ms - now_ms;
+    struct timeval tv;
+
+    if (ms < 1)
+        ms = 1;
+    tv.tv_sec = (time_t)(ms / 1000);
+    tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
+    evtimer_add(w->deadline_timer, &tv);
+}
+
+void op_on_deadlines(evutil_socket_t fd, short what, void *arg)
+{
+    worker_t *w = arg;
+    int64_t now_ms = mono_us() / 1000;
+
+    (void)fd;
+    (void)what;
+    while (w->ops != NULL && w->ops->deadline_ms <= now_ms)
+        expire(w->ops); /* answered and unlinked: op_fail and the expired hooks free it */
+    if (w->ops != NULL)
+        arm_deadlines(w, now_ms);
+}
+
+int op_set_to(op_t *op, const char *to)
+{
+    size_t n = strnlen(to, ADAPTER_ID_MAX - 1);
+    char *copy = malloc(n + 1);
+
+    if (copy == NULL)
+        return -1;
+    memcpy(copy, to, n);
+    copy[n] = '\0';
+    free(op->to);
+    op->to = copy;
+    return 0;
 }
 
 /* A caller's X-Request-Id is kept when it is short and plain; otherwise one is made up. */
@@ -78,28 +120,29 @@ static void take_request_id(op_t *op)
     worker_random_hex(op->w, op->id, 16);
 }
 
-op_t *op_new(worker_t *w, struct evhttp_request *req, metrics_route_t route)
+op_t *op_new(worker_t *w, struct evhttp_request *req, metrics_route_t route,
+             const op_kind_t *kind)
 {
     op_t *op = calloc(1, sizeof(*op));
-    struct timeval tv;
 
     if (op == NULL)
         return NULL;
     op->w = w;
     op->req = req;
     op->route = route;
+    op->kind = kind;
     op->started_us = mono_us();
     op->deadline_ms = op->started_us / 1000 + w->cfg->request_timeout_ms;
     op->phase = OP_PARSE;
     take_request_id(op);
-    evtimer_assign(&op->deadline, w->base, on_deadline, op);
-    tv.tv_sec = w->cfg->request_timeout_ms / 1000;
-    tv.tv_usec = (w->cfg->request_timeout_ms % 1000) * 1000;
-    evtimer_add(&op->deadline, &tv);
-    op->next = w->ops;
-    if (w->ops)
-        w->ops->prev = op;
-    w->ops = op;
+    op->prev = w->ops_last;
+    if (w->ops_last != NULL)
+        w->ops_last->next = op;
+    else
+        w->ops = op;
+    w->ops_last = op;
+    if (!evtimer_pending(w->deadline_timer, NULL))
+        arm_deadlines(w, op->started_us / 1000);
     w->in_flight++;
     atomic_fetch_add_explicit(&w->metrics.in_flight, 1, memory_order_relaxed);
     return op;
@@ -114,7 +157,6 @@ void op_cancel_all(op_t *op)
     store_cancel(op->call);
     op->call = NULL;
     deliver_cancel(op);
-    event_del(&op->deadline);
 }
 
 static void op_free(op_t *op)
@@ -128,20 +170,28 @@ static void op_free(op_t *op)
         w->ops = op->next;
     if (op->next)
         op->next->prev = op->prev;
+    else
+        w->ops_last = op->prev;
     auth_token_free(&op->token);
+    free(op->to);
     json_decref(op->channel);
     json_decref(op->member);
-    jw_free(&op->results);
     json_decref(op->sending);
-    json_decref(op->node_tree_app);
     free(op->x);
     if (op->route == METRICS_ROUTE_SEND) {
         request_send_free(&op->send);
         free(op->send_ids);
-    } else
+        jw_free(&op->results);
+        for (unsigned i = 0; op->responses != NULL && i < op->count; i++)
+            json_decref(op->responses[i]);
+        free(op->responses);
+        free(op->aside);
+    } else {
         request_redirect_free(&op->redirect);
-    if (op->cleanup != NULL)
-        op->cleanup(op);
+        json_decref(op->node_tree_app);
+    }
+    if (op->kind->cleanup != NULL)
+        op->kind->cleanup(op);
     free(op);
     w->in_flight--;
     worker_op_done(w);
@@ -264,17 +314,22 @@ static void fail_store(op_t *op, store_status_t st)
         fail_code(op, BG_ERR_STORE, "store unavailable");
 }
 
-static const char *member_address(op_t *op)
+/* Sets op->to from the member's record: 0, or -1 when it has no address on the platform,
+ * -2 when out of memory. */
+static int member_address(op_t *op)
 {
     const char *ext = json_string_value(json_object_get(op->member, "externalId"));
+    char phone[ADAPTER_ID_MAX];
 
     if (ext == NULL || *ext == '\0')
-        return NULL;
-    if (op->adapter->phone_recipients)
-        request_normalize_phone(ext, op->to, sizeof(op->to));
-    else
-        snprintf(op->to, sizeof(op->to), "%s", ext);
-    return op->to[0] ? op->to : NULL;
+        return -1;
+    if (op->adapter->phone_recipients) {
+        request_normalize_phone(ext, phone, sizeof(phone));
+        if (phone[0] == '\0')
+            return -1;
+        ext = phone;
+    }
+    return op_set_to(op, ext) == 0 ? 0 : -2;
 }
 
 static void member_ready(op_t *op)
@@ -284,12 +339,16 @@ static void member_ready(op_t *op)
         fail_code(op, BG_ERR_NO_MEMBER, "member record has no _id");
         return;
     }
-    if (member_address(op) == NULL) {
+    switch (member_address(op)) {
+    case -1:
         fail_code(op, BG_ERR_RECIPIENT_INVALID, "member has no address on the platform");
+        return;
+    case -2:
+        fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
     op->phase = OP_RUN;
-    op->run(op);
+    op->kind->run(op);
 }
 
 static void on_recipient(void *arg, store_status_t st, json_t *value)

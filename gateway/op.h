@@ -16,6 +16,7 @@
 #include "worker.h"
 
 #include <event2/event_struct.h>
+#include <event2/util.h>
 #include <jansson.h>
 #include <stdint.h>
 
@@ -63,31 +64,37 @@ typedef void op_delivered_fn(struct op *op, deliver_result_t *r);
 
 typedef enum { OP_PARSE, OP_RESOLVE, OP_RECIPIENT, OP_RUN, OP_WRITEBACK, OP_DONE } op_phase_t;
 
+/* What an operation adds to the shared machinery (op_send.c, op_redirect.c). */
+typedef struct op_kind {
+    op_run_fn *run;       /* the operation's own machine, started after resolve */
+    op_run_fn *expired;   /* the deadline passed while running (NULL: answer 113) */
+    op_run_fn *cleanup;   /* frees what the operation added (NULL: nothing) */
+    /* The platform call of op->response is out: op->response may go while it waits
+     * (thousands of requests wait at once), set to NULL. NULL: it stays. */
+    op_run_fn *set_aside;
+    /* A retry needs it again: op->response, or NULL when out of memory. */
+    op_run_fn *take_back;
+} op_kind_t;
+
 typedef struct op {
     worker_t *w;
     struct evhttp_request *req;
     metrics_route_t route;
-    char id[40];                  /* request id (X-Request-Id) */
-    int timer_armed;              /* x->timer */
-    int64_t started_us;           /* monotonic */
-    int64_t deadline_ms;          /* monotonic */
-    struct event deadline;
-    struct op *prev, *next;       /* the worker's in-flight list */
     op_phase_t phase;
-    unsigned accepted_scopes;
+    char id[40];                  /* request id (X-Request-Id) */
+    int64_t started_us;           /* monotonic */
+    int64_t deadline_ms;          /* monotonic: started + the request timeout */
+    struct op *prev, *next;       /* the worker's in-flight list, oldest (first due) first */
 
     /* what the request asked; borrowed from the parsed body */
     request_target_t target;
-    op_run_fn *run;               /* the operation's own machine, started after resolve */
-    op_run_fn *expired;           /* the deadline passed while running (NULL: answer 113) */
-    op_run_fn *cleanup;           /* frees what the operation added (NULL: nothing) */
+    const op_kind_t *kind;
 
     /* resolve */
     char token_hash[AUTH_HASH_HEX];
-    int has_token;
     auth_token_t token;
-    int token_done, channel_done, member_done;
     store_status_t token_st, channel_st, member_st;
+    unsigned accepted_scopes;
     json_t *channel;              /* owned */
     json_t *member;               /* owned */
     uint64_t member_seq;          /* store_write_seq() when the member was read */
@@ -95,42 +102,50 @@ typedef struct op {
     store_call_t *call;           /* the one store call in flight after resolve */
     const adapter_ops_t *adapter;
     const char *member_id;        /* borrowed from member, or from target */
-    char to[ADAPTER_ID_MAX];      /* the member's address on the platform */
+    char *to;                     /* the member's address on the platform (owned; op_set_to) */
 
     /* delivery */
     deliver_phase_t dl;
-    int send_ok;                  /* sendResponses: every response so far was delivered */
-    const json_t *response;       /* the response being delivered (borrowed) */
+    int platform_calls;
+    const json_t *response;       /* the response being delivered (borrowed; op_kind_t) */
     json_t *sending;              /* the response with media_id etc. (owned), or NULL */
     op_delivered_fn *delivered;
     upstream_xfer_t *xfer;
     upstream_cb *xfer_cb;         /* where the answer of xfer goes after the metrics */
-    int cred_ready;               /* credential checked for this request */
-    int cred_refreshed;           /* refreshed once in this request already */
-    int cred_forced;              /* refresh although not expired (the platform said so) */
-    int lock_held;
-    int contact_ready;
-    int auth_retried, rate_retried, connect_retried;
-    int platform_calls;
-    int delivered_count;          /* responses already through delivery */
     struct deliver_extra *x;      /* state of the rare paths, allocated when first needed */
+    int delivered_count;          /* responses already through delivery */
 
-    /* the request as parsed: one or the other, as route says */
+    /* One bit each: every request in flight carries them. */
+    unsigned has_token : 1;
+    unsigned token_done : 1, channel_done : 1, member_done : 1;
+    unsigned timer_armed : 1;     /* x->timer */
+    unsigned send_ok : 1;         /* sendResponses: every response so far was delivered */
+    unsigned cred_ready : 1;      /* credential checked for this request */
+    unsigned cred_refreshed : 1;  /* refreshed once in this request already */
+    unsigned cred_forced : 1;     /* refresh although not expired (the platform said so) */
+    unsigned lock_held : 1;
+    unsigned contact_ready : 1;
+    unsigned auth_retried : 2;    /* 0..2 */
+    unsigned rate_retried : 1, connect_retried : 1;
+
+    /* what only one of the operations has, as route says */
     union {
         struct {
             send_request_t send;
-            char *send_ids; /* the channel and member ids, once the body is let go (op_send.c) */
+            char *send_ids;       /* the channel and member ids, once the body is let go */
+            jsonw_t results;      /* the elements written so far, comma-separated */
+            json_t **responses;   /* once resolved; each let go once delivered (op_send.c) */
+            char *aside;          /* while responses[index]'s call is out, in its place: its
+                                   * type, a NUL, its messageEvent data as JSON text */
+            unsigned count;       /* responses */
+            unsigned index;       /* the response being delivered */
         };
-        redirect_request_t redirect;
+        struct {
+            redirect_request_t redirect;
+            struct node_run *node;
+            json_t *node_tree_app;
+        };
     };
-
-    /* sendResponses */
-    size_t index;
-    jsonw_t results;              /* the elements written so far, comma-separated */
-
-    /* redirectMemberToNode */
-    struct node_run *node;
-    json_t *node_tree_app;
 } op_t;
 
 /* The evhttp entry points of the two operations. */
@@ -138,7 +153,8 @@ void op_send_start(worker_t *w, struct evhttp_request *req);
 void op_redirect_start(worker_t *w, struct evhttp_request *req);
 
 /* Shared by the operations. */
-op_t *op_new(worker_t *w, struct evhttp_request *req, metrics_route_t route);
+op_t *op_new(worker_t *w, struct evhttp_request *req, metrics_route_t route,
+             const op_kind_t *kind);
 /* Takes the request's token (hashed), or answers "not authorized" and returns -1. */
 int op_take_token(op_t *op);
 /* The request body as one contiguous block. */
@@ -154,6 +170,11 @@ void op_answer(op_t *op, json_t *answer);
 void op_answer_text(op_t *op, char *text, size_t len);
 void op_cancel_all(op_t *op);
 int64_t op_remaining_ms(const op_t *op);
+/* Sets op->to to a copy of to (at most ADAPTER_ID_MAX - 1 bytes); -1 when out of memory. */
+int op_set_to(op_t *op, const char *to);
+/* The worker's deadline timer: answers the requests whose deadline passed (worker.c arms it
+ * with the worker as argument; op.c re-arms it). */
+void op_on_deadlines(evutil_socket_t fd, short what, void *arg);
 int64_t op_now_wall_ms(void);
 
 /* deliver.c */

@@ -251,9 +251,11 @@ static void run(op_t *op)
     step(op);
 }
 
+static const op_kind_t redirect_kind = {.run = run, .expired = expired, .cleanup = cleanup};
+
 void op_redirect_start(worker_t *w, struct evhttp_request *req)
 {
-    op_t *op = op_new(w, req, METRICS_ROUTE_REDIRECT);
+    op_t *op = op_new(w, req, METRICS_ROUTE_REDIRECT, &redirect_kind);
     const char *body;
     size_t len;
     bg_error_t err;
@@ -263,9 +265,6 @@ void op_redirect_start(worker_t *w, struct evhttp_request *req)
         return;
     }
     op->accepted_scopes = AUTH_ACCEPT_REDIRECT;
-    op->run = run;
-    op->expired = expired;
-    op->cleanup = cleanup;
     if (op_take_token(op) < 0)
         return;
     body = op_body(op, &len);

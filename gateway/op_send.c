@@ -9,6 +9,7 @@
 #include <string.h>
 
 static void send_next(op_t *op);
+static result_event_t event_of(const op_t *op, unsigned i, const char *message_id, char buf[32]);
 
 static void on_delivered(op_t *op, deliver_result_t *r)
 {
@@ -29,14 +30,20 @@ static void on_delivered(op_t *op, deliver_result_t *r)
             worker_random_hex(op->w, generated, 32);
             mid = generated;
         }
-        ev = deliver_event_of(op, op->response, mid, buf);
+        ev = event_of(op, op->index, mid, buf);
         result_write_sent(&op->results, &ev, deliver_chat_id(op, &r->res), r->res.meta,
                           op->adapter->api_version);
     } else {
-        ev = deliver_event_of(op, op->response, NULL, buf);
+        ev = event_of(op, op->index, NULL, buf);
         result_write_failed(&op->results, &ev, op->to, &r->err);
         op->send_ok = 0;
     }
+    /* delivered: what is left of it goes */
+    json_decref(op->responses[op->index]);
+    op->responses[op->index] = NULL;
+    free(op->aside);
+    op->aside = NULL;
+    op->response = NULL;
     op->index++;
     send_next(op);
 }
@@ -60,13 +67,72 @@ static void answer(op_t *op, int send_ok)
     op_answer_text(op, text, len);
 }
 
+static void fail_memory(op_t *op)
+{
+    bg_error_t err;
+
+    bg_error_set(&err, BG_ERR_UNAVAILABLE, "out of memory");
+    op_fail(op, &err);
+}
+
 static void send_next(op_t *op)
 {
-    if (op->index < json_array_size(op->send.responses)) {
-        deliver_start(op, json_array_get(op->send.responses, op->index), on_delivered);
+    if (op->index < op->count) {
+        deliver_start(op, op->responses[op->index], on_delivered);
         return;
     }
     answer(op, op->send_ok);
+}
+
+/* The platform call of the current response is out. While it waits, the response is kept as
+ * what its result needs, its type and its messageEvent data as text: some 30 bytes for a
+ * short TEXT response, where jansson's objects take 600. Out of memory, it simply stays. */
+static void set_aside(op_t *op)
+{
+    json_t *r = op->responses[op->index];
+    const char *type = json_string_value(json_object_get(r, "type"));
+    jsonw_t w;
+    size_t len;
+    char *text, *fit;
+
+    jw_init(&w);
+    jw_raw(&w, type, strlen(type) + 1); /* with its NUL */
+    result_write_data(&w, r);
+    if ((text = jw_steal(&w, &len)) == NULL)
+        return;
+    /* the writer's buffer is 512 bytes or more, and thousands of these wait at once */
+    op->aside = (fit = realloc(text, len + 1)) != NULL ? fit : text;
+    json_decref(r);
+    op->responses[op->index] = NULL;
+    op->response = NULL;
+}
+
+/* A retry of its call needs the response again: parsed back from its data, with its type. */
+static void take_back(op_t *op)
+{
+    const char *type = op->aside;
+    json_t *r = json_loads(op->aside + strlen(type) + 1, 0, NULL);
+
+    if (r == NULL || json_object_set_new(r, "type", json_string(type)) < 0) {
+        json_decref(r);
+        return; /* out of memory: op->response stays NULL */
+    }
+    free(op->aside);
+    op->aside = NULL;
+    op->responses[op->index] = r;
+    op->response = r;
+}
+
+/* The messageEvent of response i, from the response or from what was set aside of it. */
+static result_event_t event_of(const op_t *op, unsigned i, const char *message_id, char buf[32])
+{
+    result_event_t ev = deliver_event_of(op, op->responses[i], message_id, buf);
+
+    if (ev.response == NULL && i == op->index && op->aside != NULL) {
+        ev.type = op->aside;
+        ev.data = op->aside + strlen(op->aside) + 1;
+    }
+    return ev;
 }
 
 /* The deadline passed during delivery: what was delivered is reported, the response in flight
@@ -74,7 +140,6 @@ static void send_next(op_t *op)
 static void expired(op_t *op)
 {
     bg_error_t err;
-    size_t n = json_array_size(op->send.responses);
 
     if (op->index == 0 && op->adapter->server_error_aborts) {
         bg_error_set(&err, BG_ERR_PLATFORM, "the platform did not answer in time");
@@ -82,9 +147,9 @@ static void expired(op_t *op)
         return;
     }
     bg_error_set(&err, BG_ERR_PLATFORM, "the platform did not answer in time");
-    for (size_t i = op->index; i < n; i++) {
+    for (unsigned i = op->index; i < op->count; i++) {
         char buf[32];
-        result_event_t ev = deliver_event_of(op, json_array_get(op->send.responses, i), NULL, buf);
+        result_event_t ev = event_of(op, i, NULL, buf);
         if (i == op->index + 1)
             bg_error_set(&err, BG_ERR_PLATFORM, "not sent: the request deadline passed");
         if (i > 0)
@@ -96,23 +161,27 @@ static void expired(op_t *op)
 
 /* What is read again once the request is resolved: its responses, the channel id (a
  * delivery's store calls, the log line) and the member id (the answer). The rest, the
- * member's record and the parsed body around the responses, goes before the platform calls
- * rather than after their answers: thousands of requests may wait for them at once. Out of
- * memory, everything is simply kept. */
-static void let_go(op_t *op)
+ * member's record and the parsed body, goes before the platform calls rather than after
+ * their answers: thousands of requests may wait for them at once. The responses stay, each
+ * until it is delivered (and the one in flight set aside meanwhile: set_aside). */
+static int let_go(op_t *op)
 {
     size_t nc = strlen(op->target.channel_id) + 1;
     size_t nm = op->target.member_id ? strlen(op->target.member_id) + 1 : 0;
     char *ids;
-    json_t *root;
 
+    op->count = (unsigned)json_array_size(op->send.responses);
+    if ((op->responses = malloc(op->count * sizeof(*op->responses))) == NULL)
+        return -1;
+    if ((ids = malloc(nc + nm)) == NULL)
+        return -1;
+    for (unsigned i = 0; i < op->count; i++)
+        op->responses[i] = json_incref(json_array_get(op->send.responses, i));
     if (op->target.member_id != NULL && strcmp(op->member_id, op->target.member_id) == 0) {
         op->member_id = op->target.member_id;
         json_decref(op->member);
         op->member = NULL;
     }
-    if ((ids = malloc(nc + nm)) == NULL)
-        return;
     memcpy(ids, op->target.channel_id, nc);
     if (nm > 0)
         memcpy(ids + nc, op->target.member_id, nm);
@@ -121,11 +190,9 @@ static void let_go(op_t *op)
     op->target.channel_id = ids;
     op->target.member_id = nm > 0 ? ids + nc : NULL;
     op->target.recipient_id = NULL; /* read only to find the member */
-    op->send.target = op->target;
     op->send_ids = ids;
-    root = op->send.root; /* the responses array is all it keeps */
-    op->send.root = json_incref((json_t *)op->send.responses);
-    json_decref(root);
+    request_send_free(&op->send);
+    return 0;
 }
 
 static void run(op_t *op)
@@ -145,15 +212,21 @@ static void run(op_t *op)
             return;
         }
     }
-    let_go(op);
+    if (let_go(op) < 0) {
+        fail_memory(op);
+        return;
+    }
     op->send_ok = 1;
     op->index = 0;
     send_next(op);
 }
 
+static const op_kind_t send_kind = {
+    .run = run, .expired = expired, .set_aside = set_aside, .take_back = take_back};
+
 void op_send_start(worker_t *w, struct evhttp_request *req)
 {
-    op_t *op = op_new(w, req, METRICS_ROUTE_SEND);
+    op_t *op = op_new(w, req, METRICS_ROUTE_SEND, &send_kind);
     const char *body;
     size_t len;
     bg_error_t err;
@@ -163,8 +236,6 @@ void op_send_start(worker_t *w, struct evhttp_request *req)
         return;
     }
     op->accepted_scopes = AUTH_ACCEPT_SEND;
-    op->run = run;
-    op->expired = expired;
     if (op_take_token(op) < 0)
         return;
     body = op_body(op, &len);

@@ -12,7 +12,9 @@
 #include "../core/netguard.h"
 
 #include <curl/curl.h>
+#include <errno.h>
 #include <event2/event.h>
+#include <openssl/x509.h>
 #include <event2/event_struct.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,14 +23,17 @@
 
 #define SHARD_XFERS 128 /* transfers in flight per multi handle before the next one is used */
 #define SHARDS_MAX 64
+/* A header line of the lists rather than CURLOPT_USERAGENT, which every easy handle would copy
+ * and format again into a line of its own: two allocations per transfer in flight. */
+#define USER_AGENT "User-Agent: botgate/1.0"
 
 typedef struct upstream_shard upstream_shard_t;
 
 /* Owned by the multi handle's socket map: created on curl's first wish for a socket, freed on
- * CURL_POLL_REMOVE. */
+ * CURL_POLL_REMOVE. Only the event: what curl wished last is in its flags, and one socket per
+ * platform call waits at a time. */
 typedef struct upstream_sock {
     struct event ev;
-    int what;
 } upstream_sock_t;
 
 /* Owned by upstream_t: in flight from upstream_start until its callback or cancel, then kept
@@ -49,7 +54,6 @@ struct upstream_xfer {
     int resend_refused;   /* curl wanted to send the request again after it went out */
     unsigned flags;
     upstream_xfer_t *next; /* free list */
-    char errbuf[CURL_ERROR_SIZE];
 };
 
 /* Owned by its upstream_t. */
@@ -119,20 +123,19 @@ static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *s
         }
         return 0;
     }
+    kind = EV_PERSIST | ((what & CURL_POLL_IN) ? EV_READ : 0) |
+           ((what & CURL_POLL_OUT) ? EV_WRITE : 0);
     if (sk == NULL) {
         if ((sk = calloc(1, sizeof(*sk))) == NULL)
             return 0;
         curl_multi_assign(sh->multi, s, sk);
-    } else if (sk->what == what) {
+    } else if (event_get_events(&sk->ev) == kind) {
         return 0; /* unchanged: keep the event as it is */
     } else {
         event_del(&sk->ev); /* event_assign on a pending event corrupts libevent */
     }
-    kind = EV_PERSIST | ((what & CURL_POLL_IN) ? EV_READ : 0) |
-           ((what & CURL_POLL_OUT) ? EV_WRITE : 0);
     event_assign(&sk->ev, sh->up->base, s, kind, on_event, sh);
     event_add(&sk->ev, NULL);
-    sk->what = what;
     return 0;
 }
 
@@ -261,11 +264,9 @@ static CURL *easy_new(upstream_t *up, upstream_xfer_t *x)
     curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
-    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->errbuf);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_MAXREDIRS, 3L);
-    curl_easy_setopt(e, CURLOPT_USERAGENT, "botgate/1.0");
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
     /* curl allocates this receive buffer for every transfer in flight: 16 KiB by default,
      * far more than a platform's answer needs when thousands wait at once. */
@@ -362,7 +363,8 @@ upstream_t *upstream_new(struct event_base *base, const upstream_config_t *cfg)
         if (getenv(proxy_vars[i]) != NULL && getenv(proxy_vars[i])[0] != '\0')
             up->proxy_env = 1;
     if ((up->json_headers = curl_slist_append(NULL, ADAPTER_JSON_HEADER)) != NULL &&
-        curl_slist_append(up->json_headers, "Expect:") == NULL) {
+        (curl_slist_append(up->json_headers, "Expect:") == NULL ||
+         curl_slist_append(up->json_headers, USER_AGENT) == NULL)) {
         curl_slist_free_all(up->json_headers);
         up->json_headers = NULL;
     }
@@ -456,15 +458,15 @@ static upstream_xfer_t *start(upstream_t *up, adapter_call_t *call, long timeout
     x->len = 0;
     x->blocked = x->too_large = x->has_retry_after = x->resend_refused = 0;
     x->flags = flags;
-    x->errbuf[0] = '\0';
     if (call->headers[0] != NULL && strcmp(call->headers[0], ADAPTER_JSON_HEADER) == 0 &&
         call->headers[1] == NULL) {
-        x->headers = up->json_headers; /* most calls: four allocations fewer */
+        x->headers = up->json_headers; /* most calls: five allocations fewer */
     } else {
         for (int i = 0; i < ADAPTER_MAX_HEADERS && call->headers[i]; i++)
             x->headers = curl_slist_append(x->headers, call->headers[i]);
         /* No "Expect: 100-continue" round trip for larger bodies. */
         x->headers = curl_slist_append(x->headers, "Expect:");
+        x->headers = curl_slist_append(x->headers, USER_AGENT);
     }
     curl_easy_setopt(e, CURLOPT_URL, call->url);
     /* Platforms that speak HTTP/2 (over TLS) get one connection for a shard's transfers:
@@ -520,6 +522,28 @@ size_t upstream_in_flight(const upstream_t *up)
     return up->in_flight;
 }
 
+/* What went wrong, from what curl tells of the transfer afterwards. Not curl's error buffer:
+ * that is 256 bytes held by every transfer in flight, thousands at once, for the few that
+ * fail. Nothing of the URL or the address either: it goes into answers, and a platform URL
+ * may hold an access token, a user's media URL may resolve to an address of our network. */
+static const char *describe(upstream_xfer_t *x, CURLcode code, long long total_us, char *buf,
+                            size_t size)
+{
+    char os_text[128];
+    const char *cert = "", *os = "";
+    long os_errno = 0, verify = X509_V_OK;
+
+    if (code == CURLE_PEER_FAILED_VERIFICATION &&
+        curl_easy_getinfo(x->easy, CURLINFO_SSL_VERIFYRESULT, &verify) == CURLE_OK &&
+        verify != X509_V_OK)
+        cert = X509_verify_cert_error_string(verify);
+    if (curl_easy_getinfo(x->easy, CURLINFO_OS_ERRNO, &os_errno) == CURLE_OK && os_errno != 0)
+        os = strerror_r((int)os_errno, os_text, sizeof(os_text));
+    snprintf(buf, size, "%s%s%s%s%s (after %lld ms)", curl_easy_strerror(code), *cert ? ": " : "",
+             cert, *os ? ": " : "", os, total_us / 1000);
+    return buf;
+}
+
 static void finish(upstream_xfer_t *x, CURLcode code)
 {
     upstream_answer_t ans;
@@ -528,6 +552,7 @@ static void finish(upstream_xfer_t *x, CURLcode code)
     long status = 0;
     char *ctype = NULL;
     curl_off_t total_us = 0;
+    char error[256];
 
     memset(&ans, 0, sizeof(ans));
     curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &status);
@@ -556,7 +581,7 @@ static void finish(upstream_xfer_t *x, CURLcode code)
     else if (x->too_large)
         ans.error = "answer too large";
     else if (code != CURLE_OK)
-        ans.error = x->errbuf[0] ? x->errbuf : curl_easy_strerror(code);
+        ans.error = describe(x, code, (long long)total_us, error, sizeof(error));
     else
         ans.error = "";
     if (cb != NULL)

@@ -225,7 +225,9 @@ int worker_init(worker_t *w, int id, const config_t *cfg)
     w->ctl_ev = event_new(w->base, w->ctl[0], EV_READ | EV_PERSIST, on_ctl, w);
     w->drain_timer = evtimer_new(w->base, on_drain_timeout, w);
     w->drain_delay = evtimer_new(w->base, on_drain_delay, w);
+    w->deadline_timer = evtimer_new(w->base, op_on_deadlines, w);
     if (w->ctl_ev == NULL || w->drain_timer == NULL || w->drain_delay == NULL ||
+        w->deadline_timer == NULL ||
         event_add(w->ctl_ev, NULL) < 0)
         return -1;
     return http_start(w);
@@ -265,6 +267,8 @@ void worker_cleanup(worker_t *w)
         event_free(w->drain_timer);
     if (w->drain_delay != NULL)
         event_free(w->drain_delay);
+    if (w->deadline_timer != NULL)
+        event_free(w->deadline_timer);
     conn_cleanup(w);
     upstream_free(w->up);
     upstream_free(w->up_user);

@@ -39,7 +39,9 @@ typedef struct worker {
     size_t connections;       /* open client connections */
     struct conn_table *conns; /* the connections, for the cap and the sweep (conn.c) */
     int accepting;            /* the listener is enabled */
-    struct op *ops;           /* in-flight requests, for drain */
+    struct op *ops;           /* in-flight requests, oldest first (deadlines, drain) */
+    struct op *ops_last;
+    struct event *deadline_timer; /* due at the deadline of ops (op.c) */
     uint64_t rng;             /* xorshift state for ids */
     metrics_t metrics;        /* this worker's counters, summed by /metrics */
 } worker_t;

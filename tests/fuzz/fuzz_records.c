@@ -248,7 +248,9 @@ static void check_token(const json_t *rec)
         FUZZ_CHECK(t.channels == NULL, "refused token keeps channels");
         return;
     }
-    FUZZ_CHECK(t.app[0] != '\0' && fuzz_buf_ok(t.app, sizeof(t.app)), "token app");
+    FUZZ_CHECK(t.app != NULL && t.app[0] != '\0' && fuzz_buf_ok(t.app, AUTH_APP_MAX + 1),
+               "token app");
+    FUZZ_CHECK(t.record == rec, "token does not hold its record");
     FUZZ_CHECK((t.scopes & ~0xFu) == 0, "token scopes %x", t.scopes);
     FUZZ_CHECK(t.channels == NULL || json_is_array(t.channels), "token channels");
     if (json_object_get(rec, "expiresAt") != NULL &&

@@ -79,6 +79,28 @@ class SendApi(StackTest):
         self.assertTrue(ans.headers.get("Date").endswith(" GMT"))
         self.assertLess(abs(when.timestamp() - time.time()), 5)
 
+    def test_responses_come_back_as_sent(self):
+        """While its platform call waits, a response is kept as text and parsed again for its
+        result: every element's messageEvent.data is the response as sent, minus its type, in
+        its own key order (escapes, control characters, non-ASCII and a long text included)."""
+        tricky = ["plain", "quote \" backslash \\ slash /", "tab\tnew\nline \u0001",
+                  "caf\u00e9 \u4e2d\u6587 \U0001F600", "x" * 1500]
+        responses = [{"type": "TEXT", "text": t} for t in tricky]
+        responses.append({"type": "IMAGE", "url": "https://example.com/b.png?x=1&y=%20"})
+        body = {"channelId": "fb1", "memberId": "m1", "response": responses}
+        raw = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        ans = self.send(raw)
+        self.assertEqual(ans.status, 200, ans)
+        res = ans.json["sendResult"]["result"]
+        self.assertEqual(len(res), len(responses))
+        for sent, el in zip(responses, res):
+            want = {k: v for k, v in sent.items() if k != "type"}
+            self.assertEqual(el["messageEvent"]["data"], want, el)
+            self.assertEqual(el["messageEvent"]["type"], sent["type"])
+            self.assertNotIn("error", el)
+        texts = [r["body"]["message"].get("text") for r in self.s.sim_log()]
+        self.assertEqual(texts[:len(tricky)], tricky)
+
     def test_image(self):
         ans = self.send({"channelId": "fb1", "memberId": "m1",
                          "response": [{"type": "IMAGE", "url": "https://example.com/a.png"}]})

@@ -82,6 +82,9 @@ class MorePlatforms(StackTest):
         self.assertEqual(a.status, 200, a)
         el = a.json["sendResult"]["result"][1]
         self.assertEqual(el["error"]["err_code"], 120, el)
+        # set aside while its first call was out, taken back whole for the retry
+        self.assertEqual((el["messageEvent"]["type"], el["messageEvent"]["data"]),
+                         ("TEXT", {"text": "ratelimit"}), el)
         # the simulator always answers 429 Retry-After: 1 for this text: one wait, one retry
         texts = [r["body"]["text"] for r in self.s.sim_log()]
         self.assertEqual(texts, ["ok", "ratelimit", "ratelimit"])

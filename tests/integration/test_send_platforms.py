@@ -114,6 +114,9 @@ class WhatsApp(StackTest):
         before = refused_calls()
         a = self.send("wa-refused", rid="85260000016")
         self.assertEqual((a.status, a.json.get("err_code")), (500, 113), a)
+        # what went wrong and after how long (the system's words for the errno), no address
+        self.assertRegex(a.json["err"], r"^whatsapp: no answer: Couldn't connect to server: "
+                                        r"Connection refused \(after \d+ ms\)$")
         # a refused connection surely delivered nothing: the message is tried once more
         self.assertEqual(refused_calls() - before, 2)
 

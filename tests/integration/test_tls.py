@@ -32,6 +32,7 @@ class Platform(http.server.ThreadingHTTPServer):
         self.socket = ctx.wrap_socket(self.socket, server_side=True)
         self.lock = threading.Lock()
         self.resumed = {}  # message text: did its connection resume a session
+        self.agents = {}   # message text: the User-Agent it came with
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -44,6 +45,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             time.sleep(1.5)
         with self.server.lock:
             self.server.resumed[text] = self.connection.session_reused
+            self.server.agents[text] = self.headers.get("User-Agent")
             n = len(self.server.resumed)
         out = json.dumps({"recipient_id": body["recipient"]["id"],
                           "message_id": "m_tls_%d" % n}).encode()
@@ -98,6 +100,7 @@ class TlsUpstream(StackTest):
         a = self.send("first")
         self.assertEqual(a.status, 200, a)
         self.assertEqual(a.json["sendResult"]["ok"], 1, a)
+        self.assertEqual(self.platform.agents["first"], "botgate/1.0")
         self.assertTrue(a.json["sendResult"]["result"][0]["messageEvent"]["messageId"]
                         .startswith("m_tls_"), a)
         # "slow" holds its connection, and so its easy handle, for 1.5 s after its handshake;
@@ -126,7 +129,12 @@ class TlsUpstream(StackTest):
             a = self.send("refused")
             self.assertEqual(a.status, 200, a)
             self.assertEqual(a.json["sendResult"]["ok"], 0, a)
-            self.assertIn("error", a.json["sendResult"]["result"][0], a)
+            el = a.json["sendResult"]["result"][0]
+            # what curl tells of the failure, the certificate's problem included; no URL
+            self.assertRegex(el["error"]["err"], r"^facebook: no answer: .*: "
+                             r"(unable to get local issuer certificate|self.signed certificate)", a)
+            self.assertNotIn("access_token", el["error"]["err"], a)
+            self.assertNotIn("127.0.0.1", el["error"]["err"], a)
         finally:
             s.stop_gateway()
             s.start_gateway(port=port, extra={"BOTGATE_FACEBOOK_API_URL": self.base,

@@ -146,6 +146,7 @@ static void test_decode_valid(void **state)
         decode_ok(rec, &t);
         assert_string_equal(t.app, app);
         auth_token_free(&t);
+        assert_null(t.record); /* the reference to the record went with it */
         /* one more is refused, never cut: a cut id could name another app */
         snprintf(rec, sizeof(rec), "{\"app\":\"%sa\",\"scopes\":[]}", app);
         decode_refused(rec);
@@ -229,7 +230,7 @@ static void test_allows_scopes(void **state)
     (void)state;
     for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
         memset(&t, 0, sizeof(t));
-        snprintf(t.app, sizeof(t.app), "A1");
+        t.app = "A1";
         t.scopes = auth_scope_bit(table[i].scope);
         if (auth_allows(&t, AUTH_ACCEPT_SEND, 1000) != table[i].send)
             fail_msg("%s on sendResponses: want %d", table[i].scope, table[i].send);

@@ -132,7 +132,8 @@ static void test_send_element(void **state)
 {
     json_t *resp = load("{\"type\":\"TEXT\",\"text\":\"hi\"}");
     json_t *meta = load("{\"api_status\":\"deprecated\",\"version\":\"2.45.1\",\"x\":[1]}");
-    result_event_t ev = {"111", "222", resp, 9, "mid.1"};
+    result_event_t ev = {.from = "111", .to = "222", .response = resp, .timestamp_ms = 9,
+                         .message_id = "mid.1"};
     jsonw_t w;
     json_t *el;
 
@@ -186,7 +187,8 @@ static void test_written_event_matches_jansson(void **state)
     (void)state;
     for (size_t i = 0; i < sizeof(responses) / sizeof(responses[0]); i++) {
         json_t *resp = load(responses[i]), *got, *want;
-        result_event_t ev = {"0123", "-9", resp, 1700000000123LL, i ? "m\"1" : NULL};
+        result_event_t ev = {.from = "0123", .to = "-9", .response = resp,
+                             .timestamp_ms = 1700000000123LL, .message_id = i ? "m\"1" : NULL};
         jsonw_t w;
         bg_error_t err;
 
@@ -200,8 +202,27 @@ static void test_written_event_matches_jansson(void **state)
         assert_string_equal(json_string_value(json_object_get(got, "chatId")), "c\n");
         assert_string_equal(json_string_value(json_object_get(json_object_get(got, "error"), "err")),
                             err.msg);
-        json_decref(want);
         json_decref(got);
+
+        /* the same from what a response set aside keeps: its type and result_write_data */
+        {
+            jsonw_t d;
+            char *data;
+            jw_init(&d);
+            result_write_data(&d, resp);
+            assert_non_null(data = jw_steal(&d, NULL));
+            ev.response = NULL;
+            ev.type = json_string_value(json_object_get(resp, "type"));
+            ev.data = data;
+            jw_init(&w);
+            result_write_failed(&w, &ev, "c\n", &err);
+            got = written(&w);
+            if (!json_equal(json_object_get(got, "messageEvent"), want))
+                fail_msg("event %zu differs when written from its data text", i);
+            json_decref(got);
+            free(data);
+        }
+        json_decref(want);
         json_decref(resp);
     }
 }
@@ -209,7 +230,7 @@ static void test_written_event_matches_jansson(void **state)
 static void test_send_failed(void **state)
 {
     json_t *resp = load("{\"type\":\"IMAGE\",\"url\":\"https://x/a.png\"}");
-    result_event_t ev = {"111", "222", resp, 3, NULL};
+    result_event_t ev = {.from = "111", .to = "222", .response = resp, .timestamp_ms = 3};
     json_t *el;
     jsonw_t w;
     bg_error_t err;
