@@ -91,7 +91,6 @@ typedef struct op {
     const op_kind_t *kind;
 
     /* resolve */
-    char token_hash[AUTH_HASH_HEX];
     auth_token_t token;
     store_status_t token_st, channel_st, member_st;
     unsigned accepted_scopes;
@@ -116,7 +115,6 @@ typedef struct op {
     int delivered_count;          /* responses already through delivery */
 
     /* One bit each: every request in flight carries them. */
-    unsigned has_token : 1;
     unsigned token_done : 1, channel_done : 1, member_done : 1;
     unsigned timer_armed : 1;     /* x->timer */
     unsigned send_ok : 1;         /* sendResponses: every response so far was delivered */
@@ -155,14 +153,15 @@ void op_redirect_start(worker_t *w, struct evhttp_request *req);
 /* Shared by the operations. */
 op_t *op_new(worker_t *w, struct evhttp_request *req, metrics_route_t route,
              const op_kind_t *kind);
-/* Takes the request's token (hashed), or answers "not authorized" and returns -1. */
-int op_take_token(op_t *op);
+/* Takes the request's token (hashed into token_hash), or answers "not authorized" and
+ * returns -1. The hash is the caller's: it is used once, by op_resolve, right after. */
+int op_take_token(op_t *op, char token_hash[AUTH_HASH_HEX]);
 /* The request body as one contiguous block. */
 const char *op_body(op_t *op, size_t *len);
 /* Frees the body once it is parsed: nothing reads it again. */
 void op_body_done(op_t *op);
-/* After the body is parsed: looks up token, channel, member, then calls op->run. */
-void op_resolve(op_t *op);
+/* After the body is parsed: looks up token, channel, member, then calls op->kind->run. */
+void op_resolve(op_t *op, const char *token_hash);
 /* Answers with err (or answer when err is NULL) and frees the op. */
 void op_fail(op_t *op, const bg_error_t *err);
 void op_answer(op_t *op, json_t *answer);

@@ -259,13 +259,14 @@ void op_redirect_start(worker_t *w, struct evhttp_request *req)
     const char *body;
     size_t len;
     bg_error_t err;
+    char token_hash[AUTH_HASH_HEX];
 
     if (op == NULL) {
         evhttp_send_error(req, 500, "Internal Server Error");
         return;
     }
     op->accepted_scopes = AUTH_ACCEPT_REDIRECT;
-    if (op_take_token(op) < 0)
+    if (op_take_token(op, token_hash) < 0)
         return;
     body = op_body(op, &len);
     if (request_parse_redirect(body, len, &op->redirect, &err) < 0) {
@@ -274,5 +275,5 @@ void op_redirect_start(worker_t *w, struct evhttp_request *req)
     }
     op_body_done(op);
     op->target = op->redirect.target;
-    op_resolve(op);
+    op_resolve(op, token_hash);
 }

@@ -230,13 +230,14 @@ void op_send_start(worker_t *w, struct evhttp_request *req)
     const char *body;
     size_t len;
     bg_error_t err;
+    char token_hash[AUTH_HASH_HEX];
 
     if (op == NULL) {
         evhttp_send_error(req, 500, "Internal Server Error");
         return;
     }
     op->accepted_scopes = AUTH_ACCEPT_SEND;
-    if (op_take_token(op) < 0)
+    if (op_take_token(op, token_hash) < 0)
         return;
     body = op_body(op, &len);
     if (request_parse_send(body, len, &op->send, &err) < 0) {
@@ -245,5 +246,5 @@ void op_send_start(worker_t *w, struct evhttp_request *req)
     }
     op_body_done(op);
     op->target = op->send.target;
-    op_resolve(op);
+    op_resolve(op, token_hash);
 }
