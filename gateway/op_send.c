@@ -92,16 +92,21 @@ static void set_aside(op_t *op)
     json_t *r = op->responses[op->index];
     const char *type = json_string_value(json_object_get(r, "type"));
     jsonw_t w;
-    size_t len;
-    char *text, *fit;
+    char *text;
 
     jw_init(&w);
     jw_raw(&w, type, strlen(type) + 1); /* with its NUL */
     result_write_data(&w, r);
-    if ((text = jw_steal(&w, &len)) == NULL)
+    /* a copy of its size: the writer's buffer is 512 bytes or more, and thousands of these
+     * wait at once */
+    if (w.failed || (text = malloc(w.len + 1)) == NULL) {
+        jw_free(&w);
         return;
-    /* the writer's buffer is 512 bytes or more, and thousands of these wait at once */
-    op->aside = (fit = realloc(text, len + 1)) != NULL ? fit : text;
+    }
+    memcpy(text, w.buf, w.len);
+    text[w.len] = '\0';
+    jw_free(&w);
+    op->aside = text;
     json_decref(r);
     op->responses[op->index] = NULL;
     op->response = NULL;
