@@ -178,10 +178,10 @@ static int let_go(op_t *op)
     op->count = (unsigned)json_array_size(op->send.responses);
     if ((op->responses = malloc(op->count * sizeof(*op->responses))) == NULL)
         return -1;
+    for (unsigned i = 0; i < op->count; i++) /* before anything can fail: op_free reads them */
+        op->responses[i] = json_incref(json_array_get(op->send.responses, i));
     if ((ids = malloc(nc + nm)) == NULL)
         return -1;
-    for (unsigned i = 0; i < op->count; i++)
-        op->responses[i] = json_incref(json_array_get(op->send.responses, i));
     if (op->target.member_id != NULL && strcmp(op->member_id, op->target.member_id) == 0) {
         op->member_id = op->target.member_id;
         json_decref(op->member);
