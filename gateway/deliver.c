@@ -560,12 +560,28 @@ static void media_cache(op_t *op)
 
 static void send_now(op_t *op);
 
+/* The response again, when it was set aside while its call was out and a retry needs it:
+ * retries come back through step() or on_retry_wait(). */
+static int response_back(op_t *op)
+{
+    if (op->response == NULL && op->kind->take_back != NULL)
+        op->kind->take_back(op);
+    if (op->response != NULL)
+        return 0;
+    fail(op, ADAPTER_SERVER_ERROR, 0, "out of memory");
+    return -1;
+}
+
 static void on_retry_wait(evutil_socket_t fd, short what, void *arg)
 {
+    op_t *op = arg;
+
     (void)fd;
     (void)what;
-    ((op_t *)arg)->timer_armed = 0;
-    send_now(arg);
+    op->timer_armed = 0;
+    if (response_back(op) < 0)
+        return;
+    send_now(op);
 }
 
 static void on_send_answer(void *arg, const upstream_answer_t *ans)
@@ -626,25 +642,12 @@ static void on_send_answer(void *arg, const upstream_answer_t *ans)
     adapter_result_clear(&r.res);
 }
 
-/* The response again, when it was set aside while its first call was out (a retry). */
-static int response_back(op_t *op)
-{
-    if (op->response == NULL && op->kind->take_back != NULL)
-        op->kind->take_back(op);
-    if (op->response != NULL)
-        return 0;
-    fail(op, ADAPTER_SERVER_ERROR, 0, "out of memory");
-    return -1;
-}
-
 static void send_now(op_t *op)
 {
     adapter_target_t t = target(op);
     adapter_result_t res;
     adapter_call_t c = {0};
 
-    if (response_back(op) < 0)
-        return;
     adapter_result_init(&res);
     if (op->adapter->build_send(&t, op->response, media_id(op)[0] ? media_id(op) : NULL, &c,
                                 &res) < 0) {

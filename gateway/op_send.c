@@ -48,6 +48,14 @@ static void on_delivered(op_t *op, deliver_result_t *r)
     send_next(op);
 }
 
+static void fail_memory(op_t *op)
+{
+    bg_error_t err;
+
+    bg_error_set(&err, BG_ERR_UNAVAILABLE, "out of memory");
+    op_fail(op, &err);
+}
+
 static void answer(op_t *op, int send_ok)
 {
     jsonw_t w;
@@ -58,21 +66,11 @@ static void answer(op_t *op, int send_ok)
     result_write_answer(&w, op->member_id, send_ok, op->results.buf ? op->results.buf : "",
                         op->results.len);
     if (op->results.failed || (text = jw_steal(&w, &len)) == NULL) {
-        bg_error_t err;
         jw_free(&w);
-        bg_error_set(&err, BG_ERR_UNAVAILABLE, "out of memory");
-        op_fail(op, &err);
+        fail_memory(op);
         return;
     }
     op_answer_text(op, text, len);
-}
-
-static void fail_memory(op_t *op)
-{
-    bg_error_t err;
-
-    bg_error_set(&err, BG_ERR_UNAVAILABLE, "out of memory");
-    op_fail(op, &err);
 }
 
 static void send_next(op_t *op)
@@ -112,11 +110,17 @@ static void set_aside(op_t *op)
     op->response = NULL;
 }
 
+/* The messageEvent data in op->aside, after its type and the type's NUL. */
+static const char *aside_data(const op_t *op)
+{
+    return op->aside + strlen(op->aside) + 1;
+}
+
 /* A retry of its call needs the response again: parsed back from its data, with its type. */
 static void take_back(op_t *op)
 {
     const char *type = op->aside;
-    json_t *r = json_loads(op->aside + strlen(type) + 1, 0, NULL);
+    json_t *r = json_loads(aside_data(op), 0, NULL);
 
     if (r == NULL || json_object_set_new(r, "type", json_string(type)) < 0) {
         json_decref(r);
@@ -135,7 +139,7 @@ static result_event_t event_of(const op_t *op, unsigned i, const char *message_i
 
     if (ev.response == NULL && i == op->index && op->aside != NULL) {
         ev.type = op->aside;
-        ev.data = op->aside + strlen(op->aside) + 1;
+        ev.data = aside_data(op);
     }
     return ev;
 }

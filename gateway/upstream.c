@@ -12,10 +12,9 @@
 #include "../core/netguard.h"
 
 #include <curl/curl.h>
-#include <errno.h>
 #include <event2/event.h>
-#include <openssl/x509.h>
 #include <event2/event_struct.h>
+#include <openssl/x509.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
