@@ -209,8 +209,12 @@ static void adopt_channel(op_t *op, json_t *channel)
 static int cred_fresh(op_t *op)
 {
     const char *cred = current_cred(op);
+    char hash[AUTH_HASH_HEX];
 
-    return *cred != '\0' && strcmp(cred, extra(op)->stale_cred) != 0 &&
+    if (*cred == '\0')
+        return 0;
+    auth_hash_token(cred, strlen(cred), hash);
+    return strcmp(hash, extra(op)->stale_hash) != 0 &&
            !op->adapter->cred_needs_refresh(info(op), op_now_wall_ms());
 }
 
@@ -371,7 +375,7 @@ static void cred_begin(op_t *op)
         fail(op, ADAPTER_AUTH_INVALID, 0, "the platform refused the channel credential");
         return;
     }
-    snprintf(extra(op)->stale_cred, sizeof(extra(op)->stale_cred), "%s", current_cred(op));
+    auth_hash_token(current_cred(op), strlen(current_cred(op)), extra(op)->stale_hash);
     cred_lock(op);
 }
 

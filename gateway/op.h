@@ -28,7 +28,9 @@ struct node_run;
  * request in flight carries (deliver.c allocates it; op_free frees it). */
 typedef struct deliver_extra {
     struct event timer;           /* a wait inside a delivery (Retry-After, a held lock) */
-    char stale_cred[512];         /* the credential that failed, to see a new one */
+    /* the hash of the credential that failed, to see a new one: a credential may be long
+     * (wechat reserves 512 bytes, some platforms more) */
+    char stale_hash[AUTH_HASH_HEX];
     char lock_owner[40];
     char media_id[ADAPTER_ID_MAX];
     char url_hash[AUTH_HASH_HEX];
