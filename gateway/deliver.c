@@ -15,13 +15,14 @@
 #define ANSWER_MAX (1024 * 1024)        /* a platform answer larger than this is an error */
 #define MEDIA_MAX (10 * 1024 * 1024)    /* an image to upload */
 #define LOCK_TTL_MS 15000               /* a crashed refresher's lock expires after this */
-#define LOCK_POLL_MS 50                 /* how often a waiter looks for the new credential */
+#define WAIT_FALLBACK_MS 1000           /* waiters look again without news (a refresher died) */
 #define CONTACT_TTL_S (7 * 24 * 3600)   /* whatsapp: a valid number is checked once a week */
 #define MEDIA_TTL_S (2 * 24 * 3600)     /* wechat: media ids live 3 days; keep them 2 */
 #define DEADLINE_MARGIN_MS 20           /* leave time to answer after a call times out */
 #define CONNECT_RETRY_MS 100            /* pause before the one retry of a refused connection */
 
 static void step(op_t *op);
+static void wait_leave(op_t *op);
 
 /* The rare paths' state; a request that never refreshes a credential nor uploads media never
  * allocates it. NULL only when memory ran out, which callers treat as a failed call. */
@@ -135,6 +136,8 @@ void deliver_cancel(op_t *op)
         event_del(&op->x->timer);
         op->timer_armed = 0;
     }
+    if (op->x != NULL && op->x->wait != NULL)
+        wait_leave(op);
     if (op->lock_held) {
         store_unlock_credential(op->w->store, op->target.channel_id, extra(op)->lock_owner);
         op->lock_held = 0;
@@ -209,8 +212,12 @@ static void adopt_channel(op_t *op, json_t *channel)
 static int cred_fresh(op_t *op)
 {
     const char *cred = current_cred(op);
+    char hash[AUTH_HASH_HEX];
 
-    return *cred != '\0' && strcmp(cred, extra(op)->stale_cred) != 0 &&
+    if (*cred == '\0')
+        return 0;
+    auth_hash_token(cred, strlen(cred), hash);
+    return strcmp(hash, extra(op)->stale_hash) != 0 &&
            !op->adapter->cred_needs_refresh(info(op), op_now_wall_ms());
 }
 
@@ -325,12 +332,174 @@ static void cred_reread(op_t *op)
         fail_store(op, st);
 }
 
-static void on_lock_wait(evutil_socket_t fd, short what, void *arg)
+/* ---- waiting for another's refresh ---- */
+
+/* The requests of one worker that wait while another request (of any worker or instance)
+ * holds a channel's credential lock. They wait together: one subscription to the lock's
+ * release, one re-read of the channel at a time, one slow fallback timer, so that a thousand
+ * waiters cost Redis what one does. Owned by the worker's list (w->cred_waits); freed by
+ * wait_free when the last waiter has left. */
+typedef struct cred_wait {
+    worker_t *w;
+    struct cred_wait *prev, *next; /* w->cred_waits */
+    op_t *first, *last;            /* the waiters, oldest first (op->x->wait_prev/next) */
+    redisc_sub_t *watch;           /* the lock's release; NULL: the timer alone */
+    struct event timer;            /* the fallback */
+    store_call_t *call;            /* the group's re-read in flight */
+    unsigned handouts;             /* re-reads handed out so far */
+    unsigned again : 1;            /* news came during the re-read: read once more */
+    unsigned busy : 1;             /* handing out a re-read: not freed when empty */
+    char channel_id[];
+} cred_wait_t;
+
+static void wait_free(cred_wait_t *g)
 {
+    if (g->call != NULL)
+        store_cancel(g->call);
+    store_unwatch(g->watch);
+    event_del(&g->timer);
+    if (g->prev != NULL)
+        g->prev->next = g->next;
+    else
+        g->w->cred_waits = g->next;
+    if (g->next != NULL)
+        g->next->prev = g->prev;
+    free(g);
+}
+
+/* Takes op out of its group (which it must be in); the group goes with its last waiter
+ * unless it is handing out a re-read. */
+static void wait_leave(op_t *op)
+{
+    deliver_extra_t *x = op->x;
+    cred_wait_t *g = x->wait;
+
+    if (x->wait_prev != NULL)
+        x->wait_prev->x->wait_next = x->wait_next;
+    else
+        g->first = x->wait_next;
+    if (x->wait_next != NULL)
+        x->wait_next->x->wait_prev = x->wait_prev;
+    else
+        g->last = x->wait_prev;
+    x->wait = NULL;
+    x->wait_prev = x->wait_next = NULL;
+    if (g->first == NULL && !g->busy)
+        wait_free(g);
+}
+
+static void wait_read(cred_wait_t *g);
+
+static void on_wait_news(void *arg, const char *msg, size_t len)
+{
+    (void)msg;
+    (void)len;
+    wait_read(arg);
+}
+
+static void on_wait_timer(evutil_socket_t fd, short what, void *arg)
+{
+    cred_wait_t *g = arg;
+    struct timeval tv = {WAIT_FALLBACK_MS / 1000, (WAIT_FALLBACK_MS % 1000) * 1000};
+
     (void)fd;
     (void)what;
-    ((op_t *)arg)->timer_armed = 0;
-    cred_reread(arg);
+    event_add(&g->timer, &tv);
+    wait_read(g);
+}
+
+/* The group's re-read: hands the channel to every waiter; those that see a new credential go
+ * on; if none did, the oldest tries the lock (the refresh may have failed, or its holder
+ * died), and rejoins if it is still held. */
+static void on_wait_read(void *arg, store_status_t st, json_t *channel)
+{
+    cred_wait_t *g = arg;
+    unsigned round = ++g->handouts;
+    op_t *op;
+
+    g->call = NULL;
+    g->busy = 1;
+    for (;;) {
+        /* from the first again after each one that went on: its callbacks may end others */
+        for (op = g->first; op != NULL && op->x->wait_seen == round; op = op->x->wait_next)
+            ;
+        if (op == NULL)
+            break;
+        op->x->wait_seen = round;
+        if (st != STORE_OK) {
+            wait_leave(op);
+            fail_store(op, st == STORE_NOT_FOUND ? STORE_UNAVAILABLE : st);
+            continue;
+        }
+        adopt_channel(op, json_incref(channel));
+        if (cred_fresh(op)) {
+            wait_leave(op);
+            cred_done(op);
+        }
+    }
+    json_decref(channel);
+    g->busy = 0;
+    if (g->first == NULL) {
+        wait_free(g);
+    } else if (g->again) {
+        g->again = 0;
+        wait_read(g);
+    } else {
+        op = g->first;
+        wait_leave(op);
+        cred_lock(op);
+    }
+}
+
+static void wait_read(cred_wait_t *g)
+{
+    store_status_t st;
+
+    if (g->call != NULL) {
+        g->again = 1;
+        return;
+    }
+    g->call = store_reread_channel(g->w->store, g->channel_id, on_wait_read, g, &st);
+    if (g->call == NULL)
+        on_wait_read(g, st, NULL); /* every waiter fails as a re-read of its own would */
+}
+
+/* op waits with the worker's other waiters for the channel's lock, in a group made for the
+ * first of them. */
+static void wait_join(op_t *op)
+{
+    worker_t *w = op->w;
+    const char *id = op->target.channel_id;
+    struct timeval tv = {WAIT_FALLBACK_MS / 1000, (WAIT_FALLBACK_MS % 1000) * 1000};
+    cred_wait_t *g;
+
+    for (g = w->cred_waits; g != NULL && strcmp(g->channel_id, id) != 0; g = g->next)
+        ;
+    if (g == NULL) {
+        if (op->x == NULL || (g = calloc(1, sizeof(*g) + strlen(id) + 1)) == NULL) {
+            fail(op, ADAPTER_SERVER_ERROR, 0, "out of memory");
+            return;
+        }
+        g->w = w;
+        memcpy(g->channel_id, id, strlen(id) + 1);
+        evtimer_assign(&g->timer, w->base, on_wait_timer, g);
+        event_add(&g->timer, &tv);
+        g->watch = store_watch_credential(w->store, id, on_wait_news, g);
+        g->next = w->cred_waits;
+        if (g->next != NULL)
+            g->next->prev = g;
+        w->cred_waits = g;
+    }
+    op->x->wait = g;
+    op->x->wait_next = NULL;
+    op->x->wait_prev = g->last;
+    if (g->last != NULL)
+        g->last->x->wait_next = op;
+    else
+        g->first = op;
+    g->last = op;
+    op->x->wait_seen = g->handouts;
+    op->dl = DL_CRED_WAIT;
 }
 
 static void on_lock(void *arg, store_status_t st, json_t *value)
@@ -348,8 +517,7 @@ static void on_lock(void *arg, store_status_t st, json_t *value)
         fail_store(op, st);
         return;
     }
-    op->dl = DL_CRED_WAIT;
-    arm_timer(op, LOCK_POLL_MS, on_lock_wait);
+    wait_join(op);
 }
 
 static void cred_lock(op_t *op)
@@ -371,7 +539,7 @@ static void cred_begin(op_t *op)
         fail(op, ADAPTER_AUTH_INVALID, 0, "the platform refused the channel credential");
         return;
     }
-    snprintf(extra(op)->stale_cred, sizeof(extra(op)->stale_cred), "%s", current_cred(op));
+    auth_hash_token(current_cred(op), strlen(current_cred(op)), extra(op)->stale_hash);
     cred_lock(op);
 }
 

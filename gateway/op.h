@@ -27,8 +27,13 @@ struct node_run;
 /* What only credential refreshes and media uploads need: kept out of op_t, which every
  * request in flight carries (deliver.c allocates it; op_free frees it). */
 typedef struct deliver_extra {
-    struct event timer;           /* a wait inside a delivery (Retry-After, a held lock) */
-    char stale_cred[512];         /* the credential that failed, to see a new one */
+    struct event timer;           /* a wait inside a delivery (Retry-After) */
+    /* the hash of the credential that failed, to see a new one: a credential may be long
+     * (wechat reserves 512 bytes, some platforms more) */
+    char stale_hash[AUTH_HASH_HEX];
+    struct cred_wait *wait;       /* the group it waits in for a held lock (deliver.c), or NULL */
+    struct op *wait_prev, *wait_next;
+    unsigned wait_seen;           /* the group's last hand-out that looked at it */
     char lock_owner[40];
     char media_id[ADAPTER_ID_MAX];
     char url_hash[AUTH_HASH_HEX];
@@ -39,7 +44,7 @@ typedef enum {
     DL_IDLE = 0,
     DL_CRED_LOCK,    /* taking the channel's credential lock */
     DL_CRED_REREAD,  /* re-reading the channel: did another refresh it? */
-    DL_CRED_WAIT,    /* another holds the lock: wait, then re-read */
+    DL_CRED_WAIT,    /* another holds the lock: wait with the worker's others (cred_wait) */
     DL_CRED_CALL,    /* login / token call */
     DL_CRED_WRITE,   /* writing the new credential back */
     DL_CONTACT_CACHE,/* whatsapp: number seen valid lately? */

@@ -18,6 +18,7 @@ struct evconnlistener;
 struct evhttp_bound_socket;
 struct conn_table;
 struct op;
+struct cred_wait;
 
 typedef struct worker {
     int id;
@@ -42,6 +43,7 @@ typedef struct worker {
     struct op *ops;           /* in-flight requests, oldest first (deadlines, drain) */
     struct op *ops_last;
     struct event *deadline_timer; /* due at the deadline of ops (op.c) */
+    struct cred_wait *cred_waits; /* requests waiting for a channel's credential (deliver.c) */
     uint64_t rng;             /* xorshift state for ids */
     metrics_t metrics;        /* this worker's counters, summed by /metrics */
 } worker_t;

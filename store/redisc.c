@@ -19,6 +19,7 @@
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 2000
 #define SENTINEL_CHECK_MS 1000 /* how often a connected worker asks where the master is */
+#define SUB_BUCKETS 64          /* a subscriber's channels, by hash of the name */
 
 struct redisc_cmd {
     redisc_t *r;
@@ -27,6 +28,18 @@ struct redisc_cmd {
     int64_t deadline_ms;
     int64_t sent_us;
     redisc_cmd_t *prev, *next;
+};
+
+/* One subscription; owned by its redisc from redisc_subscribe until redisc_unsubscribe. */
+struct redisc_sub {
+    redisc_t *r;
+    redisc_message_cb *cb;
+    void *arg;
+    unsigned bucket;
+    unsigned seen; /* the dispatch that last called it */
+    redisc_sub_t *prev, *next;
+    size_t len;
+    char channel[];
 };
 
 /* DOWN -> CONNECTING (sentinels asked, TCP connect) -> SETUP (AUTH, SELECT, PING answered
@@ -56,6 +69,10 @@ struct redisc {
     char master_host[64];     /* the master currently used */
     int master_port;
     char why[160];            /* the last failure reported, so that a loop reports it once */
+    /* a subscriber (redisc_new_subscriber) only */
+    char *anchor;             /* NULL: not a subscriber */
+    redisc_sub_t *subs[SUB_BUCKETS];
+    unsigned dispatches;
 };
 
 static int64_t now_ms(void)
@@ -218,6 +235,90 @@ static int send_cmd(redisc_t *r, redisc_cb *cb, void *arg, int argc, const char 
     return REDISC_OK;
 }
 
+/* ---- subscriber ---- */
+
+static unsigned sub_bucket(const char *name, size_t len)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)name[i]) * 16777619u;
+    return h % SUB_BUCKETS;
+}
+
+/* The first subscription to the channel name, or NULL. */
+static redisc_sub_t *sub_find(redisc_t *r, const char *name, size_t len)
+{
+    redisc_sub_t *s;
+
+    for (s = r->subs[sub_bucket(name, len)]; s != NULL; s = s->next)
+        if (s->len == len && memcmp(s->channel, name, len) == 0)
+            return s;
+    return NULL;
+}
+
+static void on_message(redisAsyncContext *ac, void *reply, void *privdata);
+
+static void sub_send(redisc_t *r, const char *verb, const char *name, size_t len)
+{
+    const char *argv[] = {verb, name};
+    size_t argvlen[] = {strlen(verb), len};
+
+    /* A failure means the connection is going: the reconnect subscribes again. */
+    redisAsyncCommandArgv(r->ac, on_message, r, 2, argv, argvlen);
+}
+
+static void subscribe_all(redisc_t *r)
+{
+    sub_send(r, "SUBSCRIBE", r->anchor, strlen(r->anchor));
+    for (unsigned b = 0; b < SUB_BUCKETS; b++)
+        for (redisc_sub_t *s = r->subs[b]; s != NULL; s = s->next)
+            if (sub_find(r, s->channel, s->len) == s)
+                sub_send(r, "SUBSCRIBE", s->channel, s->len);
+}
+
+/* Calls every subscription of the channel once, whatever the callbacks subscribe or
+ * unsubscribe meanwhile (each call starts again from the bucket's head). */
+static void sub_dispatch(redisc_t *r, const char *name, size_t len, const char *msg,
+                         size_t msg_len)
+{
+    unsigned epoch = ++r->dispatches;
+    redisc_sub_t *s;
+
+    do {
+        for (s = r->subs[sub_bucket(name, len)]; s != NULL; s = s->next)
+            if (s->seen != epoch && s->len == len && memcmp(s->channel, name, len) == 0)
+                break;
+        if (s != NULL) {
+            s->seen = epoch;
+            s->cb(s->arg, msg, msg_len);
+        }
+    } while (s != NULL);
+}
+
+/* Every reply on a subscriber after its setup: ["subscribe"|"message"|"unsubscribe", channel,
+ * count or payload]. */
+static void on_message(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    redisc_t *r = privdata;
+    redisReply *m = reply;
+    const redisReply *kind, *name;
+
+    if (m == NULL || r->ac != ac || m->type != REDIS_REPLY_ARRAY || m->elements < 3)
+        return; /* the connection went (it subscribes again when back) */
+    kind = m->element[0];
+    name = m->element[1];
+    if (kind->type != REDIS_REPLY_STRING || name->type != REDIS_REPLY_STRING)
+        return;
+    if (strcmp(kind->str, "message") == 0 && m->element[2]->type == REDIS_REPLY_STRING)
+        sub_dispatch(r, name->str, name->len, m->element[2]->str, m->element[2]->len);
+    else if (strcmp(kind->str, "subscribe") == 0)
+        sub_dispatch(r, name->str, name->len, NULL, 0);
+    else if (strcmp(kind->str, "unsubscribe") == 0 && sub_find(r, name->str, name->len))
+        /* subscribed again while the UNSUBSCRIBE was on its way: hiredis dropped the channel */
+        sub_send(r, "SUBSCRIBE", name->str, name->len);
+}
+
 /* AUTH, SELECT and PING answered: only now may requests use the connection. A server that
  * refuses us (wrong password, protected mode, loading) is not "up", so /readyz says so and
  * the reconnect backoff keeps growing. */
@@ -240,6 +341,8 @@ static void on_setup_reply(redisReply *reply, void *arg)
     r->backoff_ms = BACKOFF_MIN_MS;
     if (r->cfg.n_sentinels > 0)
         arm(r->check, SENTINEL_CHECK_MS);
+    if (r->anchor != NULL)
+        subscribe_all(r);
     tell(r, 1, "connected");
 }
 
@@ -409,6 +512,64 @@ redisc_t *redisc_new(struct event_base *base, const redisc_config_t *cfg)
     return r;
 }
 
+redisc_t *redisc_new_subscriber(struct event_base *base, const redisc_config_t *cfg,
+                                const char *anchor)
+{
+    redisc_t *r = redisc_new(base, cfg);
+
+    if (r != NULL && (r->anchor = strdup(anchor)) == NULL) {
+        redisc_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+redisc_sub_t *redisc_subscribe(redisc_t *r, const char *channel, redisc_message_cb *cb,
+                               void *arg)
+{
+    size_t len = strlen(channel);
+    redisc_sub_t *s = malloc(sizeof(*s) + len + 1);
+    int first = sub_find(r, channel, len) == NULL;
+
+    if (s == NULL || r->anchor == NULL) {
+        free(s);
+        return NULL;
+    }
+    s->r = r;
+    s->cb = cb;
+    s->arg = arg;
+    s->seen = r->dispatches;
+    s->len = len;
+    memcpy(s->channel, channel, len + 1);
+    s->bucket = sub_bucket(channel, len);
+    s->prev = NULL;
+    s->next = r->subs[s->bucket];
+    if (s->next != NULL)
+        s->next->prev = s;
+    r->subs[s->bucket] = s;
+    if (first && r->state == RC_UP)
+        sub_send(r, "SUBSCRIBE", channel, len);
+    return s;
+}
+
+void redisc_unsubscribe(redisc_sub_t *s)
+{
+    redisc_t *r;
+
+    if (s == NULL)
+        return;
+    r = s->r;
+    if (s->prev != NULL)
+        s->prev->next = s->next;
+    else
+        r->subs[s->bucket] = s->next;
+    if (s->next != NULL)
+        s->next->prev = s->prev;
+    if (r->state == RC_UP && sub_find(r, s->channel, s->len) == NULL)
+        sub_send(r, "UNSUBSCRIBE", s->channel, s->len);
+    free(s);
+}
+
 void redisc_free(redisc_t *r)
 {
     redisc_cmd_t *c;
@@ -433,6 +594,13 @@ void redisc_free(redisc_t *r)
         r->spare = c->next;
         free(c);
     }
+    for (unsigned b = 0; b < SUB_BUCKETS; b++)
+        while (r->subs[b] != NULL) {
+            redisc_sub_t *s = r->subs[b];
+            r->subs[b] = s->next;
+            free(s);
+        }
+    free(r->anchor);
     free(r);
 }
 

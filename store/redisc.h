@@ -14,6 +14,7 @@ struct event_base;
 
 typedef struct redisc redisc_t;
 typedef struct redisc_cmd redisc_cmd_t;
+typedef struct redisc_sub redisc_sub_t;
 
 /* Called once per command unless it was cancelled. reply is NULL when the command failed
  * (connection lost, timed out); it is freed by hiredis after the call. */
@@ -59,6 +60,23 @@ int redisc_command(redisc_t *r, redisc_cb *cb, void *arg, int argc, const char *
 
 /* The callback of cmd will not be called; the reply is dropped when it arrives. */
 void redisc_cancel(redisc_cmd_t *cmd);
+
+/* Subscriptions. A subscriber is a connection of its own (a subscribed connection takes no
+ * other command), made like redisc_new's and kept up the same way; anchor names a channel it
+ * stays subscribed to, so that it never leaves subscribe mode (hiredis 0.14 asserts on a
+ * message that arrives after its count of subscriptions fell to 0). */
+redisc_t *redisc_new_subscriber(struct event_base *base, const redisc_config_t *cfg,
+                                const char *anchor);
+
+/* Called with each message published on the channel, and with msg NULL when the subscription
+ * (re)starts: what was published before may have been missed. */
+typedef void redisc_message_cb(void *arg, const char *msg, size_t len);
+
+/* Subscribes to channel on subscriber r (several subscriptions may share a channel: one
+ * SUBSCRIBE). NULL when out of memory. While r is down the subscription waits for it. */
+redisc_sub_t *redisc_subscribe(redisc_t *r, const char *channel, redisc_message_cb *cb, void *arg);
+/* The callback of sub will not be called again; sub is freed. */
+void redisc_unsubscribe(redisc_sub_t *sub);
 
 /* Parses redis://[:password@]host[:port][/db] or unix:///path[?db=N]; host names are resolved
  * here, once. -1 with a message in errbuf on failure. */

@@ -35,15 +35,18 @@ static const char RESOLVE_SCRIPT[] =
     "redis.call('SET', KEYS[1], ARGV[2]) redis.call('SET', ARGV[1] .. ARGV[2], ARGV[3]) "
     "return ARGV[3]";
 
-/* Releases a lock only if the caller still owns it. */
+/* Releases a lock only if the caller still owns it, and tells those who wait for it on the
+ * channel of the key's name (store_watch_credential). */
 static const char UNLOCK_SCRIPT[] =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
-    "return 0";
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) "
+    "redis.call('PUBLISH', KEYS[1], '') return 1 end return 0";
 
 #define CACHE_MAX 20000 /* entries per worker */
 
 struct store {
     redisc_t *redis;
+    redisc_t *sub;            /* subscriptions; made at the first (store_watch_credential) */
+    redisc_config_t redis_cfg;
     store_cache_t *cache; /* NULL when caching is off */
     struct event_base *base;
     char prefix[STORE_PREFIX_MAX];
@@ -109,6 +112,7 @@ store_t *store_new(struct event_base *base, const store_config_t *cfg)
     st->rng = (uint64_t)(uintptr_t)st ^ 0x9E3779B97F4A7C15ULL;
     st->cache = store_cache_new(CACHE_MAX, cfg->cache_ttl_ms);
     snprintf(st->prefix, sizeof(st->prefix), "%s", cfg->prefix);
+    st->redis_cfg = cfg->redis;
     st->redis = redisc_new(base, &cfg->redis);
     if (st->redis == NULL) {
         free(st);
@@ -122,6 +126,7 @@ void store_free(store_t *st)
     if (st == NULL)
         return;
     redisc_free(st->redis);
+    redisc_free(st->sub);
     store_cache_free(st->cache);
     free(st);
 }
@@ -860,6 +865,37 @@ void store_unlock_credential(store_t *st, const char *channel_id, const char *ow
         const char *argv[] = {"EVAL", UNLOCK_SCRIPT, "1", c->key, owner};
         start(c, 5, argv, NULL, NULL);
     }
+}
+
+/* A subscription to the channel named like key, on the worker's subscriber connection (made
+ * at the first). */
+static redisc_sub_t *watch(store_t *st, int len, const char *key, redisc_message_cb *cb,
+                           void *arg)
+{
+    char anchor[STORE_KEY_MAX];
+
+    if (len < 0)
+        return NULL;
+    if (st->sub == NULL) {
+        snprintf(anchor, sizeof(anchor), "%ssubscriber", st->prefix);
+        if ((st->sub = redisc_new_subscriber(st->base, &st->redis_cfg, anchor)) == NULL)
+            return NULL;
+    }
+    return redisc_subscribe(st->sub, key, cb, arg);
+}
+
+redisc_sub_t *store_watch_credential(store_t *st, const char *channel_id, redisc_message_cb *cb,
+                                     void *arg)
+{
+    char key[STORE_KEY_MAX];
+
+    return watch(st, store_key_cred_lock(key, sizeof(key), st->prefix, channel_id), key, cb,
+                 arg);
+}
+
+void store_unwatch(redisc_sub_t *sub)
+{
+    redisc_unsubscribe(sub);
 }
 
 store_call_t *store_get_media(store_t *st, const char *channel_id, const char *url_hash,

@@ -103,6 +103,13 @@ store_call_t *store_get_node(store_t *st, const char *tree_id, const char *node_
 store_call_t *store_lock_credential(store_t *st, const char *channel_id, const char *owner,
                                     int ttl_ms, store_cb *cb, void *arg, store_status_t *status);
 void store_unlock_credential(store_t *st, const char *channel_id, const char *owner);
+/* Tells cb whenever the credential lock of the channel is released (its refresh ended, its
+ * credential may be new) and whenever the watch (re)starts (a release may have been missed).
+ * A lock that expires (its holder died) is not told: watchers keep a slow timer too. NULL
+ * when out of memory. */
+redisc_sub_t *store_watch_credential(store_t *st, const char *channel_id, redisc_message_cb *cb,
+                                     void *arg);
+void store_unwatch(redisc_sub_t *sub); /* cb will not be called again */
 /* wechat media cache: value is the media_id as a JSON string. */
 store_call_t *store_get_media(store_t *st, const char *channel_id, const char *url_hash,
                               store_cb *cb, void *arg, store_status_t *status);

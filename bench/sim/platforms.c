@@ -207,6 +207,42 @@ static void sim_wa_fault(const sim_fault_t *f, sim_reply_t *r)
     }
 }
 
+/* Test words in the name a login or token call is made for (a whatsapp admin, a wechat app
+ * id): slow<N> answers N ms late (a slow login that many requests wait for); longtoken<N>
+ * issues a token of N bytes (N up to SIM_TOKEN_MAX: real platforms reserve 512 and more). */
+#define SIM_TOKEN_MAX (16 * 1024)
+
+static void sim_cred_faults(sim_call_t *c, const char *who)
+{
+    const char *texts[] = {who};
+
+    sim_fault_find(&c->fault, texts, 1);
+    if (c->fault.kind != SIM_FAULT_SLOW)
+        memset(&c->fault, 0, sizeof(c->fault));
+}
+
+/* A new valid token, issued; NULL when out of memory. Freed by the caller. */
+static char *sim_cred_token(const char *kind, const char *who)
+{
+    const char *p = who ? strstr(who, "longtoken") : NULL;
+    long size = p ? strtol(p + 9, NULL, 10) : 0;
+    char head[48];
+    int n = snprintf(head, sizeof(head), "%s-%llu", kind, (unsigned long long)sim_next_id());
+    char *token;
+
+    if (size < n)
+        size = n;
+    if (size > SIM_TOKEN_MAX)
+        size = SIM_TOKEN_MAX;
+    if ((token = malloc((size_t)size + 1)) == NULL)
+        return NULL;
+    memset(token, 'x', (size_t)size);
+    memcpy(token, head, (size_t)n);
+    token[size] = '\0';
+    sim_tokens_issue(token);
+    return token;
+}
+
 static int sim_b64_value(int ch)
 {
     if (ch >= 'A' && ch <= 'Z')
@@ -260,16 +296,20 @@ static void sim_wa_login(sim_call_t *c, sim_reply_t *r)
 {
     char user[256], pass[256];
     int ok = sim_basic_auth(c->auth, user, sizeof(user), pass, sizeof(pass)) == 0;
-    if (ok)
+    if (ok) {
         sim_record_login_call(user);
+        sim_cred_faults(c, user);
+    }
     if (!ok || sim_is(pass, "wrong")) {
         sim_wa_denied(r, 0);
         return;
     }
 
-    char token[40], expires[48];
-    snprintf(token, sizeof(token), "watok-%llu", (unsigned long long)sim_next_id());
-    sim_tokens_issue(token);
+    char expires[48], *token = sim_cred_token("watok", user);
+    if (token == NULL) {
+        sim_wa_error(r, 500, 1014, "Internal error", NULL, 0);
+        return;
+    }
     time_t at = time(NULL) + 7 * 24 * 3600;
     struct tm tm;
     gmtime_r(&at, &tm);
@@ -277,6 +317,7 @@ static void sim_wa_login(sim_call_t *c, sim_reply_t *r)
     sim_reply_json(r, 200,
                    json_pack("{s:[{s:s,s:s}],s:o}", "users", "token", token, "expires_after",
                              expires, "meta", sim_wa_meta()));
+    free(token);
 }
 
 static void sim_wa_contacts(sim_call_t *c, sim_reply_t *r)
@@ -448,8 +489,10 @@ static void sim_wx_token(sim_call_t *c, sim_reply_t *r)
 {
     const char *appid = sim_call_param(c, "appid");
     const char *secret = sim_call_param(c, "secret");
-    if (appid != NULL)
+    if (appid != NULL) {
         sim_record_token_call(appid);
+        sim_cred_faults(c, appid);
+    }
     if (appid == NULL || *appid == '\0') {
         sim_wx_error(r, 41002, "appid missing");
         return;
@@ -466,10 +509,13 @@ static void sim_wx_token(sim_call_t *c, sim_reply_t *r)
         sim_wx_error(r, 40002, "invalid grant_type");
         return;
     }
-    char token[40];
-    snprintf(token, sizeof(token), "wxtok-%llu", (unsigned long long)sim_next_id());
-    sim_tokens_issue(token);
+    char *token = sim_cred_token("wxtok", appid);
+    if (token == NULL) {
+        sim_wx_error(r, -1, "system error");
+        return;
+    }
     sim_reply_json(r, 200, json_pack("{s:s,s:i}", "access_token", token, "expires_in", 7200));
+    free(token);
 }
 
 static void sim_wx_send(sim_call_t *c, sim_reply_t *r)

@@ -102,6 +102,33 @@ class SingleFlight(StackTest):
         calls = self.stats()["token_calls"].get("app-wx-sf4")
         self.assertGreaterEqual(calls, 1)
 
+    def check_long_token(self, size):
+        """A credential of size bytes, revoked by the platform before its expiry: the refresh
+        must tell the new one from it (it was compared truncated to 511 bytes: 104)."""
+        cid = "wx-longtoken%d" % size  # the simulator issues tokens of that many bytes
+        key = "botgate:channel:{%s}" % cid
+        self.wechat(cid)
+        self.assertEqual(self.burst(cid, 1, [self.s.url])[0].status, 200)
+        old = json.loads(self.s.redis("GET", key))["info"]["accessToken"]
+        self.assertEqual(len(old), size)
+        self.s.sim("POST", "/_sim/expire-tokens", {})
+        answers = self.burst(cid, 3, [self.s.url, self.url2])
+        self.assertEqual([a.status for a in answers], [200] * 3, answers)
+        self.assertEqual(self.stats()["token_calls"].get("app-" + cid), 2)
+        new = json.loads(self.s.redis("GET", key))["info"]["accessToken"]
+        self.assertEqual(len(new), size)
+        self.assertNotEqual(new, old)
+        # the first, the three refused with the revoked token, the three again with the new
+        sends = [r["query"] for r in self.s.sim_log() if r["kind"] == "send"]
+        self.assertEqual(len(sends), 7)
+        self.assertEqual(sum(("access_token=" + new) in q for q in sends), 3)
+
+    def test_wechat_token_of_600_bytes(self):
+        self.check_long_token(600)
+
+    def test_wechat_token_of_8_kib(self):
+        self.check_long_token(8192)
+
 
 if __name__ == "__main__":
     unittest.main()
