@@ -112,10 +112,21 @@ void result_write_failed(jsonw_t *w, const result_event_t *ev, const char *chat_
     jw_lit(w, "}}");
 }
 
-void result_write_answer(jsonw_t *w, const char *member_id, int send_ok, const char *elements,
-                         size_t len)
+/* {"ok":1 or the failure's fields, "member":.., "sendResult":{..}}: the one shape of both. */
+static void write_answer(jsonw_t *w, const bg_error_t *err, const char *member_id, int send_ok,
+                         const char *elements, size_t len)
 {
-    jw_lit(w, "{\"ok\":1,\"member\":");
+    if (err == NULL) {
+        jw_lit(w, "{\"ok\":1,\"member\":");
+    } else {
+        jw_lit(w, "{\"ok\":0,\"err_code\":");
+        jw_int(w, err->code);
+        jw_lit(w, ",\"err\":");
+        jw_str(w, err->msg);
+        jw_lit(w, ",\"error\":");
+        jw_str(w, err->msg);
+        jw_lit(w, ",\"member\":");
+    }
     jw_str(w, member_id);
     jw_lit(w, send_ok ? ",\"sendResult\":{\"ok\":1,\"member\":"
                       : ",\"sendResult\":{\"ok\":0,\"member\":");
@@ -123,6 +134,18 @@ void result_write_answer(jsonw_t *w, const char *member_id, int send_ok, const c
     jw_lit(w, ",\"result\":[");
     jw_raw(w, elements, len);
     jw_lit(w, "]}}");
+}
+
+void result_write_answer(jsonw_t *w, const char *member_id, int send_ok, const char *elements,
+                         size_t len)
+{
+    write_answer(w, NULL, member_id, send_ok, elements, len);
+}
+
+void result_write_cut_answer(jsonw_t *w, const bg_error_t *err, const char *member_id,
+                             const char *elements, size_t len)
+{
+    write_answer(w, err, member_id, 0, elements, len);
 }
 
 json_t *result_node_element(json_t *event, const bg_error_t *err)

@@ -42,6 +42,12 @@ void result_write_failed(jsonw_t *w, const result_event_t *ev, const char *chat_
 void result_write_answer(jsonw_t *w, const char *member_id, int send_ok, const char *elements,
                          size_t len);
 
+/* The failure answer of a request cut short after it started sending (err_code 121 when
+ * botgate shut down): {"ok":0,"err_code":..,"err":..,"error":..} with the success answer's
+ * "member" and "sendResult" (ok 0) beside them, so that it says which responses went out. */
+void result_write_cut_answer(jsonw_t *w, const bg_error_t *err, const char *member_id,
+                             const char *elements, size_t len);
+
 /* A redirectMemberToNode element: {"ok":1,"messageEvent":..} or {"ok":0,..,"error":..}.
  * Steals event (may be NULL); err NULL means success. */
 json_t *result_node_element(json_t *event, const bg_error_t *err);

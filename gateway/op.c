@@ -50,6 +50,10 @@ static void expire(op_t *op)
 {
     bg_error_t err;
 
+    if (op->drain_cut) {
+        op_drain(op, 1); /* a call left to finish by the drain did not: answered as cut */
+        return;
+    }
     op_cancel_all(op);
     if (op->phase == OP_RUN && op->kind->expired != NULL) {
         op->kind->expired(op);
@@ -296,6 +300,43 @@ void op_answer_text(op_t *op, char *text, size_t len)
     reply_text(op, 200, text, len, 0);
 }
 
+void op_fail_text(op_t *op, int code, char *text, size_t len)
+{
+    reply_text(op, 500, text, len, code);
+}
+
+static void fail_code(op_t *op, int code, const char *msg);
+
+/* Before its first platform call a request has sent nothing: a retry elsewhere is safe. */
+static void fail_not_started(op_t *op)
+{
+    fail_code(op, BG_ERR_UNAVAILABLE,
+              "server is shutting down: the request did not start, nothing was sent");
+}
+
+int op_drain(op_t *op, int now)
+{
+    /* The message call of the response in flight is out: it may deliver the message whatever
+     * botgate does, so cutting it would leave its outcome unknown. */
+    int on_wire = op->phase == OP_RUN && op->dl == DL_SEND && op->xfer != NULL;
+
+    op->drain_cut = 1;
+    if (!now && on_wire) {
+        /* it ends within the upstream timeout; a retry after it would be a new call */
+        op->connect_retried = op->rate_retried = 1;
+        op->auth_retried = 2;
+        return 1;
+    }
+    if (!now && op->phase == OP_WRITEBACK)
+        return 1; /* everything ran: only the member's write-back (one store call) is left */
+    op_cancel_all(op);
+    if ((op->phase == OP_RUN || op->phase == OP_WRITEBACK) && op->kind->drained != NULL)
+        op->kind->drained(op, on_wire);
+    else
+        fail_not_started(op);
+    return 0;
+}
+
 /* ---- resolve ---- */
 
 static void fail_code(op_t *op, int code, const char *msg)
@@ -506,6 +547,10 @@ void op_resolve(op_t *op, const char *token_hash)
 
     /* Token and channel come from the worker's cache when it has them; whatever is missing is
      * asked for in one round trip (hiredis pipelines the commands). */
+    if (op->w->draining == WORKER_DRAIN_OVER) {
+        fail_not_started(op); /* no platform call starts once the drain time is over */
+        return;
+    }
     op->phase = OP_RESOLVE;
     op->member_done = op->target.member_id == NULL;
     if ((cached = store_cached_token(store, token_hash)) != NULL) {

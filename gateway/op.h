@@ -66,6 +66,8 @@ typedef struct deliver_result {
 
 typedef void op_run_fn(struct op *op);
 typedef void op_delivered_fn(struct op *op, deliver_result_t *r);
+/* call_cut: the current response's message call was stopped on the wire (outcome unknown). */
+typedef void op_drained_fn(struct op *op, int call_cut);
 
 typedef enum { OP_PARSE, OP_RESOLVE, OP_RECIPIENT, OP_RUN, OP_WRITEBACK, OP_DONE } op_phase_t;
 
@@ -79,6 +81,9 @@ typedef struct op_kind {
     op_run_fn *set_aside;
     /* A retry needs it again: op->response, or NULL when out of memory. */
     op_run_fn *take_back;
+    /* The drain stopped the request while running (op_drain): answer 121 with the elements
+     * so far, every response not sent marked 121. Called when no call is out any more. */
+    op_drained_fn *drained;
 } op_kind_t;
 
 typedef struct op {
@@ -130,6 +135,7 @@ typedef struct op {
     unsigned contact_ready : 1;
     unsigned auth_retried : 2;    /* 0..2 */
     unsigned rate_retried : 1, connect_retried : 1;
+    unsigned drain_cut : 1;       /* the drain time is over: nothing new starts (op_drain) */
 
     /* what only one of the operations has, as route says */
     union {
@@ -142,6 +148,7 @@ typedef struct op {
                                    * type, a NUL, its messageEvent data as JSON text */
             unsigned count;       /* responses */
             unsigned index;       /* the response being delivered */
+            unsigned sent;        /* responses delivered (for a 121 answer's message) */
         };
         struct {
             redirect_request_t redirect;
@@ -172,6 +179,14 @@ void op_fail(op_t *op, const bg_error_t *err);
 void op_answer(op_t *op, json_t *answer);
 /* Answers 200 with JSON text already written (taken over, freed by the op). */
 void op_answer_text(op_t *op, char *text, size_t len);
+/* Answers HTTP 500 with err_code code and a failure body already written (taken over). */
+void op_fail_text(op_t *op, int code, char *text, size_t len);
+/* The drain stops the request (worker.c). now = 0: the drain time is over; a message call on
+ * the wire is left to finish (within its own timeout) and the request is answered when it
+ * has, with nothing started after it; anything else stops at once. now = 1: stop at once.
+ * Answered requests are freed; a request in flight is answered err_code 121 with what it
+ * delivered (op_kind_t.drained). Returns 1 when the request is still in flight. */
+int op_drain(op_t *op, int now);
 void op_cancel_all(op_t *op);
 int64_t op_remaining_ms(const op_t *op);
 /* Sets op->to to a copy of to (at most ADAPTER_ID_MAX - 1 bytes); -1 when out of memory. */

@@ -15,6 +15,7 @@
 #define WEBHOOK_ANSWER_MAX (256 * 1024) /* the answer is kept in the member record */
 
 static void step(op_t *op);
+static void drained(op_t *op, int call_cut);
 
 static void cleanup(op_t *op)
 {
@@ -70,7 +71,7 @@ static void on_delivered(op_t *op, deliver_result_t *r)
     const json_t *response = op->response;
     json_t *ev;
 
-    if (!r->ok && r->abort) {
+    if (!r->ok && r->abort && !op->drain_cut) { /* cut: a 121 answer lists it (drained) */
         op_fail(op, &r->err);
         return;
     }
@@ -206,6 +207,10 @@ static void step(op_t *op)
 {
     node_need_t need;
 
+    if (op->drain_cut) {
+        drained(op, 0); /* nothing new starts once the drain time is over */
+        return;
+    }
     switch (node_run_next(op->node, &need)) {
     case NODE_NEED_NODE:
         fetch_node(op, need.tree, need.node_id);
@@ -235,6 +240,80 @@ static void expired(op_t *op)
     op_answer(op, result_answer(op->member_id, 0, results));
 }
 
+/* The elements of results as comma-separated text (result_write_cut_answer's input), and how
+ * many of them are delivered responses. NULL when out of memory. */
+static char *elements_text(const json_t *results, unsigned *delivered, size_t *len)
+{
+    const json_t *el;
+    size_t i;
+    jsonw_t w;
+
+    *delivered = 0;
+    jw_init(&w);
+    json_array_foreach(results, i, el) {
+        if (json_integer_value(json_object_get(el, "ok")) == 1 &&
+            json_object_get(el, "messageEvent") != NULL)
+            (*delivered)++;
+        if (i > 0)
+            jw_lit(&w, ",");
+        jw_json(&w, el);
+    }
+    if (w.failed) {
+        jw_free(&w);
+        return NULL;
+    }
+    return jw_steal(&w, len);
+}
+
+/* The drain stopped the run: the elements so far, the response whose call was stopped on the
+ * wire (it may have been delivered: 113), then one element for what did not run: 121, which
+ * says that nothing of it was sent. */
+static void drained(op_t *op, int call_cut)
+{
+    json_t *results = node_run_results(op->node);
+    bg_error_t cut, err;
+    unsigned delivered;
+    char *elements, *text = NULL;
+    size_t len, text_len;
+    jsonw_t w;
+
+    if (call_cut) {
+        bg_error_set(&err, BG_ERR_PLATFORM,
+                     "the server stopped before the platform answered: it may have been "
+                     "delivered");
+        json_array_append_new(results,
+                              result_node_element(deliver_event(op, op->sending, NULL), &err));
+    }
+    if (op->phase == OP_WRITEBACK)
+        bg_error_set(&err, BG_ERR_STORE,
+                     "the server stopped during the member's write-back: it may not have been "
+                     "updated");
+    else
+        bg_error_set(&err, BG_ERR_UNAVAILABLE,
+                     "not run: the server is shutting down; the rest of the node did not run "
+                     "(none of its responses was sent) and the member was not updated");
+    json_array_append_new(results, result_node_element(NULL, &err));
+    elements = elements_text(results, &delivered, &len);
+    json_decref(results);
+    bg_error_set(&cut, BG_ERR_UNAVAILABLE,
+                 "server is shutting down: %u responses delivered before the run was cut short; "
+                 "sendResult tells what ran",
+                 delivered);
+    jw_init(&w);
+    if (elements != NULL) {
+        result_write_cut_answer(&w, &cut, op->member_id, elements, len);
+        text = w.failed ? NULL : jw_steal(&w, &text_len);
+    }
+    jw_free(&w);
+    free(elements);
+    if (text == NULL) {
+        bg_error_set(&err, BG_ERR_UNAVAILABLE, "out of memory");
+        op_fail(op, &err);
+        return;
+    }
+    op_fail_text(op, cut.code, text, text_len);
+}
+
 static void run(op_t *op)
 {
     node_flags_t flags = {op->redirect.run_pre, op->redirect.send_response,
@@ -251,7 +330,8 @@ static void run(op_t *op)
     step(op);
 }
 
-static const op_kind_t redirect_kind = {.run = run, .expired = expired, .cleanup = cleanup};
+static const op_kind_t redirect_kind = {
+    .run = run, .expired = expired, .cleanup = cleanup, .drained = drained};
 
 void op_redirect_start(worker_t *w, struct evhttp_request *req)
 {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 static void send_next(op_t *op);
+static void drained(op_t *op, int call_cut);
 static result_event_t event_of(const op_t *op, unsigned i, const char *message_id, char buf[32]);
 
 static void on_delivered(op_t *op, deliver_result_t *r)
@@ -16,7 +17,9 @@ static void on_delivered(op_t *op, deliver_result_t *r)
     char buf[32];
     result_event_t ev;
 
-    if (!r->ok && r->abort) {
+    /* Cut by the drain, the answer is a 121 that lists every response: this one's failure
+     * goes in its element like any other. */
+    if (!r->ok && r->abort && !op->drain_cut) {
         op_fail(op, &r->err);
         return;
     }
@@ -33,6 +36,7 @@ static void on_delivered(op_t *op, deliver_result_t *r)
         ev = event_of(op, op->index, mid, buf);
         result_write_sent(&op->results, &ev, deliver_chat_id(op, &r->res), r->res.meta,
                           op->adapter->api_version);
+        op->sent++;
     } else {
         ev = event_of(op, op->index, NULL, buf);
         result_write_failed(&op->results, &ev, op->to, &r->err);
@@ -56,30 +60,42 @@ static void fail_memory(op_t *op)
     op_fail(op, &err);
 }
 
-static void answer(op_t *op, int send_ok)
+/* The answer around the elements written: a success, or with cut the failure answer of a
+ * request the drain cut short (result_write_cut_answer). */
+static void answer(op_t *op, int send_ok, const bg_error_t *cut)
 {
+    const char *elements = op->results.buf ? op->results.buf : "";
     jsonw_t w;
     char *text;
     size_t len;
 
     jw_init(&w);
-    result_write_answer(&w, op->member_id, send_ok, op->results.buf ? op->results.buf : "",
-                        op->results.len);
+    if (cut != NULL)
+        result_write_cut_answer(&w, cut, op->member_id, elements, op->results.len);
+    else
+        result_write_answer(&w, op->member_id, send_ok, elements, op->results.len);
     if (op->results.failed || (text = jw_steal(&w, &len)) == NULL) {
         jw_free(&w);
         fail_memory(op);
         return;
     }
-    op_answer_text(op, text, len);
+    if (cut != NULL)
+        op_fail_text(op, cut->code, text, len);
+    else
+        op_answer_text(op, text, len);
 }
 
 static void send_next(op_t *op)
 {
+    if (op->index < op->count && op->drain_cut) {
+        drained(op, 0); /* no new call once the drain time is over */
+        return;
+    }
     if (op->index < op->count) {
         deliver_start(op, op->responses[op->index], on_delivered);
         return;
     }
-    answer(op, op->send_ok);
+    answer(op, op->send_ok, NULL);
 }
 
 /* The platform call of the current response is out. While it waits, the response is kept as
@@ -144,28 +160,54 @@ static result_event_t event_of(const op_t *op, unsigned i, const char *message_i
     return ev;
 }
 
+/* Elements for the responses from op->index on, none of them delivered: the one in flight
+ * with current, the rest with rest. */
+static void write_undelivered(op_t *op, const bg_error_t *current, const bg_error_t *rest)
+{
+    for (unsigned i = op->index; i < op->count; i++) {
+        char buf[32];
+        result_event_t ev = event_of(op, i, NULL, buf);
+        if (i > 0)
+            jw_lit(&op->results, ",");
+        result_write_failed(&op->results, &ev, op->to, i == op->index ? current : rest);
+    }
+}
+
 /* The deadline passed during delivery: what was delivered is reported, the response in flight
  * and the rest are reported as not sent. */
 static void expired(op_t *op)
 {
-    bg_error_t err;
+    bg_error_t err, rest;
 
+    bg_error_set(&err, BG_ERR_PLATFORM, "the platform did not answer in time");
     if (op->index == 0 && op->adapter->server_error_aborts) {
-        bg_error_set(&err, BG_ERR_PLATFORM, "the platform did not answer in time");
         op_fail(op, &err);
         return;
     }
-    bg_error_set(&err, BG_ERR_PLATFORM, "the platform did not answer in time");
-    for (unsigned i = op->index; i < op->count; i++) {
-        char buf[32];
-        result_event_t ev = event_of(op, i, NULL, buf);
-        if (i == op->index + 1)
-            bg_error_set(&err, BG_ERR_PLATFORM, "not sent: the request deadline passed");
-        if (i > 0)
-            jw_lit(&op->results, ",");
-        result_write_failed(&op->results, &ev, op->to, &err);
-    }
-    answer(op, 0);
+    bg_error_set(&rest, BG_ERR_PLATFORM, "not sent: the request deadline passed");
+    write_undelivered(op, &err, &rest);
+    answer(op, 0, NULL);
+}
+
+/* The drain stopped the request: every response is listed; 121 marks those surely not sent,
+ * which alone a client may send again. A call stopped on the wire may have delivered: 113. */
+static void drained(op_t *op, int call_cut)
+{
+    bg_error_t cut, current, rest;
+
+    bg_error_set(&rest, BG_ERR_UNAVAILABLE, "not sent: the server is shutting down");
+    if (call_cut)
+        bg_error_set(&current, BG_ERR_PLATFORM,
+                     "the server stopped before the platform answered: it may have been "
+                     "delivered");
+    else
+        current = rest;
+    write_undelivered(op, &current, &rest);
+    bg_error_set(&cut, BG_ERR_UNAVAILABLE,
+                 "server is shutting down: %u of %u responses delivered; those with err_code "
+                 "121 in sendResult were not sent",
+                 op->sent, op->count);
+    answer(op, 0, &cut);
 }
 
 /* What is read again once the request is resolved: its responses, the channel id (a
@@ -230,8 +272,11 @@ static void run(op_t *op)
     send_next(op);
 }
 
-static const op_kind_t send_kind = {
-    .run = run, .expired = expired, .set_aside = set_aside, .take_back = take_back};
+static const op_kind_t send_kind = {.run = run,
+                                    .expired = expired,
+                                    .set_aside = set_aside,
+                                    .take_back = take_back,
+                                    .drained = drained};
 
 void op_send_start(worker_t *w, struct evhttp_request *req)
 {

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #define DRAIN_FLUSH_MS 200 /* after the last answer, time for it to leave the socket buffers */
+#define DRAIN_CALL_MARGIN_MS 100 /* past the upstream timeout: a call left to finish is overdue */
 
 static worker_t *all_workers;
 static int all_count;
@@ -84,17 +85,27 @@ static void on_redis_command(void *arg, int ok, int64_t latency_us)
     metrics_observe(&w->metrics.redis_latency, latency_us);
 }
 
-/* Answers every request still in flight (used when the drain time is over). */
+/* Answers every request still in flight at once (a second signal, or calls overdue). */
 static void abort_all(worker_t *w)
 {
-    bg_error_t err;
+    while (w->ops != NULL)
+        op_drain(w->ops, 1); /* answers and frees it */
+}
 
-    bg_error_set(&err, BG_ERR_UNAVAILABLE, "server is shutting down");
-    while (w->ops != NULL) {
-        op_t *op = w->ops;
-        op_cancel_all(op);
-        op_fail(op, &err);
+/* The drain time is over: no platform call starts any more. A request whose message call is
+ * on the wire keeps it: cut, the message might be delivered and still be reported as not
+ * sent, and a retry elsewhere would send it twice. It is answered when the call ends, which
+ * its own timeout bounds. Every other request is answered now. Returns the requests kept. */
+static size_t cut_all(worker_t *w)
+{
+    size_t kept = 0;
+    op_t *next;
+
+    for (op_t *op = w->ops; op != NULL; op = next) {
+        next = op->next; /* answering op frees only op */
+        kept += (size_t)op_drain(op, 0);
     }
+    return kept;
 }
 
 static void finish_drain(worker_t *w)
@@ -104,17 +115,36 @@ static void finish_drain(worker_t *w)
     event_base_loopexit(w->base, &tv);
 }
 
+/* Fires when the drain time is over, and once more if calls left to finish outlive their
+ * timeout (which should not happen): the process exits within drain + upstream timeout. */
 static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
 {
     worker_t *w = arg;
+    size_t before = w->in_flight, kept;
+    int ms = w->cfg->upstream_timeout_ms + DRAIN_CALL_MARGIN_MS;
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
 
     (void)fd;
     (void)what;
-    if (w->in_flight > 0)
-        log_msg(LOG_WARN, "worker %d: drain time over, %zu requests cut short", w->id,
-                w->in_flight);
-    abort_all(w);
-    finish_drain(w);
+    if (w->draining == WORKER_DRAIN_OVER) {
+        log_msg(LOG_WARN, "worker %d: %zu platform calls still out after the upstream timeout",
+                w->id, w->in_flight);
+        abort_all(w);
+        finish_drain(w);
+        return;
+    }
+    w->draining = WORKER_DRAIN_OVER;
+    kept = cut_all(w);
+    if (before > 0)
+        log_msg(LOG_WARN,
+                "worker %d: drain time over, %zu requests cut short, %zu waiting for a platform "
+                "call on the wire",
+                w->id, before - kept, kept);
+    if (kept == 0) {
+        finish_drain(w);
+        return;
+    }
+    evtimer_add(w->drain_timer, &tv);
 }
 
 /* Closes the listening socket: from now on a new connection is refused at once, which a load
@@ -166,7 +196,7 @@ static void on_ctl(evutil_socket_t fd, short what, void *arg)
                 stop_listening(w);
             }
         } else if (c == 'q') {
-            w->draining = 1;
+            w->draining = WORKER_DRAIN_OVER;
             evtimer_del(w->drain_delay);
             stop_listening(w);
             abort_all(w);

@@ -20,6 +20,10 @@ struct conn_table;
 struct op;
 struct cred_wait;
 
+/* worker_t.draining once the drain time is over: no request starts a platform call any more;
+ * the message calls already on the wire finish within the upstream timeout. */
+#define WORKER_DRAIN_OVER 2
+
 typedef struct worker {
     int id;
     const config_t *cfg;
@@ -35,7 +39,7 @@ typedef struct worker {
     struct event *ctl_ev;
     struct event *drain_timer;
     struct event *drain_delay;
-    int draining;
+    int draining;             /* 1 after SIGTERM, WORKER_DRAIN_OVER once the drain time is over */
     size_t in_flight;         /* requests accepted and not yet answered */
     size_t connections;       /* open client connections */
     struct conn_table *conns; /* the connections, for the cap and the sweep (conn.c) */

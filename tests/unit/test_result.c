@@ -274,6 +274,23 @@ static void test_written_answer(void **state)
     json_decref(a);
 }
 
+static void test_written_cut_answer(void **state)
+{
+    jsonw_t w;
+    json_t *a;
+    bg_error_t err;
+
+    (void)state;
+    bg_error_set(&err, BG_ERR_UNAVAILABLE, "1 of 2 \"delivered\"");
+    jw_init(&w);
+    result_write_cut_answer(&w, &err, "M1", "{\"x\":1},{\"y\":2}", 15);
+    a = written(&w);
+    assert_json(a, "{\"ok\":0,\"err_code\":121,\"err\":\"1 of 2 \\\"delivered\\\"\","
+                   "\"error\":\"1 of 2 \\\"delivered\\\"\",\"member\":\"M1\",\"sendResult\":"
+                   "{\"ok\":0,\"member\":\"M1\",\"result\":[{\"x\":1},{\"y\":2}]}}");
+    json_decref(a);
+}
+
 static void test_jw_scalars(void **state)
 {
     static const long long ints[] = {0, 7, -7, 1700000000123LL, 9223372036854775807LL,
@@ -374,7 +391,8 @@ int main(void)
         cmocka_unit_test(test_address),      cmocka_unit_test(test_message_event),
         cmocka_unit_test(test_send_element), cmocka_unit_test(test_send_failed),
         cmocka_unit_test(test_written_event_matches_jansson),
-        cmocka_unit_test(test_written_answer), cmocka_unit_test(test_jw_scalars),
+        cmocka_unit_test(test_written_answer),
+        cmocka_unit_test(test_written_cut_answer), cmocka_unit_test(test_jw_scalars),
         cmocka_unit_test(test_node_element), cmocka_unit_test(test_answer),
     };
 
