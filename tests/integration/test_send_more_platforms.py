@@ -5,7 +5,7 @@ import json
 import time
 import unittest
 
-from harness import StackTest, member
+from harness import StackTest, member, wait_for
 
 APP = "app-more"
 
@@ -160,6 +160,9 @@ class MorePlatforms(StackTest):
         self.assertGreater(log[1]["body"]["size"], 50)
         media_id = log[2]["body"]["image"]["media_id"]
         self.assertEqual(log[2]["body"]["msgtype"], "image")
+        # The media id is written back without holding the answer: it may land just after it.
+        wait_for(lambda: len(self.s.redis("KEYS", "botgate:media:{wx6}:*")) == 1, 5,
+                 "the media id in the cache")
         keys = self.s.redis("KEYS", "botgate:media:{wx6}:*")
         self.assertEqual(len(keys), 1)
         self.assertEqual(self.s.redis("GET", keys[0]), media_id)
