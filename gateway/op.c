@@ -125,8 +125,14 @@ op_t *op_new(worker_t *w, struct evhttp_request *req, metrics_route_t route,
 {
     op_t *op = calloc(1, sizeof(*op));
 
-    if (op == NULL)
+    if (op == NULL) {
+        /* The connection was marked busy when the request arrived, and only an op's answer
+         * unmarks it: without this, a busy count that never returns to 0 keeps the sweep off
+         * the connection and holds its slot under the cap for as long as the client wants.
+         * (Only calloc failing gets here: not provoked by a test.) */
+        conn_request_done(w, req);
         return NULL;
+    }
     op->w = w;
     op->req = req;
     op->route = route;
