@@ -121,23 +121,39 @@ int auth_sees_channel(const auth_token_t *t, const char *channel_id, const char 
     return 0;
 }
 
-const char *auth_request_token(const char *authorization, const char *query_token, size_t *len)
+/* Control characters have no place in a token; a NUL would cut it short where it is
+ * hashed as a C string (evhttp's decoded query), so TOKEN%00junk would pass as TOKEN. */
+static int token_usable(const char *p, size_t n)
 {
-    if (authorization != NULL && strncasecmp(authorization, "Bearer ", 7) == 0) {
-        const char *p = authorization + 7;
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)p[i] < 0x20 || p[i] == 0x7f)
+            return 0;
+    return 1;
+}
+
+const char *auth_request_token(const char *authorization, const char *query_token, size_t query_len,
+                               size_t *len)
+{
+    const char *p;
+    size_t n;
+
+    if (authorization != NULL) {
+        if (strncasecmp(authorization, "Bearer ", 7) != 0)
+            return NULL;
+        p = authorization + 7;
         while (*p == ' ')
             p++;
-        size_t n = strlen(p);
+        n = strlen(p);
         while (n > 0 && p[n - 1] == ' ')
             n--;
-        if (n > 0) {
-            *len = n;
-            return p;
-        }
+    } else {
+        p = query_token;
+        n = query_token != NULL ? query_len : 0;
     }
-    if (query_token != NULL && *query_token != '\0') {
-        *len = strlen(query_token);
-        return query_token;
-    }
-    return NULL;
+    if (!token_usable(p, n))
+        return NULL;
+    *len = n;
+    return p;
 }

@@ -48,8 +48,12 @@ int auth_allows(const auth_token_t *t, unsigned accepted, int64_t now_ms);
 /* 1 when a channel of app channel_app with this id is visible to the token. */
 int auth_sees_channel(const auth_token_t *t, const char *channel_id, const char *channel_app);
 
-/* The token of a request: "Authorization: Bearer X" wins over the accessToken query value.
- * Returns a pointer into one of the inputs and its length, or NULL. */
-const char *auth_request_token(const char *authorization, const char *query_token, size_t *len);
+/* The token of a request: an Authorization header wins over the accessToken query value
+ * (query_len bytes, decoded: it may hold a NUL). A header that is present must be
+ * "Bearer <token>"; anything else refuses the request rather than falling back to the query.
+ * A token holding a control character (NUL included) is refused. Returns a pointer into one of
+ * the inputs and its length, or NULL: no token, or not a usable one (both are "not authorized"). */
+const char *auth_request_token(const char *authorization, const char *query_token, size_t query_len,
+                               size_t *len);
 
 #endif

@@ -26,6 +26,9 @@ typedef struct option_def {
 
 static const option_def_t options[] = {
     STR(listen, "BOTGATE_LISTEN", "0.0.0.0:8080", "address:port of the HTTP API"),
+    STR(admin_listen, "BOTGATE_ADMIN_LISTEN", "",
+        "address:port serving /metrics, /healthz and /readyz (empty: the API listener; when "
+        "set, /metrics is no longer answered there)"),
     STR(redis_url, "BOTGATE_REDIS_URL", "redis://127.0.0.1:6379/0",
         "redis://[:password@]host:port/db or unix:///path/sock"),
     STR(store.prefix, "BOTGATE_REDIS_PREFIX", "botgate:", "prefix of every Redis key"),
@@ -70,6 +73,9 @@ static const option_def_t options[] = {
         "on SIGTERM, how long in-flight requests may take"),
     INT(http_timeout_s, "BOTGATE_HTTP_TIMEOUT_S", "30", 1, 3600,
         "reading a request and idle keep-alive, seconds"),
+    INT(max_reading_mb, "BOTGATE_MAX_READING_MB", "64", 2, 65536,
+        "MiB of requests being read (headers and bodies not yet complete) per worker; past it "
+        "new requests are refused with 503"),
 };
 
 static void usage(void)
@@ -138,34 +144,36 @@ static const option_def_t *find_flag(const char *flag)
     return NULL;
 }
 
-static int parse_listen(config_t *cfg)
+/* host:port or [v6]:port into host and port; -1 with a message naming the variable. */
+static int parse_address(const char *given, const char *env, char *host, size_t host_size,
+                         int *port_out)
 {
-    char spec[sizeof(cfg->listen)];
+    char spec[300];
     char *colon, *end;
     long port;
 
-    memcpy(spec, cfg->listen, sizeof(spec));
+    snprintf(spec, sizeof(spec), "%s", given);
     colon = strrchr(spec, ':');
     if (colon == NULL) {
-        fprintf(stderr, "botgate: BOTGATE_LISTEN must be address:port\n");
+        fprintf(stderr, "botgate: %s must be address:port\n", env);
         return -1;
     }
     port = strtol(colon + 1, &end, 10);
     if (*end != '\0' || port < 0 || port > 65535) {
-        fprintf(stderr, "botgate: bad port in BOTGATE_LISTEN\n");
+        fprintf(stderr, "botgate: bad port in %s\n", env);
         return -1;
     }
     *colon = '\0';
-    snprintf(cfg->listen_host, sizeof(cfg->listen_host), "%s", spec);
+    snprintf(host, host_size, "%s", spec);
     /* [::]:8080 */
-    if (cfg->listen_host[0] == '[') {
-        size_t n = strlen(cfg->listen_host);
-        if (n >= 2 && cfg->listen_host[n - 1] == ']') {
-            memmove(cfg->listen_host, cfg->listen_host + 1, n - 2);
-            cfg->listen_host[n - 2] = '\0';
+    if (host[0] == '[') {
+        size_t n = strlen(host);
+        if (n >= 2 && host[n - 1] == ']') {
+            memmove(host, host + 1, n - 2);
+            host[n - 2] = '\0';
         }
     }
-    cfg->listen_port = (int)port;
+    *port_out = (int)port;
     return 0;
 }
 
@@ -221,7 +229,12 @@ int config_load(config_t *cfg, int argc, char **argv)
         if (set_option(cfg, o, value) < 0)
             return -1;
     }
-    if (parse_listen(cfg) < 0)
+    if (parse_address(cfg->listen, "BOTGATE_LISTEN", cfg->listen_host, sizeof(cfg->listen_host),
+                      &cfg->listen_port) < 0)
+        return -1;
+    if (cfg->admin_listen[0] != '\0' &&
+        parse_address(cfg->admin_listen, "BOTGATE_ADMIN_LISTEN", cfg->admin_host,
+                      sizeof(cfg->admin_host), &cfg->admin_port) < 0)
         return -1;
     if (cfg->workers == 0) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);

@@ -11,6 +11,9 @@ typedef struct config {
     char listen[300];        /* as given: host:port */
     char listen_host[300];
     int listen_port;
+    char admin_listen[300]; /* /metrics, /healthz, /readyz; empty: on the API listener */
+    char admin_host[300];
+    int admin_port;
     char redis_url[CONFIG_URL_MAX];
     char redis_sentinels[CONFIG_URL_MAX]; /* host:port,... ; empty: no Sentinel */
     store_config_t store;   /* parsed Redis URL, timeouts, key prefix */
@@ -29,6 +32,7 @@ typedef struct config {
     int drain_delay_ms;      /* SIGTERM: keep accepting this long (readyz 503) before closing */
     int drain_timeout_ms;    /* SIGTERM: time in-flight requests get to finish */
     int http_timeout_s;      /* reading a request, idle keep-alive */
+    int max_reading_mb;      /* bytes of requests being read (not yet complete) per worker */
 } config_t;
 
 /* Fills cfg from defaults, the environment, then argv. Returns 0, 1 when --help was printed,

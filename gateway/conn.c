@@ -8,24 +8,63 @@
  * the filter, and closes Connection: close replies before they are written.) */
 #include "conn.h"
 
+#include "../core/request.h"
+#include "http.h"
+#include "log.h"
+
+#include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/listener.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #define CONN_BUCKETS 4096
 #define SWEEP_MS 1000
+#define LINE_KEEP 64 /* of each head line: enough for the framing headers' values */
+/* A refused client has this long to finish sending (what it sends is read and dropped, as
+ * evhttp's lingering close does, so that it gets to read the answer) and close. */
+#define REFUSED_LINGER_MS 5000
+/* A chunked body carries its framing too: the raw bytes may exceed the body by this much. */
+#define CHUNKED_SLACK (64 * 1024)
 
-/* Owned by the worker's table from adoption until evhttp closes the connection. */
+/* Where a connection is in the request it is reading. evhttp parses the head itself and
+ * consumes it line by line as it arrives, so the framing headers are checked here, on the bytes
+ * as they are read into the input buffer (an evbuffer callback runs before evhttp's read
+ * callback sees them): a request whose framing evhttp would get wrong is answered and the
+ * connection closed before evhttp acts on it. */
+typedef enum {
+    CONN_HEAD,    /* the bytes that come are a request's head */
+    CONN_BODY,    /* the head was fine: its body, until the request arrives complete */
+    CONN_REFUSED, /* answered with an error: whatever comes is dropped until the close */
+} conn_phase_t;
+
+/* Owned by the worker's table from the accept until evhttp closes the connection. */
 typedef struct conn {
     worker_t *w;
-    struct evhttp_connection *evcon;
+    struct evhttp_connection *evcon; /* NULL until adopted */
+    struct bufferevent *bev;
     int64_t progress_ms; /* accepted, a request arrived, or an answer was given */
     int busy;            /* API requests of this connection being worked on */
+    conn_phase_t phase;
+    /* the head being read */
+    unsigned lines;       /* complete lines of this head */
+    char line[LINE_KEEP]; /* the start of the current line */
+    size_t line_len;      /* its length, beyond LINE_KEEP too */
+    unsigned n_length, n_encoding;
+    int length_bad, encoding_bad, folded;
+    int64_t length;   /* the Content-Length, -1 when none */
+    int framing_line; /* the previous line was Content-Length or Transfer-Encoding */
+    /* the worker's budget */
+    size_t received;     /* bytes of this request read so far, head included */
+    size_t charged;      /* counted against the budget: the most of received and declared */
+    int64_t close_at_ms; /* CONN_REFUSED: closed at the first sweep past it */
     struct conn *prev, *next, *hnext;
 } conn_t;
 
@@ -33,8 +72,10 @@ typedef struct conn {
 struct conn_table {
     conn_t *all;                  /* every adopted connection */
     conn_t *buckets[CONN_BUCKETS];
-    struct bufferevent **fresh;   /* accepted in this loop iteration, not yet adopted */
+    conn_t **fresh; /* accepted in this loop iteration, not yet adopted */
     size_t n_fresh, cap_fresh;
+    size_t reading; /* bytes charged by requests being read, all connections */
+    size_t reading_max;
     struct event *adopt;
     struct event *sweep;
 };
@@ -85,6 +126,8 @@ static void uncount(worker_t *w)
     conn_update_accepting(w);
 }
 
+static void on_input(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg);
+
 static void on_closed(struct evhttp_connection *evcon, void *arg)
 {
     conn_t *c = arg, **pp;
@@ -99,29 +142,260 @@ static void on_closed(struct evhttp_connection *evcon, void *arg)
         t->all = c->next;
     if (c->next)
         c->next->prev = c->prev;
+    t->reading -= c->charged;
+    evbuffer_remove_cb(bufferevent_get_input(c->bev), on_input, c);
     uncount(c->w);
     free(c);
 }
+
+/* ---- the head check ---- */
+
+static void head_reset(conn_t *c)
+{
+    c->phase = CONN_HEAD;
+    c->lines = 0;
+    c->line_len = 0;
+    c->n_length = c->n_encoding = 0;
+    c->length_bad = c->encoding_bad = c->folded = 0;
+    c->length = -1;
+    c->framing_line = 0;
+}
+
+/* Counts bytes the request holds against the worker's budget; -1 when it is spent. */
+static int charge(conn_t *c, size_t total)
+{
+    conn_table_t *t = c->w->conns;
+
+    if (total <= c->charged)
+        return 0;
+    if (t->reading + (total - c->charged) > t->reading_max)
+        return -1;
+    t->reading += total - c->charged;
+    c->charged = total;
+    return 0;
+}
+
+/* The request arrived (its body left the input buffer for the request) or the connection
+ * closed: what it held is no longer held for it. */
+static void uncharge(conn_t *c)
+{
+    c->w->conns->reading -= c->charged;
+    c->charged = 0;
+    c->received = 0;
+}
+
+static const char *trim(char *s)
+{
+    size_t n;
+
+    s += strspn(s, " \t");
+    n = strlen(s);
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+        s[--n] = '\0';
+    return s;
+}
+
+/* One complete line of the head (its first LINE_KEEP bytes in c->line, NUL-terminated). */
+static void head_line(conn_t *c)
+{
+    int long_line = c->line_len >= LINE_KEEP;
+    char *colon;
+    const char *v;
+
+    if (c->lines++ == 0)
+        return; /* the request line: evhttp's */
+    if (c->line[0] == ' ' || c->line[0] == '\t') {
+        /* obs-fold: evhttp appends it to the header before */
+        if (c->framing_line)
+            c->folded = 1;
+        return;
+    }
+    c->framing_line = 0;
+    if ((colon = strchr(c->line, ':')) == NULL)
+        return;
+    *colon = '\0';
+    v = trim(colon + 1);
+    if (strcasecmp(c->line, "Content-Length") == 0) {
+        char *end;
+        c->framing_line = 1;
+        c->n_length++;
+        if (long_line || *v < '0' || *v > '9' || strspn(v, "0123456789") != strlen(v)) {
+            c->length_bad = 1; /* "+80", "-1", "42, 42", empty, ... */
+            return;
+        }
+        /* digits only: a value past the limit (or past int64) is a size refusal */
+        v += strspn(v, "0");
+        c->length = strlen(v) > 18 ? INT64_MAX : (int64_t)strtoll(v, &end, 10);
+    } else if (strcasecmp(c->line, "Transfer-Encoding") == 0) {
+        c->framing_line = 1;
+        c->n_encoding++;
+        if (long_line || strcasecmp(v, "chunked") != 0)
+            c->encoding_bad = 1; /* evhttp knows nothing but chunked */
+    }
+}
+
+typedef struct verdict {
+    int status;
+    int code;
+    const char *msg;
+} verdict_t;
+
+/* The empty line: the head is complete. 0 when evhttp may go on with it. */
+static int head_done(conn_t *c, verdict_t *v)
+{
+    if (c->n_encoding > 0 && c->n_length > 0)
+        *v = (verdict_t){400, BG_ERR_MISSING_PARAM, "both Content-Length and Transfer-Encoding"};
+    else if (c->n_encoding > 1 || c->encoding_bad)
+        *v =
+            (verdict_t){501, BG_ERR_MISSING_PARAM, "Transfer-Encoding not supported: only chunked"};
+    else if (c->n_length > 1)
+        *v = (verdict_t){400, BG_ERR_MISSING_PARAM, "more than one Content-Length"};
+    else if (c->length_bad || c->folded)
+        *v = (verdict_t){400, BG_ERR_MISSING_PARAM, "invalid Content-Length"};
+    else if (c->length > REQUEST_MAX_BODY)
+        *v = (verdict_t){413, BG_ERR_LIMIT, "request body too large"};
+    else if (c->length > 0 && charge(c, c->received + (size_t)c->length) < 0)
+        *v = (verdict_t){503, BG_ERR_UNAVAILABLE, "too many requests being read; retry"};
+    else
+        return 0;
+    return -1;
+}
+
+/* Follows n bytes that were just added at the end of buf. 0, or -1 with the verdict. */
+static int follow(conn_t *c, struct evbuffer *buf, size_t n, verdict_t *v)
+{
+    struct evbuffer_ptr pos;
+    size_t len = evbuffer_get_length(buf);
+
+    c->received += n;
+    if (charge(c, c->received) < 0) {
+        *v = (verdict_t){503, BG_ERR_UNAVAILABLE, "too many requests being read; retry"};
+        return -1;
+    }
+    if (c->phase == CONN_BODY) {
+        if (c->length < 0 &&
+            c->received > REQUEST_MAX_BODY + HTTP_MAX_HEADERS_SIZE + CHUNKED_SLACK) {
+            *v = (verdict_t){413, BG_ERR_LIMIT, "request body too large"};
+            return -1;
+        }
+        return 0;
+    }
+    /* CONN_HEAD: the new bytes, line by line */
+    if (evbuffer_ptr_set(buf, &pos, len - n, EVBUFFER_PTR_SET) < 0)
+        return 0;
+    while (pos.pos >= 0 && (size_t)pos.pos < len && c->phase == CONN_HEAD) {
+        struct evbuffer_iovec vec;
+        const char *p, *nl;
+        size_t avail, take;
+
+        if (evbuffer_peek(buf, -1, &pos, &vec, 1) < 1)
+            break;
+        p = vec.iov_base;
+        avail = vec.iov_len;
+        nl = memchr(p, '\n', avail);
+        take = nl ? (size_t)(nl - p) + 1 : avail;
+        for (size_t i = 0; i < take; i++) {
+            char ch = p[i];
+            if (ch == '\n') {
+                size_t keep = c->line_len < LINE_KEEP ? c->line_len : LINE_KEEP - 1;
+                if (keep > 0 && c->line[keep - 1] == '\r')
+                    keep--;
+                c->line[keep] = '\0';
+                if (keep == 0 && c->line_len <= 1 && c->lines > 0) {
+                    c->line_len = 0;
+                    if (head_done(c, v) < 0)
+                        return -1;
+                    c->phase = CONN_BODY;
+                    break;
+                }
+                head_line(c);
+                c->line_len = 0;
+            } else {
+                if (c->line_len < LINE_KEEP - 1)
+                    c->line[c->line_len] = ch;
+                c->line_len++;
+            }
+        }
+        if (evbuffer_ptr_set(buf, &pos, take, EVBUFFER_PTR_ADD) < 0)
+            break;
+    }
+    return 0;
+}
+
+/* Writes the answer to a refused request straight to the socket (evhttp has not parsed the
+ * request: it cannot answer it) and lets the client read it: the connection stays open,
+ * dropping what comes, until the client closes it or REFUSED_LINGER_MS (at most the HTTP
+ * timeout) passed. */
+static void refuse_now(conn_t *c, struct evbuffer *buf, const verdict_t *v)
+{
+    static const char *const reasons[] = {"Bad Request", "Payload Too Large", "Not Implemented",
+                                          "Service Unavailable"};
+    const char *reason = v->status == 400   ? reasons[0]
+                         : v->status == 413 ? reasons[1]
+                         : v->status == 501 ? reasons[2]
+                                            : reasons[3];
+    char body[256], text[600], id[17];
+    int blen, n;
+    evutil_socket_t fd = bufferevent_getfd(c->bev);
+
+    worker_random_hex(c->w, id, 16);
+
+    blen =
+        snprintf(body, sizeof(body), "{\"ok\":0,\"err_code\":%d,\"err\":\"%s\",\"error\":\"%s\"}",
+                 v->code, v->msg, v->msg);
+    n = snprintf(text, sizeof(text),
+                 "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                 "X-Request-Id: %s\r\n%sConnection: close\r\n\r\n%s",
+                 v->status, reason, blen, id, v->status == 503 ? "Retry-After: 1\r\n" : "", body);
+    evbuffer_drain(buf, evbuffer_get_length(buf));
+    c->phase = CONN_REFUSED;
+    c->close_at_ms = now_ms() + REFUSED_LINGER_MS;
+    uncharge(c);
+    log_msg(LOG_INFO, "refused a request before its body: status %d, %s, request_id %s", v->status,
+            v->msg, id);
+    /* A fresh answer to a socket that has sent a request: the kernel takes it whole unless the
+     * client stopped reading, and then it is lost with the connection. */
+    if (fd >= 0 && n > 0 && send(fd, text, (size_t)n, MSG_NOSIGNAL) == n)
+        shutdown(fd, SHUT_WR);
+}
+
+/* The input buffer's callback: runs as bytes are read, before evhttp's read callback. */
+static void on_input(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+    conn_t *c = arg;
+    verdict_t v;
+
+    if (info->n_added == 0)
+        return;
+    if (c->phase == CONN_REFUSED) {
+        evbuffer_drain(buf, evbuffer_get_length(buf));
+        return;
+    }
+    if (follow(c, buf, info->n_added, &v) < 0)
+        refuse_now(c, buf, &v);
+}
+
+/* ---- the table ---- */
 
 static void adopt(evutil_socket_t fd, short what, void *arg)
 {
     worker_t *w = arg;
     conn_table_t *t = w->conns;
-    int64_t now = now_ms();
 
     (void)fd;
     (void)what;
     for (size_t i = 0; i < t->n_fresh; i++) {
+        conn_t *c = t->fresh[i];
         struct evhttp_connection *evcon = NULL;
-        conn_t *c;
-        bufferevent_getcb(t->fresh[i], NULL, NULL, NULL, (void **)&evcon);
-        if (evcon == NULL || (c = calloc(1, sizeof(*c))) == NULL) {
+        bufferevent_getcb(c->bev, NULL, NULL, NULL, (void **)&evcon);
+        if (evcon == NULL) {
             /* untracked: never uncounted; only under memory exhaustion */
+            evbuffer_remove_cb(bufferevent_get_input(c->bev), on_input, c);
+            uncharge(c);
+            free(c);
             continue;
         }
-        c->w = w;
         c->evcon = evcon;
-        c->progress_ms = now;
         c->hnext = t->buckets[bucket_of(evcon)];
         t->buckets[bucket_of(evcon)] = c;
         c->next = t->all;
@@ -138,19 +412,30 @@ static struct bufferevent *on_new_connection(struct event_base *base, void *arg)
     worker_t *w = arg;
     conn_table_t *t = w->conns;
     struct bufferevent *bev;
+    conn_t *c;
 
     if (t->n_fresh == t->cap_fresh) {
         size_t cap = t->cap_fresh ? t->cap_fresh * 2 : 64;
-        struct bufferevent **fresh = realloc(t->fresh, cap * sizeof(*fresh));
+        conn_t **fresh = realloc(t->fresh, cap * sizeof(*fresh));
         if (fresh == NULL)
             return NULL;
         t->fresh = fresh;
         t->cap_fresh = cap;
     }
-    bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
-    if (bev == NULL)
+    if ((c = calloc(1, sizeof(*c))) == NULL)
         return NULL;
-    t->fresh[t->n_fresh++] = bev;
+    bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+    if (bev == NULL || evbuffer_add_cb(bufferevent_get_input(bev), on_input, c) == NULL) {
+        if (bev != NULL)
+            bufferevent_free(bev);
+        free(c);
+        return NULL;
+    }
+    c->w = w;
+    c->bev = bev;
+    c->progress_ms = now_ms();
+    head_reset(c);
+    t->fresh[t->n_fresh++] = c;
     event_active(t->adopt, EV_TIMEOUT, 0);
     w->connections++;
     atomic_fetch_add_explicit(&w->metrics.connections, 1, memory_order_relaxed);
@@ -168,9 +453,12 @@ static void sweep(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
+    int64_t now = now_ms();
+
     for (; c != NULL; c = next) {
         next = c->next;
-        if (c->busy == 0 && c->progress_ms < limit)
+        if (c->busy == 0 &&
+            (c->progress_ms < limit || (c->phase == CONN_REFUSED && now >= c->close_at_ms)))
             evhttp_connection_free(c->evcon); /* on_closed frees c */
     }
 }
@@ -182,6 +470,7 @@ int conn_setup(worker_t *w)
     w->conns = calloc(1, sizeof(*w->conns));
     if (w->conns == NULL)
         return -1;
+    w->conns->reading_max = (size_t)w->cfg->max_reading_mb * 1024 * 1024;
     w->conns->adopt = event_new(w->base, -1, 0, adopt, w);
     w->conns->sweep = event_new(w->base, -1, EV_PERSIST, sweep, w);
     if (w->conns->adopt == NULL || w->conns->sweep == NULL || event_add(w->conns->sweep, &tv) < 0)
@@ -208,10 +497,28 @@ void conn_cleanup(worker_t *w)
 void conn_request_arrived(worker_t *w, struct evhttp_request *req, int busy)
 {
     conn_t *c = lookup(w->conns, evhttp_request_get_connection(req));
+    struct evbuffer *in;
+    verdict_t v;
 
-    if (c != NULL) {
-        c->progress_ms = now_ms();
-        c->busy += busy;
+    if (c == NULL)
+        return;
+    c->progress_ms = now_ms();
+    c->busy += busy;
+    /* The body went from the input buffer into the request: what is left there is the head of
+     * the next request, sent before this one was answered. evhttp reads it only after the
+     * answer; a bad one closes the connection with the answer instead. */
+    uncharge(c);
+    if (c->phase == CONN_REFUSED)
+        return;
+    head_reset(c);
+    in = bufferevent_get_input(c->bev);
+    if (evbuffer_get_length(in) > 0 && follow(c, in, evbuffer_get_length(in), &v) < 0) {
+        log_msg(LOG_DEBUG, "refused a pipelined request: %d %s", v.status, v.msg);
+        evbuffer_drain(in, evbuffer_get_length(in));
+        uncharge(c);
+        c->phase = CONN_REFUSED;
+        c->close_at_ms = now_ms() + REFUSED_LINGER_MS;
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
     }
 }
 

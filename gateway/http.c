@@ -102,41 +102,59 @@ static void metrics(worker_t *w, struct evhttp_request *req)
     http_send(req, 200, "OK");
 }
 
+/* Which listener answers a route. With BOTGATE_ADMIN_LISTEN set, /metrics moves to the admin
+ * listener; the health checks are on both (load balancers probe the API address). */
+enum route_where { ROUTE_API, ROUTE_BOTH, ROUTE_ADMIN };
+
 static const struct route {
     const char *path;
-    enum evhttp_cmd_type method;
+    enum evhttp_cmd_type method; /* a GET route answers HEAD too */
     void (*handler)(worker_t *w, struct evhttp_request *req);
     int api; /* answered later, by an op: its connection is busy until then */
+    enum route_where where;
 } routes[] = {
-    {"/sendResponses", EVHTTP_REQ_POST, op_send_start, 1},
-    {"/redirectMemberToNode", EVHTTP_REQ_POST, op_redirect_start, 1},
-    {"/healthz", EVHTTP_REQ_GET, health, 0},
-    {"/readyz", EVHTTP_REQ_GET, ready, 0},
-    {"/metrics", EVHTTP_REQ_GET, metrics, 0},
+    {"/sendResponses", EVHTTP_REQ_POST, op_send_start, 1, ROUTE_API},
+    {"/redirectMemberToNode", EVHTTP_REQ_POST, op_redirect_start, 1, ROUTE_API},
+    {"/healthz", EVHTTP_REQ_GET, health, 0, ROUTE_BOTH},
+    {"/readyz", EVHTTP_REQ_GET, ready, 0, ROUTE_BOTH},
+    {"/metrics", EVHTTP_REQ_GET, metrics, 0, ROUTE_ADMIN},
 };
 
-static void on_request(struct evhttp_request *req, void *arg)
+static const struct route *find_route(const worker_t *w, const char *path, int on_admin)
 {
-    worker_t *w = arg;
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        const struct route *r = &routes[i];
+        int here = on_admin ? r->where != ROUTE_API
+                            : r->where != ROUTE_ADMIN || w->cfg->admin_listen[0] == '\0';
+        if (here && strcmp(path, r->path) == 0)
+            return r;
+    }
+    return NULL;
+}
+
+static void serve(worker_t *w, struct evhttp_request *req, int on_admin)
+{
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    const struct route *r = path ? find_route(w, path, on_admin) : NULL;
+    int allowed =
+        r != NULL && (cmd == r->method || (cmd == EVHTTP_REQ_HEAD && r->method == EVHTTP_REQ_GET));
 
+    /* every request, answered here or not: the connection's next request is checked from now */
+    conn_request_arrived(w, req, allowed ? r->api : 0);
     if (path == NULL) {
         send_json(req, 400, "Bad Request",
                   "{\"ok\":0,\"err_code\":108,\"err\":\"bad request\",\"error\":\"bad request\"}");
         return;
     }
-    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
-        if (strcmp(path, routes[i].path) != 0)
-            continue;
-        if (cmd == routes[i].method) {
-            conn_request_arrived(w, req, routes[i].api);
-            routes[i].handler(w, req);
-            return;
-        }
+    if (allowed) {
+        r->handler(w, req); /* evhttp leaves the body out of an answer to HEAD */
+        return;
+    }
+    if (r != NULL) {
         evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
-                          routes[i].method == EVHTTP_REQ_POST ? "POST" : "GET");
+                          r->method == EVHTTP_REQ_POST ? "POST" : "GET, HEAD");
         send_json(req, 405, "Method Not Allowed",
                   "{\"ok\":0,\"err_code\":122,\"err\":\"method not allowed\","
                   "\"error\":\"method not allowed\"}");
@@ -145,12 +163,74 @@ static void on_request(struct evhttp_request *req, void *arg)
     send_json(req, 404, "Not Found", "{\"ok\":0,\"err_code\":122,\"err\":\"not found\",\"error\":\"not found\"}");
 }
 
-int http_start(worker_t *w)
+static void on_request(struct evhttp_request *req, void *arg)
 {
-    const config_t *cfg = w->cfg;
+    serve(arg, req, 0);
+}
+
+static void on_admin_request(struct evhttp_request *req, void *arg)
+{
+    serve(arg, req, 1);
+}
+
+/* A listening socket on host:port, one per worker (SO_REUSEPORT: the kernel balances
+ * accepts), disabled until the caller enables it. NULL on failure (logged). */
+static struct evconnlistener *listen_on(worker_t *w, const char *host, int port)
+{
     struct sockaddr_storage ss;
     int sslen = sizeof(ss);
     char spec[320];
+    struct evconnlistener *l;
+
+    if (strchr(host, ':') != NULL)
+        snprintf(spec, sizeof(spec), "[%s]:%d", host, port);
+    else
+        snprintf(spec, sizeof(spec), "%s:%d", host, port);
+    memset(&ss, 0, sizeof(ss));
+    if (evutil_parse_sockaddr_port(spec, (struct sockaddr *)&ss, &sslen) < 0) {
+        log_msg(LOG_ERROR, "cannot parse listen address %s", spec);
+        return NULL;
+    }
+    l = evconnlistener_new_bind(w->base, NULL, NULL,
+                                LEV_OPT_REUSEABLE | LEV_OPT_REUSEABLE_PORT | LEV_OPT_CLOSE_ON_FREE |
+                                    LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_DISABLED,
+                                4096, (struct sockaddr *)&ss, sslen);
+    if (l == NULL)
+        log_msg(LOG_ERROR, "cannot listen on %s: %s", spec,
+                evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+    return l;
+}
+
+/* The admin listener: its own evhttp, GET/HEAD only, small requests. Its connections are not
+ * counted under the API's cap; keep the address internal. */
+static int admin_start(worker_t *w)
+{
+    const config_t *cfg = w->cfg;
+    struct evconnlistener *l;
+
+    w->admin_http = evhttp_new(w->base);
+    if (w->admin_http == NULL)
+        return -1;
+    evhttp_set_max_body_size(w->admin_http, 4096);
+    evhttp_set_max_headers_size(w->admin_http, HTTP_MAX_HEADERS_SIZE);
+    evhttp_set_timeout(w->admin_http, cfg->http_timeout_s);
+    evhttp_set_default_content_type(w->admin_http, "application/json");
+    evhttp_set_allowed_methods(w->admin_http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST);
+    evhttp_set_gencb(w->admin_http, on_admin_request, w);
+    if ((l = listen_on(w, cfg->admin_host, cfg->admin_port)) == NULL)
+        return -1;
+    if (evhttp_bind_listener(w->admin_http, l) == NULL) {
+        evconnlistener_free(l);
+        log_msg(LOG_ERROR, "cannot bind the admin HTTP server to %s", cfg->admin_listen);
+        return -1;
+    }
+    evconnlistener_enable(l);
+    return 0;
+}
+
+int http_start(worker_t *w)
+{
+    const config_t *cfg = w->cfg;
 
     w->http = evhttp_new(w->base);
     if (w->http == NULL)
@@ -168,33 +248,15 @@ int http_start(worker_t *w)
     evhttp_set_gencb(w->http, on_request, w);
     if (conn_setup(w) < 0)
         return -1;
-
-    if (strchr(cfg->listen_host, ':') != NULL)
-        snprintf(spec, sizeof(spec), "[%s]:%d", cfg->listen_host, cfg->listen_port);
-    else
-        snprintf(spec, sizeof(spec), "%s:%d", cfg->listen_host, cfg->listen_port);
-    memset(&ss, 0, sizeof(ss));
-    if (evutil_parse_sockaddr_port(spec, (struct sockaddr *)&ss, &sslen) < 0) {
-        log_msg(LOG_ERROR, "cannot parse listen address %s", spec);
+    if (cfg->admin_listen[0] != '\0' && admin_start(w) < 0)
         return -1;
-    }
-    /* One listening socket per worker on the same port: the kernel balances accepts. */
-    w->listener = evconnlistener_new_bind(
-        w->base, NULL, NULL,
-        LEV_OPT_REUSEABLE | LEV_OPT_REUSEABLE_PORT | LEV_OPT_CLOSE_ON_FREE |
-            LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_DISABLED,
-        4096, (struct sockaddr *)&ss, sslen);
-    if (w->listener == NULL) {
-        log_msg(LOG_ERROR, "cannot listen on %s: %s", spec,
-                evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+    if ((w->listener = listen_on(w, cfg->listen_host, cfg->listen_port)) == NULL)
         return -1;
-    }
     if ((w->bound = evhttp_bind_listener(w->http, w->listener)) == NULL) {
-        log_msg(LOG_ERROR, "cannot bind the HTTP server to %s", spec);
+        log_msg(LOG_ERROR, "cannot bind the HTTP server to %s", cfg->listen);
         return -1;
     }
     evconnlistener_enable(w->listener);
     w->accepting = 1;
     return 0;
 }
-

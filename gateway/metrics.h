@@ -14,8 +14,9 @@ typedef enum {
     METRICS_ROUTES
 } metrics_route_t;
 
-/* err_code slots: 0 = success, 1 = unauthorized, 2 = internal, then 100..120. */
-#define METRICS_CODES 24
+/* err_code slots: 0 = success, 1 = unauthorized, 2 = any other code, then 100..121 (121:
+ * shutting down, out of memory). */
+#define METRICS_CODES 25
 /* HTTP status slots: 200, 413, 500. */
 #define METRICS_STATUSES 3
 #define METRICS_BUCKETS 14

@@ -291,6 +291,8 @@ void worker_cleanup(worker_t *w)
     w->bound = NULL;
     if (w->http != NULL)
         evhttp_free(w->http);
+    if (w->admin_http != NULL)
+        evhttp_free(w->admin_http);
     if (w->ctl_ev != NULL)
         event_free(w->ctl_ev);
     if (w->drain_timer != NULL)

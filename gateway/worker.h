@@ -31,6 +31,7 @@ typedef struct worker {
     struct evhttp *http;
     struct evconnlistener *listener; /* NULL once the worker stopped listening */
     struct evhttp_bound_socket *bound;
+    struct evhttp *admin_http; /* BOTGATE_ADMIN_LISTEN's server, or NULL */
     struct store *store;
     struct upstream *up;      /* platform calls */
     struct upstream *up_user; /* URLs from users (media, webhooks): SSRF-guarded, own pool */

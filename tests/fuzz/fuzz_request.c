@@ -115,7 +115,7 @@ static void check_token_header(const uint8_t *data, size_t size)
     char *header = fuzz_strndup(data, hlen);
     char *query = nul ? fuzz_strndup(nul + 1, size - hlen - 1) : NULL;
     size_t len = 0;
-    const char *tok = auth_request_token(header, query, &len);
+    const char *tok = auth_request_token(header, query, nul ? size - hlen - 1 : 0, &len);
 
     if (tok != NULL) {
         FUZZ_CHECK(len > 0 && len <= strlen(tok), "token length %zu", len);

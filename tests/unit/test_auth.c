@@ -312,10 +312,10 @@ static void test_sees_channel(void **state)
     auth_token_free(&t);
 }
 
-static void expect_token(const char *authz, const char *query, const char *want)
+static void expect_token_n(const char *authz, const char *query, size_t query_len, const char *want)
 {
     size_t len = 12345;
-    const char *got = auth_request_token(authz, query, &len);
+    const char *got = auth_request_token(authz, query, query_len, &len);
 
     if (want == NULL) {
         if (got != NULL)
@@ -330,7 +330,12 @@ static void expect_token(const char *authz, const char *query, const char *want)
     assert_memory_equal(got, want, len);
     /* a pointer into one of the inputs, not a copy */
     assert_true((authz && got >= authz && got < authz + strlen(authz)) ||
-                (query && got >= query && got < query + strlen(query) + 1));
+                (query && got >= query && got < query + query_len + 1));
+}
+
+static void expect_token(const char *authz, const char *query, const char *want)
+{
+    expect_token_n(authz, query, query ? strlen(query) : 0, want);
 }
 
 static void test_request_token(void **state)
@@ -347,15 +352,15 @@ static void test_request_token(void **state)
     expect_token("Bearer    abc", NULL, "abc");
     expect_token("Bearer abc   ", NULL, "abc");
     expect_token("Bearer   abc  ", "q", "abc");
-    /* an empty bearer falls back to the query token */
-    expect_token("Bearer ", "q", "q");
-    expect_token("Bearer      ", "q", "q");
-    expect_token("Bearer", "q", "q");
-    /* another scheme, or something that only starts like Bearer */
-    expect_token("Basic dXNlcjpwYXNz", "q", "q");
-    expect_token("Bearerabc", "q", "q");
-    expect_token("Token abc", "q", "q");
-    expect_token("", "q", "q");
+    /* a header that is there but no usable Bearer token is refused: no fall back to the query */
+    expect_token("Bearer ", "q", NULL);
+    expect_token("Bearer      ", "q", NULL);
+    expect_token("Bearer", "q", NULL);
+    expect_token("Basic dXNlcjpwYXNz", "q", NULL);
+    expect_token("Bearerabc", "q", NULL);
+    expect_token("Token abc", "q", NULL);
+    expect_token("", "q", NULL);
+    /* no header: the query token */
     expect_token(NULL, "q", "q");
     /* neither */
     expect_token(NULL, NULL, NULL);
@@ -366,11 +371,29 @@ static void test_request_token(void **state)
     expect_token("Basic dXNlcjpwYXNz", NULL, NULL);
 }
 
+/* A NUL or another control character makes a token invalid: TOKEN%00junk is not TOKEN. */
+static void test_request_token_control_chars(void **state)
+{
+    static const char nul_query[] = "TOKEN\0junk";
+
+    (void)state;
+    expect_token_n(NULL, nul_query, sizeof(nul_query) - 1, NULL);
+    expect_token_n(NULL, "TOKEN\0", 6, NULL);
+    expect_token(NULL, "TOK\tEN", NULL);
+    expect_token(NULL, "TOKEN\r\n", NULL);
+    expect_token(NULL, "TOK\x7f", NULL);
+    expect_token("Bearer TOK\x01EN", NULL, NULL);
+    expect_token("Bearer TOK\tEN", "q", NULL);
+    /* the same bytes without them pass */
+    expect_token_n(NULL, nul_query, 5, "TOKEN");
+    expect_token(NULL, "TOKEN-._~+/=", "TOKEN-._~+/=");
+}
+
 /* The token found in a request hashes to the stored key form. */
 static void test_token_to_hash(void **state)
 {
     size_t len = 0;
-    const char *tok = auth_request_token("Bearer abc  ", NULL, &len);
+    const char *tok = auth_request_token("Bearer abc  ", NULL, 0, &len);
     char out[AUTH_HASH_HEX];
 
     (void)state;
@@ -391,6 +414,7 @@ int main(void)
         cmocka_unit_test(test_allows_expiry),
         cmocka_unit_test(test_sees_channel),
         cmocka_unit_test(test_request_token),
+        cmocka_unit_test(test_request_token_control_chars),
         cmocka_unit_test(test_token_to_hash),
     };
 
