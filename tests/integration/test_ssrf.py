@@ -3,14 +3,15 @@ link-local (cloud metadata), private, IPv6 forms, DNS names and redirects that l
 refused with a clear error element; a public address is fetched.
 
 The test runs in a network namespace of its own (unshare --net) where the loopback interface
-also carries 198.51.100.7, a public (documentation) address, so that a "public" first hop that
-redirects to 127.0.0.1 can be tested without leaving the machine."""
+also carries 11.0.0.7, a public address (not a documentation one: those are refused too), so
+that a "public" first hop that redirects to 127.0.0.1 can be tested without leaving the
+machine."""
 import os
 import subprocess
 import sys
 import unittest
 
-PUBLIC = "198.51.100.7"
+PUBLIC = "11.0.0.7"
 
 if os.environ.get("BOTGATE_IN_NETNS") != "1":
     env = dict(os.environ, BOTGATE_IN_NETNS="1")
@@ -79,6 +80,23 @@ class SsrfGuard(StackTest):
         for host in ["[::1]", "[::ffff:127.0.0.1]", "[fe80::1]", "[fd00::1]"]:
             with self.subTest(host=host):
                 self.assert_refused("http://%s:%d/media/a.png" % (host, self.s.sim_port))
+
+    def test_documentation_and_teredo_ranges(self):
+        for host in ["192.0.2.1", "198.51.100.7", "203.0.113.9", "[2001:db8::1]",
+                     "[2001:0:4136:e378:8000:63bf:3fff:fdd2]"]:
+            with self.subTest(host=host):
+                self.assert_refused("http://%s:%d/media/a.png" % (host, self.s.sim_port))
+
+    def test_public_address_behind_two_redirects_is_fetched(self):
+        import urllib.parse
+        url = self.public + "/media/ok.png"
+        for _ in range(2):
+            url = self.public + "/media/redirect?to=" + urllib.parse.quote(url, safe="")
+        self.s.sim_reset()
+        a = self.image(url)
+        self.assertEqual(a.status, 200, a)
+        self.assertNotIn("error", a.json["sendResult"]["result"][1])
+        self.assertIn("upload", [r["kind"] for r in self.s.sim_log()])
 
     def test_dns_name_to_loopback(self):
         self.assert_refused("http://localhost:%d/media/a.png" % self.s.sim_port)
