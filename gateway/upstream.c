@@ -295,9 +295,11 @@ static CURL *easy_new(upstream_t *up, upstream_xfer_t *x)
     curl_easy_setopt(e, CURLOPT_SHARE, up->share);
     if (up->cfg.ca_file != NULL && up->cfg.ca_file[0] != '\0')
         curl_easy_setopt(e, CURLOPT_CAINFO, up->cfg.ca_file);
-    /* Without proxy variables in the environment, tell curl so: it would otherwise read them
-     * and parse the URL for them again on every transfer. */
-    if (!up->proxy_env)
+    /* Platform calls use the proxy the environment names. URLs users give never do: the SSRF
+     * guard would see the proxy's address instead of the one the proxy then reaches, and a
+     * proxy would fetch cloud metadata for anyone who asks. Without proxy variables, tell
+     * curl so: it would otherwise read them and parse the URL for them on every transfer. */
+    if (!up->proxy_env || up->cfg.direct)
         curl_easy_setopt(e, CURLOPT_PROXY, "");
     return e;
 }
