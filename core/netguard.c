@@ -20,8 +20,11 @@ static int blocked_v4(uint32_t a) /* host byte order */
         {0xA9FE0000, 0xFFFF0000}, /* 169.254/16 link-local, cloud metadata */
         {0xAC100000, 0xFFF00000}, /* 172.16/12 private */
         {0xC0000000, 0xFFFFFF00}, /* 192.0.0/24 IETF protocol assignments */
+        {0xC0000200, 0xFFFFFF00}, /* 192.0.2/24 documentation (TEST-NET-1) */
         {0xC0A80000, 0xFFFF0000}, /* 192.168/16 private */
         {0xC6120000, 0xFFFE0000}, /* 198.18/15 benchmarking */
+        {0xC6336400, 0xFFFFFF00}, /* 198.51.100/24 documentation (TEST-NET-2) */
+        {0xCB007100, 0xFFFFFF00}, /* 203.0.113/24 documentation (TEST-NET-3) */
         {0xE0000000, 0xF0000000}, /* 224/4 multicast */
         {0xF0000000, 0xF0000000}, /* 240/4 reserved, broadcast */
     };
@@ -64,6 +67,10 @@ static int blocked_v6(const uint8_t *b)
         return 1; /* fec0::/10 site-local (deprecated) */
     if (b[0] == 0x01 && memcmp(b + 1, zero, 7) == 0)
         return 1; /* 100::/64 discard */
+    if (b[0] == 0x20 && b[1] == 0x01 && b[2] == 0x0d && b[3] == 0xb8)
+        return 1; /* 2001:db8::/32 documentation */
+    if (b[0] == 0x20 && b[1] == 0x01 && b[2] == 0 && b[3] == 0)
+        return 1; /* 2001::/32 Teredo: a tunnel to an IPv4 address it hides */
     return 0;
 }
 

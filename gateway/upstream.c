@@ -51,6 +51,8 @@ struct upstream_xfer {
     int has_retry_after;
     int blocked, too_large;
     int resend_refused;   /* curl wanted to send the request again after it went out */
+    long hop;             /* redirects followed at the last pre-request check, -1 before it */
+    long hop_sent;        /* request bytes curl had counted when this hop's first attempt began */
     unsigned flags;
     upstream_xfer_t *next; /* free list */
 };
@@ -227,24 +229,37 @@ static curl_socket_t on_open_socket(void *arg, curlsocktype purpose, struct curl
     return socket(addr->family, addr->socktype, addr->protocol);
 }
 
-/* Called before each attempt of a request. libcurl 7.88 sends a request again, up to five
- * times, when a reused connection dies before the answer starts ("Connection died, retrying a
- * fresh connect"), even when the request went out whole: the platform may have received it,
- * and a second attempt would deliver the message twice. Request bytes already written (the
- * request size curl counts across attempts) mean exactly that: the attempt is refused. An
- * attempt after nothing was written is let through, that one surely was not delivered. */
+/* Called before each attempt of a request, once the connection (and a proxy's CONNECT) is up.
+ * libcurl 7.88 sends a request again, up to five times, when a reused connection dies before
+ * the answer starts ("Connection died, retrying a fresh connect"), even when the request went
+ * out whole: the platform may have received it, and a second attempt would deliver the message
+ * twice. Request bytes written since this hop's first attempt began mean exactly that: the
+ * attempt is refused.
+ *
+ * curl's request size adds up over the whole transfer: every redirect hop's request and every
+ * proxy CONNECT (lib/http_proxy.c) count in it, and only curl_multi_add_handle resets it. A
+ * followed redirect raises the redirect count (Curl_follow, FOLLOW_REDIR) and a resend does
+ * not (FOLLOW_RETRY), so a changed count starts a new hop whose bytes so far are the baseline.
+ * A resend on a new connection through a proxy counts that connection's CONNECT too: such an
+ * attempt is refused even when nothing of the request had gone out, never sent twice. */
 static int on_prereq(void *arg, char *primary_ip, char *local_ip, int primary_port,
                      int local_port)
 {
     upstream_xfer_t *x = arg;
-    long sent = 0;
+    long sent = 0, hop = 0;
 
     (void)primary_ip;
     (void)local_ip;
     (void)primary_port;
     (void)local_port;
     curl_easy_getinfo(x->easy, CURLINFO_REQUEST_SIZE, &sent);
-    if (sent > 0) {
+    curl_easy_getinfo(x->easy, CURLINFO_REDIRECT_COUNT, &hop);
+    if (hop != x->hop) {
+        x->hop = hop;
+        x->hop_sent = sent;
+        return CURL_PREREQFUNC_OK;
+    }
+    if (sent > x->hop_sent) {
         x->resend_refused = 1;
         return CURL_PREREQFUNC_ABORT;
     }
@@ -280,9 +295,11 @@ static CURL *easy_new(upstream_t *up, upstream_xfer_t *x)
     curl_easy_setopt(e, CURLOPT_SHARE, up->share);
     if (up->cfg.ca_file != NULL && up->cfg.ca_file[0] != '\0')
         curl_easy_setopt(e, CURLOPT_CAINFO, up->cfg.ca_file);
-    /* Without proxy variables in the environment, tell curl so: it would otherwise read them
-     * and parse the URL for them again on every transfer. */
-    if (!up->proxy_env)
+    /* Platform calls use the proxy the environment names. URLs users give never do: the SSRF
+     * guard would see the proxy's address instead of the one the proxy then reaches, and a
+     * proxy would fetch cloud metadata for anyone who asks. Without proxy variables, tell
+     * curl so: it would otherwise read them and parse the URL for them on every transfer. */
+    if (!up->proxy_env || up->cfg.direct)
         curl_easy_setopt(e, CURLOPT_PROXY, "");
     return e;
 }
@@ -456,6 +473,8 @@ static upstream_xfer_t *start(upstream_t *up, adapter_call_t *call, long timeout
     x->max = max_answer;
     x->len = 0;
     x->blocked = x->too_large = x->has_retry_after = x->resend_refused = 0;
+    x->hop = -1;
+    x->hop_sent = 0;
     x->flags = flags;
     if (call->headers[0] != NULL && strcmp(call->headers[0], ADAPTER_JSON_HEADER) == 0 &&
         call->headers[1] == NULL) {

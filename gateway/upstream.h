@@ -1,8 +1,10 @@
 /* upstream.h - outbound HTTP on curl's multi interface, driven by the worker's event_base:
  * thousands of platform calls in flight on one thread, connections kept alive per worker.
  * A worker has two clients: one for the platforms (configured URLs) and one for URLs users
- * give (media downloads, webhooks) whose every connection passes the SSRF guard. They must not
- * share a connection pool: a user URL on a platform's host would reuse an unchecked connection. */
+ * give (media downloads, webhooks) whose every connection passes the SSRF guard and goes direct,
+ * never through a proxy of the environment (the guard would check the proxy's address). They must
+ * not share a connection pool: a user URL on a platform's host would reuse an unchecked
+ * connection. */
 #ifndef BOTGATE_GATEWAY_UPSTREAM_H
 #define BOTGATE_GATEWAY_UPSTREAM_H
 
@@ -18,6 +20,7 @@ typedef struct upstream_xfer upstream_xfer_t;
 typedef struct upstream_config {
     const char *ca_file;        /* extra CA bundle, or NULL/"" */
     int guard;                  /* 1: every connection passes the SSRF guard (user URLs) */
+    int direct;                 /* 1: never through a proxy of the environment (user URLs) */
     long buffer_size;           /* curl's receive buffer per transfer in flight (bytes) */
 } upstream_config_t;
 

@@ -246,6 +246,7 @@ int worker_init(worker_t *w, int id, const config_t *cfg)
     ucfg.buffer_size = 1024;
     w->up = upstream_new(w->base, &ucfg);
     ucfg.guard = !cfg->allow_private_media;
+    ucfg.direct = 1;
     ucfg.buffer_size = 65536; /* media downloads */
     w->up_user = upstream_new(w->base, &ucfg);
     if (w->up == NULL || w->up_user == NULL)

@@ -50,7 +50,8 @@ static void sim_media_page(sim_call_t *c, sim_reply_t *r)
     sim_reply_text(r, 200, "text/html; charset=utf-8", sim_page);
 }
 
-static void sim_media_redirect(sim_call_t *c, sim_reply_t *r)
+/* A redirect with the given status to the query's "to" (any URL: the client must judge it). */
+static void sim_redirect(sim_call_t *c, sim_reply_t *r, int status)
 {
     const char *to = sim_call_param(c, "to");
     if (to == NULL || *to == '\0') {
@@ -58,7 +59,12 @@ static void sim_media_redirect(sim_call_t *c, sim_reply_t *r)
         return;
     }
     r->location = strdup(to);
-    sim_reply_json(r, 302, json_pack("{s:s}", "location", to));
+    sim_reply_json(r, status, json_pack("{s:s}", "location", to));
+}
+
+static void sim_media_redirect(sim_call_t *c, sim_reply_t *r)
+{
+    sim_redirect(c, r, 302);
 }
 
 /* ---- /hook ---- */
@@ -101,6 +107,17 @@ static void sim_hook_slow(sim_call_t *c, sim_reply_t *r)
     r->delay_ms = (int)ms;
 }
 
+/* /hook/redirect/<3xx>?to=URL, for GET and POST: recorded, so a test sees every hop. */
+static void sim_hook_redirect(sim_call_t *c, sim_reply_t *r)
+{
+    long code;
+    if (sim_hook_number(c->path + strlen("/hook/redirect/"), 300, 399, &code) != 0) {
+        sim_reply_json(r, 404, json_pack("{s:s}", "error", "not found"));
+        return;
+    }
+    sim_redirect(c, r, (int)code);
+}
+
 static void sim_hook_text(sim_call_t *c, sim_reply_t *r)
 {
     (void)c;
@@ -125,6 +142,9 @@ static const sim_endpoint_t sim_ep_status = {SIM_PLATFORM_HOOK, SIM_KIND_WEBHOOK
                                              SIM_EP_HOOK, sim_hook_status};
 static const sim_endpoint_t sim_ep_slow = {SIM_PLATFORM_HOOK, SIM_KIND_WEBHOOK, SIM_GET_POST,
                                            SIM_EP_HOOK, sim_hook_slow};
+static const sim_endpoint_t sim_ep_hook_redirect = {SIM_PLATFORM_HOOK, SIM_KIND_WEBHOOK,
+                                                    SIM_GET_POST, SIM_EP_HOOK,
+                                                    sim_hook_redirect};
 static const sim_endpoint_t sim_ep_text = {SIM_PLATFORM_HOOK, SIM_KIND_WEBHOOK, SIM_GET_POST,
                                            SIM_EP_HOOK, sim_hook_text};
 
@@ -149,5 +169,7 @@ const sim_endpoint_t *sim_media_route(const char *path)
         return &sim_ep_status;
     if (strncmp(path, "/hook/slow/", 11) == 0)
         return &sim_ep_slow;
+    if (strncmp(path, "/hook/redirect/", 15) == 0)
+        return &sim_ep_hook_redirect;
     return NULL;
 }
