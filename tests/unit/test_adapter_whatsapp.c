@@ -6,10 +6,7 @@
 
 #include <cmocka.h>
 
-#include "adapters/adapter.h"
-
-#include <stdlib.h>
-#include <string.h>
+#include "adapter_cases.h"
 
 #define NOW      1700000000000LL
 #define API      "https://wa.example.com:9090"
@@ -21,535 +18,301 @@
     "\",\"adminAuthTokenExpiry\":1800000000000,\"waId\":\"85200000\"}"
 #define TO         "85291234567"
 #define SEVEN_DAYS (7 * 86400000LL)
-
-static const char *const secret_values[] = {TOKEN, PASSWORD, "ADMINTOKEN", NULL};
-
-static void assert_no_secret(const adapter_result_t *res)
-{
-    for (int i = 0; secret_values[i]; i++)
-        if (strstr(res->error, secret_values[i]) != NULL)
-            fail_msg("secret in error text: %s", res->error);
-}
-
-static void assert_json_text(const char *text, size_t len, const char *expected)
-{
-    json_t *got = json_loadb(text ? text : "", len, 0, NULL);
-    json_t *want = json_loads(expected, 0, NULL);
-
-    assert_non_null(want);
-    if (got == NULL || !json_equal(got, want))
-        fail_msg("got %.*s, expected %s", (int)len, text ? text : "", expected);
-    json_decref(got);
-    json_decref(want);
-}
-
-static int has_header(const adapter_call_t *c, const char *line)
-{
-    for (int i = 0; c->headers[i]; i++)
-        if (strcmp(c->headers[i], line) == 0)
-            return 1;
-    return 0;
-}
-
-static int header_count(const adapter_call_t *c)
-{
-    int n = 0;
-
-    while (c->headers[n])
-        n++;
-    return n;
-}
-
-static const adapter_ops_t *ops(void)
-{
-    return adapter_find("whatsapp");
-}
-
-static void assert_failed_call(int rc, const adapter_call_t *call, const adapter_result_t *res)
-{
-    if (rc < 0) {
-        assert_null(call->url);
-        assert_null(call->body);
-        assert_null(call->headers[0]);
-        assert_true(res->error[0] != '\0');
+#define TEXT_A     "{\"type\":\"TEXT\",\"text\":\"a\"}"
+#define HEADERS                                                                                    \
+    {                                                                                              \
+        "Authorization: Bearer " TOKEN, ADAPTER_JSON_HEADER                                        \
     }
-    assert_no_secret(res);
-}
 
-static int build(const char *info_json, const char *response_json, adapter_call_t *call,
-                 adapter_result_t *res)
-{
-    json_t *info = json_loads(info_json, 0, NULL);
-    json_t *response = json_loads(response_json, 0, NULL);
-    adapter_target_t t = {.base_url = NULL, .info = info, .to = TO, .now_ms = NOW};
-    int rc;
+static const char *const secrets[] = {TOKEN, PASSWORD, "ADMINTOKEN", NULL};
 
-    assert_non_null(info);
-    assert_non_null(response);
-    adapter_result_init(res);
-    rc = ops()->build_send(&t, response, NULL, call, res);
-    assert_failed_call(rc, call, res);
-    json_decref(info);
-    json_decref(response);
-    return rc;
-}
-
-typedef void (*parse_fn)(const adapter_target_t *, const adapter_answer_t *, adapter_result_t *);
-
-static adapter_status_t parse_with(parse_fn fn, long status, const char *body,
-                                   adapter_result_t *res)
-{
-    json_t *info = json_loads(INFO, 0, NULL);
-    adapter_target_t t = {.info = info, .to = TO, .now_ms = NOW};
-    adapter_answer_t a = {.status = status, .body = body, .body_len = strlen(body)};
-
-    adapter_result_init(res);
-    fn(&t, &a, res);
-    assert_no_secret(res);
-    json_decref(info);
-    return res->status;
-}
-
-static json_t *login(long status, const char *body, adapter_result_t *res)
-{
-    json_t *info = json_loads(INFO, 0, NULL), *cred;
-    adapter_target_t t = {.info = info, .to = TO, .now_ms = NOW};
-    adapter_answer_t a = {.status = status, .body = body, .body_len = strlen(body)};
-
-    adapter_result_init(res);
-    cred = ops()->parse_cred(&t, &a, res);
-    assert_no_secret(res);
-    assert_true((cred != NULL) == (res->status == ADAPTER_OK));
-    json_decref(info);
-    return cred;
-}
+static const case_fixture_t fx = {
+    .type = "whatsapp",
+    .base_url = NULL,
+    .info = INFO,
+    .to = TO,
+    .now_ms = NOW,
+    .secrets = secrets,
+};
 
 static void test_table(void **state)
 {
-    const adapter_ops_t *o = ops();
-
-    (void)state;
-    assert_non_null(o);
-    assert_string_equal(o->type, "whatsapp");
-    assert_string_equal(o->api_version, "");
-    assert_string_equal(o->from_field, "waId");
-    assert_int_equal(o->response_types, ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_TEMPLATE);
-    assert_int_equal(o->recipient_invalid_code, 100);
-    assert_int_equal(o->server_error_aborts, 1);
-    assert_int_equal(o->phone_recipients, 1);
-    assert_int_equal(o->image_by_upload, 0);
-    assert_non_null(o->cred_needs_refresh);
-    assert_non_null(o->build_check);
-    assert_null(o->build_upload);
-}
-
-static void test_build_messages(void **state)
-{
-    static const struct {
-        const char *response, *body;
-    } cases[] = {
-        {"{\"type\":\"TEXT\",\"text\":\"Hello ☺\"}",
-         "{\"recipient_type\":\"individual\",\"to\":\"" TO "\",\"type\":\"text\","
-         "\"text\":{\"body\":\"Hello ☺\"}}"},
-        {"{\"type\":\"IMAGE\",\"url\":\"https://img.example.com/a.jpg\"}",
-         "{\"recipient_type\":\"individual\",\"to\":\"" TO "\",\"type\":\"image\","
-         "\"image\":{\"link\":\"https://img.example.com/a.jpg\"}}"},
-        {"{\"type\":\"TEMPLATE\",\"elementName\":\"order_update\",\"languageCode\":\"en_US\","
-         "\"components\":[{\"type\":\"body\",\"parameters\":[{\"type\":\"text\",\"text\":\"42\"}]}]"
-         "}",
-         "{\"to\":\"" TO "\",\"type\":\"template\",\"template\":{\"name\":\"order_update\","
-         "\"language\":{\"policy\":\"deterministic\",\"code\":\"en_US\"},"
-         "\"components\":[{\"type\":\"body\",\"parameters\":[{\"type\":\"text\",\"text\":\"42\"}]}]"
-         "}}"},
-        /* No components given: none sent. */
-        {"{\"type\":\"TEMPLATE\",\"elementName\":\"hi\",\"languageCode\":\"zh_HK\"}",
-         "{\"to\":\"" TO "\",\"type\":\"template\",\"template\":{\"name\":\"hi\","
-         "\"language\":{\"policy\":\"deterministic\",\"code\":\"zh_HK\"}}}"},
+    static const ops_want_t want = {
+        .api_version = "",
+        .from_field = "waId",
+        .cred_field = "adminAuthToken",
+        .response_types = ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_TEMPLATE,
+        .recipient_invalid_code = 100,
+        .server_error_aborts = 1,
+        .phone_recipients = 1,
+        .has_cred = 1,
+        .has_check = 1,
+        .errors =
+            {
+                {ADAPTER_RECIPIENT_INVALID, 100},
+                {ADAPTER_SERVER_ERROR, 113},
+            },
     };
-    adapter_call_t call = {0};
-    adapter_result_t res;
 
     (void)state;
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        assert_int_equal(build(INFO, cases[i].response, &call, &res), 0);
-        assert_string_equal(call.method, "POST");
-        /* apiPath's trailing '/' is dropped. */
-        assert_string_equal(call.url, API "/v1/messages");
-        assert_int_equal(header_count(&call), 2);
-        assert_true(has_header(&call, "Content-Type: application/json"));
-        assert_true(has_header(&call, "Authorization: Bearer " TOKEN));
-        assert_json_text(call.body, call.body_len, cases[i].body);
-        adapter_call_free(&call);
+    check_ops(&fx, &want);
+}
+
+/* A message built: apiPath's trailing '/' is dropped. */
+#define MESSAGE(response_json, body_json)                                                          \
+    {                                                                                              \
+        .response = response_json, .method = "POST", .url = API "/v1/messages",                    \
+        .headers = HEADERS, .body = body_json                                                      \
     }
-}
 
-static void test_build_template_namespace(void **state)
+static void test_build_send(void **state)
 {
-    adapter_call_t call = {0};
-    adapter_result_t res;
+    static const build_case_t cases[] = {
+        MESSAGE("{\"type\":\"TEXT\",\"text\":\"Hello ☺\"}",
+                "{\"recipient_type\":\"individual\",\"to\":\"" TO "\",\"type\":\"text\","
+                "\"text\":{\"body\":\"Hello ☺\"}}"),
+        MESSAGE("{\"type\":\"IMAGE\",\"url\":\"https://img.example.com/a.jpg\"}",
+                "{\"recipient_type\":\"individual\",\"to\":\"" TO "\",\"type\":\"image\","
+                "\"image\":{\"link\":\"https://img.example.com/a.jpg\"}}"),
+        MESSAGE("{\"type\":\"TEMPLATE\",\"elementName\":\"order_update\",\"languageCode\":"
+                "\"en_US\",\"components\":[{\"type\":\"body\",\"parameters\":[{\"type\":\"text\","
+                "\"text\":\"42\"}]}]}",
+                "{\"to\":\"" TO "\",\"type\":\"template\",\"template\":{\"name\":\"order_update\","
+                "\"language\":{\"policy\":\"deterministic\",\"code\":\"en_US\"},"
+                "\"components\":[{\"type\":\"body\",\"parameters\":[{\"type\":\"text\","
+                "\"text\":\"42\"}]}]}}"),
+        /* No components given: none sent. */
+        MESSAGE("{\"type\":\"TEMPLATE\",\"elementName\":\"hi\",\"languageCode\":\"zh_HK\"}",
+                "{\"to\":\"" TO "\",\"type\":\"template\",\"template\":{\"name\":\"hi\","
+                "\"language\":{\"policy\":\"deterministic\",\"code\":\"zh_HK\"}}}"),
+        /* The template namespace of info goes into the template. */
+        {.info = "{\"apiPath\":\"" API "\",\"adminAuthToken\":\"" TOKEN "\","
+                 "\"namespace\":\"cdb2b0c4_5f2d_4e1c\"}",
+         .response = "{\"type\":\"TEMPLATE\",\"elementName\":\"t\",\"languageCode\":\"en\","
+                     "\"components\":[]}",
+         .method = "POST",
+         .url = API "/v1/messages",
+         .headers = HEADERS,
+         .body = "{\"to\":\"" TO "\",\"type\":\"template\",\"template\":{\"name\":\"t\","
+                 "\"namespace\":\"cdb2b0c4_5f2d_4e1c\",\"language\":{\"policy\":"
+                 "\"deterministic\",\"code\":\"en\"},\"components\":[]}}"},
+        {.info = "{\"adminAuthToken\":\"" TOKEN "\"}",
+         .response = TEXT_A,
+         .status = ADAPTER_AUTH_INVALID,
+         .error = "channel has no apiPath"},
+        {.info = "{\"apiPath\":\"" API "\",\"adminAuthToken\":\"\"}",
+         .response = TEXT_A,
+         .status = ADAPTER_AUTH_EXPIRED},
+        {.response = "{\"type\":\"TEMPLATE\",\"languageCode\":\"en\"}",
+         .status = ADAPTER_REJECTED,
+         .error = "whatsapp: response has no elementName"},
+        {.response = "{\"type\":\"TEMPLATE\",\"elementName\":\"x\"}",
+         .status = ADAPTER_REJECTED,
+         .error = "whatsapp: response has no languageCode"},
+        {.response = "{\"type\":\"IMAGE\"}", .status = ADAPTER_REJECTED},
+        {.response = "{\"type\":\"CAROUSEL\"}", .status = ADAPTER_UNSUPPORTED},
+        {.response = "{}", .status = ADAPTER_REJECTED},
+    };
 
     (void)state;
-    assert_int_equal(build("{\"apiPath\":\"" API "\",\"adminAuthToken\":\"" TOKEN "\","
-                           "\"namespace\":\"cdb2b0c4_5f2d_4e1c\"}",
-                           "{\"type\":\"TEMPLATE\",\"elementName\":\"t\",\"languageCode\":\"en\","
-                           "\"components\":[]}",
-                           &call, &res),
-                     0);
-    assert_string_equal(call.url, API "/v1/messages");
-    assert_json_text(call.body, call.body_len,
-                     "{\"to\":\"" TO "\",\"type\":\"template\",\"template\":{\"name\":\"t\","
-                     "\"namespace\":\"cdb2b0c4_5f2d_4e1c\",\"language\":{\"policy\":"
-                     "\"deterministic\",\"code\":\"en\"},\"components\":[]}}");
-    adapter_call_free(&call);
-}
-
-static void test_build_refused(void **state)
-{
-    adapter_call_t call = {0};
-    adapter_result_t res;
-
-    (void)state;
-    assert_int_equal(build("{\"adminAuthToken\":\"" TOKEN "\"}",
-                           "{\"type\":\"TEXT\",\"text\":\"a\"}", &call, &res),
-                     -1);
-    assert_int_equal(res.status, ADAPTER_AUTH_INVALID);
-    assert_string_equal(res.error, "channel has no apiPath");
-    assert_int_equal(build("{\"apiPath\":\"" API "\",\"adminAuthToken\":\"\"}",
-                           "{\"type\":\"TEXT\",\"text\":\"a\"}", &call, &res),
-                     -1);
-    assert_int_equal(res.status, ADAPTER_AUTH_EXPIRED);
-    assert_int_equal(build(INFO, "{\"type\":\"TEMPLATE\",\"languageCode\":\"en\"}", &call, &res),
-                     -1);
-    assert_int_equal(res.status, ADAPTER_REJECTED);
-    assert_string_equal(res.error, "whatsapp: response has no elementName");
-    assert_int_equal(build(INFO, "{\"type\":\"TEMPLATE\",\"elementName\":\"x\"}", &call, &res), -1);
-    assert_int_equal(res.status, ADAPTER_REJECTED);
-    assert_string_equal(res.error, "whatsapp: response has no languageCode");
-    assert_int_equal(build(INFO, "{\"type\":\"IMAGE\"}", &call, &res), -1);
-    assert_int_equal(res.status, ADAPTER_REJECTED);
-    assert_int_equal(build(INFO, "{\"type\":\"CAROUSEL\"}", &call, &res), -1);
-    assert_int_equal(res.status, ADAPTER_UNSUPPORTED);
-    assert_int_equal(build(INFO, "{}", &call, &res), -1);
-    assert_int_equal(res.status, ADAPTER_REJECTED);
-}
-
-static void test_parse_success(void **state)
-{
-    adapter_result_t res;
-    json_t *want = json_pack("{s:s,s:s}", "api_status", "stable", "version", "2.45.1");
-
-    (void)state;
-    assert_int_equal(parse_with(ops()->parse_send, 201,
-                                "{\"messages\":[{\"id\":\"gBEGkYiEB1VXAglK1ZEqA1YKPrU\"}],"
-                                "\"meta\":{\"api_status\":\"stable\",\"version\":\"2.45.1\"}}",
-                                &res),
-                     ADAPTER_OK);
-    assert_string_equal(res.message_id, "gBEGkYiEB1VXAglK1ZEqA1YKPrU");
-    assert_string_equal(res.chat_id, TO);
-    assert_non_null(res.meta);
-    assert_true(json_equal(res.meta, want));
-    adapter_result_clear(&res);
-    assert_null(res.meta);
-    /* No meta in the answer: none reported. */
-    assert_int_equal(parse_with(ops()->parse_send, 200, "{\"messages\":[{\"id\":\"x\"}]}", &res),
-                     ADAPTER_OK);
-    assert_null(res.meta);
-    json_decref(want);
+    RUN_CASES(&fx, "build send", cases, run_build_case);
 }
 
 #define WAERR(code, title)                                                                         \
     "{\"errors\":[{\"code\":" #code ",\"title\":\"" title "\",\"details\":\"d\"}],"                \
     "\"meta\":{\"api_status\":\"stable\",\"version\":\"2.45.1\"}}"
 
-static void test_parse_errors(void **state)
+static void test_parse_send(void **state)
 {
-    static const struct {
-        long status;
-        const char *body;
-        adapter_status_t want;
-        long code;
-    } cases[] = {
-        {400, WAERR(1013, "User is not valid"), ADAPTER_RECIPIENT_INVALID, 1013},
-        {400, WAERR(1026, "Receiver is incapable of receiving this message"),
-         ADAPTER_RECIPIENT_INVALID, 1026},
-        {401, "{\"errors\":[{\"code\":1005,\"title\":\"Access denied\"}]}", ADAPTER_AUTH_EXPIRED,
-         0},
-        {401, "", ADAPTER_AUTH_EXPIRED, 0},
-        {429, "", ADAPTER_RATE_LIMITED, 0},
-        {429, WAERR(1015, "Too many requests"), ADAPTER_RATE_LIMITED, 1015},
-        {400, WAERR(1015, "Too many requests"), ADAPTER_RATE_LIMITED, 1015},
-        {500, WAERR(1014, "Internal error"), ADAPTER_SERVER_ERROR, 1014},
-        {503, WAERR(1016, "System overloaded"), ADAPTER_SERVER_ERROR, 1016},
-        {400, WAERR(1014, "Internal error"), ADAPTER_SERVER_ERROR, 1014},
-        {500, WAERR(1000, "Generic error"), ADAPTER_SERVER_ERROR, 1000},
-        {502, "<html>bad gateway</html>", ADAPTER_SERVER_ERROR, 0},
-        {500, "{}", ADAPTER_SERVER_ERROR, 0},
-        {200, "garbage", ADAPTER_SERVER_ERROR, 0},
-        {200, "{\"messages\":[]}", ADAPTER_SERVER_ERROR, 0},
-        {0, "", ADAPTER_SERVER_ERROR, 0},
-        {400, WAERR(1008, "Required parameter is missing"), ADAPTER_REJECTED, 1008},
-        {404, "{}", ADAPTER_REJECTED, 0},
+    static const parse_case_t cases[] = {
+        {ANSWER(201,
+                "{\"messages\":[{\"id\":\"gBEGkYiEB1VXAglK1ZEqA1YKPrU\"}],"
+                "\"meta\":{\"api_status\":\"stable\",\"version\":\"2.45.1\"}}",
+                ADAPTER_OK, 0),
+         .message_id = "gBEGkYiEB1VXAglK1ZEqA1YKPrU", .chat_id = TO,
+         .meta = "{\"api_status\":\"stable\",\"version\":\"2.45.1\"}"},
+        /* No meta in the answer: none reported. */
+        {ANSWER(200, "{\"messages\":[{\"id\":\"x\"}]}", ADAPTER_OK, 0), .message_id = "x",
+         .chat_id = TO},
+        {ANSWER(400, WAERR(1013, "User is not valid"), ADAPTER_RECIPIENT_INVALID, 1013),
+         .error = "whatsapp: User is not valid: d (code 1013)", .err_code = 100},
+        {ANSWER(400, WAERR(1026, "Receiver is incapable of receiving this message"),
+                ADAPTER_RECIPIENT_INVALID, 1026)},
+        {ANSWER(401, "{\"errors\":[{\"code\":1005,\"title\":\"Access denied\"}]}",
+                ADAPTER_AUTH_EXPIRED, 0)},
+        {ANSWER(401, "", ADAPTER_AUTH_EXPIRED, 0)},
+        {ANSWER(429, "", ADAPTER_RATE_LIMITED, 0)},
+        {ANSWER(429, WAERR(1015, "Too many requests"), ADAPTER_RATE_LIMITED, 1015)},
+        {ANSWER(400, WAERR(1015, "Too many requests"), ADAPTER_RATE_LIMITED, 1015)},
+        {ANSWER(500, WAERR(1014, "Internal error"), ADAPTER_SERVER_ERROR, 1014), .err_code = 113},
+        {ANSWER(503, WAERR(1016, "System overloaded"), ADAPTER_SERVER_ERROR, 1016)},
+        {ANSWER(400, WAERR(1014, "Internal error"), ADAPTER_SERVER_ERROR, 1014)},
+        {ANSWER(500, WAERR(1000, "Generic error"), ADAPTER_SERVER_ERROR, 1000)},
+        {ANSWER(502, "<html>bad gateway</html>", ADAPTER_SERVER_ERROR, 0)},
+        {ANSWER(500, "{}", ADAPTER_SERVER_ERROR, 0)},
+        {ANSWER(200, "garbage", ADAPTER_SERVER_ERROR, 0)},
+        {ANSWER(200, "{\"messages\":[]}", ADAPTER_SERVER_ERROR, 0)},
+        {ANSWER(0, "", ADAPTER_SERVER_ERROR, 0)},
+        {ANSWER(400, WAERR(1008, "Required parameter is missing"), ADAPTER_REJECTED, 1008)},
+        {ANSWER(404, "{}", ADAPTER_REJECTED, 0)},
+        {ANSWER(400,
+                "{\"errors\":[{\"code\":1008,\"title\":\"Bad token " TOKEN "\","
+                "\"details\":\"password " PASSWORD " refused\"}]}",
+                ADAPTER_REJECTED, 1008),
+         .masked = 1},
     };
-    adapter_result_t res;
 
     (void)state;
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        if (parse_with(ops()->parse_send, cases[i].status, cases[i].body, &res) != cases[i].want)
-            fail_msg("case %zu: status %d, want %d (%s)", i, res.status, cases[i].want, res.error);
-        assert_int_equal(res.platform_code, cases[i].code);
-        assert_true(res.error[0] != '\0');
-        assert_null(res.meta);
-        adapter_result_clear(&res);
-    }
-    parse_with(ops()->parse_send, 400, WAERR(1013, "User is not valid"), &res);
-    assert_string_equal(res.error, "whatsapp: User is not valid: d (code 1013)");
-    assert_int_equal(adapter_err_code(ops(), res.status), 100);
-    parse_with(ops()->parse_send, 500, WAERR(1014, "Internal error"), &res);
-    assert_int_equal(adapter_err_code(ops(), res.status), 113);
+    RUN_CASES(&fx, "parse send", cases, run_parse_case);
 }
 
-static void test_login_build(void **state)
+static void test_build_login_contacts(void **state)
 {
-    json_t *info = json_loads(INFO, 0, NULL);
-    adapter_target_t t = {.info = info, .to = TO, .now_ms = NOW};
-    adapter_call_t call = {0};
-    adapter_result_t res;
-
-    (void)state;
-    adapter_result_init(&res);
-    assert_int_equal(ops()->build_cred(&t, &call, &res), 0);
-    assert_string_equal(call.method, "POST");
-    assert_string_equal(call.url, API "/v1/users/login");
-    assert_int_equal(header_count(&call), 2);
-    /* base64("admin:s3cr3t-P4ss") */
-    assert_true(has_header(&call, "Authorization: Basic YWRtaW46czNjcjN0LVA0c3M="));
-    assert_true(has_header(&call, "Content-Type: application/json"));
-    assert_int_equal(call.body_len, 2);
-    assert_string_equal(call.body, "{}");
-    adapter_call_free(&call);
-    json_decref(info);
-}
-
-static void test_login_build_refused(void **state)
-{
-    static const char *const infos[] = {
-        "{\"adminUsername\":\"admin\",\"adminPassword\":\"" PASSWORD "\"}",
-        "{\"apiPath\":\"" API "\",\"adminPassword\":\"" PASSWORD "\"}",
-        "{\"apiPath\":\"" API "\",\"adminUsername\":\"admin\"}",
-        "{\"apiPath\":\"" API "\",\"adminUsername\":\"admin\",\"adminPassword\":\"\"}",
+    static const build_case_t cases[] = {
+        /* Basic base64("admin:s3cr3t-P4ss"), and an empty JSON object as the body. */
+        {.step = CASE_CRED,
+         .method = "POST",
+         .url = API "/v1/users/login",
+         .headers = {"Authorization: Basic YWRtaW46czNjcjN0LVA0c3M=", ADAPTER_JSON_HEADER},
+         .body = "{}",
+         .body_exact = 1},
+        {.step = CASE_CRED,
+         .info = "{\"adminUsername\":\"admin\",\"adminPassword\":\"" PASSWORD "\"}",
+         .status = ADAPTER_AUTH_INVALID},
+        {.step = CASE_CRED,
+         .info = "{\"apiPath\":\"" API "\",\"adminPassword\":\"" PASSWORD "\"}",
+         .status = ADAPTER_AUTH_INVALID},
+        {.step = CASE_CRED,
+         .info = "{\"apiPath\":\"" API "\",\"adminUsername\":\"admin\"}",
+         .status = ADAPTER_AUTH_INVALID},
+        {.step = CASE_CRED,
+         .info = "{\"apiPath\":\"" API "\",\"adminUsername\":\"admin\",\"adminPassword\":\"\"}",
+         .status = ADAPTER_AUTH_INVALID},
+        {.step = CASE_CHECK,
+         .method = "POST",
+         .url = API "/v1/contacts",
+         .headers = HEADERS,
+         .body = "{\"blocking\":\"wait\",\"contacts\":[\"+" TO "\"]}"},
+        {.step = CASE_CHECK, .info = "{\"apiPath\":\"" API "\"}", .status = ADAPTER_AUTH_EXPIRED},
     };
-    adapter_call_t call = {0};
-    adapter_result_t res;
 
     (void)state;
-    for (size_t i = 0; i < sizeof(infos) / sizeof(infos[0]); i++) {
-        json_t *info = json_loads(infos[i], 0, NULL);
-        adapter_target_t t = {.info = info, .to = TO, .now_ms = NOW};
-        adapter_result_init(&res);
-        assert_int_equal(ops()->build_cred(&t, &call, &res), -1);
-        assert_int_equal(res.status, ADAPTER_AUTH_INVALID);
-        assert_failed_call(-1, &call, &res);
-        json_decref(info);
-    }
+    RUN_CASES(&fx, "build login/contacts", cases, run_build_case);
 }
+
+/* A login answer with expires_after as given (JSON text), and the expiry it must mean. */
+#define LOGIN(expires, ms)                                                                         \
+    {                                                                                              \
+        ANSWER(200, "{\"users\":[{\"token\":\"NEWTOKEN\",\"expires_after\":" expires "}]}",        \
+               ADAPTER_OK, 0),                                                                     \
+            .step = CASE_CRED, .token = "NEWTOKEN", .expiry_ms = ms                                \
+    }
+#define LOGIN_FAILS(http, text, st)                                                                \
+    {                                                                                              \
+        ANSWER(http, text, st, 0), .step = CASE_CRED                                               \
+    }
 
 static void test_login_parse(void **state)
 {
-    static const struct {
-        const char *expires;
-        long long ms;
-    } cases[] = {
-        {"\"2026-11-29 15:29:26+00:00\"", 1795966166000LL},
-        {"\"2026-11-29 15:29:26+08:00\"", 1795937366000LL},
-        {"\"2026-11-29T15:29:26Z\"", 1795966166000LL},
-        {"\"2026-11-29 15:29:26\"", 1795966166000LL},
-        {"\"2026-11-29 15:29:26.123+0000\"", 1795966166000LL},
-        {"\"2024-02-29 23:59:59-05:30\"", 1709270999000LL},
-        {"\"2000-03-01 00:00:00+00:00\"", 951868800000LL},
-        {"\"1969-12-31 00:00:00+00:00\"", -86400000LL},
+    static const parse_case_t cases[] = {
+        LOGIN("\"2026-11-29 15:29:26+00:00\"", 1795966166000LL),
+        LOGIN("\"2026-11-29 15:29:26+08:00\"", 1795937366000LL),
+        LOGIN("\"2026-11-29T15:29:26Z\"", 1795966166000LL),
+        LOGIN("\"2026-11-29 15:29:26\"", 1795966166000LL),
+        LOGIN("\"2026-11-29 15:29:26.123+0000\"", 1795966166000LL),
+        LOGIN("\"2024-02-29 23:59:59-05:30\"", 1709270999000LL),
+        LOGIN("\"2000-03-01 00:00:00+00:00\"", 951868800000LL),
+        LOGIN("\"1969-12-31 00:00:00+00:00\"", -86400000LL),
         /* Missing or unreadable: a week from now. */
-        {NULL, NOW + SEVEN_DAYS},
-        {"\"tomorrow\"", NOW + SEVEN_DAYS},
-        {"\"2026-02-29 10:00:00+00:00\"", NOW + SEVEN_DAYS},
-        {"\"2026-11-29 25:00:00+00:00\"", NOW + SEVEN_DAYS},
-        {"\"2026-11-29 15:29:26+00:00 junk\"", NOW + SEVEN_DAYS},
-        {"\"2026-11-29 15:29\"", NOW + SEVEN_DAYS},
-        {"12345", NOW + SEVEN_DAYS},
+        {ANSWER(200, "{\"users\":[{\"token\":\"NEWTOKEN\"}]}", ADAPTER_OK, 0), .step = CASE_CRED,
+         .token = "NEWTOKEN", .expiry_ms = NOW + SEVEN_DAYS},
+        LOGIN("\"tomorrow\"", NOW + SEVEN_DAYS),
+        LOGIN("\"2026-02-29 10:00:00+00:00\"", NOW + SEVEN_DAYS),
+        LOGIN("\"2026-11-29 25:00:00+00:00\"", NOW + SEVEN_DAYS),
+        LOGIN("\"2026-11-29 15:29:26+00:00 junk\"", NOW + SEVEN_DAYS),
+        LOGIN("\"2026-11-29 15:29\"", NOW + SEVEN_DAYS),
+        LOGIN("12345", NOW + SEVEN_DAYS),
+        {ANSWER(401, "{\"errors\":[{\"code\":1005,\"title\":\"Access denied\"}]}",
+                ADAPTER_AUTH_INVALID, 0),
+         .step = CASE_CRED, .error = "whatsapp admin login refused"},
+        LOGIN_FAILS(500, "{}", ADAPTER_SERVER_ERROR),
+        LOGIN_FAILS(200, "not json", ADAPTER_SERVER_ERROR),
+        LOGIN_FAILS(200, "{\"users\":[{\"token\":\"\"}]}", ADAPTER_SERVER_ERROR),
+        LOGIN_FAILS(200, "{\"users\":[]}", ADAPTER_SERVER_ERROR),
+        LOGIN_FAILS(0, "", ADAPTER_SERVER_ERROR),
+        LOGIN_FAILS(400, "{\"errors\":[{\"code\":1000,\"title\":\"x\"}]}", ADAPTER_SERVER_ERROR),
+        LOGIN_FAILS(401, "{\"errors\":[{\"title\":\"" PASSWORD "\"}]}", ADAPTER_AUTH_INVALID),
+        LOGIN_FAILS(500, "{\"errors\":[{\"title\":\"" TOKEN "\"}]}", ADAPTER_SERVER_ERROR),
     };
-    adapter_result_t res;
-    char body[256];
 
     (void)state;
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        json_t *cred;
-        if (cases[i].expires)
-            snprintf(body, sizeof(body),
-                     "{\"users\":[{\"token\":\"NEWTOKEN\",\"expires_after\":%s}]}",
-                     cases[i].expires);
-        else
-            snprintf(body, sizeof(body), "{\"users\":[{\"token\":\"NEWTOKEN\"}]}");
-        cred = login(200, body, &res);
-        if (cred == NULL)
-            fail_msg("case %zu: %s", i, res.error);
-        assert_string_equal(json_string_value(json_object_get(cred, "adminAuthToken")), "NEWTOKEN");
-        if (json_integer_value(json_object_get(cred, "adminAuthTokenExpiry")) != cases[i].ms)
-            fail_msg("case %zu: expiry %lld, want %lld", i,
-                     (long long)json_integer_value(json_object_get(cred, "adminAuthTokenExpiry")),
-                     cases[i].ms);
-        assert_int_equal(json_object_size(cred), 2);
-        json_decref(cred);
-    }
-}
-
-static void test_login_parse_failures(void **state)
-{
-    adapter_result_t res;
-
-    (void)state;
-    assert_null(login(401, "{\"errors\":[{\"code\":1005,\"title\":\"Access denied\"}]}", &res));
-    assert_int_equal(res.status, ADAPTER_AUTH_INVALID);
-    assert_string_equal(res.error, "whatsapp admin login refused");
-    assert_null(login(500, "{}", &res));
-    assert_int_equal(res.status, ADAPTER_SERVER_ERROR);
-    assert_null(login(200, "not json", &res));
-    assert_int_equal(res.status, ADAPTER_SERVER_ERROR);
-    assert_null(login(200, "{\"users\":[{\"token\":\"\"}]}", &res));
-    assert_int_equal(res.status, ADAPTER_SERVER_ERROR);
-    assert_null(login(200, "{\"users\":[]}", &res));
-    assert_int_equal(res.status, ADAPTER_SERVER_ERROR);
-    assert_null(login(0, "", &res));
-    assert_int_equal(res.status, ADAPTER_SERVER_ERROR);
-    assert_null(login(400, "{\"errors\":[{\"code\":1000,\"title\":\"x\"}]}", &res));
-    assert_int_equal(res.status, ADAPTER_SERVER_ERROR);
-}
-
-static int needs(const char *info_json, int64_t now)
-{
-    json_t *info = json_loads(info_json, 0, NULL);
-    int r;
-
-    assert_non_null(info);
-    r = ops()->cred_needs_refresh(info, now);
-    json_decref(info);
-    return r;
+    RUN_CASES(&fx, "login parse", cases, run_parse_case);
 }
 
 static void test_needs_refresh(void **state)
 {
-    (void)state;
     /* Expiry 1800000000000: refresh from 60 s before it on. */
-    assert_int_equal(needs(INFO, 1800000000000LL - 60001), 0);
-    assert_int_equal(needs(INFO, 1800000000000LL - 60000), 1);
-    assert_int_equal(needs(INFO, 1800000000000LL - 59999), 1);
-    assert_int_equal(needs(INFO, 1800000000000LL + 5), 1);
-    assert_int_equal(needs(INFO, NOW), 0);
-    assert_int_equal(needs("{\"adminAuthTokenExpiry\":1800000000000}", NOW), 1);
-    assert_int_equal(needs("{\"adminAuthToken\":\"\",\"adminAuthTokenExpiry\":1800000000000}", NOW),
-                     1);
-    assert_int_equal(needs("{\"adminAuthToken\":\"t\"}", NOW), 1);
-    assert_int_equal(needs("{\"adminAuthToken\":\"t\",\"adminAuthTokenExpiry\":null}", NOW), 1);
-    assert_int_equal(
-        needs("{\"adminAuthToken\":\"t\",\"adminAuthTokenExpiry\":\"1800000000000\"}", NOW), 1);
-    assert_int_equal(needs("{\"adminAuthToken\":\"t\",\"adminAuthTokenExpiry\":1.8e12}", NOW), 0);
-    assert_int_equal(needs("{\"adminAuthToken\":\"t\",\"adminAuthTokenExpiry\":1e300}", NOW), 0);
-    assert_int_equal(needs("{\"adminAuthToken\":\"t\",\"adminAuthTokenExpiry\":-1e300}", NOW), 1);
-}
-
-static void test_contacts_build(void **state)
-{
-    json_t *info = json_loads(INFO, 0, NULL);
-    adapter_target_t t = {.info = info, .to = TO, .now_ms = NOW};
-    adapter_call_t call = {0};
-    adapter_result_t res;
+    static const needs_case_t cases[] = {
+        {INFO, 1800000000000LL - 60001, 0},
+        {INFO, 1800000000000LL - 60000, 1},
+        {INFO, 1800000000000LL - 59999, 1},
+        {INFO, 1800000000000LL + 5, 1},
+        {INFO, NOW, 0},
+        {"{\"adminAuthTokenExpiry\":1800000000000}", NOW, 1},
+        {"{\"adminAuthToken\":\"\",\"adminAuthTokenExpiry\":1800000000000}", NOW, 1},
+        {"{\"adminAuthToken\":\"t\"}", NOW, 1},
+        {"{\"adminAuthToken\":\"t\",\"adminAuthTokenExpiry\":null}", NOW, 1},
+        {"{\"adminAuthToken\":\"t\",\"adminAuthTokenExpiry\":\"1800000000000\"}", NOW, 1},
+        {"{\"adminAuthToken\":\"t\",\"adminAuthTokenExpiry\":1.8e12}", NOW, 0},
+        {"{\"adminAuthToken\":\"t\",\"adminAuthTokenExpiry\":1e300}", NOW, 0},
+        {"{\"adminAuthToken\":\"t\",\"adminAuthTokenExpiry\":-1e300}", NOW, 1},
+    };
 
     (void)state;
-    adapter_result_init(&res);
-    assert_int_equal(ops()->build_check(&t, &call, &res), 0);
-    assert_string_equal(call.method, "POST");
-    assert_string_equal(call.url, API "/v1/contacts");
-    assert_int_equal(header_count(&call), 2);
-    assert_true(has_header(&call, "Authorization: Bearer " TOKEN));
-    assert_true(has_header(&call, "Content-Type: application/json"));
-    assert_json_text(call.body, call.body_len,
-                     "{\"blocking\":\"wait\",\"contacts\":[\"+" TO "\"]}");
-    adapter_call_free(&call);
-    json_decref(info);
-
-    info = json_loads("{\"apiPath\":\"" API "\"}", 0, NULL);
-    t.info = info;
-    assert_int_equal(ops()->build_check(&t, &call, &res), -1);
-    assert_int_equal(res.status, ADAPTER_AUTH_EXPIRED);
-    assert_failed_call(-1, &call, &res);
-    json_decref(info);
+    RUN_CASES(&fx, "needs refresh", cases, run_needs_case);
 }
+
+#define CONTACT(http, text, st)                                                                    \
+    {                                                                                              \
+        ANSWER(http, text, st, 0), .step = CASE_CHECK                                              \
+    }
 
 static void test_contacts_parse(void **state)
 {
-    adapter_result_t res;
+    static const parse_case_t cases[] = {
+        {ANSWER(200,
+                "{\"contacts\":[{\"input\":\"+85291234567\",\"status\":\"valid\","
+                "\"wa_id\":\"85291234567\"}],\"meta\":{\"api_status\":\"stable\"}}",
+                ADAPTER_OK, 0),
+         .step = CASE_CHECK, .ref = "85291234567"},
+        /* The platform may answer with another form of the number: that one is used. */
+        {ANSWER(200,
+                "{\"contacts\":[{\"input\":\"+85291234567\",\"status\":\"valid\","
+                "\"wa_id\":\"852091234567\"}]}",
+                ADAPTER_OK, 0),
+         .step = CASE_CHECK, .ref = "852091234567"},
+        {ANSWER(200, "{\"contacts\":[{\"input\":\"+85291234567\",\"status\":\"invalid\"}]}",
+                ADAPTER_RECIPIENT_INVALID, 0),
+         .step = CASE_CHECK, .err_code = 100},
+        CONTACT(401, "", ADAPTER_AUTH_EXPIRED),
+        CONTACT(500, "{}", ADAPTER_SERVER_ERROR),
+        CONTACT(200, "<html>", ADAPTER_SERVER_ERROR),
+        CONTACT(200, "{\"contacts\":[]}", ADAPTER_SERVER_ERROR),
+        CONTACT(200, "{\"contacts\":[{\"status\":\"processing\"}]}", ADAPTER_SERVER_ERROR),
+        CONTACT(0, "", ADAPTER_SERVER_ERROR),
+    };
 
     (void)state;
-    assert_int_equal(parse_with(ops()->parse_check, 200,
-                                "{\"contacts\":[{\"input\":\"+85291234567\",\"status\":\"valid\","
-                                "\"wa_id\":\"85291234567\"}],\"meta\":{\"api_status\":\"stable\"}}",
-                                &res),
-                     ADAPTER_OK);
-    assert_string_equal(res.ref, "85291234567");
-    /* The platform may answer with another form of the number: that one is used. */
-    assert_int_equal(parse_with(ops()->parse_check, 200,
-                                "{\"contacts\":[{\"input\":\"+85291234567\",\"status\":\"valid\","
-                                "\"wa_id\":\"852091234567\"}]}",
-                                &res),
-                     ADAPTER_OK);
-    assert_string_equal(res.ref, "852091234567");
-    assert_int_equal(
-        parse_with(ops()->parse_check, 200,
-                   "{\"contacts\":[{\"input\":\"+85291234567\",\"status\":\"invalid\"}]}", &res),
-        ADAPTER_RECIPIENT_INVALID);
-    assert_int_equal(adapter_err_code(ops(), res.status), 100);
-    assert_int_equal(parse_with(ops()->parse_check, 401, "", &res), ADAPTER_AUTH_EXPIRED);
-    assert_int_equal(parse_with(ops()->parse_check, 500, "{}", &res), ADAPTER_SERVER_ERROR);
-    assert_int_equal(parse_with(ops()->parse_check, 200, "<html>", &res), ADAPTER_SERVER_ERROR);
-    assert_int_equal(parse_with(ops()->parse_check, 200, "{\"contacts\":[]}", &res),
-                     ADAPTER_SERVER_ERROR);
-    assert_int_equal(
-        parse_with(ops()->parse_check, 200, "{\"contacts\":[{\"status\":\"processing\"}]}", &res),
-        ADAPTER_SERVER_ERROR);
-    assert_int_equal(parse_with(ops()->parse_check, 0, "", &res), ADAPTER_SERVER_ERROR);
-}
-
-static void test_no_secret_in_errors(void **state)
-{
-    adapter_result_t res;
-
-    (void)state;
-    parse_with(ops()->parse_send, 400,
-               "{\"errors\":[{\"code\":1008,\"title\":\"Bad token " TOKEN "\","
-               "\"details\":\"password " PASSWORD " refused\"}]}",
-               &res);
-    assert_int_equal(res.status, ADAPTER_REJECTED);
-    assert_non_null(strstr(res.error, "***"));
-    adapter_result_clear(&res);
-    assert_null(login(401, "{\"errors\":[{\"title\":\"" PASSWORD "\"}]}", &res));
-    assert_null(login(500, "{\"errors\":[{\"title\":\"" TOKEN "\"}]}", &res));
+    RUN_CASES(&fx, "contacts parse", cases, run_parse_case);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_table),
-        cmocka_unit_test(test_build_messages),
-        cmocka_unit_test(test_build_template_namespace),
-        cmocka_unit_test(test_build_refused),
-        cmocka_unit_test(test_parse_success),
-        cmocka_unit_test(test_parse_errors),
-        cmocka_unit_test(test_login_build),
-        cmocka_unit_test(test_login_build_refused),
-        cmocka_unit_test(test_login_parse),
-        cmocka_unit_test(test_login_parse_failures),
-        cmocka_unit_test(test_needs_refresh),
-        cmocka_unit_test(test_contacts_build),
+        cmocka_unit_test(test_table),          cmocka_unit_test(test_build_send),
+        cmocka_unit_test(test_parse_send),     cmocka_unit_test(test_build_login_contacts),
+        cmocka_unit_test(test_login_parse),    cmocka_unit_test(test_needs_refresh),
         cmocka_unit_test(test_contacts_parse),
-        cmocka_unit_test(test_no_secret_in_errors),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
