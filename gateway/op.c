@@ -91,6 +91,9 @@ void op_on_deadlines(evutil_socket_t fd, short what, void *arg)
         arm_deadlines(w, now_ms);
 }
 
+/* A recipientId that passed parsing reaches the platform whole. */
+_Static_assert(REQUEST_MAX_RECIPIENT < ADAPTER_ID_MAX, "recipientId must fit an address");
+
 int op_set_to(op_t *op, const char *to)
 {
     size_t n = strnlen(to, ADAPTER_ID_MAX - 1);
@@ -321,7 +324,8 @@ static int member_address(op_t *op)
     const char *ext = json_string_value(json_object_get(op->member, "externalId"));
     char phone[ADAPTER_ID_MAX];
 
-    if (ext == NULL || *ext == '\0')
+    /* Longer than a platform call carries: refused, never sent to a cut address. */
+    if (ext == NULL || *ext == '\0' || strlen(ext) > REQUEST_MAX_RECIPIENT)
         return -1;
     if (op->adapter->phone_recipients) {
         request_normalize_phone(ext, phone, sizeof(phone));
