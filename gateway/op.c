@@ -373,7 +373,7 @@ static void on_recipient(void *arg, store_status_t st, json_t *value)
     member_ready(op);
 }
 
-static void resolve_recipient(op_t *op)
+void op_resolve_recipient(op_t *op)
 {
     char id[25], recipient[REQUEST_MAX_ID + 1];
     const char *rid = op->target.recipient_id;
@@ -440,7 +440,10 @@ static void resolve_check(op_t *op)
         return;
     }
     if (op->target.member_id == NULL) {
-        resolve_recipient(op);
+        if (op->kind->before_recipient != NULL)
+            op->kind->before_recipient(op);
+        else
+            op_resolve_recipient(op);
         return;
     }
     if (op->member_st == STORE_UNAVAILABLE || op->member_st == STORE_BUSY) {
