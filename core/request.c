@@ -71,10 +71,22 @@ int request_parse_json(const char *body, size_t len, json_t **out, bg_error_t *e
     return 0;
 }
 
-/* An id used inside Redis keys: a non-empty string without braces or control characters, so
- * that two different (channel, member) pairs can never build the same key. */
+/* Whether the character at p may not appear in an id: C0 controls and DEL,
+ * the C1 controls U+0080-U+009F (U+0085 is a line break to many readers), U+2028 and U+2029
+ * (line and paragraph separators), and the braces that would end a key's hash tag. The text
+ * is valid UTF-8 already (jansson checked it). */
+static int refused_char(const unsigned char *p)
+{
+    return *p < 0x20 || *p == 0x7f || *p == '{' || *p == '}' ||
+           (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) ||
+           (p[0] == 0xe2 && p[1] == 0x80 && (p[2] == 0xa8 || p[2] == 0xa9));
+}
+
+/* An id used inside Redis keys: a non-empty string of at most max bytes without braces or
+ * control characters, so that two different (channel, member) pairs can never build the same
+ * key. Over max: limit_code (118, or 108 where the id could not be carried whole). */
 static int get_id(const json_t *obj, const char *key, const char *name, int required,
-                  int null_ok, const char **out, bg_error_t *err)
+                  int null_ok, size_t max, int limit_code, const char **out, bg_error_t *err)
 {
     json_t *v = json_object_get(obj, key);
     const char *s;
@@ -93,11 +105,10 @@ static int get_id(const json_t *obj, const char *key, const char *name, int requ
             return bg_error_set(err, BG_ERR_MISSING_PARAM, "missing parameter: %s", name);
         return bg_error_set(err, BG_ERR_MISSING_PARAM, "parameter %s must not be empty", name);
     }
-    if (json_string_length(v) > REQUEST_MAX_ID)
-        return bg_error_set(err, BG_ERR_LIMIT, "parameter %s is longer than %d bytes", name,
-                            REQUEST_MAX_ID);
+    if (json_string_length(v) > max)
+        return bg_error_set(err, limit_code, "parameter %s is longer than %zu bytes", name, max);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++)
-        if (*p < 0x20 || *p == 0x7f || *p == '{' || *p == '}')
+        if (refused_char(p))
             return bg_error_set(err, BG_ERR_MISSING_PARAM,
                                 "parameter %s contains a character that is not allowed", name);
     *out = s;
@@ -106,9 +117,12 @@ static int get_id(const json_t *obj, const char *key, const char *name, int requ
 
 static int parse_target(const json_t *root, request_target_t *t, bg_error_t *err)
 {
-    if (get_id(root, "channelId", "channelId", 1, 0, &t->channel_id, err) < 0 ||
-        get_id(root, "memberId", "memberId", 0, 1, &t->member_id, err) < 0 ||
-        get_id(root, "recipientId", "recipientId", 0, 1, &t->recipient_id, err) < 0)
+    if (get_id(root, "channelId", "channelId", 1, 0, REQUEST_MAX_ID, BG_ERR_LIMIT,
+               &t->channel_id, err) < 0 ||
+        get_id(root, "memberId", "memberId", 0, 1, REQUEST_MAX_ID, BG_ERR_LIMIT, &t->member_id,
+               err) < 0 ||
+        get_id(root, "recipientId", "recipientId", 0, 1, REQUEST_MAX_RECIPIENT,
+               BG_ERR_MISSING_PARAM, &t->recipient_id, err) < 0)
         return -1;
     if (t->member_id == NULL && t->recipient_id == NULL)
         return bg_error_set(err, BG_ERR_MISSING_PARAM, "missing parameter: memberId or recipientId");
@@ -242,9 +256,10 @@ int request_parse_redirect(const char *body, size_t len, redirect_request_t *out
         bg_error_set(err, BG_ERR_MISSING_PARAM, "parameter redirect must be an object");
         goto fail;
     }
-    if (get_id(redirect, "tree", "redirect.tree", 1, 0, &out->tree, err) < 0 ||
-        get_id(redirect, "nodeCompositeId", "redirect.nodeCompositeId", 1, 0, &out->node_id,
-               err) < 0)
+    if (get_id(redirect, "tree", "redirect.tree", 1, 0, REQUEST_MAX_ID, BG_ERR_LIMIT, &out->tree,
+               err) < 0 ||
+        get_id(redirect, "nodeCompositeId", "redirect.nodeCompositeId", 1, 0, REQUEST_MAX_ID,
+               BG_ERR_LIMIT, &out->node_id, err) < 0)
         goto fail;
     if (get_flag(redirect, "runPreAction", &out->run_pre, err) < 0 ||
         get_flag(redirect, "sendResponse", &out->send_response, err) < 0 ||

@@ -11,7 +11,10 @@
 #define REQUEST_MAX_RESPONSES 50       /* responses per request */
 #define REQUEST_MAX_STRING (64 * 1024) /* bytes in any one string of the body */
 #define REQUEST_MAX_DEPTH 64           /* nesting of the body */
-#define REQUEST_MAX_ID 256             /* bytes in channelId, memberId, recipientId, tree, node */
+#define REQUEST_MAX_ID 256             /* bytes in channelId, memberId, tree, node */
+/* bytes in recipientId: it becomes the member's address, and a platform call carries at most
+ * ADAPTER_ID_MAX - 1 bytes of it (gateway/op.c checks the two agree). Over it: 108. */
+#define REQUEST_MAX_RECIPIENT 191
 
 /* Who a request is about. Every pointer is borrowed from the parsed body. */
 typedef struct request_target {

@@ -95,6 +95,9 @@ void op_on_deadlines(evutil_socket_t fd, short what, void *arg)
         arm_deadlines(w, now_ms);
 }
 
+/* A recipientId that passed parsing reaches the platform whole. */
+_Static_assert(REQUEST_MAX_RECIPIENT < ADAPTER_ID_MAX, "recipientId must fit an address");
+
 int op_set_to(op_t *op, const char *to)
 {
     size_t n = strnlen(to, ADAPTER_ID_MAX - 1);
@@ -368,7 +371,8 @@ static int member_address(op_t *op)
     const char *ext = json_string_value(json_object_get(op->member, "externalId"));
     char phone[ADAPTER_ID_MAX];
 
-    if (ext == NULL || *ext == '\0')
+    /* Longer than a platform call carries: refused, never sent to a cut address. */
+    if (ext == NULL || *ext == '\0' || strlen(ext) > REQUEST_MAX_RECIPIENT)
         return -1;
     if (op->adapter->phone_recipients) {
         request_normalize_phone(ext, phone, sizeof(phone));
@@ -416,7 +420,7 @@ static void on_recipient(void *arg, store_status_t st, json_t *value)
     member_ready(op);
 }
 
-static void resolve_recipient(op_t *op)
+void op_resolve_recipient(op_t *op)
 {
     char id[25], recipient[REQUEST_MAX_ID + 1];
     const char *rid = op->target.recipient_id;
@@ -483,7 +487,10 @@ static void resolve_check(op_t *op)
         return;
     }
     if (op->target.member_id == NULL) {
-        resolve_recipient(op);
+        if (op->kind->before_recipient != NULL)
+            op->kind->before_recipient(op);
+        else
+            op_resolve_recipient(op);
         return;
     }
     if (op->member_st == STORE_UNAVAILABLE || op->member_st == STORE_BUSY) {

@@ -84,6 +84,9 @@ typedef struct op_kind {
     /* The drain stopped the request while running (op_drain): answer 121 with the elements
      * so far, every response not sent marked 121. Called when no call is out any more. */
     op_drained_fn *drained;
+    /* The member is addressed by recipientId, which creates it when it is new: checks first
+     * what the operation needs, then calls op_resolve_recipient() or answers. NULL: none. */
+    op_run_fn *before_recipient;
 } op_kind_t;
 
 typedef struct op {
@@ -154,6 +157,7 @@ typedef struct op {
             redirect_request_t redirect;
             struct node_run *node;
             json_t *node_tree_app;
+            json_t *target_node;  /* loaded by before_recipient, until the run takes it */
         };
     };
 } op_t;
@@ -174,6 +178,8 @@ const char *op_body(op_t *op, size_t *len);
 void op_body_done(op_t *op);
 /* After the body is parsed: looks up token, channel, member, then calls op->kind->run. */
 void op_resolve(op_t *op, const char *token_hash);
+/* The member of op->target.recipient_id, created when it is new; then op->kind->run. */
+void op_resolve_recipient(op_t *op);
 /* Answers with err (or answer when err is NULL) and frees the op. */
 void op_fail(op_t *op, const bg_error_t *err);
 void op_answer(op_t *op, json_t *answer);

@@ -17,51 +17,113 @@
 static void step(op_t *op);
 static void drained(op_t *op, int call_cut);
 
+/* The field of a tree hash that holds the tree itself (its app and name), not a node: never
+ * a target, whoever names it. */
+#define TREE_FIELD "_tree"
+
 static void cleanup(op_t *op)
 {
     node_run_free(op->node);
     op->node = NULL;
+    json_decref(op->target_node);
+    op->target_node = NULL;
 }
 
 /* ---- nodes ---- */
 
-static void on_node(void *arg, store_status_t st, json_t *value)
+static void fail_store(op_t *op, store_status_t st)
 {
-    op_t *op = arg;
-    json_t *node = NULL;
-    const char *app;
+    bg_error_t err;
 
-    op->call = NULL;
-    if (st == STORE_UNAVAILABLE || st == STORE_BUSY) {
-        bg_error_t err;
-        json_decref(value);
-        bg_error_set(&err, BG_ERR_STORE,
-                     st == STORE_BUSY ? "store busy: too many commands in flight"
-                                      : "store unavailable");
-        op_fail(op, &err);
-        return;
-    }
-    /* A node of another app's tree is not found, exactly like a missing one. */
-    app = json_string_value(json_object_get(json_object_get(value, "tree"), "app"));
+    bg_error_set(&err, BG_ERR_STORE,
+                 st == STORE_BUSY ? "store busy: too many commands in flight"
+                                  : "store unavailable");
+    op_fail(op, &err);
+}
+
+/* The node in a store_get_node answer (taken), or NULL when there is none for this caller: a
+ * node of another app's tree is not found, exactly like a missing one. New reference. */
+static json_t *own_node(const op_t *op, store_status_t st, json_t *value)
+{
+    const char *app = json_string_value(json_object_get(json_object_get(value, "tree"), "app"));
+    json_t *node = NULL;
+
     if (st == STORE_OK && app != NULL && strcmp(app, op->token.app) == 0)
         node = json_incref(json_object_get(value, "node"));
     json_decref(value);
-    node_run_node_loaded(op->node, node);
+    return node;
+}
+
+static void on_node(void *arg, store_status_t st, json_t *value)
+{
+    op_t *op = arg;
+
+    op->call = NULL;
+    if (st == STORE_UNAVAILABLE || st == STORE_BUSY) {
+        json_decref(value);
+        fail_store(op, st);
+        return;
+    }
+    node_run_node_loaded(op->node, own_node(op, st, value));
     step(op);
+}
+
+/* Asks the store for a node; cb gets its answer (at once, not found, for the tree's own
+ * field), or the op fails when the store cannot take the call. */
+static void ask_node(op_t *op, const char *tree, const char *node_id, store_cb *cb)
+{
+    store_status_t st;
+
+    if (strcmp(node_id, TREE_FIELD) == 0) {
+        cb(op, STORE_NOT_FOUND, NULL);
+        return;
+    }
+    op->call = store_get_node(op->w->store, tree, node_id, cb, op, &st);
+    if (op->call == NULL)
+        fail_store(op, st);
 }
 
 static void fetch_node(op_t *op, const char *tree, const char *node_id)
 {
-    store_status_t st;
+    json_t *node = op->target_node;
 
-    op->call = store_get_node(op->w->store, tree, node_id, on_node, op, &st);
-    if (op->call == NULL) {
-        bg_error_t err;
-        bg_error_set(&err, BG_ERR_STORE,
-                     st == STORE_BUSY ? "store busy: too many commands in flight"
-                                      : "store unavailable");
-        op_fail(op, &err);
+    if (node != NULL) {
+        /* the target, loaded before the member was created */
+        op->target_node = NULL;
+        node_run_node_loaded(op->node, node);
+        step(op);
+        return;
     }
+    ask_node(op, tree, node_id, on_node);
+}
+
+/* ---- a new recipient: created only when the target exists ---- */
+
+static void on_target(void *arg, store_status_t st, json_t *value)
+{
+    op_t *op = arg;
+    bg_error_t err;
+
+    op->call = NULL;
+    if (st == STORE_UNAVAILABLE || st == STORE_BUSY) {
+        json_decref(value);
+        fail_store(op, st);
+        return;
+    }
+    op->target_node = own_node(op, st, value);
+    if (!json_is_object(op->target_node)) {
+        bg_error_set(&err, BG_ERR_NO_TREE, "tree or node not found");
+        op_fail(op, &err);
+        return;
+    }
+    op_resolve_recipient(op);
+}
+
+/* A redirect that answers 115 writes nothing: the target node is looked up before the
+ * member of a recipientId is found or created, and handed to the run afterwards. */
+static void before_recipient(op_t *op)
+{
+    ask_node(op, op->redirect.tree, op->redirect.node_id, on_target);
 }
 
 /* ---- responses ---- */
@@ -331,7 +393,11 @@ static void run(op_t *op)
 }
 
 static const op_kind_t redirect_kind = {
-    .run = run, .expired = expired, .cleanup = cleanup, .drained = drained};
+    .run = run,
+    .expired = expired,
+    .cleanup = cleanup,
+    .drained = drained,
+    .before_recipient = before_recipient};
 
 void op_redirect_start(worker_t *w, struct evhttp_request *req)
 {

@@ -6,6 +6,7 @@
 #include "redisc.h"
 
 #include <arpa/inet.h>
+#include <event2/dns.h>
 #include <event2/event.h>
 #include <hiredis/adapters/libevent.h>
 #include <hiredis/async.h>
@@ -64,6 +65,7 @@ struct redisc {
     void *observe_arg;
     /* Sentinel */
     sentinel_query_t *query;  /* a question to the sentinels in flight */
+    struct evdns_base *dns;   /* looks sentinel and master names up on base; NULL: none */
     struct event *check;      /* the periodic "is the master still there?" */
     int next_sentinel;
     char master_host[64];     /* the master currently used */
@@ -442,8 +444,9 @@ static void connect_now(redisc_t *r)
 {
     if (r->cfg.n_sentinels > 0) {
         r->state = RC_CONNECTING;
-        r->query = sentinel_ask(r->base, r->cfg.sentinels, r->cfg.n_sentinels, &r->next_sentinel,
-                                r->cfg.master_name, r->cfg.connect_timeout_ms, on_master, r);
+        r->query = sentinel_ask(r->base, r->dns, r->cfg.sentinels, r->cfg.n_sentinels,
+                                &r->next_sentinel, r->cfg.master_name,
+                                r->cfg.connect_timeout_ms, on_master, r);
         if (r->query == NULL) {
             r->state = RC_DOWN;
             schedule_reconnect(r);
@@ -479,8 +482,9 @@ static void on_check(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (r->state != RC_UP || r->query != NULL)
         return;
-    r->query = sentinel_ask(r->base, r->cfg.sentinels, r->cfg.n_sentinels, &r->next_sentinel,
-                            r->cfg.master_name, r->cfg.connect_timeout_ms, on_master_checked, r);
+    r->query = sentinel_ask(r->base, r->dns, r->cfg.sentinels, r->cfg.n_sentinels,
+                            &r->next_sentinel, r->cfg.master_name, r->cfg.connect_timeout_ms,
+                            on_master_checked, r);
     if (r->query == NULL)
         arm(r->check, SENTINEL_CHECK_MS);
 }
@@ -508,6 +512,11 @@ redisc_t *redisc_new(struct event_base *base, const redisc_config_t *cfg)
         redisc_free(r);
         return NULL;
     }
+    /* Before the loop runs (resolv.conf and the hosts file are read here, once); without it
+     * the sentinels' addresses of start-up are used. */
+    if (cfg->n_sentinels > 0)
+        r->dns = evdns_base_new(base, EVDNS_BASE_INITIALIZE_NAMESERVERS |
+                                          EVDNS_BASE_DISABLE_WHEN_INACTIVE);
     connect_now(r);
     return r;
 }
@@ -584,6 +593,8 @@ void redisc_free(redisc_t *r)
         redisAsyncFree(ac);
     }
     sentinel_cancel(r->query);
+    if (r->dns)
+        evdns_base_free(r->dns, 0);
     if (r->timer)
         event_free(r->timer);
     if (r->retry)

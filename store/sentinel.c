@@ -4,10 +4,13 @@
 #include "sentinel.h"
 
 #include <arpa/inet.h>
+#include <event2/dns.h>
 #include <event2/event.h>
+#include <event2/util.h>
 #include <hiredis/adapters/libevent.h>
 #include <hiredis/async.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,52 +18,186 @@
 /* Owned by its caller until the callback has run or it is cancelled. */
 struct sentinel_query {
     struct event_base *base;
+    struct evdns_base *dns; /* NULL: names are not looked up on the loop */
     const sentinel_addr_t *sentinels;
     int n, tried, *next;
     char master[128];
     int timeout_ms;
     sentinel_cb *cb;
     void *arg;
-    redisAsyncContext *ac; /* the sentinel being asked, NULL between attempts */
-    struct event *timer;   /* the attempt's timeout, or "try the next one now" */
+    const sentinel_addr_t *asking;  /* the sentinel of this attempt */
+    redisAsyncContext *ac;          /* the sentinel being asked, NULL between attempts */
+    struct evdns_getaddrinfo_request *lookup; /* a name being looked up, or NULL */
+    void (*found)(sentinel_query_t *q); /* what follows the lookup */
+    char addr[64];                  /* what the lookup found ("" when nothing) */
+    int master_port;                /* the master's, while its name is looked up */
+    struct event *timer;            /* runs then: the attempt's timeout, or the next step now */
+    void (*then)(sentinel_query_t *q);
 };
 
 static void try_next(sentinel_query_t *q);
 
-static void arm(sentinel_query_t *q, int ms)
+static void arm(sentinel_query_t *q, void (*then)(sentinel_query_t *q), int ms)
 {
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
 
+    q->then = then;
     evtimer_add(q->timer, &tv);
 }
 
+/* host may be q's own (addr): copied before q goes. */
 static void done(sentinel_query_t *q, int ok, const char *host, int port)
 {
     sentinel_cb *cb = q->cb;
     void *arg = q->arg;
+    char copy[sizeof(q->addr)] = "";
 
+    if (host != NULL)
+        snprintf(copy, sizeof(copy), "%s", host);
     event_free(q->timer);
     free(q);
-    cb(arg, ok, host, port);
+    cb(arg, ok, ok ? copy : NULL, port);
 }
 
-/* Gives up on the current sentinel (not from its connect callback). */
+/* Gives up on the current sentinel and its lookup (not from its connect callback). */
 static void abandon(sentinel_query_t *q)
 {
     redisAsyncContext *ac = q->ac;
+    struct evdns_getaddrinfo_request *lookup = q->lookup;
 
     q->ac = NULL;
     if (ac != NULL) {
         ac->data = NULL;
         redisAsyncFree(ac);
     }
+    q->lookup = NULL;
+    if (lookup != NULL)
+        evdns_getaddrinfo_cancel(lookup); /* on_lookup sees EVUTIL_EAI_CANCEL */
+}
+
+static void next_attempt(sentinel_query_t *q)
+{
+    abandon(q);
+    try_next(q);
+}
+
+static int is_address(const char *host)
+{
+    unsigned char buf[sizeof(struct in6_addr)];
+
+    return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
+}
+
+/* The first IPv4 address of res, else its first address, as text into out ("" when none). */
+static void first_address(const struct evutil_addrinfo *res, char *out, size_t size)
+{
+    const struct evutil_addrinfo *pick = res;
+
+    out[0] = '\0';
+    for (const struct evutil_addrinfo *a = res; a != NULL; a = a->ai_next) {
+        if (a->ai_family == AF_INET) {
+            pick = a;
+            break;
+        }
+    }
+    if (pick == NULL)
+        return;
+    if (pick->ai_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)pick->ai_addr)->sin6_addr, out,
+                  (socklen_t)size);
+    else if (pick->ai_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)pick->ai_addr)->sin_addr, out,
+                  (socklen_t)size);
+}
+
+/* Records what the lookup found; found() runs from the timer, never from inside
+ * evdns_getaddrinfo (which may answer before it returns, from the hosts file). */
+static void on_lookup(int result, struct evutil_addrinfo *res, void *arg)
+{
+    sentinel_query_t *q = arg;
+
+    if (result == EVUTIL_EAI_CANCEL) { /* abandon() dropped it: q may be going away */
+        if (res != NULL)
+            evutil_freeaddrinfo(res);
+        return;
+    }
+    q->lookup = NULL;
+    q->addr[0] = '\0';
+    if (result == 0)
+        first_address(res, q->addr, sizeof(q->addr));
+    if (res != NULL)
+        evutil_freeaddrinfo(res);
+    arm(q, q->found, 0);
+}
+
+/* Looks name up on the loop (hosts file, then DNS); found() follows, or next_attempt() when
+ * the attempt's time is up first. */
+static void look_up(sentinel_query_t *q, const char *name, void (*found)(sentinel_query_t *q))
+{
+    struct evutil_addrinfo hints;
+    struct evdns_getaddrinfo_request *req;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_protocol = IPPROTO_TCP;
+    q->found = found;
+    arm(q, next_attempt, q->timeout_ms);
+    req = evdns_getaddrinfo(q->dns, name, NULL, &hints, on_lookup, q);
+    if (req != NULL) /* NULL: on_lookup has run already */
+        q->lookup = req;
+}
+
+static void on_reply(redisAsyncContext *ac, void *r, void *privdata);
+static void on_connect(const redisAsyncContext *ac, int status);
+static void on_disconnect(const redisAsyncContext *ac, int status);
+
+static void ask(sentinel_query_t *q, const char *host)
+{
+    redisAsyncContext *ac;
+
+    /* host is an IP address: hiredis would resolve a name with a blocking call */
+    ac = redisAsyncConnect(host, q->asking->port);
+    if (ac == NULL || ac->err || redisLibeventAttach(ac, q->base) != REDIS_OK) {
+        if (ac != NULL)
+            redisAsyncFree(ac);
+        arm(q, next_attempt, 0);
+        return;
+    }
+    ac->data = q;
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    q->ac = ac;
+    if (redisAsyncCommand(ac, on_reply, q, "SENTINEL get-master-addr-by-name %s", q->master) !=
+        REDIS_OK) {
+        abandon(q);
+        arm(q, next_attempt, 0);
+        return;
+    }
+    arm(q, next_attempt, q->timeout_ms);
+}
+
+/* The sentinel's name looked up again: a sentinel moved to another address is still found.
+ * When the lookup fails, the address of start-up is tried. */
+static void ask_found(sentinel_query_t *q)
+{
+    ask(q, q->addr[0] != '\0' ? q->addr : q->asking->host);
+}
+
+static void master_found(sentinel_query_t *q)
+{
+    if (q->addr[0] == '\0') {
+        next_attempt(q);
+        return;
+    }
+    done(q, 1, q->addr, q->master_port);
 }
 
 static void on_reply(redisAsyncContext *ac, void *r, void *privdata)
 {
     sentinel_query_t *q = privdata;
     redisReply *reply = r;
-    char host[64];
+    char host[256];
     int port;
 
     if (ac->data == NULL || q->ac != ac)
@@ -76,7 +213,15 @@ static void on_reply(redisAsyncContext *ac, void *r, void *privdata)
         redisAsyncDisconnect(ac); /* after this callback; our callbacks see data NULL */
         evtimer_del(q->timer);
         *q->next = (*q->next + q->n - 1) % q->n; /* ask this one first next time */
-        done(q, 1, host, port);
+        if (is_address(host) && strlen(host) < sizeof(q->addr)) {
+            done(q, 1, host, port);
+        } else if (q->dns != NULL) {
+            /* announced by name (announce-hostnames): looked up without blocking */
+            q->master_port = port;
+            look_up(q, host, master_found);
+        } else {
+            arm(q, next_attempt, 0);
+        }
         return;
     }
     /* no such master here, or the sentinel went away: ask the next one */
@@ -84,7 +229,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *privdata)
     ac->data = NULL;
     if (reply != NULL)
         redisAsyncDisconnect(ac);
-    arm(q, 0);
+    arm(q, next_attempt, 0);
 }
 
 static void on_connect(const redisAsyncContext *ac, int status)
@@ -96,7 +241,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
     /* hiredis frees this context after the callback (and calls on_reply with NULL) */
     q->ac = NULL;
     ((redisAsyncContext *)ac)->data = NULL;
-    arm(q, 0);
+    arm(q, next_attempt, 0);
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status)
@@ -107,7 +252,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     if (q == NULL)
         return;
     q->ac = NULL;
-    arm(q, 0);
+    arm(q, next_attempt, 0);
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
@@ -116,51 +261,34 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    abandon(q);
-    try_next(q);
+    q->then(q);
 }
 
 static void try_next(sentinel_query_t *q)
 {
-    const sentinel_addr_t *s;
-    redisAsyncContext *ac;
-
     if (q->tried >= q->n) {
         done(q, 0, NULL, 0);
         return;
     }
-    s = &q->sentinels[*q->next];
+    q->asking = &q->sentinels[*q->next];
     *q->next = (*q->next + 1) % q->n;
     q->tried++;
-    ac = redisAsyncConnect(s->host, s->port);
-    if (ac == NULL || ac->err || redisLibeventAttach(ac, q->base) != REDIS_OK) {
-        if (ac != NULL)
-            redisAsyncFree(ac);
-        arm(q, 0);
-        return;
-    }
-    ac->data = q;
-    redisAsyncSetConnectCallback(ac, on_connect);
-    redisAsyncSetDisconnectCallback(ac, on_disconnect);
-    q->ac = ac;
-    if (redisAsyncCommand(ac, on_reply, q, "SENTINEL get-master-addr-by-name %s", q->master) !=
-        REDIS_OK) {
-        abandon(q);
-        arm(q, 0);
-        return;
-    }
-    arm(q, q->timeout_ms);
+    if (q->dns != NULL && q->asking->name[0] != '\0' && !is_address(q->asking->name))
+        look_up(q, q->asking->name, ask_found);
+    else
+        ask(q, q->asking->host);
 }
 
-sentinel_query_t *sentinel_ask(struct event_base *base, const sentinel_addr_t *sentinels, int n,
-                               int *next, const char *master, int timeout_ms, sentinel_cb *cb,
-                               void *arg)
+sentinel_query_t *sentinel_ask(struct event_base *base, struct evdns_base *dns,
+                               const sentinel_addr_t *sentinels, int n, int *next,
+                               const char *master, int timeout_ms, sentinel_cb *cb, void *arg)
 {
     sentinel_query_t *q;
 
     if (n <= 0 || (q = calloc(1, sizeof(*q))) == NULL)
         return NULL;
     q->base = base;
+    q->dns = dns;
     q->sentinels = sentinels;
     q->n = n;
     q->next = next;
@@ -213,19 +341,20 @@ int sentinel_parse_list(const char *spec, sentinel_addr_t *out, int max, int *n,
             colon[-1] = '\0';
             item++;
         }
+        if (strlen(item) >= sizeof(out[*n].name)) {
+            snprintf(errbuf, errlen, "sentinel %.64s...: name too long", item);
+            return -1;
+        }
         memset(&hints, 0, sizeof(hints));
         hints.ai_socktype = SOCK_STREAM;
+        /* blocking, but at start-up only: the loops do not run yet */
         if (getaddrinfo(item, NULL, &hints, &res) != 0 || res == NULL) {
             snprintf(errbuf, errlen, "cannot resolve sentinel %s", item);
             return -1;
         }
-        if (res->ai_family == AF_INET6)
-            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)res->ai_addr)->sin6_addr,
-                      out[*n].host, sizeof(out[*n].host));
-        else
-            inet_ntop(AF_INET, &((struct sockaddr_in *)res->ai_addr)->sin_addr, out[*n].host,
-                      sizeof(out[*n].host));
+        first_address(res, out[*n].host, sizeof(out[*n].host));
         freeaddrinfo(res);
+        snprintf(out[*n].name, sizeof(out[*n].name), "%s", item);
         out[*n].port = port;
         (*n)++;
     }

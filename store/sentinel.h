@@ -3,31 +3,39 @@
 #define BOTGATE_STORE_SENTINEL_H
 
 struct event_base;
+struct evdns_base;
 
 #define SENTINEL_MAX 8
 
 typedef struct sentinel_addr {
-    char host[64]; /* an IP address */
+    char name[256]; /* as configured: a host name or an IP address */
+    char host[64];  /* an IP address: name resolved at start-up, before any loop runs */
     int port;
 } sentinel_addr_t;
 
-/* ok 0 when no sentinel answered with an address; host is an IP address then valid for the
- * call only. The query is freed right after this callback. */
+/* ok 0 when no sentinel answered with an address; host is an IP address then, valid for the
+ * call only (a master the sentinels announce by name has been looked up). The query is freed
+ * right after this callback. */
 typedef void sentinel_cb(void *arg, int ok, const char *host, int port);
 
 typedef struct sentinel_query sentinel_query_t;
 
 /* Asks the sentinels in turn, from *next on, until one knows the master (each with
  * timeout_ms); *next is advanced so that the following query starts with the sentinel that
- * answered. NULL when nothing could be started (cb is then never called). */
-sentinel_query_t *sentinel_ask(struct event_base *base, const sentinel_addr_t *sentinels, int n,
-                               int *next, const char *master, int timeout_ms, sentinel_cb *cb,
-                               void *arg);
+ * answered. Names (a sentinel's, or the master's when the sentinels announce host names) are
+ * looked up with dns on base, never with a blocking call; with dns NULL a sentinel's address
+ * of start-up is used and a master announced by name counts as no answer. NULL when nothing
+ * could be started (cb is then never called). */
+sentinel_query_t *sentinel_ask(struct event_base *base, struct evdns_base *dns,
+                               const sentinel_addr_t *sentinels, int n, int *next,
+                               const char *master, int timeout_ms, sentinel_cb *cb, void *arg);
 
 /* Stops the query; its callback will not run. */
 void sentinel_cancel(sentinel_query_t *q);
 
-/* Parses "host:port,host:port" (names resolved here, once). -1 with a message on failure. */
+/* Parses "host:port,host:port". Names are resolved here, with a blocking call: only at
+ * start-up, before any loop runs (a name that does not resolve is a configuration error);
+ * queries look them up again without blocking. -1 with a message on failure. */
 int sentinel_parse_list(const char *spec, sentinel_addr_t *out, int max, int *n, char *errbuf,
                         unsigned long errlen);
 

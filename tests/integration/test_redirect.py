@@ -866,6 +866,45 @@ class RedirectApi(RedirectBase):
         self.assertEqual(rec["updatedAt"], 1700000000000)
         self.assertIsNone(self.rec("m-other", "fb-other")["botMeta"]["tree"])
 
+    def test_115_with_a_new_recipient_id_writes_nothing(self):
+        """The target is checked before the member of a new recipientId is created: a 115
+        leaves no member and no recipient key behind."""
+        before = sorted(self.s.redis("KEYS", "botgate:*"))
+        targets = [("NOTREE", "N1"), ("T1", "NOPE"), ("TO", "N1"), ("T1", "_tree")]
+        for i, (tree_id, node) in enumerate(targets):
+            rid = "psid-ghost-115-%d" % i
+            with self.subTest(target=(tree_id, node)):
+                ans = self.redirect({"channelId": "fb1", "recipientId": rid,
+                                     "redirect": {"tree": tree_id, "nodeCompositeId": node}})
+                self.assert_error(ans, 115, mentions="not found")
+                self.assertIsNone(self.s.redis("GET", "botgate:recipient:{fb1}:" + rid))
+                for key in self.s.redis("KEYS", "botgate:member:{fb1}:*"):
+                    self.assertNotIn(rid, self.s.redis("GET", key), key)
+        self.assertEqual(sorted(self.s.redis("KEYS", "botgate:*")), before)
+        self.assertEqual(self.s.sim_log(), [])
+        # a known recipient is found as before, and left as it was
+        self.new_member("m115r", ext="psid-known-115")
+        ans = self.redirect({"channelId": "fb1", "recipientId": "psid-known-115",
+                             "redirect": {"tree": "T1", "nodeCompositeId": "NOPE"}})
+        self.assert_error(ans, 115)
+        self.assertEqual(self.rec("m115r")["updatedAt"], 1700000000000)
+
+    def test_115_tree_field_is_not_a_node(self):
+        """`_tree` holds the tree itself: naming it as a node is 115, as a target and inside a
+        chain, and the member is not moved there."""
+        self.new_member("m-tf")
+        ans = self.go("m-tf", "T1", "_tree")
+        self.assert_error(ans, 115)
+        self.assertEqual(ans.json, self.go("m-tf", "T1", "NOPE").json)
+        self.assert_position(self.rec("m-tf"), None, None)
+        self.import_tree(tree("TTF", APP, {"A": {"response": [text("a")],
+                                                 "redirect": {"tree": "TTF",
+                                                              "nodeCompositeId": "_tree"}}}))
+        res = self.results(self.go("m-tf", "TTF", "A"), "m-tf", send_ok=0, count=2)
+        self.assert_node_error(res[1], 115)
+        self.assert_position(self.rec("m-tf"), "TTF", "A")
+        self.assertEqual(self.texts(), ["a"])
+
     def test_116_channel_off(self):
         self.assert_error(self.go("m-off", "T1", "HELLO", cid="fb-off"), 116)
         self.assertEqual(self.s.sim_log(), [])

@@ -182,6 +182,43 @@ class SendApi(StackTest):
         self.assertEqual(a2.json["member"], mid)
         self.assertEqual(len(self.s.redis("KEYS", "botgate:member:{fb1}:*")), before + 1)
 
+    def test_recipient_id_longer_than_an_address_is_refused(self):
+        """A recipientId becomes the address of the platform call, which carries 191 bytes:
+        a longer one is refused (108, naming it and the limit), never cut and sent to another
+        id; 191 bytes reach the platform whole."""
+        ok_resp = [{"type": "TEXT", "text": "x"}]
+        members = len(self.s.redis("KEYS", "botgate:member:{fb1}:*"))
+        too_long = ["r" * 192, "s" * 200, "t" * 255, "u" * 256, "v" * 190 + "\u00e9"]
+        for rid in too_long:
+            with self.subTest(n=len(rid.encode())):
+                ans = self.send({"channelId": "fb1", "recipientId": rid, "response": ok_resp})
+                self.assert_error(ans, 108, mentions="recipientId")
+                self.assertIn("191 bytes", ans.json["err"])
+                self.assertIsNone(self.s.redis("GET", "botgate:recipient:{fb1}:" + rid))
+        self.assertEqual(self.s.sim_log(), [])
+        self.assertEqual(len(self.s.redis("KEYS", "botgate:member:{fb1}:*")), members)
+        # the limit itself: delivered to exactly that id, recorded whole
+        rid = "psid-" + "w" * 185 + "z"
+        self.assertEqual(len(rid), 191)
+        ans = self.send({"channelId": "fb1", "recipientId": rid, "response": ok_resp})
+        self.assertEqual(ans.status, 200, ans)
+        self.assertEqual([r["recipient"] for r in self.s.sim_log()], [rid])
+        self.assertEqual(ans.json["sendResult"]["result"][0]["messageEvent"]["to"], rid)
+        mid = ans.json["member"]
+        self.assertEqual(self.s.redis("GET", "botgate:recipient:{fb1}:" + rid), mid)
+        rec = json.loads(self.s.redis("GET", "botgate:member:{fb1}:" + mid))
+        self.assertEqual(rec["externalId"], rid)
+
+    def test_member_address_longer_than_a_call_carries_is_not_cut(self):
+        """A stored member whose externalId is longer than 191 bytes (written before the limit,
+        or by hand) is refused (104), not sent to the first 191 bytes of it."""
+        ext = "psid-" + "q" * 200
+        self.s.put("member", member("m-long", "fb1", APP, ext))
+        ans = self.send({"channelId": "fb1", "memberId": "m-long",
+                         "response": [{"type": "TEXT", "text": "x"}]})
+        self.assert_error(ans, 104, mentions="address")
+        self.assertEqual(self.s.sim_log(), [])
+
     def test_admin_scope_accepted(self):
         ans = self.send({"channelId": "fb1", "memberId": "m1",
                          "response": [{"type": "TEXT", "text": "a"}]}, token=self.admin)

@@ -19,8 +19,32 @@ def sentinel_binary():
     return [found] if found else [REDIS_SERVER, "--sentinel"]
 
 
-class SentinelFailover(unittest.TestCase):
+def start_sentinels(s, n, conf):
+    """n sentinels on free ports, each configured with conf % (port, dir) plus the lines after;
+    returns their ports once each knows the master."""
+    ports = []
+    for i in range(n):
+        port = free_port()
+        path = os.path.join(s.dir, "sentinel%d.conf" % i)
+        with open(path, "w") as f:
+            f.write("port %d\nbind 127.0.0.1\ndir %s\n" % (port, s.dir) + conf)
+        with open(os.path.join(s.dir, "sentinel%d.log" % i), "ab") as log:
+            s.procs["sentinel%d" % i] = subprocess.Popen(sentinel_binary() + [path],
+                                                         stdout=log, stderr=log)
+        ports.append(port)
+    for port in ports:
+        q = Redis(port)
+        wait_for(lambda: q("SENTINEL", "get-master-addr-by-name", MASTER) is not None,
+                 what="sentinel %d" % port)
+        q.close()
+    return ports
+
+
+class SentinelTest(unittest.TestCase):
+    """A Stack whose botgate finds its master through sentinels that start() sets up."""
+
     def setUp(self):
+        self.extra = []  # more Redis connections to close
         try:
             self.start()
         except BaseException:
@@ -28,6 +52,32 @@ class SentinelFailover(unittest.TestCase):
                 self.s.close()
             raise
 
+    def tearDown(self):
+        codes = self.s.close()
+        for r in self.extra:
+            r.close()
+        self.assertEqual(codes.get("botgate"), 0, self.s.all_output()[-5000:])
+        self.s.cleanup_dir()
+
+    def start_gateway(self, sentinels, **env):
+        s = self.s
+        s.extra_env["BOTGATE_REDIS_SENTINELS"] = ",".join(sentinels)
+        s.extra_env["BOTGATE_REDIS_MASTER"] = MASTER
+        # the URL points nowhere useful: the master must come from the sentinels
+        s.extra_env["BOTGATE_REDIS_URL"] = "redis://127.0.0.1:1/0"
+        s.extra_env.update(env)
+        s.start_gateway()
+
+    def member_and_body(self, cid, mid):
+        """A channel, a member and a token: the token and a body that sends to the member."""
+        s = self.s
+        s.put("channel", facebook_channel(cid, "A"))
+        s.put("member", member(mid, cid, "A", "psid-" + mid))
+        body = {"channelId": cid, "memberId": mid, "response": [{"type": "TEXT", "text": "x"}]}
+        return s.token("A", "bot:sendResponses"), body
+
+
+class SentinelFailover(SentinelTest):
     def start(self):
         self.s = Stack(workers=2, start_gateway=False,
                        env={"BOTGATE_REQUEST_TIMEOUT_MS": "3000",
@@ -43,48 +93,20 @@ class SentinelFailover(unittest.TestCase):
                  "--save", "", "--appendonly", "no", "--dir", s.dir,
                  "--replicaof", "127.0.0.1", str(self.master_port)], stdout=log, stderr=log)
         self.replica = Redis(self.replica_port)
+        self.extra.append(self.replica)
         wait_for(lambda: "master_link_status:up" in self.replica("INFO", "replication"),
                  what="replication")
-        # three sentinels
-        self.sentinel_ports = []
-        for i in range(3):
-            port = free_port()
-            conf = os.path.join(s.dir, "sentinel%d.conf" % i)
-            with open(conf, "w") as f:
-                f.write("port %d\nbind 127.0.0.1\ndir %s\n"
-                        "sentinel monitor %s 127.0.0.1 %d 2\n"
-                        "sentinel down-after-milliseconds %s 600\n"
-                        "sentinel failover-timeout %s 3000\n"
-                        "sentinel parallel-syncs %s 1\n"
-                        % (port, s.dir, MASTER, self.master_port, MASTER, MASTER, MASTER))
-            with open(os.path.join(s.dir, "sentinel%d.log" % i), "ab") as log:
-                s.procs["sentinel%d" % i] = subprocess.Popen(sentinel_binary() + [conf],
-                                                             stdout=log, stderr=log)
-            self.sentinel_ports.append(port)
-        for port in self.sentinel_ports:
-            q = Redis(port)
-            wait_for(lambda: q("SENTINEL", "get-master-addr-by-name", MASTER) is not None,
-                     what="sentinel %d" % port)
-            q.close()
-        s.extra_env["BOTGATE_REDIS_SENTINELS"] = ",".join(
-            "127.0.0.1:%d" % p for p in self.sentinel_ports)
-        s.extra_env["BOTGATE_REDIS_MASTER"] = MASTER
-        # the URL points nowhere useful: the master must come from the sentinels
-        s.extra_env["BOTGATE_REDIS_URL"] = "redis://127.0.0.1:1/0"
-        s.start_gateway()
-
-    def tearDown(self):
-        codes = self.s.close()
-        self.replica.close()
-        self.assertEqual(codes.get("botgate"), 0, self.s.all_output()[-5000:])
-        self.s.cleanup_dir()
+        ports = start_sentinels(s, 3, "sentinel monitor %s 127.0.0.1 %d 2\n"
+                                      "sentinel down-after-milliseconds %s 600\n"
+                                      "sentinel failover-timeout %s 3000\n"
+                                      "sentinel parallel-syncs %s 1\n"
+                                % (MASTER, self.master_port, MASTER, MASTER, MASTER))
+        self.sentinel_ports = ports
+        self.start_gateway(["127.0.0.1:%d" % p for p in ports])
 
     def test_finds_the_master_and_follows_a_failover(self):
         s = self.s
-        s.put("channel", facebook_channel("fs", "A"))
-        s.put("member", member("ms", "fs", "A", "psid-1"))
-        tok = s.token("A", "bot:sendResponses")
-        body = {"channelId": "fs", "memberId": "ms", "response": [{"type": "TEXT", "text": "x"}]}
+        tok, body = self.member_and_body("fs", "ms")
         self.assertEqual(s.send(body, tok).status, 200)
         wait_for(lambda: self.replica("GET", "botgate:channel:{fs}") is not None,
                  what="data on the replica")
@@ -128,6 +150,80 @@ class SentinelFailover(unittest.TestCase):
         self.assertEqual(a.status, 200, a)
         self.assertEqual(self.replica("GET", "botgate:recipient:{fs}:psid-after-failover"),
                          a.json["member"])
+
+
+# A resolver that takes 2 s to look "localhost" up, off the main thread only: botgate's start-up
+# (the main thread) may block, a worker's event loop must not. Loaded with LD_PRELOAD; it
+# changes nothing of botgate itself.
+SLOW_DNS_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <netdb.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
+                struct addrinfo **res)
+{
+    int (*real)(const char *, const char *, const struct addrinfo *, struct addrinfo **) =
+        (int (*)(const char *, const char *, const struct addrinfo *, struct addrinfo **))
+            dlsym(RTLD_NEXT, "getaddrinfo");
+
+    if (node != NULL && strcmp(node, "localhost") == 0 && syscall(SYS_gettid) != getpid())
+        usleep(2000000);
+    return real(node, service, hints, res);
+}
+"""
+
+
+class SentinelByName(SentinelTest):
+    """Sentinels given as localhost:PORT, announcing the master by name too (announce-hostnames).
+    The names are looked up at start-up (before the loops run) and then on each worker's loop
+    with libevent's evdns (hosts file, then DNS over a non-blocking socket): no getaddrinfo()
+    on a worker thread, where it would stop every request of that worker while it waits. The
+    slow resolver below makes such a call visible: a reconnect that looked a name up with it
+    would hold /healthz for 2 s."""
+
+    def start(self):
+        cc = shutil.which("cc")
+        if cc is None:
+            self.skipTest("no C compiler for the slow resolver")
+        self.s = s = Stack(workers=1, start_gateway=False,
+                           env={"BOTGATE_REDIS_CONNECT_TIMEOUT_MS": "300"})
+        shim, src = os.path.join(s.dir, "slowdns.so"), os.path.join(s.dir, "slowdns.c")
+        with open(src, "w") as f:
+            f.write(SLOW_DNS_C)
+        subprocess.run([cc, "-shared", "-fPIC", "-o", shim, src, "-ldl"], check=True)
+        ports = start_sentinels(s, 2, "sentinel resolve-hostnames yes\n"
+                                      "sentinel announce-hostnames yes\n"
+                                      "sentinel monitor %s localhost %d 1\n"
+                                % (MASTER, s.redis_port))
+        q = Redis(ports[0])
+        self.assertEqual(q("SENTINEL", "get-master-addr-by-name", MASTER),
+                         ["localhost", str(s.redis_port)])
+        q.close()
+        self.start_gateway(["localhost:%d" % p for p in ports], LD_PRELOAD=shim,
+                           # the sanitizers' runtime wants to be first; the shim only wraps
+                           # getaddrinfo
+                           ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "")
+                           + ":verify_asan_link_order=0")
+
+    def test_names_are_looked_up_without_blocking_the_loop(self):
+        s = self.s
+        tok, body = self.member_and_body("fn", "mn")
+        self.assertEqual(s.send(body, tok).status, 200)
+        # botgate loses its connection: it asks the sentinels again, who name the master
+        # "localhost"; meanwhile the one worker keeps answering
+        self.assertGreaterEqual(s.redis("CLIENT", "KILL", "TYPE", "normal"), 1)
+        slowest, t_end = 0.0, time.time() + 2.5
+        while time.time() < t_end:
+            t0 = time.time()
+            self.assertEqual(http("GET", s.url + "/healthz", timeout=10).status, 200)
+            slowest = max(slowest, time.time() - t0)
+            time.sleep(0.05)
+        self.assertLess(slowest, 1.0, "a worker's loop waited for a name lookup")
+        wait_for(lambda: s.send(body, tok).status == 200, timeout=10, what="botgate reconnected")
 
 
 if __name__ == "__main__":

@@ -289,9 +289,16 @@ static void test_send_id_characters(void **state)
         "\"a{b\"",       "\"a}b\"",       "\"{C1}\"",        "\"}\"",
         "\"a\\nb\"",     "\"a\\tb\"",     "\"a\\rb\"",       "\"\\u0001\"",
         "\"a\\u001fb\"", "\"a\\u007fb\"", "\"x\\u001b[0m\"",
+        /* C1 controls (NEL among them) and the Unicode line and paragraph separators, escaped
+         * and as raw UTF-8 */
+        "\"a\\u0080b\"", "\"a\\u0085b\"", "\"\\u009f\"", "\"a\\u2028b\"", "\"a\\u2029\"",
+        "\"a\xc2\x85\"", "\"\xc2\x80\"", "\"a\xc2\x9f\"", "\"a\xe2\x80\xa8\"",
+        "\"\xe2\x80\xa9z\"",
     };
+    /* their neighbours are printable: no-break space, U+00A9, U+2027, U+202A, U+20AC */
     static const char *const allowed[] = {"\"a b\"", "\"a:b\"", "\"~!@#$%^&*()[]\"",
-                                          "\"\\u00e9\\u20ac\""};
+                                          "\"\\u00e9\\u20ac\"", "\"a\\u00a0b\"", "\"\\u00a9\"",
+                                          "\"\xe2\x80\xa7\"", "\"\\u202a\"", "\"\xc2\xa0\""};
 
     (void)state;
     for (size_t k = 0; k < 3; k++) {
@@ -310,10 +317,10 @@ static void test_send_id_characters(void **state)
 
 static void test_send_id_lengths(void **state)
 {
-    static const char *const keys[] = {"channelId", "memberId", "recipientId"};
+    static const char *const keys[] = {"channelId", "memberId"};
 
     (void)state;
-    for (size_t k = 0; k < 3; k++) {
+    for (size_t k = 0; k < 2; k++) {
         for (int n = REQUEST_MAX_ID - 1; n <= REQUEST_MAX_ID + 2; n++) {
             buf_t v = {0};
             char *body;
@@ -345,6 +352,64 @@ static void test_send_id_lengths(void **state)
             free(body);
             buf_free(&v);
         }
+    }
+}
+
+/* A recipientId becomes the member's address: what a platform call cannot carry whole is
+ * refused here (108, naming it and the limit), never cut later and sent to another id. */
+static void test_send_recipient_length(void **state)
+{
+    static const size_t refused[] = {REQUEST_MAX_RECIPIENT + 1, 200, 255, 256, 257, 300};
+
+    (void)state;
+    assert_int_equal(REQUEST_MAX_RECIPIENT, 191);
+    for (size_t n = REQUEST_MAX_RECIPIENT - 1; n <= REQUEST_MAX_RECIPIENT; n++) {
+        buf_t v = {0};
+        send_request_t req;
+
+        buf_add(&v, "{\"channelId\":\"C1\",\"recipientId\":\"");
+        buf_rep(&v, "r", n);
+        buf_add(&v, "\",\"response\":[" TEXT_RESP "]}");
+        send_ok(v.s, &req);
+        assert_int_equal(strlen(req.target.recipient_id), n);
+        request_send_free(&req);
+        buf_free(&v);
+    }
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        buf_t v = {0};
+        send_request_t req;
+        bg_error_t err;
+
+        buf_add(&v, "{\"channelId\":\"C1\",\"recipientId\":\"");
+        buf_rep(&v, "r", refused[i]);
+        buf_add(&v, "\",\"response\":[" TEXT_RESP "]}");
+        send_fails(v.s, BG_ERR_MISSING_PARAM, "recipientId");
+        assert_int_equal(request_parse_send(v.s, v.len, &req, &err), -1);
+        assert_non_null(strstr(err.msg, "191 bytes"));
+        buf_free(&v);
+    }
+    /* a two-byte character across the limit: 190 bytes and "\xc3\xa9" make 192 */
+    {
+        buf_t v = {0};
+        char *body;
+
+        buf_add(&v, "\"");
+        buf_rep(&v, "r", REQUEST_MAX_RECIPIENT - 1);
+        buf_add(&v, "\xc3\xa9\"");
+        body = body_with_id("recipientId", v.s);
+        send_fails(body, BG_ERR_MISSING_PARAM, "recipientId");
+        free(body);
+        buf_free(&v);
+    }
+    /* the same limit on redirectMemberToNode */
+    {
+        buf_t v = {0};
+
+        buf_add(&v, "{\"channelId\":\"C1\",\"recipientId\":\"");
+        buf_rep(&v, "r", REQUEST_MAX_RECIPIENT + 1);
+        buf_add(&v, "\"," REDIRECT "}");
+        redirect_fails(v.s, BG_ERR_MISSING_PARAM, "recipientId");
+        buf_free(&v);
     }
 }
 
@@ -1024,6 +1089,27 @@ static void test_redirect_id_lengths(void **state)
     }
 }
 
+/* tree and nodeCompositeId refuse what the target ids refuse, C1 controls and U+2028 too */
+static void test_redirect_id_characters(void **state)
+{
+    static const char *const fields[] = {"tree", "nodeCompositeId"};
+    static const char *const names[] = {"redirect.tree", "redirect.nodeCompositeId"};
+    static const char *const refused[] = {"a\\u0085b", "\\u0080", "a\xc2\x9f", "\\u2028",
+                                          "a\xe2\x80\xa9", "a\\u001fb", "{x}"};
+
+    (void)state;
+    for (size_t f = 0; f < 2; f++) {
+        for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+            buf_t b = {0};
+
+            buf_add(&b, "{" TARGET ",\"redirect\":{\"%s\":\"X\",\"%s\":\"%s\"}}",
+                    fields[1 - f], fields[f], refused[i]);
+            redirect_fails(b.s, BG_ERR_MISSING_PARAM, names[f]);
+            buf_free(&b);
+        }
+    }
+}
+
 static void test_normalize_phone(void **state)
 {
     static const struct {
@@ -1063,6 +1149,8 @@ int main(void)
         cmocka_unit_test(test_send_target_errors),
         cmocka_unit_test(test_send_id_characters),
         cmocka_unit_test(test_send_id_lengths),
+        cmocka_unit_test(test_send_recipient_length),
+        cmocka_unit_test(test_redirect_id_characters),
         cmocka_unit_test(test_send_response_synonym),
         cmocka_unit_test(test_send_shapes),
         cmocka_unit_test(test_send_shape_errors),
