@@ -118,9 +118,11 @@ class SingleFlight(StackTest):
         new = json.loads(self.s.redis("GET", key))["info"]["accessToken"]
         self.assertEqual(len(new), size)
         self.assertNotEqual(new, old)
-        # the first, the three refused with the revoked token, the three again with the new
+        # the first; then each of the three with the revoked token, refused, and again with
+        # the new, or (the cache being coherent) with the new at once when it came after the
+        # refresh was stored: one at least was refused, since there was a refresh
         sends = [r["query"] for r in self.s.sim_log() if r["kind"] == "send"]
-        self.assertEqual(len(sends), 7)
+        self.assertIn(len(sends), (5, 6, 7))
         self.assertEqual(sum(("access_token=" + new) in q for q in sends), 3)
 
     def test_wechat_token_of_600_bytes(self):
