@@ -61,9 +61,9 @@ static const option_def_t options[] = {
         "timeout of connecting to Redis"),
     INT(store.redis.max_in_flight, "BOTGATE_REDIS_MAX_IN_FLIGHT", "10000", 1, 1000000,
         "Redis commands in flight per worker"),
-    INT(store.cache_ttl_ms, "BOTGATE_CACHE_TTL_MS", "1000", 0, 600000,
-        "tokens and channels are cached this long per worker (0: off); a revoked token or a "
-        "changed channel takes effect within it"),
+    INT(store.cache_ttl_ms, "BOTGATE_CACHE_TTL_MS", "60000", 0, 600000,
+        "tokens and channels are cached at most this long per worker (0: off); Redis tells of "
+        "every change at once, this is a safety net"),
     INT(max_connections, "BOTGATE_MAX_CONNECTIONS", "10000", 1, 1000000,
         "open client connections per worker"),
     INT(drain_delay_ms, "BOTGATE_DRAIN_DELAY_MS", "0", 0, 600000,

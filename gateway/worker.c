@@ -232,7 +232,9 @@ int worker_init(worker_t *w, int id, const config_t *cfg)
     event_config_set_flag(ec, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
     w->base = event_base_new_with_config(ec);
     event_config_free(ec);
-    if (w->base == NULL)
+    /* before any event exists: the Redis invalidations are read first (priority 0, redisc.c);
+     * everything else keeps the default, 1 */
+    if (w->base == NULL || event_base_priority_init(w->base, 3) < 0)
         return -1;
     w->store = store_new(w->base, &cfg->store);
     if (w->store == NULL)

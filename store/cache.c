@@ -1,6 +1,7 @@
 /* cache.c - a chained hash table of JSON values with an expiry each, bounded in size: when it
  * is full, expired entries go first, and a put that still finds no room is skipped (the cache
- * is an optimisation, never a source of truth). */
+ * is an optimisation, never a source of truth). Each bucket counts the drops of its keys: a
+ * put whose ticket (the count when its read was sent) is no longer current is stale. */
 #include "cache.h"
 
 #include <stdlib.h>
@@ -18,17 +19,24 @@ typedef struct entry {
 /* Owned by the store of one worker. */
 struct store_cache {
     entry_t *buckets[BUCKETS];
+    uint64_t drops[BUCKETS]; /* drops of the bucket's keys so far: the tickets */
     size_t n, max;
     int ttl_ms;
+    int on;
 };
 
-static unsigned hash(const char *key)
+static unsigned hashn(const char *key, size_t len)
 {
     uint32_t h = 2166136261u; /* FNV-1a */
 
-    for (; *key; key++)
-        h = (h ^ (unsigned char)*key) * 16777619u;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)key[i]) * 16777619u;
     return h % BUCKETS;
+}
+
+static unsigned hash(const char *key)
+{
+    return hashn(key, strlen(key));
 }
 
 store_cache_t *store_cache_new(size_t max_entries, int ttl_ms)
@@ -49,16 +57,24 @@ static void entry_free(entry_t *e)
     free(e);
 }
 
-void store_cache_free(store_cache_t *c)
+static void empty(store_cache_t *c)
 {
-    if (c == NULL)
-        return;
-    for (unsigned i = 0; i < BUCKETS; i++)
+    for (unsigned i = 0; i < BUCKETS; i++) {
         while (c->buckets[i] != NULL) {
             entry_t *e = c->buckets[i];
             c->buckets[i] = e->next;
             entry_free(e);
         }
+        c->drops[i]++;
+    }
+    c->n = 0;
+}
+
+void store_cache_free(store_cache_t *c)
+{
+    if (c == NULL)
+        return;
+    empty(c);
     free(c);
 }
 
@@ -82,7 +98,7 @@ static void expire(store_cache_t *c, unsigned b, int64_t now_ms)
 
 json_t *store_cache_get(store_cache_t *c, const char *key, int64_t now_ms)
 {
-    if (c == NULL)
+    if (c == NULL || !c->on)
         return NULL;
     for (entry_t *e = c->buckets[hash(key)]; e != NULL; e = e->next)
         if (strcmp(e->key, key) == 0)
@@ -90,14 +106,22 @@ json_t *store_cache_get(store_cache_t *c, const char *key, int64_t now_ms)
     return NULL;
 }
 
-void store_cache_put(store_cache_t *c, const char *key, json_t *value, int64_t now_ms)
+uint64_t store_cache_ticket(const store_cache_t *c, const char *key)
+{
+    return c == NULL ? 0 : c->drops[hash(key)];
+}
+
+void store_cache_put(store_cache_t *c, const char *key, json_t *value, int64_t now_ms,
+                     uint64_t ticket)
 {
     unsigned b;
     entry_t *e;
 
-    if (c == NULL || value == NULL)
+    if (c == NULL || value == NULL || !c->on)
         return;
     b = hash(key);
+    if (c->drops[b] != ticket)
+        return; /* dropped since it was read: the value may be older than the drop */
     expire(c, b, now_ms);
     for (e = c->buckets[b]; e != NULL; e = e->next)
         if (strcmp(e->key, key) == 0) {
@@ -121,16 +145,35 @@ void store_cache_put(store_cache_t *c, const char *key, json_t *value, int64_t n
     c->n++;
 }
 
-void store_cache_drop(store_cache_t *c, const char *key)
+void store_cache_drop(store_cache_t *c, const char *key, size_t len)
 {
+    unsigned b;
+
     if (c == NULL)
         return;
-    for (entry_t **pp = &c->buckets[hash(key)]; *pp != NULL; pp = &(*pp)->next)
-        if (strcmp((*pp)->key, key) == 0) {
+    b = hashn(key, len);
+    c->drops[b]++;
+    for (entry_t **pp = &c->buckets[b]; *pp != NULL; pp = &(*pp)->next)
+        if (strlen((*pp)->key) == len && memcmp((*pp)->key, key, len) == 0) {
             entry_t *e = *pp;
             *pp = e->next;
             entry_free(e);
             c->n--;
             return;
         }
+}
+
+void store_cache_drop_all(store_cache_t *c)
+{
+    if (c != NULL)
+        empty(c);
+}
+
+void store_cache_set_on(store_cache_t *c, int on)
+{
+    if (c == NULL)
+        return;
+    if (!on)
+        empty(c);
+    c->on = on;
 }

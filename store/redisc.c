@@ -21,6 +21,7 @@
 #define BACKOFF_MAX_MS 2000
 #define SENTINEL_CHECK_MS 1000 /* how often a connected worker asks where the master is */
 #define SUB_BUCKETS 64          /* a subscriber's channels, by hash of the name */
+#define INVALIDATE_CHANNEL "__redis__:invalidate" /* where Redis sends tracking messages */
 
 struct redisc_cmd {
     redisc_t *r;
@@ -75,6 +76,20 @@ struct redisc {
     char *anchor;             /* NULL: not a subscriber */
     redisc_sub_t *subs[SUB_BUCKETS];
     unsigned dispatches;
+    /* client-side caching (redisc_track): on the command connection */
+    redisc_t *trk_sub;        /* where its invalidations arrive; NULL: not tracking */
+    char **trk_prefixes;
+    int trk_n;
+    redisc_tracking_cb *trk_cb;
+    redisc_invalidate_cb *trk_invalidate;
+    void *trk_arg;
+    int trk_on;               /* Redis confirmed tracking towards the current subscriber */
+    int trk_pending;          /* CLIENT TRACKING on ... in flight */
+    int trk_stale;            /* a connection of the pair went since the last one was sent */
+    /* ... and on its subscriber */
+    redisc_t *trk_owner;      /* the command connection it listens for; NULL: none */
+    long long client_id;      /* CLIENT ID of the current connection; -1: not known yet */
+    int trk_listening;        /* subscribed to INVALIDATE_CHANNEL on the current connection */
 };
 
 static int64_t now_ms(void)
@@ -130,6 +145,8 @@ static void unlink_cmd(redisc_t *r, redisc_cmd_t *c)
     r->spare = c;
 }
 
+static void trk_lost(redisc_t *r);
+
 static void schedule_reconnect(redisc_t *r)
 {
     if (!event_pending(r->retry, EV_TIMEOUT, NULL))
@@ -153,6 +170,7 @@ static void drop(redisc_t *r, const char *why)
         ac->data = NULL; /* on_disconnect ignores a context we dropped */
         redisAsyncFree(ac);
     }
+    trk_lost(r);
     tell(r, 0, why);
     schedule_reconnect(r);
 }
@@ -260,6 +278,7 @@ static redisc_sub_t *sub_find(redisc_t *r, const char *name, size_t len)
 }
 
 static void on_message(redisAsyncContext *ac, void *reply, void *privdata);
+static void on_setup_reply(redisReply *reply, void *arg);
 
 static void sub_send(redisc_t *r, const char *verb, const char *name, size_t len)
 {
@@ -273,6 +292,8 @@ static void sub_send(redisc_t *r, const char *verb, const char *name, size_t len
 static void subscribe_all(redisc_t *r)
 {
     sub_send(r, "SUBSCRIBE", r->anchor, strlen(r->anchor));
+    if (r->trk_owner != NULL)
+        sub_send(r, "SUBSCRIBE", INVALIDATE_CHANNEL, sizeof(INVALIDATE_CHANNEL) - 1);
     for (unsigned b = 0; b < SUB_BUCKETS; b++)
         for (redisc_sub_t *s = r->subs[b]; s != NULL; s = s->next)
             if (sub_find(r, s->channel, s->len) == s)
@@ -298,6 +319,136 @@ static void sub_dispatch(redisc_t *r, const char *name, size_t len, const char *
     } while (s != NULL);
 }
 
+/* ---- client-side caching ---- */
+
+static void on_tracking_off(redisReply *reply, void *arg)
+{
+    (void)reply;
+    (void)arg; /* an error only means it was off already */
+}
+
+static void on_tracking(redisReply *reply, void *arg)
+{
+    redisc_t *r = arg;
+
+    r->trk_pending--;
+    if (reply == NULL || reply->type == REDIS_REPLY_ERROR)
+        return; /* refused (a server before Redis 6, or the subscriber went meanwhile): the
+                 * cache stays off until the next reconnect of either connection tries again */
+    if (r->trk_pending > 0 || r->trk_stale || r->trk_on)
+        return; /* only the last one sent, with both connections still the same, counts */
+    r->trk_on = 1;
+    if (r->trk_cb != NULL)
+        r->trk_cb(r->trk_arg, 1);
+}
+
+/* Enables tracking on r towards its subscriber once both are up, the subscriber's CLIENT ID
+ * known and its subscription to the invalidations confirmed (Redis only sends them to a
+ * subscribed client). Off first: the connection may still track towards a subscriber
+ * connection that is gone, and Redis refuses to add a prefix twice. */
+static void trk_start(redisc_t *r)
+{
+    redisc_t *sub = r->trk_sub;
+    const char *argv[8 + 2 * 8];
+    char id[32];
+    int argc = 0;
+
+    if (r->state != RC_UP || sub->state != RC_UP || !sub->trk_listening || sub->client_id < 0)
+        return;
+    snprintf(id, sizeof(id), "%lld", sub->client_id);
+    argv[0] = "CLIENT";
+    argv[1] = "TRACKING";
+    argv[2] = "off";
+    send_cmd(r, on_tracking_off, r, 3, argv, NULL, NULL);
+    argv[argc++] = "CLIENT";
+    argv[argc++] = "TRACKING";
+    argv[argc++] = "on";
+    argv[argc++] = "REDIRECT";
+    argv[argc++] = id;
+    argv[argc++] = "BCAST";
+    for (int i = 0; i < r->trk_n; i++) {
+        argv[argc++] = "PREFIX";
+        argv[argc++] = r->trk_prefixes[i];
+    }
+    argv[argc++] = "NOLOOP"; /* our own writes: the cache is refreshed with what was written */
+    r->trk_stale = 0;
+    if (send_cmd(r, on_tracking, r, argc, argv, NULL, NULL) == REDISC_OK)
+        r->trk_pending++;
+}
+
+/* r (either connection of a pair) went: what Redis tells from now on may not reach us. */
+static void trk_lost(redisc_t *r)
+{
+    redisc_t *owner = r->trk_owner != NULL ? r->trk_owner : r;
+
+    if (r->trk_owner != NULL) {
+        r->client_id = -1;
+        r->trk_listening = 0;
+    }
+    if (owner->trk_sub == NULL)
+        return;
+    owner->trk_stale = 1;
+    if (owner->trk_on) {
+        owner->trk_on = 0;
+        if (owner->trk_cb != NULL)
+            owner->trk_cb(owner->trk_arg, 0);
+    }
+}
+
+/* A tracking message: the payload is the array of changed keys, or nil after a flush. */
+static void trk_message(redisc_t *r, const redisReply *payload)
+{
+    redisc_t *owner = r->trk_owner;
+
+    if (owner->trk_invalidate == NULL)
+        return;
+    if (payload->type == REDIS_REPLY_ARRAY) {
+        for (size_t i = 0; i < payload->elements; i++)
+            if (payload->element[i]->type == REDIS_REPLY_STRING)
+                owner->trk_invalidate(owner->trk_arg, payload->element[i]->str,
+                                      payload->element[i]->len);
+    } else {
+        owner->trk_invalidate(owner->trk_arg, NULL, 0);
+    }
+}
+
+static int is_invalidate_channel(const redisc_t *r, const redisReply *name)
+{
+    return r->trk_owner != NULL && name->len == sizeof(INVALIDATE_CHANNEL) - 1 &&
+           memcmp(name->str, INVALIDATE_CHANNEL, name->len) == 0;
+}
+
+static void on_client_id(redisReply *reply, void *arg)
+{
+    redisc_t *r = arg;
+
+    if (reply != NULL && reply->type == REDIS_REPLY_INTEGER && r->state == RC_SETUP)
+        r->client_id = reply->integer;
+    on_setup_reply(reply, arg);
+}
+
+int redisc_track(redisc_t *r, redisc_t *sub, const char *const *prefixes, int n_prefixes,
+                 redisc_tracking_cb *tracking, redisc_invalidate_cb *invalidate, void *arg)
+{
+    if (sub->anchor == NULL || r->trk_sub != NULL || n_prefixes < 1 || n_prefixes > 8 ||
+        (r->trk_prefixes = calloc((size_t)n_prefixes, sizeof(char *))) == NULL)
+        return -1;
+    for (int i = 0; i < n_prefixes; i++)
+        if ((r->trk_prefixes[r->trk_n++] = strdup(prefixes[i])) == NULL)
+            return -1;
+    r->trk_sub = sub;
+    r->trk_cb = tracking;
+    r->trk_invalidate = invalidate;
+    r->trk_arg = arg;
+    sub->trk_owner = r;
+    sub->client_id = -1;
+    /* a subscriber already past its connect has not asked for its CLIENT ID: again */
+    if (sub->state == RC_SETUP || sub->state == RC_UP)
+        drop(sub, "enabling client-side caching");
+    trk_start(r);
+    return 0;
+}
+
 /* Every reply on a subscriber after its setup: ["subscribe"|"message"|"unsubscribe", channel,
  * count or payload]. */
 static void on_message(redisAsyncContext *ac, void *reply, void *privdata)
@@ -312,6 +463,15 @@ static void on_message(redisAsyncContext *ac, void *reply, void *privdata)
     name = m->element[1];
     if (kind->type != REDIS_REPLY_STRING || name->type != REDIS_REPLY_STRING)
         return;
+    if (is_invalidate_channel(r, name)) {
+        if (strcmp(kind->str, "message") == 0) {
+            trk_message(r, m->element[2]);
+        } else if (strcmp(kind->str, "subscribe") == 0) {
+            r->trk_listening = 1;
+            trk_start(r->trk_owner);
+        }
+        return;
+    }
     if (strcmp(kind->str, "message") == 0 && m->element[2]->type == REDIS_REPLY_STRING)
         sub_dispatch(r, name->str, name->len, m->element[2]->str, m->element[2]->len);
     else if (strcmp(kind->str, "subscribe") == 0)
@@ -345,6 +505,8 @@ static void on_setup_reply(redisReply *reply, void *arg)
         arm(r->check, SENTINEL_CHECK_MS);
     if (r->anchor != NULL)
         subscribe_all(r);
+    if (r->trk_sub != NULL)
+        trk_start(r);
     tell(r, 1, "connected");
 }
 
@@ -373,6 +535,10 @@ static void on_connect(const redisAsyncContext *ac, int status)
         snprintf(db, sizeof(db), "%d", r->cfg.db);
         send_cmd(r, on_setup_reply, r, 2, argv, NULL, NULL);
     }
+    if (r->trk_owner != NULL) { /* before SUBSCRIBE: a subscribed connection takes no CLIENT */
+        const char *argv[] = {"CLIENT", "ID"};
+        send_cmd(r, on_client_id, r, 2, argv, NULL, NULL);
+    }
     {
         const char *argv[] = {"PING"};
         send_cmd(r, on_setup_reply, r, 1, argv, NULL, NULL);
@@ -392,8 +558,22 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     event_del(r->check);
     sentinel_cancel(r->query);
     r->query = NULL;
+    trk_lost(r);
     tell(r, 0, "connection lost");
     schedule_reconnect(r);
+}
+
+/* A subscriber's messages are read before anything else the loop has ready (the worker's
+ * base has 3 priorities, everything else at the default 1): an invalidation already in the
+ * socket is applied before a request that arrived in the same loop turn reads the cache.
+ * hiredis 0.14's libevent adapter keeps its two events in ev.data; just attached, neither is
+ * pending yet, as event_priority_set requires. On a base without priorities 0 is the only
+ * one, and nothing changes. */
+static int sub_prioritise(redisAsyncContext *ac)
+{
+    redisLibeventEvents *e = ac->ev.data;
+
+    return event_priority_set(e->rev, 0);
 }
 
 static void connect_to(redisc_t *r, const char *host, int port)
@@ -413,6 +593,7 @@ static void connect_to(redisc_t *r, const char *host, int port)
     }
     ac->data = r;
     if (redisLibeventAttach(ac, r->base) != REDIS_OK ||
+        (r->anchor != NULL && sub_prioritise(ac) != 0) ||
         redisAsyncSetConnectCallback(ac, on_connect) != REDIS_OK ||
         redisAsyncSetDisconnectCallback(ac, on_disconnect) != REDIS_OK) {
         redisAsyncFree(ac);
@@ -612,6 +793,13 @@ void redisc_free(redisc_t *r)
             free(s);
         }
     free(r->anchor);
+    for (int i = 0; i < r->trk_n; i++)
+        free(r->trk_prefixes[i]);
+    free(r->trk_prefixes);
+    if (r->trk_sub != NULL)
+        r->trk_sub->trk_owner = NULL;
+    if (r->trk_owner != NULL)
+        r->trk_owner->trk_sub = NULL;
     free(r);
 }
 

@@ -78,6 +78,21 @@ redisc_sub_t *redisc_subscribe(redisc_t *r, const char *channel, redisc_message_
 /* The callback of sub will not be called again; sub is freed. */
 void redisc_unsubscribe(redisc_sub_t *sub);
 
+/* Server-assisted client-side caching (Redis 6+, RESP2 form). Redis tells subscriber sub
+ * (redisc_new_subscriber) of every write, by anyone, to a key under one of the prefixes
+ * (CLIENT TRACKING on REDIRECT <sub's CLIENT ID> BCAST PREFIX ... NOLOOP, sent on command
+ * connection r; writes made on r itself are not told). tracking is told 1 once Redis confirmed
+ * it on the current pair of connections, and 0 as soon as either goes: from then on changes
+ * may go unheard (and the owner must forget what it cached) until it is told 1 again; both
+ * are reconnected and tracking enabled again on its own. invalidate is told each changed key,
+ * or key NULL when everything may have changed (FLUSHALL). One pair per Redis server: a
+ * deployment of several servers pairs a command connection and a subscriber per server.
+ * Call before the loop runs; -1 when out of memory or sub is not a subscriber. */
+typedef void redisc_tracking_cb(void *arg, int on);
+typedef void redisc_invalidate_cb(void *arg, const char *key, size_t len);
+int redisc_track(redisc_t *r, redisc_t *sub, const char *const *prefixes, int n_prefixes,
+                 redisc_tracking_cb *tracking, redisc_invalidate_cb *invalidate, void *arg);
+
 /* Parses redis://[:password@]host[:port][/db] or unix:///path[?db=N]; host names are resolved
  * here, once. -1 with a message in errbuf on failure. */
 int redisc_parse_url(const char *url, redisc_config_t *cfg, char *errbuf, size_t errlen);

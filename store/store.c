@@ -45,9 +45,11 @@ static const char UNLOCK_SCRIPT[] =
 
 struct store {
     redisc_t *redis;
-    redisc_t *sub;            /* subscriptions; made at the first (store_watch_credential) */
+    redisc_t *sub;            /* subscriptions and, with the cache, its invalidations; else
+                               * made at the first store_watch_credential */
     redisc_config_t redis_cfg;
     store_cache_t *cache; /* NULL when caching is off */
+    int tracking;         /* Redis tells sub of every change to what the cache holds */
     struct event_base *base;
     char prefix[STORE_PREFIX_MAX];
     store_call_t *cas_active[CAS_BUCKETS]; /* compare-and-set calls holding their key */
@@ -84,6 +86,7 @@ struct store_call {
     json_t *expected;          /* the record as the caller read it: tried without a GET */
     int optimistic;            /* the write in flight compares against expected */
     int cacheable;             /* a successful read (or write) refreshes the cache */
+    uint64_t ticket;           /* store_cache_ticket when the read (or write) was sent */
     int brief;                 /* decode only _id and externalId of a member record */
     unsigned bucket;
     int cas_state;             /* CAS_NONE, CAS_WAITING (queued behind the holder), CAS_HOLDING */
@@ -102,6 +105,63 @@ struct store_call {
 
 enum { CAS_NONE = 0, CAS_WAITING, CAS_HOLDING };
 
+/* The worker's subscriber connection, made at the first call; NULL when out of memory. */
+static redisc_t *subscriber(store_t *st)
+{
+    char anchor[STORE_KEY_MAX];
+
+    if (st->sub == NULL) {
+        snprintf(anchor, sizeof(anchor), "%ssubscriber", st->prefix);
+        st->sub = redisc_new_subscriber(st->base, &st->redis_cfg, anchor);
+    }
+    return st->sub;
+}
+
+/* The part of every key key_fn builds that comes before the id, in buf. */
+static int key_prefix(char *buf, size_t size, const char *prefix,
+                      int (*key_fn)(char *, size_t, const char *, const char *))
+{
+    char *mark;
+
+    if (key_fn(buf, size, prefix, "\x01") < 0 || (mark = strchr(buf, '\x01')) == NULL)
+        return -1;
+    *mark = '\0';
+    return 0;
+}
+
+static void on_tracking(void *arg, int on)
+{
+    store_t *st = arg;
+
+    st->tracking = on;
+    store_cache_set_on(st->cache, on);
+}
+
+static void on_invalidate(void *arg, const char *key, size_t len)
+{
+    store_t *st = arg;
+
+    if (key != NULL)
+        store_cache_drop(st->cache, key, len);
+    else
+        store_cache_drop_all(st->cache);
+}
+
+/* Redis tells the worker's subscriber of every write to a token or channel key (BCAST:
+ * those keys change rarely, and Redis then keeps no table of who read which key); until it
+ * has confirmed that, and whenever either connection is down, the cache is off. */
+static int track(store_t *st)
+{
+    char token[STORE_KEY_MAX], channel[STORE_KEY_MAX];
+    const char *prefixes[] = {token, channel};
+
+    if (key_prefix(token, sizeof(token), st->prefix, store_key_token) < 0 ||
+        key_prefix(channel, sizeof(channel), st->prefix, store_key_channel) < 0 ||
+        subscriber(st) == NULL)
+        return -1;
+    return redisc_track(st->redis, st->sub, prefixes, 2, on_tracking, on_invalidate, st);
+}
+
 store_t *store_new(struct event_base *base, const store_config_t *cfg)
 {
     store_t *st = calloc(1, sizeof(*st));
@@ -114,8 +174,8 @@ store_t *store_new(struct event_base *base, const store_config_t *cfg)
     snprintf(st->prefix, sizeof(st->prefix), "%s", cfg->prefix);
     st->redis_cfg = cfg->redis;
     st->redis = redisc_new(base, &cfg->redis);
-    if (st->redis == NULL) {
-        free(st);
+    if (st->redis == NULL || (st->cache != NULL && track(st) < 0)) {
+        store_free(st);
         return NULL;
     }
     return st;
@@ -340,10 +400,11 @@ static store_call_t *start_shared_get(store_call_t *c, store_status_t *status)
 {
     store_call_t **slot = &c->st->reading[key_bucket(c->key)];
 
-    if (c->st->cache == NULL) /* no cache: every read sees what was written before it */
+    /* no cache, or no word from Redis of changes: every read sees what was written before it */
+    if (c->st->cache == NULL || !c->st->tracking)
         return start_get(c, status);
     for (store_call_t *l = *slot; l != NULL; l = l->read_next)
-        if (strcmp(l->key, c->key) == 0) {
+        if (l->ticket == c->ticket && strcmp(l->key, c->key) == 0) { /* not changed since */
             c->leader = l;
             c->join_next = l->joiners;
             l->joiners = c;
@@ -407,6 +468,8 @@ static store_status_t cas_send(store_call_t *c, const char *raw, size_t len, cha
     store_status_t st;
 
     c->kind = CALL_CAS_WRITE;
+    if (c->cacheable)
+        c->ticket = store_cache_ticket(c->st->cache, c->key);
     st = send_argv(c, 6, argv, lens); /* hiredis copies the arguments */
     free(next);
     return st;
@@ -466,7 +529,7 @@ static void on_cas_written(store_call_t *c, redisReply *reply)
         record = c->written;
         c->written = NULL;
         if (c->cacheable)
-            store_cache_put(c->st->cache, c->key, record, now_ms());
+            store_cache_put(c->st->cache, c->key, record, now_ms(), c->ticket);
         finish(c, STORE_OK, record);
         return;
     }
@@ -596,7 +659,7 @@ static void on_reply(redisReply *reply, void *arg)
         return;
     }
     if (c->cacheable)
-        store_cache_put(c->st->cache, c->key, value, now_ms());
+        store_cache_put(c->st->cache, c->key, value, now_ms(), c->ticket);
     finish(c, STORE_OK, value);
 }
 
@@ -628,6 +691,7 @@ static store_call_t *cached_get(store_t *st, int key_len, const char *key, int s
     if (c == NULL)
         return NULL;
     c->cacheable = 1;
+    c->ticket = store_cache_ticket(st->cache, c->key);
     return shared ? start_shared_get(c, status) : start_get(c, status);
 }
 
@@ -867,20 +931,12 @@ void store_unlock_credential(store_t *st, const char *channel_id, const char *ow
     }
 }
 
-/* A subscription to the channel named like key, on the worker's subscriber connection (made
- * at the first). */
+/* A subscription to the channel named like key, on the worker's subscriber connection. */
 static redisc_sub_t *watch(store_t *st, int len, const char *key, redisc_message_cb *cb,
                            void *arg)
 {
-    char anchor[STORE_KEY_MAX];
-
-    if (len < 0)
+    if (len < 0 || subscriber(st) == NULL)
         return NULL;
-    if (st->sub == NULL) {
-        snprintf(anchor, sizeof(anchor), "%ssubscriber", st->prefix);
-        if ((st->sub = redisc_new_subscriber(st->base, &st->redis_cfg, anchor)) == NULL)
-            return NULL;
-    }
     return redisc_subscribe(st->sub, key, cb, arg);
 }
 
