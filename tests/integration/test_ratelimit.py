@@ -263,6 +263,19 @@ class CtlRateLimitTest(unittest.TestCase):
         stored = json.loads(self.s.redis("GET", "botgate:channel:{RL1}"))
         self.assertEqual(stored["rateLimit"]["perSecond"], 50)
 
+    def test_operations_doc_example_is_accepted(self):
+        with open(os.path.join(os.path.dirname(__file__), "../../docs/operations.md")) as f:
+            doc = f.read()
+        section = doc.split("## Platform rate limits", 1)[1].split("\n## ", 1)[0]
+        example = re.search(r"```json\n(.*?)```", section, re.S).group(1)
+        ch = json.loads(example)
+        ch["_id"] = "RLDOC"
+        r = self.s.ctl("channel", "put", "-", input=json.dumps(ch), check=False)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for msg in re.findall(r"`(rateLimit\.[^`]+)`", section):
+            bad = {"perSecond": -1} if "perSecond must" in msg else {"persecond": 5}
+            self.assertIn(msg, self.put(bad).stderr)
+
     def test_invalid_override_is_refused(self):
         self.s.redis("DEL", "botgate:channel:{RL1}")
         for bad, msg in [({"perSecond": -1}, "rateLimit.perSecond must be an integer"),
