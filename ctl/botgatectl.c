@@ -2,6 +2,7 @@
  * not the request path, so it uses hiredis's blocking API. Secrets never leave it in clear,
  * except a new token, printed once. */
 #include "../core/auth.h"
+#include "../core/ratelimit.h"
 #include "../core/request.h"
 #include "../core/tree.h"
 #include "../store/keys.h"
@@ -327,6 +328,8 @@ static int channel_put(const char *path)
 {
     json_t *ch = load_file(path), *info;
     char key[STORE_KEY_MAX], *text;
+    ratelimit_policy_t limits;
+    bg_error_t err = {0};
     const char *id;
     int rc = 1;
 
@@ -344,6 +347,8 @@ static int channel_put(const char *path)
         die("%s: info must be an object", path);
     else if (json_object_get(ch, "on") != NULL && !json_is_boolean(json_object_get(ch, "on")))
         die("%s: on must be a boolean", path);
+    else if (ratelimit_for_channel(ch, &limits, &err) < 0)
+        die("%s: %s", path, err.msg);
     else if (connect_redis() == 0 && store_key_channel(key, sizeof(key), prefix, id) >= 0) {
         text = json_dumps(ch, JSON_COMPACT);
         rc = set_key(key, text);

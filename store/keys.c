@@ -79,3 +79,19 @@ int store_key_media(char *buf, size_t size, const char *prefix, const char *chan
 {
     return key(buf, size, prefix, "media:{", channel_id, "}:", url_hash);
 }
+
+int store_key_rate(char *buf, size_t size, const char *prefix, const char *channel_id,
+                   const char *recipient_id)
+{
+    if (recipient_id == NULL)
+        return key(buf, size, prefix, "rate:{", channel_id, "}:sender");
+    return key(buf, size, prefix, "rate:{", channel_id, "}:pair:", recipient_id);
+}
+
+int store_key_rate_pause(char *buf, size_t size, const char *prefix, const char *channel_id,
+                         const char *recipient_id)
+{
+    if (recipient_id == NULL)
+        return key(buf, size, prefix, "ratepause:{", channel_id, "}:sender");
+    return key(buf, size, prefix, "ratepause:{", channel_id, "}:pair:", recipient_id);
+}

@@ -26,5 +26,12 @@ int store_key_cred_lock(char *buf, size_t size, const char *prefix, const char *
 /* wechat: the media_id of an uploaded URL (url_hash: hex SHA-256 of the URL). */
 int store_key_media(char *buf, size_t size, const char *prefix, const char *channel_id,
                     const char *url_hash);
+/* The platform rate limits of a channel (contract.md section 8): the limit's state (a GCRA
+ * theoretical arrival time) and its pause after a platform refusal. recipient_id NULL: the
+ * channel's sender limit; else the limit of the pair channel + recipient. */
+int store_key_rate(char *buf, size_t size, const char *prefix, const char *channel_id,
+                   const char *recipient_id);
+int store_key_rate_pause(char *buf, size_t size, const char *prefix, const char *channel_id,
+                         const char *recipient_id);
 
 #endif

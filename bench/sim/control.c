@@ -25,6 +25,7 @@ static void sim_ctl_reset(sim_call_t *c, sim_reply_t *r)
 {
     (void)c;
     sim_record_reset();
+    sim_limits_reset();
     sim_reply_json(r, 200, json_pack("{s:b}", "ok", 1));
 }
 
@@ -54,6 +55,23 @@ static void sim_ctl_config(sim_call_t *c, sim_reply_t *r)
     sim_reply_json(r, 200, json_pack("{s:i}", "latency_ms", sim_latency_get()));
 }
 
+/* GET: the rules and the counts; POST {"rules":[...]}: replaces the rules ([] for none). */
+static void sim_ctl_limits(sim_call_t *c, sim_reply_t *r)
+{
+    char err[256];
+    if (strcmp(c->method, "POST") == 0) {
+        if (!json_is_object(c->body)) {
+            sim_reply_json(r, 400, json_pack("{s:s}", "error", "body is not a JSON object"));
+            return;
+        }
+        if (sim_limits_configure(c->body, err, sizeof(err)) < 0) {
+            sim_reply_json(r, 400, json_pack("{s:s}", "error", err));
+            return;
+        }
+    }
+    sim_reply_json(r, 200, sim_limits_get());
+}
+
 static void sim_ctl_expire(sim_call_t *c, sim_reply_t *r)
 {
     (void)c;
@@ -77,6 +95,9 @@ static const struct {
     {"/_sim/config",
      {SIM_PLATFORM_NONE, SIM_KIND_NONE, EVHTTP_REQ_GET | EVHTTP_REQ_POST, SIM_EP_JSON,
       sim_ctl_config}},
+    {"/_sim/limits",
+     {SIM_PLATFORM_NONE, SIM_KIND_NONE, EVHTTP_REQ_GET | EVHTTP_REQ_POST, SIM_EP_JSON,
+      sim_ctl_limits}},
     {"/_sim/expire-tokens", {SIM_PLATFORM_NONE, SIM_KIND_NONE, EVHTTP_REQ_POST, 0, sim_ctl_expire}},
     {"/_sim/health", {SIM_PLATFORM_NONE, SIM_KIND_NONE, EVHTTP_REQ_GET, 0, sim_ctl_health}},
 };

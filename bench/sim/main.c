@@ -221,6 +221,7 @@ out:
     free(servers);
     free(threads);
     sim_record_free();
+    sim_limits_free();
     libevent_global_shutdown();
     return rc;
 }

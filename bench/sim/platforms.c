@@ -2,6 +2,7 @@
 #include "sim.h"
 
 #include <ctype.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -770,4 +771,117 @@ const sim_endpoint_t *sim_platform_route(const char *path)
             return &sim_ep_wa_messages;
     }
     return NULL;
+}
+
+/* ---- rate limits (limits.c): who sends, and each platform's refusal ---- */
+
+#define SIM_RETRY_AFTER_MAX 3600
+
+/* Retry-After values as the static strings sim_reply_t wants: "0" .. "3600" seconds. */
+static char sim_retry_after_text[SIM_RETRY_AFTER_MAX + 1][8];
+static pthread_once_t sim_retry_after_once = PTHREAD_ONCE_INIT;
+
+static void sim_retry_after_init(void)
+{
+    for (int i = 0; i <= SIM_RETRY_AFTER_MAX; i++)
+        snprintf(sim_retry_after_text[i], sizeof(sim_retry_after_text[i]), "%d", i);
+}
+
+static const char *sim_retry_after(int64_t ms)
+{
+    int64_t s = (ms + 999) / 1000;
+    pthread_once(&sim_retry_after_once, sim_retry_after_init);
+    return sim_retry_after_text[s < 1 ? 1 : s > SIM_RETRY_AFTER_MAX ? SIM_RETRY_AFTER_MAX : s];
+}
+
+/* Segment n (from 0) of path ("/graph/v19.0/<id>/messages": <id> is 2), into buf. */
+static const char *sim_path_segment(const char *path, int n, char *buf, size_t len)
+{
+    const char *p = path + (path[0] == '/');
+    for (int i = 0; i < n; i++) {
+        p = strchr(p, '/');
+        if (p == NULL)
+            return NULL;
+        p++;
+    }
+    size_t l = strcspn(p, "/");
+    snprintf(buf, len, "%.*s", (int)(l < len ? l : len - 1), p);
+    return buf;
+}
+
+/* What a platform limits a send by: the page (or its token for /me), the phone number id, the
+ * on-premises client (its apiPath), the bot token, the access token, the API key. */
+static const char *sim_platform_sender(sim_call_t *c, char *buf, size_t len)
+{
+    switch (c->platform) {
+    case SIM_PLATFORM_FACEBOOK:
+        if (sim_path_segment(c->path, 2, buf, len) != NULL && strcmp(buf, "me") != 0)
+            return buf;
+        return sim_call_param(c, "access_token") ? sim_call_param(c, "access_token")
+                                                 : sim_call_bearer(c);
+    case SIM_PLATFORM_WHATSAPP_CLOUD:
+        return sim_path_segment(c->path, 2, buf, len);
+    case SIM_PLATFORM_WHATSAPP:
+        return sim_path_segment(c->path, 0, buf, len);
+    case SIM_PLATFORM_SLACK:
+        return sim_call_bearer(c);
+    case SIM_PLATFORM_WECHAT:
+        return sim_call_param(c, "access_token");
+    case SIM_PLATFORM_TEAMWORK:
+        return sim_header(c, "x-api-key");
+    default:
+        return NULL;
+    }
+}
+
+static void sim_platform_ratelimited(sim_call_t *c, sim_reply_t *r, int64_t retry_ms)
+{
+    int pair = c->limit == SIM_LIMIT_PAIR;
+    sim_reply_clear(r);
+    memset(r, 0, sizeof(*r));
+    switch (c->platform) {
+    case SIM_PLATFORM_FACEBOOK:
+        sim_graph_error(r, 400, 613, 0, "(#613) Calls to this api have exceeded the rate limit.",
+                        0);
+        break;
+    case SIM_PLATFORM_WHATSAPP_CLOUD:
+        if (pair)
+            sim_graph_error(r, 400, 131056, 0,
+                            "(#131056) (Business Account, Consumer Account) pair rate limit hit",
+                            0);
+        else
+            sim_graph_error(r, 429, 130429, 0, "(#130429) Rate limit hit", 0);
+        break;
+    case SIM_PLATFORM_WHATSAPP:
+        sim_wa_error(r, 429, 1015, "Too many requests", NULL, 1);
+        break;
+    case SIM_PLATFORM_SLACK:
+        sim_slack_error(r, 429, "ratelimited");
+        r->retry_after = sim_retry_after(retry_ms);
+        break;
+    case SIM_PLATFORM_WECHAT:
+        if (pair)
+            sim_wx_error(r, 45047, "out of response count limit");
+        else
+            sim_wx_error(r, 45009, "reach max api daily quota limit");
+        break;
+    default:
+        sim_tw_error(r, 429, "rate limited");
+        break;
+    }
+}
+
+void sim_platform_limit(sim_call_t *c, sim_reply_t *r)
+{
+    char buf[128];
+    int64_t retry_ms = 0;
+
+    if ((c->kind != SIM_KIND_MESSAGES && c->kind != SIM_KIND_SEND) || r->status < 200 ||
+        r->status > 299 || r->action != SIM_ACT_ANSWER ||
+        (c->fault.kind != SIM_FAULT_NONE && c->fault.kind != SIM_FAULT_SLOW))
+        return;
+    c->limit = sim_limits_check(c->platform, sim_platform_sender(c, buf, sizeof(buf)),
+                                c->recipient, c->ts_us, &retry_ms);
+    if (c->limit != SIM_LIMIT_NONE)
+        sim_platform_ratelimited(c, r, retry_ms);
 }

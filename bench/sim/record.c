@@ -57,6 +57,13 @@ int64_t sim_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t sim_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 int sim_record_init(size_t log_max)
 {
     sim_rec.cap = log_max;
@@ -123,7 +130,11 @@ void sim_record_add(const sim_entry_t *e)
     json_object_set_new(o, "recipient", sim_str_or_null(e->recipient));
     json_object_set(o, "body", e->body ? e->body : json_null());
     json_object_set_new(o, "fault", sim_str_or_null(e->fault));
-    json_object_set_new(o, "ts_ms", json_integer(e->ts_ms));
+    json_object_set_new(o, "ts_ms", json_integer(e->ts_us / 1000));
+    json_object_set_new(o, "ts_us", json_integer(e->ts_us));
+    json_object_set_new(o, "limit", e->limit == SIM_LIMIT_SENDER ? json_string("sender")
+                                    : e->limit == SIM_LIMIT_PAIR ? json_string("pair")
+                                                                 : json_null());
 
     json_t *evicted = NULL;
     pthread_mutex_lock(&sim_rec.lock);

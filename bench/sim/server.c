@@ -318,10 +318,11 @@ static void sim_server_dispatch(struct evhttp_request *req, void *arg)
 
     sim_call_t c;
     memset(&c, 0, sizeof(c));
-    int64_t ts = (ep->flags & SIM_EP_RECORD) ? sim_now_ms() : 0;
+    int64_t ts = (ep->flags & SIM_EP_RECORD) ? sim_now_us() : 0;
     struct evkeyvalq *in_headers = evhttp_request_get_input_headers(req);
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     c.req = req;
+    c.ts_us = ts;
     c.platform = ep->platform;
     c.kind = ep->kind;
     c.method = cmd == EVHTTP_REQ_GET ? "GET" : "POST";
@@ -345,6 +346,8 @@ static void sim_server_dispatch(struct evhttp_request *req, void *arg)
 
     sim_reply_t r = {.status = 200};
     ep->handle(&c, &r);
+    if (ep->flags & SIM_EP_RECORD)
+        sim_platform_limit(&c, &r);
     sim_fault_apply(&c.fault, &r);
 
     if (ep->flags & SIM_EP_RECORD) {
@@ -359,7 +362,8 @@ static void sim_server_dispatch(struct evhttp_request *req, void *arg)
             .recipient = c.recipient,
             .fault = c.fault.kind != SIM_FAULT_NONE ? c.fault.word : NULL,
             .body = body,
-            .ts_ms = ts,
+            .ts_us = ts,
+            .limit = c.limit,
         };
         sim_record_add(&e);
         json_decref(body);

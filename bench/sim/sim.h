@@ -91,6 +91,21 @@ void sim_fault_find(sim_fault_t *f, const char *const *texts, size_t n);
 int sim_fault_is_error(const sim_fault_t *f); /* answered in the platform's error shape */
 void sim_fault_apply(const sim_fault_t *f, sim_reply_t *r);
 
+/* ---- platform rate limits (limits.c) ---- */
+
+typedef enum { SIM_LIMIT_NONE, SIM_LIMIT_SENDER, SIM_LIMIT_PAIR } sim_limit_hit_t;
+
+/* Replaces the rules with body's {"rules":[...]}; -1 with a message in err when invalid. */
+int sim_limits_configure(json_t *body, char *err, size_t errlen);
+json_t *sim_limits_get(void); /* the rules and the counts of sends passed and refused */
+void sim_limits_reset(void);  /* forgets every limit's state and the counts, keeps the rules */
+void sim_limits_free(void);
+/* A send of platform from sender to recipient (NULL: no pair limit) arriving at now_us: counted
+ * and SIM_LIMIT_NONE when the rules let it through, else the limit that refuses it and, in
+ * *retry_ms, when it would have gone. */
+sim_limit_hit_t sim_limits_check(sim_platform_t p, const char *sender, const char *recipient,
+                                 int64_t now_us, int64_t *retry_ms);
+
 /* ---- one incoming request as handlers see it (built by server.c) ---- */
 
 typedef struct {
@@ -110,6 +125,8 @@ typedef struct {
     const char *recipient; /* points into body or params */
     sim_fault_t fault;
     json_t *record_body; /* replaces body in the record (uploads); owned */
+    int64_t ts_us;       /* arrival, wall clock */
+    sim_limit_hit_t limit; /* refused by a rate limit (sim_platform_limit) */
 } sim_call_t;
 
 const char *sim_call_param(sim_call_t *c, const char *name);
@@ -135,6 +152,10 @@ const sim_endpoint_t *sim_platform_route(const char *path);
 const sim_endpoint_t *sim_media_route(const char *path);
 const sim_endpoint_t *sim_control_route(const char *path);
 
+/* After a platform send answered with success: the configured rate limits (limits.c) of its
+ * sender and pair; a refused send gets the platform's own rate-limit answer instead. */
+void sim_platform_limit(sim_call_t *c, sim_reply_t *r);
+
 /* Reply builders (server.c). */
 void sim_reply_json(sim_reply_t *r, int status, json_t *j); /* steals j */
 void sim_reply_text(sim_reply_t *r, int status, const char *content_type, const char *text);
@@ -147,7 +168,8 @@ typedef struct {
     sim_kind_t kind;
     const char *method, *path, *query, *auth, *recipient, *fault;
     json_t *body; /* borrowed; the record takes its own reference */
-    int64_t ts_ms;
+    int64_t ts_us;
+    sim_limit_hit_t limit;
 } sim_entry_t;
 
 int sim_record_init(size_t log_max);
@@ -169,6 +191,7 @@ int sim_latency_get(void);
 void sim_latency_set(int ms);
 
 int64_t sim_now_ms(void); /* wall clock */
+int64_t sim_now_us(void);
 
 /* ---- servers (server.c), one per thread ---- */
 

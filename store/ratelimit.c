@@ -1,0 +1,198 @@
+/* ratelimit.c - the shared rate limiter: a GCRA per limit, kept in Redis and timed by TIME. */
+#include "ratelimit.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RATE_PAUSE_FIRST_MS 1000
+#define RATE_PAUSE_MAX_MS   60000
+
+/* The only copy of the limiter script: tests/integration/test_ratelimit.py reads the C strings
+ * between the two marker comments and runs them against a real redis-server.
+ *
+ * Times are microseconds of Redis's TIME (never a worker's clock). A limit of interval I and
+ * burst B keeps its theoretical arrival time (TAT) in its key: a call may go at
+ * max(now, TAT - (B-1)*I), and moves the TAT to max(TAT, that time) + I. A pause (a hash:
+ * "until", and "next", the next pause's length in ms) holds the limit's clock until "until".
+ *
+ * take: KEYS sender TAT, sender pause[, pair TAT, pair pause];
+ *       ARGV 'take', sender I, sender B, pair I, pair B, max wait ms
+ *       -> {0 go | 1 wait | 2 too late | 3 retake, wait ms}
+ * pause: KEYS pause; ARGV 'pause', retry-after ms (0: the doubling one), first ms, max ms
+ *       -> pause left in ms */
+static const char RATE_SCRIPT[] =
+    /* BEGIN RATE_SCRIPT */
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+    "local function us(x) return string.format('%.0f', x) end\n"
+    "local function ms(x) return math.ceil(x / 1000) end\n"
+    "if ARGV[1] == 'pause' then\n"
+    "  local till = tonumber(redis.call('HGET', KEYS[1], 'until') or '0')\n"
+    "  local nxt = tonumber(redis.call('HGET', KEYS[1], 'next') or ARGV[3])\n"
+    "  local d = tonumber(ARGV[2])\n"
+    "  if d <= 0 then\n"
+    "    if now < till then d = 0 else d = nxt; nxt = math.min(nxt * 2, tonumber(ARGV[4])) end\n"
+    "  end\n"
+    "  if now + d * 1000 > till then till = now + d * 1000 end\n"
+    "  redis.call('HSET', KEYS[1], 'until', us(till), 'next', nxt)\n"
+    "  redis.call('PEXPIRE', KEYS[1], ms(till - now) + nxt)\n"
+    "  return ms(till - now)\n"
+    "end\n"
+    "local function limit(tat_key, pause_key, interval, burst)\n"
+    "  local t0 = now\n"
+    "  local p = tonumber(redis.call('HGET', pause_key, 'until') or '0')\n"
+    "  if p > t0 then t0 = p end\n"
+    "  if interval <= 0 then return t0, nil end\n"
+    "  local tat = tonumber(redis.call('GET', tat_key) or '0')\n"
+    "  if tat < t0 then tat = t0 end\n"
+    "  return math.max(t0, tat - (burst - 1) * interval), tat\n"
+    "end\n"
+    "local function take(tat_key, tat, interval, at)\n"
+    "  if tat == nil then return end\n"
+    "  local next_tat = math.max(tat, at) + interval\n"
+    "  redis.call('SET', tat_key, us(next_tat), 'PX', ms(next_tat - now) + 1)\n"
+    "end\n"
+    "local s_int, p_int = tonumber(ARGV[2]), tonumber(ARGV[4])\n"
+    "local s_at, s_tat = limit(KEYS[1], KEYS[2], s_int, tonumber(ARGV[3]))\n"
+    "local p_at, p_tat = now, nil\n"
+    "if #KEYS >= 4 then p_at, p_tat = limit(KEYS[3], KEYS[4], p_int, tonumber(ARGV[5])) end\n"
+    "local at = math.max(s_at, p_at)\n"
+    "local wait = ms(at - now)\n"
+    "if wait > tonumber(ARGV[6]) then return {2, wait} end\n"
+    "if #KEYS >= 4 then take(KEYS[3], p_tat, p_int, at) end\n"
+    "if p_at > s_at and s_tat ~= nil then return {3, wait} end\n"
+    "take(KEYS[1], s_tat, s_int, at)\n"
+    "if wait > 0 then return {1, wait} end\n"
+    "return {0, 0}\n"
+    /* END RATE_SCRIPT */
+    ;
+
+/* Owned by the store's caller from creation until its callback has run or it is cancelled. */
+struct store_rate_call {
+    store_rate_cb *cb;
+    void *arg;
+    redisc_cmd_t *cmd;
+    int pause; /* a store_rate_pause: the reply is one integer */
+};
+
+static void rate_reply(redisReply *reply, void *arg)
+{
+    store_rate_call_t *c = arg;
+    store_status_t st = STORE_UNAVAILABLE;
+    store_rate_verdict_t verdict = STORE_RATE_TOO_LATE;
+    int64_t wait_ms = 0;
+
+    if (reply != NULL && c->pause && reply->type == REDIS_REPLY_INTEGER) {
+        st = STORE_OK;
+        wait_ms = reply->integer;
+    } else if (reply != NULL && !c->pause && reply->type == REDIS_REPLY_ARRAY &&
+               reply->elements == 2 && reply->element[0]->type == REDIS_REPLY_INTEGER &&
+               reply->element[1]->type == REDIS_REPLY_INTEGER &&
+               reply->element[0]->integer >= STORE_RATE_GO &&
+               reply->element[0]->integer <= STORE_RATE_RETAKE) {
+        st = STORE_OK;
+        verdict = (store_rate_verdict_t)reply->element[0]->integer;
+        wait_ms = reply->element[1]->integer;
+    }
+    if (c->cb != NULL)
+        c->cb(c->arg, st, verdict, wait_ms);
+    free(c);
+}
+
+/* Sends EVAL RATE_SCRIPT with keys and args; NULL with *status when nothing was sent. */
+static store_rate_call_t *rate_eval(store_t *st, int pause, const char *const *keys, int nkeys,
+                                    const char *const *args, int nargs, store_rate_cb *cb,
+                                    void *arg, store_status_t *status)
+{
+    const char *argv[3 + 4 + 6];
+    size_t lens[3 + 4 + 6];
+    char numkeys[4];
+    int argc = 0;
+    store_rate_call_t *c = calloc(1, sizeof(*c));
+
+    if (c == NULL) {
+        *status = STORE_BUSY;
+        return NULL;
+    }
+    c->cb = cb;
+    c->arg = arg;
+    c->pause = pause;
+    snprintf(numkeys, sizeof(numkeys), "%d", nkeys);
+    argv[argc] = "EVAL";
+    lens[argc++] = 4;
+    argv[argc] = RATE_SCRIPT;
+    lens[argc++] = sizeof(RATE_SCRIPT) - 1;
+    argv[argc] = numkeys;
+    lens[argc++] = strlen(numkeys);
+    for (int i = 0; i < nkeys; i++, argc++) {
+        argv[argc] = keys[i];
+        lens[argc] = strlen(keys[i]);
+    }
+    for (int i = 0; i < nargs; i++, argc++) {
+        argv[argc] = args[i];
+        lens[argc] = strlen(args[i]);
+    }
+    int rc = redisc_command(store_redis(st), rate_reply, c, argc, argv, lens, &c->cmd);
+    if (rc != REDISC_OK) {
+        *status = rc == REDISC_BUSY ? STORE_BUSY : STORE_UNAVAILABLE;
+        free(c);
+        return NULL;
+    }
+    *status = STORE_OK;
+    return c;
+}
+
+store_rate_call_t *store_rate_take(store_t *st, const char *channel_id, const char *recipient_id,
+                                   int pair_held, const ratelimit_policy_t *policy,
+                                   int64_t max_wait_ms, store_rate_cb *cb, void *arg,
+                                   store_status_t *status)
+{
+    const char *prefix = store_prefix(st);
+    char keys[4][STORE_KEY_MAX], nums[5][24];
+    const char *kv[4] = {keys[0], keys[1], keys[2], keys[3]};
+    const char *args[6] = {"take", nums[0], nums[1], nums[2], nums[3], nums[4]};
+    int nkeys = recipient_id != NULL && !pair_held ? 4 : 2;
+
+    if (store_key_rate(keys[0], STORE_KEY_MAX, prefix, channel_id, NULL) < 0 ||
+        store_key_rate_pause(keys[1], STORE_KEY_MAX, prefix, channel_id, NULL) < 0 ||
+        (nkeys == 4 &&
+         (store_key_rate(keys[2], STORE_KEY_MAX, prefix, channel_id, recipient_id) < 0 ||
+          store_key_rate_pause(keys[3], STORE_KEY_MAX, prefix, channel_id, recipient_id) < 0))) {
+        *status = STORE_BAD_RECORD; /* an id too long for a key */
+        return NULL;
+    }
+    snprintf(nums[0], sizeof(nums[0]), "%" PRId64, policy->sender.interval_us);
+    snprintf(nums[1], sizeof(nums[1]), "%d", policy->sender.burst);
+    snprintf(nums[2], sizeof(nums[2]), "%" PRId64, policy->pair.interval_us);
+    snprintf(nums[3], sizeof(nums[3]), "%d", policy->pair.burst);
+    snprintf(nums[4], sizeof(nums[4]), "%" PRId64, max_wait_ms < 0 ? 0 : max_wait_ms);
+    return rate_eval(st, 0, kv, nkeys, args, 6, cb, arg, status);
+}
+
+store_rate_call_t *store_rate_pause(store_t *st, const char *channel_id, const char *recipient_id,
+                                    int64_t retry_after_ms, store_rate_cb *cb, void *arg,
+                                    store_status_t *status)
+{
+    char key[STORE_KEY_MAX], after[24], first[24], max[24];
+    const char *kv[1] = {key};
+    const char *args[4] = {"pause", after, first, max};
+
+    if (store_key_rate_pause(key, sizeof(key), store_prefix(st), channel_id, recipient_id) < 0) {
+        *status = STORE_BAD_RECORD;
+        return NULL;
+    }
+    snprintf(after, sizeof(after), "%" PRId64, retry_after_ms > 0 ? retry_after_ms : 0);
+    snprintf(first, sizeof(first), "%d", RATE_PAUSE_FIRST_MS);
+    snprintf(max, sizeof(max), "%d", RATE_PAUSE_MAX_MS);
+    return rate_eval(st, 1, kv, 1, args, 4, cb, arg, status);
+}
+
+void store_rate_cancel(store_rate_call_t *call)
+{
+    if (call == NULL)
+        return;
+    redisc_cancel(call->cmd);
+    free(call);
+}

@@ -1,0 +1,52 @@
+/* ratelimit.h - the platform rate limits shared by every worker and instance (contract.md
+ * section 8): one script call in Redis per platform call, timed by Redis's clock, so that
+ * instances with skewed clocks still share one schedule. Asynchronous like store.h: the
+ * callback runs later on the worker's loop, exactly once, unless the call is cancelled. */
+#ifndef BOTGATE_STORE_RATELIMIT_H
+#define BOTGATE_STORE_RATELIMIT_H
+
+#include "store.h"
+
+#include "../core/ratelimit.h"
+
+#include <stdint.h>
+
+typedef enum {
+    STORE_RATE_GO,       /* slot taken: send now */
+    STORE_RATE_WAIT,     /* slot taken wait_ms ahead: send then (later callers queue after) */
+    STORE_RATE_TOO_LATE, /* the slot is wait_ms ahead, past max_wait_ms: nothing was taken */
+    STORE_RATE_RETAKE,   /* the pair's slot (taken) is wait_ms ahead, the sender's not taken
+                          * (it would sit idle till then): at the pair's slot, take the
+                          * sender's with store_rate_take(..., pair_held = 1) */
+} store_rate_verdict_t;
+
+typedef struct store_rate_call store_rate_call_t;
+
+/* verdict and wait_ms are meaningful only when st is STORE_OK. For store_rate_pause, wait_ms
+ * is the length of the pause now in force. */
+typedef void store_rate_cb(void *arg, store_status_t st, store_rate_verdict_t verdict,
+                           int64_t wait_ms);
+
+/* Takes a slot of the channel's sender limit and, when recipient_id is not NULL and pair_held is
+ * 0, of the pair channel + recipient, at the earliest time both allow, after any pause in force
+ * (a pause counts even where the policy sets no limit). max_wait_ms: how long the caller may
+ * wait; past it nothing is taken. NULL with *status set when nothing could be sent (cb will then
+ * never run). */
+store_rate_call_t *store_rate_take(store_t *st, const char *channel_id, const char *recipient_id,
+                                   int pair_held, const ratelimit_policy_t *policy,
+                                   int64_t max_wait_ms, store_rate_cb *cb, void *arg,
+                                   store_status_t *status);
+
+/* The feedback of a platform rate-limit answer: pauses the sender's limit (recipient_id NULL)
+ * or the pair's, for every instance, retry_after_ms when the platform said (> 0), else 1 s,
+ * doubled by each refusal that comes after the pause ended (up to 60 s), and forgotten when
+ * none comes for as long. A refusal during a pause (of a call sent before it) leaves it as it is.
+ * cb may be NULL. */
+store_rate_call_t *store_rate_pause(store_t *st, const char *channel_id, const char *recipient_id,
+                                    int64_t retry_after_ms, store_rate_cb *cb, void *arg,
+                                    store_status_t *status);
+
+/* The callback will not run. */
+void store_rate_cancel(store_rate_call_t *call);
+
+#endif

@@ -1,0 +1,256 @@
+/* test_store_ratelimit.c - store/ratelimit.c's async calls through the worker's Redis client,
+ * against a redis-server this test starts on a free loopback port: verdicts and waits as the
+ * script gives them, the retake of a pair, a pause, cancel, and Redis down. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "store/ratelimit.h"
+
+#include <event2/event.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+typedef struct {
+    int calls;
+    store_status_t st;
+    store_rate_verdict_t verdict;
+    int64_t wait_ms;
+} answer_t;
+
+static struct {
+    pid_t redis;
+    int port;
+    struct event_base *base;
+    store_t *store;
+    int channel; /* a fresh channel id per test: tests share one Redis */
+} t;
+
+static int free_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+}
+
+/* Runs the loop in 10 ms steps until *done or limit_ms passed. */
+static void run_until(const int *done, int limit_ms)
+{
+    struct timeval tick = {0, 10000};
+    struct event *ev = event_new(t.base, -1, EV_PERSIST, on_tick, NULL);
+    event_add(ev, &tick);
+    for (int i = 0; i < limit_ms / 10 && !(done != NULL && *done); i++)
+        event_base_loop(t.base, EVLOOP_ONCE);
+    event_free(ev);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    char port[16];
+    const char *redis = getenv("REDIS_SERVER") ? getenv("REDIS_SERVER") : "redis-server";
+    t.port = free_port();
+    snprintf(port, sizeof(port), "%d", t.port);
+    char *argv[] = {(char *)redis,  "--port", port,         "--bind",  "127.0.0.1", "--save", "",
+                    "--appendonly", "no",     "--loglevel", "warning", NULL};
+    posix_spawn_file_actions_t quiet;
+    posix_spawn_file_actions_init(&quiet);
+    posix_spawn_file_actions_addopen(&quiet, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&quiet, 2, "/dev/null", O_WRONLY, 0);
+    int rc = posix_spawnp(&t.redis, redis, &quiet, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&quiet);
+    if (rc != 0)
+        return -1;
+    t.base = event_base_new();
+    store_config_t cfg = {.redis = {.host = "127.0.0.1",
+                                    .port = t.port,
+                                    .connect_timeout_ms = 1000,
+                                    .command_timeout_ms = 1000,
+                                    .max_in_flight = 100},
+                          .prefix = "botgate:"};
+    t.store = store_new(t.base, &cfg);
+    for (int i = 0; i < 500 && !store_ready(t.store); i++)
+        run_until(NULL, 10); /* the client reconnects with backoff until redis listens */
+    return store_ready(t.store) ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    store_free(t.store);
+    event_base_free(t.base);
+    if (t.redis > 0) {
+        kill(t.redis, SIGTERM);
+        waitpid(t.redis, NULL, 0);
+    }
+    return 0;
+}
+
+static void on_answer(void *arg, store_status_t st, store_rate_verdict_t verdict, int64_t wait_ms)
+{
+    answer_t *a = arg;
+    a->calls++;
+    a->st = st;
+    a->verdict = verdict;
+    a->wait_ms = wait_ms;
+}
+
+static answer_t take(const char *channel, const char *rcpt, int pair_held,
+                     const ratelimit_policy_t *p, int64_t max_wait_ms)
+{
+    answer_t a = {0};
+    store_status_t st;
+    store_rate_call_t *c =
+        store_rate_take(t.store, channel, rcpt, pair_held, p, max_wait_ms, on_answer, &a, &st);
+    assert_non_null(c);
+    assert_int_equal(st, STORE_OK);
+    run_until(&a.calls, 2000);
+    assert_int_equal(a.calls, 1);
+    assert_int_equal(a.st, STORE_OK);
+    return a;
+}
+
+static const char *new_channel(char *buf, size_t len)
+{
+    snprintf(buf, len, "C%d", ++t.channel);
+    return buf;
+}
+
+static void test_burst_then_wait_then_too_late(void **state)
+{
+    (void)state;
+    char ch[16];
+    ratelimit_policy_t p = {.sender = {100000, 2}}; /* 10/s, burst 2 */
+    new_channel(ch, sizeof(ch));
+    assert_int_equal(take(ch, NULL, 0, &p, 1000).verdict, STORE_RATE_GO);
+    assert_int_equal(take(ch, NULL, 0, &p, 1000).verdict, STORE_RATE_GO);
+    answer_t a = take(ch, NULL, 0, &p, 1000);
+    assert_int_equal(a.verdict, STORE_RATE_WAIT);
+    assert_true(a.wait_ms > 0 && a.wait_ms <= 100);
+    a = take(ch, NULL, 0, &p, 50);
+    assert_int_equal(a.verdict, STORE_RATE_TOO_LATE);
+    assert_true(a.wait_ms > 100 && a.wait_ms <= 200);
+}
+
+static void test_pair_retake(void **state)
+{
+    (void)state;
+    char ch[16];
+    ratelimit_policy_t p = {.sender = {100000, 1}, .pair = {1000000, 1}};
+    new_channel(ch, sizeof(ch));
+    assert_int_equal(take(ch, "u1", 0, &p, 5000).verdict, STORE_RATE_GO);
+    answer_t a = take(ch, "u1", 0, &p, 5000);
+    assert_int_equal(a.verdict, STORE_RATE_RETAKE);
+    assert_true(a.wait_ms > 900 && a.wait_ms <= 1000);
+    a = take(ch, "u1", 1, &p, 5000); /* at the pair's slot: the sender's only */
+    assert_int_equal(a.verdict, STORE_RATE_WAIT);
+    assert_true(a.wait_ms > 0 && a.wait_ms <= 100);
+}
+
+static void test_pause(void **state)
+{
+    (void)state;
+    char ch[16];
+    answer_t a = {0};
+    store_status_t st;
+    ratelimit_policy_t off = {0};
+    new_channel(ch, sizeof(ch));
+    assert_non_null(store_rate_pause(t.store, ch, NULL, 0, on_answer, &a, &st));
+    run_until(&a.calls, 2000);
+    assert_int_equal(a.st, STORE_OK);
+    assert_int_equal(a.wait_ms, 1000);
+    a = take(ch, "u1", 0, &off, 5000);
+    assert_int_equal(a.verdict, STORE_RATE_WAIT);
+    assert_true(a.wait_ms > 900 && a.wait_ms <= 1000);
+    /* without a callback, with the platform's Retry-After */
+    assert_non_null(store_rate_pause(t.store, ch, "u2", 3000, NULL, NULL, &st));
+    a = take(ch, "u2", 0, &off, 5000);
+    assert_true(a.wait_ms > 2900 && a.wait_ms <= 3000);
+}
+
+static void test_cancel(void **state)
+{
+    (void)state;
+    char ch[16];
+    answer_t cancelled = {0};
+    store_status_t st;
+    ratelimit_policy_t p = {.sender = {1000, 1}};
+    new_channel(ch, sizeof(ch));
+    store_rate_cancel(store_rate_take(t.store, ch, NULL, 0, &p, 1000, on_answer, &cancelled, &st));
+    take(ch, NULL, 0, &p, 1000); /* answered after the cancelled one */
+    assert_int_equal(cancelled.calls, 0);
+    store_rate_cancel(NULL);
+}
+
+static void test_id_too_long(void **state)
+{
+    (void)state;
+    char id[STORE_KEY_MAX + 8];
+    store_status_t st = STORE_OK;
+    ratelimit_policy_t p = {0};
+    memset(id, 'x', sizeof(id) - 1);
+    id[sizeof(id) - 1] = '\0';
+    assert_null(store_rate_take(t.store, "C1", id, 0, &p, 10, on_answer, NULL, &st));
+    assert_int_equal(st, STORE_BAD_RECORD);
+}
+
+/* Last: stops Redis. A call in flight gets STORE_UNAVAILABLE; later ones are not sent. */
+static void test_redis_down(void **state)
+{
+    (void)state;
+    answer_t a = {0};
+    store_status_t st;
+    ratelimit_policy_t p = {0};
+    kill(t.redis, SIGKILL);
+    waitpid(t.redis, NULL, 0);
+    t.redis = 0;
+    store_rate_call_t *c = store_rate_take(t.store, "C1", NULL, 0, &p, 10, on_answer, &a, &st);
+    if (c != NULL) {
+        run_until(&a.calls, 3000);
+        assert_int_equal(a.calls, 1);
+        assert_int_equal(a.st, STORE_UNAVAILABLE);
+    }
+    run_until(NULL, 100);
+    assert_null(store_rate_take(t.store, "C1", NULL, 0, &p, 10, on_answer, &a, &st));
+    assert_int_equal(st, STORE_UNAVAILABLE);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_burst_then_wait_then_too_late),
+        cmocka_unit_test(test_pair_retake),
+        cmocka_unit_test(test_pause),
+        cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_id_too_long),
+        cmocka_unit_test(test_redis_down),
+    };
+    signal(SIGPIPE, SIG_IGN);
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
