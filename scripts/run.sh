@@ -70,6 +70,19 @@ export BOTGATE_TEAMWORK_API_URL="$sim/teamwork/appstore/api"
 export BOTGATE_ALLOW_PRIVATE_MEDIA=1   # the demo's images live on the simulator, on loopback
 export BOTGATE_WORKERS="${BOTGATE_WORKERS:-2}"
 
+start "$bin/botgate"
+botgate=$!
+# The lines below work once they are shown: botgate listens and has Redis.
+i=0
+until curl -sf -m 1 -o /dev/null "http://127.0.0.1:$port/readyz"; do
+  if ! kill -0 "$botgate" 2>/dev/null; then
+    wait "$botgate" || exit $?  # botgate's own error is on the screen
+    exit 1
+  fi
+  i=$((i + 1)); [ $i -gt 100 ] && { echo "make run: botgate is not ready after 10 s" >&2; exit 1; }
+  sleep 0.1
+done
+
 cat <<EOT
 
 botgate demo: Redis $BOTGATE_REDIS_URL, platform simulator $sim
@@ -89,5 +102,4 @@ demo-teamwork (members demo-fb-member, demo-wa-member, demo-cloud-member, demo-s
 demo-wechat-member, demo-teamwork-member). Ctrl-C stops botgate, the simulator and Redis.
 
 EOT
-start "$bin/botgate"
-wait "$!"
+wait "$botgate"
