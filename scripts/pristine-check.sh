@@ -151,4 +151,4 @@ grep -E 'tests passed|tests failed' "$work/test.log" | tail -n 1 | sed 's/^/make
 check $ok "make test in the root" "$work/test.log"
 
 echo "pristine-check: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+[ "$failed" -eq 0 ] || exit 1
