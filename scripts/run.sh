@@ -6,15 +6,31 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$root/build/bin
 var=$root/var
 mkdir -p "$var"
-pids=""
+pids="" # newest first: stop() ends them in the reverse order of their start
 
-cleanup() {
-  trap - INT TERM EXIT
-  for p in $pids; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+# In the foreground of a terminal, take it with job control: a Ctrl-C then reaches this script
+# alone, not make (which would die of it, whatever we exit with) nor the children, which get
+# process groups of their own. Without a terminal, setsid keeps the children out of the group a
+# SIGINT may be sent to. Either way each child gets exactly one signal, from stop().
+read -r stat < /proc/$$/stat
+set -- ${stat##*) }   # state ppid pgrp session tty tpgid ...
+[ "$3" = "$6" ] && set -m
+start() { # command...: in the background, in a process group of its own
+  case $- in
+    *m*) "$@" < /dev/null & ;;
+    *) setsid "$@" < /dev/null & ;;
+  esac
+  pids="$!${pids:+ $pids}"
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+stop() { # botgate first (it drains while Redis is still up), then the simulator, then Redis
+  trap - INT TERM EXIT
+  for p in $pids; do
+    kill "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+  done
+}
+trap stop EXIT
+trap 'stop; exit 0' INT TERM
 
 wait_file() { # path what
   i=0
@@ -26,22 +42,22 @@ wait_file() { # path what
 
 if [ -z "${BOTGATE_REDIS_URL:-}" ]; then
   rm -f "$var/redis.sock"
-  redis-server --port 0 --unixsocket "$var/redis.sock" --unixsocketperm 700 --dir "$var" \
-    --save "" --appendonly no --daemonize no > "$var/redis.log" 2>&1 &
-  pids="$pids $!"
+  start redis-server --port 0 --unixsocket "$var/redis.sock" --unixsocketperm 700 --dir "$var" \
+    --save "" --appendonly no --daemonize no > "$var/redis.log" 2>&1
   wait_file "$var/redis.sock" redis-server
   BOTGATE_REDIS_URL="unix://$var/redis.sock"
 fi
 export BOTGATE_REDIS_URL
 
 rm -f "$var/sim.port"
-"$bin/botgate-sim" --listen 127.0.0.1:0 --port-file "$var/sim.port" --quiet > "$var/sim.log" 2>&1 &
-pids="$pids $!"
+start "$bin/botgate-sim" --listen 127.0.0.1:0 --port-file "$var/sim.port" --quiet > "$var/sim.log" 2>&1
 wait_file "$var/sim.port" "the platform simulator"
 sim="http://127.0.0.1:$(cat "$var/sim.port")"
 
 "$root/scripts/demo-data.sh" "$sim" > "$var/demo.log" 2>&1 || { cat "$var/demo.log" >&2; exit 1; }
-token=$("$bin/botgatectl" token create --app demo --scope bot:admin --label "make run demo")
+# botgatectl's own note about the token goes to the log: the token is shown once, below.
+token=$("$bin/botgatectl" token create --app demo --scope bot:admin --label "make run demo" \
+  2>> "$var/demo.log") || { cat "$var/demo.log" >&2; exit 1; }
 
 listen=${BOTGATE_LISTEN:-127.0.0.1:8080}
 port=${listen##*:}
@@ -54,10 +70,23 @@ export BOTGATE_TEAMWORK_API_URL="$sim/teamwork/appstore/api"
 export BOTGATE_ALLOW_PRIVATE_MEDIA=1   # the demo's images live on the simulator, on loopback
 export BOTGATE_WORKERS="${BOTGATE_WORKERS:-2}"
 
+start "$bin/botgate"
+botgate=$!
+# The lines below work once they are shown: botgate listens and has Redis.
+i=0
+until curl -sf -m 1 -o /dev/null "http://127.0.0.1:$port/readyz"; do
+  if ! kill -0 "$botgate" 2>/dev/null; then
+    wait "$botgate" || exit $?  # botgate's own error is on the screen
+    exit 1
+  fi
+  i=$((i + 1)); [ $i -gt 100 ] && { echo "make run: botgate is not ready after 10 s" >&2; exit 1; }
+  sleep 0.1
+done
+
 cat <<EOT
 
 botgate demo: Redis $BOTGATE_REDIS_URL, platform simulator $sim
-Demo token (shown once, stored only as its SHA-256): $token
+Demo token (stored only as its SHA-256, not shown again): $token
 
 Send a message (paste in another terminal):
 
@@ -73,6 +102,4 @@ demo-teamwork (members demo-fb-member, demo-wa-member, demo-cloud-member, demo-s
 demo-wechat-member, demo-teamwork-member). Ctrl-C stops botgate, the simulator and Redis.
 
 EOT
-"$bin/botgate" &
-pids="$pids $!"
-wait $!
+wait "$botgate"
