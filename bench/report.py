@@ -29,6 +29,7 @@ import json
 import os
 import re
 import resource
+import signal
 import socket
 import subprocess
 import sys
@@ -326,6 +327,26 @@ def traced(pid):
     return True
 
 
+def run_until_threads_done(wrk):
+    """Run wrk; once its threads have all stopped (bench.lua's BENCH_COUNT), interrupt it:
+    its main thread sleeps out -d whatever the threads do, and prints the summary on SIGINT."""
+    p = subprocess.Popen(wrk, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    started = False
+    while p.poll() is None:
+        try:
+            n = len(os.listdir("/proc/%d/task" % p.pid))
+        except OSError:
+            n = 0
+        if n > 1:
+            started = True
+        elif started and n == 1:
+            p.send_signal(signal.SIGINT)
+            break
+        time.sleep(0.1)
+    out, _ = p.communicate()
+    return subprocess.CompletedProcess(wrk, p.returncode, out)
+
+
 def cmd_syscalls(args):
     """strace -c -f -p PID (every thread) around a wrk run of a fixed number of requests."""
     wrk = args.wrk[1:] if args.wrk and args.wrk[0] == "--" else args.wrk
@@ -343,8 +364,8 @@ def cmd_syscalls(args):
         st.wait()
         rec["error"] = "strace could not attach to pid %d" % args.pid
     else:
-        r = subprocess.run(wrk, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        st.send_signal(2)  # SIGINT: strace detaches and writes its summary
+        r = run_until_threads_done(wrk)
+        st.send_signal(signal.SIGINT)  # strace detaches and writes its summary
         st.wait()
         if args.log:
             with open(args.log, "a") as f:
