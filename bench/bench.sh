@@ -269,9 +269,9 @@ stop_botgate() {
 
 if [ "${BENCH_HOLD:-0}" != 0 ]; then
   case $BENCH_HOLD in
-    tls) start_botgate "$upstream_tls/graph/v19.0" BOTGATE_CA_FILE="$cert"; hsc=a-tls ;;
-    sim) start_botgate "$sim/graph/v19.0"; hsc=d ;;
-    *) start_botgate "$upstream/graph/v19.0"; hsc=a ;;
+    tls) start_botgate "$upstream_tls/graph/v19.0" BOTGATE_CA_FILE="$cert"; hsc=a-tls; hng=$nginx_tls ;;
+    sim) start_botgate "$sim/graph/v19.0"; hsc=d; hng=$nginx_sim ;;
+    *) start_botgate "$upstream/graph/v19.0"; hsc=a; hng=$nginx ;;
   esac
   cat >&2 <<EOT
 bench: BENCH_HOLD=$BENCH_HOLD: everything runs until Ctrl-C (logs in $tmp)
@@ -282,7 +282,7 @@ bench: BENCH_HOLD=$BENCH_HOLD: everything runs until Ctrl-C (logs in $tmp)
   simulator $sim (pid $sim_pid)   redis 127.0.0.1:$redis_port (pid $redis_pid)
   certificate $cert (BOTGATE_CA_FILE, curl --cacert)
   wrk -t2 -c64 -d10s --latency -s $bench/bench.lua $botgate -- botgate $hsc $token
-  wrk -t2 -c64 -d10s --latency -s $bench/bench.lua $nginx -- upstream a
+  wrk -t2 -c64 -d10s --latency -s $bench/bench.lua $hng -- upstream $hsc
 EOT
   trap 'exit 0' INT TERM
   while :; do sleep 3600 & pids="$pids $!"; wait $!; done
@@ -440,8 +440,8 @@ python3 -c 'import json, sys; print(json.dumps(dict(a.split("=", 1) for a in sys
 mkdir -p "$(dirname "$out")"
 $report table "$results" "$tmp/meta.json" | tee "$out"
 cp "$results" "${out%.txt}.jsonl"
-if grep -qi 'error\|fatal' "$tmp/botgate.log" 2>/dev/null; then
+if grep -qi 'error\|fatal\|redis down' "$tmp/botgate.log" 2>/dev/null; then
   echo "bench: botgate logged errors (first lines):" >&2
-  grep -i 'error\|fatal' "$tmp/botgate.log" | head -5 >&2
+  grep -i 'error\|fatal\|redis down' "$tmp/botgate.log" | head -5 >&2
 fi
 [ "$failed" -eq 0 ] || die "some runs failed (see above)"
