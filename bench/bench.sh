@@ -166,14 +166,14 @@ nginx_conf() { # template prefix [sed expressions...]
   sed -e "s|@PREFIX@|$prefix|g" -e "s|@NOFILE@|$nofile|g" -e "s|@WORKER_CONNECTIONS@|$wc|g" \
     -e "s|@USER_LINE@|$user_line|g" -e "s|@CERT@|$cert|g" "$@" "$in" > "$prefix/nginx.conf"
 }
-start_nginx() { # prefix: prints the master's pid
+start_nginx() { # prefix: sets started_pid (the master, a child of this script)
   nginx -p "$1/" -c "$1/nginx.conf" -e "$1/error.log" -g 'daemon off;' > "$1/stdout.log" 2>&1 &
-  echo $!
+  started_pid=$!; pids="$pids $started_pid"
 }
 nginx_conf "$bench/nginx-upstream.conf.in" "$tmp/upstream" -e "s|@WORKERS@|$upstream_workers|g" \
   -e "s|@HTTP_PORT@|$up_port|g" -e "s|@TLS_PORT@|$up_tls_port|g" \
   -e "s|@STATUS_PORT@|$up_status_port|g" -e "s|@KEY@|$tmp/tls/key.pem|g"
-upstream_pid=$(start_nginx "$tmp/upstream"); pids="$pids $upstream_pid"
+start_nginx "$tmp/upstream"; upstream_pid=$started_pid
 upstream="http://127.0.0.1:$up_port"
 upstream_tls="https://127.0.0.1:$up_tls_port"
 upstream_status="http://127.0.0.1:$up_status_port/status"
@@ -183,7 +183,7 @@ wait_until "the static upstream" curl -sf "$upstream_status"
 nginx_conf "$bench/nginx.conf.in" "$tmp/nginx" -e "s|@PORT@|$nginx_port|g" \
   -e "s|@TLS_PROXY_PORT@|$nginx_tls_port|g" -e "s|@SIM_PROXY_PORT@|$nginx_sim_port|g" \
   -e "s|@SIM_PORT@|$sim_port|g" -e "s|@UP_HTTP_PORT@|$up_port|g" -e "s|@UP_TLS_PORT@|$up_tls_port|g"
-nginx_pid=$(start_nginx "$tmp/nginx"); pids="$pids $nginx_pid"
+start_nginx "$tmp/nginx"; nginx_pid=$started_pid
 nginx="http://127.0.0.1:$nginx_port"
 nginx_tls="http://127.0.0.1:$nginx_tls_port"
 nginx_sim="http://127.0.0.1:$nginx_sim_port"
