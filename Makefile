@@ -1,7 +1,7 @@
 # botgate: the two commands of the quick start, and the longer runs.
 #   make run    build, start a private Redis, the platform simulator and botgate with demo data
 #   make test   build with AddressSanitizer + UBSan and run every test
-#   make bench  Release build; botgate and nginx side by side against the simulator (bench/README.md)
+#   make bench  Release build; botgate and nginx side by side against the same upstreams (bench/README.md)
 #   make soak   normal build; SOAK_SECONDS (default 600) of mixed traffic and faults, then a summary
 .PHONY: all build run test test-asan bench soak install test-deploy clean
 

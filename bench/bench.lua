@@ -8,10 +8,14 @@
 --                (POST /graph/v19.0/me/messages?access_token=...), sent to nginx (which proxies
 --                it to the simulator) or to the simulator itself.
 -- SCENARIO: a (1 TEXT), b (3 TEXT in one request), c (redirect to a 2-response node),
---           d (as a; run with 5000 connections while the simulator answers after 1 s).
+--           a-tls (as a; the upstream is reached over TLS), d (as a; run with 5000 connections
+--           while the simulator answers after 1 s).
 -- BENCH_DELAY_MS in the environment: after each answer, wait a random 0..2*BENCH_DELAY_MS ms
 -- before the next request on the connection: a paced load for the added-latency figure (wrk
 -- has no fixed rate like wrk2); the randomness keeps the connections from firing in step.
+--
+-- BENCH_COUNT in the environment: each wrk thread stops after that many answers (a fixed
+-- number of requests for the strace phase; wrk's -d is then only a cap).
 --
 -- done() prints one line "BENCH_JSON {...}" that bench/report.py reads.
 
@@ -59,6 +63,17 @@ if pace > 0 then
     math.randomseed(tonumber(tostring({}):match("0x(%x+)") or "1", 16) % 2147483647)
     function delay()
         return math.random(0, 2 * pace)
+    end
+end
+
+local count = tonumber(os.getenv("BENCH_COUNT") or "") or 0
+if count > 0 then
+    local answered = 0
+    function response()
+        answered = answered + 1
+        if answered == count then
+            wrk.thread:stop()
+        end
     end
 end
 

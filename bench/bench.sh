@@ -1,22 +1,30 @@
 #!/usr/bin/env bash
-# make bench: botgate and nginx side by side, in one run, against the same platform simulator.
+# make bench: botgate and nginx side by side, in one run, against the same upstreams.
 #
-# Starts a private redis-server (free port, no persistence), botgate-sim (1 thread, no record),
-# botgate (BOTGATE_WORKERS, default 1) and nginx (1 worker_process, a plain reverse proxy to the
-# simulator with keepalive upstream connections, config from bench/nginx.conf.in in a temporary
-# directory), loads the bench data with botgatectl, then runs wrk with bench/bench.lua against
-# each in turn for every scenario and prints one table (also written to BENCH_OUT).
+# Starts a private redis-server (free port, no persistence), a static upstream (a second nginx,
+# bench/nginx-upstream.conf.in, answering the Messenger Send API call with its success body over
+# HTTP and over HTTPS with h2 offered by ALPN, a certificate made here), botgate-sim (1 thread,
+# no record: the upstream of d, which needs its 1 s answers), nginx (1 worker_process, a plain
+# reverse proxy with keepalive upstream connections, bench/nginx.conf.in: one port per upstream),
+# loads the bench data with botgatectl, then runs wrk with bench/bench.lua against each in turn
+# for every scenario and prints one table (also written to BENCH_OUT). botgate is started once
+# per upstream (static HTTP, static HTTPS, simulator), since it has one Facebook URL.
 #
 #   BENCH_DURATION=10        seconds per wrk run
 #   BENCH_D_DURATION=30      seconds of each scenario-d run (its first second has no answers)
-#   BENCH_SCENARIOS="a b c d" scenarios to run (see bench/README.md)
-#   BENCH_CONNECTIONS=64     wrk connections of a, b and c
+#   BENCH_SCENARIOS="a b c a-tls d" scenarios to run (see bench/README.md)
+#   BENCH_CONNECTIONS=64     wrk connections of a, b, c and a-tls
 #   BENCH_WRK_THREADS=2      wrk threads
+#   BENCH_UPSTREAM_WORKERS=auto  worker_processes of the static upstream nginx
+#   BENCH_STRACE_REQUESTS=20000  requests of each strace phase (0: no strace phase)
+#   BENCH_STRACE_SCENARIOS="a a-tls"  scenarios whose system calls per request are counted
 #   BENCH_OUT=build-release/bench-latest.txt
 #   BOTGATE_WORKERS=1, BOTGATE_MAX_CONNECTIONS=20000, BOTGATE_REDIS_MAX_IN_FLIGHT=50000
 #   BENCH_PACE_MS=20         mean pause after each answer in the paced (added-latency) runs
 #   BENCH_HOLD=1             start and load everything, print the addresses, pids and wrk
-#                            commands, and wait for Ctrl-C instead of running (for strace/perf)
+#                            commands, and wait for Ctrl-C instead of running (for strace/perf);
+#                            botgate's upstream: the static one over HTTP (1 or http), over
+#                            HTTPS (tls) or the simulator (sim)
 #
 # Expects a Release build in build-release (make bench does it). Every process it starts is
 # stopped on exit, Ctrl-C included.
@@ -29,18 +37,29 @@ duration=${BENCH_DURATION:-10}
 # Scenario d's first second can have no answer (the upstream takes 1 s): over 10 s that
 # alone would cap it at 90 % of its Little's-law bound, over 30 s at 97 %.
 d_duration=${BENCH_D_DURATION:-30}
-scenarios=${BENCH_SCENARIOS:-a b c d}
+scenarios=${BENCH_SCENARIOS:-a b c a-tls d}
 conns=${BENCH_CONNECTIONS:-64}
 wrk_threads=${BENCH_WRK_THREADS:-2}
+upstream_workers=${BENCH_UPSTREAM_WORKERS:-auto}
+strace_requests=${BENCH_STRACE_REQUESTS:-20000}
+strace_scenarios=${BENCH_STRACE_SCENARIOS:-a a-tls}
 out=${BENCH_OUT:-$root/build-release/bench-latest.txt}
 workers=${BOTGATE_WORKERS:-1}
 max_conn=${BOTGATE_MAX_CONNECTIONS:-20000}
 redis_inflight=${BOTGATE_REDIS_MAX_IN_FLIGHT:-50000}
 report="python3 $bench/report.py"
 
-for tool in wrk nginx redis-server curl python3; do
+for tool in wrk nginx redis-server curl python3 openssl; do
   command -v "$tool" >/dev/null || { echo "bench: $tool is missing (scripts/deps.sh bench)" >&2; exit 1; }
 done
+for sc in $scenarios; do
+  case $sc in a | b | c | a-tls | d) ;; *) echo "bench: unknown scenario '$sc' (a b c a-tls d)" >&2; exit 2 ;; esac
+done
+has() { case " $scenarios " in *" $1 "*) return 0 ;; esac; return 1; }
+if [ "$strace_requests" -gt 0 ] && ! command -v strace >/dev/null; then
+  echo "bench: strace is missing (scripts/deps.sh bench): no system-call counts" >&2
+  strace_requests=0
+fi
 for b in botgate botgate-sim botgatectl; do
   [ -x "$bin/$b" ] || { echo "bench: $bin/$b is missing (make bench builds it)" >&2; exit 1; }
 done
@@ -55,6 +74,8 @@ esac
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/botgate-bench.XXXXXX")
 pids=""         # every process started here, in start order
 nginx_pid=""
+upstream_pid=""
+botgate_pid=""
 
 stop_pid() { # pid: TERM, up to 10 s, then KILL
   local p=$1 i=0
@@ -66,7 +87,9 @@ stop_pid() { # pid: TERM, up to 10 s, then KILL
 cleanup() {
   local rc=$? p list="" workers_left=""
   trap - EXIT INT TERM
-  [ -n "$nginx_pid" ] && workers_left=$(pgrep -P "$nginx_pid" 2>/dev/null || true)
+  for p in $nginx_pid $upstream_pid; do
+    workers_left="$workers_left $(pgrep -P "$p" 2>/dev/null || true)"
+  done
   for p in $pids; do list="$p $list"; done   # newest first
   for p in $list; do stop_pid "$p"; done
   for p in $workers_left; do kill -KILL "$p" 2>/dev/null || true; done
@@ -104,7 +127,8 @@ case " $scenarios " in
 esac
 [ "$nofile" = unlimited ] && nofile=1048576
 
-read -r redis_port botgate_port nginx_port <<<"$($report freeport 3 | tr '\n' ' ')"
+read -r redis_port botgate_port nginx_port nginx_tls_port nginx_sim_port up_port up_tls_port \
+  up_status_port <<<"$($report freeport 8 | tr '\n' ' ')"
 
 # ---- redis-server ----
 redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --dir "$tmp" \
@@ -113,7 +137,7 @@ redis_pid=$!; pids="$pids $redis_pid"
 wait_until redis-server redis-cli -p "$redis_port" ping
 export BOTGATE_REDIS_URL="redis://127.0.0.1:$redis_port/0"
 
-# ---- the simulator ----
+# ---- the simulator: d's upstream ----
 "$bin/botgate-sim" --listen 127.0.0.1:0 --port-file "$tmp/sim.port" --threads 1 --log-max 0 \
   --quiet > "$tmp/sim.log" 2>&1 &
 sim_pid=$!; pids="$pids $sim_pid"
@@ -125,6 +149,45 @@ sim_latency() { # ms
   curl -sf -X POST "$sim/_sim/config" -H 'Content-Type: application/json' \
     -d "{\"latency_ms\":$1}" > /dev/null || die "cannot set the simulator latency"
 }
+
+# ---- the static upstream: a second nginx, HTTP and HTTPS (h2 by ALPN) ----
+user_line=""
+[ "$(id -u)" -eq 0 ] && user_line="user $(id -un) $(id -gn);"   # workers stay the current user
+wc=$((nofile - 64)); [ $wc -gt 16384 ] && wc=16384
+mkdir -p "$tmp/tls" "$tmp/upstream" "$tmp/nginx"
+cert=$tmp/tls/cert.pem
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+  -subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+  -keyout "$tmp/tls/key.pem" -out "$cert" > "$tmp/tls/openssl.log" 2>&1 ||
+  die "openssl could not make the bench certificate (logs in $tmp/tls)"
+nginx_conf() { # template prefix [sed expressions...]
+  local in=$1 prefix=$2
+  shift 2
+  sed -e "s|@PREFIX@|$prefix|g" -e "s|@NOFILE@|$nofile|g" -e "s|@WORKER_CONNECTIONS@|$wc|g" \
+    -e "s|@USER_LINE@|$user_line|g" -e "s|@CERT@|$cert|g" "$@" "$in" > "$prefix/nginx.conf"
+}
+start_nginx() { # prefix: sets started_pid (the master, a child of this script)
+  nginx -p "$1/" -c "$1/nginx.conf" -e "$1/error.log" -g 'daemon off;' > "$1/stdout.log" 2>&1 &
+  started_pid=$!; pids="$pids $started_pid"
+}
+nginx_conf "$bench/nginx-upstream.conf.in" "$tmp/upstream" -e "s|@WORKERS@|$upstream_workers|g" \
+  -e "s|@HTTP_PORT@|$up_port|g" -e "s|@TLS_PORT@|$up_tls_port|g" \
+  -e "s|@STATUS_PORT@|$up_status_port|g" -e "s|@KEY@|$tmp/tls/key.pem|g"
+start_nginx "$tmp/upstream"; upstream_pid=$started_pid
+upstream="http://127.0.0.1:$up_port"
+upstream_tls="https://127.0.0.1:$up_tls_port"
+upstream_status="http://127.0.0.1:$up_status_port/status"
+wait_until "the static upstream" curl -sf "$upstream_status"
+
+# ---- nginx, the proxy ----
+nginx_conf "$bench/nginx.conf.in" "$tmp/nginx" -e "s|@PORT@|$nginx_port|g" \
+  -e "s|@TLS_PROXY_PORT@|$nginx_tls_port|g" -e "s|@SIM_PROXY_PORT@|$nginx_sim_port|g" \
+  -e "s|@SIM_PORT@|$sim_port|g" -e "s|@UP_HTTP_PORT@|$up_port|g" -e "s|@UP_TLS_PORT@|$up_tls_port|g"
+start_nginx "$tmp/nginx"; nginx_pid=$started_pid
+nginx="http://127.0.0.1:$nginx_port"
+nginx_tls="http://127.0.0.1:$nginx_tls_port"
+nginx_sim="http://127.0.0.1:$nginx_sim_port"
+wait_until nginx curl -s -o /dev/null "$nginx/"
 
 # ---- data ----
 ctl=$bin/botgatectl
@@ -141,42 +204,11 @@ EOT
 "$ctl" tree import "$tmp/tree.json" > /dev/null 2>> "$tmp/ctl.log"
 token=$("$ctl" token create --app bench --scope bot:admin --label "make bench" 2>> "$tmp/ctl.log")
 
-# ---- botgate ----
-knobs="BOTGATE_WORKERS=$workers BOTGATE_MAX_CONNECTIONS=$max_conn BOTGATE_REDIS_MAX_IN_FLIGHT=$redis_inflight BOTGATE_LOG_LEVEL=warn"
-env BOTGATE_LISTEN="127.0.0.1:$botgate_port" \
-  BOTGATE_WORKERS="$workers" \
-  BOTGATE_MAX_CONNECTIONS="$max_conn" \
-  BOTGATE_REDIS_MAX_IN_FLIGHT="$redis_inflight" \
-  BOTGATE_LOG_LEVEL="${BOTGATE_LOG_LEVEL:-warn}" \
-  BOTGATE_FACEBOOK_API_URL="$sim/graph/v19.0" \
-  BOTGATE_WHATSAPP_CLOUD_API_URL="$sim/graph/v19.0" \
-  BOTGATE_SLACK_API_URL="$sim/slack/api" \
-  BOTGATE_WECHAT_API_URL="$sim/wechat" \
-  BOTGATE_TEAMWORK_API_URL="$sim/teamwork/appstore/api" \
-  "$bin/botgate" > "$tmp/botgate.log" 2>&1 &
-botgate_pid=$!; pids="$pids $botgate_pid"
-botgate="http://127.0.0.1:$botgate_port"
-wait_until botgate curl -sf "$botgate/readyz"
-
-# ---- nginx ----
-mkdir -p "$tmp/nginx"
-user_line=""
-[ "$(id -u)" -eq 0 ] && user_line="user $(id -un) $(id -gn);"   # workers stay the current user
-wc=$((nofile - 64)); [ $wc -gt 16384 ] && wc=16384
-sed -e "s|@PREFIX@|$tmp/nginx|g" -e "s|@SIM_PORT@|$sim_port|g" -e "s|@PORT@|$nginx_port|g" \
-  -e "s|@NOFILE@|$nofile|g" -e "s|@WORKER_CONNECTIONS@|$wc|g" -e "s|@USER_LINE@|$user_line|g" \
-  "$bench/nginx.conf.in" > "$tmp/nginx/nginx.conf"
-nginx -p "$tmp/nginx/" -c "$tmp/nginx/nginx.conf" -e "$tmp/nginx/error.log" -g 'daemon off;' \
-  > "$tmp/nginx/stdout.log" 2>&1 &
-nginx_pid=$!; pids="$pids $nginx_pid"
-nginx="http://127.0.0.1:$nginx_port"
-wait_until nginx curl -s -o /dev/null "$nginx/"
-
 # ---- one request of each kind, so that a broken setup fails here and not as wrk errors ----
 check() { # name url path body [token]
   local code
   : > "$tmp/check.out"
-  code=$(curl -s -m 10 -o "$tmp/check.out" -w '%{http_code}' -X POST "$2$3" \
+  code=$(curl -s -m 10 --cacert "$cert" -o "$tmp/check.out" -w '%{http_code}' -X POST "$2$3" \
     -H 'Content-Type: application/json' ${5:+-H "Authorization: Bearer $5"} -d "$4") || true
   { echo "== $1: HTTP $code"; cat "$tmp/check.out"; echo; } >> "$tmp/checks.log"
   [ "$code" = 200 ] || die "$1 answered HTTP $code: $(head -c 500 "$tmp/check.out")"
@@ -185,21 +217,72 @@ check() { # name url path body [token]
       die "$1 answered 200 without ok:1: $(head -c 500 "$tmp/check.out")" ;;
   esac
 }
+# The HTTP version the static upstream saw for the check just made: it names it in the
+# message_id ("m_bench.HTTP/2.0.17"), which botgate answers as messageId and nginx passes on.
+check_protocol() {
+  { tr -d '\\' < "$tmp/check.out" | grep -o 'm_bench\.[^"]*' || true; } | head -1 |
+    sed 's/^m_bench\.//; s/\.[0-9]*$//'
+}
 fb='{"messaging_type":"RESPONSE","recipient":{"id":"2456789012345678"},"message":{"text":"check"}}'
-check "simulator" "$sim" "/graph/v19.0/me/messages?access_token=bench-page-token" "$fb"
-check "nginx" "$nginx" "/graph/v19.0/me/messages?access_token=bench-page-token" "$fb"
-check "botgate sendResponses" "$botgate" /sendResponses \
-  '{"channelId":"bench-fb","memberId":"bench-member","response":[{"type":"TEXT","text":"check"}]}' "$token"
-check "botgate redirectMemberToNode" "$botgate" /redirectMemberToNode \
-  '{"channelId":"bench-fb","memberId":"bench-member","redirect":{"tree":"bench-tree","nodeCompositeId":"two"}}' "$token"
+fb_path=/graph/v19.0/me/messages?access_token=bench-page-token
+check "static upstream" "$upstream" "$fb_path" "$fb"
+check "static upstream, HTTPS" "$upstream_tls" "$fb_path" "$fb"
+check "simulator" "$sim" "$fb_path" "$fb"
+check "nginx" "$nginx" "$fb_path" "$fb"
+check "nginx, HTTPS upstream" "$nginx_tls" "$fb_path" "$fb"
+tls_nginx_proto=$(check_protocol)
+check "nginx, simulator" "$nginx_sim" "$fb_path" "$fb"
 
-if [ "${BENCH_HOLD:-0}" = 1 ]; then
+# ---- botgate: one process per upstream (it has one Facebook URL) ----
+knobs="BOTGATE_WORKERS=$workers BOTGATE_MAX_CONNECTIONS=$max_conn BOTGATE_REDIS_MAX_IN_FLIGHT=$redis_inflight BOTGATE_LOG_LEVEL=warn"
+botgate="http://127.0.0.1:$botgate_port"
+start_botgate() { # facebook base URL [VAR=value...]
+  local fb_url=$1
+  shift
+  echo "== botgate, Facebook at $fb_url" >> "$tmp/botgate.log"
+  env BOTGATE_LISTEN="127.0.0.1:$botgate_port" \
+    BOTGATE_WORKERS="$workers" \
+    BOTGATE_MAX_CONNECTIONS="$max_conn" \
+    BOTGATE_REDIS_MAX_IN_FLIGHT="$redis_inflight" \
+    BOTGATE_LOG_LEVEL="${BOTGATE_LOG_LEVEL:-warn}" \
+    BOTGATE_FACEBOOK_API_URL="$fb_url" \
+    BOTGATE_WHATSAPP_CLOUD_API_URL="$sim/graph/v19.0" \
+    BOTGATE_SLACK_API_URL="$sim/slack/api" \
+    BOTGATE_WECHAT_API_URL="$sim/wechat" \
+    BOTGATE_TEAMWORK_API_URL="$sim/teamwork/appstore/api" \
+    "$@" "$bin/botgate" >> "$tmp/botgate.log" 2>&1 &
+  botgate_pid=$!; pids="$pids $botgate_pid"
+  wait_until botgate curl -sf "$botgate/readyz"
+  check "botgate sendResponses ($fb_url)" "$botgate" /sendResponses \
+    '{"channelId":"bench-fb","memberId":"bench-member","response":[{"type":"TEXT","text":"check"}]}' "$token"
+  botgate_proto=$(check_protocol)
+  check "botgate redirectMemberToNode ($fb_url)" "$botgate" /redirectMemberToNode \
+    '{"channelId":"bench-fb","memberId":"bench-member","redirect":{"tree":"bench-tree","nodeCompositeId":"two"}}' "$token"
+}
+stop_botgate() {
+  [ -n "$botgate_pid" ] || return 0
+  stop_pid "$botgate_pid"
+  wait "$botgate_pid" 2>/dev/null || true
+  pids=$(echo " $pids " | sed "s/ $botgate_pid / /")
+  botgate_pid=""
+}
+
+if [ "${BENCH_HOLD:-0}" != 0 ]; then
+  case $BENCH_HOLD in
+    tls) start_botgate "$upstream_tls/graph/v19.0" BOTGATE_CA_FILE="$cert"; hsc=a-tls; hng=$nginx_tls ;;
+    sim) start_botgate "$sim/graph/v19.0"; hsc=d; hng=$nginx_sim ;;
+    *) start_botgate "$upstream/graph/v19.0"; hsc=a; hng=$nginx ;;
+  esac
   cat >&2 <<EOT
-bench: BENCH_HOLD=1: everything runs until Ctrl-C (logs in $tmp)
-  botgate $botgate (pid $botgate_pid)   nginx $nginx (master pid $nginx_pid, worker $(pgrep -P "$nginx_pid" | tr '\n' ' '))
+bench: BENCH_HOLD=$BENCH_HOLD: everything runs until Ctrl-C (logs in $tmp)
+  botgate $botgate (pid $botgate_pid), Facebook upstream used: $botgate_proto
+  nginx $nginx (static upstream), $nginx_tls (static upstream over TLS), $nginx_sim (simulator)
+    (master pid $nginx_pid, worker $(pgrep -P "$nginx_pid" | tr '\n' ' '))
+  static upstream $upstream and $upstream_tls (master pid $upstream_pid, status $upstream_status)
   simulator $sim (pid $sim_pid)   redis 127.0.0.1:$redis_port (pid $redis_pid)
-  wrk -t2 -c64 -d10s --latency -s $bench/bench.lua $botgate -- botgate a $token
-  wrk -t2 -c64 -d10s --latency -s $bench/bench.lua $nginx -- upstream a
+  certificate $cert (BOTGATE_CA_FILE, curl --cacert)
+  wrk -t2 -c64 -d10s --latency -s $bench/bench.lua $botgate -- botgate $hsc $token
+  wrk -t2 -c64 -d10s --latency -s $bench/bench.lua $hng -- upstream $hsc
 EOT
   trap 'exit 0' INT TERM
   while :; do sleep 3600 & pids="$pids $!"; wait $!; done
@@ -210,18 +293,37 @@ results=$tmp/results.jsonl
 : > "$results"
 failed=0
 
-run() { # scenario target connections [extra wrk options...]
-  local sc=$1 target=$2 c=$3 url mode pidlist aux
-  shift 3
-  case $target in
-    botgate) url=$botgate; mode=botgate; pidlist=$botgate_pid; aux="redis=$redis_pid,sim=$sim_pid" ;;
-    nginx) url=$nginx; mode=upstream; pidlist=$nginx_pid; aux="redis=$redis_pid,sim=$sim_pid" ;;
-    sim) url=$sim; mode=upstream; pidlist=$sim_pid; aux="redis=$redis_pid" ;;
+target_of() { # scenario target: sets url, mode, pidlist, aux, counter (report.py options)
+  local sc=$1 target=$2 ports=$up_port
+  url=""; mode=upstream; aux=""
+  counter=(--upstream-status "$upstream_status")
+  case $sc in
+    d | sim) counter=(--sim "$sim"); ports="" ;;   # 10 000 sockets: too costly to sample
+    a-tls | up-tls) ports=$up_tls_port ;;
   esac
-  local t=$wrk_threads
+  case $target in
+    botgate) url=$botgate; mode=botgate; pidlist=$botgate_pid; aux="redis=$redis_pid" ;;
+    nginx) pidlist=$nginx_pid
+      case $sc in d) url=$nginx_sim ;; a-tls) url=$nginx_tls ;; *) url=$nginx ;; esac ;;
+    upstream) pidlist=$upstream_pid; ports=""
+      case $sc in up-tls) url=$upstream_tls ;; *) url=$upstream ;; esac ;;
+    sim) url=$sim; pidlist=$sim_pid; ports="" ;;
+  esac
+  case $sc:$target in
+    d:* | sim:*) aux="${aux:+$aux,}sim=$sim_pid" ;;
+    *:botgate | *:nginx) aux="${aux:+$aux,}upstream=$upstream_pid" ;;
+  esac
+  [ -n "$ports" ] && counter+=(--upstream-ports "$ports")
+  return 0
+}
+
+run() { # scenario target connections [extra wrk options...]
+  local sc=$1 target=$2 c=$3 url mode pidlist aux counter t=$wrk_threads
+  shift 3
+  target_of "$sc" "$target"
   [ "$t" -gt "$c" ] && t=$c
   $report measure --out "${run_out:-$results}" --log "$tmp/wrk.log" --scenario "$sc" --target "$target" \
-    --connections "$c" --pids "$pidlist" --aux "$aux" --sim "$sim" -- \
+    --connections "$c" --pids "$pidlist" --aux "$aux" "${counter[@]}" -- \
     wrk "-t$t" "-c$c" "-d${run_duration:-$duration}s" --latency "$@" -s "$bench/bench.lua" "$url" \
     -- "$mode" "$sc" "$token" || {
     local rc=$?
@@ -231,48 +333,95 @@ run() { # scenario target connections [extra wrk options...]
   sleep 1
 }
 
-echo "bench: $duration s per run; scenarios: $scenarios" >&2
-echo "bench: the simulator alone (its own capacity)" >&2
-run sim sim "$conns"
-for sc in $scenarios; do
-  case $sc in
-    a | b | c)
-      echo "bench: scenario $sc" >&2
-      run "$sc" botgate "$conns"
-      run "$sc" nginx "$conns"
-      ;;
-    d)
-      echo "bench: scenario d (simulator latency 1000 ms, 5000 connections)" >&2
-      sim_latency 1000
-      run_duration=$d_duration run d botgate 5000 --timeout 10s
-      sleep 2   # requests cut off by wrk's end are still finishing upstream
-      run_duration=$d_duration run d nginx 5000 --timeout 10s
-      sim_latency 0
-      sleep 2
-      ;;
-    *) die "unknown scenario '$sc' (a b c d)" ;;
-  esac
-done
+# strace -c over a fixed number of requests, after the timed runs of the same botgate
+syscalls() { # scenario target
+  local sc=$1 target=$2 url mode pidlist aux counter pid t=$wrk_threads
+  target_of "$sc" "$target"
+  pid=$pidlist
+  [ "$target" = nginx ] && pid=$(pgrep -P "$nginx_pid" | head -1)
+  BENCH_COUNT=$((strace_requests / t)) $report syscalls --out "$results" \
+    --summary "$tmp/strace-$sc-$target.txt" --log "$tmp/wrk.log" --scenario "$sc" \
+    --target "$target" --pid "$pid" --connections "$conns" -- \
+    wrk "-t$t" "-c$conns" -d120s -s "$bench/bench.lua" "$url" -- "$mode" "$sc" "$token" || {
+    local rc=$?
+    [ $rc -ge 128 ] && exit $rc
+    failed=1
+  }
+  sleep 1
+}
+strace_phase() { # scenario
+  [ "$strace_requests" -gt 0 ] || return 0
+  case " $strace_scenarios " in *" $1 "*) ;; *) return 0 ;; esac
+  echo "bench: system calls per request, $1 ($strace_requests requests each, under strace)" >&2
+  syscalls "$1" botgate
+  syscalls "$1" nginx
+}
 
-pace_desc=""
-pace_delay=${BENCH_PACE_MS:-20}
-case " $scenarios " in
-  *" a "*)
-    if read -r pconns prate <<<"$($report pace "$results" --delay "$pace_delay")"; then
-      pace_desc="$prate req/s, the half of botgate's scenario-a req/s"
-      echo "bench: p99 added latency: scenario a paced at ~$prate req/s" >&2
-      export BENCH_DELAY_MS=$pace_delay
-      for target in sim botgate nginx; do
-        # a short run to see what rate $pconns connections give, then the corrected count
-        : > "$tmp/calib.jsonl"
-        run_out=$tmp/calib.jsonl run_duration=3 run calib "$target" "$pconns"
-        read -r c _ <<<"$($report pace "$results" --calib "$tmp/calib.jsonl" --conns "$pconns")"
-        run lat "$target" "$c"
-      done
-      unset BENCH_DELAY_MS
-    fi
-    ;;
-esac
+echo "bench: $duration s per run; scenarios: $scenarios" >&2
+
+# a, b, c: the static upstream over HTTP
+if has a || has b || has c; then
+  start_botgate "$upstream/graph/v19.0"
+  echo "bench: the static upstream alone (its capacity)" >&2
+  run up upstream "$conns"
+  for sc in $scenarios; do
+    case $sc in
+      a | b | c)
+        echo "bench: scenario $sc" >&2
+        run "$sc" botgate "$conns"
+        run "$sc" nginx "$conns"
+        ;;
+    esac
+  done
+  pace_desc=""
+  pace_delay=${BENCH_PACE_MS:-20}
+  if has a && read -r pconns prate <<<"$($report pace "$results" --delay "$pace_delay")"; then
+    pace_desc="$prate req/s, the half of botgate's scenario-a req/s"
+    echo "bench: p99 added latency: scenario a paced at ~$prate req/s" >&2
+    export BENCH_DELAY_MS=$pace_delay
+    for target in upstream botgate nginx; do
+      # a short run to see what rate $pconns connections give, then the corrected count
+      : > "$tmp/calib.jsonl"
+      run_out=$tmp/calib.jsonl run_duration=3 run calib "$target" "$pconns"
+      read -r c _ <<<"$($report pace "$results" --calib "$tmp/calib.jsonl" --conns "$pconns")"
+      run lat "$target" "$c"
+    done
+    unset BENCH_DELAY_MS
+  fi
+  has a && strace_phase a
+  stop_botgate
+fi
+
+# a-tls: the static upstream over HTTPS, h2 and http/1.1 offered by ALPN
+tls_botgate_proto=""
+if has a-tls; then
+  start_botgate "$upstream_tls/graph/v19.0" BOTGATE_CA_FILE="$cert"
+  tls_botgate_proto=$botgate_proto
+  echo "bench: scenario a-tls (botgate's upstream calls: $tls_botgate_proto, nginx's: $tls_nginx_proto)" >&2
+  run up-tls upstream "$conns"
+  run a-tls botgate "$conns"
+  run a-tls nginx "$conns"
+  strace_phase a-tls
+  stop_botgate
+fi
+
+# d: the simulator, which can hold each answer 1 s
+if has d; then
+  start_botgate "$sim/graph/v19.0"
+  # d's memory per send in flight is measured from the RSS before its run: let the fresh
+  # process first do what a, b and c did in one process before (not measured, not reported)
+  echo "bench: scenario d: warming botgate up (a, b, c against the simulator, 3 s each)" >&2
+  for sc in a b c; do
+    run_out=$tmp/warm.jsonl run_duration=3 run "$sc" botgate "$conns"
+  done
+  echo "bench: scenario d (simulator latency 1000 ms, 5000 connections)" >&2
+  sim_latency 1000
+  run_duration=$d_duration run d botgate 5000 --timeout 10s
+  sleep 2   # requests cut off by wrk's end are still finishing upstream
+  run_duration=$d_duration run d nginx 5000 --timeout 10s
+  sim_latency 0
+  stop_botgate
+fi
 
 # ---- the report ----
 cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
@@ -283,14 +432,16 @@ python3 -c 'import json, sys; print(json.dumps(dict(a.split("=", 1) for a in sys
   "nginx_version=$(nginx -v 2>&1 | sed 's/.*nginx\///')" \
   "wrk_version=$(wrk -v 2>&1 | head -1 | awk '{print $2}')" \
   "load=$load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end; CPUs busy before starting: $busy_start" \
-  "pace_desc=$pace_desc" "pace_delay=$pace_delay" \
+  "pace_desc=${pace_desc:-}" "pace_delay=${pace_delay:-}" \
+  "upstream_workers=$upstream_workers" "strace_count=$((strace_requests / wrk_threads))" \
+  "tls_botgate_proto=$tls_botgate_proto" "tls_nginx_proto=$tls_nginx_proto" \
   "command=${BENCH_COMMAND:-bench/bench.sh} (BENCH_DURATION=$duration BENCH_D_DURATION=$d_duration BENCH_SCENARIOS=\"$scenarios\")" \
   > "$tmp/meta.json"
 mkdir -p "$(dirname "$out")"
 $report table "$results" "$tmp/meta.json" | tee "$out"
 cp "$results" "${out%.txt}.jsonl"
-if grep -qi 'error\|fatal' "$tmp/botgate.log" 2>/dev/null; then
+if grep -qi 'error\|fatal\|redis down' "$tmp/botgate.log" 2>/dev/null; then
   echo "bench: botgate logged errors (first lines):" >&2
-  grep -i 'error\|fatal' "$tmp/botgate.log" | head -5 >&2
+  grep -i 'error\|fatal\|redis down' "$tmp/botgate.log" | head -5 >&2
 fi
 [ "$failed" -eq 0 ] || die "some runs failed (see above)"

@@ -9,8 +9,15 @@
                                        measured processes (utime+stime from /proc, child
                                        processes included: nginx's worker), their RSS sampled
                                        every 100 ms (idle before, peak during), how many calls
-                                       the simulator received (GET /_sim/stats), and what else
-                                       the machine was busy with meanwhile
+                                       the upstream received (the simulator's GET /_sim/stats or
+                                       the static upstream's stub_status, which also counts the
+                                       connections it accepted), the measured processes' open
+                                       connections to the upstream ports (sampled every 0.5 s),
+                                       and what else the machine was busy with meanwhile
+  report.py syscalls [options] -- WRK...
+                                       strace -c -f -p PID while wrk sends a fixed number of
+                                       requests (bench.lua's BENCH_COUNT); append the system
+                                       calls per answered request, by kind, to --out
   report.py pace RESULTS.jsonl [--delay MS] [--calib CALIB.jsonl --conns N]
                                        connections for a paced load of about half of botgate's
                                        scenario-a maximum, and that rate
@@ -22,6 +29,7 @@ import json
 import os
 import re
 import resource
+import signal
 import socket
 import subprocess
 import sys
@@ -32,13 +40,20 @@ import urllib.request
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 SCENARIOS = {
-    "sim": "simulator alone (its capacity)",
+    "up": "upstream alone (static nginx)",
     "a": "a  sendResponses, 1 TEXT",
     "b": "b  sendResponses, 3 TEXT",
     "c": "c  redirectMemberToNode, 2 resp.",
+    "up-tls": "upstream alone, HTTPS",
+    "a-tls": "a-tls  a, upstream over TLS",
+    "sim": "simulator alone (d's upstream)",
     "d": "d  5000 conn., upstream 1 s",
 }
-ORDER = ["sim", "a", "b", "c", "d"]
+ORDER = ["up", "a", "b", "c", "up-tls", "a-tls", "sim", "d"]
+# the upstream-alone row of each proxied scenario: it must do at least UPSTREAM_MARGIN times
+# the proxy's req/s, or the upstream, not the proxy, sets the pace
+UPSTREAM_OF = {"a": "up", "b": "up", "c": "up", "a-tls": "up-tls"}
+UPSTREAM_MARGIN = 2.0
 
 
 # ---- /proc ----
@@ -124,6 +139,54 @@ def sim_total(url):
         return None
 
 
+def upstream_status(url):
+    """(accepted connections, requests) from nginx's stub_status page, or None."""
+    if not url:
+        return None
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    m = re.search(r"accepts handled requests\s+(\d+)\s+\d+\s+(\d+)", text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def socket_inodes(pids):
+    out = set()
+    for p in pids:
+        try:
+            fds = os.listdir("/proc/%d/fd" % p)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink("/proc/%d/fd/%s" % (p, fd))
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                out.add(link[8:-1])
+    return out
+
+
+def upstream_sockets(pids, ports):
+    """Local ports of the established TCP connections of pids to 127.0.0.1:ports."""
+    inodes = socket_inodes(pids)
+    out = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    v = line.split()
+                    # local address, remote address, state (01 = established), ..., inode
+                    if v[3] == "01" and v[9] in inodes and int(v[2].split(":")[1], 16) in ports:
+                        out.add(int(v[1].split(":")[1], 16))
+        except (OSError, StopIteration, IndexError, ValueError):
+            pass
+    return out
+
+
 # ---- subcommands ----
 
 def cmd_freeport(args):
@@ -159,15 +222,28 @@ def cmd_measure(args):
             name, pid = item.split("=", 1)
             aux[name] = tree([int(pid)])
 
+    ports = {int(p) for p in args.upstream_ports.split(",") if p.strip()}
     idle_rss = rss_kib(procs)
     peak = [idle_rss]
+    conns_max = [0]
+    conns_seen = set()
     stop = threading.Event()
 
+    def sample_sockets():
+        now = upstream_sockets(procs, ports)
+        conns_max[0] = max(conns_max[0], len(now))
+        conns_seen.update(now)
+
     def sampler():
+        tick = 0
         while not stop.wait(0.1):
             peak[0] = max(peak[0], rss_kib(procs))
+            tick += 1
+            if ports and tick % 5 == 0:
+                sample_sockets()
 
     calls0 = sim_total(args.sim)
+    status0 = upstream_status(args.upstream_status)
     cpu0 = cpu_seconds(procs)
     aux0 = {k: cpu_seconds(v) for k, v in aux.items()}
     host0 = host_busy_s()
@@ -181,12 +257,15 @@ def cmd_measure(args):
     stop.set()
     t.join()
     peak[0] = max(peak[0], rss_kib(procs))
+    if ports:
+        sample_sockets()
     cpu1 = cpu_seconds(procs)
     aux1 = {k: cpu_seconds(v) for k, v in aux.items()}
     host1 = host_busy_s()
     every1 = all_cpu()
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     calls1 = sim_total(args.sim)
+    status1 = upstream_status(args.upstream_status)
 
     # what else ran meanwhile: every other process (wrk, our child, has exited by now)
     mine = set(procs) | {p for v in aux.values() for p in v} | {os.getpid()}
@@ -212,6 +291,13 @@ def cmd_measure(args):
            "wrk_rc": r.returncode, "note": args.note}
     if calls0 is not None and calls1 is not None:
         rec["upstream_calls"] = calls1 - calls0
+    if status0 is not None and status1 is not None:
+        # minus the second status request and its connection
+        rec["upstream_accepts"] = status1[0] - status0[0] - 1
+        rec["upstream_calls"] = status1[1] - status0[1] - 1
+    if ports:
+        rec["upstream_conns_max"] = conns_max[0]
+        rec["upstream_conns_seen"] = len(conns_seen)
     m = re.search(r"^BENCH_JSON (\{.*\})$", r.stdout, re.M)
     if m:
         rec.update(json.loads(m.group(1)))
@@ -225,7 +311,104 @@ def cmd_measure(args):
         sys.exit(1)
 
 
+def traced(pid):
+    """True when every thread of pid has a tracer."""
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                if re.search(r"^TracerPid:\s+0$", f.read(), re.M):
+                    return False
+        except OSError:
+            pass
+    return True
+
+
+def run_until_threads_done(wrk):
+    """Run wrk; once its threads have all stopped (bench.lua's BENCH_COUNT), interrupt it:
+    its main thread sleeps out -d whatever the threads do, and prints the summary on SIGINT."""
+    p = subprocess.Popen(wrk, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    started = False
+    while p.poll() is None:
+        try:
+            n = len(os.listdir("/proc/%d/task" % p.pid))
+        except OSError:
+            n = 0
+        if n > 1:
+            started = True
+        elif started and n == 1:
+            p.send_signal(signal.SIGINT)
+            break
+        time.sleep(0.1)
+    out, _ = p.communicate()
+    return subprocess.CompletedProcess(wrk, p.returncode, out)
+
+
+def cmd_syscalls(args):
+    """strace -c -f -p PID (every thread) around a wrk run of a fixed number of requests."""
+    wrk = args.wrk[1:] if args.wrk and args.wrk[0] == "--" else args.wrk
+    rec = {"scenario": args.scenario, "target": args.target, "kind": "syscalls",
+           "connections": args.connections}
+    out = args.summary
+    st = subprocess.Popen(["strace", "-c", "-f", "-U", "calls,name", "-S", "calls", "-o", out,
+                           "-p", str(args.pid)], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+    t0 = time.monotonic()
+    while not traced(args.pid) and st.poll() is None and time.monotonic() - t0 < 10:
+        time.sleep(0.05)
+    if not traced(args.pid):
+        st.kill()
+        st.wait()
+        rec["error"] = "strace could not attach to pid %d" % args.pid
+    else:
+        r = run_until_threads_done(wrk)
+        st.send_signal(signal.SIGINT)  # strace detaches and writes its summary
+        st.wait()
+        if args.log:
+            with open(args.log, "a") as f:
+                f.write("$ %s\n%s\n" % (" ".join(wrk), r.stdout))
+        m = re.search(r"^BENCH_JSON (\{.*\})$", r.stdout, re.M)
+        calls = {}
+        try:
+            with open(out) as f:
+                for line in f:
+                    v = line.split()
+                    if len(v) == 2 and v[0].isdigit():
+                        calls[v[1]] = int(v[0])
+        except OSError:
+            pass
+        if m is None or r.returncode != 0:
+            rec["error"] = "wrk failed: " + " ".join(r.stdout[-500:].split())
+        elif "total" not in calls:
+            rec["error"] = "no strace summary in " + out
+        else:
+            w = json.loads(m.group(1))
+            n = w["requests"] or 1
+            rec.update({"requests": w["requests"], "errors": errors(w),
+                        "calls": calls["total"], "per_request": round(calls["total"] / n, 2),
+                        "top": [[k, round(c / n, 2)] for k, c in
+                                sorted(calls.items(), key=lambda kv: -kv[1])
+                                if k != "total"][:8]})
+    with open(args.out, "a") as f:
+        f.write(json.dumps(rec) + "\n")
+    if "error" in rec:
+        print("  %-5s %-8s syscalls: %s" % (args.scenario, args.target, rec["error"]),
+              file=sys.stderr)
+        sys.exit(1)
+    print("  %-5s %-8s %.2f system calls per request over %d requests: %s"
+          % (args.scenario, args.target, rec["per_request"], rec["requests"],
+             ", ".join("%s %.2f" % (k, v) for k, v in rec["top"][:5])), file=sys.stderr)
+
+
 def load(path):
+    """The timed runs of a results file (the strace phase's records have a "kind")."""
+    return [r for r in load_all(path) if "kind" not in r]
+
+
+def load_all(path):
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
 
@@ -253,6 +436,17 @@ def find(recs, scenario, target):
         if r["scenario"] == scenario and r["target"] == target:
             return r
     return None
+
+
+def proxied_by(recs, upstream_scenario):
+    """nginx-proxy's fastest run among the scenarios this upstream-alone row serves."""
+    best = None
+    for sc, up in UPSTREAM_OF.items():
+        ng = find(recs, sc, "nginx") if up == upstream_scenario else None
+        if ng is not None and "error" not in ng and rps(ng) > 0 and (
+                best is None or rps(ng) > rps(best)):
+            best = ng
+    return best
 
 
 def cmd_pace(args):
@@ -288,13 +482,16 @@ def cmd_table(args):
     w("botgate: %s worker(s); nginx %s: 1 worker_process, keepalive upstream; "
       "wrk %s, %s s per run" % (meta.get("workers"), meta.get("nginx_version"),
                                 meta.get("wrk_version"), meta.get("duration")))
+    w("upstream: a, b, c and a-tls a static nginx (worker_processes %s) answering the Messenger"
+      % meta.get("upstream_workers", "?"))
+    w("success body (HTTP, and HTTPS with h2 by ALPN); d the simulator (botgate-sim, 1 thread)")
     w("load average (1/5/15 min): %s" % meta.get("load", "?"))
     w("file descriptors: asked %s, allowed %s" % (meta.get("nofile_asked"), meta.get("nofile")))
     w("botgate knobs: %s" % meta.get("knobs", ""))
     w("")
     hdr = ("scenario", "target", "conns", "req/s", "p50 ms", "p99 ms", "errors", "CPU s",
-           "CPU us/req", "peak RSS MiB", "upstr/req", "redis CPU s", "host CPUs",
-           "others CPU s", "bg/nginx req/s")
+           "CPU us/req", "peak RSS MiB", "upstr/req", "upstr conns", "redis CPU s",
+           "upstr CPU s", "host CPUs", "others CPU s", "ratio")
     rows = []
     for sc in ORDER:
         for r in [x for x in recs if x["scenario"] == sc]:
@@ -308,14 +505,25 @@ def cmd_table(args):
                 ng = find(recs, sc, "nginx")
                 if ng and "error" not in ng and rps(ng) > 0:
                     ratio = "%.2fx" % (rps(r) / rps(ng))
+            elif r["target"] == "upstream":
+                ng = proxied_by(recs, sc)
+                if ng is not None:
+                    ratio = "%.2fx" % (rps(r) / rps(ng))
             up = r.get("upstream_calls")
+            conns = ""
+            if "upstream_conns_max" in r:
+                conns = "%d" % r["upstream_conns_max"]
+                if "upstream_accepts" in r:
+                    conns += "/%d" % r["upstream_accepts"]
             rows.append((SCENARIOS.get(sc, sc), r["target"], str(r.get("connections", "")),
                          "%.0f" % rps(r), ms(r["p50_us"]), ms(r["p99_us"]), str(errors(r)),
                          "%.2f" % r["cpu_s"], "%.0f" % (r["cpu_s"] * 1e6 / n),
                          "%.1f" % (r["peak_rss_kib"] / 1024.0),
-                         "%.2f" % (up / n) if up is not None else "",
+                         "%.2f" % (up / n) if up is not None else "", conns,
                          "%.2f" % r["aux_cpu_s"].get("redis", 0)
                          if r["target"] == "botgate" else "",
+                         "%.2f" % r["aux_cpu_s"]["upstream"]
+                         if "upstream" in r["aux_cpu_s"] else "",
                          "%.2f" % r.get("host_cpus_busy", 0),
                          "%.2f" % r.get("others_cpu_s", 0), ratio))
     widths = [max([len(hdr[i])] + [len(row[i]) for row in rows]) for i in range(len(hdr))]
@@ -327,19 +535,66 @@ def cmd_table(args):
     w("  ".join("-" * x for x in widths))
     for row in rows:
         w(fmt(row))
+    for r in recs:
+        if r["target"] != "upstream" or "error" in r:
+            continue
+        ng = proxied_by(recs, r["scenario"])
+        if ng is not None and rps(r) < UPSTREAM_MARGIN * rps(ng):
+            w("WARNING: %s did %.0f req/s, less than %.0fx nginx-proxy's %.0f (%.2fx): the "
+              "upstream may be" % (SCENARIOS.get(r["scenario"]), rps(r), UPSTREAM_MARGIN,
+                                   rps(ng), rps(r) / rps(ng)))
+            w("         what limits the proxied runs; their ratios say less than they seem")
     w("")
     w("req/s counts every answer, errors included; errors = non-2xx + wrk socket errors "
       "(connect, read, write, timeout).")
     w("CPU s: utime+stime of botgate (all threads) or of nginx (master + worker) during the run;")
-    w("redis CPU s: the private redis-server during botgate's runs (part of botgate's cost).")
-    w("host CPUs: how many of the machine's %s CPUs were busy during the run (wrk, simulator," % nproc)
+    w("redis CPU s: the private redis-server during botgate's runs (part of botgate's cost);")
+    w("upstr CPU s: the static upstream nginx (master + workers) during the run.")
+    w("host CPUs: how many of the machine's %s CPUs were busy during the run (wrk, upstream," % nproc)
     w("Redis, the target, the kernel's network work, anything else): near %s, the machine was"
       % nproc)
     w("the limit. others CPU s: CPU time of the machine's other processes during the run (not")
-    w("the target, wrk, the simulator or Redis): other jobs competing for the same CPUs.")
-    w("upstr/req: calls the simulator received per answered request. In b nginx still makes ONE")
-    w("upstream call per request where botgate makes 3; in c botgate reads the tree, updates the")
-    w("member and sends 2 messages, nginx again proxies one Facebook call.")
+    w("the target, wrk, the upstream, the simulator or Redis): other jobs competing for the CPUs.")
+    w("upstr/req: calls the upstream received per answered request (the static upstream's")
+    w("stub_status, the simulator's /_sim/stats). In b nginx still makes ONE upstream call per")
+    w("request where botgate makes 3; in c botgate reads the tree, updates the member and sends")
+    w("2 messages, nginx again proxies one Facebook call.")
+    w("upstr conns: most connections the target had open to the upstream at once (sampled every")
+    w("0.5 s from /proc) / connections the upstream accepted during the run (stub_status).")
+    w("ratio: botgate rows, botgate's req/s / nginx-proxy's; upstream-alone rows, the upstream's")
+    w("req/s / nginx-proxy's in the scenario it serves (a, or a-tls): at least %.0fx, or the"
+      % UPSTREAM_MARGIN)
+    w("upstream is not clearly out of the way.")
+
+    tls = [r for r in recs if r["scenario"] == "a-tls" and "error" not in r]
+    if tls:
+        w("")
+        w("a-tls: the static upstream serves HTTPS (TLS 1.2/1.3, a certificate the bench makes,")
+        w("trusted by botgate with BOTGATE_CA_FILE and by nginx with proxy_ssl_trusted_certificate)")
+        w("and offers h2 and http/1.1 by ALPN. HTTP version that reached the upstream (the upstream")
+        w("names it in its message_id; one check call each): botgate %s, nginx %s."
+          % (meta.get("tls_botgate_proto") or "?", meta.get("tls_nginx_proto") or "?"))
+        for r in tls:
+            if "upstream_conns_max" in r:
+                w("  %-8s at most %d upstream connection(s) open at once, %s accepted by the "
+                  "upstream during the run"
+                  % (r["target"], r["upstream_conns_max"], r.get("upstream_accepts", "?")))
+
+    sys_recs = [r for r in load_all(args.results) if r.get("kind") == "syscalls"]
+    if sys_recs:
+        w("")
+        w("System calls per request: strace -c -f -p PID (every thread of botgate; nginx-proxy's")
+        w("worker) while wrk sends a fixed count (%s per wrk thread, %s connections), in a"
+          % (meta.get("strace_count", "?"), sys_recs[0].get("connections", "?")))
+        w("separate phase after the timed runs (strace slows the process down). Total calls")
+        w("over the requests answered, then the commonest kinds per request:")
+        for r in sys_recs:
+            if "error" in r:
+                w("  %-6s %-8s FAILED: %s" % (r["scenario"], r["target"], r["error"]))
+                continue
+            w("  %-6s %-8s %6.2f per request (%d requests, %d calls): %s"
+              % (r["scenario"], r["target"], r["per_request"], r["requests"], r["calls"],
+                 ", ".join("%s %.2f" % (k, v) for k, v in r["top"])))
 
     d_rows = [r for r in recs if r["scenario"] == "d" and "error" not in r]
     if d_rows:
@@ -361,19 +616,20 @@ def cmd_table(args):
                  (r["peak_rss_kib"] - r["idle_rss_kib"]) / float(inflight)))
 
     lat = {r["target"]: r for r in recs if r["scenario"] == "lat" and "error" not in r}
-    if "botgate" in lat and "sim" in lat:
-        b, s = lat["botgate"], lat["sim"]
+    if "botgate" in lat and "upstream" in lat:
+        b, s = lat["botgate"], lat["upstream"]
         w("")
         w("p99 added latency, scenario a at about half of botgate's maximum (%s)."
           % meta.get("pace_desc", ""))
         w("No wrk2 here: wrk with a random pause (mean %s ms) after each answer on each"
           % meta.get("pace_delay", "?"))
         w("connection, the connection count calibrated per target by a 3 s run: a paced closed")
-        w("loop, not wrk2's constant rate (coordinated omission is not corrected).")
-        for t in ("sim", "botgate", "nginx"):
+        w("loop, not wrk2's constant rate (coordinated omission is not corrected). The upstream")
+        w("is the static nginx of a; \"added\" is a target's p99 minus the upstream alone's.")
+        for t in ("upstream", "botgate", "nginx"):
             if t in lat:
                 r = lat[t]
-                w("  %-8s %4d conns %6.0f req/s  p50 %s ms  p99 %s ms  p99.9 %s ms  errors %d"
+                w("  %-9s %4d conns %6.0f req/s  p50 %s ms  p99 %s ms  p99.9 %s ms  errors %d"
                   "  others CPU %.2f s"
                   % (t, r.get("connections", 0), rps(r), ms(r["p50_us"]), ms(r["p99_us"]),
                      ms(r["p999_us"]), errors(r), r.get("others_cpu_s", 0)))
@@ -420,10 +676,24 @@ def main():
     p.add_argument("--pids", default="", help="comma list; their child processes count too")
     p.add_argument("--aux", default="", help="name=pid,... whose CPU is reported aside")
     p.add_argument("--sim", default="", help="simulator URL, to count upstream calls")
+    p.add_argument("--upstream-status", default="",
+                   help="stub_status URL of the static upstream: calls and accepted connections")
+    p.add_argument("--upstream-ports", default="",
+                   help="comma list: count the measured processes' connections to these ports")
     p.add_argument("--log", default="")
     p.add_argument("--note", default="")
     p.add_argument("wrk", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_measure)
+    p = sub.add_parser("syscalls")
+    p.add_argument("--out", required=True)
+    p.add_argument("--summary", required=True, help="file for strace's own summary")
+    p.add_argument("--scenario", required=True)
+    p.add_argument("--target", required=True)
+    p.add_argument("--pid", type=int, required=True)
+    p.add_argument("--connections", type=int, default=0)
+    p.add_argument("--log", default="")
+    p.add_argument("wrk", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_syscalls)
     p = sub.add_parser("pace")
     p.add_argument("results")
     p.add_argument("--delay", type=float, default=20)

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""make bench's report (bench/report.py table): the upstream-alone check, the system calls per
+request and the a-tls lines, from results files written as bench.sh's runs write them.
+
+Run: python3 tests/integration/test_bench_report.py
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+REPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench",
+                      "report.py")
+
+
+def timed(scenario, target, rps, **extra):
+    """One record of `report.py measure`: 10 s of wrk at rps req/s."""
+    rec = {"scenario": scenario, "target": target, "connections": 64, "wall_s": 10.0,
+           "cpu_s": 5.0, "idle_rss_kib": 10240, "peak_rss_kib": 12288, "aux_cpu_s": {},
+           "wrk_cpu_s": 3.0, "host_cpus_busy": 1.9, "others_cpu_s": 0.1, "others_top": [],
+           "wrk_rc": 0, "note": "", "requests": int(rps * 10), "duration_us": 10000000,
+           "bytes": 0, "connect": 0, "read": 0, "write": 0, "status": 0, "timeout": 0,
+           "p50_us": 1000, "p90_us": 2000, "p99_us": 3000, "p999_us": 4000, "max_us": 5000,
+           "mean_us": 1200.0}
+    rec.update(extra)
+    return rec
+
+
+def table(records, **meta):
+    with tempfile.TemporaryDirectory() as d:
+        res = os.path.join(d, "results.jsonl")
+        with open(res, "w") as f:
+            for r in records:
+                f.write(json.dumps(r) + "\n")
+        m = os.path.join(d, "meta.json")
+        with open(m, "w") as f:
+            json.dump(dict({"nproc": "2", "duration": "10"}, **meta), f)
+        r = subprocess.run([sys.executable, REPORT, "table", res, m], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    if r.returncode != 0:
+        raise AssertionError("report.py table failed:\n" + r.stdout)
+    return r.stdout
+
+
+def row(text, label, target):
+    for line in text.splitlines():
+        if line.startswith(label) and line.split()[len(label.split())] == target:
+            return line
+    raise AssertionError("no %s row of %s in:\n%s" % (target, label, text))
+
+
+class UpstreamAlone(unittest.TestCase):
+    def test_upstream_with_room_to_spare_shows_its_ratio_and_no_warning(self):
+        out = table([timed("up", "upstream", 100000),
+                     timed("a", "botgate", 20000, upstream_calls=200000,
+                           upstream_conns_max=64, upstream_accepts=63),
+                     timed("a", "nginx", 40000)])
+        self.assertIn("2.50x", row(out, "upstream alone (static nginx)", "upstream"))
+        self.assertIn("0.50x", row(out, "a  sendResponses, 1 TEXT", "botgate"))
+        self.assertIn("64/63", row(out, "a  sendResponses, 1 TEXT", "botgate"))
+        self.assertNotIn("WARNING", out)
+
+    def test_upstream_under_twice_the_proxy_is_a_warning(self):
+        out = table([timed("up", "upstream", 60000), timed("a", "botgate", 20000),
+                     timed("a", "nginx", 40000),
+                     timed("up-tls", "upstream", 90000), timed("a-tls", "nginx", 40000)])
+        warnings = [line for line in out.splitlines() if line.startswith("WARNING")]
+        self.assertEqual(1, len(warnings), out)
+        self.assertIn("upstream alone (static nginx) did 60000 req/s", warnings[0])
+        self.assertIn("1.50x", warnings[0])
+
+
+class SyscallsAndTls(unittest.TestCase):
+    def test_syscalls_per_request_and_the_tls_protocols_are_reported(self):
+        out = table([timed("a-tls", "botgate", 15000, upstream_conns_max=1, upstream_accepts=0),
+                     timed("a-tls", "nginx", 30000, upstream_conns_max=64,
+                           upstream_accepts=64),
+                     {"scenario": "a", "target": "botgate", "kind": "syscalls",
+                      "connections": 64, "requests": 20000, "errors": 0, "calls": 184000,
+                      "per_request": 9.2, "top": [["epoll_ctl", 2.2], ["poll", 2.0]]}],
+                    tls_botgate_proto="HTTP/2.0", tls_nginx_proto="HTTP/1.1",
+                    strace_count="10000")
+        self.assertIn("botgate HTTP/2.0, nginx HTTP/1.1", out)
+        self.assertIn("botgate  at most 1 upstream connection(s) open at once, 0 accepted", out)
+        line = [x for x in out.splitlines() if x.strip().startswith("a      botgate")]
+        self.assertEqual(1, len(line), out)
+        self.assertIn("9.20 per request (20000 requests, 184000 calls): epoll_ctl 2.20, "
+                      "poll 2.00", line[0])
+        # the strace record is not a timed run: no row of its own, no effect on the pacing
+        self.assertNotIn("FAILED", out)
+
+
+if __name__ == "__main__":
+    unittest.main()
