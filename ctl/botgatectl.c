@@ -2,6 +2,7 @@
  * not the request path, so it uses hiredis's blocking API. Secrets never leave it in clear,
  * except a new token, printed once. */
 #include "../core/auth.h"
+#include "../core/clock.h"
 #include "../core/request.h"
 #include "../core/tree.h"
 #include "../store/keys.h"
@@ -34,14 +35,6 @@ static int die(const char *fmt, ...)
     va_end(ap);
     fputc('\n', stderr);
     return 1;
-}
-
-static int64_t now_ms(void)
-{
-    struct timeval tv;
-
-    gettimeofday(&tv, NULL);
-    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
 }
 
 static int connect_redis(void)
@@ -268,10 +261,10 @@ static int token_create(int argc, char **argv)
     }
     b64url(raw, sizeof(raw), token + 4);
     auth_hash_token(token, strlen(token), hash);
-    record = json_pack("{s:s, s:O, s:s, s:o, s:o, s:I}", "app", app, "scopes", scopes, "label",
-                       label, "expiresAt", expires ? json_integer(now_ms() + expires) : json_null(),
-                       "channels", channels ? json_incref(channels) : json_null(), "createdAt",
-                       (json_int_t)now_ms());
+    record = json_pack(
+        "{s:s, s:O, s:s, s:o, s:o, s:I}", "app", app, "scopes", scopes, "label", label, "expiresAt",
+        expires ? json_integer(clock_wall_ms() + expires) : json_null(), "channels",
+        channels ? json_incref(channels) : json_null(), "createdAt", (json_int_t)clock_wall_ms());
     text = json_dumps(record, JSON_COMPACT);
     json_decref(record);
     if (connect_redis() != 0 || store_key_token(key, sizeof(key), prefix, hash) < 0 ||

@@ -3,6 +3,8 @@
  * is an optimisation, never a source of truth). */
 #include "cache.h"
 
+#include "../core/hash.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,11 +26,7 @@ struct store_cache {
 
 static unsigned hash(const char *key)
 {
-    uint32_t h = 2166136261u; /* FNV-1a */
-
-    for (; *key; key++)
-        h = (h ^ (unsigned char)*key) * 16777619u;
-    return h % BUCKETS;
+    return hash_fnv1a(key, strlen(key)) % BUCKETS;
 }
 
 store_cache_t *store_cache_new(size_t max_entries, int ttl_ms)
