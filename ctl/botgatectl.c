@@ -124,6 +124,13 @@ static const char *str_field(const json_t *o, const char *name)
     return s && *s ? s : NULL;
 }
 
+/* An id a record is stored under: what a request may name (request ids' length and
+ * characters), so that nothing is stored that the API could never reach. */
+static int id_ok(const char *s)
+{
+    return s != NULL && strlen(s) <= REQUEST_MAX_ID && request_id_chars_ok(s);
+}
+
 /* Field names of channel info that hold secrets (interface.md marks them), matched loosely so
  * that a platform's new secret field is masked too. */
 static int secret_name(const char *name)
@@ -327,8 +334,10 @@ static int channel_put(const char *path)
         return 1;
     id = str_field(ch, "_id");
     info = json_object_get(ch, "info");
-    if (id == NULL || strpbrk(id, "{}") != NULL)
-        die("%s: _id must be a non-empty string without braces", path);
+    if (!id_ok(id))
+        die("%s: _id must be a non-empty id of at most %d bytes without control characters or "
+            "braces",
+            path, REQUEST_MAX_ID);
     else if (str_field(ch, "app") == NULL)
         die("%s: app must be a non-empty string", path);
     else if (str_field(ch, "type") == NULL)
@@ -366,8 +375,10 @@ static int member_put(const char *path)
         request_normalize_phone(ext, phone, sizeof(phone));
         ext = phone[0] ? phone : NULL;
     }
-    if (id == NULL || channel == NULL || strpbrk(channel, "{}") != NULL)
-        die("%s: _id and channel must be non-empty strings (channel without braces)", path);
+    if (!id_ok(id) || !id_ok(channel))
+        die("%s: _id and channel must be non-empty ids of at most %d bytes without control "
+            "characters or braces",
+            path, REQUEST_MAX_ID);
     else if (connect_redis() == 0 && store_key_member(key, sizeof(key), prefix, channel, id) >= 0) {
         text = json_dumps(m, JSON_COMPACT);
         rc = set_key(key, text);
