@@ -10,13 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-extern const adapter_ops_t adapter_facebook;
-extern const adapter_ops_t adapter_whatsapp;
-extern const adapter_ops_t adapter_whatsapp_cloud;
-extern const adapter_ops_t adapter_slack;
-extern const adapter_ops_t adapter_wechat;
-extern const adapter_ops_t adapter_teamwork;
-
 static const adapter_ops_t *const adapters[] = {
     &adapter_facebook, &adapter_whatsapp, &adapter_whatsapp_cloud,
     &adapter_slack,    &adapter_wechat,   &adapter_teamwork,
@@ -181,6 +174,16 @@ const char *adapter_info_str(const json_t *info, const char *key)
     const char *s = json_string_value(json_object_get(info, key));
 
     return s != NULL && *s != '\0' ? s : NULL;
+}
+
+int adapter_cred_expiring(const json_t *info, const char *field, const char *expiry_field,
+                          int64_t now_ms, int64_t margin_ms)
+{
+    const json_t *expiry = json_object_get(info, expiry_field);
+
+    /* Compared as doubles: a huge stored number must not overflow a conversion. */
+    return adapter_info_str(info, field) == NULL || !json_is_number(expiry) ||
+           json_number_value(expiry) <= (double)now_ms + (double)margin_ms;
 }
 
 json_t *adapter_answer_json(const adapter_answer_t *a)

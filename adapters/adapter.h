@@ -136,6 +136,10 @@ int adapter_set_json_body(adapter_call_t *call, json_t *body);
 char *adapter_urlencode(const char *s);
 /* A string field of info, NULL when absent, not a string or empty. */
 const char *adapter_info_str(const json_t *info, const char *key);
+/* Whether the credential info.<field> is missing, or expires (info.<expiry_field>, epoch ms)
+ * within margin_ms of now_ms: what a platform's cred_needs_refresh asks. */
+int adapter_cred_expiring(const json_t *info, const char *field, const char *expiry_field,
+                          int64_t now_ms, int64_t margin_ms);
 /* Parses an answer body as JSON (NULL if it is not JSON). New reference. */
 json_t *adapter_answer_json(const adapter_answer_t *a);
 /* Copies s into a fixed buffer, cutting at a UTF-8 boundary. */

@@ -23,10 +23,8 @@ static const adapter_code_t codes[] = {
 
 static int wx_needs_refresh(const json_t *info, int64_t now_ms)
 {
-    const json_t *expiry = json_object_get(info, "accessTokenExpiry");
-
-    return adapter_info_str(info, "accessToken") == NULL || !json_is_number(expiry) ||
-           json_number_value(expiry) <= (double)now_ms + REFRESH_MARGIN_MS;
+    return adapter_cred_expiring(info, "accessToken", "accessTokenExpiry", now_ms,
+                                 REFRESH_MARGIN_MS);
 }
 
 static int wx_build_cred(const adapter_target_t *t, adapter_call_t *out, adapter_result_t *res)

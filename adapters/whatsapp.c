@@ -157,11 +157,8 @@ static void wa_parse_send(const adapter_target_t *t, const adapter_answer_t *a,
 
 static int wa_needs_refresh(const json_t *info, int64_t now_ms)
 {
-    const json_t *expiry = json_object_get(info, "adminAuthTokenExpiry");
-
-    /* Compared as doubles: a huge stored number must not overflow a conversion. */
-    return adapter_info_str(info, "adminAuthToken") == NULL || !json_is_number(expiry) ||
-           json_number_value(expiry) <= (double)now_ms + LOGIN_MARGIN_MS;
+    return adapter_cred_expiring(info, "adminAuthToken", "adminAuthTokenExpiry", now_ms,
+                                 LOGIN_MARGIN_MS);
 }
 
 static int wa_build_cred(const adapter_target_t *t, adapter_call_t *out, adapter_result_t *res)

@@ -82,6 +82,14 @@ static int refused_char(const unsigned char *p)
            (p[0] == 0xe2 && p[1] == 0x80 && (p[2] == 0xa8 || p[2] == 0xa9));
 }
 
+int request_id_chars_ok(const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (refused_char(p))
+            return 0;
+    return 1;
+}
+
 /* An id used inside Redis keys: a non-empty string of at most max bytes without braces or
  * control characters, so that two different (channel, member) pairs can never build the same
  * key. Over max: limit_code (118, or 108 where the id could not be carried whole). */
@@ -107,10 +115,9 @@ static int get_id(const json_t *obj, const char *key, const char *name, int requ
     }
     if (json_string_length(v) > max)
         return bg_error_set(err, limit_code, "parameter %s is longer than %zu bytes", name, max);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
-        if (refused_char(p))
-            return bg_error_set(err, BG_ERR_MISSING_PARAM,
-                                "parameter %s contains a character that is not allowed", name);
+    if (!request_id_chars_ok(s))
+        return bg_error_set(err, BG_ERR_MISSING_PARAM,
+                            "parameter %s contains a character that is not allowed", name);
     *out = s;
     return 0;
 }

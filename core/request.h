@@ -54,6 +54,11 @@ void request_redirect_free(redirect_request_t *req);
  * ("response[2]"). Unknown type: 117. */
 int request_check_response(const json_t *resp, const char *where, bg_error_t *err);
 
+/* 1 when s (valid UTF-8) holds none of the characters an id may not contain: C0 controls and
+ * DEL, C1 controls (U+0080-U+009F), U+2028, U+2029, '{' and '}' (they would end a Redis key's
+ * hash tag). Every id that goes into a key is checked with it: a request's, a tree's. */
+int request_id_chars_ok(const char *s);
+
 /* Removes '+', '-', '(', ')' and spaces from a phone number (contract.md section 5). */
 void request_normalize_phone(const char *in, char *out, size_t size);
 

@@ -2,6 +2,7 @@
 #include "tree.h"
 
 #include "member.h"
+#include "request.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -14,18 +15,11 @@
 int tree_id_ok(const char *s)
 {
     size_t n;
-    const unsigned char *p;
 
     if (s == NULL)
         return 0;
     n = strlen(s);
-    if (n == 0 || n > TREE_ID_MAX)
-        return 0;
-    for (p = (const unsigned char *)s; *p != '\0'; p++) {
-        if (*p < 0x20 || *p == 0x7f)
-            return 0;
-    }
-    return 1;
+    return n > 0 && n <= TREE_ID_MAX && request_id_chars_ok(s);
 }
 
 static int is_http_url(const char *s)
@@ -62,7 +56,7 @@ static int get_id(const json_t *obj, const char *key, const char *where, bg_erro
     if (!tree_id_ok(s))
         return bg_error_set(err, BG_ERR_MISSING_PARAM,
                             "%s.%s must be a non-empty id of at most %d bytes without control "
-                            "characters",
+                            "characters or braces",
                             where, key, TREE_ID_MAX);
     return 0;
 }
@@ -296,7 +290,7 @@ int tree_validate(const json_t *tree, bg_error_t *err)
         if (!tree_id_ok(id))
             return bg_error_set(err, BG_ERR_MISSING_PARAM,
                                 "nodes: key #%zu is not a valid node id (non-empty, at most %d "
-                                "bytes, no control characters)",
+                                "bytes, no control characters or braces)",
                                 i, TREE_ID_MAX);
         if (strcmp(id, "_tree") == 0)
             return bg_error_set(err, BG_ERR_MISSING_PARAM,

@@ -21,7 +21,8 @@
  * responseByLocale an object of such arrays keyed by locale ids; redirect null or an object
  * with tree and nodeCompositeId ids and runPreAction / sendResponse / runPostAction booleans
  * (or null) when present. Other members of a node are let through.
- * Ids: non-empty, at most TREE_ID_MAX bytes, no control characters. */
+ * Ids: non-empty, at most TREE_ID_MAX bytes, none of the characters request ids refuse
+ * (request_id_chars_ok: controls, U+2028, U+2029, braces). */
 int tree_validate(const json_t *tree, bg_error_t *err);
 
 /* One action ({"type":..}) of a node; where names it in messages ("nodes.N1.preAction[0]"). */
@@ -32,7 +33,7 @@ int tree_check_action(const json_t *action, const char *where, bg_error_t *err);
  * through as an object with a string type (the gateway checks it against the channel). */
 int tree_check_response(const json_t *resp, const char *where, bg_error_t *err);
 
-/* 1 when s is an id: non-empty, at most TREE_ID_MAX bytes, no control characters. */
+/* 1 when s is an id: non-empty, at most TREE_ID_MAX bytes, request_id_chars_ok. */
 int tree_id_ok(const char *s);
 
 /* The value of the tree hash's _tree field: {"app":..,"name":..}. New reference; NULL when

@@ -2,6 +2,7 @@
  * not the request path, so it uses hiredis's blocking API. Secrets never leave it in clear,
  * except a new token, printed once. */
 #include "../core/auth.h"
+#include "../core/clock.h"
 #include "../core/ratelimit.h"
 #include "../core/request.h"
 #include "../core/tree.h"
@@ -35,14 +36,6 @@ static int die(const char *fmt, ...)
     va_end(ap);
     fputc('\n', stderr);
     return 1;
-}
-
-static int64_t now_ms(void)
-{
-    struct timeval tv;
-
-    gettimeofday(&tv, NULL);
-    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
 }
 
 static int connect_redis(void)
@@ -130,6 +123,13 @@ static const char *str_field(const json_t *o, const char *name)
     const char *s = json_string_value(json_object_get(o, name));
 
     return s && *s ? s : NULL;
+}
+
+/* An id a record is stored under: what a request may name (request ids' length and
+ * characters), so that nothing is stored that the API could never reach. */
+static int id_ok(const char *s)
+{
+    return s != NULL && strlen(s) <= REQUEST_MAX_ID && request_id_chars_ok(s);
 }
 
 /* Field names of channel info that hold secrets (interface.md marks them), matched loosely so
@@ -269,10 +269,10 @@ static int token_create(int argc, char **argv)
     }
     b64url(raw, sizeof(raw), token + 4);
     auth_hash_token(token, strlen(token), hash);
-    record = json_pack("{s:s, s:O, s:s, s:o, s:o, s:I}", "app", app, "scopes", scopes, "label",
-                       label, "expiresAt", expires ? json_integer(now_ms() + expires) : json_null(),
-                       "channels", channels ? json_incref(channels) : json_null(), "createdAt",
-                       (json_int_t)now_ms());
+    record = json_pack(
+        "{s:s, s:O, s:s, s:o, s:o, s:I}", "app", app, "scopes", scopes, "label", label, "expiresAt",
+        expires ? json_integer(clock_wall_ms() + expires) : json_null(), "channels",
+        channels ? json_incref(channels) : json_null(), "createdAt", (json_int_t)clock_wall_ms());
     text = json_dumps(record, JSON_COMPACT);
     json_decref(record);
     if (connect_redis() != 0 || store_key_token(key, sizeof(key), prefix, hash) < 0 ||
@@ -337,8 +337,10 @@ static int channel_put(const char *path)
         return 1;
     id = str_field(ch, "_id");
     info = json_object_get(ch, "info");
-    if (id == NULL || strpbrk(id, "{}") != NULL)
-        die("%s: _id must be a non-empty string without braces", path);
+    if (!id_ok(id))
+        die("%s: _id must be a non-empty id of at most %d bytes without control characters or "
+            "braces",
+            path, REQUEST_MAX_ID);
     else if (str_field(ch, "app") == NULL)
         die("%s: app must be a non-empty string", path);
     else if (str_field(ch, "type") == NULL)
@@ -378,8 +380,10 @@ static int member_put(const char *path)
         request_normalize_phone(ext, phone, sizeof(phone));
         ext = phone[0] ? phone : NULL;
     }
-    if (id == NULL || channel == NULL || strpbrk(channel, "{}") != NULL)
-        die("%s: _id and channel must be non-empty strings (channel without braces)", path);
+    if (!id_ok(id) || !id_ok(channel))
+        die("%s: _id and channel must be non-empty ids of at most %d bytes without control "
+            "characters or braces",
+            path, REQUEST_MAX_ID);
     else if (connect_redis() == 0 && store_key_member(key, sizeof(key), prefix, channel, id) >= 0) {
         text = json_dumps(m, JSON_COMPACT);
         rc = set_key(key, text);

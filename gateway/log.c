@@ -1,6 +1,7 @@
 /* log.c - the process log. */
 #include "log.h"
 
+#include "../core/clock.h"
 #include "../core/jsonw.h"
 
 #include <stdarg.h>
@@ -47,17 +48,17 @@ static void timestamp(char *out, size_t size)
 {
     static _Thread_local time_t shown = (time_t)-1;
     static _Thread_local char second[32];
-    struct timespec ts;
+    int64_t ms = clock_wall_ms();
+    time_t sec = (time_t)(ms / 1000);
     struct tm tm;
 
-    clock_gettime(CLOCK_REALTIME, &ts);
-    if (ts.tv_sec != shown) {
-        gmtime_r(&ts.tv_sec, &tm);
+    if (sec != shown) {
+        gmtime_r(&sec, &tm);
         if (strftime(second, sizeof(second), "%Y-%m-%dT%H:%M:%S", &tm) == 0)
             second[0] = '\0';
-        shown = ts.tv_sec;
+        shown = sec;
     }
-    snprintf(out, size, "%s.%03ldZ", second, ts.tv_nsec / 1000000);
+    snprintf(out, size, "%s.%03dZ", second, (int)(ms % 1000));
 }
 
 void log_fields_text(log_level_t level, const char *fields, size_t len)

@@ -3,6 +3,7 @@
 #include "metrics.h"
 
 #include <event2/buffer.h>
+#include <stdio.h>
 #include <string.h>
 
 static const double bounds[METRICS_BUCKETS] = {
@@ -104,18 +105,18 @@ static void histogram(struct evbuffer *b, const char *name, const char *label, c
                       const metrics_histogram_t *const *hs, int n)
 {
     uint64_t cum = 0, sum_us = 0;
+    char le[32];
 
     for (int i = 0; i <= METRICS_BUCKETS; i++) {
         for (int w = 0; w < n; w++)
             cum += get(&hs[w]->buckets[i]);
         if (i < METRICS_BUCKETS)
-            evbuffer_add_printf(b, "%s_bucket{%s%s%s%sle=\"%g\"} %llu\n", name,
-                                label ? label : "", label ? "=\"" : "", label ? value : "",
-                                label ? "\"," : "", bounds[i], (unsigned long long)cum);
+            snprintf(le, sizeof(le), "%g", bounds[i]);
         else
-            evbuffer_add_printf(b, "%s_bucket{%s%s%s%sle=\"+Inf\"} %llu\n", name,
-                                label ? label : "", label ? "=\"" : "", label ? value : "",
-                                label ? "\"," : "", (unsigned long long)cum);
+            snprintf(le, sizeof(le), "+Inf");
+        evbuffer_add_printf(b, "%s_bucket{%s%s%s%sle=\"%s\"} %llu\n", name, label ? label : "",
+                            label ? "=\"" : "", label ? value : "", label ? "\"," : "", le,
+                            (unsigned long long)cum);
     }
     for (int w = 0; w < n; w++)
         sum_us += get(&hs[w]->sum_us);

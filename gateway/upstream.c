@@ -63,7 +63,7 @@ struct upstream_shard {
     CURLM *multi;
     struct event *timer;
     size_t in_flight;
-    int in_curl; /* inside curl_multi_socket_action, called from on_event or on_timer */
+    int in_curl; /* inside curl_multi_socket_action, called from on_event or on_curl_timeout */
 };
 
 /* Owned by its worker. */
@@ -81,32 +81,33 @@ struct upstream {
 
 static void check_done(upstream_shard_t *sh);
 
-static void on_event(evutil_socket_t fd, short what, void *arg)
+/* Lets curl act on a socket (or on its timeout), then hands up what it finished. */
+static void multi_act(upstream_shard_t *sh, curl_socket_t fd, int action)
 {
-    upstream_shard_t *sh = arg;
-    int running, action = 0;
+    int running;
 
-    if (what & EV_READ)
-        action |= CURL_CSELECT_IN;
-    if (what & EV_WRITE)
-        action |= CURL_CSELECT_OUT;
     sh->in_curl = 1;
     curl_multi_socket_action(sh->multi, fd, action, &running);
     sh->in_curl = 0;
     check_done(sh);
 }
 
-static void on_timer(evutil_socket_t fd, short what, void *arg)
+static void on_event(evutil_socket_t fd, short what, void *arg)
 {
-    upstream_shard_t *sh = arg;
-    int running;
+    int action = 0;
 
+    if (what & EV_READ)
+        action |= CURL_CSELECT_IN;
+    if (what & EV_WRITE)
+        action |= CURL_CSELECT_OUT;
+    multi_act(arg, fd, action);
+}
+
+static void on_curl_timeout(evutil_socket_t fd, short what, void *arg)
+{
     (void)fd;
     (void)what;
-    sh->in_curl = 1;
-    curl_multi_socket_action(sh->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-    sh->in_curl = 0;
-    check_done(sh);
+    multi_act(arg, CURL_SOCKET_TIMEOUT, 0);
 }
 
 /* curl's socket callback: never returns -1 (that would abort every transfer). */
@@ -323,7 +324,7 @@ static upstream_shard_t *shard_new(upstream_t *up)
         return NULL;
     sh->up = up;
     sh->multi = curl_multi_init();
-    sh->timer = evtimer_new(up->base, on_timer, sh);
+    sh->timer = evtimer_new(up->base, on_curl_timeout, sh);
     if (sh->multi == NULL || sh->timer == NULL) {
         shard_free(sh);
         return NULL;
@@ -443,8 +444,8 @@ void upstream_free(upstream_t *up)
     free(up);
 }
 
-static upstream_xfer_t *start(upstream_t *up, adapter_call_t *call, long timeout_ms,
-                              size_t max_answer, unsigned flags, upstream_cb *cb, void *arg)
+static upstream_xfer_t *xfer_start(upstream_t *up, adapter_call_t *call, long timeout_ms,
+                                   size_t max_answer, unsigned flags, upstream_cb *cb, void *arg)
 {
     upstream_xfer_t *x = up->spare;
     CURL *e;
@@ -519,7 +520,7 @@ static upstream_xfer_t *start(upstream_t *up, adapter_call_t *call, long timeout
 upstream_xfer_t *upstream_start(upstream_t *up, adapter_call_t *call, long timeout_ms,
                                 size_t max_answer, unsigned flags, upstream_cb *cb, void *arg)
 {
-    upstream_xfer_t *x = start(up, call, timeout_ms, max_answer, flags, cb, arg);
+    upstream_xfer_t *x = xfer_start(up, call, timeout_ms, max_answer, flags, cb, arg);
 
     /* curl copied the URL and the header lines, the body is the transfer's: nothing of the
      * call is held while the platform takes its time */
@@ -562,7 +563,7 @@ static const char *describe(upstream_xfer_t *x, CURLcode code, long long total_u
     return buf;
 }
 
-static void finish(upstream_xfer_t *x, CURLcode code)
+static void xfer_finish(upstream_xfer_t *x, CURLcode code)
 {
     upstream_answer_t ans;
     upstream_cb *cb = x->cb;
@@ -620,6 +621,6 @@ static void check_done(upstream_shard_t *sh)
         code = msg->data.result;
         curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
         curl_multi_remove_handle(sh->multi, msg->easy_handle);
-        finish(x, code);
+        xfer_finish(x, code);
     }
 }

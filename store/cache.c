@@ -4,6 +4,8 @@
  * put whose ticket (the count when its read was sent) is no longer current is stale. */
 #include "cache.h"
 
+#include "../core/hash.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,11 +29,7 @@ struct store_cache {
 
 static unsigned hashn(const char *key, size_t len)
 {
-    uint32_t h = 2166136261u; /* FNV-1a */
-
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ (unsigned char)key[i]) * 16777619u;
-    return h % BUCKETS;
+    return hash_fnv1a(key, len) % BUCKETS;
 }
 
 static unsigned hash(const char *key)

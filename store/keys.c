@@ -31,6 +31,13 @@ static int join(char *buf, size_t size, const char *const *parts, size_t nparts)
     join((buf), (size), (const char *const[]){__VA_ARGS__},                                  \
          sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *))
 
+/* A key of one record of a channel: <prefix><kind>:{<channel>}:<id>. */
+static int channel_record(char *buf, size_t size, const char *prefix, const char *kind,
+                          const char *channel_id, const char *id)
+{
+    return key(buf, size, prefix, kind, ":{", channel_id, "}:", id);
+}
+
 int store_key_token(char *buf, size_t size, const char *prefix, const char *hash_hex)
 {
     return key(buf, size, prefix, "token:", hash_hex);
@@ -44,18 +51,18 @@ int store_key_channel(char *buf, size_t size, const char *prefix, const char *ch
 int store_key_member(char *buf, size_t size, const char *prefix, const char *channel_id,
                      const char *member_id)
 {
-    return key(buf, size, prefix, "member:{", channel_id, "}:", member_id);
+    return channel_record(buf, size, prefix, "member", channel_id, member_id);
 }
 
 int store_key_member_base(char *buf, size_t size, const char *prefix, const char *channel_id)
 {
-    return key(buf, size, prefix, "member:{", channel_id, "}:");
+    return channel_record(buf, size, prefix, "member", channel_id, "");
 }
 
 int store_key_recipient(char *buf, size_t size, const char *prefix, const char *channel_id,
                         const char *recipient_id)
 {
-    return key(buf, size, prefix, "recipient:{", channel_id, "}:", recipient_id);
+    return channel_record(buf, size, prefix, "recipient", channel_id, recipient_id);
 }
 
 int store_key_tree(char *buf, size_t size, const char *prefix, const char *tree_id)
@@ -66,7 +73,7 @@ int store_key_tree(char *buf, size_t size, const char *prefix, const char *tree_
 int store_key_contact(char *buf, size_t size, const char *prefix, const char *channel_id,
                       const char *number)
 {
-    return key(buf, size, prefix, "wacontact:{", channel_id, "}:", number);
+    return channel_record(buf, size, prefix, "wacontact", channel_id, number);
 }
 
 int store_key_cred_lock(char *buf, size_t size, const char *prefix, const char *channel_id)
@@ -77,7 +84,7 @@ int store_key_cred_lock(char *buf, size_t size, const char *prefix, const char *
 int store_key_media(char *buf, size_t size, const char *prefix, const char *channel_id,
                     const char *url_hash)
 {
-    return key(buf, size, prefix, "media:{", channel_id, "}:", url_hash);
+    return channel_record(buf, size, prefix, "media", channel_id, url_hash);
 }
 
 int store_key_rate(char *buf, size_t size, const char *prefix, const char *channel_id,

@@ -5,6 +5,10 @@
  * NULL, and a new connection is tried with backoff. */
 #include "redisc.h"
 
+#include "../core/clock.h"
+#include "../core/dlist.h"
+#include "../core/hash.h"
+
 #include <arpa/inet.h>
 #include <event2/dns.h>
 #include <event2/event.h>
@@ -15,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 2000
@@ -74,7 +77,7 @@ struct redisc {
     char why[160];            /* the last failure reported, so that a loop reports it once */
     /* a subscriber (redisc_new_subscriber) only */
     char *anchor;             /* NULL: not a subscriber */
-    redisc_sub_t *subs[SUB_BUCKETS];
+    redisc_sub_t *subs[SUB_BUCKETS], *subs_last[SUB_BUCKETS]; /* oldest first */
     unsigned dispatches;
     /* client-side caching (redisc_track): on the command connection */
     redisc_t *trk_sub;        /* where its invalidations arrive; NULL: not tracking */
@@ -92,23 +95,7 @@ struct redisc {
     int trk_listening;        /* subscribed to INVALIDATE_CHANNEL on the current connection */
 };
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t now_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static void arm(struct event *ev, int64_t ms)
+static void arm_timer(struct event *ev, int64_t ms)
 {
     struct timeval tv;
 
@@ -132,14 +119,7 @@ static void tell(redisc_t *r, int up, const char *why)
 
 static void unlink_cmd(redisc_t *r, redisc_cmd_t *c)
 {
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        r->head = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    else
-        r->tail = c->prev;
+    DLIST_UNLINK(r->head, r->tail, c);
     r->n--;
     c->next = r->spare;
     r->spare = c;
@@ -150,16 +130,16 @@ static void trk_lost(redisc_t *r);
 static void schedule_reconnect(redisc_t *r)
 {
     if (!event_pending(r->retry, EV_TIMEOUT, NULL))
-        arm(r->retry, r->backoff_ms);
+        arm_timer(r->retry, r->backoff_ms);
     r->backoff_ms = r->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : r->backoff_ms * 2;
 }
 
-/* Gives up the current connection: every pending callback gets NULL. Never called from the
- * connect callback (hiredis 0.14 frees the context itself after a failed connect). */
-static void drop(redisc_t *r, const char *why)
+/* The connection is gone: stop its timers and questions, say so, and retry after the backoff.
+ * ac is the context to free (every pending callback gets NULL), or NULL when hiredis frees it
+ * itself (a disconnect). Never called with ac from the connect callback (hiredis 0.14 frees the
+ * context itself after a failed connect). */
+static void go_down(redisc_t *r, redisAsyncContext *ac, const char *why)
 {
-    redisAsyncContext *ac = r->ac;
-
     r->ac = NULL;
     r->state = RC_DOWN;
     event_del(r->timer);
@@ -167,7 +147,7 @@ static void drop(redisc_t *r, const char *why)
     sentinel_cancel(r->query);
     r->query = NULL;
     if (ac != NULL) {
-        ac->data = NULL; /* on_disconnect ignores a context we dropped */
+        ac->data = NULL; /* on_redis_disconnect ignores a context we dropped */
         redisAsyncFree(ac);
     }
     trk_lost(r);
@@ -175,7 +155,13 @@ static void drop(redisc_t *r, const char *why)
     schedule_reconnect(r);
 }
 
-static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
+/* Gives up the current connection: every pending callback gets NULL. */
+static void drop(redisc_t *r, const char *why)
+{
+    go_down(r, r->ac, why);
+}
+
+static void cmd_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
     redisc_cmd_t *c = privdata;
     redisc_t *r = c->r;
@@ -186,7 +172,7 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     if (r->observe != NULL)
         r->observe(r->observe_arg,
                    reply != NULL && ((redisReply *)reply)->type != REDIS_REPLY_ERROR,
-                   now_us() - c->sent_us);
+                   clock_mono_us() - c->sent_us);
     unlink_cmd(r, c);
     if (cb != NULL)
         cb(reply, arg);
@@ -196,10 +182,10 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
         drop(r, "the server became a replica");
 }
 
-static void on_timer(evutil_socket_t fd, short what, void *arg)
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
 {
     redisc_t *r = arg;
-    int64_t now = now_ms();
+    int64_t now = clock_coarse_ms();
 
     (void)fd;
     (void)what;
@@ -213,13 +199,13 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
         drop(r, "command timed out");
         return;
     }
-    arm(r->timer, r->head->deadline_ms - now);
+    arm_timer(r->timer, r->head->deadline_ms - now);
 }
 
 static void watch_head(redisc_t *r)
 {
     if (r->head != NULL && !event_pending(r->timer, EV_TIMEOUT, NULL))
-        arm(r->timer, r->head->deadline_ms - now_ms());
+        arm_timer(r->timer, r->head->deadline_ms - clock_coarse_ms());
 }
 
 static int send_cmd(redisc_t *r, redisc_cb *cb, void *arg, int argc, const char **argv,
@@ -234,20 +220,14 @@ static int send_cmd(redisc_t *r, redisc_cb *cb, void *arg, int argc, const char 
     c->r = r;
     c->cb = cb;
     c->arg = arg;
-    c->sent_us = r->observe != NULL ? now_us() : 0;
-    c->deadline_ms = now_ms() + r->cfg.command_timeout_ms;
-    c->next = NULL;
-    c->prev = r->tail;
-    if (redisAsyncCommandArgv(r->ac, on_reply, c, argc, argv, argvlen) != REDIS_OK) {
+    c->sent_us = r->observe != NULL ? clock_mono_us() : 0;
+    c->deadline_ms = clock_coarse_ms() + r->cfg.command_timeout_ms;
+    if (redisAsyncCommandArgv(r->ac, cmd_on_reply, c, argc, argv, argvlen) != REDIS_OK) {
         c->next = r->spare;
         r->spare = c;
         return REDISC_DOWN;
     }
-    if (r->tail)
-        r->tail->next = c;
-    else
-        r->head = c;
-    r->tail = c;
+    DLIST_APPEND(r->head, r->tail, c);
     r->n++;
     watch_head(r);
     if (out != NULL)
@@ -259,11 +239,7 @@ static int send_cmd(redisc_t *r, redisc_cb *cb, void *arg, int argc, const char 
 
 static unsigned sub_bucket(const char *name, size_t len)
 {
-    uint32_t h = 2166136261u; /* FNV-1a */
-
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ (unsigned char)name[i]) * 16777619u;
-    return h % SUB_BUCKETS;
+    return hash_fnv1a(name, len) % SUB_BUCKETS;
 }
 
 /* The first subscription to the channel name, or NULL. */
@@ -502,7 +478,7 @@ static void on_setup_reply(redisReply *reply, void *arg)
     r->state = RC_UP;
     r->backoff_ms = BACKOFF_MIN_MS;
     if (r->cfg.n_sentinels > 0)
-        arm(r->check, SENTINEL_CHECK_MS);
+        arm_timer(r->check, SENTINEL_CHECK_MS);
     if (r->anchor != NULL)
         subscribe_all(r);
     if (r->trk_sub != NULL)
@@ -510,7 +486,7 @@ static void on_setup_reply(redisReply *reply, void *arg)
     tell(r, 1, "connected");
 }
 
-static void on_connect(const redisAsyncContext *ac, int status)
+static void on_redis_connect(const redisAsyncContext *ac, int status)
 {
     redisc_t *r = ac->data;
 
@@ -545,22 +521,14 @@ static void on_connect(const redisAsyncContext *ac, int status)
     }
 }
 
-static void on_disconnect(const redisAsyncContext *ac, int status)
+static void on_redis_disconnect(const redisAsyncContext *ac, int status)
 {
     redisc_t *r = ac->data;
 
     (void)status;
     if (r == NULL)
         return;
-    r->ac = NULL;
-    r->state = RC_DOWN;
-    event_del(r->timer);
-    event_del(r->check);
-    sentinel_cancel(r->query);
-    r->query = NULL;
-    trk_lost(r);
-    tell(r, 0, "connection lost");
-    schedule_reconnect(r);
+    go_down(r, NULL, "connection lost");
 }
 
 /* A subscriber's messages are read before anything else the loop has ready (the worker's
@@ -594,8 +562,8 @@ static void connect_to(redisc_t *r, const char *host, int port)
     ac->data = r;
     if (redisLibeventAttach(ac, r->base) != REDIS_OK ||
         (r->anchor != NULL && sub_prioritise(ac) != 0) ||
-        redisAsyncSetConnectCallback(ac, on_connect) != REDIS_OK ||
-        redisAsyncSetDisconnectCallback(ac, on_disconnect) != REDIS_OK) {
+        redisAsyncSetConnectCallback(ac, on_redis_connect) != REDIS_OK ||
+        redisAsyncSetDisconnectCallback(ac, on_redis_disconnect) != REDIS_OK) {
         redisAsyncFree(ac);
         r->state = RC_DOWN;
         schedule_reconnect(r);
@@ -603,7 +571,7 @@ static void connect_to(redisc_t *r, const char *host, int port)
     }
     r->ac = ac;
     r->state = RC_CONNECTING;
-    arm(r->timer, r->cfg.connect_timeout_ms);
+    arm_timer(r->timer, r->cfg.connect_timeout_ms);
 }
 
 static void on_master(void *arg, int ok, const char *host, int port)
@@ -652,7 +620,7 @@ static void on_master_checked(void *arg, int ok, const char *host, int port)
         drop(r, "the sentinels moved the master");
         return;
     }
-    arm(r->check, SENTINEL_CHECK_MS);
+    arm_timer(r->check, SENTINEL_CHECK_MS);
 }
 
 static void on_check(evutil_socket_t fd, short what, void *arg)
@@ -667,7 +635,7 @@ static void on_check(evutil_socket_t fd, short what, void *arg)
                             &r->next_sentinel, r->cfg.master_name, r->cfg.connect_timeout_ms,
                             on_master_checked, r);
     if (r->query == NULL)
-        arm(r->check, SENTINEL_CHECK_MS);
+        arm_timer(r->check, SENTINEL_CHECK_MS);
 }
 
 static void on_retry(evutil_socket_t fd, short what, void *arg)
@@ -686,7 +654,7 @@ redisc_t *redisc_new(struct event_base *base, const redisc_config_t *cfg)
     r->base = base;
     r->cfg = *cfg;
     r->backoff_ms = BACKOFF_MIN_MS;
-    r->timer = evtimer_new(base, on_timer, r);
+    r->timer = evtimer_new(base, on_deadline, r);
     r->retry = evtimer_new(base, on_retry, r);
     r->check = evtimer_new(base, on_check, r);
     if (r->timer == NULL || r->retry == NULL || r->check == NULL) {
@@ -732,11 +700,7 @@ redisc_sub_t *redisc_subscribe(redisc_t *r, const char *channel, redisc_message_
     s->len = len;
     memcpy(s->channel, channel, len + 1);
     s->bucket = sub_bucket(channel, len);
-    s->prev = NULL;
-    s->next = r->subs[s->bucket];
-    if (s->next != NULL)
-        s->next->prev = s;
-    r->subs[s->bucket] = s;
+    DLIST_APPEND(r->subs[s->bucket], r->subs_last[s->bucket], s);
     if (first && r->state == RC_UP)
         sub_send(r, "SUBSCRIBE", channel, len);
     return s;
@@ -749,12 +713,7 @@ void redisc_unsubscribe(redisc_sub_t *s)
     if (s == NULL)
         return;
     r = s->r;
-    if (s->prev != NULL)
-        s->prev->next = s->next;
-    else
-        r->subs[s->bucket] = s->next;
-    if (s->next != NULL)
-        s->next->prev = s->prev;
+    DLIST_UNLINK(r->subs[s->bucket], r->subs_last[s->bucket], s);
     if (r->state == RC_UP && sub_find(r, s->channel, s->len) == NULL)
         sub_send(r, "UNSUBSCRIBE", s->channel, s->len);
     free(s);

@@ -37,7 +37,7 @@ struct sentinel_query {
 
 static void try_next(sentinel_query_t *q);
 
-static void arm(sentinel_query_t *q, void (*then)(sentinel_query_t *q), int ms)
+static void query_arm(sentinel_query_t *q, void (*then)(sentinel_query_t *q), int ms)
 {
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
 
@@ -46,7 +46,7 @@ static void arm(sentinel_query_t *q, void (*then)(sentinel_query_t *q), int ms)
 }
 
 /* host may be q's own (addr): copied before q goes. */
-static void done(sentinel_query_t *q, int ok, const char *host, int port)
+static void query_done(sentinel_query_t *q, int ok, const char *host, int port)
 {
     sentinel_cb *cb = q->cb;
     void *arg = q->arg;
@@ -127,7 +127,7 @@ static void on_lookup(int result, struct evutil_addrinfo *res, void *arg)
         first_address(res, q->addr, sizeof(q->addr));
     if (res != NULL)
         evutil_freeaddrinfo(res);
-    arm(q, q->found, 0);
+    query_arm(q, q->found, 0);
 }
 
 /* Looks name up on the loop (hosts file, then DNS); found() follows, or next_attempt() when
@@ -142,15 +142,15 @@ static void look_up(sentinel_query_t *q, const char *name, void (*found)(sentine
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_protocol = IPPROTO_TCP;
     q->found = found;
-    arm(q, next_attempt, q->timeout_ms);
+    query_arm(q, next_attempt, q->timeout_ms);
     req = evdns_getaddrinfo(q->dns, name, NULL, &hints, on_lookup, q);
     if (req != NULL) /* NULL: on_lookup has run already */
         q->lookup = req;
 }
 
-static void on_reply(redisAsyncContext *ac, void *r, void *privdata);
-static void on_connect(const redisAsyncContext *ac, int status);
-static void on_disconnect(const redisAsyncContext *ac, int status);
+static void on_master_addr(redisAsyncContext *ac, void *r, void *privdata);
+static void on_sentinel_connect(const redisAsyncContext *ac, int status);
+static void on_sentinel_disconnect(const redisAsyncContext *ac, int status);
 
 static void ask(sentinel_query_t *q, const char *host)
 {
@@ -161,20 +161,20 @@ static void ask(sentinel_query_t *q, const char *host)
     if (ac == NULL || ac->err || redisLibeventAttach(ac, q->base) != REDIS_OK) {
         if (ac != NULL)
             redisAsyncFree(ac);
-        arm(q, next_attempt, 0);
+        query_arm(q, next_attempt, 0);
         return;
     }
     ac->data = q;
-    redisAsyncSetConnectCallback(ac, on_connect);
-    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    redisAsyncSetConnectCallback(ac, on_sentinel_connect);
+    redisAsyncSetDisconnectCallback(ac, on_sentinel_disconnect);
     q->ac = ac;
-    if (redisAsyncCommand(ac, on_reply, q, "SENTINEL get-master-addr-by-name %s", q->master) !=
-        REDIS_OK) {
+    if (redisAsyncCommand(ac, on_master_addr, q, "SENTINEL get-master-addr-by-name %s",
+                          q->master) != REDIS_OK) {
         abandon(q);
-        arm(q, next_attempt, 0);
+        query_arm(q, next_attempt, 0);
         return;
     }
-    arm(q, next_attempt, q->timeout_ms);
+    query_arm(q, next_attempt, q->timeout_ms);
 }
 
 /* The sentinel's name looked up again: a sentinel moved to another address is still found.
@@ -190,10 +190,10 @@ static void master_found(sentinel_query_t *q)
         next_attempt(q);
         return;
     }
-    done(q, 1, q->addr, q->master_port);
+    query_done(q, 1, q->addr, q->master_port);
 }
 
-static void on_reply(redisAsyncContext *ac, void *r, void *privdata)
+static void on_master_addr(redisAsyncContext *ac, void *r, void *privdata)
 {
     sentinel_query_t *q = privdata;
     redisReply *reply = r;
@@ -214,13 +214,13 @@ static void on_reply(redisAsyncContext *ac, void *r, void *privdata)
         evtimer_del(q->timer);
         *q->next = (*q->next + q->n - 1) % q->n; /* ask this one first next time */
         if (is_address(host) && strlen(host) < sizeof(q->addr)) {
-            done(q, 1, host, port);
+            query_done(q, 1, host, port);
         } else if (q->dns != NULL) {
             /* announced by name (announce-hostnames): looked up without blocking */
             q->master_port = port;
             look_up(q, host, master_found);
         } else {
-            arm(q, next_attempt, 0);
+            query_arm(q, next_attempt, 0);
         }
         return;
     }
@@ -229,22 +229,22 @@ static void on_reply(redisAsyncContext *ac, void *r, void *privdata)
     ac->data = NULL;
     if (reply != NULL)
         redisAsyncDisconnect(ac);
-    arm(q, next_attempt, 0);
+    query_arm(q, next_attempt, 0);
 }
 
-static void on_connect(const redisAsyncContext *ac, int status)
+static void on_sentinel_connect(const redisAsyncContext *ac, int status)
 {
     sentinel_query_t *q = ac->data;
 
     if (q == NULL || status == REDIS_OK)
         return;
-    /* hiredis frees this context after the callback (and calls on_reply with NULL) */
+    /* hiredis frees this context after the callback (and calls on_master_addr with NULL) */
     q->ac = NULL;
     ((redisAsyncContext *)ac)->data = NULL;
-    arm(q, next_attempt, 0);
+    query_arm(q, next_attempt, 0);
 }
 
-static void on_disconnect(const redisAsyncContext *ac, int status)
+static void on_sentinel_disconnect(const redisAsyncContext *ac, int status)
 {
     sentinel_query_t *q = ac->data;
 
@@ -252,10 +252,10 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     if (q == NULL)
         return;
     q->ac = NULL;
-    arm(q, next_attempt, 0);
+    query_arm(q, next_attempt, 0);
 }
 
-static void on_timer(evutil_socket_t fd, short what, void *arg)
+static void on_query_timer(evutil_socket_t fd, short what, void *arg)
 {
     sentinel_query_t *q = arg;
 
@@ -267,7 +267,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 static void try_next(sentinel_query_t *q)
 {
     if (q->tried >= q->n) {
-        done(q, 0, NULL, 0);
+        query_done(q, 0, NULL, 0);
         return;
     }
     q->asking = &q->sentinels[*q->next];
@@ -296,7 +296,7 @@ sentinel_query_t *sentinel_ask(struct event_base *base, struct evdns_base *dns,
     q->timeout_ms = timeout_ms;
     q->cb = cb;
     q->arg = arg;
-    if ((q->timer = evtimer_new(base, on_timer, q)) == NULL) {
+    if ((q->timer = evtimer_new(base, on_query_timer, q)) == NULL) {
         free(q);
         return NULL;
     }

@@ -5,6 +5,8 @@
 
 #include "cache.h"
 
+#include "../core/clock.h"
+#include "../core/hash.h"
 #include "../core/jscan.h"
 #include "../core/jsonw.h"
 
@@ -14,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
-#include <time.h>
 
 /* Compare-and-set writes to one key are queued inside a worker (they would only defeat each
  * other on its one connection); what is left are races with other workers and instances,
@@ -206,14 +207,6 @@ const char *store_prefix(const store_t *st)
     return st->prefix;
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void call_free(store_call_t *c)
 {
     json_decref(c->change);
@@ -228,11 +221,7 @@ static void call_free(store_call_t *c)
 
 static unsigned key_bucket(const char *key)
 {
-    uint32_t h = 2166136261u; /* FNV-1a */
-
-    for (; *key; key++)
-        h = (h ^ (unsigned char)*key) * 16777619u;
-    return h % CAS_BUCKETS;
+    return hash_fnv1a(key, strlen(key)) % CAS_BUCKETS;
 }
 
 /* ---- reads of one record in flight at once share one GET ---- */
@@ -266,7 +255,7 @@ static void cas_hold(store_call_t *c)
 }
 
 static store_status_t send_get(store_call_t *c);
-static void finish(store_call_t *c, store_status_t status, json_t *value);
+static void store_call_finish(store_call_t *c, store_status_t status, json_t *value);
 
 /* The holder c is done (or cancelled): the next call waiting for the key takes over. */
 static void cas_release(store_call_t *c)
@@ -283,7 +272,7 @@ static void cas_release(store_call_t *c)
         return;
     cas_hold(next);
     if ((st = send_get(next)) != STORE_OK)
-        finish(next, st, NULL); /* which releases the key to the one after it */
+        store_call_finish(next, st, NULL); /* which releases the key to the one after it */
 }
 
 void store_cancel(store_call_t *call)
@@ -331,7 +320,7 @@ static store_call_t *call_new(store_t *st, call_kind_t kind, const char *key, st
     return c;
 }
 
-static void finish(store_call_t *c, store_status_t status, json_t *value)
+static void store_call_finish(store_call_t *c, store_status_t status, json_t *value)
 {
     store_cb *cb;
     void *arg;
@@ -344,7 +333,7 @@ static void finish(store_call_t *c, store_status_t status, json_t *value)
     while ((j = c->joiners) != NULL) {
         c->joiners = j->join_next;
         j->leader = NULL;
-        finish(j, status, json_incref(value));
+        store_call_finish(j, status, json_incref(value));
     }
     cb = c->cb;
     arg = c->arg;
@@ -357,12 +346,12 @@ static void finish(store_call_t *c, store_status_t status, json_t *value)
         json_decref(value);
 }
 
-static void on_reply(redisReply *reply, void *arg);
+static void store_call_on_reply(redisReply *reply, void *arg);
 
 static store_status_t send_argv(store_call_t *c, int argc, const char **argv,
                                 const size_t *lens)
 {
-    int rc = redisc_command(c->st->redis, on_reply, c, argc, argv, lens, &c->cmd);
+    int rc = redisc_command(c->st->redis, store_call_on_reply, c, argc, argv, lens, &c->cmd);
 
     if (rc == REDISC_OK)
         return STORE_OK;
@@ -370,8 +359,8 @@ static store_status_t send_argv(store_call_t *c, int argc, const char **argv,
 }
 
 /* Sends and returns the call, or frees it and reports why nothing was sent. */
-static store_call_t *start(store_call_t *c, int argc, const char **argv, const size_t *lens,
-                           store_status_t *status)
+static store_call_t *call_start(store_call_t *c, int argc, const char **argv, const size_t *lens,
+                                store_status_t *status)
 {
     store_status_t st = send_argv(c, argc, argv, lens);
 
@@ -388,7 +377,7 @@ static store_call_t *start_get(store_call_t *c, store_status_t *status)
 {
     const char *argv[] = {"GET", c->key};
 
-    return start(c, 2, argv, NULL, status);
+    return call_start(c, 2, argv, NULL, status);
 }
 
 /* A GET that a read of the same key already in flight answers: c joins it and sends nothing.
@@ -485,7 +474,7 @@ static void cas_write(store_call_t *c, const char *raw, size_t len)
     if (st == STORE_OK)
         st = cas_send(c, raw, len, next, next_len);
     if (st != STORE_OK)
-        finish(c, st, NULL);
+        store_call_finish(c, st, NULL);
 }
 
 /* The first attempt without reading: the record the caller read a moment ago, as botgate
@@ -517,7 +506,7 @@ static void on_pause(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     if ((st = send_get(c)) != STORE_OK)
-        finish(c, st, NULL);
+        store_call_finish(c, st, NULL);
 }
 
 static void on_cas_written(store_call_t *c, redisReply *reply)
@@ -529,19 +518,19 @@ static void on_cas_written(store_call_t *c, redisReply *reply)
         record = c->written;
         c->written = NULL;
         if (c->cacheable)
-            store_cache_put(c->st->cache, c->key, record, now_ms(), c->ticket);
-        finish(c, STORE_OK, record);
+            store_cache_put(c->st->cache, c->key, record, clock_coarse_ms(), c->ticket);
+        store_call_finish(c, STORE_OK, record);
         return;
     }
     if (c->optimistic) {
         store_status_t st;
         c->optimistic = 0;
         if ((st = send_get(c)) != STORE_OK)
-            finish(c, st, NULL);
+            store_call_finish(c, st, NULL);
         return;
     }
     if (++c->attempts >= CAS_ATTEMPTS) {
-        finish(c, STORE_CONFLICT, NULL);
+        store_call_finish(c, STORE_CONFLICT, NULL);
         return;
     }
     /* Another worker or instance wrote first: read again after 0..31 ms, so that racing
@@ -555,24 +544,24 @@ static void on_cas_written(store_call_t *c, redisReply *reply)
         c->st->rng = x;
         tv.tv_usec = (suseconds_t)((x % (1u << (c->attempts < 5 ? c->attempts : 5))) * 1000);
         if (c->pause == NULL && (c->pause = evtimer_new(c->st->base, on_pause, c)) == NULL) {
-            finish(c, STORE_UNAVAILABLE, NULL);
+            store_call_finish(c, STORE_UNAVAILABLE, NULL);
             return;
         }
         evtimer_add(c->pause, &tv);
     }
 }
 
-static void on_node(store_call_t *c, redisReply *reply)
+static void on_node_reply(store_call_t *c, redisReply *reply)
 {
     json_t *tree, *node, *value;
 
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2) {
-        finish(c, STORE_UNAVAILABLE, NULL);
+        store_call_finish(c, STORE_UNAVAILABLE, NULL);
         return;
     }
     if (reply->element[0]->type != REDIS_REPLY_STRING ||
         reply->element[1]->type != REDIS_REPLY_STRING) {
-        finish(c, STORE_NOT_FOUND, NULL);
+        store_call_finish(c, STORE_NOT_FOUND, NULL);
         return;
     }
     tree = json_loadb(reply->element[0]->str, reply->element[0]->len, 0, NULL);
@@ -580,13 +569,13 @@ static void on_node(store_call_t *c, redisReply *reply)
     if (!json_is_object(tree) || !json_is_object(node)) {
         json_decref(tree);
         json_decref(node);
-        finish(c, STORE_BAD_RECORD, NULL);
+        store_call_finish(c, STORE_BAD_RECORD, NULL);
         return;
     }
     value = json_object();
     json_object_set_new(value, "tree", tree);
     json_object_set_new(value, "node", node);
-    finish(c, STORE_OK, value);
+    store_call_finish(c, STORE_OK, value);
 }
 
 /* {"_id":..,"externalId":..} of a member record, or NULL when it is not a valid record. */
@@ -609,25 +598,25 @@ static json_t *decode_brief(const char *raw, size_t len)
     return o;
 }
 
-static void on_reply(redisReply *reply, void *arg)
+static void store_call_on_reply(redisReply *reply, void *arg)
 {
     store_call_t *c = arg;
     json_t *value;
 
     c->cmd = NULL;
     if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
-        finish(c, STORE_UNAVAILABLE, NULL);
+        store_call_finish(c, STORE_UNAVAILABLE, NULL);
         return;
     }
     switch (c->kind) {
     case CALL_IGNORE:
-        finish(c, STORE_OK, NULL);
+        store_call_finish(c, STORE_OK, NULL);
         return;
     case CALL_LOCK:
-        finish(c, reply->type == REDIS_REPLY_STATUS ? STORE_OK : STORE_NOT_FOUND, NULL);
+        store_call_finish(c, reply->type == REDIS_REPLY_STATUS ? STORE_OK : STORE_NOT_FOUND, NULL);
         return;
     case CALL_NODE:
-        on_node(c, reply);
+        on_node_reply(c, reply);
         return;
     case CALL_CAS_WRITE:
         on_cas_written(c, reply);
@@ -636,11 +625,11 @@ static void on_reply(redisReply *reply, void *arg)
         break;
     }
     if (reply->type == REDIS_REPLY_NIL) {
-        finish(c, STORE_NOT_FOUND, NULL);
+        store_call_finish(c, STORE_NOT_FOUND, NULL);
         return;
     }
     if (reply->type != REDIS_REPLY_STRING) {
-        finish(c, STORE_BAD_RECORD, NULL);
+        store_call_finish(c, STORE_BAD_RECORD, NULL);
         return;
     }
     if (c->kind == CALL_CAS_READ) {
@@ -655,12 +644,12 @@ static void on_reply(redisReply *reply, void *arg)
         value = json_loadb(reply->str, reply->len, 0, NULL);
     if (!json_is_object(value) && !json_is_string(value)) {
         json_decref(value);
-        finish(c, STORE_BAD_RECORD, NULL);
+        store_call_finish(c, STORE_BAD_RECORD, NULL);
         return;
     }
     if (c->cacheable)
-        store_cache_put(c->st->cache, c->key, value, now_ms(), c->ticket);
-    finish(c, STORE_OK, value);
+        store_cache_put(c->st->cache, c->key, value, clock_coarse_ms(), c->ticket);
+    store_call_finish(c, STORE_OK, value);
 }
 
 json_t *store_cached_token(store_t *st, const char *hash_hex)
@@ -669,7 +658,7 @@ json_t *store_cached_token(store_t *st, const char *hash_hex)
 
     if (st->cache == NULL || store_key_token(key, sizeof(key), st->prefix, hash_hex) < 0)
         return NULL;
-    return store_cache_get(st->cache, key, now_ms());
+    return store_cache_get(st->cache, key, clock_coarse_ms());
 }
 
 json_t *store_cached_channel(store_t *st, const char *channel_id)
@@ -678,7 +667,7 @@ json_t *store_cached_channel(store_t *st, const char *channel_id)
 
     if (st->cache == NULL || store_key_channel(key, sizeof(key), st->prefix, channel_id) < 0)
         return NULL;
-    return store_cache_get(st->cache, key, now_ms());
+    return store_cache_get(st->cache, key, clock_coarse_ms());
 }
 
 /* A GET of a record the worker caches (token, channel): its answer refreshes the cache, and a
@@ -761,7 +750,7 @@ store_call_t *store_member_for_recipient(store_t *st, const char *channel_id,
     }
     {
         const char *argv[] = {"EVAL", RESOLVE_SCRIPT, "1", c->key, base, id, record};
-        c = start(c, 7, argv, NULL, status);
+        c = call_start(c, 7, argv, NULL, status);
     }
     free(record);
     return c;
@@ -851,11 +840,16 @@ store_call_t *store_update_member(store_t *st, const char *channel_id, const cha
     return start_cas(c, mutate, change, now_ms, status);
 }
 
-store_call_t *store_get_contact(store_t *st, const char *channel_id, const char *number,
-                                store_cb *cb, void *arg, store_status_t *status)
+/* The remembered strings of a channel (a contact's wa_id, an upload's media_id): a plain GET
+ * of the key key_of builds, answered as a JSON string, and a SET with a time to live. */
+typedef int channel_key_fn(char *buf, size_t size, const char *prefix, const char *channel_id,
+                           const char *id);
+
+static store_call_t *get_remembered(store_t *st, channel_key_fn *key_of, const char *channel_id,
+                                    const char *id, store_cb *cb, void *arg, store_status_t *status)
 {
     char key[STORE_KEY_MAX];
-    int len = store_key_contact(key, sizeof(key), st->prefix, channel_id, number);
+    int len = key_of(key, sizeof(key), st->prefix, channel_id, id);
     store_call_t *c = call_for(st, CALL_GET_STRING, len, key, cb, arg, status);
 
     if (c == NULL)
@@ -863,25 +857,30 @@ store_call_t *store_get_contact(store_t *st, const char *channel_id, const char 
     return start_get(c, status);
 }
 
-static void set_ex(store_t *st, const char *key, const char *value, int ttl_s)
+static void put_remembered(store_t *st, channel_key_fn *key_of, const char *channel_id,
+                           const char *id, const char *value, int ttl_s)
 {
-    store_call_t *c = call_new(st, CALL_IGNORE, key, NULL, NULL);
-    char ttl[16];
+    char key[STORE_KEY_MAX], ttl[16];
     const char *argv[] = {"SET", key, value, "EX", ttl};
+    store_call_t *c;
 
-    if (c == NULL)
+    if (key_of(key, sizeof(key), st->prefix, channel_id, id) < 0 ||
+        (c = call_new(st, CALL_IGNORE, key, NULL, NULL)) == NULL)
         return;
     snprintf(ttl, sizeof(ttl), "%d", ttl_s);
-    start(c, 5, argv, NULL, NULL);
+    call_start(c, 5, argv, NULL, NULL);
+}
+
+store_call_t *store_get_contact(store_t *st, const char *channel_id, const char *number,
+                                store_cb *cb, void *arg, store_status_t *status)
+{
+    return get_remembered(st, store_key_contact, channel_id, number, cb, arg, status);
 }
 
 void store_put_contact(store_t *st, const char *channel_id, const char *number,
                        const char *wa_id, int ttl_s)
 {
-    char key[STORE_KEY_MAX];
-
-    if (store_key_contact(key, sizeof(key), st->prefix, channel_id, number) >= 0)
-        set_ex(st, key, wa_id, ttl_s);
+    put_remembered(st, store_key_contact, channel_id, number, wa_id, ttl_s);
 }
 
 store_call_t *store_get_node(store_t *st, const char *tree_id, const char *node_id,
@@ -895,7 +894,7 @@ store_call_t *store_get_node(store_t *st, const char *tree_id, const char *node_
         return NULL;
     {
         const char *argv[] = {"HMGET", c->key, "_tree", node_id};
-        return start(c, 4, argv, NULL, status);
+        return call_start(c, 4, argv, NULL, status);
     }
 }
 
@@ -912,7 +911,7 @@ store_call_t *store_lock_credential(store_t *st, const char *channel_id, const c
     snprintf(ttl, sizeof(ttl), "%d", ttl_ms);
     {
         const char *argv[] = {"SET", c->key, owner, "NX", "PX", ttl};
-        return start(c, 6, argv, NULL, status);
+        return call_start(c, 6, argv, NULL, status);
     }
 }
 
@@ -927,7 +926,7 @@ void store_unlock_credential(store_t *st, const char *channel_id, const char *ow
         return;
     {
         const char *argv[] = {"EVAL", UNLOCK_SCRIPT, "1", c->key, owner};
-        start(c, 5, argv, NULL, NULL);
+        call_start(c, 5, argv, NULL, NULL);
     }
 }
 
@@ -957,20 +956,11 @@ void store_unwatch(redisc_sub_t *sub)
 store_call_t *store_get_media(store_t *st, const char *channel_id, const char *url_hash,
                               store_cb *cb, void *arg, store_status_t *status)
 {
-    char key[STORE_KEY_MAX];
-    int len = store_key_media(key, sizeof(key), st->prefix, channel_id, url_hash);
-    store_call_t *c = call_for(st, CALL_GET_STRING, len, key, cb, arg, status);
-
-    if (c == NULL)
-        return NULL;
-    return start_get(c, status);
+    return get_remembered(st, store_key_media, channel_id, url_hash, cb, arg, status);
 }
 
 void store_put_media(store_t *st, const char *channel_id, const char *url_hash,
                      const char *media_id, int ttl_s)
 {
-    char key[STORE_KEY_MAX];
-
-    if (store_key_media(key, sizeof(key), st->prefix, channel_id, url_hash) >= 0)
-        set_ex(st, key, media_id, ttl_s);
+    put_remembered(st, store_key_media, channel_id, url_hash, media_id, ttl_s);
 }

@@ -90,6 +90,28 @@ class Ctl(StackTest):
         r = self.s.ctl("channel", "put", "-", input="{not json", check=False)
         self.assertNotEqual(r.returncode, 0)
 
+    def test_put_refuses_ids_a_request_could_not_name(self):
+        """The ids of channel and member records follow the rules of request ids (controls,
+        U+2028/U+2029, braces, 256 bytes): a record stored under another id could never be
+        reached through the API."""
+        before = sorted(self.s.redis("KEYS", "*"))
+        for cid in ["a\u2028b", "a\u2029", "a\u0085b", "a\u0001", "a\u007f", "x" * 257]:
+            with self.subTest(channel=cid):
+                rec = {"_id": cid, "app": "A", "type": "facebook", "info": {}}
+                r = self.s.ctl("channel", "put", "-", input=json.dumps(rec), check=False)
+                self.assertNotEqual(r.returncode, 0)
+                self.assertIn("_id must be", r.stderr)
+        for mid, cid in [("m\u2028", "chx"), ("m{1}", "chx"), ("m", "ch\u0085"),
+                         ("m", "ch\u2029")]:
+            with self.subTest(member=mid, channel=cid):
+                rec = member(mid, cid, "A", "psid-x")
+                r = self.s.ctl("member", "put", "-", input=json.dumps(rec), check=False)
+                self.assertNotEqual(r.returncode, 0)
+        self.assertEqual(sorted(self.s.redis("KEYS", "*")), before)
+        # the longest id a request may carry is stored
+        self.s.put("channel", {"_id": "y" * 256, "app": "A", "type": "facebook", "info": {}})
+        self.s.put("member", member("m\u00e9", "chx", "A", "psid-x"))
+
     def test_member_put_writes_member_and_recipient(self):
         self.s.put("member", member("mp", "chm", "A", "psid-77"))
         self.assertEqual(json.loads(self.s.redis("GET", "botgate:member:{chm}:mp"))["_id"], "mp")

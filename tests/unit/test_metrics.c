@@ -56,10 +56,42 @@ static void test_each_code_has_its_label(void **state)
     free(text);
 }
 
+/* The histogram lines: each bucket with its bound (and the route label where there is one),
+ * the +Inf bucket, sum and count; the same layout for an unlabelled histogram. */
+static void test_histogram_lines(void **state)
+{
+    static metrics_t m;
+    static const char *const want[] = {
+        "botgate_request_duration_seconds_bucket{route=\"sendResponses\",le=\"0.0005\"} 0\n",
+        "botgate_request_duration_seconds_bucket{route=\"sendResponses\",le=\"2.5\"} 2\n",
+        "botgate_request_duration_seconds_bucket{route=\"sendResponses\",le=\"10\"} 2\n",
+        "botgate_request_duration_seconds_bucket{route=\"sendResponses\",le=\"+Inf\"} 3\n",
+        "botgate_request_duration_seconds_sum{route=\"sendResponses\"} 20.003000\n",
+        "botgate_request_duration_seconds_count{route=\"sendResponses\"} 3\n",
+        "botgate_redis_command_duration_seconds_bucket{le=\"0.0005\"} 0\n",
+        "botgate_redis_command_duration_seconds_bucket{le=\"+Inf\"} 1\n",
+        "botgate_redis_command_duration_seconds_sum 0.002000\n"
+        "botgate_redis_command_duration_seconds_count 1\n",
+    };
+    char *text;
+
+    (void)state;
+    metrics_request(&m, METRICS_ROUTE_SEND, 200, 0, 1000);
+    metrics_request(&m, METRICS_ROUTE_SEND, 200, 0, 2000);
+    metrics_request(&m, METRICS_ROUTE_SEND, 200, 0, 20000000);
+    metrics_observe(&m.redis_latency, 2000);
+    text = render(&m);
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        if (strstr(text, want[i]) == NULL)
+            fail_msg("missing: %s", want[i]);
+    free(text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_each_code_has_its_label),
+        cmocka_unit_test(test_histogram_lines),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -8,6 +8,7 @@
 
 #include "test_util.h"
 
+#include "core/request.h"
 #include "core/tree.h"
 
 #include <stdio.h>
@@ -282,6 +283,55 @@ static void test_action_and_response_checks_direct(void **state)
     json_decref(r);
 }
 
+/* Ids inside a tree obey the character rules of a request's ids (core/request.c): a tree
+ * could otherwise store a node that no redirect request may name, or an id with a brace that
+ * ends a Redis key's hash tag. Each id is refused in every place a tree holds one, and by a
+ * request alike. */
+static void test_ids_follow_request_rules(void **state)
+{
+    static const char *const refused[] = {
+        "a{b",       "a}b",       "a\x01",     "a\x1f",         "a\x7f",
+        "a\xc2\x80", "a\xc2\x85", "a\xc2\x9f", "a\xe2\x80\xa8", "a\xe2\x80\xa9",
+    };
+    static const char *const allowed[] = {"N-1 x", "caf\xc3\xa9", "a\xc2\xa0", "a\xe2\x80\xa7"};
+    char buf[512];
+    bg_error_t err;
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        json_t *id = json_string(refused[i]);
+        char *esc = json_dumps(id, JSON_ENCODE_ANY);
+
+        assert_non_null(esc);
+        if (tree_id_ok(refused[i]))
+            fail_msg("tree_id_ok accepted id #%zu", i);
+        snprintf(buf, sizeof(buf),
+                 "{\"_id\":%s,\"app\":\"A1\",\"name\":\"n\",\"nodes\":{\"N1\":{}}}", esc);
+        refuse_with(buf, BG_ERR_MISSING_PARAM, "tree._id");
+        snprintf(buf, sizeof(buf),
+                 "{\"_id\":\"T1\",\"app\":\"A1\",\"name\":\"n\",\"nodes\":{%s:{}}}", esc);
+        refuse_with(buf, BG_ERR_MISSING_PARAM, "node id");
+        snprintf(buf, sizeof(buf), "{\"redirect\":{\"tree\":\"T2\",\"nodeCompositeId\":%s}}", esc);
+        refuse_node(buf, BG_ERR_MISSING_PARAM, "nodes.N1.redirect.nodeCompositeId");
+        assert_false(request_id_chars_ok(refused[i]));
+        json_decref(id);
+        free(esc);
+    }
+    for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++) {
+        json_t *t;
+
+        if (!tree_id_ok(allowed[i]) || !request_id_chars_ok(allowed[i]))
+            fail_msg("allowed id #%zu refused", i);
+        t = json_pack("{s:s,s:s,s:s,s:{s:{s:{s:s,s:s}}}}", "_id", allowed[i], "app", "A1", "name",
+                      "n", "nodes", allowed[i], "redirect", "tree", allowed[i], "nodeCompositeId",
+                      allowed[i]);
+        bg_error_clear(&err);
+        if (tree_validate(t, &err) != 0)
+            fail_msg("allowed id #%zu refused: %s", i, err.msg);
+        json_decref(t);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -291,6 +341,7 @@ int main(void)
         cmocka_unit_test(test_responses_refused),
         cmocka_unit_test(test_actions_refused),
         cmocka_unit_test(test_action_and_response_checks_direct),
+        cmocka_unit_test(test_ids_follow_request_rules),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,19 @@
+/* hash.h - the hash that spreads keys over the buckets of botgate's small in-memory tables
+ * (the worker's record cache, the store's per-key queues, a subscriber's channels). */
+#ifndef BOTGATE_CORE_HASH_H
+#define BOTGATE_CORE_HASH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* FNV-1a of the len bytes at s. */
+static inline uint32_t hash_fnv1a(const char *s, size_t len)
+{
+    uint32_t h = 2166136261u;
+
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)s[i]) * 16777619u;
+    return h;
+}
+
+#endif
