@@ -41,6 +41,7 @@ typedef struct deliver_extra {
 
 static void deliver_step(deliver_t *d);
 static void wait_leave(deliver_t *d);
+static const char *deliver_chat_id(const deliver_t *d, const adapter_result_t *res);
 
 void deliver_random_hex(uint64_t *rng, char *out, size_t n)
 {
@@ -141,6 +142,18 @@ static void lock_release(deliver_t *d)
 
 static void deliver_finish(deliver_t *d, deliver_result_t *r)
 {
+    char from[32], generated[40];
+    const char *message_id = NULL;
+
+    if (r->ok) {
+        message_id = r->res.message_id;
+        if (*message_id == '\0') { /* wechat gives none */
+            deliver_random_hex(&d->env->rng, generated, 32);
+            message_id = generated;
+        }
+    }
+    r->event = deliver_event(d, message_id, from);
+    r->chat_id = deliver_chat_id(d, &r->res);
     lock_release(d);
     d->phase = DL_IDLE;
     d->_delivered++;
@@ -240,7 +253,7 @@ void deliver_no_retry(deliver_t *d)
 /* Why a platform call failed: the adapter's words and, when no HTTP answer came at all, the
  * transport's (refused, timed out, a certificate refused...), which tell an operator where
  * to look. */
-static const char *why(const adapter_result_t *res, const upstream_answer_t *ans, char *buf,
+static const char *failure_reason(const adapter_result_t *res, const upstream_answer_t *ans, char *buf,
                        size_t size)
 {
     if (res->error[0] == '\0')
@@ -398,7 +411,7 @@ static void on_cred_answer(deliver_t *d, const upstream_answer_t *ans)
         adapter_status_t status = res.status == ADAPTER_OK ? ADAPTER_SERVER_ERROR : res.status;
         if (status == ADAPTER_AUTH_EXPIRED)
             status = ADAPTER_AUTH_INVALID;
-        deliver_fail(d, status, res.platform_code, why(&res, ans, buf, sizeof(buf)));
+        deliver_fail(d, status, res.platform_code, failure_reason(&res, ans, buf, sizeof(buf)));
         adapter_result_clear(&res);
         return;
     }
@@ -687,7 +700,7 @@ static int ref_answer(deliver_t *d, const upstream_answer_t *ans, parse_ref_fn *
         cred_force(d);
     else
         deliver_fail(d, res->status == ADAPTER_OK ? ADAPTER_SERVER_ERROR : res->status,
-                     res->platform_code, why(res, ans, buf, sizeof(buf)));
+                     res->platform_code, failure_reason(res, ans, buf, sizeof(buf)));
     return 0;
 }
 
@@ -912,7 +925,7 @@ static void on_send_answer(deliver_t *d, const upstream_answer_t *ans)
     default:
         break;
     }
-    deliver_fail(d, r.res.status, r.res.platform_code, why(&r.res, ans, buf, sizeof(buf)));
+    deliver_fail(d, r.res.status, r.res.platform_code, failure_reason(&r.res, ans, buf, sizeof(buf)));
     adapter_result_clear(&r.res);
 }
 
@@ -997,7 +1010,7 @@ json_t *deliver_event_json(const deliver_t *d, const json_t *response, const cha
     return result_message_event(ev.from, ev.to, response, ev.timestamp_ms, message_id);
 }
 
-const char *deliver_chat_id(const deliver_t *d, const adapter_result_t *res)
+static const char *deliver_chat_id(const deliver_t *d, const adapter_result_t *res)
 {
     return res->chat_id[0] ? res->chat_id : d->to;
 }

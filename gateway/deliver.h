@@ -53,9 +53,13 @@ typedef enum {
 /* The outcome of one delivery. Valid only during the done callback. */
 typedef struct deliver_result {
     int ok;
-    adapter_result_t res; /* message_id, chat_id, meta on success */
+    adapter_result_t res; /* meta on success */
     bg_error_t err;       /* on failure */
     int abort;            /* the failure concerns the whole request (first response only) */
+    /* the response's messageEvent: from, to, timestamp, and on success its messageId (made up
+     * when the platform gives none: every element has one); the caller adds the response */
+    result_event_t event;
+    const char *chat_id;  /* the platform's chat id on success, else the member's address */
 } deliver_result_t;
 
 struct deliver;
@@ -105,7 +109,6 @@ int deliver_set_to(deliver_t *d, const char *to);
 result_event_t deliver_event(const deliver_t *d, const char *message_id, char buf[32]);
 /* The same for a parsed response, as JSON. New reference. */
 json_t *deliver_event_json(const deliver_t *d, const json_t *response, const char *message_id);
-const char *deliver_chat_id(const deliver_t *d, const adapter_result_t *res);
 
 /* Milliseconds left before deadline_ms. */
 int64_t deliver_remaining_ms(const deliver_t *d);

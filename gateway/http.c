@@ -19,9 +19,8 @@
 #include <string.h>
 #include <time.h>
 
-/* evhttp formats a Date header for every answer it sends without one (gmtime and a printf,
- * a tenth of its work on the answer); the text changes once a second, so each worker thread
- * keeps it. */
+/* evhttp formats a Date header for every answer it sends without one (gmtime and a printf);
+ * the text changes once a second, so each worker thread keeps it. */
 static void add_date(struct evhttp_request *req)
 {
     static _Thread_local time_t shown = (time_t)-1;
@@ -72,9 +71,9 @@ static void free_buffer(const void *data, size_t len, void *arg)
     free((void *)data);
 }
 
-/* One line per request, written as text: built as a jansson object it cost a quarter of a
- * request's own instructions at the default level. The strings come from parsed JSON or
- * are botgate's own ASCII. */
+/* One line per request, written as text rather than built as a jansson object: it runs for
+ * every request at the default level. The strings come from parsed JSON or are botgate's own
+ * ASCII. */
 static void log_answer(const http_answer_t *a, int64_t elapsed_us)
 {
     char ms[48];

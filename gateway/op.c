@@ -18,7 +18,8 @@
 #include <string.h>
 #include <sys/queue.h>
 
-/* Every request in flight carries one: mimalloc would round 449 bytes up to 512. */
+/* Every request in flight carries one: it stays within its allocator size class (the
+ * figures: bench/README.md, "Where the bytes and instructions go"). */
 _Static_assert(sizeof(op_t) <= 448, "op_t grew past 448 bytes");
 
 /* The deadline passed: the op is answered, and so freed. */
@@ -43,9 +44,9 @@ static void op_expire(op_t *op)
 
 /* Every request gets the same timeout, so the in-flight list, appended to as requests
  * arrive, is in deadline order: one worker timer for its first request does what a timer
- * per request did (128 bytes of struct event each, thousands in flight, and a heap insert
- * and delete per request). It fires early when that request was answered before; then it is
- * set again for the new first one. */
+ * per request would, without an event per request or a heap insert and delete each. It
+ * fires early when that request was answered before; then it is set again for the new first
+ * one. */
 static void arm_deadlines(op_env_t *env, int64_t now_ms)
 {
     int64_t ms = env->ops->dl.deadline_ms - now_ms;
@@ -141,7 +142,7 @@ static void op_free(op_t *op)
 }
 
 /* Sends the answer text (taken over) and frees the op. */
-static void reply_text(op_t *op, int status, char *text, size_t len, int code)
+static void op_reply_text(op_t *op, int status, char *text, size_t len, int code)
 {
     http_answer_t a;
 
@@ -160,35 +161,35 @@ static void reply_text(op_t *op, int status, char *text, size_t len, int code)
     op_free(op);
 }
 
-static void reply(op_t *op, int status, json_t *body, int code)
+static void op_reply(op_t *op, int status, json_t *body, int code)
 {
     size_t len = 0;
     char *text = jw_dump(body, &len);
 
     json_decref(body);
-    reply_text(op, status, text, len, code);
+    op_reply_text(op, status, text, len, code);
 }
 
 void op_fail(op_t *op, const bg_error_t *err)
 {
     int status = err->http_status == 413 ? 413 : 500;
 
-    reply(op, status, bg_error_to_json(err), err->code);
+    op_reply(op, status, bg_error_to_json(err), err->code);
 }
 
 void op_answer(op_t *op, json_t *answer)
 {
-    reply(op, 200, answer, 0);
+    op_reply(op, 200, answer, 0);
 }
 
 void op_answer_text(op_t *op, char *text, size_t len)
 {
-    reply_text(op, 200, text, len, 0);
+    op_reply_text(op, 200, text, len, 0);
 }
 
 void op_fail_text(op_t *op, int code, char *text, size_t len)
 {
-    reply_text(op, 500, text, len, code);
+    op_reply_text(op, 500, text, len, code);
 }
 
 /* Before its first platform call a request has sent nothing: a retry elsewhere is safe. */
@@ -230,14 +231,6 @@ size_t op_drain_all(op_env_t *env, int now)
         kept += (size_t)op_drain(op, now);
     }
     return kept;
-}
-
-const char *op_message_id(op_t *op, const adapter_result_t *res, char generated[40])
-{
-    if (res->message_id[0] != '\0')
-        return res->message_id;
-    deliver_random_hex(&op->env->deliver.rng, generated, 32);
-    return generated;
 }
 
 /* ---- resolve ---- */
@@ -482,8 +475,8 @@ void op_resolve(op_t *op, const char *token_hash)
 }
 
 /* The request headers are read by now (X-Request-Id in op_new, Authorization here): they go
- * while the request waits for the platform, a few hundred bytes less per request in flight,
- * and the token with them. Only Connection stays: evhttp reads it again when it answers, to
+ * while the request waits for the platform, less memory per request in flight, and the
+ * token with them. Only Connection stays: evhttp reads it again when it answers, to
  * keep the connection open or close it as the client asked. */
 static void drop_request_headers(op_t *op)
 {

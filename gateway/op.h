@@ -156,7 +156,5 @@ void op_cancel_all(op_t *op);
 /* The deadline timer of env: answers the requests whose deadline passed (the worker makes it
  * with env as argument; op.c arms it). */
 void op_on_deadlines(evutil_socket_t fd, short what, void *arg);
-/* A message id for a platform that gives none (wechat): every element has one. */
-const char *op_message_id(op_t *op, const adapter_result_t *res, char generated[40]);
 
 #endif

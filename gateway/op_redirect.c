@@ -56,7 +56,7 @@ static json_t *own_node(const op_t *op, store_status_t st, json_t *value)
     return node;
 }
 
-static void on_node(void *arg, store_status_t st, json_t *value)
+static void on_node_loaded(void *arg, store_status_t st, json_t *value)
 {
     op_t *op = arg;
 
@@ -96,12 +96,12 @@ static void fetch_node(op_t *op, const char *tree, const char *node_id)
         redirect_step(op);
         return;
     }
-    ask_node(op, tree, node_id, on_node);
+    ask_node(op, tree, node_id, on_node_loaded);
 }
 
 /* ---- a new recipient: created only when the target exists ---- */
 
-static void on_target(void *arg, store_status_t st, json_t *value)
+static void on_target_node(void *arg, store_status_t st, json_t *value)
 {
     op_t *op = arg;
     bg_error_t err;
@@ -125,7 +125,7 @@ static void on_target(void *arg, store_status_t st, json_t *value)
  * member of a recipientId is found or created, and handed to the run afterwards. */
 static void before_recipient(op_t *op)
 {
-    ask_node(op, op->redirect.tree, op->redirect.node_id, on_target);
+    ask_node(op, op->redirect.tree, op->redirect.node_id, on_target_node);
 }
 
 /* ---- responses ---- */
@@ -142,14 +142,15 @@ static void sending_done(op_t *op)
 static void redirect_on_delivered(deliver_t *d, const deliver_result_t *r, void *arg)
 {
     op_t *op = arg;
-    char generated[40];
+    const result_event_t *e = &r->event;
     json_t *ev;
 
+    (void)d;
     if (!r->ok && r->abort && !op->drain_cut) { /* cut: a 121 answer lists it (drained) */
         op_fail(op, &r->err);
         return;
     }
-    ev = deliver_event_json(d, op->sending, r->ok ? op_message_id(op, &r->res, generated) : NULL);
+    ev = result_message_event(e->from, e->to, op->sending, e->timestamp_ms, e->message_id);
     node_run_send_done(op->node, result_node_element(ev, r->ok ? NULL : &r->err));
     sending_done(op);
     redirect_step(op);

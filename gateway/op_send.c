@@ -37,7 +37,6 @@ static result_event_t send_event(const op_t *op, unsigned i, const char *message
 static void send_on_delivered(deliver_t *d, const deliver_result_t *r, void *arg)
 {
     op_t *op = arg;
-    char buf[32];
     result_event_t ev;
 
     (void)d;
@@ -49,15 +48,15 @@ static void send_on_delivered(deliver_t *d, const deliver_result_t *r, void *arg
     }
     if (op->index > 0)
         jw_lit(&op->results, ",");
+    ev = r->event;
+    ev.type = text_type(op->texts[op->index]);
+    ev.data = text_data(op->texts[op->index]);
     if (r->ok) {
-        char generated[40];
-        ev = send_event(op, op->index, op_message_id(op, &r->res, generated), buf);
-        result_write_sent(&op->results, &ev, deliver_chat_id(&op->dl, &r->res), r->res.meta,
+        result_write_sent(&op->results, &ev, r->chat_id, r->res.meta,
                           op->dl.adapter->api_version);
         op->sent++;
     } else {
-        ev = send_event(op, op->index, NULL, buf);
-        result_write_failed(&op->results, &ev, op->dl.to, &r->err);
+        result_write_failed(&op->results, &ev, r->chat_id, &r->err);
         op->send_ok = 0;
     }
     /* delivered: what is left of it goes */
@@ -163,24 +162,39 @@ static void send_drained(op_t *op, int call_cut)
 
 /* A response as the text it is kept in while the request waits: its JSON (delivery's input),
  * its type and its messageEvent data, each NUL-terminated, in one block of its own size (the
- * writer's buffer is 512 bytes or more, and thousands wait at once). NULL when out of memory. */
+ * writer's buffer is larger, and thousands wait at once). The JSON is written from the data,
+ * with the type first: one serialisation for both. NULL when out of memory. */
 static char *response_text(const json_t *r)
 {
     const char *type = json_string_value(json_object_get(r, "type"));
+    size_t type_len = strlen(type), data_at, data_len, json_len;
     jsonw_t w;
-    char *text;
+    char *text, *p;
 
     jw_init(&w);
-    jw_json(&w, r);
-    jw_raw(&w, "", 1);
-    jw_raw(&w, type, strlen(type) + 1);
-    result_write_data(&w, r);
-    jw_raw(&w, "", 1);
-    if (w.failed || (text = malloc(w.len)) == NULL) {
+    jw_lit(&w, "{\"type\":");
+    jw_str(&w, type);
+    data_at = w.len;
+    result_write_data(&w, r); /* {...}: its members follow the type, or {} none */
+    data_len = w.len - data_at;
+    json_len = data_at + (data_len > 2 ? data_len : 1);
+    if (w.failed || (text = malloc(json_len + type_len + data_len + 3)) == NULL) {
         jw_free(&w);
         return NULL;
     }
-    memcpy(text, w.buf, w.len);
+    memcpy(text, w.buf, data_at);
+    if (data_len > 2) {
+        text[data_at] = ',';
+        memcpy(text + data_at + 1, w.buf + data_at + 1, data_len - 1);
+    } else {
+        text[data_at] = '}';
+    }
+    p = text + json_len;
+    *p++ = '\0';
+    memcpy(p, type, type_len + 1);
+    p += type_len + 1;
+    memcpy(p, w.buf + data_at, data_len);
+    p[data_len] = '\0';
     jw_free(&w);
     return text;
 }

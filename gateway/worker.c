@@ -292,7 +292,7 @@ int worker_init(worker_t *w, int id, const config_t *cfg)
     return http_start(&w->http);
 }
 
-static void *run(void *arg)
+static void *worker_thread(void *arg)
 {
     worker_t *w = arg;
 
@@ -302,7 +302,7 @@ static void *run(void *arg)
 
 int worker_start(worker_t *w)
 {
-    return pthread_create(&w->thread, NULL, run, w) == 0 ? 0 : -1;
+    return pthread_create(&w->thread, NULL, worker_thread, w) == 0 ? 0 : -1;
 }
 
 void worker_tell(worker_t *w, char what)
