@@ -32,7 +32,8 @@ typedef struct deliver_extra {
     /* the hash of the credential that failed, to see a new one: a credential may be long */
     char stale_hash[AUTH_HASH_HEX];
     struct cred_wait *wait;       /* the group it waits in for a held lock, or NULL */
-    deliver_t *prev, *next;       /* the group's waiters */
+    struct deliver_extra *prev, *next; /* the group's waiters */
+    deliver_t *owner;             /* the delivery this is the state of */
     unsigned wait_seen;           /* the group's last hand-out that looked at it */
     char lock_owner[40];
     char media_id[ADAPTER_ID_MAX];
@@ -97,6 +98,7 @@ static deliver_extra_t *extra(deliver_t *d)
 
     if (d->_x == NULL && (d->_x = calloc(1, sizeof(*d->_x))) == NULL)
         return &none;
+    d->_x->owner = d;
     return d->_x;
 }
 
@@ -199,7 +201,7 @@ static void arm_timer(deliver_t *d, long ms, event_callback_fn cb)
 {
     struct timeval tv;
 
-    if (d->_x == NULL && (d->_x = calloc(1, sizeof(*d->_x))) == NULL) {
+    if (extra(d) != d->_x) {
         cb(-1, EV_TIMEOUT, d); /* out of memory: no wait rather than none at all */
         return;
     }
@@ -481,7 +483,7 @@ static void cred_reread(deliver_t *d)
 typedef struct cred_wait {
     deliver_env_t *env;
     struct cred_wait *prev, *next; /* env->cred_waits */
-    deliver_t *first, *last;       /* the waiters, oldest first (d->_x->prev/next) */
+    deliver_extra_t *first, *last; /* the waiters' state, oldest first (its owner waits) */
     redisc_sub_t *watch;           /* the lock's release; NULL: the timer alone */
     struct event timer;            /* the fallback */
     store_call_t *call;            /* the group's re-read in flight */
@@ -510,17 +512,8 @@ static void wait_leave(deliver_t *d)
 {
     cred_wait_t *g = d->_x->wait;
 
-    /* the waiters link through their extra state: unlinked by hand */
-    if (d->_x->prev != NULL)
-        d->_x->prev->_x->next = d->_x->next;
-    else
-        g->first = d->_x->next;
-    if (d->_x->next != NULL)
-        d->_x->next->_x->prev = d->_x->prev;
-    else
-        g->last = d->_x->prev;
+    DLIST_UNLINK(g->first, g->last, d->_x);
     d->_x->wait = NULL;
-    d->_x->prev = d->_x->next = NULL;
     if (g->first == NULL && !g->busy)
         wait_free(g);
 }
@@ -552,17 +545,19 @@ static void on_wait_read(void *arg, store_status_t st, json_t *channel)
 {
     cred_wait_t *g = arg;
     unsigned round = ++g->handouts;
+    deliver_extra_t *x;
     deliver_t *d;
 
     g->call = NULL;
     g->busy = 1;
     for (;;) {
         /* from the first again after each one that went on: its callbacks may end others */
-        for (d = g->first; d != NULL && d->_x->wait_seen == round; d = d->_x->next)
+        for (x = g->first; x != NULL && x->wait_seen == round; x = x->next)
             ;
-        if (d == NULL)
+        if (x == NULL)
             break;
-        d->_x->wait_seen = round;
+        x->wait_seen = round;
+        d = x->owner;
         if (st != STORE_OK) {
             wait_leave(d);
             deliver_fail_store(d, st == STORE_NOT_FOUND ? STORE_UNAVAILABLE : st);
@@ -582,7 +577,7 @@ static void on_wait_read(void *arg, store_status_t st, json_t *channel)
         g->again = 0;
         wait_read(g);
     } else {
-        d = g->first;
+        d = g->first->owner;
         wait_leave(d);
         cred_lock(d);
     }
@@ -626,13 +621,7 @@ static void wait_join(deliver_t *d)
         (void)unused_last;
     }
     d->_x->wait = g;
-    d->_x->next = NULL;
-    d->_x->prev = g->last;
-    if (g->last != NULL)
-        g->last->_x->next = d;
-    else
-        g->first = d;
-    g->last = d;
+    DLIST_APPEND(g->first, g->last, d->_x);
     d->_x->wait_seen = g->handouts;
     d->phase = DL_CRED_WAIT;
 }

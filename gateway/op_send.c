@@ -10,17 +10,23 @@
 static void send_next(op_t *op);
 static void send_drained(op_t *op, int call_cut);
 
-/* The parts of a response's text (op->texts[i]): its JSON, its type, its messageEvent data. */
-static const char *text_type(const char *text)
-{
-    return text + strlen(text) + 1;
-}
+/* A response's text (op->texts[i]) is its JSON with the type first: {"type":"T",...}. Once its
+ * delivery is over, nothing parses it again, and the text is split in place into what its
+ * result element needs: the type (a known type: letters only) and the messageEvent data, the
+ * rest as an object. Splitting twice changes nothing. */
+#define TYPE_AT (sizeof("{\"type\":\"") - 1)
 
-static const char *text_data(const char *text)
+static void text_split(char *text, const char **type, const char **data)
 {
-    const char *type = text_type(text);
+    char *end = text + TYPE_AT + strcspn(text + TYPE_AT, "\"");
 
-    return type + strlen(type) + 1;
+    if (*end == '"') {
+        *end = '\0';
+        if (end[1] == ',')
+            end[1] = '{';
+    }
+    *type = text + TYPE_AT;
+    *data = end[1] == '{' ? end + 1 : "{}";
 }
 
 /* The messageEvent of response i, from its text. */
@@ -29,8 +35,7 @@ static result_event_t send_event(const op_t *op, unsigned i, const char *message
 {
     result_event_t ev = deliver_event(&op->dl, message_id, buf);
 
-    ev.type = text_type(op->texts[i]);
-    ev.data = text_data(op->texts[i]);
+    text_split(op->texts[i], &ev.type, &ev.data);
     return ev;
 }
 
@@ -49,8 +54,7 @@ static void send_on_delivered(deliver_t *d, const deliver_result_t *r, void *arg
     if (op->index > 0)
         jw_lit(&op->results, ",");
     ev = r->event;
-    ev.type = text_type(op->texts[op->index]);
-    ev.data = text_data(op->texts[op->index]);
+    text_split(op->texts[op->index], &ev.type, &ev.data);
     if (r->ok) {
         result_write_sent(&op->results, &ev, r->chat_id, r->res.meta,
                           op->dl.adapter->api_version);
@@ -160,16 +164,16 @@ static void send_drained(op_t *op, int call_cut)
     send_answer(op, 0, &cut);
 }
 
-/* A response as the text it is kept in while the request waits: its JSON (delivery's input),
- * its type and its messageEvent data, each NUL-terminated, in one block of its own size (the
- * writer's buffer is larger, and thousands wait at once). The JSON is written from the data,
- * with the type first: one serialisation for both. NULL when out of memory. */
+/* A response as the text it is kept in while the request waits: its JSON, type first, written
+ * from its messageEvent data so that the result element can be cut from it (text_split), in a
+ * block of its own size (the writer's buffer is larger, and thousands wait at once). NULL when
+ * out of memory. */
 static char *response_text(const json_t *r)
 {
     const char *type = json_string_value(json_object_get(r, "type"));
-    size_t type_len = strlen(type), data_at, data_len, json_len;
+    size_t data_at, data_len;
     jsonw_t w;
-    char *text, *p;
+    char *text;
 
     jw_init(&w);
     jw_lit(&w, "{\"type\":");
@@ -177,24 +181,15 @@ static char *response_text(const json_t *r)
     data_at = w.len;
     result_write_data(&w, r); /* {...}: its members follow the type, or {} none */
     data_len = w.len - data_at;
-    json_len = data_at + (data_len > 2 ? data_len : 1);
-    if (w.failed || (text = malloc(json_len + type_len + data_len + 3)) == NULL) {
+    if (data_len <= 2)
+        w.len = data_at + 1; /* {"type":"T"} */
+    if (w.failed || (text = malloc(w.len + 1)) == NULL) {
         jw_free(&w);
         return NULL;
     }
-    memcpy(text, w.buf, data_at);
-    if (data_len > 2) {
-        text[data_at] = ',';
-        memcpy(text + data_at + 1, w.buf + data_at + 1, data_len - 1);
-    } else {
-        text[data_at] = '}';
-    }
-    p = text + json_len;
-    *p++ = '\0';
-    memcpy(p, type, type_len + 1);
-    p += type_len + 1;
-    memcpy(p, w.buf + data_at, data_len);
-    p[data_len] = '\0';
+    memcpy(text, w.buf, w.len);
+    text[data_at] = data_len > 2 ? ',' : '}';
+    text[w.len] = '\0';
     jw_free(&w);
     return text;
 }
