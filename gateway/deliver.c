@@ -131,7 +131,7 @@ static adapter_target_t target(const deliver_t *d)
  * of calls wait at once). */
 static json_t *response_parse(const deliver_t *d)
 {
-    return json_loadb(d->_text, d->_text_len, 0, NULL);
+    return deliver_parse(d->_text, d->_text_len);
 }
 
 static void lock_release(deliver_t *d)

@@ -104,8 +104,8 @@ typedef struct op {
             send_request_t send;
             char *send_ids;       /* the channel and member ids, once the body is let go */
             jsonw_t results;      /* the elements written so far, comma-separated */
-            /* once resolved, each response as text (op_send.c): its JSON, a NUL, its type, a
-             * NUL, its messageEvent data; each let go once delivered */
+            /* once resolved, each response as its JSON text, type first (op_send.c); each
+             * let go once delivered */
             char **texts;
             unsigned count;       /* responses */
             unsigned index;       /* the response being delivered */
