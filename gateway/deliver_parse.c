@@ -231,30 +231,40 @@ static json_t *read_word(reader_t *r, const char *word, json_t *value)
     return value;
 }
 
+/* Takes c (after blanks) when it comes next: 1 when it did. */
+static int take(reader_t *r, char c)
+{
+    skip_space(r);
+    if (r->p < r->end && *r->p == c) {
+        r->p++;
+        return 1;
+    }
+    return 0;
+}
+
+/* After an element of an array or object closed by close: 1 when another follows (its comma
+ * taken), 0 when close was taken, -1 when neither comes. */
+static int next_element(reader_t *r, char close)
+{
+    if (take(r, ','))
+        return 1;
+    return take(r, close) ? 0 : -1;
+}
+
 static json_t *read_array(reader_t *r, int depth)
 {
     json_t *a = json_array();
+    int more;
 
     r->p++;
-    skip_space(r);
-    if (r->p < r->end && *r->p == ']') {
-        r->p++;
+    if (take(r, ']'))
         return a;
-    }
-    while (a != NULL) {
+    for (more = 1; a != NULL && more == 1;) {
         json_t *v = read_value(r, depth + 1);
         if (v == NULL || json_array_append_new(a, v) < 0)
             break;
-        skip_space(r);
-        if (r->p < r->end && *r->p == ',') {
-            r->p++;
-            continue;
-        }
-        if (r->p < r->end && *r->p == ']') {
-            r->p++;
+        if ((more = next_element(r, ']')) == 0)
             return a;
-        }
-        break;
     }
     json_decref(a);
     return NULL;
@@ -263,45 +273,30 @@ static json_t *read_array(reader_t *r, int depth)
 static json_t *read_object(reader_t *r, int depth)
 {
     json_t *o = json_object();
+    int more;
 
     r->p++;
-    skip_space(r);
-    if (r->p < r->end && *r->p == '}') {
-        r->p++;
+    if (take(r, '}'))
         return o;
-    }
-    while (o != NULL) {
+    for (more = 1; o != NULL && more == 1;) {
         const char *key;
         size_t n;
         char *buf;
-        json_t *v;
+        json_t *v = NULL;
         int bad, ascii;
+        skip_space(r);
         if (r->p >= r->end || *r->p != '"' || read_string(r, &key, &n, &buf, &ascii) < 0)
             break;
-        skip_space(r);
-        if (r->p >= r->end || *r->p != ':') {
-            free(buf);
-            break;
-        }
-        r->p++;
-        v = read_value(r, depth + 1);
+        if (take(r, ':'))
+            v = read_value(r, depth + 1);
         /* both steal v either way; the first checks the key's UTF-8 */
         bad = v == NULL || (ascii ? json_object_setn_new_nocheck(o, key, n, v)
                                   : json_object_setn_new(o, key, n, v)) < 0;
         free(buf);
         if (bad)
             break;
-        skip_space(r);
-        if (r->p < r->end && *r->p == ',') {
-            r->p++;
-            skip_space(r);
-            continue;
-        }
-        if (r->p < r->end && *r->p == '}') {
-            r->p++;
+        if ((more = next_element(r, '}')) == 0)
             return o;
-        }
-        break;
     }
     json_decref(o);
     return NULL;
