@@ -8,8 +8,10 @@
  * the filter, and closes Connection: close replies before they are written.) */
 #include "conn.h"
 
+#include "../core/clock.h"
+#include "../core/dlist.h"
 #include "../core/request.h"
-#include "http.h"
+#include "deliver.h"
 #include "log.h"
 
 #include <event2/buffer.h>
@@ -23,7 +25,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
-#include <time.h>
 
 #define CONN_BUCKETS 4096
 #define SWEEP_MS 1000
@@ -47,7 +48,7 @@ typedef enum {
 
 /* Owned by the worker's table from the accept until evhttp closes the connection. */
 typedef struct conn {
-    worker_t *w;
+    conn_table_t *t;
     struct evhttp_connection *evcon; /* NULL until adopted */
     struct bufferevent *bev;
     int64_t progress_ms; /* accepted, a request arrived, or an answer was given */
@@ -68,9 +69,16 @@ typedef struct conn {
     struct conn *prev, *next, *hnext;
 } conn_t;
 
-/* Owned by the worker (w->conns). */
+/* Owned by the worker's server (conn_setup, conn_cleanup). */
 struct conn_table {
-    conn_t *all;                  /* every adopted connection */
+    struct event_base *base;
+    const config_t *cfg;
+    metrics_t *metrics;
+    uint64_t *rng;
+    struct evconnlistener *listener; /* NULL once closed */
+    int accepting;                   /* the listener is enabled */
+    size_t connections;              /* open client connections */
+    conn_t *all, *all_last;         /* every adopted connection */
     conn_t *buckets[CONN_BUCKETS];
     conn_t **fresh; /* accepted in this loop iteration, not yet adopted */
     size_t n_fresh, cap_fresh;
@@ -79,14 +87,6 @@ struct conn_table {
     struct event *adopt;
     struct event *sweep;
 };
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static unsigned bucket_of(const void *evcon)
 {
@@ -104,26 +104,34 @@ static conn_t *lookup(conn_table_t *t, const struct evhttp_connection *evcon)
     return c;
 }
 
-void conn_update_accepting(worker_t *w)
+/* Pauses or resumes accepting to follow the cap. */
+static void update_accepting(conn_table_t *t)
 {
-    int want = w->connections < (size_t)w->cfg->max_connections;
+    int want = t->connections < (size_t)t->cfg->max_connections;
 
-    if (w->listener == NULL || want == w->accepting)
+    if (t->listener == NULL || want == t->accepting)
         return;
     if (want) {
-        evconnlistener_enable(w->listener);
+        evconnlistener_enable(t->listener);
     } else {
-        evconnlistener_disable(w->listener);
-        atomic_fetch_add_explicit(&w->metrics.accept_pauses, 1, memory_order_relaxed);
+        evconnlistener_disable(t->listener);
+        atomic_fetch_add_explicit(&t->metrics->accept_pauses, 1, memory_order_relaxed);
     }
-    w->accepting = want;
+    t->accepting = want;
 }
 
-static void uncount(worker_t *w)
+void conn_set_listener(conn_table_t *t, struct evconnlistener *l)
 {
-    w->connections--;
-    atomic_fetch_add_explicit(&w->metrics.connections, -1, memory_order_relaxed);
-    conn_update_accepting(w);
+    t->listener = l;
+    t->accepting = l != NULL;
+    update_accepting(t);
+}
+
+static void uncount(conn_table_t *t)
+{
+    t->connections--;
+    atomic_fetch_add_explicit(&t->metrics->connections, -1, memory_order_relaxed);
+    update_accepting(t);
 }
 
 static void on_input(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg);
@@ -131,20 +139,15 @@ static void on_input(struct evbuffer *buf, const struct evbuffer_cb_info *info, 
 static void on_closed(struct evhttp_connection *evcon, void *arg)
 {
     conn_t *c = arg, **pp;
-    conn_table_t *t = c->w->conns;
+    conn_table_t *t = c->t;
 
     for (pp = &t->buckets[bucket_of(evcon)]; *pp != c; pp = &(*pp)->hnext)
         ;
     *pp = c->hnext;
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        t->all = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    DLIST_UNLINK(t->all, t->all_last, c);
     t->reading -= c->charged;
     evbuffer_remove_cb(bufferevent_get_input(c->bev), on_input, c);
-    uncount(c->w);
+    uncount(t);
     free(c);
 }
 
@@ -164,7 +167,7 @@ static void head_reset(conn_t *c)
 /* Counts bytes the request holds against the worker's budget; -1 when it is spent. */
 static int charge(conn_t *c, size_t total)
 {
-    conn_table_t *t = c->w->conns;
+    conn_table_t *t = c->t;
 
     if (total <= c->charged)
         return 0;
@@ -179,7 +182,7 @@ static int charge(conn_t *c, size_t total)
  * closed: what it held is no longer held for it. */
 static void uncharge(conn_t *c)
 {
-    c->w->conns->reading -= c->charged;
+    c->t->reading -= c->charged;
     c->charged = 0;
     c->received = 0;
 }
@@ -274,7 +277,7 @@ static int follow(conn_t *c, struct evbuffer *buf, size_t n, verdict_t *v)
     }
     if (c->phase == CONN_BODY) {
         if (c->length < 0 &&
-            c->received > REQUEST_MAX_BODY + HTTP_MAX_HEADERS_SIZE + CHUNKED_SLACK) {
+            c->received > REQUEST_MAX_BODY + CONN_MAX_HEADERS_SIZE + CHUNKED_SLACK) {
             *v = (verdict_t){413, BG_ERR_LIMIT, "request body too large"};
             return -1;
         }
@@ -338,7 +341,7 @@ static void refuse_now(conn_t *c, struct evbuffer *buf, const verdict_t *v)
     int blen, n;
     evutil_socket_t fd = bufferevent_getfd(c->bev);
 
-    worker_random_hex(c->w, id, 16);
+    deliver_random_hex(c->t->rng, id, 16);
 
     blen =
         snprintf(body, sizeof(body), "{\"ok\":0,\"err_code\":%d,\"err\":\"%s\",\"error\":\"%s\"}",
@@ -349,7 +352,7 @@ static void refuse_now(conn_t *c, struct evbuffer *buf, const verdict_t *v)
                  v->status, reason, blen, id, v->status == 503 ? "Retry-After: 1\r\n" : "", body);
     evbuffer_drain(buf, evbuffer_get_length(buf));
     c->phase = CONN_REFUSED;
-    c->close_at_ms = now_ms() + REFUSED_LINGER_MS;
+    c->close_at_ms = clock_coarse_ms() + REFUSED_LINGER_MS;
     uncharge(c);
     log_msg(LOG_INFO, "refused a request before its body: status %d, %s, request_id %s", v->status,
             v->msg, id);
@@ -379,8 +382,7 @@ static void on_input(struct evbuffer *buf, const struct evbuffer_cb_info *info, 
 
 static void adopt(evutil_socket_t fd, short what, void *arg)
 {
-    worker_t *w = arg;
-    conn_table_t *t = w->conns;
+    conn_table_t *t = arg;
 
     (void)fd;
     (void)what;
@@ -398,10 +400,7 @@ static void adopt(evutil_socket_t fd, short what, void *arg)
         c->evcon = evcon;
         c->hnext = t->buckets[bucket_of(evcon)];
         t->buckets[bucket_of(evcon)] = c;
-        c->next = t->all;
-        if (t->all)
-            t->all->prev = c;
-        t->all = c;
+        DLIST_PREPEND(t->all, t->all_last, c);
         evhttp_connection_set_closecb(evcon, on_closed, c);
     }
     t->n_fresh = 0;
@@ -409,8 +408,7 @@ static void adopt(evutil_socket_t fd, short what, void *arg)
 
 static struct bufferevent *on_new_connection(struct event_base *base, void *arg)
 {
-    worker_t *w = arg;
-    conn_table_t *t = w->conns;
+    conn_table_t *t = arg;
     struct bufferevent *bev;
     conn_t *c;
 
@@ -431,15 +429,15 @@ static struct bufferevent *on_new_connection(struct event_base *base, void *arg)
         free(c);
         return NULL;
     }
-    c->w = w;
+    c->t = t;
     c->bev = bev;
-    c->progress_ms = now_ms();
+    c->progress_ms = clock_coarse_ms();
     head_reset(c);
     t->fresh[t->n_fresh++] = c;
     event_active(t->adopt, EV_TIMEOUT, 0);
-    w->connections++;
-    atomic_fetch_add_explicit(&w->metrics.connections, 1, memory_order_relaxed);
-    conn_update_accepting(w);
+    t->connections++;
+    atomic_fetch_add_explicit(&t->metrics->connections, 1, memory_order_relaxed);
+    update_accepting(t);
     return bev;
 }
 
@@ -447,13 +445,13 @@ static struct bufferevent *on_new_connection(struct event_base *base, void *arg)
  * worked on: idle keep-alive connections (evhttp would too) and trickling ones (it would not). */
 static void sweep(evutil_socket_t fd, short what, void *arg)
 {
-    worker_t *w = arg;
-    int64_t limit = now_ms() - (int64_t)w->cfg->http_timeout_s * 1000;
-    conn_t *c = w->conns->all, *next;
+    conn_table_t *t = arg;
+    int64_t limit = clock_coarse_ms() - (int64_t)t->cfg->http_timeout_s * 1000;
+    conn_t *c = t->all, *next;
 
     (void)fd;
     (void)what;
-    int64_t now = now_ms();
+    int64_t now = clock_coarse_ms();
 
     for (; c != NULL; c = next) {
         next = c->next;
@@ -463,26 +461,31 @@ static void sweep(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-int conn_setup(worker_t *w)
+conn_table_t *conn_setup(struct event_base *base, struct evhttp *http, const config_t *cfg,
+                         metrics_t *metrics, uint64_t *rng)
 {
     struct timeval tv = {SWEEP_MS / 1000, (SWEEP_MS % 1000) * 1000};
+    conn_table_t *t = calloc(1, sizeof(*t));
 
-    w->conns = calloc(1, sizeof(*w->conns));
-    if (w->conns == NULL)
-        return -1;
-    w->conns->reading_max = (size_t)w->cfg->max_reading_mb * 1024 * 1024;
-    w->conns->adopt = event_new(w->base, -1, 0, adopt, w);
-    w->conns->sweep = event_new(w->base, -1, EV_PERSIST, sweep, w);
-    if (w->conns->adopt == NULL || w->conns->sweep == NULL || event_add(w->conns->sweep, &tv) < 0)
-        return -1;
-    evhttp_set_bevcb(w->http, on_new_connection, w);
-    return 0;
+    if (t == NULL)
+        return NULL;
+    t->base = base;
+    t->cfg = cfg;
+    t->metrics = metrics;
+    t->rng = rng;
+    t->reading_max = (size_t)cfg->max_reading_mb * 1024 * 1024;
+    t->adopt = event_new(base, -1, 0, adopt, t);
+    t->sweep = event_new(base, -1, EV_PERSIST, sweep, t);
+    if (t->adopt == NULL || t->sweep == NULL || event_add(t->sweep, &tv) < 0) {
+        conn_cleanup(t);
+        return NULL;
+    }
+    evhttp_set_bevcb(http, on_new_connection, t);
+    return t;
 }
 
-void conn_cleanup(worker_t *w)
+void conn_cleanup(conn_table_t *t)
 {
-    conn_table_t *t = w->conns;
-
     if (t == NULL)
         return;
     if (t->adopt)
@@ -491,18 +494,17 @@ void conn_cleanup(worker_t *w)
         event_free(t->sweep);
     free(t->fresh);
     free(t);
-    w->conns = NULL;
 }
 
-void conn_request_arrived(worker_t *w, struct evhttp_request *req, int busy)
+void conn_request_arrived(conn_table_t *t, struct evhttp_request *req, int busy)
 {
-    conn_t *c = lookup(w->conns, evhttp_request_get_connection(req));
+    conn_t *c = lookup(t, evhttp_request_get_connection(req));
     struct evbuffer *in;
     verdict_t v;
 
     if (c == NULL)
         return;
-    c->progress_ms = now_ms();
+    c->progress_ms = clock_coarse_ms();
     c->busy += busy;
     /* The body went from the input buffer into the request: what is left there is the head of
      * the next request, sent before this one was answered. evhttp reads it only after the
@@ -517,17 +519,17 @@ void conn_request_arrived(worker_t *w, struct evhttp_request *req, int busy)
         evbuffer_drain(in, evbuffer_get_length(in));
         uncharge(c);
         c->phase = CONN_REFUSED;
-        c->close_at_ms = now_ms() + REFUSED_LINGER_MS;
+        c->close_at_ms = clock_coarse_ms() + REFUSED_LINGER_MS;
         evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
     }
 }
 
-void conn_request_done(worker_t *w, struct evhttp_request *req)
+void conn_request_done(conn_table_t *t, struct evhttp_request *req)
 {
-    conn_t *c = lookup(w->conns, evhttp_request_get_connection(req));
+    conn_t *c = lookup(t, evhttp_request_get_connection(req));
 
     if (c != NULL) {
-        c->progress_ms = now_ms();
+        c->progress_ms = clock_coarse_ms();
         if (c->busy > 0)
             c->busy--;
     }

@@ -6,22 +6,32 @@
 #ifndef BOTGATE_GATEWAY_CONN_H
 #define BOTGATE_GATEWAY_CONN_H
 
-#include "worker.h"
+#include "config.h"
+#include "metrics.h"
 
+#include <stdint.h>
+
+struct event_base;
 struct evhttp;
 struct evhttp_request;
+struct evconnlistener;
+
+#define CONN_MAX_HEADERS_SIZE (32 * 1024)
 
 typedef struct conn_table conn_table_t;
 
-int conn_setup(worker_t *w);      /* the bufferevent hook on w->http, the sweep timer */
-void conn_cleanup(worker_t *w);   /* after evhttp_free: frees what is left */
+/* The bufferevent hook on http, the sweep timer. rng: the worker's id state (ids of refused
+ * requests). NULL on failure. */
+conn_table_t *conn_setup(struct event_base *base, struct evhttp *http, const config_t *cfg,
+                         metrics_t *metrics, uint64_t *rng);
+void conn_cleanup(conn_table_t *t); /* after evhttp_free: frees what is left */
+
+/* The listener the cap pauses and resumes; NULL once it is closed. */
+void conn_set_listener(conn_table_t *t, struct evconnlistener *l);
 
 /* A request of this connection arrived complete (progress), and, for API requests, is being
  * worked on until conn_request_done. */
-void conn_request_arrived(worker_t *w, struct evhttp_request *req, int busy);
-void conn_request_done(worker_t *w, struct evhttp_request *req);
-
-/* Pauses or resumes accepting to follow the cap. */
-void conn_update_accepting(worker_t *w);
+void conn_request_arrived(conn_table_t *t, struct evhttp_request *req, int busy);
+void conn_request_done(conn_table_t *t, struct evhttp_request *req);
 
 #endif

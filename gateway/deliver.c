@@ -2,12 +2,16 @@
  * fresh (one refresh per channel at a time across every worker and instance, through a Redis
  * lock), check a whatsapp number once a week, turn a wechat image into a media_id, send, and
  * retry once where that is safe (expired credential, rate limit with Retry-After). Callbacks
- * only record what happened and call step(); step() decides what comes next. */
-#include "op.h"
+ * only record what happened and call deliver_step(), which decides what comes next. */
+#include "deliver.h"
 
+#include "../core/auth.h"
+#include "../core/clock.h"
+#include "../core/dlist.h"
 #include "log.h"
 
 #include <event2/event.h>
+#include <event2/event_struct.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,84 +25,166 @@
 #define DEADLINE_MARGIN_MS 20           /* leave time to answer after a call times out */
 #define CONNECT_RETRY_MS 100            /* pause before the one retry of a refused connection */
 
-static void step(op_t *op);
-static void wait_leave(op_t *op);
+/* What only credential refreshes and media uploads need: kept out of deliver_t, which every
+ * request in flight carries. Allocated when first needed, freed by deliver_clear. */
+typedef struct deliver_extra {
+    struct event timer;           /* a wait inside a delivery (Retry-After) */
+    /* the hash of the credential that failed, to see a new one: a credential may be long */
+    char stale_hash[AUTH_HASH_HEX];
+    struct cred_wait *wait;       /* the group it waits in for a held lock, or NULL */
+    struct deliver_extra *prev, *next; /* the group's waiters */
+    deliver_t *owner;             /* the delivery this is the state of */
+    unsigned wait_seen;           /* the group's last hand-out that looked at it */
+    char lock_owner[40];
+    char media_id[ADAPTER_ID_MAX];
+    char url_hash[AUTH_HASH_HEX];
+} deliver_extra_t;
 
-/* The rare paths' state; a request that never refreshes a credential nor uploads media never
- * allocates it. NULL only when memory ran out, which callers treat as a failed call. */
-static const char *media_id(const op_t *op)
+static void deliver_step(deliver_t *d);
+static void wait_leave(deliver_t *d);
+static const char *deliver_chat_id(const deliver_t *d, const adapter_result_t *res);
+
+void deliver_random_hex(uint64_t *rng, char *out, size_t n)
 {
-    return op->x != NULL ? op->x->media_id : "";
+    static const char hex[] = "0123456789abcdef";
+    uint64_t bits = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        if (i % 16 == 0) {
+            /* xorshift64* */
+            uint64_t x = *rng;
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            *rng = x;
+            bits = x * 0x2545F4914F6CDD1DULL;
+        }
+        out[i] = hex[bits & 15];
+        bits >>= 4;
+    }
+    out[n] = '\0';
 }
 
-static deliver_extra_t *extra(op_t *op)
+int64_t deliver_remaining_ms(const deliver_t *d)
+{
+    return d->deadline_ms - clock_mono_us() / 1000;
+}
+
+int deliver_set_to(deliver_t *d, const char *to)
+{
+    size_t n = strnlen(to, ADAPTER_ID_MAX - 1);
+    char *copy = malloc(n + 1);
+
+    if (copy == NULL)
+        return -1;
+    memcpy(copy, to, n);
+    copy[n] = '\0';
+    free(d->to);
+    d->to = copy;
+    return 0;
+}
+
+/* The rare paths' state; a delivery that never refreshes a credential nor uploads media never
+ * allocates it. */
+static const char *media_id(const deliver_t *d)
+{
+    return d->_x != NULL ? d->_x->media_id : "";
+}
+
+static deliver_extra_t *extra(deliver_t *d)
 {
     /* a stand-in after a failed allocation: the delivery then fails its call anyway */
     static _Thread_local deliver_extra_t none;
 
-    if (op->x == NULL && (op->x = calloc(1, sizeof(*op->x))) == NULL)
+    if (d->_x == NULL && (d->_x = calloc(1, sizeof(*d->_x))) == NULL)
         return &none;
-    return op->x;
+    d->_x->owner = d;
+    return d->_x;
 }
 
-static const json_t *info(const op_t *op)
+static const json_t *info(const deliver_t *d)
 {
-    return json_object_get(op->channel, "info");
+    return json_object_get(d->channel, "info");
 }
 
-static const char *current_cred(const op_t *op)
+static const char *current_cred(const deliver_t *d)
 {
-    const char *s = op->adapter->cred_field
-                        ? json_string_value(json_object_get(info(op), op->adapter->cred_field))
+    const char *s = d->adapter->cred_field
+                        ? json_string_value(json_object_get(info(d), d->adapter->cred_field))
                         : NULL;
     return s ? s : "";
 }
 
-static adapter_target_t target(const op_t *op)
+static adapter_target_t target(const deliver_t *d)
 {
     adapter_target_t t;
 
-    t.base_url = config_platform_url(op->w->cfg, op->adapter->type);
-    t.info = info(op);
-    t.to = op->to;
-    t.now_ms = op_now_wall_ms();
+    t.base_url = config_platform_url(d->env->cfg, d->adapter->type);
+    t.info = info(d);
+    t.to = d->to;
+    t.now_ms = clock_wall_ms();
     return t;
 }
 
-static void finish(op_t *op, deliver_result_t *r)
+/* The response parsed, for building a call from it: NULL when out of memory. Its text stays
+ * the caller's; the parsed copy is the builder's and goes once the call is built (thousands
+ * of calls wait at once). */
+static json_t *response_parse(const deliver_t *d)
 {
-    op_delivered_fn *done = op->delivered;
+    return deliver_parse(d->_text, d->_text_len);
+}
 
-    if (op->lock_held) {
-        store_unlock_credential(op->w->store, op->target.channel_id, extra(op)->lock_owner);
-        op->lock_held = 0;
+static void lock_release(deliver_t *d)
+{
+    if (d->_lock_held) {
+        store_unlock_credential(d->env->store, d->channel_id, extra(d)->lock_owner);
+        d->_lock_held = 0;
     }
-    op->dl = DL_IDLE;
-    op->delivered_count++;
-    done(op, r);
+}
+
+static void deliver_finish(deliver_t *d, deliver_result_t *r)
+{
+    char from[32], generated[40];
+    const char *message_id = NULL;
+
+    if (r->ok) {
+        message_id = r->res.message_id;
+        if (*message_id == '\0') { /* wechat gives none */
+            deliver_random_hex(&d->env->rng, generated, 32);
+            message_id = generated;
+        }
+    }
+    r->event = deliver_event(d, message_id, from);
+    r->chat_id = deliver_chat_id(d, &r->res);
+    lock_release(d);
+    d->phase = DL_IDLE;
+    d->_delivered++;
+    d->_text = NULL;
+    d->_done(d, r, d->_arg);
     adapter_result_clear(&r->res);
 }
 
 /* Ends the delivery with a failure of class status. On the first response, failures that
  * concern the whole request abort it (contract.md section 5). */
-static void fail(op_t *op, adapter_status_t status, long platform_code, const char *msg)
+static void deliver_fail(deliver_t *d, adapter_status_t status, long platform_code,
+                         const char *msg)
 {
     deliver_result_t r;
-    int code = adapter_err_code(op->adapter, status);
+    int code = adapter_err_code(d->adapter, status);
 
     memset(&r, 0, sizeof(r));
     adapter_result_init(&r.res);
     r.res.status = status;
     r.res.platform_code = platform_code;
     bg_error_set(&r.err, code, "%s", msg);
-    r.abort = op->delivered_count == 0 &&
+    r.abort = d->_delivered == 0 &&
               (status == ADAPTER_RECIPIENT_INVALID || status == ADAPTER_AUTH_INVALID ||
                status == ADAPTER_AUTH_EXPIRED ||
-               (status == ADAPTER_SERVER_ERROR && op->adapter->server_error_aborts));
-    finish(op, &r);
+               (status == ADAPTER_SERVER_ERROR && d->adapter->server_error_aborts));
+    deliver_finish(d, &r);
 }
 
-static void fail_store(op_t *op, store_status_t st)
+static void deliver_fail_store(deliver_t *d, store_status_t st)
 {
     deliver_result_t r;
 
@@ -107,48 +193,69 @@ static void fail_store(op_t *op, store_status_t st)
     bg_error_set(&r.err, BG_ERR_STORE,
                  st == STORE_BUSY ? "store busy: too many commands in flight"
                                   : "store unavailable");
-    r.abort = op->delivered_count == 0;
-    finish(op, &r);
+    r.abort = d->_delivered == 0;
+    deliver_finish(d, &r);
 }
 
-static void arm_timer(op_t *op, long ms, event_callback_fn cb)
+static void arm_timer(deliver_t *d, long ms, event_callback_fn cb)
 {
     struct timeval tv;
 
-    if (op->x == NULL && (op->x = calloc(1, sizeof(*op->x))) == NULL) {
-        cb(-1, EV_TIMEOUT, op); /* out of memory: no wait rather than none at all */
+    if (extra(d) != d->_x) {
+        cb(-1, EV_TIMEOUT, d); /* out of memory: no wait rather than none at all */
         return;
     }
     tv.tv_sec = ms / 1000;
     tv.tv_usec = (ms % 1000) * 1000;
-    event_assign(&op->x->timer, op->w->base, -1, 0, cb, op);
-    event_add(&op->x->timer, &tv);
-    op->timer_armed = 1;
+    event_assign(&d->_x->timer, d->env->base, -1, 0, cb, d);
+    event_add(&d->_x->timer, &tv);
+    d->_timer_armed = 1;
 }
 
-void deliver_cancel(op_t *op)
+void deliver_cancel(deliver_t *d)
 {
-    if (op->xfer != NULL) {
-        upstream_cancel(op->xfer);
-        op->xfer = NULL;
+    if (d->_xfer != NULL) {
+        upstream_cancel(d->_xfer);
+        d->_xfer = NULL;
     }
-    if (op->timer_armed) {
-        event_del(&op->x->timer);
-        op->timer_armed = 0;
+    store_cancel(d->_call);
+    d->_call = NULL;
+    if (d->_timer_armed) {
+        event_del(&d->_x->timer);
+        d->_timer_armed = 0;
     }
-    if (op->x != NULL && op->x->wait != NULL)
-        wait_leave(op);
-    if (op->lock_held) {
-        store_unlock_credential(op->w->store, op->target.channel_id, extra(op)->lock_owner);
-        op->lock_held = 0;
-    }
-    op->dl = DL_IDLE;
+    if (d->_x != NULL && d->_x->wait != NULL)
+        wait_leave(d);
+    lock_release(d);
+    d->phase = DL_IDLE;
+}
+
+void deliver_clear(deliver_t *d)
+{
+    deliver_cancel(d);
+    json_decref(d->channel);
+    d->channel = NULL;
+    free(d->to);
+    d->to = NULL;
+    free(d->_x);
+    d->_x = NULL;
+}
+
+int deliver_on_wire(const deliver_t *d)
+{
+    return d->phase == DL_SEND && d->_xfer != NULL;
+}
+
+void deliver_no_retry(deliver_t *d)
+{
+    d->_connect_retried = d->_rate_retried = 1;
+    d->_auth_retried = 2;
 }
 
 /* Why a platform call failed: the adapter's words and, when no HTTP answer came at all, the
  * transport's (refused, timed out, a certificate refused...), which tell an operator where
  * to look. */
-static const char *why(const adapter_result_t *res, const upstream_answer_t *ans, char *buf,
+static const char *failure_reason(const adapter_result_t *res, const upstream_answer_t *ans, char *buf,
                        size_t size)
 {
     if (res->error[0] == '\0')
@@ -159,190 +266,224 @@ static const char *why(const adapter_result_t *res, const upstream_answer_t *ans
     return buf;
 }
 
-/* Every outbound answer passes here on its way to the phase's callback: metrics. */
-static void on_answer(void *arg, const upstream_answer_t *ans)
-{
-    op_t *op = arg;
-    upstream_cb *cb = op->xfer_cb;
+static void on_cred_answer(deliver_t *d, const upstream_answer_t *ans);
+static void on_contact_answer(deliver_t *d, const upstream_answer_t *ans);
+static void on_media_fetched(deliver_t *d, const upstream_answer_t *ans);
+static void on_upload_answer(deliver_t *d, const upstream_answer_t *ans);
+static void on_send_answer(deliver_t *d, const upstream_answer_t *ans);
 
-    metrics_call(&op->w->metrics,
-                 op->dl == DL_MEDIA_FETCH ? METRICS_TARGET_MEDIA
-                                          : metrics_target(op->adapter->type),
+/* Every outbound answer passes here: metrics, then the phase that made the call takes it. */
+static void on_platform_answer(void *arg, const upstream_answer_t *ans)
+{
+    deliver_t *d = arg;
+
+    d->_xfer = NULL;
+    metrics_call(d->env->metrics,
+                 d->phase == DL_MEDIA_FETCH ? METRICS_TARGET_MEDIA
+                                            : metrics_target(d->adapter->type),
                  ans->a.status, (int64_t)ans->elapsed_us);
-    cb(op, ans);
+    switch (d->phase) {
+    case DL_CRED_CALL:
+        on_cred_answer(d, ans);
+        return;
+    case DL_CONTACT_CALL:
+        on_contact_answer(d, ans);
+        return;
+    case DL_MEDIA_FETCH:
+        on_media_fetched(d, ans);
+        return;
+    case DL_MEDIA_UPLOAD:
+        on_upload_answer(d, ans);
+        return;
+    default: /* DL_SEND: no other phase has a call out */
+        on_send_answer(d, ans);
+        return;
+    }
 }
 
-/* Starts c on client up and empties it; cb gets the answer. */
-static void call_on(op_t *op, adapter_call_t *c, upstream_t *up, deliver_phase_t phase,
-                    size_t max_answer, unsigned flags, upstream_cb *cb)
+/* Starts c on client up and empties it; the answer goes to the phase's handler. */
+static void call_on(deliver_t *d, adapter_call_t *c, upstream_t *up, deliver_phase_t phase,
+                    size_t max_answer, unsigned flags)
 {
-    long remaining = (long)op_remaining_ms(op) - DEADLINE_MARGIN_MS;
-    long timeout = op->w->cfg->upstream_timeout_ms;
+    long remaining = (long)deliver_remaining_ms(d) - DEADLINE_MARGIN_MS;
+    long timeout = d->env->cfg->upstream_timeout_ms;
 
     if (remaining <= 0) {
         adapter_call_free(c);
-        fail(op, ADAPTER_SERVER_ERROR, 0, "no time left for the platform call");
+        deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "no time left for the platform call");
         return;
     }
-    op->dl = phase;
-    op->platform_calls++;
-    op->xfer_cb = cb;
-    op->xfer = upstream_start(up, c, remaining < timeout ? remaining : timeout, max_answer,
-                              flags, on_answer, op);
-    if (op->xfer == NULL)
-        fail(op, ADAPTER_SERVER_ERROR, 0, "could not start the platform call");
-    else if (phase == DL_SEND && op->kind->set_aside != NULL)
-        op->kind->set_aside(op); /* taken back by response_back, if a retry needs it */
+    d->phase = phase;
+    d->platform_calls++;
+    d->_xfer = upstream_start(up, c, remaining < timeout ? remaining : timeout, max_answer, flags,
+                              on_platform_answer, d);
+    if (d->_xfer == NULL)
+        deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "could not start the platform call");
 }
 
 /* A platform call. */
-static void call(op_t *op, adapter_call_t *c, deliver_phase_t phase, size_t max_answer,
-                 upstream_cb *cb)
+static void platform_call(deliver_t *d, adapter_call_t *c, deliver_phase_t phase)
 {
-    call_on(op, c, op->w->up, phase, max_answer, 0, cb);
+    call_on(d, c, d->env->up, phase, ANSWER_MAX, 0);
+}
+
+/* Builds a call with build (0 or -1 with res filled) from response (may be NULL: the call
+ * needs none) and starts it, or fails. */
+typedef int build_fn(deliver_t *d, const adapter_target_t *t, const json_t *response,
+                     adapter_call_t *c, adapter_result_t *res);
+
+static void build_and_call(deliver_t *d, build_fn *build, const json_t *response,
+                           deliver_phase_t phase)
+{
+    adapter_target_t t = target(d);
+    adapter_result_t res;
+    adapter_call_t c = {0};
+
+    adapter_result_init(&res);
+    if (build(d, &t, response, &c, &res) < 0) {
+        adapter_call_free(&c);
+        deliver_fail(d, res.status, 0, res.error);
+        return;
+    }
+    platform_call(d, &c, phase);
 }
 
 /* Takes a fresh channel record (after a refresh, or someone else's). */
-static void adopt_channel(op_t *op, json_t *channel)
+static void adopt_channel(deliver_t *d, json_t *channel)
 {
-    json_decref(op->channel);
-    op->channel = channel;
+    json_decref(d->channel);
+    d->channel = channel;
 }
 
-static int cred_fresh(op_t *op)
+static int cred_fresh(deliver_t *d)
 {
-    const char *cred = current_cred(op);
+    const char *cred = current_cred(d);
     char hash[AUTH_HASH_HEX];
 
     if (*cred == '\0')
         return 0;
     auth_hash_token(cred, strlen(cred), hash);
-    return strcmp(hash, extra(op)->stale_hash) != 0 &&
-           !op->adapter->cred_needs_refresh(info(op), op_now_wall_ms());
+    return strcmp(hash, extra(d)->stale_hash) != 0 &&
+           !d->adapter->cred_needs_refresh(info(d), clock_wall_ms());
+}
+
+/* The platform said the credential expired: refresh it (once per request) and go on. */
+static void cred_force(deliver_t *d)
+{
+    d->_cred_ready = 0;
+    d->_cred_forced = 1;
+    deliver_step(d);
 }
 
 /* ---- credential refresh ---- */
 
-static void cred_done(op_t *op)
+static void cred_done(deliver_t *d)
 {
-    if (op->lock_held) {
-        store_unlock_credential(op->w->store, op->target.channel_id, extra(op)->lock_owner);
-        op->lock_held = 0;
-    }
-    op->cred_ready = 1;
-    op->cred_forced = 0;
-    step(op);
+    lock_release(d);
+    d->_cred_ready = 1;
+    d->_cred_forced = 0;
+    deliver_step(d);
 }
 
 static void on_cred_written(void *arg, store_status_t st, json_t *channel)
 {
-    op_t *op = arg;
+    deliver_t *d = arg;
 
-    op->call = NULL;
+    d->_call = NULL;
     if (st == STORE_OK)
-        adopt_channel(op, channel);
+        adopt_channel(d, channel);
     else
         log_msg(LOG_WARN, "channel %s: the new credential could not be written back",
-                op->target.channel_id);
-    cred_done(op);
+                d->channel_id);
+    cred_done(d);
 }
 
-static void on_cred_answer(void *arg, const upstream_answer_t *ans)
+static void on_cred_answer(deliver_t *d, const upstream_answer_t *ans)
 {
-    op_t *op = arg;
     char buf[BG_ERROR_MSG_MAX];
-    adapter_target_t t = target(op);
+    adapter_target_t t = target(d);
     adapter_result_t res;
     json_t *fields;
     store_status_t st;
 
-    op->xfer = NULL;
     adapter_result_init(&res);
-    fields = op->adapter->parse_cred(&t, &ans->a, &res);
+    fields = d->adapter->parse_cred(&t, &ans->a, &res);
     if (fields == NULL) {
         /* A refused login is the channel's credential being wrong: 104, not "try again". */
         adapter_status_t status = res.status == ADAPTER_OK ? ADAPTER_SERVER_ERROR : res.status;
         if (status == ADAPTER_AUTH_EXPIRED)
             status = ADAPTER_AUTH_INVALID;
-        fail(op, status, res.platform_code, why(&res, ans, buf, sizeof(buf)));
+        deliver_fail(d, status, res.platform_code, failure_reason(&res, ans, buf, sizeof(buf)));
         adapter_result_clear(&res);
         return;
     }
     adapter_result_clear(&res);
-    atomic_fetch_add_explicit(&op->w->metrics.credential_refreshes, 1, memory_order_relaxed);
-    op->cred_refreshed = 1;
+    atomic_fetch_add_explicit(&d->env->metrics->credential_refreshes, 1, memory_order_relaxed);
+    d->_cred_refreshed = 1;
     /* Use the new credential at once, whether or not the write-back succeeds. The channel
      * record may be the worker cache's shared copy: change a copy of it. */
-    adopt_channel(op, json_deep_copy(op->channel));
-    json_object_update(json_object_get(op->channel, "info"), fields);
-    op->dl = DL_CRED_WRITE;
-    op->call = store_update_channel_info(op->w->store, op->target.channel_id, fields,
-                                         on_cred_written, op, &st);
+    adopt_channel(d, json_deep_copy(d->channel));
+    json_object_update(json_object_get(d->channel, "info"), fields);
+    d->phase = DL_CRED_WRITE;
+    d->_call = store_update_channel_info(d->env->store, d->channel_id, fields, on_cred_written, d,
+                                         &st);
     json_decref(fields);
-    if (op->call == NULL)
-        cred_done(op);
+    if (d->_call == NULL)
+        cred_done(d);
 }
 
-static void cred_call(op_t *op)
+static int build_cred(deliver_t *d, const adapter_target_t *t, const json_t *response,
+                      adapter_call_t *c, adapter_result_t *res)
 {
-    adapter_target_t t = target(op);
-    adapter_result_t res;
-    adapter_call_t c = {0};
-
-    adapter_result_init(&res);
-    if (op->adapter->build_cred(&t, &c, &res) < 0) {
-        adapter_call_free(&c);
-        fail(op, res.status, 0, res.error);
-        return;
-    }
-    call(op, &c, DL_CRED_CALL, ANSWER_MAX, on_cred_answer);
+    (void)response;
+    return d->adapter->build_cred(t, c, res);
 }
 
-static void cred_lock(op_t *op);
+static void cred_lock(deliver_t *d);
 
 static void on_reread(void *arg, store_status_t st, json_t *channel)
 {
-    op_t *op = arg;
+    deliver_t *d = arg;
 
-    op->call = NULL;
+    d->_call = NULL;
     if (st != STORE_OK) {
         json_decref(channel);
-        fail_store(op, st == STORE_NOT_FOUND ? STORE_UNAVAILABLE : st);
+        deliver_fail_store(d, st == STORE_NOT_FOUND ? STORE_UNAVAILABLE : st);
         return;
     }
-    adopt_channel(op, channel);
-    if (cred_fresh(op)) {
+    adopt_channel(d, channel);
+    if (cred_fresh(d)) {
         /* Someone else refreshed it while we waited for the lock. */
-        cred_done(op);
+        cred_done(d);
         return;
     }
-    if (op->lock_held)
-        cred_call(op);
+    if (d->_lock_held)
+        build_and_call(d, build_cred, NULL, DL_CRED_CALL);
     else
-        cred_lock(op);
+        cred_lock(d);
 }
 
-static void cred_reread(op_t *op)
+static void cred_reread(deliver_t *d)
 {
     store_status_t st;
 
-    op->dl = DL_CRED_REREAD;
-    op->call = store_reread_channel(op->w->store, op->target.channel_id, on_reread, op, &st);
-    if (op->call == NULL)
-        fail_store(op, st);
+    d->phase = DL_CRED_REREAD;
+    d->_call = store_reread_channel(d->env->store, d->channel_id, on_reread, d, &st);
+    if (d->_call == NULL)
+        deliver_fail_store(d, st);
 }
 
 /* ---- waiting for another's refresh ---- */
 
-/* The requests of one worker that wait while another request (of any worker or instance)
- * holds a channel's credential lock. They wait together: one subscription to the lock's
- * release, one re-read of the channel at a time, one slow fallback timer, so that a thousand
- * waiters cost Redis what one does. Owned by the worker's list (w->cred_waits); freed by
- * wait_free when the last waiter has left. */
+/* The deliveries of one worker that wait while another (of any worker or instance) holds a
+ * channel's credential lock. They wait together: one subscription to the lock's release, one
+ * re-read of the channel at a time, one slow fallback timer, so that a thousand waiters cost
+ * Redis what one does. Owned by the worker's list (env->cred_waits); freed by wait_free when
+ * the last waiter has left. */
 typedef struct cred_wait {
-    worker_t *w;
-    struct cred_wait *prev, *next; /* w->cred_waits */
-    op_t *first, *last;            /* the waiters, oldest first (op->x->wait_prev/next) */
+    deliver_env_t *env;
+    struct cred_wait *prev, *next; /* env->cred_waits */
+    deliver_extra_t *first, *last; /* the waiters' state, oldest first (its owner waits) */
     redisc_sub_t *watch;           /* the lock's release; NULL: the timer alone */
     struct event timer;            /* the fallback */
     store_call_t *call;            /* the group's re-read in flight */
@@ -354,36 +495,25 @@ typedef struct cred_wait {
 
 static void wait_free(cred_wait_t *g)
 {
+    cred_wait_t *unused_last = NULL;
+
     if (g->call != NULL)
         store_cancel(g->call);
     store_unwatch(g->watch);
     event_del(&g->timer);
-    if (g->prev != NULL)
-        g->prev->next = g->next;
-    else
-        g->w->cred_waits = g->next;
-    if (g->next != NULL)
-        g->next->prev = g->prev;
+    DLIST_UNLINK(g->env->cred_waits, unused_last, g);
+    (void)unused_last;
     free(g);
 }
 
-/* Takes op out of its group (which it must be in); the group goes with its last waiter
- * unless it is handing out a re-read. */
-static void wait_leave(op_t *op)
+/* Takes d out of its group (which it must be in); the group goes with its last waiter unless
+ * it is handing out a re-read. */
+static void wait_leave(deliver_t *d)
 {
-    deliver_extra_t *x = op->x;
-    cred_wait_t *g = x->wait;
+    cred_wait_t *g = d->_x->wait;
 
-    if (x->wait_prev != NULL)
-        x->wait_prev->x->wait_next = x->wait_next;
-    else
-        g->first = x->wait_next;
-    if (x->wait_next != NULL)
-        x->wait_next->x->wait_prev = x->wait_prev;
-    else
-        g->last = x->wait_prev;
-    x->wait = NULL;
-    x->wait_prev = x->wait_next = NULL;
+    DLIST_UNLINK(g->first, g->last, d->_x);
+    d->_x->wait = NULL;
     if (g->first == NULL && !g->busy)
         wait_free(g);
 }
@@ -415,26 +545,28 @@ static void on_wait_read(void *arg, store_status_t st, json_t *channel)
 {
     cred_wait_t *g = arg;
     unsigned round = ++g->handouts;
-    op_t *op;
+    deliver_extra_t *x;
+    deliver_t *d;
 
     g->call = NULL;
     g->busy = 1;
     for (;;) {
         /* from the first again after each one that went on: its callbacks may end others */
-        for (op = g->first; op != NULL && op->x->wait_seen == round; op = op->x->wait_next)
+        for (x = g->first; x != NULL && x->wait_seen == round; x = x->next)
             ;
-        if (op == NULL)
+        if (x == NULL)
             break;
-        op->x->wait_seen = round;
+        x->wait_seen = round;
+        d = x->owner;
         if (st != STORE_OK) {
-            wait_leave(op);
-            fail_store(op, st == STORE_NOT_FOUND ? STORE_UNAVAILABLE : st);
+            wait_leave(d);
+            deliver_fail_store(d, st == STORE_NOT_FOUND ? STORE_UNAVAILABLE : st);
             continue;
         }
-        adopt_channel(op, json_incref(channel));
-        if (cred_fresh(op)) {
-            wait_leave(op);
-            cred_done(op);
+        adopt_channel(d, json_incref(channel));
+        if (cred_fresh(d)) {
+            wait_leave(d);
+            cred_done(d);
         }
     }
     json_decref(channel);
@@ -445,9 +577,9 @@ static void on_wait_read(void *arg, store_status_t st, json_t *channel)
         g->again = 0;
         wait_read(g);
     } else {
-        op = g->first;
-        wait_leave(op);
-        cred_lock(op);
+        d = g->first->owner;
+        wait_leave(d);
+        cred_lock(d);
     }
 }
 
@@ -459,205 +591,188 @@ static void wait_read(cred_wait_t *g)
         g->again = 1;
         return;
     }
-    g->call = store_reread_channel(g->w->store, g->channel_id, on_wait_read, g, &st);
+    g->call = store_reread_channel(g->env->store, g->channel_id, on_wait_read, g, &st);
     if (g->call == NULL)
         on_wait_read(g, st, NULL); /* every waiter fails as a re-read of its own would */
 }
 
-/* op waits with the worker's other waiters for the channel's lock, in a group made for the
+/* d waits with the worker's other waiters for the channel's lock, in a group made for the
  * first of them. */
-static void wait_join(op_t *op)
+static void wait_join(deliver_t *d)
 {
-    worker_t *w = op->w;
-    const char *id = op->target.channel_id;
+    deliver_env_t *env = d->env;
+    const char *id = d->channel_id;
     struct timeval tv = {WAIT_FALLBACK_MS / 1000, (WAIT_FALLBACK_MS % 1000) * 1000};
-    cred_wait_t *g;
+    cred_wait_t *g, *unused_last = NULL;
 
-    for (g = w->cred_waits; g != NULL && strcmp(g->channel_id, id) != 0; g = g->next)
+    for (g = env->cred_waits; g != NULL && strcmp(g->channel_id, id) != 0; g = g->next)
         ;
     if (g == NULL) {
-        if (op->x == NULL || (g = calloc(1, sizeof(*g) + strlen(id) + 1)) == NULL) {
-            fail(op, ADAPTER_SERVER_ERROR, 0, "out of memory");
+        if (d->_x == NULL || (g = calloc(1, sizeof(*g) + strlen(id) + 1)) == NULL) {
+            deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "out of memory");
             return;
         }
-        g->w = w;
+        g->env = env;
         memcpy(g->channel_id, id, strlen(id) + 1);
-        evtimer_assign(&g->timer, w->base, on_wait_timer, g);
+        evtimer_assign(&g->timer, env->base, on_wait_timer, g);
         event_add(&g->timer, &tv);
-        g->watch = store_watch_credential(w->store, id, on_wait_news, g);
-        g->next = w->cred_waits;
-        if (g->next != NULL)
-            g->next->prev = g;
-        w->cred_waits = g;
+        g->watch = store_watch_credential(env->store, id, on_wait_news, g);
+        DLIST_PREPEND(env->cred_waits, unused_last, g);
+        (void)unused_last;
     }
-    op->x->wait = g;
-    op->x->wait_next = NULL;
-    op->x->wait_prev = g->last;
-    if (g->last != NULL)
-        g->last->x->wait_next = op;
-    else
-        g->first = op;
-    g->last = op;
-    op->x->wait_seen = g->handouts;
-    op->dl = DL_CRED_WAIT;
+    d->_x->wait = g;
+    DLIST_APPEND(g->first, g->last, d->_x);
+    d->_x->wait_seen = g->handouts;
+    d->phase = DL_CRED_WAIT;
 }
 
 static void on_lock(void *arg, store_status_t st, json_t *value)
 {
-    op_t *op = arg;
+    deliver_t *d = arg;
 
     json_decref(value);
-    op->call = NULL;
+    d->_call = NULL;
     if (st == STORE_OK) {
-        op->lock_held = 1;
-        cred_reread(op); /* the refresh may have happened just before we got the lock */
+        d->_lock_held = 1;
+        cred_reread(d); /* the refresh may have happened just before we got the lock */
         return;
     }
     if (st != STORE_NOT_FOUND) {
-        fail_store(op, st);
+        deliver_fail_store(d, st);
         return;
     }
-    wait_join(op);
+    wait_join(d);
 }
 
-static void cred_lock(op_t *op)
+static void cred_lock(deliver_t *d)
 {
     store_status_t st;
 
-    if (extra(op)->lock_owner[0] == '\0')
-        worker_random_hex(op->w, extra(op)->lock_owner, 32);
-    op->dl = DL_CRED_LOCK;
-    op->call = store_lock_credential(op->w->store, op->target.channel_id, extra(op)->lock_owner,
-                                     LOCK_TTL_MS, on_lock, op, &st);
-    if (op->call == NULL)
-        fail_store(op, st);
+    if (extra(d)->lock_owner[0] == '\0')
+        deliver_random_hex(&d->env->rng, extra(d)->lock_owner, 32);
+    d->phase = DL_CRED_LOCK;
+    d->_call = store_lock_credential(d->env->store, d->channel_id, extra(d)->lock_owner,
+                                     LOCK_TTL_MS, on_lock, d, &st);
+    if (d->_call == NULL)
+        deliver_fail_store(d, st);
 }
 
-static void cred_begin(op_t *op)
+static void cred_begin(deliver_t *d)
 {
-    if (op->cred_refreshed) {
-        fail(op, ADAPTER_AUTH_INVALID, 0, "the platform refused the channel credential");
+    if (d->_cred_refreshed) {
+        deliver_fail(d, ADAPTER_AUTH_INVALID, 0, "the platform refused the channel credential");
         return;
     }
-    auth_hash_token(current_cred(op), strlen(current_cred(op)), extra(op)->stale_hash);
-    cred_lock(op);
+    auth_hash_token(current_cred(d), strlen(current_cred(d)), extra(d)->stale_hash);
+    cred_lock(d);
+}
+
+/* ---- answers that give a reference (a whatsapp contact, a wechat media id) ---- */
+
+typedef void parse_ref_fn(const adapter_target_t *t, const adapter_answer_t *a,
+                          adapter_result_t *res);
+
+/* The answer of a call that gives a reference: 1 with res->ref set when it did; otherwise the
+ * delivery went on (an expired credential: refreshed once) or failed, 0. res is cleared by the
+ * caller either way. */
+static int ref_answer(deliver_t *d, const upstream_answer_t *ans, parse_ref_fn *parse,
+                      adapter_result_t *res)
+{
+    char buf[BG_ERROR_MSG_MAX];
+    adapter_target_t t = target(d);
+
+    adapter_result_init(res);
+    parse(&t, &ans->a, res);
+    if (res->status == ADAPTER_OK && res->ref[0] != '\0')
+        return 1;
+    if (res->status == ADAPTER_AUTH_EXPIRED && !d->_cred_refreshed)
+        cred_force(d);
+    else
+        deliver_fail(d, res->status == ADAPTER_OK ? ADAPTER_SERVER_ERROR : res->status,
+                     res->platform_code, failure_reason(res, ans, buf, sizeof(buf)));
+    return 0;
 }
 
 /* ---- whatsapp contacts ---- */
 
-static void on_contact_answer(void *arg, const upstream_answer_t *ans)
+/* The number the platform knows for d->to: the message goes there. */
+static void contact_found(deliver_t *d, const char *wa_id)
 {
-    op_t *op = arg;
-    char buf[BG_ERROR_MSG_MAX];
-    adapter_target_t t = target(op);
+    if (deliver_set_to(d, wa_id) < 0) {
+        deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "out of memory");
+        return;
+    }
+    d->_contact_ready = 1;
+    deliver_step(d);
+}
+
+static void on_contact_answer(deliver_t *d, const upstream_answer_t *ans)
+{
     adapter_result_t res;
 
-    op->xfer = NULL;
-    adapter_result_init(&res);
-    op->adapter->parse_check(&t, &ans->a, &res);
-    if (res.status == ADAPTER_OK && res.ref[0] != '\0') {
-        store_put_contact(op->w->store, op->target.channel_id, op->to, res.ref, CONTACT_TTL_S);
-        if (op_set_to(op, res.ref) < 0) {
-            fail(op, ADAPTER_SERVER_ERROR, 0, "out of memory");
-        } else {
-            op->contact_ready = 1;
-            step(op);
-        }
-    } else if (res.status == ADAPTER_AUTH_EXPIRED && !op->cred_refreshed) {
-        op->cred_ready = 0;
-        op->cred_forced = 1;
-        step(op);
-    } else {
-        fail(op, res.status == ADAPTER_OK ? ADAPTER_SERVER_ERROR : res.status, res.platform_code,
-             why(&res, ans, buf, sizeof(buf)));
+    if (ref_answer(d, ans, d->adapter->parse_check, &res)) {
+        store_put_contact(d->env->store, d->channel_id, d->to, res.ref, CONTACT_TTL_S);
+        contact_found(d, res.ref);
     }
     adapter_result_clear(&res);
 }
 
-static void contact_call(op_t *op)
+static int build_check(deliver_t *d, const adapter_target_t *t, const json_t *response,
+                       adapter_call_t *c, adapter_result_t *res)
 {
-    adapter_target_t t = target(op);
-    adapter_result_t res;
-    adapter_call_t c = {0};
-
-    adapter_result_init(&res);
-    if (op->adapter->build_check(&t, &c, &res) < 0) {
-        adapter_call_free(&c);
-        fail(op, res.status, 0, res.error);
-        return;
-    }
-    call(op, &c, DL_CONTACT_CALL, ANSWER_MAX, on_contact_answer);
+    (void)response;
+    return d->adapter->build_check(t, c, res);
 }
 
 static void on_contact_cached(void *arg, store_status_t st, json_t *value)
 {
-    op_t *op = arg;
+    deliver_t *d = arg;
 
-    op->call = NULL;
-    if (st == STORE_OK && json_string_length(value) > 0) {
-        int ok = op_set_to(op, json_string_value(value)) == 0;
-        json_decref(value);
-        if (!ok) {
-            fail(op, ADAPTER_SERVER_ERROR, 0, "out of memory");
-            return;
-        }
-        op->contact_ready = 1;
-        step(op);
-        return;
-    }
+    d->_call = NULL;
+    if (st == STORE_OK && json_string_length(value) > 0)
+        contact_found(d, json_string_value(value));
+    else /* a cache miss or a cache failure: ask the platform */
+        build_and_call(d, build_check, NULL, DL_CONTACT_CALL);
     json_decref(value);
-    contact_call(op); /* a cache miss or a cache failure: ask the platform */
 }
 
-static void contact_cache(op_t *op)
+static void contact_cache(deliver_t *d)
 {
     store_status_t st;
 
-    op->dl = DL_CONTACT_CACHE;
-    op->call = store_get_contact(op->w->store, op->target.channel_id, op->to, on_contact_cached,
-                                 op, &st);
-    if (op->call == NULL)
-        contact_call(op);
+    d->phase = DL_CONTACT_CACHE;
+    d->_call = store_get_contact(d->env->store, d->channel_id, d->to, on_contact_cached, d, &st);
+    if (d->_call == NULL)
+        build_and_call(d, build_check, NULL, DL_CONTACT_CALL);
 }
 
 /* ---- wechat media ---- */
 
-static void on_upload_answer(void *arg, const upstream_answer_t *ans)
+static void media_found(deliver_t *d, const char *id)
 {
-    op_t *op = arg;
-    char buf[BG_ERROR_MSG_MAX];
-    adapter_target_t t = target(op);
+    snprintf(extra(d)->media_id, sizeof(extra(d)->media_id), "%s", id);
+    deliver_step(d);
+}
+
+static void on_upload_answer(deliver_t *d, const upstream_answer_t *ans)
+{
     adapter_result_t res;
 
-    op->xfer = NULL;
-    adapter_result_init(&res);
-    op->adapter->parse_upload(&t, &ans->a, &res);
-    if (res.status == ADAPTER_OK && res.ref[0] != '\0') {
-        snprintf(extra(op)->media_id, sizeof(extra(op)->media_id), "%s", res.ref);
-        store_put_media(op->w->store, op->target.channel_id, extra(op)->url_hash,
-                        extra(op)->media_id, MEDIA_TTL_S);
-        step(op);
-    } else if (res.status == ADAPTER_AUTH_EXPIRED && !op->cred_refreshed) {
-        op->cred_ready = 0;
-        op->cred_forced = 1;
-        step(op);
-    } else {
-        fail(op, res.status == ADAPTER_OK ? ADAPTER_SERVER_ERROR : res.status, res.platform_code,
-             why(&res, ans, buf, sizeof(buf)));
+    if (ref_answer(d, ans, d->adapter->parse_upload, &res)) {
+        store_put_media(d->env->store, d->channel_id, extra(d)->url_hash, res.ref, MEDIA_TTL_S);
+        media_found(d, res.ref);
     }
     adapter_result_clear(&res);
 }
 
-static void on_media_fetched(void *arg, const upstream_answer_t *ans)
+static void on_media_fetched(deliver_t *d, const upstream_answer_t *ans)
 {
-    op_t *op = arg;
-    adapter_target_t t = target(op);
+    adapter_target_t t = target(d);
     adapter_result_t res;
     adapter_call_t c = {0};
     const char *ctype = ans->a.content_type;
     char msg[ADAPTER_ERROR_MAX];
 
-    op->xfer = NULL;
     if (ans->blocked || ans->too_large || ans->a.status < 200 || ans->a.status > 299) {
         if (ans->blocked || ans->too_large)
             snprintf(msg, sizeof(msg), "image download refused: %s", ans->error);
@@ -665,140 +780,133 @@ static void on_media_fetched(void *arg, const upstream_answer_t *ans)
             snprintf(msg, sizeof(msg), "image download failed: %s", ans->error);
         else
             snprintf(msg, sizeof(msg), "image download failed: HTTP %ld", ans->a.status);
-        fail(op, ADAPTER_REJECTED, 0, msg);
+        deliver_fail(d, ADAPTER_REJECTED, 0, msg);
         return;
     }
     if (ctype == NULL || strncmp(ctype, "image/", 6) != 0) {
-        fail(op, ADAPTER_REJECTED, 0, "image download is not an image (Content-Type)");
+        deliver_fail(d, ADAPTER_REJECTED, 0, "image download is not an image (Content-Type)");
         return;
     }
     adapter_result_init(&res);
-    if (op->adapter->build_upload(&t, ans->a.body, ans->a.body_len, ctype, &c, &res) < 0) {
+    if (d->adapter->build_upload(&t, ans->a.body, ans->a.body_len, ctype, &c, &res) < 0) {
         adapter_call_free(&c);
-        fail(op, res.status, 0, res.error);
+        deliver_fail(d, res.status, 0, res.error);
         return;
     }
-    call(op, &c, DL_MEDIA_UPLOAD, ANSWER_MAX, on_upload_answer);
+    platform_call(d, &c, DL_MEDIA_UPLOAD);
 }
 
-static void media_fetch(op_t *op)
+/* A copy of the image's URL (the caller frees it), "" when the response has none; NULL when
+ * out of memory. */
+static char *image_url(const deliver_t *d)
 {
-    const char *url = json_string_value(json_object_get(op->response, "url"));
+    json_t *r = response_parse(d);
+    const char *url = json_string_value(json_object_get(r, "url"));
+    char *copy = r != NULL ? strdup(url ? url : "") : NULL;
+
+    json_decref(r);
+    return copy;
+}
+
+static void media_fetch(deliver_t *d)
+{
     adapter_call_t c = {0};
 
     c.method = "GET";
-    c.url = strdup(url ? url : "");
+    c.url = image_url(d);
     if (c.url == NULL) {
-        fail(op, ADAPTER_SERVER_ERROR, 0, "out of memory");
+        deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "out of memory");
         return;
     }
-    call_on(op, &c, op->w->up_user, DL_MEDIA_FETCH, MEDIA_MAX, UPSTREAM_FOLLOW,
-            on_media_fetched);
+    call_on(d, &c, d->env->up_user, DL_MEDIA_FETCH, MEDIA_MAX, UPSTREAM_FOLLOW);
 }
 
 static void on_media_cached(void *arg, store_status_t st, json_t *value)
 {
-    op_t *op = arg;
+    deliver_t *d = arg;
 
-    op->call = NULL;
-    if (st == STORE_OK && json_string_length(value) > 0) {
-        snprintf(extra(op)->media_id, sizeof(extra(op)->media_id), "%s", json_string_value(value));
-        json_decref(value);
-        step(op);
-        return;
-    }
+    d->_call = NULL;
+    if (st == STORE_OK && json_string_length(value) > 0)
+        media_found(d, json_string_value(value));
+    else
+        media_fetch(d);
     json_decref(value);
-    media_fetch(op);
 }
 
-static void media_cache(op_t *op)
+static void media_cache(deliver_t *d)
 {
-    const char *url = json_string_value(json_object_get(op->response, "url"));
+    char *url = image_url(d);
     store_status_t st;
 
-    auth_hash_token(url ? url : "", url ? strlen(url) : 0, extra(op)->url_hash);
-    op->dl = DL_MEDIA_CACHE;
-    op->call = store_get_media(op->w->store, op->target.channel_id, extra(op)->url_hash,
-                               on_media_cached, op, &st);
-    if (op->call == NULL)
-        media_fetch(op);
+    if (url == NULL) {
+        deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "out of memory");
+        return;
+    }
+    auth_hash_token(url, strlen(url), extra(d)->url_hash);
+    free(url);
+    d->phase = DL_MEDIA_CACHE;
+    d->_call = store_get_media(d->env->store, d->channel_id, extra(d)->url_hash, on_media_cached,
+                               d, &st);
+    if (d->_call == NULL)
+        media_fetch(d);
 }
 
 /* ---- the message ---- */
 
-static void send_now(op_t *op);
-
-/* The response again, when it was set aside while its call was out and a retry needs it:
- * retries come back through step() or on_retry_wait(). */
-static int response_back(op_t *op)
-{
-    if (op->response == NULL && op->kind->take_back != NULL)
-        op->kind->take_back(op);
-    if (op->response != NULL)
-        return 0;
-    fail(op, ADAPTER_SERVER_ERROR, 0, "out of memory");
-    return -1;
-}
-
 static void on_retry_wait(evutil_socket_t fd, short what, void *arg)
 {
-    op_t *op = arg;
+    deliver_t *d = arg;
 
     (void)fd;
     (void)what;
-    op->timer_armed = 0;
-    if (response_back(op) < 0)
-        return;
-    send_now(op);
+    d->_timer_armed = 0;
+    deliver_step(d); /* everything before the message call is done: it goes again */
 }
 
-static void on_send_answer(void *arg, const upstream_answer_t *ans)
+static void on_send_answer(deliver_t *d, const upstream_answer_t *ans)
 {
-    op_t *op = arg;
     char buf[BG_ERROR_MSG_MAX];
-    adapter_target_t t = target(op);
+    adapter_target_t t = target(d);
     deliver_result_t r;
 
-    op->xfer = NULL;
     /* The one failure that surely delivered nothing: the connection could not be made. Try
      * once more after a short pause; anything else (a timeout, a reset, a 5xx) may have been
      * delivered, and a retry could send the message twice. */
-    if (ans->not_sent && !op->connect_retried &&
-        op_remaining_ms(op) > CONNECT_RETRY_MS + 2 * DEADLINE_MARGIN_MS) {
-        op->connect_retried = 1;
-        op->dl = DL_RETRY_WAIT;
-        arm_timer(op, CONNECT_RETRY_MS, on_retry_wait);
+    if (ans->not_sent && !d->_connect_retried &&
+        deliver_remaining_ms(d) > CONNECT_RETRY_MS + 2 * DEADLINE_MARGIN_MS) {
+        d->_connect_retried = 1;
+        d->phase = DL_RETRY_WAIT;
+        arm_timer(d, CONNECT_RETRY_MS, on_retry_wait);
         return;
     }
     memset(&r, 0, sizeof(r));
     adapter_result_init(&r.res);
-    op->adapter->parse_send(&t, &ans->a, &r.res);
+    d->adapter->parse_send(&t, &ans->a, &r.res);
     switch (r.res.status) {
     case ADAPTER_OK:
         r.ok = 1;
-        finish(op, &r);
+        deliver_finish(d, &r);
         return;
     case ADAPTER_AUTH_EXPIRED:
         /* Refresh and retry. The first retry may adopt a credential another worker or instance
          * just got, which the platform may have revoked as well: then one more, with a
-         * credential of our own (after which cred_refreshed stops the loop). */
-        if (!op->cred_refreshed && op->auth_retried < 2) {
-            op->auth_retried++;
-            op->cred_ready = 0;
-            op->cred_forced = 1;
+         * credential of our own (after which _cred_refreshed stops the loop). */
+        if (!d->_cred_refreshed && d->_auth_retried < 2) {
+            d->_auth_retried++;
             adapter_result_clear(&r.res);
-            step(op);
+            cred_force(d);
             return;
         }
         break;
     case ADAPTER_RATE_LIMITED:
         /* Retried once, only when the platform says when and that fits the deadline: a 429
          * means the message was not accepted, so the retry cannot duplicate it. */
-        if (!op->rate_retried && r.res.retry_after_s >= 0 &&
-            (int64_t)r.res.retry_after_s * 1000 + 2 * DEADLINE_MARGIN_MS < op_remaining_ms(op)) {
-            op->rate_retried = 1;
-            op->dl = DL_RETRY_WAIT;
-            arm_timer(op, (long)r.res.retry_after_s * 1000, on_retry_wait);
+        if (!d->_rate_retried && r.res.retry_after_s >= 0 &&
+            (int64_t)r.res.retry_after_s * 1000 + 2 * DEADLINE_MARGIN_MS <
+                deliver_remaining_ms(d)) {
+            d->_rate_retried = 1;
+            d->phase = DL_RETRY_WAIT;
+            arm_timer(d, (long)r.res.retry_after_s * 1000, on_retry_wait);
             adapter_result_clear(&r.res);
             return;
         }
@@ -806,24 +914,14 @@ static void on_send_answer(void *arg, const upstream_answer_t *ans)
     default:
         break;
     }
-    fail(op, r.res.status, r.res.platform_code, why(&r.res, ans, buf, sizeof(buf)));
+    deliver_fail(d, r.res.status, r.res.platform_code, failure_reason(&r.res, ans, buf, sizeof(buf)));
     adapter_result_clear(&r.res);
 }
 
-static void send_now(op_t *op)
+static int build_send(deliver_t *d, const adapter_target_t *t, const json_t *response,
+                      adapter_call_t *c, adapter_result_t *res)
 {
-    adapter_target_t t = target(op);
-    adapter_result_t res;
-    adapter_call_t c = {0};
-
-    adapter_result_init(&res);
-    if (op->adapter->build_send(&t, op->response, media_id(op)[0] ? media_id(op) : NULL, &c,
-                                &res) < 0) {
-        adapter_call_free(&c);
-        fail(op, res.status, 0, res.error);
-        return;
-    }
-    call(op, &c, DL_SEND, ANSWER_MAX, on_send_answer);
+    return d->adapter->build_send(t, response, media_id(d)[0] ? media_id(d) : NULL, c, res);
 }
 
 static int is_image(const json_t *response)
@@ -834,44 +932,50 @@ static int is_image(const json_t *response)
 }
 
 /* Decides what the delivery needs next. */
-static void step(op_t *op)
+static void deliver_step(deliver_t *d)
 {
-    const adapter_ops_t *a = op->adapter;
+    const adapter_ops_t *a = d->adapter;
+    json_t *response;
 
-    if (response_back(op) < 0)
-        return;
-    if (!op->cred_ready && a->cred_needs_refresh != NULL) {
-        if (op->cred_forced || a->cred_needs_refresh(info(op), op_now_wall_ms())) {
-            cred_begin(op);
+    if (!d->_cred_ready && a->cred_needs_refresh != NULL) {
+        if (d->_cred_forced || a->cred_needs_refresh(info(d), clock_wall_ms())) {
+            cred_begin(d);
             return;
         }
-        op->cred_ready = 1;
+        d->_cred_ready = 1;
     }
-    if (!op->contact_ready && a->build_check != NULL) {
-        contact_cache(op);
+    if (!d->_contact_ready && a->build_check != NULL) {
+        contact_cache(d);
         return;
     }
-    if (a->image_by_upload && is_image(op->response) && media_id(op)[0] == '\0') {
-        media_cache(op);
+    if ((response = response_parse(d)) == NULL) {
+        deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "out of memory");
         return;
     }
-    send_now(op);
+    if (a->image_by_upload && is_image(response) && media_id(d)[0] == '\0') {
+        json_decref(response);
+        media_cache(d);
+        return;
+    }
+    build_and_call(d, build_send, response, DL_SEND);
+    json_decref(response); /* the call carries what it needs */
 }
 
-void deliver_start(op_t *op, const json_t *response, op_delivered_fn *done)
+void deliver_start(deliver_t *d, const char *text, size_t len, deliver_done_fn *done, void *arg)
 {
-    op->response = response;
-    op->delivered = done;
-    op->auth_retried = op->rate_retried = op->connect_retried = 0;
-    if (op->x != NULL)
-        op->x->media_id[0] = '\0';
-    step(op);
+    d->_text = text;
+    d->_text_len = (unsigned)len;
+    d->_done = done;
+    d->_arg = arg;
+    d->_auth_retried = d->_rate_retried = d->_connect_retried = 0;
+    if (d->_x != NULL)
+        d->_x->media_id[0] = '\0';
+    deliver_step(d);
 }
 
-result_event_t deliver_event_of(const op_t *op, const json_t *response, const char *message_id,
-                                char buf[32])
+result_event_t deliver_event(const deliver_t *d, const char *message_id, char buf[32])
 {
-    const json_t *from = json_object_get(info(op), op->adapter->from_field);
+    const json_t *from = json_object_get(info(d), d->adapter->from_field);
     result_event_t ev;
 
     ev.from = json_string_value(from);
@@ -879,23 +983,23 @@ result_event_t deliver_event_of(const op_t *op, const json_t *response, const ch
         snprintf(buf, 32, "%lld", (long long)json_integer_value(from));
         ev.from = buf;
     }
-    ev.to = op->to;
-    ev.response = response;
+    ev.to = d->to;
+    ev.response = NULL;
     ev.type = ev.data = NULL;
-    ev.timestamp_ms = op_now_wall_ms();
+    ev.timestamp_ms = clock_wall_ms();
     ev.message_id = message_id;
     return ev;
 }
 
-json_t *deliver_event(const op_t *op, const json_t *response, const char *message_id)
+json_t *deliver_event_json(const deliver_t *d, const json_t *response, const char *message_id)
 {
     char buf[32];
-    result_event_t ev = deliver_event_of(op, response, message_id, buf);
+    result_event_t ev = deliver_event(d, message_id, buf);
 
     return result_message_event(ev.from, ev.to, response, ev.timestamp_ms, message_id);
 }
 
-const char *deliver_chat_id(const op_t *op, const adapter_result_t *res)
+static const char *deliver_chat_id(const deliver_t *d, const adapter_result_t *res)
 {
-    return res->chat_id[0] ? res->chat_id : op->to;
+    return res->chat_id[0] ? res->chat_id : d->to;
 }

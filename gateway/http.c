@@ -1,15 +1,17 @@
-/* http.c - evhttp set up as a server, and the routes. Every answer is JSON. */
+/* http.c - evhttp set up as a server, the route table, and the transport half of answering an
+ * API request. Every answer is JSON. */
 #include "http.h"
 
-#include "conn.h"
+#include "../core/clock.h"
+#include "../core/error.h"
+#include "../core/jsonw.h"
 #include "log.h"
-#include "op.h"
 
 #include <arpa/inet.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -17,9 +19,8 @@
 #include <string.h>
 #include <time.h>
 
-/* evhttp formats a Date header for every answer it sends without one (gmtime and a printf,
- * a tenth of its work on the answer); the text changes once a second, so each worker thread
- * keeps it. */
+/* evhttp formats a Date header for every answer it sends without one (gmtime and a printf);
+ * the text changes once a second, so each worker thread keeps it. */
 static void add_date(struct evhttp_request *req)
 {
     static _Thread_local time_t shown = (time_t)-1;
@@ -54,8 +55,8 @@ void http_send(struct evhttp_request *req, int status, const char *reason)
     bufferevent_trigger(bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS);
 }
 
-static void send_json(struct evhttp_request *req, int status, const char *reason,
-                      const char *body)
+void http_send_json(struct evhttp_request *req, int status, const char *reason,
+                    const char *body)
 {
     struct evbuffer *buf = evhttp_request_get_output_buffer(req);
 
@@ -63,104 +64,138 @@ static void send_json(struct evhttp_request *req, int status, const char *reason
     http_send(req, status, reason);
 }
 
-static void health(worker_t *w, struct evhttp_request *req)
+static void free_buffer(const void *data, size_t len, void *arg)
 {
-    (void)w;
-    send_json(req, 200, "OK", "{\"ok\":1}");
+    (void)len;
+    (void)arg;
+    free((void *)data);
 }
 
-/* Ready while Redis is reachable and the worker is not draining, so that a load balancer
- * stops sending before the process goes away. */
-static void ready(worker_t *w, struct evhttp_request *req)
+/* One line per request, written as text rather than built as a jansson object: it runs for
+ * every request at the default level. The strings come from parsed JSON or are botgate's own
+ * ASCII. */
+static void log_answer(const http_answer_t *a, int64_t elapsed_us)
 {
-    if (w->draining)
-        send_json(req, 503, "Service Unavailable",
-                  "{\"ok\":0,\"err_code\":121,\"err\":\"shutting down\","
-                  "\"error\":\"shutting down\"}");
-    else if (!store_ready(w->store))
-        send_json(req, 503, "Service Unavailable",
-                  "{\"ok\":0,\"err_code\":119,\"err\":\"store unavailable\","
-                  "\"error\":\"store unavailable\"}");
-    else
-        send_json(req, 200, "OK", "{\"ok\":1}");
-}
-
-static void metrics(worker_t *w, struct evhttp_request *req)
-{
-    const metrics_t *all[256];
+    char ms[48];
+    jsonw_t w;
     int n;
-    worker_t *workers = worker_all(&n);
 
-    (void)w;
-    if (n > 256)
-        n = 256;
-    for (int i = 0; i < n; i++)
-        all[i] = &workers[i].metrics;
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
-                      "text/plain; version=0.0.4; charset=utf-8");
-    metrics_render(evhttp_request_get_output_buffer(req), all, n);
-    http_send(req, 200, "OK");
+    if (!log_enabled(LOG_INFO))
+        return;
+    jw_init_size(&w, 256);
+    jw_lit(&w, "\"msg\":\"request\",\"request_id\":");
+    jw_str(&w, a->request_id);
+    jw_lit(&w, a->route == METRICS_ROUTE_SEND
+                   ? ",\"route\":\"sendResponses\",\"status\":"
+                   : ",\"route\":\"redirectMemberToNode\",\"status\":");
+    jw_int(&w, a->status);
+    if (a->code > 0) {
+        jw_lit(&w, ",\"err_code\":");
+        jw_int(&w, a->code);
+    } else if (a->code == BG_ERR_UNAUTHORIZED) {
+        jw_lit(&w, ",\"err\":\"unauthorized\"");
+    }
+    if (a->channel) {
+        jw_lit(&w, ",\"channel\":");
+        jw_str(&w, a->channel);
+    }
+    if (a->member) {
+        jw_lit(&w, ",\"member\":");
+        jw_str(&w, a->member);
+    }
+    jw_lit(&w, ",\"platform_calls\":");
+    jw_int(&w, a->platform_calls);
+    /* milliseconds to the microsecond: 0.282, not a double's 0.28199999999999997 */
+    n = snprintf(ms, sizeof(ms), ",\"duration_ms\":%lld.%03lld", (long long)(elapsed_us / 1000),
+                 (long long)(elapsed_us % 1000));
+    jw_raw(&w, ms, n > 0 && (size_t)n < sizeof(ms) ? (size_t)n : 0);
+    if (!w.failed)
+        log_fields_text(LOG_INFO, w.buf, w.len);
+    jw_free(&w);
 }
 
-/* Which listener answers a route. With BOTGATE_ADMIN_LISTEN set, /metrics moves to the admin
- * listener; the health checks are on both (load balancers probe the API address). */
-enum route_where { ROUTE_API, ROUTE_BOTH, ROUTE_ADMIN };
-
-static const struct route {
-    const char *path;
-    enum evhttp_cmd_type method; /* a GET route answers HEAD too */
-    void (*handler)(worker_t *w, struct evhttp_request *req);
-    int api; /* answered later, by an op: its connection is busy until then */
-    enum route_where where;
-} routes[] = {
-    {"/sendResponses", EVHTTP_REQ_POST, op_send_start, 1, ROUTE_API},
-    {"/redirectMemberToNode", EVHTTP_REQ_POST, op_redirect_start, 1, ROUTE_API},
-    {"/healthz", EVHTTP_REQ_GET, health, 0, ROUTE_BOTH},
-    {"/readyz", EVHTTP_REQ_GET, ready, 0, ROUTE_BOTH},
-    {"/metrics", EVHTTP_REQ_GET, metrics, 0, ROUTE_ADMIN},
-};
-
-static const struct route *find_route(const worker_t *w, const char *path, int on_admin)
+void http_answer(http_server_t *s, struct evhttp_request *req, const http_answer_t *a,
+                 char *text, size_t len)
 {
-    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
-        const struct route *r = &routes[i];
-        int here = on_admin ? r->where != ROUTE_API
-                            : r->where != ROUTE_ADMIN || w->cfg->admin_listen[0] == '\0';
+    struct evkeyvalq *headers = evhttp_request_get_output_headers(req);
+    int64_t elapsed = clock_mono_us() - a->started_us;
+
+    if (text != NULL)
+        evbuffer_add_reference(evhttp_request_get_output_buffer(req), text, len, free_buffer,
+                               NULL);
+    conn_request_done(s->conns, req);
+    evhttp_add_header(headers, "X-Request-Id", a->request_id);
+    if (a->close)
+        evhttp_add_header(headers, "Connection", "close");
+    /* counted before the answer leaves: whoever has the answer sees it in /metrics */
+    metrics_request(s->metrics, a->route, a->status, a->code, elapsed);
+    http_send(req, a->status,
+              a->status == 200   ? "OK"
+              : a->status == 413 ? "Payload Too Large"
+                                 : "Internal Server Error");
+    log_answer(a, elapsed);
+}
+
+void http_refuse(http_server_t *s, struct evhttp_request *req)
+{
+    /* The connection was marked busy when the request arrived, and only an answer unmarks it:
+     * without this, a busy count that never returns to 0 keeps the sweep off the connection
+     * and holds its slot under the cap for as long as the client wants. */
+    conn_request_done(s->conns, req);
+    evhttp_send_error(req, 500, "Internal Server Error");
+}
+
+int http_route(http_server_t *s, const http_route_t *r)
+{
+    if (s->n_routes == HTTP_ROUTES_MAX)
+        return -1;
+    s->routes[s->n_routes++] = *r;
+    return 0;
+}
+
+static const http_route_t *find_route(const http_server_t *s, const char *path, int on_admin)
+{
+    for (unsigned i = 0; i < s->n_routes; i++) {
+        const http_route_t *r = &s->routes[i];
+        int here = on_admin ? r->where != HTTP_API
+                            : r->where != HTTP_ADMIN || s->cfg->admin_listen[0] == '\0';
         if (here && strcmp(path, r->path) == 0)
             return r;
     }
     return NULL;
 }
 
-static void serve(worker_t *w, struct evhttp_request *req, int on_admin)
+static void serve(http_server_t *s, struct evhttp_request *req, int on_admin)
 {
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
-    const struct route *r = path ? find_route(w, path, on_admin) : NULL;
+    const http_route_t *r = path ? find_route(s, path, on_admin) : NULL;
     int allowed =
         r != NULL && (cmd == r->method || (cmd == EVHTTP_REQ_HEAD && r->method == EVHTTP_REQ_GET));
 
     /* every request, answered here or not: the connection's next request is checked from now */
-    conn_request_arrived(w, req, allowed ? r->api : 0);
+    conn_request_arrived(s->conns, req, allowed ? r->api : 0);
     if (path == NULL) {
-        send_json(req, 400, "Bad Request",
-                  "{\"ok\":0,\"err_code\":108,\"err\":\"bad request\",\"error\":\"bad request\"}");
+        http_send_json(req, 400, "Bad Request",
+                       "{\"ok\":0,\"err_code\":108,\"err\":\"bad request\",\"error\":\"bad "
+                       "request\"}");
         return;
     }
     if (allowed) {
-        r->handler(w, req); /* evhttp leaves the body out of an answer to HEAD */
+        r->handler(r->arg, req); /* evhttp leaves the body out of an answer to HEAD */
         return;
     }
     if (r != NULL) {
         evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
                           r->method == EVHTTP_REQ_POST ? "POST" : "GET, HEAD");
-        send_json(req, 405, "Method Not Allowed",
-                  "{\"ok\":0,\"err_code\":122,\"err\":\"method not allowed\","
-                  "\"error\":\"method not allowed\"}");
+        http_send_json(req, 405, "Method Not Allowed",
+                       "{\"ok\":0,\"err_code\":122,\"err\":\"method not allowed\","
+                       "\"error\":\"method not allowed\"}");
         return;
     }
-    send_json(req, 404, "Not Found", "{\"ok\":0,\"err_code\":122,\"err\":\"not found\",\"error\":\"not found\"}");
+    http_send_json(req, 404, "Not Found",
+                   "{\"ok\":0,\"err_code\":122,\"err\":\"not found\",\"error\":\"not found\"}");
 }
 
 static void on_request(struct evhttp_request *req, void *arg)
@@ -175,7 +210,7 @@ static void on_admin_request(struct evhttp_request *req, void *arg)
 
 /* A listening socket on host:port, one per worker (SO_REUSEPORT: the kernel balances
  * accepts), disabled until the caller enables it. NULL on failure (logged). */
-static struct evconnlistener *listen_on(worker_t *w, const char *host, int port)
+static struct evconnlistener *listen_on(http_server_t *s, const char *host, int port)
 {
     struct sockaddr_storage ss;
     int sslen = sizeof(ss);
@@ -191,7 +226,7 @@ static struct evconnlistener *listen_on(worker_t *w, const char *host, int port)
         log_msg(LOG_ERROR, "cannot parse listen address %s", spec);
         return NULL;
     }
-    l = evconnlistener_new_bind(w->base, NULL, NULL,
+    l = evconnlistener_new_bind(s->base, NULL, NULL,
                                 LEV_OPT_REUSEABLE | LEV_OPT_REUSEABLE_PORT | LEV_OPT_CLOSE_ON_FREE |
                                     LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_DISABLED,
                                 4096, (struct sockaddr *)&ss, sslen);
@@ -203,23 +238,23 @@ static struct evconnlistener *listen_on(worker_t *w, const char *host, int port)
 
 /* The admin listener: its own evhttp, GET/HEAD only, small requests. Its connections are not
  * counted under the API's cap; keep the address internal. */
-static int admin_start(worker_t *w)
+static int admin_start(http_server_t *s)
 {
-    const config_t *cfg = w->cfg;
+    const config_t *cfg = s->cfg;
     struct evconnlistener *l;
 
-    w->admin_http = evhttp_new(w->base);
-    if (w->admin_http == NULL)
+    s->admin_http = evhttp_new(s->base);
+    if (s->admin_http == NULL)
         return -1;
-    evhttp_set_max_body_size(w->admin_http, 4096);
-    evhttp_set_max_headers_size(w->admin_http, HTTP_MAX_HEADERS_SIZE);
-    evhttp_set_timeout(w->admin_http, cfg->http_timeout_s);
-    evhttp_set_default_content_type(w->admin_http, "application/json");
-    evhttp_set_allowed_methods(w->admin_http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST);
-    evhttp_set_gencb(w->admin_http, on_admin_request, w);
-    if ((l = listen_on(w, cfg->admin_host, cfg->admin_port)) == NULL)
+    evhttp_set_max_body_size(s->admin_http, 4096);
+    evhttp_set_max_headers_size(s->admin_http, HTTP_MAX_HEADERS_SIZE);
+    evhttp_set_timeout(s->admin_http, cfg->http_timeout_s);
+    evhttp_set_default_content_type(s->admin_http, "application/json");
+    evhttp_set_allowed_methods(s->admin_http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST);
+    evhttp_set_gencb(s->admin_http, on_admin_request, s);
+    if ((l = listen_on(s, cfg->admin_host, cfg->admin_port)) == NULL)
         return -1;
-    if (evhttp_bind_listener(w->admin_http, l) == NULL) {
+    if (evhttp_bind_listener(s->admin_http, l) == NULL) {
         evconnlistener_free(l);
         log_msg(LOG_ERROR, "cannot bind the admin HTTP server to %s", cfg->admin_listen);
         return -1;
@@ -228,35 +263,63 @@ static int admin_start(worker_t *w)
     return 0;
 }
 
-int http_start(worker_t *w)
+int http_start(http_server_t *s)
 {
-    const config_t *cfg = w->cfg;
+    const config_t *cfg = s->cfg;
+    struct evconnlistener *l;
 
-    w->http = evhttp_new(w->base);
-    if (w->http == NULL)
+    s->http = evhttp_new(s->base);
+    if (s->http == NULL)
         return -1;
-    evhttp_set_max_body_size(w->http, HTTP_TRANSPORT_MAX_BODY);
-    evhttp_set_max_headers_size(w->http, HTTP_MAX_HEADERS_SIZE);
-    evhttp_set_timeout(w->http, cfg->http_timeout_s);
-    evhttp_set_default_content_type(w->http, "application/json");
+    evhttp_set_max_body_size(s->http, HTTP_TRANSPORT_MAX_BODY);
+    evhttp_set_max_headers_size(s->http, HTTP_MAX_HEADERS_SIZE);
+    evhttp_set_timeout(s->http, cfg->http_timeout_s);
+    evhttp_set_default_content_type(s->http, "application/json");
     /* A body over the limit is read and dropped before the 413 goes out, so that a client
      * still sending sees the answer instead of a reset. The HTTP timeout bounds it. */
-    evhttp_set_flags(w->http, EVHTTP_SERVER_LINGERING_CLOSE);
-    evhttp_set_allowed_methods(w->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+    evhttp_set_flags(s->http, EVHTTP_SERVER_LINGERING_CLOSE);
+    evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
                                             EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
-    evhttp_set_gencb(w->http, on_request, w);
-    if (conn_setup(w) < 0)
+    evhttp_set_gencb(s->http, on_request, s);
+    if ((s->conns = conn_setup(s->base, s->http, cfg, s->metrics, s->rng)) == NULL)
         return -1;
-    if (cfg->admin_listen[0] != '\0' && admin_start(w) < 0)
+    if (cfg->admin_listen[0] != '\0' && admin_start(s) < 0)
         return -1;
-    if ((w->listener = listen_on(w, cfg->listen_host, cfg->listen_port)) == NULL)
+    if ((l = listen_on(s, cfg->listen_host, cfg->listen_port)) == NULL)
         return -1;
-    if ((w->bound = evhttp_bind_listener(w->http, w->listener)) == NULL) {
+    if ((s->bound = evhttp_bind_listener(s->http, l)) == NULL) {
+        evconnlistener_free(l);
         log_msg(LOG_ERROR, "cannot bind the HTTP server to %s", cfg->listen);
         return -1;
     }
-    evconnlistener_enable(w->listener);
-    w->accepting = 1;
+    evconnlistener_enable(l);
+    conn_set_listener(s->conns, l);
     return 0;
+}
+
+/* Closes the listening socket: from now on a new connection is refused at once, which a load
+ * balancer retries on another instance safely (a connection left waiting in the accept queue
+ * of a socket nobody serves would be reset later, with its request). */
+void http_stop_listening(http_server_t *s)
+{
+    if (s->bound == NULL)
+        return;
+    conn_set_listener(s->conns, NULL);
+    evhttp_del_accept_socket(s->http, s->bound); /* frees the listener, closes the fd */
+    s->bound = NULL;
+}
+
+void http_free(http_server_t *s)
+{
+    s->bound = NULL; /* evhttp_free frees it with its listener */
+    if (s->conns != NULL)
+        conn_set_listener(s->conns, NULL);
+    if (s->http != NULL)
+        evhttp_free(s->http);
+    if (s->admin_http != NULL)
+        evhttp_free(s->admin_http);
+    s->http = s->admin_http = NULL;
+    conn_cleanup(s->conns);
+    s->conns = NULL;
 }

@@ -5,11 +5,9 @@
  * without a valid token. */
 #include "op.h"
 
-#include "../core/jsonw.h"
+#include "../core/clock.h"
+#include "../core/dlist.h"
 #include "../core/member.h"
-#include "conn.h"
-#include "http.h"
-#include "log.h"
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -19,34 +17,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
-#include <time.h>
 
-/* Every request in flight carries one: mimalloc would round 449 bytes up to 512. */
+/* Every request in flight carries one: it stays within its allocator size class (the
+ * figures: bench/README.md, "Where the bytes and instructions go"). */
 _Static_assert(sizeof(op_t) <= 448, "op_t grew past 448 bytes");
 
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-int64_t op_now_wall_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t op_remaining_ms(const op_t *op)
-{
-    return op->deadline_ms - mono_us() / 1000;
-}
-
 /* The deadline passed: the op is answered, and so freed. */
-static void expire(op_t *op)
+static void op_expire(op_t *op)
 {
     bg_error_t err;
 
@@ -67,50 +44,36 @@ static void expire(op_t *op)
 
 /* Every request gets the same timeout, so the in-flight list, appended to as requests
  * arrive, is in deadline order: one worker timer for its first request does what a timer
- * per request did (128 bytes of struct event each, thousands in flight, and a heap insert
- * and delete per request). It fires early when that request was answered before; then it is
- * set again for the new first one. */
-static void arm_deadlines(worker_t *w, int64_t now_ms)
+ * per request would, without an event per request or a heap insert and delete each. It
+ * fires early when that request was answered before; then it is set again for the new first
+ * one. */
+static void arm_deadlines(op_env_t *env, int64_t now_ms)
 {
-    int64_t ms = w->ops->deadline_ms - now_ms;
+    int64_t ms = env->ops->dl.deadline_ms - now_ms;
     struct timeval tv;
 
     if (ms < 1)
         ms = 1;
     tv.tv_sec = (time_t)(ms / 1000);
     tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
-    evtimer_add(w->deadline_timer, &tv);
+    evtimer_add(env->deadline_timer, &tv);
 }
 
 void op_on_deadlines(evutil_socket_t fd, short what, void *arg)
 {
-    worker_t *w = arg;
-    int64_t now_ms = mono_us() / 1000;
+    op_env_t *env = arg;
+    int64_t now_ms = clock_mono_us() / 1000;
 
     (void)fd;
     (void)what;
-    while (w->ops != NULL && w->ops->deadline_ms <= now_ms)
-        expire(w->ops); /* answered and unlinked: op_fail and the expired hooks free it */
-    if (w->ops != NULL)
-        arm_deadlines(w, now_ms);
+    while (env->ops != NULL && env->ops->dl.deadline_ms <= now_ms)
+        op_expire(env->ops); /* answered and unlinked: op_fail and the expired hooks free it */
+    if (env->ops != NULL)
+        arm_deadlines(env, now_ms);
 }
 
 /* A recipientId that passed parsing reaches the platform whole. */
 _Static_assert(REQUEST_MAX_RECIPIENT < ADAPTER_ID_MAX, "recipientId must fit an address");
-
-int op_set_to(op_t *op, const char *to)
-{
-    size_t n = strnlen(to, ADAPTER_ID_MAX - 1);
-    char *copy = malloc(n + 1);
-
-    if (copy == NULL)
-        return -1;
-    memcpy(copy, to, n);
-    copy[n] = '\0';
-    free(op->to);
-    op->to = copy;
-    return 0;
-}
 
 /* A caller's X-Request-Id is kept when it is short and plain; otherwise one is made up. */
 static void take_request_id(op_t *op)
@@ -124,40 +87,28 @@ static void take_request_id(op_t *op)
         memcpy(op->id, given, n + 1);
         return;
     }
-    worker_random_hex(op->w, op->id, 16);
+    deliver_random_hex(&op->env->deliver.rng, op->id, 16);
 }
 
-op_t *op_new(worker_t *w, struct evhttp_request *req, metrics_route_t route,
-             const op_kind_t *kind)
+static op_t *op_new(op_env_t *env, struct evhttp_request *req, const op_kind_t *kind)
 {
     op_t *op = calloc(1, sizeof(*op));
 
-    if (op == NULL) {
-        /* The connection was marked busy when the request arrived, and only an op's answer
-         * unmarks it: without this, a busy count that never returns to 0 keeps the sweep off
-         * the connection and holds its slot under the cap for as long as the client wants.
-         * (Only calloc failing gets here: not provoked by a test.) */
-        conn_request_done(w, req);
+    if (op == NULL)
         return NULL;
-    }
-    op->w = w;
+    op->env = env;
     op->req = req;
-    op->route = route;
     op->kind = kind;
-    op->started_us = mono_us();
-    op->deadline_ms = op->started_us / 1000 + w->cfg->request_timeout_ms;
+    op->started_us = clock_mono_us();
+    op->dl.env = &env->deliver;
+    op->dl.deadline_ms = op->started_us / 1000 + env->deliver.cfg->request_timeout_ms;
     op->phase = OP_PARSE;
     take_request_id(op);
-    op->prev = w->ops_last;
-    if (w->ops_last != NULL)
-        w->ops_last->next = op;
-    else
-        w->ops = op;
-    w->ops_last = op;
-    if (!evtimer_pending(w->deadline_timer, NULL))
-        arm_deadlines(w, op->started_us / 1000);
-    w->in_flight++;
-    atomic_fetch_add_explicit(&w->metrics.in_flight, 1, memory_order_relaxed);
+    DLIST_APPEND(env->ops, env->ops_last, op);
+    if (!evtimer_pending(env->deadline_timer, NULL))
+        arm_deadlines(env, op->started_us / 1000);
+    env->in_flight++;
+    atomic_fetch_add_explicit(&env->deliver.metrics->in_flight, 1, memory_order_relaxed);
     return op;
 }
 
@@ -169,157 +120,82 @@ void op_cancel_all(op_t *op)
     }
     store_cancel(op->call);
     op->call = NULL;
-    deliver_cancel(op);
+    deliver_cancel(&op->dl);
+    if (op->kind->cancel != NULL)
+        op->kind->cancel(op);
 }
 
 static void op_free(op_t *op)
 {
-    worker_t *w = op->w;
+    op_env_t *env = op->env;
 
     op_cancel_all(op);
-    if (op->prev)
-        op->prev->next = op->next;
-    else
-        w->ops = op->next;
-    if (op->next)
-        op->next->prev = op->prev;
-    else
-        w->ops_last = op->prev;
+    DLIST_UNLINK(env->ops, env->ops_last, op);
     auth_token_free(&op->token);
-    free(op->to);
-    json_decref(op->channel);
+    deliver_clear(&op->dl);
     json_decref(op->member);
-    json_decref(op->sending);
-    free(op->x);
-    if (op->route == METRICS_ROUTE_SEND) {
-        request_send_free(&op->send);
-        free(op->send_ids);
-        jw_free(&op->results);
-        for (unsigned i = 0; op->responses != NULL && i < op->count; i++)
-            json_decref(op->responses[i]);
-        free(op->responses);
-        free(op->aside);
-    } else {
-        request_redirect_free(&op->redirect);
-        json_decref(op->node_tree_app);
-    }
     if (op->kind->cleanup != NULL)
         op->kind->cleanup(op);
     free(op);
-    w->in_flight--;
-    worker_op_done(w);
-}
-
-static void free_buffer(const void *data, size_t len, void *arg)
-{
-    (void)len;
-    (void)arg;
-    free((void *)data);
-}
-
-/* One line per request, written as text: built as a jansson object it cost a quarter of a
- * request's own instructions at the default level. The strings come from parsed JSON or
- * are botgate's own ASCII. */
-static void log_request(op_t *op, int status, int code, int64_t elapsed_us)
-{
-    const char *channel = op->target.channel_id;
-    char ms[48];
-    jsonw_t w;
-    int n;
-
-    if (!log_enabled(LOG_INFO))
-        return;
-    jw_init_size(&w, 256);
-    jw_lit(&w, "\"msg\":\"request\",\"request_id\":");
-    jw_str(&w, op->id);
-    jw_lit(&w, op->route == METRICS_ROUTE_SEND ? ",\"route\":\"sendResponses\",\"status\":"
-                                               : ",\"route\":\"redirectMemberToNode\",\"status\":");
-    jw_int(&w, status);
-    if (code > 0) {
-        jw_lit(&w, ",\"err_code\":");
-        jw_int(&w, code);
-    } else if (code == BG_ERR_UNAUTHORIZED) {
-        jw_lit(&w, ",\"err\":\"unauthorized\"");
-    }
-    if (channel) {
-        jw_lit(&w, ",\"channel\":");
-        jw_str(&w, channel);
-    }
-    if (op->member_id) {
-        jw_lit(&w, ",\"member\":");
-        jw_str(&w, op->member_id);
-    }
-    jw_lit(&w, ",\"platform_calls\":");
-    jw_int(&w, op->platform_calls);
-    /* milliseconds to the microsecond: 0.282, not a double's 0.28199999999999997 */
-    n = snprintf(ms, sizeof(ms), ",\"duration_ms\":%lld.%03lld", (long long)(elapsed_us / 1000),
-                 (long long)(elapsed_us % 1000));
-    jw_raw(&w, ms, n > 0 && (size_t)n < sizeof(ms) ? (size_t)n : 0);
-    if (!w.failed)
-        log_fields_text(LOG_INFO, w.buf, w.len);
-    jw_free(&w);
+    env->in_flight--;
+    env->done(env->done_arg);
 }
 
 /* Sends the answer text (taken over) and frees the op. */
-static void reply_text(op_t *op, int status, char *text, size_t len, int code)
+static void op_reply_text(op_t *op, int status, char *text, size_t len, int code)
 {
-    struct evbuffer *buf = evhttp_request_get_output_buffer(op->req);
-    struct evkeyvalq *headers = evhttp_request_get_output_headers(op->req);
-    int64_t elapsed = mono_us() - op->started_us;
+    http_answer_t a;
 
-    if (text != NULL)
-        evbuffer_add_reference(buf, text, len, free_buffer, NULL);
-    conn_request_done(op->w, op->req);
-    evhttp_add_header(headers, "X-Request-Id", op->id);
-    if (op->w->draining)
-        evhttp_add_header(headers, "Connection", "close");
-    /* counted before the answer leaves: whoever has the answer sees it in /metrics */
-    metrics_request(&op->w->metrics, op->route, status, code, elapsed);
-    atomic_fetch_add_explicit(&op->w->metrics.in_flight, -1, memory_order_relaxed);
-    http_send(op->req, status, status == 200 ? "OK" : status == 413 ? "Payload Too Large"
-                                                                    : "Internal Server Error");
-    log_request(op, status, code, elapsed);
+    a.status = status;
+    a.code = code;
+    a.route = op->kind->route;
+    a.request_id = op->id;
+    a.channel = op->target.channel_id;
+    a.member = op->member_id;
+    a.platform_calls = op->dl.platform_calls;
+    a.started_us = op->started_us;
+    a.close = op->env->draining != 0;
+    atomic_fetch_add_explicit(&op->env->deliver.metrics->in_flight, -1, memory_order_relaxed);
+    http_answer(op->env->http, op->req, &a, text, len);
     op->phase = OP_DONE;
     op_free(op);
 }
 
-static void reply(op_t *op, int status, json_t *body, int code)
+static void op_reply(op_t *op, int status, json_t *body, int code)
 {
     size_t len = 0;
     char *text = jw_dump(body, &len);
 
     json_decref(body);
-    reply_text(op, status, text, len, code);
+    op_reply_text(op, status, text, len, code);
 }
 
 void op_fail(op_t *op, const bg_error_t *err)
 {
     int status = err->http_status == 413 ? 413 : 500;
 
-    reply(op, status, bg_error_to_json(err), err->code);
+    op_reply(op, status, bg_error_to_json(err), err->code);
 }
 
 void op_answer(op_t *op, json_t *answer)
 {
-    reply(op, 200, answer, 0);
+    op_reply(op, 200, answer, 0);
 }
 
 void op_answer_text(op_t *op, char *text, size_t len)
 {
-    reply_text(op, 200, text, len, 0);
+    op_reply_text(op, 200, text, len, 0);
 }
 
 void op_fail_text(op_t *op, int code, char *text, size_t len)
 {
-    reply_text(op, 500, text, len, code);
+    op_reply_text(op, 500, text, len, code);
 }
-
-static void fail_code(op_t *op, int code, const char *msg);
 
 /* Before its first platform call a request has sent nothing: a retry elsewhere is safe. */
 static void fail_not_started(op_t *op)
 {
-    fail_code(op, BG_ERR_UNAVAILABLE,
+    op_fail_code(op, BG_ERR_UNAVAILABLE,
               "server is shutting down: the request did not start, nothing was sent");
 }
 
@@ -327,13 +203,12 @@ int op_drain(op_t *op, int now)
 {
     /* The message call of the response in flight is out: it may deliver the message whatever
      * botgate does, so cutting it would leave its outcome unknown. */
-    int on_wire = op->phase == OP_RUN && op->dl == DL_SEND && op->xfer != NULL;
+    int on_wire = op->phase == OP_RUN && deliver_on_wire(&op->dl);
 
     op->drain_cut = 1;
     if (!now && on_wire) {
         /* it ends within the upstream timeout; a retry after it would be a new call */
-        op->connect_retried = op->rate_retried = 1;
-        op->auth_retried = 2;
+        deliver_no_retry(&op->dl);
         return 1;
     }
     if (!now && op->phase == OP_WRITEBACK)
@@ -346,9 +221,21 @@ int op_drain(op_t *op, int now)
     return 0;
 }
 
+size_t op_drain_all(op_env_t *env, int now)
+{
+    size_t kept = 0;
+    op_t *next;
+
+    for (op_t *op = env->ops; op != NULL; op = next) {
+        next = op->next; /* answering op frees only op */
+        kept += (size_t)op_drain(op, now);
+    }
+    return kept;
+}
+
 /* ---- resolve ---- */
 
-static void fail_code(op_t *op, int code, const char *msg)
+void op_fail_code(op_t *op, int code, const char *msg)
 {
     bg_error_t err;
 
@@ -356,12 +243,12 @@ static void fail_code(op_t *op, int code, const char *msg)
     op_fail(op, &err);
 }
 
-static void fail_store(op_t *op, store_status_t st)
+void op_fail_store(op_t *op, store_status_t st)
 {
     if (st == STORE_BUSY)
-        fail_code(op, BG_ERR_STORE, "store busy: too many commands in flight");
+        op_fail_code(op, BG_ERR_STORE, "store busy: too many commands in flight");
     else
-        fail_code(op, BG_ERR_STORE, "store unavailable");
+        op_fail_code(op, BG_ERR_STORE, "store unavailable");
 }
 
 /* Sets op->to from the member's record: 0, or -1 when it has no address on the platform,
@@ -374,28 +261,28 @@ static int member_address(op_t *op)
     /* Longer than a platform call carries: refused, never sent to a cut address. */
     if (ext == NULL || *ext == '\0' || strlen(ext) > REQUEST_MAX_RECIPIENT)
         return -1;
-    if (op->adapter->phone_recipients) {
+    if (op->dl.adapter->phone_recipients) {
         request_normalize_phone(ext, phone, sizeof(phone));
         if (phone[0] == '\0')
             return -1;
         ext = phone;
     }
-    return op_set_to(op, ext) == 0 ? 0 : -2;
+    return deliver_set_to(&op->dl, ext) == 0 ? 0 : -2;
 }
 
 static void member_ready(op_t *op)
 {
     op->member_id = json_string_value(json_object_get(op->member, "_id"));
     if (op->member_id == NULL) {
-        fail_code(op, BG_ERR_NO_MEMBER, "member record has no _id");
+        op_fail_code(op, BG_ERR_NO_MEMBER, "member record has no _id");
         return;
     }
     switch (member_address(op)) {
     case -1:
-        fail_code(op, BG_ERR_RECIPIENT_INVALID, "member has no address on the platform");
+        op_fail_code(op, BG_ERR_RECIPIENT_INVALID, "member has no address on the platform");
         return;
     case -2:
-        fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+        op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
     op->phase = OP_RUN;
@@ -410,13 +297,13 @@ static void on_recipient(void *arg, store_status_t st, json_t *value)
     if (st != STORE_OK) {
         json_decref(value);
         if (st == STORE_BAD_RECORD)
-            fail_code(op, BG_ERR_NO_MEMBER, "member record is not valid");
+            op_fail_code(op, BG_ERR_NO_MEMBER, "member record is not valid");
         else
-            fail_store(op, st);
+            op_fail_store(op, st);
         return;
     }
     op->member = value;
-    op->member_seq = store_write_seq(op->w->store);
+    op->member_seq = store_write_seq(op->env->deliver.store);
     member_ready(op);
 }
 
@@ -427,23 +314,23 @@ void op_resolve_recipient(op_t *op)
     json_t *fresh;
     store_status_t st;
 
-    if (op->adapter->phone_recipients) {
+    if (op->dl.adapter->phone_recipients) {
         request_normalize_phone(rid, recipient, sizeof(recipient));
         if (recipient[0] == '\0') {
-            fail_code(op, BG_ERR_MISSING_PARAM, "parameter recipientId is not a phone number");
+            op_fail_code(op, BG_ERR_MISSING_PARAM, "parameter recipientId is not a phone number");
             return;
         }
         rid = recipient;
     }
-    worker_random_hex(op->w, id, 24);
-    fresh = member_new(id, op->target.channel_id, op->token.app, rid, op->adapter->type,
-                       op_now_wall_ms());
+    deliver_random_hex(&op->env->deliver.rng, id, 24);
+    fresh = member_new(id, op->target.channel_id, op->token.app, rid, op->dl.adapter->type,
+                       clock_wall_ms());
     op->phase = OP_RECIPIENT;
-    op->call = store_member_for_recipient(op->w->store, op->target.channel_id, rid, fresh,
-                                          op->route == METRICS_ROUTE_SEND, on_recipient, op, &st);
+    op->call = store_member_for_recipient(op->env->deliver.store, op->target.channel_id, rid, fresh,
+                                          op->kind->route == METRICS_ROUTE_SEND, on_recipient, op, &st);
     json_decref(fresh);
     if (op->call == NULL)
-        fail_store(op, st);
+        op_fail_store(op, st);
 }
 
 static void resolve_check(op_t *op)
@@ -454,32 +341,32 @@ static void resolve_check(op_t *op)
     if (!op->token_done || !op->channel_done || !op->member_done)
         return;
     if (op->token_st == STORE_UNAVAILABLE || op->token_st == STORE_BUSY) {
-        fail_store(op, op->token_st);
+        op_fail_store(op, op->token_st);
         return;
     }
     if (op->token_st != STORE_OK ||
-        !auth_allows(&op->token, op->accepted_scopes, op_now_wall_ms())) {
-        fail_code(op, BG_ERR_UNAUTHORIZED, "User is not authorized");
+        !auth_allows(&op->token, op->kind->scopes, clock_wall_ms())) {
+        op_fail_code(op, BG_ERR_UNAUTHORIZED, "User is not authorized");
         return;
     }
     if (op->channel_st == STORE_UNAVAILABLE || op->channel_st == STORE_BUSY) {
-        fail_store(op, op->channel_st);
+        op_fail_store(op, op->channel_st);
         return;
     }
     /* Another app's channel is answered exactly like a missing one. */
     if (op->channel_st != STORE_OK ||
         !auth_sees_channel(&op->token, op->target.channel_id,
-                           json_string_value(json_object_get(op->channel, "app")))) {
-        fail_code(op, BG_ERR_NO_CHANNEL, "channel not found");
+                           json_string_value(json_object_get(op->dl.channel, "app")))) {
+        op_fail_code(op, BG_ERR_NO_CHANNEL, "channel not found");
         return;
     }
-    on = json_object_get(op->channel, "on");
+    on = json_object_get(op->dl.channel, "on");
     if (json_is_false(on)) {
-        fail_code(op, BG_ERR_CHANNEL_OFF, "channel is not live");
+        op_fail_code(op, BG_ERR_CHANNEL_OFF, "channel is not live");
         return;
     }
-    type = json_string_value(json_object_get(op->channel, "type"));
-    if ((op->adapter = adapter_find(type)) == NULL) {
+    type = json_string_value(json_object_get(op->dl.channel, "type"));
+    if ((op->dl.adapter = adapter_find(type)) == NULL) {
         bg_error_t err;
         bg_error_set(&err, BG_ERR_UNSUPPORTED, "channel type %.40s is not supported",
                      type ? type : "(none)");
@@ -494,11 +381,11 @@ static void resolve_check(op_t *op)
         return;
     }
     if (op->member_st == STORE_UNAVAILABLE || op->member_st == STORE_BUSY) {
-        fail_store(op, op->member_st);
+        op_fail_store(op, op->member_st);
         return;
     }
     if (op->member_st != STORE_OK) {
-        fail_code(op, BG_ERR_NO_MEMBER, "member not found");
+        op_fail_code(op, BG_ERR_NO_MEMBER, "member not found");
         return;
     }
     member_ready(op);
@@ -517,20 +404,24 @@ static void on_token(void *arg, store_status_t st, json_t *value)
     resolve_check(op);
 }
 
+/* A record the store found (taken): kept in *out when it is an object. Returns its status. */
+static store_status_t take_record(store_status_t st, json_t *value, json_t **out)
+{
+    if (st == STORE_OK && json_is_object(value)) {
+        *out = value;
+        return STORE_OK;
+    }
+    json_decref(value);
+    return st == STORE_OK ? STORE_BAD_RECORD : st;
+}
+
 static void on_channel(void *arg, store_status_t st, json_t *value)
 {
     op_t *op = arg;
 
     op->calls[1] = NULL;
     op->channel_done = 1;
-    op->channel_st = st;
-    if (st == STORE_OK && json_is_object(value))
-        op->channel = value;
-    else {
-        json_decref(value);
-        if (st == STORE_OK)
-            op->channel_st = STORE_BAD_RECORD;
-    }
+    op->channel_st = take_record(st, value, &op->dl.channel);
     resolve_check(op);
 }
 
@@ -540,27 +431,20 @@ static void on_member(void *arg, store_status_t st, json_t *value)
 
     op->calls[2] = NULL;
     op->member_done = 1;
-    op->member_st = st;
-    if (st == STORE_OK && json_is_object(value)) {
-        op->member = value;
-        op->member_seq = store_write_seq(op->w->store);
-    } else {
-        json_decref(value);
-        if (st == STORE_OK)
-            op->member_st = STORE_BAD_RECORD;
-    }
+    op->member_st = take_record(st, value, &op->member);
+    op->member_seq = store_write_seq(op->env->deliver.store);
     resolve_check(op);
 }
 
 void op_resolve(op_t *op, const char *token_hash)
 {
-    store_t *store = op->w->store;
+    store_t *store = op->env->deliver.store;
     store_status_t st = STORE_OK;
     json_t *cached;
 
     /* Token and channel come from the worker's cache when it has them; whatever is missing is
      * asked for in one round trip (hiredis pipelines the commands). */
-    if (op->w->draining == WORKER_DRAIN_OVER) {
+    if (op->env->draining == OP_DRAIN_OVER) {
         fail_not_started(op); /* no platform call starts once the drain time is over */
         return;
     }
@@ -571,7 +455,7 @@ void op_resolve(op_t *op, const char *token_hash)
         op->token_st = auth_token_decode(cached, &op->token) == 0 ? STORE_OK : STORE_BAD_RECORD;
         json_decref(cached);
     }
-    if ((op->channel = store_cached_channel(store, op->target.channel_id)) != NULL) {
+    if ((op->dl.channel = store_cached_channel(store, op->target.channel_id)) != NULL) {
         op->channel_done = 1;
         op->channel_st = STORE_OK;
     }
@@ -581,18 +465,18 @@ void op_resolve(op_t *op, const char *token_hash)
         op->calls[1] = store_get_channel(store, op->target.channel_id, on_channel, op, &st);
     if (st == STORE_OK && op->target.member_id != NULL)
         op->calls[2] = store_get_member(store, op->target.channel_id, op->target.member_id,
-                                        op->route == METRICS_ROUTE_SEND, on_member, op, &st);
+                                        op->kind->route == METRICS_ROUTE_SEND, on_member, op, &st);
     if (st != STORE_OK) {
         op_cancel_all(op);
-        fail_store(op, st);
+        op_fail_store(op, st);
         return;
     }
     resolve_check(op); /* everything may have come from the cache */
 }
 
 /* The request headers are read by now (X-Request-Id in op_new, Authorization here): they go
- * while the request waits for the platform, a few hundred bytes less per request in flight,
- * and the token with them. Only Connection stays: evhttp reads it again when it answers, to
+ * while the request waits for the platform, less memory per request in flight, and the
+ * token with them. Only Connection stays: evhttp reads it again when it answers, to
  * keep the connection open or close it as the client asked. */
 static void drop_request_headers(op_t *op)
 {
@@ -632,7 +516,7 @@ static char *query_token(const char *query, size_t *len)
 }
 
 /* Takes the token of the request, or answers "not authorized". Returns 0 when there is one. */
-int op_take_token(op_t *op, char token_hash[AUTH_HASH_HEX])
+static int take_token(op_t *op, char token_hash[AUTH_HASH_HEX])
 {
     const char *auth = evhttp_find_header(evhttp_request_get_input_headers(op->req),
                                           "Authorization");
@@ -651,27 +535,36 @@ int op_take_token(op_t *op, char token_hash[AUTH_HASH_HEX])
     free(from_query);
     drop_request_headers(op);
     if (!found) {
-        fail_code(op, BG_ERR_UNAUTHORIZED, "User is not authorized");
+        op_fail_code(op, BG_ERR_UNAUTHORIZED, "User is not authorized");
         return -1;
     }
     return 0;
 }
 
-/* The request body as one contiguous block (evhttp keeps it in its input buffer). */
-const char *op_body(op_t *op, size_t *len)
+void op_start(op_env_t *env, struct evhttp_request *req, const op_kind_t *kind)
 {
-    struct evbuffer *in = evhttp_request_get_input_buffer(op->req);
+    op_t *op = op_new(env, req, kind);
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    const char *body;
+    bg_error_t err;
+    char token_hash[AUTH_HASH_HEX];
 
-    *len = evbuffer_get_length(in);
-    return *len ? (const char *)evbuffer_pullup(in, -1) : "";
-}
-
-/* Once parsed, nothing reads the body again (the parsed request holds its own copies): its
- * buffer goes now rather than when the answer is sent, a kilobyte less per request that
- * waits for a platform. */
-void op_body_done(op_t *op)
-{
-    struct evbuffer *in = evhttp_request_get_input_buffer(op->req);
-
-    evbuffer_drain(in, evbuffer_get_length(in));
+    if (op == NULL) {
+        http_refuse(env->http, req); /* only calloc failing gets here */
+        return;
+    }
+    if (take_token(op, token_hash) < 0)
+        return;
+    body = len ? (const char *)evbuffer_pullup(in, -1) : "";
+    if (kind->parse(op, body, len, &err) < 0) {
+        op_fail(op, &err);
+        return;
+    }
+    /* Once parsed, nothing reads the body again (the parsed request holds its own copies): its
+     * buffer goes now rather than when the answer is sent, a kilobyte less per request that
+     * waits for a platform. */
+    evbuffer_drain(in, len);
+    op->dl.channel_id = op->target.channel_id;
+    op_resolve(op, token_hash);
 }

@@ -7,39 +7,41 @@
 #include "../core/member.h"
 #include "../core/node.h"
 
-#include <event2/http.h>
+#include "../core/clock.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define WEBHOOK_ANSWER_MAX (256 * 1024) /* the answer is kept in the member record */
 
-static void step(op_t *op);
-static void drained(op_t *op, int call_cut);
+static void redirect_step(op_t *op);
+static void redirect_drained(op_t *op, int call_cut);
 
 /* The field of a tree hash that holds the tree itself (its app and name), not a node: never
  * a target, whoever names it. */
 #define TREE_FIELD "_tree"
 
-static void cleanup(op_t *op)
+static void redirect_cleanup(op_t *op)
 {
+    request_redirect_free(&op->redirect);
     node_run_free(op->node);
     op->node = NULL;
-    json_decref(op->target_node);
-    op->target_node = NULL;
+    json_decref(op->sending); /* or target_node, which it shares its place with */
+    op->sending = NULL;
+    free(op->sending_text);
+    op->sending_text = NULL;
+}
+
+static void redirect_cancel(op_t *op)
+{
+    if (op->webhook != NULL) {
+        upstream_cancel(op->webhook);
+        op->webhook = NULL;
+    }
 }
 
 /* ---- nodes ---- */
-
-static void fail_store(op_t *op, store_status_t st)
-{
-    bg_error_t err;
-
-    bg_error_set(&err, BG_ERR_STORE,
-                 st == STORE_BUSY ? "store busy: too many commands in flight"
-                                  : "store unavailable");
-    op_fail(op, &err);
-}
 
 /* The node in a store_get_node answer (taken), or NULL when there is none for this caller: a
  * node of another app's tree is not found, exactly like a missing one. New reference. */
@@ -54,18 +56,18 @@ static json_t *own_node(const op_t *op, store_status_t st, json_t *value)
     return node;
 }
 
-static void on_node(void *arg, store_status_t st, json_t *value)
+static void on_node_loaded(void *arg, store_status_t st, json_t *value)
 {
     op_t *op = arg;
 
     op->call = NULL;
     if (st == STORE_UNAVAILABLE || st == STORE_BUSY) {
         json_decref(value);
-        fail_store(op, st);
+        op_fail_store(op, st);
         return;
     }
     node_run_node_loaded(op->node, own_node(op, st, value));
-    step(op);
+    redirect_step(op);
 }
 
 /* Asks the store for a node; cb gets its answer (at once, not found, for the tree's own
@@ -78,9 +80,9 @@ static void ask_node(op_t *op, const char *tree, const char *node_id, store_cb *
         cb(op, STORE_NOT_FOUND, NULL);
         return;
     }
-    op->call = store_get_node(op->w->store, tree, node_id, cb, op, &st);
+    op->call = store_get_node(op->env->deliver.store, tree, node_id, cb, op, &st);
     if (op->call == NULL)
-        fail_store(op, st);
+        op_fail_store(op, st);
 }
 
 static void fetch_node(op_t *op, const char *tree, const char *node_id)
@@ -91,15 +93,15 @@ static void fetch_node(op_t *op, const char *tree, const char *node_id)
         /* the target, loaded before the member was created */
         op->target_node = NULL;
         node_run_node_loaded(op->node, node);
-        step(op);
+        redirect_step(op);
         return;
     }
-    ask_node(op, tree, node_id, on_node);
+    ask_node(op, tree, node_id, on_node_loaded);
 }
 
 /* ---- a new recipient: created only when the target exists ---- */
 
-static void on_target(void *arg, store_status_t st, json_t *value)
+static void on_target_node(void *arg, store_status_t st, json_t *value)
 {
     op_t *op = arg;
     bg_error_t err;
@@ -107,7 +109,7 @@ static void on_target(void *arg, store_status_t st, json_t *value)
     op->call = NULL;
     if (st == STORE_UNAVAILABLE || st == STORE_BUSY) {
         json_decref(value);
-        fail_store(op, st);
+        op_fail_store(op, st);
         return;
     }
     op->target_node = own_node(op, st, value);
@@ -123,59 +125,63 @@ static void on_target(void *arg, store_status_t st, json_t *value)
  * member of a recipientId is found or created, and handed to the run afterwards. */
 static void before_recipient(op_t *op)
 {
-    ask_node(op, op->redirect.tree, op->redirect.node_id, on_target);
+    ask_node(op, op->redirect.tree, op->redirect.node_id, on_target_node);
 }
 
 /* ---- responses ---- */
 
-static void on_delivered(op_t *op, deliver_result_t *r)
+/* The response in flight is done with: what delivery had of it goes. */
+static void sending_done(op_t *op)
 {
-    const json_t *response = op->response;
+    json_decref(op->sending);
+    op->sending = NULL;
+    free(op->sending_text);
+    op->sending_text = NULL;
+}
+
+static void redirect_on_delivered(deliver_t *d, const deliver_result_t *r, void *arg)
+{
+    op_t *op = arg;
+    const result_event_t *e = &r->event;
     json_t *ev;
 
+    (void)d;
     if (!r->ok && r->abort && !op->drain_cut) { /* cut: a 121 answer lists it (drained) */
         op_fail(op, &r->err);
         return;
     }
-    if (r->ok) {
-        char generated[40];
-        const char *mid = r->res.message_id;
-        if (*mid == '\0') {
-            worker_random_hex(op->w, generated, 32);
-            mid = generated;
-        }
-        ev = deliver_event(op, response, mid);
-        node_run_send_done(op->node, result_node_element(ev, NULL));
-    } else {
-        ev = deliver_event(op, response, NULL);
-        node_run_send_done(op->node, result_node_element(ev, &r->err));
-    }
-    json_decref(op->sending);
-    op->sending = NULL;
-    step(op);
+    ev = result_message_event(e->from, e->to, op->sending, e->timestamp_ms, e->message_id);
+    node_run_send_done(op->node, result_node_element(ev, r->ok ? NULL : &r->err));
+    sending_done(op);
+    redirect_step(op);
 }
 
 static void send_response(op_t *op, const json_t *response)
 {
     const char *type = json_string_value(json_object_get(response, "type"));
     bg_error_t err;
+    size_t len;
 
     /* A stored node is checked here, after rendering: its responses may not suit this
      * channel's platform, or may have rendered into something invalid. */
     bg_error_clear(&err);
     if (request_check_response(response, "response", &err) == 0 &&
-        (adapter_response_type(type) & op->adapter->response_types) == 0)
+        (adapter_response_type(type) & op->dl.adapter->response_types) == 0)
         bg_error_set(&err, BG_ERR_UNSUPPORTED, "type %.40s is not supported on %s channels",
-                     type, op->adapter->type);
+                     type, op->dl.adapter->type);
+    if (err.code == BG_OK && (op->sending_text = jw_dump(response, &len)) == NULL)
+        bg_error_set(&err, BG_ERR_UNAVAILABLE, "out of memory");
     if (err.code != BG_OK) {
-        json_t *ev = json_is_object(response) && type ? deliver_event(op, response, NULL) : NULL;
+        json_t *ev =
+            json_is_object(response) && type ? deliver_event_json(&op->dl, response, NULL) : NULL;
         node_run_send_done(op->node, result_node_element(ev, &err));
-        step(op);
+        redirect_step(op);
         return;
     }
-    /* The run's response stays valid only until send_done: keep our own reference. */
+    /* The run's response stays valid only until send_done: keep our own reference for its
+     * result element. */
     op->sending = json_incref((json_t *)response);
-    deliver_start(op, op->sending, on_delivered);
+    deliver_start(&op->dl, op->sending_text, len, redirect_on_delivered, op);
 }
 
 /* ---- webhooks ---- */
@@ -186,11 +192,11 @@ static void on_webhook(void *arg, const upstream_answer_t *ans)
     int ok = ans->a.status >= 200 && ans->a.status <= 299;
     json_t *answer = ok ? json_loadb(ans->a.body, ans->a.body_len, JSON_DECODE_ANY, NULL) : NULL;
 
-    op->xfer = NULL;
-    metrics_call(&op->w->metrics, METRICS_TARGET_WEBHOOK, ans->a.status,
+    op->webhook = NULL;
+    metrics_call(op->env->deliver.metrics, METRICS_TARGET_WEBHOOK, ans->a.status,
                  (int64_t)ans->elapsed_us);
     node_run_webhook_done(op->node, ok, answer);
-    step(op);
+    redirect_step(op);
 }
 
 static void webhook(op_t *op, const json_t *hook)
@@ -199,7 +205,7 @@ static void webhook(op_t *op, const json_t *hook)
     const char *method = json_string_value(json_object_get(hook, "method"));
     const json_t *body = json_object_get(hook, "body");
     long timeout = (long)json_integer_value(json_object_get(hook, "timeoutMs"));
-    long remaining = (long)op_remaining_ms(op) - 20;
+    long remaining = (long)deliver_remaining_ms(&op->dl) - 20;
 
     adapter_call_t c = {0};
 
@@ -212,20 +218,20 @@ static void webhook(op_t *op, const json_t *hook)
     if (c.url == NULL || timeout <= 0) {
         adapter_call_free(&c);
         node_run_webhook_done(op->node, 0, NULL);
-        step(op);
+        redirect_step(op);
         return;
     }
-    op->xfer = upstream_start(op->w->up_user, &c, timeout, WEBHOOK_ANSWER_MAX,
-                              UPSTREAM_FOLLOW, on_webhook, op);
-    if (op->xfer == NULL) {
+    op->webhook = upstream_start(op->env->deliver.up_user, &c, timeout, WEBHOOK_ANSWER_MAX,
+                                 UPSTREAM_FOLLOW, on_webhook, op);
+    if (op->webhook == NULL) {
         node_run_webhook_done(op->node, 0, NULL);
-        step(op);
+        redirect_step(op);
     }
 }
 
 /* ---- the end: one atomic write-back, then the answer ---- */
 
-static void answer(op_t *op, int written)
+static void redirect_answer(op_t *op, int written)
 {
     json_t *results = node_run_results(op->node);
     int ok = node_run_ok(op->node);
@@ -239,16 +245,16 @@ static void answer(op_t *op, int written)
     op_answer(op, result_answer(op->member_id, ok, results));
 }
 
-static void on_written(void *arg, store_status_t st, json_t *value)
+static void on_member_written(void *arg, store_status_t st, json_t *value)
 {
     op_t *op = arg;
 
     op->call = NULL;
     json_decref(value);
-    answer(op, st == STORE_OK);
+    redirect_answer(op, st == STORE_OK);
 }
 
-static void done(op_t *op)
+static void redirect_done(op_t *op)
 {
     bg_error_t err;
     store_status_t st;
@@ -258,19 +264,19 @@ static void done(op_t *op)
         return;
     }
     op->phase = OP_WRITEBACK;
-    op->call = store_update_member(op->w->store, op->target.channel_id, op->member_id, op->member,
+    op->call = store_update_member(op->env->deliver.store, op->target.channel_id, op->member_id, op->member,
                                    op->member_seq, member_mutate, node_run_delta(op->node),
-                                   op_now_wall_ms(), on_written, op, &st);
+                                   clock_wall_ms(), on_member_written, op, &st);
     if (op->call == NULL)
-        answer(op, 0);
+        redirect_answer(op, 0);
 }
 
-static void step(op_t *op)
+static void redirect_step(op_t *op)
 {
     node_need_t need;
 
     if (op->drain_cut) {
-        drained(op, 0); /* nothing new starts once the drain time is over */
+        redirect_drained(op, 0); /* nothing new starts once the drain time is over */
         return;
     }
     switch (node_run_next(op->node, &need)) {
@@ -284,13 +290,13 @@ static void step(op_t *op)
         webhook(op, need.webhook);
         return;
     case NODE_DONE:
-        done(op);
+        redirect_done(op);
         return;
     }
 }
 
 /* The deadline passed: answer with what ran; the member is not updated. */
-static void expired(op_t *op)
+static void redirect_expired(op_t *op)
 {
     json_t *results = node_run_results(op->node);
     bg_error_t err;
@@ -330,7 +336,7 @@ static char *elements_text(const json_t *results, unsigned *delivered, size_t *l
 /* The drain stopped the run: the elements so far, the response whose call was stopped on the
  * wire (it may have been delivered: 113), then one element for what did not run: 121, which
  * says that nothing of it was sent. */
-static void drained(op_t *op, int call_cut)
+static void redirect_drained(op_t *op, int call_cut)
 {
     json_t *results = node_run_results(op->node);
     bg_error_t cut, err;
@@ -344,7 +350,7 @@ static void drained(op_t *op, int call_cut)
                      "the server stopped before the platform answered: it may have been "
                      "delivered");
         json_array_append_new(results,
-                              result_node_element(deliver_event(op, op->sending, NULL), &err));
+                              result_node_element(deliver_event_json(&op->dl, op->sending, NULL), &err));
     }
     if (op->phase == OP_WRITEBACK)
         bg_error_set(&err, BG_ERR_STORE,
@@ -369,57 +375,40 @@ static void drained(op_t *op, int call_cut)
     jw_free(&w);
     free(elements);
     if (text == NULL) {
-        bg_error_set(&err, BG_ERR_UNAVAILABLE, "out of memory");
-        op_fail(op, &err);
+        op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
     op_fail_text(op, cut.code, text, text_len);
 }
 
-static void run(op_t *op)
+static void redirect_run(op_t *op)
 {
     node_flags_t flags = {op->redirect.run_pre, op->redirect.send_response,
                           op->redirect.run_post};
 
-    op->node = node_run_new(op->member, op->channel, op->redirect.meta, op->redirect.tree,
-                            op->redirect.node_id, flags, op_now_wall_ms());
+    op->node = node_run_new(op->member, op->dl.channel, op->redirect.meta, op->redirect.tree,
+                            op->redirect.node_id, flags, clock_wall_ms());
     if (op->node == NULL) {
-        bg_error_t err;
-        bg_error_set(&err, BG_ERR_UNAVAILABLE, "out of memory");
-        op_fail(op, &err);
+        op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
-    step(op);
+    redirect_step(op);
 }
 
-static const op_kind_t redirect_kind = {
-    .run = run,
-    .expired = expired,
-    .cleanup = cleanup,
-    .drained = drained,
-    .before_recipient = before_recipient};
-
-void op_redirect_start(worker_t *w, struct evhttp_request *req)
+static int redirect_parse(op_t *op, const char *body, size_t len, bg_error_t *err)
 {
-    op_t *op = op_new(w, req, METRICS_ROUTE_REDIRECT, &redirect_kind);
-    const char *body;
-    size_t len;
-    bg_error_t err;
-    char token_hash[AUTH_HASH_HEX];
-
-    if (op == NULL) {
-        evhttp_send_error(req, 500, "Internal Server Error");
-        return;
-    }
-    op->accepted_scopes = AUTH_ACCEPT_REDIRECT;
-    if (op_take_token(op, token_hash) < 0)
-        return;
-    body = op_body(op, &len);
-    if (request_parse_redirect(body, len, &op->redirect, &err) < 0) {
-        op_fail(op, &err);
-        return;
-    }
-    op_body_done(op);
+    if (request_parse_redirect(body, len, &op->redirect, err) < 0)
+        return -1;
     op->target = op->redirect.target;
-    op_resolve(op, token_hash);
+    return 0;
 }
+
+const op_kind_t op_redirect_kind = {.route = METRICS_ROUTE_REDIRECT,
+                                    .scopes = AUTH_ACCEPT_REDIRECT,
+                                    .parse = redirect_parse,
+                                    .run = redirect_run,
+                                    .expired = redirect_expired,
+                                    .cancel = redirect_cancel,
+                                    .cleanup = redirect_cleanup,
+                                    .drained = redirect_drained,
+                                    .before_recipient = before_recipient};

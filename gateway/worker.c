@@ -1,17 +1,13 @@
-/* worker.c - a worker's life: build its loop, run it on a thread, drain it on SIGTERM. */
+/* worker.c - a worker's life: build its loop and what its requests share, register the
+ * routes, run it on a thread, drain it on SIGTERM. */
 #include "worker.h"
 
 #include "../store/store.h"
-#include "conn.h"
-#include "http.h"
 #include "log.h"
-#include "op.h"
-#include "upstream.h"
 
 #include <errno.h>
 #include <event2/event.h>
 #include <event2/http.h>
-#include <event2/listener.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,39 +24,6 @@ void worker_set_all(worker_t *all, int n)
 {
     all_workers = all;
     all_count = n;
-}
-
-worker_t *worker_all(int *n)
-{
-    *n = all_count;
-    return all_workers;
-}
-
-static uint64_t next_random(worker_t *w)
-{
-    /* xorshift64*: ids need to be unique and unguessable enough for member ids and lock
-     * owners, not cryptographic. Seeded from getrandom(). */
-    uint64_t x = w->rng;
-
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    w->rng = x;
-    return x * 0x2545F4914F6CDD1DULL;
-}
-
-void worker_random_hex(worker_t *w, char *out, size_t n)
-{
-    static const char hex[] = "0123456789abcdef";
-    uint64_t bits = 0;
-
-    for (size_t i = 0; i < n; i++) {
-        if (i % 16 == 0)
-            bits = next_random(w);
-        out[i] = hex[bits & 15];
-        bits >>= 4;
-    }
-    out[n] = '\0';
 }
 
 static void on_redis_state(void *arg, int up, const char *why)
@@ -88,24 +51,7 @@ static void on_redis_command(void *arg, int ok, int64_t latency_us)
 /* Answers every request still in flight at once (a second signal, or calls overdue). */
 static void abort_all(worker_t *w)
 {
-    while (w->ops != NULL)
-        op_drain(w->ops, 1); /* answers and frees it */
-}
-
-/* The drain time is over: no platform call starts any more. A request whose message call is
- * on the wire keeps it: cut, the message might be delivered and still be reported as not
- * sent, and a retry elsewhere would send it twice. It is answered when the call ends, which
- * its own timeout bounds. Every other request is answered now. Returns the requests kept. */
-static size_t cut_all(worker_t *w)
-{
-    size_t kept = 0;
-    op_t *next;
-
-    for (op_t *op = w->ops; op != NULL; op = next) {
-        next = op->next; /* answering op frees only op */
-        kept += (size_t)op_drain(op, 0);
-    }
-    return kept;
+    op_drain_all(&w->env, 1);
 }
 
 static void finish_drain(worker_t *w)
@@ -120,21 +66,25 @@ static void finish_drain(worker_t *w)
 static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
 {
     worker_t *w = arg;
-    size_t before = w->in_flight, kept;
+    size_t before = w->env.in_flight, kept;
     int ms = w->cfg->upstream_timeout_ms + DRAIN_CALL_MARGIN_MS;
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
 
     (void)fd;
     (void)what;
-    if (w->draining == WORKER_DRAIN_OVER) {
+    if (w->env.draining == OP_DRAIN_OVER) {
         log_msg(LOG_WARN, "worker %d: %zu platform calls still out after the upstream timeout",
-                w->id, w->in_flight);
+                w->id, w->env.in_flight);
         abort_all(w);
         finish_drain(w);
         return;
     }
-    w->draining = WORKER_DRAIN_OVER;
-    kept = cut_all(w);
+    /* No platform call starts any more. A request whose message call is on the wire keeps it:
+     * cut, the message might be delivered and still be reported as not sent, and a retry
+     * elsewhere would send it twice. It is answered when the call ends, which its own timeout
+     * bounds. Every other request is answered now. */
+    w->env.draining = OP_DRAIN_OVER;
+    kept = op_drain_all(&w->env, 0);
     if (before > 0)
         log_msg(LOG_WARN,
                 "worker %d: drain time over, %zu requests cut short, %zu waiting for a platform "
@@ -147,20 +97,13 @@ static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
     evtimer_add(w->drain_timer, &tv);
 }
 
-/* Closes the listening socket: from now on a new connection is refused at once, which a load
- * balancer retries on another instance safely (a connection left waiting in the accept queue
- * of a socket nobody serves would be reset later, with its request). */
+/* New connections are refused from now on; the requests in flight get the drain time. */
 static void stop_listening(worker_t *w)
 {
     struct timeval tv;
 
-    if (w->bound != NULL) {
-        evhttp_del_accept_socket(w->http, w->bound); /* frees the listener, closes the fd */
-        w->bound = NULL;
-        w->listener = NULL;
-        w->accepting = 0;
-    }
-    if (w->in_flight == 0) {
+    http_stop_listening(&w->http);
+    if (w->env.in_flight == 0) {
         finish_drain(w);
         return;
     }
@@ -183,11 +126,11 @@ static void on_ctl(evutil_socket_t fd, short what, void *arg)
 
     (void)what;
     while (read(fd, &c, 1) == 1) {
-        if (c == 'd' && !w->draining) {
+        if (c == 'd' && !w->env.draining) {
             /* /readyz turns 503 and answers carry Connection: close at once; new connections
              * are still taken for BOTGATE_DRAIN_DELAY_MS, time for a load balancer's health
              * check to notice, then refused. */
-            w->draining = 1;
+            w->env.draining = 1;
             if (w->cfg->drain_delay_ms > 0) {
                 struct timeval tv = {w->cfg->drain_delay_ms / 1000,
                                      (w->cfg->drain_delay_ms % 1000) * 1000};
@@ -196,7 +139,7 @@ static void on_ctl(evutil_socket_t fd, short what, void *arg)
                 stop_listening(w);
             }
         } else if (c == 'q') {
-            w->draining = WORKER_DRAIN_OVER;
+            w->env.draining = OP_DRAIN_OVER;
             evtimer_del(w->drain_delay);
             stop_listening(w);
             abort_all(w);
@@ -205,10 +148,81 @@ static void on_ctl(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-void worker_op_done(worker_t *w)
+/* A request was answered: the drain may finish. */
+static void on_op_done(void *arg)
 {
-    if (w->draining && w->bound == NULL && w->in_flight == 0)
+    worker_t *w = arg;
+
+    if (w->env.draining && w->http.bound == NULL && w->env.in_flight == 0)
         finish_drain(w);
+}
+
+/* ---- the routes ---- */
+
+static void on_send(void *arg, struct evhttp_request *req)
+{
+    op_start(arg, req, &op_send_kind);
+}
+
+static void on_redirect(void *arg, struct evhttp_request *req)
+{
+    op_start(arg, req, &op_redirect_kind);
+}
+
+static void on_health(void *arg, struct evhttp_request *req)
+{
+    (void)arg;
+    http_send_json(req, 200, "OK", "{\"ok\":1}");
+}
+
+/* Ready while Redis is reachable and the worker is not draining, so that a load balancer
+ * stops sending before the process goes away. */
+static void on_ready(void *arg, struct evhttp_request *req)
+{
+    worker_t *w = arg;
+
+    if (w->env.draining)
+        http_send_json(req, 503, "Service Unavailable",
+                       "{\"ok\":0,\"err_code\":121,\"err\":\"shutting down\","
+                       "\"error\":\"shutting down\"}");
+    else if (!store_ready(w->env.deliver.store))
+        http_send_json(req, 503, "Service Unavailable",
+                       "{\"ok\":0,\"err_code\":119,\"err\":\"store unavailable\","
+                       "\"error\":\"store unavailable\"}");
+    else
+        http_send_json(req, 200, "OK", "{\"ok\":1}");
+}
+
+static void on_metrics(void *arg, struct evhttp_request *req)
+{
+    const metrics_t *all[256];
+    int n = all_count;
+
+    (void)arg;
+    if (n > 256)
+        n = 256;
+    for (int i = 0; i < n; i++)
+        all[i] = &all_workers[i].metrics;
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+                      "text/plain; version=0.0.4; charset=utf-8");
+    metrics_render(evhttp_request_get_output_buffer(req), all, n);
+    http_send(req, 200, "OK");
+}
+
+static int add_routes(worker_t *w)
+{
+    const http_route_t routes[] = {
+        {"/sendResponses", EVHTTP_REQ_POST, on_send, &w->env, 1, HTTP_API},
+        {"/redirectMemberToNode", EVHTTP_REQ_POST, on_redirect, &w->env, 1, HTTP_API},
+        {"/healthz", EVHTTP_REQ_GET, on_health, w, 0, HTTP_BOTH},
+        {"/readyz", EVHTTP_REQ_GET, on_ready, w, 0, HTTP_BOTH},
+        {"/metrics", EVHTTP_REQ_GET, on_metrics, w, 0, HTTP_ADMIN},
+    };
+
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
+        if (http_route(&w->http, &routes[i]) < 0)
+            return -1;
+    return 0;
 }
 
 int worker_init(worker_t *w, int id, const config_t *cfg)
@@ -220,8 +234,10 @@ int worker_init(worker_t *w, int id, const config_t *cfg)
     w->id = id;
     w->cfg = cfg;
     w->ctl[0] = w->ctl[1] = -1;
-    if (getrandom(&w->rng, sizeof(w->rng), 0) != sizeof(w->rng) || w->rng == 0)
-        w->rng = 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uintptr_t)w;
+    if (getrandom(&w->env.deliver.rng, sizeof(w->env.deliver.rng), 0) !=
+            sizeof(w->env.deliver.rng) ||
+        w->env.deliver.rng == 0)
+        w->env.deliver.rng = 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uintptr_t)w;
     /* One thread per base: no locking inside libevent. */
     ec = event_config_new();
     event_config_set_flag(ec, EVENT_BASE_FLAG_NOLOCK);
@@ -236,37 +252,49 @@ int worker_init(worker_t *w, int id, const config_t *cfg)
      * everything else keeps the default, 1 */
     if (w->base == NULL || event_base_priority_init(w->base, 3) < 0)
         return -1;
-    w->store = store_new(w->base, &cfg->store);
-    if (w->store == NULL)
+    w->env.deliver.base = w->base;
+    w->env.deliver.cfg = cfg;
+    w->env.deliver.metrics = &w->metrics;
+    w->env.deliver.store = store_new(w->base, &cfg->store);
+    if (w->env.deliver.store == NULL)
         return -1;
-    redisc_set_state_cb(store_redis(w->store), on_redis_state, w);
-    redisc_set_observer(store_redis(w->store), on_redis_command, w);
+    redisc_set_state_cb(store_redis(w->env.deliver.store), on_redis_state, w);
+    redisc_set_observer(store_redis(w->env.deliver.store), on_redis_command, w);
     memset(&ucfg, 0, sizeof(ucfg));
     ucfg.ca_file = cfg->ca_file;
     /* platform answers are a few hundred bytes: curl's smallest receive buffer (1 KiB) keeps
      * the memory of a send in flight low; a longer answer only takes more reads */
     ucfg.buffer_size = 1024;
-    w->up = upstream_new(w->base, &ucfg);
+    w->env.deliver.up = upstream_new(w->base, &ucfg);
     ucfg.guard = !cfg->allow_private_media;
     ucfg.direct = 1;
     ucfg.buffer_size = 65536; /* media downloads */
-    w->up_user = upstream_new(w->base, &ucfg);
-    if (w->up == NULL || w->up_user == NULL)
+    w->env.deliver.up_user = upstream_new(w->base, &ucfg);
+    if (w->env.deliver.up == NULL || w->env.deliver.up_user == NULL)
         return -1;
     if (pipe2(w->ctl, O_NONBLOCK | O_CLOEXEC) < 0)
         return -1;
     w->ctl_ev = event_new(w->base, w->ctl[0], EV_READ | EV_PERSIST, on_ctl, w);
     w->drain_timer = evtimer_new(w->base, on_drain_timeout, w);
     w->drain_delay = evtimer_new(w->base, on_drain_delay, w);
-    w->deadline_timer = evtimer_new(w->base, op_on_deadlines, w);
+    w->env.deadline_timer = evtimer_new(w->base, op_on_deadlines, &w->env);
     if (w->ctl_ev == NULL || w->drain_timer == NULL || w->drain_delay == NULL ||
-        w->deadline_timer == NULL ||
+        w->env.deadline_timer == NULL ||
         event_add(w->ctl_ev, NULL) < 0)
         return -1;
-    return http_start(w);
+    w->env.http = &w->http;
+    w->env.done = on_op_done;
+    w->env.done_arg = w;
+    w->http.base = w->base;
+    w->http.cfg = cfg;
+    w->http.metrics = &w->metrics;
+    w->http.rng = &w->env.deliver.rng;
+    if (add_routes(w) < 0)
+        return -1;
+    return http_start(&w->http);
 }
 
-static void *run(void *arg)
+static void *worker_thread(void *arg)
 {
     worker_t *w = arg;
 
@@ -276,7 +304,7 @@ static void *run(void *arg)
 
 int worker_start(worker_t *w)
 {
-    return pthread_create(&w->thread, NULL, run, w) == 0 ? 0 : -1;
+    return pthread_create(&w->thread, NULL, worker_thread, w) == 0 ? 0 : -1;
 }
 
 void worker_tell(worker_t *w, char what)
@@ -289,25 +317,19 @@ void worker_tell(worker_t *w, char what)
 void worker_cleanup(worker_t *w)
 {
     abort_all(w);
-    w->draining = 1;
-    w->listener = NULL;  /* evhttp_free frees it with the bound socket */
-    w->bound = NULL;
-    if (w->http != NULL)
-        evhttp_free(w->http);
-    if (w->admin_http != NULL)
-        evhttp_free(w->admin_http);
+    w->env.draining = 1;
+    http_free(&w->http);
     if (w->ctl_ev != NULL)
         event_free(w->ctl_ev);
     if (w->drain_timer != NULL)
         event_free(w->drain_timer);
     if (w->drain_delay != NULL)
         event_free(w->drain_delay);
-    if (w->deadline_timer != NULL)
-        event_free(w->deadline_timer);
-    conn_cleanup(w);
-    upstream_free(w->up);
-    upstream_free(w->up_user);
-    store_free(w->store);
+    if (w->env.deadline_timer != NULL)
+        event_free(w->env.deadline_timer);
+    upstream_free(w->env.deliver.up);
+    upstream_free(w->env.deliver.up_user);
+    store_free(w->env.deliver.store);
     if (w->base != NULL)
         event_base_free(w->base);
     if (w->ctl[0] >= 0)

@@ -1,0 +1,123 @@
+/* deliver.h - delivering one response to a channel's platform: a fresh credential (one refresh
+ * per channel at a time), a whatsapp contact check, a wechat media upload, the message call and
+ * the retries the contract allows. It knows nothing of the request around it: it is started with
+ * the response as JSON text and answers through a callback. */
+#ifndef BOTGATE_GATEWAY_DELIVER_H
+#define BOTGATE_GATEWAY_DELIVER_H
+
+#include "../adapters/adapter.h"
+#include "../core/error.h"
+#include "../core/result.h"
+#include "../store/store.h"
+#include "config.h"
+#include "metrics.h"
+#include "upstream.h"
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct event_base;
+struct cred_wait;
+struct deliver_extra;
+
+/* What every delivery of one worker shares; the worker fills it once, before its loop runs, and
+ * owns it. Only that worker's thread touches it. */
+typedef struct deliver_env {
+    struct event_base *base;
+    const config_t *cfg;
+    store_t *store;
+    upstream_t *up;               /* platform calls */
+    upstream_t *up_user;          /* URLs from users (media, webhooks): SSRF-guarded */
+    metrics_t *metrics;
+    uint64_t rng;                 /* xorshift state for ids (deliver_random_hex) */
+    struct cred_wait *cred_waits; /* deliveries waiting for a channel's credential (deliver.c) */
+} deliver_env_t;
+
+typedef enum {
+    DL_IDLE = 0,
+    DL_CRED_LOCK,     /* taking the channel's credential lock */
+    DL_CRED_REREAD,   /* re-reading the channel: did another refresh it? */
+    DL_CRED_WAIT,     /* another holds the lock: wait with the worker's others (cred_wait) */
+    DL_CRED_CALL,     /* login / token call */
+    DL_CRED_WRITE,    /* writing the new credential back */
+    DL_CONTACT_CACHE, /* whatsapp: number seen valid lately? */
+    DL_CONTACT_CALL,  /* whatsapp: /v1/contacts */
+    DL_MEDIA_CACHE,   /* wechat: media_id cached for this URL? */
+    DL_MEDIA_FETCH,   /* wechat: downloading the image */
+    DL_MEDIA_UPLOAD,  /* wechat: uploading it */
+    DL_SEND,          /* the message call */
+    DL_RETRY_WAIT,    /* waiting Retry-After before the one retry */
+} deliver_phase_t;
+
+/* The outcome of one delivery. Valid only during the done callback. */
+typedef struct deliver_result {
+    int ok;
+    adapter_result_t res; /* meta on success */
+    bg_error_t err;       /* on failure */
+    int abort;            /* the failure concerns the whole request (first response only) */
+    /* the response's messageEvent: from, to, timestamp, and on success its messageId (made up
+     * when the platform gives none: every element has one); the caller adds the response */
+    result_event_t event;
+    const char *chat_id;  /* the platform's chat id on success, else the member's address */
+} deliver_result_t;
+
+struct deliver;
+typedef void deliver_done_fn(struct deliver *d, const deliver_result_t *r, void *arg);
+
+/* One request's deliveries, one response at a time. The owner (the request) sets env, adapter,
+ * channel, channel_id, to and deadline_ms before the first deliver_start, and frees it with
+ * deliver_clear. Fields with a leading '_' are deliver.c's own. */
+typedef struct deliver {
+    deliver_env_t *env;
+    const adapter_ops_t *adapter;
+    json_t *channel;            /* the channel record (owned; replaced after a refresh) */
+    const char *channel_id;     /* borrowed from the request, outlives the deliveries */
+    char *to;                   /* the member's address on the platform (owned; deliver_set_to) */
+    int64_t deadline_ms;        /* monotonic: nothing is started that cannot end before it */
+    deliver_phase_t phase;
+    unsigned _text_len;
+    const char *_text;          /* the response being delivered (borrowed until done) */
+    deliver_done_fn *_done;
+    void *_arg;
+    upstream_xfer_t *_xfer;     /* the call of phase in flight */
+    store_call_t *_call;
+    struct deliver_extra *_x;   /* state of the rare paths, allocated when first needed */
+    uint16_t platform_calls;    /* calls started, for the request's log line */
+    uint16_t _delivered;        /* responses already through delivery */
+    unsigned _timer_armed : 1, _cred_ready : 1, _cred_refreshed : 1, _cred_forced : 1,
+        _lock_held : 1, _contact_ready : 1, _auth_retried : 2, _rate_retried : 1,
+        _connect_retried : 1;
+} deliver_t;
+
+/* Delivers the response text[0..len) (borrowed until done runs). done runs exactly once, from a
+ * callback of the loop or at once, unless deliver_cancel or deliver_clear comes first. */
+void deliver_start(deliver_t *d, const char *text, size_t len, deliver_done_fn *done, void *arg);
+/* Stops what is in flight (no callback). The delivery can be started again. */
+void deliver_cancel(deliver_t *d);
+/* Cancels and frees everything d owns. */
+void deliver_clear(deliver_t *d);
+/* The message call is out: it may deliver whatever happens now. */
+int deliver_on_wire(const deliver_t *d);
+/* No retry any more (the drain): the call out is the last one. */
+void deliver_no_retry(deliver_t *d);
+/* Sets d->to to a copy of to (at most ADAPTER_ID_MAX - 1 bytes); -1 when out of memory. */
+int deliver_set_to(deliver_t *d, const char *to);
+
+/* A messageEvent of this channel and member: from, to, timestamp and message_id are set;
+ * the caller sets response (or type and data). buf holds a numeric from address. */
+result_event_t deliver_event(const deliver_t *d, const char *message_id, char buf[32]);
+/* The same for a parsed response, as JSON. New reference. */
+json_t *deliver_event_json(const deliver_t *d, const json_t *response, const char *message_id);
+
+/* The JSON value in text[0..len), as jansson's decoder reads it by default; NULL when it is
+ * not one or memory ran out (deliver_parse.c). New reference. */
+json_t *deliver_parse(const char *text, size_t len);
+
+/* Milliseconds left before deadline_ms. */
+int64_t deliver_remaining_ms(const deliver_t *d);
+/* A random hex id of n characters (n < size of out) from the xorshift state rng (not
+ * cryptographic: unique and unguessable enough for request, member and lock owner ids). */
+void deliver_random_hex(uint64_t *rng, char *out, size_t n);
+
+#endif
