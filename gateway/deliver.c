@@ -8,6 +8,7 @@
 #include "../core/auth.h"
 #include "../core/clock.h"
 #include "../core/dlist.h"
+#include "../core/jparse.h"
 #include "log.h"
 
 #include <event2/event.h>
@@ -131,7 +132,7 @@ static adapter_target_t target(const deliver_t *d)
  * of calls wait at once). */
 static json_t *response_parse(const deliver_t *d)
 {
-    return deliver_parse(d->_text, d->_text_len);
+    return jparse_value(d->_text, d->_text_len);
 }
 
 static void lock_release(deliver_t *d)

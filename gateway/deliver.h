@@ -110,10 +110,6 @@ result_event_t deliver_event(const deliver_t *d, const char *message_id, char bu
 /* The same for a parsed response, as JSON. New reference. */
 json_t *deliver_event_json(const deliver_t *d, const json_t *response, const char *message_id);
 
-/* The JSON value in text[0..len), as jansson's decoder reads it by default; NULL when it is
- * not one or memory ran out (deliver_parse.c). New reference. */
-json_t *deliver_parse(const char *text, size_t len);
-
 /* Milliseconds left before deadline_ms. */
 int64_t deliver_remaining_ms(const deliver_t *d);
 /* A random hex id of n characters (n < size of out) from the xorshift state rng (not

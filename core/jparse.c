@@ -1,9 +1,9 @@
-/* deliver_parse.c - JSON text to jansson values, for the response a delivery builds a call from.
+/* jparse.c - JSON text to jansson values, for the response a delivery builds a call from.
  * Every delivery parses its response again (the parsed copy goes while the call is out), and
  * json_loadb's stream reader is made for files and sockets: this reads a buffer directly. It
  * accepts exactly what jansson's decoder accepts by default (one value, any type, duplicate
  * keys keep the last), checks UTF-8 through jansson, and nests at most DEPTH_MAX deep. */
-#include "deliver.h"
+#include "jparse.h"
 
 #include <errno.h>
 #include <sys/types.h>
@@ -177,7 +177,8 @@ static json_t *read_string_value(reader_t *r)
 static json_t *read_number(reader_t *r)
 {
     const char *start = r->p, *q = r->p;
-    char text[NUMBER_MAX];
+    char text[NUMBER_MAX], *buf = text;
+    json_t *v;
     int real = 0;
     size_t n;
 
@@ -207,18 +208,24 @@ static json_t *read_number(reader_t *r)
             q++;
     }
     n = (size_t)(q - start);
-    if (n >= sizeof(text))
+    /* strtod and strtoll want a terminated copy; a number longer than any botgate writes
+     * (jansson reads those too) gets one of its size */
+    if (n >= sizeof(text) && (buf = malloc(n + 1)) == NULL)
         return NULL;
-    memcpy(text, start, n);
-    text[n] = '\0';
+    memcpy(buf, start, n);
+    buf[n] = '\0';
     r->p = q;
     errno = 0;
     if (real) {
-        double d = strtod(text, NULL);
-        return errno == ERANGE && (d > 1.0 || d < -1.0) ? NULL : json_real(d);
+        double d = strtod(buf, NULL);
+        v = errno == ERANGE && (d > 1.0 || d < -1.0) ? NULL : json_real(d);
+    } else {
+        long long i = strtoll(buf, NULL, 10);
+        v = errno == ERANGE ? NULL : json_integer((json_int_t)i);
     }
-    long long i = strtoll(text, NULL, 10);
-    return errno == ERANGE ? NULL : json_integer((json_int_t)i);
+    if (buf != text)
+        free(buf);
+    return v;
 }
 
 static json_t *read_word(reader_t *r, const char *word, json_t *value)
@@ -304,7 +311,7 @@ static json_t *read_object(reader_t *r, int depth)
 
 static json_t *read_value(reader_t *r, int depth)
 {
-    if (depth > DEPTH_MAX)
+    if (depth >= DEPTH_MAX) /* depth counts the levels around this value */
         return NULL;
     skip_space(r);
     if (r->p >= r->end)
@@ -327,7 +334,7 @@ static json_t *read_value(reader_t *r, int depth)
     }
 }
 
-json_t *deliver_parse(const char *text, size_t len)
+json_t *jparse_value(const char *text, size_t len)
 {
     reader_t r = {text, text + len};
     json_t *v = read_value(&r, 0);
