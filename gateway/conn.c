@@ -66,6 +66,7 @@ typedef struct conn {
     size_t received;     /* bytes of this request read so far, head included */
     size_t charged;      /* counted against the budget: the most of received and declared */
     int64_t close_at_ms; /* CONN_REFUSED: closed at the first sweep past it */
+    struct evbuffer_cb_entry *watch; /* on_input on the input buffer */
     struct conn *prev, *next, *hnext;
 } conn_t;
 
@@ -214,6 +215,9 @@ static void head_line(conn_t *c)
         return;
     }
     c->framing_line = 0;
+    /* only Content-Length and Transfer-Encoding matter here: the other lines end at a glance */
+    if ((c->line[0] | 0x20) != 'c' && (c->line[0] | 0x20) != 't')
+        return;
     if ((colon = strchr(c->line, ':')) == NULL)
         return;
     *colon = '\0';
@@ -264,6 +268,27 @@ static int head_done(conn_t *c, verdict_t *v)
     return -1;
 }
 
+/* A line of the head ended (c->line holds its first bytes): a header, or the empty line that
+ * ends the head. 0, or -1 with the verdict. */
+static int line_end(conn_t *c, verdict_t *v)
+{
+    size_t keep = c->line_len < LINE_KEEP ? c->line_len : LINE_KEEP - 1;
+
+    if (keep > 0 && c->line[keep - 1] == '\r')
+        keep--;
+    c->line[keep] = '\0';
+    if (keep == 0 && c->line_len <= 1 && c->lines > 0) {
+        c->line_len = 0;
+        if (head_done(c, v) < 0)
+            return -1;
+        c->phase = CONN_BODY;
+        return 0;
+    }
+    head_line(c);
+    c->line_len = 0;
+    return 0;
+}
+
 /* Follows n bytes that were just added at the end of buf. 0, or -1 with the verdict. */
 static int follow(conn_t *c, struct evbuffer *buf, size_t n, verdict_t *v)
 {
@@ -283,43 +308,47 @@ static int follow(conn_t *c, struct evbuffer *buf, size_t n, verdict_t *v)
         }
         return 0;
     }
-    /* CONN_HEAD: the new bytes, line by line */
+    /* CONN_HEAD: the new bytes, a line at a time (memchr and one copy of at most LINE_KEEP
+     * bytes per line: this runs on every request's head) */
     if (evbuffer_ptr_set(buf, &pos, len - n, EVBUFFER_PTR_SET) < 0)
         return 0;
-    while (pos.pos >= 0 && (size_t)pos.pos < len && c->phase == CONN_HEAD) {
-        struct evbuffer_iovec vec;
-        const char *p, *nl;
-        size_t avail, take;
+    while (c->phase == CONN_HEAD && pos.pos >= 0 && (size_t)pos.pos < len) {
+        struct evbuffer_iovec vec[4];
+        int nvec = evbuffer_peek(buf, -1, &pos, vec, 4);
+        size_t seen = 0;
 
-        if (evbuffer_peek(buf, -1, &pos, &vec, 1) < 1)
+        if (nvec < 1)
             break;
-        p = vec.iov_base;
-        avail = vec.iov_len;
-        nl = memchr(p, '\n', avail);
-        take = nl ? (size_t)(nl - p) + 1 : avail;
-        for (size_t i = 0; i < take; i++) {
-            char ch = p[i];
-            if (ch == '\n') {
-                size_t keep = c->line_len < LINE_KEEP ? c->line_len : LINE_KEEP - 1;
-                if (keep > 0 && c->line[keep - 1] == '\r')
-                    keep--;
-                c->line[keep] = '\0';
-                if (keep == 0 && c->line_len <= 1 && c->lines > 0) {
-                    c->line_len = 0;
-                    if (head_done(c, v) < 0)
-                        return -1;
-                    c->phase = CONN_BODY;
-                    break;
+        for (int i = 0; i < nvec && i < 4 && c->phase == CONN_HEAD; i++) {
+            const char *p = vec[i].iov_base, *end = p + vec[i].iov_len;
+            while (p < end) {
+                const char *nl = memchr(p, '\n', (size_t)(end - p));
+                size_t seg = (size_t)((nl ? nl : end) - p);
+                if (c->line_len < LINE_KEEP - 1) {
+                    size_t room = LINE_KEEP - 1 - c->line_len;
+                    memcpy(c->line + c->line_len, p, seg < room ? seg : room);
                 }
-                head_line(c);
-                c->line_len = 0;
-            } else {
-                if (c->line_len < LINE_KEEP - 1)
-                    c->line[c->line_len] = ch;
-                c->line_len++;
+                c->line_len += seg;
+                seen += seg;
+                p += seg;
+                if (nl == NULL)
+                    break;
+                p++;
+                seen++;
+                if (line_end(c, v) < 0)
+                    return -1;
+                if (c->phase != CONN_HEAD) {
+                    /* A body of known length was charged whole by head_done: nothing more to
+                     * watch until the request arrives (conn_request_arrived), and evhttp's
+                     * drains of the head lines and the body call no callback. A chunked body
+                     * is counted as it comes. */
+                    if (c->n_encoding == 0)
+                        evbuffer_cb_clear_flags(buf, c->watch, EVBUFFER_CB_ENABLED);
+                    return 0;
+                }
             }
         }
-        if (evbuffer_ptr_set(buf, &pos, take, EVBUFFER_PTR_ADD) < 0)
+        if (nvec <= 4 || evbuffer_ptr_set(buf, &pos, seen, EVBUFFER_PTR_ADD) < 0)
             break;
     }
     return 0;
@@ -423,7 +452,8 @@ static struct bufferevent *on_new_connection(struct event_base *base, void *arg)
     if ((c = calloc(1, sizeof(*c))) == NULL)
         return NULL;
     bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
-    if (bev == NULL || evbuffer_add_cb(bufferevent_get_input(bev), on_input, c) == NULL) {
+    if (bev == NULL || (c->watch = evbuffer_add_cb(bufferevent_get_input(bev), on_input, c)) ==
+                           NULL) {
         if (bev != NULL)
             bufferevent_free(bev);
         free(c);
@@ -514,6 +544,7 @@ void conn_request_arrived(conn_table_t *t, struct evhttp_request *req, int busy)
         return;
     head_reset(c);
     in = bufferevent_get_input(c->bev);
+    evbuffer_cb_set_flags(in, c->watch, EVBUFFER_CB_ENABLED);
     if (evbuffer_get_length(in) > 0 && follow(c, in, evbuffer_get_length(in), &v) < 0) {
         log_msg(LOG_DEBUG, "refused a pipelined request: %d %s", v.status, v.msg);
         evbuffer_drain(in, evbuffer_get_length(in));
