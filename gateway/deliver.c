@@ -24,6 +24,7 @@
 #define MEDIA_TTL_S (2 * 24 * 3600)     /* wechat: media ids live 3 days; keep them 2 */
 #define DEADLINE_MARGIN_MS 20           /* leave time to answer after a call times out */
 #define CONNECT_RETRY_MS 100            /* pause before the one retry of a refused connection */
+#define RATE_PAUSE_UNKNOWN_MS 1000      /* retryAfterMs when the pause could not be set */
 
 /* What only credential refreshes and media uploads need: kept out of deliver_t, which every
  * request in flight carries. Allocated when first needed, freed by deliver_clear. */
@@ -979,8 +980,10 @@ static void on_rate_paused(void *arg, store_status_t st, store_rate_verdict_t ve
 
     (void)verdict;
     d->_rate = NULL;
-    if (st != STORE_OK)
-        pause_ms = 0;
+    if (st != STORE_OK) { /* no pause to wait for: a retry now would be refused as well */
+        rate_refuse(d, pause_ms > 0 ? pause_ms : RATE_PAUSE_UNKNOWN_MS, extra(d)->rate_msg);
+        return;
+    }
     /* Once, when it fits: the next slot comes after the pause (rate_take waits for it or
      * refuses the element). A rate-limit answer means the message was not accepted, so the
      * retry cannot send it twice. */
@@ -990,7 +993,7 @@ static void on_rate_paused(void *arg, store_status_t st, store_rate_verdict_t ve
         deliver_step(d);
         return;
     }
-    rate_refuse(d, pause_ms, d->_x != NULL ? d->_x->rate_msg : "rate limited by the platform");
+    rate_refuse(d, pause_ms, extra(d)->rate_msg);
 }
 
 /* The platform refused the message for a rate limit: pause the sender's (or the pair's) limit

@@ -33,7 +33,7 @@ RATE, SIM_BURST = 50, 10
 N_SENDS, N_MEMBERS, N_CLIENTS = 1500, 300, 64
 PAIR_BURST, PAIR_EVERY_MS = 45, 6000
 
-NUM_RATE, NUM_PAIR, NUM_OFF = "1055550050", "1055550045", "1055550099"
+NUM_RATE, NUM_PAIR, NUM_OFF, NUM_131056 = "1055550050", "1055550045", "1055550099", "1055550056"
 
 
 def body(cid, rcpt, text):
@@ -84,13 +84,20 @@ class RateLimitDelivery(StackTest):
         s.put("channel", cloud_channel("wc-off", APP, rateLimit={"perSecond": 0},
                                        info={"accessToken": "cloud-token-off",
                                              "phoneNumberId": NUM_OFF, "wabaId": "2000"}))
+        # no limits of its own: a pair refusal (131056) pauses that pair, not the number
+        s.put("channel", cloud_channel("wc-131056", APP,
+                                       rateLimit={"perSecond": 0, "perRecipient": {"everyMs": 0}},
+                                       info={"accessToken": "cloud-token-131056",
+                                             "phoneNumberId": NUM_131056, "wabaId": "2000"}))
         cls.tok = s.token(APP, "bot:sendResponses")
         pair = {"everyMs": PAIR_EVERY_MS - 100, "burst": PAIR_BURST}
         r = http_call("POST", s.sim_url + "/_sim/limits", {"rules": [
             {"platform": "whatsapp-cloud", "sender": NUM_RATE, "perSecond": RATE,
              "burst": SIM_BURST, "perRecipient": pair},
             {"platform": "whatsapp-cloud", "sender": NUM_PAIR, "perRecipient": pair},
-            {"platform": "whatsapp-cloud", "sender": NUM_OFF, "perSecond": 5, "burst": 1}]})
+            {"platform": "whatsapp-cloud", "sender": NUM_OFF, "perSecond": 5, "burst": 1},
+            {"platform": "whatsapp-cloud", "sender": NUM_131056,
+             "perRecipient": {"everyMs": 60000, "burst": 1}}]})
         assert r.status == 200, r
 
     def arrivals(self, number):
@@ -253,6 +260,30 @@ class RateLimitDelivery(StackTest):
             if "error" in el:
                 self.assertEqual(el["error"]["err_code"], 120, ans)
                 self.assertGreater(el["error"]["retryAfterMs"], 0, ans)
+
+    def test_3_a_pair_refusal_pauses_the_pair_only(self):
+        c = Client(self.urls[0], self.tok)
+        try:
+            self.assertEqual(c.send(body("wc-131056", "p1", "first"))[1]["sendResult"]["ok"], 1)
+            t0 = time.monotonic()
+            status, ans = c.send(body("wc-131056", "p1", "second"))  # 131056, 1 s, again
+            took = time.monotonic() - t0
+            t0 = time.monotonic()
+            other = c.send(body("wc-131056", "p2", "another member"))
+            other_took = time.monotonic() - t0
+        finally:
+            c.close()
+        err = ans["sendResult"]["result"][0]["error"]
+        self.assertEqual((status, err["err_code"]), (200, 120), ans)
+        self.assertIn("131056", err["err"])
+        self.assertGreater(err["retryAfterMs"], 0, ans)
+        self.assertGreater(took, 0.9)  # it waited for the pair's pause before its one retry
+        got = [e for e in self.arrivals(NUM_131056) if e["recipient"] == "p1"]
+        self.assertEqual([e["limit"] for e in got], [None, "pair", "pair"])
+        self.assertGreaterEqual(got[2]["ts_us"] - got[1]["ts_us"], 950000)
+        # the number is not paused: another member's message goes at once
+        self.assertEqual(other[1]["sendResult"]["ok"], 1, other)
+        self.assertLess(other_took, 0.5)
 
 
 if __name__ == "__main__":
