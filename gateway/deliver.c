@@ -965,8 +965,7 @@ static int rate_take(deliver_t *d)
     /* the pair's keys only where it has a limit, or the platform just paused it */
     d->_rate = store_rate_take(d->env->store, d->channel_id,
                                policy.pair.interval_us > 0 || d->_rate_retried ? d->to : NULL,
-                               d->_pair_held, &policy,
-                               rate_max_wait_ms(d), on_rate_taken, d, &st);
+                               d->_pair_held, &policy, rate_max_wait_ms(d), on_rate_taken, d, &st);
     d->_pair_held = 0;
     if (d->_rate == NULL)
         on_rate_taken(d, st, STORE_RATE_GO, 0);

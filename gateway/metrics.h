@@ -22,7 +22,7 @@ typedef enum {
 #define METRICS_BUCKETS 14
 /* Outbound call targets: the six platforms, then media downloads and webhooks. */
 #define METRICS_TARGETS 8
-#define METRICS_PLATFORMS 6
+#define METRICS_PLATFORMS      6
 #define METRICS_TARGET_MEDIA 6
 #define METRICS_TARGET_WEBHOOK 7
 /* Outcome of an outbound call: 2xx, 4xx, 5xx, no answer (connect failure, timeout, refused). */
@@ -44,7 +44,7 @@ typedef struct metrics {
     metrics_histogram_t redis_latency;
     atomic_uint_fast64_t credential_refreshes;
     /* the shared rate limits, by platform (metrics_target) */
-    metrics_histogram_t rate_wait[METRICS_PLATFORMS]; /* time a message waited for its slot */
+    metrics_histogram_t rate_wait[METRICS_PLATFORMS];     /* time a message waited for its slot */
     atomic_uint_fast64_t rate_refused[METRICS_PLATFORMS]; /* elements failed: slot too late */
     atomic_uint_fast64_t rate_answers[METRICS_PLATFORMS]; /* the platform said rate limited */
     atomic_uint_fast64_t accept_pauses;
