@@ -9,7 +9,8 @@
 --                it to the simulator) or to the simulator itself.
 -- SCENARIO: a (1 TEXT), b (3 TEXT in one request), c (redirect to a 2-response node),
 --           a-tls (as a; the upstream is reached over TLS), d (as a; run with 5000 connections
---           while the simulator answers after 1 s).
+--           while the simulator answers after 1 s), e (1 TEXT to a whatsapp-cloud number limited
+--           to 1,000/s, through three instances: bench/scenario_e.py).
 -- BENCH_DELAY_MS in the environment: after each answer, wait a random 0..2*BENCH_DELAY_MS ms
 -- before the next request on the connection: a paced load for the added-latency figure (wrk
 -- has no fixed rate like wrk2); the randomness keeps the connections from firing in step.
@@ -38,7 +39,12 @@ function init(args)
     wrk.headers["Content-Type"] = "application/json"
     if mode == "botgate" then
         wrk.headers["Authorization"] = "Bearer " .. (token or "")
-        if scenario == "c" then
+        if scenario == "e" then
+            -- a whatsapp-cloud number under a shared 1,000/s limit (bench/scenario_e.py)
+            wrk.path = "/sendResponses"
+            wrk.body = '{"channelId":"bench-wc","recipientId":"' .. PSID .. '",'
+                .. '"response":' .. text_responses(1) .. '}'
+        elseif scenario == "c" then
             wrk.path = "/redirectMemberToNode"
             wrk.body = '{"channelId":"' .. CHANNEL .. '","memberId":"' .. MEMBER .. '",'
                 .. '"redirect":{"tree":"bench-tree","nodeCompositeId":"two"}}'

@@ -12,7 +12,8 @@
 #
 #   BENCH_DURATION=10        seconds per wrk run
 #   BENCH_D_DURATION=30      seconds of each scenario-d run (its first second has no answers)
-#   BENCH_SCENARIOS="a b c a-tls d" scenarios to run (see bench/README.md)
+#   BENCH_SCENARIOS="a b c a-tls d e" scenarios to run (see bench/README.md; e is
+#                            bench/scenario_e.py: three instances under one shared rate limit)
 #   BENCH_CONNECTIONS=64     wrk connections of a, b, c and a-tls
 #   BENCH_WRK_THREADS=2      wrk threads
 #   BENCH_UPSTREAM_WORKERS=auto  worker_processes of the static upstream nginx
@@ -37,7 +38,7 @@ duration=${BENCH_DURATION:-10}
 # Scenario d's first second can have no answer (the upstream takes 1 s): over 10 s that
 # alone would cap it at 90 % of its Little's-law bound, over 30 s at 97 %.
 d_duration=${BENCH_D_DURATION:-30}
-scenarios=${BENCH_SCENARIOS:-a b c a-tls d}
+scenarios=${BENCH_SCENARIOS:-a b c a-tls d e}
 conns=${BENCH_CONNECTIONS:-64}
 wrk_threads=${BENCH_WRK_THREADS:-2}
 upstream_workers=${BENCH_UPSTREAM_WORKERS:-auto}
@@ -53,7 +54,7 @@ for tool in wrk nginx redis-server curl python3 openssl; do
   command -v "$tool" >/dev/null || { echo "bench: $tool is missing (scripts/deps.sh bench)" >&2; exit 1; }
 done
 for sc in $scenarios; do
-  case $sc in a | b | c | a-tls | d) ;; *) echo "bench: unknown scenario '$sc' (a b c a-tls d)" >&2; exit 2 ;; esac
+  case $sc in a | b | c | a-tls | d | e) ;; *) echo "bench: unknown scenario '$sc' (a b c a-tls d e)" >&2; exit 2 ;; esac
 done
 has() { case " $scenarios " in *" $1 "*) return 0 ;; esac; return 1; }
 if [ "$strace_requests" -gt 0 ] && ! command -v strace >/dev/null; then
@@ -192,7 +193,8 @@ wait_until nginx curl -s -o /dev/null "$nginx/"
 # ---- data ----
 ctl=$bin/botgatectl
 now=$(date +%s)000
-printf '{"_id":"bench-fb","app":"bench","type":"facebook","on":true,"name":"bench facebook","info":{"accessToken":"bench-page-token","pageId":"100200300"},"createdAt":%s,"updatedAt":%s}' \
+# the shared rate limits on, generous enough never to wait: a, b, c measure their cost, not a queue
+printf '{"_id":"bench-fb","app":"bench","type":"facebook","on":true,"name":"bench facebook","info":{"accessToken":"bench-page-token","pageId":"100200300"},"rateLimit":{"perSecond":1000000,"burst":100000},"createdAt":%s,"updatedAt":%s}' \
   "$now" "$now" | "$ctl" channel put - > /dev/null 2>> "$tmp/ctl.log"
 printf '{"_id":"bench-member","channel":"bench-fb","app":"bench","externalId":"2456789012345678","platform":"facebook","firstName":"Bench","lastName":"User","locale":"en","customLocale":null,"tags":[],"meta":{},"botMeta":{"tree":null,"nodeCompositeId":null,"liveChat":false,"subscribed":true,"tempData":{}},"createdAt":%s,"updatedAt":%s}' \
   "$now" "$now" | "$ctl" member put - > /dev/null 2>> "$tmp/ctl.log"
@@ -423,6 +425,16 @@ if has d; then
   stop_botgate
 fi
 
+# e: three instances of their own (one worker each, their own Redis and simulator) under one
+# whatsapp-cloud number's shared limit of 1,000/s
+e_line=""
+if has e; then
+  echo "bench: scenario e (3 instances, one shared limit of 1000/s, ${duration} s)" >&2
+  e_line=$(python3 "$bench/scenario_e.py" "$bin" "$duration" 1000 2>> "$tmp/scenario_e.log" |
+    grep '^e ' || true)
+  [ -n "$e_line" ] || { echo "bench: scenario e failed (log: $tmp/scenario_e.log)" >&2; failed=1; }
+fi
+
 # ---- the report ----
 cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
 python3 -c 'import json, sys; print(json.dumps(dict(a.split("=", 1) for a in sys.argv[1:])))' \
@@ -439,6 +451,7 @@ python3 -c 'import json, sys; print(json.dumps(dict(a.split("=", 1) for a in sys
   > "$tmp/meta.json"
 mkdir -p "$(dirname "$out")"
 $report table "$results" "$tmp/meta.json" | tee "$out"
+[ -z "$e_line" ] || { echo; echo "$e_line"; } | tee -a "$out"
 cp "$results" "${out%.txt}.jsonl"
 if grep -qi 'error\|fatal\|redis down' "$tmp/botgate.log" 2>/dev/null; then
   echo "bench: botgate logged errors (first lines):" >&2

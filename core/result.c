@@ -101,6 +101,12 @@ void result_write_sent(jsonw_t *w, const result_event_t *ev, const char *chat_id
 void result_write_failed(jsonw_t *w, const result_event_t *ev, const char *chat_id,
                          const bg_error_t *err)
 {
+    result_write_failed_after(w, ev, chat_id, err, 0);
+}
+
+void result_write_failed_after(jsonw_t *w, const result_event_t *ev, const char *chat_id,
+                               const bg_error_t *err, int64_t retry_after_ms)
+{
     jw_lit(w, "{\"messageEvent\":");
     write_event(w, ev);
     jw_lit(w, ",\"chatId\":");
@@ -109,6 +115,10 @@ void result_write_failed(jsonw_t *w, const result_event_t *ev, const char *chat_
     jw_int(w, err->code > 0 ? err->code : BG_ERR_PLATFORM);
     jw_lit(w, ",\"err\":");
     jw_str(w, err->msg);
+    if (retry_after_ms > 0) {
+        jw_lit(w, ",\"retryAfterMs\":");
+        jw_int(w, retry_after_ms);
+    }
     jw_lit(w, "}}");
 }
 
@@ -150,13 +160,22 @@ void result_write_cut_answer(jsonw_t *w, const bg_error_t *err, const char *memb
 
 json_t *result_node_element(json_t *event, const bg_error_t *err)
 {
+    return result_node_element_after(event, err, 0);
+}
+
+json_t *result_node_element_after(json_t *event, const bg_error_t *err, int64_t retry_after_ms)
+{
     json_t *el = json_object();
 
     json_object_set_new(el, "ok", json_integer(err == NULL));
     if (event != NULL)
         json_object_set_new(el, "messageEvent", event);
-    if (err != NULL)
-        json_object_set_new(el, "error", bg_error_element_json(err));
+    if (err != NULL) {
+        json_t *e = bg_error_element_json(err);
+        if (retry_after_ms > 0)
+            json_object_set_new(e, "retryAfterMs", json_integer(retry_after_ms));
+        json_object_set_new(el, "error", e);
+    }
     return el;
 }
 

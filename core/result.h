@@ -38,6 +38,10 @@ void result_write_sent(jsonw_t *w, const result_event_t *ev, const char *chat_id
 /* A failed response. */
 void result_write_failed(jsonw_t *w, const result_event_t *ev, const char *chat_id,
                          const bg_error_t *err);
+/* The same with "retryAfterMs" in its error object when retry_after_ms > 0 (a rate limit's
+ * 120: the slot the element would have had). */
+void result_write_failed_after(jsonw_t *w, const result_event_t *ev, const char *chat_id,
+                               const bg_error_t *err, int64_t retry_after_ms);
 /* The success answer around elements, the comma-separated element texts. */
 void result_write_answer(jsonw_t *w, const char *member_id, int send_ok, const char *elements,
                          size_t len);
@@ -51,6 +55,8 @@ void result_write_cut_answer(jsonw_t *w, const bg_error_t *err, const char *memb
 /* A redirectMemberToNode element: {"ok":1,"messageEvent":..} or {"ok":0,..,"error":..}.
  * Steals event (may be NULL); err NULL means success. */
 json_t *result_node_element(json_t *event, const bg_error_t *err);
+/* The same with "retryAfterMs" in its error object when retry_after_ms > 0. */
+json_t *result_node_element_after(json_t *event, const bg_error_t *err, int64_t retry_after_ms);
 
 /* The success answer of both operations. Steals results. */
 json_t *result_answer(const char *member_id, int send_ok, json_t *results);

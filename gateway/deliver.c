@@ -25,6 +25,7 @@
 #define MEDIA_TTL_S (2 * 24 * 3600)     /* wechat: media ids live 3 days; keep them 2 */
 #define DEADLINE_MARGIN_MS 20           /* leave time to answer after a call times out */
 #define CONNECT_RETRY_MS 100            /* pause before the one retry of a refused connection */
+#define RATE_PAUSE_UNKNOWN_MS 1000      /* retryAfterMs when the pause could not be set */
 
 /* What only credential refreshes and media uploads need: kept out of deliver_t, which every
  * request in flight carries. Allocated when first needed, freed by deliver_clear. */
@@ -39,6 +40,7 @@ typedef struct deliver_extra {
     char lock_owner[40];
     char media_id[ADAPTER_ID_MAX];
     char url_hash[AUTH_HASH_HEX];
+    char rate_msg[BG_ERROR_MSG_MAX]; /* the platform's rate-limit answer, while it pauses */
 } deliver_extra_t;
 
 static void deliver_step(deliver_t *d);
@@ -221,6 +223,8 @@ void deliver_cancel(deliver_t *d)
     }
     store_cancel(d->_call);
     d->_call = NULL;
+    store_rate_cancel(d->_rate);
+    d->_rate = NULL;
     if (d->_timer_armed) {
         event_del(&d->_x->timer);
         d->_timer_armed = 0;
@@ -854,6 +858,162 @@ static void media_cache(deliver_t *d)
 
 /* ---- the message ---- */
 
+/* ---- the shared rate limits (contract.md section 8) ---- */
+
+/* The platform codes of a rate-limit answer that concern one recipient, not the sender: the
+ * pair's limit is paused, not the number's. */
+static int rate_answer_is_pair(long platform_code)
+{
+    return platform_code == 131056; /* whatsapp-cloud: too many messages to one user */
+}
+
+/* The longest a message may wait for its slot: the call that follows must still fit, with the
+ * upstream timeout, or half the time left when that is shorter (a deployment whose upstream
+ * timeout is longer than its request deadline would otherwise never wait). */
+static int64_t rate_max_wait_ms(const deliver_t *d)
+{
+    int64_t left = deliver_remaining_ms(d), call = d->env->cfg->upstream_timeout_ms;
+
+    if (call > left / 2)
+        call = left / 2;
+    left -= call + DEADLINE_MARGIN_MS;
+    return left > 0 ? left : 0;
+}
+
+/* The element fails with 120: its slot (or the pause's end) is wait_ms away, past the
+ * deadline; nothing was sent for it. */
+static void rate_refuse(deliver_t *d, int64_t wait_ms, const char *msg)
+{
+    deliver_result_t r;
+
+    memset(&r, 0, sizeof(r));
+    adapter_result_init(&r.res);
+    r.res.status = ADAPTER_RATE_LIMITED;
+    bg_error_set(&r.err, BG_ERR_RATE_LIMITED, "%s", msg);
+    r.retry_after_ms = wait_ms > 0 ? wait_ms : 1;
+    metrics_rate_refused(d->env->metrics, metrics_target(d->adapter->type));
+    deliver_finish(d, &r);
+}
+
+static int rate_take(deliver_t *d);
+
+static void on_rate_wait(evutil_socket_t fd, short what, void *arg)
+{
+    deliver_t *d = arg;
+
+    (void)fd;
+    (void)what;
+    d->_timer_armed = 0;
+    if (d->_pair_held && rate_take(d)) /* the pair's slot is now: the sender's comes next */
+        return;
+    d->_slot_ready = 1;
+    deliver_step(d);
+}
+
+static void on_rate_taken(void *arg, store_status_t st, store_rate_verdict_t verdict,
+                          int64_t wait_ms)
+{
+    deliver_t *d = arg;
+
+    d->_rate = NULL;
+    if (st != STORE_OK) {
+        /* The limiter is out of reach: the message goes unlimited rather than not at all (the
+         * rest of the request needs Redis too, and a platform refusal is answered as 120). */
+        d->_slot_ready = 1;
+        deliver_step(d);
+        return;
+    }
+    switch (verdict) {
+    case STORE_RATE_GO:
+        metrics_rate_wait(d->env->metrics, metrics_target(d->adapter->type), 0);
+        d->_slot_ready = 1;
+        deliver_step(d);
+        return;
+    case STORE_RATE_WAIT:
+    case STORE_RATE_RETAKE:
+        metrics_rate_wait(d->env->metrics, metrics_target(d->adapter->type), wait_ms * 1000);
+        d->_pair_held = verdict == STORE_RATE_RETAKE;
+        d->phase = DL_RATE_WAIT;
+        arm_timer(d, (long)wait_ms, on_rate_wait);
+        return;
+    default:
+        rate_refuse(d, wait_ms, "rate limit: the next slot comes after the request's deadline");
+        return;
+    }
+}
+
+/* Takes the message's slot of the sender's and the pair's limits, after any pause in force;
+ * 1 when that is under way, 0 when the message needs no slot: its channel sets no limit at
+ * all (then it skips the round trip), unless the platform just refused it (then it waits for
+ * the pause like any other). */
+static int rate_take(deliver_t *d)
+{
+    store_status_t st;
+    ratelimit_policy_t policy;
+    bg_error_t err;
+
+    /* read at every message (a few lookups in the record): deliver_t stays small */
+    if (ratelimit_for_channel(d->channel, &policy, &err) < 0) {
+        /* botgatectl refuses such a record; one written by hand keeps its type's limits */
+        log_msg(LOG_WARN, "channel %s: %s; the type's defaults apply", d->channel_id, err.msg);
+        ratelimit_defaults(d->adapter->type, &policy);
+    }
+    if (ratelimit_is_off(&policy) && !d->_rate_retried && !d->_pair_held) {
+        d->_slot_ready = 1;
+        return 0;
+    }
+    d->phase = DL_RATE_TAKE;
+    /* the pair's keys only where it has a limit, or the platform just paused it */
+    d->_rate = store_rate_take(d->env->store, d->channel_id,
+                               policy.pair.interval_us > 0 || d->_rate_retried ? d->to : NULL,
+                               d->_pair_held, &policy, rate_max_wait_ms(d), on_rate_taken, d, &st);
+    d->_pair_held = 0;
+    if (d->_rate == NULL)
+        on_rate_taken(d, st, STORE_RATE_GO, 0);
+    return 1;
+}
+
+static void on_rate_paused(void *arg, store_status_t st, store_rate_verdict_t verdict,
+                           int64_t pause_ms)
+{
+    deliver_t *d = arg;
+
+    (void)verdict;
+    d->_rate = NULL;
+    if (st != STORE_OK) { /* no pause to wait for: a retry now would be refused as well */
+        rate_refuse(d, pause_ms > 0 ? pause_ms : RATE_PAUSE_UNKNOWN_MS, extra(d)->rate_msg);
+        return;
+    }
+    /* Once, when it fits: the next slot comes after the pause (rate_take waits for it or
+     * refuses the element). A rate-limit answer means the message was not accepted, so the
+     * retry cannot send it twice. */
+    if (!d->_rate_retried) {
+        d->_rate_retried = 1;
+        d->_slot_ready = 0;
+        deliver_step(d);
+        return;
+    }
+    rate_refuse(d, pause_ms, extra(d)->rate_msg);
+}
+
+/* The platform refused the message for a rate limit: pause the sender's (or the pair's) limit
+ * for every worker and instance, for Retry-After when given, else the doubling pause. */
+static void rate_pause(deliver_t *d, const adapter_result_t *res)
+{
+    store_status_t st;
+    int64_t after_ms = res->retry_after_s > 0 ? (int64_t)res->retry_after_s * 1000 : 0;
+
+    metrics_rate_answer(d->env->metrics, metrics_target(d->adapter->type));
+    snprintf(extra(d)->rate_msg, sizeof(extra(d)->rate_msg), "%s",
+             res->error[0] ? res->error : "rate limited by the platform");
+    d->phase = DL_RATE_PAUSE;
+    d->_rate = store_rate_pause(d->env->store, d->channel_id,
+                                rate_answer_is_pair(res->platform_code) ? d->to : NULL, after_ms,
+                                on_rate_paused, d, &st);
+    if (d->_rate == NULL)
+        on_rate_paused(d, st, STORE_RATE_GO, after_ms);
+}
+
 static void on_retry_wait(evutil_socket_t fd, short what, void *arg)
 {
     deliver_t *d = arg;
@@ -900,18 +1060,9 @@ static void on_send_answer(deliver_t *d, const upstream_answer_t *ans)
         }
         break;
     case ADAPTER_RATE_LIMITED:
-        /* Retried once, only when the platform says when and that fits the deadline: a 429
-         * means the message was not accepted, so the retry cannot duplicate it. */
-        if (!d->_rate_retried && r.res.retry_after_s >= 0 &&
-            (int64_t)r.res.retry_after_s * 1000 + 2 * DEADLINE_MARGIN_MS <
-                deliver_remaining_ms(d)) {
-            d->_rate_retried = 1;
-            d->phase = DL_RETRY_WAIT;
-            arm_timer(d, (long)r.res.retry_after_s * 1000, on_retry_wait);
-            adapter_result_clear(&r.res);
-            return;
-        }
-        break;
+        rate_pause(d, &r.res); /* then retried once when it fits, or 120 */
+        adapter_result_clear(&r.res);
+        return;
     default:
         break;
     }
@@ -949,6 +1100,8 @@ static void deliver_step(deliver_t *d)
         contact_cache(d);
         return;
     }
+    if (!d->_slot_ready && rate_take(d)) /* login, contact, upload calls take none */
+        return;
     if ((response = response_parse(d)) == NULL) {
         deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "out of memory");
         return;
@@ -969,6 +1122,7 @@ void deliver_start(deliver_t *d, const char *text, size_t len, deliver_done_fn *
     d->_done = done;
     d->_arg = arg;
     d->_auth_retried = d->_rate_retried = d->_connect_retried = 0;
+    d->_slot_ready = d->_pair_held = 0;
     if (d->_x != NULL)
         d->_x->media_id[0] = '\0';
     deliver_step(d);

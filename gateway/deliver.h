@@ -7,7 +7,9 @@
 
 #include "../adapters/adapter.h"
 #include "../core/error.h"
+#include "../core/ratelimit.h"
 #include "../core/result.h"
+#include "../store/ratelimit.h"
 #include "../store/store.h"
 #include "config.h"
 #include "metrics.h"
@@ -46,6 +48,9 @@ typedef enum {
     DL_MEDIA_CACHE,   /* wechat: media_id cached for this URL? */
     DL_MEDIA_FETCH,   /* wechat: downloading the image */
     DL_MEDIA_UPLOAD,  /* wechat: uploading it */
+    DL_RATE_TAKE,     /* taking the message's slot of the shared rate limits */
+    DL_RATE_WAIT,     /* the slot is later: waiting for it on a timer */
+    DL_RATE_PAUSE,    /* the platform said "rate limited": pausing the limit everywhere */
     DL_SEND,          /* the message call */
     DL_RETRY_WAIT,    /* waiting Retry-After before the one retry */
 } deliver_phase_t;
@@ -60,6 +65,7 @@ typedef struct deliver_result {
      * when the platform gives none: every element has one); the caller adds the response */
     result_event_t event;
     const char *chat_id;  /* the platform's chat id on success, else the member's address */
+    int64_t retry_after_ms; /* a rate limit's failure (120): when to try again; else 0 */
 } deliver_result_t;
 
 struct deliver;
@@ -82,12 +88,13 @@ typedef struct deliver {
     void *_arg;
     upstream_xfer_t *_xfer;     /* the call of phase in flight */
     store_call_t *_call;
+    store_rate_call_t *_rate;   /* the rate limiter's call in flight */
     struct deliver_extra *_x;   /* state of the rare paths, allocated when first needed */
     uint16_t platform_calls;    /* calls started, for the request's log line */
     uint16_t _delivered;        /* responses already through delivery */
     unsigned _timer_armed : 1, _cred_ready : 1, _cred_refreshed : 1, _cred_forced : 1,
         _lock_held : 1, _contact_ready : 1, _auth_retried : 2, _rate_retried : 1,
-        _connect_retried : 1;
+        _connect_retried : 1, _slot_ready : 1, _pair_held : 1;
 } deliver_t;
 
 /* Delivers the response text[0..len) (borrowed until done runs). done runs exactly once, from a

@@ -86,9 +86,27 @@ void metrics_call(metrics_t *m, int target, long status, int64_t elapsed_us)
     metrics_observe(&m->call_latency[target], elapsed_us);
 }
 
+void metrics_rate_wait(metrics_t *m, int target, int64_t wait_us)
+{
+    if (target >= 0 && target < METRICS_PLATFORMS)
+        metrics_observe(&m->rate_wait[target], wait_us);
+}
+
+void metrics_rate_refused(metrics_t *m, int target)
+{
+    if (target >= 0 && target < METRICS_PLATFORMS)
+        add(&m->rate_refused[target], 1);
+}
+
+void metrics_rate_answer(metrics_t *m, int target)
+{
+    if (target >= 0 && target < METRICS_PLATFORMS)
+        add(&m->rate_answers[target], 1);
+}
+
 int metrics_target(const char *type)
 {
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < METRICS_PLATFORMS; i++)
         if (type != NULL && strcmp(targets[i], type) == 0)
             return i;
     return -1;
@@ -214,6 +232,27 @@ void metrics_render(struct evbuffer *b, const metrics_t *const *all, int n)
     scalar(b, "botgate_credential_refreshes_total", "counter",
            "Platform credentials refreshed (whatsapp admin logins, wechat access tokens).",
            (long long)v);
+    header(b, "botgate_rate_limit_wait_seconds", "histogram",
+           "Time a message waited for its slot of the shared platform rate limits.");
+    for (int t = 0; t < METRICS_PLATFORMS; t++) {
+        for (int w = 0; w < n; w++)
+            hs[w] = &all[w]->rate_wait[t];
+        histogram(b, "botgate_rate_limit_wait_seconds", "platform", targets[t], hs, n);
+    }
+    header(b, "botgate_rate_limit_refused_total", "counter",
+           "Elements failed with 120 because their slot came too late for the deadline.");
+    for (int t = 0; t < METRICS_PLATFORMS; t++) {
+        SUM(v, rate_refused[t]);
+        evbuffer_add_printf(b, "botgate_rate_limit_refused_total{platform=\"%s\"} %llu\n",
+                            targets[t], (unsigned long long)v);
+    }
+    header(b, "botgate_platform_rate_limited_total", "counter",
+           "Rate-limit answers from the platforms (each pauses the limit for every instance).");
+    for (int t = 0; t < METRICS_PLATFORMS; t++) {
+        SUM(v, rate_answers[t]);
+        evbuffer_add_printf(b, "botgate_platform_rate_limited_total{platform=\"%s\"} %llu\n",
+                            targets[t], (unsigned long long)v);
+    }
     SUM(g, connections);
     scalar(b, "botgate_connections_open", "gauge", "Open client connections.", g);
     SUM(v, accept_pauses);

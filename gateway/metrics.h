@@ -22,6 +22,7 @@ typedef enum {
 #define METRICS_BUCKETS 14
 /* Outbound call targets: the six platforms, then media downloads and webhooks. */
 #define METRICS_TARGETS 8
+#define METRICS_PLATFORMS      6
 #define METRICS_TARGET_MEDIA 6
 #define METRICS_TARGET_WEBHOOK 7
 /* Outcome of an outbound call: 2xx, 4xx, 5xx, no answer (connect failure, timeout, refused). */
@@ -42,6 +43,10 @@ typedef struct metrics {
     atomic_uint_fast64_t redis_reconnects;
     metrics_histogram_t redis_latency;
     atomic_uint_fast64_t credential_refreshes;
+    /* the shared rate limits, by platform (metrics_target) */
+    metrics_histogram_t rate_wait[METRICS_PLATFORMS];     /* time a message waited for its slot */
+    atomic_uint_fast64_t rate_refused[METRICS_PLATFORMS]; /* elements failed: slot too late */
+    atomic_uint_fast64_t rate_answers[METRICS_PLATFORMS]; /* the platform said rate limited */
     atomic_uint_fast64_t accept_pauses;
     atomic_int_fast64_t in_flight;
     atomic_int_fast64_t connections;
@@ -53,6 +58,10 @@ void metrics_request(metrics_t *m, metrics_route_t route, int http_status, int e
 /* target: metrics_target() or METRICS_TARGET_*; status 0 when no answer arrived. */
 void metrics_call(metrics_t *m, int target, long http_status, int64_t elapsed_us);
 void metrics_observe(metrics_histogram_t *h, int64_t elapsed_us);
+/* A rate limit's event for platform target (metrics_target(); ignored when -1). */
+void metrics_rate_wait(metrics_t *m, int target, int64_t wait_us);
+void metrics_rate_refused(metrics_t *m, int target);
+void metrics_rate_answer(metrics_t *m, int target);
 /* The metrics target of a channel type, -1 when unknown. */
 int metrics_target(const char *type);
 

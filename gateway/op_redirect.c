@@ -151,7 +151,8 @@ static void redirect_on_delivered(deliver_t *d, const deliver_result_t *r, void 
         return;
     }
     ev = result_message_event(e->from, e->to, op->sending, e->timestamp_ms, e->message_id);
-    node_run_send_done(op->node, result_node_element(ev, r->ok ? NULL : &r->err));
+    node_run_send_done(op->node,
+                       result_node_element_after(ev, r->ok ? NULL : &r->err, r->retry_after_ms));
     sending_done(op);
     redirect_step(op);
 }

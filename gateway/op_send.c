@@ -60,7 +60,7 @@ static void send_on_delivered(deliver_t *d, const deliver_result_t *r, void *arg
                           op->dl.adapter->api_version);
         op->sent++;
     } else {
-        result_write_failed(&op->results, &ev, r->chat_id, &r->err);
+        result_write_failed_after(&op->results, &ev, r->chat_id, &r->err, r->retry_after_ms);
         op->send_ok = 0;
     }
     /* delivered: what is left of it goes */

@@ -2,6 +2,7 @@
 #include "ratelimit.h"
 
 #include <inttypes.h>
+#include <openssl/sha.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,13 +70,36 @@ static const char RATE_SCRIPT[] =
     /* END RATE_SCRIPT */
     ;
 
-/* Owned by the store's caller from creation until its callback has run or it is cancelled. */
+/* Owned by the store's caller from creation until its callback has run or it is cancelled.
+ * The command's words stay in args: a server that does not know the script yet (a restart, a
+ * failover, SCRIPT FLUSH) answers EVALSHA with NOSCRIPT, and the call goes again as EVAL. */
 struct store_rate_call {
     store_rate_cb *cb;
     void *arg;
     redisc_cmd_t *cmd;
+    store_t *st;
     int pause; /* a store_rate_pause: the reply is one integer */
+    int argc;  /* words after the script: numkeys, keys, args */
+    const char *argv[1 + 4 + 6];
+    size_t lens[1 + 4 + 6];
+    char args[]; /* the words' text */
 };
+
+/* The script's SHA-1 in hex, as EVALSHA names it: computed once per thread. */
+static const char *rate_sha(void)
+{
+    static _Thread_local char hex[2 * SHA_DIGEST_LENGTH + 1];
+    unsigned char md[SHA_DIGEST_LENGTH];
+
+    if (hex[0] == '\0') {
+        SHA1((const unsigned char *)RATE_SCRIPT, sizeof(RATE_SCRIPT) - 1, md);
+        for (int i = 0; i < SHA_DIGEST_LENGTH; i++)
+            snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    }
+    return hex;
+}
+
+static int rate_send(store_rate_call_t *c, int by_sha);
 
 static void rate_reply(redisReply *reply, void *arg)
 {
@@ -84,6 +108,10 @@ static void rate_reply(redisReply *reply, void *arg)
     store_rate_verdict_t verdict = STORE_RATE_TOO_LATE;
     int64_t wait_ms = 0;
 
+    c->cmd = NULL;
+    if (reply != NULL && reply->type == REDIS_REPLY_ERROR &&
+        strncmp(reply->str, "NOSCRIPT", 8) == 0 && rate_send(c, 0) == REDISC_OK)
+        return; /* the script goes in full this once; the server keeps it for the next */
     if (reply != NULL && c->pause && reply->type == REDIS_REPLY_INTEGER) {
         st = STORE_OK;
         wait_ms = reply->integer;
@@ -101,40 +129,58 @@ static void rate_reply(redisReply *reply, void *arg)
     free(c);
 }
 
-/* Sends EVAL RATE_SCRIPT with keys and args; NULL with *status when nothing was sent. */
+/* Sends the call as EVALSHA (by_sha) or EVAL with the script's text. */
+static int rate_send(store_rate_call_t *c, int by_sha)
+{
+    const char *argv[2 + 1 + 4 + 6];
+    size_t lens[2 + 1 + 4 + 6];
+
+    argv[0] = by_sha ? "EVALSHA" : "EVAL";
+    lens[0] = strlen(argv[0]);
+    argv[1] = by_sha ? rate_sha() : RATE_SCRIPT;
+    lens[1] = by_sha ? 2 * SHA_DIGEST_LENGTH : sizeof(RATE_SCRIPT) - 1;
+    memcpy(argv + 2, c->argv, sizeof(c->argv[0]) * (size_t)c->argc);
+    memcpy(lens + 2, c->lens, sizeof(c->lens[0]) * (size_t)c->argc);
+    return redisc_command(store_redis(c->st), rate_reply, c, 2 + c->argc, argv, lens, &c->cmd);
+}
+
+/* Sends the script with keys and args; NULL with *status when nothing was sent. */
 static store_rate_call_t *rate_eval(store_t *st, int pause, const char *const *keys, int nkeys,
                                     const char *const *args, int nargs, store_rate_cb *cb,
                                     void *arg, store_status_t *status)
 {
-    const char *argv[3 + 4 + 6];
-    size_t lens[3 + 4 + 6];
+    const char *words[1 + 4 + 6];
     char numkeys[4];
+    size_t size = 0;
     int argc = 0;
-    store_rate_call_t *c = calloc(1, sizeof(*c));
 
+    snprintf(numkeys, sizeof(numkeys), "%d", nkeys);
+    words[argc++] = numkeys;
+    for (int i = 0; i < nkeys; i++)
+        words[argc++] = keys[i];
+    for (int i = 0; i < nargs; i++)
+        words[argc++] = args[i];
+    for (int i = 0; i < argc; i++)
+        size += strlen(words[i]);
+
+    store_rate_call_t *c = calloc(1, sizeof(*c) + size);
     if (c == NULL) {
         *status = STORE_BUSY;
         return NULL;
     }
     c->cb = cb;
     c->arg = arg;
+    c->st = st;
     c->pause = pause;
-    snprintf(numkeys, sizeof(numkeys), "%d", nkeys);
-    argv[argc] = "EVAL";
-    lens[argc++] = 4;
-    argv[argc] = RATE_SCRIPT;
-    lens[argc++] = sizeof(RATE_SCRIPT) - 1;
-    argv[argc] = numkeys;
-    lens[argc++] = strlen(numkeys);
-    for (int i = 0; i < nkeys; i++, argc++) {
-        argv[argc] = keys[i];
-        lens[argc] = strlen(keys[i]);
+    c->argc = argc;
+    size = 0;
+    for (int i = 0; i < argc; i++) {
+        c->lens[i] = strlen(words[i]);
+        memcpy(c->args + size, words[i], c->lens[i]);
+        c->argv[i] = c->args + size;
+        size += c->lens[i];
     }
-    for (int i = 0; i < nargs; i++, argc++) {
-        argv[argc] = args[i];
-        lens[argc] = strlen(args[i]);
-    }
-    int rc = redisc_command(store_redis(st), rate_reply, c, argc, argv, lens, &c->cmd);
+    int rc = rate_send(c, 1);
     if (rc != REDISC_OK) {
         *status = rc == REDISC_BUSY ? STORE_BUSY : STORE_UNAVAILABLE;
         free(c);

@@ -33,9 +33,10 @@ class Coherent(StackTest):
     def send(self, url, body, tok):
         return http("POST", url + "/sendResponses", body, {"Authorization": "Bearer " + tok})
 
-    def warm(self, body, tok, per_send=1):
+    def warm(self, body, tok, per_send=2):
         """Until SENDS sends in a row to each instance cost only per_send Redis commands each
-        (the member GET): every worker has the token and the channel cached."""
+        (the member GET and the send's rate-limit slot): every worker has the token and the
+        channel cached."""
         def cached(url):
             before = commands(url)
             for _ in range(SENDS):

@@ -71,7 +71,9 @@ class Faults(StackTest):
     def setUpClass(cls):
         super().setUpClass()
         s = cls.s
-        s.put("channel", facebook_channel("fbf", APP))
+        # Bursts of 300 at once test faults, not the shared rate limits (test_ratelimit_delivery.py):
+        # no per-page limit here, or a slot would be refused before a fault could happen.
+        s.put("channel", dict(facebook_channel("fbf", APP), rateLimit={"perSecond": 0}))
         s.put("member", member("mf", "fbf", APP, "psid-faults"))
         s.put("channel", whatsapp_channel("waf", APP, s.sim_url + "/wa"))
         s.put("member", member("mw", "waf", APP, "85260009999", platform="whatsapp"))

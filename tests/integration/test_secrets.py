@@ -81,6 +81,12 @@ class Secrets(unittest.TestCase):
             answers = []
             for ch in channels:
                 cid = ch["_id"]
+                # first: the rate-limited sends below pause the channel's sender everywhere
+                a = s.post("/redirectMemberToNode",
+                           {"channelId": cid, "recipientId": "8526000001",
+                            "redirect": {"tree": "T", "nodeCompositeId": "N"}}, token=tok)
+                answers.append(a.raw)
+                self.assertEqual(a.status, 200, a)
                 for rid in ["8526000001", "8526invalid", "8526badtoken", "8526ratelimit"]:
                     for text in ["hello", "fail5xx", "garbage", "truncated"]:
                         a = s.send({"channelId": cid, "recipientId": rid,
@@ -88,11 +94,6 @@ class Secrets(unittest.TestCase):
                                                  {"type": "IMAGE",
                                                   "url": s.sim_url + "/media/a.png"}]}, tok)
                         answers.append(a.raw)
-                a = s.post("/redirectMemberToNode",
-                           {"channelId": cid, "recipientId": "8526000001",
-                            "redirect": {"tree": "T", "nodeCompositeId": "N"}}, token=tok)
-                answers.append(a.raw)
-                self.assertEqual(a.status, 200, a)
                 outputs.append(ctl("get", "channel", cid).stdout)
             # the platforms revoke their tokens: refreshes happen, and are logged
             s.sim("POST", "/_sim/expire-tokens", {})

@@ -245,6 +245,17 @@ static void test_send_failed(void **state)
                     "\"error\":{\"err_code\":120,\"err\":\"rate limited by the platform\"}}");
     json_decref(el);
 
+    /* a rate limit's failure says when to try again; 0 leaves it out */
+    result_write_failed_after(&w, &ev, "222", &err, 6000);
+    el = written(&w);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(el, "error"), "retryAfterMs")), 6000);
+    json_decref(el);
+    result_write_failed_after(&w, &ev, "222", &err, 0);
+    el = written(&w);
+    assert_null(json_object_get(json_object_get(el, "error"), "retryAfterMs"));
+    json_decref(el);
+
     /* a failure with no wire code of its own is still reported with one */
     bg_error_set(&err, BG_ERR_UNAUTHORIZED, "oops");
     result_write_failed(&w, &ev, "x", &err);
@@ -348,6 +359,12 @@ static void test_node_element(void **state)
     el = result_node_element(NULL, &err);
     assert_json(el, "{\"ok\":0,\"error\":{\"err_code\":118,\"err\":\"redirect chain longer than "
                     "11 nodes\"}}");
+    json_decref(el);
+
+    bg_error_set(&err, BG_ERR_RATE_LIMITED, "rate limited");
+    el = result_node_element_after(NULL, &err, 1500);
+    assert_json(el, "{\"ok\":0,\"error\":{\"err_code\":120,\"err\":\"rate limited\","
+                    "\"retryAfterMs\":1500}}");
     json_decref(el);
 
     el = result_node_element(NULL, NULL);

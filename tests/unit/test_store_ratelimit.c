@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "store/ratelimit.h"
+#include "store/redisc.h"
 
 #include <event2/event.h>
 #include <fcntl.h>
@@ -220,6 +221,50 @@ static void test_id_too_long(void **state)
     assert_int_equal(st, STORE_BAD_RECORD);
 }
 
+typedef struct raw_reply {
+    int calls;
+    char text[4096]; /* a status or bulk reply's text */
+} raw_reply_t;
+
+static void on_raw(redisReply *reply, void *arg)
+{
+    raw_reply_t *r = arg;
+    r->calls++;
+    if (reply != NULL && reply->str != NULL)
+        snprintf(r->text, sizeof(r->text), "%s", reply->str);
+}
+
+/* One command of two words on the store's connection; its reply's text. */
+static void raw(const char *a, const char *b, raw_reply_t *r)
+{
+    const char *argv[2] = {a, b};
+    size_t lens[2] = {strlen(a), strlen(b)};
+    redisc_cmd_t *cmd;
+    memset(r, 0, sizeof(*r));
+    assert_int_equal(redisc_command(store_redis(t.store), on_raw, r, 2, argv, lens, &cmd),
+                     REDISC_OK);
+    run_until(&r->calls, 2000);
+    assert_int_equal(r->calls, 1);
+}
+
+/* The script goes by its hash; a server that lost it (a restart, SCRIPT FLUSH) gets it once. */
+static void test_script_by_hash(void **state)
+{
+    (void)state;
+    char ch[16];
+    raw_reply_t r;
+    ratelimit_policy_t p = {.sender = {1000, 1}};
+    new_channel(ch, sizeof(ch));
+    raw("SCRIPT", "FLUSH", &r);
+    raw("CONFIG", "RESETSTAT", &r);
+    assert_int_equal(take(ch, NULL, 0, &p, 1000).verdict, STORE_RATE_GO);
+    assert_int_equal(take(ch, NULL, 0, &p, 1000).verdict, STORE_RATE_WAIT);
+    raw("INFO", "commandstats", &r);
+    /* two by hash (the first refused with NOSCRIPT), one in full */
+    assert_non_null(strstr(r.text, "cmdstat_evalsha:calls=2,"));
+    assert_non_null(strstr(r.text, "cmdstat_eval:calls=1,"));
+}
+
 /* Last: stops Redis. A call in flight gets STORE_UNAVAILABLE; later ones are not sent. */
 static void test_redis_down(void **state)
 {
@@ -249,6 +294,7 @@ int main(void)
         cmocka_unit_test(test_pause),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_id_too_long),
+        cmocka_unit_test(test_script_by_hash),
         cmocka_unit_test(test_redis_down),
     };
     signal(SIGPIPE, SIG_IGN);
