@@ -189,5 +189,19 @@ void op_guard_cancel(op_t *op);
  * run) and its turn passes. */
 void op_guard_end(op_t *op, int status, int code, const char *text, size_t len);
 void op_guard_free(op_t *op);
+/* A request that took over one whose instance died: what became of its response i. */
+typedef enum {
+    OP_RESUMED_NO,        /* not resuming, or not reached: send it */
+    OP_RESUMED_DELIVERED, /* delivered: *element is its recorded result element */
+    OP_RESUMED_UNKNOWN,   /* its call may have gone out: not sent again, reported 125 */
+} op_resumed_t;
+op_resumed_t op_guard_resumed(const op_t *op, unsigned i, const char **element);
+/* ok: the record says so; 0: it could not be written (or another request took over). */
+typedef void op_progress_fn(op_t *op, int ok);
+/* With an Idempotency-Key: records that response done was delivered (element: its result
+ * element) before the next one's call goes out, then calls then. Returns 1 when then will be
+ * called, 0 when there is nothing to record (go on at once), -1 when it could not be sent. */
+int op_guard_progress(op_t *op, unsigned done, const char *element, size_t len,
+                      op_progress_fn *then);
 
 #endif

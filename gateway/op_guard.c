@@ -23,15 +23,19 @@
 
 /* Owned by its op from op_guard_take to op_free. */
 struct op_guard {
-    op_run_fn *next;           /* what runs once the guard lets the request go */
-    store_idem_call_t *call;   /* the guard's store call in flight */
-    redisc_sub_t *sub;         /* the channel waited on */
-    struct event *timer;       /* at the lease end of the request ahead */
-    int64_t ticket;            /* in the member's queue; 0: none */
-    unsigned has_key : 1;      /* the request carries an Idempotency-Key */
-    unsigned owner : 1;        /* it runs the key's request: it stores or drops the answer */
-    unsigned waiting_turn : 1; /* waiting for the member's turn (else for the key's answer) */
-    unsigned stale : 1;        /* told of a change while a call was out: its answer may be old */
+    op_run_fn *next;               /* what runs once the guard lets the request go */
+    store_idem_call_t *call;       /* the guard's store call in flight */
+    op_progress_fn *progress_done; /* a progress record in flight: its caller */
+    redisc_sub_t *sub;             /* the channel waited on */
+    struct event *timer;           /* at the lease end of the request ahead */
+    int64_t ticket;                /* in the member's queue; 0: none */
+    unsigned has_key : 1;          /* the request carries an Idempotency-Key */
+    unsigned owner : 1;            /* it runs the key's request: it stores or drops the answer */
+    unsigned waiting_turn : 1;     /* waiting for the member's turn (else for the key's answer) */
+    unsigned resuming : 1;         /* it took over a request whose instance died */
+    unsigned stale : 1; /* told of a change while a call was out: its answer may be old */
+    unsigned resume_at; /* resuming: the response whose call may have gone out */
+    char **resumed;     /* resuming: the elements recorded before it (NULL: none) */
     char owner_id[17];
     char key_hash[IDEM_HEX];
     char fp[IDEM_HEX];
@@ -139,6 +143,59 @@ static void wait_on(op_t *op, const char *channel, int64_t wait_ms)
 
 static void idem_begin(op_t *op);
 
+/* What the request resumed had recorded, kept for the kind (op_guard_resumed). */
+static int take_resumed(op_guard_t *g, const store_idem_t *res)
+{
+    g->resuming = 1;
+    g->resume_at = res->at;
+    if (res->at == 0)
+        return 0;
+    if ((g->resumed = calloc(res->at, sizeof(*g->resumed))) == NULL)
+        return -1;
+    for (unsigned i = 0; i < res->n_elements; i++)
+        if ((g->resumed[i] = strndup(res->elements[i], res->element_lens[i])) == NULL)
+            return -1;
+    return 0;
+}
+
+op_resumed_t op_guard_resumed(const op_t *op, unsigned i, const char **element)
+{
+    const op_guard_t *g = op->guard;
+
+    *element = NULL;
+    if (g == NULL || !g->resuming || i > g->resume_at)
+        return OP_RESUMED_NO;
+    if (i < g->resume_at && g->resumed[i] != NULL) {
+        *element = g->resumed[i];
+        return OP_RESUMED_DELIVERED;
+    }
+    return OP_RESUMED_UNKNOWN;
+}
+
+static void on_progress(void *arg, store_status_t st)
+{
+    op_t *op = arg;
+    op_progress_fn *done = op->guard->progress_done;
+
+    op->guard->call = NULL;
+    op->guard->progress_done = NULL;
+    done(op, st == STORE_OK);
+}
+
+int op_guard_progress(op_t *op, unsigned done, const char *element, size_t len,
+                      op_progress_fn *then)
+{
+    op_guard_t *g = op->guard;
+    store_status_t st = STORE_OK;
+
+    if (g == NULL || !g->owner)
+        return 0;
+    g->progress_done = then;
+    g->call = store_idem_progress(op->env->deliver.store, g->record, g->owner_id, done, element,
+                                  len, on_progress, op, &st);
+    return g->call != NULL ? 1 : -1;
+}
+
 static void on_idem(void *arg, store_status_t st, const store_idem_t *res)
 {
     op_t *op = arg;
@@ -150,8 +207,13 @@ static void on_idem(void *arg, store_status_t st, const store_idem_t *res)
         return;
     }
     switch (res->state) {
-    case STORE_IDEM_RUN:
     case STORE_IDEM_RESUME:
+        if (take_resumed(g, res) < 0) {
+            op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+            return;
+        }
+        /* fall through */
+    case STORE_IDEM_RUN:
         g->owner = 1;
         go_on(op);
         return;
@@ -359,6 +421,9 @@ void op_guard_free(op_t *op)
     op_guard_cancel(op);
     if (op->guard->timer != NULL)
         event_free(op->guard->timer);
+    for (unsigned i = 0; op->guard->resumed != NULL && i < op->guard->resume_at; i++)
+        free(op->guard->resumed[i]);
+    free(op->guard->resumed);
     free(op->guard);
     op->guard = NULL;
 }

@@ -20,7 +20,18 @@ static const char BEGIN_SCRIPT[] =
            "local left = tonumber(r[5]) - now "
            "if left > 0 then return {'wait', tostring(left)} end "
            "redis.call('HSET', KEYS[1], 'owner', ARGV[2], 'lease', now + ARGV[3]) "
-           "return {'resume'}";
+           "local at = tonumber(redis.call('HGET', KEYS[1], 'at') or '0') "
+           "local out = {'resume', at} "
+           "for i = 0, at - 1 do out[#out + 1] = redis.call('HGET', KEYS[1], 'e' .. i) end "
+           "return out";
+
+/* KEYS[1] the record; ARGV owner, the index delivered, its element. A response's call may go
+ * out once 'at' names it: before it, the record says the earlier ones are done. A new record
+ * has no 'at': its first response's call may go out (a request that resumes it reports that
+ * one as outcome unknown, not sent again). */
+static const char PROGRESS_SCRIPT[] =
+    "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
+    "redis.call('HSET', KEYS[1], 'e' .. ARGV[2], ARGV[3], 'at', ARGV[2] + 1) return 1";
 
 /* KEYS[1] the record; ARGV owner, status, code, body, ttl_ms. */
 static const char FINISH_SCRIPT[] =
@@ -70,13 +81,16 @@ static const char DONE_SCRIPT[] =
     TURN_HEAD "redis.call('ZREM', KEYS[1], ARGV[1]) redis.call('HDEL', KEYS[2], ARGV[1]) "
               "local h = head() if h then redis.call('PUBLISH', KEYS[1], h) end return 1";
 
-typedef enum { IDEM_BEGIN, TURN } call_kind_t;
+typedef enum { IDEM_BEGIN, IDEM_PROGRESS, TURN } call_kind_t;
+
+#define RESUME_MAX 64 /* responses of one request: 50 at most (request.h) */
 
 /* Owned by the store from its start until its callback has run or it is cancelled. */
 struct store_idem_call {
     call_kind_t kind;
     store_idem_cb *idem_cb; /* as kind says: one of the two */
     store_turn_cb *turn_cb;
+    store_idem_progress_cb *progress_cb;
     void *arg;
     redisc_cmd_t *cmd;
 };
@@ -98,7 +112,13 @@ static int64_t reply_int(const redisReply *r)
     return -1;
 }
 
-static int idem_decode(const redisReply *r, store_idem_t *res)
+/* The elements of a resume answer, pointing into the reply. */
+typedef struct resumed {
+    const char *texts[RESUME_MAX];
+    size_t lens[RESUME_MAX];
+} resumed_t;
+
+static int idem_decode(const redisReply *r, store_idem_t *res, resumed_t *rs)
 {
     const char *what;
 
@@ -109,8 +129,22 @@ static int idem_decode(const redisReply *r, store_idem_t *res)
     memset(res, 0, sizeof(*res));
     if (strcmp(what, "run") == 0) {
         res->state = STORE_IDEM_RUN;
-    } else if (strcmp(what, "resume") == 0) {
+    } else if (strcmp(what, "resume") == 0 && r->elements >= 2) {
+        int64_t at = reply_int(r->element[1]);
+        if (at < 0 || at >= RESUME_MAX)
+            return -1;
         res->state = STORE_IDEM_RESUME;
+        res->at = (unsigned)at;
+        /* Redis ends an array at its first nil: the elements after a missing one are lost,
+         * and count as not recorded */
+        for (size_t i = 2; i < r->elements && i - 2 < (size_t)at; i++) {
+            if (r->element[i]->type != REDIS_REPLY_STRING)
+                break;
+            rs->texts[res->n_elements] = r->element[i]->str;
+            rs->lens[res->n_elements++] = r->element[i]->len;
+        }
+        res->elements = rs->texts;
+        res->element_lens = rs->lens;
     } else if (strcmp(what, "conflict") == 0) {
         res->state = STORE_IDEM_CONFLICT;
     } else if (strcmp(what, "wait") == 0 && r->elements == 2) {
@@ -139,9 +173,14 @@ static void on_reply(redisReply *reply, void *arg)
 
     if (c->kind == IDEM_BEGIN) {
         store_idem_t res;
-        if (st == STORE_OK && idem_decode(reply, &res) < 0)
+        resumed_t rs;
+        if (st == STORE_OK && idem_decode(reply, &res, &rs) < 0)
             st = STORE_BAD_RECORD;
         c->idem_cb(c->arg, st, st == STORE_OK ? &res : NULL);
+    } else if (c->kind == IDEM_PROGRESS) {
+        if (st == STORE_OK && reply_int(reply) != 1)
+            st = STORE_CONFLICT;
+        c->progress_cb(c->arg, st);
     } else {
         int64_t ticket = -1, wait_ms = 0;
         if (st == STORE_OK && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2) {
@@ -162,23 +201,19 @@ static void on_ignored(redisReply *reply, void *arg)
 }
 
 /* Sends a script; no callback: nobody waits for its answer. */
-static store_idem_call_t *eval(store_t *st, store_idem_cb *idem_cb, store_turn_cb *turn_cb,
-                               void *arg, int argc, const char **argv, const size_t *argvlen,
-                               store_status_t *status)
+static store_idem_call_t *eval(store_t *st, const store_idem_call_t *with, int argc,
+                               const char **argv, const size_t *argvlen, store_status_t *status)
 {
     store_idem_call_t *c = NULL;
     int rc;
 
-    if ((idem_cb != NULL || turn_cb != NULL) && (c = malloc(sizeof(*c))) == NULL) {
+    if (with != NULL && (c = malloc(sizeof(*c))) == NULL) {
         if (status != NULL)
             *status = STORE_UNAVAILABLE;
         return NULL;
     }
     if (c != NULL) {
-        c->kind = idem_cb != NULL ? IDEM_BEGIN : TURN;
-        c->idem_cb = idem_cb;
-        c->turn_cb = turn_cb;
-        c->arg = arg;
+        *c = *with;
         rc = redisc_command(store_redis(st), on_reply, c, argc, argv, argvlen, &c->cmd);
     } else {
         redisc_cmd_t *ignored;
@@ -211,7 +246,8 @@ store_idem_call_t *store_idem_begin(store_t *st, const char *key, const char *fp
     snprintf(ttl, sizeof(ttl), "%lld", keep);
     {
         const char *argv[] = {"EVAL", BEGIN_SCRIPT, "1", key, fp, owner, lease, ttl};
-        return eval(st, cb, NULL, arg, 8, argv, NULL, status);
+        return eval(st, &(store_idem_call_t){.kind = IDEM_BEGIN, .idem_cb = cb, .arg = arg}, 8,
+                    argv, NULL, status);
     }
 }
 
@@ -227,14 +263,30 @@ void store_idem_finish(store_t *st, const char *key, const char *owner, int stat
     snprintf(ttl, sizeof(ttl), "%lld", (long long)ttl_s * 1000);
     for (int i = 0; i < 9; i++)
         argvlen[i] = i == 7 ? len : strlen(argv[i]);
-    eval(st, NULL, NULL, NULL, 9, argv, argvlen, NULL);
+    eval(st, NULL, 9, argv, argvlen, NULL);
+}
+
+store_idem_call_t *store_idem_progress(store_t *st, const char *key, const char *owner,
+                                       unsigned done, const char *element, size_t len,
+                                       store_idem_progress_cb *cb, void *arg,
+                                       store_status_t *status)
+{
+    char index[16];
+    const char *argv[] = {"EVAL", PROGRESS_SCRIPT, "1", key, owner, index, element};
+    size_t argvlen[7];
+
+    snprintf(index, sizeof(index), "%u", done);
+    for (int i = 0; i < 7; i++)
+        argvlen[i] = i == 6 ? len : strlen(argv[i]);
+    return eval(st, &(store_idem_call_t){.kind = IDEM_PROGRESS, .progress_cb = cb, .arg = arg}, 7,
+                argv, argvlen, status);
 }
 
 void store_idem_abandon(store_t *st, const char *key, const char *owner)
 {
     const char *argv[] = {"EVAL", ABANDON_SCRIPT, "1", key, owner};
 
-    eval(st, NULL, NULL, NULL, 5, argv, NULL, NULL);
+    eval(st, NULL, 5, argv, NULL, NULL);
 }
 
 int store_turn_key(store_t *st, char *buf, size_t size, const char *channel_id,
@@ -258,7 +310,8 @@ static store_idem_call_t *turn_eval(store_t *st, const char *script, const char 
     }
     {
         const char *argv[] = {"EVAL", script, "2", turns, leases, value};
-        return eval(st, NULL, cb, arg, 6, argv, NULL, status);
+        return eval(st, cb ? &(store_idem_call_t){.kind = TURN, .turn_cb = cb, .arg = arg} : NULL,
+                    6, argv, NULL, status);
     }
 }
 

@@ -26,10 +26,18 @@ typedef struct store_idem {
     int status, code;
     const char *body; /* valid during the callback only */
     size_t len;
+    /* STORE_IDEM_RESUME: the response whose call may have gone out (at), and the elements
+     * recorded for the responses before it (n_elements == at; NULL where none was recorded),
+     * valid during the callback only */
+    unsigned at, n_elements;
+    const char *const *elements;
+    const size_t *element_lens;
 } store_idem_t;
 
 /* res is NULL unless st is STORE_OK. */
 typedef void store_idem_cb(void *arg, store_status_t st, const store_idem_t *res);
+/* STORE_OK: recorded; STORE_CONFLICT: the record has another owner now (it was resumed). */
+typedef void store_idem_progress_cb(void *arg, store_status_t st);
 /* STORE_OK: wait_ms 0 when it is the ticket's turn, else how long the turn ahead may last. */
 typedef void store_turn_cb(void *arg, store_status_t st, int64_t ticket, int64_t wait_ms);
 
@@ -47,6 +55,12 @@ store_idem_call_t *store_idem_begin(store_t *st, const char *key, const char *fp
 /* Stores the answer (when owner still holds the record) and tells the waiters. */
 void store_idem_finish(store_t *st, const char *key, const char *owner, int status, int code,
                        const char *body, size_t len, int ttl_s);
+/* Records that response done was delivered (its result element) and that the call of the
+ * next one may go out: what a request that resumes this one must not send again. */
+store_idem_call_t *store_idem_progress(store_t *st, const char *key, const char *owner,
+                                       unsigned done, const char *element, size_t len,
+                                       store_idem_progress_cb *cb, void *arg,
+                                       store_status_t *status);
 /* Drops the record (the request did not run: a retry runs afresh) and tells the waiters. */
 void store_idem_abandon(store_t *st, const char *key, const char *owner);
 

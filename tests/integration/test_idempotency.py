@@ -2,13 +2,15 @@
 its request once (concurrent duplicates wait for its answer, later ones get it replayed byte
 for byte), another request under the key is refused (124), another app's key is its own; and
 the requests for one member run one at a time, in the order of their tickets."""
+import json
+import os
 import re
 import threading
 import time
 import unittest
 from concurrent.futures import ThreadPoolExecutor
 
-from harness import StackTest, facebook_channel, free_port, http, member
+from harness import StackTest, facebook_channel, free_port, http, member, wait_for
 
 APP = "app-idem"
 
@@ -35,7 +37,7 @@ class Guarantees(StackTest):
         s.put("member", member("mo", "fbi", APP, "psid-order"))
         s.put("channel", facebook_channel("fbo", "app-other"))
         s.put("member", member("mx", "fbo", "app-other", "psid-other"))
-        cls.tok = s.token(APP, "bot:sendResponses")
+        cls.tok = s.token(APP, "bot:sendResponses", "bot:redirectMemberToNode")
         cls.tok_other = s.token("app-other", "bot:sendResponses")
 
     def post(self, url, body, key=None, tok=None, timeout=30):
@@ -161,6 +163,83 @@ class Guarantees(StackTest):
         for c in range(20):
             mine = [r for r in requests if r.startswith("ord-c%02d-" % c)]
             self.assertEqual(mine, ["ord-c%02d-n%02d" % (c, n) for n in range(10)])
+
+    def test_7_resume_after_kill_sends_only_the_rest(self):
+        """An instance killed while the simulator holds the third of five responses: the retry
+        with the key on another instance (once the lease ran out) reuses 1 and 2, reports 3 as
+        125, sends 4 and 5; the simulator saw each at most once."""
+        s = self.s
+        s.start_gateway(port=free_port(), name="botgate-victim")
+        victim = s.url
+        s.url = self.urls[0]
+        body = {"channelId": "fbi", "memberId": "mi",
+                "response": [{"type": "TEXT", "text": "res-%d%s" % (k, " slow4000" if k == 3 else "")}
+                             for k in range(1, 6)]}
+        t = threading.Thread(target=lambda: self.post(victim, body, key="key-7", timeout=10))
+        t.daemon = True
+        t.start()
+        wait_for(lambda: any(x.startswith("res-3") for x in self.texts("res-")), timeout=10,
+                 what="the third response at the simulator")
+        s.procs.pop("botgate-victim").kill()
+        # the retry before the lease ran out waits, and gets 123 at its deadline
+        a = self.post(self.urls[1], body, key="key-7")
+        self.assert_error(a, 123)
+        time.sleep(2.5)  # the victim's lease: its deadline (4 s) + 2 s from its begin
+        a = self.post(self.urls[2], body, key="key-7")
+        self.assertEqual(a.status, 200, a)
+        elements = a.json["sendResult"]["result"]
+        self.assertEqual(len(elements), 5, a)
+        self.assertEqual([e["messageEvent"]["data"]["text"] for e in elements],
+                         [b["text"] for b in body["response"]])
+        self.assertNotIn("error", elements[0])
+        self.assertNotIn("error", elements[1])
+        self.assertEqual(elements[2]["error"]["err_code"], 125, elements[2])
+        self.assertNotIn("error", elements[3])
+        self.assertNotIn("error", elements[4])
+        self.assertEqual(a.json["sendResult"]["ok"], 0)
+        sent = self.texts("res-")
+        self.assertEqual(sorted(sent), ["res-1", "res-2", "res-3 slow4000", "res-4", "res-5"])
+        again = self.post(self.urls[0], body, key="key-7")
+        self.assertEqual(again.raw, a.raw)
+        self.assertEqual(len(self.texts("res-")), 5)
+
+    def test_8_redirect_resumed_runs_nothing_again(self):
+        """A redirect killed mid-run: the retry with the key sends nothing again and does not
+        write the member back a second time; its answer says outcome unknown (125)."""
+        s = self.s
+        path = os.path.join(s.dir, "tree-idem.json")
+        with open(path, "w") as f:
+            json.dump({"_id": "TI", "app": APP, "name": "idem", "nodes": {"N": {
+                "response": [{"type": "TEXT", "text": "node-1 slow4000"},
+                             {"type": "TEXT", "text": "node-2"}],
+                "postAction": [{"type": "addTags", "tags": ["visited"]}]}}}, f)
+        s.ctl("tree", "import", path)
+        s.put("member", member("mr", "fbi", APP, "psid-redirect"))
+        s.start_gateway(port=free_port(), name="botgate-victim2")
+        victim = s.url
+        s.url = self.urls[0]
+        body = {"channelId": "fbi", "memberId": "mr",
+                "redirect": {"tree": "TI", "nodeCompositeId": "N"}}
+        hdrs = {"Authorization": "Bearer " + self.tok, "Idempotency-Key": "key-8"}
+        first = {}
+        t = threading.Thread(target=lambda: first.update(a=http(
+            "POST", victim + "/redirectMemberToNode", body, hdrs, timeout=10)))
+        t.daemon = True
+        t.start()
+        wait_for(lambda: self.texts("node-1") or "a" in first, timeout=10,
+                 what="the node's first response")
+        self.assertNotIn("a", first)
+        s.procs.pop("botgate-victim2").kill()
+        time.sleep(6.5)  # the victim's lease: its deadline (4 s) + 2 s
+        a = http("POST", self.urls[1] + "/redirectMemberToNode", body, hdrs)
+        self.assertEqual(a.status, 200, a)
+        self.assertEqual(a.json["sendResult"]["result"][0]["error"]["err_code"], 125, a)
+        self.assertEqual(self.texts("node-"), ["node-1 slow4000"])
+        rec = json.loads(s.redis("GET", "botgate:member:{fbi}:mr"))
+        self.assertEqual(rec["tags"], [])
+        again = http("POST", self.urls[2] + "/redirectMemberToNode", body, hdrs)
+        self.assertEqual(again.raw, a.raw)
+        self.assertEqual(again.headers.get("Idempotent-Replayed"), "true")
 
 
 if __name__ == "__main__":
