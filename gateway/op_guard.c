@@ -37,9 +37,9 @@ struct op_guard {
     unsigned resume_at; /* resuming: the response whose call may have gone out */
     char **resumed;     /* resuming: the elements recorded before it (NULL: none) */
     char owner_id[17];
-    char key_hash[IDEM_HEX];
     char fp[IDEM_HEX];
-    char record[STORE_KEY_MAX];
+    char *key;    /* the Idempotency-Key, until the record's name is made */
+    char *record; /* the record's name (store_key_idem), also its channel */
 };
 
 static const char *route_name(const op_t *op)
@@ -61,7 +61,8 @@ int op_guard_take(op_t *op)
     if (!idem_key_valid(key))
         return -1;
     op->guard->has_key = 1;
-    auth_hash_token(key, strlen(key), op->guard->key_hash);
+    if ((op->guard->key = strdup(key)) == NULL)
+        return -2;
     return 0;
 }
 
@@ -265,10 +266,14 @@ void op_guard_begin(op_t *op, op_run_fn *next)
         return;
     }
     g->next = next;
-    if (store_idem_key(op->env->deliver.store, g->record, sizeof(g->record), op->token.app,
-                       route_name(op), g->key_hash) < 0) {
-        op_fail_code(op, BG_ERR_LIMIT, "Idempotency-Key record name too long");
-        return;
+    {
+        char record[STORE_KEY_MAX];
+        int n = store_idem_key(op->env->deliver.store, record, sizeof(record), op->token.app,
+                               route_name(op), g->key);
+        if (n < 0 || (g->record = strndup(record, (size_t)n)) == NULL) {
+            op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+            return;
+        }
     }
     deliver_random_hex(&op->env->deliver.rng, g->owner_id, 16);
     idem_begin(op);
@@ -361,8 +366,8 @@ static void on_wait_message(void *arg, const char *msg, size_t len)
 {
     op_t *op = arg;
     op_guard_t *g = op->guard;
-    char mine[24];
-    int n;
+    const char *p = msg, *end = msg + len;
+    int64_t told = 0;
 
     if (msg == NULL || !g->waiting_turn) {
         ask_again(op); /* (re)subscribed, or the key's record changed */
@@ -370,8 +375,9 @@ static void on_wait_message(void *arg, const char *msg, size_t len)
     }
     /* The queue's channel names the ticket whose turn it is now: only this request can take
      * it out of the queue, so it is the turn whatever a check in flight will say. */
-    n = snprintf(mine, sizeof(mine), "%lld", (long long)g->ticket);
-    if (n > 0 && (size_t)n == len && memcmp(mine, msg, len) == 0) {
+    while (p < end && *p >= '0' && *p <= '9' && told < INT64_MAX / 10)
+        told = told * 10 + (*p++ - '0');
+    if (p == end && len > 0 && told == g->ticket) {
         store_idem_cancel(g->call);
         g->call = NULL;
         go_on(op);
@@ -424,6 +430,8 @@ void op_guard_free(op_t *op)
     for (unsigned i = 0; op->guard->resumed != NULL && i < op->guard->resume_at; i++)
         free(op->guard->resumed[i]);
     free(op->guard->resumed);
+    free(op->guard->key);
+    free(op->guard->record);
     free(op->guard);
     op->guard = NULL;
 }

@@ -46,7 +46,7 @@ void store_idem_cancel(store_idem_call_t *call);
 
 /* The record key (store_key_idem) into buf; -1 when it does not fit. */
 int store_idem_key(store_t *st, char *buf, size_t size, const char *app, const char *route,
-                   const char *key_hash);
+                   const char *key);
 /* Starts or joins the request of record key: fp is its fingerprint, owner who runs it,
  * lease_ms how long it may run, ttl_s how long the answer is kept. */
 store_idem_call_t *store_idem_begin(store_t *st, const char *key, const char *fp, const char *owner,

@@ -103,10 +103,10 @@ int store_key_rate_pause(char *buf, size_t size, const char *prefix, const char 
     return key(buf, size, prefix, "ratepause:{", channel_id, "}:pair:", recipient_id);
 }
 
-int store_key_idem(char *buf, size_t size, const char *prefix, const char *app,
-                   const char *route, const char *key_hash)
+int store_key_idem(char *buf, size_t size, const char *prefix, const char *app, const char *route,
+                   const char *idem_key)
 {
-    return key(buf, size, prefix, "idem:{", app, "}:", route, ":", key_hash);
+    return key(buf, size, prefix, "idem:{", app, "}:", route, ":", idem_key);
 }
 
 int store_key_turns(char *buf, size_t size, const char *prefix, const char *channel_id,

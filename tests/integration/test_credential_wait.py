@@ -106,10 +106,7 @@ class WaitersShareOneWait(StackTest):
 
 class HolderGone(StackTest):
     """The lock's holder died (its lock expires, nobody PUBLISHes) or never lets go."""
-    # counts Redis commands of the credential wait: the member turns' scripts (one request per
-    # member at a time, test_idempotency.py) would count with them
-    stack_args = {"workers": 2, "env": {"BOTGATE_REQUEST_TIMEOUT_MS": "3000",
-                                        "BOTGATE_MEMBER_ORDER": "0"}}
+    stack_args = {"workers": 2, "env": {"BOTGATE_REQUEST_TIMEOUT_MS": "3000"}}
 
     def wechat(self, cid):
         self.s.put("channel", {"_id": cid, "app": APP, "type": "wechat", "on": True,

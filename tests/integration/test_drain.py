@@ -17,9 +17,7 @@ def http_get(url, timeout):
 
 class Drain(unittest.TestCase):
     def test_sigterm_under_load_answers_everything(self):
-        s = Stack(workers=2, env={"BOTGATE_DRAIN_TIMEOUT_MS": "8000",
-                                       # 40 requests to one member in flight at once
-                                       "BOTGATE_MEMBER_ORDER": "0"})
+        s = Stack(workers=2, env={"BOTGATE_DRAIN_TIMEOUT_MS": "8000"})
         try:
             s.put("channel", facebook_channel("fd", "A"))
             s.put("member", member("md", "fd", "A", "psid-slow600"))  # the simulator waits 600 ms
@@ -86,7 +84,6 @@ class Drain(unittest.TestCase):
         """A message call already on the wire is not cut by the drain time: it completes and its
         request is answered as usual; the process still exits within drain + upstream timeout."""
         s = Stack(workers=1, env={"BOTGATE_DRAIN_TIMEOUT_MS": "300",
-                                  "BOTGATE_MEMBER_ORDER": "0",  # 5 calls on the wire at once
                                   "BOTGATE_REQUEST_TIMEOUT_MS": "8000",
                                   "BOTGATE_UPSTREAM_TIMEOUT_MS": "4000"})
         try:
@@ -127,7 +124,6 @@ class DrainCut(unittest.TestCase):
 
     def setUp(self):
         self.s = Stack(workers=1, env={"BOTGATE_DRAIN_TIMEOUT_MS": "300",
-                                       "BOTGATE_MEMBER_ORDER": "0",  # one member, many at once
                                        "BOTGATE_REQUEST_TIMEOUT_MS": "8000",
                                        "BOTGATE_UPSTREAM_TIMEOUT_MS": "4000"})
         self.s.put("channel", facebook_channel("fc", "A"))

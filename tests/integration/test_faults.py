@@ -65,10 +65,7 @@ class Faults(StackTest):
                           # longer than the deadline: the request deadline is what cuts calls
                           "BOTGATE_UPSTREAM_TIMEOUT_MS": "3000",
                           "BOTGATE_REDIS_TIMEOUT_MS": "300",
-                          "BOTGATE_LOG_LEVEL": "info",
-                          # many requests at once to one member, each with its own fault:
-                          # in member order they would wait for each other's faults
-                          "BOTGATE_MEMBER_ORDER": "0"}}
+                          "BOTGATE_LOG_LEVEL": "info"}}
 
     @classmethod
     def setUpClass(cls):

@@ -6,6 +6,7 @@
 
 #include <cmocka.h>
 
+#include "core/auth.h"
 #include "core/idem.h"
 
 #include <string.h>
@@ -52,11 +53,33 @@ static void test_fingerprint(void **state)
     assert_string_equal(a, "14f825b2bbc32dd8d196367fa8776873069c12a8954d8da7513aa7704ddd09eb");
 }
 
+/* Large requests are digested in parts, small ones from a copy: the same digest. */
+static void test_fingerprint_large(void **state)
+{
+    static char joined[10002];
+    char a[IDEM_HEX], b[IDEM_HEX];
+
+    (void)state;
+    memcpy(joined, "r", 2);
+    memset(joined + 2, 'x', 10000);
+    idem_fingerprint("r", joined + 2, 10000, a);
+    auth_hash_token(joined, sizeof(joined), b);
+    assert_int_equal(strlen(a), 64);
+    assert_string_equal(a, b);
+    idem_fingerprint("r", joined + 2, 4094, a);
+    auth_hash_token(joined, 4096, b);
+    assert_string_equal(a, b);
+    idem_fingerprint("r", joined + 2, 4095, a);
+    auth_hash_token(joined, 4097, b);
+    assert_string_equal(a, b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_key_valid),
         cmocka_unit_test(test_fingerprint),
+        cmocka_unit_test(test_fingerprint_large),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
