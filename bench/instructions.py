@@ -7,7 +7,11 @@ how busy the machine is, for comparing two builds of botgate.
 Starts Redis and the simulator (tests/integration/harness.py), botgate with one worker under
 callgrind, loads the bench data, sends warm-up requests, zeroes the counters, sends REQUESTS
 requests of each scenario one after the other (16 at a time), and prints instructions per
-request for each."""
+request for each, and the scripts (EVAL) it sent Redis per request (INFO commandstats).
+
+It does so for each configuration of CONFIGS (a botgate process each): per-member order on (the
+default) and off. Scenario a-key is a with a new Idempotency-Key on every request."""
+import itertools
 import os
 import subprocess
 import sys
@@ -23,9 +27,21 @@ BIN = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "
 N = int(sys.argv[2]) if len(sys.argv) > 2 else 2000
 harness.BIN = BIN
 
+# name -> the environment botgate runs with (BENCH_CONFIGS picks some, comma-separated)
+CONFIGS = {
+    "order-off": {"BOTGATE_MEMBER_ORDER": "0"},
+    "order-on": {"BOTGATE_MEMBER_ORDER": "1"},
+}
+
+# name -> (path, body, a new Idempotency-Key on every request)
 SCENARIOS = {
     "a": ("/sendResponses", {"channelId": "fb", "memberId": "m",
                              "response": [{"type": "TEXT", "text": "hello from the bench"}]}),
+    "a-key": ("/sendResponses", {"channelId": "fb", "memberId": "m",
+                                 "response": [{"type": "TEXT", "text": "hello from the bench"}]}),
+    # a, its 16 requests at a time each to another member: in member order none waits
+    "a-16m": ("/sendResponses", {"channelId": "fb", "memberId": "m",
+                                 "response": [{"type": "TEXT", "text": "hello from the bench"}]}),
     "b": ("/sendResponses", {"channelId": "fb", "memberId": "m",
                              "response": [{"type": "TEXT", "text": "one"},
                                           {"type": "TEXT", "text": "two"},
@@ -35,7 +51,28 @@ SCENARIOS = {
 }
 
 
+KEYS = itertools.count()
+
+
+def redis_calls(s):
+    """Scripts Redis has run so far (EVAL: only clients send them; the commands a script runs
+    are counted under their own names, so other counts would mix both)."""
+    for line in s.redis("INFO", "commandstats").splitlines():
+        if line.startswith("cmdstat_eval:"):
+            return int(line.split("calls=")[1].split(",")[0])
+    return 0
+
+
 def main():
+    wanted = os.environ.get("BENCH_CONFIGS")
+    for config, extra in CONFIGS.items():
+        if wanted and config not in wanted.split(","):
+            continue
+        print("%s:" % config, flush=True)
+        run_config(extra)
+
+
+def run_config(extra):
     s = harness.Stack(workers=1, start_gateway=False)
     out = tempfile.mktemp(prefix="callgrind.", dir=s.dir)
     try:
@@ -43,6 +80,8 @@ def main():
         s.put("channel", harness.facebook_channel(
             "fb", "A", rateLimit={"perSecond": 1000000, "burst": 100000}))
         s.put("member", harness.member("m", "fb", "A", "2456789012345678"))
+        for i in range(16):
+            s.put("member", harness.member("m%d" % i, "fb", "A", "24567890123456%02d" % i))
         tree = os.path.join(s.dir, "tree.json")
         with open(tree, "w") as f:
             f.write('{"_id":"t","app":"A","name":"b","nodes":{"two":{"response":['
@@ -57,6 +96,7 @@ def main():
         env["BOTGATE_REQUEST_TIMEOUT_MS"] = "60000"
         env["BOTGATE_UPSTREAM_TIMEOUT_MS"] = "50000"
         env["BOTGATE_REDIS_TIMEOUT_MS"] = "20000"
+        env.update(extra)
         p = subprocess.Popen(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
                               os.path.join(BIN, "botgate")], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -64,17 +104,27 @@ def main():
                          timeout=60, what="botgate under callgrind")
         pool = ThreadPoolExecutor(max_workers=16)
 
-        def burst(path, body, n):
-            answers = list(pool.map(lambda _: s.post(path, body, token=tok, timeout=120), range(n)))
+        def one(path, body, keyed, spread):
+            n = next(KEYS)
+            headers = {"Idempotency-Key": "bench-%d" % n} if keyed else None
+            if spread:
+                body = dict(body, memberId="m%d" % (n % 16))
+            return s.post(path, body, token=tok, headers=headers, timeout=120)
+
+        def burst(path, body, n, keyed, spread):
+            answers = list(pool.map(lambda _: one(path, body, keyed, spread), range(n)))
             bad = [a for a in answers if a.status != 200]
             if bad:
                 raise SystemExit("failed answers: %r" % bad[:2])
 
         results = {}
         for name, (path, body) in SCENARIOS.items():
-            burst(path, body, 50)  # warm-up: caches, connections, allocator
+            keyed, spread = name.endswith("-key"), name.endswith("-16m")
+            burst(path, body, 50, keyed, spread)  # warm-up: caches, connections, allocator
             subprocess.run(["callgrind_control", "-z", str(p.pid)], capture_output=True)
-            burst(path, body, N)
+            calls = redis_calls(s)
+            burst(path, body, N, keyed, spread)
+            calls = (redis_calls(s) - calls) / N
             subprocess.run(["callgrind_control", "-d", str(p.pid)], capture_output=True)
             time.sleep(0.5)
             dumps = sorted(f for f in os.listdir(s.dir) if f.startswith(os.path.basename(out)))
@@ -84,7 +134,8 @@ def main():
                     if line.startswith("summary:") or line.startswith("totals:"):
                         total = int(line.split()[1])
             results[name] = total / N
-            print("%s  %-22s %9.0f instructions per request" % (name, path, total / N), flush=True)
+            print("%-6s %-22s %9.0f instructions per request, %.2f EVAL per request"
+                  % (name, path, total / N, calls), flush=True)
         p.terminate()
         p.wait(60)
         keep = os.environ.get("KEEP_CALLGRIND")

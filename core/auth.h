@@ -34,6 +34,9 @@ typedef struct auth_token {
 
 /* SHA-256 of the token as lower-case hex: the only form a token is stored or looked up in. */
 void auth_hash_token(const char *token, size_t len, char out[AUTH_HASH_HEX]);
+/* SHA-256 of a then b (alen and blen bytes), as lower-case hex; "" when out of memory. */
+void auth_hash_parts(const char *a, size_t alen, const char *b, size_t blen,
+                     char out[AUTH_HASH_HEX]);
 
 /* The scope bit of a scope name, 0 when unknown. */
 unsigned auth_scope_bit(const char *name);

@@ -4,7 +4,7 @@
 
 #include <jansson.h>
 
-/* err_code values. 100-113 come from interface.md, 114-120 are botgate's extensions
+/* err_code values. 100-113 come from interface.md, 114-125 are botgate's extensions
  * (contract.md section 5, docs/api.md). */
 enum {
     BG_OK = 0,
@@ -22,6 +22,9 @@ enum {
     BG_ERR_RATE_LIMITED = 120,     /* the platform rate-limited the send */
     BG_ERR_UNAVAILABLE = 121,      /* botgate cannot take it now: shutting down, out of memory */
     BG_ERR_NO_ROUTE = 122,         /* no such endpoint, or not with this method */
+    BG_ERR_IDEM_RUNNING = 123,     /* a request with this Idempotency-Key is still running */
+    BG_ERR_IDEM_MISMATCH = 124,    /* the Idempotency-Key was used for another request */
+    BG_ERR_OUTCOME_UNKNOWN = 125,  /* an earlier attempt may have delivered this response */
     BG_ERR_INTERNAL = BG_ERR_UNAVAILABLE, /* older name */
     /* Not an err_code on the wire: "User is not authorized" answers carry none. */
     BG_ERR_UNAUTHORIZED = -1,

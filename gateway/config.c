@@ -76,6 +76,11 @@ static const option_def_t options[] = {
     INT(max_reading_mb, "BOTGATE_MAX_READING_MB", "64", 2, 65536,
         "MiB of requests being read (headers and bodies not yet complete) per worker; past it "
         "new requests are refused with 503"),
+    INT(idempotency_ttl_s, "BOTGATE_IDEMPOTENCY_TTL_S", "86400", 1, 31536000,
+        "an answer to a request with an Idempotency-Key is replayed this long, seconds"),
+    {"BOTGATE_MEMBER_ORDER", T_BOOL, offsetof(config_t, member_order), 0, "1", 0, 1,
+     "1: the requests for one member run one at a time, in the order they arrived, across "
+     "instances; 0: off"},
 };
 
 static void usage(void)

@@ -33,6 +33,8 @@ typedef struct config {
     int drain_timeout_ms;    /* SIGTERM: time in-flight requests get to finish */
     int http_timeout_s;      /* reading a request, idle keep-alive */
     int max_reading_mb;      /* bytes of requests being read (not yet complete) per worker */
+    int idempotency_ttl_s;   /* an Idempotency-Key's answer is replayed this long */
+    int member_order;        /* 1: one member's requests run one at a time, in order */
 } config_t;
 
 /* Fills cfg from defaults, the environment, then argv. Returns 0, 1 when --help was printed,

@@ -127,6 +127,8 @@ void http_answer(http_server_t *s, struct evhttp_request *req, const http_answer
     evhttp_add_header(headers, "X-Request-Id", a->request_id);
     if (a->close)
         evhttp_add_header(headers, "Connection", "close");
+    if (a->replayed)
+        evhttp_add_header(headers, "Idempotent-Replayed", "true");
     /* counted before the answer leaves: whoever has the answer sees it in /metrics */
     metrics_request(s->metrics, a->route, a->status, a->code, elapsed);
     http_send(req, a->status,

@@ -64,6 +64,7 @@ typedef struct http_answer {
     int platform_calls;
     int64_t started_us;    /* monotonic (clock_mono_us) */
     int close;             /* Connection: close (the server is draining) */
+    int replayed;          /* Idempotent-Replayed: true (an Idempotency-Key's stored answer) */
 } http_answer_t;
 
 /* Adds a route; -1 when the table is full. */

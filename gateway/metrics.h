@@ -16,7 +16,7 @@ typedef enum {
 
 /* err_code slots: 0 = success, 1 = unauthorized, 2 = any other code, then 100..121 (121:
  * shutting down, out of memory). */
-#define METRICS_CODES 25
+#define METRICS_CODES 29
 /* HTTP status slots: 200, 413, 500. */
 #define METRICS_STATUSES 3
 #define METRICS_BUCKETS 14

@@ -32,6 +32,10 @@ static void op_expire(op_t *op)
         return;
     }
     op_cancel_all(op);
+    if (op->phase == OP_WAIT) {
+        op_guard_expired(op);
+        return;
+    }
     if (op->phase == OP_RUN && op->kind->expired != NULL) {
         op->kind->expired(op);
         return;
@@ -121,6 +125,7 @@ void op_cancel_all(op_t *op)
     store_cancel(op->call);
     op->call = NULL;
     deliver_cancel(&op->dl);
+    op_guard_cancel(op);
     if (op->kind->cancel != NULL)
         op->kind->cancel(op);
 }
@@ -133,6 +138,7 @@ static void op_free(op_t *op)
     DLIST_UNLINK(env->ops, env->ops_last, op);
     auth_token_free(&op->token);
     deliver_clear(&op->dl);
+    op_guard_free(op);
     json_decref(op->member);
     if (op->kind->cleanup != NULL)
         op->kind->cleanup(op);
@@ -142,7 +148,7 @@ static void op_free(op_t *op)
 }
 
 /* Sends the answer text (taken over) and frees the op. */
-static void op_reply_text(op_t *op, int status, char *text, size_t len, int code)
+static void op_reply_as(op_t *op, int status, char *text, size_t len, int code, int replayed)
 {
     http_answer_t a;
 
@@ -155,10 +161,22 @@ static void op_reply_text(op_t *op, int status, char *text, size_t len, int code
     a.platform_calls = op->dl.platform_calls;
     a.started_us = op->started_us;
     a.close = op->env->draining != 0;
+    a.replayed = replayed;
+    op_guard_end(op, status, code, text, len);
     atomic_fetch_add_explicit(&op->env->deliver.metrics->in_flight, -1, memory_order_relaxed);
     http_answer(op->env->http, op->req, &a, text, len);
     op->phase = OP_DONE;
     op_free(op);
+}
+
+static void op_reply_text(op_t *op, int status, char *text, size_t len, int code)
+{
+    op_reply_as(op, status, text, len, code, 0);
+}
+
+void op_replay_text(op_t *op, int status, int code, char *text, size_t len)
+{
+    op_reply_as(op, status, text, len, code, 1);
 }
 
 static void op_reply(op_t *op, int status, json_t *body, int code)
@@ -270,6 +288,12 @@ static int member_address(op_t *op)
     return deliver_set_to(&op->dl, ext) == 0 ? 0 : -2;
 }
 
+static void run_kind(op_t *op)
+{
+    op->phase = OP_RUN;
+    op->kind->run(op);
+}
+
 static void member_ready(op_t *op)
 {
     op->member_id = json_string_value(json_object_get(op->member, "_id"));
@@ -285,8 +309,7 @@ static void member_ready(op_t *op)
         op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
-    op->phase = OP_RUN;
-    op->kind->run(op);
+    op_guard_turn(op, run_kind);
 }
 
 static void on_recipient(void *arg, store_status_t st, json_t *value)
@@ -333,6 +356,8 @@ void op_resolve_recipient(op_t *op)
         op_fail_store(op, st);
 }
 
+static void resolve_member(op_t *op);
+
 static void resolve_check(op_t *op)
 {
     const json_t *on;
@@ -373,6 +398,13 @@ static void resolve_check(op_t *op)
         op_fail(op, &err);
         return;
     }
+    op_guard_begin(op, resolve_member);
+}
+
+/* The member, once the token and the channel were accepted (and the Idempotency-Key let the
+ * request run). */
+static void resolve_member(op_t *op)
+{
     if (op->target.member_id == NULL) {
         if (op->kind->before_recipient != NULL)
             op->kind->before_recipient(op);
@@ -549,18 +581,28 @@ void op_start(op_env_t *env, struct evhttp_request *req, const op_kind_t *kind)
     const char *body;
     bg_error_t err;
     char token_hash[AUTH_HASH_HEX];
+    int guard;
 
     if (op == NULL) {
         http_refuse(env->http, req); /* only calloc failing gets here */
         return;
     }
+    guard = op_guard_take(op); /* before the headers go (take_token) */
     if (take_token(op, token_hash) < 0)
         return;
+    if (guard < 0) {
+        op_fail_code(op, guard == -1 ? BG_ERR_MISSING_PARAM : BG_ERR_UNAVAILABLE,
+                     guard == -1 ? "parameter Idempotency-Key must be 1-255 printable ASCII "
+                                   "characters"
+                                 : "out of memory");
+        return;
+    }
     body = len ? (const char *)evbuffer_pullup(in, -1) : "";
     if (kind->parse(op, body, len, &err) < 0) {
         op_fail(op, &err);
         return;
     }
+    op_guard_fingerprint(op, body, len);
     /* Once parsed, nothing reads the body again (the parsed request holds its own copies): its
      * buffer goes now rather than when the answer is sent, a kilobyte less per request that
      * waits for a platform. */

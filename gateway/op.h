@@ -25,6 +25,7 @@ struct evhttp_request;
 struct event;
 struct op;
 struct node_run;
+typedef struct op_guard op_guard_t;
 
 /* op_env_t.draining once the drain time is over: no request starts a platform call any more;
  * the message calls already on the wire finish within the upstream timeout. */
@@ -47,7 +48,16 @@ typedef struct op_env {
 typedef void op_drained_fn(struct op *op, int call_cut);
 typedef void op_run_fn(struct op *op);
 
-typedef enum { OP_PARSE, OP_RESOLVE, OP_RECIPIENT, OP_RUN, OP_WRITEBACK, OP_DONE } op_phase_t;
+/* OP_WAIT: for the answer of a request with the same Idempotency-Key, or the member's turn. */
+typedef enum {
+    OP_PARSE,
+    OP_RESOLVE,
+    OP_RECIPIENT,
+    OP_WAIT,
+    OP_RUN,
+    OP_WRITEBACK,
+    OP_DONE
+} op_phase_t;
 
 /* What an operation adds to the shared machinery (op_send.c, op_redirect.c). */
 typedef struct op_kind {
@@ -88,6 +98,7 @@ typedef struct op {
     store_call_t *calls[3];       /* token, channel, member: in flight during resolve */
     store_call_t *call;           /* the op's one store call in flight after resolve */
     const char *member_id;        /* borrowed from member, or from target */
+    op_guard_t *guard;            /* Idempotency-Key and member turn (op_guard.c), or NULL */
 
     /* delivery: the adapter, the channel record, the member's address and the deadline
      * (monotonic ms) live in it */
@@ -156,5 +167,41 @@ void op_cancel_all(op_t *op);
 /* The deadline timer of env: answers the requests whose deadline passed (the worker makes it
  * with env as argument; op.c arms it). */
 void op_on_deadlines(evutil_socket_t fd, short what, void *arg);
+/* Answers with a stored answer (text taken over), marked Idempotent-Replayed. */
+void op_replay_text(op_t *op, int status, int code, char *text, size_t len);
+
+/* ---- op_guard.c: contract.md section 7 ---- */
+/* Reads the Idempotency-Key header and makes the guard when the request needs one: 0, -1 when
+ * the key is not valid (108), -2 when out of memory. */
+int op_guard_take(op_t *op);
+/* The request's fingerprint, from its body (before the body goes). */
+void op_guard_fingerprint(op_t *op, const char *body, size_t len);
+/* After the token is accepted: runs next at once (no key), once the key's record says this
+ * request runs, or answers (the stored answer, 123, 124). */
+void op_guard_begin(op_t *op, op_run_fn *next);
+/* Once the member is known: runs next when its turn has come (at once with member order off). */
+void op_guard_turn(op_t *op, op_run_fn *next);
+/* The deadline passed while waiting (OP_WAIT): answers 123, or 121 for a turn. */
+void op_guard_expired(op_t *op);
+/* Stops the guard's store call and waiting. */
+void op_guard_cancel(op_t *op);
+/* The request answers: its answer is stored for the key (or the key dropped when it did not
+ * run) and its turn passes. */
+void op_guard_end(op_t *op, int status, int code, const char *text, size_t len);
+void op_guard_free(op_t *op);
+/* A request that took over one whose instance died: what became of its response i. */
+typedef enum {
+    OP_RESUMED_NO,        /* not resuming, or not reached: send it */
+    OP_RESUMED_DELIVERED, /* delivered: *element is its recorded result element */
+    OP_RESUMED_UNKNOWN,   /* its call may have gone out: not sent again, reported 125 */
+} op_resumed_t;
+op_resumed_t op_guard_resumed(const op_t *op, unsigned i, const char **element);
+/* ok: the record says so; 0: it could not be written (or another request took over). */
+typedef void op_progress_fn(op_t *op, int ok);
+/* With an Idempotency-Key: records that response done was delivered (element: its result
+ * element) before the next one's call goes out, then calls then. Returns 1 when then will be
+ * called, 0 when there is nothing to record (go on at once), -1 when it could not be sent. */
+int op_guard_progress(op_t *op, unsigned done, const char *element, size_t len,
+                      op_progress_fn *then);
 
 #endif

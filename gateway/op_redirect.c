@@ -386,6 +386,21 @@ static void redirect_run(op_t *op)
 {
     node_flags_t flags = {op->redirect.run_pre, op->redirect.send_response,
                           op->redirect.run_post};
+    const char *element;
+
+    /* Taking over a run whose instance died (Idempotency-Key): what it sent and whether it
+     * wrote the member back are not known, and a run is not replayed half-way (its actions
+     * and templates read the member it changed): nothing runs again, nothing is written. */
+    if (op_guard_resumed(op, 0, &element) != OP_RESUMED_NO) {
+        bg_error_t err;
+        json_t *results = json_array();
+        bg_error_set(&err, BG_ERR_OUTCOME_UNKNOWN,
+                     "outcome unknown: an earlier attempt of this request may have run it; "
+                     "nothing was run again");
+        json_array_append_new(results, result_node_element(NULL, &err));
+        op_answer(op, result_answer(op->member_id, 0, results));
+        return;
+    }
 
     op->node = node_run_new(op->member, op->dl.channel, op->redirect.meta, op->redirect.tree,
                             op->redirect.node_id, flags, clock_wall_ms());

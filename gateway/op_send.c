@@ -8,6 +8,7 @@
 #include <string.h>
 
 static void send_next(op_t *op);
+static void send_on_recorded(op_t *op, int ok);
 static void send_drained(op_t *op, int call_cut);
 
 /* A response's text (op->texts[i]) is its JSON with the type first: {"type":"T",...}. Once its
@@ -39,10 +40,59 @@ static result_event_t send_event(const op_t *op, unsigned i, const char *message
     return ev;
 }
 
+static void write_undelivered(op_t *op, const bg_error_t *current, const bg_error_t *rest);
+static void send_answer(op_t *op, int send_ok, const bg_error_t *cut);
+
+/* The progress record of the response before op->index was written (or not: then nothing
+ * more is sent, the record could not say so). */
+static void send_on_recorded(op_t *op, int ok)
+{
+    bg_error_t err;
+
+    if (ok) {
+        send_next(op);
+        return;
+    }
+    bg_error_set(&err, BG_ERR_STORE, "not sent: the store could not record the progress");
+    write_undelivered(op, &err, &err);
+    send_answer(op, 0, NULL);
+}
+
+/* Taking over a request whose instance died: the responses it delivered are reported with
+ * their recorded elements, the one whose call may have gone out with 125; neither is sent. */
+static void send_resumed(op_t *op)
+{
+    const char *element;
+    op_resumed_t how;
+
+    while (op->index < op->count &&
+           (how = op_guard_resumed(op, op->index, &element)) != OP_RESUMED_NO) {
+        if (op->index > 0)
+            jw_lit(&op->results, ",");
+        if (how == OP_RESUMED_DELIVERED) {
+            jw_raw(&op->results, element, strlen(element));
+            if (strstr(element, ",\"error\":{\"err_code\":") != NULL)
+                op->send_ok = 0;
+            else
+                op->sent++;
+        } else {
+            char buf[32];
+            result_event_t ev = send_event(op, op->index, NULL, buf);
+            bg_error_t err;
+            bg_error_set(&err, BG_ERR_OUTCOME_UNKNOWN,
+                         "outcome unknown: an earlier attempt may have delivered it");
+            result_write_failed(&op->results, &ev, op->dl.to, &err);
+            op->send_ok = 0;
+        }
+        op->index++;
+    }
+}
+
 static void send_on_delivered(deliver_t *d, const deliver_result_t *r, void *arg)
 {
     op_t *op = arg;
     result_event_t ev;
+    size_t at;
 
     (void)d;
     /* Cut by the drain, the answer is a 121 that lists every response: this one's failure
@@ -53,6 +103,7 @@ static void send_on_delivered(deliver_t *d, const deliver_result_t *r, void *arg
     }
     if (op->index > 0)
         jw_lit(&op->results, ",");
+    at = op->results.len;
     ev = r->event;
     text_split(op->texts[op->index], &ev.type, &ev.data);
     if (r->ok) {
@@ -67,6 +118,18 @@ static void send_on_delivered(deliver_t *d, const deliver_result_t *r, void *arg
     free(op->texts[op->index]);
     op->texts[op->index] = NULL;
     op->index++;
+    /* With an Idempotency-Key the next call goes out once the record says this one is done:
+     * a request that takes over after a crash sends neither again. */
+    if (op->index < op->count && !op->results.failed) {
+        switch (op_guard_progress(op, op->index - 1, op->results.buf + at, op->results.len - at,
+                                  send_on_recorded)) {
+        case 1:
+            return;
+        case -1:
+            send_on_recorded(op, 0);
+            return;
+        }
+    }
     send_next(op);
 }
 
@@ -102,6 +165,7 @@ static void send_answer(op_t *op, int send_ok, const bg_error_t *cut)
 
 static void send_next(op_t *op)
 {
+    send_resumed(op);
     if (op->index < op->count && op->drain_cut) {
         send_drained(op, 0); /* no new call once the drain time is over */
         return;

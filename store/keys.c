@@ -102,3 +102,21 @@ int store_key_rate_pause(char *buf, size_t size, const char *prefix, const char 
         return key(buf, size, prefix, "ratepause:{", channel_id, "}:sender");
     return key(buf, size, prefix, "ratepause:{", channel_id, "}:pair:", recipient_id);
 }
+
+int store_key_idem(char *buf, size_t size, const char *prefix, const char *app, const char *route,
+                   const char *idem_key)
+{
+    return key(buf, size, prefix, "idem:{", app, "}:", route, ":", idem_key);
+}
+
+int store_key_turns(char *buf, size_t size, const char *prefix, const char *channel_id,
+                    const char *member_id)
+{
+    return channel_record(buf, size, prefix, "turns", channel_id, member_id);
+}
+
+int store_key_leases(char *buf, size_t size, const char *prefix, const char *channel_id,
+                     const char *member_id)
+{
+    return channel_record(buf, size, prefix, "leases", channel_id, member_id);
+}

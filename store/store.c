@@ -948,6 +948,11 @@ redisc_sub_t *store_watch_credential(store_t *st, const char *channel_id, redisc
                  arg);
 }
 
+redisc_sub_t *store_watch_key(store_t *st, const char *key, redisc_message_cb *cb, void *arg)
+{
+    return watch(st, (int)strlen(key), key, cb, arg);
+}
+
 void store_unwatch(redisc_sub_t *sub)
 {
     redisc_unsubscribe(sub);

@@ -69,6 +69,22 @@ static int k_media(const key_case_t *c, char *buf, size_t size, const char *pref
     return store_key_media(buf, size, prefix, c->channel, HASH);
 }
 
+static int k_turns(const key_case_t *c, char *buf, size_t size, const char *prefix)
+{
+    return store_key_turns(buf, size, prefix, c->channel, "M1");
+}
+
+static int k_leases(const key_case_t *c, char *buf, size_t size, const char *prefix)
+{
+    return store_key_leases(buf, size, prefix, c->channel, "M1");
+}
+
+/* An Idempotency-Key's record is in its app's slot: the case's "channel" is the app. */
+static int k_idem(const key_case_t *c, char *buf, size_t size, const char *prefix)
+{
+    return store_key_idem(buf, size, prefix, c->channel, "sendResponses", HASH);
+}
+
 static const key_case_t cases[] = {
     /* contract.md section 3 */
     {"token", NULL, "token:" HASH, k_token},
@@ -81,6 +97,9 @@ static const key_case_t cases[] = {
     {"contact", "C1", "wacontact:{C1}:85291234567", k_contact},
     {"cred_lock", "C1", "lock:{C1}:credential", k_cred_lock},
     {"media", "C1", "media:{C1}:" HASH, k_media},
+    {"turns", "C1", "turns:{C1}:M1", k_turns},
+    {"leases", "C1", "leases:{C1}:M1", k_leases},
+    {"idem", "C1", "idem:{C1}:sendResponses:" HASH, k_idem},
 };
 
 #define NCASES (sizeof(cases) / sizeof(cases[0]))

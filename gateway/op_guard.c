@@ -1,0 +1,437 @@
+/* op_guard.c - contract.md section 7 on a request's life: its Idempotency-Key (it runs once;
+ * a duplicate waits for the answer or gets the stored one) and its member's turn (one request
+ * per member at a time, in the order of their tickets). A request that waits holds no thread
+ * and polls nothing: it listens on the record's or the queue's pub/sub channel (the worker's
+ * subscriber connection) and keeps one timer at the lease end of whoever is ahead, since a
+ * dead instance never publishes. The record is keyed by the token's app, so it is begun once
+ * the token is known: after resolve, one round trip; the ticket, once the member is known. */
+#include "op.h"
+
+#include "../core/clock.h"
+#include "../core/idem.h"
+#include "../store/idem.h"
+#include "log.h"
+
+#include <event2/event.h>
+#include <event2/http.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The answer is written to Redis after the client has it: a duplicate that finds the lease
+ * over must not take it a moment before that write lands. */
+#define LEASE_MARGIN_MS 2000
+
+/* Owned by its op from op_guard_take to op_free. */
+struct op_guard {
+    op_run_fn *next;               /* what runs once the guard lets the request go */
+    store_idem_call_t *call;       /* the guard's store call in flight */
+    op_progress_fn *progress_done; /* a progress record in flight: its caller */
+    redisc_sub_t *sub;             /* the channel waited on */
+    struct event *timer;           /* at the lease end of the request ahead */
+    int64_t ticket;                /* in the member's queue; 0: none */
+    unsigned has_key : 1;          /* the request carries an Idempotency-Key */
+    unsigned owner : 1;            /* it runs the key's request: it stores or drops the answer */
+    unsigned waiting_turn : 1;     /* waiting for the member's turn (else for the key's answer) */
+    unsigned resuming : 1;         /* it took over a request whose instance died */
+    unsigned stale : 1; /* told of a change while a call was out: its answer may be old */
+    unsigned resume_at; /* resuming: the response whose call may have gone out */
+    char **resumed;     /* resuming: the elements recorded before it (NULL: none) */
+    char owner_id[17];
+    char fp[IDEM_HEX];
+    char *key;    /* the Idempotency-Key, until the record's name is made */
+    char *record; /* the record's name (store_key_idem), also its channel */
+};
+
+static const char *route_name(const op_t *op)
+{
+    return op->kind->route == METRICS_ROUTE_SEND ? "sendResponses" : "redirectMemberToNode";
+}
+
+int op_guard_take(op_t *op)
+{
+    const char *key =
+        evhttp_find_header(evhttp_request_get_input_headers(op->req), "Idempotency-Key");
+
+    if (key == NULL && !op->env->deliver.cfg->member_order)
+        return 0;
+    if ((op->guard = calloc(1, sizeof(*op->guard))) == NULL)
+        return -2;
+    if (key == NULL)
+        return 0;
+    if (!idem_key_valid(key))
+        return -1;
+    op->guard->has_key = 1;
+    if ((op->guard->key = strdup(key)) == NULL)
+        return -2;
+    return 0;
+}
+
+void op_guard_fingerprint(op_t *op, const char *body, size_t len)
+{
+    if (op->guard != NULL && op->guard->has_key)
+        idem_fingerprint(route_name(op), body, len, op->guard->fp);
+}
+
+/* Stops waiting: the subscription and the timer go. */
+static void stop_waiting(op_guard_t *g)
+{
+    store_unwatch(g->sub);
+    g->sub = NULL;
+    g->stale = 0;
+    if (g->timer != NULL)
+        evtimer_del(g->timer);
+}
+
+void op_guard_cancel(op_t *op)
+{
+    op_guard_t *g = op->guard;
+
+    if (g == NULL)
+        return;
+    store_idem_cancel(g->call);
+    g->call = NULL;
+    stop_waiting(g);
+}
+
+/* The guard lets the request go on. */
+static void go_on(op_t *op)
+{
+    op_run_fn *next = op->guard->next;
+
+    if (op->guard->ticket > 0 && log_enabled(LOG_DEBUG))
+        log_msg(LOG_DEBUG, "request %s: the member's turn, ticket %lld", op->id,
+                (long long)op->guard->ticket);
+    stop_waiting(op->guard);
+    op->guard->next = NULL;
+    op->phase = OP_RESOLVE; /* waits no more (member_ready or the kind set what follows) */
+    next(op);
+}
+
+static void on_wait_timer(evutil_socket_t fd, short what, void *arg);
+static void on_wait_message(void *arg, const char *msg, size_t len);
+static void ask_again(op_t *op);
+
+/* Waits for a message on channel, or wait_ms at most. */
+static void wait_on(op_t *op, const char *channel, int64_t wait_ms)
+{
+    op_guard_t *g = op->guard;
+    struct timeval tv;
+
+    op->phase = OP_WAIT;
+    if (g->timer == NULL &&
+        (g->timer = evtimer_new(op->env->deliver.base, on_wait_timer, op)) == NULL) {
+        op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+        return;
+    }
+    if (wait_ms < 1)
+        wait_ms = 1;
+    tv.tv_sec = (time_t)(wait_ms / 1000);
+    tv.tv_usec = (suseconds_t)(wait_ms % 1000) * 1000;
+    evtimer_add(g->timer, &tv);
+    if (g->sub != NULL)
+        return;
+    if ((g->sub = store_watch_key(op->env->deliver.store, channel, on_wait_message, op)) == NULL) {
+        op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+        return;
+    }
+    /* Published between the answer that said "wait" and the subscription: missed. Asked
+     * again once subscribed (a subscription that is new says so when Redis confirms it; one
+     * that joins a channel already subscribed to is live at once). */
+    ask_again(op);
+}
+
+/* ---- Idempotency-Key ---- */
+
+static void idem_begin(op_t *op);
+
+/* What the request resumed had recorded, kept for the kind (op_guard_resumed). */
+static int take_resumed(op_guard_t *g, const store_idem_t *res)
+{
+    g->resuming = 1;
+    g->resume_at = res->at;
+    if (res->at == 0)
+        return 0;
+    if ((g->resumed = calloc(res->at, sizeof(*g->resumed))) == NULL)
+        return -1;
+    for (unsigned i = 0; i < res->n_elements; i++)
+        if ((g->resumed[i] = strndup(res->elements[i], res->element_lens[i])) == NULL)
+            return -1;
+    return 0;
+}
+
+op_resumed_t op_guard_resumed(const op_t *op, unsigned i, const char **element)
+{
+    const op_guard_t *g = op->guard;
+
+    *element = NULL;
+    if (g == NULL || !g->resuming || i > g->resume_at)
+        return OP_RESUMED_NO;
+    if (i < g->resume_at && g->resumed[i] != NULL) {
+        *element = g->resumed[i];
+        return OP_RESUMED_DELIVERED;
+    }
+    return OP_RESUMED_UNKNOWN;
+}
+
+static void on_progress(void *arg, store_status_t st)
+{
+    op_t *op = arg;
+    op_progress_fn *done = op->guard->progress_done;
+
+    op->guard->call = NULL;
+    op->guard->progress_done = NULL;
+    done(op, st == STORE_OK);
+}
+
+int op_guard_progress(op_t *op, unsigned done, const char *element, size_t len,
+                      op_progress_fn *then)
+{
+    op_guard_t *g = op->guard;
+    store_status_t st = STORE_OK;
+
+    if (g == NULL || !g->owner)
+        return 0;
+    g->progress_done = then;
+    g->call = store_idem_progress(op->env->deliver.store, g->record, g->owner_id, done, element,
+                                  len, on_progress, op, &st);
+    return g->call != NULL ? 1 : -1;
+}
+
+static void on_idem(void *arg, store_status_t st, const store_idem_t *res)
+{
+    op_t *op = arg;
+    op_guard_t *g = op->guard;
+
+    g->call = NULL;
+    if (st != STORE_OK) {
+        op_fail_store(op, st == STORE_BAD_RECORD ? STORE_UNAVAILABLE : st);
+        return;
+    }
+    switch (res->state) {
+    case STORE_IDEM_RESUME:
+        if (take_resumed(g, res) < 0) {
+            op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+            return;
+        }
+        /* fall through */
+    case STORE_IDEM_RUN:
+        g->owner = 1;
+        go_on(op);
+        return;
+    case STORE_IDEM_CONFLICT:
+        op_fail_code(op, BG_ERR_IDEM_MISMATCH,
+                     "Idempotency-Key was used for another request: nothing was run");
+        return;
+    case STORE_IDEM_DONE: {
+        char *text = malloc(res->len + 1);
+        if (text == NULL) {
+            op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+            return;
+        }
+        memcpy(text, res->body, res->len);
+        text[res->len] = '\0';
+        stop_waiting(g);
+        op_replay_text(op, res->status, res->code, text, res->len);
+        return;
+    }
+    case STORE_IDEM_WAIT:
+        g->waiting_turn = 0;
+        if (g->stale)
+            ask_again(op);
+        else
+            wait_on(op, g->record, res->wait_ms);
+        return;
+    }
+}
+
+static void idem_begin(op_t *op)
+{
+    op_guard_t *g = op->guard;
+    store_status_t st = STORE_OK;
+    int64_t left = op->dl.deadline_ms - clock_mono_us() / 1000;
+
+    g->call = store_idem_begin(op->env->deliver.store, g->record, g->fp, g->owner_id,
+                               (int)(left > 0 ? left : 1) + LEASE_MARGIN_MS,
+                               op->env->deliver.cfg->idempotency_ttl_s, on_idem, op, &st);
+    if (g->call == NULL)
+        op_fail_store(op, st);
+}
+
+void op_guard_begin(op_t *op, op_run_fn *next)
+{
+    op_guard_t *g = op->guard;
+
+    if (g == NULL || !g->has_key) {
+        next(op);
+        return;
+    }
+    g->next = next;
+    {
+        char record[STORE_KEY_MAX];
+        int n = store_idem_key(op->env->deliver.store, record, sizeof(record), op->token.app,
+                               route_name(op), g->key);
+        if (n < 0 || (g->record = strndup(record, (size_t)n)) == NULL) {
+            op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+            return;
+        }
+    }
+    deliver_random_hex(&op->env->deliver.rng, g->owner_id, 16);
+    idem_begin(op);
+}
+
+/* ---- the member's turn ---- */
+
+static void turn_check(op_t *op);
+
+static void on_turn(void *arg, store_status_t st, int64_t ticket, int64_t wait_ms)
+{
+    op_t *op = arg;
+    op_guard_t *g = op->guard;
+    char queue[STORE_KEY_MAX];
+
+    g->call = NULL;
+    if (st != STORE_OK) {
+        op_fail_store(op, st == STORE_BAD_RECORD ? STORE_UNAVAILABLE : st);
+        return;
+    }
+    g->ticket = ticket;
+    if (wait_ms == 0) {
+        go_on(op);
+        return;
+    }
+    g->waiting_turn = 1;
+    if (g->stale) {
+        ask_again(op);
+        return;
+    }
+    if (store_turn_key(op->env->deliver.store, queue, sizeof(queue), op->target.channel_id,
+                       op->member_id) < 0) {
+        op_fail_code(op, BG_ERR_LIMIT, "member key too long");
+        return;
+    }
+    wait_on(op, queue, wait_ms);
+}
+
+static void turn_check(op_t *op)
+{
+    op_guard_t *g = op->guard;
+    store_status_t st = STORE_OK;
+
+    g->call = store_turn_check(op->env->deliver.store, op->target.channel_id, op->member_id,
+                               g->ticket, on_turn, op, &st);
+    if (g->call == NULL)
+        op_fail_store(op, st);
+}
+
+void op_guard_turn(op_t *op, op_run_fn *next)
+{
+    op_guard_t *g = op->guard;
+    store_status_t st = STORE_OK;
+    int64_t left = op->dl.deadline_ms - clock_mono_us() / 1000;
+
+    if (g == NULL || !op->env->deliver.cfg->member_order) {
+        next(op);
+        return;
+    }
+    g->next = next;
+    g->call = store_turn_take(op->env->deliver.store, op->target.channel_id, op->member_id,
+                              (int)(left > 0 ? left : 1) + LEASE_MARGIN_MS, on_turn, op, &st);
+    if (g->call == NULL)
+        op_fail_store(op, st);
+}
+
+/* ---- waiting ---- */
+
+static void ask_again(op_t *op)
+{
+    if (op->guard->call != NULL) {
+        op->guard->stale = 1; /* asked again when its answer says "wait" */
+        return;
+    }
+    op->guard->stale = 0;
+    if (op->guard->waiting_turn)
+        turn_check(op);
+    else
+        idem_begin(op);
+}
+
+static void on_wait_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    ask_again(arg);
+}
+
+static void on_wait_message(void *arg, const char *msg, size_t len)
+{
+    op_t *op = arg;
+    op_guard_t *g = op->guard;
+    const char *p = msg, *end = msg + len;
+    int64_t told = 0;
+
+    if (msg == NULL || !g->waiting_turn) {
+        ask_again(op); /* (re)subscribed, or the key's record changed */
+        return;
+    }
+    /* The queue's channel names the ticket whose turn it is now: only this request can take
+     * it out of the queue, so it is the turn whatever a check in flight will say. */
+    while (p < end && *p >= '0' && *p <= '9' && told < INT64_MAX / 10)
+        told = told * 10 + (*p++ - '0');
+    if (p == end && len > 0 && told == g->ticket) {
+        store_idem_cancel(g->call);
+        g->call = NULL;
+        go_on(op);
+    }
+}
+
+/* ---- the end ---- */
+
+void op_guard_expired(op_t *op)
+{
+    if (op->guard != NULL && op->guard->waiting_turn)
+        op_fail_code(op, BG_ERR_UNAVAILABLE,
+                     "the member's earlier requests did not finish in time: the request did not "
+                     "start, nothing was sent");
+    else
+        op_fail_code(op, BG_ERR_IDEM_RUNNING,
+                     "a request with this Idempotency-Key is still running");
+}
+
+void op_guard_end(op_t *op, int status, int code, const char *text, size_t len)
+{
+    op_guard_t *g = op->guard;
+    store_t *store = op->env->deliver.store;
+
+    if (g == NULL)
+        return;
+    if (g->owner) {
+        /* Answers of a request that ran are kept; one that stopped before it ran is dropped,
+         * so that a retry runs afresh instead of replaying a refusal. */
+        if (op->phase == OP_RUN || op->phase == OP_WRITEBACK)
+            store_idem_finish(store, g->record, g->owner_id, status, code, text ? text : "",
+                              text ? len : 0, op->env->deliver.cfg->idempotency_ttl_s);
+        else
+            store_idem_abandon(store, g->record, g->owner_id);
+        g->owner = 0;
+    }
+    if (g->ticket > 0) {
+        store_turn_done(store, op->target.channel_id, op->member_id, g->ticket);
+        g->ticket = 0;
+    }
+}
+
+void op_guard_free(op_t *op)
+{
+    if (op->guard == NULL)
+        return;
+    op_guard_cancel(op);
+    if (op->guard->timer != NULL)
+        event_free(op->guard->timer);
+    for (unsigned i = 0; op->guard->resumed != NULL && i < op->guard->resume_at; i++)
+        free(op->guard->resumed[i]);
+    free(op->guard->resumed);
+    free(op->guard->key);
+    free(op->guard->record);
+    free(op->guard);
+    op->guard = NULL;
+}

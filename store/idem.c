@@ -1,0 +1,353 @@
+/* idem.c - Idempotency-Key records and per-member turns in Redis (idem.h). Every call is one
+ * EVAL under one hash tag; waiting is the caller's, on the pub/sub channel named like the key. */
+#include "idem.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Redis's clock, in ms: the one every instance shares. */
+#define NOW_MS "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
+
+/* KEYS[1] the record; ARGV fp, owner, lease_ms, ttl_ms. */
+static const char BEGIN_SCRIPT[] =
+    NOW_MS "local r = redis.call('HMGET', KEYS[1], 'fp', 'status', 'code', 'body', 'lease') "
+           "if not r[1] then "
+           "redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'owner', ARGV[2], 'lease', now + ARGV[3]) "
+           "redis.call('PEXPIRE', KEYS[1], ARGV[4]) return {'run'} end "
+           "if r[1] ~= ARGV[1] then return {'conflict'} end "
+           "if r[2] then return {'done', r[2], r[3], r[4]} end "
+           "local left = tonumber(r[5]) - now "
+           "if left > 0 then return {'wait', tostring(left)} end "
+           "redis.call('HSET', KEYS[1], 'owner', ARGV[2], 'lease', now + ARGV[3]) "
+           "local at = tonumber(redis.call('HGET', KEYS[1], 'at') or '0') "
+           "local out = {'resume', at} "
+           "for i = 0, at - 1 do out[#out + 1] = redis.call('HGET', KEYS[1], 'e' .. i) end "
+           "return out";
+
+/* KEYS[1] the record; ARGV owner, the index delivered, its element. A response's call may go
+ * out once 'at' names it: before it, the record says the earlier ones are done. A new record
+ * has no 'at': its first response's call may go out (a request that resumes it reports that
+ * one as outcome unknown, not sent again). */
+static const char PROGRESS_SCRIPT[] =
+    "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
+    "redis.call('HSET', KEYS[1], 'e' .. ARGV[2], ARGV[3], 'at', ARGV[2] + 1) return 1";
+
+/* KEYS[1] the record; ARGV owner, status, code, body, ttl_ms. */
+static const char FINISH_SCRIPT[] =
+    "if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] and "
+    "redis.call('HEXISTS', KEYS[1], 'status') == 0 then "
+    "redis.call('HSET', KEYS[1], 'status', ARGV[2], 'code', ARGV[3], 'body', ARGV[4]) "
+    "redis.call('PEXPIRE', KEYS[1], ARGV[5]) end "
+    "redis.call('PUBLISH', KEYS[1], 'done') return 1";
+
+/* KEYS[1] the record; ARGV owner. */
+static const char ABANDON_SCRIPT[] =
+    "if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] and "
+    "redis.call('HEXISTS', KEYS[1], 'status') == 0 then redis.call('DEL', KEYS[1]) end "
+    "redis.call('PUBLISH', KEYS[1], 'gone') return 1";
+
+/* KEYS[1] the member's queue (ticket -> ticket), KEYS[2] its leases (ticket -> lease end, and
+ * the counter 'seq'). head() drops the tickets ahead whose lease ran out (their instance died)
+ * and says who is first; whoever dropped one tells the queue's channel. */
+#define TURN_HEAD                                                                                  \
+    NOW_MS                                                                                         \
+    "local function head() local dropped = false while true do "                                   \
+    "local h = redis.call('ZRANGE', KEYS[1], 0, 0)[1] "                                            \
+    "if not h then return nil, 0, dropped end "                                                    \
+    "local lease = tonumber(redis.call('HGET', KEYS[2], h) or '0') "                               \
+    "if lease > now then return h, lease, dropped end "                                            \
+    "redis.call('ZREM', KEYS[1], h) redis.call('HDEL', KEYS[2], h) dropped = true end end "
+
+/* ARGV lease_ms. */
+static const char TAKE_SCRIPT[] = TURN_HEAD
+    "local n = redis.call('HINCRBY', KEYS[2], 'seq', 1) "
+    "redis.call('ZADD', KEYS[1], n, n) redis.call('HSET', KEYS[2], n, now + ARGV[1]) "
+    "redis.call('PEXPIRE', KEYS[1], ARGV[1] * 3) redis.call('PEXPIRE', KEYS[2], ARGV[1] * 3) "
+    "local h, lease, dropped = head() "
+    "if dropped and h then redis.call('PUBLISH', KEYS[1], h) end "
+    "if h == tostring(n) then return {n, 0} end return {n, lease - now}";
+
+/* ARGV ticket. A ticket no longer queued (its own lease ran out) goes: its deadline did too. */
+static const char CHECK_SCRIPT[] =
+    TURN_HEAD "local h, lease, dropped = head() "
+              "if dropped and h then redis.call('PUBLISH', KEYS[1], h) end "
+              "if h == nil or h == ARGV[1] or not redis.call('ZSCORE', KEYS[1], ARGV[1]) then "
+              "return {tonumber(ARGV[1]), 0} end "
+              "return {tonumber(ARGV[1]), lease - now}";
+
+/* ARGV ticket. */
+static const char DONE_SCRIPT[] =
+    TURN_HEAD "redis.call('ZREM', KEYS[1], ARGV[1]) redis.call('HDEL', KEYS[2], ARGV[1]) "
+              "local h = head() if h then redis.call('PUBLISH', KEYS[1], h) end return 1";
+
+typedef enum { IDEM_BEGIN, IDEM_PROGRESS, TURN } call_kind_t;
+
+/* v in decimal into buf (24 bytes): snprintf costs ten times as much, and a request with a
+ * key and its turn writes a dozen numbers. */
+static const char *dec(char buf[24], long long v)
+{
+    char *p = buf + 23;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+
+    *p = '\0';
+    do
+        *--p = (char)('0' + u % 10);
+    while ((u /= 10) != 0);
+    if (v < 0)
+        *--p = '-';
+    return p;
+}
+
+#define RESUME_MAX 64 /* responses of one request: 50 at most (request.h) */
+
+/* Owned by the store from its start until its callback has run or it is cancelled. */
+struct store_idem_call {
+    call_kind_t kind;
+    store_idem_cb *idem_cb; /* as kind says: one of the two */
+    store_turn_cb *turn_cb;
+    store_idem_progress_cb *progress_cb;
+    void *arg;
+    redisc_cmd_t *cmd;
+};
+
+void store_idem_cancel(store_idem_call_t *call)
+{
+    if (call == NULL)
+        return;
+    redisc_cancel(call->cmd);
+    free(call);
+}
+
+static int64_t reply_int(const redisReply *r)
+{
+    if (r->type == REDIS_REPLY_INTEGER)
+        return (int64_t)r->integer;
+    if (r->type == REDIS_REPLY_STRING)
+        return strtoll(r->str, NULL, 10);
+    return -1;
+}
+
+/* The elements of a resume answer, pointing into the reply. */
+typedef struct resumed {
+    const char *texts[RESUME_MAX];
+    size_t lens[RESUME_MAX];
+} resumed_t;
+
+static int idem_decode(const redisReply *r, store_idem_t *res, resumed_t *rs)
+{
+    const char *what;
+
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+        r->element[0]->type != REDIS_REPLY_STRING)
+        return -1;
+    what = r->element[0]->str;
+    memset(res, 0, sizeof(*res));
+    if (strcmp(what, "run") == 0) {
+        res->state = STORE_IDEM_RUN;
+    } else if (strcmp(what, "resume") == 0 && r->elements >= 2) {
+        int64_t at = reply_int(r->element[1]);
+        if (at < 0 || at >= RESUME_MAX)
+            return -1;
+        res->state = STORE_IDEM_RESUME;
+        res->at = (unsigned)at;
+        /* Redis ends an array at its first nil: the elements after a missing one are lost,
+         * and count as not recorded */
+        for (size_t i = 2; i < r->elements && i - 2 < (size_t)at; i++) {
+            if (r->element[i]->type != REDIS_REPLY_STRING)
+                break;
+            rs->texts[res->n_elements] = r->element[i]->str;
+            rs->lens[res->n_elements++] = r->element[i]->len;
+        }
+        res->elements = rs->texts;
+        res->element_lens = rs->lens;
+    } else if (strcmp(what, "conflict") == 0) {
+        res->state = STORE_IDEM_CONFLICT;
+    } else if (strcmp(what, "wait") == 0 && r->elements == 2) {
+        res->state = STORE_IDEM_WAIT;
+        res->wait_ms = reply_int(r->element[1]);
+    } else if (strcmp(what, "done") == 0 && r->elements == 4 &&
+               r->element[3]->type == REDIS_REPLY_STRING) {
+        res->state = STORE_IDEM_DONE;
+        res->status = (int)reply_int(r->element[1]);
+        res->code = (int)reply_int(r->element[2]);
+        res->body = r->element[3]->str;
+        res->len = r->element[3]->len;
+        if (res->status != 200 && res->status != 500 && res->status != 413)
+            return -1;
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+static void on_reply(redisReply *reply, void *arg)
+{
+    store_idem_call_t *c = arg;
+    store_status_t st =
+        reply == NULL || reply->type == REDIS_REPLY_ERROR ? STORE_UNAVAILABLE : STORE_OK;
+
+    if (c->kind == IDEM_BEGIN) {
+        store_idem_t res;
+        resumed_t rs;
+        if (st == STORE_OK && idem_decode(reply, &res, &rs) < 0)
+            st = STORE_BAD_RECORD;
+        c->idem_cb(c->arg, st, st == STORE_OK ? &res : NULL);
+    } else if (c->kind == IDEM_PROGRESS) {
+        if (st == STORE_OK && reply_int(reply) != 1)
+            st = STORE_CONFLICT;
+        c->progress_cb(c->arg, st);
+    } else {
+        int64_t ticket = -1, wait_ms = 0;
+        if (st == STORE_OK && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2) {
+            ticket = reply_int(reply->element[0]);
+            wait_ms = reply_int(reply->element[1]);
+        }
+        if (st == STORE_OK && (ticket < 0 || wait_ms < 0))
+            st = STORE_BAD_RECORD;
+        c->turn_cb(c->arg, st, ticket, wait_ms);
+    }
+    free(c);
+}
+
+static void on_ignored(redisReply *reply, void *arg)
+{
+    (void)reply;
+    (void)arg;
+}
+
+/* Sends a script; no callback: nobody waits for its answer. */
+static store_idem_call_t *eval(store_t *st, const store_idem_call_t *with, int argc,
+                               const char **argv, const size_t *argvlen, store_status_t *status)
+{
+    store_idem_call_t *c = NULL;
+    int rc;
+
+    if (with != NULL && (c = malloc(sizeof(*c))) == NULL) {
+        if (status != NULL)
+            *status = STORE_UNAVAILABLE;
+        return NULL;
+    }
+    if (c != NULL) {
+        *c = *with;
+        rc = redisc_command(store_redis(st), on_reply, c, argc, argv, argvlen, &c->cmd);
+    } else {
+        redisc_cmd_t *ignored;
+        rc = redisc_command(store_redis(st), on_ignored, NULL, argc, argv, argvlen, &ignored);
+    }
+    if (rc != REDISC_OK) {
+        free(c);
+        if (status != NULL)
+            *status = rc == REDISC_BUSY ? STORE_BUSY : STORE_UNAVAILABLE;
+        return NULL;
+    }
+    return c;
+}
+
+int store_idem_key(store_t *st, char *buf, size_t size, const char *app, const char *route,
+                   const char *key)
+{
+    return store_key_idem(buf, size, store_prefix(st), app, route, key);
+}
+
+store_idem_call_t *store_idem_begin(store_t *st, const char *key, const char *fp, const char *owner,
+                                    int lease_ms, int ttl_s, store_idem_cb *cb, void *arg,
+                                    store_status_t *status)
+{
+    char lease[24], ttl[24];
+    /* the record outlives the lease of whoever runs it, answered or not */
+    long long keep = (long long)ttl_s * 1000 > lease_ms ? (long long)ttl_s * 1000 : lease_ms;
+
+    {
+        const char *argv[] = {"EVAL", BEGIN_SCRIPT,         "1",           key, fp,
+                              owner,  dec(lease, lease_ms), dec(ttl, keep)};
+        return eval(st, &(store_idem_call_t){.kind = IDEM_BEGIN, .idem_cb = cb, .arg = arg}, 8,
+                    argv, NULL, status);
+    }
+}
+
+void store_idem_finish(store_t *st, const char *key, const char *owner, int status, int code,
+                       const char *body, size_t len, int ttl_s)
+{
+    char s[24], c[24], ttl[24];
+    const char *argv[] = {"EVAL",       FINISH_SCRIPT, "1",
+                          key,          owner,         dec(s, status),
+                          dec(c, code), body,          dec(ttl, (long long)ttl_s * 1000)};
+    size_t argvlen[9];
+
+    for (int i = 0; i < 9; i++)
+        argvlen[i] = i == 7 ? len : strlen(argv[i]);
+    eval(st, NULL, 9, argv, argvlen, NULL);
+}
+
+store_idem_call_t *store_idem_progress(store_t *st, const char *key, const char *owner,
+                                       unsigned done, const char *element, size_t len,
+                                       store_idem_progress_cb *cb, void *arg,
+                                       store_status_t *status)
+{
+    char index[24];
+    const char *argv[] = {"EVAL", PROGRESS_SCRIPT, "1", key, owner, dec(index, done), element};
+    size_t argvlen[7];
+
+    for (int i = 0; i < 7; i++)
+        argvlen[i] = i == 6 ? len : strlen(argv[i]);
+    return eval(st, &(store_idem_call_t){.kind = IDEM_PROGRESS, .progress_cb = cb, .arg = arg}, 7,
+                argv, argvlen, status);
+}
+
+void store_idem_abandon(store_t *st, const char *key, const char *owner)
+{
+    const char *argv[] = {"EVAL", ABANDON_SCRIPT, "1", key, owner};
+
+    eval(st, NULL, 5, argv, NULL, NULL);
+}
+
+int store_turn_key(store_t *st, char *buf, size_t size, const char *channel_id,
+                   const char *member_id)
+{
+    return store_key_turns(buf, size, store_prefix(st), channel_id, member_id);
+}
+
+/* A turn script on the member's two keys with one argument. */
+static store_idem_call_t *turn_eval(store_t *st, const char *script, const char *channel_id,
+                                    const char *member_id, const char *value, store_turn_cb *cb,
+                                    void *arg, store_status_t *status)
+{
+    char turns[STORE_KEY_MAX], leases[STORE_KEY_MAX];
+
+    if (store_key_turns(turns, sizeof(turns), store_prefix(st), channel_id, member_id) < 0 ||
+        store_key_leases(leases, sizeof(leases), store_prefix(st), channel_id, member_id) < 0) {
+        if (status != NULL)
+            *status = STORE_BAD_RECORD;
+        return NULL;
+    }
+    {
+        const char *argv[] = {"EVAL", script, "2", turns, leases, value};
+        return eval(st, cb ? &(store_idem_call_t){.kind = TURN, .turn_cb = cb, .arg = arg} : NULL,
+                    6, argv, NULL, status);
+    }
+}
+
+store_idem_call_t *store_turn_take(store_t *st, const char *channel_id, const char *member_id,
+                                   int lease_ms, store_turn_cb *cb, void *arg,
+                                   store_status_t *status)
+{
+    char lease[24];
+
+    return turn_eval(st, TAKE_SCRIPT, channel_id, member_id, dec(lease, lease_ms), cb, arg, status);
+}
+
+store_idem_call_t *store_turn_check(store_t *st, const char *channel_id, const char *member_id,
+                                    int64_t ticket, store_turn_cb *cb, void *arg,
+                                    store_status_t *status)
+{
+    char t[24];
+
+    return turn_eval(st, CHECK_SCRIPT, channel_id, member_id, dec(t, ticket), cb, arg, status);
+}
+
+void store_turn_done(store_t *st, const char *channel_id, const char *member_id, int64_t ticket)
+{
+    char t[24];
+
+    turn_eval(st, DONE_SCRIPT, channel_id, member_id, dec(t, ticket), NULL, NULL, NULL);
+}

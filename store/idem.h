@@ -1,0 +1,81 @@
+/* idem.h - the Redis side of contract.md section 7: Idempotency-Key records and per-member
+ * turns. Each call is one script under one hash tag; the record's and the queue's key names
+ * are also the pub/sub channels their writers publish on (store_watch_key), so that a request
+ * that waits polls nothing. Times are the Redis server's (TIME): every instance agrees. */
+#ifndef BOTGATE_STORE_IDEM_H
+#define BOTGATE_STORE_IDEM_H
+
+#include "store.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct store_idem_call store_idem_call_t;
+
+typedef enum {
+    STORE_IDEM_RUN,      /* the record is new: this request runs (it holds the lease) */
+    STORE_IDEM_WAIT,     /* another holds the lease for wait_ms more */
+    STORE_IDEM_DONE,     /* answered: status, code and body are the stored answer */
+    STORE_IDEM_CONFLICT, /* the key was used for another request */
+    STORE_IDEM_RESUME,   /* the holder's lease ran out without an answer: this one holds it now */
+} store_idem_state_t;
+
+typedef struct store_idem {
+    store_idem_state_t state;
+    int64_t wait_ms;
+    int status, code;
+    const char *body; /* valid during the callback only */
+    size_t len;
+    /* STORE_IDEM_RESUME: the response whose call may have gone out (at), and the elements
+     * recorded for the responses before it (n_elements == at; NULL where none was recorded),
+     * valid during the callback only */
+    unsigned at, n_elements;
+    const char *const *elements;
+    const size_t *element_lens;
+} store_idem_t;
+
+/* res is NULL unless st is STORE_OK. */
+typedef void store_idem_cb(void *arg, store_status_t st, const store_idem_t *res);
+/* STORE_OK: recorded; STORE_CONFLICT: the record has another owner now (it was resumed). */
+typedef void store_idem_progress_cb(void *arg, store_status_t st);
+/* STORE_OK: wait_ms 0 when it is the ticket's turn, else how long the turn ahead may last. */
+typedef void store_turn_cb(void *arg, store_status_t st, int64_t ticket, int64_t wait_ms);
+
+/* The callback will not run. */
+void store_idem_cancel(store_idem_call_t *call);
+
+/* The record key (store_key_idem) into buf; -1 when it does not fit. */
+int store_idem_key(store_t *st, char *buf, size_t size, const char *app, const char *route,
+                   const char *key);
+/* Starts or joins the request of record key: fp is its fingerprint, owner who runs it,
+ * lease_ms how long it may run, ttl_s how long the answer is kept. */
+store_idem_call_t *store_idem_begin(store_t *st, const char *key, const char *fp, const char *owner,
+                                    int lease_ms, int ttl_s, store_idem_cb *cb, void *arg,
+                                    store_status_t *status);
+/* Stores the answer (when owner still holds the record) and tells the waiters. */
+void store_idem_finish(store_t *st, const char *key, const char *owner, int status, int code,
+                       const char *body, size_t len, int ttl_s);
+/* Records that response done was delivered (its result element) and that the call of the
+ * next one may go out: what a request that resumes this one must not send again. */
+store_idem_call_t *store_idem_progress(store_t *st, const char *key, const char *owner,
+                                       unsigned done, const char *element, size_t len,
+                                       store_idem_progress_cb *cb, void *arg,
+                                       store_status_t *status);
+/* Drops the record (the request did not run: a retry runs afresh) and tells the waiters. */
+void store_idem_abandon(store_t *st, const char *key, const char *owner);
+
+/* The queue key of a member (store_key_turns) into buf; -1 when it does not fit. */
+int store_turn_key(store_t *st, char *buf, size_t size, const char *channel_id,
+                   const char *member_id);
+/* Takes a ticket in the member's queue, held lease_ms at most. */
+store_idem_call_t *store_turn_take(store_t *st, const char *channel_id, const char *member_id,
+                                   int lease_ms, store_turn_cb *cb, void *arg,
+                                   store_status_t *status);
+/* Is it ticket's turn? Tickets ahead whose lease ran out are dropped. */
+store_idem_call_t *store_turn_check(store_t *st, const char *channel_id, const char *member_id,
+                                    int64_t ticket, store_turn_cb *cb, void *arg,
+                                    store_status_t *status);
+/* The ticket leaves the queue; the queue's channel is told the next ticket. */
+void store_turn_done(store_t *st, const char *channel_id, const char *member_id, int64_t ticket);
+
+#endif

@@ -1,0 +1,246 @@
+"""contract.md section 7 across three botgate processes on one Redis: an Idempotency-Key runs
+its request once (concurrent duplicates wait for its answer, later ones get it replayed byte
+for byte), another request under the key is refused (124), another app's key is its own; and
+the requests for one member run one at a time, in the order of their tickets."""
+import json
+import os
+import re
+import threading
+import time
+import unittest
+from concurrent.futures import ThreadPoolExecutor
+
+from harness import StackTest, facebook_channel, free_port, http, member, wait_for
+
+APP = "app-idem"
+
+
+class Guarantees(StackTest):
+    stack_args = {"workers": 2, "env": {"BOTGATE_MEMBER_ORDER": None}}  # the default: on
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        s = cls.s
+        cls.urls = [s.url]
+        for name in ("botgate2", "botgate3"):
+            s.start_gateway(port=free_port(), name=name)
+            cls.urls.append(s.url)
+        # a fourth with a longer deadline: its request outlives a waiter's
+        s.start_gateway(port=free_port(), name="botgate-long",
+                        extra={"BOTGATE_REQUEST_TIMEOUT_MS": "9000",
+                               "BOTGATE_UPSTREAM_TIMEOUT_MS": "8000"})
+        cls.long_url = s.url
+        s.url = cls.urls[0]
+        s.put("channel", facebook_channel("fbi", APP))
+        s.put("member", member("mi", "fbi", APP, "psid-idem"))
+        s.put("member", member("mo", "fbi", APP, "psid-order"))
+        s.put("channel", facebook_channel("fbo", "app-other"))
+        s.put("member", member("mx", "fbo", "app-other", "psid-other"))
+        cls.tok = s.token(APP, "bot:sendResponses", "bot:redirectMemberToNode")
+        cls.tok_other = s.token("app-other", "bot:sendResponses")
+
+    def post(self, url, body, key=None, tok=None, timeout=30):
+        hdrs = {"Authorization": "Bearer " + (tok or self.tok)}
+        if key is not None:
+            hdrs["Idempotency-Key"] = key
+        return http("POST", url + "/sendResponses", body, hdrs, timeout)
+
+    def texts(self, word):
+        return [r["body"]["message"]["text"] for r in self.s.sim_log()
+                if word in r["body"].get("message", {}).get("text", "")]
+
+    def test_1_key_must_be_printable_ascii(self):
+        body = {"channelId": "fbi", "memberId": "mi", "response": [{"type": "TEXT", "text": "k"}]}
+        a = self.post(self.urls[0], body, key="k" * 256)
+        self.assert_error(a, 108, mentions="Idempotency-Key")
+        a = self.post(self.urls[0], body, key="caf\u00e9".encode().decode("latin-1"))
+        self.assert_error(a, 108, mentions="Idempotency-Key")
+        self.assertEqual(self.texts("k"), [])
+
+    def test_2_fifty_duplicates_over_three_instances_run_once(self):
+        body = {"channelId": "fbi", "memberId": "mi",
+                "response": [{"type": "TEXT", "text": "once-a slow300"},
+                             {"type": "TEXT", "text": "once-b"}]}
+
+        def one(i):
+            return self.post(self.urls[i % 3], body, key="order-4711")
+
+        with ThreadPoolExecutor(max_workers=50) as pool:
+            answers = list(pool.map(one, range(50)))
+        for a in answers:
+            self.assertEqual(a.status, 200, a)
+        self.assertEqual(len({a.raw for a in answers}), 1, "50 answers not identical")
+        self.assertEqual(sorted(self.texts("once-")), ["once-a slow300", "once-b"])
+        self.assertEqual(len(answers[0].json["sendResult"]["result"]), 2, answers[0])
+        # the first one's answer carries no replay mark; every waiter's does
+        self.assertEqual(sum(a.headers.get("Idempotent-Replayed") == "true" for a in answers),
+                         49)
+        later = self.post(self.urls[1], body, key="order-4711")
+        self.assertEqual((later.status, later.raw), (200, answers[0].raw))
+        self.assertEqual(later.headers.get("Idempotent-Replayed"), "true")
+        self.assertEqual(len(self.texts("once-")), 2, "the replay sent again")
+
+    def test_3_same_key_other_body_is_124_and_nothing_runs(self):
+        body = {"channelId": "fbi", "memberId": "mi", "response": [{"type": "TEXT", "text": "k3"}]}
+        self.assertEqual(self.post(self.urls[0], body, key="key-3").status, 200)
+        other = {"channelId": "fbi", "memberId": "mi",
+                 "response": [{"type": "TEXT", "text": "k3-other"}]}
+        a = self.post(self.urls[2], other, key="key-3")
+        self.assert_error(a, 124, mentions="Idempotency-Key")
+        self.assertEqual(self.texts("k3"), ["k3"])
+        # the same key on the other route is another scope
+        a = http("POST", self.urls[1] + "/redirectMemberToNode",
+                 {"channelId": "fbi", "memberId": "mi", "redirect": {"tree": "nope", "node": "x"}},
+                 {"Authorization": "Bearer " + self.tok, "Idempotency-Key": "key-3"})
+        self.assertNotEqual(a.json.get("err_code"), 124, a)
+
+    def test_4_another_app_key_is_independent(self):
+        body = {"channelId": "fbi", "memberId": "mi", "response": [{"type": "TEXT", "text": "k4"}]}
+        self.assertEqual(self.post(self.urls[0], body, key="shared-key").status, 200)
+        body2 = {"channelId": "fbo", "memberId": "mx", "response": [{"type": "TEXT", "text": "k4"}]}
+        a = self.post(self.urls[1], body2, key="shared-key", tok=self.tok_other)
+        self.assertEqual(a.status, 200, a)
+        self.assertNotIn("Idempotent-Replayed", a.headers)
+        self.assertEqual(self.texts("k4"), ["k4", "k4"])
+
+    def test_5_waiter_whose_deadline_passes_first_gets_123(self):
+        body = {"channelId": "fbi", "memberId": "mi",
+                "response": [{"type": "TEXT", "text": "k5 slow6000"}]}
+        first = {}
+        t = threading.Thread(target=lambda: first.update(
+            a=self.post(self.long_url, body, key="key-5")))
+        t.start()
+        time.sleep(0.5)
+        t0 = time.time()
+        a = self.post(self.urls[0], body, key="key-5")
+        took = time.time() - t0
+        self.assert_error(a, 123, mentions="still running")
+        self.assertLess(took, 4.0 + 1.0)
+        t.join()
+        self.assertEqual(first["a"].status, 200, first["a"])
+        self.assertEqual(self.texts("k5"), ["k5 slow6000"])
+        again = self.post(self.urls[2], body, key="key-5")
+        self.assertEqual(again.raw, first["a"].raw)
+
+    def test_6_one_member_in_ticket_order_across_instances(self):
+        """20 clients, each 10 numbered requests of 3 responses, all to one member, spread
+        over 3 instances: every message arrives, each request's three together, requests in
+        the order of their tickets, each client's in its own order."""
+        def client(c):
+            out = []
+            for n in range(10):
+                rid = "ord-c%02d-n%02d" % (c, n)
+                body = {"channelId": "fbi", "memberId": "mo",
+                        "response": [{"type": "TEXT", "text": "%s-r%d" % (rid, k)}
+                                     for k in range(3)]}
+                a = http("POST", self.urls[(c + n) % 3] + "/sendResponses", body,
+                         {"Authorization": "Bearer " + self.tok, "X-Request-Id": rid})
+                out.append(a)
+            return out
+
+        with ThreadPoolExecutor(max_workers=20) as pool:
+            answers = [a for out in pool.map(client, range(20)) for a in out]
+        for a in answers:
+            self.assertEqual(a.status, 200, a)
+        got = [r["body"]["message"]["text"] for r in self.s.sim_log()
+               if r["recipient"] == "psid-order"]
+        self.assertEqual(len(got), 600)
+        self.assertEqual(len(set(got)), 600)
+        requests = []
+        for i in range(0, 600, 3):
+            trio = got[i:i + 3]
+            rid = trio[0][:-3]
+            self.assertEqual(trio, ["%s-r%d" % (rid, k) for k in range(3)], "interleaved")
+            requests.append(rid)
+        tickets = {}
+        for m in re.finditer(r"request (ord-c\d\d-n\d\d): the member's turn, ticket (\d+)",
+                             self.s.all_output()):
+            tickets[m.group(1)] = int(m.group(2))
+        self.assertEqual(len(tickets), 200)
+        self.assertEqual(requests, sorted(requests, key=lambda r: tickets[r]),
+                         "not in ticket order")
+        for c in range(20):
+            mine = [r for r in requests if r.startswith("ord-c%02d-" % c)]
+            self.assertEqual(mine, ["ord-c%02d-n%02d" % (c, n) for n in range(10)])
+
+    def test_7_resume_after_kill_sends_only_the_rest(self):
+        """An instance killed while the simulator holds the third of five responses: the retry
+        with the key on another instance (once the lease ran out) reuses 1 and 2, reports 3 as
+        125, sends 4 and 5; the simulator saw each at most once."""
+        s = self.s
+        s.start_gateway(port=free_port(), name="botgate-victim")
+        victim = s.url
+        s.url = self.urls[0]
+        body = {"channelId": "fbi", "memberId": "mi",
+                "response": [{"type": "TEXT", "text": "res-%d%s" % (k, " slow4000" if k == 3 else "")}
+                             for k in range(1, 6)]}
+        t = threading.Thread(target=lambda: self.post(victim, body, key="key-7", timeout=10))
+        t.daemon = True
+        t.start()
+        wait_for(lambda: any(x.startswith("res-3") for x in self.texts("res-")), timeout=10,
+                 what="the third response at the simulator")
+        s.procs.pop("botgate-victim").kill()
+        # the retry before the lease ran out waits, and gets 123 at its deadline
+        a = self.post(self.urls[1], body, key="key-7")
+        self.assert_error(a, 123)
+        time.sleep(2.5)  # the victim's lease: its deadline (4 s) + 2 s from its begin
+        a = self.post(self.urls[2], body, key="key-7")
+        self.assertEqual(a.status, 200, a)
+        elements = a.json["sendResult"]["result"]
+        self.assertEqual(len(elements), 5, a)
+        self.assertEqual([e["messageEvent"]["data"]["text"] for e in elements],
+                         [b["text"] for b in body["response"]])
+        self.assertNotIn("error", elements[0])
+        self.assertNotIn("error", elements[1])
+        self.assertEqual(elements[2]["error"]["err_code"], 125, elements[2])
+        self.assertNotIn("error", elements[3])
+        self.assertNotIn("error", elements[4])
+        self.assertEqual(a.json["sendResult"]["ok"], 0)
+        sent = self.texts("res-")
+        self.assertEqual(sorted(sent), ["res-1", "res-2", "res-3 slow4000", "res-4", "res-5"])
+        again = self.post(self.urls[0], body, key="key-7")
+        self.assertEqual(again.raw, a.raw)
+        self.assertEqual(len(self.texts("res-")), 5)
+
+    def test_8_redirect_resumed_runs_nothing_again(self):
+        """A redirect killed mid-run: the retry with the key sends nothing again and does not
+        write the member back a second time; its answer says outcome unknown (125)."""
+        s = self.s
+        path = os.path.join(s.dir, "tree-idem.json")
+        with open(path, "w") as f:
+            json.dump({"_id": "TI", "app": APP, "name": "idem", "nodes": {"N": {
+                "response": [{"type": "TEXT", "text": "node-1 slow4000"},
+                             {"type": "TEXT", "text": "node-2"}],
+                "postAction": [{"type": "addTags", "tags": ["visited"]}]}}}, f)
+        s.ctl("tree", "import", path)
+        s.put("member", member("mr", "fbi", APP, "psid-redirect"))
+        s.start_gateway(port=free_port(), name="botgate-victim2")
+        victim = s.url
+        s.url = self.urls[0]
+        body = {"channelId": "fbi", "memberId": "mr",
+                "redirect": {"tree": "TI", "nodeCompositeId": "N"}}
+        hdrs = {"Authorization": "Bearer " + self.tok, "Idempotency-Key": "key-8"}
+        first = {}
+        t = threading.Thread(target=lambda: first.update(a=http(
+            "POST", victim + "/redirectMemberToNode", body, hdrs, timeout=10)))
+        t.daemon = True
+        t.start()
+        wait_for(lambda: self.texts("node-1") or "a" in first, timeout=10,
+                 what="the node's first response")
+        self.assertNotIn("a", first)
+        s.procs.pop("botgate-victim2").kill()
+        time.sleep(6.5)  # the victim's lease: its deadline (4 s) + 2 s
+        a = http("POST", self.urls[1] + "/redirectMemberToNode", body, hdrs)
+        self.assertEqual(a.status, 200, a)
+        self.assertEqual(a.json["sendResult"]["result"][0]["error"]["err_code"], 125, a)
+        self.assertEqual(self.texts("node-"), ["node-1 slow4000"])
+        rec = json.loads(s.redis("GET", "botgate:member:{fbi}:mr"))
+        self.assertEqual(rec["tags"], [])
+        again = http("POST", self.urls[2] + "/redirectMemberToNode", body, hdrs)
+        self.assertEqual(again.raw, a.raw)
+        self.assertEqual(again.headers.get("Idempotent-Replayed"), "true")
+
+
+if __name__ == "__main__":
+    unittest.main()
