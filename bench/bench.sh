@@ -21,6 +21,10 @@
 #   BENCH_STRACE_SCENARIOS="a a-tls"  scenarios whose system calls per request are counted
 #   BENCH_OUT=build-release/bench-latest.txt
 #   BOTGATE_WORKERS=1, BOTGATE_MAX_CONNECTIONS=20000, BOTGATE_REDIS_MAX_IN_FLIGHT=50000
+#   BOTGATE_MEMBER_ORDER=0   a, b, c and d send every request to ONE member: with per-member
+#                            order on (the product's default) they would run one at a time by
+#                            design. The cost of order and of Idempotency-Key per request is
+#                            measured by bench/instructions.py (configurations "order" and a-key).
 #   BENCH_PACE_MS=20         mean pause after each answer in the paced (added-latency) runs
 #   BENCH_HOLD=1             start and load everything, print the addresses, pids and wrk
 #                            commands, and wait for Ctrl-C instead of running (for strace/perf);
@@ -236,7 +240,8 @@ tls_nginx_proto=$(check_protocol)
 check "nginx, simulator" "$nginx_sim" "$fb_path" "$fb"
 
 # ---- botgate: one process per upstream (it has one Facebook URL) ----
-knobs="BOTGATE_WORKERS=$workers BOTGATE_MAX_CONNECTIONS=$max_conn BOTGATE_REDIS_MAX_IN_FLIGHT=$redis_inflight BOTGATE_LOG_LEVEL=warn"
+member_order=${BOTGATE_MEMBER_ORDER:-0}
+knobs="BOTGATE_WORKERS=$workers BOTGATE_MAX_CONNECTIONS=$max_conn BOTGATE_REDIS_MAX_IN_FLIGHT=$redis_inflight BOTGATE_LOG_LEVEL=warn BOTGATE_MEMBER_ORDER=$member_order"
 botgate="http://127.0.0.1:$botgate_port"
 start_botgate() { # facebook base URL [VAR=value...]
   local fb_url=$1
@@ -247,6 +252,7 @@ start_botgate() { # facebook base URL [VAR=value...]
     BOTGATE_MAX_CONNECTIONS="$max_conn" \
     BOTGATE_REDIS_MAX_IN_FLIGHT="$redis_inflight" \
     BOTGATE_LOG_LEVEL="${BOTGATE_LOG_LEVEL:-warn}" \
+    BOTGATE_MEMBER_ORDER="$member_order" \
     BOTGATE_FACEBOOK_API_URL="$fb_url" \
     BOTGATE_WHATSAPP_CLOUD_API_URL="$sim/graph/v19.0" \
     BOTGATE_SLACK_API_URL="$sim/slack/api" \

@@ -85,6 +85,10 @@ typedef struct op {
     char id[40];                  /* request id (X-Request-Id) */
     /* what resolve found of each record (store_status_t) */
     unsigned char token_st, channel_st, member_st;
+    /* One bit each, in the byte before started_us: every request in flight carries them. */
+    _Bool token_done : 1, channel_done : 1, member_done : 1;
+    _Bool send_ok : 1;            /* sendResponses: every response so far was delivered */
+    _Bool drain_cut : 1;          /* the drain time is over: nothing new starts (op_drain) */
     int64_t started_us;           /* monotonic */
     struct op *prev, *next;       /* env->ops */
 
@@ -103,11 +107,6 @@ typedef struct op {
     /* delivery: the adapter, the channel record, the member's address and the deadline
      * (monotonic ms) live in it */
     deliver_t dl;
-
-    /* One bit each: every request in flight carries them. */
-    unsigned token_done : 1, channel_done : 1, member_done : 1;
-    unsigned send_ok : 1;         /* sendResponses: every response so far was delivered */
-    unsigned drain_cut : 1;       /* the drain time is over: nothing new starts (op_drain) */
 
     /* what only one of the operations has, as kind->route says */
     union {
