@@ -71,9 +71,10 @@ static const char RATE_SCRIPT[] =
 
 /* Owned by the store's caller from creation until its callback has run or it is cancelled. */
 struct store_rate_call {
+    store_t *st;
     store_rate_cb *cb;
     void *arg;
-    redisc_cmd_t *cmd;
+    store_cmd_t *cmd;
     int pause; /* a store_rate_pause: the reply is one integer */
 };
 
@@ -116,6 +117,7 @@ static store_rate_call_t *rate_eval(store_t *st, int pause, const char *const *k
         *status = STORE_BUSY;
         return NULL;
     }
+    c->st = st;
     c->cb = cb;
     c->arg = arg;
     c->pause = pause;
@@ -134,7 +136,8 @@ static store_rate_call_t *rate_eval(store_t *st, int pause, const char *const *k
         argv[argc] = args[i];
         lens[argc] = strlen(args[i]);
     }
-    int rc = redisc_command(store_redis(st), rate_reply, c, argc, argv, lens, &c->cmd);
+    /* every key shares the channel's hash tag: one slot in a cluster */
+    int rc = store_command(st, keys[0], rate_reply, c, argc, argv, lens, &c->cmd);
     if (rc != REDISC_OK) {
         *status = rc == REDISC_BUSY ? STORE_BUSY : STORE_UNAVAILABLE;
         free(c);
@@ -193,6 +196,6 @@ void store_rate_cancel(store_rate_call_t *call)
 {
     if (call == NULL)
         return;
-    redisc_cancel(call->cmd);
+    store_command_cancel(call->st, call->cmd);
     free(call);
 }
