@@ -395,13 +395,17 @@ static void start_probe(cluster_t *cl)
 static void on_probe_timeout(evutil_socket_t fd, short what, void *arg)
 {
     cluster_t *cl = arg;
+    redisc_t *probe = cl->probe;
+    int was_refreshing = cl->refreshing;
 
     (void)fd;
     (void)what;
-    redisc_free(cl->probe); /* a CLUSTER SLOTS pending gets NULL: on_slots moves on */
+    /* A CLUSTER SLOTS pending gets NULL inside the free: on_slots then moves on to the next
+     * address itself (and may start a new probe: cl->probe is cleared first). */
     cl->probe = NULL;
-    if (cl->refreshing) {
-        cl->refreshing = 0;
+    cl->refreshing = 0;
+    redisc_free(probe);
+    if (was_refreshing && !cl->refreshing && !event_pending(cl->refresh_timer, EV_TIMEOUT, NULL)) {
         cl->next_addr++;
         refresh(cl);
     }

@@ -13,8 +13,8 @@ import unittest
 
 os.environ["BOTGATE_TEST_REDIS"] = "cluster"  # before harness reads it
 
-from harness import (Redis, StackTest, facebook_channel, http, keyslot,  # noqa: E402
-                     member, wait_for)
+from harness import (Redis, StackTest, facebook_channel, free_port, http,  # noqa: E402
+                     keyslot, member, wait_for)
 
 TENANTS = ["cl%d" % i for i in range(9)]
 
@@ -76,6 +76,21 @@ class Cluster(StackTest):
             return conn("KEYS", pattern)
         finally:
             conn.close()
+
+    def test_0_a_dead_first_seed_is_skipped(self):
+        s = self.s
+        saved = (s.port, s.url, s.log_path)
+        seeds = "127.0.0.1:%d,%s" % (free_port(), s.redis_env()["BOTGATE_REDIS_CLUSTER"])
+        try:
+            started = time.time()
+            s.start_gateway(port=free_port(), name="botgate-seeds",
+                            extra={"BOTGATE_REDIS_CLUSTER": seeds})
+            self.assertLess(time.time() - started, 10)
+            a = s.send(self.bodies[0], self.tok)
+            self.assertEqual(a.status, 200, a)
+            self.assertEqual(s.stop_gateway("botgate-seeds"), 0)
+        finally:
+            s.port, s.url, s.log_path = saved
 
     def test_1_records_spread_and_botgatectl_follows_the_slots(self):
         s = self.s
