@@ -7,14 +7,15 @@ import hashlib
 import json
 import os
 import signal
+import subprocess
 import threading
 import time
 import unittest
 
 os.environ["BOTGATE_TEST_REDIS"] = "cluster"  # before harness reads it
 
-from harness import (Redis, StackTest, facebook_channel, free_port, http,  # noqa: E402
-                     keyslot, member, wait_for)
+from harness import (BIN, Redis, StackTest, facebook_channel, free_port,  # noqa: E402
+                     http, keyslot, member, wait_for)
 
 TENANTS = ["cl%d" % i for i in range(9)]
 
@@ -76,6 +77,25 @@ class Cluster(StackTest):
             return conn("KEYS", pattern)
         finally:
             conn.close()
+
+    def test_0_bad_cluster_settings_stop_botgate_at_start(self):
+        seeds = self.s.redis_env()["BOTGATE_REDIS_CLUSTER"]
+        cases = [
+            ({"BOTGATE_REDIS_CLUSTER": "127.0.0.1"}, "expected host:port"),
+            ({"BOTGATE_REDIS_CLUSTER": "nohost.invalid:7000"}, "cannot resolve"),
+            ({"BOTGATE_REDIS_PREFIX": "bg{x}:"}, "must not contain { or }"),
+            ({"BOTGATE_REDIS_URL": "redis://127.0.0.1:6379/3"}, "database 0 only"),
+            ({"BOTGATE_REDIS_SENTINELS": "127.0.0.1:26379"}, "exclude each other"),
+        ]
+        for extra, message in cases:
+            with self.subTest(extra=extra):
+                env = self.s.gateway_env()
+                env.update({"BOTGATE_REDIS_CLUSTER": seeds, "BOTGATE_LISTEN": "127.0.0.1:0"})
+                env.update(extra)
+                r = subprocess.run([os.path.join(BIN, "botgate")], env=env, capture_output=True,
+                                   text=True, timeout=30)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn(message, r.stderr)
 
     def test_0_a_dead_first_seed_is_skipped(self):
         s = self.s
