@@ -6,6 +6,7 @@
 #include "../core/ratelimit.h"
 #include "../core/request.h"
 #include "../core/tree.h"
+#include "../store/cluster.h"
 #include "../store/keys.h"
 #include "../store/redisc.h"
 
@@ -22,8 +23,19 @@
 #include <sys/time.h>
 #include <time.h>
 
-static redisContext *redis;
+static redisContext *redis; /* one server; with a cluster, the seed that gave the slot map */
 static char prefix[STORE_PREFIX_MAX] = "botgate:";
+static redisc_config_t redis_cfg;
+
+/* Redis Cluster (BOTGATE_REDIS_CLUSTER): a connection per master met, made when first needed */
+#define CTL_NODES_MAX 64
+static struct {
+    char host[64];
+    int port;
+    redisContext *c;
+} nodes[CTL_NODES_MAX];
+static int n_nodes;
+static signed char slot_node[CLUSTER_SLOTS]; /* index in nodes; -1: unknown */
 
 static int die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int die(const char *fmt, ...)
@@ -38,51 +50,180 @@ static int die(const char *fmt, ...)
     return 1;
 }
 
+/* A connection to host:port (or the unix socket when host is NULL), authenticated and on the
+ * URL's database; NULL after printing why. */
+static redisContext *open_redis(const char *host, int port)
+{
+    struct timeval tv = {3, 0};
+    redisContext *c = host == NULL ? redisConnectUnixWithTimeout(redis_cfg.unix_path, tv)
+                                   : redisConnectWithTimeout(host, port, tv);
+    redisReply *r = NULL;
+
+    if (c == NULL || c->err) {
+        die("cannot connect to Redis: %s", c ? c->errstr : "out of memory");
+        goto fail;
+    }
+    redisSetTimeout(c, tv);
+    if (redis_cfg.password[0]) {
+        r = redisCommand(c, "AUTH %s", redis_cfg.password);
+        if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+            die("Redis refused AUTH");
+            goto fail;
+        }
+        freeReplyObject(r);
+    }
+    if (redis_cfg.db) {
+        r = redisCommand(c, "SELECT %d", redis_cfg.db);
+        if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+            die("Redis refused SELECT %d", redis_cfg.db);
+            goto fail;
+        }
+        freeReplyObject(r);
+    }
+    return c;
+fail:
+    if (r != NULL)
+        freeReplyObject(r);
+    if (c != NULL)
+        redisFree(c);
+    return NULL;
+}
+
+/* The index of the master at host:port in nodes (not connected yet), or -1. */
+static int node_index(const char *host, int port)
+{
+    for (int i = 0; i < n_nodes; i++)
+        if (nodes[i].port == port && strcmp(nodes[i].host, host) == 0)
+            return i;
+    if (n_nodes == CTL_NODES_MAX || strlen(host) >= sizeof(nodes[0].host))
+        return -1;
+    snprintf(nodes[n_nodes].host, sizeof(nodes[0].host), "%s", host);
+    nodes[n_nodes].port = port;
+    return n_nodes++;
+}
+
+/* Reads the slot map from the first seed that answers; redis is left connected to it. */
+static int connect_cluster(const char *seeds)
+{
+    sentinel_addr_t addr[CLUSTER_SEEDS_MAX];
+    char err[256];
+    int n = 0;
+
+    if (strpbrk(prefix, "{}") != NULL)
+        return die("BOTGATE_REDIS_PREFIX must not contain { or } with BOTGATE_REDIS_CLUSTER");
+    if (sentinel_parse_list(seeds, addr, CLUSTER_SEEDS_MAX, &n, err, sizeof(err)) < 0)
+        return die("BOTGATE_REDIS_CLUSTER: %s", err);
+    redis_cfg.db = 0;
+    memset(slot_node, -1, sizeof(slot_node));
+    for (int i = 0; i < n; i++) {
+        redisReply *map;
+        if ((redis = open_redis(addr[i].host, addr[i].port)) == NULL)
+            continue;
+        map = redisCommand(redis, "CLUSTER SLOTS");
+        if (map != NULL && map->type == REDIS_REPLY_ARRAY) {
+            for (size_t j = 0; j < map->elements; j++) {
+                redisReply *e = map->element[j];
+                int k;
+                if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+                    e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2)
+                    continue;
+                k = node_index(e->element[2]->element[0]->len ? e->element[2]->element[0]->str
+                                                              : addr[i].host,
+                               (int)e->element[2]->element[1]->integer);
+                for (long long s = e->element[0]->integer;
+                     k >= 0 && s <= e->element[1]->integer && s < CLUSTER_SLOTS; s++)
+                    slot_node[s] = (signed char)k;
+            }
+            freeReplyObject(map);
+            return 0;
+        }
+        if (map != NULL)
+            freeReplyObject(map);
+        redisFree(redis);
+        redis = NULL;
+    }
+    return die("no node of BOTGATE_REDIS_CLUSTER gave the slot map");
+}
+
 static int connect_redis(void)
 {
     const char *url = getenv("BOTGATE_REDIS_URL");
     const char *p = getenv("BOTGATE_REDIS_PREFIX");
-    redisc_config_t cfg;
-    struct timeval tv = {3, 0};
+    const char *cluster = getenv("BOTGATE_REDIS_CLUSTER");
     char err[256];
-    redisReply *r;
 
     if (p != NULL) {
         if (strlen(p) >= sizeof(prefix))
             return die("BOTGATE_REDIS_PREFIX is too long");
         snprintf(prefix, sizeof(prefix), "%s", p);
     }
-    if (redisc_parse_url(url ? url : "redis://127.0.0.1:6379/0", &cfg, err, sizeof(err)) < 0)
+    if (redisc_parse_url(url ? url : "redis://127.0.0.1:6379/0", &redis_cfg, err, sizeof(err)) < 0)
         return die("BOTGATE_REDIS_URL: %s", err);
-    redis = cfg.unix_path[0] ? redisConnectUnixWithTimeout(cfg.unix_path, tv)
-                             : redisConnectWithTimeout(cfg.host, cfg.port, tv);
-    if (redis == NULL || redis->err)
-        return die("cannot connect to Redis: %s", redis ? redis->errstr : "out of memory");
-    redisSetTimeout(redis, tv);
-    if (cfg.password[0]) {
-        r = redisCommand(redis, "AUTH %s", cfg.password);
-        if (r == NULL || r->type == REDIS_REPLY_ERROR)
-            return die("Redis refused AUTH");
+    if (cluster != NULL && cluster[0] != '\0')
+        return connect_cluster(cluster);
+    redis =
+        redis_cfg.unix_path[0] ? open_redis(NULL, 0) : open_redis(redis_cfg.host, redis_cfg.port);
+    return redis == NULL ? 1 : 0;
+}
+
+/* The connection to the master of the slot of key (argv[1] of every command botgatectl
+ * sends); the seed's when the slot is unknown. */
+static redisContext *node_for(int k)
+{
+    if (k < 0)
+        return redis;
+    if (nodes[k].c == NULL)
+        nodes[k].c = open_redis(nodes[k].host, nodes[k].port);
+    return nodes[k].c;
+}
+
+/* Runs argv on c, following MOVED and ASK (ASKING first) in a cluster. */
+static redisReply *run_argv(redisContext *c, int argc, const char **argv, const size_t *lens)
+{
+    redisReply *r = NULL;
+    int asking = 0;
+
+    for (int hop = 0; hop < 5 && c != NULL; hop++) {
+        char host[64];
+        int port, k;
+        unsigned slot;
+        if (asking) {
+            redisReply *a = redisCommand(c, "ASKING");
+            if (a != NULL)
+                freeReplyObject(a);
+        }
+        r = redisCommandArgv(c, argc, argv, lens);
+        if (r == NULL) {
+            die("Redis: %s", c->errstr);
+            return NULL;
+        }
+        if (r->type != REDIS_REPLY_ERROR ||
+            (sscanf(r->str, "MOVED %u %63[^:]:%d", &slot, host, &port) != 3 &&
+             sscanf(r->str, "ASK %u %63[^:]:%d", &slot, host, &port) != 3) ||
+            slot >= CLUSTER_SLOTS || (k = node_index(host, port)) < 0)
+            return r;
+        asking = r->str[0] == 'A';
+        if (!asking)
+            slot_node[slot] = (signed char)k;
         freeReplyObject(r);
+        r = NULL;
+        c = node_for(k);
     }
-    if (cfg.db) {
-        r = redisCommand(redis, "SELECT %d", cfg.db);
-        if (r == NULL || r->type == REDIS_REPLY_ERROR)
-            return die("Redis refused SELECT %d", cfg.db);
-        freeReplyObject(r);
-    }
-    return 0;
+    if (r == NULL)
+        die("Redis: too many redirections");
+    return r;
 }
 
 /* Runs a command given as argv; returns the reply or NULL after printing the error. */
 static redisReply *command(int argc, const char **argv, const size_t *lens)
 {
-    redisReply *r = redisCommandArgv(redis, argc, argv, lens);
+    redisContext *c = redis;
+    redisReply *r;
 
-    if (r == NULL) {
-        die("Redis: %s", redis->errstr);
+    if (n_nodes > 0 && argc > 1)
+        c = node_for(slot_node[cluster_keyslot(argv[1], lens ? lens[1] : strlen(argv[1]))]);
+    if ((r = run_argv(c, argc, argv, lens)) == NULL)
         return NULL;
-    }
     if (r->type == REDIS_REPLY_ERROR) {
         die("Redis: %s", r->str);
         freeReplyObject(r);
@@ -405,7 +546,7 @@ static int tree_import(const char *path)
 {
     json_t *tree = load_file(path), *nodes, *node, *meta;
     bg_error_t err;
-    char key[STORE_KEY_MAX], tmp[STORE_KEY_MAX + 32], suffix[24];
+    char key[STORE_KEY_MAX], tmp[STORE_KEY_MAX + 40], suffix[24];
     const char *id, *name;
     unsigned char rnd[8];
     size_t argc, i = 0, n;
@@ -435,7 +576,8 @@ static int tree_import(const char *path)
         goto out;
     snprintf(suffix, sizeof(suffix), "%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2],
              rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
-    snprintf(tmp, sizeof(tmp), "%s:import:%s", key, suffix);
+    /* braced: the tree's own key is its hash tag, so that both share a Redis Cluster slot */
+    snprintf(tmp, sizeof(tmp), "{%s}:import:%s", key, suffix);
     argv[0] = "HSET";
     argv[1] = tmp;
     meta = tree_meta_json(tree);

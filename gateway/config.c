@@ -36,6 +36,9 @@ static const option_def_t options[] = {
         "Redis Sentinel host:port,...: the master is found and followed through them"),
     STR(store.redis.master_name, "BOTGATE_REDIS_MASTER", "mymaster",
         "the master's name known to the sentinels"),
+    STR(redis_cluster, "BOTGATE_REDIS_CLUSTER", "",
+        "Redis Cluster seed nodes host:port,...: the slot map is read from them (the URL then "
+        "gives only the password)"),
     INT(workers, "BOTGATE_WORKERS", "0", 0, 256, "worker threads (0: number of CPUs)"),
     STR(facebook_url, "BOTGATE_FACEBOOK_API_URL", "https://graph.facebook.com/v19.0",
         "base of the Messenger Send API"),
@@ -132,6 +135,35 @@ static int set_option(config_t *cfg, const option_def_t *o, const char *value)
         return 0;
     }
     return -1;
+}
+
+/* Redis Cluster: seeds resolved here, at start-up; a key's hash tag is its first {...}, so a
+ * prefix with braces would put a channel's keys in different slots. */
+static int check_cluster(config_t *cfg)
+{
+    char err[256];
+
+    if (cfg->redis_sentinels[0] != '\0') {
+        fprintf(stderr, "botgate: BOTGATE_REDIS_CLUSTER and BOTGATE_REDIS_SENTINELS exclude "
+                        "each other\n");
+        return -1;
+    }
+    if (cfg->store.redis.db != 0 || cfg->store.redis.unix_path[0] != '\0') {
+        fprintf(stderr, "botgate: BOTGATE_REDIS_CLUSTER: a cluster has database 0 only, over "
+                        "TCP (BOTGATE_REDIS_URL gives its password)\n");
+        return -1;
+    }
+    if (strpbrk(cfg->store.prefix, "{}") != NULL) {
+        fprintf(stderr, "botgate: BOTGATE_REDIS_PREFIX must not contain { or } with "
+                        "BOTGATE_REDIS_CLUSTER\n");
+        return -1;
+    }
+    if (sentinel_parse_list(cfg->redis_cluster, cfg->store.cluster, CLUSTER_SEEDS_MAX,
+                            &cfg->store.n_cluster, err, sizeof(err)) < 0) {
+        fprintf(stderr, "botgate: BOTGATE_REDIS_CLUSTER: %s\n", err);
+        return -1;
+    }
+    return 0;
 }
 
 /* "--redis-url" and "--redis_url" both name BOTGATE_REDIS_URL. */
@@ -256,6 +288,8 @@ int config_load(config_t *cfg, int argc, char **argv)
         fprintf(stderr, "botgate: BOTGATE_REDIS_SENTINELS: %s\n", err);
         return -1;
     }
+    if (cfg->redis_cluster[0] != '\0' && check_cluster(cfg) < 0)
+        return -1;
     strip_slash(cfg->facebook_url);
     strip_slash(cfg->whatsapp_cloud_url);
     strip_slash(cfg->slack_url);

@@ -16,6 +16,7 @@ typedef struct config {
     int admin_port;
     char redis_url[CONFIG_URL_MAX];
     char redis_sentinels[CONFIG_URL_MAX]; /* host:port,... ; empty: no Sentinel */
+    char redis_cluster[CONFIG_URL_MAX];   /* seed host:port,... ; empty: no Redis Cluster */
     store_config_t store;   /* parsed Redis URL, timeouts, key prefix */
     int workers;
     char facebook_url[CONFIG_URL_MAX];

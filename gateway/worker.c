@@ -258,8 +258,8 @@ int worker_init(worker_t *w, int id, const config_t *cfg)
     w->env.deliver.store = store_new(w->base, &cfg->store);
     if (w->env.deliver.store == NULL)
         return -1;
-    redisc_set_state_cb(store_redis(w->env.deliver.store), on_redis_state, w);
-    redisc_set_observer(store_redis(w->env.deliver.store), on_redis_command, w);
+    store_set_state_cb(w->env.deliver.store, on_redis_state, w);
+    store_set_observer(w->env.deliver.store, on_redis_command, w);
     memset(&ucfg, 0, sizeof(ucfg));
     ucfg.ca_file = cfg->ca_file;
     /* platform answers are a few hundred bytes: curl's smallest receive buffer (1 KiB) keeps

@@ -107,14 +107,15 @@ struct store_idem_call {
     store_turn_cb *turn_cb;
     store_idem_progress_cb *progress_cb;
     void *arg;
-    redisc_cmd_t *cmd;
+    store_t *st;
+    store_cmd_t *cmd;
 };
 
 void store_idem_cancel(store_idem_call_t *call)
 {
     if (call == NULL)
         return;
-    redisc_cancel(call->cmd);
+    store_command_cancel(call->st, call->cmd);
     free(call);
 }
 
@@ -227,12 +228,15 @@ static store_idem_call_t *eval(store_t *st, const store_idem_call_t *with, int a
             *status = STORE_UNAVAILABLE;
         return NULL;
     }
+    /* EVAL script numkeys key...: every script's keys share one hash tag, so the first key
+     * names the slot in a cluster */
     if (c != NULL) {
         *c = *with;
-        rc = redisc_command(store_redis(st), on_reply, c, argc, argv, argvlen, &c->cmd);
+        c->st = st;
+        rc = store_command(st, argv[3], on_reply, c, argc, argv, argvlen, &c->cmd);
     } else {
-        redisc_cmd_t *ignored;
-        rc = redisc_command(store_redis(st), on_ignored, NULL, argc, argv, argvlen, &ignored);
+        store_cmd_t *ignored;
+        rc = store_command(st, argv[3], on_ignored, NULL, argc, argv, argvlen, &ignored);
     }
     if (rc != REDISC_OK) {
         free(c);

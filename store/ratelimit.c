@@ -74,10 +74,10 @@ static const char RATE_SCRIPT[] =
  * The command's words stay in args: a server that does not know the script yet (a restart, a
  * failover, SCRIPT FLUSH) answers EVALSHA with NOSCRIPT, and the call goes again as EVAL. */
 struct store_rate_call {
+    store_t *st;
     store_rate_cb *cb;
     void *arg;
-    redisc_cmd_t *cmd;
-    store_t *st;
+    store_cmd_t *cmd;
     int pause; /* a store_rate_pause: the reply is one integer */
     int argc;  /* words after the script: numkeys, keys, args */
     const char *argv[1 + 4 + 6];
@@ -141,7 +141,8 @@ static int rate_send(store_rate_call_t *c, int by_sha)
     lens[1] = by_sha ? 2 * SHA_DIGEST_LENGTH : sizeof(RATE_SCRIPT) - 1;
     memcpy(argv + 2, c->argv, sizeof(c->argv[0]) * (size_t)c->argc);
     memcpy(lens + 2, c->lens, sizeof(c->lens[0]) * (size_t)c->argc);
-    return redisc_command(store_redis(c->st), rate_reply, c, 2 + c->argc, argv, lens, &c->cmd);
+    /* every key shares the channel's hash tag: one slot in a cluster; argv[1] is the first */
+    return store_command(c->st, c->argv[1], rate_reply, c, 2 + c->argc, argv, lens, &c->cmd);
 }
 
 /* Sends the script with keys and args; NULL with *status when nothing was sent. */
@@ -161,24 +162,24 @@ static store_rate_call_t *rate_eval(store_t *st, int pause, const char *const *k
     for (int i = 0; i < nargs; i++)
         words[argc++] = args[i];
     for (int i = 0; i < argc; i++)
-        size += strlen(words[i]);
+        size += strlen(words[i]) + 1; /* each kept with its NUL: the key names the slot */
 
     store_rate_call_t *c = calloc(1, sizeof(*c) + size);
     if (c == NULL) {
         *status = STORE_BUSY;
         return NULL;
     }
+    c->st = st;
     c->cb = cb;
     c->arg = arg;
-    c->st = st;
     c->pause = pause;
     c->argc = argc;
     size = 0;
     for (int i = 0; i < argc; i++) {
         c->lens[i] = strlen(words[i]);
-        memcpy(c->args + size, words[i], c->lens[i]);
+        memcpy(c->args + size, words[i], c->lens[i] + 1);
         c->argv[i] = c->args + size;
-        size += c->lens[i];
+        size += c->lens[i] + 1;
     }
     int rc = rate_send(c, 1);
     if (rc != REDISC_OK) {
@@ -239,6 +240,6 @@ void store_rate_cancel(store_rate_call_t *call)
 {
     if (call == NULL)
         return;
-    redisc_cancel(call->cmd);
+    store_command_cancel(call->st, call->cmd);
     free(call);
 }

@@ -208,10 +208,13 @@ static void watch_head(redisc_t *r)
         arm_timer(r->timer, r->head->deadline_ms - clock_coarse_ms());
 }
 
+/* Sends argv, or when argc is -1 the command hiredis formatted already in argv[0] (its length
+ * in argvlen[0]). */
 static int send_cmd(redisc_t *r, redisc_cb *cb, void *arg, int argc, const char **argv,
                     const size_t *argvlen, redisc_cmd_t **out)
 {
     redisc_cmd_t *c = r->spare;
+    int rc;
 
     if (c != NULL)
         r->spare = c->next;
@@ -222,7 +225,11 @@ static int send_cmd(redisc_t *r, redisc_cb *cb, void *arg, int argc, const char 
     c->arg = arg;
     c->sent_us = r->observe != NULL ? clock_mono_us() : 0;
     c->deadline_ms = clock_coarse_ms() + r->cfg.command_timeout_ms;
-    if (redisAsyncCommandArgv(r->ac, cmd_on_reply, c, argc, argv, argvlen) != REDIS_OK) {
+    if (argc < 0)
+        rc = redisAsyncFormattedCommand(r->ac, cmd_on_reply, c, argv[0], argvlen[0]);
+    else
+        rc = redisAsyncCommandArgv(r->ac, cmd_on_reply, c, argc, argv, argvlen);
+    if (rc != REDIS_OK) {
         c->next = r->spare;
         r->spare = c;
         return REDISC_DOWN;
@@ -784,14 +791,30 @@ size_t redisc_in_flight(const redisc_t *r)
     return r->n;
 }
 
-int redisc_command(redisc_t *r, redisc_cb *cb, void *arg, int argc, const char **argv,
-                   const size_t *argvlen, redisc_cmd_t **out)
+/* Whether a caller's command may go now: REDISC_OK, or why not. */
+static int admit(const redisc_t *r)
 {
     if (r->state != RC_UP)
         return REDISC_DOWN;
     if (r->n >= (size_t)r->cfg.max_in_flight)
         return REDISC_BUSY;
-    return send_cmd(r, cb, arg, argc, argv, argvlen, out);
+    return REDISC_OK;
+}
+
+int redisc_command(redisc_t *r, redisc_cb *cb, void *arg, int argc, const char **argv,
+                   const size_t *argvlen, redisc_cmd_t **out)
+{
+    int rc = admit(r);
+
+    return rc != REDISC_OK ? rc : send_cmd(r, cb, arg, argc, argv, argvlen, out);
+}
+
+int redisc_command_formatted(redisc_t *r, redisc_cb *cb, void *arg, const char *cmd, size_t len,
+                             redisc_cmd_t **out)
+{
+    int rc = admit(r);
+
+    return rc != REDISC_OK ? rc : send_cmd(r, cb, arg, -1, &cmd, &len, out);
 }
 
 void redisc_cancel(redisc_cmd_t *cmd)

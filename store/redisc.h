@@ -58,6 +58,11 @@ size_t redisc_in_flight(const redisc_t *r);
 int redisc_command(redisc_t *r, redisc_cb *cb, void *arg, int argc, const char **argv,
                    const size_t *argvlen, redisc_cmd_t **out);
 
+/* The same, for a command already in Redis's wire format (redisFormatCommandArgv): a command
+ * that may be sent again elsewhere (Redis Cluster's redirections) is formatted once. */
+int redisc_command_formatted(redisc_t *r, redisc_cb *cb, void *arg, const char *cmd, size_t len,
+                             redisc_cmd_t **out);
+
 /* The callback of cmd will not be called; the reply is dropped when it arrives. */
 void redisc_cancel(redisc_cmd_t *cmd);
 

@@ -329,11 +329,11 @@ int sentinel_parse_list(const char *spec, sentinel_addr_t *out, int max, int *n,
         while (*item == ' ')
             item++;
         if (colon == NULL || (port = atoi(colon + 1)) <= 0 || port > 65535) {
-            snprintf(errbuf, errlen, "sentinel %s: expected host:port", item);
+            snprintf(errbuf, errlen, "%s: expected host:port", item);
             return -1;
         }
         if (*n == max) {
-            snprintf(errbuf, errlen, "at most %d sentinels", max);
+            snprintf(errbuf, errlen, "at most %d addresses", max);
             return -1;
         }
         *colon = '\0';
@@ -342,14 +342,14 @@ int sentinel_parse_list(const char *spec, sentinel_addr_t *out, int max, int *n,
             item++;
         }
         if (strlen(item) >= sizeof(out[*n].name)) {
-            snprintf(errbuf, errlen, "sentinel %.64s...: name too long", item);
+            snprintf(errbuf, errlen, "%.64s...: name too long", item);
             return -1;
         }
         memset(&hints, 0, sizeof(hints));
         hints.ai_socktype = SOCK_STREAM;
         /* blocking, but at start-up only: the loops do not run yet */
         if (getaddrinfo(item, NULL, &hints, &res) != 0 || res == NULL) {
-            snprintf(errbuf, errlen, "cannot resolve sentinel %s", item);
+            snprintf(errbuf, errlen, "cannot resolve %s", item);
             return -1;
         }
         first_address(res, out[*n].host, sizeof(out[*n].host));

@@ -29,7 +29,8 @@ static const char CAS_SCRIPT[] =
     "redis.call('SET', KEYS[1], ARGV[2]) return 1 end return 0";
 
 /* Get-or-create of a member by recipient id, atomic so that two first messages from the same
- * user create one member. KEYS[1]: recipient key; ARGV: member key base, new id, new record. */
+ * user create one member. KEYS[1]: recipient key; ARGV: member key base, new id, new record.
+ * The member keys it builds carry the channel's hash tag, as KEYS[1] does: one cluster slot. */
 static const char RESOLVE_SCRIPT[] =
     "local id = redis.call('GET', KEYS[1]) "
     "if id then local m = redis.call('GET', ARGV[1] .. id) if m then return m end end "
@@ -45,7 +46,8 @@ static const char UNLOCK_SCRIPT[] =
 #define CACHE_MAX 20000 /* entries per worker */
 
 struct store {
-    redisc_t *redis;
+    redisc_t *redis;          /* one server; NULL with a cluster */
+    cluster_t *cluster;       /* NULL: one server */
     redisc_t *sub;            /* subscriptions and, with the cache, its invalidations; else
                                * made at the first store_watch_credential */
     redisc_config_t redis_cfg;
@@ -77,7 +79,7 @@ struct store_call {
     call_kind_t kind;
     store_cb *cb;
     void *arg;
-    redisc_cmd_t *cmd;
+    store_cmd_t *cmd;
     /* compare-and-set loop */
     store_mutate_fn *mutate;
     json_t *change;
@@ -150,15 +152,21 @@ static void on_invalidate(void *arg, const char *key, size_t len)
 
 /* Redis tells the worker's subscriber of every write to a token or channel key (BCAST:
  * those keys change rarely, and Redis then keeps no table of who read which key); until it
- * has confirmed that, and whenever either connection is down, the cache is off. */
+ * has confirmed that, and whenever either connection is down, the cache is off. In a cluster,
+ * each master tells a subscriber of its own. */
 static int track(store_t *st)
 {
-    char token[STORE_KEY_MAX], channel[STORE_KEY_MAX];
+    char token[STORE_KEY_MAX], channel[STORE_KEY_MAX], anchor[STORE_KEY_MAX];
     const char *prefixes[] = {token, channel};
 
     if (key_prefix(token, sizeof(token), st->prefix, store_key_token) < 0 ||
-        key_prefix(channel, sizeof(channel), st->prefix, store_key_channel) < 0 ||
-        subscriber(st) == NULL)
+        key_prefix(channel, sizeof(channel), st->prefix, store_key_channel) < 0)
+        return -1;
+    if (st->cluster != NULL) {
+        snprintf(anchor, sizeof(anchor), "%ssubscriber", st->prefix);
+        return cluster_track(st->cluster, anchor, prefixes, 2, on_tracking, on_invalidate, st);
+    }
+    if (subscriber(st) == NULL)
         return -1;
     return redisc_track(st->redis, st->sub, prefixes, 2, on_tracking, on_invalidate, st);
 }
@@ -174,8 +182,17 @@ store_t *store_new(struct event_base *base, const store_config_t *cfg)
     st->cache = store_cache_new(CACHE_MAX, cfg->cache_ttl_ms);
     snprintf(st->prefix, sizeof(st->prefix), "%s", cfg->prefix);
     st->redis_cfg = cfg->redis;
-    st->redis = redisc_new(base, &cfg->redis);
-    if (st->redis == NULL || (st->cache != NULL && track(st) < 0)) {
+    if (cfg->n_cluster > 0) {
+        /* PUBLISH reaches every node of a cluster: the credential watches subscribe at the
+         * first seed */
+        snprintf(st->redis_cfg.host, sizeof(st->redis_cfg.host), "%s", cfg->cluster[0].host);
+        st->redis_cfg.port = cfg->cluster[0].port;
+        st->redis_cfg.db = 0;
+        st->cluster = cluster_new(base, &cfg->redis, cfg->cluster, cfg->n_cluster);
+    } else {
+        st->redis = redisc_new(base, &cfg->redis);
+    }
+    if ((st->redis == NULL && st->cluster == NULL) || (st->cache != NULL && track(st) < 0)) {
         store_free(st);
         return NULL;
     }
@@ -187,6 +204,7 @@ void store_free(store_t *st)
     if (st == NULL)
         return;
     redisc_free(st->redis);
+    cluster_free(st->cluster);
     redisc_free(st->sub);
     store_cache_free(st->cache);
     free(st);
@@ -194,7 +212,48 @@ void store_free(store_t *st)
 
 int store_ready(const store_t *st)
 {
-    return redisc_connected(st->redis);
+    return st->cluster != NULL ? cluster_ready(st->cluster) : redisc_connected(st->redis);
+}
+
+void store_set_state_cb(store_t *st, redisc_state_cb *cb, void *arg)
+{
+    if (st->cluster != NULL)
+        cluster_set_state_cb(st->cluster, cb, arg);
+    else
+        redisc_set_state_cb(st->redis, cb, arg);
+}
+
+void store_set_observer(store_t *st, redisc_observe_cb *cb, void *arg)
+{
+    if (st->cluster != NULL)
+        cluster_set_observer(st->cluster, cb, arg);
+    else
+        redisc_set_observer(st->redis, cb, arg);
+}
+
+int store_command(store_t *st, const char *key, redisc_cb *cb, void *arg, int argc,
+                  const char **argv, const size_t *argvlen, store_cmd_t **out)
+{
+    cluster_cmd_t *cc = NULL;
+    redisc_cmd_t *rc = NULL;
+    int ret;
+
+    if (st->cluster != NULL) {
+        ret = cluster_command(st->cluster, key, cb, arg, argc, argv, argvlen, &cc);
+        *out = (store_cmd_t *)cc;
+    } else {
+        ret = redisc_command(st->redis, cb, arg, argc, argv, argvlen, &rc);
+        *out = (store_cmd_t *)rc;
+    }
+    return ret;
+}
+
+void store_command_cancel(store_t *st, store_cmd_t *cmd)
+{
+    if (st->cluster != NULL)
+        cluster_cancel((cluster_cmd_t *)cmd);
+    else
+        redisc_cancel((redisc_cmd_t *)cmd);
 }
 
 redisc_t *store_redis(store_t *st)
@@ -300,7 +359,7 @@ void store_cancel(store_call_t *call)
     } else if (call->cas_state == CAS_HOLDING) {
         cas_release(call);
     }
-    redisc_cancel(call->cmd);
+    store_command_cancel(call->st, call->cmd);
     call_free(call);
 }
 
@@ -351,7 +410,7 @@ static void store_call_on_reply(redisReply *reply, void *arg);
 static store_status_t send_argv(store_call_t *c, int argc, const char **argv,
                                 const size_t *lens)
 {
-    int rc = redisc_command(c->st->redis, store_call_on_reply, c, argc, argv, lens, &c->cmd);
+    int rc = store_command(c->st, c->key, store_call_on_reply, c, argc, argv, lens, &c->cmd);
 
     if (rc == REDISC_OK)
         return STORE_OK;

@@ -4,6 +4,7 @@
 #ifndef BOTGATE_STORE_STORE_H
 #define BOTGATE_STORE_STORE_H
 
+#include "cluster.h"
 #include "keys.h"
 #include "redisc.h"
 
@@ -32,7 +33,9 @@ typedef void store_cb(void *arg, store_status_t st, json_t *value);
 typedef int store_mutate_fn(json_t *record, const json_t *change, int64_t now_ms);
 
 typedef struct store_config {
-    redisc_config_t redis;
+    redisc_config_t redis; /* with a cluster: the template of every node's connection */
+    sentinel_addr_t cluster[CLUSTER_SEEDS_MAX]; /* Redis Cluster's seed nodes */
+    int n_cluster;                              /* 0: one server (or Sentinel), no cluster */
     char prefix[STORE_PREFIX_MAX];
     int cache_ttl_ms; /* tokens and channels are kept this long in the worker; 0: never */
 } store_config_t;
@@ -40,8 +43,21 @@ typedef struct store_config {
 store_t *store_new(struct event_base *base, const store_config_t *cfg);
 void store_free(store_t *st);
 int store_ready(const store_t *st);
+/* The connection of a single server (or Sentinel's master); NULL with a cluster. */
 redisc_t *store_redis(store_t *st);
 const char *store_prefix(const store_t *st);
+/* Told when Redis (a single server, or every master of the cluster) comes up or goes down, and
+ * of every command that ends: see redisc_set_state_cb and redisc_set_observer. */
+void store_set_state_cb(store_t *st, redisc_state_cb *cb, void *arg);
+void store_set_observer(store_t *st, redisc_observe_cb *cb, void *arg);
+
+/* One command to the server that holds key (with a cluster, the master of its slot: every key
+ * a script or a transaction touches must share key's slot), as redisc_command. For the store's
+ * own modules (ratelimit.c): everybody else calls the functions below. */
+typedef struct store_cmd store_cmd_t; /* a redisc_cmd_t, or a cluster_cmd_t with a cluster */
+int store_command(store_t *st, const char *key, redisc_cb *cb, void *arg, int argc,
+                  const char **argv, const size_t *argvlen, store_cmd_t **out);
+void store_command_cancel(store_t *st, store_cmd_t *cmd); /* its callback will not run */
 
 /* The callback will not run. */
 void store_cancel(store_call_t *call);

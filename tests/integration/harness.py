@@ -6,6 +6,7 @@ means no leak was found.
 """
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -18,12 +19,30 @@ import urllib.request
 
 BIN = os.environ.get("BOTGATE_BIN_DIR", os.path.join(os.path.dirname(__file__), "../../build/bin"))
 REDIS_SERVER = os.environ.get("REDIS_SERVER", "redis-server")
+REDIS_CLI = os.path.join(os.path.dirname(REDIS_SERVER), "redis-cli") if os.sep in REDIS_SERVER \
+    else "redis-cli"
+# "cluster": every Stack runs a Redis Cluster of 3 masters and 3 replicas instead of one server
+CLUSTER = os.environ.get("BOTGATE_TEST_REDIS", "") == "cluster"
 
 
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_cluster_port():
+    """A free port p with p + 10000 free too (a cluster node's bus), at most 55535."""
+    rnd = random.Random()
+    while True:
+        port = rnd.randrange(20000, 55536)
+        try:
+            for p in (port, port + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+            return port
+        except OSError:
+            continue
 
 
 def wait_for(pred, timeout=15.0, what="condition"):
@@ -108,6 +127,100 @@ class Redis:
             self.sock = None
 
 
+def crc16(data):
+    crc = 0
+    for b in data:
+        crc ^= b << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+            crc &= 0xFFFF
+    return crc
+
+
+def keyslot(key):
+    """The Redis Cluster slot of key (its hash tag's, when it has one)."""
+    key = key if isinstance(key, bytes) else str(key).encode()
+    start = key.find(b"{")
+    if start >= 0:
+        end = key.find(b"}", start + 1)
+        if end > start + 1:
+            key = key[start + 1:end]
+    return crc16(key) % 16384
+
+
+class ClusterRedis:
+    """Redis's client for a cluster: each command to its key's master, MOVED and ASK followed;
+    KEYS asks every master, FLUSHALL and SCRIPT go to every master."""
+
+    EVERYWHERE = {"FLUSHALL", "FLUSHDB", "SCRIPT", "CONFIG"}
+
+    def __init__(self, ports):
+        self.ports = list(ports)
+        self.conns = {}
+        self.slots = [None] * 16384
+        self.refresh()
+
+    def node(self, port):
+        if port not in self.conns:
+            self.conns[port] = Redis(port)
+        return self.conns[port]
+
+    def refresh(self):
+        for port in self.ports:
+            try:
+                ranges = self.node(port)("CLUSTER", "SLOTS")
+            except (OSError, RuntimeError):
+                continue
+            for r in ranges:
+                for s in range(r[0], r[1] + 1):
+                    self.slots[s] = r[2][1]
+            return
+        raise OSError("no cluster node answers")
+
+    def masters(self):
+        return sorted(set(p for p in self.slots if p is not None))
+
+    def port_of(self, key):
+        return self.slots[keyslot(key)]
+
+    def __call__(self, *args, retry=True):
+        cmd = str(args[0]).upper()
+        if cmd == "KEYS":
+            return [k for p in self.masters() for k in self.node(p)(*args)]
+        if cmd in self.EVERYWHERE:
+            return [self.node(p)(*args) for p in self.masters()][0]
+        if cmd in ("EVAL", "EVALSHA"):
+            key = args[3] if int(args[2]) > 0 else None
+        else:
+            key = args[1] if len(args) > 1 else None
+        port = self.port_of(key) if key is not None else self.masters()[0]
+        asking = False
+        for _ in range(6):
+            conn = self.node(port)
+            try:
+                if asking:
+                    conn("ASKING")
+                return conn(*args)
+            except RuntimeError as e:
+                words = str(e).split()
+                if words[0] not in ("MOVED", "ASK"):
+                    raise
+                port = int(words[2].rsplit(":", 1)[1])
+                asking = words[0] == "ASK"
+                if not asking:
+                    self.refresh()
+            except OSError:
+                if not retry:
+                    raise
+                self.refresh()
+                port = self.port_of(key) if key is not None else self.masters()[0]
+        raise RuntimeError("too many redirections for %r" % (args,))
+
+    def close(self):
+        for c in self.conns.values():
+            c.close()
+
+
 class Answer:
     def __init__(self, status, body, headers, header_items=None):
         self.status = status
@@ -159,6 +272,8 @@ class Stack:
 
     # -- processes --
     def start_redis(self, port=None):
+        if CLUSTER:
+            return self.start_cluster()
         self.redis_port = port or getattr(self, "redis_port", None) or free_port()
         with open(os.path.join(self.dir, "redis.log"), "ab") as log:
             self.procs["redis"] = subprocess.Popen(
@@ -168,6 +283,100 @@ class Stack:
                 stdout=log, stderr=log)
         self.redis = Redis(self.redis_port)
         wait_for(lambda: self.redis("PING") == "PONG", what="redis-server")
+
+    def start_cluster_node(self, port):
+        with open(os.path.join(self.dir, "redis-%d.log" % port), "ab") as log:
+            self.procs["redis-%d" % port] = subprocess.Popen(
+                [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                 "--appendonly", "no", "--dir", self.dir, "--daemonize", "no",
+                 "--cluster-enabled", "yes", "--cluster-config-file", "nodes-%d.conf" % port,
+                 "--cluster-node-timeout", "1000", "--enable-debug-command", "local",
+                 # replicas in sync at once (not after the default 5 s), and always promotable
+                 "--repl-diskless-sync-delay", "0", "--cluster-replica-validity-factor", "0",
+                 # the other masters serve their slots while one is down (operations.md)
+                 "--cluster-require-full-coverage", "no"],
+                stdout=log, stderr=log)
+
+    def start_cluster(self):
+        """3 masters + 3 replicas on loopback; self.redis follows the slots."""
+        self.cluster_ports = []
+        while len(self.cluster_ports) < 6:
+            port = free_cluster_port()
+            if port not in self.cluster_ports:
+                self.cluster_ports.append(port)
+        for port in self.cluster_ports:
+            self.start_cluster_node(port)
+        for port in self.cluster_ports:
+            wait_for(lambda: self.cluster_info(port) is not None, what="cluster node %d" % port)
+        subprocess.run([REDIS_CLI, "--cluster", "create"] +
+                       ["127.0.0.1:%d" % p for p in self.cluster_ports] +
+                       ["--cluster-replicas", "1", "--cluster-yes"],
+                       check=True, capture_output=True, timeout=60)
+        self.wait_cluster_ok()
+        wait_for(self.replicas_in_sync, what="replicas in sync")
+        self.redis = ClusterRedis(self.cluster_ports)
+        self.redis_port = self.redis.masters()[0]
+
+    def cluster_info(self, port):
+        conn = Redis(port)
+        try:
+            info = conn("CLUSTER", "INFO")
+        finally:
+            conn.close()
+        return dict(line.split(":", 1) for line in info.split("\r\n") if ":" in line)
+
+    def wait_cluster_ok(self, timeout=30):
+        """Every live node says cluster_state:ok and knows every slot."""
+        def ok():
+            for port in self.cluster_ports:
+                if "redis-%d" % port not in self.procs:
+                    continue
+                info = self.cluster_info(port)
+                if info.get("cluster_state") != "ok" or info.get("cluster_slots_ok") != "16384":
+                    return False
+            return True
+        wait_for(ok, timeout=timeout, what="cluster_state:ok")
+
+    def replicas_in_sync(self):
+        synced = 0
+        for port in self.cluster_ports:
+            conn = Redis(port)
+            try:
+                info = conn("INFO", "replication")
+            finally:
+                conn.close()
+            synced += "master_link_status:up" in info
+        return synced == len(self.cluster_ports) // 2
+
+    def wait_failover(self, dead, timeout=30):
+        """Until the live nodes give the slots of the dead master to one of its replicas."""
+        def promoted():
+            for port in self.cluster_ports:
+                if port == dead or "redis-%d" % port not in self.procs:
+                    continue
+                conn = Redis(port)
+                try:
+                    masters = [r[2][1] for r in conn("CLUSTER", "SLOTS")]
+                finally:
+                    conn.close()
+                if dead in masters:
+                    return False
+            return True
+        wait_for(promoted, timeout=timeout, what="a replica promoted in place of %d" % dead)
+        self.wait_cluster_ok(timeout)
+        self.redis.refresh()
+
+    def redis_port_of(self, key):
+        """The port of the server that holds key (its master in a cluster)."""
+        return self.redis.port_of(key) if CLUSTER else self.redis_port
+
+    def redis_env(self):
+        """The environment that points botgate and botgatectl at this Stack's Redis."""
+        if CLUSTER:
+            return {"BOTGATE_REDIS_URL": "redis://127.0.0.1:%d/0" % self.redis_port,
+                    "BOTGATE_REDIS_CLUSTER": ",".join("127.0.0.1:%d" % p
+                                                      for p in self.cluster_ports)}
+        return {"BOTGATE_REDIS_URL": "redis://127.0.0.1:%d/0" % self.redis_port}
 
     def stop_redis(self):
         p = self.procs.pop("redis", None)
@@ -191,7 +400,6 @@ class Stack:
         env = dict(os.environ)
         env.update({
             "BOTGATE_LISTEN": "127.0.0.1:%d" % self.port,
-            "BOTGATE_REDIS_URL": "redis://127.0.0.1:%d/0" % self.redis_port,
             "BOTGATE_WORKERS": str(self.workers),
             "BOTGATE_FACEBOOK_API_URL": self.sim_url + "/graph/v19.0",
             "BOTGATE_WHATSAPP_CLOUD_API_URL": self.sim_url + "/graph/v19.0",
@@ -208,6 +416,7 @@ class Stack:
             # (a value None removes a setting).
             "BOTGATE_MEMBER_ORDER": "0",
         })
+        env.update(self.redis_env())
         env.update(self.extra_env)
         return {k: v for k, v in env.items() if v is not None}
 
@@ -269,7 +478,7 @@ class Stack:
     # -- botgatectl --
     def ctl(self, *args, input=None, check=True):
         env = dict(os.environ)
-        env["BOTGATE_REDIS_URL"] = "redis://127.0.0.1:%d/0" % self.redis_port
+        env.update(self.redis_env())
         r = subprocess.run([os.path.join(BIN, "botgatectl")] + list(args), env=env, input=input,
                            capture_output=True, text=True, timeout=30)
         if check and r.returncode != 0:

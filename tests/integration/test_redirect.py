@@ -704,7 +704,7 @@ class RedirectApi(RedirectBase):
         """The Redis commands naming member mid's key while action runs, as MONITOR shows
         them: (source, command) pairs, source "lua" for those of a script."""
         key = "botgate:member:{fb1}:%s" % mid
-        sock = socket.create_connection(("127.0.0.1", self.s.redis_port), timeout=5)
+        sock = socket.create_connection(("127.0.0.1", self.s.redis_port_of(key)), timeout=5)
         try:
             sock.sendall(b"MONITOR\r\n")
             buf = b""

@@ -1,0 +1,226 @@
+"""Redis Cluster: botgatectl and botgate on 3 masters + 3 replicas; a slot migrated under load
+(ASK redirections, no error answer) and a master killed under load (200 or a clean 119 until
+its replica is promoted, then 200 only, botgate never restarted).
+
+One cluster for the file: the tests run in the order of their names, the failover last."""
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+import unittest
+
+os.environ["BOTGATE_TEST_REDIS"] = "cluster"  # before harness reads it
+
+from harness import (BIN, Redis, StackTest, facebook_channel, free_port,  # noqa: E402
+                     http, keyslot, member, wait_for)
+
+TENANTS = ["cl%d" % i for i in range(9)]
+
+
+class Load:
+    """Threads sending to every tenant in turn until stopped; each answer kept with its time."""
+
+    def __init__(self, s, bodies, tok, threads=4):
+        self.s, self.bodies, self.tok = s, bodies, tok
+        self.answers = []  # (time, channel, status, err_code)
+        self.stopping = threading.Event()
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self.run, args=(i,)) for i in range(threads)]
+        for t in self.threads:
+            t.start()
+
+    def run(self, i):
+        n = i
+        while not self.stopping.is_set():
+            body = self.bodies[n % len(self.bodies)]
+            n += 1
+            try:
+                a = self.s.send(body, self.tok, timeout=10)
+                answer = (a.status, (a.json or {}).get("err_code"))
+            except OSError as e:  # counted: botgate must answer every request
+                answer = (0, repr(e))
+            with self.lock:
+                self.answers.append((time.time(), body["channelId"]) + answer)
+
+    def stop(self):
+        self.stopping.set()
+        for t in self.threads:
+            t.join()
+        return self.answers
+
+
+class Cluster(StackTest):
+    stack_args = {"workers": 2}
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        s = cls.s
+        cls.bodies = []
+        for i, cid in enumerate(TENANTS):
+            s.put("channel", facebook_channel(cid, "A"))
+            s.put("member", member("m%d" % i, cid, "A", "psid-cl-%d" % i))
+            cls.bodies.append({"channelId": cid, "memberId": "m%d" % i,
+                               "response": [{"type": "TEXT", "text": "hi"}]})
+        cls.tok = s.token("A", "bot:sendResponses")
+        cls.pid = s.procs["botgate"].pid
+
+    def master_of(self, cid):
+        return self.s.redis.port_of("botgate:channel:{%s}" % cid)
+
+    def node_keys(self, port, pattern):
+        conn = Redis(port)
+        try:
+            return conn("KEYS", pattern)
+        finally:
+            conn.close()
+
+    def test_0_bad_cluster_settings_stop_botgate_at_start(self):
+        seeds = self.s.redis_env()["BOTGATE_REDIS_CLUSTER"]
+        cases = [
+            ({"BOTGATE_REDIS_CLUSTER": "127.0.0.1"}, "expected host:port"),
+            ({"BOTGATE_REDIS_CLUSTER": "nohost.invalid:7000"}, "cannot resolve"),
+            ({"BOTGATE_REDIS_PREFIX": "bg{x}:"}, "must not contain { or }"),
+            ({"BOTGATE_REDIS_URL": "redis://127.0.0.1:6379/3"}, "database 0 only"),
+            ({"BOTGATE_REDIS_SENTINELS": "127.0.0.1:26379"}, "exclude each other"),
+        ]
+        for extra, message in cases:
+            with self.subTest(extra=extra):
+                env = self.s.gateway_env()
+                env.update({"BOTGATE_REDIS_CLUSTER": seeds, "BOTGATE_LISTEN": "127.0.0.1:0"})
+                env.update(extra)
+                r = subprocess.run([os.path.join(BIN, "botgate")], env=env, capture_output=True,
+                                   text=True, timeout=30)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn(message, r.stderr)
+
+    def test_0_a_dead_first_seed_is_skipped(self):
+        s = self.s
+        saved = (s.port, s.url, s.log_path)
+        seeds = "127.0.0.1:%d,%s" % (free_port(), s.redis_env()["BOTGATE_REDIS_CLUSTER"])
+        try:
+            started = time.time()
+            s.start_gateway(port=free_port(), name="botgate-seeds",
+                            extra={"BOTGATE_REDIS_CLUSTER": seeds})
+            self.assertLess(time.time() - started, 10)
+            a = s.send(self.bodies[0], self.tok)
+            self.assertEqual(a.status, 200, a)
+            self.assertEqual(s.stop_gateway("botgate-seeds"), 0)
+        finally:
+            s.port, s.url, s.log_path = saved
+
+    def test_1_records_spread_and_botgatectl_follows_the_slots(self):
+        s = self.s
+        masters = {self.master_of(cid) for cid in TENANTS}
+        self.assertEqual(len(masters), 3, "9 channels should land on all 3 masters")
+        for cid in TENANTS:
+            port = self.master_of(cid)
+            # every key of the channel is on its master (one hash tag, one slot) ...
+            keys = self.node_keys(port, "botgate:*{%s}*" % cid)
+            self.assertIn("botgate:channel:{%s}" % cid, keys)
+            self.assertEqual(len(keys), 3, keys)  # channel, member, recipient
+            # ... and botgatectl reads it back through whichever seed it asked first
+            self.assertIn('"_id": "%s"' % cid, s.ctl("get", "channel", cid).stdout)
+        for body in self.bodies:
+            a = s.send(body, self.tok)
+            self.assertEqual(a.status, 200, a)
+        # a tree imported through its temporary key, renamed in the same slot
+        tree = {"_id": "TCL", "app": "A", "name": "t",
+                "nodes": {"N1": {"name": "n", "response": [{"type": "TEXT", "text": "x"}]}}}
+        path = os.path.join(s.dir, "tree.json")
+        with open(path, "w") as f:
+            json.dump(tree, f)
+        s.ctl("tree", "import", path)
+        self.assertIn('"N1"', s.ctl("get", "tree", "TCL").stdout)
+        self.assertEqual(s.redis("KEYS", "*import*"), [])
+        # a token revoked with botgatectl is refused at once
+        tok = s.token("A", "bot:sendResponses")
+        self.assertEqual(s.send(self.bodies[0], tok).status, 200)
+        s.ctl("token", "revoke", tok)
+        self.assert_unauthorized(s.send(self.bodies[0], tok))
+
+    def test_2_slot_migrated_under_load(self):
+        s = self.s
+        cid = TENANTS[0]
+        slot = keyslot(cid)
+        src = self.master_of(cid)
+        dst = next(p for p in s.redis.masters() if p != src)
+        src_c, dst_c = Redis(src), Redis(dst)
+        try:
+            src_id, dst_id = src_c("CLUSTER", "MYID"), dst_c("CLUSTER", "MYID")
+            asking_before = self.asking_calls(dst_c)
+            load = Load(s, [b for b in self.bodies if b["channelId"] == cid], self.tok)
+            time.sleep(0.5)
+            dst_c("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+            src_c("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+            keys = src_c("CLUSTER", "GETKEYSINSLOT", slot, 100)
+            self.assertEqual(len(keys), 3, keys)
+            for key in keys:  # one by one, requests meanwhile find some moved, some not
+                src_c("MIGRATE", "127.0.0.1", dst, "", 0, 5000, "KEYS", key)
+                time.sleep(0.4)
+            # the end told to the target first, then the source, as redis-cli does
+            for port in [dst, src] + [p for p in s.redis.masters() if p not in (src, dst)]:
+                conn = Redis(port)
+                conn("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+                conn.close()
+            time.sleep(1.0)  # MOVED from now on: botgate reads the map again
+            answers = load.stop()
+            asking_after = self.asking_calls(dst_c)
+        finally:
+            src_c.close()
+            dst_c.close()
+        s.redis.refresh()
+        self.assertEqual(s.redis.port_of("botgate:channel:{%s}" % cid), dst)
+        bad = [a for a in answers if a[2] != 200]
+        self.assertGreater(len(answers), 50)
+        self.assertEqual(bad, [], "error answers while the slot moved")
+        self.assertGreater(asking_after, asking_before, "no ASK redirection was followed")
+        a = s.send(self.bodies[0], self.tok)
+        self.assertEqual(a.status, 200, a)
+
+    @staticmethod
+    def asking_calls(conn):
+        for line in conn("INFO", "commandstats").split("\r\n"):
+            if line.startswith("cmdstat_asking:"):
+                return int(line.split("calls=")[1].split(",")[0])
+        return 0
+
+    def test_3_master_killed_under_load(self):
+        s = self.s
+        # a master that does not hold the token: the other channels' sends must go on
+        token_key = "botgate:token:" + hashlib.sha256(self.tok.encode()).hexdigest()
+        self.assertIsNotNone(s.redis("GET", token_key))
+        cid = next(c for c in TENANTS if self.master_of(c) != s.redis.port_of(token_key))
+        victim = self.master_of(cid)
+        victims = {c for c in TENANTS if self.master_of(c) == victim}
+        load = Load(s, self.bodies, self.tok)
+        time.sleep(0.5)
+        s.procs.pop("redis-%d" % victim).send_signal(signal.SIGKILL)
+        killed = time.time()
+        s.wait_failover(victim)  # a replica took the slots over
+        promoted = time.time()
+        body = next(b for b in self.bodies if b["channelId"] == cid)
+        wait_for(lambda: s.send(body, self.tok).status == 200, timeout=10,
+                 what="sends to the promoted master")
+        time.sleep(2.0)
+        answers = load.stop()
+        self.assertEqual(s.procs["botgate"].pid, self.pid)
+        self.assertIsNone(s.procs["botgate"].poll(), "botgate died")
+        self.assertEqual(http("GET", s.url + "/readyz").status, 200)
+        kinds = {(a[2], a[3]) for a in answers}
+        self.assertTrue(kinds <= {(200, None), (500, 119)}, kinds)
+        # the others' masters were never down: only the victim's channels may have failed
+        failed = {a[1] for a in answers if a[2] != 200}
+        self.assertTrue(failed <= victims, (failed, victims))
+        # once the replica is promoted and botgate saw it (a map read each 500 ms), 200 only
+        late = [a for a in answers if a[0] > promoted + 1.5 and a[2] != 200]
+        self.assertEqual(late, [], "errors after the failover (killed %.2f s before promotion)"
+                         % (promoted - killed))
+        self.assertGreater(len([a for a in answers if a[0] > promoted + 1.5]), 20)
+
+
+if __name__ == "__main__":
+    unittest.main()
