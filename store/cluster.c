@@ -69,6 +69,8 @@ struct cluster {
     size_t in_flight;     /* commands accepted and not answered: at most max_in_flight */
     int mapped;           /* a map has been read */
     int up;               /* as last told to state_cb */
+    int been_up;          /* up at least once since cluster_new */
+    unsigned next_sub;    /* where the next subscriber that moves starts looking */
     int closing;
     redisc_state_cb *state_cb;
     void *state_arg;
@@ -153,6 +155,7 @@ static void recompute(cluster_t *cl, const char *why)
             trk = trk && cl->nodes[i]->tracking;
         }
     trk = trk && up;
+    cl->been_up = cl->been_up || up;
     if (up != cl->up) {
         cl->up = up;
         if (cl->state_cb != NULL)
@@ -713,7 +716,47 @@ void cluster_set_observer(cluster_t *cl, redisc_observe_cb *cb, void *arg)
 
 int cluster_ready(const cluster_t *cl)
 {
-    return cl->up;
+    if (!cl->been_up)
+        return 0; /* starting: not before every master is connected */
+    for (int i = 0; i < cl->n_nodes; i++)
+        if (cl->nodes[i]->slots > 0 && cl->nodes[i]->up)
+            return 1;
+    return 0;
+}
+
+/* The subscriber lost its node, or was refused, at host:port: a master that is up (a node
+ * that answers right now) other than that one, in turn; else the next address known. */
+static void sub_next(void *arg, char *host, size_t size, int *port)
+{
+    cluster_t *cl = arg;
+    int lost = -1;
+
+    for (int i = 0; i < cl->n_nodes; i++) {
+        const cluster_node_t *n = cl->nodes[(cl->next_sub + (unsigned)i) % (unsigned)cl->n_nodes];
+        if (n->slots > 0 && n->up && (n->port != *port || strcmp(n->host, host) != 0)) {
+            cl->next_sub += (unsigned)i + 1;
+            snprintf(host, size, "%s", n->host);
+            *port = n->port;
+            return;
+        }
+    }
+    for (int i = 0; i < cl->n_addrs && lost < 0; i++)
+        if (cl->addrs[i].port == *port && strcmp(cl->addrs[i].host, host) == 0)
+            lost = i;
+    snprintf(host, size, "%s", cl->addrs[(lost + 1) % cl->n_addrs].host);
+    *port = cl->addrs[(lost + 1) % cl->n_addrs].port;
+}
+
+redisc_t *cluster_new_subscriber(cluster_t *cl, const char *anchor)
+{
+    redisc_config_t cfg = cl->node_cfg;
+    redisc_t *sub;
+
+    snprintf(cfg.host, sizeof(cfg.host), "%s", cl->addrs[0].host);
+    cfg.port = cl->addrs[0].port;
+    if ((sub = redisc_new_subscriber(cl->base, &cfg, anchor)) != NULL)
+        redisc_set_next(sub, sub_next, cl);
+    return sub;
 }
 
 int cluster_track(cluster_t *cl, const char *anchor, const char *const *prefixes, int n_prefixes,

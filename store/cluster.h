@@ -31,6 +31,10 @@ void cluster_free(cluster_t *cl); /* pending callbacks are called with NULL */
 void cluster_set_state_cb(cluster_t *cl, redisc_state_cb *cb, void *arg);
 /* Told of every command that ends on a node (a redirection counts as one that failed). */
 void cluster_set_observer(cluster_t *cl, redisc_observe_cb *cb, void *arg);
+/* Whether commands can be served: 1 once the cluster has been up (every slot's master
+ * connected) since cluster_new, and then as long as one master of the map is connected.
+ * A failover (a slot without a master for a few seconds) leaves every client of the
+ * cluster the same: its slots answer REDISC_DOWN at once, and the others go on. */
 int cluster_ready(const cluster_t *cl);
 
 /* Sends one command to the master of key's slot, as redisc_command does (same returns, same
@@ -40,6 +44,13 @@ int cluster_ready(const cluster_t *cl);
 int cluster_command(cluster_t *cl, const char *key, redisc_cb *cb, void *arg, int argc,
                     const char **argv, const size_t *argvlen, cluster_cmd_t **out);
 void cluster_cancel(cluster_cmd_t *cmd);
+
+/* A subscriber (redisc_new_subscriber) for the cluster's pub/sub: a PUBLISH on any node
+ * reaches every node, so it connects to any, the first seed first. When its node goes (or
+ * refuses it), it moves at once to a master that is up, else to the next node known (seeds,
+ * then every node of the maps read), and subscribes again there. Owned by the caller, and
+ * freed (redisc_free) before the cluster. */
+redisc_t *cluster_new_subscriber(cluster_t *cl, const char *anchor);
 
 /* Client-side caching on every master (redisc_track per node: each master's connection
  * paired with a subscriber on the same node). tracking is told 1 once every master's pair

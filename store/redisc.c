@@ -75,6 +75,8 @@ struct redisc {
     char master_host[64];     /* the master currently used */
     int master_port;
     char why[160];            /* the last failure reported, so that a loop reports it once */
+    redisc_next_cb *next_cb;  /* where to reconnect; NULL: cfg's host and port again */
+    void *next_arg;
     /* a subscriber (redisc_new_subscriber) only */
     char *anchor;             /* NULL: not a subscriber */
     redisc_sub_t *subs[SUB_BUCKETS], *subs_last[SUB_BUCKETS]; /* oldest first */
@@ -140,6 +142,8 @@ static void schedule_reconnect(redisc_t *r)
  * context itself after a failed connect). */
 static void go_down(redisc_t *r, redisAsyncContext *ac, const char *why)
 {
+    int elsewhere_now = r->next_cb != NULL && r->state == RC_UP;
+
     r->ac = NULL;
     r->state = RC_DOWN;
     event_del(r->timer);
@@ -152,7 +156,10 @@ static void go_down(redisc_t *r, redisAsyncContext *ac, const char *why)
     }
     trk_lost(r);
     tell(r, 0, why);
-    schedule_reconnect(r);
+    if (elsewhere_now) /* another node, without the pause (backoff is at its least: up) */
+        arm_timer(r->retry, 0);
+    else
+        schedule_reconnect(r);
 }
 
 /* Gives up the current connection: every pending callback gets NULL. */
@@ -647,9 +654,13 @@ static void on_check(evutil_socket_t fd, short what, void *arg)
 
 static void on_retry(evutil_socket_t fd, short what, void *arg)
 {
+    redisc_t *r = arg;
+
     (void)fd;
     (void)what;
-    connect_now(arg);
+    if (r->next_cb != NULL)
+        r->next_cb(r->next_arg, r->cfg.host, sizeof(r->cfg.host), &r->cfg.port);
+    connect_now(r);
 }
 
 redisc_t *redisc_new(struct event_base *base, const redisc_config_t *cfg)
@@ -773,6 +784,12 @@ void redisc_set_state_cb(redisc_t *r, redisc_state_cb *cb, void *arg)
 {
     r->state_cb = cb;
     r->state_arg = arg;
+}
+
+void redisc_set_next(redisc_t *r, redisc_next_cb *cb, void *arg)
+{
+    r->next_cb = cb;
+    r->next_arg = arg;
 }
 
 void redisc_set_observer(redisc_t *r, redisc_observe_cb *cb, void *arg)

@@ -50,6 +50,13 @@ void redisc_set_state_cb(redisc_t *r, redisc_state_cb *cb, void *arg);
 typedef void redisc_observe_cb(void *arg, int ok, int64_t latency_us);
 void redisc_set_observer(redisc_t *r, redisc_observe_cb *cb, void *arg);
 
+/* Where to connect after a loss: asked before every reconnect with the address just lost or
+ * refused in host and port, it writes the next one (Redis Cluster: any node will do for a
+ * subscriber). With it, a connection lost while up is tried again at once, elsewhere, and
+ * the backoff starts with the next failure; without it, the same address after the backoff. */
+typedef void redisc_next_cb(void *arg, char *host, size_t size, int *port);
+void redisc_set_next(redisc_t *r, redisc_next_cb *cb, void *arg);
+
 int redisc_connected(const redisc_t *r);
 size_t redisc_in_flight(const redisc_t *r);
 

@@ -108,14 +108,16 @@ struct store_call {
 
 enum { CAS_NONE = 0, CAS_WAITING, CAS_HOLDING };
 
-/* The worker's subscriber connection, made at the first call; NULL when out of memory. */
+/* The worker's subscriber connection, made at the first call; NULL when out of memory. In a
+ * cluster, on any node (a PUBLISH reaches every node), and on another when that one goes. */
 static redisc_t *subscriber(store_t *st)
 {
     char anchor[STORE_KEY_MAX];
 
     if (st->sub == NULL) {
         snprintf(anchor, sizeof(anchor), "%ssubscriber", st->prefix);
-        st->sub = redisc_new_subscriber(st->base, &st->redis_cfg, anchor);
+        st->sub = st->cluster != NULL ? cluster_new_subscriber(st->cluster, anchor)
+                                      : redisc_new_subscriber(st->base, &st->redis_cfg, anchor);
     }
     return st->sub;
 }
@@ -183,11 +185,6 @@ store_t *store_new(struct event_base *base, const store_config_t *cfg)
     snprintf(st->prefix, sizeof(st->prefix), "%s", cfg->prefix);
     st->redis_cfg = cfg->redis;
     if (cfg->n_cluster > 0) {
-        /* PUBLISH reaches every node of a cluster: the credential watches subscribe at the
-         * first seed */
-        snprintf(st->redis_cfg.host, sizeof(st->redis_cfg.host), "%s", cfg->cluster[0].host);
-        st->redis_cfg.port = cfg->cluster[0].port;
-        st->redis_cfg.db = 0;
         st->cluster = cluster_new(base, &cfg->redis, cfg->cluster, cfg->n_cluster);
     } else {
         st->redis = redisc_new(base, &cfg->redis);
@@ -203,9 +200,9 @@ void store_free(store_t *st)
 {
     if (st == NULL)
         return;
+    redisc_free(st->sub); /* before the cluster that tells it where to go */
     redisc_free(st->redis);
     cluster_free(st->cluster);
-    redisc_free(st->sub);
     store_cache_free(st->cache);
     free(st);
 }

@@ -1,12 +1,15 @@
-"""Redis Cluster: botgatectl and botgate on 3 masters + 3 replicas; a slot migrated under load
-(ASK redirections, no error answer) and a master killed under load (200 or a clean 119 until
-its replica is promoted, then 200 only, botgate never restarted).
+"""Redis Cluster: botgatectl and botgate on 3 masters + 3 replicas; a slot migrated under load,
+by hand (ASK redirections, no error answer); a master
+killed under load (200 or a clean 119 until its replica is promoted, then 200 only, /readyz 200
+throughout, botgate never restarted, the cache tracking on the promoted master); the node of
+the pub/sub subscriber killed (waiters still woken by notifications); every node killed
+(/readyz 503).
 
-One cluster for the file: the tests run in the order of their names, the failover last."""
+One cluster for the file: the tests run in the order of their names, each kill after the ones
+that need the whole cluster."""
 import hashlib
 import json
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -14,8 +17,8 @@ import unittest
 
 os.environ["BOTGATE_TEST_REDIS"] = "cluster"  # before harness reads it
 
-from harness import (BIN, Redis, StackTest, facebook_channel, free_port,  # noqa: E402
-                     http, keyslot, member, wait_for)
+from harness import (BIN, Redis, StackTest, facebook_channel,  # noqa: E402
+                     free_port, http, keyslot, member, wait_for)
 
 TENANTS = ["cl%d" % i for i in range(9)]
 
@@ -52,6 +55,45 @@ class Load:
         return self.answers
 
 
+class Probe:
+    """A thread asking GET path every 50 ms until stopped; each status kept with its time."""
+
+    def __init__(self, url):
+        self.url, self.answers = url, []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run)
+        self.thread.start()
+
+    def run(self):
+        while not self.stopping.wait(0.05):
+            try:
+                status = http("GET", self.url, timeout=5).status
+            except OSError:
+                status = 0
+            self.answers.append((time.time(), status))
+
+    def stop(self):
+        self.stopping.set()
+        self.thread.join()
+        return self.answers
+
+
+def node_call(port, *args):
+    conn = Redis(port)
+    try:
+        return conn(*args)
+    finally:
+        conn.close()
+
+
+def pubsub_subscribers(port):
+    """Subscribers on a node that are not the cache's: every botgate subscriber is subscribed
+    to its anchor channel; the cache's (one per worker on each master) to the invalidations
+    as well."""
+    counts = node_call(port, "PUBSUB", "NUMSUB", "botgate:subscriber", "__redis__:invalidate")
+    return counts[1] - counts[3]
+
+
 class Cluster(StackTest):
     stack_args = {"workers": 2}
 
@@ -67,6 +109,11 @@ class Cluster(StackTest):
                                "response": [{"type": "TEXT", "text": "hi"}]})
         cls.tok = s.token("A", "bot:sendResponses")
         cls.pid = s.procs["botgate"].pid
+
+    def kill_node(self, port):
+        p = self.s.procs.pop("redis-%d" % port)
+        p.kill()
+        p.wait()
 
     def master_of(self, cid):
         return self.s.redis.port_of("botgate:channel:{%s}" % cid)
@@ -191,7 +238,7 @@ class Cluster(StackTest):
                 return int(line.split("calls=")[1].split(",")[0])
         return 0
 
-    def test_3_master_killed_under_load(self):
+    def test_4_master_killed_under_load(self):
         s = self.s
         # a master that does not hold the token: the other channels' sends must go on
         token_key = "botgate:token:" + hashlib.sha256(self.tok.encode()).hexdigest()
@@ -200,8 +247,9 @@ class Cluster(StackTest):
         victim = self.master_of(cid)
         victims = {c for c in TENANTS if self.master_of(c) == victim}
         load = Load(s, self.bodies, self.tok)
+        ready = Probe(s.url + "/readyz")
         time.sleep(0.5)
-        s.procs.pop("redis-%d" % victim).send_signal(signal.SIGKILL)
+        self.kill_node(victim)
         killed = time.time()
         s.wait_failover(victim)  # a replica took the slots over
         promoted = time.time()
@@ -210,6 +258,7 @@ class Cluster(StackTest):
                  what="sends to the promoted master")
         time.sleep(2.0)
         answers = load.stop()
+        readiness = ready.stop()
         self.assertEqual(s.procs["botgate"].pid, self.pid)
         self.assertIsNone(s.procs["botgate"].poll(), "botgate died")
         self.assertEqual(http("GET", s.url + "/readyz").status, 200)
@@ -223,6 +272,111 @@ class Cluster(StackTest):
         self.assertEqual(late, [], "errors after the failover (killed %.2f s before promotion)"
                          % (promoted - killed))
         self.assertGreater(len([a for a in answers if a[0] > promoted + 1.5]), 20)
+        # the other masters served throughout: no reason to take the instance out of a load
+        # balancer (every instance sees the same failover at the same time)
+        self.assertGreater(len([r for r in readiness if killed < r[0] < promoted]), 5)
+        self.assertEqual({r[1] for r in readiness}, {200}, "/readyz during the failover")
+        self.assertEqual(http("GET", s.url + "/healthz").status, 200)
+        self.cache_tracks_on_promoted_master(cid)
+
+    def cache_tracks_on_promoted_master(self, cid):
+        """The promoted master got its own pair of connections with tracking: the cache serves
+        again (which it does only while every master's pair tracks), and a token on that
+        master revoked is refused at once."""
+        s = self.s
+        promoted = self.master_of(cid)
+        wait_for(lambda: sum(" flags=" in c and "t" in c.split(" flags=")[1].split(" ")[0]
+                             for c in node_call(promoted, "CLIENT", "LIST").splitlines()) >= 2,
+                 what="a tracking command connection per worker on the promoted master")
+        for _ in range(30):
+            tok = s.token("A", "bot:sendResponses")
+            key = "botgate:token:" + hashlib.sha256(tok.encode()).hexdigest()
+            if s.redis.port_of(key) == promoted:
+                break
+        self.assertEqual(s.redis.port_of(key), promoted)
+        body = next(b for b in self.bodies if b["channelId"] == cid)
+
+        def cached():  # member GET and the rate limit only: token and channel from the cache
+            before = s.metric("botgate_redis_commands_total")
+            for _ in range(24):
+                self.assertEqual(s.send(body, tok).status, 200)
+            return s.metric("botgate_redis_commands_total") - before == 24 * 2
+        wait_for(cached, timeout=20, what="the cache serving again")
+        s.ctl("token", "revoke", tok)
+        for _ in range(24):
+            self.assert_unauthorized(s.send(body, tok))
+
+    def test_5_waiters_woken_after_the_subscribers_node_dies(self):
+        """An Idempotency-Key duplicate waits for the first request's answer on the worker's
+        subscriber. The subscriber's node is killed while it waits: the subscriber moves to
+        another node and subscribes again, and the duplicate is answered by the notification
+        as the first request ends, not by its fallback (the first's lease end, or its own
+        deadline: 20 s here). The subscriber starts at the first seed, a replica, so that the
+        kill leaves every slot served."""
+        s = self.s
+        s.redis.refresh()
+        alive = [p for p in s.cluster_ports if "redis-%d" % p in s.procs]
+        replica = next(p for p in alive if p not in s.redis.masters())
+        seeds = [replica] + [p for p in alive if p != replica]
+        saved = (s.port, s.url, s.log_path)
+        try:
+            s.start_gateway(port=free_port(), name="botgate-sub", extra={
+                "BOTGATE_WORKERS": "1", "BOTGATE_REQUEST_TIMEOUT_MS": "20000",
+                "BOTGATE_UPSTREAM_TIMEOUT_MS": "15000",
+                "BOTGATE_REDIS_CLUSTER": ",".join("127.0.0.1:%d" % p for p in seeds)})
+            url = s.url
+        finally:
+            s.port, s.url, s.log_path = saved
+        cid = TENANTS[1]
+
+        def post(text, key, into):
+            body = {"channelId": cid, "memberId": "m1",
+                    "response": [{"type": "TEXT", "text": text}]}
+            a = http("POST", url + "/sendResponses", body,
+                     {"Authorization": "Bearer " + self.tok, "Idempotency-Key": key}, 30)
+            into.append((time.time(), a))
+
+        def first_and_duplicate(text, key, between=None):
+            first, dup = [], []
+            t1 = threading.Thread(target=post, args=(text, key, first))
+            t1.start()
+            time.sleep(0.5)
+            t2 = threading.Thread(target=post, args=(text, key, dup))
+            t2.start()
+            if between:
+                between()
+            t1.join()
+            t2.join()
+            (t_first, a), (t_dup, d) = first[0], dup[0]
+            self.assertEqual(a.status, 200, a)
+            self.assertEqual((d.status, d.raw), (200, a.raw))
+            self.assertEqual(d.headers.get("Idempotent-Replayed"), "true")
+            # woken by the notification, not 15 s later by the fallback
+            self.assertLess(t_dup - t_first, 5.0)
+
+        def kill_the_subscribers_node():
+            wait_for(lambda: pubsub_subscribers(replica) == 1, timeout=5,
+                     what="the duplicate's subscriber on the first seed")
+            self.kill_node(replica)
+
+        first_and_duplicate("sub-1 slow3000", "sub-key-1", kill_the_subscribers_node)
+        self.assertEqual(sum(pubsub_subscribers(p) for p in alive if p != replica), 1)
+        # and a wait that starts after the move
+        first_and_duplicate("sub-2 slow1500", "sub-key-2")
+        self.assertEqual(s.stop_gateway("botgate-sub"), 0)
+
+    def test_6_every_node_killed_readyz_503(self):
+        s = self.s
+        self.assertEqual(http("GET", s.url + "/readyz").status, 200)
+        for port in s.cluster_ports:
+            if "redis-%d" % port in s.procs:
+                self.kill_node(port)
+        wait_for(lambda: all(http("GET", s.url + "/readyz").status == 503 for _ in range(8)),
+                 timeout=10, what="/readyz 503 on every worker with no node reachable")
+        a = http("GET", s.url + "/readyz")
+        self.assertEqual(a.json.get("err_code"), 119, a)
+        self.assertEqual(http("GET", s.url + "/healthz").status, 200)
+        self.assert_error(s.send(self.bodies[0], self.tok), 119)
 
 
 if __name__ == "__main__":
