@@ -1,5 +1,5 @@
 """Redis Cluster: botgatectl and botgate on 3 masters + 3 replicas; a slot migrated under load,
-by hand (ASK redirections, no error answer); a master
+by hand and with `redis-cli --cluster reshard` (ASK redirections, no error answer); a master
 killed under load (200 or a clean 119 until its replica is promoted, then 200 only, /readyz 200
 throughout, botgate never restarted, the cache tracking on the promoted master); the node of
 the pub/sub subscriber killed (waiters still woken by notifications); every node killed
@@ -9,6 +9,7 @@ One cluster for the file: the tests run in the order of their names, each kill a
 that need the whole cluster."""
 import hashlib
 import json
+import itertools
 import os
 import subprocess
 import threading
@@ -17,7 +18,7 @@ import unittest
 
 os.environ["BOTGATE_TEST_REDIS"] = "cluster"  # before harness reads it
 
-from harness import (BIN, Redis, StackTest, facebook_channel,  # noqa: E402
+from harness import (BIN, REDIS_CLI, Redis, StackTest, facebook_channel,  # noqa: E402
                      free_port, http, keyslot, member, wait_for)
 
 TENANTS = ["cl%d" % i for i in range(9)]
@@ -230,6 +231,58 @@ class Cluster(StackTest):
         self.assertGreater(asking_after, asking_before, "no ASK redirection was followed")
         a = s.send(self.bodies[0], self.tok)
         self.assertEqual(a.status, 200, a)
+
+    def test_3_slots_resharded_with_redis_cli_under_load(self):
+        s = self.s
+        s.redis.refresh()
+        src, dst = s.redis.masters()[:2]
+        ids = {p: node_call(p, "CLUSTER", "MYID") for p in (src, dst)}
+        # redis-cli moves a source's slots lowest first: the load's channels are made in them
+        moving = sorted(i for i, p in enumerate(s.redis.slots) if p == src)[:4]
+        cids = []
+        for i in itertools.count():
+            if keyslot("rs%d" % i) in moving:
+                cids.append("rs%d" % i)
+                if len(cids) == 3:
+                    break
+        bodies = []
+        for i, cid in enumerate(cids):
+            s.put("channel", facebook_channel(cid, "A"))
+            s.put("member", member("mr%d" % i, cid, "A", "psid-rs-%d" % i))
+            bodies.append({"channelId": cid, "memberId": "mr%d" % i,
+                           "response": [{"type": "TEXT", "text": "hi"}]})
+            # more keys in the channels' slots: the migration lasts long enough for requests
+            # to find some of the load's keys moved and some not (ASK)
+            pairs = [x for n in range(1500) for x in ("fill:{%s}:%d" % (cid, n), "x")]
+            s.redis("MSET", *pairs)
+        for b in bodies:
+            self.assertEqual(s.send(b, self.tok).status, 200)
+        dst_c = Redis(dst)
+        try:
+            asking_before = self.asking_calls(dst_c)
+            load = Load(s, bodies, self.tok)
+            time.sleep(0.5)
+            r = subprocess.run([REDIS_CLI, "--cluster", "reshard", "127.0.0.1:%d" % src,
+                                "--cluster-from", ids[src], "--cluster-to", ids[dst],
+                                "--cluster-slots", str(len(moving)), "--cluster-pipeline", "1",
+                                "--cluster-yes"], capture_output=True, text=True, timeout=120)
+            time.sleep(1.0)  # MOVED from now on: botgate reads the map again
+            answers = load.stop()
+            asking_after = self.asking_calls(dst_c)
+        finally:
+            dst_c.close()
+        self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr)
+        s.redis.refresh()
+        for cid in cids:
+            self.assertEqual(s.redis.port_of("botgate:channel:{%s}" % cid), dst, cid)
+            self.assertEqual(self.node_keys(src, "*{%s}*" % cid), [])
+            self.assertIn("botgate:channel:{%s}" % cid, self.node_keys(dst, "*{%s}*" % cid))
+        bad = [a for a in answers if a[2] != 200]
+        self.assertGreater(len(answers), 50)
+        self.assertEqual(bad, [], "error answers while redis-cli moved the slots")
+        self.assertGreater(asking_after, asking_before, "no ASK redirection was followed")
+        for b in bodies:
+            self.assertEqual(s.send(b, self.tok).status, 200)
 
     @staticmethod
     def asking_calls(conn):
