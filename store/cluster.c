@@ -68,6 +68,7 @@ struct cluster {
     cluster_cmd_t *again; /* answered TRYAGAIN: sent again by again_timer */
     size_t in_flight;     /* commands accepted and not answered: at most max_in_flight */
     int mapped;           /* a map has been read */
+    int64_t mapped_ms;    /* when the first one was */
     int up;               /* as last told to state_cb */
     int been_up;          /* up at least once since cluster_new */
     unsigned next_sub;    /* where the next subscriber that moves starts looking */
@@ -327,6 +328,8 @@ static int apply_map(cluster_t *cl, const redisReply *map)
         } else {
             i++;
         }
+    if (!cl->mapped)
+        cl->mapped_ms = clock_coarse_ms();
     cl->mapped = 1;
     return 0;
 }
@@ -716,8 +719,12 @@ void cluster_set_observer(cluster_t *cl, redisc_observe_cb *cb, void *arg)
 
 int cluster_ready(const cluster_t *cl)
 {
-    if (!cl->been_up)
-        return 0; /* starting: not before every master is connected */
+    /* Starting: not while the masters' first connects may still succeed (a master that is
+     * down for good must not keep a new instance out for ever). */
+    if (!cl->been_up &&
+        (!cl->mapped || clock_coarse_ms() - cl->mapped_ms <
+                            cl->node_cfg.connect_timeout_ms + cl->node_cfg.command_timeout_ms))
+        return 0;
     for (int i = 0; i < cl->n_nodes; i++)
         if (cl->nodes[i]->slots > 0 && cl->nodes[i]->up)
             return 1;

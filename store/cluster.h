@@ -31,8 +31,9 @@ void cluster_free(cluster_t *cl); /* pending callbacks are called with NULL */
 void cluster_set_state_cb(cluster_t *cl, redisc_state_cb *cb, void *arg);
 /* Told of every command that ends on a node (a redirection counts as one that failed). */
 void cluster_set_observer(cluster_t *cl, redisc_observe_cb *cb, void *arg);
-/* Whether commands can be served: 1 once the cluster has been up (every slot's master
- * connected) since cluster_new, and then as long as one master of the map is connected.
+/* Whether commands can be served: 1 while one master of the map is connected, once the
+ * cluster has been up (every slot's master connected) since cluster_new or, if it never
+ * was, a connect and a command timeout after the first map was read.
  * A failover (a slot without a master for a few seconds) leaves every client of the
  * cluster the same: its slots answer REDISC_DOWN at once, and the others go on. */
 int cluster_ready(const cluster_t *cl);

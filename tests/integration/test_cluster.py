@@ -2,8 +2,9 @@
 by hand and with `redis-cli --cluster reshard` (ASK redirections, no error answer); a master
 killed under load (200 or a clean 119 until its replica is promoted, then 200 only, /readyz 200
 throughout, botgate never restarted, the cache tracking on the promoted master); the node of
-the pub/sub subscriber killed (waiters still woken by notifications); every node killed
-(/readyz 503).
+the pub/sub subscriber killed (waiters still woken by notifications); a master lost for good
+(instances, new ones too, ready and serving the other masters); every node killed (/readyz
+503).
 
 One cluster for the file: the tests run in the order of their names, each kill after the ones
 that need the whole cluster."""
@@ -418,7 +419,43 @@ class Cluster(StackTest):
         first_and_duplicate("sub-2 slow1500", "sub-key-2")
         self.assertEqual(s.stop_gateway("botgate-sub"), 0)
 
-    def test_6_every_node_killed_readyz_503(self):
+    def test_6_master_lost_for_good_instances_stay_ready(self):
+        """A master with no replica left is killed: its slots have no master from then on.
+        Running instances stay ready and serve the other masters' channels; a new instance
+        becomes ready too (a connect timeout after its first map), and does the same."""
+        s = self.s
+        token_master = s.redis.port_of(
+            "botgate:token:" + hashlib.sha256(self.tok.encode()).hexdigest())
+        lone = next(p for p in s.redis.masters() if p != token_master and
+                    "connected_slaves:0" in node_call(p, "INFO", "replication"))
+        lost = [b for b in self.bodies if self.master_of(b["channelId"]) == lone]
+        served = [b for b in self.bodies if self.master_of(b["channelId"]) != lone]
+        self.assertTrue(lost and served)
+        self.kill_node(lone)
+
+        def answers(url):
+            for b in lost:
+                a = http("POST", url + "/sendResponses", b,
+                         {"Authorization": "Bearer " + self.tok})
+                self.assert_error(a, 119)
+            for b in served:
+                a = http("POST", url + "/sendResponses", b,
+                         {"Authorization": "Bearer " + self.tok})
+                self.assertEqual(a.status, 200, a)
+
+        wait_for(lambda: s.send(lost[0], self.tok).status == 500, timeout=5,
+                 what="the lost master's channels refused")
+        answers(s.url)
+        self.assertTrue(all(http("GET", s.url + "/readyz").status == 200 for _ in range(8)))
+        saved = (s.port, s.url, s.log_path)
+        try:
+            s.start_gateway(port=free_port(), name="botgate-late")  # waits for /readyz 200
+            answers(s.url)
+            self.assertEqual(s.stop_gateway("botgate-late"), 0)
+        finally:
+            s.port, s.url, s.log_path = saved
+
+    def test_7_every_node_killed_readyz_503(self):
         s = self.s
         self.assertEqual(http("GET", s.url + "/readyz").status, 200)
         for port in s.cluster_ports:
