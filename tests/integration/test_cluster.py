@@ -258,6 +258,10 @@ class Cluster(StackTest):
             s.redis("MSET", *pairs)
         for b in bodies:
             self.assertEqual(s.send(b, self.tok).status, 200)
+        # redis-cli refuses to reshard until every node agrees on the slots (test_2's move)
+        wait_for(lambda: subprocess.run([REDIS_CLI, "--cluster", "check", "127.0.0.1:%d" % src],
+                                        capture_output=True).returncode == 0,
+                 what="redis-cli --cluster check")
         dst_c = Redis(dst)
         try:
             asking_before = self.asking_calls(dst_c)
