@@ -1,0 +1,1149 @@
+/* script.c - the Lua sandbox of node code: one lua_State per run, capped by its allocator and
+ * a count hook; http.request yields the run's coroutine to the caller. */
+#include "script.h"
+
+#include "member.h"
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define HOOK_PERIOD   1000 /* instructions between two calls of the count hook */
+#define JSON_DEPTH    64   /* nesting of tables converted to or from JSON */
+#define ANSWER_FIELDS 5
+
+/* The registry key of the metatable that marks a table as a JSON array (json.decode, and
+ * arrays in self.*): an empty one encodes as [] rather than {}. */
+static const char ARRAY_MT[] = "botgate.array";
+/* json.null: a light userdata whose address is unique. */
+static const char LUA_JSON_NULL = 0;
+
+struct script {
+    char *code; /* bytecode (lua_dump, with line information) */
+    size_t len;
+    char name[SCRIPT_NAME_MAX + 1];
+};
+
+/* Owned by the caller (script_run_free). */
+struct script_run {
+    lua_State *L; /* the run's own state; NULL once closed */
+    lua_State *co;
+    size_t mem_used, mem_cap; /* bytes; mem_cap SIZE_MAX once the script has ended */
+    long instructions, max_instructions;
+    int over_memory, over_instructions;
+    int started, done;
+    int self_ref;         /* the self table in the registry */
+    const void *array_mt; /* ARRAY_MT, compared by address */
+
+    /* what setup takes from script_run_new (borrowed for that call only) */
+    const script_t *script;
+    const json_t *member, *channel, *agenda_meta;
+
+    json_t *original; /* the member as given, for the member ops */
+    json_t *http;     /* the call asked for, until http_done */
+    int http_calls;
+    struct { /* the answer, until the coroutine has taken it */
+        int ready;
+        long status;
+        char *body, *content_type, *error;
+        size_t body_len;
+    } answer;
+
+    json_t *result; /* after SCRIPT_DONE */
+    json_t *ops;
+    bg_error_t err; /* a failure found in a protected call */
+};
+
+/* ---- the allocator and the hook: the two caps ---- */
+
+static void *cap_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+    script_run_t *run = ud;
+    size_t old = ptr != NULL ? osize : 0;
+
+    if (nsize == 0) {
+        free(ptr);
+        run->mem_used -= old;
+        return NULL;
+    }
+    if (nsize > old && nsize - old > run->mem_cap - run->mem_used) {
+        run->over_memory = 1;
+        return NULL;
+    }
+    ptr = realloc(ptr, nsize);
+    if (ptr != NULL)
+        run->mem_used = run->mem_used - old + nsize;
+    return ptr;
+}
+
+static script_run_t *run_of(lua_State *L)
+{
+    void *ud;
+
+    lua_getallocf(L, &ud);
+    return ud;
+}
+
+/* Counts instructions; past a cap, raises on every instruction from then on, so that no
+ * pcall can keep the script alive: the chunk's own level is never protected. */
+static void count_hook(lua_State *L, lua_Debug *ar)
+{
+    script_run_t *run = run_of(L);
+
+    run->instructions += HOOK_PERIOD;
+    if (run->instructions > run->max_instructions)
+        run->over_instructions = 1;
+    if (!run->over_instructions && !run->over_memory)
+        return;
+    lua_sethook(L, count_hook, LUA_MASKCOUNT, 1);
+    lua_getinfo(L, "Sl", ar); /* the running function: luaL_where does not see it here */
+    if (run->over_instructions)
+        lua_pushfstring(L, "%s:%d: instruction limit exceeded (%I)", ar->short_src, ar->currentline,
+                        (lua_Integer)run->max_instructions);
+    else
+        lua_pushfstring(L, "%s:%d: memory limit exceeded (%I KiB)", ar->short_src, ar->currentline,
+                        (lua_Integer)(run->mem_cap / 1024));
+    lua_error(L);
+}
+
+/* ---- JSON <-> Lua ---- */
+
+static void push_json(lua_State *L, const json_t *v, int depth);
+
+static void push_array_mt(lua_State *L)
+{
+    luaL_getmetatable(L, ARRAY_MT);
+    lua_setmetatable(L, -2);
+}
+
+static void push_json(lua_State *L, const json_t *v, int depth)
+{
+    const char *key;
+    const json_t *item;
+    size_t i;
+
+    if (depth > JSON_DEPTH)
+        luaL_error(L, "json: nested deeper than %d", JSON_DEPTH);
+    luaL_checkstack(L, 3, "json");
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        lua_createtable(L, 0, (int)json_object_size(v));
+        json_object_foreach((json_t *)v, key, item) {
+            if (json_is_null(item)) /* a missing key reads as nil too */
+                continue;
+            push_json(L, item, depth + 1);
+            lua_setfield(L, -2, key);
+        }
+        return;
+    case JSON_ARRAY:
+        lua_createtable(L, (int)json_array_size(v), 0);
+        json_array_foreach(v, i, item) {
+            push_json(L, item, depth + 1);
+            lua_rawseti(L, -2, (lua_Integer)i + 1);
+        }
+        push_array_mt(L);
+        return;
+    case JSON_STRING:
+        lua_pushlstring(L, json_string_value(v), json_string_length(v));
+        return;
+    case JSON_INTEGER:
+        lua_pushinteger(L, (lua_Integer)json_integer_value(v));
+        return;
+    case JSON_REAL:
+        lua_pushnumber(L, json_real_value(v));
+        return;
+    case JSON_TRUE:
+        lua_pushboolean(L, 1);
+        return;
+    case JSON_FALSE:
+        lua_pushboolean(L, 0);
+        return;
+    case JSON_NULL:
+        lua_pushlightuserdata(L, (void *)&LUA_JSON_NULL);
+        return;
+    }
+}
+
+/* A table is an array when it carries ARRAY_MT, or when its keys are exactly 1..n (n > 0).
+ * Allocates nothing, so it cannot raise. */
+static int table_is_array(lua_State *L, int idx, size_t *n)
+{
+    script_run_t *run = run_of(L);
+    lua_Integer count = 0;
+
+    *n = (size_t)lua_rawlen(L, idx);
+    if (lua_getmetatable(L, idx)) {
+        int marked = lua_topointer(L, -1) == run->array_mt;
+        lua_pop(L, 1);
+        if (marked)
+            return 1;
+    }
+    if (*n == 0)
+        return 0;
+    lua_pushnil(L);
+    while (lua_next(L, idx) != 0) {
+        lua_pop(L, 1);
+        if (!lua_isinteger(L, -1))
+            count = -1;
+        else if (count >= 0)
+            count++;
+    }
+    return count == (lua_Integer)*n;
+}
+
+/* The value at idx as JSON (new reference), or NULL with why filled. It raises no Lua error
+ * (a raise would leak what was built): the caller raises once it is cleaned up. */
+static json_t *to_json(lua_State *L, int idx, int depth, char *why, size_t why_size)
+{
+    json_t *out = NULL, *item;
+    size_t len, n, i;
+    const char *s;
+
+    if (depth > JSON_DEPTH || !lua_checkstack(L, 4)) {
+        snprintf(why, why_size, "nested deeper than %d (or a table that contains itself)",
+                 JSON_DEPTH);
+        return NULL;
+    }
+    idx = lua_absindex(L, idx);
+    switch (lua_type(L, idx)) {
+    case LUA_TNIL:
+        return json_null();
+    case LUA_TBOOLEAN:
+        return json_boolean(lua_toboolean(L, idx));
+    case LUA_TNUMBER:
+        if (lua_isinteger(L, idx))
+            return json_integer((json_int_t)lua_tointeger(L, idx));
+        if ((out = json_real(lua_tonumber(L, idx))) == NULL)
+            snprintf(why, why_size, "a number that is NaN or infinite");
+        return out;
+    case LUA_TSTRING:
+        s = lua_tolstring(L, idx, &len);
+        if ((out = json_stringn(s, len)) == NULL)
+            snprintf(why, why_size, "a string that is not valid UTF-8");
+        return out;
+    case LUA_TLIGHTUSERDATA:
+        if (lua_touserdata(L, idx) == &LUA_JSON_NULL)
+            return json_null();
+        break;
+    case LUA_TTABLE:
+        if (table_is_array(L, idx, &n)) {
+            out = json_array();
+            for (i = 1; out != NULL && i <= n; i++) {
+                lua_rawgeti(L, idx, (lua_Integer)i);
+                item = to_json(L, -1, depth + 1, why, why_size);
+                lua_pop(L, 1);
+                if (item == NULL || json_array_append_new(out, item) < 0) {
+                    json_decref(out);
+                    return NULL;
+                }
+            }
+            return out;
+        }
+        out = json_object();
+        lua_pushnil(L);
+        while (out != NULL && lua_next(L, idx) != 0) {
+            if (lua_type(L, -2) != LUA_TSTRING) {
+                snprintf(why, why_size, "a table with both string and other keys");
+                lua_pop(L, 2);
+                json_decref(out);
+                return NULL;
+            }
+            item = to_json(L, -1, depth + 1, why, why_size);
+            if (item == NULL ||
+                json_object_setn_new(out, lua_tostring(L, -2), lua_rawlen(L, -2), item) < 0) {
+                lua_pop(L, 2);
+                json_decref(out);
+                return NULL;
+            }
+            lua_pop(L, 1);
+        }
+        return out;
+    default:
+        break;
+    }
+    snprintf(why, why_size, "a %s has no JSON form", lua_typename(L, lua_type(L, idx)));
+    return NULL;
+}
+
+/* to_json, or a Lua error "what: why". */
+static json_t *to_json_or_raise(lua_State *L, int idx, const char *what)
+{
+    char why[128] = "out of memory";
+    json_t *v = to_json(L, idx, 0, why, sizeof(why));
+
+    if (v == NULL)
+        luaL_error(L, "%s: %s", what, why);
+    return v;
+}
+
+/* ---- protected pushes: what holds C memory must not be left behind by a raise ---- */
+
+typedef struct text_arg {
+    const char *s;
+    size_t len;
+} text_arg_t;
+
+static int push_json_cf(lua_State *L)
+{
+    push_json(L, lua_touserdata(L, 1), 0);
+    return 1;
+}
+
+static int push_text_cf(lua_State *L)
+{
+    const text_arg_t *t = lua_touserdata(L, 1);
+
+    lua_pushlstring(L, t->s, t->len);
+    return 1;
+}
+
+/* Calls f(arg) protected: 0 with its one result pushed, else the error object pushed. */
+static int call_protected(lua_State *L, lua_CFunction f, const void *arg)
+{
+    lua_pushcfunction(L, f);
+    lua_pushlightuserdata(L, (void *)arg);
+    return lua_pcall(L, 1, 1, 0);
+}
+
+/* ---- the json module ---- */
+
+static int json_encode_lua(lua_State *L)
+{
+    json_t *v;
+    text_arg_t t;
+    int st;
+
+    luaL_checkany(L, 1);
+    v = to_json_or_raise(L, 1, "json.encode");
+    t.s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    json_decref(v);
+    if (t.s == NULL)
+        return luaL_error(L, "json.encode: out of memory");
+    t.len = strlen(t.s);
+    st = call_protected(L, push_text_cf, &t);
+    free((char *)t.s);
+    return st == LUA_OK ? 1 : lua_error(L);
+}
+
+static int json_decode_lua(lua_State *L)
+{
+    size_t len;
+    const char *s = luaL_checklstring(L, 1, &len);
+    json_error_t je;
+    json_t *v = json_loadb(s, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    int st;
+
+    if (v == NULL)
+        return luaL_error(L, "json.decode: %s at position %d", je.text, je.position);
+    st = call_protected(L, push_json_cf, v);
+    json_decref(v);
+    return st == LUA_OK ? 1 : lua_error(L);
+}
+
+/* json.array(t): marks t as an array, so that it encodes as [] when empty. */
+static int json_array_lua(lua_State *L)
+{
+    if (lua_isnoneornil(L, 1))
+        lua_newtable(L);
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
+    push_array_mt(L);
+    return 1;
+}
+
+/* ---- the http module ---- */
+
+static void answer_clear(script_run_t *run)
+{
+    free(run->answer.body);
+    free(run->answer.content_type);
+    free(run->answer.error);
+    memset(&run->answer, 0, sizeof(run->answer));
+}
+
+/* Runs when the coroutine is resumed after http.request yielded: hands the answer over. */
+static int http_answer_k(lua_State *L, int status, lua_KContext ctx)
+{
+    script_run_t *run = run_of(L);
+    json_t *v;
+    int st;
+
+    (void)status;
+    (void)ctx;
+    if (!run->answer.ready)
+        return luaL_error(L, "http.request: resumed without an answer");
+    lua_createtable(L, 0, ANSWER_FIELDS);
+    lua_pushinteger(L, run->answer.status);
+    lua_setfield(L, -2, "status");
+    lua_pushlstring(L, run->answer.body ? run->answer.body : "", run->answer.body_len);
+    lua_setfield(L, -2, "body");
+    if (run->answer.content_type != NULL) {
+        lua_pushstring(L, run->answer.content_type);
+        lua_setfield(L, -2, "contentType");
+    }
+    if (run->answer.error != NULL) {
+        lua_pushstring(L, run->answer.error);
+        lua_setfield(L, -2, "error");
+    }
+    if (run->answer.body_len > 0 &&
+        (v = json_loadb(run->answer.body, run->answer.body_len, JSON_DECODE_ANY, NULL)) != NULL) {
+        st = call_protected(L, push_json_cf, v);
+        json_decref(v);
+        if (st != LUA_OK)
+            return lua_error(L);
+        lua_setfield(L, -2, "json");
+    }
+    answer_clear(run);
+    return 1;
+}
+
+static int header_name_ok(const char *s)
+{
+    size_t n = strlen(s);
+
+    return n > 0 && n <= 64 &&
+           strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-") == n;
+}
+
+static int method_ok(const char *m)
+{
+    static const char *const allowed[] = {"GET", "POST", "PUT", "PATCH", "DELETE"};
+    size_t i;
+
+    for (i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
+        if (strcmp(m, allowed[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* http.request{url=, method=, body=, headers=, timeoutMs=}: checks the call, records it for
+ * the caller and yields. Everything that may raise comes before any C memory is taken. */
+static int http_request_lua(lua_State *L)
+{
+    script_run_t *run = run_of(L);
+    const char *url, *method, *name, *value;
+    lua_Integer timeout = SCRIPT_HTTP_TIMEOUT_MS;
+    json_t *req, *headers, *body = NULL;
+    char *text = NULL, line[1024];
+    int nheaders = 0, has_type = 0;
+
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
+    if (!lua_isyieldable(L))
+        return luaL_error(L, "http.request cannot be called here (inside a metamethod or "
+                             "a library callback)");
+    if (run->http_calls >= SCRIPT_HTTP_MAX)
+        return luaL_error(L, "http.request: more than %d calls in one run", SCRIPT_HTTP_MAX);
+    lua_getfield(L, 1, "url");       /* 2 */
+    lua_getfield(L, 1, "method");    /* 3 */
+    lua_getfield(L, 1, "body");      /* 4 */
+    lua_getfield(L, 1, "headers");   /* 5 */
+    lua_getfield(L, 1, "timeoutMs"); /* 6 */
+    url = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
+    if (url == NULL || (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) ||
+        strlen(url) > 2048 || strpbrk(url, " \r\n") != NULL)
+        return luaL_error(L, "http.request: url must be an http:// or https:// URL of at most "
+                             "2048 bytes, without spaces");
+    if (lua_isnil(L, 3))
+        method = lua_isnil(L, 4) ? "GET" : "POST";
+    else if (lua_type(L, 3) != LUA_TSTRING || !method_ok(method = lua_tostring(L, 3)))
+        return luaL_error(L, "http.request: method must be GET, POST, PUT, PATCH or DELETE");
+    if (!lua_isnil(L, 4) && lua_type(L, 4) != LUA_TSTRING && lua_type(L, 4) != LUA_TTABLE)
+        return luaL_error(L, "http.request: body must be a string or a table (sent as JSON)");
+    if (!lua_isnil(L, 5)) {
+        if (lua_type(L, 5) != LUA_TTABLE)
+            return luaL_error(L, "http.request: headers must be a table of strings");
+        lua_pushnil(L);
+        while (lua_next(L, 5) != 0) {
+            if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING ||
+                !header_name_ok(lua_tostring(L, -2)) || strlen(lua_tostring(L, -1)) > 512 ||
+                strlen(lua_tostring(L, -1)) != lua_rawlen(L, -1) ||
+                strpbrk(lua_tostring(L, -1), "\r\n") != NULL)
+                return luaL_error(L, "http.request: a header must be a name of letters, digits "
+                                     "and '-' with a string value of at most 512 bytes, "
+                                     "without line breaks");
+            if (++nheaders > SCRIPT_HTTP_HEADERS_MAX)
+                return luaL_error(L, "http.request: at most %d headers", SCRIPT_HTTP_HEADERS_MAX);
+            lua_pop(L, 1);
+        }
+    }
+    if (!lua_isnil(L, 6) && (!lua_isinteger(L, 6) || (timeout = lua_tointeger(L, 6)) < 1 ||
+                             timeout > SCRIPT_HTTP_TIMEOUT_MAX))
+        return luaL_error(L, "http.request: timeoutMs must be an integer from 1 to %d",
+                          SCRIPT_HTTP_TIMEOUT_MAX);
+    if (lua_type(L, 4) == LUA_TTABLE) {
+        body = to_json_or_raise(L, 4, "http.request body");
+        text = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
+        json_decref(body);
+        if (text == NULL)
+            return luaL_error(L, "http.request: out of memory");
+    }
+    /* nothing below raises */
+    req = json_object();
+    headers = json_array();
+    json_object_set_new(req, "url", json_string(url));
+    json_object_set_new(req, "method", json_string(method));
+    if (text != NULL)
+        json_object_set_new(req, "body", json_string(text));
+    else if (lua_type(L, 4) == LUA_TSTRING)
+        json_object_set_new(req, "body", json_stringn(lua_tostring(L, 4), lua_rawlen(L, 4)));
+    else
+        json_object_set_new(req, "body", json_null());
+    if (nheaders > 0) {
+        lua_pushnil(L);
+        while (lua_next(L, 5) != 0) {
+            name = lua_tostring(L, -2);
+            value = lua_tostring(L, -1);
+            has_type |= strcasecmp(name, "Content-Type") == 0;
+            snprintf(line, sizeof(line), "%s: %s", name, value);
+            json_array_append_new(headers, json_string(line));
+            lua_pop(L, 1);
+        }
+    }
+    if (text != NULL && !has_type)
+        json_array_append_new(headers, json_string("Content-Type: application/json"));
+    json_object_set_new(req, "headers", headers);
+    json_object_set_new(req, "timeoutMs", json_integer(timeout));
+    free(text);
+    if (req == NULL || headers == NULL || json_object_size(req) != 5 ||
+        !json_is_string(json_object_get(req, "url")) ||
+        (lua_type(L, 4) == LUA_TSTRING && json_is_null(json_object_get(req, "body")))) {
+        json_decref(req);
+        return luaL_error(L, "http.request: out of memory, or a body that is not UTF-8 text");
+    }
+    json_decref(run->http);
+    run->http = req;
+    run->http_calls++;
+    answer_clear(run);
+    return lua_yieldk(L, 0, 0, http_answer_k);
+}
+
+/* ---- a run ---- */
+
+static const char *const REMOVED_GLOBALS[] = {"dofile",         "loadfile", "load", "require",
+                                              "collectgarbage", "print",    "warn", "loadstring"};
+
+/* Builds the sandbox, self and the coroutine in run->L; run as a protected call. */
+static int setup_cf(lua_State *L)
+{
+    script_run_t *run = lua_touserdata(L, 1);
+    static const luaL_Reg libs[] = {{LUA_GNAME, luaopen_base},
+                                    {LUA_STRLIBNAME, luaopen_string},
+                                    {LUA_TABLIBNAME, luaopen_table},
+                                    {LUA_MATHLIBNAME, luaopen_math},
+                                    {LUA_UTF8LIBNAME, luaopen_utf8}};
+    static const luaL_Reg json_fns[] = {{"encode", json_encode_lua},
+                                        {"decode", json_decode_lua},
+                                        {"array", json_array_lua},
+                                        {NULL, NULL}};
+    static const luaL_Reg http_fns[] = {{"request", http_request_lua}, {NULL, NULL}};
+    size_t i;
+    int st;
+
+    for (i = 0; i < sizeof(libs) / sizeof(libs[0]); i++) {
+        luaL_requiref(L, libs[i].name, libs[i].func, 1);
+        lua_pop(L, 1);
+    }
+    for (i = 0; i < sizeof(REMOVED_GLOBALS) / sizeof(REMOVED_GLOBALS[0]); i++) {
+        lua_pushnil(L);
+        lua_setglobal(L, REMOVED_GLOBALS[i]);
+    }
+    lua_getglobal(L, LUA_STRLIBNAME);
+    lua_pushnil(L);
+    lua_setfield(L, -2, "dump");
+    lua_pop(L, 1);
+    /* getmetatable("") answers false instead of the table that holds string's functions */
+    lua_pushliteral(L, "");
+    lua_getmetatable(L, -1);
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "__metatable");
+    lua_pop(L, 2);
+
+    luaL_newmetatable(L, ARRAY_MT);
+    run->array_mt = lua_topointer(L, -1);
+    lua_pop(L, 1);
+    luaL_newlib(L, json_fns);
+    lua_pushlightuserdata(L, (void *)&LUA_JSON_NULL);
+    lua_setfield(L, -2, "null");
+    lua_setglobal(L, "json");
+    luaL_newlib(L, http_fns);
+    lua_setglobal(L, "http");
+
+    lua_createtable(L, 0, 3);
+    if (json_is_object(run->member))
+        push_json(L, run->member, 0);
+    else
+        lua_newtable(L);
+    lua_setfield(L, -2, "member");
+    if (json_is_object(run->channel)) {
+        push_json(L, run->channel, 0);
+        lua_pushnil(L);
+        lua_setfield(L, -2, "info");
+    } else {
+        lua_newtable(L);
+    }
+    lua_setfield(L, -2, "channel");
+    if (json_is_object(run->agenda_meta))
+        push_json(L, run->agenda_meta, 0);
+    else
+        lua_newtable(L);
+    lua_setfield(L, -2, "agendaMeta");
+    lua_pushvalue(L, -1);
+    lua_setglobal(L, "self");
+    run->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+
+    run->co = lua_newthread(L);
+    luaL_ref(L, LUA_REGISTRYINDEX); /* keeps the coroutine alive */
+    st = luaL_loadbufferx(L, run->script->code, run->script->len, run->script->name, "b");
+    if (st != LUA_OK)
+        return lua_error(L);
+    lua_xmove(L, run->co, 1);
+    lua_sethook(run->co, count_hook, LUA_MASKCOUNT, HOOK_PERIOD);
+    return 0;
+}
+
+script_run_t *script_run_new(const script_t *s, script_limits_t limits, const json_t *member,
+                             const json_t *channel, const json_t *agenda_meta)
+{
+    script_run_t *run = calloc(1, sizeof(*run));
+
+    if (run == NULL)
+        return NULL;
+    run->mem_cap = (size_t)(limits.max_memory_kb > 0 ? limits.max_memory_kb : 1) * 1024;
+    run->max_instructions = limits.max_instructions > 0 ? limits.max_instructions : 1;
+    run->original = json_is_object(member) ? json_deep_copy(member) : json_object();
+    run->L = lua_newstate(cap_alloc, run);
+    if (run->original == NULL) {
+        script_run_free(run);
+        return NULL;
+    }
+    if (run->L == NULL) { /* a cap too small for an empty state: the first resume says so */
+        run->over_memory = 1;
+        return run;
+    }
+    run->script = s;
+    run->member = member;
+    run->channel = channel;
+    run->agenda_meta = agenda_meta;
+    if (call_protected(run->L, setup_cf, run) != LUA_OK) {
+        const char *msg = lua_tostring(run->L, -1);
+        if (!run->over_memory)
+            bg_error_set(&run->err, BG_ERR_SCRIPT, "%s", msg ? msg : "script setup failed");
+        run->co = NULL;
+    }
+    run->script = NULL;
+    run->member = run->channel = run->agenda_meta = NULL;
+    return run;
+}
+
+void script_run_free(script_run_t *run)
+{
+    if (run == NULL)
+        return;
+    if (run->L != NULL)
+        lua_close(run->L);
+    json_decref(run->original);
+    json_decref(run->http);
+    json_decref(run->result);
+    json_decref(run->ops);
+    answer_clear(run);
+    free(run);
+}
+
+const json_t *script_run_http(const script_run_t *run)
+{
+    return run->http;
+}
+
+static char *dup_or_null(const char *s, size_t len)
+{
+    char *d;
+
+    if (s == NULL)
+        return NULL;
+    if ((d = malloc(len + 1)) != NULL) {
+        memcpy(d, s, len);
+        d[len] = '\0';
+    }
+    return d;
+}
+
+void script_run_http_done(script_run_t *run, long status, const char *body, size_t body_len,
+                          const char *content_type, const char *error)
+{
+    answer_clear(run);
+    json_decref(run->http);
+    run->http = NULL;
+    run->answer.ready = 1;
+    run->answer.status = status;
+    run->answer.body = dup_or_null(body, body_len);
+    run->answer.body_len = run->answer.body != NULL ? body_len : 0;
+    run->answer.content_type = dup_or_null(content_type, content_type ? strlen(content_type) : 0);
+    if (error != NULL && error[0] != '\0')
+        run->answer.error = dup_or_null(error, strlen(error));
+}
+
+long script_run_instructions(const script_run_t *run)
+{
+    return run->instructions;
+}
+
+/* ---- the end of a run: its result and its member changes ---- */
+
+/* Equal, counting an object member whose value is null as absent (what the script sees). */
+static int same_value(const json_t *a, const json_t *b)
+{
+    const char *key;
+    const json_t *v;
+    size_t i;
+
+    if (a == NULL)
+        a = json_null();
+    if (b == NULL)
+        b = json_null();
+    if (json_is_object(a) && json_is_object(b)) {
+        json_object_foreach((json_t *)a, key, v) {
+            if (!same_value(v, json_object_get(b, key)))
+                return 0;
+        }
+        json_object_foreach((json_t *)b, key, v) {
+            if (json_object_get(a, key) == NULL && !json_is_null(v))
+                return 0;
+        }
+        return 1;
+    }
+    if (json_is_array(a) && json_is_array(b)) {
+        if (json_array_size(a) != json_array_size(b))
+            return 0;
+        json_array_foreach(a, i, v) {
+            if (!same_value(v, json_array_get(b, i)))
+                return 0;
+        }
+        return 1;
+    }
+    return json_equal(a, b);
+}
+
+/* Appends a set op of path to value (borrowed) after checking it on scratch. */
+static int add_set(json_t *ops, json_t *scratch, const char *path, const json_t *value,
+                   bg_error_t *err)
+{
+    json_t *op = json_object();
+    bg_error_t e;
+
+    json_object_set_new(op, "op", json_string("set"));
+    json_object_set_new(op, "path", json_string(path));
+    json_object_set(op, "value", value ? (json_t *)value : json_null());
+    if (member_apply_op(scratch, op, &e) < 0) {
+        json_decref(op);
+        return bg_error_set(err, BG_ERR_SCRIPT, "self.%s: %s", path + strlen("member."), e.msg);
+    }
+    return json_array_append_new(ops, op);
+}
+
+/* Set ops for each key of the object at path that changed (a key gone: null). */
+static int diff_object(json_t *ops, json_t *scratch, const char *path, const json_t *old,
+                       const json_t *now, bg_error_t *err)
+{
+    const char *key;
+    const json_t *v;
+    char full[MEMBER_PATH_MAX + 1];
+    json_t *empty = NULL;
+    int rc = 0;
+
+    if (now == NULL || json_is_null(now))
+        now = empty = json_object();
+    if (!json_is_object(now)) {
+        return bg_error_set(err, BG_ERR_SCRIPT, "self.%s must be a table with string keys",
+                            path + strlen("member."));
+    }
+    if (!json_is_object(old))
+        old = NULL;
+    json_object_foreach((json_t *)now, key, v) {
+        if (same_value(json_object_get(old, key), v))
+            continue;
+        if (key[0] == '\0' || strchr(key, '.') != NULL ||
+            snprintf(full, sizeof(full), "%s.%s", path, key) >= (int)sizeof(full)) {
+            rc = bg_error_set(err, BG_ERR_SCRIPT,
+                              "self.%s: the key \"%.40s\" is empty, has a dot or is too long",
+                              path + strlen("member."), key);
+            break;
+        }
+        if ((rc = add_set(ops, scratch, full, v, err)) < 0)
+            break;
+    }
+    json_object_foreach((json_t *)old, key, v) {
+        if (rc < 0)
+            break;
+        if (json_object_get(now, key) != NULL || json_is_null(v))
+            continue;
+        if (key[0] == '\0' || strchr(key, '.') != NULL ||
+            snprintf(full, sizeof(full), "%s.%s", path, key) >= (int)sizeof(full))
+            continue; /* stored by someone else under a name a set cannot reach: kept */
+        rc = add_set(ops, scratch, full, json_null(), err);
+    }
+    json_decref(empty);
+    return rc;
+}
+
+static json_t *member_ops(const json_t *old, const json_t *now, bg_error_t *err)
+{
+    static const char *const fields[] = {"customLocale", "firstName", "lastName"};
+    const json_t *old_bot = json_object_get(old, "botMeta"), *now_bot;
+    json_t *ops = json_array(), *scratch = json_deep_copy(old);
+    char path[64];
+    size_t i;
+    int rc = 0;
+
+    if (ops == NULL || scratch == NULL) {
+        rc = bg_error_set(err, BG_ERR_SCRIPT, "out of memory");
+        goto out;
+    }
+    now_bot = json_object_get(now, "botMeta");
+    if (!json_is_object(now_bot))
+        now_bot = NULL;
+    rc = diff_object(ops, scratch, "member.meta", json_object_get(old, "meta"),
+                     json_object_get(now, "meta"), err);
+    if (rc == 0)
+        rc = diff_object(ops, scratch, "member.botMeta.tempData",
+                         json_object_get(old_bot, "tempData"), json_object_get(now_bot, "tempData"),
+                         err);
+    if (rc == 0 &&
+        !same_value(json_object_get(old_bot, "subscribed"), json_object_get(now_bot, "subscribed")))
+        rc = add_set(ops, scratch, "member.botMeta.subscribed",
+                     json_object_get(now_bot, "subscribed"), err);
+    for (i = 0; rc == 0 && i < sizeof(fields) / sizeof(fields[0]); i++) {
+        if (same_value(json_object_get(old, fields[i]), json_object_get(now, fields[i])))
+            continue;
+        snprintf(path, sizeof(path), "member.%s", fields[i]);
+        rc = add_set(ops, scratch, path, json_object_get(now, fields[i]), err);
+    }
+out:
+    json_decref(scratch);
+    if (rc < 0) {
+        json_decref(ops);
+        return NULL;
+    }
+    return ops;
+}
+
+typedef struct finish_arg {
+    script_run_t *run;
+    json_t *member; /* self.member as JSON */
+} finish_arg_t;
+
+/* Converts the result (on top of L) and self.member; run as a protected call. */
+static int finish_cf(lua_State *L)
+{
+    finish_arg_t *f = lua_touserdata(L, 1);
+
+    f->run->result = to_json_or_raise(L, 2, "the returned value");
+    lua_rawgeti(L, LUA_REGISTRYINDEX, f->run->self_ref);
+    if (lua_getfield(L, -1, "member") != LUA_TTABLE)
+        return luaL_error(L, "self.member must stay a table");
+    f->member = to_json_or_raise(L, -1, "self.member");
+    return 0;
+}
+
+/* The position in the script where co stopped, as "name:line", or "" when unknown. */
+static void where_stopped(lua_State *co, char *buf, size_t size)
+{
+    lua_Debug ar;
+    int level;
+
+    buf[0] = '\0';
+    for (level = 0; lua_getstack(co, level, &ar); level++) {
+        if (lua_getinfo(co, "Sl", &ar) && ar.currentline > 0) {
+            snprintf(buf, size, "%s:%d: ", ar.short_src, ar.currentline);
+            return;
+        }
+    }
+}
+
+static script_status_t run_failed(script_run_t *run, int status)
+{
+    char where[SCRIPT_NAME_MAX + 24];
+    const char *msg;
+
+    if (run->err.code != BG_OK) {
+        /* set by setup or the member check */
+    } else if (run->over_memory && (status == LUA_ERRMEM || status == LUA_OK)) {
+        where[0] = '\0';
+        if (run->co != NULL)
+            where_stopped(run->co, where, sizeof(where));
+        bg_error_set(&run->err, BG_ERR_SCRIPT, "%smemory limit exceeded (%ld KiB)", where,
+                     (long)(run->mem_cap / 1024));
+    } else if (run->over_instructions && status == LUA_OK) {
+        bg_error_set(&run->err, BG_ERR_SCRIPT, "instruction limit exceeded (%ld)",
+                     run->max_instructions);
+    } else if (status == LUA_ERRMEM) {
+        bg_error_set(&run->err, BG_ERR_SCRIPT, "out of memory");
+    } else if ((msg = lua_type(run->co, -1) == LUA_TSTRING ? lua_tostring(run->co, -1) : NULL) !=
+               NULL) {
+        bg_error_set(&run->err, BG_ERR_SCRIPT, "%s", msg);
+    } else {
+        bg_error_set(&run->err, BG_ERR_SCRIPT, "script error (a %s value)",
+                     luaL_typename(run->co, -1));
+    }
+    run->done = 1;
+    if (run->L != NULL)
+        lua_close(run->L);
+    run->L = NULL;
+    run->co = NULL;
+    json_decref(run->result);
+    run->result = NULL;
+    return SCRIPT_FAILED;
+}
+
+static script_status_t run_finished(script_run_t *run, int nres)
+{
+    finish_arg_t f = {run, NULL};
+    lua_State *L = run->L;
+
+    /* the script's own memory is what the cap is for; the conversions below are ours */
+    run->mem_cap = SIZE_MAX;
+    lua_sethook(run->co, NULL, 0, 0);
+    if (!lua_checkstack(L, 8)) {
+        bg_error_set(&run->err, BG_ERR_SCRIPT, "out of memory");
+        return run_failed(run, LUA_ERRMEM);
+    }
+    if (nres > 0)
+        lua_pop(run->co, nres - 1);
+    else
+        lua_pushnil(run->co);
+    lua_pushcfunction(L, finish_cf);
+    lua_pushlightuserdata(L, &f);
+    lua_xmove(run->co, L, 1);
+    if (lua_pcall(L, 2, 0, 0) != LUA_OK) {
+        const char *msg = lua_tostring(L, -1);
+        bg_error_set(&run->err, BG_ERR_SCRIPT, "%s", msg ? msg : "script error");
+        json_decref(f.member);
+        return run_failed(run, LUA_ERRRUN);
+    }
+    run->ops = member_ops(run->original, f.member, &run->err);
+    json_decref(f.member);
+    if (run->ops == NULL)
+        return run_failed(run, LUA_ERRRUN);
+    run->done = 1;
+    lua_close(run->L);
+    run->L = NULL;
+    run->co = NULL;
+    return SCRIPT_DONE;
+}
+
+script_status_t script_run_resume(script_run_t *run, bg_error_t *err)
+{
+    script_status_t st;
+    int status, nres = 0;
+
+    if (run->done) {
+        st = run->err.code != BG_OK ? SCRIPT_FAILED : SCRIPT_DONE;
+    } else if (run->L == NULL || run->co == NULL) {
+        st = run_failed(run, LUA_ERRMEM);
+    } else if (run->http != NULL) {
+        bg_error_set(&run->err, BG_ERR_SCRIPT, "resumed before the http.request answer");
+        st = run_failed(run, LUA_ERRRUN);
+    } else {
+        status = lua_resume(run->co, run->L, 0, &nres);
+        if (status == LUA_YIELD && run->http != NULL && !run->over_memory &&
+            !run->over_instructions) {
+            lua_pop(run->co, nres);
+            return SCRIPT_NEED_HTTP;
+        }
+        if (status == LUA_YIELD)
+            bg_error_set(&run->err, BG_ERR_SCRIPT, "the script yielded without a call");
+        if (status == LUA_OK && !run->over_memory && !run->over_instructions)
+            st = run_finished(run, nres);
+        else
+            st = run_failed(run, status);
+    }
+    if (st == SCRIPT_FAILED && err != NULL)
+        *err = run->err;
+    return st;
+}
+
+json_t *script_run_result(const script_run_t *run)
+{
+    return run->result != NULL ? json_incref(run->result) : json_null();
+}
+
+const json_t *script_run_member_ops(const script_run_t *run)
+{
+    return run->ops;
+}
+
+/* ---- compiling ---- */
+
+typedef struct dump_buf {
+    char *p;
+    size_t len, cap;
+    int failed;
+} dump_buf_t;
+
+static int dump_writer(lua_State *L, const void *p, size_t sz, void *ud)
+{
+    dump_buf_t *b = ud;
+    char *n;
+
+    (void)L;
+    if (b->len + sz > b->cap) {
+        size_t cap = (b->cap ? b->cap * 2 : 4096);
+        while (cap < b->len + sz)
+            cap *= 2;
+        if ((n = realloc(b->p, cap)) == NULL) {
+            b->failed = 1;
+            return 1;
+        }
+        b->p = n;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, p, sz);
+    b->len += sz;
+    return 0;
+}
+
+script_t *script_compile(const char *code, size_t len, const char *name, bg_error_t *err)
+{
+    char chunk[SCRIPT_NAME_MAX + 1];
+    dump_buf_t b = {0};
+    script_t *s = NULL;
+    lua_State *L;
+
+    if (len > SCRIPT_CODE_MAX) {
+        bg_error_set(err, BG_ERR_SCRIPT, "%.80s: code longer than %d bytes", name, SCRIPT_CODE_MAX);
+        return NULL;
+    }
+    snprintf(chunk, sizeof(chunk), "=%s", name);
+    if ((L = luaL_newstate()) == NULL) {
+        bg_error_set(err, BG_ERR_SCRIPT, "out of memory");
+        return NULL;
+    }
+    if (luaL_loadbufferx(L, code, len, chunk, "t") != LUA_OK) {
+        const char *msg = lua_tostring(L, -1);
+        bg_error_set(err, BG_ERR_SCRIPT, "%s", msg ? msg : "does not compile");
+        goto out;
+    }
+    if (lua_dump(L, dump_writer, &b, 0) != 0 || b.failed || (s = calloc(1, sizeof(*s))) == NULL) {
+        bg_error_set(err, BG_ERR_SCRIPT, "out of memory");
+        goto out;
+    }
+    s->code = b.p;
+    s->len = b.len;
+    b.p = NULL;
+    snprintf(s->name, sizeof(s->name), "%s", chunk);
+out:
+    free(b.p);
+    lua_close(L);
+    return s;
+}
+
+void script_free(script_t *s)
+{
+    if (s == NULL)
+        return;
+    free(s->code);
+    free(s);
+}
+
+/* ---- the per-worker cache ---- */
+
+typedef struct cache_entry {
+    uint64_t hash;
+    char *key; /* name, NUL, code */
+    size_t key_len;
+    script_t *script;
+} cache_entry_t;
+
+struct script_cache {
+    script_limits_t limits;
+    size_t count, max;
+    cache_entry_t *entries;
+};
+
+script_cache_t *script_cache_new(script_limits_t limits, size_t max_entries)
+{
+    script_cache_t *c = calloc(1, sizeof(*c));
+
+    if (c == NULL)
+        return NULL;
+    c->limits = limits;
+    c->max = max_entries > 0 ? max_entries : 1;
+    if ((c->entries = calloc(c->max, sizeof(*c->entries))) == NULL) {
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static void cache_clear(script_cache_t *c)
+{
+    size_t i;
+
+    for (i = 0; i < c->count; i++) {
+        free(c->entries[i].key);
+        script_free(c->entries[i].script);
+    }
+    c->count = 0;
+}
+
+void script_cache_free(script_cache_t *c)
+{
+    if (c == NULL)
+        return;
+    cache_clear(c);
+    free(c->entries);
+    free(c);
+}
+
+script_limits_t script_cache_limits(const script_cache_t *c)
+{
+    return c->limits;
+}
+
+static uint64_t fnv1a(uint64_t h, const char *p, size_t n)
+{
+    while (n-- > 0) {
+        h ^= (unsigned char)*p++;
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+const script_t *script_cache_get(script_cache_t *c, const char *name, const char *code,
+                                 bg_error_t *err)
+{
+    size_t name_len = strlen(name) + 1, code_len = strlen(code), i;
+    uint64_t h = fnv1a(fnv1a(14695981039346656037ULL, name, name_len), code, code_len);
+    cache_entry_t *e;
+    script_t *s;
+
+    for (i = 0; i < c->count; i++) {
+        e = &c->entries[i];
+        if (e->hash == h && e->key_len == name_len + code_len &&
+            memcmp(e->key, name, name_len) == 0 && memcmp(e->key + name_len, code, code_len) == 0)
+            return e->script;
+    }
+    if ((s = script_compile(code, code_len, name, err)) == NULL)
+        return NULL;
+    if (c->count == c->max)
+        cache_clear(c);
+    e = &c->entries[c->count];
+    if ((e->key = malloc(name_len + code_len)) == NULL) {
+        script_free(s);
+        bg_error_set(err, BG_ERR_SCRIPT, "out of memory");
+        return NULL;
+    }
+    memcpy(e->key, name, name_len);
+    memcpy(e->key + name_len, code, code_len);
+    e->key_len = name_len + code_len;
+    e->hash = h;
+    e->script = s;
+    c->count++;
+    return s;
+}
