@@ -8,6 +8,7 @@
 #include <lua.h>
 #include <lualib.h>
 
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,18 @@
 #define HOOK_PERIOD   1000 /* instructions between two calls of the count hook */
 #define JSON_DEPTH    64   /* nesting of tables converted to or from JSON */
 #define ANSWER_FIELDS 5
+/* Work a C function does without running VM instructions is charged to the instruction cap
+ * through what it allocates: one instruction per this many bytes (a loop that copies a large
+ * string a million times is stopped like a loop of a million instructions). */
+#define ALLOC_BYTES_PER_INSTRUCTION 64
+/* string.find/match/gmatch/gsub refuse a call whose worst-case matching work (backtracking
+ * included) exceeds this many times the instruction cap: the matcher runs no hook. */
+#define PATTERN_WORK_PER_INSTRUCTION 100
+/* Converting a table to JSON (its text, or json_t outside the memory cap): at most this many
+ * values and string bytes per KiB of the memory cap, so that a table that refers to the same
+ * subtable or string many times cannot expand without bound. */
+#define JSON_VALUES_PER_KB 128
+#define JSON_BYTES_PER_KB  4096
 
 /* The registry key of the metatable that marks a table as a JSON array (json.decode, and
  * arrays in self.*): an empty one encodes as [] rather than {}. */
@@ -35,6 +48,7 @@ struct script_run {
     lua_State *L; /* the run's own state; NULL once closed */
     lua_State *co;
     size_t mem_used, mem_cap; /* bytes; mem_cap SIZE_MAX once the script has ended */
+    size_t mem_limit_kb;      /* the cap as configured */
     long instructions, max_instructions;
     int over_memory, over_instructions;
     int started, done;
@@ -75,6 +89,13 @@ static void *cap_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
     if (nsize > old && nsize - old > run->mem_cap - run->mem_used) {
         run->over_memory = 1;
         return NULL;
+    }
+    if (nsize > old) {
+        run->instructions += (long)((nsize - old) / ALLOC_BYTES_PER_INSTRUCTION);
+        if (run->instructions > run->max_instructions) {
+            run->over_instructions = 1;
+            return NULL;
+        }
     }
     ptr = realloc(ptr, nsize);
     if (ptr != NULL)
@@ -197,14 +218,27 @@ static int table_is_array(lua_State *L, int idx, size_t *n)
     return count == (lua_Integer)*n;
 }
 
-/* The value at idx as JSON (new reference), or NULL with why filled. It raises no Lua error
+/* What one conversion to JSON may still build, and why it stopped. */
+typedef struct conv {
+    size_t values, bytes;
+    char why[128];
+} conv_t;
+
+/* The value at idx as JSON (new reference), or NULL with c->why filled. It raises no Lua error
  * (a raise would leak what was built): the caller raises once it is cleaned up. */
-static json_t *to_json(lua_State *L, int idx, int depth, char *why, size_t why_size)
+static json_t *to_json(lua_State *L, int idx, int depth, conv_t *c)
 {
     json_t *out = NULL, *item;
     size_t len, n, i;
     const char *s;
+    char *why = c->why;
+    size_t why_size = sizeof(c->why);
 
+    if (c->values == 0) {
+        snprintf(why, why_size, "more values than a conversion may build");
+        return NULL;
+    }
+    c->values--;
     if (depth > JSON_DEPTH || !lua_checkstack(L, 4)) {
         snprintf(why, why_size, "nested deeper than %d (or a table that contains itself)",
                  JSON_DEPTH);
@@ -224,6 +258,11 @@ static json_t *to_json(lua_State *L, int idx, int depth, char *why, size_t why_s
         return out;
     case LUA_TSTRING:
         s = lua_tolstring(L, idx, &len);
+        if (len > c->bytes) {
+            snprintf(why, why_size, "more text than a conversion may build");
+            return NULL;
+        }
+        c->bytes -= len;
         if ((out = json_stringn(s, len)) == NULL)
             snprintf(why, why_size, "a string that is not valid UTF-8");
         return out;
@@ -236,7 +275,7 @@ static json_t *to_json(lua_State *L, int idx, int depth, char *why, size_t why_s
             out = json_array();
             for (i = 1; out != NULL && i <= n; i++) {
                 lua_rawgeti(L, idx, (lua_Integer)i);
-                item = to_json(L, -1, depth + 1, why, why_size);
+                item = to_json(L, -1, depth + 1, c);
                 lua_pop(L, 1);
                 if (item == NULL || json_array_append_new(out, item) < 0) {
                     json_decref(out);
@@ -254,7 +293,14 @@ static json_t *to_json(lua_State *L, int idx, int depth, char *why, size_t why_s
                 json_decref(out);
                 return NULL;
             }
-            item = to_json(L, -1, depth + 1, why, why_size);
+            if (lua_rawlen(L, -2) > c->bytes) {
+                snprintf(why, why_size, "more text than a conversion may build");
+                lua_pop(L, 2);
+                json_decref(out);
+                return NULL;
+            }
+            c->bytes -= lua_rawlen(L, -2);
+            item = to_json(L, -1, depth + 1, c);
             if (item == NULL ||
                 json_object_setn_new(out, lua_tostring(L, -2), lua_rawlen(L, -2), item) < 0) {
                 lua_pop(L, 2);
@@ -274,11 +320,13 @@ static json_t *to_json(lua_State *L, int idx, int depth, char *why, size_t why_s
 /* to_json, or a Lua error "what: why". */
 static json_t *to_json_or_raise(lua_State *L, int idx, const char *what)
 {
-    char why[128] = "out of memory";
-    json_t *v = to_json(L, idx, 0, why, sizeof(why));
+    script_run_t *run = run_of(L);
+    size_t kb = run->mem_limit_kb;
+    conv_t c = {kb * JSON_VALUES_PER_KB, kb * JSON_BYTES_PER_KB, "out of memory"};
+    json_t *v = to_json(L, idx, 0, &c);
 
     if (v == NULL)
-        luaL_error(L, "%s: %s", what, why);
+        luaL_error(L, "%s: %s", what, c.why);
     return v;
 }
 
@@ -524,6 +572,150 @@ static int http_request_lua(lua_State *L)
     return lua_yieldk(L, 0, 0, http_answer_k);
 }
 
+/* ---- library functions whose C loops run no hook ---- */
+
+/* Past the set that starts at p[i] ('['), as Lua's matcher reads it. */
+static size_t skip_set(const char *p, size_t plen, size_t i)
+{
+    i++;
+    if (i < plen && p[i] == '^')
+        i++;
+    do {
+        if (i >= plen)
+            return plen;
+        if (p[i++] == '%' && i < plen)
+            i++;
+    } while (i < plen && p[i] != ']');
+    return i + 1;
+}
+
+/* An upper bound of the steps Lua's matcher may take for pattern p over a subject of n bytes:
+ * each start position times the pattern's length times (n + 1) for every item that may repeat
+ * or scan (*, +, -, %b). plain: a literal search. */
+static double pattern_work(const char *p, size_t plen, size_t n, int plain)
+{
+    double starts = (double)n + 1, per_start = (double)(plen > 0 ? plen : 1);
+    size_t i = 0;
+
+    if (plain)
+        return starts * per_start;
+    if (plen > 0 && p[0] == '^') {
+        starts = 1;
+        i = 1;
+    }
+    while (i < plen) {
+        char ch = p[i++];
+        if (ch == '%' && i < plen) {
+            char k = p[i++];
+            if (k == 'b') {
+                i += 2;
+                per_start *= (double)n + 1;
+            } else if (k == 'f' && i < plen && p[i] == '[') {
+                i = skip_set(p, plen, i);
+            }
+        } else if (ch == '[') {
+            i = skip_set(p, plen, i - 1);
+        }
+        if (i < plen && (p[i] == '*' || p[i] == '+' || p[i] == '-')) {
+            per_start *= (double)n + 1;
+            i++;
+        } else if (i < plen && p[i] == '?') {
+            per_start *= 2;
+            i++;
+        }
+    }
+    return starts * per_start;
+}
+
+/* string.find/match/gmatch/gsub (upvalue 1; upvalue 2 true for find): refused when the
+ * worst case of the match is over PATTERN_WORK_PER_INSTRUCTION x the instruction cap. */
+static int guarded_match(lua_State *L)
+{
+    script_run_t *run = run_of(L);
+    double limit = (double)run->max_instructions * PATTERN_WORK_PER_INSTRUCTION;
+    size_t n, plen;
+    const char *p;
+    int plain;
+
+    luaL_checklstring(L, 1, &n);
+    p = luaL_checklstring(L, 2, &plen);
+    plain = lua_toboolean(L, lua_upvalueindex(2)) && lua_toboolean(L, 4);
+    if (pattern_work(p, plen, n, plain) > limit)
+        return luaL_error(L,
+                          "pattern too costly: its worst case on a subject of %I bytes is over "
+                          "%I steps",
+                          (lua_Integer)n, (lua_Integer)limit);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+    return lua_gettop(L);
+}
+
+/* string.rep (upvalue 1): an empty string repeated n times loops n times without
+ * allocating, so the allocator would never see it. */
+static int guarded_rep(lua_State *L)
+{
+    size_t l, lsep = 0;
+
+    luaL_checklstring(L, 1, &l);
+    luaL_optlstring(L, 3, "", &lsep);
+    if (luaL_checkinteger(L, 2) <= 0 || l + lsep == 0) {
+        lua_pushliteral(L, "");
+        return 1;
+    }
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, 1);
+    return 1;
+}
+
+/* table.move (upvalue 1): at most as many elements as the memory cap could hold, since moving
+ * nils allocates nothing. */
+static int guarded_move(lua_State *L)
+{
+    script_run_t *run = run_of(L);
+    lua_Integer f = luaL_checkinteger(L, 2), e = luaL_checkinteger(L, 3);
+    lua_Unsigned most = (lua_Unsigned)run->mem_limit_kb * 1024 / sizeof(lua_Number);
+
+    if (e >= f && (lua_Unsigned)e - (lua_Unsigned)f >= most)
+        return luaL_error(L, "table.move: more than %I elements", (lua_Integer)most);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, 1);
+    return 1;
+}
+
+/* setmetatable (upvalue 1) without __gc: a finalizer may run when the state is closed, where
+ * no hook counts its instructions. */
+static int guarded_setmetatable(lua_State *L)
+{
+    if (lua_type(L, 2) == LUA_TTABLE) {
+        lua_pushliteral(L, "__gc");
+        if (lua_rawget(L, 2) != LUA_TNIL)
+            return luaL_error(L, "setmetatable: __gc is not available in node code");
+        lua_pop(L, 1);
+    }
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, 1);
+    return 1;
+}
+
+/* Replaces lib.name (lib NULL: a global) by f, with the original as upvalue 1 and flag as
+ * upvalue 2. */
+static void wrap(lua_State *L, const char *lib, const char *name, lua_CFunction f, int flag)
+{
+    if (lib != NULL)
+        lua_getglobal(L, lib);
+    else
+        lua_pushglobaltable(L);
+    lua_getfield(L, -1, name);
+    lua_pushboolean(L, flag);
+    lua_pushcclosure(L, f, 2);
+    lua_setfield(L, -2, name);
+    lua_pop(L, 1);
+}
+
 /* ---- a run ---- */
 
 static const char *const REMOVED_GLOBALS[] = {"dofile",         "loadfile", "load", "require",
@@ -546,6 +738,9 @@ static int setup_cf(lua_State *L)
     size_t i;
     int st;
 
+    /* everything built here lives as long as the run: collecting during setup finds nothing
+     * (an allocation over the cap still runs an emergency collection) */
+    lua_gc(L, LUA_GCSTOP);
     for (i = 0; i < sizeof(libs) / sizeof(libs[0]); i++) {
         luaL_requiref(L, libs[i].name, libs[i].func, 1);
         lua_pop(L, 1);
@@ -558,6 +753,13 @@ static int setup_cf(lua_State *L)
     lua_pushnil(L);
     lua_setfield(L, -2, "dump");
     lua_pop(L, 1);
+    wrap(L, LUA_STRLIBNAME, "find", guarded_match, 1);
+    wrap(L, LUA_STRLIBNAME, "match", guarded_match, 0);
+    wrap(L, LUA_STRLIBNAME, "gmatch", guarded_match, 0);
+    wrap(L, LUA_STRLIBNAME, "gsub", guarded_match, 0);
+    wrap(L, LUA_STRLIBNAME, "rep", guarded_rep, 0);
+    wrap(L, LUA_TABLIBNAME, "move", guarded_move, 0);
+    wrap(L, NULL, "setmetatable", guarded_setmetatable, 0);
     /* getmetatable("") answers false instead of the table that holds string's functions */
     lua_pushliteral(L, "");
     lua_getmetatable(L, -1);
@@ -605,6 +807,7 @@ static int setup_cf(lua_State *L)
         return lua_error(L);
     lua_xmove(L, run->co, 1);
     lua_sethook(run->co, count_hook, LUA_MASKCOUNT, HOOK_PERIOD);
+    lua_gc(L, LUA_GCRESTART);
     return 0;
 }
 
@@ -615,7 +818,8 @@ script_run_t *script_run_new(const script_t *s, script_limits_t limits, const js
 
     if (run == NULL)
         return NULL;
-    run->mem_cap = (size_t)(limits.max_memory_kb > 0 ? limits.max_memory_kb : 1) * 1024;
+    run->mem_limit_kb = (size_t)(limits.max_memory_kb > 0 ? limits.max_memory_kb : 1);
+    run->mem_cap = run->mem_limit_kb * 1024;
     run->max_instructions = limits.max_instructions > 0 ? limits.max_instructions : 1;
     run->original = json_is_object(member) ? json_deep_copy(member) : json_object();
     run->L = lua_newstate(cap_alloc, run);
@@ -879,8 +1083,11 @@ static script_status_t run_failed(script_run_t *run, int status)
             where_stopped(run->co, where, sizeof(where));
         bg_error_set(&run->err, BG_ERR_SCRIPT, "%smemory limit exceeded (%ld KiB)", where,
                      (long)(run->mem_cap / 1024));
-    } else if (run->over_instructions && status == LUA_OK) {
-        bg_error_set(&run->err, BG_ERR_SCRIPT, "instruction limit exceeded (%ld)",
+    } else if (run->over_instructions && (status == LUA_OK || status == LUA_ERRMEM)) {
+        where[0] = '\0';
+        if (run->co != NULL)
+            where_stopped(run->co, where, sizeof(where));
+        bg_error_set(&run->err, BG_ERR_SCRIPT, "%sinstruction limit exceeded (%ld)", where,
                      run->max_instructions);
     } else if (status == LUA_ERRMEM) {
         bg_error_set(&run->err, BG_ERR_SCRIPT, "out of memory");
@@ -908,6 +1115,7 @@ static script_status_t run_finished(script_run_t *run, int nres)
 
     /* the script's own memory is what the cap is for; the conversions below are ours */
     run->mem_cap = SIZE_MAX;
+    run->max_instructions = LONG_MAX;
     lua_sethook(run->co, NULL, 0, 0);
     if (!lua_checkstack(L, 8)) {
         bg_error_set(&run->err, BG_ERR_SCRIPT, "out of memory");

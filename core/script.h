@@ -21,8 +21,6 @@
 #include <jansson.h>
 #include <stddef.h>
 
-#define BG_ERR_SCRIPT 126 /* a node script failed: Lua error, or over a limit */
-
 #define SCRIPT_MAX_INSTRUCTIONS_DEFAULT 1000000
 #define SCRIPT_MAX_MEMORY_KB_DEFAULT    1024
 #define SCRIPT_CODE_MAX                 (64 * 1024) /* bytes of source */
