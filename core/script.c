@@ -701,19 +701,71 @@ static int guarded_setmetatable(lua_State *L)
     return 1;
 }
 
-/* Replaces lib.name (lib NULL: a global) by f, with the original as upvalue 1 and flag as
- * upvalue 2. */
-static void wrap(lua_State *L, const char *lib, const char *name, lua_CFunction f, int flag)
+/* Replaces t.name (t the table on top of the stack) by f, with the original as upvalue 1 and
+ * flag as upvalue 2. */
+static void wrap(lua_State *L, const char *name, lua_CFunction f, int flag)
 {
-    if (lib != NULL)
-        lua_getglobal(L, lib);
-    else
-        lua_pushglobaltable(L);
     lua_getfield(L, -1, name);
     lua_pushboolean(L, flag);
     lua_pushcclosure(L, f, 2);
     lua_setfield(L, -2, name);
-    lua_pop(L, 1);
+}
+
+static int open_table(lua_State *L)
+{
+    luaopen_table(L);
+    wrap(L, "move", guarded_move, 0);
+    return 1;
+}
+
+static int open_json(lua_State *L)
+{
+    static const luaL_Reg fns[] = {{"encode", json_encode_lua},
+                                   {"decode", json_decode_lua},
+                                   {"array", json_array_lua},
+                                   {NULL, NULL}};
+
+    luaL_newlib(L, fns);
+    lua_pushlightuserdata(L, (void *)&LUA_JSON_NULL);
+    lua_setfield(L, -2, "null");
+    return 1;
+}
+
+static int open_http(lua_State *L)
+{
+    static const luaL_Reg fns[] = {{"request", http_request_lua}, {NULL, NULL}};
+
+    luaL_newlib(L, fns);
+    return 1;
+}
+
+/* The libraries made on first use: most scripts need few of them, and making one costs
+ * thousands of instructions (math's random seeding most). */
+static const luaL_Reg LAZY_LIBS[] = {{LUA_TABLIBNAME, open_table},
+                                     {LUA_MATHLIBNAME, luaopen_math},
+                                     {LUA_UTF8LIBNAME, luaopen_utf8},
+                                     {"json", open_json},
+                                     {"http", open_http}};
+
+/* __index of the globals: a lazy library is made, stored and returned; anything else is nil. */
+static int lazy_global(lua_State *L)
+{
+    const char *key = lua_tostring(L, 2);
+    size_t i;
+
+    if (lua_type(L, 2) != LUA_TSTRING)
+        return 0;
+    for (i = 0; i < sizeof(LAZY_LIBS) / sizeof(LAZY_LIBS[0]); i++) {
+        if (strcmp(key, LAZY_LIBS[i].name) != 0)
+            continue;
+        lua_pushcfunction(L, LAZY_LIBS[i].func);
+        lua_call(L, 0, 1);
+        lua_pushvalue(L, 2);
+        lua_pushvalue(L, -2);
+        lua_rawset(L, 1);
+        return 1;
+    }
+    return 0;
 }
 
 /* ---- a run ---- */
@@ -725,16 +777,7 @@ static const char *const REMOVED_GLOBALS[] = {"dofile",         "loadfile", "loa
 static int setup_cf(lua_State *L)
 {
     script_run_t *run = lua_touserdata(L, 1);
-    static const luaL_Reg libs[] = {{LUA_GNAME, luaopen_base},
-                                    {LUA_STRLIBNAME, luaopen_string},
-                                    {LUA_TABLIBNAME, luaopen_table},
-                                    {LUA_MATHLIBNAME, luaopen_math},
-                                    {LUA_UTF8LIBNAME, luaopen_utf8}};
-    static const luaL_Reg json_fns[] = {{"encode", json_encode_lua},
-                                        {"decode", json_decode_lua},
-                                        {"array", json_array_lua},
-                                        {NULL, NULL}};
-    static const luaL_Reg http_fns[] = {{"request", http_request_lua}, {NULL, NULL}};
+    static const luaL_Reg libs[] = {{LUA_GNAME, luaopen_base}, {LUA_STRLIBNAME, luaopen_string}};
     size_t i;
     int st;
 
@@ -752,14 +795,21 @@ static int setup_cf(lua_State *L)
     lua_getglobal(L, LUA_STRLIBNAME);
     lua_pushnil(L);
     lua_setfield(L, -2, "dump");
+    wrap(L, "find", guarded_match, 1);
+    wrap(L, "match", guarded_match, 0);
+    wrap(L, "gmatch", guarded_match, 0);
+    wrap(L, "gsub", guarded_match, 0);
+    wrap(L, "rep", guarded_rep, 0);
     lua_pop(L, 1);
-    wrap(L, LUA_STRLIBNAME, "find", guarded_match, 1);
-    wrap(L, LUA_STRLIBNAME, "match", guarded_match, 0);
-    wrap(L, LUA_STRLIBNAME, "gmatch", guarded_match, 0);
-    wrap(L, LUA_STRLIBNAME, "gsub", guarded_match, 0);
-    wrap(L, LUA_STRLIBNAME, "rep", guarded_rep, 0);
-    wrap(L, LUA_TABLIBNAME, "move", guarded_move, 0);
-    wrap(L, NULL, "setmetatable", guarded_setmetatable, 0);
+    lua_pushglobaltable(L);
+    wrap(L, "setmetatable", guarded_setmetatable, 0);
+    lua_createtable(L, 0, 2); /* the globals' metatable: the lazy libraries */
+    lua_pushcfunction(L, lazy_global);
+    lua_setfield(L, -2, "__index");
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "__metatable");
+    lua_setmetatable(L, -2);
+    lua_pop(L, 1);
     /* getmetatable("") answers false instead of the table that holds string's functions */
     lua_pushliteral(L, "");
     lua_getmetatable(L, -1);
@@ -770,12 +820,6 @@ static int setup_cf(lua_State *L)
     luaL_newmetatable(L, ARRAY_MT);
     run->array_mt = lua_topointer(L, -1);
     lua_pop(L, 1);
-    luaL_newlib(L, json_fns);
-    lua_pushlightuserdata(L, (void *)&LUA_JSON_NULL);
-    lua_setfield(L, -2, "null");
-    lua_setglobal(L, "json");
-    luaL_newlib(L, http_fns);
-    lua_setglobal(L, "http");
 
     lua_createtable(L, 0, 3);
     if (json_is_object(run->member))
@@ -821,7 +865,7 @@ script_run_t *script_run_new(const script_t *s, script_limits_t limits, const js
     run->mem_limit_kb = (size_t)(limits.max_memory_kb > 0 ? limits.max_memory_kb : 1);
     run->mem_cap = run->mem_limit_kb * 1024;
     run->max_instructions = limits.max_instructions > 0 ? limits.max_instructions : 1;
-    run->original = json_is_object(member) ? json_deep_copy(member) : json_object();
+    run->original = json_is_object(member) ? json_incref((json_t *)member) : json_object();
     run->L = lua_newstate(cap_alloc, run);
     if (run->original == NULL) {
         script_run_free(run);
@@ -996,15 +1040,39 @@ static int diff_object(json_t *ops, json_t *scratch, const char *path, const jso
     return rc;
 }
 
+static const char *const MEMBER_FIELDS[] = {"customLocale", "firstName", "lastName"};
+
+/* 1 when no path a set may write differs between old and now: nothing to check or copy. */
+static int member_unchanged(const json_t *old, const json_t *now)
+{
+    const json_t *old_bot = json_object_get(old, "botMeta");
+    const json_t *now_bot = json_object_get(now, "botMeta");
+    size_t i;
+
+    if (!same_value(json_object_get(old, "meta"), json_object_get(now, "meta")) ||
+        !same_value(json_object_get(old_bot, "tempData"), json_object_get(now_bot, "tempData")) ||
+        !same_value(json_object_get(old_bot, "subscribed"), json_object_get(now_bot, "subscribed")))
+        return 0;
+    for (i = 0; i < sizeof(MEMBER_FIELDS) / sizeof(MEMBER_FIELDS[0]); i++)
+        if (!same_value(json_object_get(old, MEMBER_FIELDS[i]),
+                        json_object_get(now, MEMBER_FIELDS[i])))
+            return 0;
+    return 1;
+}
+
 static json_t *member_ops(const json_t *old, const json_t *now, bg_error_t *err)
 {
-    static const char *const fields[] = {"customLocale", "firstName", "lastName"};
+    const char *const *fields = MEMBER_FIELDS;
     const json_t *old_bot = json_object_get(old, "botMeta"), *now_bot;
-    json_t *ops = json_array(), *scratch = json_deep_copy(old);
+    json_t *ops, *scratch;
     char path[64];
     size_t i;
     int rc = 0;
 
+    if (member_unchanged(old, now))
+        return json_array();
+    ops = json_array();
+    scratch = json_deep_copy(old);
     if (ops == NULL || scratch == NULL) {
         rc = bg_error_set(err, BG_ERR_SCRIPT, "out of memory");
         goto out;
@@ -1022,7 +1090,7 @@ static json_t *member_ops(const json_t *old, const json_t *now, bg_error_t *err)
         !same_value(json_object_get(old_bot, "subscribed"), json_object_get(now_bot, "subscribed")))
         rc = add_set(ops, scratch, "member.botMeta.subscribed",
                      json_object_get(now_bot, "subscribed"), err);
-    for (i = 0; rc == 0 && i < sizeof(fields) / sizeof(fields[0]); i++) {
+    for (i = 0; rc == 0 && i < sizeof(MEMBER_FIELDS) / sizeof(MEMBER_FIELDS[0]); i++) {
         if (same_value(json_object_get(old, fields[i]), json_object_get(now, fields[i])))
             continue;
         snprintf(path, sizeof(path), "member.%s", fields[i]);
