@@ -451,12 +451,23 @@ static int http_answer_k(lua_State *L, int status, lua_KContext ctx)
     return 1;
 }
 
+/* A header name a script may set: a token, and not one that frames the request or the
+ * connection (curl sets those; a second one would make the request ambiguous). */
 static int header_name_ok(const char *s)
 {
-    size_t n = strlen(s);
+    static const char *const framing[] = {"Host",       "Content-Length", "Transfer-Encoding",
+                                          "Connection", "Keep-Alive",     "Expect",
+                                          "TE",         "Trailer",        "Upgrade"};
+    size_t n = strlen(s), i;
 
-    return n > 0 && n <= 64 &&
-           strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-") == n;
+    if (n == 0 || n > 64 ||
+        strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-") != n ||
+        strncasecmp(s, "Proxy-", 6) == 0)
+        return 0;
+    for (i = 0; i < sizeof(framing) / sizeof(framing[0]); i++)
+        if (strcasecmp(s, framing[i]) == 0)
+            return 0;
+    return 1;
 }
 
 static int method_ok(const char *m)
@@ -514,8 +525,9 @@ static int http_request_lua(lua_State *L)
                 strlen(lua_tostring(L, -1)) != lua_rawlen(L, -1) ||
                 strpbrk(lua_tostring(L, -1), "\r\n") != NULL)
                 return luaL_error(L, "http.request: a header must be a name of letters, digits "
-                                     "and '-' with a string value of at most 512 bytes, "
-                                     "without line breaks");
+                                     "and '-' (not Host, Content-Length, Transfer-Encoding, "
+                                     "Connection or another that frames the request) with a "
+                                     "string value of at most 512 bytes, without line breaks");
             if (++nheaders > SCRIPT_HTTP_HEADERS_MAX)
                 return luaL_error(L, "http.request: at most %d headers", SCRIPT_HTTP_HEADERS_MAX);
             lua_pop(L, 1);
@@ -880,7 +892,7 @@ script_run_t *script_run_new(const script_t *s, script_limits_t limits, const js
     run->channel = channel;
     run->agenda_meta = agenda_meta;
     if (call_protected(run->L, setup_cf, run) != LUA_OK) {
-        const char *msg = lua_tostring(run->L, -1);
+        const char *msg = lua_type(run->L, -1) == LUA_TSTRING ? lua_tostring(run->L, -1) : NULL;
         if (!run->over_memory)
             bg_error_set(&run->err, BG_ERR_SCRIPT, "%s", msg ? msg : "script setup failed");
         run->co = NULL;
@@ -1191,13 +1203,15 @@ static script_status_t run_finished(script_run_t *run, int nres)
     }
     if (nres > 0)
         lua_pop(run->co, nres - 1);
-    else
+    else if (lua_checkstack(run->co, 1))
         lua_pushnil(run->co);
+    else
+        return run_failed(run, LUA_ERRMEM);
     lua_pushcfunction(L, finish_cf);
     lua_pushlightuserdata(L, &f);
     lua_xmove(run->co, L, 1);
     if (lua_pcall(L, 2, 0, 0) != LUA_OK) {
-        const char *msg = lua_tostring(L, -1);
+        const char *msg = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
         bg_error_set(&run->err, BG_ERR_SCRIPT, "%s", msg ? msg : "script error");
         json_decref(f.member);
         return run_failed(run, LUA_ERRRUN);
@@ -1301,7 +1315,7 @@ script_t *script_compile(const char *code, size_t len, const char *name, bg_erro
         return NULL;
     }
     if (luaL_loadbufferx(L, code, len, chunk, "t") != LUA_OK) {
-        const char *msg = lua_tostring(L, -1);
+        const char *msg = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
         bg_error_set(err, BG_ERR_SCRIPT, "%s", msg ? msg : "does not compile");
         goto out;
     }

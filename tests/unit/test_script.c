@@ -248,6 +248,12 @@ static void test_http_yield(void **state)
     assert_fails("http.request{url='http://x', headers={['Bad Name']='v'}}", LIMITS,
                  "a header must be");
     assert_fails("http.request{url='http://x', timeoutMs=0}", LIMITS, "timeoutMs");
+    assert_fails("http.request{url='http://x', headers={host='internal'}}", LIMITS, "not Host");
+    assert_fails("http.request{url='http://x', headers={['Content-Length']='5'}}", LIMITS,
+                 "not Host");
+    assert_fails("http.request{url='http://x', headers={['Proxy-Authorization']='x'}}", LIMITS,
+                 "not Host");
+    assert_fails("http.request{url='http://x', body='\xff'}", LIMITS, "not UTF-8");
     assert_fails("table.sort({1,2}, function(a, b) http.request{url='http://x'} return a < b "
                  "end)",
                  LIMITS, "cannot be called here");
