@@ -55,11 +55,10 @@ struct script_run {
     int self_ref;         /* the self table in the registry */
     const void *array_mt; /* ARRAY_MT, compared by address */
 
-    /* what setup takes from script_run_new (borrowed for that call only) */
-    const script_t *script;
-    const json_t *member, *channel, *agenda_meta;
-
-    json_t *original; /* the member as given, for the member ops */
+    const script_t *script; /* during script_run_new only */
+    /* self's fields as given (references), made into Lua tables on first use */
+    json_t *original; /* the member, also the base of the member ops */
+    json_t *channel, *agenda_meta;
     json_t *http;     /* the call asked for, until http_done */
     int http_calls;
     struct { /* the answer, until the coroutine has taken it */
@@ -782,6 +781,37 @@ static int lazy_global(lua_State *L)
 
 /* ---- a run ---- */
 
+/* __index of self: member, channel (without info) and agendaMeta become tables when the script
+ * first reads them, and stay in self; a script that never reads the member pays nothing for it,
+ * neither here nor when its changes are looked for. */
+static int self_field(lua_State *L)
+{
+    script_run_t *run = run_of(L);
+    const char *key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "";
+    const json_t *v;
+
+    if (strcmp(key, "member") == 0)
+        v = run->original;
+    else if (strcmp(key, "channel") == 0)
+        v = run->channel;
+    else if (strcmp(key, "agendaMeta") == 0)
+        v = run->agenda_meta;
+    else
+        return 0;
+    if (json_is_object(v))
+        push_json(L, v, 0);
+    else
+        lua_newtable(L);
+    if (v == run->channel) {
+        lua_pushnil(L);
+        lua_setfield(L, -2, "info");
+    }
+    lua_pushvalue(L, 2);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, 1);
+    return 1;
+}
+
 static const char *const REMOVED_GLOBALS[] = {"dofile",         "loadfile", "load", "require",
                                               "collectgarbage", "print",    "warn", "loadstring"};
 
@@ -833,25 +863,13 @@ static int setup_cf(lua_State *L)
     run->array_mt = lua_topointer(L, -1);
     lua_pop(L, 1);
 
-    lua_createtable(L, 0, 3);
-    if (json_is_object(run->member))
-        push_json(L, run->member, 0);
-    else
-        lua_newtable(L);
-    lua_setfield(L, -2, "member");
-    if (json_is_object(run->channel)) {
-        push_json(L, run->channel, 0);
-        lua_pushnil(L);
-        lua_setfield(L, -2, "info");
-    } else {
-        lua_newtable(L);
-    }
-    lua_setfield(L, -2, "channel");
-    if (json_is_object(run->agenda_meta))
-        push_json(L, run->agenda_meta, 0);
-    else
-        lua_newtable(L);
-    lua_setfield(L, -2, "agendaMeta");
+    lua_createtable(L, 0, 3); /* self: its fields are made on first use (self_field) */
+    lua_createtable(L, 0, 2);
+    lua_pushcfunction(L, self_field);
+    lua_setfield(L, -2, "__index");
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "__metatable");
+    lua_setmetatable(L, -2);
     lua_pushvalue(L, -1);
     lua_setglobal(L, "self");
     run->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -888,9 +906,8 @@ script_run_t *script_run_new(const script_t *s, script_limits_t limits, const js
         return run;
     }
     run->script = s;
-    run->member = member;
-    run->channel = channel;
-    run->agenda_meta = agenda_meta;
+    run->channel = json_incref((json_t *)channel);
+    run->agenda_meta = json_incref((json_t *)agenda_meta);
     if (call_protected(run->L, setup_cf, run) != LUA_OK) {
         const char *msg = lua_type(run->L, -1) == LUA_TSTRING ? lua_tostring(run->L, -1) : NULL;
         if (!run->over_memory)
@@ -898,7 +915,6 @@ script_run_t *script_run_new(const script_t *s, script_limits_t limits, const js
         run->co = NULL;
     }
     run->script = NULL;
-    run->member = run->channel = run->agenda_meta = NULL;
     return run;
 }
 
@@ -909,6 +925,8 @@ void script_run_free(script_run_t *run)
     if (run->L != NULL)
         lua_close(run->L);
     json_decref(run->original);
+    json_decref(run->channel);
+    json_decref(run->agenda_meta);
     json_decref(run->http);
     json_decref(run->result);
     json_decref(run->ops);
@@ -1014,11 +1032,10 @@ static int diff_object(json_t *ops, json_t *scratch, const char *path, const jso
     const char *key;
     const json_t *v;
     char full[MEMBER_PATH_MAX + 1];
-    json_t *empty = NULL;
     int rc = 0;
 
     if (now == NULL || json_is_null(now))
-        now = empty = json_object();
+        return 0; /* gone (self.member replaced by a table without it): left as it is */
     if (!json_is_object(now)) {
         return bg_error_set(err, BG_ERR_SCRIPT, "self.%s must be a table with string keys",
                             path + strlen("member."));
@@ -1048,7 +1065,6 @@ static int diff_object(json_t *ops, json_t *scratch, const char *path, const jso
             continue; /* stored by someone else under a name a set cannot reach: kept */
         rc = add_set(ops, scratch, full, json_null(), err);
     }
-    json_decref(empty);
     return rc;
 }
 
@@ -1098,12 +1114,14 @@ static json_t *member_ops(const json_t *old, const json_t *now, bg_error_t *err)
         rc = diff_object(ops, scratch, "member.botMeta.tempData",
                          json_object_get(old_bot, "tempData"), json_object_get(now_bot, "tempData"),
                          err);
-    if (rc == 0 &&
+    if (rc == 0 && json_object_get(now_bot, "subscribed") != NULL &&
         !same_value(json_object_get(old_bot, "subscribed"), json_object_get(now_bot, "subscribed")))
         rc = add_set(ops, scratch, "member.botMeta.subscribed",
                      json_object_get(now_bot, "subscribed"), err);
     for (i = 0; rc == 0 && i < sizeof(MEMBER_FIELDS) / sizeof(MEMBER_FIELDS[0]); i++) {
-        if (same_value(json_object_get(old, fields[i]), json_object_get(now, fields[i])))
+        /* a name set to nil is left as it is (it cannot be null); customLocale is cleared */
+        if (same_value(json_object_get(old, fields[i]), json_object_get(now, fields[i])) ||
+            (json_object_get(now, fields[i]) == NULL && strcmp(fields[i], "customLocale") != 0))
             continue;
         snprintf(path, sizeof(path), "member.%s", fields[i]);
         rc = add_set(ops, scratch, path, json_object_get(now, fields[i]), err);
@@ -1119,7 +1137,7 @@ out:
 
 typedef struct finish_arg {
     script_run_t *run;
-    json_t *member; /* self.member as JSON */
+    json_t *member; /* self.member as JSON; NULL when the script never touched it */
 } finish_arg_t;
 
 /* Converts the result (on top of L) and self.member; run as a protected call. */
@@ -1129,10 +1147,16 @@ static int finish_cf(lua_State *L)
 
     f->run->result = to_json_or_raise(L, 2, "the returned value");
     lua_rawgeti(L, LUA_REGISTRYINDEX, f->run->self_ref);
-    if (lua_getfield(L, -1, "member") != LUA_TTABLE)
+    lua_pushliteral(L, "member");
+    switch (lua_rawget(L, -2)) {
+    case LUA_TNIL: /* never read nor set: unchanged */
+        return 0;
+    case LUA_TTABLE:
+        f->member = to_json_or_raise(L, -1, "self.member");
+        return 0;
+    default:
         return luaL_error(L, "self.member must stay a table");
-    f->member = to_json_or_raise(L, -1, "self.member");
-    return 0;
+    }
 }
 
 /* The position in the script where co stopped, as "name:line", or "" when unknown. */
@@ -1216,7 +1240,7 @@ static script_status_t run_finished(script_run_t *run, int nres)
         json_decref(f.member);
         return run_failed(run, LUA_ERRRUN);
     }
-    run->ops = member_ops(run->original, f.member, &run->err);
+    run->ops = f.member != NULL ? member_ops(run->original, f.member, &run->err) : json_array();
     json_decref(f.member);
     if (run->ops == NULL)
         return run_failed(run, LUA_ERRRUN);

@@ -69,10 +69,11 @@ typedef enum {
     SCRIPT_FAILED,    /* err says why (126) */
 } script_status_t;
 
-/* A run of s with self.member, self.channel (its info is dropped) and self.agendaMeta, each
- * copied into the run's own state (borrowed here; NULL gives an empty table). The run does not
- * keep s; it keeps a reference to member, the base of its member ops, which must not change
- * while the run lasts. NULL only when out of memory. */
+/* A run of s with self.member, self.channel (its info is dropped) and self.agendaMeta (NULL
+ * gives an empty table), each made into a Lua table of the run's own state when the script
+ * first reads it. The run keeps references to the three, which must not change while it
+ * lasts (member is also the base of the member ops); it does not keep s. NULL only when out of
+ * memory. */
 script_run_t *script_run_new(const script_t *s, script_limits_t limits, const json_t *member,
                              const json_t *channel, const json_t *agenda_meta);
 void script_run_free(script_run_t *run);

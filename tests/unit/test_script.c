@@ -319,6 +319,18 @@ static void test_member_set_rules(void **state)
     assert_ops("self.member.botMeta.subscribed = false; self.member.customLocale = 'zh-HK'",
                "[{\"op\":\"set\",\"path\":\"member.botMeta.subscribed\",\"value\":false},"
                "{\"op\":\"set\",\"path\":\"member.customLocale\",\"value\":\"zh-HK\"}]");
+    /* nil where null is not a value, or for a whole table: nothing changes */
+    assert_ops("self.member.firstName = nil; self.member.botMeta = nil; self.member.meta = nil",
+               "[]");
+    assert_ops("self.member = {meta = {keep = 1, x = 2}}",
+               "[{\"op\":\"set\",\"path\":\"member.meta.x\",\"value\":2},"
+               "{\"op\":\"set\",\"path\":\"member.meta.gone\",\"value\":null}]");
+    assert_ops("self.member.customLocale = 'fr'; self.member.customLocale = nil", "[]");
+    /* self's fields are made when first read */
+    assert_result("local before = rawget(self, 'member') == nil\n"
+                  "local name = self.member.firstName\n"
+                  "return {before, rawget(self, 'member') ~= nil, name}",
+                  "[true,true,\"Ann\"]");
     /* elsewhere: ignored */
     assert_ops("self.member.tags[1] = 'x'; self.member._id = 'M2'; "
                "self.member.botMeta.tree = 'T9'; self.member.locale = 'fr'",
