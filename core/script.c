@@ -17,7 +17,7 @@
 
 #define HOOK_PERIOD   1000 /* instructions between two calls of the count hook */
 #define JSON_DEPTH    64   /* nesting of tables converted to or from JSON */
-#define ANSWER_FIELDS 5
+#define ANSWER_FIELDS 5    /* status, body, json, contentType, error */
 /* Work a C function does without running VM instructions is charged to the instruction cap
  * through what it allocates: one instruction per this many bytes (a loop that copies a large
  * string a million times is stopped like a loop of a million instructions). */
@@ -51,7 +51,7 @@ struct script_run {
     size_t mem_limit_kb;      /* the cap as configured */
     long instructions, max_instructions;
     int over_memory, over_instructions;
-    int started, done;
+    int done;             /* ended: err says how, or result and ops hold what it did */
     int self_ref;         /* the self table in the registry */
     const void *array_mt; /* ARRAY_MT, compared by address */
 
@@ -287,7 +287,7 @@ static json_t *to_json(lua_State *L, int idx, int depth, conv_t *c)
         lua_pushnil(L);
         while (out != NULL && lua_next(L, idx) != 0) {
             if (lua_type(L, -2) != LUA_TSTRING) {
-                snprintf(why, why_size, "a table with both string and other keys");
+                snprintf(why, why_size, "a table whose keys are neither all strings nor 1..n");
                 lua_pop(L, 2);
                 json_decref(out);
                 return NULL;
@@ -396,8 +396,10 @@ static int json_decode_lua(lua_State *L)
 /* json.array(t): marks t as an array, so that it encodes as [] when empty. */
 static int json_array_lua(lua_State *L)
 {
-    if (lua_isnoneornil(L, 1))
+    if (lua_isnoneornil(L, 1)) {
+        lua_settop(L, 0);
         lua_newtable(L);
+    }
     luaL_checktype(L, 1, LUA_TTABLE);
     lua_settop(L, 1);
     push_array_mt(L);
@@ -567,14 +569,18 @@ static int http_request_lua(lua_State *L)
     }
     if (text != NULL && !has_type)
         json_array_append_new(headers, json_string("Content-Type: application/json"));
+    /* a string that is not UTF-8 (or no memory) left something out */
+    if (json_array_size(headers) != (size_t)nheaders + (text != NULL && !has_type)) {
+        json_decref(headers);
+        headers = NULL;
+    }
     json_object_set_new(req, "headers", headers);
     json_object_set_new(req, "timeoutMs", json_integer(timeout));
     free(text);
-    if (req == NULL || headers == NULL || json_object_size(req) != 5 ||
-        !json_is_string(json_object_get(req, "url")) ||
-        (lua_type(L, 4) == LUA_TSTRING && json_is_null(json_object_get(req, "body")))) {
+    if (req == NULL || json_object_size(req) != 5) {
         json_decref(req);
-        return luaL_error(L, "http.request: out of memory, or a body that is not UTF-8 text");
+        return luaL_error(L, "http.request: a url, body or header that is not UTF-8 text (or "
+                             "out of memory)");
     }
     json_decref(run->http);
     run->http = req;

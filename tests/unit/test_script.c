@@ -193,6 +193,8 @@ static void test_json(void **state)
                   "{\"a\":[1,2,{\"b\":true}],\"s\":\"\\u00e9\",\"e\":[],\"f\":1.5}");
     assert_result("return json.encode(json.decode('[]'))", "\"[]\"");
     assert_result("return json.encode({})", "\"{}\"");
+    assert_result("return json.encode(json.array(nil))", "\"[]\"");
+    assert_fails("return json.encode({[2] = 'x'})", LIMITS, "neither all strings nor 1..n");
     assert_result("return json.decode('{\"x\":[1,null,3]}').x[2] == json.null", "true");
     assert_fails("return json.decode('{')", LIMITS, "json.decode:");
     assert_fails("local t = {} t.t = t return json.encode(t)", LIMITS, "nested deeper");
@@ -254,6 +256,7 @@ static void test_http_yield(void **state)
     assert_fails("http.request{url='http://x', headers={['Proxy-Authorization']='x'}}", LIMITS,
                  "not Host");
     assert_fails("http.request{url='http://x', body='\xff'}", LIMITS, "not UTF-8");
+    assert_fails("http.request{url='http://x', headers={['X-A']='\xff'}}", LIMITS, "not UTF-8");
     assert_fails("table.sort({1,2}, function(a, b) http.request{url='http://x'} return a < b "
                  "end)",
                  LIMITS, "cannot be called here");
