@@ -59,7 +59,7 @@ struct script_run {
     /* self's fields as given (references), made into Lua tables on first use */
     json_t *original; /* the member, also the base of the member ops */
     json_t *channel, *agenda_meta;
-    json_t *http;     /* the call asked for, until http_done */
+    json_t *http; /* the call asked for, until http_done */
     int http_calls;
     struct { /* the answer, until the coroutine has taken it */
         int ready;
@@ -1383,6 +1383,7 @@ typedef struct cache_entry {
 struct script_cache {
     script_limits_t limits;
     size_t count, max;
+    size_t bytes; /* of the keys and the bytecode held */
     cache_entry_t *entries;
 };
 
@@ -1410,6 +1411,7 @@ static void cache_clear(script_cache_t *c)
         script_free(c->entries[i].script);
     }
     c->count = 0;
+    c->bytes = 0;
 }
 
 void script_cache_free(script_cache_t *c)
@@ -1451,7 +1453,7 @@ const script_t *script_cache_get(script_cache_t *c, const char *name, const char
     }
     if ((s = script_compile(code, code_len, name, err)) == NULL)
         return NULL;
-    if (c->count == c->max)
+    if (c->count == c->max || c->bytes + name_len + code_len + s->len > SCRIPT_CACHE_BYTES)
         cache_clear(c);
     e = &c->entries[c->count];
     if ((e->key = malloc(name_len + code_len)) == NULL) {
@@ -1465,5 +1467,6 @@ const script_t *script_cache_get(script_cache_t *c, const char *name, const char
     e->hash = h;
     e->script = s;
     c->count++;
+    c->bytes += e->key_len + s->len;
     return s;
 }

@@ -28,7 +28,8 @@
 #define SCRIPT_HTTP_MAX                 16          /* http.request calls in one run */
 #define SCRIPT_HTTP_TIMEOUT_MS          3000        /* an http.request without timeoutMs */
 #define SCRIPT_HTTP_TIMEOUT_MAX         30000
-#define SCRIPT_HTTP_HEADERS_MAX         5 /* headers an http.request may set */
+#define SCRIPT_HTTP_HEADERS_MAX         5                  /* headers an http.request may set */
+#define SCRIPT_CACHE_BYTES              (16 * 1024 * 1024) /* code and bytecode in a cache */
 
 typedef struct script_limits {
     long max_instructions;
@@ -47,8 +48,9 @@ void script_free(script_t *s);
 
 /* A worker's compiled scripts, keyed by name and code: a tree import that changes a script's
  * code compiles the new code on its first run; entries of code no tree runs any more are
- * dropped when the cache is full (all of them: it is refilled at once by what runs). Owned by
- * the worker (script_cache_free); only its thread uses it. */
+ * dropped when the cache is full, at max_entries or SCRIPT_CACHE_BYTES (all of them: it is
+ * refilled at once by what runs). Owned by the worker (script_cache_free); only its thread
+ * uses it. */
 typedef struct script_cache script_cache_t;
 
 script_cache_t *script_cache_new(script_limits_t limits, size_t max_entries);
