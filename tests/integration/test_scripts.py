@@ -89,6 +89,12 @@ class Scripts(ScriptBase):
                                "self.member.meta.fine = self.agendaMeta.i"}],
                 "response": [text("fine {{member.meta.fine}}")],
             },
+            "SLOW": {
+                "preAction": [{"type": "script", "code": (
+                    "local r = http.request{url = '%s/slow/2500', timeoutMs = 300}\n"
+                    "self.member.meta.slow = {status = r.status, error = r.error}" % hook)}],
+                "response": [text("after slow")],
+            },
             "ERR": {
                 "preAction": [{"type": "script", "code":
                                "self.member.meta.x = 1\nlocal t = nil\nreturn t.field"}],
@@ -148,6 +154,15 @@ class Scripts(ScriptBase):
             self.assert_node_error(res[0], 126, "memory limit exceeded (1024 KiB)")
             self.assertIn("preAction[0]:2:", res[0]["error"]["err"])
             self.assertEqual(self.rec("mbig")["botMeta"]["tempData"], {})
+
+    def test_http_request_timeout_is_an_answer_to_the_script(self):
+        self.new_member("ms5")
+        res = self.results(self.go("ms5", "TS", "SLOW"), "ms5", count=1)
+        self.assertEqual(res[0]["messageEvent"]["data"], {"text": "after slow"})
+        slow = self.rec("ms5")["meta"]["slow"]
+        self.assertEqual(slow["status"], 0)
+        self.assertIn("Timeout", slow["error"])
+        self.assertEqual([h["path"] for h in self.hook_log()], ["/hook/slow/2500"])
 
     def test_script_error_carries_its_line_and_writes_nothing(self):
         self.new_member("ms3")
