@@ -1031,47 +1031,74 @@ static int add_set(json_t *ops, json_t *scratch, const char *path, const json_t 
     return json_array_append_new(ops, op);
 }
 
-/* Set ops for each key of the object at path that changed (a key gone: null). */
+#define DIFF_WHOLE 1 /* diff_keys: a changed key cannot be named, set the object whole */
+
+/* Writes path.key into full; 0 when a set cannot name it: an empty key, a dot in it, past
+ * MEMBER_PATH_DEPTH segments below meta / tempData (depth: those of path) or MEMBER_PATH_MAX
+ * bytes. */
+static int key_path(char *full, size_t size, const char *path, const char *key, int depth)
+{
+    return key[0] != '\0' && strchr(key, '.') == NULL && depth < MEMBER_PATH_DEPTH &&
+           snprintf(full, size, "%s.%s", path, key) < (int)size;
+}
+
+/* Set ops for each key of now (an object) that differs from old; a key gone becomes null. It
+ * descends into an object changed on both sides, so that a set names the deepest key that
+ * changed and a concurrent run that changed another key of that object keeps its change (the
+ * write-back applies the ops to the latest record). Below the top (depth > 0) a changed key
+ * that cannot be named gives DIFF_WHOLE: the caller sets the whole object; at the top it is
+ * an error, and a key gone that cannot be named is kept. */
+static int diff_keys(json_t *ops, json_t *scratch, const char *path, const json_t *old,
+                     const json_t *now, int depth, bg_error_t *err)
+{
+    char full[MEMBER_PATH_MAX + 1];
+    const json_t *v, *was;
+    const char *key;
+    int rc;
+
+    json_object_foreach((json_t *)now, key, v) {
+        was = json_object_get(old, key);
+        if (same_value(was, v))
+            continue;
+        if (!key_path(full, sizeof(full), path, key, depth)) {
+            if (depth > 0)
+                return DIFF_WHOLE;
+            return bg_error_set(err, BG_ERR_SCRIPT,
+                                "self.%s: the key \"%.40s\" is empty, has a dot or is too long",
+                                path + strlen("member."), key);
+        }
+        rc = DIFF_WHOLE;
+        if (json_is_object(was) && json_is_object(v))
+            rc = diff_keys(ops, scratch, full, was, v, depth + 1, err);
+        if (rc == DIFF_WHOLE)
+            rc = add_set(ops, scratch, full, v, err);
+        if (rc < 0)
+            return rc;
+    }
+    json_object_foreach((json_t *)old, key, v) {
+        if (json_object_get(now, key) != NULL || json_is_null(v))
+            continue;
+        if (!key_path(full, sizeof(full), path, key, depth)) {
+            if (depth > 0)
+                return DIFF_WHOLE;
+            continue; /* stored by someone else under a name a set cannot reach: kept */
+        }
+        if ((rc = add_set(ops, scratch, full, json_null(), err)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* The set ops of the object at path (member.meta, member.botMeta.tempData). */
 static int diff_object(json_t *ops, json_t *scratch, const char *path, const json_t *old,
                        const json_t *now, bg_error_t *err)
 {
-    const char *key;
-    const json_t *v;
-    char full[MEMBER_PATH_MAX + 1];
-    int rc = 0;
-
     if (now == NULL || json_is_null(now))
         return 0; /* gone (self.member replaced by a table without it): left as it is */
-    if (!json_is_object(now)) {
+    if (!json_is_object(now))
         return bg_error_set(err, BG_ERR_SCRIPT, "self.%s must be a table with string keys",
                             path + strlen("member."));
-    }
-    if (!json_is_object(old))
-        old = NULL;
-    json_object_foreach((json_t *)now, key, v) {
-        if (same_value(json_object_get(old, key), v))
-            continue;
-        if (key[0] == '\0' || strchr(key, '.') != NULL ||
-            snprintf(full, sizeof(full), "%s.%s", path, key) >= (int)sizeof(full)) {
-            rc = bg_error_set(err, BG_ERR_SCRIPT,
-                              "self.%s: the key \"%.40s\" is empty, has a dot or is too long",
-                              path + strlen("member."), key);
-            break;
-        }
-        if ((rc = add_set(ops, scratch, full, v, err)) < 0)
-            break;
-    }
-    json_object_foreach((json_t *)old, key, v) {
-        if (rc < 0)
-            break;
-        if (json_object_get(now, key) != NULL || json_is_null(v))
-            continue;
-        if (key[0] == '\0' || strchr(key, '.') != NULL ||
-            snprintf(full, sizeof(full), "%s.%s", path, key) >= (int)sizeof(full))
-            continue; /* stored by someone else under a name a set cannot reach: kept */
-        rc = add_set(ops, scratch, full, json_null(), err);
-    }
-    return rc;
+    return diff_keys(ops, scratch, path, json_is_object(old) ? old : NULL, now, 0, err);
 }
 
 static const char *const MEMBER_FIELDS[] = {"customLocale", "firstName", "lastName"};

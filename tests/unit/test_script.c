@@ -334,6 +334,37 @@ static void test_member_set_rules(void **state)
                   "local name = self.member.firstName\n"
                   "return {before, rawget(self, 'member') ~= nil, name}",
                   "[true,true,\"Ann\"]");
+    /* a set names the deepest key that changed; a key below that a path cannot name makes
+     * its object set whole */
+    assert_ops(
+        "self.member.meta.keep = {a = {x = 1, y = 2}}",
+        "[{\"op\":\"set\",\"path\":\"member.meta.keep\",\"value\":{\"a\":{\"x\":1,\"y\":2}}}]");
+    {
+        bg_error_t err;
+        script_run_t *run;
+        char *text;
+        const char *deep = "{\"_id\":\"M1\",\"firstName\":\"Ann\",\"meta\":{\"o\":{\"a\":"
+                           "{\"x\":1,\"y\":2},\"b\":3}},\"botMeta\":{\"tempData\":{}}}";
+
+        assert_int_equal(run_code("self.member.meta.o.a.x = 5; self.member.meta.o.b = nil", LIMITS,
+                                  deep, &err, &run),
+                         SCRIPT_DONE);
+        text = json_dumps(script_run_member_ops(run), JSON_COMPACT);
+        assert_string_equal(text, "[{\"op\":\"set\",\"path\":\"member.meta.o.a.x\",\"value\":5},"
+                                  "{\"op\":\"set\",\"path\":\"member.meta.o.b\",\"value\":null}]");
+        free(text);
+        script_run_free(run);
+        assert_int_equal(run_code("self.member.meta.o.a['p.q'] = 1", LIMITS, deep, &err, &run),
+                         SCRIPT_DONE);
+        {
+            /* compared as JSON: a Lua table's keys come in no fixed order */
+            json_t *want = load("[{\"op\":\"set\",\"path\":\"member.meta.o.a\",\"value\":"
+                                "{\"x\":1,\"y\":2,\"p.q\":1}}]");
+            assert_true(json_equal(script_run_member_ops(run), want));
+            json_decref(want);
+        }
+        script_run_free(run);
+    }
     /* elsewhere: ignored */
     assert_ops("self.member.tags[1] = 'x'; self.member._id = 'M2'; "
                "self.member.botMeta.tree = 'T9'; self.member.locale = 'fr'",
