@@ -6,6 +6,7 @@
 #include "member.h"
 #include "result.h"
 #include "tmpl.h"
+#include "tree.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -408,6 +409,12 @@ static int run_transform(node_run_t *run, const json_t *code, node_need_t *need)
         add_error(run, BG_ERR_SCRIPT,
                   "node %.64s transform: must return an array of responses (tables), or nil",
                   run->node_id);
+        json_decref(run->transformed);
+        run->transformed = NULL;
+    } else if (json_array_size(run->transformed) > TREE_MAX_RESPONSES) {
+        /* the limit of a node's own response list */
+        add_error(run, BG_ERR_LIMIT, "node %.64s transform: returned more than %d responses",
+                  run->node_id, TREE_MAX_RESPONSES);
         json_decref(run->transformed);
         run->transformed = NULL;
     }

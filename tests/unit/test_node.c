@@ -766,6 +766,19 @@ static void test_script_transform(void **state)
     node_run_free(run);
     fake_free(&f);
 
+    /* more responses than a node may have: 118, nothing sent */
+    fake_init(&f, "{\"T/N\":{\"transform\":\"local r = {} for i = 1, 51 do r[i] = {type = "
+                  "'TEXT', text = 'x'} end return r\"}}");
+    run = run_node(&f, member, meta, "T", "N", ALL);
+    {
+        json_t *r = node_run_results(run);
+        assert_int_equal(json_array_size(f.sent), 0);
+        assert_int_equal(err_code_of(json_array_get(r, 0)), BG_ERR_LIMIT);
+        json_decref(r);
+    }
+    node_run_free(run);
+    fake_free(&f);
+
     /* a transform that returns something else: 126, nothing sent */
     fake_init(&f, "{\"T/N\":{\"transform\":\"return 'x'\"}}");
     run = run_node(&f, member, meta, "T", "N", ALL);
