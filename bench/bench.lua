@@ -7,7 +7,8 @@
 -- MODE upstream: the Facebook Send API call that botgate makes for it
 --                (POST /graph/v19.0/me/messages?access_token=...), sent to nginx (which proxies
 --                it to the simulator) or to the simulator itself.
--- SCENARIO: a (1 TEXT), b (3 TEXT in one request), c (redirect to a 2-response node),
+-- SCENARIO: a (1 TEXT), b (3 TEXT in one request), c (redirect to a 2-response node), c-lua
+--           (redirect to a node whose Lua transform returns the same 2 responses),
 --           a-tls (as a; the upstream is reached over TLS), d (as a; run with 5000 connections
 --           while the simulator answers after 1 s), e (1 TEXT to a whatsapp-cloud number limited
 --           to 1,000/s, through three instances: bench/scenario_e.py).
@@ -48,6 +49,11 @@ function init(args)
             wrk.path = "/redirectMemberToNode"
             wrk.body = '{"channelId":"' .. CHANNEL .. '","memberId":"' .. MEMBER .. '",'
                 .. '"redirect":{"tree":"bench-tree","nodeCompositeId":"two"}}'
+        elseif scenario == "c-lua" then
+            wrk.path = "/redirectMemberToNode"
+            wrk.body = '{"channelId":"' .. CHANNEL .. '","memberId":"' .. MEMBER .. '",'
+                .. '"redirect":{"tree":"bench-tree","nodeCompositeId":"lua"},'
+                .. '"meta":{"status":"shipped"}}'
         else
             wrk.path = "/sendResponses"
             wrk.body = '{"channelId":"' .. CHANNEL .. '","memberId":"' .. MEMBER .. '",'

@@ -12,7 +12,7 @@
 #
 #   BENCH_DURATION=10        seconds per wrk run
 #   BENCH_D_DURATION=30      seconds of each scenario-d run (its first second has no answers)
-#   BENCH_SCENARIOS="a b c a-tls d e" scenarios to run (see bench/README.md; e is
+#   BENCH_SCENARIOS="a b c c-lua a-tls d e" scenarios to run (see bench/README.md; e is
 #                            bench/scenario_e.py: three instances under one shared rate limit)
 #   BENCH_CONNECTIONS=64     wrk connections of a, b, c and a-tls
 #   BENCH_WRK_THREADS=2      wrk threads
@@ -42,7 +42,7 @@ duration=${BENCH_DURATION:-10}
 # Scenario d's first second can have no answer (the upstream takes 1 s): over 10 s that
 # alone would cap it at 90 % of its Little's-law bound, over 30 s at 97 %.
 d_duration=${BENCH_D_DURATION:-30}
-scenarios=${BENCH_SCENARIOS:-a b c a-tls d e}
+scenarios=${BENCH_SCENARIOS:-a b c c-lua a-tls d e}
 conns=${BENCH_CONNECTIONS:-64}
 wrk_threads=${BENCH_WRK_THREADS:-2}
 upstream_workers=${BENCH_UPSTREAM_WORKERS:-auto}
@@ -58,7 +58,7 @@ for tool in wrk nginx redis-server curl python3 openssl; do
   command -v "$tool" >/dev/null || { echo "bench: $tool is missing (scripts/deps.sh bench)" >&2; exit 1; }
 done
 for sc in $scenarios; do
-  case $sc in a | b | c | a-tls | d | e) ;; *) echo "bench: unknown scenario '$sc' (a b c a-tls d e)" >&2; exit 2 ;; esac
+  case $sc in a | b | c | c-lua | a-tls | d | e) ;; *) echo "bench: unknown scenario '$sc' (a b c c-lua a-tls d e)" >&2; exit 2 ;; esac
 done
 has() { case " $scenarios " in *" $1 "*) return 0 ;; esac; return 1; }
 if [ "$strace_requests" -gt 0 ] && ! command -v strace >/dev/null; then
@@ -205,7 +205,8 @@ printf '{"_id":"bench-member","channel":"bench-fb","app":"bench","externalId":"2
 cat > "$tmp/tree.json" <<'EOT'
 {"_id":"bench-tree","app":"bench","name":"bench tree","nodes":{"two":{"response":[
  {"type":"TEXT","text":"hello from the bench tree, first of two"},
- {"type":"TEXT","text":"hello from the bench tree, second of two"}]}}}
+ {"type":"TEXT","text":"hello from the bench tree, second of two"}]},
+ "lua":{"transform":"if self.agendaMeta.status == 'shipped' then return {{type = 'TEXT', text = 'hello from the bench tree, first of two'}, {type = 'TEXT', text = 'hello from the bench tree, second of two'}} end return nil"}}}
 EOT
 "$ctl" tree import "$tmp/tree.json" > /dev/null 2>> "$tmp/ctl.log"
 token=$("$ctl" token create --app bench --scope bot:admin --label "make bench" 2>> "$tmp/ctl.log")
@@ -266,6 +267,8 @@ start_botgate() { # facebook base URL [VAR=value...]
   botgate_proto=$(check_protocol)
   check "botgate redirectMemberToNode ($fb_url)" "$botgate" /redirectMemberToNode \
     '{"channelId":"bench-fb","memberId":"bench-member","redirect":{"tree":"bench-tree","nodeCompositeId":"two"}}' "$token"
+  check "botgate redirectMemberToNode, a transform ($fb_url)" "$botgate" /redirectMemberToNode \
+    '{"channelId":"bench-fb","memberId":"bench-member","redirect":{"tree":"bench-tree","nodeCompositeId":"lua"},"meta":{"status":"shipped"}}' "$token"
 }
 stop_botgate() {
   [ -n "$botgate_pid" ] || return 0
@@ -368,13 +371,13 @@ strace_phase() { # scenario
 echo "bench: $duration s per run; scenarios: $scenarios" >&2
 
 # a, b, c: the static upstream over HTTP
-if has a || has b || has c; then
+if has a || has b || has c || has c-lua; then
   start_botgate "$upstream/graph/v19.0"
   echo "bench: the static upstream alone (its capacity)" >&2
   run up upstream "$conns"
   for sc in $scenarios; do
     case $sc in
-      a | b | c)
+      a | b | c | c-lua)
         echo "bench: scenario $sc" >&2
         run "$sc" botgate "$conns"
         run "$sc" nginx "$conns"

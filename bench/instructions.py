@@ -48,6 +48,10 @@ SCENARIOS = {
                                           {"type": "TEXT", "text": "three"}]}),
     "c": ("/redirectMemberToNode", {"channelId": "fb", "memberId": "m",
                                     "redirect": {"tree": "t", "nodeCompositeId": "two"}}),
+    # c with the two responses returned by a small Lua transform (node code)
+    "c-lua": ("/redirectMemberToNode", {"channelId": "fb", "memberId": "m",
+                                        "redirect": {"tree": "t", "nodeCompositeId": "lua"},
+                                        "meta": {"status": "shipped"}}),
 }
 
 
@@ -85,7 +89,10 @@ def run_config(extra):
         tree = os.path.join(s.dir, "tree.json")
         with open(tree, "w") as f:
             f.write('{"_id":"t","app":"A","name":"b","nodes":{"two":{"response":['
-                    '{"type":"TEXT","text":"a"},{"type":"TEXT","text":"b"}]}}}')
+                    '{"type":"TEXT","text":"a"},{"type":"TEXT","text":"b"}]},'
+                    '"lua":{"transform":"if self.agendaMeta.status == \'shipped\' then '
+                    'return {{type = \'TEXT\', text = \'a\'}, {type = \'TEXT\', '
+                    'text = \'b\'}} end return nil"}}}')
         s.ctl("tree", "import", tree)
         tok = s.token("A", "bot:admin")
         s.port = harness.free_port()

@@ -44,15 +44,16 @@ SCENARIOS = {
     "a": "a  sendResponses, 1 TEXT",
     "b": "b  sendResponses, 3 TEXT",
     "c": "c  redirectMemberToNode, 2 resp.",
+    "c-lua": "c-lua  c, by a Lua transform",
     "up-tls": "upstream alone, HTTPS",
     "a-tls": "a-tls  a, upstream over TLS",
     "sim": "simulator alone (d's upstream)",
     "d": "d  5000 conn., upstream 1 s",
 }
-ORDER = ["up", "a", "b", "c", "up-tls", "a-tls", "sim", "d"]
+ORDER = ["up", "a", "b", "c", "c-lua", "up-tls", "a-tls", "sim", "d"]
 # the upstream-alone row of each proxied scenario: it must do at least UPSTREAM_MARGIN times
 # the proxy's req/s, or the upstream, not the proxy, sets the pace
-UPSTREAM_OF = {"a": "up", "b": "up", "c": "up", "a-tls": "up-tls"}
+UPSTREAM_OF = {"a": "up", "b": "up", "c": "up", "c-lua": "up", "a-tls": "up-tls"}
 UPSTREAM_MARGIN = 2.0
 
 

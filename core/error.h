@@ -25,6 +25,7 @@ enum {
     BG_ERR_IDEM_RUNNING = 123,     /* a request with this Idempotency-Key is still running */
     BG_ERR_IDEM_MISMATCH = 124,    /* the Idempotency-Key was used for another request */
     BG_ERR_OUTCOME_UNKNOWN = 125,  /* an earlier attempt may have delivered this response */
+    BG_ERR_SCRIPT = 126,           /* node code failed: a Lua error, or over a limit */
     BG_ERR_INTERNAL = BG_ERR_UNAVAILABLE, /* older name */
     /* Not an err_code on the wire: "User is not authorized" answers carry none. */
     BG_ERR_UNAUTHORIZED = -1,

@@ -6,6 +6,7 @@
 #include "member.h"
 #include "result.h"
 #include "tmpl.h"
+#include "tree.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,15 +16,16 @@
 #define PLACE_MAX 160
 
 typedef enum {
-    PHASE_FETCH,    /* ask for run->tree / run->node_id */
-    PHASE_PRE,      /* pre-action, from run->idx */
-    PHASE_RESPONSE, /* responses of run->responses, from run->idx */
-    PHASE_POST,     /* post-action, from run->idx */
-    PHASE_REDIRECT, /* follow the node's redirect, if any */
+    PHASE_FETCH,     /* ask for run->tree / run->node_id */
+    PHASE_PRE,       /* pre-action, from run->idx */
+    PHASE_TRANSFORM, /* the node's transform code, when the response is sent */
+    PHASE_RESPONSE,  /* responses of run->responses, from run->idx */
+    PHASE_POST,      /* post-action, from run->idx */
+    PHASE_REDIRECT,  /* follow the node's redirect, if any */
     PHASE_DONE,
 } node_phase_t;
 
-typedef enum { WAIT_NONE, WAIT_NODE, WAIT_SEND, WAIT_WEBHOOK } node_wait_t;
+typedef enum { WAIT_NONE, WAIT_NODE, WAIT_SEND, WAIT_WEBHOOK, WAIT_HTTP } node_wait_t;
 
 /* Owned by the caller (node_run_free); every json_t and string below is owned by the run. */
 struct node_run {
@@ -46,6 +48,11 @@ struct node_run {
     const json_t *responses; /* borrowed from node */
     json_t *pending;         /* the rendered response or webhook being waited on */
     char place[PLACE_MAX];   /* of the webhook being waited on, for its error element */
+
+    script_cache_t *scripts; /* borrowed, may be NULL */
+    script_run_t *script;    /* the script running (an action or the transform) */
+    int transform_started;   /* of the running node */
+    json_t *transformed;     /* what the transform returned: the responses to send */
 };
 
 static char *dup_str(const char *s)
@@ -109,6 +116,8 @@ void node_run_free(node_run_t *run)
     json_decref(run->results);
     json_decref(run->node);
     json_decref(run->pending);
+    json_decref(run->transformed);
+    script_run_free(run->script);
     free(run->tree);
     free(run->node_id);
     free(run->pos_tree);
@@ -253,18 +262,94 @@ static int action_webhook(node_run_t *run, const json_t *action, const char *pla
     return 0;
 }
 
-/* Runs the actions of list from run->idx on; 1 when a webhook must be called first. */
-static int run_actions(node_run_t *run, const char *list_name, node_need_t *need)
+void node_run_set_scripts(node_run_t *run, script_cache_t *scripts)
+{
+    run->scripts = scripts;
+}
+
+/* Runs or continues run->script; 1 when it waits for its http.request (need filled), 0 when
+ * it ended: its member changes applied, its result kept (a transform's), or an element 126. */
+static int script_continue(node_run_t *run, node_need_t *need)
+{
+    const json_t *ops, *op;
+    bg_error_t e;
+    size_t i;
+
+    switch (script_run_resume(run->script, &e)) {
+    case SCRIPT_NEED_HTTP:
+        run->wait = WAIT_HTTP;
+        need->http = script_run_http(run->script);
+        return 1;
+    case SCRIPT_FAILED:
+        add_error(run, BG_ERR_SCRIPT, "node %.64s %s", run->node_id, e.msg);
+        break;
+    case SCRIPT_DONE:
+        /* checked by the script run against this very member: they apply */
+        ops = script_run_member_ops(run->script);
+        json_array_foreach(ops, i, op) {
+            if (record_op(run, json_incref((json_t *)op), &e) < 0)
+                add_error(run, BG_ERR_SCRIPT, "node %.64s: %s", run->node_id, e.msg);
+        }
+        if (run->phase == PHASE_TRANSFORM) {
+            json_decref(run->transformed);
+            run->transformed = script_run_result(run->script);
+        }
+        break;
+    }
+    script_run_free(run->script);
+    run->script = NULL;
+    return 0;
+}
+
+/* Starts the code of a script called name ("preAction[0]", "transform"); as
+ * script_continue. */
+static int script_start(node_run_t *run, const json_t *code, const char *name, node_need_t *need)
+{
+    script_limits_t limits = {SCRIPT_MAX_INSTRUCTIONS_DEFAULT, SCRIPT_MAX_MEMORY_KB_DEFAULT};
+    script_t *own = NULL;
+    const script_t *s;
+    bg_error_t e;
+
+    if (!json_is_string(code)) {
+        add_error(run, BG_ERR_MISSING_PARAM, "node %.64s %s: code must be a string", run->node_id,
+                  name);
+        return 0;
+    }
+    if (run->scripts != NULL) {
+        limits = script_cache_limits(run->scripts);
+        s = script_cache_get(run->scripts, name, json_string_value(code), &e);
+    } else {
+        s = own = script_compile(json_string_value(code), json_string_length(code), name, &e);
+    }
+    if (s == NULL) {
+        add_error(run, BG_ERR_SCRIPT, "node %.64s %s", run->node_id, e.msg);
+        return 0;
+    }
+    run->script = script_run_new(s, limits, run->member, json_object_get(run->scope, "channel"),
+                                 json_object_get(run->scope, "agendaMeta"));
+    script_free(own);
+    if (run->script == NULL) {
+        add_error(run, BG_ERR_UNAVAILABLE, "node %.64s %s: out of memory", run->node_id, name);
+        return 0;
+    }
+    return script_continue(run, need);
+}
+
+/* Runs the actions of list from run->idx on; NODE_DONE when the list is done, else what the
+ * caller must do first (a webhook, a script's http call). */
+static node_step_t run_actions(node_run_t *run, const char *list_name, node_need_t *need)
 {
     const json_t *list = json_object_get(run->node, list_name);
     char place[PLACE_MAX];
 
+    if (run->script != NULL && script_continue(run, need))
+        return NODE_NEED_HTTP;
     if (list == NULL || json_is_null(list))
-        return 0;
+        return NODE_DONE;
     if (!json_is_array(list)) {
         add_error(run, BG_ERR_MISSING_PARAM, "node %.64s %s must be an array", run->node_id,
                   list_name);
-        return 0;
+        return NODE_DONE;
     }
     while (run->idx < json_array_size(list)) {
         const json_t *action = json_array_get(list, run->idx);
@@ -282,12 +367,58 @@ static int run_actions(node_run_t *run, const char *list_name, node_need_t *need
             if (action_webhook(run, action, place) == 0) {
                 run->wait = WAIT_WEBHOOK;
                 need->webhook = run->pending;
-                return 1;
+                return NODE_NEED_WEBHOOK;
             }
+        } else if (strcmp(type, "script") == 0) {
+            snprintf(place, sizeof(place), "%s[%zu]", list_name, run->idx - 1);
+            if (script_start(run, json_object_get(action, "code"), place, need))
+                return NODE_NEED_HTTP;
         } else {
             add_error(run, BG_ERR_UNSUPPORTED, "%s: unknown action type %.40s", place, type);
         }
     }
+    return NODE_DONE;
+}
+
+/* The node's transform, when it has one: 1 when its script waits for an http call; else
+ * run->responses is what it returned (NULL when it failed). */
+static int run_transform(node_run_t *run, const json_t *code, node_need_t *need)
+{
+    const json_t *r, *item;
+    size_t i;
+
+    if (!run->transform_started) {
+        run->transform_started = 1;
+        json_decref(run->transformed);
+        run->transformed = NULL;
+        if (script_start(run, code, "transform", need))
+            return 1;
+    } else if (run->script != NULL && script_continue(run, need)) {
+        return 1;
+    }
+    r = run->transformed;
+    if (r == NULL || json_is_null(r) || (json_is_object(r) && json_object_size(r) == 0)) {
+        run->responses = NULL; /* nil (or {}): nothing to send */
+        return 0;
+    }
+    json_array_foreach(r, i, item) {
+        if (!json_is_object(item))
+            break;
+    }
+    if (!json_is_array(run->transformed) || i < json_array_size(run->transformed)) {
+        add_error(run, BG_ERR_SCRIPT,
+                  "node %.64s transform: must return an array of responses (tables), or nil",
+                  run->node_id);
+        json_decref(run->transformed);
+        run->transformed = NULL;
+    } else if (json_array_size(run->transformed) > TREE_MAX_RESPONSES) {
+        /* the limit of a node's own response list */
+        add_error(run, BG_ERR_LIMIT, "node %.64s transform: returned more than %d responses",
+                  run->node_id, TREE_MAX_RESPONSES);
+        json_decref(run->transformed);
+        run->transformed = NULL;
+    }
+    run->responses = run->transformed;
     return 0;
 }
 
@@ -327,7 +458,9 @@ static int run_responses(node_run_t *run, node_need_t *need)
                       run->node_id, at);
             continue;
         }
-        run->pending = tmpl_render_json(resp, run->scope);
+        /* a transform's responses are sent as it built them */
+        run->pending = run->responses == run->transformed ? json_deep_copy(resp)
+                                                          : tmpl_render_json(resp, run->scope);
         if (run->pending == NULL) {
             add_error(run, BG_ERR_UNAVAILABLE, "node %.64s response[%zu]: out of memory", run->node_id,
                       at);
@@ -405,6 +538,8 @@ static void finish(node_run_t *run)
 
 node_step_t node_run_next(node_run_t *run, node_need_t *need)
 {
+    node_step_t st;
+
     memset(need, 0, sizeof(*need));
     switch (run->wait) {
     case WAIT_NODE:
@@ -417,6 +552,9 @@ node_step_t node_run_next(node_run_t *run, node_need_t *need)
     case WAIT_WEBHOOK:
         need->webhook = run->pending;
         return NODE_NEED_WEBHOOK;
+    case WAIT_HTTP:
+        need->http = script_run_http(run->script);
+        return NODE_NEED_HTTP;
     case WAIT_NONE:
         break;
     }
@@ -428,13 +566,23 @@ node_step_t node_run_next(node_run_t *run, node_need_t *need)
             need->node_id = run->node_id;
             return NODE_NEED_NODE;
         case PHASE_PRE:
-            if (run->flags.run_pre && run_actions(run, "preAction", need))
-                return NODE_NEED_WEBHOOK;
+            if (run->flags.run_pre && (st = run_actions(run, "preAction", need)) != NODE_DONE)
+                return st;
+            run->phase = PHASE_TRANSFORM;
+            break;
+        case PHASE_TRANSFORM: {
+            const json_t *code = json_object_get(run->node, "transform");
+            /* Chosen after the pre-action, which may have set customLocale. */
+            if (!run->flags.send_response)
+                run->responses = NULL;
+            else if (code == NULL || json_is_null(code))
+                run->responses = choose_responses(run);
+            else if (run_transform(run, code, need))
+                return NODE_NEED_HTTP;
             run->phase = PHASE_RESPONSE;
             run->idx = 0;
-            /* Chosen after the pre-action, which may have set customLocale. */
-            run->responses = run->flags.send_response ? choose_responses(run) : NULL;
             break;
+        }
         case PHASE_RESPONSE:
             if (run_responses(run, need))
                 return NODE_NEED_SEND;
@@ -442,8 +590,8 @@ node_step_t node_run_next(node_run_t *run, node_need_t *need)
             run->idx = 0;
             break;
         case PHASE_POST:
-            if (run->flags.run_post && run_actions(run, "postAction", need))
-                return NODE_NEED_WEBHOOK;
+            if (run->flags.run_post && (st = run_actions(run, "postAction", need)) != NODE_DONE)
+                return st;
             run->phase = PHASE_REDIRECT;
             break;
         case PHASE_REDIRECT:
@@ -496,6 +644,7 @@ void node_run_node_loaded(node_run_t *run, json_t *node)
     json_decref(run->node);
     run->node = node;
     run->responses = NULL;
+    run->transform_started = 0;
     run->count++;
     run->idx = 0;
     run->phase = PHASE_PRE;
@@ -545,6 +694,15 @@ void node_run_webhook_done(node_run_t *run, int ok, json_t *answer)
     }
     json_decref(run->pending);
     run->pending = NULL;
+}
+
+void node_run_http_done(node_run_t *run, long status, const char *body, size_t body_len,
+                        const char *content_type, const char *error)
+{
+    if (run->wait != WAIT_HTTP)
+        return;
+    run->wait = WAIT_NONE;
+    script_run_http_done(run->script, status, body, body_len, content_type, error);
 }
 
 int node_run_error(const node_run_t *run, bg_error_t *err)

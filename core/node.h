@@ -9,11 +9,19 @@
  * Every string of a response or an action is rendered (tmpl.h) against the working member, so
  * earlier changes are visible: a set's path and value, the tags, the webhook url (values
  * percent-encoded) and body. A set that is refused or a malformed action adds an error
- * element (108; 117 for an unknown type) and the run goes on. */
+ * element (108; 117 for an unknown type) and the run goes on.
+ *
+ * Node code (script.h): a {"type":"script","code":".."} action runs as a step of its list; a
+ * node's "transform" code runs after the pre-action when the response is sent, and what it
+ * returns (an array of responses, or nil for none) is sent instead of response /
+ * responseByLocale, as returned (not rendered). A script's member changes are applied when it
+ * ends; a script that fails adds an element 126 ("node N1 preAction[0]:3: ..."), changes
+ * nothing and the run goes on (a failed transform sends nothing). */
 #ifndef BOTGATE_CORE_NODE_H
 #define BOTGATE_CORE_NODE_H
 
 #include "error.h"
+#include "script.h"
 
 #include <jansson.h>
 #include <stdint.h>
@@ -37,7 +45,18 @@ typedef struct node_flags {
 node_run_t *node_run_new(const json_t *member, const json_t *channel, const json_t *agenda_meta,
                          const char *tree, const char *node_id, node_flags_t flags, int64_t now_ms);
 
-typedef enum { NODE_NEED_NODE, NODE_NEED_SEND, NODE_NEED_WEBHOOK, NODE_DONE } node_step_t;
+/* The compiled scripts the run takes its node code from (borrowed; the caller keeps it alive
+ * as long as the run). Without it, each script is compiled when it runs, with the default
+ * limits. */
+void node_run_set_scripts(node_run_t *run, script_cache_t *scripts);
+
+typedef enum {
+    NODE_NEED_NODE,
+    NODE_NEED_SEND,
+    NODE_NEED_WEBHOOK,
+    NODE_NEED_HTTP,
+    NODE_DONE
+} node_step_t;
 
 /* What node_run_next() asks for. Every pointer is borrowed from the run and stays valid until
  * the matching *_done / *_loaded call (or node_run_free()). Fields that do not belong to the
@@ -50,6 +69,7 @@ typedef struct node_need {
                                    rendered; body and saveAs may be null; the url is http(s)
                                    but its address is not checked (the SSRF guard is the
                                    caller's) */
+    const json_t *http;         /* NEED_HTTP: a script's http.request (script_run_http) */
 } node_need_t;
 
 /* Moves the run on as far as it can go without the caller and says what it needs. Asking
@@ -69,6 +89,11 @@ void node_run_send_done(node_run_t *run, json_t *element);
  * answer its parsed JSON answer or NULL (stolen). With ok, an answer and a saveAs, the answer
  * is saved at member.botMeta.tempData.<saveAs>; without ok an error element 113 is added. */
 void node_run_webhook_done(node_run_t *run, int ok, json_t *answer);
+
+/* The answer to the http.request asked for by NEED_HTTP (script_run_http_done: status 0 and
+ * error when none arrived). The script resumes on the next node_run_next(). */
+void node_run_http_done(node_run_t *run, long status, const char *body, size_t body_len,
+                        const char *content_type, const char *error);
 
 /* After NODE_DONE: nonzero when the whole request fails (the target node was not found: 115,
  * "tree or node not found"); err (may be NULL) is filled then. */

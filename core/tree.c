@@ -3,6 +3,7 @@
 
 #include "member.h"
 #include "request.h"
+#include "script.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -109,6 +110,24 @@ static int check_webhook(const json_t *action, const char *where, bg_error_t *er
     return 0;
 }
 
+/* obj.key must be Lua code that compiles: "nodes.N1.transform:3: <what is wrong>". */
+static int check_code(const json_t *obj, const char *key, const char *where, bg_error_t *err)
+{
+    const json_t *v = json_object_get(obj, key);
+    script_t *s;
+    bg_error_t e;
+
+    if (!json_is_string(v))
+        return bg_error_set(err, BG_ERR_MISSING_PARAM, "%s.%s must be a string of Lua code", where,
+                            key);
+    /* compiled as a chunk called key: its messages start "key:<line>:" */
+    s = script_compile(json_string_value(v), json_string_length(v), key, &e);
+    if (s == NULL)
+        return bg_error_set(err, BG_ERR_SCRIPT, "%s.%s", where, e.msg);
+    script_free(s);
+    return 0;
+}
+
 int tree_check_action(const json_t *action, const char *where, bg_error_t *err)
 {
     const char *type, *path;
@@ -134,6 +153,8 @@ int tree_check_action(const json_t *action, const char *where, bg_error_t *err)
         return check_tags(action, where, err);
     if (strcmp(type, "webhook") == 0)
         return check_webhook(action, where, err);
+    if (strcmp(type, "script") == 0)
+        return check_code(action, "code", where, err);
     return bg_error_set(err, BG_ERR_UNSUPPORTED, "%s.type %.40s is not a known action", where,
                         type);
 }
@@ -262,6 +283,9 @@ static int check_node(const json_t *node, const char *where, bg_error_t *err)
         }
     }
     if (check_actions(node, "postAction", where, err) < 0)
+        return -1;
+    v = json_object_get(node, "transform");
+    if (v != NULL && !json_is_null(v) && check_code(node, "transform", where, err) < 0)
         return -1;
     if ((v = json_object_get(node, "redirect")) != NULL) {
         snprintf(place, sizeof(place), "%.300s.redirect", where);

@@ -20,7 +20,9 @@
  * name a string; preAction / postAction arrays of actions; response an array of responses;
  * responseByLocale an object of such arrays keyed by locale ids; redirect null or an object
  * with tree and nodeCompositeId ids and runPreAction / sendResponse / runPostAction booleans
- * (or null) when present. Other members of a node are let through.
+ * (or null) when present; transform null or Lua code, and the code of every script action,
+ * compiled (126 naming the place and line: "nodes.N1.transform:3: ..."). Other members of a
+ * node are let through.
  * Ids: non-empty, at most TREE_ID_MAX bytes, none of the characters request ids refuse
  * (request_id_chars_ok: controls, U+2028, U+2029, braces). */
 int tree_validate(const json_t *tree, bg_error_t *err);

@@ -81,6 +81,10 @@ static const option_def_t options[] = {
         "new requests are refused with 503"),
     INT(idempotency_ttl_s, "BOTGATE_IDEMPOTENCY_TTL_S", "86400", 1, 31536000,
         "an answer to a request with an Idempotency-Key is replayed this long, seconds"),
+    INT(script_max_instructions, "BOTGATE_SCRIPT_MAX_INSTRUCTIONS", "1000000", 1000, 1000000000,
+        "Lua VM instructions one run of node code may execute; past it the script fails (126)"),
+    INT(script_max_memory_kb, "BOTGATE_SCRIPT_MAX_MEMORY_KB", "1024", 64, 1048576,
+        "KiB of memory one run of node code may hold; past it the script fails (126)"),
     {"BOTGATE_MEMBER_ORDER", T_BOOL, offsetof(config_t, member_order), 0, "1", 0, 1,
      "1: the requests for one member run one at a time, in the order they arrived, across "
      "instances; 0: off"},

@@ -36,6 +36,8 @@ typedef struct config {
     int max_reading_mb;      /* bytes of requests being read (not yet complete) per worker */
     int idempotency_ttl_s;   /* an Idempotency-Key's answer is replayed this long */
     int member_order;        /* 1: one member's requests run one at a time, in order */
+    int script_max_instructions; /* VM instructions of one node script run */
+    int script_max_memory_kb;    /* memory of one node script run, KiB */
 } config_t;
 
 /* Fills cfg from defaults, the environment, then argv. Returns 0, 1 when --help was printed,

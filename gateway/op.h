@@ -12,6 +12,7 @@
 #include "../core/jsonw.h"
 #include "../core/request.h"
 #include "../core/result.h"
+#include "../core/script.h"
 #include "../store/store.h"
 #include "deliver.h"
 #include "http.h"
@@ -36,6 +37,7 @@ typedef struct op_guard op_guard_t;
 typedef struct op_env {
     deliver_env_t deliver;
     http_server_t *http;          /* answers go out through it (http_answer) */
+    script_cache_t *scripts;      /* node code, compiled once per worker (op_redirect.c) */
     struct op *ops, *ops_last;    /* in-flight requests, oldest (first due) first */
     struct event *deadline_timer; /* due at the deadline of ops (op.c) */
     size_t in_flight;             /* requests accepted and not yet answered */

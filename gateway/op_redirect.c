@@ -1,7 +1,9 @@
 /* op_redirect.c - POST /redirectMemberToNode: resolve token/channel/member (op.c), then drive
  * the node engine (core/node.c): fetch each node of the chain, deliver its responses, call its
- * webhooks, and finally apply the run's changes to the latest member record in one
- * compare-and-set, so that concurrent redirects of one member keep each other's updates. */
+ * webhooks and its scripts' http.request calls (on the worker's loop: a script waiting for
+ * one holds no thread, so the scripts of many requests interleave), and finally apply the run's
+ * changes to the latest member record in one compare-and-set, so that concurrent redirects of one
+ * member keep each other's updates. */
 #include "op.h"
 
 #include "../core/member.h"
@@ -230,6 +232,73 @@ static void webhook(op_t *op, const json_t *hook)
     }
 }
 
+/* ---- a script's http.request: the same client and guard as a webhook ---- */
+
+static void on_script_http(void *arg, const upstream_answer_t *ans)
+{
+    op_t *op = arg;
+
+    op->webhook = NULL;
+    metrics_call(op->env->deliver.metrics, METRICS_TARGET_WEBHOOK, ans->a.status,
+                 (int64_t)ans->elapsed_us);
+    node_run_http_done(op->node, ans->a.status, ans->a.body, ans->a.body_len, ans->a.content_type,
+                       ans->a.status != 0            ? NULL
+                       : ans->error && ans->error[0] ? ans->error
+                                                     : "no answer");
+    redirect_step(op);
+}
+
+/* The method as the static string adapter_call_t wants (script.c lets only these through). */
+static const char *call_method(const char *m)
+{
+    static const char *const known[] = {"GET", "POST", "PUT", "PATCH", "DELETE"};
+    size_t i;
+
+    for (i = 0; m != NULL && i < sizeof(known) / sizeof(known[0]); i++)
+        if (strcmp(m, known[i]) == 0)
+            return known[i];
+    return "GET";
+}
+
+static void script_http(op_t *op, const json_t *req)
+{
+    const char *url = json_string_value(json_object_get(req, "url"));
+    const json_t *body = json_object_get(req, "body"), *h;
+    long timeout = (long)json_integer_value(json_object_get(req, "timeoutMs"));
+    long remaining = (long)deliver_remaining_ms(&op->dl) - 20;
+    adapter_call_t c = {0};
+    const char *why = NULL;
+    size_t i;
+
+    c.method = call_method(json_string_value(json_object_get(req, "method")));
+    c.url = strdup(url ? url : "");
+    json_array_foreach(json_object_get(req, "headers"), i, h) {
+        if (i < ADAPTER_MAX_HEADERS)
+            c.headers[i] = strdup(json_string_value(h) ? json_string_value(h) : "");
+    }
+    if (json_is_string(body)) {
+        c.body_len = json_string_length(body);
+        c.body = malloc(c.body_len + 1);
+        if (c.body != NULL)
+            memcpy(c.body, json_string_value(body), c.body_len + 1);
+    }
+    if (timeout <= 0 || timeout > remaining)
+        timeout = remaining;
+    if (timeout <= 0)
+        why = "no time left before the request deadline";
+    else if (c.url == NULL || (json_is_string(body) && c.body == NULL))
+        why = "out of memory";
+    else if ((op->webhook =
+                  upstream_start(op->env->deliver.up_user, &c, timeout, WEBHOOK_ANSWER_MAX,
+                                 UPSTREAM_FOLLOW, on_script_http, op)) == NULL)
+        why = "the call could not be started";
+    if (why != NULL) {
+        adapter_call_free(&c);
+        node_run_http_done(op->node, 0, NULL, 0, NULL, why);
+        redirect_step(op);
+    }
+}
+
 /* ---- the end: one atomic write-back, then the answer ---- */
 
 static void redirect_answer(op_t *op, int written)
@@ -289,6 +358,9 @@ static void redirect_step(op_t *op)
         return;
     case NODE_NEED_WEBHOOK:
         webhook(op, need.webhook);
+        return;
+    case NODE_NEED_HTTP:
+        script_http(op, need.http);
         return;
     case NODE_DONE:
         redirect_done(op);
@@ -408,6 +480,7 @@ static void redirect_run(op_t *op)
         op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
+    node_run_set_scripts(op->node, op->env->scripts);
     redirect_step(op);
 }
 

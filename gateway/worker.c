@@ -16,6 +16,7 @@
 
 #define DRAIN_FLUSH_MS 200 /* after the last answer, time for it to leave the socket buffers */
 #define DRAIN_CALL_MARGIN_MS 100 /* past the upstream timeout: a call left to finish is overdue */
+#define WORKER_SCRIPTS_MAX   1024 /* compiled node scripts kept per worker (script_cache_t) */
 
 static worker_t *all_workers;
 static int all_count;
@@ -272,6 +273,11 @@ int worker_init(worker_t *w, int id, const config_t *cfg)
     w->env.deliver.up_user = upstream_new(w->base, &ucfg);
     if (w->env.deliver.up == NULL || w->env.deliver.up_user == NULL)
         return -1;
+    {
+        script_limits_t lim = {cfg->script_max_instructions, cfg->script_max_memory_kb};
+        if ((w->env.scripts = script_cache_new(lim, WORKER_SCRIPTS_MAX)) == NULL)
+            return -1;
+    }
     if (pipe2(w->ctl, O_NONBLOCK | O_CLOEXEC) < 0)
         return -1;
     w->ctl_ev = event_new(w->base, w->ctl[0], EV_READ | EV_PERSIST, on_ctl, w);
@@ -329,6 +335,8 @@ void worker_cleanup(worker_t *w)
         event_free(w->env.deadline_timer);
     upstream_free(w->env.deliver.up);
     upstream_free(w->env.deliver.up_user);
+    script_cache_free(w->env.scripts);
+    w->env.scripts = NULL;
     store_free(w->env.deliver.store);
     if (w->base != NULL)
         event_base_free(w->base);

@@ -21,7 +21,7 @@ repo=$(cd "$here/../.." && pwd)
 build=${1:-build-fuzz}
 seconds=${FUZZ_SECONDS:-10}
 clang=${CLANG:-clang}
-all_targets="fuzz_request fuzz_adapters fuzz_tmpl fuzz_records fuzz_jparse"
+all_targets="fuzz_request fuzz_adapters fuzz_tmpl fuzz_records fuzz_jparse fuzz_script"
 targets=${FUZZ_TARGETS:-$all_targets}
 ncpu=$(nproc 2>/dev/null || echo 2)
 jobs=${FUZZ_JOBS:-$((ncpu < 4 ? ncpu : 4))}
@@ -41,8 +41,9 @@ command -v "$clang" >/dev/null 2>&1 || skip "$clang not found (install clang and
 mkdir -p "$build" || exit 1
 build=$(cd "$build" && pwd)
 cflags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-        -fno-omit-frame-pointer -std=c11 -D_GNU_SOURCE -Wall -Wextra -I"$repo")
-libs=(-ljansson -lcrypto)
+        -fno-omit-frame-pointer -std=c11 -D_GNU_SOURCE -Wall -Wextra -I"$repo"
+        $(pkg-config --cflags lua5.4))
+libs=(-ljansson -lcrypto $(pkg-config --libs lua5.4))
 
 # libFuzzer lives in clang's runtime package, which can be missing while clang is there.
 probe="$build/probe"

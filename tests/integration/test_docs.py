@@ -650,6 +650,12 @@ class Docs(StackTest):
         self.assertIn("shipped", m1["tags"])
         self.assertEqual((m1["botMeta"]["tree"], m1["botMeta"]["nodeCompositeId"]),
                          ("T1", "loop"))
+        # Node code: the script's total was written back; the failed script's change was not.
+        l1 = json.loads(self.s.redis("GET", "botgate:member:{C1}:L1"))
+        self.assertEqual(l1["botMeta"]["tempData"], {"total": 39})
+        self.assertNotIn("seen", l1["meta"])
+        self.assertEqual((l1["botMeta"]["tree"], l1["botMeta"]["nodeCompositeId"]),
+                         ("TL", "broken"))
 
     # ---- 3. docs/operations.md against the binary, the metrics and the key layout ----
     def test_3_operations_doc(self):

@@ -102,6 +102,17 @@ static void drive(fake_t *f, node_run_t *run)
                 node_run_webhook_done(run, json_is_true(json_object_get(ans, "ok")),
                                       json_deep_copy(json_object_get(ans, "answer")));
             break;
+        case NODE_NEED_HTTP: {
+            const char *body;
+            assert_non_null(need.http);
+            json_array_append_new(f->hooks, json_deep_copy(need.http));
+            ans = json_array_get(f->answers, f->next_answer++);
+            body = json_string_value(json_object_get(ans, "body"));
+            node_run_http_done(run, (long)json_integer_value(json_object_get(ans, "status")), body,
+                               body ? strlen(body) : 0, "application/json",
+                               ans ? NULL : "no answer");
+            break;
+        }
         case NODE_DONE:
             return;
         }
@@ -721,6 +732,108 @@ static void test_redirect_flags_and_bad_redirect(void **state)
     json_decref(member);
 }
 
+/* A transform picks the response by agendaMeta.status and sees what a pre-action script set;
+ * its responses are sent as built (not rendered). */
+static void test_script_transform(void **state)
+{
+    fake_t f;
+    json_t *member = base_member(), *meta = load("{\"status\":\"shipped\",\"id\":\"o7\"}");
+    node_run_t *run;
+
+    (void)state;
+    fake_init(&f, "{\"T/N\":{\"preAction\":[{\"type\":\"script\",\"code\":"
+                  "\"self.member.botMeta.tempData.seen = self.agendaMeta.id\"}],"
+                  "\"response\":[{\"type\":\"TEXT\",\"text\":\"plain\"}],"
+                  "\"transform\":\"local by = {shipped = 'on its way', paid = 'paid'}\\n"
+                  "return {{type = 'TEXT', text = by[self.agendaMeta.status] .. ' ' .. "
+                  "self.member.botMeta.tempData.seen .. ' {{member.firstName}}'}}\"}}");
+    run = run_node(&f, member, meta, "T", "N", ALL);
+    assert_int_equal(json_array_size(f.sent), 1);
+    assert_string_equal(text_of(f.sent, 0), "on its way o7 {{member.firstName}}");
+    assert_true(node_run_ok(run));
+    assert_string_equal(json_string_value(at(node_run_member(run), "botMeta.tempData.seen")), "o7");
+    check_delta_matches_member(member, run);
+    node_run_free(run);
+    fake_free(&f);
+
+    /* sendResponse false: the transform does not run */
+    fake_init(&f, "{\"T/N\":{\"transform\":\"self.member.firstName = 'X' return {}\"}}");
+    {
+        node_flags_t no_send = {1, 0, 1};
+        run = run_node(&f, member, meta, "T", "N", no_send);
+    }
+    assert_string_equal(json_string_value(at(node_run_member(run), "firstName")), "Ann");
+    node_run_free(run);
+    fake_free(&f);
+
+    /* more responses than a node may have: 118, nothing sent */
+    fake_init(&f, "{\"T/N\":{\"transform\":\"local r = {} for i = 1, 51 do r[i] = {type = "
+                  "'TEXT', text = 'x'} end return r\"}}");
+    run = run_node(&f, member, meta, "T", "N", ALL);
+    {
+        json_t *r = node_run_results(run);
+        assert_int_equal(json_array_size(f.sent), 0);
+        assert_int_equal(err_code_of(json_array_get(r, 0)), BG_ERR_LIMIT);
+        json_decref(r);
+    }
+    node_run_free(run);
+    fake_free(&f);
+
+    /* a transform that returns something else: 126, nothing sent */
+    fake_init(&f, "{\"T/N\":{\"transform\":\"return 'x'\"}}");
+    run = run_node(&f, member, meta, "T", "N", ALL);
+    {
+        json_t *r = node_run_results(run);
+        assert_int_equal(json_array_size(f.sent), 0);
+        assert_int_equal(err_code_of(json_array_get(r, 0)), BG_ERR_SCRIPT);
+        json_decref(r);
+    }
+    node_run_free(run);
+    fake_free(&f);
+    json_decref(member);
+    json_decref(meta);
+}
+
+/* A script calls two endpoints in turn and merges both answers; a failing script adds 126 with
+ * its line, writes nothing, and the run goes on. */
+static void test_script_http_and_failure(void **state)
+{
+    fake_t f;
+    json_t *member = base_member(), *r;
+    node_run_t *run;
+    const char *err;
+
+    (void)state;
+    fake_init(
+        &f,
+        "{\"T/N\":{\"preAction\":[{\"type\":\"script\",\"code\":"
+        "\"local a = http.request{url = 'http://h/a'}\\n"
+        "local b = http.request{url = 'http://h/b', body = {from = a.json.v}}\\n"
+        "self.member.botMeta.tempData.merged = {a = a.json.v, b = b.json.w}\"},"
+        "{\"type\":\"script\",\"code\":\"self.member.meta.lost = 1\\n\\nerror('bad')\"}],"
+        "\"response\":[{\"type\":\"TEXT\",\"text\":\"{{member.botMeta.tempData.merged.b}}\"}]}}");
+    json_array_append_new(f.answers, load("{\"status\":200,\"body\":\"{\\\"v\\\":1}\"}"));
+    json_array_append_new(f.answers, load("{\"status\":200,\"body\":\"{\\\"w\\\":2}\"}"));
+    run = run_node(&f, member, NULL, "T", "N", ALL);
+    assert_int_equal(json_array_size(f.hooks), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(f.hooks, 1), "body")),
+                        "{\"from\":1}");
+    assert_int_equal(json_integer_value(at(node_run_member(run), "botMeta.tempData.merged.a")), 1);
+    assert_int_equal(json_integer_value(at(node_run_member(run), "botMeta.tempData.merged.b")), 2);
+    assert_null(at(node_run_member(run), "meta.lost"));
+    assert_string_equal(text_of(f.sent, 0), "2");
+    r = node_run_results(run);
+    assert_int_equal(err_code_of(json_array_get(r, 0)), BG_ERR_SCRIPT);
+    err = json_string_value(json_object_get(json_object_get(json_array_get(r, 0), "error"), "err"));
+    assert_string_equal(err, "node N preAction[1]:3: bad");
+    assert_false(node_run_ok(run));
+    check_delta_matches_member(member, run);
+    json_decref(r);
+    node_run_free(run);
+    fake_free(&f);
+    json_decref(member);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -737,6 +850,8 @@ int main(void)
         cmocka_unit_test(test_send_failure_and_order),
         cmocka_unit_test(test_need_repeats_and_misuse),
         cmocka_unit_test(test_redirect_flags_and_bad_redirect),
+        cmocka_unit_test(test_script_transform),
+        cmocka_unit_test(test_script_http_and_failure),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

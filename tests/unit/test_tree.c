@@ -332,6 +332,27 @@ static void test_ids_follow_request_rules(void **state)
     }
 }
 
+/* Node code must compile: the refusal names the node, the place and the line. */
+static void test_scripts_compiled(void **state)
+{
+    json_t *t = load("{\"_id\":\"T1\",\"app\":\"A1\",\"name\":\"n\",\"nodes\":{\"N1\":{"
+                     "\"preAction\":[{\"type\":\"script\",\"code\":\"local x = 1\"}],"
+                     "\"transform\":\"return {{type = 'TEXT', text = 'hi'}}\"}}}");
+    bg_error_t err;
+
+    (void)state;
+    if (tree_validate(t, &err) != 0)
+        fail_msg("valid scripts refused: %s", err.msg);
+    json_decref(t);
+    refuse_node("{\"transform\":\"local a = 1\\nreturn {{type = }}\"}", 126,
+                "nodes.N1.transform:2:");
+    refuse_node("{\"postAction\":[{\"type\":\"set\",\"path\":\"member.meta.a\",\"value\":1},"
+                "{\"type\":\"script\",\"code\":\"\\n\\nif then\"}]}",
+                126, "nodes.N1.postAction[1].code:3:");
+    refuse_node("{\"preAction\":[{\"type\":\"script\"}]}", 108, "nodes.N1.preAction[0].code");
+    refuse_node("{\"transform\":5}", 108, "nodes.N1.transform must be a string");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -342,6 +363,7 @@ int main(void)
         cmocka_unit_test(test_actions_refused),
         cmocka_unit_test(test_action_and_response_checks_direct),
         cmocka_unit_test(test_ids_follow_request_rules),
+        cmocka_unit_test(test_scripts_compiled),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,1499 @@
+/* script.c - the Lua sandbox of node code: one lua_State per run, capped by its allocator and
+ * a count hook; http.request yields the run's coroutine to the caller. */
+#include "script.h"
+
+#include "member.h"
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define HOOK_PERIOD   1000 /* instructions between two calls of the count hook */
+#define JSON_DEPTH    64   /* nesting of tables converted to or from JSON */
+#define ANSWER_FIELDS 5    /* status, body, json, contentType, error */
+/* Work a C function does without running VM instructions is charged to the instruction cap
+ * through what it allocates: one instruction per this many bytes (a loop that copies a large
+ * string a million times is stopped like a loop of a million instructions). */
+#define ALLOC_BYTES_PER_INSTRUCTION 64
+/* string.find/match/gmatch/gsub refuse a call whose worst-case matching work (backtracking
+ * included) exceeds this many times the instruction cap: the matcher runs no hook. */
+#define PATTERN_WORK_PER_INSTRUCTION 100
+/* Converting a table to JSON (its text, or json_t outside the memory cap): at most this many
+ * values and string bytes per KiB of the memory cap, so that a table that refers to the same
+ * subtable or string many times cannot expand without bound. */
+#define JSON_VALUES_PER_KB 128
+#define JSON_BYTES_PER_KB  4096
+
+/* The registry key of the metatable that marks a table as a JSON array (json.decode, and
+ * arrays in self.*): an empty one encodes as [] rather than {}. */
+static const char ARRAY_MT[] = "botgate.array";
+/* json.null: a light userdata whose address is unique. */
+static const char LUA_JSON_NULL = 0;
+
+struct script {
+    char *code; /* bytecode (lua_dump, with line information) */
+    size_t len;
+    char name[SCRIPT_NAME_MAX + 1];
+};
+
+/* Owned by the caller (script_run_free). */
+struct script_run {
+    lua_State *L; /* the run's own state; NULL once closed */
+    lua_State *co;
+    size_t mem_used, mem_cap; /* bytes; mem_cap SIZE_MAX once the script has ended */
+    size_t mem_limit_kb;      /* the cap as configured */
+    long instructions, max_instructions;
+    int over_memory, over_instructions;
+    int done;             /* ended: err says how, or result and ops hold what it did */
+    int self_ref;         /* the self table in the registry */
+    const void *array_mt; /* ARRAY_MT, compared by address */
+
+    const script_t *script; /* during script_run_new only */
+    /* self's fields as given (references), made into Lua tables on first use */
+    json_t *original; /* the member, also the base of the member ops */
+    json_t *channel, *agenda_meta;
+    json_t *http; /* the call asked for, until http_done */
+    int http_calls;
+    struct { /* the answer, until the coroutine has taken it */
+        int ready;
+        long status;
+        char *body, *content_type, *error;
+        size_t body_len;
+    } answer;
+
+    json_t *result; /* after SCRIPT_DONE */
+    json_t *ops;
+    bg_error_t err; /* a failure found in a protected call */
+};
+
+/* ---- the allocator and the hook: the two caps ---- */
+
+static void *cap_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+    script_run_t *run = ud;
+    size_t old = ptr != NULL ? osize : 0;
+
+    if (nsize == 0) {
+        free(ptr);
+        run->mem_used -= old;
+        return NULL;
+    }
+    if (nsize > old && nsize - old > run->mem_cap - run->mem_used) {
+        run->over_memory = 1;
+        return NULL;
+    }
+    if (nsize > old) {
+        run->instructions += (long)((nsize - old) / ALLOC_BYTES_PER_INSTRUCTION);
+        if (run->instructions > run->max_instructions) {
+            run->over_instructions = 1;
+            return NULL;
+        }
+    }
+    ptr = realloc(ptr, nsize);
+    if (ptr != NULL)
+        run->mem_used = run->mem_used - old + nsize;
+    return ptr;
+}
+
+static script_run_t *run_of(lua_State *L)
+{
+    void *ud;
+
+    lua_getallocf(L, &ud);
+    return ud;
+}
+
+/* Counts instructions; past a cap, raises on every instruction from then on, so that no
+ * pcall can keep the script alive: the chunk's own level is never protected. */
+static void count_hook(lua_State *L, lua_Debug *ar)
+{
+    script_run_t *run = run_of(L);
+
+    run->instructions += HOOK_PERIOD;
+    if (run->instructions > run->max_instructions)
+        run->over_instructions = 1;
+    if (!run->over_instructions && !run->over_memory)
+        return;
+    lua_sethook(L, count_hook, LUA_MASKCOUNT, 1);
+    lua_getinfo(L, "Sl", ar); /* the running function: luaL_where does not see it here */
+    if (run->over_instructions)
+        lua_pushfstring(L, "%s:%d: instruction limit exceeded (%I)", ar->short_src, ar->currentline,
+                        (lua_Integer)run->max_instructions);
+    else
+        lua_pushfstring(L, "%s:%d: memory limit exceeded (%I KiB)", ar->short_src, ar->currentline,
+                        (lua_Integer)(run->mem_cap / 1024));
+    lua_error(L);
+}
+
+/* ---- JSON <-> Lua ---- */
+
+static void push_json(lua_State *L, const json_t *v, int depth);
+
+static void push_array_mt(lua_State *L)
+{
+    luaL_getmetatable(L, ARRAY_MT);
+    lua_setmetatable(L, -2);
+}
+
+static void push_json(lua_State *L, const json_t *v, int depth)
+{
+    const char *key;
+    const json_t *item;
+    size_t i;
+
+    if (depth > JSON_DEPTH)
+        luaL_error(L, "json: nested deeper than %d", JSON_DEPTH);
+    luaL_checkstack(L, 3, "json");
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        lua_createtable(L, 0, (int)json_object_size(v));
+        json_object_foreach((json_t *)v, key, item) {
+            if (json_is_null(item)) /* a missing key reads as nil too */
+                continue;
+            push_json(L, item, depth + 1);
+            lua_setfield(L, -2, key);
+        }
+        return;
+    case JSON_ARRAY:
+        lua_createtable(L, (int)json_array_size(v), 0);
+        json_array_foreach(v, i, item) {
+            push_json(L, item, depth + 1);
+            lua_rawseti(L, -2, (lua_Integer)i + 1);
+        }
+        push_array_mt(L);
+        return;
+    case JSON_STRING:
+        lua_pushlstring(L, json_string_value(v), json_string_length(v));
+        return;
+    case JSON_INTEGER:
+        lua_pushinteger(L, (lua_Integer)json_integer_value(v));
+        return;
+    case JSON_REAL:
+        lua_pushnumber(L, json_real_value(v));
+        return;
+    case JSON_TRUE:
+        lua_pushboolean(L, 1);
+        return;
+    case JSON_FALSE:
+        lua_pushboolean(L, 0);
+        return;
+    case JSON_NULL:
+        lua_pushlightuserdata(L, (void *)&LUA_JSON_NULL);
+        return;
+    }
+}
+
+/* A table is an array when it carries ARRAY_MT, or when its keys are exactly 1..n (n > 0).
+ * Allocates nothing, so it cannot raise. */
+static int table_is_array(lua_State *L, int idx, size_t *n)
+{
+    script_run_t *run = run_of(L);
+    lua_Integer count = 0;
+
+    *n = (size_t)lua_rawlen(L, idx);
+    if (lua_getmetatable(L, idx)) {
+        int marked = lua_topointer(L, -1) == run->array_mt;
+        lua_pop(L, 1);
+        if (marked)
+            return 1;
+    }
+    if (*n == 0)
+        return 0;
+    lua_pushnil(L);
+    while (lua_next(L, idx) != 0) {
+        lua_pop(L, 1);
+        if (!lua_isinteger(L, -1))
+            count = -1;
+        else if (count >= 0)
+            count++;
+    }
+    return count == (lua_Integer)*n;
+}
+
+/* What one conversion to JSON may still build, and why it stopped. */
+typedef struct conv {
+    size_t values, bytes;
+    char why[128];
+} conv_t;
+
+/* The value at idx as JSON (new reference), or NULL with c->why filled. It raises no Lua error
+ * (a raise would leak what was built): the caller raises once it is cleaned up. */
+static json_t *to_json(lua_State *L, int idx, int depth, conv_t *c)
+{
+    json_t *out = NULL, *item;
+    size_t len, n, i;
+    const char *s;
+    char *why = c->why;
+    size_t why_size = sizeof(c->why);
+
+    if (c->values == 0) {
+        snprintf(why, why_size, "more values than a conversion may build");
+        return NULL;
+    }
+    c->values--;
+    if (depth > JSON_DEPTH || !lua_checkstack(L, 4)) {
+        snprintf(why, why_size, "nested deeper than %d (or a table that contains itself)",
+                 JSON_DEPTH);
+        return NULL;
+    }
+    idx = lua_absindex(L, idx);
+    switch (lua_type(L, idx)) {
+    case LUA_TNIL:
+        return json_null();
+    case LUA_TBOOLEAN:
+        return json_boolean(lua_toboolean(L, idx));
+    case LUA_TNUMBER:
+        if (lua_isinteger(L, idx))
+            return json_integer((json_int_t)lua_tointeger(L, idx));
+        if ((out = json_real(lua_tonumber(L, idx))) == NULL)
+            snprintf(why, why_size, "a number that is NaN or infinite");
+        return out;
+    case LUA_TSTRING:
+        s = lua_tolstring(L, idx, &len);
+        if (len > c->bytes) {
+            snprintf(why, why_size, "more text than a conversion may build");
+            return NULL;
+        }
+        c->bytes -= len;
+        if ((out = json_stringn(s, len)) == NULL)
+            snprintf(why, why_size, "a string that is not valid UTF-8");
+        return out;
+    case LUA_TLIGHTUSERDATA:
+        if (lua_touserdata(L, idx) == &LUA_JSON_NULL)
+            return json_null();
+        break;
+    case LUA_TTABLE:
+        if (table_is_array(L, idx, &n)) {
+            out = json_array();
+            for (i = 1; out != NULL && i <= n; i++) {
+                lua_rawgeti(L, idx, (lua_Integer)i);
+                item = to_json(L, -1, depth + 1, c);
+                lua_pop(L, 1);
+                if (item == NULL || json_array_append_new(out, item) < 0) {
+                    json_decref(out);
+                    return NULL;
+                }
+            }
+            return out;
+        }
+        out = json_object();
+        lua_pushnil(L);
+        while (out != NULL && lua_next(L, idx) != 0) {
+            if (lua_type(L, -2) != LUA_TSTRING) {
+                snprintf(why, why_size, "a table whose keys are neither all strings nor 1..n");
+                lua_pop(L, 2);
+                json_decref(out);
+                return NULL;
+            }
+            if (lua_rawlen(L, -2) > c->bytes) {
+                snprintf(why, why_size, "more text than a conversion may build");
+                lua_pop(L, 2);
+                json_decref(out);
+                return NULL;
+            }
+            c->bytes -= lua_rawlen(L, -2);
+            item = to_json(L, -1, depth + 1, c);
+            if (item == NULL ||
+                json_object_setn_new(out, lua_tostring(L, -2), lua_rawlen(L, -2), item) < 0) {
+                lua_pop(L, 2);
+                json_decref(out);
+                return NULL;
+            }
+            lua_pop(L, 1);
+        }
+        return out;
+    default:
+        break;
+    }
+    snprintf(why, why_size, "a %s has no JSON form", lua_typename(L, lua_type(L, idx)));
+    return NULL;
+}
+
+/* to_json, or a Lua error "what: why". */
+static json_t *to_json_or_raise(lua_State *L, int idx, const char *what)
+{
+    script_run_t *run = run_of(L);
+    size_t kb = run->mem_limit_kb;
+    conv_t c = {kb * JSON_VALUES_PER_KB, kb * JSON_BYTES_PER_KB, "out of memory"};
+    json_t *v = to_json(L, idx, 0, &c);
+
+    if (v == NULL)
+        luaL_error(L, "%s: %s", what, c.why);
+    return v;
+}
+
+/* ---- protected pushes: what holds C memory must not be left behind by a raise ---- */
+
+typedef struct text_arg {
+    const char *s;
+    size_t len;
+} text_arg_t;
+
+static int push_json_cf(lua_State *L)
+{
+    push_json(L, lua_touserdata(L, 1), 0);
+    return 1;
+}
+
+static int push_text_cf(lua_State *L)
+{
+    const text_arg_t *t = lua_touserdata(L, 1);
+
+    lua_pushlstring(L, t->s, t->len);
+    return 1;
+}
+
+/* Calls f(arg) protected: 0 with its one result pushed, else the error object pushed. */
+static int call_protected(lua_State *L, lua_CFunction f, const void *arg)
+{
+    lua_pushcfunction(L, f);
+    lua_pushlightuserdata(L, (void *)arg);
+    return lua_pcall(L, 1, 1, 0);
+}
+
+/* ---- the json module ---- */
+
+static int json_encode_lua(lua_State *L)
+{
+    json_t *v;
+    text_arg_t t;
+    int st;
+
+    luaL_checkany(L, 1);
+    v = to_json_or_raise(L, 1, "json.encode");
+    t.s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    json_decref(v);
+    if (t.s == NULL)
+        return luaL_error(L, "json.encode: out of memory");
+    t.len = strlen(t.s);
+    st = call_protected(L, push_text_cf, &t);
+    free((char *)t.s);
+    return st == LUA_OK ? 1 : lua_error(L);
+}
+
+static int json_decode_lua(lua_State *L)
+{
+    size_t len;
+    const char *s = luaL_checklstring(L, 1, &len);
+    json_error_t je;
+    json_t *v = json_loadb(s, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    int st;
+
+    if (v == NULL)
+        return luaL_error(L, "json.decode: %s at position %d", je.text, je.position);
+    st = call_protected(L, push_json_cf, v);
+    json_decref(v);
+    return st == LUA_OK ? 1 : lua_error(L);
+}
+
+/* json.array(t): marks t as an array, so that it encodes as [] when empty. */
+static int json_array_lua(lua_State *L)
+{
+    if (lua_isnoneornil(L, 1)) {
+        lua_settop(L, 0);
+        lua_newtable(L);
+    }
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
+    push_array_mt(L);
+    return 1;
+}
+
+/* ---- the http module ---- */
+
+static void answer_clear(script_run_t *run)
+{
+    free(run->answer.body);
+    free(run->answer.content_type);
+    free(run->answer.error);
+    memset(&run->answer, 0, sizeof(run->answer));
+}
+
+/* Runs when the coroutine is resumed after http.request yielded: hands the answer over. */
+static int http_answer_k(lua_State *L, int status, lua_KContext ctx)
+{
+    script_run_t *run = run_of(L);
+    json_t *v;
+    int st;
+
+    (void)status;
+    (void)ctx;
+    if (!run->answer.ready)
+        return luaL_error(L, "http.request: resumed without an answer");
+    lua_createtable(L, 0, ANSWER_FIELDS);
+    lua_pushinteger(L, run->answer.status);
+    lua_setfield(L, -2, "status");
+    lua_pushlstring(L, run->answer.body ? run->answer.body : "", run->answer.body_len);
+    lua_setfield(L, -2, "body");
+    if (run->answer.content_type != NULL) {
+        lua_pushstring(L, run->answer.content_type);
+        lua_setfield(L, -2, "contentType");
+    }
+    if (run->answer.error != NULL) {
+        lua_pushstring(L, run->answer.error);
+        lua_setfield(L, -2, "error");
+    }
+    if (run->answer.body_len > 0 &&
+        (v = json_loadb(run->answer.body, run->answer.body_len, JSON_DECODE_ANY, NULL)) != NULL) {
+        st = call_protected(L, push_json_cf, v);
+        json_decref(v);
+        if (st != LUA_OK)
+            return lua_error(L);
+        lua_setfield(L, -2, "json");
+    }
+    answer_clear(run);
+    return 1;
+}
+
+/* A header name a script may set: a token, and not one that frames the request or the
+ * connection (curl sets those; a second one would make the request ambiguous). */
+static int header_name_ok(const char *s)
+{
+    static const char *const framing[] = {"Host",       "Content-Length", "Transfer-Encoding",
+                                          "Connection", "Keep-Alive",     "Expect",
+                                          "TE",         "Trailer",        "Upgrade"};
+    size_t n = strlen(s), i;
+
+    if (n == 0 || n > 64 ||
+        strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-") != n ||
+        strncasecmp(s, "Proxy-", 6) == 0)
+        return 0;
+    for (i = 0; i < sizeof(framing) / sizeof(framing[0]); i++)
+        if (strcasecmp(s, framing[i]) == 0)
+            return 0;
+    return 1;
+}
+
+static int method_ok(const char *m)
+{
+    static const char *const allowed[] = {"GET", "POST", "PUT", "PATCH", "DELETE"};
+    size_t i;
+
+    for (i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
+        if (strcmp(m, allowed[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* http.request{url=, method=, body=, headers=, timeoutMs=}: checks the call, records it for
+ * the caller and yields. Everything that may raise comes before any C memory is taken. */
+static int http_request_lua(lua_State *L)
+{
+    script_run_t *run = run_of(L);
+    const char *url, *method, *name, *value;
+    lua_Integer timeout = SCRIPT_HTTP_TIMEOUT_MS;
+    json_t *req, *headers, *body = NULL;
+    char *text = NULL, line[1024];
+    int nheaders = 0, has_type = 0;
+
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
+    if (!lua_isyieldable(L))
+        return luaL_error(L, "http.request cannot be called here (inside a metamethod or "
+                             "a library callback)");
+    if (run->http_calls >= SCRIPT_HTTP_MAX)
+        return luaL_error(L, "http.request: more than %d calls in one run", SCRIPT_HTTP_MAX);
+    lua_getfield(L, 1, "url");       /* 2 */
+    lua_getfield(L, 1, "method");    /* 3 */
+    lua_getfield(L, 1, "body");      /* 4 */
+    lua_getfield(L, 1, "headers");   /* 5 */
+    lua_getfield(L, 1, "timeoutMs"); /* 6 */
+    url = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
+    if (url == NULL || (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) ||
+        strlen(url) > 2048 || strpbrk(url, " \r\n") != NULL)
+        return luaL_error(L, "http.request: url must be an http:// or https:// URL of at most "
+                             "2048 bytes, without spaces");
+    if (lua_isnil(L, 3))
+        method = lua_isnil(L, 4) ? "GET" : "POST";
+    else if (lua_type(L, 3) != LUA_TSTRING || !method_ok(method = lua_tostring(L, 3)))
+        return luaL_error(L, "http.request: method must be GET, POST, PUT, PATCH or DELETE");
+    if (!lua_isnil(L, 4) && lua_type(L, 4) != LUA_TSTRING && lua_type(L, 4) != LUA_TTABLE)
+        return luaL_error(L, "http.request: body must be a string or a table (sent as JSON)");
+    if (!lua_isnil(L, 5)) {
+        if (lua_type(L, 5) != LUA_TTABLE)
+            return luaL_error(L, "http.request: headers must be a table of strings");
+        lua_pushnil(L);
+        while (lua_next(L, 5) != 0) {
+            if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING ||
+                !header_name_ok(lua_tostring(L, -2)) || strlen(lua_tostring(L, -1)) > 512 ||
+                strlen(lua_tostring(L, -1)) != lua_rawlen(L, -1) ||
+                strpbrk(lua_tostring(L, -1), "\r\n") != NULL)
+                return luaL_error(L, "http.request: a header must be a name of letters, digits "
+                                     "and '-' (not Host, Content-Length, Transfer-Encoding, "
+                                     "Connection or another that frames the request) with a "
+                                     "string value of at most 512 bytes, without line breaks");
+            if (++nheaders > SCRIPT_HTTP_HEADERS_MAX)
+                return luaL_error(L, "http.request: at most %d headers", SCRIPT_HTTP_HEADERS_MAX);
+            lua_pop(L, 1);
+        }
+    }
+    if (!lua_isnil(L, 6) && (!lua_isinteger(L, 6) || (timeout = lua_tointeger(L, 6)) < 1 ||
+                             timeout > SCRIPT_HTTP_TIMEOUT_MAX))
+        return luaL_error(L, "http.request: timeoutMs must be an integer from 1 to %d",
+                          SCRIPT_HTTP_TIMEOUT_MAX);
+    if (lua_type(L, 4) == LUA_TTABLE) {
+        body = to_json_or_raise(L, 4, "http.request body");
+        text = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
+        json_decref(body);
+        if (text == NULL)
+            return luaL_error(L, "http.request: out of memory");
+    }
+    /* nothing below raises */
+    req = json_object();
+    headers = json_array();
+    json_object_set_new(req, "url", json_string(url));
+    json_object_set_new(req, "method", json_string(method));
+    if (text != NULL)
+        json_object_set_new(req, "body", json_string(text));
+    else if (lua_type(L, 4) == LUA_TSTRING)
+        json_object_set_new(req, "body", json_stringn(lua_tostring(L, 4), lua_rawlen(L, 4)));
+    else
+        json_object_set_new(req, "body", json_null());
+    if (nheaders > 0) {
+        lua_pushnil(L);
+        while (lua_next(L, 5) != 0) {
+            name = lua_tostring(L, -2);
+            value = lua_tostring(L, -1);
+            has_type |= strcasecmp(name, "Content-Type") == 0;
+            snprintf(line, sizeof(line), "%s: %s", name, value);
+            json_array_append_new(headers, json_string(line));
+            lua_pop(L, 1);
+        }
+    }
+    if (text != NULL && !has_type)
+        json_array_append_new(headers, json_string("Content-Type: application/json"));
+    /* a string that is not UTF-8 (or no memory) left something out */
+    if (json_array_size(headers) != (size_t)nheaders + (text != NULL && !has_type)) {
+        json_decref(headers);
+        headers = NULL;
+    }
+    json_object_set_new(req, "headers", headers);
+    json_object_set_new(req, "timeoutMs", json_integer(timeout));
+    free(text);
+    if (req == NULL || json_object_size(req) != 5) {
+        json_decref(req);
+        return luaL_error(L, "http.request: a url, body or header that is not UTF-8 text (or "
+                             "out of memory)");
+    }
+    json_decref(run->http);
+    run->http = req;
+    run->http_calls++;
+    answer_clear(run);
+    return lua_yieldk(L, 0, 0, http_answer_k);
+}
+
+/* ---- library functions whose C loops run no hook ---- */
+
+/* Past the set that starts at p[i] ('['), as Lua's matcher reads it. */
+static size_t skip_set(const char *p, size_t plen, size_t i)
+{
+    i++;
+    if (i < plen && p[i] == '^')
+        i++;
+    do {
+        if (i >= plen)
+            return plen;
+        if (p[i++] == '%' && i < plen)
+            i++;
+    } while (i < plen && p[i] != ']');
+    return i + 1;
+}
+
+/* An upper bound of the steps Lua's matcher may take for pattern p over a subject of n bytes:
+ * each start position times the pattern's length times (n + 1) for every item that may repeat
+ * or scan (*, +, -, %b). plain: a literal search. */
+static double pattern_work(const char *p, size_t plen, size_t n, int plain)
+{
+    double starts = (double)n + 1, per_start = (double)(plen > 0 ? plen : 1);
+    size_t i = 0;
+
+    if (plain)
+        return starts * per_start;
+    if (plen > 0 && p[0] == '^') {
+        starts = 1;
+        i = 1;
+    }
+    while (i < plen) {
+        char ch = p[i++];
+        if (ch == '%' && i < plen) {
+            char k = p[i++];
+            if (k == 'b') {
+                i += 2;
+                per_start *= (double)n + 1;
+            } else if (k == 'f' && i < plen && p[i] == '[') {
+                i = skip_set(p, plen, i);
+            }
+        } else if (ch == '[') {
+            i = skip_set(p, plen, i - 1);
+        }
+        if (i < plen && (p[i] == '*' || p[i] == '+' || p[i] == '-')) {
+            per_start *= (double)n + 1;
+            i++;
+        } else if (i < plen && p[i] == '?') {
+            per_start *= 2;
+            i++;
+        }
+    }
+    return starts * per_start;
+}
+
+/* string.find/match/gmatch/gsub (upvalue 1; upvalue 2 true for find): refused when the
+ * worst case of the match is over PATTERN_WORK_PER_INSTRUCTION x the instruction cap. */
+static int guarded_match(lua_State *L)
+{
+    script_run_t *run = run_of(L);
+    double limit = (double)run->max_instructions * PATTERN_WORK_PER_INSTRUCTION;
+    size_t n, plen;
+    const char *p;
+    int plain;
+
+    luaL_checklstring(L, 1, &n);
+    p = luaL_checklstring(L, 2, &plen);
+    plain = lua_toboolean(L, lua_upvalueindex(2)) && lua_toboolean(L, 4);
+    if (pattern_work(p, plen, n, plain) > limit)
+        return luaL_error(L,
+                          "pattern too costly: its worst case on a subject of %I bytes is over "
+                          "%I steps",
+                          (lua_Integer)n, (lua_Integer)limit);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+    return lua_gettop(L);
+}
+
+/* string.rep (upvalue 1): an empty string repeated n times loops n times without
+ * allocating, so the allocator would never see it. */
+static int guarded_rep(lua_State *L)
+{
+    size_t l, lsep = 0;
+
+    luaL_checklstring(L, 1, &l);
+    luaL_optlstring(L, 3, "", &lsep);
+    if (luaL_checkinteger(L, 2) <= 0 || l + lsep == 0) {
+        lua_pushliteral(L, "");
+        return 1;
+    }
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, 1);
+    return 1;
+}
+
+/* table.move (upvalue 1): at most as many elements as the memory cap could hold, since moving
+ * nils allocates nothing. */
+static int guarded_move(lua_State *L)
+{
+    script_run_t *run = run_of(L);
+    lua_Integer f = luaL_checkinteger(L, 2), e = luaL_checkinteger(L, 3);
+    lua_Unsigned most = (lua_Unsigned)run->mem_limit_kb * 1024 / sizeof(lua_Number);
+
+    if (e >= f && (lua_Unsigned)e - (lua_Unsigned)f >= most)
+        return luaL_error(L, "table.move: more than %I elements", (lua_Integer)most);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, 1);
+    return 1;
+}
+
+/* setmetatable (upvalue 1) without __gc: a finalizer may run when the state is closed, where
+ * no hook counts its instructions. */
+static int guarded_setmetatable(lua_State *L)
+{
+    if (lua_type(L, 2) == LUA_TTABLE) {
+        lua_pushliteral(L, "__gc");
+        if (lua_rawget(L, 2) != LUA_TNIL)
+            return luaL_error(L, "setmetatable: __gc is not available in node code");
+        lua_pop(L, 1);
+    }
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, 1);
+    return 1;
+}
+
+/* Replaces t.name (t the table on top of the stack) by f, with the original as upvalue 1 and
+ * flag as upvalue 2. */
+static void wrap(lua_State *L, const char *name, lua_CFunction f, int flag)
+{
+    lua_getfield(L, -1, name);
+    lua_pushboolean(L, flag);
+    lua_pushcclosure(L, f, 2);
+    lua_setfield(L, -2, name);
+}
+
+static int open_table(lua_State *L)
+{
+    luaopen_table(L);
+    wrap(L, "move", guarded_move, 0);
+    return 1;
+}
+
+static int open_json(lua_State *L)
+{
+    static const luaL_Reg fns[] = {{"encode", json_encode_lua},
+                                   {"decode", json_decode_lua},
+                                   {"array", json_array_lua},
+                                   {NULL, NULL}};
+
+    luaL_newlib(L, fns);
+    lua_pushlightuserdata(L, (void *)&LUA_JSON_NULL);
+    lua_setfield(L, -2, "null");
+    return 1;
+}
+
+static int open_http(lua_State *L)
+{
+    static const luaL_Reg fns[] = {{"request", http_request_lua}, {NULL, NULL}};
+
+    luaL_newlib(L, fns);
+    return 1;
+}
+
+/* The libraries made on first use: most scripts need few of them, and making one costs
+ * thousands of instructions (math's random seeding most). */
+static const luaL_Reg LAZY_LIBS[] = {{LUA_TABLIBNAME, open_table},
+                                     {LUA_MATHLIBNAME, luaopen_math},
+                                     {LUA_UTF8LIBNAME, luaopen_utf8},
+                                     {"json", open_json},
+                                     {"http", open_http}};
+
+/* __index of the globals: a lazy library is made, stored and returned; anything else is nil. */
+static int lazy_global(lua_State *L)
+{
+    const char *key = lua_tostring(L, 2);
+    size_t i;
+
+    if (lua_type(L, 2) != LUA_TSTRING)
+        return 0;
+    for (i = 0; i < sizeof(LAZY_LIBS) / sizeof(LAZY_LIBS[0]); i++) {
+        if (strcmp(key, LAZY_LIBS[i].name) != 0)
+            continue;
+        lua_pushcfunction(L, LAZY_LIBS[i].func);
+        lua_call(L, 0, 1);
+        lua_pushvalue(L, 2);
+        lua_pushvalue(L, -2);
+        lua_rawset(L, 1);
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- a run ---- */
+
+/* __index of self: member, channel (without info) and agendaMeta become tables when the script
+ * first reads them, and stay in self; a script that never reads the member pays nothing for it,
+ * neither here nor when its changes are looked for. */
+static int self_field(lua_State *L)
+{
+    script_run_t *run = run_of(L);
+    const char *key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "";
+    const json_t *v;
+
+    if (strcmp(key, "member") == 0)
+        v = run->original;
+    else if (strcmp(key, "channel") == 0)
+        v = run->channel;
+    else if (strcmp(key, "agendaMeta") == 0)
+        v = run->agenda_meta;
+    else
+        return 0;
+    if (json_is_object(v))
+        push_json(L, v, 0);
+    else
+        lua_newtable(L);
+    if (v == run->channel) {
+        lua_pushnil(L);
+        lua_setfield(L, -2, "info");
+    }
+    lua_pushvalue(L, 2);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, 1);
+    return 1;
+}
+
+static const char *const REMOVED_GLOBALS[] = {"dofile",         "loadfile", "load", "require",
+                                              "collectgarbage", "print",    "warn", "loadstring"};
+
+/* Builds the sandbox, self and the coroutine in run->L; run as a protected call. */
+static int setup_cf(lua_State *L)
+{
+    script_run_t *run = lua_touserdata(L, 1);
+    static const luaL_Reg libs[] = {{LUA_GNAME, luaopen_base}, {LUA_STRLIBNAME, luaopen_string}};
+    size_t i;
+    int st;
+
+    /* everything built here lives as long as the run: collecting during setup finds nothing
+     * (an allocation over the cap still runs an emergency collection) */
+    lua_gc(L, LUA_GCSTOP);
+    for (i = 0; i < sizeof(libs) / sizeof(libs[0]); i++) {
+        luaL_requiref(L, libs[i].name, libs[i].func, 1);
+        lua_pop(L, 1);
+    }
+    for (i = 0; i < sizeof(REMOVED_GLOBALS) / sizeof(REMOVED_GLOBALS[0]); i++) {
+        lua_pushnil(L);
+        lua_setglobal(L, REMOVED_GLOBALS[i]);
+    }
+    lua_getglobal(L, LUA_STRLIBNAME);
+    lua_pushnil(L);
+    lua_setfield(L, -2, "dump");
+    wrap(L, "find", guarded_match, 1);
+    wrap(L, "match", guarded_match, 0);
+    wrap(L, "gmatch", guarded_match, 0);
+    wrap(L, "gsub", guarded_match, 0);
+    wrap(L, "rep", guarded_rep, 0);
+    lua_pop(L, 1);
+    lua_pushglobaltable(L);
+    wrap(L, "setmetatable", guarded_setmetatable, 0);
+    lua_createtable(L, 0, 2); /* the globals' metatable: the lazy libraries */
+    lua_pushcfunction(L, lazy_global);
+    lua_setfield(L, -2, "__index");
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "__metatable");
+    lua_setmetatable(L, -2);
+    lua_pop(L, 1);
+    /* getmetatable("") answers false instead of the table that holds string's functions */
+    lua_pushliteral(L, "");
+    lua_getmetatable(L, -1);
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "__metatable");
+    lua_pop(L, 2);
+
+    luaL_newmetatable(L, ARRAY_MT);
+    run->array_mt = lua_topointer(L, -1);
+    lua_pop(L, 1);
+
+    lua_createtable(L, 0, 3); /* self: its fields are made on first use (self_field) */
+    lua_createtable(L, 0, 2);
+    lua_pushcfunction(L, self_field);
+    lua_setfield(L, -2, "__index");
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "__metatable");
+    lua_setmetatable(L, -2);
+    lua_pushvalue(L, -1);
+    lua_setglobal(L, "self");
+    run->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+
+    run->co = lua_newthread(L);
+    luaL_ref(L, LUA_REGISTRYINDEX); /* keeps the coroutine alive */
+    st = luaL_loadbufferx(L, run->script->code, run->script->len, run->script->name, "b");
+    if (st != LUA_OK)
+        return lua_error(L);
+    lua_xmove(L, run->co, 1);
+    lua_sethook(run->co, count_hook, LUA_MASKCOUNT, HOOK_PERIOD);
+    lua_gc(L, LUA_GCRESTART);
+    return 0;
+}
+
+script_run_t *script_run_new(const script_t *s, script_limits_t limits, const json_t *member,
+                             const json_t *channel, const json_t *agenda_meta)
+{
+    script_run_t *run = calloc(1, sizeof(*run));
+
+    if (run == NULL)
+        return NULL;
+    run->mem_limit_kb = (size_t)(limits.max_memory_kb > 0 ? limits.max_memory_kb : 1);
+    run->mem_cap = run->mem_limit_kb * 1024;
+    run->max_instructions = limits.max_instructions > 0 ? limits.max_instructions : 1;
+    run->original = json_is_object(member) ? json_incref((json_t *)member) : json_object();
+    run->L = lua_newstate(cap_alloc, run);
+    if (run->original == NULL) {
+        script_run_free(run);
+        return NULL;
+    }
+    if (run->L == NULL) { /* a cap too small for an empty state: the first resume says so */
+        run->over_memory = 1;
+        return run;
+    }
+    run->script = s;
+    run->channel = json_incref((json_t *)channel);
+    run->agenda_meta = json_incref((json_t *)agenda_meta);
+    if (call_protected(run->L, setup_cf, run) != LUA_OK) {
+        const char *msg = lua_type(run->L, -1) == LUA_TSTRING ? lua_tostring(run->L, -1) : NULL;
+        if (!run->over_memory)
+            bg_error_set(&run->err, BG_ERR_SCRIPT, "%s", msg ? msg : "script setup failed");
+        run->co = NULL;
+    }
+    run->script = NULL;
+    return run;
+}
+
+void script_run_free(script_run_t *run)
+{
+    if (run == NULL)
+        return;
+    if (run->L != NULL)
+        lua_close(run->L);
+    json_decref(run->original);
+    json_decref(run->channel);
+    json_decref(run->agenda_meta);
+    json_decref(run->http);
+    json_decref(run->result);
+    json_decref(run->ops);
+    answer_clear(run);
+    free(run);
+}
+
+const json_t *script_run_http(const script_run_t *run)
+{
+    return run->http;
+}
+
+static char *dup_or_null(const char *s, size_t len)
+{
+    char *d;
+
+    if (s == NULL)
+        return NULL;
+    if ((d = malloc(len + 1)) != NULL) {
+        memcpy(d, s, len);
+        d[len] = '\0';
+    }
+    return d;
+}
+
+void script_run_http_done(script_run_t *run, long status, const char *body, size_t body_len,
+                          const char *content_type, const char *error)
+{
+    answer_clear(run);
+    json_decref(run->http);
+    run->http = NULL;
+    run->answer.ready = 1;
+    run->answer.status = status;
+    run->answer.body = dup_or_null(body, body_len);
+    run->answer.body_len = run->answer.body != NULL ? body_len : 0;
+    run->answer.content_type = dup_or_null(content_type, content_type ? strlen(content_type) : 0);
+    if (error != NULL && error[0] != '\0')
+        run->answer.error = dup_or_null(error, strlen(error));
+}
+
+long script_run_instructions(const script_run_t *run)
+{
+    return run->instructions;
+}
+
+/* ---- the end of a run: its result and its member changes ---- */
+
+/* Equal, counting an object member whose value is null as absent (what the script sees). */
+static int same_value(const json_t *a, const json_t *b)
+{
+    const char *key;
+    const json_t *v;
+    size_t i;
+
+    if (a == NULL)
+        a = json_null();
+    if (b == NULL)
+        b = json_null();
+    if (json_is_object(a) && json_is_object(b)) {
+        json_object_foreach((json_t *)a, key, v) {
+            if (!same_value(v, json_object_get(b, key)))
+                return 0;
+        }
+        json_object_foreach((json_t *)b, key, v) {
+            if (json_object_get(a, key) == NULL && !json_is_null(v))
+                return 0;
+        }
+        return 1;
+    }
+    if (json_is_array(a) && json_is_array(b)) {
+        if (json_array_size(a) != json_array_size(b))
+            return 0;
+        json_array_foreach(a, i, v) {
+            if (!same_value(v, json_array_get(b, i)))
+                return 0;
+        }
+        return 1;
+    }
+    return json_equal(a, b);
+}
+
+/* Appends a set op of path to value (borrowed) after checking it on scratch. */
+static int add_set(json_t *ops, json_t *scratch, const char *path, const json_t *value,
+                   bg_error_t *err)
+{
+    json_t *op = json_object();
+    bg_error_t e;
+
+    json_object_set_new(op, "op", json_string("set"));
+    json_object_set_new(op, "path", json_string(path));
+    json_object_set(op, "value", value ? (json_t *)value : json_null());
+    if (member_apply_op(scratch, op, &e) < 0) {
+        json_decref(op);
+        return bg_error_set(err, BG_ERR_SCRIPT, "self.%s: %s", path + strlen("member."), e.msg);
+    }
+    return json_array_append_new(ops, op);
+}
+
+#define DIFF_WHOLE 1 /* diff_keys: a changed key cannot be named, set the object whole */
+
+/* Writes path.key into full; 0 when a set cannot name it: an empty key, a dot in it, past
+ * MEMBER_PATH_DEPTH segments below meta / tempData (depth: those of path) or MEMBER_PATH_MAX
+ * bytes. */
+static int key_path(char *full, size_t size, const char *path, const char *key, int depth)
+{
+    return key[0] != '\0' && strchr(key, '.') == NULL && depth < MEMBER_PATH_DEPTH &&
+           snprintf(full, size, "%s.%s", path, key) < (int)size;
+}
+
+/* Set ops for each key of now (an object) that differs from old; a key gone becomes null. It
+ * descends into an object changed on both sides, so that a set names the deepest key that
+ * changed and a concurrent run that changed another key of that object keeps its change (the
+ * write-back applies the ops to the latest record). Below the top (depth > 0) a changed key
+ * that cannot be named gives DIFF_WHOLE: the caller sets the whole object; at the top it is
+ * an error, and a key gone that cannot be named is kept. */
+static int diff_keys(json_t *ops, json_t *scratch, const char *path, const json_t *old,
+                     const json_t *now, int depth, bg_error_t *err)
+{
+    char full[MEMBER_PATH_MAX + 1];
+    const json_t *v, *was;
+    const char *key;
+    int rc;
+
+    json_object_foreach((json_t *)now, key, v) {
+        was = json_object_get(old, key);
+        if (same_value(was, v))
+            continue;
+        if (!key_path(full, sizeof(full), path, key, depth)) {
+            if (depth > 0)
+                return DIFF_WHOLE;
+            return bg_error_set(err, BG_ERR_SCRIPT,
+                                "self.%s: the key \"%.40s\" is empty, has a dot or is too long",
+                                path + strlen("member."), key);
+        }
+        rc = DIFF_WHOLE;
+        if (json_is_object(was) && json_is_object(v))
+            rc = diff_keys(ops, scratch, full, was, v, depth + 1, err);
+        if (rc == DIFF_WHOLE)
+            rc = add_set(ops, scratch, full, v, err);
+        if (rc < 0)
+            return rc;
+    }
+    json_object_foreach((json_t *)old, key, v) {
+        if (json_object_get(now, key) != NULL || json_is_null(v))
+            continue;
+        if (!key_path(full, sizeof(full), path, key, depth)) {
+            if (depth > 0)
+                return DIFF_WHOLE;
+            continue; /* stored by someone else under a name a set cannot reach: kept */
+        }
+        if ((rc = add_set(ops, scratch, full, json_null(), err)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* The set ops of the object at path (member.meta, member.botMeta.tempData). */
+static int diff_object(json_t *ops, json_t *scratch, const char *path, const json_t *old,
+                       const json_t *now, bg_error_t *err)
+{
+    if (now == NULL || json_is_null(now))
+        return 0; /* gone (self.member replaced by a table without it): left as it is */
+    if (!json_is_object(now))
+        return bg_error_set(err, BG_ERR_SCRIPT, "self.%s must be a table with string keys",
+                            path + strlen("member."));
+    return diff_keys(ops, scratch, path, json_is_object(old) ? old : NULL, now, 0, err);
+}
+
+static const char *const MEMBER_FIELDS[] = {"customLocale", "firstName", "lastName"};
+
+/* 1 when no path a set may write differs between old and now: nothing to check or copy. */
+static int member_unchanged(const json_t *old, const json_t *now)
+{
+    const json_t *old_bot = json_object_get(old, "botMeta");
+    const json_t *now_bot = json_object_get(now, "botMeta");
+    size_t i;
+
+    if (!same_value(json_object_get(old, "meta"), json_object_get(now, "meta")) ||
+        !same_value(json_object_get(old_bot, "tempData"), json_object_get(now_bot, "tempData")) ||
+        !same_value(json_object_get(old_bot, "subscribed"), json_object_get(now_bot, "subscribed")))
+        return 0;
+    for (i = 0; i < sizeof(MEMBER_FIELDS) / sizeof(MEMBER_FIELDS[0]); i++)
+        if (!same_value(json_object_get(old, MEMBER_FIELDS[i]),
+                        json_object_get(now, MEMBER_FIELDS[i])))
+            return 0;
+    return 1;
+}
+
+static json_t *member_ops(const json_t *old, const json_t *now, bg_error_t *err)
+{
+    const char *const *fields = MEMBER_FIELDS;
+    const json_t *old_bot = json_object_get(old, "botMeta"), *now_bot;
+    json_t *ops, *scratch;
+    char path[64];
+    size_t i;
+    int rc = 0;
+
+    if (member_unchanged(old, now))
+        return json_array();
+    ops = json_array();
+    scratch = json_deep_copy(old);
+    if (ops == NULL || scratch == NULL) {
+        rc = bg_error_set(err, BG_ERR_SCRIPT, "out of memory");
+        goto out;
+    }
+    now_bot = json_object_get(now, "botMeta");
+    if (!json_is_object(now_bot))
+        now_bot = NULL;
+    rc = diff_object(ops, scratch, "member.meta", json_object_get(old, "meta"),
+                     json_object_get(now, "meta"), err);
+    if (rc == 0)
+        rc = diff_object(ops, scratch, "member.botMeta.tempData",
+                         json_object_get(old_bot, "tempData"), json_object_get(now_bot, "tempData"),
+                         err);
+    if (rc == 0 && json_object_get(now_bot, "subscribed") != NULL &&
+        !same_value(json_object_get(old_bot, "subscribed"), json_object_get(now_bot, "subscribed")))
+        rc = add_set(ops, scratch, "member.botMeta.subscribed",
+                     json_object_get(now_bot, "subscribed"), err);
+    for (i = 0; rc == 0 && i < sizeof(MEMBER_FIELDS) / sizeof(MEMBER_FIELDS[0]); i++) {
+        /* a name set to nil is left as it is (it cannot be null); customLocale is cleared */
+        if (same_value(json_object_get(old, fields[i]), json_object_get(now, fields[i])) ||
+            (json_object_get(now, fields[i]) == NULL && strcmp(fields[i], "customLocale") != 0))
+            continue;
+        snprintf(path, sizeof(path), "member.%s", fields[i]);
+        rc = add_set(ops, scratch, path, json_object_get(now, fields[i]), err);
+    }
+out:
+    json_decref(scratch);
+    if (rc < 0) {
+        json_decref(ops);
+        return NULL;
+    }
+    return ops;
+}
+
+typedef struct finish_arg {
+    script_run_t *run;
+    json_t *member; /* self.member as JSON; NULL when the script never touched it */
+} finish_arg_t;
+
+/* Converts the result (on top of L) and self.member; run as a protected call. */
+static int finish_cf(lua_State *L)
+{
+    finish_arg_t *f = lua_touserdata(L, 1);
+
+    f->run->result = to_json_or_raise(L, 2, "the returned value");
+    lua_rawgeti(L, LUA_REGISTRYINDEX, f->run->self_ref);
+    lua_pushliteral(L, "member");
+    switch (lua_rawget(L, -2)) {
+    case LUA_TNIL: /* never read nor set: unchanged */
+        return 0;
+    case LUA_TTABLE:
+        f->member = to_json_or_raise(L, -1, "self.member");
+        return 0;
+    default:
+        return luaL_error(L, "self.member must stay a table");
+    }
+}
+
+/* The position in the script where co stopped, as "name:line", or "" when unknown. */
+static void where_stopped(lua_State *co, char *buf, size_t size)
+{
+    lua_Debug ar;
+    int level;
+
+    buf[0] = '\0';
+    for (level = 0; lua_getstack(co, level, &ar); level++) {
+        if (lua_getinfo(co, "Sl", &ar) && ar.currentline > 0) {
+            snprintf(buf, size, "%s:%d: ", ar.short_src, ar.currentline);
+            return;
+        }
+    }
+}
+
+static script_status_t run_failed(script_run_t *run, int status)
+{
+    char where[SCRIPT_NAME_MAX + 24];
+    const char *msg;
+
+    if (run->err.code != BG_OK) {
+        /* set by setup or the member check */
+    } else if (run->over_memory && (status == LUA_ERRMEM || status == LUA_OK)) {
+        where[0] = '\0';
+        if (run->co != NULL)
+            where_stopped(run->co, where, sizeof(where));
+        bg_error_set(&run->err, BG_ERR_SCRIPT, "%smemory limit exceeded (%ld KiB)", where,
+                     (long)(run->mem_cap / 1024));
+    } else if (run->over_instructions && (status == LUA_OK || status == LUA_ERRMEM)) {
+        where[0] = '\0';
+        if (run->co != NULL)
+            where_stopped(run->co, where, sizeof(where));
+        bg_error_set(&run->err, BG_ERR_SCRIPT, "%sinstruction limit exceeded (%ld)", where,
+                     run->max_instructions);
+    } else if (status == LUA_ERRMEM) {
+        bg_error_set(&run->err, BG_ERR_SCRIPT, "out of memory");
+    } else if ((msg = lua_type(run->co, -1) == LUA_TSTRING ? lua_tostring(run->co, -1) : NULL) !=
+               NULL) {
+        bg_error_set(&run->err, BG_ERR_SCRIPT, "%s", msg);
+    } else {
+        bg_error_set(&run->err, BG_ERR_SCRIPT, "script error (a %s value)",
+                     luaL_typename(run->co, -1));
+    }
+    run->done = 1;
+    if (run->L != NULL)
+        lua_close(run->L);
+    run->L = NULL;
+    run->co = NULL;
+    json_decref(run->result);
+    run->result = NULL;
+    return SCRIPT_FAILED;
+}
+
+static script_status_t run_finished(script_run_t *run, int nres)
+{
+    finish_arg_t f = {run, NULL};
+    lua_State *L = run->L;
+
+    /* the script's own memory is what the cap is for; the conversions below are ours */
+    run->mem_cap = SIZE_MAX;
+    run->max_instructions = LONG_MAX;
+    lua_sethook(run->co, NULL, 0, 0);
+    if (!lua_checkstack(L, 8)) {
+        bg_error_set(&run->err, BG_ERR_SCRIPT, "out of memory");
+        return run_failed(run, LUA_ERRMEM);
+    }
+    if (nres > 0)
+        lua_pop(run->co, nres - 1);
+    else if (lua_checkstack(run->co, 1))
+        lua_pushnil(run->co);
+    else
+        return run_failed(run, LUA_ERRMEM);
+    lua_pushcfunction(L, finish_cf);
+    lua_pushlightuserdata(L, &f);
+    lua_xmove(run->co, L, 1);
+    if (lua_pcall(L, 2, 0, 0) != LUA_OK) {
+        const char *msg = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+        bg_error_set(&run->err, BG_ERR_SCRIPT, "%s", msg ? msg : "script error");
+        json_decref(f.member);
+        return run_failed(run, LUA_ERRRUN);
+    }
+    run->ops = f.member != NULL ? member_ops(run->original, f.member, &run->err) : json_array();
+    json_decref(f.member);
+    if (run->ops == NULL)
+        return run_failed(run, LUA_ERRRUN);
+    run->done = 1;
+    lua_close(run->L);
+    run->L = NULL;
+    run->co = NULL;
+    return SCRIPT_DONE;
+}
+
+script_status_t script_run_resume(script_run_t *run, bg_error_t *err)
+{
+    script_status_t st;
+    int status, nres = 0;
+
+    if (run->done) {
+        st = run->err.code != BG_OK ? SCRIPT_FAILED : SCRIPT_DONE;
+    } else if (run->L == NULL || run->co == NULL) {
+        st = run_failed(run, LUA_ERRMEM);
+    } else if (run->http != NULL) {
+        bg_error_set(&run->err, BG_ERR_SCRIPT, "resumed before the http.request answer");
+        st = run_failed(run, LUA_ERRRUN);
+    } else {
+        status = lua_resume(run->co, run->L, 0, &nres);
+        if (status == LUA_YIELD && run->http != NULL && !run->over_memory &&
+            !run->over_instructions) {
+            lua_pop(run->co, nres);
+            return SCRIPT_NEED_HTTP;
+        }
+        if (status == LUA_YIELD)
+            bg_error_set(&run->err, BG_ERR_SCRIPT, "the script yielded without a call");
+        if (status == LUA_OK && !run->over_memory && !run->over_instructions)
+            st = run_finished(run, nres);
+        else
+            st = run_failed(run, status);
+    }
+    if (st == SCRIPT_FAILED && err != NULL)
+        *err = run->err;
+    return st;
+}
+
+json_t *script_run_result(const script_run_t *run)
+{
+    return run->result != NULL ? json_incref(run->result) : json_null();
+}
+
+const json_t *script_run_member_ops(const script_run_t *run)
+{
+    return run->ops;
+}
+
+/* ---- compiling ---- */
+
+typedef struct dump_buf {
+    char *p;
+    size_t len, cap;
+    int failed;
+} dump_buf_t;
+
+static int dump_writer(lua_State *L, const void *p, size_t sz, void *ud)
+{
+    dump_buf_t *b = ud;
+    char *n;
+
+    (void)L;
+    if (b->len + sz > b->cap) {
+        size_t cap = (b->cap ? b->cap * 2 : 4096);
+        while (cap < b->len + sz)
+            cap *= 2;
+        if ((n = realloc(b->p, cap)) == NULL) {
+            b->failed = 1;
+            return 1;
+        }
+        b->p = n;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, p, sz);
+    b->len += sz;
+    return 0;
+}
+
+script_t *script_compile(const char *code, size_t len, const char *name, bg_error_t *err)
+{
+    char chunk[SCRIPT_NAME_MAX + 1];
+    dump_buf_t b = {0};
+    script_t *s = NULL;
+    lua_State *L;
+
+    if (len > SCRIPT_CODE_MAX) {
+        bg_error_set(err, BG_ERR_SCRIPT, "%.80s: code longer than %d bytes", name, SCRIPT_CODE_MAX);
+        return NULL;
+    }
+    snprintf(chunk, sizeof(chunk), "=%s", name);
+    if ((L = luaL_newstate()) == NULL) {
+        bg_error_set(err, BG_ERR_SCRIPT, "out of memory");
+        return NULL;
+    }
+    if (luaL_loadbufferx(L, code, len, chunk, "t") != LUA_OK) {
+        const char *msg = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+        bg_error_set(err, BG_ERR_SCRIPT, "%s", msg ? msg : "does not compile");
+        goto out;
+    }
+    if (lua_dump(L, dump_writer, &b, 0) != 0 || b.failed || (s = calloc(1, sizeof(*s))) == NULL) {
+        bg_error_set(err, BG_ERR_SCRIPT, "out of memory");
+        goto out;
+    }
+    s->code = b.p;
+    s->len = b.len;
+    b.p = NULL;
+    snprintf(s->name, sizeof(s->name), "%s", chunk);
+out:
+    free(b.p);
+    lua_close(L);
+    return s;
+}
+
+void script_free(script_t *s)
+{
+    if (s == NULL)
+        return;
+    free(s->code);
+    free(s);
+}
+
+/* ---- the per-worker cache ---- */
+
+typedef struct cache_entry {
+    uint64_t hash;
+    char *key; /* name, NUL, code */
+    size_t key_len;
+    script_t *script;
+} cache_entry_t;
+
+struct script_cache {
+    script_limits_t limits;
+    size_t count, max;
+    size_t bytes; /* of the keys and the bytecode held */
+    cache_entry_t *entries;
+};
+
+script_cache_t *script_cache_new(script_limits_t limits, size_t max_entries)
+{
+    script_cache_t *c = calloc(1, sizeof(*c));
+
+    if (c == NULL)
+        return NULL;
+    c->limits = limits;
+    c->max = max_entries > 0 ? max_entries : 1;
+    if ((c->entries = calloc(c->max, sizeof(*c->entries))) == NULL) {
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static void cache_clear(script_cache_t *c)
+{
+    size_t i;
+
+    for (i = 0; i < c->count; i++) {
+        free(c->entries[i].key);
+        script_free(c->entries[i].script);
+    }
+    c->count = 0;
+    c->bytes = 0;
+}
+
+void script_cache_free(script_cache_t *c)
+{
+    if (c == NULL)
+        return;
+    cache_clear(c);
+    free(c->entries);
+    free(c);
+}
+
+script_limits_t script_cache_limits(const script_cache_t *c)
+{
+    return c->limits;
+}
+
+static uint64_t fnv1a(uint64_t h, const char *p, size_t n)
+{
+    while (n-- > 0) {
+        h ^= (unsigned char)*p++;
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+const script_t *script_cache_get(script_cache_t *c, const char *name, const char *code,
+                                 bg_error_t *err)
+{
+    size_t name_len = strlen(name) + 1, code_len = strlen(code), i;
+    uint64_t h = fnv1a(fnv1a(14695981039346656037ULL, name, name_len), code, code_len);
+    cache_entry_t *e;
+    script_t *s;
+
+    for (i = 0; i < c->count; i++) {
+        e = &c->entries[i];
+        if (e->hash == h && e->key_len == name_len + code_len &&
+            memcmp(e->key, name, name_len) == 0 && memcmp(e->key + name_len, code, code_len) == 0)
+            return e->script;
+    }
+    if ((s = script_compile(code, code_len, name, err)) == NULL)
+        return NULL;
+    if (c->count == c->max || c->bytes + name_len + code_len + s->len > SCRIPT_CACHE_BYTES)
+        cache_clear(c);
+    e = &c->entries[c->count];
+    if ((e->key = malloc(name_len + code_len)) == NULL) {
+        script_free(s);
+        bg_error_set(err, BG_ERR_SCRIPT, "out of memory");
+        return NULL;
+    }
+    memcpy(e->key, name, name_len);
+    memcpy(e->key + name_len, code, code_len);
+    e->key_len = name_len + code_len;
+    e->hash = h;
+    e->script = s;
+    c->count++;
+    c->bytes += e->key_len + s->len;
+    return s;
+}
