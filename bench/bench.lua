@@ -11,7 +11,12 @@
 --           (redirect to a node whose Lua transform returns the same 2 responses),
 --           a-tls (as a; the upstream is reached over TLS), d (as a; run with 5000 connections
 --           while the simulator answers after 1 s), e (1 TEXT to a whatsapp-cloud number limited
---           to 1,000/s, through three instances: bench/scenario_e.py).
+--           to 1,000/s, through three instances: bench/scenario_e.py);
+--           a-key (as a, with a new Idempotency-Key on every request), a-many and a-order (as a,
+--           each request to one of BENCH_MEMBERS members, bench-m0, bench-m1, ...: each wrk
+--           thread cycles through its own share of them, so that with per-member order on
+--           (a-order) a member's previous request has answered before its next one comes).
+-- BENCH_THREADS in the environment: wrk's thread count (how the members are shared out).
 -- BENCH_DELAY_MS in the environment: after each answer, wait a random 0..2*BENCH_DELAY_MS ms
 -- before the next request on the connection: a paced load for the added-latency figure (wrk
 -- has no fixed rate like wrk2); the randomness keeps the connections from firing in step.
@@ -25,6 +30,19 @@ local CHANNEL = "bench-fb"
 local MEMBER = "bench-member"
 local PSID = "2456789012345678"
 local TEXT = "hello from wrk, a message of ordinary length"
+
+local MEMBERS = tonumber(os.getenv("BENCH_MEMBERS") or "") or 256
+local THREADS = tonumber(os.getenv("BENCH_THREADS") or "") or 1
+
+-- setup() runs in wrk's main Lua state: it gives each thread its number (the global tid) and
+-- the run's nonce (the global nonce), so that every run's Idempotency-Keys are new
+local threads = 0
+local run_nonce = string.format("%x%x", os.time(), math.random(0, 0xffffff))
+function setup(thread)
+    thread:set("tid", threads)
+    thread:set("nonce", run_nonce)
+    threads = threads + 1
+end
 
 local function text_responses(n)
     local parts = {}
@@ -58,6 +76,23 @@ function init(args)
             wrk.path = "/sendResponses"
             wrk.body = '{"channelId":"' .. CHANNEL .. '","memberId":"' .. MEMBER .. '",'
                 .. '"response":' .. text_responses(scenario == "b" and 3 or 1) .. '}'
+        end
+        if scenario == "a-key" then
+            local n = 0
+            function request()
+                n = n + 1
+                wrk.headers["Idempotency-Key"] = "bench-" .. nonce .. "-" .. tid .. "-" .. n
+                return wrk.format()
+            end
+        elseif scenario == "a-many" or scenario == "a-order" then
+            local share = math.max(1, math.floor(MEMBERS / THREADS))
+            local first, n = (tid or 0) * share, 0
+            local tail = '","response":' .. text_responses(1) .. '}'
+            function request()
+                n = n + 1
+                return wrk.format(nil, nil, nil, '{"channelId":"' .. CHANNEL .. '","memberId":"'
+                    .. "bench-m" .. (first + n % share) .. tail)
+            end
         end
     elseif mode == "upstream" then
         -- the body botgate's facebook adapter sends for one TEXT response

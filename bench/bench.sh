@@ -12,8 +12,9 @@
 #
 #   BENCH_DURATION=10        seconds per wrk run
 #   BENCH_D_DURATION=30      seconds of each scenario-d run (its first second has no answers)
-#   BENCH_SCENARIOS="a b c c-lua a-tls d e" scenarios to run (see bench/README.md; e is
-#                            bench/scenario_e.py: three instances under one shared rate limit)
+#   BENCH_SCENARIOS="a a-key a-many a-order b c c-lua a-tls d e" scenarios to run (see
+#                            bench/README.md; e is bench/scenario_e.py: three instances under
+#                            one shared rate limit)
 #   BENCH_CONNECTIONS=64     wrk connections of a, b, c and a-tls
 #   BENCH_WRK_THREADS=2      wrk threads
 #   BENCH_UPSTREAM_WORKERS=auto  worker_processes of the static upstream nginx
@@ -23,8 +24,10 @@
 #   BOTGATE_WORKERS=1, BOTGATE_MAX_CONNECTIONS=20000, BOTGATE_REDIS_MAX_IN_FLIGHT=50000
 #   BOTGATE_MEMBER_ORDER=0   a, b, c and d send every request to ONE member: with per-member
 #                            order on (the product's default) they would run one at a time by
-#                            design. The cost of order and of Idempotency-Key per request is
-#                            measured by bench/instructions.py (configurations "order" and a-key).
+#                            design. a-key is a with a new Idempotency-Key per request; a-many
+#                            sends a's request to BENCH_MEMBERS members (a share per wrk thread)
+#                            and a-order the same to a botgate of its own with order on.
+#   BENCH_MEMBERS=256        members of a-many and a-order
 #   BENCH_PACE_MS=20         mean pause after each answer in the paced (added-latency) runs
 #   BENCH_HOLD=1             start and load everything, print the addresses, pids and wrk
 #                            commands, and wait for Ctrl-C instead of running (for strace/perf);
@@ -42,7 +45,7 @@ duration=${BENCH_DURATION:-10}
 # Scenario d's first second can have no answer (the upstream takes 1 s): over 10 s that
 # alone would cap it at 90 % of its Little's-law bound, over 30 s at 97 %.
 d_duration=${BENCH_D_DURATION:-30}
-scenarios=${BENCH_SCENARIOS:-a b c c-lua a-tls d e}
+scenarios=${BENCH_SCENARIOS:-a a-key a-many a-order b c c-lua a-tls d e}
 conns=${BENCH_CONNECTIONS:-64}
 wrk_threads=${BENCH_WRK_THREADS:-2}
 upstream_workers=${BENCH_UPSTREAM_WORKERS:-auto}
@@ -58,7 +61,10 @@ for tool in wrk nginx redis-server curl python3 openssl; do
   command -v "$tool" >/dev/null || { echo "bench: $tool is missing (scripts/deps.sh bench)" >&2; exit 1; }
 done
 for sc in $scenarios; do
-  case $sc in a | b | c | c-lua | a-tls | d | e) ;; *) echo "bench: unknown scenario '$sc' (a b c c-lua a-tls d e)" >&2; exit 2 ;; esac
+  case $sc in
+    a | a-key | a-many | a-order | b | c | c-lua | a-tls | d | e) ;;
+    *) echo "bench: unknown scenario '$sc' (a a-key a-many a-order b c c-lua a-tls d e)" >&2; exit 2 ;;
+  esac
 done
 has() { case " $scenarios " in *" $1 "*) return 0 ;; esac; return 1; }
 if [ "$strace_requests" -gt 0 ] && ! command -v strace >/dev/null; then
@@ -209,6 +215,13 @@ cat > "$tmp/tree.json" <<'EOT'
  "lua":{"transform":"if self.agendaMeta.status == 'shipped' then return {{type = 'TEXT', text = 'hello from the bench tree, first of two'}, {type = 'TEXT', text = 'hello from the bench tree, second of two'}} end return nil"}}}
 EOT
 "$ctl" tree import "$tmp/tree.json" > /dev/null 2>> "$tmp/ctl.log"
+members=${BENCH_MEMBERS:-256}
+if has a-many || has a-order; then
+  for i in $(seq 0 $((members - 1))); do
+    printf '{"_id":"bench-m%d","channel":"bench-fb","app":"bench","externalId":"3%015d","platform":"facebook","firstName":"Bench","lastName":"User %d","locale":"en","customLocale":null,"tags":[],"meta":{},"botMeta":{"tree":null,"nodeCompositeId":null,"liveChat":false,"subscribed":true,"tempData":{}},"createdAt":%s,"updatedAt":%s}' \
+      "$i" "$i" "$i" "$now" "$now" | "$ctl" member put - > /dev/null 2>> "$tmp/ctl.log"
+  done
+fi
 token=$("$ctl" token create --app bench --scope bot:admin --label "make bench" 2>> "$tmp/ctl.log")
 
 # ---- one request of each kind, so that a broken setup fails here and not as wrk errors ----
@@ -242,7 +255,7 @@ check "nginx, simulator" "$nginx_sim" "$fb_path" "$fb"
 
 # ---- botgate: one process per upstream (it has one Facebook URL) ----
 member_order=${BOTGATE_MEMBER_ORDER:-0}
-knobs="BOTGATE_WORKERS=$workers BOTGATE_MAX_CONNECTIONS=$max_conn BOTGATE_REDIS_MAX_IN_FLIGHT=$redis_inflight BOTGATE_LOG_LEVEL=warn BOTGATE_MEMBER_ORDER=$member_order"
+knobs="BOTGATE_WORKERS=$workers BOTGATE_MAX_CONNECTIONS=$max_conn BOTGATE_REDIS_MAX_IN_FLIGHT=$redis_inflight BOTGATE_LOG_LEVEL=warn BOTGATE_MEMBER_ORDER=$member_order (a-order: 1)"
 botgate="http://127.0.0.1:$botgate_port"
 start_botgate() { # facebook base URL [VAR=value...]
   local fb_url=$1
@@ -313,7 +326,8 @@ target_of() { # scenario target: sets url, mode, pidlist, aux, counter (report.p
     a-tls | up-tls) ports=$up_tls_port ;;
   esac
   case $target in
-    botgate) url=$botgate; mode=botgate; pidlist=$botgate_pid; aux="redis=$redis_pid" ;;
+    botgate) url=$botgate; mode=botgate; pidlist=$botgate_pid; aux="redis=$redis_pid"
+      counter+=(--redis-port "$redis_port") ;;
     nginx) pidlist=$nginx_pid
       case $sc in d) url=$nginx_sim ;; a-tls) url=$nginx_tls ;; *) url=$nginx ;; esac ;;
     upstream) pidlist=$upstream_pid; ports=""
@@ -333,7 +347,8 @@ run() { # scenario target connections [extra wrk options...]
   shift 3
   target_of "$sc" "$target"
   [ "$t" -gt "$c" ] && t=$c
-  $report measure --out "${run_out:-$results}" --log "$tmp/wrk.log" --scenario "$sc" --target "$target" \
+  BENCH_THREADS=$t BENCH_MEMBERS=$members \
+    $report measure --out "${run_out:-$results}" --log "$tmp/wrk.log" --scenario "$sc" --target "$target" \
     --connections "$c" --pids "$pidlist" --aux "$aux" "${counter[@]}" -- \
     wrk "-t$t" "-c$c" "-d${run_duration:-$duration}s" --latency "$@" -s "$bench/bench.lua" "$url" \
     -- "$mode" "$sc" "$token" || {
@@ -370,8 +385,8 @@ strace_phase() { # scenario
 
 echo "bench: $duration s per run; scenarios: $scenarios" >&2
 
-# a, b, c: the static upstream over HTTP
-if has a || has b || has c || has c-lua; then
+# a, b, c, c-lua, a-key, a-many: the static upstream over HTTP
+if has a || has b || has c || has c-lua || has a-key || has a-many; then
   start_botgate "$upstream/graph/v19.0"
   echo "bench: the static upstream alone (its capacity)" >&2
   run up upstream "$conns"
@@ -381,6 +396,10 @@ if has a || has b || has c || has c-lua; then
         echo "bench: scenario $sc" >&2
         run "$sc" botgate "$conns"
         run "$sc" nginx "$conns"
+        ;;
+      a-key | a-many)   # botgate only: nginx has no such thing
+        echo "bench: scenario $sc" >&2
+        run "$sc" botgate "$conns"
         ;;
     esac
   done
@@ -400,6 +419,16 @@ if has a || has b || has c || has c-lua; then
     unset BENCH_DELAY_MS
   fi
   has a && strace_phase a
+  stop_botgate
+fi
+
+# a-order: a-many on a botgate of its own with per-member order on (the product's default)
+if has a-order; then
+  start_botgate "$upstream/graph/v19.0" BOTGATE_MEMBER_ORDER=1
+  echo "bench: scenario a-order: warming botgate up (3 s, not reported)" >&2
+  run_out=$tmp/warm.jsonl run_duration=3 run a-order botgate "$conns"
+  echo "bench: scenario a-order" >&2
+  run a-order botgate "$conns"
   stop_botgate
 fi
 

@@ -7,7 +7,8 @@ how busy the machine is, for comparing two builds of botgate.
 Starts Redis and the simulator (tests/integration/harness.py), botgate with one worker under
 callgrind, loads the bench data, sends warm-up requests, zeroes the counters, sends REQUESTS
 requests of each scenario one after the other (16 at a time), and prints instructions per
-request for each, and the scripts (EVAL) it sent Redis per request (INFO commandstats).
+request for each, and the scripts (EVAL, EVALSHA) it sent Redis per request (INFO
+commandstats).
 
 It does so for each configuration of CONFIGS (a botgate process each): per-member order on (the
 default) and off. Scenario a-key is a with a new Idempotency-Key on every request."""
@@ -59,12 +60,13 @@ KEYS = itertools.count()
 
 
 def redis_calls(s):
-    """Scripts Redis has run so far (EVAL: only clients send them; the commands a script runs
-    are counted under their own names, so other counts would mix both)."""
+    """Scripts Redis has run so far (EVAL and EVALSHA: only clients send them; the commands a
+    script runs are counted under their own names, so other counts would mix both)."""
+    calls = 0
     for line in s.redis("INFO", "commandstats").splitlines():
-        if line.startswith("cmdstat_eval:"):
-            return int(line.split("calls=")[1].split(",")[0])
-    return 0
+        if line.startswith("cmdstat_eval:") or line.startswith("cmdstat_evalsha:"):
+            calls += int(line.split("calls=")[1].split(",")[0])
+    return calls
 
 
 def main():
@@ -141,7 +143,7 @@ def run_config(extra):
                     if line.startswith("summary:") or line.startswith("totals:"):
                         total = int(line.split()[1])
             results[name] = total / N
-            print("%-6s %-22s %9.0f instructions per request, %.2f EVAL per request"
+            print("%-6s %-22s %9.0f instructions per request, %.2f scripts per request"
                   % (name, path, total / N, calls), flush=True)
         p.terminate()
         p.wait(60)

@@ -46,11 +46,19 @@ SCENARIOS = {
     "c": "c  redirectMemberToNode, 2 resp.",
     "c-lua": "c-lua  c, by a Lua transform",
     "up-tls": "upstream alone, HTTPS",
+    "a-key": "a-key  a + Idempotency-Key",
+    "a-many": "a-many  a, 256 members",
+    "a-order": "a-order  a-many, member order",
     "a-tls": "a-tls  a, upstream over TLS",
     "sim": "simulator alone (d's upstream)",
     "d": "d  5000 conn., upstream 1 s",
 }
-ORDER = ["up", "a", "b", "c", "c-lua", "up-tls", "a-tls", "sim", "d"]
+ORDER = ["up", "a", "a-key", "a-many", "a-order", "b", "c", "c-lua", "up-tls", "a-tls", "sim", "d"]
+# the delivery guarantees' rows (contract section 7): botgate alone (nginx has no such thing),
+# compared with botgate's scenario a; a-order also with a-many, its twin with order off
+GUARANTEES = {"a-key": "a with a new Idempotency-Key on every request (order off, as a)",
+              "a-many": "a, each request to one of many members (order off, as a)",
+              "a-order": "a-many with per-member order on (the product's default)"}
 # the upstream-alone row of each proxied scenario: it must do at least UPSTREAM_MARGIN times
 # the proxy's req/s, or the upstream, not the proxy, sets the pace
 UPSTREAM_OF = {"a": "up", "b": "up", "c": "up", "c-lua": "up", "a-tls": "up-tls"}
@@ -138,6 +146,30 @@ def sim_total(url):
             return json.loads(r.read())["total"]
     except (OSError, ValueError, KeyError):
         return None
+
+
+def redis_scripts(port):
+    """Scripts (EVAL and EVALSHA calls) the Redis on 127.0.0.1:port has run so far, or None."""
+    if not port:
+        return None
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(b"INFO commandstats\r\n")
+            data = b""
+            while b"\r\n" not in data:
+                data += s.recv(65536) or b"\r\n"
+            head, _, data = data.partition(b"\r\n")
+            if not head.startswith(b"$"):
+                return None
+            while len(data) < int(head[1:]):
+                chunk = s.recv(65536)
+                if not chunk:
+                    return None
+                data += chunk
+    except (OSError, ValueError):
+        return None
+    return sum(int(m) for m in re.findall(r"^cmdstat_(?:eval|evalsha):calls=(\d+)",
+                                         data.decode(), re.M))
 
 
 def upstream_status(url):
@@ -245,6 +277,7 @@ def cmd_measure(args):
 
     calls0 = sim_total(args.sim)
     status0 = upstream_status(args.upstream_status)
+    scripts0 = redis_scripts(args.redis_port)
     cpu0 = cpu_seconds(procs)
     aux0 = {k: cpu_seconds(v) for k, v in aux.items()}
     host0 = host_busy_s()
@@ -267,6 +300,7 @@ def cmd_measure(args):
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     calls1 = sim_total(args.sim)
     status1 = upstream_status(args.upstream_status)
+    scripts1 = redis_scripts(args.redis_port)
 
     # what else ran meanwhile: every other process (wrk, our child, has exited by now)
     mine = set(procs) | {p for v in aux.values() for p in v} | {os.getpid()}
@@ -296,6 +330,8 @@ def cmd_measure(args):
         # minus the second status request and its connection
         rec["upstream_accepts"] = status1[0] - status0[0] - 1
         rec["upstream_calls"] = status1[1] - status0[1] - 1
+    if scripts0 is not None and scripts1 is not None:
+        rec["redis_scripts"] = scripts1 - scripts0
     if ports:
         rec["upstream_conns_max"] = conns_max[0]
         rec["upstream_conns_seen"] = len(conns_seen)
@@ -432,6 +468,10 @@ def short(rec):
         rec.get("others_cpu_s", 0))
 
 
+def per_req_us(rec):
+    return rec["cpu_s"] * 1e6 / (rec["requests"] or 1)
+
+
 def find(recs, scenario, target):
     for r in recs:
         if r["scenario"] == scenario and r["target"] == target:
@@ -502,7 +542,11 @@ def cmd_table(args):
                 continue
             n = r["requests"] or 1
             ratio = ""
-            if r["target"] == "botgate":
+            if r["target"] == "botgate" and sc in GUARANTEES:
+                a = find(recs, "a", "botgate")
+                if a and "error" not in a and rps(a) > 0:
+                    ratio = "%.2fx a" % (rps(r) / rps(a))
+            elif r["target"] == "botgate":
                 ng = find(recs, sc, "nginx")
                 if ng and "error" not in ng and rps(ng) > 0:
                     ratio = "%.2fx" % (rps(r) / rps(ng))
@@ -518,7 +562,7 @@ def cmd_table(args):
                     conns += "/%d" % r["upstream_accepts"]
             rows.append((SCENARIOS.get(sc, sc), r["target"], str(r.get("connections", "")),
                          "%.0f" % rps(r), ms(r["p50_us"]), ms(r["p99_us"]), str(errors(r)),
-                         "%.2f" % r["cpu_s"], "%.0f" % (r["cpu_s"] * 1e6 / n),
+                         "%.2f" % r["cpu_s"], "%.0f" % per_req_us(r),
                          "%.1f" % (r["peak_rss_kib"] / 1024.0),
                          "%.2f" % (up / n) if up is not None else "", conns,
                          "%.2f" % r["aux_cpu_s"].get("redis", 0)
@@ -565,7 +609,40 @@ def cmd_table(args):
     w("ratio: botgate rows, botgate's req/s / nginx-proxy's; upstream-alone rows, the upstream's")
     w("req/s / nginx-proxy's in the scenario it serves (a, or a-tls): at least %.0fx, or the"
       % UPSTREAM_MARGIN)
-    w("upstream is not clearly out of the way.")
+    w("upstream is not clearly out of the way. a-key, a-many, a-order: botgate's req/s / its")
+    w("scenario a's (\"x a\"; no nginx run: nginx has nothing like them).")
+
+    guarded = [r for r in recs if r["scenario"] in GUARANTEES and r["target"] == "botgate"
+               and "error" not in r]
+    a = find(recs, "a", "botgate")
+    if guarded and a is not None and "error" not in a and rps(a) > 0:
+        w("")
+        w("Delivery guarantees: what an Idempotency-Key and per-member order cost botgate, against")
+        w("its scenario a (order off, every request to one member). CPU us/req counts botgate's own")
+        w("CPU only; wrk builds each of these requests in Lua (a new key or member), which costs")
+        w("wrk, not botgate, more than a's fixed request: on a busy machine that lowers req/s.")
+        w("a-many and a-order spread the requests over members, a share of them per wrk thread, so")
+        w("that with order on no request waits for another (one member's requests run one at a")
+        w("time by design: a, b and c, all on one member, run with order off).")
+
+        def cost(r, base, name):
+            cpu, cpu0 = per_req_us(r), per_req_us(base)
+            line = "%.2fx %s's req/s, CPU %.0f -> %.0f us/req (%+.1f %%)" % (
+                rps(r) / rps(base), name, cpu0, cpu, 100.0 * (cpu - cpu0) / cpu0 if cpu0 else 0)
+            return line
+
+        def scripts(r):
+            if "redis_scripts" not in r or not r["requests"]:
+                return ""
+            return ", %.2f Redis scripts/req" % (r["redis_scripts"] / float(r["requests"]))
+
+        w("  %-8s %.0f req/s, CPU %.0f us/req%s" % ("a", rps(a), per_req_us(a), scripts(a)))
+        for r in guarded:
+            w("  %-8s %s: %s%s" % (r["scenario"], GUARANTEES[r["scenario"]], cost(r, a, "a"),
+                                   scripts(r)))
+            twin = find(recs, "a-many", "botgate") if r["scenario"] == "a-order" else None
+            if twin is not None and "error" not in twin and rps(twin) > 0:
+                w("  %-8s against a-many: %s" % ("", cost(r, twin, "a-many")))
 
     tls = [r for r in recs if r["scenario"] == "a-tls" and "error" not in r]
     if tls:
@@ -681,6 +758,8 @@ def main():
                    help="stub_status URL of the static upstream: calls and accepted connections")
     p.add_argument("--upstream-ports", default="",
                    help="comma list: count the measured processes' connections to these ports")
+    p.add_argument("--redis-port", type=int, default=0,
+                   help="the Redis on 127.0.0.1 whose scripts (EVAL, EVALSHA) are counted")
     p.add_argument("--log", default="")
     p.add_argument("--note", default="")
     p.add_argument("wrk", nargs=argparse.REMAINDER)

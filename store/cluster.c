@@ -594,8 +594,10 @@ static void cmd_on_reply(redisReply *reply, void *arg)
     cmd_done(cc, reply);
 }
 
-int cluster_command(cluster_t *cl, const char *key, redisc_cb *cb, void *arg, int argc,
-                    const char **argv, const size_t *argvlen, cluster_cmd_t **out)
+/* As cluster_command; argc -1: argv[0] is the command in wire format, argvlen[0] long (as
+ * redisc's send_cmd takes it). */
+static int command(cluster_t *cl, const char *key, redisc_cb *cb, void *arg, int argc,
+                   const char **argv, const size_t *argvlen, cluster_cmd_t **out)
 {
     unsigned slot = cluster_keyslot(key, strlen(key));
     cluster_node_t *n = cl->slots[slot];
@@ -618,7 +620,10 @@ int cluster_command(cluster_t *cl, const char *key, redisc_cb *cb, void *arg, in
     cc->arg = arg;
     cc->redirects = cc->tries = 0;
     cc->slot = slot;
-    if ((len = redisFormatCommandArgv(&cc->buf, argc, argv, argvlen)) < 0) {
+    if (argc < 0 && (cc->buf = malloc(argvlen[0])) != NULL) {
+        memcpy(cc->buf, argv[0], argvlen[0]);
+        len = (int)argvlen[0];
+    } else if (argc < 0 || (len = redisFormatCommandArgv(&cc->buf, argc, argv, argvlen)) < 0) {
         cc->buf = NULL;
         cmd_free(cc);
         return REDISC_BUSY;
@@ -632,6 +637,18 @@ int cluster_command(cluster_t *cl, const char *key, redisc_cb *cb, void *arg, in
     if (out != NULL)
         *out = cc;
     return REDISC_OK;
+}
+
+int cluster_command(cluster_t *cl, const char *key, redisc_cb *cb, void *arg, int argc,
+                    const char **argv, const size_t *argvlen, cluster_cmd_t **out)
+{
+    return command(cl, key, cb, arg, argc, argv, argvlen, out);
+}
+
+int cluster_command_formatted(cluster_t *cl, const char *key, redisc_cb *cb, void *arg,
+                              const char *cmd, size_t len, cluster_cmd_t **out)
+{
+    return command(cl, key, cb, arg, -1, &cmd, &len, out);
 }
 
 void cluster_cancel(cluster_cmd_t *cmd)

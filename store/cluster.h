@@ -44,6 +44,9 @@ int cluster_ready(const cluster_t *cl);
  * the final answer. A slot whose master is unknown or down answers REDISC_DOWN. */
 int cluster_command(cluster_t *cl, const char *key, redisc_cb *cb, void *arg, int argc,
                     const char **argv, const size_t *argvlen, cluster_cmd_t **out);
+/* The same, for a command already in Redis's wire format (redisc_command_formatted). */
+int cluster_command_formatted(cluster_t *cl, const char *key, redisc_cb *cb, void *arg,
+                              const char *cmd, size_t len, cluster_cmd_t **out);
 void cluster_cancel(cluster_cmd_t *cmd);
 
 /* A subscriber (redisc_new_subscriber) for the cluster's pub/sub: a PUBLISH on any node

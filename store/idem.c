@@ -1,6 +1,9 @@
 /* idem.c - Idempotency-Key records and per-member turns in Redis (idem.h). Every call is one
- * EVAL under one hash tag; waiting is the caller's, on the pub/sub channel named like the key. */
+ * script (eval.h) on keys of one slot; waiting is the caller's, on the pub/sub channel named
+ * like the key. */
 #include "idem.h"
+
+#include "eval.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +83,14 @@ static const char DONE_SCRIPT[] =
     TURN_HEAD "redis.call('ZREM', KEYS[1], ARGV[1]) redis.call('HDEL', KEYS[2], ARGV[1]) "
               "local h = head() if h then redis.call('PUBLISH', KEYS[1], h) end return 1";
 
+static _Thread_local store_script_t begin_script = STORE_SCRIPT(BEGIN_SCRIPT);
+static _Thread_local store_script_t progress_script = STORE_SCRIPT(PROGRESS_SCRIPT);
+static _Thread_local store_script_t finish_script = STORE_SCRIPT(FINISH_SCRIPT);
+static _Thread_local store_script_t abandon_script = STORE_SCRIPT(ABANDON_SCRIPT);
+static _Thread_local store_script_t take_script = STORE_SCRIPT(TAKE_SCRIPT);
+static _Thread_local store_script_t check_script = STORE_SCRIPT(CHECK_SCRIPT);
+static _Thread_local store_script_t done_script = STORE_SCRIPT(DONE_SCRIPT);
+
 typedef enum { IDEM_BEGIN, IDEM_PROGRESS, TURN } call_kind_t;
 
 /* v in decimal into buf (24 bytes): snprintf costs ten times as much, and a request with a
@@ -107,15 +118,14 @@ struct store_idem_call {
     store_turn_cb *turn_cb;
     store_idem_progress_cb *progress_cb;
     void *arg;
-    store_t *st;
-    store_cmd_t *cmd;
+    store_eval_t *ev;
 };
 
 void store_idem_cancel(store_idem_call_t *call)
 {
     if (call == NULL)
         return;
-    store_command_cancel(call->st, call->cmd);
+    store_eval_cancel(call->ev);
     free(call);
 }
 
@@ -210,15 +220,11 @@ static void on_reply(redisReply *reply, void *arg)
     free(c);
 }
 
-static void on_ignored(redisReply *reply, void *arg)
-{
-    (void)reply;
-    (void)arg;
-}
-
-/* Sends a script; no callback: nobody waits for its answer. */
-static store_idem_call_t *eval(store_t *st, const store_idem_call_t *with, int argc,
-                               const char **argv, const size_t *argvlen, store_status_t *status)
+/* Runs script on words (nkeys keys first); with is the call to answer, NULL when nobody waits
+ * for the answer. */
+static store_idem_call_t *run(store_t *st, store_script_t *script, const store_idem_call_t *with,
+                              int nkeys, int nwords, const char *const *words, const size_t *lens,
+                              store_status_t *status)
 {
     store_idem_call_t *c = NULL;
     int rc;
@@ -228,16 +234,10 @@ static store_idem_call_t *eval(store_t *st, const store_idem_call_t *with, int a
             *status = STORE_UNAVAILABLE;
         return NULL;
     }
-    /* EVAL script numkeys key...: every script's keys share one hash tag, so the first key
-     * names the slot in a cluster */
-    if (c != NULL) {
+    if (c != NULL)
         *c = *with;
-        c->st = st;
-        rc = store_command(st, argv[3], on_reply, c, argc, argv, argvlen, &c->cmd);
-    } else {
-        store_cmd_t *ignored;
-        rc = store_command(st, argv[3], on_ignored, NULL, argc, argv, argvlen, &ignored);
-    }
+    rc = store_eval(st, script, nkeys, nwords, words, lens, c != NULL ? on_reply : NULL, c,
+                    c != NULL ? &c->ev : NULL);
     if (rc != REDISC_OK) {
         free(c);
         if (status != NULL)
@@ -262,10 +262,10 @@ store_idem_call_t *store_idem_begin(store_t *st, const char *key, const char *fp
     long long keep = (long long)ttl_s * 1000 > lease_ms ? (long long)ttl_s * 1000 : lease_ms;
 
     {
-        const char *argv[] = {"EVAL", BEGIN_SCRIPT,         "1",           key, fp,
-                              owner,  dec(lease, lease_ms), dec(ttl, keep)};
-        return eval(st, &(store_idem_call_t){.kind = IDEM_BEGIN, .idem_cb = cb, .arg = arg}, 8,
-                    argv, NULL, status);
+        const char *words[] = {key, fp, owner, dec(lease, lease_ms), dec(ttl, keep)};
+        return run(st, &begin_script,
+                   &(store_idem_call_t){.kind = IDEM_BEGIN, .idem_cb = cb, .arg = arg}, 1, 5, words,
+                   NULL, status);
     }
 }
 
@@ -273,14 +273,13 @@ void store_idem_finish(store_t *st, const char *key, const char *owner, int stat
                        const char *body, size_t len, int ttl_s)
 {
     char s[24], c[24], ttl[24];
-    const char *argv[] = {"EVAL",       FINISH_SCRIPT, "1",
-                          key,          owner,         dec(s, status),
-                          dec(c, code), body,          dec(ttl, (long long)ttl_s * 1000)};
-    size_t argvlen[9];
+    const char *words[] = {key,          owner, dec(s, status),
+                           dec(c, code), body,  dec(ttl, (long long)ttl_s * 1000)};
+    size_t lens[6];
 
-    for (int i = 0; i < 9; i++)
-        argvlen[i] = i == 7 ? len : strlen(argv[i]);
-    eval(st, NULL, 9, argv, argvlen, NULL);
+    for (int i = 0; i < 6; i++)
+        lens[i] = i == 4 ? len : strlen(words[i]);
+    run(st, &finish_script, NULL, 1, 6, words, lens, NULL);
 }
 
 store_idem_call_t *store_idem_progress(store_t *st, const char *key, const char *owner,
@@ -289,20 +288,21 @@ store_idem_call_t *store_idem_progress(store_t *st, const char *key, const char 
                                        store_status_t *status)
 {
     char index[24];
-    const char *argv[] = {"EVAL", PROGRESS_SCRIPT, "1", key, owner, dec(index, done), element};
-    size_t argvlen[7];
+    const char *words[] = {key, owner, dec(index, done), element};
+    size_t lens[4];
 
-    for (int i = 0; i < 7; i++)
-        argvlen[i] = i == 6 ? len : strlen(argv[i]);
-    return eval(st, &(store_idem_call_t){.kind = IDEM_PROGRESS, .progress_cb = cb, .arg = arg}, 7,
-                argv, argvlen, status);
+    for (int i = 0; i < 4; i++)
+        lens[i] = i == 3 ? len : strlen(words[i]);
+    return run(st, &progress_script,
+               &(store_idem_call_t){.kind = IDEM_PROGRESS, .progress_cb = cb, .arg = arg}, 1, 4,
+               words, lens, status);
 }
 
 void store_idem_abandon(store_t *st, const char *key, const char *owner)
 {
-    const char *argv[] = {"EVAL", ABANDON_SCRIPT, "1", key, owner};
+    const char *words[] = {key, owner};
 
-    eval(st, NULL, 5, argv, NULL, NULL);
+    run(st, &abandon_script, NULL, 1, 2, words, NULL, NULL);
 }
 
 int store_turn_key(store_t *st, char *buf, size_t size, const char *channel_id,
@@ -312,7 +312,7 @@ int store_turn_key(store_t *st, char *buf, size_t size, const char *channel_id,
 }
 
 /* A turn script on the member's two keys with one argument. */
-static store_idem_call_t *turn_eval(store_t *st, const char *script, const char *channel_id,
+static store_idem_call_t *turn_eval(store_t *st, store_script_t *script, const char *channel_id,
                                     const char *member_id, const char *value, store_turn_cb *cb,
                                     void *arg, store_status_t *status)
 {
@@ -325,9 +325,10 @@ static store_idem_call_t *turn_eval(store_t *st, const char *script, const char 
         return NULL;
     }
     {
-        const char *argv[] = {"EVAL", script, "2", turns, leases, value};
-        return eval(st, cb ? &(store_idem_call_t){.kind = TURN, .turn_cb = cb, .arg = arg} : NULL,
-                    6, argv, NULL, status);
+        const char *words[] = {turns, leases, value};
+        return run(st, script,
+                   cb ? &(store_idem_call_t){.kind = TURN, .turn_cb = cb, .arg = arg} : NULL, 2, 3,
+                   words, NULL, status);
     }
 }
 
@@ -337,7 +338,8 @@ store_idem_call_t *store_turn_take(store_t *st, const char *channel_id, const ch
 {
     char lease[24];
 
-    return turn_eval(st, TAKE_SCRIPT, channel_id, member_id, dec(lease, lease_ms), cb, arg, status);
+    return turn_eval(st, &take_script, channel_id, member_id, dec(lease, lease_ms), cb, arg,
+                     status);
 }
 
 store_idem_call_t *store_turn_check(store_t *st, const char *channel_id, const char *member_id,
@@ -346,12 +348,12 @@ store_idem_call_t *store_turn_check(store_t *st, const char *channel_id, const c
 {
     char t[24];
 
-    return turn_eval(st, CHECK_SCRIPT, channel_id, member_id, dec(t, ticket), cb, arg, status);
+    return turn_eval(st, &check_script, channel_id, member_id, dec(t, ticket), cb, arg, status);
 }
 
 void store_turn_done(store_t *st, const char *channel_id, const char *member_id, int64_t ticket)
 {
     char t[24];
 
-    turn_eval(st, DONE_SCRIPT, channel_id, member_id, dec(t, ticket), NULL, NULL, NULL);
+    turn_eval(st, &done_script, channel_id, member_id, dec(t, ticket), NULL, NULL, NULL);
 }

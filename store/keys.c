@@ -1,5 +1,7 @@
 /* keys.c - key building. The {channelId} braces are Redis Cluster hash tags: all of a
- * channel's keys live on one shard, so a Lua script may touch several of them. */
+ * channel's keys live on one shard, so a Lua script may touch several of them. An
+ * Idempotency-Key's record is touched alone: its tag is its whole scope, so that the records
+ * spread over every shard. */
 #include "keys.h"
 
 #include <string.h>
@@ -106,7 +108,7 @@ int store_key_rate_pause(char *buf, size_t size, const char *prefix, const char 
 int store_key_idem(char *buf, size_t size, const char *prefix, const char *app, const char *route,
                    const char *idem_key)
 {
-    return key(buf, size, prefix, "idem:{", app, "}:", route, ":", idem_key);
+    return key(buf, size, prefix, "idem:{", app, ":", route, ":", idem_key, "}");
 }
 
 int store_key_turns(char *buf, size_t size, const char *prefix, const char *channel_id,

@@ -1,8 +1,9 @@
 /* ratelimit.c - the shared rate limiter: a GCRA per limit, kept in Redis and timed by TIME. */
 #include "ratelimit.h"
 
+#include "eval.h"
+
 #include <inttypes.h>
-#include <openssl/sha.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,36 +71,15 @@ static const char RATE_SCRIPT[] =
     /* END RATE_SCRIPT */
     ;
 
-/* Owned by the store's caller from creation until its callback has run or it is cancelled.
- * The command's words stay in args: a server that does not know the script yet (a restart, a
- * failover, SCRIPT FLUSH) answers EVALSHA with NOSCRIPT, and the call goes again as EVAL. */
+static _Thread_local store_script_t rate_script = STORE_SCRIPT(RATE_SCRIPT);
+
+/* Owned by the store's caller from creation until its callback has run or it is cancelled. */
 struct store_rate_call {
-    store_t *st;
     store_rate_cb *cb;
     void *arg;
-    store_cmd_t *cmd;
+    store_eval_t *ev;
     int pause; /* a store_rate_pause: the reply is one integer */
-    int argc;  /* words after the script: numkeys, keys, args */
-    const char *argv[1 + 4 + 6];
-    size_t lens[1 + 4 + 6];
-    char args[]; /* the words' text */
 };
-
-/* The script's SHA-1 in hex, as EVALSHA names it: computed once per thread. */
-static const char *rate_sha(void)
-{
-    static _Thread_local char hex[2 * SHA_DIGEST_LENGTH + 1];
-    unsigned char md[SHA_DIGEST_LENGTH];
-
-    if (hex[0] == '\0') {
-        SHA1((const unsigned char *)RATE_SCRIPT, sizeof(RATE_SCRIPT) - 1, md);
-        for (int i = 0; i < SHA_DIGEST_LENGTH; i++)
-            snprintf(hex + 2 * i, 3, "%02x", md[i]);
-    }
-    return hex;
-}
-
-static int rate_send(store_rate_call_t *c, int by_sha);
 
 static void rate_reply(redisReply *reply, void *arg)
 {
@@ -108,10 +88,6 @@ static void rate_reply(redisReply *reply, void *arg)
     store_rate_verdict_t verdict = STORE_RATE_TOO_LATE;
     int64_t wait_ms = 0;
 
-    c->cmd = NULL;
-    if (reply != NULL && reply->type == REDIS_REPLY_ERROR &&
-        strncmp(reply->str, "NOSCRIPT", 8) == 0 && rate_send(c, 0) == REDISC_OK)
-        return; /* the script goes in full this once; the server keeps it for the next */
     if (reply != NULL && c->pause && reply->type == REDIS_REPLY_INTEGER) {
         st = STORE_OK;
         wait_ms = reply->integer;
@@ -129,60 +105,27 @@ static void rate_reply(redisReply *reply, void *arg)
     free(c);
 }
 
-/* Sends the call as EVALSHA (by_sha) or EVAL with the script's text. */
-static int rate_send(store_rate_call_t *c, int by_sha)
-{
-    const char *argv[2 + 1 + 4 + 6];
-    size_t lens[2 + 1 + 4 + 6];
-
-    argv[0] = by_sha ? "EVALSHA" : "EVAL";
-    lens[0] = strlen(argv[0]);
-    argv[1] = by_sha ? rate_sha() : RATE_SCRIPT;
-    lens[1] = by_sha ? 2 * SHA_DIGEST_LENGTH : sizeof(RATE_SCRIPT) - 1;
-    memcpy(argv + 2, c->argv, sizeof(c->argv[0]) * (size_t)c->argc);
-    memcpy(lens + 2, c->lens, sizeof(c->lens[0]) * (size_t)c->argc);
-    /* every key shares the channel's hash tag: one slot in a cluster; argv[1] is the first */
-    return store_command(c->st, c->argv[1], rate_reply, c, 2 + c->argc, argv, lens, &c->cmd);
-}
-
-/* Sends the script with keys and args; NULL with *status when nothing was sent. */
+/* Sends the script with keys and args; NULL with *status when nothing was sent. Every key
+ * shares the channel's hash tag: one slot in a cluster. */
 static store_rate_call_t *rate_eval(store_t *st, int pause, const char *const *keys, int nkeys,
                                     const char *const *args, int nargs, store_rate_cb *cb,
                                     void *arg, store_status_t *status)
 {
-    const char *words[1 + 4 + 6];
-    char numkeys[4];
-    size_t size = 0;
-    int argc = 0;
+    const char *words[4 + 6];
+    store_rate_call_t *c = malloc(sizeof(*c));
+    int n = 0, rc;
 
-    snprintf(numkeys, sizeof(numkeys), "%d", nkeys);
-    words[argc++] = numkeys;
-    for (int i = 0; i < nkeys; i++)
-        words[argc++] = keys[i];
-    for (int i = 0; i < nargs; i++)
-        words[argc++] = args[i];
-    for (int i = 0; i < argc; i++)
-        size += strlen(words[i]) + 1; /* each kept with its NUL: the key names the slot */
-
-    store_rate_call_t *c = calloc(1, sizeof(*c) + size);
     if (c == NULL) {
         *status = STORE_BUSY;
         return NULL;
     }
-    c->st = st;
-    c->cb = cb;
-    c->arg = arg;
-    c->pause = pause;
-    c->argc = argc;
-    size = 0;
-    for (int i = 0; i < argc; i++) {
-        c->lens[i] = strlen(words[i]);
-        memcpy(c->args + size, words[i], c->lens[i] + 1);
-        c->argv[i] = c->args + size;
-        size += c->lens[i] + 1;
-    }
-    int rc = rate_send(c, 1);
-    if (rc != REDISC_OK) {
+    for (int i = 0; i < nkeys; i++)
+        words[n++] = keys[i];
+    for (int i = 0; i < nargs; i++)
+        words[n++] = args[i];
+    *c = (store_rate_call_t){.cb = cb, .arg = arg, .pause = pause};
+    if ((rc = store_eval(st, &rate_script, nkeys, n, words, NULL, rate_reply, c, &c->ev)) !=
+        REDISC_OK) {
         *status = rc == REDISC_BUSY ? STORE_BUSY : STORE_UNAVAILABLE;
         free(c);
         return NULL;
@@ -240,6 +183,6 @@ void store_rate_cancel(store_rate_call_t *call)
 {
     if (call == NULL)
         return;
-    store_command_cancel(call->st, call->cmd);
+    store_eval_cancel(call->ev);
     free(call);
 }

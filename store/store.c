@@ -245,6 +245,23 @@ int store_command(store_t *st, const char *key, redisc_cb *cb, void *arg, int ar
     return ret;
 }
 
+int store_command_formatted(store_t *st, const char *key, redisc_cb *cb, void *arg, const char *cmd,
+                            size_t len, store_cmd_t **out)
+{
+    cluster_cmd_t *cc = NULL;
+    redisc_cmd_t *rc = NULL;
+    int ret;
+
+    if (st->cluster != NULL) {
+        ret = cluster_command_formatted(st->cluster, key, cb, arg, cmd, len, &cc);
+        *out = (store_cmd_t *)cc;
+    } else {
+        ret = redisc_command_formatted(st->redis, cb, arg, cmd, len, &rc);
+        *out = (store_cmd_t *)rc;
+    }
+    return ret;
+}
+
 void store_command_cancel(store_t *st, store_cmd_t *cmd)
 {
     if (st->cluster != NULL)

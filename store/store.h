@@ -57,6 +57,9 @@ void store_set_observer(store_t *st, redisc_observe_cb *cb, void *arg);
 typedef struct store_cmd store_cmd_t; /* a redisc_cmd_t, or a cluster_cmd_t with a cluster */
 int store_command(store_t *st, const char *key, redisc_cb *cb, void *arg, int argc,
                   const char **argv, const size_t *argvlen, store_cmd_t **out);
+/* The same, for a command already in Redis's wire format (redisc_command_formatted). */
+int store_command_formatted(store_t *st, const char *key, redisc_cb *cb, void *arg, const char *cmd,
+                            size_t len, store_cmd_t **out);
 void store_command_cancel(store_t *st, store_cmd_t *cmd); /* its callback will not run */
 
 /* The callback will not run. */

@@ -241,6 +241,48 @@ class Guarantees(StackTest):
         self.assertEqual(again.raw, a.raw)
         self.assertEqual(again.headers.get("Idempotent-Replayed"), "true")
 
+    def test_9_scripts_lost_by_redis_go_again_and_records_spread(self):
+        """A Redis that lost its scripts (a restart, a failover, SCRIPT FLUSH) answers EVALSHA
+        with NOSCRIPT: each script goes once more in full, and the key and the member's turn
+        work as before. Each record's hash tag is its whole scope: one app's records spread over
+        the cluster's masters."""
+        s = self.s
+        nodes = [s.redis.node(p) for p in s.redis.masters()] if hasattr(s.redis, "masters") \
+            else [s.redis]
+
+        def noscript():
+            n = 0
+            for node in nodes:
+                for line in node("INFO", "errorstats").splitlines():
+                    if line.startswith("errorstat_NOSCRIPT:"):
+                        n += int(line.split("count=")[1].split(",")[0])
+            return n
+
+        before = noscript()
+        s.redis("SCRIPT", "FLUSH")
+        body = {"channelId": "fbi", "memberId": "mo", "response": [{"type": "TEXT", "text": "k9"}]}
+        a = self.post(self.urls[0], body, key="k9-0")
+        self.assertEqual(a.status, 200, a)
+        record = "botgate:idem:{%s:sendResponses:k9-0}" % APP
+        # the answer stored (a script nobody waits for) and the turn passed (another)
+        wait_for(lambda: s.redis("HGET", record, "status") == "200", timeout=5,
+                 what="the answer stored after NOSCRIPT")
+        wait_for(lambda: s.redis("ZCARD", "botgate:turns:{fbi}:mo") == 0, timeout=5,
+                 what="the member's turn passed after NOSCRIPT")
+        # begin, ticket, answer and turn: each refused once by hash, then run in full
+        self.assertGreaterEqual(noscript() - before, 4)
+        again = self.post(self.urls[1], body, key="k9-0")
+        self.assertEqual((again.status, again.raw), (200, a.raw))
+        self.assertEqual(again.headers.get("Idempotent-Replayed"), "true")
+        self.assertEqual(self.texts("k9"), ["k9"])
+        for i in range(1, 12):
+            self.assertEqual(self.post(self.urls[i % 3], body, key="k9-%d" % i).status, 200)
+        holders = [node for node in nodes if node("KEYS", "botgate:idem:{%s:*k9-*" % APP)]
+        self.assertEqual(sum(len(node("KEYS", "botgate:idem:{%s:*k9-*" % APP)) for node in nodes),
+                         12)
+        if len(nodes) > 1:
+            self.assertGreater(len(holders), 1, "one app's records on one master")
+
 
 if __name__ == "__main__":
     unittest.main()

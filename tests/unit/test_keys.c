@@ -6,6 +6,7 @@
 
 #include <cmocka.h>
 
+#include "store/cluster.h"
 #include "store/keys.h"
 
 #include <stdio.h>
@@ -79,7 +80,7 @@ static int k_leases(const key_case_t *c, char *buf, size_t size, const char *pre
     return store_key_leases(buf, size, prefix, c->channel, "M1");
 }
 
-/* An Idempotency-Key's record is in its app's slot: the case's "channel" is the app. */
+/* An Idempotency-Key's record: the case's "channel" is the app. */
 static int k_idem(const key_case_t *c, char *buf, size_t size, const char *prefix)
 {
     return store_key_idem(buf, size, prefix, c->channel, "sendResponses", HASH);
@@ -99,7 +100,8 @@ static const key_case_t cases[] = {
     {"media", "C1", "media:{C1}:" HASH, k_media},
     {"turns", "C1", "turns:{C1}:M1", k_turns},
     {"leases", "C1", "leases:{C1}:M1", k_leases},
-    {"idem", "C1", "idem:{C1}:sendResponses:" HASH, k_idem},
+    /* its tag is its whole scope (test_idem_spreads) */
+    {"idem", "C1", "idem:{C1:sendResponses:" HASH "}", k_idem},
 };
 
 #define NCASES (sizeof(cases) / sizeof(cases[0]))
@@ -148,6 +150,8 @@ static void test_hash_tags(void **state)
         for (size_t i = 0; i < NCASES; i++) {
             key_case_t kc = cases[i];
 
+            if (kc.build == k_idem)
+                continue; /* its tag is not a channel's: test_idem_spreads */
             if (kc.channel == NULL) {
                 /* no hash tag: these keys are not bound to a channel's slot */
                 assert_true(kc.build(&kc, buf, sizeof(buf), "botgate:") > 0);
@@ -165,6 +169,43 @@ static void test_hash_tags(void **state)
             snprintf(tag, sizeof(tag), ":{%s}", channels[c]);
             assert_non_null(strstr(buf, tag));
         }
+    }
+}
+
+/* An app's Idempotency-Key records spread over the cluster's slots: the tag is the app, the
+ * route and the key, and a brace inside the key still leaves one slot per record. */
+static void test_idem_spreads(void **state)
+{
+    static const char *const odd[] = {"a}b", "{x}", "}", "{", "k{}", "retry-7"};
+    char buf[STORE_KEY_MAX], tag[STORE_KEY_MAX], idem_key[32];
+    static unsigned char used[16384];
+    unsigned slots = 0;
+
+    (void)state;
+    assert_true(store_key_idem(buf, sizeof(buf), "botgate:", "A1", "sendResponses", "k-1") > 0);
+    hash_tag(buf, tag, sizeof(tag));
+    assert_string_equal(tag, "A1:sendResponses:k-1");
+    for (int i = 0; i < 1000; i++) {
+        unsigned slot;
+
+        snprintf(idem_key, sizeof(idem_key), "order-%d", i);
+        assert_true(store_key_idem(buf, sizeof(buf), "botgate:", "A1", "sendResponses", idem_key) >
+                    0);
+        hash_tag(buf, tag, sizeof(tag));
+        slot = cluster_keyslot(buf, strlen(buf));
+        assert_int_equal(slot, cluster_keyslot(tag, strlen(tag)));
+        slots += !used[slot];
+        used[slot] = 1;
+    }
+    /* 1000 keys on one slot each, nearly all different (one app on one slot: 1) */
+    if (slots < 950)
+        fail_msg("1000 keys of one app on %u slots", slots);
+    /* a key's own braces: the tag still begins with the app and route */
+    for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) {
+        assert_true(store_key_idem(buf, sizeof(buf), "botgate:", "A1", "sendResponses", odd[i]) >
+                    0);
+        hash_tag(buf, tag, sizeof(tag));
+        assert_memory_equal(tag, "A1:sendResponses:", 17);
     }
 }
 
@@ -229,9 +270,8 @@ static void test_missing_part(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_exact_keys),
-        cmocka_unit_test(test_hash_tags),
-        cmocka_unit_test(test_does_not_fit),
+        cmocka_unit_test(test_exact_keys),   cmocka_unit_test(test_hash_tags),
+        cmocka_unit_test(test_idem_spreads), cmocka_unit_test(test_does_not_fit),
         cmocka_unit_test(test_missing_part),
     };
 

@@ -8,22 +8,13 @@
 
 #include <cmocka.h>
 
+#include "redis_test.h"
 #include "store/ratelimit.h"
-#include "store/redisc.h"
 
-#include <event2/event.h>
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-extern char **environ;
 
 typedef struct {
     int calls;
@@ -32,86 +23,7 @@ typedef struct {
     int64_t wait_ms;
 } answer_t;
 
-static struct {
-    pid_t redis;
-    int port;
-    struct event_base *base;
-    store_t *store;
-    int channel; /* a fresh channel id per test: tests share one Redis */
-} t;
-
-static int free_port(void)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
-}
-
-static void on_tick(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    (void)arg;
-}
-
-/* Runs the loop in 10 ms steps until *done or limit_ms passed. */
-static void run_until(const int *done, int limit_ms)
-{
-    struct timeval tick = {0, 10000};
-    struct event *ev = event_new(t.base, -1, EV_PERSIST, on_tick, NULL);
-    event_add(ev, &tick);
-    for (int i = 0; i < limit_ms / 10 && !(done != NULL && *done); i++)
-        event_base_loop(t.base, EVLOOP_ONCE);
-    event_free(ev);
-}
-
-static int group_setup(void **state)
-{
-    (void)state;
-    char port[16];
-    const char *redis = getenv("REDIS_SERVER") ? getenv("REDIS_SERVER") : "redis-server";
-    t.port = free_port();
-    snprintf(port, sizeof(port), "%d", t.port);
-    char *argv[] = {(char *)redis,  "--port", port,         "--bind",  "127.0.0.1", "--save", "",
-                    "--appendonly", "no",     "--loglevel", "warning", NULL};
-    posix_spawn_file_actions_t quiet;
-    posix_spawn_file_actions_init(&quiet);
-    posix_spawn_file_actions_addopen(&quiet, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&quiet, 2, "/dev/null", O_WRONLY, 0);
-    int rc = posix_spawnp(&t.redis, redis, &quiet, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&quiet);
-    if (rc != 0)
-        return -1;
-    t.base = event_base_new();
-    store_config_t cfg = {.redis = {.host = "127.0.0.1",
-                                    .port = t.port,
-                                    .connect_timeout_ms = 1000,
-                                    .command_timeout_ms = 1000,
-                                    .max_in_flight = 100},
-                          .prefix = "botgate:"};
-    t.store = store_new(t.base, &cfg);
-    for (int i = 0; i < 500 && !store_ready(t.store); i++)
-        run_until(NULL, 10); /* the client reconnects with backoff until redis listens */
-    return store_ready(t.store) ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    store_free(t.store);
-    event_base_free(t.base);
-    if (t.redis > 0) {
-        kill(t.redis, SIGTERM);
-        waitpid(t.redis, NULL, 0);
-    }
-    return 0;
-}
+static int channel_seq; /* a fresh channel id per test: tests share one Redis */
 
 static void on_answer(void *arg, store_status_t st, store_rate_verdict_t verdict, int64_t wait_ms)
 {
@@ -128,7 +40,7 @@ static answer_t take(const char *channel, const char *rcpt, int pair_held,
     answer_t a = {0};
     store_status_t st;
     store_rate_call_t *c =
-        store_rate_take(t.store, channel, rcpt, pair_held, p, max_wait_ms, on_answer, &a, &st);
+        store_rate_take(rt.store, channel, rcpt, pair_held, p, max_wait_ms, on_answer, &a, &st);
     assert_non_null(c);
     assert_int_equal(st, STORE_OK);
     run_until(&a.calls, 2000);
@@ -139,7 +51,7 @@ static answer_t take(const char *channel, const char *rcpt, int pair_held,
 
 static const char *new_channel(char *buf, size_t len)
 {
-    snprintf(buf, len, "C%d", ++t.channel);
+    snprintf(buf, len, "C%d", ++channel_seq);
     return buf;
 }
 
@@ -182,7 +94,7 @@ static void test_pause(void **state)
     store_status_t st;
     ratelimit_policy_t off = {0};
     new_channel(ch, sizeof(ch));
-    assert_non_null(store_rate_pause(t.store, ch, NULL, 0, on_answer, &a, &st));
+    assert_non_null(store_rate_pause(rt.store, ch, NULL, 0, on_answer, &a, &st));
     run_until(&a.calls, 2000);
     assert_int_equal(a.st, STORE_OK);
     assert_int_equal(a.wait_ms, 1000);
@@ -190,7 +102,7 @@ static void test_pause(void **state)
     assert_int_equal(a.verdict, STORE_RATE_WAIT);
     assert_true(a.wait_ms > 900 && a.wait_ms <= 1000);
     /* without a callback, with the platform's Retry-After */
-    assert_non_null(store_rate_pause(t.store, ch, "u2", 3000, NULL, NULL, &st));
+    assert_non_null(store_rate_pause(rt.store, ch, "u2", 3000, NULL, NULL, &st));
     a = take(ch, "u2", 0, &off, 5000);
     assert_true(a.wait_ms > 2900 && a.wait_ms <= 3000);
 }
@@ -203,7 +115,7 @@ static void test_cancel(void **state)
     store_status_t st;
     ratelimit_policy_t p = {.sender = {1000, 1}};
     new_channel(ch, sizeof(ch));
-    store_rate_cancel(store_rate_take(t.store, ch, NULL, 0, &p, 1000, on_answer, &cancelled, &st));
+    store_rate_cancel(store_rate_take(rt.store, ch, NULL, 0, &p, 1000, on_answer, &cancelled, &st));
     take(ch, NULL, 0, &p, 1000); /* answered after the cancelled one */
     assert_int_equal(cancelled.calls, 0);
     store_rate_cancel(NULL);
@@ -217,34 +129,8 @@ static void test_id_too_long(void **state)
     ratelimit_policy_t p = {0};
     memset(id, 'x', sizeof(id) - 1);
     id[sizeof(id) - 1] = '\0';
-    assert_null(store_rate_take(t.store, "C1", id, 0, &p, 10, on_answer, NULL, &st));
+    assert_null(store_rate_take(rt.store, "C1", id, 0, &p, 10, on_answer, NULL, &st));
     assert_int_equal(st, STORE_BAD_RECORD);
-}
-
-typedef struct raw_reply {
-    int calls;
-    char text[4096]; /* a status or bulk reply's text */
-} raw_reply_t;
-
-static void on_raw(redisReply *reply, void *arg)
-{
-    raw_reply_t *r = arg;
-    r->calls++;
-    if (reply != NULL && reply->str != NULL)
-        snprintf(r->text, sizeof(r->text), "%s", reply->str);
-}
-
-/* One command of two words on the store's connection; its reply's text. */
-static void raw(const char *a, const char *b, raw_reply_t *r)
-{
-    const char *argv[2] = {a, b};
-    size_t lens[2] = {strlen(a), strlen(b)};
-    redisc_cmd_t *cmd;
-    memset(r, 0, sizeof(*r));
-    assert_int_equal(redisc_command(store_redis(t.store), on_raw, r, 2, argv, lens, &cmd),
-                     REDISC_OK);
-    run_until(&r->calls, 2000);
-    assert_int_equal(r->calls, 1);
 }
 
 /* The script goes by its hash; a server that lost it (a restart, SCRIPT FLUSH) gets it once. */
@@ -272,17 +158,17 @@ static void test_redis_down(void **state)
     answer_t a = {0};
     store_status_t st;
     ratelimit_policy_t p = {0};
-    kill(t.redis, SIGKILL);
-    waitpid(t.redis, NULL, 0);
-    t.redis = 0;
-    store_rate_call_t *c = store_rate_take(t.store, "C1", NULL, 0, &p, 10, on_answer, &a, &st);
+    kill(rt.redis, SIGKILL);
+    waitpid(rt.redis, NULL, 0);
+    rt.redis = 0;
+    store_rate_call_t *c = store_rate_take(rt.store, "C1", NULL, 0, &p, 10, on_answer, &a, &st);
     if (c != NULL) {
         run_until(&a.calls, 3000);
         assert_int_equal(a.calls, 1);
         assert_int_equal(a.st, STORE_UNAVAILABLE);
     }
     run_until(NULL, 100);
-    assert_null(store_rate_take(t.store, "C1", NULL, 0, &p, 10, on_answer, &a, &st));
+    assert_null(store_rate_take(rt.store, "C1", NULL, 0, &p, 10, on_answer, &a, &st));
     assert_int_equal(st, STORE_UNAVAILABLE);
 }
 
@@ -298,5 +184,5 @@ int main(void)
         cmocka_unit_test(test_redis_down),
     };
     signal(SIGPIPE, SIG_IGN);
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, redis_test_setup, redis_test_teardown);
 }
