@@ -296,6 +296,8 @@ static CURL *easy_new(upstream_t *up, upstream_xfer_t *x)
     curl_easy_setopt(e, CURLOPT_SHARE, up->share);
     if (up->cfg.ca_file != NULL && up->cfg.ca_file[0] != '\0')
         curl_easy_setopt(e, CURLOPT_CAINFO, up->cfg.ca_file);
+    if (up->cfg.http1)
+        curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     /* Platform calls use the proxy the environment names. URLs users give never do: the SSRF
      * guard would see the proxy's address instead of the one the proxy then reaches, and a
      * proxy would fetch cloud metadata for anyone who asks. Without proxy variables, tell
@@ -493,7 +495,8 @@ static upstream_xfer_t *xfer_start(upstream_t *up, adapter_call_t *call, long ti
      * (ALPN tells at the end of the handshake) instead of each opening a TLS connection of its
      * own. Not over cleartext: there curl learns that a host does not multiplex only from its
      * first answer, and every transfer would wait for that. */
-    curl_easy_setopt(e, CURLOPT_PIPEWAIT, strncasecmp(call->url, "https:", 6) == 0 ? 1L : 0L);
+    curl_easy_setopt(e, CURLOPT_PIPEWAIT,
+                     !up->cfg.http1 && strncasecmp(call->url, "https:", 6) == 0 ? 1L : 0L);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, x->headers);
     if (strcmp(call->method, "GET") == 0) {
         curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
