@@ -2,12 +2,13 @@
  * the range, and the result starts inside the caller's buffer. */
 #include "../../core/numfmt.h"
 
-#include <cmocka.h>
 #include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+
+#include <cmocka.h> /* after what it needs */
 
 static void test_same_as_printf(void **state)
 {
