@@ -8,9 +8,10 @@
 --                (POST /graph/v19.0/me/messages?access_token=...), sent to nginx (which proxies
 --                it to the simulator) or to the simulator itself.
 -- SCENARIO: a (1 TEXT), b (3 TEXT in one request), c (redirect to a 2-response node),
---           a-tls (as a; the upstream is reached over TLS), d (as a; run with 5000 connections
---           while the simulator answers after 1 s), e (1 TEXT to a whatsapp-cloud number limited
---           to 1,000/s, through three instances: bench/scenario_e.py).
+--           a-tls and a-tls-h1 (as a; the upstream is reached over TLS), d (as a; run with
+--           5000 connections while the simulator answers after 1 s), e (1 TEXT to a
+--           whatsapp-cloud number limited to 1,000/s, through three instances:
+--           bench/scenario_e.py).
 -- BENCH_DELAY_MS in the environment: after each answer, wait a random 0..2*BENCH_DELAY_MS ms
 -- before the next request on the connection: a paced load for the added-latency figure (wrk
 -- has no fixed rate like wrk2); the randomness keeps the connections from firing in step.
