@@ -195,7 +195,12 @@ json_t *adapter_answer_json(const adapter_answer_t *a)
 
 void adapter_copy(char *dst, size_t size, const char *s)
 {
-    snprintf(dst, size, "%s", s ? s : "");
+    size_t n = s != NULL && size > 0 ? strnlen(s, size - 1) : 0;
+
+    if (size == 0)
+        return;
+    memcpy(dst, s ? s : "", n);
+    dst[n] = '\0';
     bg_utf8_trim(dst);
 }
 

@@ -9,7 +9,7 @@
 --                it to the simulator) or to the simulator itself.
 -- SCENARIO: a (1 TEXT), b (3 TEXT in one request), c (redirect to a 2-response node), c-lua
 --           (redirect to a node whose Lua transform returns the same 2 responses),
---           a-tls (as a; the upstream is reached over TLS), d (as a; run with 5000 connections
+--           a-tls and a-tls-h1 (as a; the upstream is reached over TLS), d (as a; run with 5000 connections
 --           while the simulator answers after 1 s), e (1 TEXT to a whatsapp-cloud number limited
 --           to 1,000/s, through three instances: bench/scenario_e.py);
 --           a-key (as a, with a new Idempotency-Key on every request), a-many and a-order (as a,

@@ -12,14 +12,14 @@
 #
 #   BENCH_DURATION=10        seconds per wrk run
 #   BENCH_D_DURATION=30      seconds of each scenario-d run (its first second has no answers)
-#   BENCH_SCENARIOS="a a-key a-many a-order b c c-lua a-tls d e" scenarios to run (see
-#                            bench/README.md; e is bench/scenario_e.py: three instances under
-#                            one shared rate limit)
-#   BENCH_CONNECTIONS=64     wrk connections of a, b, c and a-tls
+#   BENCH_SCENARIOS="a a-key a-many a-order b c c-lua a-tls a-tls-h1 d e" scenarios to run
+#                            (see bench/README.md; e is bench/scenario_e.py: three instances
+#                            under one shared rate limit)
+#   BENCH_CONNECTIONS=64     wrk connections of a, b, c, a-tls and a-tls-h1
 #   BENCH_WRK_THREADS=2      wrk threads
 #   BENCH_UPSTREAM_WORKERS=auto  worker_processes of the static upstream nginx
 #   BENCH_STRACE_REQUESTS=20000  requests of each strace phase (0: no strace phase)
-#   BENCH_STRACE_SCENARIOS="a a-tls"  scenarios whose system calls per request are counted
+#   BENCH_STRACE_SCENARIOS="a a-tls a-tls-h1"  scenarios whose system calls per request are counted
 #   BENCH_OUT=build-release/bench-latest.txt
 #   BOTGATE_WORKERS=1, BOTGATE_MAX_CONNECTIONS=20000, BOTGATE_REDIS_MAX_IN_FLIGHT=50000
 #   BOTGATE_MEMBER_ORDER=0   a, b, c and d send every request to ONE member: with per-member
@@ -45,12 +45,12 @@ duration=${BENCH_DURATION:-10}
 # Scenario d's first second can have no answer (the upstream takes 1 s): over 10 s that
 # alone would cap it at 90 % of its Little's-law bound, over 30 s at 97 %.
 d_duration=${BENCH_D_DURATION:-30}
-scenarios=${BENCH_SCENARIOS:-a a-key a-many a-order b c c-lua a-tls d e}
+scenarios=${BENCH_SCENARIOS:-a a-key a-many a-order b c c-lua a-tls a-tls-h1 d e}
 conns=${BENCH_CONNECTIONS:-64}
 wrk_threads=${BENCH_WRK_THREADS:-2}
 upstream_workers=${BENCH_UPSTREAM_WORKERS:-auto}
 strace_requests=${BENCH_STRACE_REQUESTS:-20000}
-strace_scenarios=${BENCH_STRACE_SCENARIOS:-a a-tls}
+strace_scenarios=${BENCH_STRACE_SCENARIOS:-a a-tls a-tls-h1}
 out=${BENCH_OUT:-$root/build-release/bench-latest.txt}
 workers=${BOTGATE_WORKERS:-1}
 max_conn=${BOTGATE_MAX_CONNECTIONS:-20000}
@@ -62,8 +62,8 @@ for tool in wrk nginx redis-server curl python3 openssl; do
 done
 for sc in $scenarios; do
   case $sc in
-    a | a-key | a-many | a-order | b | c | c-lua | a-tls | d | e) ;;
-    *) echo "bench: unknown scenario '$sc' (a a-key a-many a-order b c c-lua a-tls d e)" >&2; exit 2 ;;
+    a | a-key | a-many | a-order | b | c | c-lua | a-tls | a-tls-h1 | d | e) ;;
+    *) echo "bench: unknown scenario '$sc' (a a-key a-many a-order b c c-lua a-tls a-tls-h1 d e)" >&2; exit 2 ;;
   esac
 done
 has() { case " $scenarios " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -323,13 +323,13 @@ target_of() { # scenario target: sets url, mode, pidlist, aux, counter (report.p
   counter=(--upstream-status "$upstream_status")
   case $sc in
     d | sim) counter=(--sim "$sim"); ports="" ;;   # 10 000 sockets: too costly to sample
-    a-tls | up-tls) ports=$up_tls_port ;;
+    a-tls | a-tls-h1 | up-tls) ports=$up_tls_port ;;
   esac
   case $target in
     botgate) url=$botgate; mode=botgate; pidlist=$botgate_pid; aux="redis=$redis_pid"
       counter+=(--redis-port "$redis_port") ;;
     nginx) pidlist=$nginx_pid
-      case $sc in d) url=$nginx_sim ;; a-tls) url=$nginx_tls ;; *) url=$nginx ;; esac ;;
+      case $sc in d) url=$nginx_sim ;; a-tls | a-tls-h1) url=$nginx_tls ;; *) url=$nginx ;; esac ;;
     upstream) pidlist=$upstream_pid; ports=""
       case $sc in up-tls) url=$upstream_tls ;; *) url=$upstream ;; esac ;;
     sim) url=$sim; pidlist=$sim_pid; ports="" ;;
@@ -445,6 +445,20 @@ if has a-tls; then
   stop_botgate
 fi
 
+# a-tls-h1: as a-tls with botgate told to call over HTTP/1.1 (BOTGATE_UPSTREAM_HTTP=1.1): a
+# kept-alive TLS connection per call in flight, as nginx does, against a-tls's HTTP/2 streams
+tls_h1_botgate_proto=""
+if has a-tls-h1; then
+  start_botgate "$upstream_tls/graph/v19.0" BOTGATE_CA_FILE="$cert" BOTGATE_UPSTREAM_HTTP=1.1
+  tls_h1_botgate_proto=$botgate_proto
+  echo "bench: scenario a-tls-h1 (botgate's upstream calls: $tls_h1_botgate_proto, nginx's: $tls_nginx_proto)" >&2
+  has a-tls || run up-tls upstream "$conns"
+  run a-tls-h1 botgate "$conns"
+  run a-tls-h1 nginx "$conns"
+  strace_phase a-tls-h1
+  stop_botgate
+fi
+
 # d: the simulator, which can hold each answer 1 s
 if has d; then
   start_botgate "$sim/graph/v19.0"
@@ -484,7 +498,8 @@ python3 -c 'import json, sys; print(json.dumps(dict(a.split("=", 1) for a in sys
   "load=$load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end; CPUs busy before starting: $busy_start" \
   "pace_desc=${pace_desc:-}" "pace_delay=${pace_delay:-}" \
   "upstream_workers=$upstream_workers" "strace_count=$((strace_requests / wrk_threads))" \
-  "tls_botgate_proto=$tls_botgate_proto" "tls_nginx_proto=$tls_nginx_proto" \
+  "tls_botgate_proto=$tls_botgate_proto" "tls_h1_botgate_proto=$tls_h1_botgate_proto" \
+  "tls_nginx_proto=$tls_nginx_proto" \
   "command=${BENCH_COMMAND:-bench/bench.sh} (BENCH_DURATION=$duration BENCH_D_DURATION=$d_duration BENCH_SCENARIOS=\"$scenarios\")" \
   > "$tmp/meta.json"
 mkdir -p "$(dirname "$out")"

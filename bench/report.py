@@ -50,10 +50,11 @@ SCENARIOS = {
     "a-many": "a-many  a, 256 members",
     "a-order": "a-order  a-many, member order",
     "a-tls": "a-tls  a, upstream over TLS",
+    "a-tls-h1": "a-tls-h1  a-tls, botgate HTTP/1.1",
     "sim": "simulator alone (d's upstream)",
     "d": "d  5000 conn., upstream 1 s",
 }
-ORDER = ["up", "a", "a-key", "a-many", "a-order", "b", "c", "c-lua", "up-tls", "a-tls", "sim", "d"]
+ORDER = ["up", "a", "a-key", "a-many", "a-order", "b", "c", "c-lua", "up-tls", "a-tls", "a-tls-h1", "sim", "d"]
 # the delivery guarantees' rows (contract section 7): botgate alone (nginx has no such thing),
 # compared with botgate's scenario a; a-order also with a-many, its twin with order off
 GUARANTEES = {"a-key": "a with a new Idempotency-Key on every request (order off, as a)",
@@ -61,7 +62,7 @@ GUARANTEES = {"a-key": "a with a new Idempotency-Key on every request (order off
               "a-order": "a-many with per-member order on (the product's default)"}
 # the upstream-alone row of each proxied scenario: it must do at least UPSTREAM_MARGIN times
 # the proxy's req/s, or the upstream, not the proxy, sets the pace
-UPSTREAM_OF = {"a": "up", "b": "up", "c": "up", "c-lua": "up", "a-tls": "up-tls"}
+UPSTREAM_OF = {"a": "up", "b": "up", "c": "up", "c-lua": "up", "a-tls": "up-tls", "a-tls-h1": "up-tls"}
 UPSTREAM_MARGIN = 2.0
 
 
@@ -523,9 +524,10 @@ def cmd_table(args):
     w("botgate: %s worker(s); nginx %s: 1 worker_process, keepalive upstream; "
       "wrk %s, %s s per run" % (meta.get("workers"), meta.get("nginx_version"),
                                 meta.get("wrk_version"), meta.get("duration")))
-    w("upstream: a, b, c and a-tls a static nginx (worker_processes %s) answering the Messenger"
+    w("upstream: a, b, c, a-tls and a-tls-h1 a static nginx (worker_processes %s) answering"
       % meta.get("upstream_workers", "?"))
-    w("success body (HTTP, and HTTPS with h2 by ALPN); d the simulator (botgate-sim, 1 thread)")
+    w("the Messenger success body (HTTP, and HTTPS with h2 by ALPN); d the simulator")
+    w("(botgate-sim, 1 thread)")
     w("load average (1/5/15 min): %s" % meta.get("load", "?"))
     w("file descriptors: asked %s, allowed %s" % (meta.get("nofile_asked"), meta.get("nofile")))
     w("botgate knobs: %s" % meta.get("knobs", ""))
@@ -644,19 +646,22 @@ def cmd_table(args):
             if twin is not None and "error" not in twin and rps(twin) > 0:
                 w("  %-8s against a-many: %s" % ("", cost(r, twin, "a-many")))
 
-    tls = [r for r in recs if r["scenario"] == "a-tls" and "error" not in r]
+    tls = [r for r in recs if r["scenario"] in ("a-tls", "a-tls-h1") and "error" not in r]
     if tls:
         w("")
         w("a-tls: the static upstream serves HTTPS (TLS 1.2/1.3, a certificate the bench makes,")
         w("trusted by botgate with BOTGATE_CA_FILE and by nginx with proxy_ssl_trusted_certificate)")
         w("and offers h2 and http/1.1 by ALPN. HTTP version that reached the upstream (the upstream")
-        w("names it in its message_id; one check call each): botgate %s, nginx %s."
-          % (meta.get("tls_botgate_proto") or "?", meta.get("tls_nginx_proto") or "?"))
+        w("names it in its message_id; one check call each): botgate %s (a-tls-h1, told"
+          % (meta.get("tls_botgate_proto") or "?"))
+        w("BOTGATE_UPSTREAM_HTTP=1.1: %s), nginx %s."
+          % (meta.get("tls_h1_botgate_proto") or "?", meta.get("tls_nginx_proto") or "?"))
         for r in tls:
             if "upstream_conns_max" in r:
-                w("  %-8s at most %d upstream connection(s) open at once, %s accepted by the "
-                  "upstream during the run"
-                  % (r["target"], r["upstream_conns_max"], r.get("upstream_accepts", "?")))
+                w("  %-8s %-8s at most %d upstream connection(s) open at once, %s accepted by "
+                  "the upstream during the run"
+                  % (r["scenario"], r["target"], r["upstream_conns_max"],
+                     r.get("upstream_accepts", "?")))
 
     sys_recs = [r for r in load_all(args.results) if r.get("kind") == "syscalls"]
     if sys_recs:
@@ -668,9 +673,9 @@ def cmd_table(args):
         w("over the requests answered, then the commonest kinds per request:")
         for r in sys_recs:
             if "error" in r:
-                w("  %-6s %-8s FAILED: %s" % (r["scenario"], r["target"], r["error"]))
+                w("  %-8s %-8s FAILED: %s" % (r["scenario"], r["target"], r["error"]))
                 continue
-            w("  %-6s %-8s %6.2f per request (%d requests, %d calls): %s"
+            w("  %-8s %-8s %6.2f per request (%d requests, %d calls): %s"
               % (r["scenario"], r["target"], r["per_request"], r["requests"], r["calls"],
                  ", ".join("%s %.2f" % (k, v) for k, v in r["top"])))
 

@@ -1,6 +1,8 @@
 /* request.c - body parsing and validation for both operations (contract.md section 5). */
 #include "request.h"
 
+#include "numfmt.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -184,7 +186,7 @@ int request_parse_send(const char *body, size_t len, send_request_t *out, bg_err
 {
     const json_t *responses;
     const char *name = "response";
-    char where[32];
+    char where[32], num[NUMFMT_DEC_SIZE];
     size_t i;
 
     memset(out, 0, sizeof(*out));
@@ -213,7 +215,13 @@ int request_parse_send(const char *body, size_t len, send_request_t *out, bg_err
         goto fail;
     }
     for (i = 0; i < json_array_size(responses); i++) {
-        snprintf(where, sizeof(where), "%s[%zu]", name, i);
+        /* "response[3]", without snprintf: it ran for every response of every request */
+        const char *digits = numfmt_dec(num, (long long)i);
+        size_t n = strlen(name), d = strlen(digits);
+        memcpy(where, name, n);
+        where[n] = '[';
+        memcpy(where + n + 1, digits, d);
+        memcpy(where + n + 1 + d, "]", 2);
         if (request_check_response(json_array_get(responses, i), where, err) < 0)
             goto fail;
     }

@@ -50,6 +50,9 @@ static const option_def_t options[] = {
     STR(teamwork_url, "BOTGATE_TEAMWORK_API_URL", "https://www.teambition.com/appstore/api",
         "base of the team-collaboration API"),
     STR(ca_file, "BOTGATE_CA_FILE", "", "extra CA bundle for outbound TLS"),
+    STR(upstream_http, "BOTGATE_UPSTREAM_HTTP", "2",
+        "HTTP version of platform calls over TLS: 2 (HTTP/2 where the platform offers it by "
+        "ALPN, streams sharing connections) or 1.1 (HTTP/1.1 keep-alive connections)"),
     {"BOTGATE_ALLOW_PRIVATE_MEDIA", T_BOOL, offsetof(config_t, allow_private_media), 0, "0", 0, 1,
      "1: fetched URLs may reach loopback/private addresses (tests only)"},
     {"BOTGATE_LOG_LEVEL", T_LEVEL, offsetof(config_t, log_level), 0, "info", 0, 0,
@@ -294,6 +297,10 @@ int config_load(config_t *cfg, int argc, char **argv)
     }
     if (cfg->redis_cluster[0] != '\0' && check_cluster(cfg) < 0)
         return -1;
+    if (strcmp(cfg->upstream_http, "2") != 0 && strcmp(cfg->upstream_http, "1.1") != 0) {
+        fprintf(stderr, "botgate: BOTGATE_UPSTREAM_HTTP must be 2 or 1.1\n");
+        return -1;
+    }
     strip_slash(cfg->facebook_url);
     strip_slash(cfg->whatsapp_cloud_url);
     strip_slash(cfg->slack_url);

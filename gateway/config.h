@@ -25,6 +25,7 @@ typedef struct config {
     char wechat_url[CONFIG_URL_MAX];
     char teamwork_url[CONFIG_URL_MAX];
     char ca_file[CONFIG_URL_MAX];
+    char upstream_http[4]; /* platform calls over TLS: "2" or "1.1" */
     int allow_private_media;
     int log_level;
     int request_timeout_ms;  /* deadline of one request, from arrival to answer */

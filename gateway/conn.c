@@ -17,6 +17,7 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <event2/event_struct.h>
 #include <event2/http.h>
 #include <event2/listener.h>
 #include <stdint.h>
@@ -67,6 +68,11 @@ typedef struct conn {
     size_t charged;      /* counted against the budget: the most of received and declared */
     int64_t close_at_ms; /* CONN_REFUSED: closed at the first sweep past it */
     struct evbuffer_cb_entry *watch; /* on_input on the input buffer */
+    /* Keeps the socket registered for reading while evhttp's own read event is off (see
+     * on_hold); pending from the adoption until the close, unless hold_off. */
+    struct event hold;
+    int hold_off;
+    int hold_idle; /* loop turns in a row it woke while evhttp was not reading */
     struct conn *prev, *next, *hnext;
 } conn_t;
 
@@ -148,6 +154,7 @@ static void on_closed(struct evhttp_connection *evcon, void *arg)
     DLIST_UNLINK(t->all, t->all_last, c);
     t->reading -= c->charged;
     evbuffer_remove_cb(bufferevent_get_input(c->bev), on_input, c);
+    event_del(&c->hold);
     uncount(t);
     free(c);
 }
@@ -407,6 +414,37 @@ static void on_input(struct evbuffer *buf, const struct evbuffer_cb_info *info, 
         refuse_now(c, buf, &v);
 }
 
+/* ---- the socket's registration ---- */
+
+/* evhttp stops reading a connection while its request is worked on and reads again after the
+ * answer: with its read event the only one on the socket, that is an epoll_ctl to take the
+ * socket out and another (libevent's changelist makes it a MOD when both fall in one loop
+ * turn) to put it back, for every request. A second read event on the same socket, ours,
+ * keeps the kernel's registration as it is while evhttp's comes and goes: libevent changes
+ * the epoll set only when the first event on a socket is added or the last removed.
+ *
+ * Ours does nothing when the socket is readable and evhttp reads it. It also wakes in the turn
+ * where evhttp read a request and stopped (both events fire together): nothing is left to read
+ * then, and it does not wake again. A second turn in a row while evhttp is not reading means
+ * the client sent more, or closed, during the request: the socket would stay readable and wake
+ * the loop on every turn, so ours steps aside until the answer (conn_request_done), and the
+ * bytes or the close wait in the kernel as they always did. */
+static void on_hold(evutil_socket_t fd, short what, void *arg)
+{
+    conn_t *c = arg;
+
+    (void)fd;
+    (void)what;
+    if (bufferevent_get_enabled(c->bev) & EV_READ) {
+        c->hold_idle = 0;
+        return;
+    }
+    if (++c->hold_idle < 2)
+        return;
+    event_del(&c->hold);
+    c->hold_off = 1;
+}
+
 /* ---- the table ---- */
 
 static void adopt(evutil_socket_t fd, short what, void *arg)
@@ -431,6 +469,9 @@ static void adopt(evutil_socket_t fd, short what, void *arg)
         t->buckets[bucket_of(evcon)] = c;
         DLIST_PREPEND(t->all, t->all_last, c);
         evhttp_connection_set_closecb(evcon, on_closed, c);
+        event_assign(&c->hold, t->base, bufferevent_getfd(c->bev), EV_READ | EV_PERSIST, on_hold,
+                     c);
+        event_add(&c->hold, NULL);
     }
     t->n_fresh = 0;
 }
@@ -563,5 +604,10 @@ void conn_request_done(conn_table_t *t, struct evhttp_request *req)
         c->progress_ms = clock_coarse_ms();
         if (c->busy > 0)
             c->busy--;
+        c->hold_idle = 0;
+        if (c->hold_off) {
+            c->hold_off = 0; /* evhttp reads again as the answer goes, in this loop turn */
+            event_add(&c->hold, NULL);
+        }
     }
 }

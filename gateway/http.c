@@ -76,9 +76,9 @@ static void free_buffer(const void *data, size_t len, void *arg)
  * ASCII. */
 static void log_answer(const http_answer_t *a, int64_t elapsed_us)
 {
-    char ms[48];
+    char frac[4] = {'.'};
+    int64_t us;
     jsonw_t w;
-    int n;
 
     if (!log_enabled(LOG_INFO))
         return;
@@ -106,9 +106,13 @@ static void log_answer(const http_answer_t *a, int64_t elapsed_us)
     jw_lit(&w, ",\"platform_calls\":");
     jw_int(&w, a->platform_calls);
     /* milliseconds to the microsecond: 0.282, not a double's 0.28199999999999997 */
-    n = snprintf(ms, sizeof(ms), ",\"duration_ms\":%lld.%03lld", (long long)(elapsed_us / 1000),
-                 (long long)(elapsed_us % 1000));
-    jw_raw(&w, ms, n > 0 && (size_t)n < sizeof(ms) ? (size_t)n : 0);
+    us = elapsed_us < 0 ? 0 : elapsed_us % 1000;
+    jw_lit(&w, ",\"duration_ms\":");
+    jw_int(&w, elapsed_us < 0 ? 0 : elapsed_us / 1000);
+    frac[1] = (char)('0' + us / 100);
+    frac[2] = (char)('0' + us / 10 % 10);
+    frac[3] = (char)('0' + us % 10);
+    jw_raw(&w, frac, 4);
     if (!w.failed)
         log_fields_text(LOG_INFO, w.buf, w.len);
     jw_free(&w);

@@ -1,6 +1,7 @@
 /* upstream.c - the curl multi client (model: curl's docs/examples/hiperfifo.c). One libevent
- * event per socket, kept while curl's wish for it stays the same, so that a steady connection
- * costs no epoll_ctl per request. Easy handles and transfer records are reused.
+ * event per socket, kept while curl's wish for it stays the same and while its connection
+ * waits in the pool between calls (parked), so that a kept-alive connection costs no epoll_ctl
+ * per request. Easy handles and transfer records are reused.
  *
  * Transfers are spread over several multi handles ("shards") of at most SHARD_XFERS each:
  * libcurl 7.88 walks its whole connection cache when a finished handle is removed and the
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #define SHARD_XFERS 128 /* transfers in flight per multi handle before the next one is used */
 #define SHARDS_MAX 64
@@ -28,11 +30,16 @@
 
 typedef struct upstream_shard upstream_shard_t;
 
-/* Owned by the multi handle's socket map: created on curl's first wish for a socket, freed on
- * CURL_POLL_REMOVE. Only the event: what curl wished last is in its flags, and one socket per
- * platform call waits at a time. */
+/* Owned by its upstream_t (socks, by descriptor): created on curl's first wish for a socket,
+ * freed on CURL_POLL_REMOVE, or, when parked, when curl closes the socket. What curl wished last
+ * is in the event's flags, and one socket per platform call waits at a time. */
 typedef struct upstream_sock {
     struct event ev;
+    upstream_shard_t *sh;
+    /* Curl let the socket go (CURL_POLL_REMOVE) when its connection went back to the pool, and
+     * wants it again for the next call on that connection: the event stays registered
+     * meanwhile, so that a kept-alive connection costs no epoll_ctl per call (see park). */
+    int parked;
 } upstream_sock_t;
 
 /* Owned by upstream_t: in flight from upstream_start until its callback or cancel, then kept
@@ -77,6 +84,8 @@ struct upstream {
     int proxy_env; /* the environment names a proxy: let curl use it */
     struct curl_slist *json_headers; /* the usual list, shared: JSON content type, no Expect */
     CURLSH *share;                   /* TLS sessions and DNS answers of all its transfers */
+    upstream_sock_t **socks;         /* by descriptor: the sockets curl gave us, parked ones too */
+    int n_socks;
 };
 
 static void check_done(upstream_shard_t *sh);
@@ -94,13 +103,21 @@ static void multi_act(upstream_shard_t *sh, curl_socket_t fd, int action)
 
 static void on_event(evutil_socket_t fd, short what, void *arg)
 {
+    upstream_sock_t *sk = arg;
     int action = 0;
 
+    if (sk->parked) {
+        /* an idle connection became readable: the peer closed it (or sent what nobody asked
+         * for). Curl finds it dead before it reuses it; until then the event is off, or it
+         * would wake the loop on every turn. */
+        event_del(&sk->ev);
+        return;
+    }
     if (what & EV_READ)
         action |= CURL_CSELECT_IN;
     if (what & EV_WRITE)
         action |= CURL_CSELECT_OUT;
-    multi_act(arg, fd, action);
+    multi_act(sk->sh, fd, action); /* may free sk */
 }
 
 static void on_curl_timeout(evutil_socket_t fd, short what, void *arg)
@@ -110,35 +127,105 @@ static void on_curl_timeout(evutil_socket_t fd, short what, void *arg)
     multi_act(arg, CURL_SOCKET_TIMEOUT, 0);
 }
 
+static void sock_free(upstream_t *up, curl_socket_t s, upstream_sock_t *sk)
+{
+    event_del(&sk->ev);
+    if (s >= 0 && s < up->n_socks && up->socks[s] == sk)
+        up->socks[s] = NULL;
+    free(sk);
+}
+
+/* Whether a socket curl lets go may stay registered until curl wants it again. Only the socket
+ * of a connection going back to the pool after an answer, which curl closes through
+ * on_close_socket: such a transfer has an HTTP status, and waited only to read. Curl's other
+ * sockets (the threaded resolver's wake-up pipe, read-only too) are closed by curl itself,
+ * unseen: an event left on one would make libevent believe a later socket of the same number
+ * is already registered. A redirect's next hop resolves after the first hop's status, so
+ * transfers that follow redirects never park. */
+static int can_park(CURL *easy, const upstream_sock_t *sk)
+{
+    upstream_xfer_t *x = NULL;
+    long status = 0;
+
+    if (easy == NULL || (event_get_events(&sk->ev) & (EV_READ | EV_WRITE)) != EV_READ)
+        return 0;
+    if (curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&x) != CURLE_OK || x == NULL ||
+        (x->flags & UPSTREAM_FOLLOW))
+        return 0;
+    return curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK && status > 0;
+}
+
+/* Remembers sk as the socket s, for when curl gives s back (parked) or closes it. */
+static int sock_keep(upstream_t *up, curl_socket_t s, upstream_sock_t *sk)
+{
+    if (s >= up->n_socks) {
+        int n = up->n_socks ? up->n_socks : 64;
+        upstream_sock_t **socks;
+        while (n <= s)
+            n *= 2;
+        if ((socks = realloc(up->socks, (size_t)n * sizeof(*socks))) == NULL)
+            return -1;
+        memset(socks + up->n_socks, 0, (size_t)(n - up->n_socks) * sizeof(*socks));
+        up->socks = socks;
+        up->n_socks = n;
+    }
+    up->socks[s] = sk;
+    return 0;
+}
+
 /* curl's socket callback: never returns -1 (that would abort every transfer). */
 static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
 {
     upstream_shard_t *sh = userp;
+    upstream_t *up = sh->up;
     upstream_sock_t *sk = socketp;
     short kind;
 
-    (void)easy;
     if (what == CURL_POLL_REMOVE) {
-        if (sk != NULL) {
-            event_del(&sk->ev);
-            free(sk);
-        }
+        if (sk != NULL && can_park(easy, sk))
+            sk->parked = 1;
+        else if (sk != NULL)
+            sock_free(up, s, sk);
         return 0;
     }
     kind = EV_PERSIST | ((what & CURL_POLL_IN) ? EV_READ : 0) |
            ((what & CURL_POLL_OUT) ? EV_WRITE : 0);
-    if (sk == NULL) {
+    if (sk == NULL && s >= 0 && s < up->n_socks && up->socks[s] != NULL) {
+        sk = up->socks[s]; /* a parked connection's socket, back in use */
+        sk->parked = 0;
+        curl_multi_assign(sh->multi, s, sk);
+        if (sk->sh == sh && event_get_events(&sk->ev) == kind &&
+            event_pending(&sk->ev, EV_READ | EV_WRITE, NULL))
+            return 0; /* registered as curl wants it: no epoll_ctl */
+        event_del(&sk->ev);
+    } else if (sk == NULL) {
         if ((sk = calloc(1, sizeof(*sk))) == NULL)
             return 0;
+        if (sock_keep(up, s, sk) < 0) {
+            free(sk);
+            return 0;
+        }
         curl_multi_assign(sh->multi, s, sk);
     } else if (event_get_events(&sk->ev) == kind) {
         return 0; /* unchanged: keep the event as it is */
     } else {
         event_del(&sk->ev); /* event_assign on a pending event corrupts libevent */
     }
-    event_assign(&sk->ev, sh->up->base, s, kind, on_event, sh);
+    sk->sh = sh;
+    event_assign(&sk->ev, up->base, s, kind, on_event, sk);
     event_add(&sk->ev, NULL);
     return 0;
+}
+
+/* Curl closes a connection's socket: a parked event goes first, while the descriptor is still
+ * this socket's. */
+static int on_close_socket(void *arg, curl_socket_t s)
+{
+    upstream_t *up = arg;
+
+    if (s >= 0 && s < up->n_socks && up->socks[s] != NULL)
+        sock_free(up, s, up->socks[s]);
+    return close(s);
 }
 
 /* curl's timer callback: only arms a libevent timer, never calls curl itself. "Now" for a
@@ -218,7 +305,26 @@ static size_t on_header(char *line, size_t size, size_t n, void *arg)
     return bytes;
 }
 
+static curl_socket_t open_socket(upstream_t *up, const struct curl_sockaddr *addr)
+{
+    curl_socket_t s = socket(addr->family, addr->socktype, addr->protocol);
+
+    /* A record under this number would be of a socket curl closed without telling: never
+     * take it for this one. */
+    if (s >= 0 && s < up->n_socks && up->socks[s] != NULL)
+        sock_free(up, s, up->socks[s]);
+    return s;
+}
+
 static curl_socket_t on_open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *addr)
+{
+    upstream_xfer_t *x = arg;
+
+    (void)purpose;
+    return open_socket(x->up, addr);
+}
+
+static curl_socket_t on_open_guarded(void *arg, curlsocktype purpose, struct curl_sockaddr *addr)
 {
     upstream_xfer_t *x = arg;
 
@@ -227,7 +333,7 @@ static curl_socket_t on_open_socket(void *arg, curlsocktype purpose, struct curl
         x->blocked = 1;
         return CURL_SOCKET_BAD;
     }
-    return socket(addr->family, addr->socktype, addr->protocol);
+    return open_socket(x->up, addr);
 }
 
 /* Called before each attempt of a request, once the connection (and a proxy's CONNECT) is up.
@@ -287,6 +393,8 @@ static CURL *easy_new(upstream_t *up, upstream_xfer_t *x)
      * far more than a platform's answer needs when thousands wait at once. */
     curl_easy_setopt(e, CURLOPT_BUFFERSIZE, up->cfg.buffer_size > 0 ? up->cfg.buffer_size : 16384L);
     curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, x);
+    curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
+    curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, up);
     curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, on_prereq);
     curl_easy_setopt(e, CURLOPT_PREREQDATA, x);
     /* Without a share every easy handle gets its own TLS session cache, allocated on its
@@ -296,6 +404,8 @@ static CURL *easy_new(upstream_t *up, upstream_xfer_t *x)
     curl_easy_setopt(e, CURLOPT_SHARE, up->share);
     if (up->cfg.ca_file != NULL && up->cfg.ca_file[0] != '\0')
         curl_easy_setopt(e, CURLOPT_CAINFO, up->cfg.ca_file);
+    if (up->cfg.http1)
+        curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     /* Platform calls use the proxy the environment names. URLs users give never do: the SSRF
      * guard would see the proxy's address instead of the one the proxy then reaches, and a
      * proxy would fetch cloud metadata for anyone who asks. Without proxy variables, tell
@@ -437,7 +547,11 @@ void upstream_free(upstream_t *up)
         free(x);
     }
     for (int i = 0; i < up->n_shards; i++)
-        shard_free(up->shards[i]);
+        shard_free(up->shards[i]); /* closes the pool's connections: on_close_socket */
+    for (int s = 0; s < up->n_socks; s++)
+        if (up->socks[s] != NULL)
+            sock_free(up, s, up->socks[s]); /* curl leaked it, or never told of its close */
+    free(up->socks);
     if (up->share != NULL)
         curl_share_cleanup(up->share); /* after every easy handle that used it */
     curl_slist_free_all(up->json_headers);
@@ -493,7 +607,8 @@ static upstream_xfer_t *xfer_start(upstream_t *up, adapter_call_t *call, long ti
      * (ALPN tells at the end of the handshake) instead of each opening a TLS connection of its
      * own. Not over cleartext: there curl learns that a host does not multiplex only from its
      * first answer, and every transfer would wait for that. */
-    curl_easy_setopt(e, CURLOPT_PIPEWAIT, strncasecmp(call->url, "https:", 6) == 0 ? 1L : 0L);
+    curl_easy_setopt(e, CURLOPT_PIPEWAIT,
+                     !up->cfg.http1 && strncasecmp(call->url, "https:", 6) == 0 ? 1L : 0L);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, x->headers);
     if (strcmp(call->method, "GET") == 0) {
         curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
@@ -509,7 +624,8 @@ static upstream_xfer_t *xfer_start(upstream_t *up, adapter_call_t *call, long ti
     }
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms > 0 ? timeout_ms : 1L);
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, (flags & UPSTREAM_FOLLOW) ? 1L : 0L);
-    curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, up->cfg.guard ? on_open_socket : NULL);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION,
+                     up->cfg.guard ? on_open_guarded : on_open_socket);
     if (curl_multi_add_handle(x->shard->multi, e) != CURLM_OK) {
         xfer_release(x);
         return NULL;

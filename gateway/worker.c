@@ -263,12 +263,14 @@ int worker_init(worker_t *w, int id, const config_t *cfg)
     store_set_observer(w->env.deliver.store, on_redis_command, w);
     memset(&ucfg, 0, sizeof(ucfg));
     ucfg.ca_file = cfg->ca_file;
+    ucfg.http1 = strcmp(cfg->upstream_http, "1.1") == 0;
     /* platform answers are a few hundred bytes: curl's smallest receive buffer (1 KiB) keeps
      * the memory of a send in flight low; a longer answer only takes more reads */
     ucfg.buffer_size = 1024;
     w->env.deliver.up = upstream_new(w->base, &ucfg);
     ucfg.guard = !cfg->allow_private_media;
     ucfg.direct = 1;
+    ucfg.http1 = 0;           /* the setting is for platform calls */
     ucfg.buffer_size = 65536; /* media downloads */
     w->env.deliver.up_user = upstream_new(w->base, &ucfg);
     if (w->env.deliver.up == NULL || w->env.deliver.up_user == NULL)

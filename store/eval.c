@@ -1,6 +1,8 @@
 /* eval.c - scripts run by EVALSHA, EVAL once after NOSCRIPT (eval.h). */
 #include "eval.h"
 
+#include "../core/numfmt.h"
+
 #include <openssl/sha.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,14 +23,12 @@ struct store_eval {
 /* n in decimal at p; returns the end. */
 static char *put_dec(char *p, size_t n)
 {
-    char digits[24];
-    size_t i = sizeof(digits);
+    char digits[NUMFMT_DEC_SIZE];
+    const char *text = numfmt_dec(digits, (long long)n);
+    size_t len = (size_t)(digits + sizeof(digits) - 1 - text);
 
-    do
-        digits[--i] = (char)('0' + n % 10);
-    while ((n /= 10) != 0);
-    memcpy(p, digits + i, sizeof(digits) - i);
-    return p + (sizeof(digits) - i);
+    memcpy(p, text, len);
+    return p + len;
 }
 
 /* "<tag><n>\r\n" at p; returns the end. */

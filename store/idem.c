@@ -4,6 +4,7 @@
 #include "idem.h"
 
 #include "eval.h"
+#include "../core/numfmt.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -92,22 +93,6 @@ static _Thread_local store_script_t check_script = STORE_SCRIPT(CHECK_SCRIPT);
 static _Thread_local store_script_t done_script = STORE_SCRIPT(DONE_SCRIPT);
 
 typedef enum { IDEM_BEGIN, IDEM_PROGRESS, TURN } call_kind_t;
-
-/* v in decimal into buf (24 bytes): snprintf costs ten times as much, and a request with a
- * key and its turn writes a dozen numbers. */
-static const char *dec(char buf[24], long long v)
-{
-    char *p = buf + 23;
-    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-
-    *p = '\0';
-    do
-        *--p = (char)('0' + u % 10);
-    while ((u /= 10) != 0);
-    if (v < 0)
-        *--p = '-';
-    return p;
-}
 
 #define RESUME_MAX 64 /* responses of one request: 50 at most (request.h) */
 
@@ -257,12 +242,12 @@ store_idem_call_t *store_idem_begin(store_t *st, const char *key, const char *fp
                                     int lease_ms, int ttl_s, store_idem_cb *cb, void *arg,
                                     store_status_t *status)
 {
-    char lease[24], ttl[24];
+    char lease[NUMFMT_DEC_SIZE], ttl[NUMFMT_DEC_SIZE];
     /* the record outlives the lease of whoever runs it, answered or not */
     long long keep = (long long)ttl_s * 1000 > lease_ms ? (long long)ttl_s * 1000 : lease_ms;
 
     {
-        const char *words[] = {key, fp, owner, dec(lease, lease_ms), dec(ttl, keep)};
+        const char *words[] = {key, fp, owner, numfmt_dec(lease, lease_ms), numfmt_dec(ttl, keep)};
         return run(st, &begin_script,
                    &(store_idem_call_t){.kind = IDEM_BEGIN, .idem_cb = cb, .arg = arg}, 1, 5, words,
                    NULL, status);
@@ -272,9 +257,9 @@ store_idem_call_t *store_idem_begin(store_t *st, const char *key, const char *fp
 void store_idem_finish(store_t *st, const char *key, const char *owner, int status, int code,
                        const char *body, size_t len, int ttl_s)
 {
-    char s[24], c[24], ttl[24];
-    const char *words[] = {key,          owner, dec(s, status),
-                           dec(c, code), body,  dec(ttl, (long long)ttl_s * 1000)};
+    char s[NUMFMT_DEC_SIZE], c[NUMFMT_DEC_SIZE], ttl[NUMFMT_DEC_SIZE];
+    const char *words[] = {key,          owner, numfmt_dec(s, status),
+                           numfmt_dec(c, code), body,  numfmt_dec(ttl, (long long)ttl_s * 1000)};
     size_t lens[6];
 
     for (int i = 0; i < 6; i++)
@@ -287,8 +272,8 @@ store_idem_call_t *store_idem_progress(store_t *st, const char *key, const char 
                                        store_idem_progress_cb *cb, void *arg,
                                        store_status_t *status)
 {
-    char index[24];
-    const char *words[] = {key, owner, dec(index, done), element};
+    char index[NUMFMT_DEC_SIZE];
+    const char *words[] = {key, owner, numfmt_dec(index, done), element};
     size_t lens[4];
 
     for (int i = 0; i < 4; i++)
@@ -336,9 +321,9 @@ store_idem_call_t *store_turn_take(store_t *st, const char *channel_id, const ch
                                    int lease_ms, store_turn_cb *cb, void *arg,
                                    store_status_t *status)
 {
-    char lease[24];
+    char lease[NUMFMT_DEC_SIZE];
 
-    return turn_eval(st, &take_script, channel_id, member_id, dec(lease, lease_ms), cb, arg,
+    return turn_eval(st, &take_script, channel_id, member_id, numfmt_dec(lease, lease_ms), cb, arg,
                      status);
 }
 
@@ -346,14 +331,14 @@ store_idem_call_t *store_turn_check(store_t *st, const char *channel_id, const c
                                     int64_t ticket, store_turn_cb *cb, void *arg,
                                     store_status_t *status)
 {
-    char t[24];
+    char t[NUMFMT_DEC_SIZE];
 
-    return turn_eval(st, &check_script, channel_id, member_id, dec(t, ticket), cb, arg, status);
+    return turn_eval(st, &check_script, channel_id, member_id, numfmt_dec(t, ticket), cb, arg, status);
 }
 
 void store_turn_done(store_t *st, const char *channel_id, const char *member_id, int64_t ticket)
 {
-    char t[24];
+    char t[NUMFMT_DEC_SIZE];
 
-    turn_eval(st, &done_script, channel_id, member_id, dec(t, ticket), NULL, NULL, NULL);
+    turn_eval(st, &done_script, channel_id, member_id, numfmt_dec(t, ticket), NULL, NULL, NULL);
 }

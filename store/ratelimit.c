@@ -2,6 +2,7 @@
 #include "ratelimit.h"
 
 #include "eval.h"
+#include "../core/numfmt.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -140,9 +141,9 @@ store_rate_call_t *store_rate_take(store_t *st, const char *channel_id, const ch
                                    store_status_t *status)
 {
     const char *prefix = store_prefix(st);
-    char keys[4][STORE_KEY_MAX], nums[5][24];
+    char keys[4][STORE_KEY_MAX], nums[5][NUMFMT_DEC_SIZE];
     const char *kv[4] = {keys[0], keys[1], keys[2], keys[3]};
-    const char *args[6] = {"take", nums[0], nums[1], nums[2], nums[3], nums[4]};
+    const char *args[6] = {"take"};
     int nkeys = recipient_id != NULL && !pair_held ? 4 : 2;
 
     if (store_key_rate(keys[0], STORE_KEY_MAX, prefix, channel_id, NULL) < 0 ||
@@ -153,11 +154,11 @@ store_rate_call_t *store_rate_take(store_t *st, const char *channel_id, const ch
         *status = STORE_BAD_RECORD; /* an id too long for a key */
         return NULL;
     }
-    snprintf(nums[0], sizeof(nums[0]), "%" PRId64, policy->sender.interval_us);
-    snprintf(nums[1], sizeof(nums[1]), "%d", policy->sender.burst);
-    snprintf(nums[2], sizeof(nums[2]), "%" PRId64, policy->pair.interval_us);
-    snprintf(nums[3], sizeof(nums[3]), "%d", policy->pair.burst);
-    snprintf(nums[4], sizeof(nums[4]), "%" PRId64, max_wait_ms < 0 ? 0 : max_wait_ms);
+    args[1] = numfmt_dec(nums[0], policy->sender.interval_us);
+    args[2] = numfmt_dec(nums[1], policy->sender.burst);
+    args[3] = numfmt_dec(nums[2], policy->pair.interval_us);
+    args[4] = numfmt_dec(nums[3], policy->pair.burst);
+    args[5] = numfmt_dec(nums[4], max_wait_ms < 0 ? 0 : max_wait_ms);
     return rate_eval(st, 0, kv, nkeys, args, 6, cb, arg, status);
 }
 
@@ -165,17 +166,17 @@ store_rate_call_t *store_rate_pause(store_t *st, const char *channel_id, const c
                                     int64_t retry_after_ms, store_rate_cb *cb, void *arg,
                                     store_status_t *status)
 {
-    char key[STORE_KEY_MAX], after[24], first[24], max[24];
+    char key[STORE_KEY_MAX], after[NUMFMT_DEC_SIZE], first[NUMFMT_DEC_SIZE], max[NUMFMT_DEC_SIZE];
     const char *kv[1] = {key};
-    const char *args[4] = {"pause", after, first, max};
+    const char *args[4] = {"pause"};
 
     if (store_key_rate_pause(key, sizeof(key), store_prefix(st), channel_id, recipient_id) < 0) {
         *status = STORE_BAD_RECORD;
         return NULL;
     }
-    snprintf(after, sizeof(after), "%" PRId64, retry_after_ms > 0 ? retry_after_ms : 0);
-    snprintf(first, sizeof(first), "%d", RATE_PAUSE_FIRST_MS);
-    snprintf(max, sizeof(max), "%d", RATE_PAUSE_MAX_MS);
+    args[1] = numfmt_dec(after, retry_after_ms > 0 ? retry_after_ms : 0);
+    args[2] = numfmt_dec(first, RATE_PAUSE_FIRST_MS);
+    args[3] = numfmt_dec(max, RATE_PAUSE_MAX_MS);
     return rate_eval(st, 1, kv, 1, args, 4, cb, arg, status);
 }
 

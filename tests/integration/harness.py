@@ -420,6 +420,13 @@ class Stack:
         env.update(self.extra_env)
         return {k: v for k, v in env.items() if v is not None}
 
+    def run_refused(self, **settings):
+        """Runs botgate with these settings on a free port, expecting it to refuse to start;
+        returns the finished process (its stderr says why)."""
+        env = dict(self.gateway_env(), BOTGATE_LISTEN="127.0.0.1:%d" % free_port(), **settings)
+        return subprocess.run([os.path.join(BIN, "botgate")], env=env, capture_output=True,
+                              timeout=20)
+
     def start_gateway(self, port=None, name="botgate", extra=None):
         self.port = port or getattr(self, "port", None) or free_port()
         self.url = "http://127.0.0.1:%d" % self.port

@@ -78,14 +78,24 @@ class SyscallsAndTls(unittest.TestCase):
         out = table([timed("a-tls", "botgate", 15000, upstream_conns_max=1, upstream_accepts=0),
                      timed("a-tls", "nginx", 30000, upstream_conns_max=64,
                            upstream_accepts=64),
+                     timed("a-tls-h1", "botgate", 18000, upstream_conns_max=64,
+                           upstream_accepts=0),
+                     timed("a-tls-h1", "nginx", 30000, upstream_conns_max=64,
+                           upstream_accepts=0),
                      {"scenario": "a", "target": "botgate", "kind": "syscalls",
                       "connections": 64, "requests": 20000, "errors": 0, "calls": 184000,
                       "per_request": 9.2, "top": [["epoll_ctl", 2.2], ["poll", 2.0]]}],
-                    tls_botgate_proto="HTTP/2.0", tls_nginx_proto="HTTP/1.1",
-                    strace_count="10000")
-        self.assertIn("botgate HTTP/2.0, nginx HTTP/1.1", out)
-        self.assertIn("botgate  at most 1 upstream connection(s) open at once, 0 accepted", out)
-        line = [x for x in out.splitlines() if x.strip().startswith("a      botgate")]
+                    tls_botgate_proto="HTTP/2.0", tls_h1_botgate_proto="HTTP/1.1",
+                    tls_nginx_proto="HTTP/1.1", strace_count="10000")
+        self.assertIn("botgate HTTP/2.0 (a-tls-h1, told", out)
+        self.assertIn("BOTGATE_UPSTREAM_HTTP=1.1: HTTP/1.1), nginx HTTP/1.1.", out)
+        self.assertIn("a-tls    botgate  at most 1 upstream connection(s) open at once, 0 accepted",
+                      out)
+        self.assertIn("a-tls-h1 botgate  at most 64 upstream connection(s) open at once", out)
+        # each TLS scenario against its own nginx run
+        self.assertIn("0.50x", row(out, "a-tls  a, upstream over TLS", "botgate"))
+        self.assertIn("0.60x", row(out, "a-tls-h1  a-tls, botgate HTTP/1.1", "botgate"))
+        line = [x for x in out.splitlines() if x.strip().startswith("a        botgate")]
         self.assertEqual(1, len(line), out)
         self.assertIn("9.20 per request (20000 requests, 184000 calls): epoll_ctl 2.20, "
                       "poll 2.00", line[0])

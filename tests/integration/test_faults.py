@@ -8,14 +8,18 @@ in flight. Then Redis killed and restarted under load, a burst of concurrent fau
 Run: BOTGATE_BIN_DIR=/work/main/build-asan/bin python3 test_faults.py
 (the RSS bound is checked only on a build without AddressSanitizer, e.g. build/bin)."""
 import collections
+import json
 import os
+import socket
 import subprocess
 import threading
 import time
 import unittest
 from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from harness import BIN, StackTest, facebook_channel, whatsapp_channel, member, http, wait_for
+from harness import (BIN, StackTest, facebook_channel, whatsapp_channel, member, http, tenant,
+                     wait_for)
 
 APP = "app-faults"
 DEADLINE = 1.5      # BOTGATE_REQUEST_TIMEOUT_MS below, in seconds
@@ -410,6 +414,85 @@ class Faults(StackTest):
                           "memory); run with BOTGATE_BIN_DIR=build/bin")
         self.assertLess(final, idle + 15, "idle %.1f MiB, loaded %.1f, final %.1f"
                         % (idle, loaded, final))
+
+
+class ClosingPlatform(ThreadingHTTPServer):
+    """A Facebook send endpoint that keeps each connection alive after its answer, then
+    closes it 0.3 s later, while it waits idle in botgate's pool."""
+    daemon_threads = True
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), ClosingHandler)
+        self.lock = threading.Lock()
+        self.calls = 0
+        self.connections = 0
+
+
+class ClosingHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def setup(self):
+        super().setup()
+        with self.server.lock:
+            self.server.connections += 1
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+        with self.server.lock:
+            self.server.calls += 1
+        out = json.dumps({"recipient_id": body["recipient"]["id"],
+                          "message_id": "m_idle_%d" % self.server.calls}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+        self.wfile.flush()
+        threading.Timer(0.3, self.connection.shutdown, (socket.SHUT_RDWR,)).start()
+
+    def log_message(self, *args):
+        pass
+
+
+class IdleConnectionClosed(StackTest):
+    """A kept-alive platform connection stays registered with the event loop while it waits in
+    the pool (gateway/upstream.c, park): when the platform closes it there, the loop must not
+    spin on it, and the next call goes out on a new connection."""
+    stack_args = {"workers": 1, "start_gateway": False}
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.platform = ClosingPlatform()
+        threading.Thread(target=cls.platform.serve_forever, daemon=True).start()
+        cls.s.start_gateway(extra={"BOTGATE_FACEBOOK_API_URL": "http://127.0.0.1:%d/graph/v19.0"
+                                   % cls.platform.server_address[1]})
+        cls.tok, cls.body = tenant(cls.s, "idle-fb", "idle-m", "psid-idle")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.platform.shutdown()
+        cls.platform.server_close()
+        super().tearDownClass()
+
+    def cpu_s(self):
+        with open("/proc/%d/stat" % self.s.procs["botgate"].pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def test_closed_in_the_pool_then_a_new_connection(self):
+        for i in range(3):
+            a = self.s.send(self.body, self.tok, timeout=10)
+            self.assertEqual(a.status, 200, a)
+            self.assertEqual(a.json["sendResult"]["ok"], 1, a)
+            time.sleep(0.8)  # the platform closed the idle connection meanwhile
+            cpu = self.cpu_s()
+            time.sleep(1.0)
+            # an idle worker uses next to nothing; one woken by the closed socket on every
+            # loop turn, all of a CPU
+            self.assertLess(self.cpu_s() - cpu, 0.1, "the worker spun on a closed connection")
+        self.assertEqual(self.platform.calls, 3)
+        self.assertEqual(self.platform.connections, 3)
 
 
 if __name__ == "__main__":

@@ -160,6 +160,60 @@ class StrictFraming(StackTest):
         self.assertEqual([g[0] for g in got], [200], data)  # the first answered, then closed
         self.assertTrue(closed)
 
+    def good_request(self):
+        return (b"POST /sendResponses HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                self.tok.encode() + b"\r\nContent-Length: %d\r\n\r\n" % len(self.json_body) +
+                self.json_body)
+
+    def cpu_s(self):
+        with open("/proc/%d/stat" % self.s.procs["botgate"].pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def test_sent_during_a_request_is_served_after_it(self):
+        # The socket stays registered for reading while a request is worked on (conn.c,
+        # on_hold): what the client sends meanwhile must wait, not be read early, and must not
+        # keep the loop awake (a readable socket nobody reads would wake it on every turn).
+        self.s.sim("POST", "/_sim/config", {"latency_ms": 1500})
+        c = socket.create_connection(("127.0.0.1", self.s.port))
+        c.settimeout(10)
+        try:
+            c.sendall(self.good_request())
+            time.sleep(0.3)  # the first is waiting for the platform now
+            cpu = self.cpu_s()
+            c.sendall(self.good_request() + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            time.sleep(0.9)
+            busy = self.cpu_s() - cpu
+            data = b""
+            while len(answers(data)) < 3:
+                chunk = c.recv(65536)
+                self.assertTrue(chunk, data)
+                data += chunk
+        finally:
+            c.close()
+            self.s.sim("POST", "/_sim/config", {"latency_ms": 0})
+        self.assertEqual([g[0] for g in answers(data)], [200, 200, 200], data)
+        # an idle worker uses next to nothing; a loop spinning on the socket, all of a CPU
+        self.assertLess(busy, 0.1, "the worker spun while the request waited")
+
+    def test_half_closed_client_still_gets_its_answer(self):
+        self.s.sim("POST", "/_sim/config", {"latency_ms": 500})
+        c = socket.create_connection(("127.0.0.1", self.s.port))
+        c.settimeout(10)
+        try:
+            c.sendall(self.good_request())
+            c.shutdown(socket.SHUT_WR)  # the end of the stream arrives during the request
+            data = b""
+            while True:
+                chunk = c.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        finally:
+            c.close()
+            self.s.sim("POST", "/_sim/config", {"latency_ms": 0})
+        self.assertEqual([g[0] for g in answers(data)], [200], data)
+
     def test_keep_alive_still_works(self):
         one = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
         data, _ = exchange(self.s.port, one * 3, timeout=1.5)

@@ -254,6 +254,33 @@ class Http2Upstream(StackTest):
         self.assertGreaterEqual(conns, 1)
         self.assertLessEqual(conns, 2, "%d connections for 100 sends in flight" % conns)
 
+    def test_http1_setting_keeps_one_connection_per_send_in_flight(self):
+        s = self.s
+        port = s.port
+        url = "https://127.0.0.1:%d/graph/v19.0" % self.port
+        cert = os.path.join(s.dir, "h2.pem")
+        s.stop_gateway()
+        try:
+            s.start_gateway(extra={"BOTGATE_FACEBOOK_API_URL": url, "BOTGATE_CA_FILE": cert,
+                                   "BOTGATE_UPSTREAM_HTTP": "1.1"})
+
+            def connections():
+                time.sleep(0.5)
+                return established_to(self.port)
+
+            conns = while_in_flight(self, self.body, self.tok, 20, connections)
+            # HTTP/1.1 carries one call at a time: no stream sharing, a connection each
+            self.assertGreaterEqual(conns, 20, "%d connections for 20 sends in flight" % conns)
+        finally:
+            s.stop_gateway()
+            s.start_gateway(port=port, extra={"BOTGATE_FACEBOOK_API_URL": url,
+                                              "BOTGATE_CA_FILE": cert})
+
+    def test_unknown_http_version_is_refused_at_start(self):
+        p = self.s.run_refused(BOTGATE_UPSTREAM_HTTP="3")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn(b"BOTGATE_UPSTREAM_HTTP must be 2 or 1.1", p.stderr)
+
 
 class CleartextBurst(StackTest):
     """Waiting to learn whether a connection multiplexes is for TLS, where the handshake tells:
