@@ -119,8 +119,7 @@ json_t *deliver_event_json(const deliver_t *d, const json_t *response, const cha
 
 /* Milliseconds left before deadline_ms. */
 int64_t deliver_remaining_ms(const deliver_t *d);
-/* A random hex id of n characters (n < size of out) from the xorshift state rng (not
- * cryptographic: unique and unguessable enough for request, member and lock owner ids). */
+/* rng_hex (core/rng.h) for the connections' ids of refused requests (conn.c). */
 void deliver_random_hex(uint64_t *rng, char *out, size_t n);
 
 #endif
