@@ -58,7 +58,8 @@ int64_t deliver_remaining_ms(const deliver_t *d)
     return d->deadline_ms - clock_mono_us() / 1000;
 }
 
-int deliver_set_to(deliver_t *d, const char *to)
+/* Sets d->to to a copy of to (at most ADAPTER_ID_MAX - 1 bytes); -1 when out of memory. */
+static int deliver_set_to(deliver_t *d, const char *to)
 {
     size_t n = strnlen(to, ADAPTER_ID_MAX - 1);
     char *copy = malloc(n + 1);

@@ -278,8 +278,9 @@ void op_fail_store(op_t *op, store_status_t st)
         op_fail_code(op, BG_ERR_STORE, "store unavailable");
 }
 
-/* Sets op->to from the member's record: 0, or -1 when it has no address on the platform,
- * -2 when out of memory. */
+/* Sets the delivery's address (op->dl.to, which the op sets once and deliver_clear frees) from
+ * the member's record: 0, or -1 when it has no address on the platform, -2 when out of memory.
+ * It fits a platform call: REQUEST_MAX_RECIPIENT < ADAPTER_ID_MAX. */
 static int member_address(op_t *op)
 {
     const char *ext = json_string_value(json_object_get(op->member, "externalId"));
@@ -294,7 +295,8 @@ static int member_address(op_t *op)
             return -1;
         ext = phone;
     }
-    return deliver_set_to(&op->dl, ext) == 0 ? 0 : -2;
+    free(op->dl.to);
+    return (op->dl.to = strdup(ext)) != NULL ? 0 : -2;
 }
 
 static void run_kind(op_t *op)
