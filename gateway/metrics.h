@@ -22,7 +22,7 @@ typedef enum {
 #define METRICS_BUCKETS 14
 /* Outbound call targets: the six platforms, then media downloads and webhooks. */
 #define METRICS_TARGETS 8
-#define METRICS_PLATFORMS      6
+#define METRICS_PLATFORMS 6
 /* Outcome of an outbound call: 2xx, 4xx, 5xx, no answer (connect failure, timeout, refused). */
 #define METRICS_OUTCOMES 4
 

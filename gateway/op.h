@@ -101,8 +101,8 @@ typedef struct op {
     _Bool token_done : 1, channel_done : 1, member_done : 1;
     _Bool send_ok : 1;            /* sendResponses: every response so far was delivered */
     _Bool drain_cut : 1;          /* the drain time is over: nothing new starts (op_drain) */
-    _Bool keyed : 1;        /* it carries an Idempotency-Key (op_guard.c) */
-    _Bool resuming : 1;     /* it took over a keyed request whose instance died */
+    _Bool keyed : 1;              /* it carries an Idempotency-Key (op_guard.c) */
+    _Bool resuming : 1;           /* it took over a keyed request whose instance died */
     int64_t started_us;           /* monotonic */
     struct op *prev, *next;       /* env->ops */
 
