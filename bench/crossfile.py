@@ -14,7 +14,7 @@ and the warm-up are outside the counted window.
 Operations: one sendResponses with one response, and one redirectMemberToNode to a node with
 one response. Per-member order is on (the default) unless BOTGATE_MEMBER_ORDER says otherwise.
 Prints each crossing (caller file:function -> callee file:function, count) and the total.
-With --check SEND,REDIRECT it exits 1 when a total is above its budget.
+With --check=SEND,REDIRECT it exits 1 when a total is above its budget.
 """
 import collections
 import os
