@@ -308,18 +308,3 @@ int config_load(config_t *cfg, int argc, char **argv)
     strip_slash(cfg->teamwork_url);
     return 0;
 }
-
-const char *config_platform_url(const config_t *cfg, const char *type)
-{
-    if (strcmp(type, "facebook") == 0)
-        return cfg->facebook_url;
-    if (strcmp(type, "whatsapp-cloud") == 0)
-        return cfg->whatsapp_cloud_url;
-    if (strcmp(type, "slack") == 0)
-        return cfg->slack_url;
-    if (strcmp(type, "wechat") == 0)
-        return cfg->wechat_url;
-    if (strcmp(type, "teamwork") == 0)
-        return cfg->teamwork_url;
-    return NULL;
-}

@@ -45,7 +45,4 @@ typedef struct config {
  * or -1 with a message on stderr. */
 int config_load(config_t *cfg, int argc, char **argv);
 
-/* The configured base URL of a platform type, NULL when the type has none (whatsapp). */
-const char *config_platform_url(const config_t *cfg, const char *type);
-
 #endif

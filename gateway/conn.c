@@ -11,6 +11,7 @@
 #include "../core/clock.h"
 #include "../core/dlist.h"
 #include "../core/request.h"
+#include "../core/rng.h"
 #include "deliver.h"
 #include "log.h"
 
@@ -377,7 +378,7 @@ static void refuse_now(conn_t *c, struct evbuffer *buf, const verdict_t *v)
     int blen, n;
     evutil_socket_t fd = bufferevent_getfd(c->bev);
 
-    deliver_random_hex(c->t->rng, id, 16);
+    rng_hex(c->t->rng, id, 16);
 
     blen =
         snprintf(body, sizeof(body), "{\"ok\":0,\"err_code\":%d,\"err\":\"%s\",\"error\":\"%s\"}",

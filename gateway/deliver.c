@@ -9,6 +9,7 @@
 #include "../core/clock.h"
 #include "../core/dlist.h"
 #include "../core/jparse.h"
+#include "../core/rng.h"
 #include "log.h"
 
 #include <event2/event.h>
@@ -47,33 +48,13 @@ static void deliver_step(deliver_t *d);
 static void wait_leave(deliver_t *d);
 static const char *deliver_chat_id(const deliver_t *d, const adapter_result_t *res);
 
-void deliver_random_hex(uint64_t *rng, char *out, size_t n)
-{
-    static const char hex[] = "0123456789abcdef";
-    uint64_t bits = 0;
-
-    for (size_t i = 0; i < n; i++) {
-        if (i % 16 == 0) {
-            /* xorshift64* */
-            uint64_t x = *rng;
-            x ^= x >> 12;
-            x ^= x << 25;
-            x ^= x >> 27;
-            *rng = x;
-            bits = x * 0x2545F4914F6CDD1DULL;
-        }
-        out[i] = hex[bits & 15];
-        bits >>= 4;
-    }
-    out[n] = '\0';
-}
-
 int64_t deliver_remaining_ms(const deliver_t *d)
 {
     return d->deadline_ms - clock_mono_us() / 1000;
 }
 
-int deliver_set_to(deliver_t *d, const char *to)
+/* Sets d->to to a copy of to (at most ADAPTER_ID_MAX - 1 bytes); -1 when out of memory. */
+static int deliver_set_to(deliver_t *d, const char *to)
 {
     size_t n = strnlen(to, ADAPTER_ID_MAX - 1);
     char *copy = malloc(n + 1);
@@ -118,11 +99,27 @@ static const char *current_cred(const deliver_t *d)
     return s ? s : "";
 }
 
+/* The configured base URL of a platform type, NULL when the type has none (whatsapp). */
+static const char *platform_url(const config_t *cfg, const char *type)
+{
+    if (strcmp(type, "facebook") == 0)
+        return cfg->facebook_url;
+    if (strcmp(type, "whatsapp-cloud") == 0)
+        return cfg->whatsapp_cloud_url;
+    if (strcmp(type, "slack") == 0)
+        return cfg->slack_url;
+    if (strcmp(type, "wechat") == 0)
+        return cfg->wechat_url;
+    if (strcmp(type, "teamwork") == 0)
+        return cfg->teamwork_url;
+    return NULL;
+}
+
 static adapter_target_t target(const deliver_t *d)
 {
     adapter_target_t t;
 
-    t.base_url = config_platform_url(d->env->cfg, d->adapter->type);
+    t.base_url = platform_url(d->env->cfg, d->adapter->type);
     t.info = info(d);
     t.to = d->to;
     t.now_ms = clock_wall_ms();
@@ -153,7 +150,7 @@ static void deliver_finish(deliver_t *d, deliver_result_t *r)
     if (r->ok) {
         message_id = r->res.message_id;
         if (*message_id == '\0') { /* wechat gives none */
-            deliver_random_hex(&d->env->rng, generated, 32);
+            rng_hex(&d->env->rng, generated, 32);
             message_id = generated;
         }
     }
@@ -283,9 +280,7 @@ static void on_platform_answer(void *arg, const upstream_answer_t *ans)
     deliver_t *d = arg;
 
     d->_xfer = NULL;
-    metrics_call(d->env->metrics,
-                 d->phase == DL_MEDIA_FETCH ? METRICS_TARGET_MEDIA
-                                            : metrics_target(d->adapter->type),
+    metrics_call(d->env->metrics, d->phase == DL_MEDIA_FETCH ? "media" : d->adapter->type,
                  ans->a.status, (int64_t)ans->elapsed_us);
     switch (d->phase) {
     case DL_CRED_CALL:
@@ -654,7 +649,7 @@ static void cred_lock(deliver_t *d)
     store_status_t st;
 
     if (extra(d)->lock_owner[0] == '\0')
-        deliver_random_hex(&d->env->rng, extra(d)->lock_owner, 32);
+        rng_hex(&d->env->rng, extra(d)->lock_owner, 32);
     d->phase = DL_CRED_LOCK;
     d->_call = store_lock_credential(d->env->store, d->channel_id, extra(d)->lock_owner,
                                      LOCK_TTL_MS, on_lock, d, &st);
@@ -891,7 +886,7 @@ static void rate_refuse(deliver_t *d, int64_t wait_ms, const char *msg)
     r.res.status = ADAPTER_RATE_LIMITED;
     bg_error_set(&r.err, BG_ERR_RATE_LIMITED, "%s", msg);
     r.retry_after_ms = wait_ms > 0 ? wait_ms : 1;
-    metrics_rate_refused(d->env->metrics, metrics_target(d->adapter->type));
+    metrics_rate_refused(d->env->metrics, d->adapter->type);
     deliver_finish(d, &r);
 }
 
@@ -925,13 +920,13 @@ static void on_rate_taken(void *arg, store_status_t st, store_rate_verdict_t ver
     }
     switch (verdict) {
     case STORE_RATE_GO:
-        metrics_rate_wait(d->env->metrics, metrics_target(d->adapter->type), 0);
+        metrics_rate_wait(d->env->metrics, d->adapter->type, 0);
         d->_slot_ready = 1;
         deliver_step(d);
         return;
     case STORE_RATE_WAIT:
     case STORE_RATE_RETAKE:
-        metrics_rate_wait(d->env->metrics, metrics_target(d->adapter->type), wait_ms * 1000);
+        metrics_rate_wait(d->env->metrics, d->adapter->type, wait_ms * 1000);
         d->_pair_held = verdict == STORE_RATE_RETAKE;
         d->phase = DL_RATE_WAIT;
         arm_timer(d, (long)wait_ms, on_rate_wait);
@@ -1003,7 +998,7 @@ static void rate_pause(deliver_t *d, const adapter_result_t *res)
     store_status_t st;
     int64_t after_ms = res->retry_after_s > 0 ? (int64_t)res->retry_after_s * 1000 : 0;
 
-    metrics_rate_answer(d->env->metrics, metrics_target(d->adapter->type));
+    metrics_rate_answer(d->env->metrics, d->adapter->type);
     snprintf(extra(d)->rate_msg, sizeof(extra(d)->rate_msg), "%s",
              res->error[0] ? res->error : "rate limited by the platform");
     d->phase = DL_RATE_PAUSE;

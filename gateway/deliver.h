@@ -32,7 +32,7 @@ typedef struct deliver_env {
     upstream_t *up;               /* platform calls */
     upstream_t *up_user;          /* URLs from users (media, webhooks): SSRF-guarded */
     metrics_t *metrics;
-    uint64_t rng;                 /* xorshift state for ids (deliver_random_hex) */
+    uint64_t rng;                 /* xorshift state for ids (core/rng.h) */
     struct cred_wait *cred_waits; /* deliveries waiting for a channel's credential (deliver.c) */
 } deliver_env_t;
 
@@ -79,7 +79,7 @@ typedef struct deliver {
     const adapter_ops_t *adapter;
     json_t *channel;            /* the channel record (owned; replaced after a refresh) */
     const char *channel_id;     /* borrowed from the request, outlives the deliveries */
-    char *to;                   /* the member's address on the platform (owned; deliver_set_to) */
+    char *to;                   /* the member's address on the platform (owned; deliver_clear) */
     int64_t deadline_ms;        /* monotonic: nothing is started that cannot end before it */
     deliver_phase_t phase;
     unsigned _text_len;
@@ -108,8 +108,6 @@ void deliver_clear(deliver_t *d);
 int deliver_on_wire(const deliver_t *d);
 /* No retry any more (the drain): the call out is the last one. */
 void deliver_no_retry(deliver_t *d);
-/* Sets d->to to a copy of to (at most ADAPTER_ID_MAX - 1 bytes); -1 when out of memory. */
-int deliver_set_to(deliver_t *d, const char *to);
 
 /* A messageEvent of this channel and member: from, to, timestamp and message_id are set;
  * the caller sets response (or type and data). buf holds a numeric from address. */
@@ -119,8 +117,5 @@ json_t *deliver_event_json(const deliver_t *d, const json_t *response, const cha
 
 /* Milliseconds left before deadline_ms. */
 int64_t deliver_remaining_ms(const deliver_t *d);
-/* A random hex id of n characters (n < size of out) from the xorshift state rng (not
- * cryptographic: unique and unguessable enough for request, member and lock owner ids). */
-void deliver_random_hex(uint64_t *rng, char *out, size_t n);
 
 #endif

@@ -11,17 +11,12 @@
 #include <time.h>
 #include <unistd.h>
 
-static log_level_t current = LOG_INFO;
+log_level_t log_level_now = LOG_INFO;
 static const char *const names[] = {"error", "warn", "info", "debug"};
 
 void log_set_level(log_level_t level)
 {
-    current = level;
-}
-
-int log_enabled(log_level_t level)
-{
-    return level <= current;
+    log_level_now = level;
 }
 
 int log_parse_level(const char *s)

@@ -8,7 +8,9 @@
 typedef enum { LOG_ERROR = 0, LOG_WARN, LOG_INFO, LOG_DEBUG } log_level_t;
 
 void log_set_level(log_level_t level);
-int log_enabled(log_level_t level);
+/* Set once at start (log_set_level), read on every request: a comparison, not a call. */
+extern log_level_t log_level_now;
+#define log_enabled(level) ((level) <= log_level_now)
 /* Parses "error", "warn", "info", "debug"; -1 when unknown. */
 int log_parse_level(const char *s);
 

@@ -73,8 +73,18 @@ void metrics_request(metrics_t *m, metrics_route_t route, int http_status, int e
     metrics_observe(&m->latency[route], elapsed_us);
 }
 
-void metrics_call(metrics_t *m, int target, long status, int64_t elapsed_us)
+/* The index of target in targets[0..n), -1 when it is not there. */
+static int target_index(const char *target, int n)
 {
+    for (int i = 0; i < n; i++)
+        if (target != NULL && strcmp(targets[i], target) == 0)
+            return i;
+    return -1;
+}
+
+void metrics_call(metrics_t *m, const char *name, long status, int64_t elapsed_us)
+{
+    int target = target_index(name, METRICS_TARGETS);
     int o = status >= 200 && status < 300   ? 0
             : status >= 400 && status < 500 ? 1
             : status >= 500                 ? 2
@@ -86,30 +96,36 @@ void metrics_call(metrics_t *m, int target, long status, int64_t elapsed_us)
     metrics_observe(&m->call_latency[target], elapsed_us);
 }
 
-void metrics_rate_wait(metrics_t *m, int target, int64_t wait_us)
+void metrics_rate_wait(metrics_t *m, const char *platform, int64_t wait_us)
 {
+    int target = target_index(platform, METRICS_PLATFORMS);
+
     if (target >= 0 && target < METRICS_PLATFORMS)
         metrics_observe(&m->rate_wait[target], wait_us);
 }
 
-void metrics_rate_refused(metrics_t *m, int target)
+void metrics_rate_refused(metrics_t *m, const char *platform)
 {
+    int target = target_index(platform, METRICS_PLATFORMS);
+
     if (target >= 0 && target < METRICS_PLATFORMS)
         add(&m->rate_refused[target], 1);
 }
 
-void metrics_rate_answer(metrics_t *m, int target)
+void metrics_rate_answer(metrics_t *m, const char *platform)
 {
+    int target = target_index(platform, METRICS_PLATFORMS);
+
     if (target >= 0 && target < METRICS_PLATFORMS)
         add(&m->rate_answers[target], 1);
 }
 
-int metrics_target(const char *type)
+void metrics_on_redis_command(void *arg, int ok, int64_t latency_us)
 {
-    for (int i = 0; i < METRICS_PLATFORMS; i++)
-        if (type != NULL && strcmp(targets[i], type) == 0)
-            return i;
-    return -1;
+    metrics_t *m = arg;
+
+    add(ok ? &m->redis_commands : &m->redis_errors, 1);
+    metrics_observe(&m->redis_latency, latency_us);
 }
 
 /* ---- exposition ---- */

@@ -22,9 +22,7 @@ typedef enum {
 #define METRICS_BUCKETS 14
 /* Outbound call targets: the six platforms, then media downloads and webhooks. */
 #define METRICS_TARGETS 8
-#define METRICS_PLATFORMS      6
-#define METRICS_TARGET_MEDIA 6
-#define METRICS_TARGET_WEBHOOK 7
+#define METRICS_PLATFORMS 6
 /* Outcome of an outbound call: 2xx, 4xx, 5xx, no answer (connect failure, timeout, refused). */
 #define METRICS_OUTCOMES 4
 
@@ -43,7 +41,7 @@ typedef struct metrics {
     atomic_uint_fast64_t redis_reconnects;
     metrics_histogram_t redis_latency;
     atomic_uint_fast64_t credential_refreshes;
-    /* the shared rate limits, by platform (metrics_target) */
+    /* the shared rate limits, by platform */
     metrics_histogram_t rate_wait[METRICS_PLATFORMS];     /* time a message waited for its slot */
     atomic_uint_fast64_t rate_refused[METRICS_PLATFORMS]; /* elements failed: slot too late */
     atomic_uint_fast64_t rate_answers[METRICS_PLATFORMS]; /* the platform said rate limited */
@@ -55,15 +53,16 @@ typedef struct metrics {
 
 void metrics_request(metrics_t *m, metrics_route_t route, int http_status, int err_code,
                      int64_t elapsed_us);
-/* target: metrics_target() or METRICS_TARGET_*; status 0 when no answer arrived. */
-void metrics_call(metrics_t *m, int target, long http_status, int64_t elapsed_us);
+/* target: a channel type, "media" or "webhook" (others are not counted); status 0 when no
+ * answer arrived. */
+void metrics_call(metrics_t *m, const char *target, long http_status, int64_t elapsed_us);
 void metrics_observe(metrics_histogram_t *h, int64_t elapsed_us);
-/* A rate limit's event for platform target (metrics_target(); ignored when -1). */
-void metrics_rate_wait(metrics_t *m, int target, int64_t wait_us);
-void metrics_rate_refused(metrics_t *m, int target);
-void metrics_rate_answer(metrics_t *m, int target);
-/* The metrics target of a channel type, -1 when unknown. */
-int metrics_target(const char *type);
+/* A rate limit's event for platform (a channel type; others are not counted). */
+void metrics_rate_wait(metrics_t *m, const char *platform, int64_t wait_us);
+void metrics_rate_refused(metrics_t *m, const char *platform);
+void metrics_rate_answer(metrics_t *m, const char *platform);
+/* The store's observer of Redis commands (store_set_observer), with the metrics as arg. */
+void metrics_on_redis_command(void *arg, int ok, int64_t latency_us);
 
 /* Sums every worker's counters into buf, in the Prometheus text format (version 0.0.4). */
 void metrics_render(struct evbuffer *buf, const metrics_t *const *all, int n);

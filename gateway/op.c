@@ -8,6 +8,7 @@
 #include "../core/clock.h"
 #include "../core/dlist.h"
 #include "../core/member.h"
+#include "../core/rng.h"
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -91,7 +92,7 @@ static void take_request_id(op_t *op)
         memcpy(op->id, given, n + 1);
         return;
     }
-    deliver_random_hex(&op->env->deliver.rng, op->id, 16);
+    rng_hex(&op->env->deliver.rng, op->id, 16);
 }
 
 static op_t *op_new(op_env_t *env, struct evhttp_request *req, const op_kind_t *kind)
@@ -116,7 +117,7 @@ static op_t *op_new(op_env_t *env, struct evhttp_request *req, const op_kind_t *
     return op;
 }
 
-void op_cancel_all(op_t *op)
+static void cancel_store_calls(op_t *op)
 {
     for (int i = 0; i < 3; i++) {
         store_cancel(op->calls[i]);
@@ -124,27 +125,34 @@ void op_cancel_all(op_t *op)
     }
     store_cancel(op->call);
     op->call = NULL;
+}
+
+void op_cancel_all(op_t *op)
+{
+    cancel_store_calls(op);
     deliver_cancel(&op->dl);
     op_guard_cancel(op);
     if (op->kind->cancel != NULL)
         op->kind->cancel(op);
 }
 
+/* Each part stops what it has in flight as it is freed (deliver_clear, the kind's cleanup; the
+ * guard went with op_guard_end): nothing of the op is called back after this. */
 static void op_free(op_t *op)
 {
     op_env_t *env = op->env;
 
-    op_cancel_all(op);
+    cancel_store_calls(op);
     DLIST_UNLINK(env->ops, env->ops_last, op);
     auth_token_free(&op->token);
     deliver_clear(&op->dl);
-    op_guard_free(op);
     json_decref(op->member);
     if (op->kind->cleanup != NULL)
         op->kind->cleanup(op);
     free(op);
     env->in_flight--;
-    env->done(env->done_arg);
+    if (env->draining && env->in_flight == 0)
+        env->done(env->done_arg);
 }
 
 /* Sends the answer text (taken over) and frees the op. */
@@ -162,7 +170,8 @@ static void op_reply_as(op_t *op, int status, char *text, size_t len, int code, 
     a.started_us = op->started_us;
     a.close = op->env->draining != 0;
     a.replayed = replayed;
-    op_guard_end(op, status, code, text, len);
+    if (op->guard != NULL)
+        op_guard_end(op, status, code, text, len);
     atomic_fetch_add_explicit(&op->env->deliver.metrics->in_flight, -1, memory_order_relaxed);
     http_answer(op->env->http, op->req, &a, text, len);
     op->phase = OP_DONE;
@@ -269,8 +278,9 @@ void op_fail_store(op_t *op, store_status_t st)
         op_fail_code(op, BG_ERR_STORE, "store unavailable");
 }
 
-/* Sets op->to from the member's record: 0, or -1 when it has no address on the platform,
- * -2 when out of memory. */
+/* Sets the delivery's address (op->dl.to, which the op sets once and deliver_clear frees) from
+ * the member's record: 0, or -1 when it has no address on the platform, -2 when out of memory.
+ * It fits a platform call: REQUEST_MAX_RECIPIENT < ADAPTER_ID_MAX. */
 static int member_address(op_t *op)
 {
     const char *ext = json_string_value(json_object_get(op->member, "externalId"));
@@ -285,7 +295,8 @@ static int member_address(op_t *op)
             return -1;
         ext = phone;
     }
-    return deliver_set_to(&op->dl, ext) == 0 ? 0 : -2;
+    free(op->dl.to);
+    return (op->dl.to = strdup(ext)) != NULL ? 0 : -2;
 }
 
 static void run_kind(op_t *op)
@@ -309,7 +320,8 @@ static void member_ready(op_t *op)
         op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
-    op_guard_turn(op, run_kind);
+    if (op->guard == NULL || op_guard_turn(op, run_kind))
+        run_kind(op);
 }
 
 static void on_recipient(void *arg, store_status_t st, json_t *value)
@@ -345,7 +357,7 @@ void op_resolve_recipient(op_t *op)
         }
         rid = recipient;
     }
-    deliver_random_hex(&op->env->deliver.rng, id, 24);
+    rng_hex(&op->env->deliver.rng, id, 24);
     fresh = member_new(id, op->target.channel_id, op->token.app, rid, op->dl.adapter->type,
                        clock_wall_ms());
     op->phase = OP_RECIPIENT;
@@ -398,7 +410,8 @@ static void resolve_check(op_t *op)
         op_fail(op, &err);
         return;
     }
-    op_guard_begin(op, resolve_member);
+    if (!op->keyed || op_guard_begin(op, resolve_member))
+        resolve_member(op);
 }
 
 /* The member, once the token and the channel were accepted (and the Idempotency-Key let the
@@ -573,21 +586,28 @@ static int take_token(op_t *op, char token_hash[AUTH_HASH_HEX])
     return 0;
 }
 
-void op_start(op_env_t *env, struct evhttp_request *req, const op_kind_t *kind)
+void op_start(void *route, struct evhttp_request *req)
 {
+    op_env_t *env = ((op_route_t *)route)->env;
+    const op_kind_t *kind = ((op_route_t *)route)->kind;
     op_t *op = op_new(env, req, kind);
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t len = evbuffer_get_length(in);
     const char *body;
     bg_error_t err;
     char token_hash[AUTH_HASH_HEX];
-    int guard;
+    const char *key;
+    int guard = 0;
 
     if (op == NULL) {
         http_refuse(env->http, req); /* only calloc failing gets here */
         return;
     }
-    guard = op_guard_take(op); /* before the headers go (take_token) */
+    body = len ? (const char *)evbuffer_pullup(in, -1) : "";
+    /* before the headers go (take_token); no guard without a key or member order */
+    key = evhttp_find_header(evhttp_request_get_input_headers(req), "Idempotency-Key");
+    if (key != NULL || env->deliver.cfg->member_order)
+        guard = op_guard_take(op, key, body, len);
     if (take_token(op, token_hash) < 0)
         return;
     if (guard < 0) {
@@ -597,12 +617,10 @@ void op_start(op_env_t *env, struct evhttp_request *req, const op_kind_t *kind)
                                  : "out of memory");
         return;
     }
-    body = len ? (const char *)evbuffer_pullup(in, -1) : "";
     if (kind->parse(op, body, len, &err) < 0) {
         op_fail(op, &err);
         return;
     }
-    op_guard_fingerprint(op, body, len);
     /* Once parsed, nothing reads the body again (the parsed request holds its own copies): its
      * buffer goes now rather than when the answer is sent, a kilobyte less per request that
      * waits for a platform. */

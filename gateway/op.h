@@ -32,6 +32,15 @@ typedef struct op_guard op_guard_t;
  * the message calls already on the wire finish within the upstream timeout. */
 #define OP_DRAIN_OVER 2
 
+struct op_env;
+struct op_kind;
+
+/* The argument of an operation's route (op_start): the worker's op_env_t and the kind. */
+typedef struct op_route {
+    struct op_env *env;
+    const struct op_kind *kind;
+} op_route_t;
+
 /* What the requests of one worker share. The worker fills it once and owns it; only the
  * worker's thread touches it. */
 typedef struct op_env {
@@ -42,8 +51,9 @@ typedef struct op_env {
     struct event *deadline_timer; /* due at the deadline of ops (op.c) */
     size_t in_flight;             /* requests accepted and not yet answered */
     int draining;                 /* 1 after SIGTERM, OP_DRAIN_OVER once the drain time is over */
-    void (*done)(void *arg);      /* a request was answered and freed: the drain may finish */
+    void (*done)(void *arg);      /* the last request in flight of a drain was freed */
     void *done_arg;
+    op_route_t send_route, redirect_route; /* the route arguments of the two operations */
 } op_env_t;
 
 /* call_cut: the current response's message call was stopped on the wire (outcome unknown). */
@@ -91,6 +101,8 @@ typedef struct op {
     _Bool token_done : 1, channel_done : 1, member_done : 1;
     _Bool send_ok : 1;            /* sendResponses: every response so far was delivered */
     _Bool drain_cut : 1;          /* the drain time is over: nothing new starts (op_drain) */
+    _Bool keyed : 1;              /* it carries an Idempotency-Key (op_guard.c) */
+    _Bool resuming : 1;           /* it took over a keyed request whose instance died */
     int64_t started_us;           /* monotonic */
     struct op *prev, *next;       /* env->ops */
 
@@ -140,9 +152,9 @@ typedef struct op {
 extern const op_kind_t op_send_kind;
 extern const op_kind_t op_redirect_kind;
 
-/* The route handler of both operations: makes the op, takes the token, parses the body with
- * kind->parse, then resolves. */
-void op_start(op_env_t *env, struct evhttp_request *req, const op_kind_t *kind);
+/* The route handler of both operations (http_handler_fn), route an op_route_t: makes the op,
+ * takes the token, parses the body with kind->parse, then resolves. */
+void op_start(void *route, struct evhttp_request *req);
 /* After the body is parsed: looks up token, channel, member, then calls op->kind->run. */
 void op_resolve(op_t *op, const char *token_hash);
 /* The member of op->target.recipient_id, created when it is new; then op->kind->run. */
@@ -172,24 +184,24 @@ void op_on_deadlines(evutil_socket_t fd, short what, void *arg);
 void op_replay_text(op_t *op, int status, int code, char *text, size_t len);
 
 /* ---- op_guard.c: contract.md section 7 ---- */
-/* Reads the Idempotency-Key header and makes the guard when the request needs one: 0, -1 when
- * the key is not valid (108), -2 when out of memory. */
-int op_guard_take(op_t *op);
-/* The request's fingerprint, from its body (before the body goes). */
-void op_guard_fingerprint(op_t *op, const char *body, size_t len);
-/* After the token is accepted: runs next at once (no key), once the key's record says this
- * request runs, or answers (the stored answer, 123, 124). */
-void op_guard_begin(op_t *op, op_run_fn *next);
-/* Once the member is known: runs next when its turn has come (at once with member order off). */
-void op_guard_turn(op_t *op, op_run_fn *next);
+/* Makes the guard of a request with an Idempotency-Key (key, else NULL) or with member order
+ * on, with the request's fingerprint from its body: 0, -1 when the key is not valid (108), -2
+ * when out of memory. */
+int op_guard_take(op_t *op, const char *key, const char *body, size_t len);
+/* After the token is accepted: 1 when the request goes on at once (no key: the caller goes
+ * on); else 0, and it runs next once the key's record says this request runs, or answers (the
+ * stored answer, 123, 124). */
+int op_guard_begin(op_t *op, op_run_fn *next);
+/* Once the member is known: 1 when the request goes on at once (member order off); else 0,
+ * and it runs next when the member's turn has come, or answers. */
+int op_guard_turn(op_t *op, op_run_fn *next);
 /* The deadline passed while waiting (OP_WAIT): answers 123, or 121 for a turn. */
 void op_guard_expired(op_t *op);
 /* Stops the guard's store call and waiting. */
 void op_guard_cancel(op_t *op);
 /* The request answers: its answer is stored for the key (or the key dropped when it did not
- * run) and its turn passes. */
+ * run), its turn passes, and the guard is freed (op->guard NULL). */
 void op_guard_end(op_t *op, int status, int code, const char *text, size_t len);
-void op_guard_free(op_t *op);
 /* A request that took over one whose instance died: what became of its response i. */
 typedef enum {
     OP_RESUMED_NO,        /* not resuming, or not reached: send it */

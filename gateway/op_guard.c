@@ -9,6 +9,7 @@
 
 #include "../core/clock.h"
 #include "../core/idem.h"
+#include "../core/rng.h"
 #include "../store/idem.h"
 #include "log.h"
 
@@ -29,10 +30,8 @@ struct op_guard {
     redisc_sub_t *sub;             /* the channel waited on */
     struct event *timer;           /* at the lease end of the request ahead */
     int64_t ticket;                /* in the member's queue; 0: none */
-    unsigned has_key : 1;          /* the request carries an Idempotency-Key */
     unsigned owner : 1;            /* it runs the key's request: it stores or drops the answer */
     unsigned waiting_turn : 1;     /* waiting for the member's turn (else for the key's answer) */
-    unsigned resuming : 1;         /* it took over a request whose instance died */
     unsigned stale : 1; /* told of a change while a call was out: its answer may be old */
     unsigned resume_at; /* resuming: the response whose call may have gone out */
     char **resumed;     /* resuming: the elements recorded before it (NULL: none) */
@@ -47,29 +46,19 @@ static const char *route_name(const op_t *op)
     return op->kind->route == METRICS_ROUTE_SEND ? "sendResponses" : "redirectMemberToNode";
 }
 
-int op_guard_take(op_t *op)
+int op_guard_take(op_t *op, const char *key, const char *body, size_t len)
 {
-    const char *key =
-        evhttp_find_header(evhttp_request_get_input_headers(op->req), "Idempotency-Key");
-
-    if (key == NULL && !op->env->deliver.cfg->member_order)
-        return 0;
     if ((op->guard = calloc(1, sizeof(*op->guard))) == NULL)
         return -2;
     if (key == NULL)
         return 0;
     if (!idem_key_valid(key))
         return -1;
-    op->guard->has_key = 1;
+    op->keyed = 1;
     if ((op->guard->key = strdup(key)) == NULL)
         return -2;
+    idem_fingerprint(route_name(op), body, len, op->guard->fp);
     return 0;
-}
-
-void op_guard_fingerprint(op_t *op, const char *body, size_t len)
-{
-    if (op->guard != NULL && op->guard->has_key)
-        idem_fingerprint(route_name(op), body, len, op->guard->fp);
 }
 
 /* Stops waiting: the subscription and the timer go. */
@@ -145,9 +134,11 @@ static void wait_on(op_t *op, const char *channel, int64_t wait_ms)
 static void idem_begin(op_t *op);
 
 /* What the request resumed had recorded, kept for the kind (op_guard_resumed). */
-static int take_resumed(op_guard_t *g, const store_idem_t *res)
+static int take_resumed(op_t *op, const store_idem_t *res)
 {
-    g->resuming = 1;
+    op_guard_t *g = op->guard;
+
+    op->resuming = 1;
     g->resume_at = res->at;
     if (res->at == 0)
         return 0;
@@ -164,7 +155,7 @@ op_resumed_t op_guard_resumed(const op_t *op, unsigned i, const char **element)
     const op_guard_t *g = op->guard;
 
     *element = NULL;
-    if (g == NULL || !g->resuming || i > g->resume_at)
+    if (g == NULL || !op->resuming || i > g->resume_at)
         return OP_RESUMED_NO;
     if (i < g->resume_at && g->resumed[i] != NULL) {
         *element = g->resumed[i];
@@ -209,7 +200,7 @@ static void on_idem(void *arg, store_status_t st, const store_idem_t *res)
     }
     switch (res->state) {
     case STORE_IDEM_RESUME:
-        if (take_resumed(g, res) < 0) {
+        if (take_resumed(op, res) < 0) {
             op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
             return;
         }
@@ -257,14 +248,12 @@ static void idem_begin(op_t *op)
         op_fail_store(op, st);
 }
 
-void op_guard_begin(op_t *op, op_run_fn *next)
+int op_guard_begin(op_t *op, op_run_fn *next)
 {
     op_guard_t *g = op->guard;
 
-    if (g == NULL || !g->has_key) {
-        next(op);
-        return;
-    }
+    if (g == NULL || !op->keyed)
+        return 1;
     g->next = next;
     {
         char record[STORE_KEY_MAX];
@@ -272,11 +261,12 @@ void op_guard_begin(op_t *op, op_run_fn *next)
                                route_name(op), g->key);
         if (n < 0 || (g->record = strndup(record, (size_t)n)) == NULL) {
             op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
-            return;
+            return 0;
         }
     }
-    deliver_random_hex(&op->env->deliver.rng, g->owner_id, 16);
+    rng_hex(&op->env->deliver.rng, g->owner_id, 16);
     idem_begin(op);
+    return 0;
 }
 
 /* ---- the member's turn ---- */
@@ -323,21 +313,20 @@ static void turn_check(op_t *op)
         op_fail_store(op, st);
 }
 
-void op_guard_turn(op_t *op, op_run_fn *next)
+int op_guard_turn(op_t *op, op_run_fn *next)
 {
     op_guard_t *g = op->guard;
     store_status_t st = STORE_OK;
     int64_t left = op->dl.deadline_ms - clock_mono_us() / 1000;
 
-    if (g == NULL || !op->env->deliver.cfg->member_order) {
-        next(op);
-        return;
-    }
+    if (g == NULL || !op->env->deliver.cfg->member_order)
+        return 1;
     g->next = next;
     g->call = store_turn_take(op->env->deliver.store, op->target.channel_id, op->member_id,
                               (int)(left > 0 ? left : 1) + LEASE_MARGIN_MS, on_turn, op, &st);
     if (g->call == NULL)
         op_fail_store(op, st);
+    return 0;
 }
 
 /* ---- waiting ---- */
@@ -397,6 +386,22 @@ void op_guard_expired(op_t *op)
                      "a request with this Idempotency-Key is still running");
 }
 
+static void guard_free(op_t *op)
+{
+    if (op->guard == NULL)
+        return;
+    op_guard_cancel(op);
+    if (op->guard->timer != NULL)
+        event_free(op->guard->timer);
+    for (unsigned i = 0; op->guard->resumed != NULL && i < op->guard->resume_at; i++)
+        free(op->guard->resumed[i]);
+    free(op->guard->resumed);
+    free(op->guard->key);
+    free(op->guard->record);
+    free(op->guard);
+    op->guard = NULL;
+}
+
 void op_guard_end(op_t *op, int status, int code, const char *text, size_t len)
 {
     op_guard_t *g = op->guard;
@@ -418,20 +423,5 @@ void op_guard_end(op_t *op, int status, int code, const char *text, size_t len)
         store_turn_done(store, op->target.channel_id, op->member_id, g->ticket);
         g->ticket = 0;
     }
-}
-
-void op_guard_free(op_t *op)
-{
-    if (op->guard == NULL)
-        return;
-    op_guard_cancel(op);
-    if (op->guard->timer != NULL)
-        event_free(op->guard->timer);
-    for (unsigned i = 0; op->guard->resumed != NULL && i < op->guard->resume_at; i++)
-        free(op->guard->resumed[i]);
-    free(op->guard->resumed);
-    free(op->guard->key);
-    free(op->guard->record);
-    free(op->guard);
-    op->guard = NULL;
+    guard_free(op);
 }

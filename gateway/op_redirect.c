@@ -24,8 +24,11 @@ static void redirect_drained(op_t *op, int call_cut);
  * a target, whoever names it. */
 #define TREE_FIELD "_tree"
 
+static void redirect_cancel(op_t *op);
+
 static void redirect_cleanup(op_t *op)
 {
+    redirect_cancel(op);
     request_redirect_free(&op->redirect);
     node_run_free(op->node);
     op->node = NULL;
@@ -196,8 +199,7 @@ static void on_webhook(void *arg, const upstream_answer_t *ans)
     json_t *answer = ok ? json_loadb(ans->a.body, ans->a.body_len, JSON_DECODE_ANY, NULL) : NULL;
 
     op->webhook = NULL;
-    metrics_call(op->env->deliver.metrics, METRICS_TARGET_WEBHOOK, ans->a.status,
-                 (int64_t)ans->elapsed_us);
+    metrics_call(op->env->deliver.metrics, "webhook", ans->a.status, (int64_t)ans->elapsed_us);
     node_run_webhook_done(op->node, ok, answer);
     redirect_step(op);
 }
@@ -239,8 +241,7 @@ static void on_script_http(void *arg, const upstream_answer_t *ans)
     op_t *op = arg;
 
     op->webhook = NULL;
-    metrics_call(op->env->deliver.metrics, METRICS_TARGET_WEBHOOK, ans->a.status,
-                 (int64_t)ans->elapsed_us);
+    metrics_call(op->env->deliver.metrics, "webhook", ans->a.status, (int64_t)ans->elapsed_us);
     node_run_http_done(op->node, ans->a.status, ans->a.body, ans->a.body_len, ans->a.content_type,
                        ans->a.status != 0            ? NULL
                        : ans->error && ans->error[0] ? ans->error
@@ -463,7 +464,7 @@ static void redirect_run(op_t *op)
     /* Taking over a run whose instance died (Idempotency-Key): what it sent and whether it
      * wrote the member back are not known, and a run is not replayed half-way (its actions
      * and templates read the member it changed): nothing runs again, nothing is written. */
-    if (op_guard_resumed(op, 0, &element) != OP_RESUMED_NO) {
+    if (op->resuming && op_guard_resumed(op, 0, &element) != OP_RESUMED_NO) {
         bg_error_t err;
         json_t *results = json_array();
         bg_error_set(&err, BG_ERR_OUTCOME_UNKNOWN,

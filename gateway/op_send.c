@@ -65,7 +65,7 @@ static void send_resumed(op_t *op)
     const char *element;
     op_resumed_t how;
 
-    while (op->index < op->count &&
+    while (op->resuming && op->index < op->count &&
            (how = op_guard_resumed(op, op->index, &element)) != OP_RESUMED_NO) {
         if (op->index > 0)
             jw_lit(&op->results, ",");

@@ -40,15 +40,6 @@ static void on_redis_state(void *arg, int up, const char *why)
     }
 }
 
-static void on_redis_command(void *arg, int ok, int64_t latency_us)
-{
-    worker_t *w = arg;
-
-    atomic_fetch_add_explicit(ok ? &w->metrics.redis_commands : &w->metrics.redis_errors, 1,
-                              memory_order_relaxed);
-    metrics_observe(&w->metrics.redis_latency, latency_us);
-}
-
 /* Answers every request still in flight at once (a second signal, or calls overdue). */
 static void abort_all(worker_t *w)
 {
@@ -160,16 +151,6 @@ static void on_op_done(void *arg)
 
 /* ---- the routes ---- */
 
-static void on_send(void *arg, struct evhttp_request *req)
-{
-    op_start(arg, req, &op_send_kind);
-}
-
-static void on_redirect(void *arg, struct evhttp_request *req)
-{
-    op_start(arg, req, &op_redirect_kind);
-}
-
 static void on_health(void *arg, struct evhttp_request *req)
 {
     (void)arg;
@@ -212,9 +193,11 @@ static void on_metrics(void *arg, struct evhttp_request *req)
 
 static int add_routes(worker_t *w)
 {
+    w->env.send_route = (op_route_t){&w->env, &op_send_kind};
+    w->env.redirect_route = (op_route_t){&w->env, &op_redirect_kind};
     const http_route_t routes[] = {
-        {"/sendResponses", EVHTTP_REQ_POST, on_send, &w->env, 1, HTTP_API},
-        {"/redirectMemberToNode", EVHTTP_REQ_POST, on_redirect, &w->env, 1, HTTP_API},
+        {"/sendResponses", EVHTTP_REQ_POST, op_start, &w->env.send_route, 1, HTTP_API},
+        {"/redirectMemberToNode", EVHTTP_REQ_POST, op_start, &w->env.redirect_route, 1, HTTP_API},
         {"/healthz", EVHTTP_REQ_GET, on_health, w, 0, HTTP_BOTH},
         {"/readyz", EVHTTP_REQ_GET, on_ready, w, 0, HTTP_BOTH},
         {"/metrics", EVHTTP_REQ_GET, on_metrics, w, 0, HTTP_ADMIN},
@@ -260,7 +243,7 @@ int worker_init(worker_t *w, int id, const config_t *cfg)
     if (w->env.deliver.store == NULL)
         return -1;
     store_set_state_cb(w->env.deliver.store, on_redis_state, w);
-    store_set_observer(w->env.deliver.store, on_redis_command, w);
+    store_set_observer(w->env.deliver.store, metrics_on_redis_command, &w->metrics);
     memset(&ucfg, 0, sizeof(ucfg));
     ucfg.ca_file = cfg->ca_file;
     ucfg.http1 = strcmp(cfg->upstream_http, "1.1") == 0;
