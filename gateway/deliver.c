@@ -29,7 +29,7 @@
 #define RATE_PAUSE_UNKNOWN_MS 1000      /* retryAfterMs when the pause could not be set */
 
 /* What only credential refreshes and media uploads need: kept out of deliver_t, which every
- * request in flight carries. Allocated when first needed, freed by deliver_clear. */
+ * request in flight carries. Allocated when first needed, freed when the delivery ends. */
 typedef struct deliver_extra {
     struct event timer;           /* a wait inside a delivery (Retry-After) */
     /* the hash of the credential that failed, to see a new one: a credential may be long */
@@ -156,8 +156,7 @@ static void deliver_finish(deliver_t *d, deliver_result_t *r)
     }
     r->event = deliver_event(d, message_id, from);
     r->chat_id = deliver_chat_id(d, &r->res);
-    lock_release(d);
-    d->phase = DL_IDLE;
+    deliver_cancel(d); /* the lock, a wait, the rare paths' state: an idle delivery holds none */
     d->_delivered++;
     d->_text = NULL;
     d->_done(d, r, d->_arg);
@@ -229,18 +228,9 @@ void deliver_cancel(deliver_t *d)
     if (d->_x != NULL && d->_x->wait != NULL)
         wait_leave(d);
     lock_release(d);
-    d->phase = DL_IDLE;
-}
-
-void deliver_clear(deliver_t *d)
-{
-    deliver_cancel(d);
-    json_decref(d->channel);
-    d->channel = NULL;
-    free(d->to);
-    d->to = NULL;
     free(d->_x);
     d->_x = NULL;
+    d->phase = DL_IDLE;
 }
 
 int deliver_on_wire(const deliver_t *d)
@@ -1118,8 +1108,6 @@ void deliver_start(deliver_t *d, const char *text, size_t len, deliver_done_fn *
     d->_arg = arg;
     d->_auth_retried = d->_rate_retried = d->_connect_retried = 0;
     d->_slot_ready = d->_pair_held = 0;
-    if (d->_x != NULL)
-        d->_x->media_id[0] = '\0';
     deliver_step(d);
 }
 

@@ -72,14 +72,15 @@ struct deliver;
 typedef void deliver_done_fn(struct deliver *d, const deliver_result_t *r, void *arg);
 
 /* One request's deliveries, one response at a time. The owner (the request) sets env, adapter,
- * channel, channel_id, to and deadline_ms before the first deliver_start, and frees it with
- * deliver_clear. Fields with a leading '_' are deliver.c's own. */
+ * channel, channel_id, to and deadline_ms before the first deliver_start, and frees channel
+ * and to. An idle delivery (phase DL_IDLE: finished or cancelled) holds nothing else: only one
+ * in flight needs deliver_cancel. Fields with a leading '_' are deliver.c's own. */
 typedef struct deliver {
     deliver_env_t *env;
     const adapter_ops_t *adapter;
     json_t *channel;            /* the channel record (owned; replaced after a refresh) */
     const char *channel_id;     /* borrowed from the request, outlives the deliveries */
-    char *to;                   /* the member's address on the platform (owned; deliver_clear) */
+    char *to;                   /* the member's address on the platform (the owner's) */
     int64_t deadline_ms;        /* monotonic: nothing is started that cannot end before it */
     deliver_phase_t phase;
     unsigned _text_len;
@@ -98,12 +99,12 @@ typedef struct deliver {
 } deliver_t;
 
 /* Delivers the response text[0..len) (borrowed until done runs). done runs exactly once, from a
- * callback of the loop or at once, unless deliver_cancel or deliver_clear comes first. */
+ * callback of the loop or at once, unless deliver_cancel comes first; the delivery is idle
+ * again when it runs. */
 void deliver_start(deliver_t *d, const char *text, size_t len, deliver_done_fn *done, void *arg);
-/* Stops what is in flight (no callback). The delivery can be started again. */
+/* Stops what is in flight (no callback) and frees what it held: the delivery is idle and can
+ * be started again. */
 void deliver_cancel(deliver_t *d);
-/* Cancels and frees everything d owns. */
-void deliver_clear(deliver_t *d);
 /* The message call is out: it may deliver whatever happens now. */
 int deliver_on_wire(const deliver_t *d);
 /* No retry any more (the drain): the call out is the last one. */

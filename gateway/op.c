@@ -136,8 +136,8 @@ void op_cancel_all(op_t *op)
         op->kind->cancel(op);
 }
 
-/* Each part stops what it has in flight as it is freed (deliver_clear, the kind's cleanup; the
- * guard went with op_guard_end): nothing of the op is called back after this. */
+/* Each part stops what it has in flight as it is freed (a delivery not idle, the kind's
+ * cleanup; the guard went with op_guard_end): nothing of the op is called back after this. */
 static void op_free(op_t *op)
 {
     op_env_t *env = op->env;
@@ -145,7 +145,10 @@ static void op_free(op_t *op)
     cancel_store_calls(op);
     DLIST_UNLINK(env->ops, env->ops_last, op);
     auth_token_free(&op->token);
-    deliver_clear(&op->dl);
+    if (op->dl.phase != DL_IDLE)
+        deliver_cancel(&op->dl); /* an idle delivery holds nothing of its own */
+    json_decref(op->dl.channel);
+    free(op->dl.to);
     json_decref(op->member);
     if (op->kind->cleanup != NULL)
         op->kind->cleanup(op);
@@ -278,7 +281,7 @@ void op_fail_store(op_t *op, store_status_t st)
         op_fail_code(op, BG_ERR_STORE, "store unavailable");
 }
 
-/* Sets the delivery's address (op->dl.to, which the op sets once and deliver_clear frees) from
+/* Sets the delivery's address (op->dl.to, which the op sets once and op_free frees) from
  * the member's record: 0, or -1 when it has no address on the platform, -2 when out of memory.
  * It fits a platform call: REQUEST_MAX_RECIPIENT < ADAPTER_ID_MAX. */
 static int member_address(op_t *op)
@@ -320,7 +323,7 @@ static void member_ready(op_t *op)
         op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
-    if (op->guard == NULL || op_guard_turn(op, run_kind))
+    if (!op->env->deliver.cfg->member_order || op_guard_turn(op, run_kind))
         run_kind(op);
 }
 
@@ -604,9 +607,10 @@ void op_start(void *route, struct evhttp_request *req)
         return;
     }
     body = len ? (const char *)evbuffer_pullup(in, -1) : "";
-    /* before the headers go (take_token); no guard without a key or member order */
+    /* before the headers go (take_token); member order alone makes its guard once the member
+     * is known (op_guard_turn) */
     key = evhttp_find_header(evhttp_request_get_input_headers(req), "Idempotency-Key");
-    if (key != NULL || env->deliver.cfg->member_order)
+    if (key != NULL)
         guard = op_guard_take(op, key, body, len);
     if (take_token(op, token_hash) < 0)
         return;

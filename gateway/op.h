@@ -184,16 +184,16 @@ void op_on_deadlines(evutil_socket_t fd, short what, void *arg);
 void op_replay_text(op_t *op, int status, int code, char *text, size_t len);
 
 /* ---- op_guard.c: contract.md section 7 ---- */
-/* Makes the guard of a request with an Idempotency-Key (key, else NULL) or with member order
- * on, with the request's fingerprint from its body: 0, -1 when the key is not valid (108), -2
- * when out of memory. */
+/* Makes the guard of a request with an Idempotency-Key, with the request's fingerprint from its
+ * body: 0, -1 when the key is not valid (108), -2 when out of memory. */
 int op_guard_take(op_t *op, const char *key, const char *body, size_t len);
 /* After the token is accepted: 1 when the request goes on at once (no key: the caller goes
  * on); else 0, and it runs next once the key's record says this request runs, or answers (the
  * stored answer, 123, 124). */
 int op_guard_begin(op_t *op, op_run_fn *next);
 /* Once the member is known: 1 when the request goes on at once (member order off); else 0,
- * and it runs next when the member's turn has come, or answers. */
+ * and it runs next when the member's turn has come, or answers. Makes the guard when the
+ * request has none yet (no Idempotency-Key). */
 int op_guard_turn(op_t *op, op_run_fn *next);
 /* The deadline passed while waiting (OP_WAIT): answers 123, or 121 for a turn. */
 void op_guard_expired(op_t *op);

@@ -22,7 +22,7 @@
  * over must not take it a moment before that write lands. */
 #define LEASE_MARGIN_MS 2000
 
-/* Owned by its op from op_guard_take to op_free. */
+/* Owned by its op from op_guard_take (or op_guard_turn) to op_guard_end or op_free. */
 struct op_guard {
     op_run_fn *next;               /* what runs once the guard lets the request go */
     store_idem_call_t *call;       /* the guard's store call in flight */
@@ -50,8 +50,6 @@ int op_guard_take(op_t *op, const char *key, const char *body, size_t len)
 {
     if ((op->guard = calloc(1, sizeof(*op->guard))) == NULL)
         return -2;
-    if (key == NULL)
-        return 0;
     if (!idem_key_valid(key))
         return -1;
     op->keyed = 1;
@@ -319,8 +317,13 @@ int op_guard_turn(op_t *op, op_run_fn *next)
     store_status_t st = STORE_OK;
     int64_t left = op->dl.deadline_ms - clock_mono_us() / 1000;
 
-    if (g == NULL || !op->env->deliver.cfg->member_order)
+    if (!op->env->deliver.cfg->member_order)
         return 1;
+    /* a request without an Idempotency-Key gets its guard here, for its ticket alone */
+    if (g == NULL && (g = op->guard = calloc(1, sizeof(*g))) == NULL) {
+        op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+        return 0;
+    }
     g->next = next;
     g->call = store_turn_take(op->env->deliver.store, op->target.channel_id, op->member_id,
                               (int)(left > 0 ? left : 1) + LEASE_MARGIN_MS, on_turn, op, &st);
