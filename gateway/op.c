@@ -150,8 +150,9 @@ static void op_free(op_t *op)
     json_decref(op->dl.channel);
     free(op->dl.to);
     json_decref(op->member);
-    if (op->kind->cleanup != NULL)
+    if (op->kind->cleanup != NULL && !op->kind_freed)
         op->kind->cleanup(op);
+    free((char *)op->target.channel_id); /* the block of the target's ids (keep_target) */
     free(op);
     env->in_flight--;
     if (env->draining && env->in_flight == 0)
@@ -589,6 +590,31 @@ static int take_token(op_t *op, char token_hash[AUTH_HASH_HEX])
     return 0;
 }
 
+/* Copies the target's ids (channel, member, recipient) out of the parsed body into one block,
+ * channel id first: the kind may let its body go before the answer, whose log line reads them.
+ * -1 when out of memory (then the target is empty). */
+static int keep_target(op_t *op)
+{
+    const char **ids[3] = {&op->target.channel_id, &op->target.member_id, &op->target.recipient_id};
+    size_t len[3], total = 0;
+    char *block, *at;
+
+    for (int i = 0; i < 3; i++)
+        total += len[i] = *ids[i] != NULL ? strlen(*ids[i]) + 1 : 0;
+    if ((at = block = malloc(total)) == NULL) {
+        memset(&op->target, 0, sizeof(op->target));
+        return -1;
+    }
+    for (int i = 0; i < 3; i++) {
+        if (*ids[i] == NULL)
+            continue;
+        memcpy(at, *ids[i], len[i]);
+        *ids[i] = at;
+        at += len[i];
+    }
+    return 0;
+}
+
 void op_start(void *route, struct evhttp_request *req)
 {
     op_env_t *env = ((op_route_t *)route)->env;
@@ -623,6 +649,10 @@ void op_start(void *route, struct evhttp_request *req)
     }
     if (kind->parse(op, body, len, &err) < 0) {
         op_fail(op, &err);
+        return;
+    }
+    if (keep_target(op) < 0) {
+        op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
     /* Once parsed, nothing reads the body again (the parsed request holds its own copies): its

@@ -80,7 +80,9 @@ typedef struct op_kind {
     op_run_fn *run;       /* the operation's own machine, started after resolve */
     op_run_fn *expired;   /* the deadline passed while running (NULL: answer 113) */
     op_run_fn *cancel;    /* stops the operation's own calls in flight (NULL: none) */
-    op_run_fn *cleanup;   /* frees what the operation added (NULL: nothing) */
+    /* Frees what the operation added (NULL: nothing); not called when the operation did so
+     * itself as it answered (op->kind_freed). */
+    op_run_fn *cleanup;
     /* The drain stopped the request while running (op_drain): answer 121 with the elements
      * so far, every response not sent marked 121. Called when no call is out any more. */
     op_drained_fn *drained;
@@ -103,10 +105,12 @@ typedef struct op {
     _Bool drain_cut : 1;          /* the drain time is over: nothing new starts (op_drain) */
     _Bool keyed : 1;              /* it carries an Idempotency-Key (op_guard.c) */
     _Bool resuming : 1;           /* it took over a keyed request whose instance died */
+    _Bool kind_freed : 1;         /* the kind freed its part as it answered (op_free) */
     int64_t started_us;           /* monotonic */
     struct op *prev, *next;       /* env->ops */
 
-    /* what the request asked; borrowed from the parsed body */
+    /* what the request asked: its ids copied from the parsed body into one block of the op's,
+     * channel id first (freed by op_free), read until the answer's log line */
     request_target_t target;
 
     /* resolve */
@@ -126,7 +130,6 @@ typedef struct op {
     union {
         struct {
             send_request_t send;
-            char *send_ids;       /* the channel and member ids, once the body is let go */
             jsonw_t results;      /* the elements written so far, comma-separated */
             /* once resolved, each response as its JSON text, type first (op_send.c); each
              * let go once delivered */

@@ -304,7 +304,7 @@ static void script_http(op_t *op, const json_t *req)
 
 static void redirect_answer(op_t *op, int written)
 {
-    json_t *results = node_run_results(op->node);
+    json_t *results = node_run_results(op->node), *answer;
     int ok = node_run_ok(op->node);
 
     if (!written) {
@@ -313,7 +313,11 @@ static void redirect_answer(op_t *op, int written)
         json_array_append_new(results, result_node_element(NULL, &err));
         ok = 0;
     }
-    op_answer(op, result_answer(op->member_id, ok, results));
+    answer = result_answer(op->member_id, ok, results);
+    /* the answer holds what it needs: the operation's part goes now */
+    redirect_cleanup(op);
+    op->kind_freed = 1;
+    op_answer(op, answer);
 }
 
 static void on_member_written(void *arg, store_status_t st, json_t *value)

@@ -43,6 +43,16 @@ static result_event_t send_event(const op_t *op, unsigned i, const char *message
 static void write_undelivered(op_t *op, const bg_error_t *current, const bg_error_t *rest);
 static void send_answer(op_t *op, int send_ok, const bg_error_t *cut);
 
+static void send_cleanup(op_t *op)
+{
+    request_send_free(&op->send);
+    jw_free(&op->results);
+    for (unsigned i = 0; op->texts != NULL && i < op->count; i++)
+        free(op->texts[i]);
+    free(op->texts);
+    op->texts = NULL;
+}
+
 /* The progress record of the response before op->index was written (or not: then nothing
  * more is sent, the record could not say so). */
 static void send_on_recorded(op_t *op, int ok)
@@ -157,6 +167,9 @@ static void send_answer(op_t *op, int send_ok, const bg_error_t *cut)
         fail_memory(op);
         return;
     }
+    /* written: the operation's part goes now, the answer is all that is left */
+    send_cleanup(op);
+    op->kind_freed = 1;
     if (cut != NULL)
         op_fail_text(op, cut->code, text, len);
     else
@@ -258,39 +271,23 @@ static char *response_text(const json_t *r)
     return text;
 }
 
-/* What is read again once the request is resolved: its responses as text, the channel id (a
- * delivery's store calls, the log line) and the member id (the answer). The rest, the
- * member's record and the parsed body, goes before the platform calls rather than after
- * their answers: thousands of requests may wait for them at once. */
+/* What is read again once the request is resolved: its responses as text, and the ids, which
+ * the op keeps (keep_target). The rest, the member's record and the parsed body, goes before
+ * the platform calls rather than after their answers: thousands of requests may wait for them
+ * at once. */
 static int let_go(op_t *op)
 {
-    size_t nc = strlen(op->target.channel_id) + 1;
-    size_t nm = op->target.member_id ? strlen(op->target.member_id) + 1 : 0;
-    char *ids;
-
     op->count = (unsigned)json_array_size(op->send.responses);
     if ((op->texts = calloc(op->count, sizeof(*op->texts))) == NULL)
         return -1;
     for (unsigned i = 0; i < op->count; i++)
         if ((op->texts[i] = response_text(json_array_get(op->send.responses, i))) == NULL)
             return -1;
-    if ((ids = malloc(nc + nm)) == NULL)
-        return -1;
     if (op->target.member_id != NULL && strcmp(op->member_id, op->target.member_id) == 0) {
         op->member_id = op->target.member_id;
         json_decref(op->member);
         op->member = NULL;
     }
-    memcpy(ids, op->target.channel_id, nc);
-    if (nm > 0)
-        memcpy(ids + nc, op->target.member_id, nm);
-    if (op->member_id == op->target.member_id)
-        op->member_id = ids + nc;
-    op->target.channel_id = ids;
-    op->dl.channel_id = ids;
-    op->target.member_id = nm > 0 ? ids + nc : NULL;
-    op->target.recipient_id = NULL; /* read only to find the member */
-    op->send_ids = ids;
     request_send_free(&op->send);
     return 0;
 }
@@ -327,16 +324,6 @@ static int send_parse(op_t *op, const char *body, size_t len, bg_error_t *err)
         return -1;
     op->target = op->send.target;
     return 0;
-}
-
-static void send_cleanup(op_t *op)
-{
-    request_send_free(&op->send);
-    free(op->send_ids);
-    jw_free(&op->results);
-    for (unsigned i = 0; op->texts != NULL && i < op->count; i++)
-        free(op->texts[i]);
-    free(op->texts);
 }
 
 const op_kind_t op_send_kind = {.route = METRICS_ROUTE_SEND,
