@@ -49,6 +49,8 @@ struct upstream_xfer {
     upstream_shard_t *shard; /* the multi handle it runs on, while in flight */
     CURL *easy;
     struct curl_slist *headers; /* owned, unless it is up->json_headers */
+    CURLU *url;                 /* the parsed URL of url_text, owned; kept between calls */
+    char *url_text;             /* owned; NULL when url holds nothing usable */
     char *body;           /* the request body, owned */
     upstream_cb *cb;
     void *arg;
@@ -543,6 +545,8 @@ void upstream_free(upstream_t *up)
         up->spare = x->next;
         if (x->easy != NULL)
             curl_easy_cleanup(x->easy);
+        curl_url_cleanup(x->url); /* after the easy handle that points to it */
+        free(x->url_text);
         free(x->buf);
         free(x);
     }
@@ -556,6 +560,29 @@ void upstream_free(upstream_t *up)
         curl_share_cleanup(up->share); /* after every easy handle that used it */
     curl_slist_free_all(up->json_headers);
     free(up);
+}
+
+/* The call's URL parsed, for CURLOPT_CURLU, or NULL to let curl parse it (and report what is
+ * wrong with it). Given only CURLOPT_URL, libcurl 7.88 parses the URL on every transfer and
+ * then prints it back into a normalized string (curl_url_set, then curl_url_get with its
+ * printf engine: about 17,000 instructions of a call's 80,000 in curl). Given both, it copies
+ * the parsed URL instead and keeps CURLOPT_URL's text as the transfer's URL; a redirect's
+ * target is parsed as before. The parse is kept with the transfer record, which is reused:
+ * the next call to the same URL (the same platform and token) parses nothing. */
+static CURLU *parsed_url(upstream_xfer_t *x, const char *url)
+{
+    if (x->url_text != NULL && strcmp(x->url_text, url) == 0)
+        return x->url;
+    free(x->url_text);
+    x->url_text = NULL;
+    if (x->url == NULL && (x->url = curl_url()) == NULL)
+        return NULL;
+    /* the flags curl itself parses a URL of CURLOPT_URL with (lib/url.c) */
+    if (curl_url_set(x->url, CURLUPART_URL, url, CURLU_GUESS_SCHEME | CURLU_NON_SUPPORT_SCHEME) !=
+            CURLUE_OK ||
+        (x->url_text = strdup(url)) == NULL)
+        return NULL;
+    return x->url;
 }
 
 static upstream_xfer_t *xfer_start(upstream_t *up, adapter_call_t *call, long timeout_ms,
@@ -602,6 +629,7 @@ static upstream_xfer_t *xfer_start(upstream_t *up, adapter_call_t *call, long ti
         x->headers = curl_slist_append(x->headers, USER_AGENT);
     }
     curl_easy_setopt(e, CURLOPT_URL, call->url);
+    curl_easy_setopt(e, CURLOPT_CURLU, parsed_url(x, call->url));
     /* Platforms that speak HTTP/2 (over TLS) get one connection for a shard's transfers:
      * transfers started before the first connection knows whether it multiplexes wait for it
      * (ALPN tells at the end of the handshake) instead of each opening a TLS connection of its

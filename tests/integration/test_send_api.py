@@ -460,6 +460,29 @@ class SendApi(StackTest):
             self.assertNotEqual(h.get("connection", "").lower(), "keep-alive")
             self.assertEqual(c.recv(1), b"")
 
+    def test_each_call_reaches_its_own_url(self):
+        # A transfer record keeps the parsed URL of its last call for the next one to the same
+        # URL: calls that alternate between two channels (two tokens) must each carry their own.
+        s = self.s
+        s.put("channel", facebook_channel("fb-url-a", "app-url"))
+        s.put("channel", facebook_channel("fb-url-b", "app-url"))
+        s.put("member", member("mu-a", "fb-url-a", "app-url", "psid-2001"))
+        s.put("member", member("mu-b", "fb-url-b", "app-url", "psid-2002"))
+        tok = s.token("app-url", "bot:sendResponses")
+        order = ["a", "a", "b", "a", "b", "b"]
+        for which in order:
+            ans = self.send({"channelId": "fb-url-" + which, "memberId": "mu-" + which,
+                             "response": [{"type": "TEXT", "text": which}]}, token=tok)
+            self.assertEqual(ans.status, 200, ans)
+            self.assertEqual(ans.json["sendResult"]["ok"], 1, ans.json)
+        log = self.s.sim_log()
+        self.assertEqual(len(log), len(order))
+        for which, entry in zip(order, log):
+            self.assertEqual(entry["body"]["message"], {"text": which})
+            self.assertIn("access_token=fb-page-token-fb-url-" + which, entry["query"])
+            self.assertNotIn("fb-url-" + ("b" if which == "a" else "a"), entry["query"])
+            self.assertEqual(entry["path"], log[0]["path"])
+
     def test_secrets_never_in_logs(self):
         self.send({"channelId": "fb1", "memberId": "m-badtoken",
                    "response": [{"type": "TEXT", "text": "x"}]})
