@@ -10,6 +10,9 @@ requests of each scenario one after the other (16 at a time), and prints instruc
 request for each, and the scripts (EVAL, EVALSHA) it sent Redis per request (INFO
 commandstats).
 
+BENCH_SCENARIOS (space-separated names of SCENARIOS) picks some scenarios; KEEP_CALLGRIND (a
+folder) keeps callgrind's output files, for callgrind_annotate.
+
 It does so for each configuration of CONFIGS (a botgate process each): per-member order on (the
 default) and off. Scenario a-key is a with a new Idempotency-Key on every request."""
 import itertools
@@ -127,7 +130,10 @@ def run_config(extra):
                 raise SystemExit("failed answers: %r" % bad[:2])
 
         results = {}
+        only = os.environ.get("BENCH_SCENARIOS")
         for name, (path, body) in SCENARIOS.items():
+            if only and name not in only.split():
+                continue
             keyed, spread = name.endswith("-key"), name.endswith("-16m")
             burst(path, body, 50, keyed, spread)  # warm-up: caches, connections, allocator
             subprocess.run(["callgrind_control", "-z", str(p.pid)], capture_output=True)

@@ -15,6 +15,7 @@
 
 typedef struct reader {
     const char *p, *end;
+    int unique; /* refuse an object that repeats a key */
 } reader_t;
 
 static json_t *read_value(reader_t *r, int depth);
@@ -294,7 +295,7 @@ static json_t *read_object(reader_t *r, int depth)
         skip_space(r);
         if (r->p >= r->end || *r->p != '"' || read_string(r, &key, &n, &buf, &ascii) < 0)
             break;
-        if (take(r, ':'))
+        if (take(r, ':') && !(r->unique && json_object_getn(o, key, n) != NULL))
             v = read_value(r, depth + 1);
         /* both steal v either way; the first checks the key's UTF-8 */
         bad = v == NULL || (ascii ? json_object_setn_new_nocheck(o, key, n, v)
@@ -334,9 +335,9 @@ static json_t *read_value(reader_t *r, int depth)
     }
 }
 
-json_t *jparse_value(const char *text, size_t len)
+static json_t *read_text(const char *text, size_t len, int unique)
 {
-    reader_t r = {text, text + len};
+    reader_t r = {text, text + len, unique};
     json_t *v = read_value(&r, 0);
 
     skip_space(&r);
@@ -345,4 +346,14 @@ json_t *jparse_value(const char *text, size_t len)
         return NULL;
     }
     return v;
+}
+
+json_t *jparse_value(const char *text, size_t len)
+{
+    return read_text(text, len, 0);
+}
+
+json_t *jparse_value_unique(const char *text, size_t len)
+{
+    return read_text(text, len, 1);
 }

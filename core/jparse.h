@@ -10,4 +10,7 @@
  * at most 64 levels deep); NULL when it is not one or memory ran out. New reference. */
 json_t *jparse_value(const char *text, size_t len);
 
+/* jparse_value, and NULL when an object repeats a key (json_loadb's JSON_REJECT_DUPLICATES). */
+json_t *jparse_value_unique(const char *text, size_t len);
+
 #endif

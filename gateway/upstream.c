@@ -10,6 +10,7 @@
  * load everything runs on the first shard and reuses its connections. */
 #include "upstream.h"
 
+#include "../core/hash.h"
 #include "../core/netguard.h"
 
 #include <curl/curl.h>
@@ -24,11 +25,21 @@
 
 #define SHARD_XFERS 128 /* transfers in flight per multi handle before the next one is used */
 #define SHARDS_MAX 64
+#define URL_SLOTS   64 /* parsed URLs kept per worker */
 /* A header line of the lists rather than CURLOPT_USERAGENT, which every easy handle would copy
  * and format again into a line of its own: two allocations per transfer in flight. */
 #define USER_AGENT "User-Agent: botgate/1.0"
 
 typedef struct upstream_shard upstream_shard_t;
+
+/* A URL parsed for CURLOPT_CURLU, kept for the next calls to the same URL. Owned by its
+ * upstream_t (urls, by hash of the text); its transfers in flight hold a reference each, as curl
+ * may read it until the transfer ends. */
+typedef struct upstream_url {
+    char *text;    /* owned; NULL when the slot holds nothing */
+    CURLU *parsed; /* owned */
+    unsigned refs;
+} upstream_url_t;
 
 /* Owned by its upstream_t (socks, by descriptor): created on curl's first wish for a socket,
  * freed on CURL_POLL_REMOVE, or, when parked, when curl closes the socket. What curl wished last
@@ -49,6 +60,7 @@ struct upstream_xfer {
     upstream_shard_t *shard; /* the multi handle it runs on, while in flight */
     CURL *easy;
     struct curl_slist *headers; /* owned, unless it is up->json_headers */
+    upstream_url_t *url;        /* the parsed URL curl was given, while in flight; or NULL */
     char *body;           /* the request body, owned */
     upstream_cb *cb;
     void *arg;
@@ -86,6 +98,7 @@ struct upstream {
     CURLSH *share;                   /* TLS sessions and DNS answers of all its transfers */
     upstream_sock_t **socks;         /* by descriptor: the sockets curl gave us, parked ones too */
     int n_socks;
+    upstream_url_t urls[URL_SLOTS];
 };
 
 static void check_done(upstream_shard_t *sh);
@@ -518,6 +531,9 @@ static void xfer_release(upstream_xfer_t *x)
     if (x->headers != up->json_headers)
         curl_slist_free_all(x->headers);
     x->headers = NULL;
+    if (x->url != NULL)
+        x->url->refs--;
+    x->url = NULL;
     free(x->body);
     x->body = NULL;
     x->cb = NULL;
@@ -554,8 +570,46 @@ void upstream_free(upstream_t *up)
     free(up->socks);
     if (up->share != NULL)
         curl_share_cleanup(up->share); /* after every easy handle that used it */
+    for (int i = 0; i < URL_SLOTS; i++) {
+        curl_url_cleanup(up->urls[i].parsed); /* after the easy handles that point to them */
+        free(up->urls[i].text);
+    }
     curl_slist_free_all(up->json_headers);
     free(up);
+}
+
+/* The call's URL parsed, for CURLOPT_CURLU, or NULL to let curl parse it (and report what is
+ * wrong with it). Given only CURLOPT_URL, libcurl 7.88 parses the URL on every transfer and
+ * then prints it back into a normalized string (curl_url_set, then curl_url_get with its
+ * printf engine: about 17,000 instructions of a call's 80,000 in curl). Given both, it copies
+ * the parsed URL instead and keeps CURLOPT_URL's text as the transfer's URL; a redirect's
+ * target is parsed as before. A parse is kept for the next calls to the same URL (the same
+ * platform and token), shared by all the transfers in flight to it: a copy per transfer would
+ * cost a few hundred bytes per send in flight. A slot held by another URL's transfers leaves
+ * the call to curl's own parse. */
+static CURLU *parsed_url(upstream_t *up, upstream_xfer_t *x, const char *url)
+{
+    size_t len = strlen(url), tail = len < 24 ? len : 24;
+    /* the slot by the URL's end, where calls to one platform differ (the token, the page) */
+    upstream_url_t *u = &up->urls[(hash_fnv1a(url + len - tail, tail) ^ len) % URL_SLOTS];
+
+    if (u->text == NULL || strcmp(u->text, url) != 0) {
+        if (u->refs > 0)
+            return NULL;
+        free(u->text);
+        u->text = NULL;
+        if (u->parsed == NULL && (u->parsed = curl_url()) == NULL)
+            return NULL;
+        /* the flags curl itself parses a URL of CURLOPT_URL with (lib/url.c) */
+        if (curl_url_set(u->parsed, CURLUPART_URL, url,
+                         CURLU_GUESS_SCHEME | CURLU_NON_SUPPORT_SCHEME) != CURLUE_OK ||
+            (u->text = malloc(len + 1)) == NULL)
+            return NULL;
+        memcpy(u->text, url, len + 1);
+    }
+    u->refs++;
+    x->url = u;
+    return u->parsed;
 }
 
 static upstream_xfer_t *xfer_start(upstream_t *up, adapter_call_t *call, long timeout_ms,
@@ -602,6 +656,7 @@ static upstream_xfer_t *xfer_start(upstream_t *up, adapter_call_t *call, long ti
         x->headers = curl_slist_append(x->headers, USER_AGENT);
     }
     curl_easy_setopt(e, CURLOPT_URL, call->url);
+    curl_easy_setopt(e, CURLOPT_CURLU, parsed_url(up, x, call->url));
     /* Platforms that speak HTTP/2 (over TLS) get one connection for a shard's transfers:
      * transfers started before the first connection knows whether it multiplexes wait for it
      * (ALPN tells at the end of the handshake) instead of each opening a TLS connection of its

@@ -2,6 +2,7 @@
 #include "eval.h"
 
 #include "../core/numfmt.h"
+#include "resp.h"
 
 #include <openssl/sha.h>
 #include <stdlib.h>
@@ -20,38 +21,6 @@ struct store_eval {
     char buf[];      /* the command, then the first key with its NUL (its slot) */
 };
 
-/* n in decimal at p; returns the end. */
-static char *put_dec(char *p, size_t n)
-{
-    char digits[NUMFMT_DEC_SIZE];
-    const char *text = numfmt_dec(digits, (long long)n);
-    size_t len = (size_t)(digits + sizeof(digits) - 1 - text);
-
-    memcpy(p, text, len);
-    return p + len;
-}
-
-/* "<tag><n>\r\n" at p; returns the end. */
-static char *put_count(char *p, char tag, size_t n)
-{
-    *p++ = tag;
-    p = put_dec(p, n);
-    *p++ = '\r';
-    *p++ = '\n';
-    return p;
-}
-
-/* A bulk string at p; returns the end. */
-static char *put_bulk(char *p, const char *s, size_t len)
-{
-    p = put_count(p, '$', len);
-    memcpy(p, s, len);
-    p += len;
-    *p++ = '\r';
-    *p++ = '\n';
-    return p;
-}
-
 static void head_make(store_script_t *s)
 {
     static const char hex[] = "0123456789abcdef";
@@ -64,8 +33,8 @@ static void head_make(store_script_t *s)
         sha[2 * i] = hex[md[i] >> 4];
         sha[2 * i + 1] = hex[md[i] & 15];
     }
-    p = put_bulk(p, "EVALSHA", 7);
-    p = put_bulk(p, sha, sizeof(sha));
+    p = resp_bulk(p, "EVALSHA", 7);
+    p = resp_bulk(p, sha, sizeof(sha));
     s->_head_len = (size_t)(p - s->_head);
 }
 
@@ -84,9 +53,9 @@ static int eval_send(store_eval_t *ev, int by_sha)
         return store_command_formatted(ev->st, key, on_eval_reply, ev, ev->buf, ev->len, &ignored);
     if ((cmd = malloc(3 * 24 + 4 + ev->script->len + 8 + tail)) == NULL)
         return REDISC_BUSY;
-    p = put_count(cmd, '*', (size_t)ev->argc);
-    p = put_bulk(p, "EVAL", 4);
-    p = put_bulk(p, ev->script->text, ev->script->len);
+    p = resp_count(cmd, '*', (size_t)ev->argc);
+    p = resp_bulk(p, "EVAL", 4);
+    p = resp_bulk(p, ev->script->text, ev->script->len);
     memcpy(p, ev->buf + ev->words_at, tail);
     rc = store_command_formatted(ev->st, key, on_eval_reply, ev, cmd, (size_t)(p - cmd) + tail,
                                  &ignored);
@@ -111,7 +80,8 @@ int store_eval(store_t *st, store_script_t *script, int nkeys, int nwords, const
 {
     size_t size, key_len = lens != NULL ? lens[0] : strlen(words[0]);
     size_t wlens[STORE_EVAL_WORDS_MAX];
-    char numkeys[24];
+    char numkeys[NUMFMT_DEC_SIZE];
+    const char *nk;
     store_eval_t *ev;
     char *p;
     int rc;
@@ -132,13 +102,14 @@ int store_eval(store_t *st, store_script_t *script, int nkeys, int nwords, const
     ev->cb = cb;
     ev->arg = arg;
     ev->argc = 3 + nwords;
-    p = put_count(ev->buf, '*', (size_t)ev->argc);
+    p = resp_count(ev->buf, '*', (size_t)ev->argc);
     memcpy(p, script->_head, script->_head_len);
     p += script->_head_len;
     ev->words_at = (size_t)(p - ev->buf);
-    p = put_bulk(p, numkeys, (size_t)(put_dec(numkeys, (size_t)nkeys) - numkeys));
+    nk = numfmt_dec(numkeys, nkeys);
+    p = resp_bulk(p, nk, strlen(nk));
     for (int i = 0; i < nwords; i++)
-        p = put_bulk(p, words[i], wlens[i]);
+        p = resp_bulk(p, words[i], wlens[i]);
     ev->len = (size_t)(p - ev->buf);
     memcpy(p, words[0], key_len);
     p[key_len] = '\0';

@@ -8,6 +8,7 @@
 #include "../core/clock.h"
 #include "../core/dlist.h"
 #include "../core/hash.h"
+#include "resp.h"
 
 #include <arpa/inet.h>
 #include <event2/dns.h>
@@ -21,6 +22,7 @@
 #include <string.h>
 
 #define BACKOFF_MIN_MS 50
+#define REDISC_ARGV_MAX    32 /* words of a command resp.c writes; longer ones go to hiredis */
 #define BACKOFF_MAX_MS 2000
 #define SENTINEL_CHECK_MS 1000 /* how often a connected worker asks where the master is */
 #define SUB_BUCKETS 64          /* a subscriber's channels, by hash of the name */
@@ -215,6 +217,29 @@ static void watch_head(redisc_t *r)
         arm_timer(r->timer, r->head->deadline_ms - clock_coarse_ms());
 }
 
+/* argv in its wire form, written by resp.c rather than by hiredis's formatter (sds and a printf
+ * of its own: about 2,000 instructions for a GET); a small command on the stack. */
+static int send_argv(redisc_t *r, redisc_cmd_t *c, int argc, const char **argv,
+                     const size_t *argvlen)
+{
+    size_t lens[REDISC_ARGV_MAX], size, len;
+    char stack[512], *cmd = stack;
+    int rc;
+
+    if (argc > REDISC_ARGV_MAX)
+        return redisAsyncCommandArgv(r->ac, cmd_on_reply, c, argc, argv, argvlen);
+    for (int i = 0; i < argc; i++)
+        lens[i] = argvlen != NULL ? argvlen[i] : strlen(argv[i]);
+    size = resp_command_size(argc, lens);
+    if (size > sizeof(stack) && (cmd = malloc(size)) == NULL)
+        return REDIS_ERR;
+    len = resp_command(cmd, argc, argv, lens);
+    rc = redisAsyncFormattedCommand(r->ac, cmd_on_reply, c, cmd, len);
+    if (cmd != stack)
+        free(cmd);
+    return rc;
+}
+
 /* Sends argv, or when argc is -1 the command hiredis formatted already in argv[0] (its length
  * in argvlen[0]). */
 static int send_cmd(redisc_t *r, redisc_cb *cb, void *arg, int argc, const char **argv,
@@ -235,7 +260,7 @@ static int send_cmd(redisc_t *r, redisc_cb *cb, void *arg, int argc, const char 
     if (argc < 0)
         rc = redisAsyncFormattedCommand(r->ac, cmd_on_reply, c, argv[0], argvlen[0]);
     else
-        rc = redisAsyncCommandArgv(r->ac, cmd_on_reply, c, argc, argv, argvlen);
+        rc = send_argv(r, c, argc, argv, argvlen);
     if (rc != REDIS_OK) {
         c->next = r->spare;
         r->spare = c;

@@ -1,6 +1,7 @@
 /* fuzz_jparse.c - libFuzzer target for core/jparse.c, against jansson itself: any input that
  * jansson's json_loadb (JSON_DECODE_ANY) reads must come out of jparse_value as an equal value,
- * and anything jansson refuses jparse must refuse too. The one allowed difference is depth:
+ * and anything jansson refuses jparse must refuse too; jparse_value_unique likewise against
+ * json_loadb with JSON_REJECT_DUPLICATES. The one allowed difference is depth:
  * jparse stops at 64 levels (the request parser's own limit) where jansson goes on to 2048.
  * Both read the input up to its first NUL byte: jansson's buffer reader takes a NUL for the end
  * of the input, jparse refuses it (botgate's texts never hold one). */
@@ -29,25 +30,33 @@ static size_t depth_of(const json_t *v)
     return 0;
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+/* One reading of jparse against jansson's of the same text with the same flags. */
+static void compare(const char *text, size_t size, json_t *(*reader)(const char *, size_t),
+                    size_t flags, const char *name)
 {
     json_error_t e;
+    json_t *mine = reader(text, size);
+    json_t *theirs = json_loadb(text, size, JSON_DECODE_ANY | flags, &e);
+
+    if (theirs != NULL && mine == NULL)
+        FUZZ_CHECK(depth_of(theirs) > 64, "%s refused what jansson reads (depth %zu)", name,
+                   depth_of(theirs));
+    FUZZ_CHECK(!(mine != NULL && theirs == NULL), "%s read what jansson refuses: %s", name, e.text);
+    if (mine != NULL && theirs != NULL)
+        FUZZ_CHECK(json_equal(mine, theirs), "%s and jansson read different values", name);
+    json_decref(mine);
+    json_decref(theirs);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
     const uint8_t *nul = memchr(data, 0, size);
-    json_t *mine, *theirs;
 
     if (nul != NULL)
         size = (size_t)(nul - data);
-    mine = jparse_value((const char *)data, size);
-    theirs = json_loadb((const char *)data, size, JSON_DECODE_ANY, &e);
-
-    if (theirs != NULL && mine == NULL)
-        FUZZ_CHECK(depth_of(theirs) > 64, "jparse refused what jansson reads (depth %zu)",
-                   depth_of(theirs));
-    FUZZ_CHECK(!(mine != NULL && theirs == NULL), "jparse read what jansson refuses: %s",
-               e.text);
-    if (mine != NULL && theirs != NULL)
-        FUZZ_CHECK(json_equal(mine, theirs), "jparse and jansson read different values");
-    json_decref(mine);
-    json_decref(theirs);
+    compare((const char *)data, size, jparse_value, 0, "jparse_value");
+    /* duplicate keys refused, as the request parser reads a body */
+    compare((const char *)data, size, jparse_value_unique, JSON_REJECT_DUPLICATES,
+            "jparse_value_unique");
     return 0;
 }

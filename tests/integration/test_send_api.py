@@ -5,6 +5,8 @@ import json
 import socket
 import time
 import unittest
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import parse_qs
 
 from harness import StackTest, facebook_channel, member, cloud_channel
 
@@ -459,6 +461,62 @@ class SendApi(StackTest):
             h = self.raw_send(c, "HTTP/1.0", None)  # HTTP/1.0 without keep-alive: closed
             self.assertNotEqual(h.get("connection", "").lower(), "keep-alive")
             self.assertEqual(c.recv(1), b"")
+
+    def test_each_call_reaches_its_own_url(self):
+        # A transfer record keeps the parsed URL of its last call for the next one to the same
+        # URL: calls that alternate between two channels (two tokens) must each carry their own.
+        s = self.s
+        s.put("channel", facebook_channel("fb-url-a", "app-url"))
+        s.put("channel", facebook_channel("fb-url-b", "app-url"))
+        s.put("member", member("mu-a", "fb-url-a", "app-url", "psid-2001"))
+        s.put("member", member("mu-b", "fb-url-b", "app-url", "psid-2002"))
+        tok = s.token("app-url", "bot:sendResponses")
+        order = ["a", "a", "b", "a", "b", "b"]
+        for which in order:
+            ans = self.send({"channelId": "fb-url-" + which, "memberId": "mu-" + which,
+                             "response": [{"type": "TEXT", "text": which}]}, token=tok)
+            self.assertEqual(ans.status, 200, ans)
+            self.assertEqual(ans.json["sendResult"]["ok"], 1, ans.json)
+        log = self.s.sim_log()
+        self.assertEqual(len(log), len(order))
+        for which, entry in zip(order, log):
+            self.assertEqual(entry["body"]["message"], {"text": which})
+            self.assertIn("access_token=fb-page-token-fb-url-" + which, entry["query"])
+            self.assertNotIn("fb-url-" + ("b" if which == "a" else "a"), entry["query"])
+            self.assertEqual(entry["path"], log[0]["path"])
+
+    def test_many_urls_in_flight_each_reach_their_own(self):
+        # More different URLs in flight at once than the worker keeps parsed (64): a call whose
+        # slot another URL's calls hold is parsed by curl itself, and every call, in both rounds,
+        # still reaches its own channel's URL.
+        s = self.s
+        n = 80
+        for i in range(n):
+            s.put("channel", facebook_channel("fb-many-%d" % i, "app-many"))
+            s.put("member", member("mm-%d" % i, "fb-many-%d" % i, "app-many", "psid-3%03d" % i))
+        tok = s.token("app-many", "bot:sendResponses")
+
+        def one(i):
+            return self.send({"channelId": "fb-many-%d" % i, "memberId": "mm-%d" % i,
+                              "response": [{"type": "TEXT", "text": "c%d" % i}]}, token=tok)
+
+        s.sim("POST", "/_sim/config", {"latency_ms": 300})
+        try:
+            for _ in range(2):
+                with ThreadPoolExecutor(max_workers=n) as pool:
+                    answers = list(pool.map(one, range(n)))
+                for ans in answers:
+                    self.assertEqual(ans.status, 200, ans)
+                    self.assertEqual(ans.json["sendResult"]["ok"], 1, ans.json)
+        finally:
+            s.sim("POST", "/_sim/config", {"latency_ms": 0})
+        log = self.s.sim_log()
+        self.assertEqual(len(log), 2 * n)
+        for entry in log:
+            i = int(entry["body"]["message"]["text"][1:])
+            self.assertEqual(parse_qs(entry["query"])["access_token"],
+                             ["fb-page-token-fb-many-%d" % i], entry)
+            self.assertEqual(entry["recipient"], "psid-3%03d" % i)
 
     def test_secrets_never_in_logs(self):
         self.send({"channelId": "fb1", "memberId": "m-badtoken",

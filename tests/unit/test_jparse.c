@@ -90,13 +90,50 @@ static void test_length_bounds_input(void **state)
     assert_null(jparse_value("[1]\0", 4)); /* a NUL is not white space */
 }
 
+/* jparse_value_unique refuses a repeated key at any level, as JSON_REJECT_DUPLICATES does,
+ * the key compared once decoded; the same key in two objects is no repeat. */
+static void test_unique_keys(void **state)
+{
+    static const char *const refused[] = {
+        "{\"a\":1,\"a\":1}",
+        "{\"a\":1,\"b\":{\"c\":1,\"c\":2}}",
+        "[{\"x\":[{\"k\":1,\"k\":null}]}]",
+        "{\"a\":1,\"\\u0061\":2}",
+    };
+    static const char *const accepted[] = {
+        "{\"a\":1,\"b\":1}",
+        "[{\"a\":1},{\"a\":2}]",
+        "{\"a\":{\"a\":{\"a\":1}}}",
+        "{\"a\":1,\"A\":2,\"a \":3}",
+    };
+    json_error_t e;
+    (void)state;
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        json_t *theirs = json_loadb(refused[i], strlen(refused[i]),
+                                    JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &e);
+        if (jparse_value_unique(refused[i], strlen(refused[i])) != NULL || theirs != NULL)
+            fail_msg("case %zu not refused: %s", i, refused[i]);
+        json_t *v = jparse_value(refused[i], strlen(refused[i])); /* without: the last wins */
+        assert_non_null(v);
+        json_decref(v);
+    }
+    for (size_t i = 0; i < sizeof(accepted) / sizeof(accepted[0]); i++) {
+        json_t *mine = jparse_value_unique(accepted[i], strlen(accepted[i]));
+        json_t *theirs = json_loadb(accepted[i], strlen(accepted[i]),
+                                    JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &e);
+        if (mine == NULL || theirs == NULL || !json_equal(mine, theirs))
+            fail_msg("case %zu differs: %s", i, accepted[i]);
+        json_decref(mine);
+        json_decref(theirs);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_same_values),
-        cmocka_unit_test(test_same_refusals),
-        cmocka_unit_test(test_depth),
-        cmocka_unit_test(test_length_bounds_input),
+        cmocka_unit_test(test_same_values), cmocka_unit_test(test_same_refusals),
+        cmocka_unit_test(test_depth),       cmocka_unit_test(test_length_bounds_input),
+        cmocka_unit_test(test_unique_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
