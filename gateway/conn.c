@@ -55,15 +55,12 @@ typedef struct conn {
     struct bufferevent *bev;
     int64_t progress_ms; /* accepted, a request arrived, or an answer was given */
     int busy;            /* API requests of this connection being worked on */
-    conn_phase_t phase;
     /* the head being read */
-    unsigned lines;       /* complete lines of this head */
-    char line[LINE_KEEP]; /* the start of the current line */
-    size_t line_len;      /* its length, beyond LINE_KEEP too */
+    unsigned lines; /* complete lines of this head */
     unsigned n_length, n_encoding;
-    int length_bad, encoding_bad, folded;
-    int64_t length;   /* the Content-Length, -1 when none */
-    int framing_line; /* the previous line was Content-Length or Transfer-Encoding */
+    size_t line_len;      /* the current line's length, beyond LINE_KEEP too */
+    char line[LINE_KEEP]; /* the start of the current line */
+    int64_t length;       /* the Content-Length, -1 when none */
     /* the worker's budget */
     size_t received;     /* bytes of this request read so far, head included */
     size_t charged;      /* counted against the budget: the most of received and declared */
@@ -72,9 +69,13 @@ typedef struct conn {
     /* Keeps the socket registered for reading while evhttp's own read event is off (see
      * on_hold); pending from the adoption until the close, unless hold_off. */
     struct event hold;
-    int hold_off;
-    int hold_idle; /* loop turns in a row it woke while evhttp was not reading */
     struct conn *prev, *next, *hnext;
+    /* the flags as bits: a record per client connection, thousands at once (bench/README.md) */
+    unsigned phase : 2; /* a conn_phase_t */
+    unsigned length_bad : 1, encoding_bad : 1, folded : 1;
+    unsigned framing_line : 1; /* the previous line was Content-Length or Transfer-Encoding */
+    unsigned hold_off : 1;
+    unsigned hold_idle : 2; /* loop turns in a row it woke while evhttp was not reading: 0-2 */
 } conn_t;
 
 /* Owned by the worker's server (conn_setup, conn_cleanup). */

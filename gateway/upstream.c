@@ -67,12 +67,12 @@ struct upstream_xfer {
     char *buf;            /* the answer body */
     size_t len, cap, max;
     char retry_after[32];
-    int has_retry_after;
-    int blocked, too_large;
-    int resend_refused;   /* curl wanted to send the request again after it went out */
-    long hop;             /* redirects followed at the last pre-request check, -1 before it */
-    long hop_sent;        /* request bytes curl had counted when this hop's first attempt began */
+    long hop;      /* redirects followed at the last pre-request check, -1 before it */
+    long hop_sent; /* request bytes curl had counted when this hop's first attempt began */
     unsigned flags;
+    /* as bits: a record per transfer in flight, thousands at once (bench/README.md) */
+    unsigned has_retry_after : 1, blocked : 1, too_large : 1;
+    unsigned resend_refused : 1; /* curl wanted to send the request again after it went out */
     upstream_xfer_t *next; /* free list */
 };
 
