@@ -2,6 +2,8 @@
  * characters are escaped, everything else (UTF-8 included) is written as it is. */
 #include "jsonw.h"
 
+#include "numfmt.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,16 +135,10 @@ void jw_str(jsonw_t *w, const char *s)
 
 void jw_int(jsonw_t *w, long long v)
 {
-    char tmp[24], *e = tmp + sizeof(tmp), *p = e;
-    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    char tmp[NUMFMT_DEC_SIZE];
+    const char *p = numfmt_dec(tmp, v);
 
-    do {
-        *--p = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    if (v < 0)
-        *--p = '-';
-    jw_raw(w, p, (size_t)(e - p));
+    jw_raw(w, p, (size_t)(tmp + sizeof(tmp) - 1 - p));
 }
 
 /* A real as jansson writes it: the shortest of %.17g, with ".0" when it would read back as
