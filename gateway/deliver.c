@@ -477,6 +477,11 @@ typedef struct cred_wait {
     redisc_sub_t *watch;           /* the lock's release; NULL: the timer alone */
     struct event timer;            /* the fallback */
     store_call_t *call;            /* the group's re-read in flight */
+    /* The waiter trying the lock for the group, or NULL. It stays in the group meanwhile, so
+     * that the group and its subscription outlive the try: were it the last waiter and the
+     * group went, its return would subscribe anew, and the confirmation (news, since a
+     * release may have come before it) would send it straight back to the lock, in a loop. */
+    deliver_extra_t *trier;
     unsigned handouts;             /* re-reads handed out so far */
     unsigned again : 1;            /* news came during the re-read: read once more */
     unsigned busy : 1;             /* handing out a re-read: not freed when empty */
@@ -502,6 +507,8 @@ static void wait_leave(deliver_t *d)
 {
     cred_wait_t *g = d->_x->wait;
 
+    if (g->trier == d->_x)
+        g->trier = NULL;
     DLIST_UNLINK(g->first, g->last, d->_x);
     d->_x->wait = NULL;
     if (g->first == NULL && !g->busy)
@@ -541,8 +548,9 @@ static void on_wait_read(void *arg, store_status_t st, json_t *channel)
     g->call = NULL;
     g->busy = 1;
     for (;;) {
-        /* from the first again after each one that went on: its callbacks may end others */
-        for (x = g->first; x != NULL && x->wait_seen == round; x = x->next)
+        /* from the first again after each one that went on: its callbacks may end others;
+         * the trier has its lock call in flight and looks when that answers */
+        for (x = g->first; x != NULL && (x->wait_seen == round || x == g->trier); x = x->next)
             ;
         if (x == NULL)
             break;
@@ -566,10 +574,9 @@ static void on_wait_read(void *arg, store_status_t st, json_t *channel)
     } else if (g->again) {
         g->again = 0;
         wait_read(g);
-    } else {
-        d = g->first->owner;
-        wait_leave(d);
-        cred_lock(d);
+    } else if (g->trier == NULL) {
+        g->trier = g->first;
+        cred_lock(g->first->owner);
     }
 }
 
@@ -619,9 +626,18 @@ static void wait_join(deliver_t *d)
 static void on_lock(void *arg, store_status_t st, json_t *value)
 {
     deliver_t *d = arg;
+    cred_wait_t *g = d->_x != NULL ? d->_x->wait : NULL;
 
     json_decref(value);
     d->_call = NULL;
+    if (g != NULL && st == STORE_NOT_FOUND) { /* the group's trier: still held, wait on */
+        g->trier = NULL;
+        d->_x->wait_seen = g->handouts;
+        d->phase = DL_CRED_WAIT;
+        return;
+    }
+    if (g != NULL)
+        wait_leave(d);
     if (st == STORE_OK) {
         d->_lock_held = 1;
         cred_reread(d); /* the refresh may have happened just before we got the lock */

@@ -26,9 +26,19 @@ CLUSTER = os.environ.get("BOTGATE_TEST_REDIS", "") == "cluster"
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now, below the kernel's ephemeral range (32768 and up here): a port the
+    kernel handed out for bind(0) is one it also hands to outgoing connections, so between
+    this call and the listener's bind a connection of a test running beside could take it.
+    Cluster ports (free_cluster_port) are 20000 and up."""
+    rnd = random.Random()
+    while True:
+        port = rnd.randrange(10000, 20000)
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            continue
 
 
 def free_cluster_port():

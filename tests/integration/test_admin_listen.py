@@ -7,11 +7,12 @@ from harness import StackTest, free_port, http, tenant
 
 
 class AdminListener(StackTest):
-    admin_port = free_port()
-    stack_args = {"workers": 2, "env": {"BOTGATE_ADMIN_LISTEN": "127.0.0.1:%d" % admin_port}}
-
     @classmethod
     def setUpClass(cls):
+        # the port is taken just before the stack starts, not when the module is read
+        cls.admin_port = free_port()
+        cls.stack_args = {"workers": 2,
+                          "env": {"BOTGATE_ADMIN_LISTEN": "127.0.0.1:%d" % cls.admin_port}}
         super().setUpClass()
         cls.admin = "http://127.0.0.1:%d" % cls.admin_port
         cls.tok, cls.body = tenant(cls.s, "fa", "ma", "psid-admin")

@@ -164,6 +164,26 @@ class HolderGone(StackTest):
         finally:
             self.s.redis("DEL", lock)
 
+    def test_a_lone_waiter_waits_quietly(self):
+        # One waiter in its worker: each time it tries the stuck lock and finds it held, it
+        # goes back to a wait that still stands, not to a new subscription whose confirmation
+        # would send it to look again at once (a loop of GET, SET NX, UNSUBSCRIBE, SUBSCRIBE
+        # until its deadline: tens of thousands of commands).
+        lock = self.wechat("wx-lone")
+        self.s.redis("SET", lock, "a-stuck-refresher", "PX", "60000")
+        try:
+            c0 = self.commands()
+            answers = self.burst("wx-lone", 1)
+            n = self.commands() - c0
+            sys.stderr.write("\n%d commands for 1 request waiting 3 s\n" % n)
+            # the member, the channel, the lock, then a look and a try per fallback second
+            self.assertLess(n, 30)
+            self.assertEqual(answers[0][0], 200, answers)
+            element = json.loads(answers[0][1])["sendResult"]["result"][0]
+            self.assertEqual(element["error"]["err_code"], 113, answers)
+        finally:
+            self.s.redis("DEL", lock)
+
 
 if __name__ == "__main__":
     unittest.main()
