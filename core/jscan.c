@@ -2,6 +2,8 @@
  * is bounded by JSCAN_MAX_DEPTH. */
 #include "jscan.h"
 
+#include "swar.h"
+
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,19 +91,6 @@ static size_t utf8_len(const unsigned char *p, size_t avail)
     return n;
 }
 
-/* Whether one of the eight bytes of w would end a run of plain ASCII in a string: a control
- * character, a byte of 0x80 or more, a quote or a backslash. (x - 0x01..) & ~x & 0x80.. is not
- * zero exactly when a byte of x is zero, and (x - n..) & ~x & 0x80.. when one is below n. */
-static inline int ends_run(uint64_t w)
-{
-    const uint64_t ones = 0x0101010101010101u, highs = 0x8080808080808080u;
-    uint64_t quote = w ^ (ones * '"'), backslash = w ^ (ones * '\\');
-
-    return ((((w - ones * 0x20) & ~w) | ((quote - ones) & ~quote) |
-             ((backslash - ones) & ~backslash) | w) &
-            highs) != 0;
-}
-
 /* A string at s->p (the opening quote). When dst is not NULL the decoded text goes there
  * (it needs as many bytes as the raw string has). Returns the decoded length or -1. */
 static long scan_string(scan_t *s, unsigned char *dst)
@@ -115,9 +104,8 @@ static long scan_string(scan_t *s, unsigned char *dst)
         /* plain ASCII, the bulk of every record, goes as one run: eight bytes at a time while
          * none ends it, then byte by byte */
         while (s->end - s->p >= 8) {
-            uint64_t w;
-            memcpy(&w, s->p, 8);
-            if (ends_run(w))
+            uint64_t w = swar_load(s->p);
+            if ((swar_json_special(w) | (w & SWAR_HIGHS)) != 0)
                 break;
             s->p += 8;
         }
