@@ -11,15 +11,21 @@ request for each, and the scripts (EVAL, EVALSHA) it sent Redis per request (INF
 commandstats).
 
 BENCH_SCENARIOS (space-separated names of SCENARIOS) picks some scenarios; KEEP_CALLGRIND (a
-folder) keeps callgrind's output files, for callgrind_annotate.
+folder) keeps callgrind's output files, for callgrind_annotate. Each request comes on a new
+connection, closed after its answer, unless BENCH_KEEPALIVE=1: then each of the 16 senders keeps
+one connection open for all its requests, as wrk does in make bench, so that what a connection
+costs once (accept, evhttp's and botgate's connection records, close) is not counted per request.
 
 It does so for each configuration of CONFIGS (a botgate process each): per-member order on (the
 default) and off. Scenario a-key is a with a new Idempotency-Key on every request."""
+import http.client
 import itertools
+import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -60,6 +66,21 @@ SCENARIOS = {
 
 
 KEYS = itertools.count()
+KEEPALIVE = os.environ.get("BENCH_KEEPALIVE", "0") != "0"
+SENDER = threading.local()  # BENCH_KEEPALIVE: each sender thread's connection
+
+
+def post_kept(port, path, body, token, headers):
+    """POST on the calling thread's kept-alive connection (made on its first call)."""
+    conn = getattr(SENDER, "conn", None)
+    if conn is None:
+        conn = SENDER.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    hdrs = {"Content-Type": "application/json", "Authorization": "Bearer " + token}
+    hdrs.update(headers or {})
+    conn.request("POST", path, json.dumps(body).encode(), hdrs)
+    r = conn.getresponse()
+    text = r.read().decode("utf-8", "replace")
+    return harness.Answer(r.status, text, dict(r.headers), list(r.headers.items()))
 
 
 def redis_calls(s):
@@ -121,6 +142,8 @@ def run_config(extra):
             headers = {"Idempotency-Key": "bench-%d" % n} if keyed else None
             if spread:
                 body = dict(body, memberId="m%d" % (n % 16))
+            if KEEPALIVE:
+                return post_kept(s.port, path, body, tok, headers)
             return s.post(path, body, token=tok, headers=headers, timeout=120)
 
         def burst(path, body, n, keyed, spread):

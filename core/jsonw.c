@@ -3,6 +3,7 @@
 #include "jsonw.h"
 
 #include "numfmt.h"
+#include "swar.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +87,21 @@ void jw_str(jsonw_t *w, const char *s)
 
     if (s == NULL) {
         jw_lit(w, "null");
+        return;
+    }
+    /* most strings need no escape: they go as one copy, found eight bytes at a time */
+    n = strlen(s);
+    for (run = p; run + 8 <= p + n && swar_json_special(swar_load(run)) == 0; run += 8)
+        ;
+    while (*run >= 0x20 && *run != '"' && *run != '\\')
+        run++;
+    if (*run == '\0') {
+        if (reserve(w, n + 2) < 0)
+            return;
+        w->buf[w->len++] = '"';
+        memcpy(w->buf + w->len, s, n);
+        w->len += n;
+        w->buf[w->len++] = '"';
         return;
     }
     /* room for exactly what is written: reserving the worst case (every byte as \u00XX) made

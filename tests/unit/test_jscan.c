@@ -10,6 +10,7 @@
 #include "core/jscan.h"
 
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,6 +102,36 @@ static void test_depth(void **state)
     refused(text, n); /* deeper than 64 */
 }
 
+/* Plain ASCII is skipped eight bytes at a time: whatever ends a run (a quote, an escape, a
+ * multi-byte character, a control character, a byte that is no UTF-8) is seen at every offset
+ * of a long string, and decoded or refused as jansson does. */
+static void test_long_runs(void **state)
+{
+    static const char *const ends[] = {"\\\"",    "\\\\",     "\\n",
+                                       "\\u00e9", "\xc3\xa9", "\xe2\x82\xac"};
+    static const char *const bad[] = {"\n", "\x01", "\x1f", "\xff", "\x80", "\\q"};
+    char text[200];
+
+    (void)state;
+    for (int at = 0; at < 20; at++) {
+        for (size_t e = 0; e < sizeof(ends) / sizeof(ends[0]); e++) {
+            snprintf(text, sizeof(text), "{\"_id\":\"%.*s%s%.*s\",\"externalId\":\"%.*s\"}", at,
+                     "abcdefghijklmnopqrstuvwxyz", ends[e], 19 - at, "ABCDEFGHIJKLMNOPQRSTU", at,
+                     "0123456789012345678901");
+            same_as_jansson(text);
+        }
+        for (size_t e = 0; e < sizeof(bad) / sizeof(bad[0]); e++) {
+            snprintf(text, sizeof(text), "{\"_id\":\"%.*s%s%.*s\"}", at,
+                     "abcdefghijklmnopqrstuvwxyz", bad[e], 19 - at, "ABCDEFGHIJKLMNOPQRSTU");
+            refused(text, strlen(text));
+        }
+        /* a string that ends exactly at a word's end, and one cut short */
+        snprintf(text, sizeof(text), "{\"_id\":\"%.*s\"}", at, "abcdefghijklmnopqrstuvwxyz");
+        same_as_jansson(text);
+        refused(text, strlen(text) - 2);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -108,6 +139,7 @@ int main(void)
         cmocka_unit_test(test_escaped_key_is_not_matched),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_depth),
+        cmocka_unit_test(test_long_runs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -332,6 +332,34 @@ static void test_jw_scalars(void **state)
     free(text);
 }
 
+/* Strings are copied eight bytes at a time until one needs an escape: every character that
+ * does, at every offset of a long string, comes out as jansson writes it. */
+static void test_jw_str_escapes(void **state)
+{
+    static const char *const special[] = {"\"", "\\", "\n", "\x01", "\x1f", "\t", "\xc3\xa9", "/"};
+    char in[64];
+
+    (void)state;
+    for (int at = 0; at < 20; at++) {
+        for (size_t e = 0; e < sizeof(special) / sizeof(special[0]); e++) {
+            jsonw_t w;
+            json_t *v;
+            char *text, *want;
+            snprintf(in, sizeof(in), "%.*s%s%.*s", at, "abcdefghijklmnopqrstuvwxyz", special[e],
+                     19 - at, "ABCDEFGHIJKLMNOPQRSTU");
+            jw_init(&w);
+            jw_str(&w, in);
+            text = jw_steal(&w, NULL);
+            v = json_string(in);
+            want = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+            assert_string_equal(text, want);
+            free(text);
+            free(want);
+            json_decref(v);
+        }
+    }
+}
+
 static void test_node_element(void **state)
 {
     json_t *resp = load("{\"type\":\"TEXT\",\"text\":\"hi\"}");
@@ -410,6 +438,7 @@ int main(void)
         cmocka_unit_test(test_written_event_matches_jansson),
         cmocka_unit_test(test_written_answer),
         cmocka_unit_test(test_written_cut_answer), cmocka_unit_test(test_jw_scalars),
+        cmocka_unit_test(test_jw_str_escapes),
         cmocka_unit_test(test_node_element), cmocka_unit_test(test_answer),
     };
 
