@@ -21,45 +21,52 @@
 static fitpool_t pool;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void *pool_alloc(size_t size)
+/* The pool's side, out of line: libcurl calls malloc and free a hundred times per transfer
+ * (free mostly on NULL), and those calls pass through with a comparison or two. */
+__attribute__((noinline)) static void *pool_alloc(size_t size, int zero)
 {
     void *p;
 
-    if (size < FITPOOL_MIN || size > FITPOOL_MAX)
-        return NULL;
     pthread_mutex_lock(&lock);
     p = fitpool_alloc(&pool, size);
     pthread_mutex_unlock(&lock);
-    return p;
+    if (p == NULL)
+        return zero ? calloc(1, size) : malloc(size);
+    return zero ? memset(p, 0, size) : p;
+}
+
+__attribute__((noinline)) static void pool_free(void *ptr)
+{
+    pthread_mutex_lock(&lock);
+    fitpool_free(&pool, ptr);
+    pthread_mutex_unlock(&lock);
+}
+
+static int in_range(size_t size)
+{
+    return size >= FITPOOL_MIN && size <= FITPOOL_MAX;
 }
 
 static void *cm_malloc(size_t size)
 {
-    void *p = pool_alloc(size);
-
-    return p != NULL ? p : malloc(size);
+    return in_range(size) ? pool_alloc(size, 0) : malloc(size);
 }
 
 static void *cm_calloc(size_t n, size_t size)
 {
-    void *p;
-
     if (size != 0 && n > (size_t)-1 / size)
         return NULL;
-    if ((p = pool_alloc(n * size)) == NULL)
-        return calloc(n, size);
-    return memset(p, 0, n * size);
+    return in_range(n * size) ? pool_alloc(n * size, 1) : calloc(n, size);
 }
 
 static void cm_free(void *ptr)
 {
-    if (!fitpool_owns(&pool, ptr)) {
-        free(ptr);
+    if (ptr == NULL)
         return;
-    }
-    pthread_mutex_lock(&lock);
-    fitpool_free(&pool, ptr);
-    pthread_mutex_unlock(&lock);
+    if (fitpool_owns(&pool, ptr))
+        pool_free(ptr);
+    else
+        free(ptr);
 }
 
 static void *cm_realloc(void *ptr, size_t size)
