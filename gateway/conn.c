@@ -32,8 +32,8 @@
 #include <sys/uio.h>
 
 #define CONN_BUCKETS 4096
-#define SWEEP_MS 1000
-#define LINE_KEEP 64 /* of each head line: enough for the framing headers' values */
+#define SWEEP_MS     1000
+#define LINE_KEEP    64 /* of each head line: enough for the framing headers' values */
 /* A refused client has this long to finish sending (what it sends is read and dropped, as
  * evhttp's lingering close does, so that it gets to read the answer) and close. */
 #define REFUSED_LINGER_MS 5000
@@ -51,6 +51,24 @@ typedef enum {
     CONN_REFUSED, /* answered with an error: whatever comes is dropped until the close */
 } conn_phase_t;
 
+/* What a connection needs only while it reads a request: the head's framing and the bytes
+ * counted against the worker's budget. Allocated with the first byte of a request (reading),
+ * freed when the request has arrived, was refused, or the connection closed (done_reading):
+ * a connection whose request is being worked on, or that waits for the next, holds none. */
+typedef struct conn_reading {
+    /* the head being read */
+    unsigned lines; /* complete lines of this head */
+    unsigned n_length, n_encoding;
+    unsigned length_bad : 1, encoding_bad : 1, folded : 1;
+    unsigned framing_line : 1; /* the previous line was Content-Length or Transfer-Encoding */
+    size_t line_len;           /* the current line's length, beyond LINE_KEEP too */
+    char line[LINE_KEEP];      /* the start of the current line */
+    int64_t length;            /* the Content-Length, -1 when none */
+    /* the worker's budget */
+    size_t received; /* bytes of this request read so far, head included */
+    size_t charged;  /* counted against the budget: the most of received and declared */
+} conn_reading_t;
+
 /* Owned by the worker's table from the accept until evhttp closes the connection. */
 typedef struct conn {
     conn_table_t *t;
@@ -58,28 +76,20 @@ typedef struct conn {
     struct bufferevent *bev;
     int64_t progress_ms; /* accepted, a request arrived, or an answer was given */
     int busy;            /* API requests of this connection being worked on */
-    /* the head being read */
-    unsigned lines; /* complete lines of this head */
-    unsigned n_length, n_encoding;
-    size_t line_len;      /* the current line's length, beyond LINE_KEEP too */
-    char line[LINE_KEEP]; /* the start of the current line */
-    int64_t length;       /* the Content-Length, -1 when none */
-    /* the worker's budget */
-    size_t received;     /* bytes of this request read so far, head included */
-    size_t charged;      /* counted against the budget: the most of received and declared */
-    int64_t close_at_ms; /* CONN_REFUSED: closed at the first sweep past it */
+    /* the flags as bits: a record per client connection, thousands at once (bench/README.md) */
+    unsigned phase : 2; /* a conn_phase_t */
+    unsigned hold_off : 1;
+    unsigned hold_idle : 2; /* loop turns in a row it woke while evhttp was not reading: 0-2 */
+    conn_reading_t *rd;     /* owned; NULL but while a request is read */
+    int64_t close_at_ms;    /* CONN_REFUSED: closed at the first sweep past it */
     struct evbuffer_cb_entry *watch; /* on_input on the input buffer */
     /* Keeps the socket registered for reading while evhttp's own read event is off (see
      * on_hold); pending from the adoption until the close, unless hold_off. */
     struct event hold;
     struct conn *prev, *next, *hnext;
-    /* the flags as bits: a record per client connection, thousands at once (bench/README.md) */
-    unsigned phase : 2; /* a conn_phase_t */
-    unsigned length_bad : 1, encoding_bad : 1, folded : 1;
-    unsigned framing_line : 1; /* the previous line was Content-Length or Transfer-Encoding */
-    unsigned hold_off : 1;
-    unsigned hold_idle : 2; /* loop turns in a row it woke while evhttp was not reading: 0-2 */
 } conn_t;
+/* a record per client connection: within mimalloc's 224-byte class (bench/README.md) */
+_Static_assert(sizeof(conn_t) <= 224, "conn_t grew past its size class");
 
 /* Owned by the worker's server (conn_setup, conn_cleanup). */
 struct conn_table {
@@ -90,7 +100,7 @@ struct conn_table {
     struct evconnlistener *listener; /* NULL once closed */
     int accepting;                   /* the listener is enabled */
     size_t connections;              /* open client connections */
-    conn_t *all, *all_last;         /* every adopted connection */
+    conn_t *all, *all_last;          /* every adopted connection */
     conn_t *buckets[CONN_BUCKETS];
     conn_t **fresh; /* accepted in this loop iteration, not yet adopted */
     size_t n_fresh, cap_fresh;
@@ -147,6 +157,7 @@ static void uncount(conn_table_t *t)
 }
 
 static void on_input(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg);
+static void done_reading(conn_t *c);
 
 static void on_closed(struct evhttp_connection *evcon, void *arg)
 {
@@ -157,7 +168,7 @@ static void on_closed(struct evhttp_connection *evcon, void *arg)
         ;
     *pp = c->hnext;
     DLIST_UNLINK(t->all, t->all_last, c);
-    t->reading -= c->charged;
+    done_reading(c);
     evbuffer_remove_cb(bufferevent_get_input(c->bev), on_input, c);
     event_del(&c->hold);
     uncount(t);
@@ -166,38 +177,38 @@ static void on_closed(struct evhttp_connection *evcon, void *arg)
 
 /* ---- the head check ---- */
 
-static void head_reset(conn_t *c)
+/* The state of the request being read, from its first byte; NULL without memory. */
+static conn_reading_t *reading(conn_t *c)
 {
-    c->phase = CONN_HEAD;
-    c->lines = 0;
-    c->line_len = 0;
-    c->n_length = c->n_encoding = 0;
-    c->length_bad = c->encoding_bad = c->folded = 0;
-    c->length = -1;
-    c->framing_line = 0;
+    if (c->rd == NULL && (c->rd = calloc(1, sizeof(*c->rd))) != NULL)
+        c->rd->length = -1;
+    return c->rd;
 }
 
 /* Counts bytes the request holds against the worker's budget; -1 when it is spent. */
 static int charge(conn_t *c, size_t total)
 {
     conn_table_t *t = c->t;
+    conn_reading_t *rd = c->rd;
 
-    if (total <= c->charged)
+    if (total <= rd->charged)
         return 0;
-    if (t->reading + (total - c->charged) > t->reading_max)
+    if (t->reading + (total - rd->charged) > t->reading_max)
         return -1;
-    t->reading += total - c->charged;
-    c->charged = total;
+    t->reading += total - rd->charged;
+    rd->charged = total;
     return 0;
 }
 
-/* The request arrived (its body left the input buffer for the request) or the connection
- * closed: what it held is no longer held for it. */
-static void uncharge(conn_t *c)
+/* The request arrived (its body left the input buffer for the request), was refused, or the
+ * connection closed: what it held is no longer held for it, and its head is forgotten. */
+static void done_reading(conn_t *c)
 {
-    c->t->reading -= c->charged;
-    c->charged = 0;
-    c->received = 0;
+    if (c->rd == NULL)
+        return;
+    c->t->reading -= c->rd->charged;
+    free(c->rd);
+    c->rd = NULL;
 }
 
 static const char *trim(char *s)
@@ -211,45 +222,45 @@ static const char *trim(char *s)
     return s;
 }
 
-/* One complete line of the head (its first LINE_KEEP bytes in c->line, NUL-terminated). */
-static void head_line(conn_t *c)
+/* One complete line of the head (its first LINE_KEEP bytes in rd->line, NUL-terminated). */
+static void head_line(conn_reading_t *rd)
 {
-    int long_line = c->line_len >= LINE_KEEP;
+    int long_line = rd->line_len >= LINE_KEEP;
     char *colon;
     const char *v;
 
-    if (c->lines++ == 0)
+    if (rd->lines++ == 0)
         return; /* the request line: evhttp's */
-    if (c->line[0] == ' ' || c->line[0] == '\t') {
+    if (rd->line[0] == ' ' || rd->line[0] == '\t') {
         /* obs-fold: evhttp appends it to the header before */
-        if (c->framing_line)
-            c->folded = 1;
+        if (rd->framing_line)
+            rd->folded = 1;
         return;
     }
-    c->framing_line = 0;
+    rd->framing_line = 0;
     /* only Content-Length and Transfer-Encoding matter here: the other lines end at a glance */
-    if ((c->line[0] | 0x20) != 'c' && (c->line[0] | 0x20) != 't')
+    if ((rd->line[0] | 0x20) != 'c' && (rd->line[0] | 0x20) != 't')
         return;
-    if ((colon = strchr(c->line, ':')) == NULL)
+    if ((colon = strchr(rd->line, ':')) == NULL)
         return;
     *colon = '\0';
     v = trim(colon + 1);
-    if (strcasecmp(c->line, "Content-Length") == 0) {
+    if (strcasecmp(rd->line, "Content-Length") == 0) {
         char *end;
-        c->framing_line = 1;
-        c->n_length++;
+        rd->framing_line = 1;
+        rd->n_length++;
         if (long_line || *v < '0' || *v > '9' || strspn(v, "0123456789") != strlen(v)) {
-            c->length_bad = 1; /* "+80", "-1", "42, 42", empty, ... */
+            rd->length_bad = 1; /* "+80", "-1", "42, 42", empty, ... */
             return;
         }
         /* digits only: a value past the limit (or past int64) is a size refusal */
         v += strspn(v, "0");
-        c->length = strlen(v) > 18 ? INT64_MAX : (int64_t)strtoll(v, &end, 10);
-    } else if (strcasecmp(c->line, "Transfer-Encoding") == 0) {
-        c->framing_line = 1;
-        c->n_encoding++;
+        rd->length = strlen(v) > 18 ? INT64_MAX : (int64_t)strtoll(v, &end, 10);
+    } else if (strcasecmp(rd->line, "Transfer-Encoding") == 0) {
+        rd->framing_line = 1;
+        rd->n_encoding++;
         if (long_line || strcasecmp(v, "chunked") != 0)
-            c->encoding_bad = 1; /* evhttp knows nothing but chunked */
+            rd->encoding_bad = 1; /* evhttp knows nothing but chunked */
     }
 }
 
@@ -262,42 +273,45 @@ typedef struct verdict {
 /* The empty line: the head is complete. 0 when evhttp may go on with it. */
 static int head_done(conn_t *c, verdict_t *v)
 {
-    if (c->n_encoding > 0 && c->n_length > 0)
+    const conn_reading_t *rd = c->rd;
+
+    if (rd->n_encoding > 0 && rd->n_length > 0)
         *v = (verdict_t){400, BG_ERR_MISSING_PARAM, "both Content-Length and Transfer-Encoding"};
-    else if (c->n_encoding > 1 || c->encoding_bad)
+    else if (rd->n_encoding > 1 || rd->encoding_bad)
         *v =
             (verdict_t){501, BG_ERR_MISSING_PARAM, "Transfer-Encoding not supported: only chunked"};
-    else if (c->n_length > 1)
+    else if (rd->n_length > 1)
         *v = (verdict_t){400, BG_ERR_MISSING_PARAM, "more than one Content-Length"};
-    else if (c->length_bad || c->folded)
+    else if (rd->length_bad || rd->folded)
         *v = (verdict_t){400, BG_ERR_MISSING_PARAM, "invalid Content-Length"};
-    else if (c->length > REQUEST_MAX_BODY)
+    else if (rd->length > REQUEST_MAX_BODY)
         *v = (verdict_t){413, BG_ERR_LIMIT, "request body too large"};
-    else if (c->length > 0 && charge(c, c->received + (size_t)c->length) < 0)
+    else if (rd->length > 0 && charge(c, rd->received + (size_t)rd->length) < 0)
         *v = (verdict_t){503, BG_ERR_UNAVAILABLE, "too many requests being read; retry"};
     else
         return 0;
     return -1;
 }
 
-/* A line of the head ended (c->line holds its first bytes): a header, or the empty line that
+/* A line of the head ended (rd->line holds its first bytes): a header, or the empty line that
  * ends the head. 0, or -1 with the verdict. */
 static int line_end(conn_t *c, verdict_t *v)
 {
-    size_t keep = c->line_len < LINE_KEEP ? c->line_len : LINE_KEEP - 1;
+    conn_reading_t *rd = c->rd;
+    size_t keep = rd->line_len < LINE_KEEP ? rd->line_len : LINE_KEEP - 1;
 
-    if (keep > 0 && c->line[keep - 1] == '\r')
+    if (keep > 0 && rd->line[keep - 1] == '\r')
         keep--;
-    c->line[keep] = '\0';
-    if (keep == 0 && c->line_len <= 1 && c->lines > 0) {
-        c->line_len = 0;
+    rd->line[keep] = '\0';
+    if (keep == 0 && rd->line_len <= 1 && rd->lines > 0) {
+        rd->line_len = 0;
         if (head_done(c, v) < 0)
             return -1;
         c->phase = CONN_BODY;
         return 0;
     }
-    head_line(c);
-    c->line_len = 0;
+    head_line(rd);
+    rd->line_len = 0;
     return 0;
 }
 
@@ -306,15 +320,20 @@ static int follow(conn_t *c, struct evbuffer *buf, size_t n, verdict_t *v)
 {
     struct evbuffer_ptr pos;
     size_t len = evbuffer_get_length(buf);
+    conn_reading_t *rd = reading(c);
 
-    c->received += n;
-    if (charge(c, c->received) < 0) {
+    if (rd == NULL) {
+        *v = (verdict_t){503, BG_ERR_UNAVAILABLE, "out of memory; retry"};
+        return -1;
+    }
+    rd->received += n;
+    if (charge(c, rd->received) < 0) {
         *v = (verdict_t){503, BG_ERR_UNAVAILABLE, "too many requests being read; retry"};
         return -1;
     }
     if (c->phase == CONN_BODY) {
-        if (c->length < 0 &&
-            c->received > REQUEST_MAX_BODY + CONN_MAX_HEADERS_SIZE + CHUNKED_SLACK) {
+        if (rd->length < 0 &&
+            rd->received > REQUEST_MAX_BODY + CONN_MAX_HEADERS_SIZE + CHUNKED_SLACK) {
             *v = (verdict_t){413, BG_ERR_LIMIT, "request body too large"};
             return -1;
         }
@@ -336,11 +355,11 @@ static int follow(conn_t *c, struct evbuffer *buf, size_t n, verdict_t *v)
             while (p < end) {
                 const char *nl = memchr(p, '\n', (size_t)(end - p));
                 size_t seg = (size_t)((nl ? nl : end) - p);
-                if (c->line_len < LINE_KEEP - 1) {
-                    size_t room = LINE_KEEP - 1 - c->line_len;
-                    memcpy(c->line + c->line_len, p, seg < room ? seg : room);
+                if (rd->line_len < LINE_KEEP - 1) {
+                    size_t room = LINE_KEEP - 1 - rd->line_len;
+                    memcpy(rd->line + rd->line_len, p, seg < room ? seg : room);
                 }
-                c->line_len += seg;
+                rd->line_len += seg;
                 seen += seg;
                 p += seg;
                 if (nl == NULL)
@@ -354,7 +373,7 @@ static int follow(conn_t *c, struct evbuffer *buf, size_t n, verdict_t *v)
                      * watch until the request arrives (conn_request_arrived), and evhttp's
                      * drains of the head lines and the body call no callback. A chunked body
                      * is counted as it comes. */
-                    if (c->n_encoding == 0)
+                    if (rd->n_encoding == 0)
                         evbuffer_cb_clear_flags(buf, c->watch, EVBUFFER_CB_ENABLED);
                     return 0;
                 }
@@ -394,7 +413,7 @@ static void refuse_now(conn_t *c, struct evbuffer *buf, const verdict_t *v)
     evbuffer_drain(buf, evbuffer_get_length(buf));
     c->phase = CONN_REFUSED;
     c->close_at_ms = clock_coarse_ms() + REFUSED_LINGER_MS;
-    uncharge(c);
+    done_reading(c);
     log_msg(LOG_INFO, "refused a request before its body: status %d, %s, request_id %s", v->status,
             v->msg, id);
     /* A fresh answer to a socket that has sent a request: the kernel takes it whole unless the
@@ -539,7 +558,7 @@ static void adopt(evutil_socket_t fd, short what, void *arg)
         if (evcon == NULL) {
             /* untracked: never uncounted; only under memory exhaustion */
             evbuffer_remove_cb(bufferevent_get_input(c->bev), on_input, c);
-            uncharge(c);
+            done_reading(c);
             free(c);
             continue;
         }
@@ -583,7 +602,7 @@ static struct bufferevent *on_new_connection(struct event_base *base, void *arg)
     c->t = t;
     c->bev = bev;
     c->progress_ms = clock_coarse_ms();
-    head_reset(c);
+    c->phase = CONN_HEAD;
     t->fresh[t->n_fresh++] = c;
     event_active(t->adopt, EV_TIMEOUT, 0);
     t->connections++;
@@ -660,16 +679,16 @@ void conn_request_arrived(conn_table_t *t, struct evhttp_request *req, int busy)
     /* The body went from the input buffer into the request: what is left there is the head of
      * the next request, sent before this one was answered. evhttp reads it only after the
      * answer; a bad one closes the connection with the answer instead. */
-    uncharge(c);
+    done_reading(c);
     if (c->phase == CONN_REFUSED)
         return;
-    head_reset(c);
+    c->phase = CONN_HEAD;
     in = bufferevent_get_input(c->bev);
     evbuffer_cb_set_flags(in, c->watch, EVBUFFER_CB_ENABLED);
     if (evbuffer_get_length(in) > 0 && follow(c, in, evbuffer_get_length(in), &v) < 0) {
         log_msg(LOG_DEBUG, "refused a pipelined request: %d %s", v.status, v.msg);
         evbuffer_drain(in, evbuffer_get_length(in));
-        uncharge(c);
+        done_reading(c);
         c->phase = CONN_REFUSED;
         c->close_at_ms = clock_coarse_ms() + REFUSED_LINGER_MS;
         evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");

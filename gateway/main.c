@@ -1,5 +1,6 @@
 /* main.c - botgate: read the configuration, start the workers, wait for a signal, drain. */
 #include "config.h"
+#include "curlmem.h"
 #include "log.h"
 #include "worker.h"
 
@@ -25,7 +26,7 @@ int main(int argc, char **argv)
     log_set_level((log_level_t)cfg.log_level);
     /* libevent and hiredis write to sockets with plain write(2). */
     signal(SIGPIPE, SIG_IGN);
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+    if (curlmem_global_init() < 0) {
         log_msg(LOG_ERROR, "curl_global_init failed");
         return 1;
     }
