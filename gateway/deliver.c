@@ -943,6 +943,35 @@ static void on_rate_taken(void *arg, store_status_t st, store_rate_verdict_t ver
     }
 }
 
+/* The rate limits of the delivery's channel record, read once per record object: the cache
+ * hands every request the same one until it changes in Redis. */
+static void rate_policy(deliver_t *d, ratelimit_policy_t *policy)
+{
+    deliver_env_t *env = d->env;
+    bg_error_t err;
+
+    if (d->channel == env->_rate_channel && d->channel != NULL) {
+        *policy = env->_rate_policy;
+        return;
+    }
+    if (ratelimit_for_channel(d->channel, policy, &err) < 0) {
+        /* botgatectl refuses such a record; one written by hand keeps its type's limits (and
+         * is read again, and warned of, at every message) */
+        log_msg(LOG_WARN, "channel %s: %s; the type's defaults apply", d->channel_id, err.msg);
+        ratelimit_defaults(d->adapter->type, policy);
+        return;
+    }
+    json_decref(env->_rate_channel);
+    env->_rate_channel = json_incref(d->channel);
+    env->_rate_policy = *policy;
+}
+
+void deliver_env_clear(deliver_env_t *env)
+{
+    json_decref(env->_rate_channel);
+    env->_rate_channel = NULL;
+}
+
 /* Takes the message's slot of the sender's and the pair's limits, after any pause in force;
  * 1 when that is under way, 0 when the message needs no slot: its channel sets no limit at
  * all (then it skips the round trip), unless the platform just refused it (then it waits for
@@ -951,14 +980,8 @@ static int rate_take(deliver_t *d)
 {
     store_status_t st;
     ratelimit_policy_t policy;
-    bg_error_t err;
 
-    /* read at every message (a few lookups in the record): deliver_t stays small */
-    if (ratelimit_for_channel(d->channel, &policy, &err) < 0) {
-        /* botgatectl refuses such a record; one written by hand keeps its type's limits */
-        log_msg(LOG_WARN, "channel %s: %s; the type's defaults apply", d->channel_id, err.msg);
-        ratelimit_defaults(d->adapter->type, &policy);
-    }
+    rate_policy(d, &policy);
     if (ratelimit_is_off(&policy) && !d->_rate_retried && !d->_pair_held) {
         d->_slot_ready = 1;
         return 0;
