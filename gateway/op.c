@@ -476,6 +476,30 @@ static void resolve_member(op_t *op)
     member_ready(op);
 }
 
+/* Decodes a token record into op->token, once per record object: the worker's cache hands
+ * every request the same object until the record changes in Redis. -1: not a valid record. */
+static int token_decode(op_t *op, const json_t *record)
+{
+    op_env_t *env = op->env;
+    auth_token_t t;
+
+    if (record == NULL || record != env->_token.record) {
+        if (auth_token_decode(record, &t) < 0)
+            return -1;
+        auth_token_free(&env->_token);
+        env->_token = t;
+    }
+    op->token = env->_token;
+    json_incref(op->token.record);
+    return 0;
+}
+
+void op_env_clear(op_env_t *env)
+{
+    auth_token_free(&env->_token);
+    deliver_env_clear(&env->deliver);
+}
+
 static void on_token(void *arg, store_status_t st, json_t *value)
 {
     op_t *op = arg;
@@ -483,7 +507,7 @@ static void on_token(void *arg, store_status_t st, json_t *value)
     op->calls[0] = NULL;
     op->token_done = 1;
     op->token_st = st;
-    if (st == STORE_OK && auth_token_decode(value, &op->token) < 0)
+    if (st == STORE_OK && token_decode(op, value) < 0)
         op->token_st = STORE_BAD_RECORD;
     json_decref(value);
     resolve_check(op);
@@ -537,7 +561,7 @@ void op_resolve(op_t *op, const char *token_hash)
     op->member_done = op->target.member_id == NULL;
     if ((cached = store_cached_token(store, token_hash)) != NULL) {
         op->token_done = 1;
-        op->token_st = auth_token_decode(cached, &op->token) == 0 ? STORE_OK : STORE_BAD_RECORD;
+        op->token_st = token_decode(op, cached) == 0 ? STORE_OK : STORE_BAD_RECORD;
         json_decref(cached);
     }
     if ((op->dl.channel = store_cached_channel(store, op->target.channel_id)) != NULL) {

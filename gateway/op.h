@@ -54,6 +54,9 @@ typedef struct op_env {
     void (*done)(void *arg);      /* the last request in flight of a drain was freed */
     void *done_arg;
     op_route_t send_route, redirect_route; /* the route arguments of the two operations */
+    /* The last token record decoded, held (op.c token_decode): a record is never changed in
+     * place, so while the cache hands out the same object its decoding holds. */
+    auth_token_t _token;
 } op_env_t;
 
 /* call_cut: the current response's message call was stopped on the wire (outcome unknown). */
@@ -179,6 +182,10 @@ void op_fail_text(op_t *op, int code, char *text, size_t len);
 int op_drain(op_t *op, int now);
 /* Every request of env: op_drain(op, now) on each; returns how many are still in flight. */
 size_t op_drain_all(op_env_t *env, int now);
+
+/* Lets go what the worker's requests kept between them (the last token record, the
+ * deliveries' deliver_env_clear). */
+void op_env_clear(op_env_t *env);
 void op_cancel_all(op_t *op);
 /* The deadline timer of env: answers the requests whose deadline passed (the worker makes it
  * with env as argument; op.c arms it). */
