@@ -88,6 +88,8 @@ static deliver_extra_t *extra(deliver_t *d)
 
 static const json_t *info(const deliver_t *d)
 {
+    if (d->channel == d->env->_channel && d->channel != NULL)
+        return d->env->_channel_info;
     return json_object_get(d->channel, "info");
 }
 
@@ -943,14 +945,15 @@ static void on_rate_taken(void *arg, store_status_t st, store_rate_verdict_t ver
     }
 }
 
-/* The rate limits of the delivery's channel record, read once per record object: the cache
- * hands every request the same one until it changes in Redis. */
+/* The rate limits of the delivery's channel record, read once per record object (and its
+ * "info" found, for info()): the cache hands every request the same one until it changes in
+ * Redis. */
 static void rate_policy(deliver_t *d, ratelimit_policy_t *policy)
 {
     deliver_env_t *env = d->env;
     bg_error_t err;
 
-    if (d->channel == env->_rate_channel && d->channel != NULL) {
+    if (d->channel == env->_channel && d->channel != NULL) {
         *policy = env->_rate_policy;
         return;
     }
@@ -961,15 +964,17 @@ static void rate_policy(deliver_t *d, ratelimit_policy_t *policy)
         ratelimit_defaults(d->adapter->type, policy);
         return;
     }
-    json_decref(env->_rate_channel);
-    env->_rate_channel = json_incref(d->channel);
+    json_decref(env->_channel);
+    env->_channel = json_incref(d->channel);
+    env->_channel_info = json_object_get(d->channel, "info");
     env->_rate_policy = *policy;
 }
 
 void deliver_env_clear(deliver_env_t *env)
 {
-    json_decref(env->_rate_channel);
-    env->_rate_channel = NULL;
+    json_decref(env->_channel);
+    env->_channel = NULL;
+    env->_channel_info = NULL;
 }
 
 /* Takes the message's slot of the sender's and the pair's limits, after any pause in force;

@@ -34,10 +34,12 @@ typedef struct deliver_env {
     metrics_t *metrics;
     uint64_t rng;                 /* xorshift state for ids (core/rng.h) */
     struct cred_wait *cred_waits; /* deliveries waiting for a channel's credential (deliver.c) */
-    /* The last channel record whose rate limits were read, held, and those limits: a record is
-     * never changed in place (a refresh changes a copy), so while it is the same object its
-     * limits are too (deliver.c rate_policy). deliver_env_clear lets it go. */
-    json_t *_rate_channel;
+    /* The last channel record whose rate limits were read, held, with those limits and its
+     * "info" object: a record is never changed in place (a refresh changes a copy, and only
+     * the contents of its "info"), so while it is the same object they are too (deliver.c
+     * rate_policy, info). deliver_env_clear lets it go. */
+    json_t *_channel;
+    const json_t *_channel_info;
     ratelimit_policy_t _rate_policy;
 } deliver_env_t;
 
@@ -106,7 +108,7 @@ typedef struct deliver {
 /* Delivers the response text[0..len) (borrowed until done runs). done runs exactly once, from a
  * callback of the loop or at once, unless deliver_cancel comes first; the delivery is idle
  * again when it runs. */
-/* Lets go what the worker's deliveries kept between them (deliver_env_t._rate_channel). */
+/* Lets go what the worker's deliveries kept between them (deliver_env_t._channel). */
 void deliver_env_clear(deliver_env_t *env);
 
 void deliver_start(deliver_t *d, const char *text, size_t len, deliver_done_fn *done, void *arg);
