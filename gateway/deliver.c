@@ -8,6 +8,7 @@
 #include "../core/auth.h"
 #include "../core/clock.h"
 #include "../core/dlist.h"
+#include "../core/hash.h"
 #include "../core/jparse.h"
 #include "../core/rng.h"
 #include "log.h"
@@ -86,10 +87,18 @@ static deliver_extra_t *extra(deliver_t *d)
     return d->_x;
 }
 
+/* The slot where what was read of a channel record is kept (rate_policy). */
+static deliver_channel_kept_t *kept(deliver_env_t *env, const json_t *channel)
+{
+    return &env->_channels[hash_ptr(channel, DELIVER_CHANNELS_KEPT_BITS)];
+}
+
 static const json_t *info(const deliver_t *d)
 {
-    if (d->channel == d->env->_channel && d->channel != NULL)
-        return d->env->_channel_info;
+    const deliver_channel_kept_t *k = kept(d->env, d->channel);
+
+    if (k->record == d->channel && d->channel != NULL)
+        return k->info;
     return json_object_get(d->channel, "info");
 }
 
@@ -947,14 +956,14 @@ static void on_rate_taken(void *arg, store_status_t st, store_rate_verdict_t ver
 
 /* The rate limits of the delivery's channel record, read once per record object (and its
  * "info" found, for info()): the cache hands every request the same one until it changes in
- * Redis. */
+ * Redis. Records that share a slot take turns in it. */
 static void rate_policy(deliver_t *d, ratelimit_policy_t *policy)
 {
-    deliver_env_t *env = d->env;
+    deliver_channel_kept_t *k = kept(d->env, d->channel);
     bg_error_t err;
 
-    if (d->channel == env->_channel && d->channel != NULL) {
-        *policy = env->_rate_policy;
+    if (k->record == d->channel && d->channel != NULL) {
+        *policy = k->rate;
         return;
     }
     if (ratelimit_for_channel(d->channel, policy, &err) < 0) {
@@ -964,17 +973,18 @@ static void rate_policy(deliver_t *d, ratelimit_policy_t *policy)
         ratelimit_defaults(d->adapter->type, policy);
         return;
     }
-    json_decref(env->_channel);
-    env->_channel = json_incref(d->channel);
-    env->_channel_info = json_object_get(d->channel, "info");
-    env->_rate_policy = *policy;
+    json_decref(k->record);
+    k->record = json_incref(d->channel);
+    k->info = json_object_get(d->channel, "info");
+    k->rate = *policy;
 }
 
 void deliver_env_clear(deliver_env_t *env)
 {
-    json_decref(env->_channel);
-    env->_channel = NULL;
-    env->_channel_info = NULL;
+    for (size_t i = 0; i < sizeof(env->_channels) / sizeof(env->_channels[0]); i++) {
+        json_decref(env->_channels[i].record);
+        memset(&env->_channels[i], 0, sizeof(env->_channels[i]));
+    }
 }
 
 /* Takes the message's slot of the sender's and the pair's limits, after any pause in force;

@@ -7,6 +7,7 @@
 
 #include "../core/clock.h"
 #include "../core/dlist.h"
+#include "../core/hash.h"
 #include "../core/member.h"
 #include "../core/rng.h"
 
@@ -477,26 +478,28 @@ static void resolve_member(op_t *op)
 }
 
 /* Decodes a token record into op->token, once per record object: the worker's cache hands
- * every request the same object until the record changes in Redis. -1: not a valid record. */
+ * every request the same object until the record changes in Redis (records that share a slot
+ * take turns in it). -1: not a valid record. */
 static int token_decode(op_t *op, const json_t *record)
 {
-    op_env_t *env = op->env;
+    auth_token_t *k = &op->env->_tokens[hash_ptr(record, OP_TOKENS_KEPT_BITS)];
     auth_token_t t;
 
-    if (record == NULL || record != env->_token.record) {
+    if (record == NULL || record != k->record) {
         if (auth_token_decode(record, &t) < 0)
             return -1;
-        auth_token_free(&env->_token);
-        env->_token = t;
+        auth_token_free(k);
+        *k = t;
     }
-    op->token = env->_token;
+    op->token = *k;
     json_incref(op->token.record);
     return 0;
 }
 
 void op_env_clear(op_env_t *env)
 {
-    auth_token_free(&env->_token);
+    for (size_t i = 0; i < sizeof(env->_tokens) / sizeof(env->_tokens[0]); i++)
+        auth_token_free(&env->_tokens[i]);
     deliver_env_clear(&env->deliver);
 }
 

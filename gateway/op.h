@@ -32,6 +32,8 @@ typedef struct op_guard op_guard_t;
  * the message calls already on the wire finish within the upstream timeout. */
 #define OP_DRAIN_OVER 2
 
+#define OP_TOKENS_KEPT_BITS 5 /* 32 slots in op_env_t._tokens */
+
 struct op_env;
 struct op_kind;
 
@@ -54,9 +56,10 @@ typedef struct op_env {
     void (*done)(void *arg);      /* the last request in flight of a drain was freed */
     void *done_arg;
     op_route_t send_route, redirect_route; /* the route arguments of the two operations */
-    /* The last token record decoded, held (op.c token_decode): a record is never changed in
-     * place, so while the cache hands out the same object its decoding holds. */
-    auth_token_t _token;
+    /* Token records decoded, a slot each by the record's address (the last one decoded in that
+     * slot), each holding its record (op.c token_decode): a record is never changed in place,
+     * so while the cache hands out the same object its decoding holds. */
+    auth_token_t _tokens[1 << OP_TOKENS_KEPT_BITS];
 } op_env_t;
 
 /* call_cut: the current response's message call was stopped on the wire (outcome unknown). */
