@@ -8,6 +8,7 @@
 #include "../core/auth.h"
 #include "../core/clock.h"
 #include "../core/dlist.h"
+#include "../core/hash.h"
 #include "../core/jparse.h"
 #include "../core/rng.h"
 #include "log.h"
@@ -86,8 +87,18 @@ static deliver_extra_t *extra(deliver_t *d)
     return d->_x;
 }
 
+/* The slot where what was read of a channel record is kept (rate_policy). */
+static deliver_channel_kept_t *kept(deliver_env_t *env, const json_t *channel)
+{
+    return &env->_channels[hash_ptr(channel, DELIVER_CHANNELS_KEPT_BITS)];
+}
+
 static const json_t *info(const deliver_t *d)
 {
+    const deliver_channel_kept_t *k = kept(d->env, d->channel);
+
+    if (k->record == d->channel && d->channel != NULL)
+        return k->info;
     return json_object_get(d->channel, "info");
 }
 
@@ -943,6 +954,39 @@ static void on_rate_taken(void *arg, store_status_t st, store_rate_verdict_t ver
     }
 }
 
+/* The rate limits of the delivery's channel record, read once per record object (and its
+ * "info" found, for info()): the cache hands every request the same one until it changes in
+ * Redis. Records that share a slot take turns in it. */
+static void rate_policy(deliver_t *d, ratelimit_policy_t *policy)
+{
+    deliver_channel_kept_t *k = kept(d->env, d->channel);
+    bg_error_t err;
+
+    if (k->record == d->channel && d->channel != NULL) {
+        *policy = k->rate;
+        return;
+    }
+    if (ratelimit_for_channel(d->channel, policy, &err) < 0) {
+        /* botgatectl refuses such a record; one written by hand keeps its type's limits (and
+         * is read again, and warned of, at every message) */
+        log_msg(LOG_WARN, "channel %s: %s; the type's defaults apply", d->channel_id, err.msg);
+        ratelimit_defaults(d->adapter->type, policy);
+        return;
+    }
+    json_decref(k->record);
+    k->record = json_incref(d->channel);
+    k->info = json_object_get(d->channel, "info");
+    k->rate = *policy;
+}
+
+void deliver_env_clear(deliver_env_t *env)
+{
+    for (size_t i = 0; i < sizeof(env->_channels) / sizeof(env->_channels[0]); i++) {
+        json_decref(env->_channels[i].record);
+        memset(&env->_channels[i], 0, sizeof(env->_channels[i]));
+    }
+}
+
 /* Takes the message's slot of the sender's and the pair's limits, after any pause in force;
  * 1 when that is under way, 0 when the message needs no slot: its channel sets no limit at
  * all (then it skips the round trip), unless the platform just refused it (then it waits for
@@ -951,14 +995,8 @@ static int rate_take(deliver_t *d)
 {
     store_status_t st;
     ratelimit_policy_t policy;
-    bg_error_t err;
 
-    /* read at every message (a few lookups in the record): deliver_t stays small */
-    if (ratelimit_for_channel(d->channel, &policy, &err) < 0) {
-        /* botgatectl refuses such a record; one written by hand keeps its type's limits */
-        log_msg(LOG_WARN, "channel %s: %s; the type's defaults apply", d->channel_id, err.msg);
-        ratelimit_defaults(d->adapter->type, &policy);
-    }
+    rate_policy(d, &policy);
     if (ratelimit_is_off(&policy) && !d->_rate_retried && !d->_pair_held) {
         d->_slot_ready = 1;
         return 0;

@@ -23,6 +23,16 @@ struct event_base;
 struct cred_wait;
 struct deliver_extra;
 
+#define DELIVER_CHANNELS_KEPT_BITS 5 /* 32 slots in deliver_env_t._channels */
+
+/* A channel record whose rate limits were read, held, with those limits and its "info" object
+ * (deliver.c rate_policy, info). */
+typedef struct deliver_channel_kept {
+    json_t *record;
+    const json_t *info;
+    ratelimit_policy_t rate;
+} deliver_channel_kept_t;
+
 /* What every delivery of one worker shares; the worker fills it once, before its loop runs, and
  * owns it. Only that worker's thread touches it. */
 typedef struct deliver_env {
@@ -34,6 +44,11 @@ typedef struct deliver_env {
     metrics_t *metrics;
     uint64_t rng;                 /* xorshift state for ids (core/rng.h) */
     struct cred_wait *cred_waits; /* deliveries waiting for a channel's credential (deliver.c) */
+    /* Channel records whose rate limits were read, a slot each by the record's address (the
+     * last one read in that slot): a record is never changed in place (a refresh changes a
+     * copy, and only the contents of its "info"), so while it is the same object its limits
+     * and "info" are too. A slot holds its record; deliver_env_clear lets them go. */
+    deliver_channel_kept_t _channels[1 << DELIVER_CHANNELS_KEPT_BITS];
 } deliver_env_t;
 
 typedef enum {
@@ -101,6 +116,9 @@ typedef struct deliver {
 /* Delivers the response text[0..len) (borrowed until done runs). done runs exactly once, from a
  * callback of the loop or at once, unless deliver_cancel comes first; the delivery is idle
  * again when it runs. */
+/* Lets go what the worker's deliveries kept between them (deliver_env_t._channels). */
+void deliver_env_clear(deliver_env_t *env);
+
 void deliver_start(deliver_t *d, const char *text, size_t len, deliver_done_fn *done, void *arg);
 /* Stops what is in flight (no callback) and frees what it held: the delivery is idle and can
  * be started again. */

@@ -7,6 +7,7 @@
 
 #include "../core/clock.h"
 #include "../core/dlist.h"
+#include "../core/hash.h"
 #include "../core/member.h"
 #include "../core/rng.h"
 
@@ -80,11 +81,46 @@ void op_on_deadlines(evutil_socket_t fd, short what, void *arg)
 /* A recipientId that passed parsing reaches the platform whole. */
 _Static_assert(REQUEST_MAX_RECIPIENT < ADAPTER_ID_MAX, "recipientId must fit an address");
 
-/* A caller's X-Request-Id is kept when it is short and plain; otherwise one is made up. */
-static void take_request_id(op_t *op)
+/* The request headers op_start reads, found in one walk over them (evhttp_find_header would
+ * walk them once per name, and drop_request_headers once more): each is the first of its name,
+ * compared without case, as evhttp_find_header finds it. Borrowed from the request's headers. */
+typedef struct op_headers {
+    const char *request_id, *idempotency_key, *authorization;
+    struct evkeyval *connection;
+} op_headers_t;
+
+static void read_headers(struct evkeyvalq *headers, op_headers_t *h)
 {
-    const char *given = evhttp_find_header(evhttp_request_get_input_headers(op->req),
-                                           "X-Request-Id");
+    struct evkeyval *kv;
+
+    memset(h, 0, sizeof(*h));
+    TAILQ_FOREACH(kv, headers, next)
+    {
+        switch (kv->key[0] | 0x20) { /* ASCII lower case; an empty key matches none */
+        case 'x':
+            if (h->request_id == NULL && evutil_ascii_strcasecmp(kv->key, "X-Request-Id") == 0)
+                h->request_id = kv->value;
+            break;
+        case 'i':
+            if (h->idempotency_key == NULL &&
+                evutil_ascii_strcasecmp(kv->key, "Idempotency-Key") == 0)
+                h->idempotency_key = kv->value;
+            break;
+        case 'a':
+            if (h->authorization == NULL && evutil_ascii_strcasecmp(kv->key, "Authorization") == 0)
+                h->authorization = kv->value;
+            break;
+        case 'c':
+            if (h->connection == NULL && evutil_ascii_strcasecmp(kv->key, "Connection") == 0)
+                h->connection = kv;
+            break;
+        }
+    }
+}
+
+/* A caller's X-Request-Id is kept when it is short and plain; otherwise one is made up. */
+static void take_request_id(op_t *op, const char *given)
+{
     size_t n = given ? strlen(given) : 0;
 
     if (n > 0 && n < sizeof(op->id) && strspn(given, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN"
@@ -95,7 +131,8 @@ static void take_request_id(op_t *op)
     rng_hex(&op->env->deliver.rng, op->id, 16);
 }
 
-static op_t *op_new(op_env_t *env, struct evhttp_request *req, const op_kind_t *kind)
+static op_t *op_new(op_env_t *env, struct evhttp_request *req, const op_kind_t *kind,
+                    const op_headers_t *h)
 {
     op_t *op = calloc(1, sizeof(*op));
 
@@ -108,7 +145,7 @@ static op_t *op_new(op_env_t *env, struct evhttp_request *req, const op_kind_t *
     op->dl.env = &env->deliver;
     op->dl.deadline_ms = op->started_us / 1000 + env->deliver.cfg->request_timeout_ms;
     op->phase = OP_PARSE;
-    take_request_id(op);
+    take_request_id(op, h->request_id);
     DLIST_APPEND(env->ops, env->ops_last, op);
     if (!evtimer_pending(env->deadline_timer, NULL))
         arm_deadlines(env, op->started_us / 1000);
@@ -440,6 +477,32 @@ static void resolve_member(op_t *op)
     member_ready(op);
 }
 
+/* Decodes a token record into op->token, once per record object: the worker's cache hands
+ * every request the same object until the record changes in Redis (records that share a slot
+ * take turns in it). -1: not a valid record. */
+static int token_decode(op_t *op, const json_t *record)
+{
+    auth_token_t *k = &op->env->_tokens[hash_ptr(record, OP_TOKENS_KEPT_BITS)];
+    auth_token_t t;
+
+    if (record == NULL || record != k->record) {
+        if (auth_token_decode(record, &t) < 0)
+            return -1;
+        auth_token_free(k);
+        *k = t;
+    }
+    op->token = *k;
+    json_incref(op->token.record);
+    return 0;
+}
+
+void op_env_clear(op_env_t *env)
+{
+    for (size_t i = 0; i < sizeof(env->_tokens) / sizeof(env->_tokens[0]); i++)
+        auth_token_free(&env->_tokens[i]);
+    deliver_env_clear(&env->deliver);
+}
+
 static void on_token(void *arg, store_status_t st, json_t *value)
 {
     op_t *op = arg;
@@ -447,7 +510,7 @@ static void on_token(void *arg, store_status_t st, json_t *value)
     op->calls[0] = NULL;
     op->token_done = 1;
     op->token_st = st;
-    if (st == STORE_OK && auth_token_decode(value, &op->token) < 0)
+    if (st == STORE_OK && token_decode(op, value) < 0)
         op->token_st = STORE_BAD_RECORD;
     json_decref(value);
     resolve_check(op);
@@ -501,7 +564,7 @@ void op_resolve(op_t *op, const char *token_hash)
     op->member_done = op->target.member_id == NULL;
     if ((cached = store_cached_token(store, token_hash)) != NULL) {
         op->token_done = 1;
-        op->token_st = auth_token_decode(cached, &op->token) == 0 ? STORE_OK : STORE_BAD_RECORD;
+        op->token_st = token_decode(op, cached) == 0 ? STORE_OK : STORE_BAD_RECORD;
         json_decref(cached);
     }
     if ((op->dl.channel = store_cached_channel(store, op->target.channel_id)) != NULL) {
@@ -525,22 +588,17 @@ void op_resolve(op_t *op, const char *token_hash)
 
 /* The request headers are read by now (X-Request-Id in op_new, Authorization here): they go
  * while the request waits for the platform, less memory per request in flight, and the
- * token with them. Only Connection stays: evhttp reads it again when it answers, to
- * keep the connection open or close it as the client asked. */
-static void drop_request_headers(op_t *op)
+ * token with them. Only Connection stays, as it came: evhttp reads it again when it answers,
+ * to keep the connection open or close it as the client asked. */
+static void drop_request_headers(op_t *op, const op_headers_t *h)
 {
     struct evkeyvalq *headers = evhttp_request_get_input_headers(op->req);
-    const char *connection = evhttp_find_header(headers, "Connection");
-    char keep[64];
-    size_t n = connection ? strlen(connection) : 0;
 
-    if (n >= sizeof(keep))
-        return; /* not a value evhttp knows; left as it came */
-    if (connection != NULL)
-        memcpy(keep, connection, n + 1);
+    if (h->connection != NULL)
+        TAILQ_REMOVE(headers, h->connection, next);
     evhttp_clear_headers(headers);
-    if (connection != NULL)
-        evhttp_add_header(headers, "Connection", keep);
+    if (h->connection != NULL)
+        TAILQ_INSERT_TAIL(headers, h->connection, next);
 }
 
 /* The accessToken value of a query, decoded as evhttp decodes it (a '+' is a space), with its
@@ -565,10 +623,9 @@ static char *query_token(const char *query, size_t *len)
 }
 
 /* Takes the token of the request, or answers "not authorized". Returns 0 when there is one. */
-static int take_token(op_t *op, char token_hash[AUTH_HASH_HEX])
+static int take_token(op_t *op, const op_headers_t *h, char token_hash[AUTH_HASH_HEX])
 {
-    const char *auth = evhttp_find_header(evhttp_request_get_input_headers(op->req),
-                                          "Authorization");
+    const char *auth = h->authorization;
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(op->req);
     const char *query = uri ? evhttp_uri_get_query(uri) : NULL;
     size_t query_len = 0, len = 0;
@@ -582,7 +639,7 @@ static int take_token(op_t *op, char token_hash[AUTH_HASH_HEX])
         found = 1;
     }
     free(from_query);
-    drop_request_headers(op);
+    drop_request_headers(op, h);
     if (!found) {
         op_fail_code(op, BG_ERR_UNAUTHORIZED, "User is not authorized");
         return -1;
@@ -619,26 +676,26 @@ void op_start(void *route, struct evhttp_request *req)
 {
     op_env_t *env = ((op_route_t *)route)->env;
     const op_kind_t *kind = ((op_route_t *)route)->kind;
-    op_t *op = op_new(env, req, kind);
+    op_headers_t h;
+    op_t *op;
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t len = evbuffer_get_length(in);
     const char *body;
     bg_error_t err;
     char token_hash[AUTH_HASH_HEX];
-    const char *key;
     int guard = 0;
 
-    if (op == NULL) {
+    read_headers(evhttp_request_get_input_headers(req), &h);
+    if ((op = op_new(env, req, kind, &h)) == NULL) {
         http_refuse(env->http, req); /* only calloc failing gets here */
         return;
     }
     body = len ? (const char *)evbuffer_pullup(in, -1) : "";
     /* before the headers go (take_token); member order alone makes its guard once the member
      * is known (op_guard_turn) */
-    key = evhttp_find_header(evhttp_request_get_input_headers(req), "Idempotency-Key");
-    if (key != NULL)
-        guard = op_guard_take(op, key, body, len);
-    if (take_token(op, token_hash) < 0)
+    if (h.idempotency_key != NULL)
+        guard = op_guard_take(op, h.idempotency_key, body, len);
+    if (take_token(op, &h, token_hash) < 0)
         return;
     if (guard < 0) {
         op_fail_code(op, guard == -1 ? BG_ERR_MISSING_PARAM : BG_ERR_UNAVAILABLE,

@@ -32,6 +32,8 @@ typedef struct op_guard op_guard_t;
  * the message calls already on the wire finish within the upstream timeout. */
 #define OP_DRAIN_OVER 2
 
+#define OP_TOKENS_KEPT_BITS 5 /* 32 slots in op_env_t._tokens */
+
 struct op_env;
 struct op_kind;
 
@@ -54,6 +56,10 @@ typedef struct op_env {
     void (*done)(void *arg);      /* the last request in flight of a drain was freed */
     void *done_arg;
     op_route_t send_route, redirect_route; /* the route arguments of the two operations */
+    /* Token records decoded, a slot each by the record's address (the last one decoded in that
+     * slot), each holding its record (op.c token_decode): a record is never changed in place,
+     * so while the cache hands out the same object its decoding holds. */
+    auth_token_t _tokens[1 << OP_TOKENS_KEPT_BITS];
 } op_env_t;
 
 /* call_cut: the current response's message call was stopped on the wire (outcome unknown). */
@@ -179,6 +185,10 @@ void op_fail_text(op_t *op, int code, char *text, size_t len);
 int op_drain(op_t *op, int now);
 /* Every request of env: op_drain(op, now) on each; returns how many are still in flight. */
 size_t op_drain_all(op_env_t *env, int now);
+
+/* Lets go what the worker's requests kept between them (the last token record, the
+ * deliveries' deliver_env_clear). */
+void op_env_clear(op_env_t *env);
 void op_cancel_all(op_t *op);
 /* The deadline timer of env: answers the requests whose deadline passed (the worker makes it
  * with env as argument; op.c arms it). */

@@ -320,6 +320,7 @@ void worker_cleanup(worker_t *w)
         event_free(w->env.deadline_timer);
     upstream_free(w->env.deliver.up);
     upstream_free(w->env.deliver.up_user);
+    op_env_clear(&w->env);
     script_cache_free(w->env.scripts);
     w->env.scripts = NULL;
     store_free(w->env.deliver.store);

@@ -74,6 +74,21 @@ class Cached(StackTest):
         a = s.send(body, tok)
         self.assertEqual((a.status, a.json.get("err_code")), (500, 112), a)
 
+    def test_rate_limit_change_arrives(self):
+        # A worker reads a channel's rate limits once per cached record: a changed record (a
+        # new object in the cache) brings its new limits.
+        s = self.s
+        tok, body = tenant(s, "fr", "mr", "psid-5")
+        s.put("channel", facebook_channel("fr", "A", rateLimit={
+            "perRecipient": {"everyMs": 86400000, "burst": 1}}))
+        time.sleep(0.8)
+        self.assertEqual(s.send(body, tok).json["sendResult"]["ok"], 1)
+        a = s.send(body, tok)  # the member's next slot is a day away
+        self.assertEqual(a.json["sendResult"]["result"][0]["error"]["err_code"], 120, a)
+        s.put("channel", facebook_channel("fr", "A", rateLimit={"perRecipient": {"everyMs": 0}}))
+        time.sleep(0.8)
+        self.assertEqual(s.send(body, tok).json["sendResult"]["ok"], 1)
+
 
 class DeadlineWhileShared(StackTest):
     """Requests whose deadline passes while they wait on one shared read: each is answered,

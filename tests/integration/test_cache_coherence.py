@@ -2,6 +2,7 @@
 CLIENT TRACKING ... REDIRECT to each worker's subscriber): a change written by anyone is seen
 by the next request on every worker of every instance, with no waiting; while the
 invalidation connection is down the cache is bypassed, and it serves again once back."""
+import hashlib
 import json
 import unittest
 
@@ -50,6 +51,22 @@ class Coherent(StackTest):
         tok, body = tenant(self.s, "cc-rev", "mc-rev", "psid-cc1")
         self.warm(body, tok)
         self.s.ctl("token", "revoke", tok)
+        for url in self.urls:
+            for _ in range(SENDS):
+                self.assert_unauthorized(self.send(url, body, tok))
+
+    def test_token_scopes_changed_seen_at_once(self):
+        # A worker decodes a token record once while its cache hands out the same record: the
+        # record rewritten (its scopes no longer allow sends) is read and decoded anew.
+        tok, body = tenant(self.s, "cc-scope", "mc-scope", "psid-cc5")
+        self.warm(body, tok)
+        h = hashlib.sha256(tok.encode()).hexdigest()
+        key = [k for k in self.s.redis("KEYS", "*token*") if h in k]
+        self.assertEqual(len(key), 1, key)
+        rec = json.loads(self.s.redis("GET", key[0]))
+        self.assertIn("bot:sendResponses", rec["scopes"])
+        rec["scopes"] = ["bot:redirectMemberToNode"]
+        self.s.redis("SET", key[0], json.dumps(rec))  # another system's write
         for url in self.urls:
             for _ in range(SENDS):
                 self.assert_unauthorized(self.send(url, body, tok))

@@ -462,6 +462,36 @@ class SendApi(StackTest):
             self.assertNotEqual(h.get("connection", "").lower(), "keep-alive")
             self.assertEqual(c.recv(1), b"")
 
+    def test_header_names_are_read_without_case(self):
+        # The headers botgate reads (Authorization, X-Request-Id, Idempotency-Key, Connection)
+        # are found whatever the case of their names, the first of each name when repeated.
+        body = json.dumps({"channelId": "fb1", "memberId": "m1",
+                           "response": [{"type": "TEXT", "text": "cased"}]}).encode()
+        head = ["POST /sendResponses HTTP/1.1", "Host: x", "x-request-id: crm-43",
+                "X-REQUEST-ID: crm-44", "AUTHORIZATION: Bearer " + self.tok,
+                "idempotency-KEY: cased-%d" % time.time_ns(), "Content-Type: application/json",
+                "Content-Length: %d" % len(body), "connection: close"]
+        with socket.create_connection(("127.0.0.1", self.s.port), timeout=10) as c:
+            c.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+            data = b""
+            while True:
+                chunk = c.recv(65536)
+                if not chunk:
+                    break  # closed after the answer, as connection: close asked
+                data += chunk
+        head_text, rest = data.split(b"\r\n\r\n", 1)
+        lines = head_text.decode().split("\r\n")
+        headers = {k.lower(): v.strip() for k, v in (l.split(":", 1) for l in lines[1:])}
+        self.assertIn(" 200 ", lines[0] + " ")
+        self.assertEqual(headers.get("x-request-id"), "crm-43")
+        self.assertEqual(headers.get("connection", "").lower(), "close")
+        self.assertEqual(json.loads(rest)["sendResult"]["ok"], 1)
+        # the key is read under a name in another case: a bad one is refused
+        a = self.send({"channelId": "fb1", "memberId": "m1",
+                       "response": [{"type": "TEXT", "text": "cased"}]},
+                      headers={"idempotency-KEY": "k" * 300})
+        self.assert_error(a, 108, http_status=a.status, mentions="Idempotency-Key")
+
     def test_each_call_reaches_its_own_url(self):
         # A transfer record keeps the parsed URL of its last call for the next one to the same
         # URL: calls that alternate between two channels (two tokens) must each carry their own.
