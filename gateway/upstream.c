@@ -511,10 +511,10 @@ static int on_prereq(void *arg, char *primary_ip, char *local_ip, int primary_po
     return CURL_PREREQFUNC_OK;
 }
 
-/* Every TLS connection reads ahead: OpenSSL reads what the socket holds at once, instead of
- * a record's 5-byte header and then its body in two reads (over HTTP/2, an answer's record and
- * the next small frame's: bench/README.md). What it reads beyond the record curl asked for is
- * looked after by tls_redrive. */
+/* TLS connections read ahead (not through a proxy: easy_new): OpenSSL reads what the socket holds
+ * at once, instead of a record's 5-byte header and then its body in two reads (over HTTP/2, an
+ * answer's record and the next small frame's: bench/README.md). What it reads beyond the record
+ * curl asked for is looked after by tls_redrive. */
 static CURLcode on_ssl_ctx(CURL *easy, void *ctx, void *arg)
 {
     upstream_t *up = arg;
@@ -556,8 +556,12 @@ static CURL *easy_new(upstream_t *up, upstream_xfer_t *x)
      * per transfer in flight), and a new connection resumes a TLS session only when the
      * handle that happens to open it made one before. The share holds one cache for all. */
     curl_easy_setopt(e, CURLOPT_SHARE, up->share);
-    curl_easy_setopt(e, CURLOPT_SSL_CTX_FUNCTION, on_ssl_ctx);
-    curl_easy_setopt(e, CURLOPT_SSL_CTX_DATA, up);
+    /* Not through a proxy: libcurl 7.88 calls this for an HTTPS proxy's TLS too, and tells
+     * only the platform connection's SSL object, so what the proxy's held would stay behind. */
+    if (!up->proxy_env || up->cfg.direct) {
+        curl_easy_setopt(e, CURLOPT_SSL_CTX_FUNCTION, on_ssl_ctx);
+        curl_easy_setopt(e, CURLOPT_SSL_CTX_DATA, up);
+    }
     if (up->cfg.ca_file != NULL && up->cfg.ca_file[0] != '\0')
         curl_easy_setopt(e, CURLOPT_CAINFO, up->cfg.ca_file);
     if (up->cfg.http1)
