@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #define SHARD_XFERS 128 /* transfers in flight per multi handle before the next one is used */
-#define SHARDS_MAX  64
+#define SHARDS_MAX 64
 #define URL_SLOTS   64 /* parsed URLs kept per worker */
 /* A header line of the lists rather than CURLOPT_USERAGENT, which every easy handle would copy
  * and format again into a line of its own: two allocations per transfer in flight. */
@@ -70,10 +70,10 @@ struct upstream_xfer {
     CURL *easy;
     struct curl_slist *headers; /* owned, unless it is up->json_headers */
     upstream_url_t *url;        /* the parsed URL curl was given, while in flight; or NULL */
-    char *body;                 /* the request body, owned */
+    char *body;           /* the request body, owned */
     upstream_cb *cb;
     void *arg;
-    char *buf; /* the answer body */
+    char *buf;            /* the answer body */
     size_t len, cap, max;
     char retry_after[32];
     long hop;      /* redirects followed at the last pre-request check, -1 before it */
@@ -103,7 +103,7 @@ struct upstream {
     int n_shards;
     size_t in_flight;
     upstream_xfer_t *spare;
-    int proxy_env;                   /* the environment names a proxy: let curl use it */
+    int proxy_env; /* the environment names a proxy: let curl use it */
     struct curl_slist *json_headers; /* the usual list, shared: JSON content type, no Expect */
     CURLSH *share;                   /* TLS sessions and DNS answers of all its transfers */
     upstream_sock_t **socks;         /* by descriptor: the sockets curl gave us, parked ones too */
@@ -487,7 +487,8 @@ static void tls_pair(upstream_xfer_t *x)
  * not (FOLLOW_RETRY), so a changed count starts a new hop whose bytes so far are the baseline.
  * A resend on a new connection through a proxy counts that connection's CONNECT too: such an
  * attempt is refused even when nothing of the request had gone out, never sent twice. */
-static int on_prereq(void *arg, char *primary_ip, char *local_ip, int primary_port, int local_port)
+static int on_prereq(void *arg, char *primary_ip, char *local_ip, int primary_port,
+                     int local_port)
 {
     upstream_xfer_t *x = arg;
     long sent = 0, hop = 0;
