@@ -3,7 +3,9 @@ is refused, a new connection resumes the TLS session that another transfer of th
 (one session cache for all of a worker's transfers, not one per easy handle), and sends to a
 platform that speaks HTTP/2 share one connection instead of opening one each (nginx, from
 Debian, as the HTTP/2 front of the simulator), while sends over cleartext HTTP/1.1 do not wait
-for a first answer before opening their connections."""
+for a first answer before opening their connections. An answer that comes as several TLS
+records in one TCP segment is read whole: botgate's TLS reads ahead, and what OpenSSL holds
+beyond the record curl asked for must not wait for the socket to become readable again."""
 import getpass
 import grp
 import http.server
@@ -59,6 +61,85 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
+
+
+class SplitRecords(threading.Thread):
+    """An HTTP/1.1 keep-alive platform over TLS that writes each answer as three TLS records
+    (head, and the body in two halves) and sends them in one send() call, so that they arrive
+    together: a reader that reads ahead gets all three in one read."""
+
+    def __init__(self, cert, key):
+        super().__init__(daemon=True)
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(cert, key)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.lock = threading.Lock()
+        self.answers = 0      # answers sent
+        self.connections = 0  # connections accepted
+
+    def run(self):
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.connections += 1
+            threading.Thread(target=self.serve, args=(conn,), daemon=True).start()
+
+    def serve(self, conn):
+        inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = self.ctx.wrap_bio(inc, out, server_side=True)
+        buf = b""
+        try:
+            while True:
+                try:
+                    if tls.version() is None:
+                        tls.do_handshake()
+                    while True:  # every record that came
+                        data = tls.read(65536)
+                        if not data:
+                            return
+                        buf += data
+                except ssl.SSLWantReadError:
+                    pass
+                conn.sendall(out.read())
+                head, sep, rest = buf.partition(b"\r\n\r\n")
+                if sep:
+                    length = 0
+                    for line in head.split(b"\r\n")[1:]:
+                        name, _, value = line.partition(b":")
+                        if name.strip().lower() == b"content-length":
+                            length = int(value)
+                    if len(rest) >= length:
+                        self.answer(conn, tls, out, json.loads(rest[:length]))
+                        buf = rest[length:]
+                        continue
+                data = conn.recv(65536)
+                if not data:
+                    return
+                inc.write(data)
+        except (OSError, ssl.SSLError):
+            pass
+        finally:
+            conn.close()
+
+    def answer(self, conn, tls, out, body):
+        with self.lock:
+            self.answers += 1
+            n = self.answers
+        text = json.dumps({"recipient_id": body["recipient"]["id"],
+                           "message_id": "m_split_%d" % n}).encode()
+        half = len(text) // 2
+        tls.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(text))
+        tls.write(text[:half])
+        tls.write(text[half:])
+        conn.sendall(out.read())  # the three records in one segment
+
+    def close(self):
+        self.listener.close()
 
 
 def make_cert(directory, name):
@@ -166,6 +247,44 @@ http {
     }
 }
 """
+
+
+class SplitRecordUpstream(StackTest):
+    stack_args = {"workers": 1, "start_gateway": False}
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        s = cls.s
+        cert, key = make_cert(s.dir, "split")
+        cls.platform = SplitRecords(cert, key)
+        cls.platform.start()
+        s.start_gateway(extra={
+            "BOTGATE_FACEBOOK_API_URL": "https://127.0.0.1:%d/graph/v19.0" % cls.platform.port,
+            "BOTGATE_CA_FILE": cert})
+        cls.tok, cls.body = tenant(s, "split-fb", "split-m", "psid-99")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.platform.close()
+        super().tearDownClass()
+
+    def test_an_answer_in_several_records_at_once_is_read_whole(self):
+        # one after the other on a kept-alive connection, then 20 at once on several
+        for i in range(5):
+            a = self.s.send(self.body, self.tok, timeout=15)
+            self.assertEqual(a.status, 200, a)
+            self.assertEqual(a.json["sendResult"]["ok"], 1, a)
+            self.assertTrue(a.json["sendResult"]["result"][0]["messageEvent"]["messageId"]
+                            .startswith("m_split_"), a)
+        self.assertEqual(self.platform.connections, 1)
+        with ThreadPoolExecutor(20) as pool:
+            answers = list(pool.map(lambda _: self.s.send(self.body, self.tok, timeout=15),
+                                    range(20)))
+        for a in answers:
+            self.assertEqual(a.status, 200, a)
+            self.assertEqual(a.json["sendResult"]["ok"], 1, a)
+        self.assertEqual(self.platform.answers, 25)
 
 
 def established_to(port):
