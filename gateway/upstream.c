@@ -570,9 +570,15 @@ static CURL *easy_new(upstream_t *up, upstream_xfer_t *x)
     /* Platform calls use the proxy the environment names. URLs users give never do: the SSRF
      * guard would see the proxy's address instead of the one the proxy then reaches, and a
      * proxy would fetch cloud metadata for anyone who asks. Without proxy variables, tell
-     * curl so: it would otherwise read them and parse the URL for them on every transfer. */
-    if (!up->proxy_env || up->cfg.direct)
+     * curl so: it would otherwise read them and parse the URL for them on every transfer.
+     * An empty no-proxy list too: without one, libcurl 7.88 reads no_proxy and NO_PROXY from
+     * the environment on every transfer (a walk of the whole environment each, which a
+     * container's injected service variables make long), only to find there is no proxy to
+     * skip. With a proxy in use, NO_PROXY is left for curl to read, as the user set it. */
+    if (!up->proxy_env || up->cfg.direct) {
         curl_easy_setopt(e, CURLOPT_PROXY, "");
+        curl_easy_setopt(e, CURLOPT_NOPROXY, "");
+    }
     return e;
 }
 
