@@ -105,9 +105,9 @@ void jw_str(jsonw_t *w, const char *s)
         return;
     }
     /* room for exactly what is written: reserving the worst case (every byte as \u00XX) made
-     * a short body's buffer six times its size */
-    n = 2;
-    for (run = p; *run; run++) {
+     * a short body's buffer six times its size. The plain bytes before run were counted above. */
+    n = 2 + (size_t)(run - p);
+    for (; *run; run++) {
         if (*run >= 0x20 && *run != '"' && *run != '\\')
             n += 1;
         else if (strchr("\"\\\b\f\n\r\t", *run) != NULL) /* *run is not NUL here */
