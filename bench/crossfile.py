@@ -103,7 +103,6 @@ def main():
     harness.BIN = os.path.abspath(args[0] if args else os.path.join(HERE, "..", "build-debug", "bin"))
     s = harness.Stack(workers=1, start_gateway=False)
     out = tempfile.mktemp(prefix="callgrind.", dir=s.dir)
-    p = None
     totals = []
     try:
         s.put("channel", harness.facebook_channel("fb", "A"))
@@ -114,19 +113,9 @@ def main():
                     '{"type":"TEXT","text":"a"}]}}}')
         s.ctl("tree", "import", tree)
         tok = s.token("A", "bot:admin")
-        s.port = harness.free_port()
-        s.url = "http://127.0.0.1:%d" % s.port
-        env = s.gateway_env()
-        env.update({"BOTGATE_WORKERS": "1", "BOTGATE_LOG_LEVEL": "info",
-                    "BOTGATE_REQUEST_TIMEOUT_MS": "60000",
-                    "BOTGATE_UPSTREAM_TIMEOUT_MS": "50000",
-                    "BOTGATE_REDIS_TIMEOUT_MS": "20000",
-                    "BOTGATE_MEMBER_ORDER": os.environ.get("BOTGATE_MEMBER_ORDER", "1")})
-        p = subprocess.Popen(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
-                              os.path.join(harness.BIN, "botgate")], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        harness.wait_for(lambda: harness.http("GET", s.url + "/readyz", timeout=5).status == 200,
-                         timeout=60, what="botgate under callgrind")
+        p = s.start_gateway_under_callgrind(out, {
+            "BOTGATE_LOG_LEVEL": "info",
+            "BOTGATE_MEMBER_ORDER": os.environ.get("BOTGATE_MEMBER_ORDER", "1")})
         for label, path, body in OPERATIONS:
             for _ in range(3):  # warm-up
                 a = s.post(path, body, token=tok, timeout=60)
@@ -146,10 +135,7 @@ def main():
             for (fa, a_fn, fb, b_fn), n in sorted(found.items()):
                 print("  %-40s -> %-40s %d" % ("%s:%s" % (fa, a_fn), "%s:%s" % (fb, b_fn), n))
     finally:
-        if p is not None:
-            p.terminate()
-            p.wait(60)
-        s.close()
+        s.close()  # botgate too
         s.cleanup_dir()
     if budgets:
         over = [(t, b) for t, b in zip(totals, budgets) if t > b]

@@ -121,20 +121,8 @@ def run_config(extra):
                     'text = \'b\'}} end return nil"}}}')
         s.ctl("tree", "import", tree)
         tok = s.token("A", "bot:admin")
-        s.port = harness.free_port()
-        s.url = "http://127.0.0.1:%d" % s.port
-        env = s.gateway_env()
-        env["BOTGATE_WORKERS"] = "1"
-        env["BOTGATE_LOG_LEVEL"] = os.environ.get("BENCH_LOG_LEVEL", "warn")
-        env["BOTGATE_REQUEST_TIMEOUT_MS"] = "60000"
-        env["BOTGATE_UPSTREAM_TIMEOUT_MS"] = "50000"
-        env["BOTGATE_REDIS_TIMEOUT_MS"] = "20000"
-        env.update(extra)
-        p = subprocess.Popen(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
-                              os.path.join(BIN, "botgate")], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        harness.wait_for(lambda: harness.http("GET", s.url + "/readyz", timeout=5).status == 200,
-                         timeout=60, what="botgate under callgrind")
+        p = s.start_gateway_under_callgrind(
+            out, dict({"BOTGATE_LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "warn")}, **extra))
         pool = ThreadPoolExecutor(max_workers=16)
 
         def one(path, body, keyed, spread):
@@ -178,6 +166,7 @@ def run_config(extra):
         p.wait(60)
         keep = os.environ.get("KEEP_CALLGRIND")
         if keep:
+            os.makedirs(keep, exist_ok=True)
             for f in os.listdir(s.dir):
                 if f.startswith(os.path.basename(out)):
                     os.rename(os.path.join(s.dir, f), os.path.join(keep, f))

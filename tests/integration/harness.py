@@ -450,6 +450,25 @@ class Stack:
                  what="botgate /readyz")
         return self.procs[name]
 
+    def start_gateway_under_callgrind(self, out, settings):
+        """botgate with one worker under callgrind (its profile to the file out; dumped with
+        callgrind_control), deadlines long enough for valgrind's slowness, then settings.
+        Kept as procs["botgate"], so that close() stops it; returned once /readyz answers.
+        The bench's counters (bench/instructions.py, bench/crossfile.py) run it so."""
+        self.port = free_port()
+        self.url = "http://127.0.0.1:%d" % self.port
+        env = self.gateway_env()
+        env.update({"BOTGATE_WORKERS": "1", "BOTGATE_REQUEST_TIMEOUT_MS": "60000",
+                    "BOTGATE_UPSTREAM_TIMEOUT_MS": "50000", "BOTGATE_REDIS_TIMEOUT_MS": "20000"})
+        env.update(settings)
+        p = subprocess.Popen(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
+                              os.path.join(BIN, "botgate")], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.procs["botgate"] = p
+        wait_for(lambda: http("GET", self.url + "/readyz", timeout=5).status == 200,
+                 timeout=60, what="botgate under callgrind")
+        return p
+
     def stop_gateway(self, name="botgate", sig=signal.SIGTERM, timeout=30):
         p = self.procs.pop(name, None)
         if p is None:
