@@ -16,9 +16,7 @@
 #include <curl/curl.h>
 #include <event2/event.h>
 #include <event2/event_struct.h>
-#include <openssl/ssl.h>
 #include <openssl/x509.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +31,6 @@
 #define USER_AGENT "User-Agent: botgate/1.0"
 
 typedef struct upstream_shard upstream_shard_t;
-typedef struct upstream_sock upstream_sock_t;
 
 /* A URL parsed for CURLOPT_CURLU, kept for the next calls to the same URL. Owned by its
  * upstream_t (urls, by hash of the text); its transfers in flight hold a reference each, as curl
@@ -47,20 +44,14 @@ typedef struct upstream_url {
 /* Owned by its upstream_t (socks, by descriptor): created on curl's first wish for a socket,
  * freed on CURL_POLL_REMOVE, or, when parked, when curl closes the socket. What curl wished last
  * is in the event's flags, and one socket per platform call waits at a time. */
-struct upstream_sock {
+typedef struct upstream_sock {
     struct event ev;
     upstream_shard_t *sh;
     /* Curl let the socket go (CURL_POLL_REMOVE) when its connection went back to the pool, and
      * wants it again for the next call on that connection: the event stays registered
      * meanwhile, so that a kept-alive connection costs no epoll_ctl per call (see park). */
     int parked;
-    /* The connection's TLS, which reads ahead (see on_ssl_ctx); while curl wants the socket,
-     * the record is on its shard's list of sockets to look at after curl ran. */
-    SSL *ssl;
-    upstream_sock_t *tls_prev, *tls_next;
-    int tls_listed;
-    unsigned redrives; /* made readable in a row for what OpenSSL held (tls_redrive) */
-};
+} upstream_sock_t;
 
 /* Owned by upstream_t: in flight from upstream_start until its callback or cancel, then kept
  * on the free list with its easy handle. */
@@ -78,11 +69,11 @@ struct upstream_xfer {
     char retry_after[32];
     long hop;      /* redirects followed at the last pre-request check, -1 before it */
     long hop_sent; /* request bytes curl had counted when this hop's first attempt began */
+    unsigned flags;
     /* as bits: a record per transfer in flight, thousands at once (bench/README.md) */
-    unsigned flags : 4, has_retry_after : 1, blocked : 1, too_large : 1;
+    unsigned has_retry_after : 1, blocked : 1, too_large : 1;
     unsigned resend_refused : 1; /* curl wanted to send the request again after it went out */
-    curl_socket_t fd;            /* the socket curl last wanted to read for it; or -1 */
-    upstream_xfer_t *next;       /* free list */
+    upstream_xfer_t *next; /* free list */
 };
 
 /* Owned by its upstream_t. */
@@ -92,7 +83,6 @@ struct upstream_shard {
     struct event *timer;
     size_t in_flight;
     int in_curl; /* inside curl_multi_socket_action, called from on_event or on_curl_timeout */
-    upstream_sock_t *tls; /* its TLS sockets curl wants (not parked), each with its ssl */
 };
 
 /* Owned by its worker. */
@@ -108,78 +98,10 @@ struct upstream {
     CURLSH *share;                   /* TLS sessions and DNS answers of all its transfers */
     upstream_sock_t **socks;         /* by descriptor: the sockets curl gave us, parked ones too */
     int n_socks;
-    int tls_ctxs; /* it made a TLS context (on_ssl_ctx): its sockets may be TLS connections */
     upstream_url_t urls[URL_SLOTS];
 };
 
 static void check_done(upstream_shard_t *sh);
-
-static void tls_unlist(upstream_sock_t *sk)
-{
-    if (!sk->tls_listed)
-        return;
-    if (sk->tls_prev != NULL)
-        sk->tls_prev->tls_next = sk->tls_next;
-    else
-        sk->sh->tls = sk->tls_next;
-    if (sk->tls_next != NULL)
-        sk->tls_next->tls_prev = sk->tls_prev;
-    sk->tls_prev = sk->tls_next = NULL;
-    sk->tls_listed = 0;
-}
-
-static void tls_list(upstream_sock_t *sk)
-{
-    if (sk->ssl == NULL || sk->tls_listed)
-        return;
-    sk->tls_next = sk->sh->tls;
-    if (sk->tls_next != NULL)
-        sk->tls_next->tls_prev = sk;
-    sk->sh->tls = sk;
-    sk->tls_listed = 1;
-}
-
-/* The index of a socket record in its connection's SSL object, so that OpenSSL tells when it
- * frees the object first (on_ssl_free). */
-static int ssl_index = -1;
-static pthread_once_t ssl_index_once = PTHREAD_ONCE_INIT;
-
-static void on_ssl_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl, void *argp)
-{
-    upstream_sock_t *sk = ptr;
-
-    (void)parent;
-    (void)ad;
-    (void)idx;
-    (void)argl;
-    (void)argp;
-    if (sk != NULL) {
-        tls_unlist(sk);
-        sk->ssl = NULL;
-    }
-}
-
-static void ssl_index_new(void)
-{
-    ssl_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, on_ssl_free);
-}
-
-/* With read-ahead, OpenSSL may hold whole records that it read from the socket along with the
- * one curl asked for. libcurl 7.88 asks only SSL_pending, which counts none of them, and then
- * waits for the socket, which has nothing more to tell: such a socket is made readable here,
- * and curl reads on in this loop iteration. Each pass takes at least a record out of the
- * buffer, so this ends; the bound is a safeguard for a transfer that stops reading. */
-static void tls_redrive(upstream_shard_t *sh)
-{
-    for (upstream_sock_t *sk = sh->tls; sk != NULL; sk = sk->tls_next) {
-        if (!SSL_has_pending(sk->ssl)) {
-            sk->redrives = 0;
-        } else if (sk->redrives < 4096) {
-            sk->redrives++;
-            event_active(&sk->ev, EV_READ, 1);
-        }
-    }
-}
 
 /* Lets curl act on a socket (or on its timeout), then hands up what it finished. */
 static void multi_act(upstream_shard_t *sh, curl_socket_t fd, int action)
@@ -190,8 +112,6 @@ static void multi_act(upstream_shard_t *sh, curl_socket_t fd, int action)
     curl_multi_socket_action(sh->multi, fd, action, &running);
     sh->in_curl = 0;
     check_done(sh);
-    if (sh->tls != NULL)
-        tls_redrive(sh);
 }
 
 static void on_event(evutil_socket_t fd, short what, void *arg)
@@ -222,9 +142,6 @@ static void on_curl_timeout(evutil_socket_t fd, short what, void *arg)
 
 static void sock_free(upstream_t *up, curl_socket_t s, upstream_sock_t *sk)
 {
-    tls_unlist(sk);
-    if (sk->ssl != NULL)
-        SSL_set_ex_data(sk->ssl, ssl_index, NULL);
     event_del(&sk->ev);
     if (s >= 0 && s < up->n_socks && up->socks[s] == sk)
         up->socks[s] = NULL;
@@ -269,21 +186,6 @@ static int sock_keep(upstream_t *up, curl_socket_t s, upstream_sock_t *sk)
     return 0;
 }
 
-/* On curl's wish for a socket of a worker that makes TLS connections: a listed socket stays
- * listed, and the transfer that wants to read a socket without its SSL object yet notes the
- * socket, for on_prereq to pair them (libcurl 7.88 tells a transfer's SSL object only once its
- * connection is up; the TCP connect wants only to write). */
-static void tls_note(upstream_t *up, CURL *easy, curl_socket_t s, int what, upstream_sock_t *sk)
-{
-    upstream_xfer_t *x = NULL;
-
-    if (sk->ssl != NULL)
-        tls_list(sk);
-    else if (up->tls_ctxs && (what & CURL_POLL_IN) && easy != NULL &&
-             curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&x) == CURLE_OK && x != NULL)
-        x->fd = s;
-}
-
 /* curl's socket callback: never returns -1 (that would abort every transfer). */
 static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
 {
@@ -293,12 +195,10 @@ static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *s
     short kind;
 
     if (what == CURL_POLL_REMOVE) {
-        if (sk != NULL && can_park(easy, sk)) {
+        if (sk != NULL && can_park(easy, sk))
             sk->parked = 1;
-            tls_unlist(sk);
-        } else if (sk != NULL) {
+        else if (sk != NULL)
             sock_free(up, s, sk);
-        }
         return 0;
     }
     kind = EV_PERSIST | ((what & CURL_POLL_IN) ? EV_READ : 0) |
@@ -308,11 +208,8 @@ static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *s
         sk->parked = 0;
         curl_multi_assign(sh->multi, s, sk);
         if (sk->sh == sh && event_get_events(&sk->ev) == kind &&
-            event_pending(&sk->ev, EV_READ | EV_WRITE, NULL)) {
-            tls_note(up, easy, s, what, sk);
+            event_pending(&sk->ev, EV_READ | EV_WRITE, NULL))
             return 0; /* registered as curl wants it: no epoll_ctl */
-        }
-        tls_unlist(sk);
         event_del(&sk->ev);
     } else if (sk == NULL) {
         if ((sk = calloc(1, sizeof(*sk))) == NULL)
@@ -323,7 +220,6 @@ static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *s
         }
         curl_multi_assign(sh->multi, s, sk);
     } else if (event_get_events(&sk->ev) == kind) {
-        tls_note(up, easy, s, what, sk);
         return 0; /* unchanged: keep the event as it is */
     } else {
         event_del(&sk->ev); /* event_assign on a pending event corrupts libevent */
@@ -331,7 +227,6 @@ static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *s
     sk->sh = sh;
     event_assign(&sk->ev, up->base, s, kind, on_event, sk);
     event_add(&sk->ev, NULL);
-    tls_note(up, easy, s, what, sk);
     return 0;
 }
 
@@ -454,26 +349,6 @@ static curl_socket_t on_open_guarded(void *arg, curlsocktype purpose, struct cur
     return open_socket(x->up, addr);
 }
 
-/* Once x's connection is up: the socket it wanted to read (tls_note) gets the connection's SSL
- * object, and goes on its shard's list. */
-static void tls_pair(upstream_xfer_t *x)
-{
-    upstream_t *up = x->up;
-    struct curl_tlssessioninfo *ti = NULL;
-    upstream_sock_t *sk;
-
-    if (x->fd < 0 || x->fd >= up->n_socks || (sk = up->socks[x->fd]) == NULL || sk->ssl != NULL)
-        return;
-    x->fd = -1;
-    if (curl_easy_getinfo(x->easy, CURLINFO_TLS_SSL_PTR, &ti) != CURLE_OK || ti == NULL ||
-        ti->backend != CURLSSLBACKEND_OPENSSL || ti->internals == NULL ||
-        SSL_set_ex_data(ti->internals, ssl_index, sk) != 1)
-        return;
-    sk->ssl = ti->internals;
-    if (!sk->parked)
-        tls_list(sk);
-}
-
 /* Called before each attempt of a request, once the connection (and a proxy's CONNECT) is up.
  * libcurl 7.88 sends a request again, up to five times, when a reused connection dies before
  * the answer starts ("Connection died, retrying a fresh connect"), even when the request went
@@ -497,7 +372,6 @@ static int on_prereq(void *arg, char *primary_ip, char *local_ip, int primary_po
     (void)local_ip;
     (void)primary_port;
     (void)local_port;
-    tls_pair(x);
     curl_easy_getinfo(x->easy, CURLINFO_REQUEST_SIZE, &sent);
     curl_easy_getinfo(x->easy, CURLINFO_REDIRECT_COUNT, &hop);
     if (hop != x->hop) {
@@ -510,22 +384,6 @@ static int on_prereq(void *arg, char *primary_ip, char *local_ip, int primary_po
         return CURL_PREREQFUNC_ABORT;
     }
     return CURL_PREREQFUNC_OK;
-}
-
-/* TLS connections read ahead (not through a proxy: easy_new): OpenSSL reads what the socket holds
- * at once, instead of a record's 5-byte header and then its body in two reads (over HTTP/2, an
- * answer's record and the next small frame's: bench/README.md). What it reads beyond the record
- * curl asked for is looked after by tls_redrive. */
-static CURLcode on_ssl_ctx(CURL *easy, void *ctx, void *arg)
-{
-    upstream_t *up = arg;
-
-    (void)easy;
-    if (ssl_index < 0)
-        return CURLE_OK; /* no way to learn of the SSL object's end: no read-ahead */
-    up->tls_ctxs = 1;
-    SSL_CTX_set_read_ahead((SSL_CTX *)ctx, 1);
-    return CURLE_OK;
 }
 
 static CURL *easy_new(upstream_t *up, upstream_xfer_t *x)
@@ -557,12 +415,6 @@ static CURL *easy_new(upstream_t *up, upstream_xfer_t *x)
      * per transfer in flight), and a new connection resumes a TLS session only when the
      * handle that happens to open it made one before. The share holds one cache for all. */
     curl_easy_setopt(e, CURLOPT_SHARE, up->share);
-    /* Not through a proxy: libcurl 7.88 calls this for an HTTPS proxy's TLS too, and tells
-     * only the platform connection's SSL object, so what the proxy's held would stay behind. */
-    if (!up->proxy_env || up->cfg.direct) {
-        curl_easy_setopt(e, CURLOPT_SSL_CTX_FUNCTION, on_ssl_ctx);
-        curl_easy_setopt(e, CURLOPT_SSL_CTX_DATA, up);
-    }
     if (up->cfg.ca_file != NULL && up->cfg.ca_file[0] != '\0')
         curl_easy_setopt(e, CURLOPT_CAINFO, up->cfg.ca_file);
     if (up->cfg.http1)
@@ -643,7 +495,7 @@ static upstream_shard_t *pick_shard(upstream_t *up)
 }
 
 static const char *const proxy_vars[] = {"http_proxy",  "HTTP_PROXY", "https_proxy",
-                                         "HTTPS_PROXY", "all_proxy",  "ALL_PROXY"};
+                                          "HTTPS_PROXY", "all_proxy",  "ALL_PROXY"};
 
 upstream_t *upstream_new(struct event_base *base, const upstream_config_t *cfg)
 {
@@ -651,7 +503,6 @@ upstream_t *upstream_new(struct event_base *base, const upstream_config_t *cfg)
 
     if (up == NULL)
         return NULL;
-    pthread_once(&ssl_index_once, ssl_index_new);
     up->base = base;
     up->cfg = *cfg;
     for (size_t i = 0; i < sizeof(proxy_vars) / sizeof(proxy_vars[0]); i++)
@@ -717,9 +568,6 @@ void upstream_free(upstream_t *up)
         free(x->buf);
         free(x);
     }
-    for (int i = 0; i < up->n_shards; i++)
-        while (up->shards[i]->tls != NULL)
-            tls_unlist(up->shards[i]->tls); /* no socket left pointing at a freed shard */
     for (int i = 0; i < up->n_shards; i++)
         shard_free(up->shards[i]); /* closes the pool's connections: on_close_socket */
     for (int s = 0; s < up->n_socks; s++)
@@ -802,7 +650,6 @@ static upstream_xfer_t *xfer_start(upstream_t *up, adapter_call_t *call, long ti
     x->blocked = x->too_large = x->has_retry_after = x->resend_refused = 0;
     x->hop = -1;
     x->hop_sent = 0;
-    x->fd = -1;
     x->flags = flags;
     if (call->headers[0] != NULL && strcmp(call->headers[0], ADAPTER_JSON_HEADER) == 0 &&
         call->headers[1] == NULL) {
