@@ -5,6 +5,7 @@
  * _head otherwise. Chunk lines and the bytes between chunks are read byte by byte, so that any
  * split of the same answer gives the same result. */
 #include "core/h1resp.h"
+#include "core/swar.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -54,31 +55,17 @@ static int finish(h1resp_t *r, int result, const char *error)
     return result;
 }
 
-static int is_tchar(unsigned char c)
-{
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
-        return 1;
-    switch (c) {
-    case '!':
-    case '#':
-    case '$':
-    case '%':
-    case '&':
-    case '\'':
-    case '*':
-    case '+':
-    case '-':
-    case '.':
-    case '^':
-    case '_':
-    case '`':
-    case '|':
-    case '~':
-        return 1;
-    default:
-        return 0;
-    }
-}
+/* tchar of RFC 9110 5.6.2, by byte; 0x80-0xFF are not */
+static const unsigned char tchar[256] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 00 */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 10 */
+    0, 1, 0, 1, 1, 1, 1, 1, 0, 0, 1, 1, 0, 1, 1, 0, /* 20 */
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, /* 30 */
+    0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, /* 40 */
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, /* 50 */
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, /* 60 */
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0, 1, 0, /* 70 */
+};
 
 static int is_ows(char c)
 {
@@ -94,21 +81,39 @@ static void ows_trim(const char **s, const char **e)
         (*e)--;
 }
 
-/* NULL when every byte of s[0..n) may stand in a field value or a reason phrase (HTAB, SP,
- * VCHAR, obs-text); otherwise what is wrong. */
-static const char *text_check(const char *s, size_t n)
+/* The rest of a line of a head from s, every byte of it checked as one of a field value or a
+ * reason phrase (HTAB, SP, VCHAR, obs-text): *eol gets its CRLF or LF. Returns NULL or what is
+ * wrong. The head ends with LF, so the scan stops before end; eight bytes are tested at once
+ * while none is below 0x20 or DEL. */
+static const char *line_scan(const char *s, const char *end, const char **eol)
 {
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if ((c >= 0x20 && c != 0x7F) || c == '\t')
+    const unsigned char *p = (const unsigned char *)s, *e = (const unsigned char *)end;
+
+    for (;;) {
+        while (e - p >= 8) {
+            uint64_t w = swar_load(p);
+            if ((swar_below(w, 0x20) | swar_equal(w, 0x7F)) != 0)
+                break;
+            p += 8;
+        }
+        if ((*p >= 0x20 && *p != 0x7F) || *p == '\t') {
+            p++;
             continue;
-        if (c == '\r')
+        }
+        if (*p == '\n' || (*p == '\r' && p[1] == '\n')) { /* a CR is never the last byte */
+            *eol = (const char *)p;
+            return NULL;
+        }
+        if (*p == '\r')
             return E_CR;
-        if (c == '\0')
-            return E_NUL;
-        return "control byte in the answer head";
+        return *p == '\0' ? E_NUL : "control byte in the answer head";
     }
-    return NULL;
+}
+
+/* The line after the one ending at eol (CRLF or LF). */
+static const char *line_next(const char *eol)
+{
+    return eol + (*eol == '\r' ? 2 : 1);
 }
 
 /* Whether s[0..n) is lit (lowercase ASCII) compared without case and without locale. */
@@ -205,95 +210,77 @@ static void keep_value(char *dst, size_t size, const char *v, size_t n)
     dst[n] = '\0';
 }
 
-/* One field line [p, e) (line end removed): its syntax; with f, what it means for a final head.
- * Returns NULL or what is wrong. */
-static const char *field_line(h1resp_t *r, framing_t *f, int http10, const char *p, const char *e)
-{
-    const char *name = p, *v, *ve, *err;
-    size_t nlen;
-
-    if (is_ows(*p))
-        return "obs-fold in the answer head";
-    while (p < e && is_tchar((unsigned char)*p))
-        p++;
-    if (p == e)
-        return "field line without a colon";
-    if (*p != ':') {
-        if (is_ows(*p))
-            return "whitespace between a field name and its colon";
-        if (*p == '\r')
-            return E_CR;
-        if (*p == '\0')
-            return E_NUL;
-        return "field name is not a token";
-    }
-    if (p == name)
-        return "empty field name";
-    nlen = (size_t)(p - name);
-    v = p + 1;
-    ve = e;
-    ows_trim(&v, &ve);
-    if ((err = text_check(v, (size_t)(ve - v))) != NULL)
-        return err;
-    if (f == NULL)
-        return NULL;
-    /* dispatch on the length first: most fields are none of these */
-    switch (nlen) {
-    case 10:
-        if (SAME(name, nlen, "connection"))
-            connection(f, v, (size_t)(ve - v));
-        break;
-    case 11:
-        if (SAME(name, nlen, "retry-after"))
-            keep_value(r->retry_after, sizeof(r->retry_after), v, (size_t)(ve - v));
-        break;
-    case 12:
-        if (SAME(name, nlen, "content-type"))
-            keep_value(r->content_type, sizeof(r->content_type), v, (size_t)(ve - v));
-        break;
-    case 14:
-        if (SAME(name, nlen, "content-length"))
-            return content_length(f, v, (size_t)(ve - v));
-        break;
-    case 17:
-        if (SAME(name, nlen, "transfer-encoding"))
-            return transfer_encoding(f, v, (size_t)(ve - v), http10);
-        break;
-    }
-    return NULL;
-}
-
-/* The next line of a gathered head at *p (which ends with LF): [*p, *e) without its line end;
- * *p moves to the line after. */
-static void next_line(const char **p, const char **e)
-{
-    const char *s = *p, *nl = s;
-
-    while (*nl != '\n') /* the head ends with LF: memchr would need its end, this is as short */
-        nl++;
-    *e = nl > s && nl[-1] == '\r' ? nl - 1 : nl;
-    *p = nl + 1;
-}
-
-/* Fields from p to the empty line (the head ends with it). */
-static const char *fields(h1resp_t *r, framing_t *f, int http10, const char *p)
+/* The fields of a head from p (a line start) through its empty line, which ends the head at end:
+ * their syntax and, with f, what they mean for a final head. Returns NULL or what is wrong. */
+static const char *fields(h1resp_t *r, framing_t *f, int http10, const char *p, const char *end)
 {
     for (;;) {
-        const char *e, *line = p, *err;
-        next_line(&p, &e);
-        if (e == line)
-            return NULL;
-        if ((err = field_line(r, f, http10, line, e)) != NULL)
+        const char *name = p, *v, *ve, *err;
+        size_t nlen;
+        if (*p == '\n' || (*p == '\r' && p[1] == '\n'))
+            return NULL; /* the empty line */
+        if (is_ows(*p))
+            return "obs-fold in the answer head";
+        while (tchar[(unsigned char)*p]) /* stops at the LF at the latest */
+            p++;
+        if (*p != ':') {
+            if (*p == '\n' || (*p == '\r' && p[1] == '\n'))
+                return "field line without a colon";
+            if (is_ows(*p))
+                return "whitespace between a field name and its colon";
+            if (*p == '\r')
+                return E_CR;
+            if (*p == '\0')
+                return E_NUL;
+            return "field name is not a token";
+        }
+        if (p == name)
+            return "empty field name";
+        nlen = (size_t)(p - name);
+        v = p + 1;
+        if ((err = line_scan(v, end, &ve)) != NULL)
             return err;
+        p = line_next(ve);
+        ows_trim(&v, &ve);
+        if (f == NULL)
+            continue;
+        /* dispatch on the length first: most fields are none of these */
+        switch (nlen) {
+        case 10:
+            if (SAME(name, nlen, "connection"))
+                connection(f, v, (size_t)(ve - v));
+            break;
+        case 11:
+            if (SAME(name, nlen, "retry-after"))
+                keep_value(r->retry_after, sizeof(r->retry_after), v, (size_t)(ve - v));
+            break;
+        case 12:
+            if (SAME(name, nlen, "content-type"))
+                keep_value(r->content_type, sizeof(r->content_type), v, (size_t)(ve - v));
+            break;
+        case 14:
+            if (SAME(name, nlen, "content-length") &&
+                (err = content_length(f, v, (size_t)(ve - v))) != NULL)
+                return err;
+            break;
+        case 17:
+            if (SAME(name, nlen, "transfer-encoding") &&
+                (err = transfer_encoding(f, v, (size_t)(ve - v), http10)) != NULL)
+                return err;
+            break;
+        }
     }
 }
 
-/* status-line = HTTP-version SP 3DIGIT SP [reason-phrase], or (as curl) nothing after the code. */
-static const char *status_line(const char *p, const char *e, int *status, int *http10)
+/* status-line = HTTP-version SP 3DIGIT SP [reason-phrase], or (as curl) nothing after the code,
+ * at the start of a head that ends at end. *next gets the line after it. */
+static const char *status_line(const char *p, const char *end, int *status, int *http10,
+                               const char **next)
 {
-    size_t n = (size_t)(e - p);
+    const char *eol, *err;
 
-    if (n < 12 || memcmp(p, "HTTP/1.", 7) != 0 || (p[7] != '0' && p[7] != '1') || p[8] != ' ')
+    /* 12 bytes and a line end at least; the LF that ends a shorter line fails a test below */
+    if (end - p < 13 || memcmp(p, "HTTP/1.", 7) != 0 || (p[7] != '0' && p[7] != '1') || p[8] != ' ')
         return "not an HTTP/1.1 or HTTP/1.0 status line";
     *http10 = p[7] == '0';
     *status = 0;
@@ -304,12 +291,14 @@ static const char *status_line(const char *p, const char *e, int *status, int *h
     }
     if (*status < 100 || *status > 599)
         return "status code out of range";
-    if (n == 12)
-        return NULL;
-    if (p[12] != ' ')
-        return p[12] >= '0' && p[12] <= '9' ? "status code is not three digits"
-                                            : "no space after the status code";
-    return text_check(p + 13, n - 13);
+    if (p[12] >= '0' && p[12] <= '9')
+        return "status code is not three digits";
+    if (p[12] != ' ' && p[12] != '\r' && p[12] != '\n')
+        return "no space after the status code";
+    if ((err = line_scan(p + 12 + (p[12] == ' '), end, &eol)) != NULL)
+        return err;
+    *next = line_next(eol);
+    return NULL;
 }
 
 /* Room for len bytes of body and its NUL (len <= _body_max): from BODY_FIRST_CAP doubling,
@@ -368,31 +357,30 @@ static int body_start(h1resp_t *r, const framing_t *f, int http10)
     return H1RESP_MORE;
 }
 
-/* A whole head (or trailer section) at p, ending with its empty line. */
-static int head_parse(h1resp_t *r, const char *p)
+/* A whole head (or trailer section) at p, of n bytes ending with its empty line. */
+static int head_parse(h1resp_t *r, const char *p, size_t n)
 {
-    const char *line = p, *e, *err;
+    const char *end = p + n, *err;
     int status, http10;
     framing_t f = {0};
 
     if (r->_phase == PHASE_TRAILER) {
         /* trailer fields: checked as fields, their meaning ignored (RFC 9112 7.1.2) */
-        if ((err = fields(r, NULL, 0, p)) != NULL)
+        if ((err = fields(r, NULL, 0, p, end)) != NULL)
             return finish(r, H1RESP_BAD, err);
         return finish(r, H1RESP_DONE, NULL);
     }
-    next_line(&p, &e);
-    if ((err = status_line(line, e, &status, &http10)) != NULL)
+    if ((err = status_line(p, end, &status, &http10, &p)) != NULL)
         return finish(r, H1RESP_BAD, err);
     if (status == 101)
         return finish(r, H1RESP_BAD, "unexpected 101 Switching Protocols");
     if (status < 200) { /* an interim answer: its fields are checked, not kept */
-        if ((err = fields(r, NULL, http10, p)) != NULL)
+        if ((err = fields(r, NULL, http10, p, end)) != NULL)
             return finish(r, H1RESP_BAD, err);
         return H1RESP_MORE; /* the next head follows */
     }
     r->status = status;
-    if ((err = fields(r, &f, http10, p)) != NULL)
+    if ((err = fields(r, &f, http10, p, end)) != NULL)
         return finish(r, H1RESP_BAD, err);
     return body_start(r, &f, http10);
 }
@@ -454,7 +442,7 @@ static size_t head_feed(h1resp_t *r, const char *d, size_t n)
         return take;
     }
     if (r->_head_len == 0 && end != 0) { /* the usual case: the whole head is here */
-        head_parse(r, d);
+        head_parse(r, d, end);
         return take;
     }
     if (!head_append(r, d, take)) {
@@ -462,8 +450,9 @@ static size_t head_feed(h1resp_t *r, const char *d, size_t n)
         return take;
     }
     if (end != 0) {
+        size_t len = r->_head_len;
         r->_head_len = 0; /* _head is read in place; the next head starts anew */
-        head_parse(r, r->_head);
+        head_parse(r, r->_head, len);
     }
     return take;
 }

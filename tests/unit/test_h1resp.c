@@ -157,6 +157,28 @@ static void accept_ok(const char *text, const char *body)
     free(o.body);
 }
 
+/* Answers refused in every split, each with the words its error must contain. */
+typedef struct refusal {
+    const char *text, *words;
+} refusal_t;
+
+static void refuse_each(const refusal_t *t, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        refused(t[i].text, t[i].words);
+}
+
+/* Answers accepted in every split, each with its body. */
+typedef struct acceptance {
+    const char *text, *body;
+} acceptance_t;
+
+static void accept_each(const acceptance_t *t, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        accept_ok(t[i].text, t[i].body);
+}
+
 #define HEAD200 "HTTP/1.1 200 OK\r\n"
 
 static void test_common_answer_in_one_feed(void **state)
@@ -213,22 +235,25 @@ static void test_status_line(void **state)
     assert_int_equal(o.status, 599);
     accept_ok("HTTP/1.1 100 \r\n\r\nHTTP/1.1 200 \r\nContent-Length: 0\r\n\r\n", "");
     accept_ok("HTTP/1.1 200 O\tK \x80\xff!~\r\nContent-Length: 0\r\n\r\n", "");
-    refused("HTTP/2 200 OK\r\nContent-Length: 0\r\n\r\n", "status line");
-    refused("HTTP/1.2 200 OK\r\nContent-Length: 0\r\n\r\n", "status line");
-    refused("HTTP/1.10 200 OK\r\nContent-Length: 0\r\n\r\n", "status line");
-    refused("HTTP/11 200 OK\r\nContent-Length: 0\r\n\r\n", "status line");
-    refused("http/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", "status line");
-    refused("HTTP/1.1  200 OK\r\nContent-Length: 0\r\n\r\n", "three digits");
-    refused("HTTP/1.1 20 OK\r\nContent-Length: 0\r\n\r\n", "three digits");
-    refused("HTTP/1.1 2000 OK\r\nContent-Length: 0\r\n\r\n", "three digits");
-    refused("HTTP/1.1 20x OK\r\nContent-Length: 0\r\n\r\n", "three digits");
-    refused("HTTP/1.1 099 OK\r\nContent-Length: 0\r\n\r\n", "out of range");
-    refused("HTTP/1.1 600 OK\r\nContent-Length: 0\r\n\r\n", "out of range");
-    refused("HTTP/1.1 200\tOK\r\nContent-Length: 0\r\n\r\n", "space");
-    refused("HTTP/1.1 200 O\x01K\r\nContent-Length: 0\r\n\r\n", "control");
-    refused("HTTP/1.1 200 OK\x7f\r\nContent-Length: 0\r\n\r\n", "control");
-    refused("HTTP/1.1 200 OK\r\r\nContent-Length: 0\r\n\r\n", "CR");
-    refused("\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", "status line");
+    static const refusal_t bad[] = {
+        {"HTTP/2 200 OK\r\nContent-Length: 0\r\n\r\n", "status line"},
+        {"HTTP/1.2 200 OK\r\nContent-Length: 0\r\n\r\n", "status line"},
+        {"HTTP/1.10 200 OK\r\nContent-Length: 0\r\n\r\n", "status line"},
+        {"HTTP/11 200 OK\r\nContent-Length: 0\r\n\r\n", "status line"},
+        {"http/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", "status line"},
+        {"HTTP/1.1  200 OK\r\nContent-Length: 0\r\n\r\n", "three digits"},
+        {"HTTP/1.1 20 OK\r\nContent-Length: 0\r\n\r\n", "three digits"},
+        {"HTTP/1.1 2000 OK\r\nContent-Length: 0\r\n\r\n", "three digits"},
+        {"HTTP/1.1 20x OK\r\nContent-Length: 0\r\n\r\n", "three digits"},
+        {"HTTP/1.1 099 OK\r\nContent-Length: 0\r\n\r\n", "out of range"},
+        {"HTTP/1.1 600 OK\r\nContent-Length: 0\r\n\r\n", "out of range"},
+        {"HTTP/1.1 200\tOK\r\nContent-Length: 0\r\n\r\n", "space"},
+        {"HTTP/1.1 200 O\x01K\r\nContent-Length: 0\r\n\r\n", "control"},
+        {"HTTP/1.1 200 OK\x7f\r\nContent-Length: 0\r\n\r\n", "control"},
+        {"HTTP/1.1 200 OK\r\r\nContent-Length: 0\r\n\r\n", "CR"},
+        {"\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", "status line"},
+    };
+    refuse_each(bad, sizeof(bad) / sizeof(bad[0]));
     static const char nul[] = "HTTP/1.1 200 O\0K\r\nContent-Length: 0\r\n\r\n";
     refused_len(nul, sizeof(nul) - 1, "NUL");
 }
@@ -243,10 +268,13 @@ static void test_line_ends(void **state)
     free(o.body);
     accept_ok("HTTP/1.1 200 OK\r\nContent-Length: 2\n\r\nhi", "hi");
     accept_ok("HTTP/1.1 200 OK\nContent-Length: 2\r\n\nhi", "hi");
-    refused("HTTP/1.1 200 OK\rContent-Length: 2\r\n\r\nhi", "CR");
-    refused("HTTP/1.1 200 OK\r\nX: a\rb\r\nContent-Length: 2\r\n\r\nhi", "CR");
-    refused("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\r\n\r\nhi", "CR");
-    refused("HTTP/1.1 200 OK\r\nX\r: a\r\nContent-Length: 2\r\n\r\nhi", "CR");
+    static const refusal_t bad[] = {
+        {"HTTP/1.1 200 OK\rContent-Length: 2\r\n\r\nhi", "CR"},
+        {"HTTP/1.1 200 OK\r\nX: a\rb\r\nContent-Length: 2\r\n\r\nhi", "CR"},
+        {"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\r\n\r\nhi", "CR"},
+        {"HTTP/1.1 200 OK\r\nX\r: a\r\nContent-Length: 2\r\n\r\nhi", "CR"},
+    };
+    refuse_each(bad, sizeof(bad) / sizeof(bad[0]));
 }
 
 static void test_field_lines(void **state)
@@ -255,18 +283,21 @@ static void test_field_lines(void **state)
     accept_ok(HEAD200 "X-A:b\r\nx-b: \t \r\nX-C: a\x80\xff b\t\"(),/:;<=>?@[\\]{}\r\n"
                       "!#$%&'*+-.^_`|~09azAZ: 1\r\nContent-Length: 0\r\n\r\n",
               "");
-    refused(HEAD200 " X: y\r\nContent-Length: 0\r\n\r\n", "obs-fold");
-    refused(HEAD200 "X: y\r\n\tz\r\nContent-Length: 0\r\n\r\n", "obs-fold");
-    refused(HEAD200 "X : y\r\nContent-Length: 0\r\n\r\n", "whitespace");
-    refused(HEAD200 "X\t: y\r\nContent-Length: 0\r\n\r\n", "whitespace");
-    refused(HEAD200 "X Y: z\r\nContent-Length: 0\r\n\r\n", "whitespace");
-    refused(HEAD200 ": y\r\nContent-Length: 0\r\n\r\n", "empty field name");
-    refused(HEAD200 "X(: y\r\nContent-Length: 0\r\n\r\n", "token");
-    refused(HEAD200 "X\x80: y\r\nContent-Length: 0\r\n\r\n", "token");
-    refused(HEAD200 "NoColon\r\nContent-Length: 0\r\n\r\n", "colon");
-    refused(HEAD200 "X: a\x01z\r\nContent-Length: 0\r\n\r\n", "control");
-    refused(HEAD200 "X: a\x7fz\r\nContent-Length: 0\r\n\r\n", "control");
-    refused(HEAD200 "X: a\x1b\r\nContent-Length: 0\r\n\r\n", "control");
+    static const refusal_t bad[] = {
+        {HEAD200 " X: y\r\nContent-Length: 0\r\n\r\n", "obs-fold"},
+        {HEAD200 "X: y\r\n\tz\r\nContent-Length: 0\r\n\r\n", "obs-fold"},
+        {HEAD200 "X : y\r\nContent-Length: 0\r\n\r\n", "whitespace"},
+        {HEAD200 "X\t: y\r\nContent-Length: 0\r\n\r\n", "whitespace"},
+        {HEAD200 "X Y: z\r\nContent-Length: 0\r\n\r\n", "whitespace"},
+        {HEAD200 ": y\r\nContent-Length: 0\r\n\r\n", "empty field name"},
+        {HEAD200 "X(: y\r\nContent-Length: 0\r\n\r\n", "token"},
+        {HEAD200 "X\x80: y\r\nContent-Length: 0\r\n\r\n", "token"},
+        {HEAD200 "NoColon\r\nContent-Length: 0\r\n\r\n", "colon"},
+        {HEAD200 "X: a\x01z\r\nContent-Length: 0\r\n\r\n", "control"},
+        {HEAD200 "X: a\x7fz\r\nContent-Length: 0\r\n\r\n", "control"},
+        {HEAD200 "X: a\x1b\r\nContent-Length: 0\r\n\r\n", "control"},
+    };
+    refuse_each(bad, sizeof(bad) / sizeof(bad[0]));
     /* NUL in a value and in a name */
     static const char nul_value[] = HEAD200 "X: a\0z\r\nContent-Length: 0\r\n\r\n";
     static const char nul_name[] = HEAD200 "X\0: z\r\nContent-Length: 0\r\n\r\n";
@@ -279,23 +310,29 @@ static void test_content_length(void **state)
     outcome_t o;
 
     (void)state;
-    accept_ok(HEAD200 "Content-Length: 3\r\n\r\nabc", "abc");
-    accept_ok(HEAD200 "content-LENGTH:\t 3 \t\r\n\r\nabc", "abc");
-    accept_ok(HEAD200 "Content-Length: 3, 3,3\r\n\r\nabc", "abc");
-    accept_ok(HEAD200 "Content-Length: 3\r\nContent-Length: 3\r\n\r\nabc", "abc");
-    accept_ok(HEAD200 "Content-Length: 003\r\n\r\nabc", "abc");
-    refused(HEAD200 "Content-Length: 3, 4\r\n\r\nabcd", "differing");
-    refused(HEAD200 "Content-Length: 3\r\nContent-Length: 4\r\n\r\nabcd", "differing");
-    refused(HEAD200 "Content-Length: 3,\r\n\r\nabc", "not a number");
-    refused(HEAD200 "Content-Length: 3,,3\r\n\r\nabc", "not a number");
-    refused(HEAD200 "Content-Length:\r\n\r\nabc", "not a number");
-    refused(HEAD200 "Content-Length: 3a\r\n\r\nabc", "not a number");
-    refused(HEAD200 "Content-Length: +3\r\n\r\nabc", "not a number");
-    refused(HEAD200 "Content-Length: -3\r\n\r\nabc", "not a number");
-    refused(HEAD200 "Content-Length: 3 3\r\n\r\nabc", "not a number");
-    refused(HEAD200 "Content-Length: 0x3\r\n\r\nabc", "not a number");
-    refused(HEAD200 "Content-Length: 18446744073709551616\r\n\r\n", "too large");
-    refused(HEAD200 "Content-Length: 99999999999999999999999\r\n\r\n", "too large");
+    static const acceptance_t good[] = {
+        {HEAD200 "Content-Length: 3\r\n\r\nabc", "abc"},
+        {HEAD200 "content-LENGTH:\t 3 \t\r\n\r\nabc", "abc"},
+        {HEAD200 "Content-Length: 3, 3,3\r\n\r\nabc", "abc"},
+        {HEAD200 "Content-Length: 3\r\nContent-Length: 3\r\n\r\nabc", "abc"},
+        {HEAD200 "Content-Length: 003\r\n\r\nabc", "abc"},
+    };
+    accept_each(good, sizeof(good) / sizeof(good[0]));
+    static const refusal_t bad[] = {
+        {HEAD200 "Content-Length: 3, 4\r\n\r\nabcd", "differing"},
+        {HEAD200 "Content-Length: 3\r\nContent-Length: 4\r\n\r\nabcd", "differing"},
+        {HEAD200 "Content-Length: 3,\r\n\r\nabc", "not a number"},
+        {HEAD200 "Content-Length: 3,,3\r\n\r\nabc", "not a number"},
+        {HEAD200 "Content-Length:\r\n\r\nabc", "not a number"},
+        {HEAD200 "Content-Length: 3a\r\n\r\nabc", "not a number"},
+        {HEAD200 "Content-Length: +3\r\n\r\nabc", "not a number"},
+        {HEAD200 "Content-Length: -3\r\n\r\nabc", "not a number"},
+        {HEAD200 "Content-Length: 3 3\r\n\r\nabc", "not a number"},
+        {HEAD200 "Content-Length: 0x3\r\n\r\nabc", "not a number"},
+        {HEAD200 "Content-Length: 18446744073709551616\r\n\r\n", "too large"},
+        {HEAD200 "Content-Length: 99999999999999999999999\r\n\r\n", "too large"},
+    };
+    refuse_each(bad, sizeof(bad) / sizeof(bad[0]));
     /* the largest value parses; beyond body_max it is TOO_LARGE at the head, before any body */
     o = check(HEAD200 "Content-Length: 18446744073709551615\r\n\r\n", MAX, 0, NOCLOSE);
     assert_int_equal(o.rc, H1RESP_TOO_LARGE);
@@ -319,20 +356,26 @@ static void test_transfer_encoding(void **state)
     outcome_t o;
 
     (void)state;
-    accept_ok(HEAD200 "Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", "abc");
-    accept_ok(HEAD200 "transfer-encoding:  Chunked \r\n\r\n3\r\nabc\r\n0\r\n\r\n", "abc");
-    accept_ok(HEAD200 "Transfer-Encoding: CHUNKED\r\n\r\n3\r\nabc\r\n0\r\n\r\n", "abc");
-    refused(HEAD200 "Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", "transfer coding");
-    refused(HEAD200 "Transfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n", "transfer coding");
-    refused(HEAD200 "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-            "transfer coding");
-    refused(HEAD200 "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-            "transfer coding");
-    refused(HEAD200 "Transfer-Encoding: identity\r\n\r\n", "transfer coding");
-    refused(HEAD200 "Transfer-Encoding: chunkedx\r\n\r\n0\r\n\r\n", "transfer coding");
-    refused(HEAD200 "Transfer-Encoding: chunked,\r\n\r\n0\r\n\r\n", "transfer coding");
-    refused(HEAD200 "Transfer-Encoding:\r\n\r\n0\r\n\r\n", "transfer coding");
-    refused("HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "HTTP/1.0");
+    static const acceptance_t good[] = {
+        {HEAD200 "Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", "abc"},
+        {HEAD200 "transfer-encoding:  Chunked \r\n\r\n3\r\nabc\r\n0\r\n\r\n", "abc"},
+        {HEAD200 "Transfer-Encoding: CHUNKED\r\n\r\n3\r\nabc\r\n0\r\n\r\n", "abc"},
+    };
+    accept_each(good, sizeof(good) / sizeof(good[0]));
+    static const refusal_t bad[] = {
+        {HEAD200 "Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", "transfer coding"},
+        {HEAD200 "Transfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n", "transfer coding"},
+        {HEAD200 "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+         "transfer coding"},
+        {HEAD200 "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+         "transfer coding"},
+        {HEAD200 "Transfer-Encoding: identity\r\n\r\n", "transfer coding"},
+        {HEAD200 "Transfer-Encoding: chunkedx\r\n\r\n0\r\n\r\n", "transfer coding"},
+        {HEAD200 "Transfer-Encoding: chunked,\r\n\r\n0\r\n\r\n", "transfer coding"},
+        {HEAD200 "Transfer-Encoding:\r\n\r\n0\r\n\r\n", "transfer coding"},
+        {"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "HTTP/1.0"},
+    };
+    refuse_each(bad, sizeof(bad) / sizeof(bad[0]));
     /* both: chunked wins, and the connection is not reused (RFC 9112 6.3) */
     o = accepted(HEAD200 "Content-Length: 100\r\nTransfer-Encoding: chunked\r\n\r\n"
                          "3\r\nabc\r\n0\r\n\r\n",
@@ -361,33 +404,37 @@ static void test_chunked_body(void **state)
                  "hello world, 01234567");
     assert_int_equal(o.keep_alive, 1);
     free(o.body);
-    accept_ok(CHUNKED "1a\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\n\r\n",
-              "abcdefghijklmnopqrstuvwxyz");
-    accept_ok(CHUNKED "1A\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\n\r\n",
-              "abcdefghijklmnopqrstuvwxyz");
-    accept_ok(CHUNKED "0\r\n\r\n", "");
-    accept_ok(CHUNKED "3\nabc\n0\n\n", "abc");
-    accept_ok(CHUNKED "3\r\nabc\n0\r\nT: 1\n\r\n", "abc");
-    accept_ok(CHUNKED "000000000000000000000003\r\nabc\r\n0\r\n\r\n", "abc");
-    refused(CHUNKED "10000000000000000\r\n", "chunk size too large");
-    refused(CHUNKED "\r\nabc\r\n0\r\n\r\n", "chunk size missing");
-    refused(CHUNKED ";x\r\nabc\r\n0\r\n\r\n", "chunk size missing");
-    refused(CHUNKED " 3\r\nabc\r\n0\r\n\r\n", "chunk size missing");
-    refused(CHUNKED "3x\r\nabc\r\n0\r\n\r\n", "hexadecimal");
-    refused(CHUNKED "3 \r\nabc\r\n0\r\n\r\n", "whitespace");
-    refused(CHUNKED "-3\r\nabc\r\n0\r\n\r\n", "chunk size missing");
-    refused(CHUNKED "3\rabc\r\n0\r\n\r\n", "CR");
-    refused(CHUNKED "3;a\x01\r\nabc\r\n0\r\n\r\n", "chunk extension");
-    refused(CHUNKED "3\r\nabcd\r\n0\r\n\r\n", "CRLF");
-    refused(CHUNKED "3\r\nabc\rx0\r\n\r\n", "CR");
-    refused(CHUNKED "3\r\nabc0\r\n\r\n", "CRLF");
-    refused(CHUNKED "3\r\nabc\r\n0\r\n X: y\r\n\r\n", "obs-fold");
-    refused(CHUNKED "3\r\nabc\r\n0\r\nX : y\r\n\r\n", "whitespace");
-    refused(CHUNKED "3\r\nabc\r\n0\r\nNoColon\r\n\r\n", "colon");
-    refused(CHUNKED "3\r\nabc\r\n0\r\n\r\r\n\r\n", "CR");
+    static const acceptance_t good[] = {
+        {CHUNKED "1a\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\n\r\n", "abcdefghijklmnopqrstuvwxyz"},
+        {CHUNKED "1A\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\n\r\n", "abcdefghijklmnopqrstuvwxyz"},
+        {CHUNKED "0\r\n\r\n", ""},
+        {CHUNKED "3\nabc\n0\n\n", "abc"},
+        {CHUNKED "3\r\nabc\n0\r\nT: 1\n\r\n", "abc"},
+        {CHUNKED "000000000000000000000003\r\nabc\r\n0\r\n\r\n", "abc"},
+    };
+    accept_each(good, sizeof(good) / sizeof(good[0]));
+    static const refusal_t bad[] = {
+        {CHUNKED "10000000000000000\r\n", "chunk size too large"},
+        {CHUNKED "\r\nabc\r\n0\r\n\r\n", "chunk size missing"},
+        {CHUNKED ";x\r\nabc\r\n0\r\n\r\n", "chunk size missing"},
+        {CHUNKED " 3\r\nabc\r\n0\r\n\r\n", "chunk size missing"},
+        {CHUNKED "3x\r\nabc\r\n0\r\n\r\n", "hexadecimal"},
+        {CHUNKED "3 \r\nabc\r\n0\r\n\r\n", "whitespace"},
+        {CHUNKED "-3\r\nabc\r\n0\r\n\r\n", "chunk size missing"},
+        {CHUNKED "3\rabc\r\n0\r\n\r\n", "CR"},
+        {CHUNKED "3;a\x01\r\nabc\r\n0\r\n\r\n", "chunk extension"},
+        {CHUNKED "3\r\nabcd\r\n0\r\n\r\n", "CRLF"},
+        {CHUNKED "3\r\nabc\rx0\r\n\r\n", "CR"},
+        {CHUNKED "3\r\nabc0\r\n\r\n", "CRLF"},
+        {CHUNKED "3\r\nabc\r\n0\r\n X: y\r\n\r\n", "obs-fold"},
+        {CHUNKED "3\r\nabc\r\n0\r\nX : y\r\n\r\n", "whitespace"},
+        {CHUNKED "3\r\nabc\r\n0\r\nNoColon\r\n\r\n", "colon"},
+        {CHUNKED "3\r\nabc\r\n0\r\n\r\r\n\r\n", "CR"},
+        {CHUNKED "3\r\nabc\r\n", "before the answer was complete"},
+        {CHUNKED "3\r\nabc\r\n0\r\nX: y\r\n", "before the answer was complete"},
+    };
+    refuse_each(bad, sizeof(bad) / sizeof(bad[0]));
     /* the answer ends before the last chunk or the trailer's end */
-    refused(CHUNKED "3\r\nabc\r\n", "before the answer was complete");
-    refused(CHUNKED "3\r\nabc\r\n0\r\nX: y\r\n", "before the answer was complete");
     /* a chunk line of 4096 bytes (its CRLF included) is read, one more is refused */
     char line[4200];
     size_t head = strlen(CHUNKED), n = head;
@@ -548,10 +595,13 @@ static void test_interim_heads(void **state)
     assert_int_equal(r.status, 0);
     assert_int_equal(h1resp_eof(&r), H1RESP_BAD);
     h1resp_release(&r);
-    refused("HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n", "101");
-    refused("HTTP/1.1 100 Continue\r\nX : y\r\n\r\n" HEAD200 "Content-Length: 0\r\n\r\n",
-            "whitespace");
-    refused("HTTP/1.1 100 Continue\r\n X\r\n\r\n" HEAD200 "Content-Length: 0\r\n\r\n", "obs-fold");
+    static const refusal_t bad[] = {
+        {"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n", "101"},
+        {"HTTP/1.1 100 Continue\r\nX : y\r\n\r\n" HEAD200 "Content-Length: 0\r\n\r\n",
+         "whitespace"},
+        {"HTTP/1.1 100 Continue\r\n X\r\n\r\n" HEAD200 "Content-Length: 0\r\n\r\n", "obs-fold"},
+    };
+    refuse_each(bad, sizeof(bad) / sizeof(bad[0]));
 }
 
 static void test_no_body_statuses(void **state)
