@@ -134,16 +134,16 @@ static int same_nocase(const char *s, size_t n, const char *lit, size_t lit_len)
 #define SAME(s, n, lit) same_nocase((s), (n), lit, sizeof(lit) - 1)
 
 /* The next element of a comma list in [*p, e), OWS trimmed, in [*el, *el + *len); *p moves past
- * its comma. Returns 0 when the list has no more elements. */
+ * its comma, or becomes NULL after the last element. Returns 0 when no element is left. */
 static int list_next(const char **p, const char *e, const char **el, size_t *len)
 {
     const char *s = *p, *comma, *end;
 
-    if (s > e)
+    if (s == NULL)
         return 0;
     comma = memchr(s, ',', (size_t)(e - s));
     end = comma != NULL ? comma : e;
-    *p = end + 1; /* past e when this was the last element */
+    *p = comma != NULL ? comma + 1 : NULL;
     ows_trim(&s, &end);
     *el = s;
     *len = (size_t)(end - s);

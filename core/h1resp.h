@@ -61,7 +61,8 @@ int h1resp_eof(h1resp_t *r);
  * back" from a cut answer). */
 int h1resp_started(const h1resp_t *r);
 
-/* Hands the body over (the caller frees it with free()); r keeps none. */
+/* Hands the body over (the caller frees it with free()); r keeps none. Called once
+ * H1RESP_DONE was returned. */
 char *h1resp_take_body(h1resp_t *r);
 
 /* Frees what r owns (body, head buffer); r may be init'ed again. */

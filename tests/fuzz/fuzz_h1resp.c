@@ -4,8 +4,9 @@
  * after the last byte (bit 4); bytes 1-2 choose where the answer is cut in two; the rest is the
  * answer. It is parsed in one feed, in two feeds cut there, and (when short) byte by byte, each
  * piece in a buffer of its own so that ASan sees a read past a piece. Every way must give the
- * same result, status, kept values and, when done, keep_alive, body and bytes consumed; the body
- * stays within body_max and is NUL-terminated; every refusal has an error text. */
+ * same result, status, kept values and, when done, keep_alive, body and bytes consumed, and a done
+ * answer's own bytes, without what followed them, the same again; the body stays within body_max
+ * and is NUL-terminated; every refusal has an error text. */
 #include "fuzz_util.h"
 
 #include "core/h1resp.h"
@@ -115,6 +116,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     parse(&other, data, n, cut, n, body_max, no_body, close);
     check_same(&whole, &other, "two feeds");
     free(other.body);
+    if (whole.rc == H1RESP_DONE && whole.used < n) {
+        /* the answer ends where it ends, whatever follows: its bytes alone give the same */
+        parse(&other, data, whole.used, whole.used, n, body_max, no_body, close);
+        check_same(&whole, &other, "the answer's bytes alone");
+        free(other.body);
+    }
     if (n <= BYTEWISE_MAX) {
         parse(&other, data, n, 0, 1, body_max, no_body, close);
         check_same(&whole, &other, "byte by byte");

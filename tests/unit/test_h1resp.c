@@ -211,6 +211,7 @@ static void test_common_answer_in_one_feed(void **state)
     /* parsed in place: no head copy; the body buffer is exactly its length and the NUL */
     assert_null(r._head);
     assert_int_equal(r._body_cap, 42);
+    assert_true(sizeof(h1resp_t) <= 400); /* one per request in flight */
     /* a feed after the end: the same result, nothing consumed */
     assert_int_equal(h1resp_feed(&r, "x", 1, &used), H1RESP_DONE);
     assert_int_equal(used, 0);
@@ -728,6 +729,16 @@ static void test_head_limit(void **state)
     run(&o, text, n, MAX, 0, cuts, 4, NOCLOSE);
     assert_int_equal(o.rc, H1RESP_BAD);
     assert_string_equal(o.error, "answer head too long");
+    /* a trailer section has the same limit */
+    n = (size_t)snprintf(text, size, CHUNKED "1\r\nz\r\n0\r\nX: ");
+    memset(text + n, 't', H1RESP_HEAD_MAX);
+    memcpy(text + n + H1RESP_HEAD_MAX - 4, "\r\n\r\n", 4);
+    n += H1RESP_HEAD_MAX;
+    run(&o, text, n, MAX, 0, cuts, 4, NOCLOSE);
+    assert_int_equal(o.rc, H1RESP_BAD);
+    assert_string_equal(o.error, "answer trailer section too long");
+    run(&o, text, n - 3, MAX, 0, NULL, 0, NOCLOSE); /* "X: " and 16381 bytes: read */
+    assert_int_equal(o.rc, H1RESP_MORE);
     /* and a head that never ends, fed in pieces */
     memset(text, 'x', size);
     run(&o, text, size, MAX, 0, cuts, 4, NOCLOSE);
