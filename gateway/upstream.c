@@ -1,7 +1,19 @@
-/* upstream.c - the curl multi client (model: curl's docs/examples/hiperfifo.c). One libevent
- * event per socket, kept while curl's wish for it stays the same and while its connection
- * waits in the pool between calls (parked), so that a kept-alive connection costs no epoll_ctl
- * per request. Easy handles and transfer records are reused.
+/* upstream.c - the outbound client: curl's multi interface on the worker's event_base, and
+ * botgate's own HTTP/1.1 on the sockets curl connects.
+ *
+ * A platform call straight to an http:// URL (or https:// with the HTTP/1.1 setting), with no
+ * proxy and no redirect to follow, is written and read by botgate itself (h1conn.c, the answer
+ * parsed by core/h1resp.c) on connections kept per origin (host and port): curl resolves the
+ * name and connects the socket (CURLOPT_CONNECT_ONLY) and lets it go; over TLS, OpenSSL then
+ * does the handshake (tls_new). libcurl 7.88 spends about 60,000 instructions and two poll()
+ * calls per request writing the request and reading the answer (bench/README.md); this path
+ * spends a few thousand and none. Everything else (HTTP/2, proxies, redirects, the SSRF-guarded
+ * client for URLs users give, any URL in a form it does not take) is curl's, as below.
+ *
+ * The curl multi client (model: curl's docs/examples/hiperfifo.c): one libevent event per socket,
+ * kept while curl's wish for it stays the same and while its connection waits in the pool between
+ * calls (parked), so that a kept-alive connection costs no epoll_ctl per request. Easy handles and
+ * transfer records are reused.
  *
  * Transfers are spread over several multi handles ("shards") of at most SHARD_XFERS each:
  * libcurl 7.88 walks its whole connection cache when a finished handle is removed and the
@@ -10,36 +22,561 @@
  * load everything runs on the first shard and reuses its connections. */
 #include "upstream.h"
 
+#include "../core/clock.h"
+#include "../core/h1resp.h"
 #include "../core/hash.h"
 #include "../core/netguard.h"
+#include "../core/numfmt.h"
 
 #include <curl/curl.h>
+#include <errno.h>
 #include <event2/event.h>
 #include <event2/event_struct.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define SHARD_XFERS 128 /* transfers in flight per multi handle before the next one is used */
-#define SHARDS_MAX 64
+#define SHARDS_MAX  64
 #define URL_SLOTS   64 /* parsed URLs kept per worker */
 /* A header line of the lists rather than CURLOPT_USERAGENT, which every easy handle would copy
  * and format again into a line of its own: two allocations per transfer in flight. */
 #define USER_AGENT "User-Agent: botgate/1.0"
+/* HTTP/1.1 connections botgate drives itself (h1conn.h): kept parked per origin, at
+ * most this many, and closed rather than reused after this long unused (curl's own maximum
+ * age of a pooled connection is 118 s; platforms and proxies close idle ones after a minute
+ * or so, and a request written as the peer closes would be lost). */
+#define H1_PARKED_MAX  256
+#define H1_IDLE_MAX_MS 55000
+#define H1_TRIES       5  /* connections tried when kept-alive ones turn out closed (curl: 5 too) */
+#define SPARE_EASY     16 /* easy handles kept for the next connects of our own HTTP/1.1 */
+
+/* ---- botgate's own HTTP/1.1 connection (h1conn_*) ----
+ *
+ * One HTTP/1.1 connection to a platform, on a socket libcurl connected and let go: botgate
+ * writes each request and reads its answer itself, one exchange at a time, with the socket's
+ * read event registered for the connection's whole life (no epoll_ctl per request) and no
+ * poll() of its own. Over cleartext the request goes out with one sendmsg of two pieces (head,
+ * body) when the socket takes it whole, which it nearly always does; over TLS (the SSL object
+ * made by tls_new, which does the handshake before the first request) with one SSL_write of
+ * one piece. The answer is read as it arrives into a buffer on the stack and handed to the
+ * parser (core/h1resp), which keeps only what it must: a head split over two reads, the body.
+ * Between exchanges the connection waits parked; readable then means the peer closed it (or,
+ * over TLS, sent a session ticket, which is read and changes nothing).
+ *
+ * Over TLS, OpenSSL may hold records it has read from the socket (read-ahead) that the socket's
+ * readiness no longer shows: an answer is therefore read until the parser has it whole or
+ * SSL_read wants the socket again, never left in OpenSSL's buffer while waiting; and a
+ * connection is parked only when OpenSSL holds nothing of it. */
+
+typedef struct h1conn h1conn_t;
+
+typedef enum h1conn_outcome {
+    H1CONN_ANSWER,      /* a whole answer: see result.answer */
+    H1CONN_STALE,       /* a kept-alive connection turned out closed before any byte of the
+                           request went out: nothing was sent */
+    H1CONN_NO_ANSWER,   /* closed or reset after the request went out, before any answer byte */
+    H1CONN_SEND_FAILED, /* writing failed after part of the request went out */
+    H1CONN_RECV_FAILED, /* reading failed, or the connection closed in the middle of the answer */
+    H1CONN_BAD_ANSWER,  /* the answer breaks HTTP/1.1 */
+    H1CONN_TOO_LARGE,   /* the answer's body is longer than allowed */
+    H1CONN_TLS_FAILED,  /* the TLS handshake failed: nothing was sent */
+} h1conn_outcome_t;
+
+typedef struct h1conn_result {
+    h1conn_outcome_t outcome;
+    h1resp_t *answer;  /* the parsed answer (and its body, to take); valid during the callback */
+    int os_errno;      /* the system's error when a read or write failed, else 0 */
+    const char *error; /* what was wrong, for the failures; "" for an answer */
+    long verify;       /* H1CONN_TLS_FAILED: the certificate check's X509_V_* result */
+} h1conn_result_t;
+
+/* An exchange ended. The callback owns the connection's fate: h1conn_park (after a reusable
+ * answer only) or h1conn_free. */
+typedef void h1conn_done_cb(void *arg, h1conn_t *c, h1conn_result_t *res);
+/* A parked connection became readable: its peer closed it (or sent what nobody asked for).
+ * The callback frees it. */
+typedef void h1conn_idle_cb(void *arg, h1conn_t *c);
+
+/* Bytes read per recv (or SSL_read): a platform's answer is a few hundred, a media upload's
+ * answer a few thousand; a longer one takes more reads. */
+#define READ_CHUNK 16384
+
+/* Owned by whoever holds it: the client's pool while parked, the transfer during an exchange. */
+struct h1conn {
+    struct event rd;  /* EV_READ | EV_PERSIST, registered from h1conn_new to h1conn_free */
+    struct event *wr; /* only while a request (or a handshake) waits for room in the socket */
+    int fd;
+    SSL *ssl; /* owned; NULL over cleartext */
+    /* the exchange in progress */
+    const char *head, *body;
+    size_t head_len, body_len, sent;
+    h1conn_done_cb *cb;
+    void *arg;
+    h1resp_t ans;
+    /* the connection */
+    h1conn_idle_cb *on_idle;
+    void *idle_arg;
+    h1conn_t *next;
+    int64_t parked_at;
+    unsigned busy : 1, answered : 1, reusable : 1, ans_live : 1;
+    unsigned shaken : 1; /* the TLS handshake is done */
+    unsigned broken : 1; /* the TLS session failed: no close_notify at the end */
+};
+
+static void on_readable(evutil_socket_t fd, short what, void *arg);
+static void on_writable(evutil_socket_t fd, short what, void *arg);
+
+static h1conn_t *h1conn_new(struct event_base *base, int fd, SSL *ssl, h1conn_idle_cb *on_idle,
+                            void *idle_arg)
+{
+    h1conn_t *c = calloc(1, sizeof(*c));
+
+    if (c == NULL || (ssl != NULL && SSL_set_fd(ssl, fd) != 1)) {
+        SSL_free(ssl);
+        close(fd);
+        free(c);
+        return NULL;
+    }
+    c->fd = fd;
+    c->ssl = ssl;
+    c->on_idle = on_idle;
+    c->idle_arg = idle_arg;
+    event_assign(&c->rd, base, fd, EV_READ | EV_PERSIST, on_readable, c);
+    if (event_add(&c->rd, NULL) < 0) {
+        SSL_free(ssl);
+        close(fd);
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static void h1conn_free(h1conn_t *c)
+{
+    if (c == NULL)
+        return;
+    event_del(&c->rd);
+    if (c->wr != NULL)
+        event_free(c->wr);
+    if (c->ans_live)
+        h1resp_release(&c->ans);
+    if (c->ssl != NULL) {
+        /* a close_notify, best effort and without waiting: the socket closes next */
+        if (c->shaken && !c->broken && !c->busy)
+            SSL_shutdown(c->ssl);
+        SSL_free(c->ssl);
+    }
+    close(c->fd);
+    free(c);
+}
+
+/* Ends the exchange: the callback decides what becomes of the connection, so nothing of c is
+ * touched after it. */
+static void finish(h1conn_t *c, h1conn_outcome_t outcome, int os_errno, const char *error)
+{
+    h1conn_result_t res;
+    h1conn_done_cb *cb = c->cb;
+
+    if (c->wr != NULL)
+        event_del(c->wr);
+    c->busy = 0;
+    c->cb = NULL;
+    if (outcome != H1CONN_ANSWER || c->sent < c->head_len + c->body_len)
+        c->reusable = 0; /* an answer before the whole request went out ends the connection */
+    if (outcome != H1CONN_ANSWER)
+        c->broken = 1;
+    memset(&res, 0, sizeof(res));
+    res.outcome = outcome;
+    res.answer = &c->ans;
+    res.os_errno = os_errno;
+    res.error = error;
+    if (outcome == H1CONN_TLS_FAILED)
+        res.verify = SSL_get_verify_result(c->ssl);
+    cb(c->arg, c, &res);
+}
+
+/* Waits for room in the socket. 0, or -1 when the exchange ended. */
+static int wait_writable(h1conn_t *c)
+{
+    if (c->wr == NULL)
+        c->wr = event_new(event_get_base(&c->rd), c->fd, EV_WRITE | EV_PERSIST, on_writable, c);
+    if (c->wr != NULL && event_add(c->wr, NULL) == 0)
+        return 0;
+    finish(c, c->sent == 0 ? H1CONN_STALE : H1CONN_SEND_FAILED, ENOMEM, "out of memory");
+    return -1;
+}
+
+/* The write failed with errno err (0: the peer closed) after c->sent bytes. */
+static void send_failed(h1conn_t *c, int err)
+{
+    /* A kept-alive connection the peer closed meanwhile refuses the first byte: nothing went
+     * out, and another connection may carry the request. */
+    if (c->sent == 0)
+        finish(c, H1CONN_STALE, err,
+               c->answered ? "the kept-alive connection was closed" : "the connection was closed");
+    else
+        finish(c, H1CONN_SEND_FAILED, err, "sending the request failed");
+}
+
+/* Writes what the socket takes. 1: all of the request is out; 0: waiting; -1: ended. */
+static int send_more(h1conn_t *c)
+{
+    while (c->sent < c->head_len + c->body_len) {
+        ssize_t n;
+
+        if (c->ssl != NULL) {
+            int k, err;
+            ERR_clear_error();
+            k = SSL_write(c->ssl, c->head + c->sent, (int)(c->head_len - c->sent));
+            if (k > 0) {
+                c->sent += (size_t)k;
+                continue;
+            }
+            err = SSL_get_error(c->ssl, k);
+            if (err == SSL_ERROR_WANT_WRITE)
+                return wait_writable(c);
+            if (err == SSL_ERROR_WANT_READ)
+                return 0; /* on_readable sends on */
+            send_failed(c, err == SSL_ERROR_SYSCALL ? errno : 0);
+            return -1;
+        } else {
+            struct iovec iov[2];
+            struct msghdr msg;
+            int k = 0;
+            if (c->sent < c->head_len) {
+                iov[k].iov_base = (char *)c->head + c->sent;
+                iov[k++].iov_len = c->head_len - c->sent;
+            }
+            if (c->body_len > 0) {
+                size_t off = c->sent > c->head_len ? c->sent - c->head_len : 0;
+                iov[k].iov_base = (char *)c->body + off;
+                iov[k++].iov_len = c->body_len - off;
+            }
+            memset(&msg, 0, sizeof(msg));
+            msg.msg_iov = iov;
+            msg.msg_iovlen = (size_t)k;
+            n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        }
+        if (n > 0) {
+            c->sent += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return wait_writable(c);
+        send_failed(c, n < 0 ? errno : 0);
+        return -1;
+    }
+    if (c->wr != NULL)
+        event_del(c->wr);
+    return 1;
+}
+
+/* Goes on with the TLS handshake. 1: done; 0: waiting for the socket; -1: ended. */
+static int handshake(h1conn_t *c)
+{
+    int k, err;
+
+    ERR_clear_error();
+    k = SSL_connect(c->ssl);
+    if (k == 1) {
+        c->shaken = 1;
+        if (c->wr != NULL)
+            event_del(c->wr);
+        return 1;
+    }
+    err = SSL_get_error(c->ssl, k);
+    if (err == SSL_ERROR_WANT_READ) {
+        if (c->wr != NULL)
+            event_del(c->wr);
+        return 0;
+    }
+    if (err == SSL_ERROR_WANT_WRITE)
+        return wait_writable(c);
+    if (SSL_get_verify_result(c->ssl) != X509_V_OK)
+        finish(c, H1CONN_TLS_FAILED, 0, "");
+    else if (err == SSL_ERROR_SYSCALL)
+        finish(c, H1CONN_TLS_FAILED, errno, "the connection closed during the TLS handshake");
+    else {
+        const char *why = ERR_reason_error_string(ERR_peek_last_error());
+        finish(c, H1CONN_TLS_FAILED, 0, why != NULL ? why : "the TLS handshake failed");
+    }
+    return -1;
+}
+
+/* The request goes out, after the handshake over TLS. */
+static void proceed(h1conn_t *c)
+{
+    if (c->ssl != NULL && !c->shaken && handshake(c) != 1)
+        return;
+    send_more(c);
+}
+
+static void on_writable(evutil_socket_t fd, short what, void *arg)
+{
+    h1conn_t *c = arg;
+
+    (void)fd;
+    (void)what;
+    if (c->busy)
+        proceed(c);
+}
+
+/* The answer ended (or broke) with this result of the parser. */
+static void answer_ended(h1conn_t *c, int rc)
+{
+    switch (rc) {
+    case H1RESP_DONE:
+        c->answered = 1;
+        c->reusable = c->ans.keep_alive != 0;
+        finish(c, H1CONN_ANSWER, 0, "");
+        return;
+    case H1RESP_TOO_LARGE:
+        finish(c, H1CONN_TOO_LARGE, 0, c->ans.error);
+        return;
+    default:
+        finish(c, H1CONN_BAD_ANSWER, 0, c->ans.error);
+        return;
+    }
+}
+
+/* The peer closed, or reset, the connection during an exchange. */
+static void peer_gone(h1conn_t *c, int os_errno)
+{
+    int rc;
+
+    if (!h1resp_started(&c->ans)) {
+        if (c->sent < c->head_len + c->body_len)
+            send_failed(c, os_errno);
+        else
+            finish(c, H1CONN_NO_ANSWER, os_errno, "the connection closed before any answer");
+        return;
+    }
+    if (os_errno != 0) {
+        finish(c, H1CONN_RECV_FAILED, os_errno, "the connection failed during the answer");
+        return;
+    }
+    rc = h1resp_eof(&c->ans);
+    if (rc == H1RESP_DONE) {
+        c->answered = 1;
+        c->reusable = 0;
+        finish(c, H1CONN_ANSWER, 0, "");
+    } else {
+        finish(c, H1CONN_RECV_FAILED, 0, c->ans.error);
+    }
+}
+
+/* Reads once. > 0: bytes in buf; 0: the peer closed (*err its errno or 0); -1: nothing yet
+ * (over TLS: maybe a handshake message, such as a session ticket, was read); -2: failed
+ * (*err, *why). */
+static ssize_t read_some(h1conn_t *c, char *buf, size_t size, int *err, const char **why)
+{
+    *err = 0;
+    *why = "";
+    if (c->ssl != NULL) {
+        int k, e;
+        ERR_clear_error();
+        k = SSL_read(c->ssl, buf, (int)size);
+        if (k > 0)
+            return k;
+        e = SSL_get_error(c->ssl, k);
+        if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
+            return -1;
+        if (e == SSL_ERROR_ZERO_RETURN)
+            return 0;
+        c->broken = 1;
+        if (e == SSL_ERROR_SYSCALL) {
+            *err = errno;
+            return *err == 0 ? 0 : -2;
+        }
+        *why = ERR_reason_error_string(ERR_peek_last_error());
+        if (*why == NULL)
+            *why = "TLS error";
+        return -2;
+    }
+    for (;;) {
+        ssize_t n = recv(c->fd, buf, size, 0);
+        if (n >= 0)
+            return n;
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return -1;
+        *err = errno;
+        return -2;
+    }
+}
+
+static void on_readable(evutil_socket_t fd, short what, void *arg)
+{
+    h1conn_t *c = arg;
+    char buf[READ_CHUNK];
+    const char *why;
+    int err;
+
+    (void)fd;
+    (void)what;
+    if (!c->busy) {
+        /* Parked. Over TLS a session ticket may come after the handshake: read, it is nothing
+         * to act on. Anything else (bytes, the close) ends the connection. */
+        if (c->ssl != NULL && read_some(c, buf, sizeof(buf), &err, &why) == -1)
+            return;
+        c->reusable = 0;
+        c->on_idle(c->idle_arg, c); /* frees c */
+        return;
+    }
+    if (c->ssl != NULL && !c->shaken) {
+        if (handshake(c) == 1)
+            send_more(c);
+        return;
+    }
+    if (c->sent < c->head_len + c->body_len && c->ssl != NULL && send_more(c) < 0)
+        return; /* SSL_write wanted to read first; or the exchange ended */
+    for (;;) {
+        ssize_t n = read_some(c, buf, sizeof(buf), &err, &why);
+        size_t used = 0;
+        int rc;
+
+        if (n == -1)
+            return;
+        if (n == -2) {
+            if (h1resp_started(&c->ans) || *why)
+                finish(c, H1CONN_RECV_FAILED, err, *why ? why : "reading the answer failed");
+            else
+                peer_gone(c, err);
+            return;
+        }
+        if (n == 0) {
+            peer_gone(c, err);
+            return;
+        }
+        rc = h1resp_feed(&c->ans, buf, (size_t)n, &used);
+        if (rc != H1RESP_MORE) {
+            if (rc == H1RESP_DONE && used < (size_t)n)
+                c->ans.keep_alive = 0; /* bytes past the answer: nobody asked for them */
+            answer_ended(c, rc);
+            return;
+        }
+        /* Over cleartext, a read that did not fill the buffer took all there was: the next
+         * bytes come with the next readiness, without a recv that would only say "nothing
+         * yet". Over TLS a short read is one record, and more may be held: read on. */
+        if (c->ssl == NULL && (size_t)n < sizeof(buf))
+            return;
+    }
+}
+
+static void h1conn_exchange(h1conn_t *c, const char *head, size_t head_len, const char *body,
+                            size_t body_len, size_t max_answer, h1conn_done_cb *cb, void *arg)
+{
+    c->head = head;
+    c->head_len = head_len;
+    c->body = body;
+    c->body_len = body ? body_len : 0;
+    c->sent = 0;
+    c->cb = cb;
+    c->arg = arg;
+    c->busy = 1;
+    c->reusable = 0;
+    if (c->ans_live)
+        h1resp_release(&c->ans);
+    h1resp_init(&c->ans, max_answer, 0);
+    c->ans_live = 1;
+    proceed(c);
+}
+
+static void h1conn_abandon(h1conn_t *c)
+{
+    if (c->wr != NULL)
+        event_del(c->wr);
+    c->busy = 0;
+    c->cb = NULL;
+    c->reusable = 0;
+    c->broken = 1;
+}
+
+static int h1conn_reusable(const h1conn_t *c)
+{
+    /* over TLS, only when OpenSSL holds nothing more of the socket (see the top) */
+    return c->reusable && (c->ssl == NULL || !SSL_has_pending(c->ssl));
+}
+
+static void h1conn_park(h1conn_t *c, int64_t now_ms)
+{
+    if (c->ans_live) {
+        h1resp_release(&c->ans);
+        c->ans_live = 0;
+    }
+    if (c->wr != NULL) {
+        event_free(c->wr);
+        c->wr = NULL;
+    }
+    c->parked_at = now_ms;
+}
+
+static int64_t h1conn_parked_at(const h1conn_t *c)
+{
+    return c->parked_at;
+}
+
+static h1conn_t *h1conn_next(const h1conn_t *c)
+{
+    return c->next;
+}
+
+static void h1conn_set_next(h1conn_t *c, h1conn_t *next)
+{
+    c->next = next;
+}
+
+/* ---- the client ---- */
 
 typedef struct upstream_shard upstream_shard_t;
 
 /* A URL parsed for CURLOPT_CURLU, kept for the next calls to the same URL. Owned by its
  * upstream_t (urls, by hash of the text); its transfers in flight hold a reference each, as curl
  * may read it until the transfer ends. */
+typedef struct upstream_origin upstream_origin_t;
+
 typedef struct upstream_url {
     char *text;    /* owned; NULL when the slot holds nothing */
     CURLU *parsed; /* owned */
     unsigned refs;
+    /* A plain http:// URL (see h1_form) goes over our own HTTP/1.1 connections: */
+    upstream_origin_t *origin; /* its host and port, or NULL: curl carries it */
+    const char *target;        /* in text: the request target ("/..."), "" for "/" */
+    const char *host;          /* in text: the Host field's value ... */
+    size_t host_len;           /* ... this long (with the port, when not the scheme's own) */
 } upstream_url_t;
+
+/* A host and port over cleartext HTTP/1.1, with its parked connections (newest first). Owned by
+ * its upstream_t (origins list), kept until upstream_free. */
+struct upstream_origin {
+    char *key;  /* "host:port", the host in lower case */
+    char *host; /* the host alone, over TLS: the name the certificate must hold, and SNI's */
+    int tls;
+    int host_is_ip;
+    SSL_SESSION *session; /* the newest TLS session (ticket) its connections got, owned */
+    h1conn_t *parked;
+    size_t n_parked;
+    upstream_origin_t *next;
+};
+
+typedef enum {
+    H1_OFF = 0,  /* curl carries the transfer */
+    H1_KICK,     /* started, waiting for its turn of the loop */
+    H1_CONNECT,  /* curl connects a socket for it (CURLOPT_CONNECT_ONLY) */
+    H1_EXCHANGE, /* its request and answer on an h1conn */
+} h1_phase_t;
 
 /* Owned by its upstream_t (socks, by descriptor): created on curl's first wish for a socket,
  * freed on CURL_POLL_REMOVE, or, when parked, when curl closes the socket. What curl wished last
@@ -61,10 +598,10 @@ struct upstream_xfer {
     CURL *easy;
     struct curl_slist *headers; /* owned, unless it is up->json_headers */
     upstream_url_t *url;        /* the parsed URL curl was given, while in flight; or NULL */
-    char *body;           /* the request body, owned */
+    char *body;                 /* the request body, owned */
     upstream_cb *cb;
     void *arg;
-    char *buf;            /* the answer body */
+    char *buf; /* the answer body */
     size_t len, cap, max;
     char retry_after[32];
     long hop;      /* redirects followed at the last pre-request check, -1 before it */
@@ -73,7 +610,18 @@ struct upstream_xfer {
     /* as bits: a record per transfer in flight, thousands at once (bench/README.md) */
     unsigned has_retry_after : 1, blocked : 1, too_large : 1;
     unsigned resend_refused : 1; /* curl wanted to send the request again after it went out */
-    upstream_xfer_t *next; /* free list */
+    upstream_xfer_t *next;       /* free list */
+    /* over our own HTTP/1.1 connection (h1_phase not H1_OFF): */
+    h1_phase_t h1_phase;
+    upstream_origin_t *origin;
+    h1conn_t *link;         /* during H1_EXCHANGE */
+    struct event *h1_timer; /* the kick, then the deadline; kept with the record */
+    char *head;             /* the request head, owned, kept with the record */
+    size_t head_len, head_cap;
+    size_t body_len;
+    int64_t started_us, deadline_us;
+    int h1_tries;
+    unsigned link_reused : 1; /* the connection carried an answer before this request */
 };
 
 /* Owned by its upstream_t. */
@@ -93,15 +641,22 @@ struct upstream {
     int n_shards;
     size_t in_flight;
     upstream_xfer_t *spare;
-    int proxy_env; /* the environment names a proxy: let curl use it */
+    int proxy_env;                   /* the environment names a proxy: let curl use it */
     struct curl_slist *json_headers; /* the usual list, shared: JSON content type, no Expect */
     CURLSH *share;                   /* TLS sessions and DNS answers of all its transfers */
     upstream_sock_t **socks;         /* by descriptor: the sockets curl gave us, parked ones too */
     int n_socks;
     upstream_url_t urls[URL_SLOTS];
+    upstream_origin_t *origins;
+    CURL *spare_easy[SPARE_EASY];
+    SSL_CTX *tls; /* our own HTTP/1.1 over TLS (the HTTP/1.1 setting only), or NULL */
+    int n_spare_easy;
+    curl_socket_t adopting; /* the socket curl connected for us, while curl lets it go */
+    int adopted;            /* curl "closed" it meanwhile, leaving it open for us */
 };
 
 static void check_done(upstream_shard_t *sh);
+static SSL_CTX *tls_ctx_new(const char *ca_file);
 
 /* Lets curl act on a socket (or on its timeout), then hands up what it finished. */
 static void multi_act(upstream_shard_t *sh, curl_socket_t fd, int action)
@@ -238,6 +793,10 @@ static int on_close_socket(void *arg, curl_socket_t s)
 
     if (s >= 0 && s < up->n_socks && up->socks[s] != NULL)
         sock_free(up, s, up->socks[s]);
+    if (s == up->adopting) {
+        up->adopted = 1; /* ours now: h1conn closes it */
+        return 0;
+    }
     return close(s);
 }
 
@@ -362,8 +921,7 @@ static curl_socket_t on_open_guarded(void *arg, curlsocktype purpose, struct cur
  * not (FOLLOW_RETRY), so a changed count starts a new hop whose bytes so far are the baseline.
  * A resend on a new connection through a proxy counts that connection's CONNECT too: such an
  * attempt is refused even when nothing of the request had gone out, never sent twice. */
-static int on_prereq(void *arg, char *primary_ip, char *local_ip, int primary_port,
-                     int local_port)
+static int on_prereq(void *arg, char *primary_ip, char *local_ip, int primary_port, int local_port)
 {
     upstream_xfer_t *x = arg;
     long sent = 0, hop = 0;
@@ -434,6 +992,33 @@ static CURL *easy_new(upstream_t *up, upstream_xfer_t *x)
     return e;
 }
 
+/* An easy handle for x: a spare one made over to x, or a new one. A transfer over our own
+ * HTTP/1.1 needs one only while curl connects its socket, and gives it back then (easy_give):
+ * thousands of sends in flight on kept-alive connections hold no easy handle (5 KiB each). */
+static CURL *easy_take(upstream_t *up, upstream_xfer_t *x)
+{
+    CURL *e = up->spare_easy[up->n_spare_easy > 0 ? up->n_spare_easy - 1 : 0];
+
+    if (up->n_spare_easy == 0)
+        return easy_new(up, x);
+    up->n_spare_easy--;
+    curl_easy_setopt(e, CURLOPT_PRIVATE, x);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, x);
+    curl_easy_setopt(e, CURLOPT_PREREQDATA, x);
+    return e;
+}
+
+static void easy_give(upstream_t *up, upstream_xfer_t *x)
+{
+    if (up->n_spare_easy < SPARE_EASY)
+        up->spare_easy[up->n_spare_easy++] = x->easy;
+    else
+        curl_easy_cleanup(x->easy);
+    x->easy = NULL;
+}
+
 static void shard_free(upstream_shard_t *sh)
 {
     if (sh == NULL)
@@ -495,7 +1080,7 @@ static upstream_shard_t *pick_shard(upstream_t *up)
 }
 
 static const char *const proxy_vars[] = {"http_proxy",  "HTTP_PROXY", "https_proxy",
-                                          "HTTPS_PROXY", "all_proxy",  "ALL_PROXY"};
+                                         "HTTPS_PROXY", "all_proxy",  "ALL_PROXY"};
 
 upstream_t *upstream_new(struct event_base *base, const upstream_config_t *cfg)
 {
@@ -508,6 +1093,7 @@ upstream_t *upstream_new(struct event_base *base, const upstream_config_t *cfg)
     for (size_t i = 0; i < sizeof(proxy_vars) / sizeof(proxy_vars[0]); i++)
         if (getenv(proxy_vars[i]) != NULL && getenv(proxy_vars[i])[0] != '\0')
             up->proxy_env = 1;
+    up->adopting = CURL_SOCKET_BAD;
     if ((up->json_headers = curl_slist_append(NULL, ADAPTER_JSON_HEADER)) != NULL &&
         (curl_slist_append(up->json_headers, "Expect:") == NULL ||
          curl_slist_append(up->json_headers, USER_AGENT) == NULL)) {
@@ -521,6 +1107,11 @@ upstream_t *upstream_new(struct event_base *base, const upstream_config_t *cfg)
         curl_share_cleanup(up->share);
         up->share = NULL;
     }
+    /* our own HTTP/1.1 over TLS with the HTTP/1.1 setting; HTTP/2 is curl's */
+    if (cfg->http1 && !cfg->guard && (up->tls = tls_ctx_new(cfg->ca_file)) == NULL) {
+        upstream_free(up);
+        return NULL;
+    }
     if (up->json_headers == NULL || up->share == NULL || pick_shard(up) == NULL) {
         upstream_free(up);
         return NULL;
@@ -532,8 +1123,14 @@ static void xfer_release(upstream_xfer_t *x)
 {
     upstream_t *up = x->up;
 
-    x->shard->in_flight--;
+    if (x->shard != NULL)
+        x->shard->in_flight--;
     x->shard = NULL;
+    if (x->h1_timer != NULL)
+        event_del(x->h1_timer);
+    x->h1_phase = H1_OFF;
+    x->link = NULL;
+    x->origin = NULL;
     if (x->headers != up->json_headers)
         curl_slist_free_all(x->headers);
     x->headers = NULL;
@@ -554,9 +1151,21 @@ static void xfer_release(upstream_xfer_t *x)
     up->in_flight--;
 }
 
+static void origin_close_parked(upstream_origin_t *o)
+{
+    h1conn_t *c;
+
+    while ((c = o->parked) != NULL) {
+        o->parked = h1conn_next(c);
+        h1conn_free(c);
+    }
+    o->n_parked = 0;
+}
+
 void upstream_free(upstream_t *up)
 {
     upstream_xfer_t *x;
+    upstream_origin_t *o;
 
     if (up == NULL)
         return;
@@ -565,8 +1174,21 @@ void upstream_free(upstream_t *up)
         up->spare = x->next;
         if (x->easy != NULL)
             curl_easy_cleanup(x->easy);
+        if (x->h1_timer != NULL)
+            event_free(x->h1_timer);
+        free(x->head);
         free(x->buf);
         free(x);
+    }
+    while (up->n_spare_easy > 0)
+        curl_easy_cleanup(up->spare_easy[--up->n_spare_easy]);
+    while ((o = up->origins) != NULL) {
+        up->origins = o->next;
+        origin_close_parked(o);
+        SSL_SESSION_free(o->session);
+        free(o->host);
+        free(o->key);
+        free(o);
     }
     for (int i = 0; i < up->n_shards; i++)
         shard_free(up->shards[i]); /* closes the pool's connections: on_close_socket */
@@ -581,19 +1203,146 @@ void upstream_free(upstream_t *up)
         free(up->urls[i].text);
     }
     curl_slist_free_all(up->json_headers);
+    SSL_CTX_free(up->tls); /* after every connection made with it */
     free(up);
 }
 
-/* The call's URL parsed, for CURLOPT_CURLU, or NULL to let curl parse it (and report what is
- * wrong with it). Given only CURLOPT_URL, libcurl 7.88 parses the URL on every transfer and
- * then prints it back into a normalized string (curl_url_set, then curl_url_get with its
- * printf engine: about 17,000 instructions of a call's 80,000 in curl). Given both, it copies
- * the parsed URL instead and keeps CURLOPT_URL's text as the transfer's URL; a redirect's
- * target is parsed as before. A parse is kept for the next calls to the same URL (the same
- * platform and token), shared by all the transfers in flight to it: a copy per transfer would
- * cost a few hundred bytes per send in flight. A slot held by another URL's transfers leaves
- * the call to curl's own parse. */
-static CURLU *parsed_url(upstream_t *up, upstream_xfer_t *x, const char *url)
+/* Our own HTTP/1.1 carries a platform call only over cleartext, straight to the platform (no
+ * proxy, whose CONNECT and authentication stay curl's), without following redirects, and only
+ * on this client (the user-URL client's every connection passes the SSRF guard, which curl
+ * applies). */
+static int h1_allowed(const upstream_t *up, const char *url, unsigned flags)
+{
+    return !up->cfg.guard && !(flags & UPSTREAM_FOLLOW) && (!up->proxy_env || up->cfg.direct) &&
+           (strncmp(url, "http://", 7) == 0 ||
+            (up->tls != NULL && strncmp(url, "https://", 8) == 0));
+}
+
+static int is_alnum(unsigned char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+}
+
+static int is_hex(unsigned char ch)
+{
+    return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F');
+}
+
+/* A byte of a path or query that goes out as it is (RFC 3986: unreserved, sub-delims, ":",
+ * "@", "/", "?", and "%" before two hex digits, checked by the caller). */
+static int is_target_char(unsigned char ch)
+{
+    return is_alnum(ch) || (ch != '\0' && strchr("-._~!$&'()*+,;=:@/?%", ch) != NULL);
+}
+
+/* Whether the path has a "." or ".." segment, which curl would remove before sending. */
+static int has_dot_segment(const char *t, size_t len)
+{
+    size_t i = 0;
+
+    while (i < len && t[i] != '?') {
+        size_t j = i + 1; /* t[i] is '/' */
+        while (j < len && t[j] != '/' && t[j] != '?')
+            j++;
+        if ((j - i == 2 && t[i + 1] == '.') || (j - i == 3 && t[i + 1] == '.' && t[i + 2] == '.'))
+            return 1;
+        i = j;
+    }
+    return 0;
+}
+
+static upstream_origin_t *origin_find(upstream_t *up, int tls, const char *host, size_t host_len,
+                                      unsigned port)
+{
+    char num[NUMFMT_DEC_SIZE];
+    const char *p = numfmt_dec(num, port);
+    size_t plen = strlen(p), klen = host_len + 1 + plen;
+    upstream_origin_t *o;
+    char *key = malloc(klen + 1);
+
+    if (key == NULL)
+        return NULL;
+    for (size_t i = 0; i < host_len; i++)
+        key[i] = (char)(host[i] >= 'A' && host[i] <= 'Z' ? host[i] - 'A' + 'a' : host[i]);
+    key[host_len] = ':';
+    memcpy(key + host_len + 1, p, plen + 1);
+    for (o = up->origins; o != NULL; o = o->next)
+        if (o->tls == tls && strcmp(o->key, key) == 0) {
+            free(key);
+            return o;
+        }
+    if ((o = calloc(1, sizeof(*o))) == NULL || (o->host = malloc(host_len + 1)) == NULL) {
+        free(o);
+        free(key);
+        return NULL;
+    }
+    memcpy(o->host, key, host_len);
+    o->host[host_len] = '\0';
+    o->host_is_ip = 1;
+    for (size_t i = 0; i < host_len; i++)
+        if (!((key[i] >= '0' && key[i] <= '9') || key[i] == '.'))
+            o->host_is_ip = 0;
+    o->tls = tls;
+    o->key = key;
+    o->next = up->origins;
+    up->origins = o;
+    return o;
+}
+
+/* Reads a URL slot's text as a plain http:// URL for our own HTTP/1.1: a host of letters,
+ * digits, dots and hyphens, a port maybe, and a path and query that need no normalizing.
+ * Anything else (user info, an IPv6 literal, a fragment, a dot segment, a byte curl would
+ * refuse or encode) is left to curl, which knows every form. */
+static void h1_form(upstream_t *up, upstream_url_t *u)
+{
+    int tls = u->text[4] == 's';
+    const char *t = u->text + (tls ? 8 : 7), *host = t, *p;
+    unsigned port = tls ? 443 : 80;
+    size_t host_len, len;
+
+    u->origin = NULL;
+    while (is_alnum((unsigned char)*t) || *t == '.' || *t == '-')
+        t++;
+    host_len = (size_t)(t - host);
+    if (host_len == 0 || host_len > 253)
+        return;
+    if (*t == ':') {
+        const char *d = ++t;
+        port = 0;
+        while (*t >= '0' && *t <= '9' && t - d < 5)
+            port = port * 10 + (unsigned)(*t++ - '0');
+        if (t == d || port == 0 || port > 65535 || (*t >= '0' && *t <= '9'))
+            return;
+    }
+    if (*t != '\0' && *t != '/' && *t != '?')
+        return;
+    len = strlen(t);
+    for (p = t; *p != '\0'; p++) {
+        if (!is_target_char((unsigned char)*p))
+            return;
+        if (*p == '%' && (!is_hex((unsigned char)p[1]) || !is_hex((unsigned char)p[2])))
+            return;
+    }
+    if (*t == '/' && has_dot_segment(t, len))
+        return;
+    u->target = t;
+    /* curl names the port in Host only when it is not the scheme's own */
+    u->host = host;
+    u->host_len = port == (tls ? 443u : 80u) ? host_len : (size_t)(t - host);
+    u->origin = origin_find(up, tls, host, host_len, port);
+}
+
+/* The slot of a URL, parsed (for CURLOPT_CURLU) and read for our own HTTP/1.1, or NULL when a
+ * slot held by another URL's transfers leaves the call to curl's own parse.
+ *
+ * Given only CURLOPT_URL, libcurl 7.88 parses the URL on every transfer and then prints it back
+ * into a normalized string (curl_url_set, then curl_url_get with its printf engine: about
+ * 17,000 instructions of a call's 80,000 in curl). Given both, it copies the parsed URL instead
+ * and keeps CURLOPT_URL's text as the transfer's URL; a redirect's target is parsed as before.
+ * A parse is kept for the next calls to the same URL (the same platform and token), shared by
+ * all the transfers in flight to it: a copy per transfer would cost a few hundred bytes per
+ * send in flight. */
+static upstream_url_t *url_slot(upstream_t *up, const char *url)
 {
     size_t len = strlen(url), tail = len < 24 ? len : 24;
     /* the slot by the URL's end, where calls to one platform differ (the token, the page) */
@@ -604,6 +1353,7 @@ static CURLU *parsed_url(upstream_t *up, upstream_xfer_t *x, const char *url)
             return NULL;
         free(u->text);
         u->text = NULL;
+        u->origin = NULL;
         if (u->parsed == NULL && (u->parsed = curl_url()) == NULL)
             return NULL;
         /* the flags curl itself parses a URL of CURLOPT_URL with (lib/url.c) */
@@ -612,10 +1362,496 @@ static CURLU *parsed_url(upstream_t *up, upstream_xfer_t *x, const char *url)
             (u->text = malloc(len + 1)) == NULL)
             return NULL;
         memcpy(u->text, url, len + 1);
+        if (h1_allowed(up, url, 0))
+            h1_form(up, u);
     }
+    return u;
+}
+
+/* For curl: the slot's parse, held by the transfer until it ends. */
+static CURLU *parsed_url(upstream_t *up, upstream_xfer_t *x, const char *url)
+{
+    upstream_url_t *u = url_slot(up, url);
+
+    if (u == NULL)
+        return NULL;
     u->refs++;
     x->url = u;
     return u->parsed;
+}
+
+static int ascii_prefix(const char *s, const char *prefix)
+{
+    return strncasecmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* Appends n bytes at x->head + *at (room was counted first). */
+static void put(upstream_xfer_t *x, size_t *at, const char *s, size_t n)
+{
+    memcpy(x->head + *at, s, n);
+    *at += n;
+}
+
+/* The request head, as curl 7.88 writes one for the same call: request line, Host, Accept,
+ * the call's own lines, then the body's length (and, as curl does for a body without a type
+ * of its own, the form type). A line without a colon, or with CR, LF or an empty value (which
+ * curl reads as "leave this field out"), leaves the call to curl. body_inside: the body too,
+ * after the head (over TLS: one record). 0, or -1. */
+static int h1_build_head(upstream_xfer_t *x, const upstream_url_t *u, const adapter_call_t *call,
+                         int with_body, int body_inside)
+{
+    size_t inside = with_body && body_inside && call->body != NULL ? call->body_len : 0;
+    static const char form[] = "Content-Type: application/x-www-form-urlencoded\r\n";
+    const char *target = u->target[0] == '/' ? u->target : NULL;
+    char num[NUMFMT_DEC_SIZE];
+    const char *clen = numfmt_dec(num, (long long)(with_body ? call->body_len : 0));
+    size_t need, at = 0, tlen = strlen(u->target);
+    int typed = 0;
+
+    need = strlen(call->method) + 1 + (target ? 0 : 1) + tlen + 11 + 6 + u->host_len + 2 + 13 +
+           sizeof(USER_AGENT) - 1 + 2 + 2;
+    for (int i = 0; i < ADAPTER_MAX_HEADERS && call->headers[i] != NULL; i++) {
+        const char *h = call->headers[i], *colon = strchr(h, ':'), *v;
+        if (colon == NULL || colon == h || strpbrk(h, "\r\n") != NULL)
+            return -1;
+        for (v = colon + 1; *v == ' ' || *v == '\t'; v++)
+            ;
+        if (*v == '\0')
+            return -1;
+        typed |= ascii_prefix(h, "Content-Type:");
+        need += strlen(h) + 2;
+    }
+    if (with_body)
+        need += 16 + strlen(clen) + 2 + (typed ? 0 : sizeof(form) - 1) + inside;
+    if (need > x->head_cap) {
+        char *h = realloc(x->head, need);
+        if (h == NULL)
+            return -1;
+        x->head = h;
+        x->head_cap = need;
+    }
+    put(x, &at, call->method, strlen(call->method));
+    put(x, &at, " ", 1);
+    if (target == NULL)
+        put(x, &at, "/", 1);
+    put(x, &at, u->target, tlen);
+    put(x, &at, " HTTP/1.1\r\nHost: ", 17);
+    put(x, &at, u->host, u->host_len);
+    put(x, &at, "\r\nAccept: */*\r\n", 15);
+    for (int i = 0; i < ADAPTER_MAX_HEADERS && call->headers[i] != NULL; i++) {
+        put(x, &at, call->headers[i], strlen(call->headers[i]));
+        put(x, &at, "\r\n", 2);
+    }
+    put(x, &at, USER_AGENT "\r\n", sizeof(USER_AGENT) + 1);
+    if (with_body) {
+        put(x, &at, "Content-Length: ", 16);
+        put(x, &at, clen, strlen(clen));
+        put(x, &at, "\r\n", 2);
+        if (!typed)
+            put(x, &at, form, sizeof(form) - 1);
+    }
+    put(x, &at, "\r\n", 2);
+    if (inside > 0)
+        put(x, &at, call->body, inside);
+    x->head_len = at;
+    return 0;
+}
+
+static void on_h1_timer(evutil_socket_t fd, short what, void *arg);
+static void on_h1_done(void *arg, h1conn_t *c, h1conn_result_t *res);
+static void h1_fail(upstream_xfer_t *x, CURLcode code, const char *detail, int os_errno,
+                    int not_sent);
+
+/* A parked connection of the origin became readable: closed by its peer. */
+static void on_h1_idle(void *arg, h1conn_t *c)
+{
+    upstream_origin_t *o = arg;
+    h1conn_t *prev = NULL;
+
+    for (h1conn_t *p = o->parked; p != NULL; prev = p, p = h1conn_next(p))
+        if (p == c) {
+            if (prev == NULL)
+                o->parked = h1conn_next(c);
+            else
+                h1conn_set_next(prev, h1conn_next(c));
+            o->n_parked--;
+            break;
+        }
+    h1conn_free(c);
+}
+
+/* The newest parked connection of the origin young enough to trust, or NULL. */
+static h1conn_t *h1_unpark(upstream_origin_t *o)
+{
+    int64_t now = clock_coarse_ms();
+    h1conn_t *c;
+
+    while ((c = o->parked) != NULL) {
+        o->parked = h1conn_next(c);
+        h1conn_set_next(c, NULL);
+        o->n_parked--;
+        if (now - h1conn_parked_at(c) <= H1_IDLE_MAX_MS)
+            return c;
+        h1conn_free(c); /* and the older ones after it, one by one */
+    }
+    return NULL;
+}
+
+static void h1_exchange(upstream_xfer_t *x, h1conn_t *c, int reused)
+{
+    x->link = c;
+    x->link_reused = (unsigned)reused;
+    x->h1_phase = H1_EXCHANGE;
+    h1conn_exchange(c, x->head, x->head_len, x->body, x->body_len, x->max, on_h1_done, x);
+}
+
+/* A parked connection of the origin, or a new one that curl connects (CURLOPT_CONNECT_ONLY):
+ * curl resolves the name (its threaded resolver and the share's DNS cache), tries the
+ * addresses, and hands the socket over when connected (h1_connected). */
+static void h1_go(upstream_xfer_t *x)
+{
+    upstream_t *up = x->up;
+    h1conn_t *c = h1_unpark(x->origin);
+    int64_t left_ms;
+    CURL *e;
+    char url[300];
+    size_t klen = strlen(x->origin->key);
+
+    if (c != NULL) {
+        h1_exchange(x, c, 1);
+        return;
+    }
+    left_ms = (x->deadline_us - clock_mono_us()) / 1000;
+    if (x->easy == NULL)
+        x->easy = easy_take(up, x);
+    e = x->easy;
+    if (e == NULL || (x->shard = pick_shard(up)) == NULL || klen + 9 > sizeof(url)) {
+        x->shard = NULL;
+        h1_fail(x, CURLE_OUT_OF_MEMORY, "", 0, 1);
+        return;
+    }
+    x->shard->in_flight++;
+    memcpy(url, "http://", 7);
+    memcpy(url + 7, x->origin->key, klen);
+    memcpy(url + 7 + klen, "/", 2);
+    curl_easy_setopt(e, CURLOPT_CONNECT_ONLY, 1L);
+    curl_easy_setopt(e, CURLOPT_CURLU, NULL);
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_PIPEWAIT, 0L);
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, left_ms > 0 ? (long)left_ms : 1L);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
+    x->hop = -1;
+    x->hop_sent = 0;
+    x->h1_phase = H1_CONNECT;
+    if (curl_multi_add_handle(x->shard->multi, e) != CURLM_OK) {
+        x->h1_phase = H1_KICK; /* nothing for curl to let go */
+        h1_fail(x, CURLE_OUT_OF_MEMORY, "", 0, 1);
+    }
+}
+
+/* OpenSSL hands over a new session (a TLS 1.3 ticket, or a TLS 1.2 session): the origin keeps
+ * the newest, for its next connection to resume. */
+static int on_tls_session(SSL *ssl, SSL_SESSION *sess)
+{
+    upstream_origin_t *o = SSL_get_app_data(ssl);
+
+    if (o == NULL)
+        return 0;
+    SSL_SESSION_free(o->session);
+    o->session = sess;
+    return 1; /* the reference is the origin's */
+}
+
+/* The TLS client for our own HTTP/1.1, as curl sets its own up: the certificate checked
+ * against the CA bundle (BOTGATE_CA_FILE, else curl's own default bundle), partial chains
+ * allowed, TLS 1.2 at least, a peer's close without close_notify read as the end. The bundle is
+ * read here, at start, never on a request's path. Read-ahead: one recv per answer instead of
+ * two per record (h1conn.c reads until OpenSSL holds nothing). NULL on failure. */
+static SSL_CTX *tls_ctx_new(const char *ca_file)
+{
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    char *cainfo = NULL;
+    int loaded = 0;
+    CURL *e;
+
+    if (ctx == NULL)
+        return NULL;
+    if (ca_file != NULL && ca_file[0] != '\0') {
+        if (SSL_CTX_load_verify_locations(ctx, ca_file, NULL) != 1) {
+            SSL_CTX_free(ctx);
+            return NULL;
+        }
+    } else {
+        if ((e = curl_easy_init()) != NULL) {
+            if (curl_easy_getinfo(e, CURLINFO_CAINFO, &cainfo) == CURLE_OK && cainfo != NULL &&
+                cainfo[0] != '\0')
+                loaded = SSL_CTX_load_verify_locations(ctx, cainfo, NULL) == 1;
+            curl_easy_cleanup(e);
+        }
+        if (!loaded)
+            SSL_CTX_set_default_verify_paths(ctx);
+    }
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    X509_VERIFY_PARAM_set_flags(SSL_CTX_get0_param(ctx), X509_V_FLAG_PARTIAL_CHAIN);
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_NO_RENEGOTIATION);
+    SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE |
+                              SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    SSL_CTX_set_read_ahead(ctx, 1);
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+    SSL_CTX_sess_set_new_cb(ctx, on_tls_session);
+    return ctx;
+}
+
+/* An SSL object for a new connection to o: the host checked in the certificate (an address as
+ * an address), named by SNI (a name only), HTTP/1.1 offered by ALPN, o's session resumed. */
+static SSL *tls_new(upstream_t *up, upstream_origin_t *o)
+{
+    static const unsigned char alpn[] = "\x08http/1.1";
+    SSL *ssl = SSL_new(up->tls);
+
+    if (ssl == NULL)
+        return NULL;
+    SSL_set_app_data(ssl, o);
+    SSL_set_hostflags(ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+    if ((o->host_is_ip ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), o->host)
+                       : SSL_set1_host(ssl, o->host)) != 1 ||
+        (!o->host_is_ip && SSL_set_tlsext_host_name(ssl, o->host) != 1) ||
+        SSL_set_alpn_protos(ssl, alpn, sizeof(alpn) - 1) != 0) {
+        SSL_free(ssl);
+        return NULL;
+    }
+    if (o->session != NULL)
+        SSL_set_session(ssl, o->session);
+    SSL_set_connect_state(ssl);
+    return ssl;
+}
+
+static void xfer_finish(upstream_xfer_t *x, CURLcode code);
+
+/* curl finished connecting a socket for x (CURLOPT_CONNECT_ONLY): it becomes ours. Removing
+ * the handle makes curl 7.88 drop its connect-only connection, closing the socket through
+ * on_close_socket, which leaves this one open. */
+static void h1_connected(upstream_xfer_t *x, CURLcode code)
+{
+    upstream_t *up = x->up;
+    curl_socket_t fd = CURL_SOCKET_BAD;
+    h1conn_t *c;
+    SSL *ssl = NULL;
+
+    if (code == CURLE_OK &&
+        (curl_easy_getinfo(x->easy, CURLINFO_ACTIVESOCKET, &fd) != CURLE_OK || fd < 0))
+        fd = CURL_SOCKET_BAD;
+    up->adopting = fd;
+    up->adopted = 0;
+    curl_multi_remove_handle(x->shard->multi, x->easy);
+    curl_easy_setopt(x->easy, CURLOPT_CONNECT_ONLY, 0L);
+    up->adopting = CURL_SOCKET_BAD;
+    x->shard->in_flight--;
+    x->shard = NULL;
+    if (code != CURLE_OK) {
+        xfer_finish(x, code);
+        return;
+    }
+    /* curl kept the socket (a libcurl that no longer drops connect-only connections on
+     * removal): a descriptor of our own, so that its close does not end ours */
+    if (fd != CURL_SOCKET_BAD && !up->adopted)
+        fd = dup(fd);
+    easy_give(up, x);
+    if (fd < 0) {
+        h1_fail(x, CURLE_COULDNT_CONNECT, "the connected socket was lost", 0, 1);
+        return;
+    }
+    if (x->origin->tls && (ssl = tls_new(up, x->origin)) == NULL) {
+        close(fd);
+        h1_fail(x, CURLE_SSL_CONNECT_ERROR, "cannot set up TLS", 0, 1);
+        return;
+    }
+    if ((c = h1conn_new(up->base, fd, ssl, on_h1_idle, x->origin)) == NULL) {
+        h1_fail(x, CURLE_OUT_OF_MEMORY, "", 0, 1);
+        return;
+    }
+    h1_exchange(x, c, 0);
+}
+
+/* The kick (H1_KICK, from upstream_start, so that no answer reaches the caller before
+ * upstream_start returns), then the deadline. */
+static void on_h1_timer(evutil_socket_t fd, short what, void *arg)
+{
+    upstream_xfer_t *x = arg;
+    int64_t left_us;
+    struct timeval tv;
+
+    (void)fd;
+    (void)what;
+    if (x->h1_phase == H1_KICK) {
+        left_us = x->deadline_us - clock_mono_us();
+        if (left_us < 1)
+            left_us = 1;
+        tv.tv_sec = (time_t)(left_us / 1000000);
+        tv.tv_usec = (suseconds_t)(left_us % 1000000);
+        event_add(x->h1_timer, &tv);
+        h1_go(x);
+        return;
+    }
+    h1_fail(x, CURLE_OPERATION_TIMEDOUT, "", 0, 0);
+}
+
+/* What went wrong, in the words describe() uses. */
+static const char *error_text(CURLcode code, const char *detail, int os_errno, long long total_us,
+                              char *buf, size_t size)
+{
+    char os_text[128];
+    const char *os = "";
+
+    if (os_errno != 0)
+        os = strerror_r(os_errno, os_text, sizeof(os_text));
+    snprintf(buf, size, "%s%s%s%s%s (after %lld ms)", curl_easy_strerror(code), *detail ? ": " : "",
+             detail, *os ? ": " : "", os, total_us / 1000);
+    return buf;
+}
+
+/* Ends x without an answer; whatever it holds (its connect, its connection) goes first. */
+static void h1_fail(upstream_xfer_t *x, CURLcode code, const char *detail, int os_errno,
+                    int not_sent)
+{
+    upstream_answer_t ans;
+    upstream_cb *cb = x->cb;
+    void *arg = x->arg;
+    char error[256];
+    long long total_us = (long long)(clock_mono_us() - x->started_us);
+
+    if (x->h1_phase == H1_CONNECT && x->shard != NULL) {
+        curl_multi_remove_handle(x->shard->multi, x->easy);
+        curl_easy_setopt(x->easy, CURLOPT_CONNECT_ONLY, 0L);
+    }
+    if (x->h1_phase == H1_EXCHANGE && x->link != NULL) {
+        h1conn_abandon(x->link);
+        h1conn_free(x->link);
+        x->link = NULL;
+    }
+    memset(&ans, 0, sizeof(ans));
+    ans.curl_code = code;
+    ans.not_sent = not_sent;
+    ans.elapsed_us = total_us;
+    ans.too_large = x->too_large;
+    ans.a.body = "";
+    if (x->resend_refused)
+        ans.error = "the connection closed after the request was sent; not sent again, as the "
+                    "platform may have received it";
+    else if (x->too_large)
+        ans.error = "answer too large";
+    else
+        ans.error = error_text(code, detail, os_errno, total_us, error, sizeof(error));
+    x->cb = NULL;
+    if (cb != NULL)
+        cb(arg, &ans);
+    xfer_release(x);
+}
+
+/* An exchange on our own connection ended. */
+static void on_h1_done(void *arg, h1conn_t *c, h1conn_result_t *res)
+{
+    upstream_xfer_t *x = arg;
+    upstream_origin_t *o = x->origin;
+    upstream_answer_t ans;
+    upstream_cb *cb = x->cb;
+    void *cb_arg = x->arg;
+    h1resp_t *r = res->answer;
+
+    x->link = NULL;
+    if (res->outcome != H1CONN_ANSWER) {
+        int reused = x->link_reused;
+        h1conn_free(c);
+        switch (res->outcome) {
+        case H1CONN_STALE: /* nothing went out: another connection carries it */
+            if (++x->h1_tries < H1_TRIES) {
+                h1_go(x);
+                return;
+            }
+            h1_fail(x, CURLE_SEND_ERROR, res->error, res->os_errno, 1);
+            return;
+        case H1CONN_NO_ANSWER:
+            x->resend_refused = (unsigned)reused;
+            h1_fail(x, CURLE_GOT_NOTHING, "", res->os_errno, 0);
+            return;
+        case H1CONN_SEND_FAILED:
+            h1_fail(x, CURLE_SEND_ERROR, res->error, res->os_errno, 0);
+            return;
+        case H1CONN_TOO_LARGE:
+            x->too_large = 1;
+            h1_fail(x, CURLE_WRITE_ERROR, res->error, 0, 0);
+            return;
+        case H1CONN_BAD_ANSWER:
+            h1_fail(x, CURLE_WEIRD_SERVER_REPLY, res->error, 0, 0);
+            return;
+        case H1CONN_TLS_FAILED:
+            if (res->verify != X509_V_OK)
+                h1_fail(x, CURLE_PEER_FAILED_VERIFICATION,
+                        X509_verify_cert_error_string(res->verify), 0, 0);
+            else
+                h1_fail(x, CURLE_SSL_CONNECT_ERROR, res->error, res->os_errno, 0);
+            return;
+        default:
+            h1_fail(x, CURLE_RECV_ERROR, res->error, res->os_errno, 0);
+            return;
+        }
+    }
+    memset(&ans, 0, sizeof(ans));
+    x->len = r->body_len;
+    x->buf = h1resp_take_body(r);
+    ans.curl_code = CURLE_OK;
+    ans.elapsed_us = (long long)(clock_mono_us() - x->started_us);
+    ans.a.status = r->status;
+    ans.a.body = x->buf ? x->buf : "";
+    ans.a.body_len = x->buf ? x->len : 0;
+    ans.a.retry_after = r->retry_after[0] ? r->retry_after : NULL;
+    ans.a.content_type = r->content_type[0] ? r->content_type : NULL;
+    ans.error = "";
+    x->cb = NULL;
+    if (cb != NULL)
+        cb(cb_arg, &ans);
+    xfer_release(x);
+    /* after the callback: the answer's fields live in the connection's parser */
+    if (h1conn_reusable(c) && o->n_parked < H1_PARKED_MAX) {
+        h1conn_park(c, clock_coarse_ms());
+        h1conn_set_next(c, o->parked);
+        o->parked = c;
+        o->n_parked++;
+    } else {
+        h1conn_free(c);
+    }
+}
+
+/* Sets x off on our own HTTP/1.1 when the call allows it: 1, or 0 to leave it to curl. */
+static int h1_start(upstream_xfer_t *x, adapter_call_t *call, long timeout_ms)
+{
+    upstream_t *up = x->up;
+    upstream_url_t *u;
+    int with_body = strcmp(call->method, "GET") != 0;
+
+    if (!h1_allowed(up, call->url, x->flags) || (u = url_slot(up, call->url)) == NULL ||
+        u->origin == NULL || h1_build_head(x, u, call, with_body, u->origin->tls) < 0)
+        return 0;
+    if (x->h1_timer == NULL && (x->h1_timer = evtimer_new(up->base, on_h1_timer, x)) == NULL)
+        return 0;
+    x->origin = u->origin;
+    x->h1_tries = 0;
+    x->started_us = clock_mono_us();
+    x->deadline_us = x->started_us + (int64_t)(timeout_ms > 0 ? timeout_ms : 1) * 1000;
+    if (with_body && !u->origin->tls) {
+        x->body = call->body;
+        x->body_len = call->body ? call->body_len : 0;
+        call->body = NULL;
+    } else {
+        x->body = NULL; /* none, or in the head */
+        x->body_len = 0;
+    }
+    x->h1_phase = H1_KICK;
+    event_active(x->h1_timer, EV_TIMEOUT, 0);
+    return 1;
 }
 
 static upstream_xfer_t *xfer_start(upstream_t *up, adapter_call_t *call, long timeout_ms,
@@ -630,19 +1866,8 @@ static upstream_xfer_t *xfer_start(upstream_t *up, adapter_call_t *call, long ti
         if ((x = calloc(1, sizeof(*x))) == NULL)
             return NULL;
         x->up = up;
-        if ((x->easy = easy_new(up, x)) == NULL) {
-            free(x);
-            return NULL;
-        }
     }
-    if ((x->shard = pick_shard(up)) == NULL) {
-        x->next = up->spare;
-        up->spare = x;
-        return NULL;
-    }
-    x->shard->in_flight++;
     up->in_flight++;
-    e = x->easy;
     x->cb = cb;
     x->arg = arg;
     x->max = max_answer;
@@ -651,6 +1876,18 @@ static upstream_xfer_t *xfer_start(upstream_t *up, adapter_call_t *call, long ti
     x->hop = -1;
     x->hop_sent = 0;
     x->flags = flags;
+    if (h1_start(x, call, timeout_ms))
+        return x;
+    if (x->easy == NULL)
+        x->easy = easy_take(up, x);
+    e = x->easy;
+    if (e == NULL || (x->shard = pick_shard(up)) == NULL) {
+        x->next = up->spare;
+        up->spare = x;
+        up->in_flight--;
+        return NULL;
+    }
+    x->shard->in_flight++;
     if (call->headers[0] != NULL && strcmp(call->headers[0], ADAPTER_JSON_HEADER) == 0 &&
         call->headers[1] == NULL) {
         x->headers = up->json_headers; /* most calls: five allocations fewer */
@@ -709,7 +1946,15 @@ void upstream_cancel(upstream_xfer_t *x)
 {
     if (x == NULL)
         return;
-    curl_multi_remove_handle(x->shard->multi, x->easy);
+    if (x->h1_phase == H1_EXCHANGE && x->link != NULL) {
+        h1conn_abandon(x->link);
+        h1conn_free(x->link); /* part of an exchange: it can carry nothing more */
+        x->link = NULL;
+    }
+    if (x->shard != NULL) /* curl's transfer, or its connect for our own HTTP/1.1 */
+        curl_multi_remove_handle(x->shard->multi, x->easy);
+    if (x->h1_phase == H1_CONNECT)
+        curl_easy_setopt(x->easy, CURLOPT_CONNECT_ONLY, 0L);
     xfer_release(x);
 }
 
@@ -725,19 +1970,16 @@ size_t upstream_in_flight(const upstream_t *up)
 static const char *describe(upstream_xfer_t *x, CURLcode code, long long total_us, char *buf,
                             size_t size)
 {
-    char os_text[128];
-    const char *cert = "", *os = "";
+    const char *cert = "";
     long os_errno = 0, verify = X509_V_OK;
 
     if (code == CURLE_PEER_FAILED_VERIFICATION &&
         curl_easy_getinfo(x->easy, CURLINFO_SSL_VERIFYRESULT, &verify) == CURLE_OK &&
         verify != X509_V_OK)
         cert = X509_verify_cert_error_string(verify);
-    if (curl_easy_getinfo(x->easy, CURLINFO_OS_ERRNO, &os_errno) == CURLE_OK && os_errno != 0)
-        os = strerror_r((int)os_errno, os_text, sizeof(os_text));
-    snprintf(buf, size, "%s%s%s%s%s (after %lld ms)", curl_easy_strerror(code), *cert ? ": " : "",
-             cert, *os ? ": " : "", os, total_us / 1000);
-    return buf;
+    if (curl_easy_getinfo(x->easy, CURLINFO_OS_ERRNO, &os_errno) != CURLE_OK)
+        os_errno = 0;
+    return error_text(code, cert, (int)os_errno, total_us, buf, size);
 }
 
 static void xfer_finish(upstream_xfer_t *x, CURLcode code)
@@ -797,6 +2039,10 @@ static void check_done(upstream_shard_t *sh)
             continue;
         code = msg->data.result;
         curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+        if (x->h1_phase == H1_CONNECT) {
+            h1_connected(x, code);
+            continue;
+        }
         curl_multi_remove_handle(sh->multi, msg->easy_handle);
         xfer_finish(x, code);
     }

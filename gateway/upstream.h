@@ -1,4 +1,5 @@
-/* upstream.h - outbound HTTP on curl's multi interface, driven by the worker's event_base:
+/* upstream.h - outbound HTTP on curl's multi interface, driven by the worker's event_base, and
+ * botgate's own HTTP/1.1 on sockets curl connects (upstream.c tells which call takes which):
  * thousands of platform calls in flight on one thread, connections kept alive per worker.
  * A worker has two clients: one for the platforms (configured URLs) and one for URLs users
  * give (media downloads, webhooks) whose every connection passes the SSRF guard and goes direct,
@@ -18,21 +19,21 @@ typedef struct upstream upstream_t;
 typedef struct upstream_xfer upstream_xfer_t;
 
 typedef struct upstream_config {
-    const char *ca_file;        /* extra CA bundle, or NULL/"" */
-    int guard;                  /* 1: every connection passes the SSRF guard (user URLs) */
-    int direct;                 /* 1: never through a proxy of the environment (user URLs) */
-    long buffer_size;           /* curl's receive buffer per transfer in flight (bytes) */
-    int http1;                  /* 1: HTTP/1.1 only; 0: HTTP/2 where TLS offers it by ALPN */
+    const char *ca_file; /* extra CA bundle, or NULL/"" */
+    int guard;           /* 1: every connection passes the SSRF guard (user URLs) */
+    int direct;          /* 1: never through a proxy of the environment (user URLs) */
+    long buffer_size;    /* curl's receive buffer per transfer in flight (bytes) */
+    int http1; /* 1: HTTP/1.1 only (over TLS too: botgate's own); 0: HTTP/2 where TLS offers it */
 } upstream_config_t;
 
 /* What came back. Valid only during the callback. */
 typedef struct upstream_answer {
-    adapter_answer_t a;  /* status 0 when no HTTP answer arrived */
-    int curl_code;       /* CURLE_OK or the failure */
-    int not_sent;        /* 1 when the request surely never reached the peer (connect failed) */
-    int blocked;         /* 1 when the SSRF guard refused the address */
-    int too_large;       /* 1 when the answer was longer than allowed */
-    const char *error;   /* what went wrong, "" when nothing */
+    adapter_answer_t a; /* status 0 when no HTTP answer arrived */
+    int curl_code;      /* CURLE_OK or the failure */
+    int not_sent;       /* 1 when the request surely never reached the peer (connect failed) */
+    int blocked;        /* 1 when the SSRF guard refused the address */
+    int too_large;      /* 1 when the answer was longer than allowed */
+    const char *error;  /* what went wrong, "" when nothing */
     long long elapsed_us;
 } upstream_answer_t;
 

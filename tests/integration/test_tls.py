@@ -142,17 +142,20 @@ class SplitRecords(threading.Thread):
         self.listener.close()
 
 
-def make_cert(directory, name):
+def make_cert(directory, name, alt="IP:127.0.0.1"):
     cert, key = os.path.join(directory, name + ".pem"), os.path.join(directory, name + ".key")
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
                     "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", cert,
                     "-days", "2", "-subj", "/CN=127.0.0.1", "-addext",
-                    "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+                    "subjectAltName=" + alt], check=True, capture_output=True)
     return cert, key
 
 
 class TlsUpstream(StackTest):
+    """With the default setting: curl's TLS and HTTP/2 (offered, not taken: the platform speaks
+    HTTP/1.1)."""
     stack_args = {"workers": 1, "start_gateway": False}
+    setting = {}
 
     @classmethod
     def setUpClass(cls):
@@ -160,10 +163,12 @@ class TlsUpstream(StackTest):
         s = cls.s
         cert, key = make_cert(s.dir, "platform")
         cls.other_ca, _ = make_cert(s.dir, "other")
+        cls.wrong_name, cls.wrong_name_key = make_cert(s.dir, "wrongname", "DNS:example.invalid")
         cls.platform = Platform(cert, key)
         threading.Thread(target=cls.platform.serve_forever, daemon=True).start()
         base = "https://127.0.0.1:%d/graph/v19.0" % cls.platform.server_address[1]
-        s.start_gateway(extra={"BOTGATE_FACEBOOK_API_URL": base, "BOTGATE_CA_FILE": cert})
+        s.start_gateway(extra=dict(cls.setting, BOTGATE_FACEBOOK_API_URL=base,
+                                   BOTGATE_CA_FILE=cert))
         cls.tok, _ = tenant(s, "tls-fb", "tls-m", "psid-77")
         cls.base = base
 
@@ -205,8 +210,8 @@ class TlsUpstream(StackTest):
         port = s.port
         s.stop_gateway()
         try:
-            s.start_gateway(extra={"BOTGATE_FACEBOOK_API_URL": self.base,
-                                   "BOTGATE_CA_FILE": self.other_ca})
+            s.start_gateway(extra=dict(self.setting, BOTGATE_FACEBOOK_API_URL=self.base,
+                                       BOTGATE_CA_FILE=self.other_ca))
             a = self.send("refused")
             self.assertEqual(a.status, 200, a)
             self.assertEqual(a.json["sendResult"]["ok"], 0, a)
@@ -218,9 +223,44 @@ class TlsUpstream(StackTest):
             self.assertNotIn("127.0.0.1", el["error"]["err"], a)
         finally:
             s.stop_gateway()
-            s.start_gateway(port=port, extra={"BOTGATE_FACEBOOK_API_URL": self.base,
-                                              "BOTGATE_CA_FILE": os.path.join(s.dir,
-                                                                              "platform.pem")})
+            s.start_gateway(port=port, extra=dict(self.setting, BOTGATE_FACEBOOK_API_URL=self.base,
+                                                  BOTGATE_CA_FILE=os.path.join(s.dir,
+                                                                               "platform.pem")))
+
+    def test_certificate_for_another_name_is_refused(self):
+        # a certificate the CA file trusts, but for example.invalid: the platform's address
+        # is not in it
+        other = Platform(self.wrong_name, self.wrong_name_key)
+        threading.Thread(target=other.serve_forever, daemon=True).start()
+        s = self.s
+        port = s.port
+        url = "https://127.0.0.1:%d/graph/v19.0" % other.server_address[1]
+        s.stop_gateway()
+        try:
+            s.start_gateway(extra=dict(self.setting, BOTGATE_FACEBOOK_API_URL=url,
+                                       BOTGATE_CA_FILE=self.wrong_name))
+            a = self.send("wrong-name")
+            self.assertEqual(a.status, 200, a)
+            self.assertEqual(a.json["sendResult"]["ok"], 0, a)
+            err = a.json["sendResult"]["result"][0]["error"]["err"]
+            self.assertRegex(err, r"^facebook: no answer: SSL peer certificate or SSH remote key "
+                             r"was not OK: ", a)
+            if self.setting:  # OpenSSL's own check names the problem (curl's says less)
+                self.assertIn("IP address mismatch", err)
+            self.assertNotIn("wrong-name", other.resumed, "the request went out")
+        finally:
+            other.shutdown()
+            other.server_close()
+            s.stop_gateway()
+            s.start_gateway(port=port, extra=dict(self.setting, BOTGATE_FACEBOOK_API_URL=self.base,
+                                                  BOTGATE_CA_FILE=os.path.join(s.dir,
+                                                                               "platform.pem")))
+
+
+class TlsUpstreamHttp11(TlsUpstream):
+    """With the HTTP/1.1 setting: botgate's own HTTP/1.1 over OpenSSL (gateway/upstream.c), on
+    sockets curl connects; the same checks, session resumption included."""
+    setting = {"BOTGATE_UPSTREAM_HTTP": "1.1"}
 
 
 NGINX_CONF = """
@@ -251,6 +291,7 @@ http {
 
 class SplitRecordUpstream(StackTest):
     stack_args = {"workers": 1, "start_gateway": False}
+    setting = {}
 
     @classmethod
     def setUpClass(cls):
@@ -259,9 +300,10 @@ class SplitRecordUpstream(StackTest):
         cert, key = make_cert(s.dir, "split")
         cls.platform = SplitRecords(cert, key)
         cls.platform.start()
-        s.start_gateway(extra={
-            "BOTGATE_FACEBOOK_API_URL": "https://127.0.0.1:%d/graph/v19.0" % cls.platform.port,
-            "BOTGATE_CA_FILE": cert})
+        s.start_gateway(extra=dict(
+            cls.setting,
+            BOTGATE_FACEBOOK_API_URL="https://127.0.0.1:%d/graph/v19.0" % cls.platform.port,
+            BOTGATE_CA_FILE=cert))
         cls.tok, cls.body = tenant(s, "split-fb", "split-m", "psid-99")
 
     @classmethod
@@ -285,6 +327,12 @@ class SplitRecordUpstream(StackTest):
             self.assertEqual(a.status, 200, a)
             self.assertEqual(a.json["sendResult"]["ok"], 1, a)
         self.assertEqual(self.platform.answers, 25)
+
+
+class SplitRecordUpstreamHttp11(SplitRecordUpstream):
+    """botgate's own HTTP/1.1 over TLS reads ahead: the three records come in one read, and the
+    answer is read whole from what OpenSSL holds."""
+    setting = {"BOTGATE_UPSTREAM_HTTP": "1.1"}
 
 
 def established_to(port):
