@@ -435,7 +435,7 @@ fi
 # a-tls: the static upstream over HTTPS, h2 and http/1.1 offered by ALPN
 tls_botgate_proto=""
 if has a-tls; then
-  start_botgate "$upstream_tls/graph/v19.0" BOTGATE_CA_FILE="$cert"
+  start_botgate "$upstream_tls/graph/v19.0" BOTGATE_CA_FILE="$cert" BOTGATE_UPSTREAM_HTTP=2
   tls_botgate_proto=$botgate_proto
   echo "bench: scenario a-tls (botgate's upstream calls: $tls_botgate_proto, nginx's: $tls_nginx_proto)" >&2
   run up-tls upstream "$conns"
@@ -445,8 +445,9 @@ if has a-tls; then
   stop_botgate
 fi
 
-# a-tls-h1: as a-tls with botgate told to call over HTTP/1.1 (BOTGATE_UPSTREAM_HTTP=1.1): a
-# kept-alive TLS connection per call in flight, as nginx does, against a-tls's HTTP/2 streams
+# a-tls-h1: as a-tls with botgate calling over HTTP/1.1 (BOTGATE_UPSTREAM_HTTP=1.1, its default:
+# botgate's own HTTP/1.1 over OpenSSL): a kept-alive TLS connection per call in flight, as nginx
+# does, against a-tls's HTTP/2 streams (curl's, told BOTGATE_UPSTREAM_HTTP=2)
 tls_h1_botgate_proto=""
 if has a-tls-h1; then
   start_botgate "$upstream_tls/graph/v19.0" BOTGATE_CA_FILE="$cert" BOTGATE_UPSTREAM_HTTP=1.1

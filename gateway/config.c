@@ -4,6 +4,7 @@
 #include "log.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,9 +51,10 @@ static const option_def_t options[] = {
     STR(teamwork_url, "BOTGATE_TEAMWORK_API_URL", "https://www.teambition.com/appstore/api",
         "base of the team-collaboration API"),
     STR(ca_file, "BOTGATE_CA_FILE", "", "extra CA bundle for outbound TLS"),
-    STR(upstream_http, "BOTGATE_UPSTREAM_HTTP", "2",
-        "HTTP version of platform calls over TLS: 2 (HTTP/2 where the platform offers it by "
-        "ALPN, streams sharing connections) or 1.1 (HTTP/1.1 keep-alive connections)"),
+    STR(upstream_http, "BOTGATE_UPSTREAM_HTTP", "1.1",
+        "HTTP version of platform calls over TLS: 1.1 (botgate's own HTTP/1.1, a kept-alive "
+        "connection per call in flight) or 2 (curl's HTTP/2 where the platform offers it by "
+        "ALPN, streams sharing connections)"),
     {"BOTGATE_ALLOW_PRIVATE_MEDIA", T_BOOL, offsetof(config_t, allow_private_media), 0, "0", 0, 1,
      "1: fetched URLs may reach loopback/private addresses (tests only)"},
     {"BOTGATE_LOG_LEVEL", T_LEVEL, offsetof(config_t, log_level), 0, "info", 0, 0,
@@ -299,6 +301,13 @@ int config_load(config_t *cfg, int argc, char **argv)
         return -1;
     if (strcmp(cfg->upstream_http, "2") != 0 && strcmp(cfg->upstream_http, "1.1") != 0) {
         fprintf(stderr, "botgate: BOTGATE_UPSTREAM_HTTP must be 2 or 1.1\n");
+        return -1;
+    }
+    /* read at start by every worker's TLS client: a bundle that cannot be read stops the start
+     * here, with its reason, rather than every TLS call later */
+    if (cfg->ca_file[0] != '\0' && access(cfg->ca_file, R_OK) != 0) {
+        fprintf(stderr, "botgate: BOTGATE_CA_FILE %s cannot be read: %s\n", cfg->ca_file,
+                strerror(errno));
         return -1;
     }
     strip_slash(cfg->facebook_url);

@@ -1565,10 +1565,11 @@ static int on_tls_session(SSL *ssl, SSL_SESSION *sess)
 }
 
 /* The TLS client for our own HTTP/1.1, as curl sets its own up: the certificate checked
- * against the CA bundle (BOTGATE_CA_FILE, else curl's own default bundle), partial chains
- * allowed, TLS 1.2 at least, a peer's close without close_notify read as the end. The bundle is
- * read here, at start, never on a request's path. Read-ahead: one recv per answer instead of
- * two per record (h1conn.c reads until OpenSSL holds nothing). NULL on failure. */
+ * against the system's CAs (curl's default bundle, which Debian builds from the same
+ * certificates as curl's default CA directory) and BOTGATE_CA_FILE's, partial chains allowed,
+ * TLS 1.2 at least, a peer's close without close_notify read as the end. The bundle is read here,
+ * at start, never on a request's path. Read-ahead: one recv per answer instead of two per record
+ * (h1conn.c reads until OpenSSL holds nothing). NULL on failure. */
 static SSL_CTX *tls_ctx_new(const char *ca_file)
 {
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
@@ -1578,20 +1579,18 @@ static SSL_CTX *tls_ctx_new(const char *ca_file)
 
     if (ctx == NULL)
         return NULL;
-    if (ca_file != NULL && ca_file[0] != '\0') {
-        if (SSL_CTX_load_verify_locations(ctx, ca_file, NULL) != 1) {
-            SSL_CTX_free(ctx);
-            return NULL;
-        }
-    } else {
-        if ((e = curl_easy_init()) != NULL) {
-            if (curl_easy_getinfo(e, CURLINFO_CAINFO, &cainfo) == CURLE_OK && cainfo != NULL &&
-                cainfo[0] != '\0')
-                loaded = SSL_CTX_load_verify_locations(ctx, cainfo, NULL) == 1;
-            curl_easy_cleanup(e);
-        }
-        if (!loaded)
-            SSL_CTX_set_default_verify_paths(ctx);
+    if ((e = curl_easy_init()) != NULL) {
+        if (curl_easy_getinfo(e, CURLINFO_CAINFO, &cainfo) == CURLE_OK && cainfo != NULL &&
+            cainfo[0] != '\0')
+            loaded = SSL_CTX_load_verify_locations(ctx, cainfo, NULL) == 1;
+        curl_easy_cleanup(e);
+    }
+    if (!loaded)
+        SSL_CTX_set_default_verify_paths(ctx);
+    if (ca_file != NULL && ca_file[0] != '\0' &&
+        SSL_CTX_load_verify_locations(ctx, ca_file, NULL) != 1) {
+        SSL_CTX_free(ctx);
+        return NULL;
     }
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
     X509_VERIFY_PARAM_set_flags(SSL_CTX_get0_param(ctx), X509_V_FLAG_PARTIAL_CHAIN);

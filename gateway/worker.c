@@ -256,8 +256,11 @@ int worker_init(worker_t *w, int id, const config_t *cfg)
     ucfg.http1 = 0;           /* the setting is for platform calls */
     ucfg.buffer_size = 65536; /* media downloads */
     w->env.deliver.up_user = upstream_new(w->base, &ucfg);
-    if (w->env.deliver.up == NULL || w->env.deliver.up_user == NULL)
+    if (w->env.deliver.up == NULL || w->env.deliver.up_user == NULL) {
+        log_msg(LOG_ERROR, "the platform client could not start (is BOTGATE_CA_FILE a PEM CA "
+                           "bundle?)");
         return -1;
+    }
     {
         script_limits_t lim = {cfg->script_max_instructions, cfg->script_max_memory_kb};
         if ((w->env.scripts = script_cache_new(lim, WORKER_SCRIPTS_MAX)) == NULL)
@@ -270,8 +273,7 @@ int worker_init(worker_t *w, int id, const config_t *cfg)
     w->drain_delay = evtimer_new(w->base, on_drain_delay, w);
     w->env.deadline_timer = evtimer_new(w->base, op_on_deadlines, &w->env);
     if (w->ctl_ev == NULL || w->drain_timer == NULL || w->drain_delay == NULL ||
-        w->env.deadline_timer == NULL ||
-        event_add(w->ctl_ev, NULL) < 0)
+        w->env.deadline_timer == NULL || event_add(w->ctl_ev, NULL) < 0)
         return -1;
     w->env.http = &w->http;
     w->env.done = on_op_done;

@@ -1,11 +1,12 @@
-"""Outbound TLS: a platform behind HTTPS with a CA from BOTGATE_CA_FILE is reached, a wrong CA
-is refused, a new connection resumes the TLS session that another transfer of the worker made
-(one session cache for all of a worker's transfers, not one per easy handle), and sends to a
-platform that speaks HTTP/2 share one connection instead of opening one each (nginx, from
-Debian, as the HTTP/2 front of the simulator), while sends over cleartext HTTP/1.1 do not wait
-for a first answer before opening their connections. An answer that comes as several TLS
-records in one TCP segment is read whole: botgate's TLS reads ahead, and what OpenSSL holds
-beyond the record curl asked for must not wait for the socket to become readable again."""
+"""Outbound TLS, on both paths: botgate's own HTTP/1.1 over OpenSSL (the default,
+BOTGATE_UPSTREAM_HTTP=1.1) and curl's (BOTGATE_UPSTREAM_HTTP=2). A platform behind HTTPS with a
+CA from BOTGATE_CA_FILE is reached, a wrong CA and a certificate for another name are refused,
+a new connection resumes the TLS session that another of the worker's connections made, and
+with HTTP/2 sends to a platform that speaks it share one connection instead of opening one each
+(nginx, from Debian, as the HTTP/2 front of the simulator), while sends over cleartext HTTP/1.1
+do not wait for a first answer before opening their connections. An answer that comes as
+several TLS records in one TCP segment is read whole: botgate's own TLS reads ahead, and what
+OpenSSL holds must not wait for the socket to become readable again."""
 import getpass
 import grp
 import http.server
@@ -152,8 +153,8 @@ def make_cert(directory, name, alt="IP:127.0.0.1"):
 
 
 class TlsUpstream(StackTest):
-    """With the default setting: curl's TLS and HTTP/2 (offered, not taken: the platform speaks
-    HTTP/1.1)."""
+    """With the default setting (BOTGATE_UPSTREAM_HTTP=1.1): botgate's own HTTP/1.1 over OpenSSL
+    (gateway/upstream.c), on sockets curl connects."""
     stack_args = {"workers": 1, "start_gateway": False}
     setting = {}
 
@@ -245,7 +246,7 @@ class TlsUpstream(StackTest):
             err = a.json["sendResult"]["result"][0]["error"]["err"]
             self.assertRegex(err, r"^facebook: no answer: SSL peer certificate or SSH remote key "
                              r"was not OK: ", a)
-            if self.setting:  # OpenSSL's own check names the problem (curl's says less)
+            if not self.setting:  # OpenSSL's own check names the problem (curl's says less)
                 self.assertIn("IP address mismatch", err)
             self.assertNotIn("wrong-name", other.resumed, "the request went out")
         finally:
@@ -257,10 +258,10 @@ class TlsUpstream(StackTest):
                                                                                "platform.pem")))
 
 
-class TlsUpstreamHttp11(TlsUpstream):
-    """With the HTTP/1.1 setting: botgate's own HTTP/1.1 over OpenSSL (gateway/upstream.c), on
-    sockets curl connects; the same checks, session resumption included."""
-    setting = {"BOTGATE_UPSTREAM_HTTP": "1.1"}
+class TlsUpstreamHttp2(TlsUpstream):
+    """With BOTGATE_UPSTREAM_HTTP=2: curl's TLS, HTTP/2 offered (not taken: the platform speaks
+    HTTP/1.1); the same checks, session resumption across easy handles included."""
+    setting = {"BOTGATE_UPSTREAM_HTTP": "2"}
 
 
 NGINX_CONF = """
@@ -268,7 +269,7 @@ NGINX_CONF = """
 worker_processes 1;
 pid %(dir)s/nginx.pid;
 error_log %(dir)s/error.log warn;
-events { worker_connections 1024; }
+events { worker_connections %(conns)d; }
 http {
     access_log off;
     client_body_temp_path %(dir)s/body; proxy_temp_path %(dir)s/proxy;
@@ -329,10 +330,9 @@ class SplitRecordUpstream(StackTest):
         self.assertEqual(self.platform.answers, 25)
 
 
-class SplitRecordUpstreamHttp11(SplitRecordUpstream):
-    """botgate's own HTTP/1.1 over TLS reads ahead: the three records come in one read, and the
-    answer is read whole from what OpenSSL holds."""
-    setting = {"BOTGATE_UPSTREAM_HTTP": "1.1"}
+class SplitRecordUpstreamHttp2(SplitRecordUpstream):
+    """The same through curl (BOTGATE_UPSTREAM_HTTP=2), which reads a record at a time."""
+    setting = {"BOTGATE_UPSTREAM_HTTP": "2"}
 
 
 def established_to(port):
@@ -377,6 +377,27 @@ def while_in_flight(test, body, tok, n, during):
     return seen
 
 
+def start_tls_front(s, name, conns=1024):
+    """nginx (Debian's) as an HTTPS front of the stack's simulator, HTTP/2 offered by ALPN,
+    taking up to conns connections: (process, port, certificate)."""
+    cert, key = make_cert(s.dir, name)
+    d = os.path.join(s.dir, "nginx-" + name)
+    for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
+        os.makedirs(os.path.join(d, sub))
+    port = free_port()
+    user = ""
+    if os.getuid() == 0:  # nginx's workers would be nobody otherwise
+        user = "user %s %s;" % (getpass.getuser(), grp.getgrgid(os.getgid()).gr_name)
+    with open(os.path.join(d, "nginx.conf"), "w") as f:
+        f.write(NGINX_CONF % {"user": user, "dir": d, "sim": s.sim_port, "port": port,
+                              "cert": cert, "key": key, "conns": conns})
+    proc = subprocess.Popen(["nginx", "-p", d + "/", "-c", os.path.join(d, "nginx.conf"),
+                             "-e", os.path.join(d, "error.log"), "-g", "daemon off;"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: tls_ready(port, cert), what="nginx")
+    return proc, port, cert
+
+
 class Http2Upstream(StackTest):
     stack_args = {"workers": 1, "start_gateway": False}
 
@@ -384,24 +405,10 @@ class Http2Upstream(StackTest):
     def setUpClass(cls):
         super().setUpClass()
         s = cls.s
-        cert, key = make_cert(s.dir, "h2")
-        d = os.path.join(s.dir, "nginx")
-        for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
-            os.makedirs(os.path.join(d, sub))
-        cls.port = free_port()
-        user = ""
-        if os.getuid() == 0:  # nginx's workers would be nobody otherwise
-            user = "user %s %s;" % (getpass.getuser(), grp.getgrgid(os.getgid()).gr_name)
-        with open(os.path.join(d, "nginx.conf"), "w") as f:
-            f.write(NGINX_CONF % {"user": user, "dir": d, "sim": s.sim_port, "port": cls.port,
-                                  "cert": cert, "key": key})
-        cls.nginx = subprocess.Popen(["nginx", "-p", d + "/", "-c", os.path.join(d, "nginx.conf"),
-                                      "-e", os.path.join(d, "error.log"), "-g", "daemon off;"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for(lambda: tls_ready(cls.port, cert), what="nginx")
+        cls.nginx, cls.port, cert = start_tls_front(s, "h2")
         s.start_gateway(extra={
             "BOTGATE_FACEBOOK_API_URL": "https://127.0.0.1:%d/graph/v19.0" % cls.port,
-            "BOTGATE_CA_FILE": cert})
+            "BOTGATE_CA_FILE": cert, "BOTGATE_UPSTREAM_HTTP": "2"})
         cls.tok, cls.body = tenant(s, "h2-fb", "h2-m", "psid-88")
 
     @classmethod
@@ -421,15 +428,14 @@ class Http2Upstream(StackTest):
         self.assertGreaterEqual(conns, 1)
         self.assertLessEqual(conns, 2, "%d connections for 100 sends in flight" % conns)
 
-    def test_http1_setting_keeps_one_connection_per_send_in_flight(self):
+    def test_http1_default_keeps_one_connection_per_send_in_flight(self):
         s = self.s
         port = s.port
         url = "https://127.0.0.1:%d/graph/v19.0" % self.port
         cert = os.path.join(s.dir, "h2.pem")
         s.stop_gateway()
         try:
-            s.start_gateway(extra={"BOTGATE_FACEBOOK_API_URL": url, "BOTGATE_CA_FILE": cert,
-                                   "BOTGATE_UPSTREAM_HTTP": "1.1"})
+            s.start_gateway(extra={"BOTGATE_FACEBOOK_API_URL": url, "BOTGATE_CA_FILE": cert})
 
             def connections():
                 time.sleep(0.5)
@@ -441,7 +447,14 @@ class Http2Upstream(StackTest):
         finally:
             s.stop_gateway()
             s.start_gateway(port=port, extra={"BOTGATE_FACEBOOK_API_URL": url,
-                                              "BOTGATE_CA_FILE": cert})
+                                              "BOTGATE_CA_FILE": cert,
+                                              "BOTGATE_UPSTREAM_HTTP": "2"})
+
+    def test_unreadable_ca_file_is_refused_at_start(self):
+        p = self.s.run_refused(BOTGATE_CA_FILE=os.path.join(self.s.dir, "missing.pem"))
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn(b"BOTGATE_CA_FILE", p.stderr)
+        self.assertIn(b"cannot be read: No such file or directory", p.stderr)
 
     def test_unknown_http_version_is_refused_at_start(self):
         p = self.s.run_refused(BOTGATE_UPSTREAM_HTTP="3")
