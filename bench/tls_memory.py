@@ -32,18 +32,26 @@ def rss_kib(pid, field):
     return 0
 
 
-def wrk(url, token, conns, seconds):
-    p = subprocess.run(["wrk", "-t2", "-c%d" % conns, "-d%ds" % seconds, "--timeout", "10s",
-                        "-s", os.path.join(HERE, "bench.lua"), url, "--", "botgate", "d", token],
-                       capture_output=True, text=True)
+def wrk(url, token, conns, seconds, pid=None):
+    """Runs wrk; with pid, also samples that process's RSS every 0.2 s: (answers, failed,
+    samples in KiB)."""
+    p = subprocess.Popen(["wrk", "-t2", "-c%d" % conns, "-d%ds" % seconds, "--timeout", "10s",
+                          "-s", os.path.join(HERE, "bench.lua"), url, "--", "botgate", "d",
+                          token], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    samples = []
+    while p.poll() is None:
+        if pid is not None:
+            samples.append(rss_kib(pid, "VmRSS"))
+        time.sleep(0.2)
+    out = p.stdout.read()
     answers, failed = 0, 0
-    for line in p.stdout.splitlines():
+    for line in out.splitlines():
         if "requests in" in line:
             answers = int(line.split()[0])
         if "Non-2xx" in line or "Socket errors" in line:
             failed += sum(int(w.strip(",")) for w in line.replace(":", " ").split()
                           if w.strip(",").isdigit())
-    return answers, failed
+    return answers, failed, samples
 
 
 def main():
@@ -75,13 +83,16 @@ def main():
             s.sim("POST", "/_sim/config", {"latency_ms": 1000})
             with open("/proc/%d/clear_refs" % pid, "w") as f:
                 f.write("5")
-            answers, failed = wrk(s.url, token, n, 8)
+            answers, failed, samples = wrk(s.url, token, n, 8, pid)
+            # in the run's second half every send waits on a connection made before
+            steady = sorted(samples[len(samples) // 2:])[len(samples[len(samples) // 2:]) // 2]
             conns = established_to(port)
             peak = rss_kib(pid, "VmHWM")
-            print("  HTTP/%-3s  RSS %6.1f -> peak %6.1f MiB: %5.1f KiB per send in flight; "
-                  "%d answers in 8 s (%d failed); %d upstream connections at the end"
-                  % (setting, before / 1024, peak / 1024, (peak - before) / n, answers, failed,
-                     conns))
+            print("  HTTP/%-3s  RSS %6.1f -> peak %6.1f MiB: %5.1f KiB per send in flight (in the "
+                  "run's second half: %.1f); %d answers in 8 s (%d failed); %d upstream "
+                  "connections at the end"
+                  % (setting, before / 1024, peak / 1024, (peak - before) / n,
+                     (steady - before) / n, answers, failed, conns))
             s.sim("POST", "/_sim/config", {"latency_ms": 0})
             s.stop_gateway()
     finally:

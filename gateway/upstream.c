@@ -132,8 +132,8 @@ struct h1conn {
     unsigned broken : 1; /* the TLS session failed: no close_notify at the end */
 };
 
-static void on_readable(evutil_socket_t fd, short what, void *arg);
-static void on_writable(evutil_socket_t fd, short what, void *arg);
+static void h1conn_on_readable(evutil_socket_t fd, short what, void *arg);
+static void h1conn_on_writable(evutil_socket_t fd, short what, void *arg);
 
 static h1conn_t *h1conn_new(struct event_base *base, int fd, SSL *ssl, h1conn_idle_cb *on_idle,
                             void *idle_arg)
@@ -150,7 +150,7 @@ static h1conn_t *h1conn_new(struct event_base *base, int fd, SSL *ssl, h1conn_id
     c->ssl = ssl;
     c->on_idle = on_idle;
     c->idle_arg = idle_arg;
-    event_assign(&c->rd, base, fd, EV_READ | EV_PERSIST, on_readable, c);
+    event_assign(&c->rd, base, fd, EV_READ | EV_PERSIST, h1conn_on_readable, c);
     if (event_add(&c->rd, NULL) < 0) {
         SSL_free(ssl);
         close(fd);
@@ -181,7 +181,7 @@ static void h1conn_free(h1conn_t *c)
 
 /* Ends the exchange: the callback decides what becomes of the connection, so nothing of c is
  * touched after it. */
-static void finish(h1conn_t *c, h1conn_outcome_t outcome, int os_errno, const char *error)
+static void h1conn_finish(h1conn_t *c, h1conn_outcome_t outcome, int os_errno, const char *error)
 {
     h1conn_result_t res;
     h1conn_done_cb *cb = c->cb;
@@ -205,30 +205,32 @@ static void finish(h1conn_t *c, h1conn_outcome_t outcome, int os_errno, const ch
 }
 
 /* Waits for room in the socket. 0, or -1 when the exchange ended. */
-static int wait_writable(h1conn_t *c)
+static int h1conn_wait_writable(h1conn_t *c)
 {
     if (c->wr == NULL)
-        c->wr = event_new(event_get_base(&c->rd), c->fd, EV_WRITE | EV_PERSIST, on_writable, c);
+        c->wr =
+            event_new(event_get_base(&c->rd), c->fd, EV_WRITE | EV_PERSIST, h1conn_on_writable, c);
     if (c->wr != NULL && event_add(c->wr, NULL) == 0)
         return 0;
-    finish(c, c->sent == 0 ? H1CONN_STALE : H1CONN_SEND_FAILED, ENOMEM, "out of memory");
+    h1conn_finish(c, c->sent == 0 ? H1CONN_STALE : H1CONN_SEND_FAILED, ENOMEM, "out of memory");
     return -1;
 }
 
 /* The write failed with errno err (0: the peer closed) after c->sent bytes. */
-static void send_failed(h1conn_t *c, int err)
+static void h1conn_send_failed(h1conn_t *c, int err)
 {
     /* A kept-alive connection the peer closed meanwhile refuses the first byte: nothing went
      * out, and another connection may carry the request. */
     if (c->sent == 0)
-        finish(c, H1CONN_STALE, err,
-               c->answered ? "the kept-alive connection was closed" : "the connection was closed");
+        h1conn_finish(c, H1CONN_STALE, err,
+                      c->answered ? "the kept-alive connection was closed"
+                                  : "the connection was closed");
     else
-        finish(c, H1CONN_SEND_FAILED, err, "sending the request failed");
+        h1conn_finish(c, H1CONN_SEND_FAILED, err, "sending the request failed");
 }
 
 /* Writes what the socket takes. 1: all of the request is out; 0: waiting; -1: ended. */
-static int send_more(h1conn_t *c)
+static int h1conn_send_more(h1conn_t *c)
 {
     while (c->sent < c->head_len + c->body_len) {
         ssize_t n;
@@ -243,10 +245,10 @@ static int send_more(h1conn_t *c)
             }
             err = SSL_get_error(c->ssl, k);
             if (err == SSL_ERROR_WANT_WRITE)
-                return wait_writable(c);
+                return h1conn_wait_writable(c);
             if (err == SSL_ERROR_WANT_READ)
-                return 0; /* on_readable sends on */
-            send_failed(c, err == SSL_ERROR_SYSCALL ? errno : 0);
+                return 0; /* h1conn_on_readable sends on */
+            h1conn_send_failed(c, err == SSL_ERROR_SYSCALL ? errno : 0);
             return -1;
         } else {
             struct iovec iov[2];
@@ -273,8 +275,8 @@ static int send_more(h1conn_t *c)
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return wait_writable(c);
-        send_failed(c, n < 0 ? errno : 0);
+            return h1conn_wait_writable(c);
+        h1conn_send_failed(c, n < 0 ? errno : 0);
         return -1;
     }
     if (c->wr != NULL)
@@ -283,7 +285,7 @@ static int send_more(h1conn_t *c)
 }
 
 /* Goes on with the TLS handshake. 1: done; 0: waiting for the socket; -1: ended. */
-static int handshake(h1conn_t *c)
+static int h1conn_handshake(h1conn_t *c)
 {
     int k, err;
 
@@ -302,84 +304,85 @@ static int handshake(h1conn_t *c)
         return 0;
     }
     if (err == SSL_ERROR_WANT_WRITE)
-        return wait_writable(c);
+        return h1conn_wait_writable(c);
     if (SSL_get_verify_result(c->ssl) != X509_V_OK)
-        finish(c, H1CONN_TLS_FAILED, 0, "");
+        h1conn_finish(c, H1CONN_TLS_FAILED, 0, "");
     else if (err == SSL_ERROR_SYSCALL)
-        finish(c, H1CONN_TLS_FAILED, errno, "the connection closed during the TLS handshake");
+        h1conn_finish(c, H1CONN_TLS_FAILED, errno,
+                      "the connection closed during the TLS handshake");
     else {
         const char *why = ERR_reason_error_string(ERR_peek_last_error());
-        finish(c, H1CONN_TLS_FAILED, 0, why != NULL ? why : "the TLS handshake failed");
+        h1conn_finish(c, H1CONN_TLS_FAILED, 0, why != NULL ? why : "the TLS handshake failed");
     }
     return -1;
 }
 
 /* The request goes out, after the handshake over TLS. */
-static void proceed(h1conn_t *c)
+static void h1conn_proceed(h1conn_t *c)
 {
-    if (c->ssl != NULL && !c->shaken && handshake(c) != 1)
+    if (c->ssl != NULL && !c->shaken && h1conn_handshake(c) != 1)
         return;
-    send_more(c);
+    h1conn_send_more(c);
 }
 
-static void on_writable(evutil_socket_t fd, short what, void *arg)
+static void h1conn_on_writable(evutil_socket_t fd, short what, void *arg)
 {
     h1conn_t *c = arg;
 
     (void)fd;
     (void)what;
     if (c->busy)
-        proceed(c);
+        h1conn_proceed(c);
 }
 
 /* The answer ended (or broke) with this result of the parser. */
-static void answer_ended(h1conn_t *c, int rc)
+static void h1conn_answer_ended(h1conn_t *c, int rc)
 {
     switch (rc) {
     case H1RESP_DONE:
         c->answered = 1;
         c->reusable = c->ans.keep_alive != 0;
-        finish(c, H1CONN_ANSWER, 0, "");
+        h1conn_finish(c, H1CONN_ANSWER, 0, "");
         return;
     case H1RESP_TOO_LARGE:
-        finish(c, H1CONN_TOO_LARGE, 0, c->ans.error);
+        h1conn_finish(c, H1CONN_TOO_LARGE, 0, c->ans.error);
         return;
     default:
-        finish(c, H1CONN_BAD_ANSWER, 0, c->ans.error);
+        h1conn_finish(c, H1CONN_BAD_ANSWER, 0, c->ans.error);
         return;
     }
 }
 
 /* The peer closed, or reset, the connection during an exchange. */
-static void peer_gone(h1conn_t *c, int os_errno)
+static void h1conn_peer_gone(h1conn_t *c, int os_errno)
 {
     int rc;
 
     if (!h1resp_started(&c->ans)) {
         if (c->sent < c->head_len + c->body_len)
-            send_failed(c, os_errno);
+            h1conn_send_failed(c, os_errno);
         else
-            finish(c, H1CONN_NO_ANSWER, os_errno, "the connection closed before any answer");
+            h1conn_finish(c, H1CONN_NO_ANSWER, os_errno, "the connection closed before any answer");
         return;
     }
     if (os_errno != 0) {
-        finish(c, H1CONN_RECV_FAILED, os_errno, "the connection failed during the answer");
+        h1conn_finish(c, H1CONN_RECV_FAILED, os_errno, "the connection failed during the answer");
         return;
     }
     rc = h1resp_eof(&c->ans);
     if (rc == H1RESP_DONE) {
         c->answered = 1;
         c->reusable = 0;
-        finish(c, H1CONN_ANSWER, 0, "");
+        h1conn_finish(c, H1CONN_ANSWER, 0, "");
     } else {
-        finish(c, H1CONN_RECV_FAILED, 0, c->ans.error);
+        h1conn_finish(c, H1CONN_RECV_FAILED, 0, c->ans.error);
     }
 }
 
 /* Reads once. > 0: bytes in buf; 0: the peer closed (*err its errno or 0); -1: nothing yet
  * (over TLS: maybe a handshake message, such as a session ticket, was read); -2: failed
  * (*err, *why). */
-static ssize_t read_some(h1conn_t *c, char *buf, size_t size, int *err, const char **why)
+static ssize_t h1conn_read_some(h1conn_t *c, char *buf, size_t size, int *err, const char **why)
 {
     *err = 0;
     *why = "";
@@ -417,7 +420,7 @@ static ssize_t read_some(h1conn_t *c, char *buf, size_t size, int *err, const ch
     }
 }
 
-static void on_readable(evutil_socket_t fd, short what, void *arg)
+static void h1conn_on_readable(evutil_socket_t fd, short what, void *arg)
 {
     h1conn_t *c = arg;
     char buf[READ_CHUNK];
@@ -429,21 +432,21 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
     if (!c->busy) {
         /* Parked. Over TLS a session ticket may come after the handshake: read, it is nothing
          * to act on. Anything else (bytes, the close) ends the connection. */
-        if (c->ssl != NULL && read_some(c, buf, sizeof(buf), &err, &why) == -1)
+        if (c->ssl != NULL && h1conn_read_some(c, buf, sizeof(buf), &err, &why) == -1)
             return;
         c->reusable = 0;
         c->on_idle(c->idle_arg, c); /* frees c */
         return;
     }
     if (c->ssl != NULL && !c->shaken) {
-        if (handshake(c) == 1)
-            send_more(c);
+        if (h1conn_handshake(c) == 1)
+            h1conn_send_more(c);
         return;
     }
-    if (c->sent < c->head_len + c->body_len && c->ssl != NULL && send_more(c) < 0)
+    if (c->sent < c->head_len + c->body_len && c->ssl != NULL && h1conn_send_more(c) < 0)
         return; /* SSL_write wanted to read first; or the exchange ended */
     for (;;) {
-        ssize_t n = read_some(c, buf, sizeof(buf), &err, &why);
+        ssize_t n = h1conn_read_some(c, buf, sizeof(buf), &err, &why);
         size_t used = 0;
         int rc;
 
@@ -451,20 +454,20 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
             return;
         if (n == -2) {
             if (h1resp_started(&c->ans) || *why)
-                finish(c, H1CONN_RECV_FAILED, err, *why ? why : "reading the answer failed");
+                h1conn_finish(c, H1CONN_RECV_FAILED, err, *why ? why : "reading the answer failed");
             else
-                peer_gone(c, err);
+                h1conn_peer_gone(c, err);
             return;
         }
         if (n == 0) {
-            peer_gone(c, err);
+            h1conn_peer_gone(c, err);
             return;
         }
         rc = h1resp_feed(&c->ans, buf, (size_t)n, &used);
         if (rc != H1RESP_MORE) {
             if (rc == H1RESP_DONE && used < (size_t)n)
                 c->ans.keep_alive = 0; /* bytes past the answer: nobody asked for them */
-            answer_ended(c, rc);
+            h1conn_answer_ended(c, rc);
             return;
         }
         /* Over cleartext, a read that did not fill the buffer took all there was: the next
@@ -491,7 +494,7 @@ static void h1conn_exchange(h1conn_t *c, const char *head, size_t head_len, cons
         h1resp_release(&c->ans);
     h1resp_init(&c->ans, max_answer, 0);
     c->ans_live = 1;
-    proceed(c);
+    h1conn_proceed(c);
 }
 
 static void h1conn_abandon(h1conn_t *c)
