@@ -157,8 +157,35 @@ static void on_health(void *arg, struct evhttp_request *req)
     http_send_json(req, 200, "OK", "{\"ok\":1}");
 }
 
-/* Ready while Redis is reachable and the worker is not draining, so that a load balancer
- * stops sending before the process goes away. */
+/* Every 50 ms from start-up until the worker's store is first ready (its Redis connected; with
+ * a cluster, as cluster_ready says), then never again. */
+static void on_ready_check(evutil_socket_t fd, short what, void *arg)
+{
+    worker_t *w = arg;
+    struct timeval tv = {0, 50000};
+
+    (void)fd;
+    (void)what;
+    if (store_ready(w->env.deliver.store))
+        atomic_store(&w->ready_once, 1);
+    else
+        event_add(w->ready_check, &tv);
+}
+
+/* Whether every worker's store has been ready since start-up: until then the process is not,
+ * whichever worker answers, or a load balancer would send requests that a worker still
+ * connecting answers with 119. */
+static int all_ready_once(void)
+{
+    for (int i = 0; i < all_count; i++)
+        if (!atomic_load(&all_workers[i].ready_once))
+            return 0;
+    return 1;
+}
+
+/* Ready once every worker has reached Redis since start-up, then while the answering worker's
+ * Redis is reachable and the worker is not draining, so that a load balancer stops sending
+ * before the process goes away. */
 static void on_ready(void *arg, struct evhttp_request *req)
 {
     worker_t *w = arg;
@@ -167,7 +194,7 @@ static void on_ready(void *arg, struct evhttp_request *req)
         http_send_json(req, 503, "Service Unavailable",
                        "{\"ok\":0,\"err_code\":121,\"err\":\"shutting down\","
                        "\"error\":\"shutting down\"}");
-    else if (!store_ready(w->env.deliver.store))
+    else if (!store_ready(w->env.deliver.store) || !all_ready_once())
         http_send_json(req, 503, "Service Unavailable",
                        "{\"ok\":0,\"err_code\":119,\"err\":\"store unavailable\","
                        "\"error\":\"store unavailable\"}");
@@ -272,9 +299,11 @@ int worker_init(worker_t *w, int id, const config_t *cfg)
     w->drain_timer = evtimer_new(w->base, on_drain_timeout, w);
     w->drain_delay = evtimer_new(w->base, on_drain_delay, w);
     w->env.deadline_timer = evtimer_new(w->base, op_on_deadlines, &w->env);
+    w->ready_check = evtimer_new(w->base, on_ready_check, w);
     if (w->ctl_ev == NULL || w->drain_timer == NULL || w->drain_delay == NULL ||
-        w->env.deadline_timer == NULL || event_add(w->ctl_ev, NULL) < 0)
+        w->env.deadline_timer == NULL || w->ready_check == NULL || event_add(w->ctl_ev, NULL) < 0)
         return -1;
+    event_active(w->ready_check, EV_TIMEOUT, 0);
     w->env.http = &w->http;
     w->env.done = on_op_done;
     w->env.done_arg = w;
@@ -318,6 +347,8 @@ void worker_cleanup(worker_t *w)
         event_free(w->drain_timer);
     if (w->drain_delay != NULL)
         event_free(w->drain_delay);
+    if (w->ready_check != NULL)
+        event_free(w->ready_check);
     if (w->env.deadline_timer != NULL)
         event_free(w->env.deadline_timer);
     upstream_free(w->env.deliver.up);

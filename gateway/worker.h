@@ -10,6 +10,7 @@
 #include "op.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,19 +21,21 @@ typedef struct worker {
     int id;
     const config_t *cfg;
     struct event_base *base;
-    op_env_t env;             /* what its requests share: store, upstream clients, in-flight */
-    http_server_t http;       /* the listeners and the routes */
+    op_env_t env;       /* what its requests share: store, upstream clients, in-flight */
+    http_server_t http; /* the listeners and the routes */
     pthread_t thread;
-    int ctl[2];               /* main thread -> worker: 'd' drain, 'q' stop now */
+    int ctl[2]; /* main thread -> worker: 'd' drain, 'q' stop now */
     struct event *ctl_ev;
     struct event *drain_timer;
     struct event *drain_delay;
-    metrics_t metrics;        /* this worker's counters, summed by /metrics */
+    struct event *ready_check; /* until its store is first ready: then ready_once, and no more */
+    atomic_int ready_once;     /* its store has been ready since start-up (read by every worker) */
+    metrics_t metrics;         /* this worker's counters, summed by /metrics */
 } worker_t;
 
 /* Creates the worker's loop and binds its listener; -1 with a log line on failure. */
 int worker_init(worker_t *w, int id, const config_t *cfg);
-int worker_start(worker_t *w);           /* runs the loop on a new thread */
+int worker_start(worker_t *w);            /* runs the loop on a new thread */
 void worker_tell(worker_t *w, char what); /* from the main thread: 'd' or 'q' */
 void worker_cleanup(worker_t *w);
 
