@@ -353,7 +353,11 @@ echo "   k8s manifests: schema-checked only, not run in a cluster"
 
 # =============================================================================================
 say "2. image: debootstrap base, podman build, a real request through the container"
-mkdir -p "$bd/podman/root" "$bd/podman/run" "$bd/cni"
+# podman refuses a run root path longer than 50 characters, which a checkout a few folders deep
+# gives: the run root (sockets, locks; nothing kept) goes in a short folder of its own.
+runroot=$(mktemp -d /tmp/bgpm.XXXXXX)
+defer 'rm -rf "$runroot"'
+mkdir -p "$bd/podman/root" "$bd/cni"
 cat >"$bd/containers.conf" <<EOF
 [containers]
 default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
@@ -368,7 +372,7 @@ export CONTAINERS_CONF=$bd/containers.conf
 defer 'mountpoint -q "$bd/podman/root/overlay" && umount "$bd/podman/root/overlay"'
 cat >"$bd/podman.sh" <<EOF
 #!/bin/sh
-exec podman --root "$bd/podman/root" --runroot "$bd/podman/run" "\$@"
+exec podman --root "$bd/podman/root" --runroot "$runroot" "\$@"
 EOF
 chmod +x "$bd/podman.sh"
 # podman without systemd cannot schedule health checks and says so on every run, start, stop
