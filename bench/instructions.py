@@ -17,7 +17,11 @@ one connection open for all its requests, as wrk does in make bench, so that wha
 costs once (accept, evhttp's and botgate's connection records, close) is not counted per request.
 
 It does so for each configuration of CONFIGS (a botgate process each): per-member order on (the
-default) and off. Scenario a-key is a with a new Idempotency-Key on every request."""
+default) and off. Scenario a-key is a with a new Idempotency-Key on every request.
+
+BENCH_TLS=1.1 or BENCH_TLS=2 puts the simulator behind nginx over HTTPS (HTTP/2 offered by ALPN,
+tests/integration/test_tls.py's front) and has botgate call it with BOTGATE_UPSTREAM_HTTP set so:
+what a platform call over TLS costs botgate (nginx's own work is not counted)."""
 import http.client
 import itertools
 import json
@@ -32,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
 import harness  # noqa: E402
+from test_tls import start_tls_front  # noqa: E402
 
 BIN = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "build-release", "bin"))
 N = int(sys.argv[2]) if len(sys.argv) > 2 else 2000
@@ -121,8 +126,14 @@ def run_config(extra):
                     'text = \'b\'}} end return nil"}}}')
         s.ctl("tree", "import", tree)
         tok = s.token("A", "bot:admin")
-        p = s.start_gateway_under_callgrind(
-            out, dict({"BOTGATE_LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "warn")}, **extra))
+        settings = dict({"BOTGATE_LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "warn")}, **extra)
+        tls = os.environ.get("BENCH_TLS")
+        if tls:
+            nginx, port, cert = start_tls_front(s, "front")
+            s.procs["nginx-front"] = nginx  # stopped with the stack
+            settings.update({"BOTGATE_FACEBOOK_API_URL": "https://127.0.0.1:%d/graph/v19.0" % port,
+                             "BOTGATE_CA_FILE": cert, "BOTGATE_UPSTREAM_HTTP": tls})
+        p = s.start_gateway_under_callgrind(out, settings)
         pool = ThreadPoolExecutor(max_workers=16)
 
         def one(path, body, keyed, spread):
