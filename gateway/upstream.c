@@ -36,6 +36,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -659,7 +660,8 @@ struct upstream {
 };
 
 static void check_done(upstream_shard_t *sh);
-static SSL_CTX *tls_ctx_new(const char *ca_file);
+static SSL_CTX *tls_ctx_take(const char *ca_file);
+static void tls_ctx_give(SSL_CTX *ctx);
 
 /* Lets curl act on a socket (or on its timeout), then hands up what it finished. */
 static void multi_act(upstream_shard_t *sh, curl_socket_t fd, int action)
@@ -1111,7 +1113,7 @@ upstream_t *upstream_new(struct event_base *base, const upstream_config_t *cfg)
         up->share = NULL;
     }
     /* our own HTTP/1.1 over TLS with the HTTP/1.1 setting; HTTP/2 is curl's */
-    if (cfg->http1 && !cfg->guard && (up->tls = tls_ctx_new(cfg->ca_file)) == NULL) {
+    if (cfg->http1 && !cfg->guard && (up->tls = tls_ctx_take(cfg->ca_file)) == NULL) {
         upstream_free(up);
         return NULL;
     }
@@ -1206,7 +1208,7 @@ void upstream_free(upstream_t *up)
         free(up->urls[i].text);
     }
     curl_slist_free_all(up->json_headers);
-    SSL_CTX_free(up->tls); /* after every connection made with it */
+    tls_ctx_give(up->tls); /* after every connection made with it */
     free(up);
 }
 
@@ -1605,6 +1607,39 @@ static SSL_CTX *tls_ctx_new(const char *ca_file)
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
     SSL_CTX_sess_set_new_cb(ctx, on_tls_session);
     return ctx;
+}
+
+/* One TLS context for the whole process, made by the first worker's client and freed with the
+ * last one's: the CA store it holds (the system's bundle, about 1 MB) is read once, not once
+ * per worker. OpenSSL lets every thread make its SSL objects from it; what differs per worker
+ * (the origin an SSL object belongs to) hangs on the SSL object. */
+static pthread_mutex_t tls_lock = PTHREAD_MUTEX_INITIALIZER;
+static SSL_CTX *tls_shared;
+static int tls_users;
+
+static SSL_CTX *tls_ctx_take(const char *ca_file)
+{
+    SSL_CTX *ctx;
+
+    pthread_mutex_lock(&tls_lock);
+    if (tls_shared == NULL)
+        tls_shared = tls_ctx_new(ca_file);
+    if ((ctx = tls_shared) != NULL)
+        tls_users++;
+    pthread_mutex_unlock(&tls_lock);
+    return ctx;
+}
+
+static void tls_ctx_give(SSL_CTX *ctx)
+{
+    if (ctx == NULL)
+        return;
+    pthread_mutex_lock(&tls_lock);
+    if (--tls_users == 0) {
+        SSL_CTX_free(tls_shared);
+        tls_shared = NULL;
+    }
+    pthread_mutex_unlock(&tls_lock);
 }
 
 /* An SSL object for a new connection to o: the host checked in the certificate (an address as
