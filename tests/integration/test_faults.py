@@ -461,12 +461,17 @@ class IdleConnectionClosed(StackTest):
     stack_args = {"workers": 1, "start_gateway": False}
 
     @classmethod
+    def make_platform(cls, s):
+        """The platform, its URL scheme and botgate's extra settings for it."""
+        return ClosingPlatform(), "http", {}
+
+    @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.platform = ClosingPlatform()
+        cls.platform, scheme, extra = cls.make_platform(cls.s)
         threading.Thread(target=cls.platform.serve_forever, daemon=True).start()
-        cls.s.start_gateway(extra={"BOTGATE_FACEBOOK_API_URL": "http://127.0.0.1:%d/graph/v19.0"
-                                   % cls.platform.server_address[1]})
+        cls.s.start_gateway(extra=dict(extra, BOTGATE_FACEBOOK_API_URL="%s://127.0.0.1:%d/graph/v19.0"
+                                       % (scheme, cls.platform.server_address[1])))
         cls.tok, cls.body = tenant(cls.s, "idle-fb", "idle-m", "psid-idle")
 
     @classmethod

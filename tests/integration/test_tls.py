@@ -20,6 +20,7 @@ import time
 import unittest
 from concurrent.futures import ThreadPoolExecutor
 
+import test_faults
 from harness import StackTest, free_port, tenant, wait_for
 
 
@@ -333,6 +334,21 @@ class SplitRecordUpstream(StackTest):
 class SplitRecordUpstreamHttp2(SplitRecordUpstream):
     """The same through curl (BOTGATE_UPSTREAM_HTTP=2), which reads a record at a time."""
     setting = {"BOTGATE_UPSTREAM_HTTP": "2"}
+
+
+class TlsIdleConnectionClosed(test_faults.IdleConnectionClosed):
+    """test_faults' idle-close check over TLS (botgate's own HTTP/1.1): a parked TLS connection
+    that the platform closes is let go without the loop spinning on it, and the next call goes
+    out on a new connection (resuming the TLS session)."""
+
+    @classmethod
+    def make_platform(cls, s):
+        cert, key = make_cert(s.dir, "idle")
+        platform = test_faults.ClosingPlatform()
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert, key)
+        platform.socket = ctx.wrap_socket(platform.socket, server_side=True)
+        return platform, "https", {"BOTGATE_CA_FILE": cert}
 
 
 def established_to(port):
