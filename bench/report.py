@@ -49,8 +49,8 @@ SCENARIOS = {
     "a-key": "a-key  a + Idempotency-Key",
     "a-many": "a-many  a, 256 members",
     "a-order": "a-order  a-many, member order",
-    "a-tls": "a-tls  a, upstream over TLS",
-    "a-tls-h1": "a-tls-h1  a-tls, botgate HTTP/1.1",
+    "a-tls": "a-tls  a over TLS, botgate HTTP/2",
+    "a-tls-h1": "a-tls-h1  a over TLS, botgate HTTP/1.1",
     "sim": "simulator alone (d's upstream)",
     "d": "d  5000 conn., upstream 1 s",
 }
@@ -652,9 +652,9 @@ def cmd_table(args):
         w("a-tls: the static upstream serves HTTPS (TLS 1.2/1.3, a certificate the bench makes,")
         w("trusted by botgate with BOTGATE_CA_FILE and by nginx with proxy_ssl_trusted_certificate)")
         w("and offers h2 and http/1.1 by ALPN. HTTP version that reached the upstream (the upstream")
-        w("names it in its message_id; one check call each): botgate %s (a-tls-h1, told"
+        w("names it in its message_id; one check call each): botgate %s (a-tls, told"
           % (meta.get("tls_botgate_proto") or "?"))
-        w("BOTGATE_UPSTREAM_HTTP=1.1: %s), nginx %s."
+        w("BOTGATE_UPSTREAM_HTTP=2; a-tls-h1, told 1.1, its default: %s), nginx %s."
           % (meta.get("tls_h1_botgate_proto") or "?", meta.get("tls_nginx_proto") or "?"))
         for r in tls:
             if "upstream_conns_max" in r:

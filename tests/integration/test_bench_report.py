@@ -87,14 +87,15 @@ class SyscallsAndTls(unittest.TestCase):
                       "per_request": 9.2, "top": [["epoll_ctl", 2.2], ["poll", 2.0]]}],
                     tls_botgate_proto="HTTP/2.0", tls_h1_botgate_proto="HTTP/1.1",
                     tls_nginx_proto="HTTP/1.1", strace_count="10000")
-        self.assertIn("botgate HTTP/2.0 (a-tls-h1, told", out)
-        self.assertIn("BOTGATE_UPSTREAM_HTTP=1.1: HTTP/1.1), nginx HTTP/1.1.", out)
+        self.assertIn("botgate HTTP/2.0 (a-tls, told", out)
+        self.assertIn("BOTGATE_UPSTREAM_HTTP=2; a-tls-h1, told 1.1, its default: HTTP/1.1), "
+                      "nginx HTTP/1.1.", out)
         self.assertIn("a-tls    botgate  at most 1 upstream connection(s) open at once, 0 accepted",
                       out)
         self.assertIn("a-tls-h1 botgate  at most 64 upstream connection(s) open at once", out)
         # each TLS scenario against its own nginx run
-        self.assertIn("0.50x", row(out, "a-tls  a, upstream over TLS", "botgate"))
-        self.assertIn("0.60x", row(out, "a-tls-h1  a-tls, botgate HTTP/1.1", "botgate"))
+        self.assertIn("0.50x", row(out, "a-tls  a over TLS, botgate HTTP/2", "botgate"))
+        self.assertIn("0.60x", row(out, "a-tls-h1  a over TLS, botgate HTTP/1.1", "botgate"))
         line = [x for x in out.splitlines() if x.strip().startswith("a        botgate")]
         self.assertEqual(1, len(line), out)
         self.assertIn("9.20 per request (20000 requests, 184000 calls): epoll_ctl 2.20, "
