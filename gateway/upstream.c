@@ -2,11 +2,11 @@
  * botgate's own HTTP/1.1 on the sockets curl connects.
  *
  * A platform call straight to an http:// URL (or https:// with the HTTP/1.1 setting), with no
- * proxy and no redirect to follow, is written and read by botgate itself (h1conn.c, the answer
- * parsed by core/h1resp.c) on connections kept per origin (host and port): curl resolves the
- * name and connects the socket (CURLOPT_CONNECT_ONLY) and lets it go; over TLS, OpenSSL then
- * does the handshake (tls_new). libcurl 7.88 spends about 60,000 instructions and two poll()
- * calls per request writing the request and reading the answer (bench/README.md); this path
+ * proxy and no redirect to follow, is written and read by botgate itself (the h1conn_ functions
+ * below, the answer parsed by core/h1resp.c) on connections kept per origin (host and port): curl
+ * resolves the name and connects the socket (CURLOPT_CONNECT_ONLY) and lets it go; over TLS,
+ * OpenSSL then does the handshake (tls_new). libcurl 7.88 spends about 60,000 instructions and two
+ * poll() calls per request writing the request and reading the answer (bench/README.md); this path
  * spends a few thousand and none. Everything else (HTTP/2, proxies, redirects, the SSRF-guarded
  * client for URLs users give, any URL in a form it does not take) is curl's, as below.
  *
@@ -51,7 +51,7 @@
 /* A header line of the lists rather than CURLOPT_USERAGENT, which every easy handle would copy
  * and format again into a line of its own: two allocations per transfer in flight. */
 #define USER_AGENT "User-Agent: botgate/1.0"
-/* HTTP/1.1 connections botgate drives itself (h1conn.h): kept parked per origin, at
+/* HTTP/1.1 connections botgate drives itself (h1conn_*): kept parked per origin, at
  * most this many, and closed rather than reused after this long unused (curl's own maximum
  * age of a pooled connection is 118 s; platforms and proxies close idle ones after a minute
  * or so, and a request written as the peer closes would be lost). */
@@ -440,8 +440,7 @@ static void h1conn_on_readable(evutil_socket_t fd, short what, void *arg)
         return;
     }
     if (c->ssl != NULL && !c->shaken) {
-        if (h1conn_handshake(c) == 1)
-            h1conn_send_more(c);
+        h1conn_proceed(c);
         return;
     }
     if (c->sent < c->head_len + c->body_len && c->ssl != NULL && h1conn_send_more(c) < 0)
@@ -527,30 +526,15 @@ static void h1conn_park(h1conn_t *c, int64_t now_ms)
     c->parked_at = now_ms;
 }
 
-static int64_t h1conn_parked_at(const h1conn_t *c)
-{
-    return c->parked_at;
-}
-
-static h1conn_t *h1conn_next(const h1conn_t *c)
-{
-    return c->next;
-}
-
-static void h1conn_set_next(h1conn_t *c, h1conn_t *next)
-{
-    c->next = next;
-}
-
 /* ---- the client ---- */
 
 typedef struct upstream_shard upstream_shard_t;
 
+typedef struct upstream_origin upstream_origin_t;
+
 /* A URL parsed for CURLOPT_CURLU, kept for the next calls to the same URL. Owned by its
  * upstream_t (urls, by hash of the text); its transfers in flight hold a reference each, as curl
  * may read it until the transfer ends. */
-typedef struct upstream_origin upstream_origin_t;
-
 typedef struct upstream_url {
     char *text;    /* owned; NULL when the slot holds nothing */
     CURLU *parsed; /* owned */
@@ -1161,7 +1145,7 @@ static void origin_close_parked(upstream_origin_t *o)
     h1conn_t *c;
 
     while ((c = o->parked) != NULL) {
-        o->parked = h1conn_next(c);
+        o->parked = c->next;
         h1conn_free(c);
     }
     o->n_parked = 0;
@@ -1473,12 +1457,12 @@ static void on_h1_idle(void *arg, h1conn_t *c)
     upstream_origin_t *o = arg;
     h1conn_t *prev = NULL;
 
-    for (h1conn_t *p = o->parked; p != NULL; prev = p, p = h1conn_next(p))
+    for (h1conn_t *p = o->parked; p != NULL; prev = p, p = p->next)
         if (p == c) {
             if (prev == NULL)
-                o->parked = h1conn_next(c);
+                o->parked = c->next;
             else
-                h1conn_set_next(prev, h1conn_next(c));
+                prev->next = c->next;
             o->n_parked--;
             break;
         }
@@ -1492,10 +1476,10 @@ static h1conn_t *h1_unpark(upstream_origin_t *o)
     h1conn_t *c;
 
     while ((c = o->parked) != NULL) {
-        o->parked = h1conn_next(c);
-        h1conn_set_next(c, NULL);
+        o->parked = c->next;
+        c->next = NULL;
         o->n_parked--;
-        if (now - h1conn_parked_at(c) <= H1_IDLE_MAX_MS)
+        if (now - c->parked_at <= H1_IDLE_MAX_MS)
             return c;
         h1conn_free(c); /* and the older ones after it, one by one */
     }
@@ -1574,7 +1558,7 @@ static int on_tls_session(SSL *ssl, SSL_SESSION *sess)
  * certificates as curl's default CA directory) and BOTGATE_CA_FILE's, partial chains allowed,
  * TLS 1.2 at least, a peer's close without close_notify read as the end. The bundle is read here,
  * at start, never on a request's path. Read-ahead: one recv per answer instead of two per record
- * (h1conn.c reads until OpenSSL holds nothing). NULL on failure. */
+ * (h1conn_on_readable reads until OpenSSL holds nothing). NULL on failure. */
 static SSL_CTX *tls_ctx_new(const char *ca_file)
 {
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
@@ -1750,6 +1734,34 @@ static const char *error_text(CURLcode code, const char *detail, int os_errno, l
     return buf;
 }
 
+/* What a transfer's own flags say went wrong, before any curl or system error: NULL if none. */
+static const char *flagged_error(const upstream_xfer_t *x)
+{
+    if (x->blocked)
+        return "address not allowed (private, loopback or link-local)";
+    if (x->resend_refused)
+        return "the connection closed after the request was sent; not sent again, as the "
+               "platform may have received it";
+    if (x->too_large)
+        return "answer too large";
+    return NULL;
+}
+
+/* Stops what x holds, without its callback: its connection in the middle of an exchange (which
+ * can carry nothing more), curl's transfer or curl's connect for it. */
+static void xfer_stop(upstream_xfer_t *x)
+{
+    if (x->h1_phase == H1_EXCHANGE && x->link != NULL) {
+        h1conn_abandon(x->link);
+        h1conn_free(x->link);
+        x->link = NULL;
+    }
+    if (x->shard != NULL)
+        curl_multi_remove_handle(x->shard->multi, x->easy);
+    if (x->h1_phase == H1_CONNECT)
+        curl_easy_setopt(x->easy, CURLOPT_CONNECT_ONLY, 0L);
+}
+
 /* Ends x without an answer; whatever it holds (its connect, its connection) goes first. */
 static void h1_fail(upstream_xfer_t *x, CURLcode code, const char *detail, int os_errno,
                     int not_sent)
@@ -1760,27 +1772,14 @@ static void h1_fail(upstream_xfer_t *x, CURLcode code, const char *detail, int o
     char error[256];
     long long total_us = (long long)(clock_mono_us() - x->started_us);
 
-    if (x->h1_phase == H1_CONNECT && x->shard != NULL) {
-        curl_multi_remove_handle(x->shard->multi, x->easy);
-        curl_easy_setopt(x->easy, CURLOPT_CONNECT_ONLY, 0L);
-    }
-    if (x->h1_phase == H1_EXCHANGE && x->link != NULL) {
-        h1conn_abandon(x->link);
-        h1conn_free(x->link);
-        x->link = NULL;
-    }
+    xfer_stop(x);
     memset(&ans, 0, sizeof(ans));
     ans.curl_code = code;
     ans.not_sent = not_sent;
     ans.elapsed_us = total_us;
     ans.too_large = x->too_large;
     ans.a.body = "";
-    if (x->resend_refused)
-        ans.error = "the connection closed after the request was sent; not sent again, as the "
-                    "platform may have received it";
-    else if (x->too_large)
-        ans.error = "answer too large";
-    else
+    if ((ans.error = flagged_error(x)) == NULL)
         ans.error = error_text(code, detail, os_errno, total_us, error, sizeof(error));
     x->cb = NULL;
     if (cb != NULL)
@@ -1854,7 +1853,7 @@ static void on_h1_done(void *arg, h1conn_t *c, h1conn_result_t *res)
     /* after the callback: the answer's fields live in the connection's parser */
     if (h1conn_reusable(c) && o->n_parked < H1_PARKED_MAX) {
         h1conn_park(c, clock_coarse_ms());
-        h1conn_set_next(c, o->parked);
+        c->next = o->parked;
         o->parked = c;
         o->n_parked++;
     } else {
@@ -1983,15 +1982,7 @@ void upstream_cancel(upstream_xfer_t *x)
 {
     if (x == NULL)
         return;
-    if (x->h1_phase == H1_EXCHANGE && x->link != NULL) {
-        h1conn_abandon(x->link);
-        h1conn_free(x->link); /* part of an exchange: it can carry nothing more */
-        x->link = NULL;
-    }
-    if (x->shard != NULL) /* curl's transfer, or its connect for our own HTTP/1.1 */
-        curl_multi_remove_handle(x->shard->multi, x->easy);
-    if (x->h1_phase == H1_CONNECT)
-        curl_easy_setopt(x->easy, CURLOPT_CONNECT_ONLY, 0L);
+    xfer_stop(x);
     xfer_release(x);
 }
 
@@ -2048,17 +2039,9 @@ static void xfer_finish(upstream_xfer_t *x, CURLcode code)
     ans.a.content_type = ctype;
     ans.not_sent = code == CURLE_COULDNT_CONNECT || code == CURLE_COULDNT_RESOLVE_HOST ||
                    code == CURLE_COULDNT_RESOLVE_PROXY;
-    if (x->blocked)
-        ans.error = "address not allowed (private, loopback or link-local)";
-    else if (x->resend_refused)
-        ans.error = "the connection closed after the request was sent; not sent again, as the "
-                    "platform may have received it";
-    else if (x->too_large)
-        ans.error = "answer too large";
-    else if (code != CURLE_OK)
-        ans.error = describe(x, code, (long long)total_us, error, sizeof(error));
-    else
-        ans.error = "";
+    if ((ans.error = flagged_error(x)) == NULL)
+        ans.error =
+            code != CURLE_OK ? describe(x, code, (long long)total_us, error, sizeof(error)) : "";
     if (cb != NULL)
         cb(arg, &ans);
     xfer_release(x);
