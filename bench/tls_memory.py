@@ -55,7 +55,7 @@ def wrk(url, token, conns, seconds, pid=None):
 
 
 def main():
-    args = [a for a in sys.argv[1:]]
+    args = sys.argv[1:]
     harness.BIN = os.path.abspath(args[0] if args else os.path.join(HERE, "..", "build-release",
                                                                     "bin"))
     n = int(args[1]) if len(args) > 1 else 2000
