@@ -1,14 +1,18 @@
 /* upstream.c - the outbound client: curl's multi interface on the worker's event_base, and
- * botgate's own HTTP/1.1 on the sockets curl connects.
+ * botgate's own HTTP/1.1 and HTTP/2 on the sockets curl connects.
  *
- * A platform call straight to an http:// URL (or https:// with the HTTP/1.1 setting), with no
- * proxy and no redirect to follow, is written and read by botgate itself (the h1conn_ functions
- * below, the answer parsed by core/h1resp.c) on connections kept per origin (host and port): curl
- * resolves the name and connects the socket (CURLOPT_CONNECT_ONLY) and lets it go; over TLS,
- * OpenSSL then does the handshake (tls_new). libcurl 7.88 spends about 60,000 instructions and two
- * poll() calls per request writing the request and reading the answer (bench/README.md); this path
- * spends a few thousand and none. Everything else (HTTP/2, proxies, redirects, the SSRF-guarded
- * client for URLs users give, any URL in a form it does not take) is curl's, as below.
+ * A platform call straight to an http:// or https:// URL, with no proxy and no redirect to
+ * follow, is written and read by botgate itself on connections kept per origin (host and port):
+ * curl resolves the name and connects the socket (CURLOPT_CONNECT_ONLY) and lets it go; over TLS,
+ * OpenSSL then does the handshake (tls_new). Over HTTP/1.1 (cleartext, or TLS with the HTTP/1.1
+ * setting) the h1conn_ functions below write the request and read the answer (parsed by
+ * core/h1resp.c); over TLS with the HTTP/2 setting the call is a stream of an HTTP/2 connection
+ * (gateway/h2conn.c, on libnghttp2), or goes over HTTP/1.1 on the same TLS connection when the
+ * platform chooses it. libcurl 7.88 spends about 60,000 instructions and two poll() calls per
+ * request writing the request and reading the answer over HTTP/1.1, and keeps 5 KiB of state per
+ * call in flight over HTTP/2 (bench/README.md); these paths spend a few thousand, no poll(), and
+ * a few hundred bytes per HTTP/2 stream. Everything else (proxies, redirects, the SSRF-guarded
+ * client for URLs users give, any URL in a form they do not take) is curl's, as below.
  *
  * The curl multi client (model: curl's docs/examples/hiperfifo.c): one libevent event per socket,
  * kept while curl's wish for it stays the same and while its connection waits in the pool between
@@ -21,6 +25,9 @@
  * connections spends most of its time in those walks. A shard keeps them short; under light
  * load everything runs on the first shard and reuses its connections. */
 #include "upstream.h"
+
+#include "h2conn.h"
+#include "handshake.h"
 
 #include "../core/clock.h"
 #include "../core/h1resp.h"
@@ -288,34 +295,22 @@ static int h1conn_send_more(h1conn_t *c)
 /* Goes on with the TLS handshake. 1: done; 0: waiting for the socket; -1: ended. */
 static int h1conn_handshake(h1conn_t *c)
 {
-    int k, err;
+    handshake_failure_t failure;
 
-    ERR_clear_error();
-    k = SSL_connect(c->ssl);
-    if (k == 1) {
+    switch (handshake_step(c->ssl, &failure)) {
+    case HANDSHAKE_DONE:
         c->shaken = 1;
+        /* fall through */
+    case HANDSHAKE_WANT_READ:
         if (c->wr != NULL)
             event_del(c->wr);
-        return 1;
-    }
-    err = SSL_get_error(c->ssl, k);
-    if (err == SSL_ERROR_WANT_READ) {
-        if (c->wr != NULL)
-            event_del(c->wr);
-        return 0;
-    }
-    if (err == SSL_ERROR_WANT_WRITE)
+        return c->shaken;
+    case HANDSHAKE_WANT_WRITE:
         return h1conn_wait_writable(c);
-    if (SSL_get_verify_result(c->ssl) != X509_V_OK)
-        h1conn_finish(c, H1CONN_TLS_FAILED, 0, "");
-    else if (err == SSL_ERROR_SYSCALL)
-        h1conn_finish(c, H1CONN_TLS_FAILED, errno,
-                      "the connection closed during the TLS handshake");
-    else {
-        const char *why = ERR_reason_error_string(ERR_peek_last_error());
-        h1conn_finish(c, H1CONN_TLS_FAILED, 0, why != NULL ? why : "the TLS handshake failed");
+    default:
+        h1conn_finish(c, H1CONN_TLS_FAILED, failure.os_errno, failure.why);
+        return -1;
     }
-    return -1;
 }
 
 /* The request goes out, after the handshake over TLS. */
@@ -546,7 +541,7 @@ typedef struct upstream_url {
     size_t host_len;           /* ... this long (with the port, when not the scheme's own) */
 } upstream_url_t;
 
-/* A host and port over cleartext HTTP/1.1, with its parked connections (newest first). Owned by
+/* A host and port, with its parked HTTP/1.1 connections (newest first). Owned by
  * its upstream_t (origins list), kept until upstream_free. */
 struct upstream_origin {
     char *key;  /* "host:port", the host in lower case */
@@ -556,6 +551,11 @@ struct upstream_origin {
     SSL_SESSION *session; /* the newest TLS session (ticket) its connections got, owned */
     h1conn_t *parked;
     size_t n_parked;
+    /* With the HTTP/2 setting, over TLS: its HTTP/2 connections (h2conn), owned, each freed
+     * when it is gone (on_h2_gone) or idle too long; no_h2 once the platform chose HTTP/1.1. */
+    h2conn_t **h2;
+    size_t n_h2, cap_h2;
+    int no_h2;
     upstream_origin_t *next;
 };
 
@@ -564,6 +564,7 @@ typedef enum {
     H1_KICK,     /* started, waiting for its turn of the loop */
     H1_CONNECT,  /* curl connects a socket for it (CURLOPT_CONNECT_ONLY) */
     H1_EXCHANGE, /* its request and answer on an h1conn */
+    H2_STREAM,   /* a stream of an h2conn (whose socket it may be connecting: dialing) */
 } h1_phase_t;
 
 /* Owned by its upstream_t (socks, by descriptor): created on curl's first wish for a socket,
@@ -610,6 +611,9 @@ struct upstream_xfer {
     int64_t started_us, deadline_us;
     int h1_tries;
     unsigned link_reused : 1; /* the connection carried an answer before this request */
+    /* over our own HTTP/2 (H2_STREAM): */
+    h2conn_stream_t *stream;
+    h2conn_t *dialing; /* the connection whose socket curl connects for it (H1_CONNECT) */
 };
 
 /* Owned by its upstream_t. */
@@ -637,7 +641,7 @@ struct upstream {
     upstream_url_t urls[URL_SLOTS];
     upstream_origin_t *origins;
     CURL *spare_easy[SPARE_EASY];
-    SSL_CTX *tls; /* our own HTTP/1.1 over TLS (the HTTP/1.1 setting only), or NULL */
+    SSL_CTX *tls; /* our own HTTP/1.1 and HTTP/2 over TLS (platform client), or NULL */
     int n_spare_easy;
     curl_socket_t adopting; /* the socket curl connected for us, while curl lets it go */
     int adopted;            /* curl "closed" it meanwhile, leaving it open for us */
@@ -1096,8 +1100,8 @@ upstream_t *upstream_new(struct event_base *base, const upstream_config_t *cfg)
         curl_share_cleanup(up->share);
         up->share = NULL;
     }
-    /* our own HTTP/1.1 over TLS with the HTTP/1.1 setting; HTTP/2 is curl's */
-    if (cfg->http1 && !cfg->guard && (up->tls = tls_ctx_take(cfg->ca_file)) == NULL) {
+    /* our own HTTP/1.1 and HTTP/2 over TLS, for the platforms (user URLs stay curl's) */
+    if (!cfg->guard && (up->tls = tls_ctx_take(cfg->ca_file)) == NULL) {
         upstream_free(up);
         return NULL;
     }
@@ -1120,6 +1124,8 @@ static void xfer_release(upstream_xfer_t *x)
     x->h1_phase = H1_OFF;
     x->link = NULL;
     x->origin = NULL;
+    x->stream = NULL;
+    x->dialing = NULL;
     if (x->headers != up->json_headers)
         curl_slist_free_all(x->headers);
     x->headers = NULL;
@@ -1174,6 +1180,9 @@ void upstream_free(upstream_t *up)
     while ((o = up->origins) != NULL) {
         up->origins = o->next;
         origin_close_parked(o);
+        for (size_t i = 0; i < o->n_h2; i++)
+            h2conn_free(o->h2[i]);
+        free(o->h2);
         SSL_SESSION_free(o->session);
         free(o->host);
         free(o->key);
@@ -1196,9 +1205,9 @@ void upstream_free(upstream_t *up)
     free(up);
 }
 
-/* Our own HTTP/1.1 carries a platform call only over cleartext, straight to the platform (no
- * proxy, whose CONNECT and authentication stay curl's), without following redirects, and only
- * on this client (the user-URL client's every connection passes the SSRF guard, which curl
+/* Our own HTTP/1.1 (or HTTP/2) carries a platform call only straight to the platform (no proxy,
+ * whose CONNECT and authentication stay curl's), without following redirects, and only on the
+ * platform client (the user-URL client's every connection passes the SSRF guard, which curl
  * applies). */
 static int h1_allowed(const upstream_t *up, const char *url, unsigned flags)
 {
@@ -1469,6 +1478,19 @@ static void on_h1_idle(void *arg, h1conn_t *c)
     h1conn_free(c);
 }
 
+/* Keeps c for the origin's next call (newest first), or closes it when enough wait. */
+static void origin_park(upstream_origin_t *o, h1conn_t *c)
+{
+    if (o->n_parked >= H1_PARKED_MAX) {
+        h1conn_free(c);
+        return;
+    }
+    h1conn_park(c, clock_coarse_ms());
+    c->next = o->parked;
+    o->parked = c;
+    o->n_parked++;
+}
+
 /* The newest parked connection of the origin young enough to trust, or NULL. */
 static h1conn_t *h1_unpark(upstream_origin_t *o)
 {
@@ -1494,22 +1516,19 @@ static void h1_exchange(upstream_xfer_t *x, h1conn_t *c, int reused)
     h1conn_exchange(c, x->head, x->head_len, x->body, x->body_len, x->max, on_h1_done, x);
 }
 
-/* A parked connection of the origin, or a new one that curl connects (CURLOPT_CONNECT_ONLY):
- * curl resolves the name (its threaded resolver and the share's DNS cache), tries the
- * addresses, and hands the socket over when connected (h1_connected). */
-static void h1_go(upstream_xfer_t *x)
+static void h2_go(upstream_xfer_t *x);
+
+/* Has curl connect a socket to x's origin (CURLOPT_CONNECT_ONLY): curl resolves the name (its
+ * threaded resolver and the share's DNS cache), tries the addresses, and hands the socket over
+ * when connected (h1_connected). */
+static void h1_dial(upstream_xfer_t *x)
 {
     upstream_t *up = x->up;
-    h1conn_t *c = h1_unpark(x->origin);
     int64_t left_ms;
     CURL *e;
     char url[300];
     size_t klen = strlen(x->origin->key);
 
-    if (c != NULL) {
-        h1_exchange(x, c, 1);
-        return;
-    }
     left_ms = (x->deadline_us - clock_mono_us()) / 1000;
     if (x->easy == NULL)
         x->easy = easy_take(up, x);
@@ -1540,6 +1559,23 @@ static void h1_go(upstream_xfer_t *x)
     }
 }
 
+/* A parked connection of the origin, or a new one (h1_dial); over TLS with the HTTP/2 setting,
+ * a stream of an HTTP/2 connection instead, unless the platform chose HTTP/1.1 before. */
+static void h1_go(upstream_xfer_t *x)
+{
+    h1conn_t *c;
+
+    if (x->origin->tls && !x->up->cfg.http1 && !x->origin->no_h2) {
+        h2_go(x);
+        return;
+    }
+    if ((c = h1_unpark(x->origin)) != NULL) {
+        h1_exchange(x, c, 1);
+        return;
+    }
+    h1_dial(x);
+}
+
 /* OpenSSL hands over a new session (a TLS 1.3 ticket, or a TLS 1.2 session): the origin keeps
  * the newest, for its next connection to resume. */
 static int on_tls_session(SSL *ssl, SSL_SESSION *sess)
@@ -1553,7 +1589,7 @@ static int on_tls_session(SSL *ssl, SSL_SESSION *sess)
     return 1; /* the reference is the origin's */
 }
 
-/* The TLS client for our own HTTP/1.1, as curl sets its own up: the certificate checked
+/* The TLS client for our own HTTP/1.1 and HTTP/2, as curl sets its own up: the certificate checked
  * against the system's CAs (curl's default bundle, which Debian builds from the same
  * certificates as curl's default CA directory) and BOTGATE_CA_FILE's, partial chains allowed,
  * TLS 1.2 at least, a peer's close without close_notify read as the end. The bundle is read here,
@@ -1627,10 +1663,13 @@ static void tls_ctx_give(SSL_CTX *ctx)
 }
 
 /* An SSL object for a new connection to o: the host checked in the certificate (an address as
- * an address), named by SNI (a name only), HTTP/1.1 offered by ALPN, o's session resumed. */
-static SSL *tls_new(upstream_t *up, upstream_origin_t *o)
+ * an address), named by SNI (a name only), HTTP/1.1 offered by ALPN (and first HTTP/2 with h2),
+ * o's session resumed. */
+static SSL *tls_new(upstream_t *up, upstream_origin_t *o, int h2)
 {
-    static const unsigned char alpn[] = "\x08http/1.1";
+    static const unsigned char both[] = "\x02h2\x08http/1.1";
+    const unsigned char *alpn = h2 ? both : both + 3;
+    unsigned alpn_len = h2 ? sizeof(both) - 1 : sizeof(both) - 4;
     SSL *ssl = SSL_new(up->tls);
 
     if (ssl == NULL)
@@ -1640,7 +1679,7 @@ static SSL *tls_new(upstream_t *up, upstream_origin_t *o)
     if ((o->host_is_ip ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), o->host)
                        : SSL_set1_host(ssl, o->host)) != 1 ||
         (!o->host_is_ip && SSL_set_tlsext_host_name(ssl, o->host) != 1) ||
-        SSL_set_alpn_protos(ssl, alpn, sizeof(alpn) - 1) != 0) {
+        SSL_set_alpn_protos(ssl, alpn, alpn_len) != 0) {
         SSL_free(ssl);
         return NULL;
     }
@@ -1651,6 +1690,7 @@ static SSL *tls_new(upstream_t *up, upstream_origin_t *o)
 }
 
 static void xfer_finish(upstream_xfer_t *x, CURLcode code);
+static void h2_connected(upstream_xfer_t *x, CURLcode code, curl_socket_t fd);
 
 /* curl finished connecting a socket for x (CURLOPT_CONNECT_ONLY): it becomes ours. Removing
  * the handle makes curl 7.88 drop its connect-only connection, closing the socket through
@@ -1672,20 +1712,24 @@ static void h1_connected(upstream_xfer_t *x, CURLcode code)
     up->adopting = CURL_SOCKET_BAD;
     x->shard->in_flight--;
     x->shard = NULL;
-    if (code != CURLE_OK) {
-        xfer_finish(x, code);
-        return;
-    }
     /* curl kept the socket (a libcurl that no longer drops connect-only connections on
      * removal): a descriptor of our own, so that its close does not end ours */
     if (fd != CURL_SOCKET_BAD && !up->adopted)
         fd = dup(fd);
+    if (x->dialing != NULL) {
+        h2_connected(x, code, fd);
+        return;
+    }
+    if (code != CURLE_OK) {
+        xfer_finish(x, code);
+        return;
+    }
     easy_give(up, x);
     if (fd < 0) {
         h1_fail(x, CURLE_COULDNT_CONNECT, "the connected socket was lost", 0, 1);
         return;
     }
-    if (x->origin->tls && (ssl = tls_new(up, x->origin)) == NULL) {
+    if (x->origin->tls && (ssl = tls_new(up, x->origin, 0)) == NULL) {
         close(fd);
         h1_fail(x, CURLE_SSL_CONNECT_ERROR, "cannot set up TLS", 0, 1);
         return;
@@ -1756,10 +1800,19 @@ static void xfer_stop(upstream_xfer_t *x)
         h1conn_free(x->link);
         x->link = NULL;
     }
+    if (x->stream != NULL) {
+        h2conn_cancel(x->stream);
+        x->stream = NULL;
+    }
     if (x->shard != NULL)
         curl_multi_remove_handle(x->shard->multi, x->easy);
     if (x->h1_phase == H1_CONNECT)
         curl_easy_setopt(x->easy, CURLOPT_CONNECT_ONLY, 0L);
+    if (x->dialing != NULL) {
+        /* the streams that wait for this socket go on another connection */
+        h2conn_undialed(x->dialing, CURLE_ABORTED_BY_CALLBACK, 0, 1);
+        x->dialing = NULL;
+    }
 }
 
 /* Ends x without an answer; whatever it holds (its connect, its connection) goes first. */
@@ -1787,6 +1840,25 @@ static void h1_fail(upstream_xfer_t *x, CURLcode code, const char *detail, int o
     xfer_release(x);
 }
 
+/* Nothing of x reached the platform: it goes again, on another connection or stream, up to
+ * H1_TRIES times. */
+static void h1_again(upstream_xfer_t *x, const char *error, int os_errno)
+{
+    if (++x->h1_tries < H1_TRIES)
+        h1_go(x);
+    else
+        h1_fail(x, CURLE_SEND_ERROR, error, os_errno, 1);
+}
+
+/* The TLS handshake failed: the certificate's problem when it was that. */
+static void h1_tls_failed(upstream_xfer_t *x, long verify, const char *error, int os_errno)
+{
+    if (verify != X509_V_OK)
+        h1_fail(x, CURLE_PEER_FAILED_VERIFICATION, X509_verify_cert_error_string(verify), 0, 0);
+    else
+        h1_fail(x, CURLE_SSL_CONNECT_ERROR, error, os_errno, 0);
+}
+
 /* An exchange on our own connection ended. */
 static void on_h1_done(void *arg, h1conn_t *c, h1conn_result_t *res)
 {
@@ -1803,11 +1875,7 @@ static void on_h1_done(void *arg, h1conn_t *c, h1conn_result_t *res)
         h1conn_free(c);
         switch (res->outcome) {
         case H1CONN_STALE: /* nothing went out: another connection carries it */
-            if (++x->h1_tries < H1_TRIES) {
-                h1_go(x);
-                return;
-            }
-            h1_fail(x, CURLE_SEND_ERROR, res->error, res->os_errno, 1);
+            h1_again(x, res->error, res->os_errno);
             return;
         case H1CONN_NO_ANSWER:
             x->resend_refused = (unsigned)reused;
@@ -1824,11 +1892,7 @@ static void on_h1_done(void *arg, h1conn_t *c, h1conn_result_t *res)
             h1_fail(x, CURLE_WEIRD_SERVER_REPLY, res->error, 0, 0);
             return;
         case H1CONN_TLS_FAILED:
-            if (res->verify != X509_V_OK)
-                h1_fail(x, CURLE_PEER_FAILED_VERIFICATION,
-                        X509_verify_cert_error_string(res->verify), 0, 0);
-            else
-                h1_fail(x, CURLE_SSL_CONNECT_ERROR, res->error, res->os_errno, 0);
+            h1_tls_failed(x, res->verify, res->error, res->os_errno);
             return;
         default:
             h1_fail(x, CURLE_RECV_ERROR, res->error, res->os_errno, 0);
@@ -1851,14 +1915,203 @@ static void on_h1_done(void *arg, h1conn_t *c, h1conn_result_t *res)
         cb(cb_arg, &ans);
     xfer_release(x);
     /* after the callback: the answer's fields live in the connection's parser */
-    if (h1conn_reusable(c) && o->n_parked < H1_PARKED_MAX) {
-        h1conn_park(c, clock_coarse_ms());
-        c->next = o->parked;
-        o->parked = c;
-        o->n_parked++;
-    } else {
+    if (h1conn_reusable(c))
+        origin_park(o, c);
+    else
         h1conn_free(c);
+}
+
+/* ---- our own HTTP/2 (h2conn): over TLS with the HTTP/2 setting ----
+ *
+ * An origin's HTTP/2 connections each carry up to as many streams at once as the platform
+ * allows (H2CONN_STREAMS_MAX at most); a call goes on the first that takes one, and a new
+ * connection is made only when none does. Calls that come while it connects wait on it as
+ * streams, instead of each making a connection of its own: the first call's connect (h1_dial,
+ * x->dialing) is the connection's. */
+
+static void on_h2_done(void *arg, h2conn_result_t *res);
+
+static void origin_drop_h2(upstream_origin_t *o, h2conn_t *c)
+{
+    for (size_t i = 0; i < o->n_h2; i++)
+        if (o->h2[i] == c) {
+            o->h2[i] = o->h2[--o->n_h2];
+            return;
+        }
+}
+
+/* A connection of o ended and every stream's end was handed up. */
+static void on_h2_gone(void *arg, h2conn_t *c)
+{
+    origin_drop_h2(arg, c);
+    h2conn_free(c);
+}
+
+/* The first connection of o that takes a stream; those idle too long to trust are closed. */
+static h2conn_t *h2_pick(upstream_origin_t *o)
+{
+    int64_t now = clock_coarse_ms();
+
+    for (size_t i = 0; i < o->n_h2;) {
+        h2conn_t *c = o->h2[i];
+        int64_t idle = h2conn_idle_since(c);
+        if (idle != 0 && now - idle > H1_IDLE_MAX_MS) {
+            o->h2[i] = o->h2[--o->n_h2];
+            h2conn_free(c);
+            continue;
+        }
+        if (h2conn_takes(c))
+            return c;
+        i++;
     }
+    return NULL;
+}
+
+/* A new connection of o, waiting for its socket; NULL when out of memory. */
+static h2conn_t *h2_add(upstream_t *up, upstream_origin_t *o)
+{
+    h2conn_t *c;
+
+    if (o->n_h2 == o->cap_h2) {
+        size_t cap = o->cap_h2 ? 2 * o->cap_h2 : 4;
+        h2conn_t **h2 = realloc(o->h2, cap * sizeof(*h2));
+        if (h2 == NULL)
+            return NULL;
+        o->h2 = h2;
+        o->cap_h2 = cap;
+    }
+    if ((c = h2conn_new(up->base, on_h2_gone, o)) != NULL)
+        o->h2[o->n_h2++] = c;
+    return c;
+}
+
+/* x as a stream of a connection of its origin; the connection's socket is x's to connect when
+ * it is a new one. */
+static void h2_go(upstream_xfer_t *x)
+{
+    upstream_origin_t *o = x->origin;
+    h2conn_t *c = h2_pick(o);
+    int dial = 0;
+
+    if (c != NULL)
+        x->stream = h2conn_submit(c, x->head, x->head_len, x->max, on_h2_done, x);
+    if (x->stream == NULL) {
+        /* none takes a stream, or the one that did ran out of stream numbers */
+        if ((c = h2_add(x->up, o)) == NULL ||
+            (x->stream = h2conn_submit(c, x->head, x->head_len, x->max, on_h2_done, x)) == NULL) {
+            if (c != NULL) {
+                origin_drop_h2(o, c);
+                h2conn_free(c);
+            }
+            h1_fail(x, CURLE_OUT_OF_MEMORY, "", 0, 1);
+            return;
+        }
+        dial = 1;
+    }
+    x->h1_phase = H2_STREAM;
+    if (dial) {
+        x->dialing = c;
+        h1_dial(x);
+    }
+}
+
+/* curl connected (or failed to connect) the socket of the connection x was dialing. */
+static void h2_connected(upstream_xfer_t *x, CURLcode code, curl_socket_t fd)
+{
+    upstream_t *up = x->up;
+    h2conn_t *c = x->dialing;
+    long os_errno = 0;
+    SSL *ssl;
+
+    x->dialing = NULL;
+    x->h1_phase = H2_STREAM;
+    if (code != CURLE_OK && curl_easy_getinfo(x->easy, CURLINFO_OS_ERRNO, &os_errno) != CURLE_OK)
+        os_errno = 0;
+    easy_give(up, x);
+    if (code != CURLE_OK || fd < 0) {
+        h2conn_undialed(c, code != CURLE_OK ? code : CURLE_COULDNT_CONNECT, (int)os_errno, 0);
+        return;
+    }
+    if ((ssl = tls_new(up, x->origin, 1)) == NULL) {
+        close(fd);
+        h2conn_undialed(c, CURLE_SSL_CONNECT_ERROR, 0, 0);
+        return;
+    }
+    h2conn_attach(c, fd, ssl); /* the streams waiting on it, x's among them, go out after */
+}
+
+/* The platform chose HTTP/1.1 in the handshake of c: its TLS connection, made and good, waits
+ * parked for the calls that were to be its streams (the first one takes it). */
+static void h2_fall_back(upstream_t *up, upstream_origin_t *o, h2conn_t *c)
+{
+    SSL *ssl = NULL;
+    int fd = h2conn_take_socket(c, &ssl);
+    h1conn_t *h1;
+
+    if (fd < 0 || (h1 = h1conn_new(up->base, fd, ssl, on_h1_idle, o)) == NULL)
+        return; /* h1conn_new closed both */
+    h1->shaken = 1;
+    origin_park(o, h1);
+}
+
+/* A stream ended: its answer, or why not. */
+static void on_h2_done(void *arg, h2conn_result_t *res)
+{
+    upstream_xfer_t *x = arg;
+    upstream_answer_t ans;
+    upstream_cb *cb = x->cb;
+    void *cb_arg = x->arg;
+    char detail[96];
+
+    x->stream = NULL;
+    switch (res->outcome) {
+    case H2CONN_ANSWER:
+        break;
+    case H2CONN_NOT_H2:
+        x->origin->no_h2 = 1; /* the platform chose HTTP/1.1: from now on, ours */
+        h2_fall_back(x->up, x->origin, res->conn);
+        /* fall through */
+    case H2CONN_REFUSED: /* not processed: safe on another stream or connection */
+        h1_again(x, res->error, res->os_errno);
+        return;
+    case H2CONN_UNDIALED:
+        h1_fail(x, (CURLcode)res->dial_code, "", res->os_errno, 1);
+        return;
+    case H2CONN_NO_ANSWER:
+        x->resend_refused = 1;
+        h1_fail(x, CURLE_RECV_ERROR, res->error, res->os_errno, 0);
+        return;
+    case H2CONN_RESET:
+        snprintf(detail, sizeof(detail), "the platform reset the stream (%s)", res->error);
+        h1_fail(x, CURLE_HTTP2_STREAM, detail, 0, 0);
+        return;
+    case H2CONN_TOO_LARGE:
+        x->too_large = 1;
+        h1_fail(x, CURLE_WRITE_ERROR, res->error, 0, 0);
+        return;
+    case H2CONN_BAD_ANSWER:
+        h1_fail(x, CURLE_HTTP2, res->error, res->os_errno, 0);
+        return;
+    case H2CONN_TLS_FAILED:
+        h1_tls_failed(x, res->verify, res->error, res->os_errno);
+        return;
+    }
+    memset(&ans, 0, sizeof(ans));
+    x->len = res->body_len;
+    x->buf = res->body;
+    res->body = NULL;
+    ans.curl_code = CURLE_OK;
+    ans.elapsed_us = (long long)(clock_mono_us() - x->started_us);
+    ans.a.status = res->status;
+    ans.a.body = x->buf ? x->buf : "";
+    ans.a.body_len = x->buf ? x->len : 0;
+    ans.a.retry_after = res->retry_after;
+    ans.a.content_type = res->content_type;
+    ans.error = "";
+    x->cb = NULL;
+    if (cb != NULL)
+        cb(cb_arg, &ans);
+    xfer_release(x);
 }
 
 /* Sets x off on our own HTTP/1.1 when the call allows it: 1, or 0 to leave it to curl. */

@@ -23,7 +23,7 @@ typedef struct upstream_config {
     int guard;           /* 1: every connection passes the SSRF guard (user URLs) */
     int direct;          /* 1: never through a proxy of the environment (user URLs) */
     long buffer_size;    /* curl's receive buffer per transfer in flight (bytes) */
-    int http1; /* 1: HTTP/1.1 only (over TLS too: botgate's own); 0: HTTP/2 where TLS offers it */
+    int http1; /* 1: HTTP/1.1 only; 0: HTTP/2 where TLS offers it (both botgate's own) */
 } upstream_config_t;
 
 /* What came back. Valid only during the callback. */
