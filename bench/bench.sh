@@ -432,7 +432,8 @@ if has a-order; then
   stop_botgate
 fi
 
-# a-tls: the static upstream over HTTPS, h2 and http/1.1 offered by ALPN
+# a-tls: the static upstream over HTTPS, h2 and http/1.1 offered by ALPN; botgate calls it over
+# its own HTTP/2 (BOTGATE_UPSTREAM_HTTP=2, its default), the calls in flight as streams
 tls_botgate_proto=""
 if has a-tls; then
   start_botgate "$upstream_tls/graph/v19.0" BOTGATE_CA_FILE="$cert" BOTGATE_UPSTREAM_HTTP=2
@@ -445,9 +446,9 @@ if has a-tls; then
   stop_botgate
 fi
 
-# a-tls-h1: as a-tls with botgate calling over HTTP/1.1 (BOTGATE_UPSTREAM_HTTP=1.1, its default:
-# botgate's own HTTP/1.1 over OpenSSL): a kept-alive TLS connection per call in flight, as nginx
-# does, against a-tls's HTTP/2 streams (curl's, told BOTGATE_UPSTREAM_HTTP=2)
+# a-tls-h1: as a-tls with botgate calling over HTTP/1.1 (BOTGATE_UPSTREAM_HTTP=1.1: botgate's own
+# HTTP/1.1 over OpenSSL): a kept-alive TLS connection per call in flight, as nginx does, against
+# a-tls's HTTP/2 streams
 tls_h1_botgate_proto=""
 if has a-tls-h1; then
   start_botgate "$upstream_tls/graph/v19.0" BOTGATE_CA_FILE="$cert" BOTGATE_UPSTREAM_HTTP=1.1

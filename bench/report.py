@@ -654,7 +654,7 @@ def cmd_table(args):
         w("and offers h2 and http/1.1 by ALPN. HTTP version that reached the upstream (the upstream")
         w("names it in its message_id; one check call each): botgate %s (a-tls, told"
           % (meta.get("tls_botgate_proto") or "?"))
-        w("BOTGATE_UPSTREAM_HTTP=2; a-tls-h1, told 1.1, its default: %s), nginx %s."
+        w("BOTGATE_UPSTREAM_HTTP=2, its default; a-tls-h1, told 1.1: %s), nginx %s."
           % (meta.get("tls_h1_botgate_proto") or "?", meta.get("tls_nginx_proto") or "?"))
         for r in tls:
             if "upstream_conns_max" in r:

@@ -2,8 +2,9 @@
 """Memory per send in flight when the platform is over TLS, scenario d's shape: the simulator
 answering after 1 s behind an nginx HTTPS front (HTTP/2 offered by ALPN, 128 streams per
 connection), wrk holding N requests in flight on N connections for a few seconds, one botgate
-worker. Measured for each upstream HTTP setting (BOTGATE_UPSTREAM_HTTP): HTTP/2 (curl's, one
-connection per 128 sends) and HTTP/1.1 (botgate's own, a TLS connection per send in flight).
+worker. Measured for each upstream HTTP setting (BOTGATE_UPSTREAM_HTTP), both botgate's own:
+HTTP/2 (the default, one connection per 128 sends) and HTTP/1.1 (a TLS connection per send in
+flight).
 
     bench/tls_memory.py [BIN_DIR] [N]      (default build-release/bin, 2000)
 

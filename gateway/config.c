@@ -51,10 +51,10 @@ static const option_def_t options[] = {
     STR(teamwork_url, "BOTGATE_TEAMWORK_API_URL", "https://www.teambition.com/appstore/api",
         "base of the team-collaboration API"),
     STR(ca_file, "BOTGATE_CA_FILE", "", "extra CA bundle for outbound TLS"),
-    STR(upstream_http, "BOTGATE_UPSTREAM_HTTP", "1.1",
-        "HTTP version of platform calls over TLS: 1.1 (botgate's own HTTP/1.1, a kept-alive "
-        "connection per call in flight) or 2 (curl's HTTP/2 where the platform offers it by "
-        "ALPN, streams sharing connections)"),
+    STR(upstream_http, "BOTGATE_UPSTREAM_HTTP", "2",
+        "HTTP version of platform calls over TLS: 2 (botgate's own HTTP/2 where the platform "
+        "chooses it by ALPN, calls sharing connections as streams; else HTTP/1.1) or 1.1 "
+        "(botgate's own HTTP/1.1, a kept-alive connection per call in flight)"),
     {"BOTGATE_ALLOW_PRIVATE_MEDIA", T_BOOL, offsetof(config_t, allow_private_media), 0, "0", 0, 1,
      "1: fetched URLs may reach loopback/private addresses (tests only)"},
     {"BOTGATE_LOG_LEVEL", T_LEVEL, offsetof(config_t, log_level), 0, "info", 0, 0,

@@ -88,7 +88,7 @@ class SyscallsAndTls(unittest.TestCase):
                     tls_botgate_proto="HTTP/2.0", tls_h1_botgate_proto="HTTP/1.1",
                     tls_nginx_proto="HTTP/1.1", strace_count="10000")
         self.assertIn("botgate HTTP/2.0 (a-tls, told", out)
-        self.assertIn("BOTGATE_UPSTREAM_HTTP=2; a-tls-h1, told 1.1, its default: HTTP/1.1), "
+        self.assertIn("BOTGATE_UPSTREAM_HTTP=2, its default; a-tls-h1, told 1.1: HTTP/1.1), "
                       "nginx HTTP/1.1.", out)
         self.assertIn("a-tls    botgate  at most 1 upstream connection(s) open at once, 0 accepted",
                       out)

@@ -155,10 +155,10 @@ def make_cert(directory, name, alt="IP:127.0.0.1"):
 
 
 class TlsUpstream(StackTest):
-    """With the default setting (BOTGATE_UPSTREAM_HTTP=1.1): botgate's own HTTP/1.1 over OpenSSL
-    (gateway/upstream.c), on sockets curl connects."""
+    """With BOTGATE_UPSTREAM_HTTP=1.1: botgate's own HTTP/1.1 over OpenSSL (gateway/upstream.c),
+    on sockets curl connects."""
     stack_args = {"workers": 1, "start_gateway": False}
-    setting = {}
+    setting = {"BOTGATE_UPSTREAM_HTTP": "1.1"}
 
     @classmethod
     def setUpClass(cls):
@@ -260,9 +260,9 @@ class TlsUpstream(StackTest):
 
 
 class TlsUpstreamHttp2(TlsUpstream):
-    """With BOTGATE_UPSTREAM_HTTP=2: HTTP/2 offered (not taken: the platform speaks
-    HTTP/1.1); the same checks, session resumption across connections included."""
-    setting = {"BOTGATE_UPSTREAM_HTTP": "2"}
+    """With the default setting (BOTGATE_UPSTREAM_HTTP=2): HTTP/2 offered (not taken: the
+    platform speaks HTTP/1.1); the same checks, session resumption across connections included."""
+    setting = {}
 
 
 NGINX_CONF = """
@@ -293,7 +293,7 @@ http {
 
 class SplitRecordUpstream(StackTest):
     stack_args = {"workers": 1, "start_gateway": False}
-    setting = {}
+    setting = {"BOTGATE_UPSTREAM_HTTP": "1.1"}
 
     @classmethod
     def setUpClass(cls):
@@ -332,15 +332,17 @@ class SplitRecordUpstream(StackTest):
 
 
 class SplitRecordUpstreamHttp2(SplitRecordUpstream):
-    """The same with BOTGATE_UPSTREAM_HTTP=2: the platform chooses HTTP/1.1 by ALPN, and the
+    """The same with the default setting (HTTP/2): the platform chooses HTTP/1.1 by ALPN, and the
     connection the HTTP/2 client made carries the calls over HTTP/1.1 (one connection, still)."""
-    setting = {"BOTGATE_UPSTREAM_HTTP": "2"}
+    setting = {}
 
 
 class TlsIdleConnectionClosed(test_faults.IdleConnectionClosed):
     """test_faults' idle-close check over TLS (botgate's own HTTP/1.1): a parked TLS connection
     that the platform closes is let go without the loop spinning on it, and the next call goes
-    out on a new connection (resuming the TLS session)."""
+    out on a new connection (resuming the TLS session). With the default setting: the platform
+    speaks HTTP/1.1 only, so the connection the HTTP/2 client made is the one parked."""
+    setting = {}
 
     @classmethod
     def make_platform(cls, s):
@@ -349,7 +351,12 @@ class TlsIdleConnectionClosed(test_faults.IdleConnectionClosed):
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(cert, key)
         platform.socket = ctx.wrap_socket(platform.socket, server_side=True)
-        return platform, "https", {"BOTGATE_CA_FILE": cert}
+        return platform, "https", dict(cls.setting, BOTGATE_CA_FILE=cert)
+
+
+class TlsIdleConnectionClosedHttp1(TlsIdleConnectionClosed):
+    """The same with BOTGATE_UPSTREAM_HTTP=1.1."""
+    setting = {"BOTGATE_UPSTREAM_HTTP": "1.1"}
 
 
 def established_to(port):
@@ -423,9 +430,9 @@ class Http2Upstream(StackTest):
         super().setUpClass()
         s = cls.s
         cls.nginx, cls.port, cert = start_tls_front(s, "h2")
-        s.start_gateway(extra={
+        s.start_gateway(extra={  # the default setting: HTTP/2
             "BOTGATE_FACEBOOK_API_URL": "https://127.0.0.1:%d/graph/v19.0" % cls.port,
-            "BOTGATE_CA_FILE": cert, "BOTGATE_UPSTREAM_HTTP": "2"})
+            "BOTGATE_CA_FILE": cert})
         cls.tok, cls.body = tenant(s, "h2-fb", "h2-m", "psid-88")
 
     @classmethod
@@ -444,14 +451,15 @@ class Http2Upstream(StackTest):
         # it as streams, and the platform allows 128 at once
         self.assertEqual(conns, 1, "%d connections for 100 sends in flight" % conns)
 
-    def test_http1_default_keeps_one_connection_per_send_in_flight(self):
+    def test_http1_setting_keeps_one_connection_per_send_in_flight(self):
         s = self.s
         port = s.port
         url = "https://127.0.0.1:%d/graph/v19.0" % self.port
         cert = os.path.join(s.dir, "h2.pem")
         s.stop_gateway()
         try:
-            s.start_gateway(extra={"BOTGATE_FACEBOOK_API_URL": url, "BOTGATE_CA_FILE": cert})
+            s.start_gateway(extra={"BOTGATE_FACEBOOK_API_URL": url, "BOTGATE_CA_FILE": cert,
+                                   "BOTGATE_UPSTREAM_HTTP": "1.1"})
 
             def connections():
                 time.sleep(0.5)
@@ -463,8 +471,7 @@ class Http2Upstream(StackTest):
         finally:
             s.stop_gateway()
             s.start_gateway(port=port, extra={"BOTGATE_FACEBOOK_API_URL": url,
-                                              "BOTGATE_CA_FILE": cert,
-                                              "BOTGATE_UPSTREAM_HTTP": "2"})
+                                              "BOTGATE_CA_FILE": cert})
 
     def test_unreadable_ca_file_is_refused_at_start(self):
         p = self.s.run_refused(BOTGATE_CA_FILE=os.path.join(self.s.dir, "missing.pem"))
