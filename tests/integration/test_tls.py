@@ -30,10 +30,12 @@ class Platform(http.server.ThreadingHTTPServer):
     that each send needs a new TLS connection, and records whether the client resumed."""
     daemon_threads = True
 
-    def __init__(self, cert, key):
+    def __init__(self, cert, key, alpn=None):
         super().__init__(("127.0.0.1", 0), Handler)
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(cert, key)
+        if alpn:  # the protocols it selects from (none by default)
+            ctx.set_alpn_protocols(alpn)
         self.socket = ctx.wrap_socket(self.socket, server_side=True)
         self.lock = threading.Lock()
         self.resumed = {}  # message text: did its connection resume a session

@@ -136,7 +136,31 @@ class RawPlatform(threading.Thread):
         self.sock.close()
 
 
-class OwnHttp1(StackTest):
+class SendsText:
+    """For a StackTest with a tenant (self.tok, self.body): one TEXT message sent, and its
+    result checked; a platform's message ids begin with message_ids."""
+    message_ids = "m_h1_"
+
+    def send(self, text):
+        body = dict(self.body, response=[{"type": "TEXT", "text": text}])
+        a = self.s.send(body, self.tok, timeout=15)
+        self.assertEqual(a.status, 200, a)
+        return a.json["sendResult"]
+
+    def assert_sent(self, r):
+        self.assertEqual(r["ok"], 1, r)
+        self.assertTrue(r["result"][0]["messageEvent"]["messageId"]
+                        .startswith(self.message_ids), r)
+
+    def assert_failed(self, r, pattern):
+        self.assertEqual(r["ok"], 0, r)
+        err = r["result"][0]["error"]["err"]
+        self.assertRegex(err, pattern, r)
+        self.assertNotIn("access_token", err)
+        self.assertNotIn("127.0.0.1", err)
+
+
+class OwnHttp1(SendsText, StackTest):
     stack_args = {"workers": 1, "start_gateway": False}
 
     @classmethod
@@ -154,26 +178,9 @@ class OwnHttp1(StackTest):
         cls.platform.close()
         super().tearDownClass()
 
-    def send(self, text):
-        body = dict(self.body, response=[{"type": "TEXT", "text": text}])
-        a = self.s.send(body, self.tok, timeout=15)
-        self.assertEqual(a.status, 200, a)
-        return a.json["sendResult"]
-
     def calls_of(self, text):
         with self.platform.lock:
             return [c for c in self.platform.calls if c[0] == text]
-
-    def assert_sent(self, r):
-        self.assertEqual(r["ok"], 1, r)
-        self.assertTrue(r["result"][0]["messageEvent"]["messageId"].startswith("m_h1_"), r)
-
-    def assert_failed(self, r, pattern):
-        self.assertEqual(r["ok"], 0, r)
-        err = r["result"][0]["error"]["err"]
-        self.assertRegex(err, pattern, r)
-        self.assertNotIn("access_token", err)
-        self.assertNotIn("127.0.0.1", err)
 
     def test_a_request_as_written_and_one_connection_reused(self):
         before = self.platform.connections
