@@ -23,6 +23,7 @@
 #include <nghttp2/nghttp2.h>
 #include <openssl/err.h>
 #include <openssl/x509.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -75,6 +76,8 @@ struct h2conn {
     void *gone_arg;
     int64_t idle_since;
     int32_t goaway_last; /* after a GOAWAY: the last stream the platform processes */
+    uint32_t broke;      /* the error code of the GOAWAY botgate sent: the platform broke
+                            HTTP/2 (0: it did not) */
     long verify;
     int dial_code, dial_errno;
     char why[160]; /* the connection's end, in words, for its streams */
@@ -352,8 +355,14 @@ static void h2conn_on_readable(evutil_socket_t fd, short what, void *arg)
         h2conn_handshake(c);
     } else if (!c->dead && h2conn_read(c) == 0) {
         h2conn_flush(c); /* SETTINGS and PING acknowledged, windows opened */
-        if (!c->dead && !nghttp2_session_want_read(c->ngh) && !nghttp2_session_want_write(c->ngh))
+        if (!c->dead && c->broke != NGHTTP2_NO_ERROR) {
+            snprintf(c->why, sizeof(c->why), "%s, on the whole connection",
+                     nghttp2_http2_strerror(c->broke));
+            h2conn_die(c, H2CONN_BAD_ANSWER, H2CONN_REFUSED, 0, c->why);
+        } else if (!c->dead && !nghttp2_session_want_read(c->ngh) &&
+                   !nghttp2_session_want_write(c->ngh)) {
             h2conn_die(c, H2CONN_NO_ANSWER, H2CONN_REFUSED, 0, "the platform ended the connection");
+        }
     }
     h2conn_deliver(c);
 }
@@ -402,6 +411,25 @@ static int on_frame_not_send(nghttp2_session *ngh, const nghttp2_frame *frame, i
             stream_end(c, s, H2CONN_REFUSED, 0, "the connection was ending");
             break;
         }
+    return 0;
+}
+
+/* nghttp2 ends what the platform broke: a stream (RST_STREAM) or the whole connection (GOAWAY
+ * with an error). Either is told as a bad answer, not as the platform's own reset or close. */
+static int on_frame_send(nghttp2_session *ngh, const nghttp2_frame *frame, void *arg)
+{
+    h2conn_t *c = arg;
+    h2conn_stream_t *s;
+
+    (void)ngh;
+    if (frame->hd.type == NGHTTP2_GOAWAY && frame->goaway.error_code != NGHTTP2_NO_ERROR) {
+        c->broke = frame->goaway.error_code;
+    } else if (frame->hd.type == NGHTTP2_RST_STREAM &&
+               frame->rst_stream.error_code != NGHTTP2_CANCEL &&
+               (s = stream_of(c, frame->hd.stream_id)) != NULL && !s->bad) {
+        s->bad = 1;
+        s->error = nghttp2_http2_strerror(frame->rst_stream.error_code);
+    }
     return 0;
 }
 
@@ -580,6 +608,7 @@ h2conn_t *h2conn_new(struct event_base *base, h2conn_gone_cb *gone, void *gone_a
     evtimer_assign(&c->kick, base, h2conn_on_kick, c);
     if (nghttp2_session_callbacks_new(&cbs) == 0 && nghttp2_option_new(&opt) == 0) {
         nghttp2_session_callbacks_set_before_frame_send_callback(cbs, on_before_frame_send);
+        nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
         nghttp2_session_callbacks_set_on_frame_not_send_callback(cbs, on_frame_not_send);
         nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
         nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);

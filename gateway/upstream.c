@@ -2061,7 +2061,7 @@ static void on_h2_done(void *arg, h2conn_result_t *res)
     upstream_answer_t ans;
     upstream_cb *cb = x->cb;
     void *cb_arg = x->arg;
-    char detail[96];
+    char detail[128];
 
     x->stream = NULL;
     switch (res->outcome) {
@@ -2090,7 +2090,8 @@ static void on_h2_done(void *arg, h2conn_result_t *res)
         h1_fail(x, CURLE_WRITE_ERROR, res->error, 0, 0);
         return;
     case H2CONN_BAD_ANSWER:
-        h1_fail(x, CURLE_HTTP2, res->error, res->os_errno, 0);
+        snprintf(detail, sizeof(detail), "the platform's answer broke HTTP/2 (%s)", res->error);
+        h1_fail(x, CURLE_HTTP2, detail, res->os_errno, 0);
         return;
     case H2CONN_TLS_FAILED:
         h1_tls_failed(x, res->verify, res->error, res->os_errno);

@@ -2,8 +2,9 @@
 sharing one connection, the server's stream limit, and every way a server can end a stream or a
 connection: GOAWAY while streams are open and on an idle connection, RST_STREAM REFUSED_STREAM
 (safe to send again) and INTERNAL_ERROR (not), a close after the request, an answer too large, a
-429 with Retry-After, an informational 103 before the answer, a PING, no answer at all. Each
-platform call is processed exactly once. A platform that does not select h2 by ALPN is reached
+429 with Retry-After, an informational 103 before the answer, a PING, no answer at all, and
+answers that break HTTP/2 (a field block HPACK cannot decode, an upper-case field name, a body
+shorter than its content-length). Each platform call is processed exactly once. A platform that does not select h2 by ALPN is reached
 over HTTP/1.1.
 
 The platform is an HTTP/2 server written here on python3-h2 (Debian's, imported by Debian's
@@ -165,8 +166,9 @@ class Connection:
         self.n = n
         self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(
             client_side=False, header_encoding="utf-8",
-            # to see what botgate sent, not to refuse it
-            validate_inbound_headers=False, normalize_inbound_headers=False))
+            # to see what botgate sent, not to refuse it; and to send what breaks HTTP/2
+            validate_inbound_headers=False, normalize_inbound_headers=False,
+            validate_outbound_headers=False, normalize_outbound_headers=False))
         self.h2.local_settings = h2.settings.Settings(client=False, initial_values={
             h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: platform.max_streams})
         self.h2.initiate_connection()
@@ -291,6 +293,18 @@ class Connection:
             self.later.append(lambda: time.time() >= due and self.send_goaway(s.id))
         elif text == "hang":
             s.outcome = "never answered"
+        elif text == "garbage":
+            # a HEADERS frame whose field block HPACK cannot decode: a connection error
+            # (COMPRESSION_ERROR, RFC 9113 4.3); the connection stays open for botgate to end
+            s.outcome = "answered with garbage"
+            self.flush(b"\x00\x00\x03\x01\x05" + s.id.to_bytes(4, "big") + b"\xff\xff\xff")
+        elif text == "upper-case-field":
+            self.answer(s, fields=[("X-Upper", "1")])  # field names are lower case in HTTP/2
+        elif text == "short-body":
+            self.h2.send_headers(s.id, [(":status", "200"), ("content-type", "application/json"),
+                                        ("content-length", "100")])
+            self.h2.send_data(s.id, b'{"a":1}', end_stream=True)
+            s.outcome = "answered 7 of 100 bytes"
         else:
             self.answer(s)
 
@@ -551,6 +565,25 @@ class OwnHttp2(OwnHttp2Test):
         self.assert_sent(self.send("plain-after-close"))
         self.assertNotEqual(self.only("plain-after-close").conn, closed.conn)
         self.assertEqual(len(self.platform.of("close-after-request")), 1, "sent twice")
+
+    def test_n_undecodable_headers_end_the_connection_not_the_process(self):
+        self.assert_sent(self.send("plain-before-garbage"))
+        self.assert_failed(self.send("garbage"),
+                           r"answer broke HTTP/2 \(COMPRESSION_ERROR, on the whole connection\)")
+        bad = self.only("garbage")
+        self.assert_sent(self.send("plain-after-garbage"))
+        self.assertNotEqual(self.only("plain-after-garbage").conn, bad.conn,
+                            "a connection whose header decoding broke was used again")
+
+    def test_o_malformed_answers_fail_their_stream_only(self):
+        self.assert_sent(self.send("plain-before-malformed"))
+        for text in ("upper-case-field", "short-body"):
+            self.assert_failed(self.send(text), r"answer broke HTTP/2 \((Invalid HTTP header "
+                                                r"field was received|PROTOCOL_ERROR)\)")
+            self.only(text)  # processed once, not sent again
+        self.assert_sent(self.send("plain-after-malformed"))
+        self.assertEqual(self.only("plain-after-malformed").conn,
+                         self.only("plain-before-malformed").conn)
 
     def test_h_answer_too_large_resets_only_its_stream(self):
         self.assert_sent(self.send("plain-before-big"))
