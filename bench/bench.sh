@@ -12,8 +12,9 @@
 #
 #   BENCH_DURATION=10        seconds per wrk run
 #   BENCH_D_DURATION=30      seconds of each scenario-d run (its first second has no answers)
-#   BENCH_SCENARIOS="a a-key a-many a-order b c c-lua a-tls a-tls-h1 d e" scenarios to run
-#                            (see bench/README.md; e is bench/scenario_e.py: three instances
+#   BENCH_SCENARIOS="a a-key a-many a-order b c c-lua a-tls a-tls-h1 d d-tls e" scenarios to run
+#                            (see bench/README.md; d-tls is bench/tls_memory.py: d's memory per
+#                            send in flight over TLS; e is bench/scenario_e.py: three instances
 #                            under one shared rate limit)
 #   BENCH_CONNECTIONS=64     wrk connections of a, b, c, a-tls and a-tls-h1
 #   BENCH_WRK_THREADS=2      wrk threads
@@ -45,7 +46,7 @@ duration=${BENCH_DURATION:-10}
 # Scenario d's first second can have no answer (the upstream takes 1 s): over 10 s that
 # alone would cap it at 90 % of its Little's-law bound, over 30 s at 97 %.
 d_duration=${BENCH_D_DURATION:-30}
-scenarios=${BENCH_SCENARIOS:-a a-key a-many a-order b c c-lua a-tls a-tls-h1 d e}
+scenarios=${BENCH_SCENARIOS:-a a-key a-many a-order b c c-lua a-tls a-tls-h1 d d-tls e}
 conns=${BENCH_CONNECTIONS:-64}
 wrk_threads=${BENCH_WRK_THREADS:-2}
 upstream_workers=${BENCH_UPSTREAM_WORKERS:-auto}
@@ -62,8 +63,8 @@ for tool in wrk nginx redis-server curl python3 openssl; do
 done
 for sc in $scenarios; do
   case $sc in
-    a | a-key | a-many | a-order | b | c | c-lua | a-tls | a-tls-h1 | d | e) ;;
-    *) echo "bench: unknown scenario '$sc' (a a-key a-many a-order b c c-lua a-tls a-tls-h1 d e)" >&2; exit 2 ;;
+    a | a-key | a-many | a-order | b | c | c-lua | a-tls | a-tls-h1 | d | d-tls | e) ;;
+    *) echo "bench: unknown scenario '$sc' (a a-key a-many a-order b c c-lua a-tls a-tls-h1 d d-tls e)" >&2; exit 2 ;;
   esac
 done
 has() { case " $scenarios " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -479,6 +480,19 @@ if has d; then
   stop_botgate
 fi
 
+# d-tls: d's memory per send in flight with the platform over TLS, for each upstream HTTP
+# setting (bench/tls_memory.py: the simulator 1 s behind an nginx HTTPS front offering h2, 2000
+# sends in flight, a botgate, Redis and simulator of its own)
+dtls_lines=""
+if has d-tls; then
+  echo "bench: scenario d-tls (memory per send in flight over TLS, 2000 in flight)" >&2
+  dtls_lines=$(python3 "$bench/tls_memory.py" "$bin" 2000 2>> "$tmp/tls_memory.log" || true)
+  case $dtls_lines in
+    *"HTTP/2 "*"KiB per send"*"HTTP/1.1"*"KiB per send"*) ;;
+    *) echo "bench: scenario d-tls failed (log: $tmp/tls_memory.log)" >&2; failed=1 ;;
+  esac
+fi
+
 # e: three instances of their own (one worker each, their own Redis and simulator) under one
 # whatsapp-cloud number's shared limit of 1,000/s
 e_line=""
@@ -506,6 +520,7 @@ python3 -c 'import json, sys; print(json.dumps(dict(a.split("=", 1) for a in sys
   > "$tmp/meta.json"
 mkdir -p "$(dirname "$out")"
 $report table "$results" "$tmp/meta.json" | tee "$out"
+[ -z "$dtls_lines" ] || { echo; echo "d-tls: $dtls_lines"; } | tee -a "$out"
 [ -z "$e_line" ] || { echo; echo "$e_line"; } | tee -a "$out"
 cp "$results" "${out%.txt}.jsonl"
 if grep -qi 'error\|fatal\|redis down' "$tmp/botgate.log" 2>/dev/null; then
