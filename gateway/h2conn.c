@@ -32,7 +32,7 @@
 #define READ_CHUNK   16384 /* bytes per SSL_read, on the stack */
 #define WRITE_BATCH  65536 /* frames gathered before an SSL_write */
 #define FIELDS_MAX   48    /* request fields, pseudo-fields included */
-#define ASSUMED_MAX  100   /* streams at once until the platform's SETTINGS say (RFC 9113 6.5.2) */
+#define ASSUMED_MAX  100   /* streams at once until the platform's SETTINGS say (RFC 9113 5.1.2) */
 #define ANSWER_FIRST 256   /* first size of an answer body's buffer: most are a few hundred bytes */
 
 /* Owned by its connection, from h2conn_submit until its end has been handed up (or, cancelled,
@@ -82,7 +82,7 @@ struct h2conn {
     int dial_code, dial_errno;
     char why[160]; /* the connection's end, in words, for its streams */
     unsigned attached : 1, shaken : 1, dead : 1, goaway : 1, exhausted : 1, broken : 1;
-    unsigned gone_told : 1, not_h2 : 1;
+    unsigned gone_told : 1, not_h2 : 1, settings : 1;
 };
 
 static void h2conn_kick(h2conn_t *c)
@@ -522,7 +522,9 @@ static int on_frame_recv(nghttp2_session *ngh, const nghttp2_frame *frame, void 
     h2conn_stream_t *s;
 
     (void)ngh;
-    if (frame->hd.type == NGHTTP2_GOAWAY) {
+    if (frame->hd.type == NGHTTP2_SETTINGS && !(frame->hd.flags & NGHTTP2_FLAG_ACK)) {
+        c->settings = 1;
+    } else if (frame->hd.type == NGHTTP2_GOAWAY) {
         c->goaway = 1;
         c->goaway_last = frame->goaway.last_stream_id;
     } else if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
@@ -592,7 +594,8 @@ static ssize_t on_read_body(nghttp2_session *ngh, int32_t id, uint8_t *buf, size
 
 /* ---- the connection ---- */
 
-h2conn_t *h2conn_new(struct event_base *base, h2conn_gone_cb *gone, void *gone_arg)
+h2conn_t *h2conn_new(struct event_base *base, uint32_t assumed_max, h2conn_gone_cb *gone,
+                     void *gone_arg)
 {
     static const nghttp2_settings_entry settings[] = {{NGHTTP2_SETTINGS_ENABLE_PUSH, 0}};
     h2conn_t *c = calloc(1, sizeof(*c));
@@ -616,7 +619,8 @@ h2conn_t *h2conn_new(struct event_base *base, h2conn_gone_cb *gone, void *gone_a
         nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
         nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(cbs, on_invalid_frame);
         nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
-        nghttp2_option_set_peer_max_concurrent_streams(opt, ASSUMED_MAX);
+        nghttp2_option_set_peer_max_concurrent_streams(opt,
+                                                       assumed_max ? assumed_max : ASSUMED_MAX);
         rv = nghttp2_session_client_new2(&c->ngh, cbs, c, opt);
     }
     nghttp2_session_callbacks_del(cbs);
@@ -791,6 +795,13 @@ int h2conn_take_socket(h2conn_t *c, SSL **ssl)
     c->ssl = NULL;
     c->fd = -1;
     return fd;
+}
+
+uint32_t h2conn_streams_allowed(const h2conn_t *c)
+{
+    return c->settings ? nghttp2_session_get_remote_settings(
+                             c->ngh, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS)
+                       : 0;
 }
 
 int64_t h2conn_idle_since(const h2conn_t *c)

@@ -49,8 +49,10 @@ typedef void h2conn_done_cb(void *arg, h2conn_result_t *res);
 typedef void h2conn_gone_cb(void *arg, h2conn_t *c);
 
 /* A connection waiting for its socket: streams can be submitted at once, and go out after the
- * handshake. Owned by whoever made it; NULL when out of memory. */
-h2conn_t *h2conn_new(struct event_base *base, h2conn_gone_cb *gone, void *gone_arg);
+ * handshake, as many at once as assumed_max until the platform's SETTINGS say (0: 100, RFC
+ * 9113's recommended least). Owned by whoever made it; NULL when out of memory. */
+h2conn_t *h2conn_new(struct event_base *base, uint32_t assumed_max, h2conn_gone_cb *gone,
+                     void *gone_arg);
 
 /* The socket is connected: c takes it and ssl (made for it, not yet shaken, offering "h2" by
  * ALPN) and does the handshake. */
@@ -73,6 +75,9 @@ void h2conn_cancel(h2conn_stream_t *s);
 /* Whether a new stream would start on c now or as soon as the handshake is done: not ending,
  * and fewer streams than the platform allows at once (at most H2CONN_STREAMS_MAX). */
 int h2conn_takes(const h2conn_t *c);
+
+/* The streams at once the platform's SETTINGS allow on c, or 0 before they came. */
+uint32_t h2conn_streams_allowed(const h2conn_t *c);
 
 /* When c last had no stream (clock_coarse_ms), or 0 while it has some or is not yet up. */
 int64_t h2conn_idle_since(const h2conn_t *c);

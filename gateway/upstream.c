@@ -555,6 +555,7 @@ struct upstream_origin {
      * when it is gone (on_h2_gone) or idle too long; no_h2 once the platform chose HTTP/1.1. */
     h2conn_t **h2;
     size_t n_h2, cap_h2;
+    uint32_t h2_streams; /* streams at once its platform allowed last (0: not yet told) */
     int no_h2;
     upstream_origin_t *next;
 };
@@ -1980,7 +1981,9 @@ static h2conn_t *h2_add(upstream_t *up, upstream_origin_t *o)
         o->h2 = h2;
         o->cap_h2 = cap;
     }
-    if ((c = h2conn_new(up->base, on_h2_gone, o)) != NULL)
+    /* a new connection sends at most as many streams as the platform allowed on the others,
+     * rather than having them refused before its own SETTINGS come */
+    if ((c = h2conn_new(up->base, o->h2_streams, on_h2_gone, o)) != NULL)
         o->h2[o->n_h2++] = c;
     return c;
 }
@@ -2064,6 +2067,8 @@ static void on_h2_done(void *arg, h2conn_result_t *res)
     char detail[128];
 
     x->stream = NULL;
+    if (h2conn_streams_allowed(res->conn) != 0)
+        x->origin->h2_streams = h2conn_streams_allowed(res->conn);
     switch (res->outcome) {
     case H2CONN_ANSWER:
         break;

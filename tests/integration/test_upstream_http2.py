@@ -66,8 +66,9 @@ class H2Platform(threading.Thread):
     """Accepts TLS connections that select h2 by ALPN and serves each on a thread of its own;
     max_streams is the SETTINGS_MAX_CONCURRENT_STREAMS it announces."""
 
-    def __init__(self, cert, key, max_streams=100):
+    def __init__(self, cert, key, max_streams=100, slow_handshakes=0):
         super().__init__(daemon=True)
+        self.slow_handshakes = slow_handshakes  # s: how long a handshake after the first waits
         self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.ctx.load_cert_chain(cert, key)
         self.ctx.set_alpn_protocols(["h2"])
@@ -101,6 +102,8 @@ class H2Platform(threading.Thread):
             threading.Thread(target=self.serve, args=(raw, n), daemon=True).start()
 
     def serve(self, raw, n):
+        if n > 1 and self.slow_handshakes:
+            time.sleep(self.slow_handshakes)
         raw.settimeout(5)
         try:
             tls = self.ctx.wrap_socket(raw, server_side=True)
@@ -422,6 +425,7 @@ class OwnHttp2Test(SendsText, StackTest):
     message_ids = "m_h2_"
     stack_args = {"workers": 1, "start_gateway": False}
     max_streams = 100
+    slow_handshakes = 0
     timeout_ms = "1500"
 
     @classmethod
@@ -429,7 +433,7 @@ class OwnHttp2Test(SendsText, StackTest):
         super().setUpClass()
         s = cls.s
         cert, key = test_tls.make_cert(s.dir, "h2platform")
-        cls.platform = H2Platform(cert, key, cls.max_streams)
+        cls.platform = H2Platform(cert, key, cls.max_streams, cls.slow_handshakes)
         cls.platform.start()
         base = "https://127.0.0.1:%d" % cls.platform.port
         s.start_gateway(extra={
@@ -642,13 +646,18 @@ class OwnHttp2(OwnHttp2Test):
 
 
 class TwoStreams(OwnHttp2Test):
-    """A server that allows two streams at once (SETTINGS_MAX_CONCURRENT_STREAMS = 2)."""
+    """A server that allows two streams at once (SETTINGS_MAX_CONCURRENT_STREAMS = 2), and takes
+    0.3 s to accept each connection after the first: the sends that come meanwhile wait on the
+    connections being made."""
     max_streams = 2
+    slow_handshakes = 0.3
     timeout_ms = "3000"
 
     def test_sends_beyond_the_stream_limit_wait_for_a_stream(self):
         self.assert_sent(self.send("plain-first"))  # the server's SETTINGS are known
-        texts = ["hold-%d" % i for i in range(10)]
+        # 20 at once: a new connection sends no more streams than the platform allowed on the
+        # first one, instead of having the rest refused before its own SETTINGS come
+        texts = ["hold-%d" % i for i in range(20)]
         results = self.send_all(texts)
         # a stream over the limit is refused (REFUSED_STREAM), and noted
         self.assertEqual(self.platform.violations, [], "more than 2 streams open on a "
