@@ -4,7 +4,8 @@ the same TLS connection when the platform chooses HTTP/1.1 by ALPN. A platform b
 CA from BOTGATE_CA_FILE is reached, a wrong CA and a certificate for another name are refused,
 a new connection resumes the TLS session that another of the worker's connections made, and
 with HTTP/2 sends to a platform that speaks it share one connection instead of opening one each
-(nginx, from Debian, as the HTTP/2 front of the simulator), while sends over cleartext HTTP/1.1
+(nginx, from Debian, as the HTTP/2 front of the simulator) and cross the platform's ends of
+connections (GOAWAY) each delivered once, while sends over cleartext HTTP/1.1
 do not wait for a first answer before opening their connections. An answer that comes as
 several TLS records in one TCP segment is read whole: botgate's own TLS reads ahead, and what
 OpenSSL holds must not wait for the socket to become readable again."""
@@ -278,11 +279,13 @@ http {
     client_body_temp_path %(dir)s/body; proxy_temp_path %(dir)s/proxy;
     fastcgi_temp_path %(dir)s/fastcgi; uwsgi_temp_path %(dir)s/uwsgi; scgi_temp_path %(dir)s/scgi;
     upstream sim { server 127.0.0.1:%(sim)d; keepalive 256; }
+    %(requests)s
     server {
         listen 127.0.0.1:%(port)d ssl http2;
         ssl_certificate %(cert)s;
         ssl_certificate_key %(key)s;
         http2_max_concurrent_streams 128;
+        location = /_front_status { stub_status; }
         location / {
             proxy_pass http://sim;
             proxy_http_version 1.1;
@@ -403,9 +406,10 @@ def while_in_flight(test, body, tok, n, during):
     return seen
 
 
-def start_tls_front(s, name, conns=1024):
+def start_tls_front(s, name, conns=1024, requests=None):
     """nginx (Debian's) as an HTTPS front of the stack's simulator, HTTP/2 offered by ALPN,
-    taking up to conns connections: (process, port, certificate)."""
+    taking up to conns connections, each ended after requests (nginx's default: 1000) with a
+    GOAWAY: (process, port, certificate)."""
     cert, key = make_cert(s.dir, name)
     d = os.path.join(s.dir, "nginx-" + name)
     for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
@@ -416,7 +420,8 @@ def start_tls_front(s, name, conns=1024):
         user = "user %s %s;" % (getpass.getuser(), grp.getgrgid(os.getgid()).gr_name)
     with open(os.path.join(d, "nginx.conf"), "w") as f:
         f.write(NGINX_CONF % {"user": user, "dir": d, "sim": s.sim_port, "port": port,
-                              "cert": cert, "key": key, "conns": conns})
+                              "cert": cert, "key": key, "conns": conns,
+                              "requests": "keepalive_requests %d;" % requests if requests else ""})
     proc = subprocess.Popen(["nginx", "-p", d + "/", "-c", os.path.join(d, "nginx.conf"),
                              "-e", os.path.join(d, "error.log"), "-g", "daemon off;"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -485,6 +490,60 @@ class Http2Upstream(StackTest):
         p = self.s.run_refused(BOTGATE_UPSTREAM_HTTP="3")
         self.assertNotEqual(p.returncode, 0)
         self.assertIn(b"BOTGATE_UPSTREAM_HTTP must be 2 or 1.1", p.stderr)
+
+
+class Http2PlatformEndsConnections(StackTest):
+    """nginx ends each HTTP/2 connection after 50 requests (keepalive_requests: a GOAWAY naming
+    the last stream it takes, then the close once those are answered): 400 sends, 16 at a
+    time, cross 8 such ends or more. Every send is answered, and the platform receives each
+    message exactly once (a stream past the GOAWAY goes again on a new connection)."""
+    stack_args = {"workers": 1, "start_gateway": False}
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        s = cls.s
+        cls.nginx, port, cert = start_tls_front(s, "ends", requests=50)
+        cls.port, cls.cert = port, cert
+        s.start_gateway(extra={  # the default setting: HTTP/2
+            "BOTGATE_FACEBOOK_API_URL": "https://127.0.0.1:%d/graph/v19.0" % port,
+            "BOTGATE_CA_FILE": cert, "BOTGATE_MEMBER_ORDER": "0"})
+        cls.tok, cls.body = tenant(s, "ends-fb", "ends-m", "psid-66")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.nginx.terminate()
+        cls.nginx.wait(10)
+        super().tearDownClass()
+
+    def test_every_send_crosses_the_connection_ends_once(self):
+        s = self.s
+        texts = ["end-%d" % i for i in range(400)]
+
+        def send(text):
+            return s.send(dict(self.body, response=[{"type": "TEXT", "text": text}]), self.tok,
+                          timeout=20)
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(send, texts))
+        for a in answers:
+            self.assertEqual(a.status, 200, a)
+            self.assertEqual(a.json["sendResult"]["ok"], 1, a)
+        seen = [r["body"]["message"]["text"] for r in s.sim_log()
+                if r["kind"] == "messages" and r["body"]["message"]["text"].startswith("end-")]
+        self.assertEqual(sorted(seen), sorted(texts), "a message lost or received twice")
+        # the premise: nginx did end connections (stub_status: connections it accepted)
+        ctx = ssl.create_default_context(cafile=self.cert)
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as raw:
+            with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as t:
+                t.sendall(b"GET /_front_status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                status = b""
+                while True:
+                    data = t.recv(4096)
+                    if not data:
+                        break
+                    status += data
+        accepts = int(status.split(b"server accepts handled requests")[1].split()[0])
+        self.assertGreaterEqual(accepts, 8 + 1, status)  # 400 / 50 connections, and this one
 
 
 class CleartextBurst(StackTest):
