@@ -429,24 +429,31 @@ def start_tls_front(s, name, conns=1024, requests=None):
     return proc, port, cert
 
 
-class Http2Upstream(StackTest):
+class NginxFront(StackTest):
+    """A botgate with the default setting (HTTP/2) whose Facebook platform is the simulator
+    behind an nginx HTTPS front (start_tls_front) of the class's name."""
     stack_args = {"workers": 1, "start_gateway": False}
+    front, front_requests, extra = "h2", None, {}
 
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
         s = cls.s
-        cls.nginx, cls.port, cert = start_tls_front(s, "h2")
-        s.start_gateway(extra={  # the default setting: HTTP/2
-            "BOTGATE_FACEBOOK_API_URL": "https://127.0.0.1:%d/graph/v19.0" % cls.port,
-            "BOTGATE_CA_FILE": cert})
-        cls.tok, cls.body = tenant(s, "h2-fb", "h2-m", "psid-88")
+        cls.nginx, cls.port, cls.cert = start_tls_front(s, cls.front,
+                                                        requests=cls.front_requests)
+        s.start_gateway(extra=dict(
+            cls.extra, BOTGATE_FACEBOOK_API_URL="https://127.0.0.1:%d/graph/v19.0" % cls.port,
+            BOTGATE_CA_FILE=cls.cert))
+        cls.tok, cls.body = tenant(s, cls.front + "-fb", cls.front + "-m", "psid-88")
 
     @classmethod
     def tearDownClass(cls):
         cls.nginx.terminate()
         cls.nginx.wait(10)
         super().tearDownClass()
+
+
+class Http2Upstream(NginxFront):
 
     def test_sends_in_flight_share_one_connection(self):
         def connections():  # all 100 wait for the platform now
@@ -492,29 +499,12 @@ class Http2Upstream(StackTest):
         self.assertIn(b"BOTGATE_UPSTREAM_HTTP must be 2 or 1.1", p.stderr)
 
 
-class Http2PlatformEndsConnections(StackTest):
+class Http2PlatformEndsConnections(NginxFront):
     """nginx ends each HTTP/2 connection after 50 requests (keepalive_requests: a GOAWAY naming
     the last stream it takes, then the close once those are answered): 400 sends, 16 at a
     time, cross 8 such ends or more. Every send is answered, and the platform receives each
     message exactly once (a stream past the GOAWAY goes again on a new connection)."""
-    stack_args = {"workers": 1, "start_gateway": False}
-
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        s = cls.s
-        cls.nginx, port, cert = start_tls_front(s, "ends", requests=50)
-        cls.port, cls.cert = port, cert
-        s.start_gateway(extra={  # the default setting: HTTP/2
-            "BOTGATE_FACEBOOK_API_URL": "https://127.0.0.1:%d/graph/v19.0" % port,
-            "BOTGATE_CA_FILE": cert, "BOTGATE_MEMBER_ORDER": "0"})
-        cls.tok, cls.body = tenant(s, "ends-fb", "ends-m", "psid-66")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.nginx.terminate()
-        cls.nginx.wait(10)
-        super().tearDownClass()
+    front, front_requests, extra = "ends", 50, {"BOTGATE_MEMBER_ORDER": "0"}
 
     def test_every_send_crosses_the_connection_ends_once(self):
         s = self.s
