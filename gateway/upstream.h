@@ -1,6 +1,6 @@
 /* upstream.h - outbound HTTP on curl's multi interface, driven by the worker's event_base, and
- * botgate's own HTTP/1.1 on sockets curl connects (upstream.c tells which call takes which):
- * thousands of platform calls in flight on one thread, connections kept alive per worker.
+ * botgate's own HTTP/1.1 and HTTP/2 on sockets curl connects (upstream.c tells which call takes
+ * which): thousands of platform calls in flight on one thread, connections kept alive per worker.
  * A worker has two clients: one for the platforms (configured URLs) and one for URLs users
  * give (media downloads, webhooks) whose every connection passes the SSRF guard and goes direct,
  * never through a proxy of the environment (the guard would check the proxy's address). They must
