@@ -301,9 +301,9 @@ static const char *status_line(const char *p, const char *end, int *status, int 
     return NULL;
 }
 
-/* Room for len bytes of body and its NUL (len <= _body_max): from BODY_FIRST_CAP doubling,
- * never more than _body_max + 1. */
-static int body_reserve(h1resp_t *r, size_t len)
+/* Room for len bytes of body and its NUL, where the body can reach most bytes (len <= most <=
+ * _body_max): from BODY_FIRST_CAP doubling, never more than most + 1. */
+static int body_reserve(h1resp_t *r, size_t len, size_t most)
 {
     size_t want = len + 1, cap = r->_body_cap != 0 ? r->_body_cap : BODY_FIRST_CAP;
     char *b;
@@ -314,8 +314,8 @@ static int body_reserve(h1resp_t *r, size_t len)
         cap *= 2;
     if (cap < want)
         cap = want;
-    if (cap - 1 > r->_body_max)
-        cap = r->_body_max + 1;
+    if (cap - 1 > most)
+        cap = most + 1;
     b = realloc(r->body, cap);
     if (b == NULL)
         return 0;
@@ -344,10 +344,6 @@ static int body_start(h1resp_t *r, const framing_t *f, int http10)
             return finish(r, H1RESP_TOO_LARGE, E_TOO_LARGE);
         if (f->length == 0)
             return finish(r, H1RESP_DONE, NULL);
-        r->body = malloc((size_t)f->length + 1);
-        if (r->body == NULL)
-            return finish(r, H1RESP_BAD, E_MEMORY);
-        r->_body_cap = (size_t)f->length + 1;
         r->_remain = f->length;
         r->_phase = PHASE_BODY_LEN;
         return H1RESP_MORE;
@@ -532,10 +528,6 @@ static size_t chunk_line(h1resp_t *r, const char *d, size_t n)
             finish(r, H1RESP_TOO_LARGE, E_TOO_LARGE);
             return i;
         }
-        if (!body_reserve(r, r->body_len + (size_t)r->_remain)) {
-            finish(r, H1RESP_BAD, E_MEMORY);
-            return i;
-        }
         r->_phase = PHASE_CHUNK_DATA;
         return i;
     }
@@ -565,10 +557,21 @@ static size_t chunk_end(h1resp_t *r, const char *d, size_t n)
     return i;
 }
 
+/* Copies what of d[0..n) belongs to the body's current run (_remain bytes, within _body_max:
+ * the whole body after a Content-Length, else a chunk). The buffer grows with the bytes that
+ * come, not with the length the answer declares: a length that never comes costs nothing. A
+ * Content-Length body's buffer never grows past its length, so that one that comes in one piece
+ * gets a buffer of its length; chunks may follow a chunk, so that one doubles. Bytes copied, or 0
+ * when memory ran out (the answer ended). */
 static size_t body_copy(h1resp_t *r, const char *d, size_t n)
 {
     size_t k = r->_remain < n ? (size_t)r->_remain : n;
+    size_t most = r->_phase == PHASE_BODY_LEN ? r->body_len + (size_t)r->_remain : r->_body_max;
 
+    if (!body_reserve(r, r->body_len + k, most)) {
+        finish(r, H1RESP_BAD, E_MEMORY);
+        return 0;
+    }
     memcpy(r->body + r->body_len, d, k);
     r->body_len += k;
     r->_remain -= k;
@@ -606,7 +609,7 @@ int h1resp_feed(h1resp_t *r, const char *data, size_t len, size_t *used)
                 finish(r, H1RESP_TOO_LARGE, E_TOO_LARGE);
                 break;
             }
-            if (!body_reserve(r, r->body_len + n)) {
+            if (!body_reserve(r, r->body_len + n, r->_body_max)) {
                 finish(r, H1RESP_BAD, E_MEMORY);
                 break;
             }

@@ -481,6 +481,28 @@ static void test_chunked_too_large(void **state)
     assert_null(o.body);
 }
 
+/* What an answer declares costs nothing until its bytes come: a Content-Length or a chunk size
+ * of a gigabyte (within body_max) followed by a few bytes holds a buffer for those few. Before,
+ * the declared length was allocated at once (fuzz_h1resp found it: a chunk of 1.5 GB). */
+static void test_declared_length_costs_nothing_until_it_comes(void **state)
+{
+    static const char *const answers[] = {
+        "HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n\r\n{\"a\":1}",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n40000000\r\n{\"a\":1}",
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof(answers) / sizeof(answers[0]); i++) {
+        h1resp_t r;
+        size_t used;
+        h1resp_init(&r, SIZE_MAX, 0);
+        assert_int_equal(h1resp_feed(&r, answers[i], strlen(answers[i]), &used), H1RESP_MORE);
+        assert_int_equal(r.body_len, 7);
+        assert_true(r._body_cap >= 8 && r._body_cap <= 256);
+        assert_memory_equal(r.body, "{\"a\":1}", 7);
+        h1resp_release(&r);
+    }
+}
+
 static void test_chunked_body_grows(void **state)
 {
     /* 40 chunks of 97 bytes: the buffer doubles from 256 and never passes body_max + 1 */
@@ -815,6 +837,7 @@ int main(void)
         cmocka_unit_test(test_transfer_encoding),
         cmocka_unit_test(test_chunked_body),
         cmocka_unit_test(test_chunked_too_large),
+        cmocka_unit_test(test_declared_length_costs_nothing_until_it_comes),
         cmocka_unit_test(test_chunked_body_grows),
         cmocka_unit_test(test_connection),
         cmocka_unit_test(test_body_until_close),
