@@ -22,7 +22,6 @@
 #include <event2/event_struct.h>
 #include <nghttp2/nghttp2.h>
 #include <openssl/err.h>
-#include <openssl/x509.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

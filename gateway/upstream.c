@@ -1841,6 +1841,32 @@ static void h1_fail(upstream_xfer_t *x, CURLcode code, const char *detail, int o
     xfer_release(x);
 }
 
+/* x's answer came over our own HTTP/1.1 or HTTP/2: x takes body (len bytes, NUL-terminated,
+ * or NULL when empty), hands the answer up and ends. */
+static void h1_answered(upstream_xfer_t *x, char *body, size_t len, int status,
+                        const char *retry_after, const char *content_type)
+{
+    upstream_answer_t ans;
+    upstream_cb *cb = x->cb;
+    void *arg = x->arg;
+
+    memset(&ans, 0, sizeof(ans));
+    x->len = len;
+    x->buf = body;
+    ans.curl_code = CURLE_OK;
+    ans.elapsed_us = (long long)(clock_mono_us() - x->started_us);
+    ans.a.status = status;
+    ans.a.body = x->buf ? x->buf : "";
+    ans.a.body_len = x->buf ? x->len : 0;
+    ans.a.retry_after = retry_after;
+    ans.a.content_type = content_type;
+    ans.error = "";
+    x->cb = NULL;
+    if (cb != NULL)
+        cb(arg, &ans);
+    xfer_release(x);
+}
+
 /* Nothing of x reached the platform: it goes again, on another connection or stream, up to
  * H1_TRIES times. */
 static void h1_again(upstream_xfer_t *x, const char *error, int os_errno)
@@ -1865,9 +1891,6 @@ static void on_h1_done(void *arg, h1conn_t *c, h1conn_result_t *res)
 {
     upstream_xfer_t *x = arg;
     upstream_origin_t *o = x->origin;
-    upstream_answer_t ans;
-    upstream_cb *cb = x->cb;
-    void *cb_arg = x->arg;
     h1resp_t *r = res->answer;
 
     x->link = NULL;
@@ -1900,21 +1923,9 @@ static void on_h1_done(void *arg, h1conn_t *c, h1conn_result_t *res)
             return;
         }
     }
-    memset(&ans, 0, sizeof(ans));
-    x->len = r->body_len;
-    x->buf = h1resp_take_body(r);
-    ans.curl_code = CURLE_OK;
-    ans.elapsed_us = (long long)(clock_mono_us() - x->started_us);
-    ans.a.status = r->status;
-    ans.a.body = x->buf ? x->buf : "";
-    ans.a.body_len = x->buf ? x->len : 0;
-    ans.a.retry_after = r->retry_after[0] ? r->retry_after : NULL;
-    ans.a.content_type = r->content_type[0] ? r->content_type : NULL;
-    ans.error = "";
-    x->cb = NULL;
-    if (cb != NULL)
-        cb(cb_arg, &ans);
-    xfer_release(x);
+    h1_answered(x, h1resp_take_body(r), r->body_len, r->status,
+                r->retry_after[0] ? r->retry_after : NULL,
+                r->content_type[0] ? r->content_type : NULL);
     /* after the callback: the answer's fields live in the connection's parser */
     if (h1conn_reusable(c))
         origin_park(o, c);
@@ -2061,14 +2072,12 @@ static void h2_fall_back(upstream_t *up, upstream_origin_t *o, h2conn_t *c)
 static void on_h2_done(void *arg, h2conn_result_t *res)
 {
     upstream_xfer_t *x = arg;
-    upstream_answer_t ans;
-    upstream_cb *cb = x->cb;
-    void *cb_arg = x->arg;
+    uint32_t allowed;
     char detail[128];
 
     x->stream = NULL;
-    if (h2conn_streams_allowed(res->conn) != 0)
-        x->origin->h2_streams = h2conn_streams_allowed(res->conn);
+    if ((allowed = h2conn_streams_allowed(res->conn)) != 0)
+        x->origin->h2_streams = allowed;
     switch (res->outcome) {
     case H2CONN_ANSWER:
         break;
@@ -2102,22 +2111,8 @@ static void on_h2_done(void *arg, h2conn_result_t *res)
         h1_tls_failed(x, res->verify, res->error, res->os_errno);
         return;
     }
-    memset(&ans, 0, sizeof(ans));
-    x->len = res->body_len;
-    x->buf = res->body;
-    res->body = NULL;
-    ans.curl_code = CURLE_OK;
-    ans.elapsed_us = (long long)(clock_mono_us() - x->started_us);
-    ans.a.status = res->status;
-    ans.a.body = x->buf ? x->buf : "";
-    ans.a.body_len = x->buf ? x->len : 0;
-    ans.a.retry_after = res->retry_after;
-    ans.a.content_type = res->content_type;
-    ans.error = "";
-    x->cb = NULL;
-    if (cb != NULL)
-        cb(cb_arg, &ans);
-    xfer_release(x);
+    h1_answered(x, res->body, res->body_len, res->status, res->retry_after, res->content_type);
+    res->body = NULL; /* x's now */
 }
 
 /* Sets x off on our own HTTP/1.1 when the call allows it: 1, or 0 to leave it to curl. */
