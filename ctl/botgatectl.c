@@ -404,6 +404,10 @@ static int token_create(int argc, char **argv)
         die("token create needs --app and at least one --scope (see token --help)");
         goto out;
     }
+    if (!auth_app_valid(app)) {
+        die("--app must be 1-%d bytes without ':' or control characters", AUTH_APP_MAX);
+        goto out;
+    }
     if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
         die("no randomness: %s", strerror(errno));
         goto out;
@@ -482,8 +486,9 @@ static int channel_put(const char *path)
         die("%s: _id must be a non-empty id of at most %d bytes without control characters or "
             "braces",
             path, REQUEST_MAX_ID);
-    else if (str_field(ch, "app") == NULL)
-        die("%s: app must be a non-empty string", path);
+    else if (!auth_app_valid(str_field(ch, "app")))
+        die("%s: app must be a string of 1-%d bytes without ':' or control characters", path,
+            AUTH_APP_MAX);
     else if (str_field(ch, "type") == NULL)
         die("%s: type must be a non-empty string", path);
     else if (!json_is_object(info))
@@ -559,6 +564,11 @@ static int tree_import(const char *path)
         return 1;
     if (tree_validate(tree, &err) < 0) {
         die("%s: %s", path, err.msg);
+        goto out;
+    }
+    if (!auth_app_valid(str_field(tree, "app"))) {
+        die("%s: app must be a string of 1-%d bytes without ':' or control characters", path,
+            AUTH_APP_MAX);
         goto out;
     }
     id = str_field(tree, "_id");
