@@ -10,6 +10,8 @@
 #include "../store/keys.h"
 #include "../store/redisc.h"
 
+#include <botgate_version.h> /* generated in the build tree */
+
 #include <ctype.h>
 #include <errno.h>
 #include <hiredis/hiredis.h>
@@ -725,7 +727,8 @@ static void usage(void)
            "  tree get TREE_ID\n"
            "  get KIND ID...               print a record, secrets masked\n\n"
            "Redis: BOTGATE_REDIS_URL (default redis://127.0.0.1:6379/0), key prefix\n"
-           "BOTGATE_REDIS_PREFIX (default botgate:). Every command takes --help.\n");
+           "BOTGATE_REDIS_PREFIX (default botgate:). Every command takes --help;\n"
+           "--version prints the version.\n");
 }
 
 static int put_usage(const char *kind)
@@ -743,6 +746,11 @@ int main(int argc, char **argv)
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage();
         return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0 ||
+        strcmp(argv[1], "version") == 0) {
+        printf("botgatectl %s\n", BOTGATE_VERSION);
+        return 0;
     }
     if (strcmp(argv[1], "token") == 0 && argc >= 3 && strcmp(argv[2], "create") == 0)
         rc = token_create(argc - 3, argv + 3);

@@ -44,5 +44,10 @@ typedef struct config {
 /* Fills cfg from defaults, the environment, then argv. Returns 0, 1 when --help was printed,
  * or -1 with a message on stderr. */
 int config_load(config_t *cfg, int argc, char **argv);
+/* botgate's version: `git describe` at build time, or the VERSION file in a tarball. */
+const char *config_version(void);
+/* Logs a warning for each BOTGATE_* variable of env that names no setting (with the nearest
+ * name, a misspelling being the usual cause); returns how many. */
+int config_warn_unknown(char *const *env);
 
 #endif

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 int main(int argc, char **argv)
 {
@@ -24,6 +25,7 @@ int main(int argc, char **argv)
     if (rc != 0)
         return rc > 0 ? 0 : 2;
     log_set_level((log_level_t)cfg.log_level);
+    config_warn_unknown(environ);
     /* libevent and hiredis write to sockets with plain write(2). */
     signal(SIGPIPE, SIG_IGN);
     if (curlmem_global_init() < 0) {
@@ -53,8 +55,8 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    log_msg(LOG_INFO, "botgate listening on %s with %d worker%s", cfg.listen, cfg.workers,
-            cfg.workers == 1 ? "" : "s");
+    log_msg(LOG_INFO, "botgate %s listening on %s with %d worker%s", config_version(), cfg.listen,
+            cfg.workers, cfg.workers == 1 ? "" : "s");
 
     if (sigwait(&set, &sig) == 0)
         log_msg(LOG_INFO, "%s: draining (up to %d ms)", sig == SIGINT ? "SIGINT" : "SIGTERM",

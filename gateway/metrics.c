@@ -2,7 +2,10 @@
  * them. Labels never carry ids or secrets: only routes, codes, platforms and outcomes. */
 #include "metrics.h"
 
+#include <botgate_version.h> /* generated in the build tree */
+
 #include <event2/buffer.h>
+#include <event2/event.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -276,4 +279,8 @@ void metrics_render(struct evbuffer *b, const metrics_t *const *all, int n)
            "Times a worker stopped accepting connections because it reached its cap.",
            (long long)v);
     scalar(b, "botgate_workers", "gauge", "Worker threads.", n);
+    header(b, "botgate_build_info", "gauge",
+           "Always 1; its labels say which build runs (join on it to compare versions).");
+    evbuffer_add_printf(b, "botgate_build_info{version=\"%s\",libevent=\"%s\"} 1\n",
+                        BOTGATE_VERSION, event_get_version());
 }

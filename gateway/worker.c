@@ -33,7 +33,11 @@ static void on_redis_state(void *arg, int up, const char *why)
 
     atomic_store_explicit(&w->metrics.redis_up, up ? 1 : 0, memory_order_relaxed);
     if (up) {
+        w->redis_was_up = 1;
         log_msg(LOG_INFO, "worker %d: redis %s", w->id, why);
+    } else if (!w->redis_was_up) {
+        /* never reached since the start: the configuration is the usual cause */
+        log_msg(LOG_ERROR, "worker %d: redis unreachable (%s); retrying", w->id, why);
     } else {
         atomic_fetch_add_explicit(&w->metrics.redis_reconnects, 1, memory_order_relaxed);
         log_msg(LOG_WARN, "worker %d: redis down: %s", w->id, why);
