@@ -92,6 +92,9 @@ static const option_def_t options[] = {
         "Lua VM instructions one run of node code may execute; past it the script fails (126)"),
     INT(script_max_memory_kb, "BOTGATE_SCRIPT_MAX_MEMORY_KB", "1024", 64, 1048576,
         "KiB of memory one run of node code may hold; past it the script fails (126)"),
+    INT(script_max_ms, "BOTGATE_SCRIPT_MAX_MS", "50", 1, 10000,
+        "ms one run of node code may compute (its http.request waits not counted); past it the "
+        "script fails (126); the worker runs nothing else meanwhile"),
     {"BOTGATE_MEMBER_ORDER", T_BOOL, offsetof(config_t, member_order), 0, "1", 0, 1,
      "1: the requests for one member run one at a time, in the order they arrived, across "
      "instances; 0: off"},

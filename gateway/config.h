@@ -39,6 +39,7 @@ typedef struct config {
     int member_order;        /* 1: one member's requests run one at a time, in order */
     int script_max_instructions; /* VM instructions of one node script run */
     int script_max_memory_kb;    /* memory of one node script run, KiB */
+    int script_max_ms;           /* computing time of one node script run, ms */
 } config_t;
 
 /* Fills cfg from defaults, the environment, then argv. Returns 0, 1 when --help was printed,

@@ -2,6 +2,7 @@
  * routes, run it on a thread, drain it on SIGTERM. */
 #include "worker.h"
 
+#include "../core/clock.h"
 #include "../store/store.h"
 #include "log.h"
 
@@ -293,7 +294,8 @@ int worker_init(worker_t *w, int id, const config_t *cfg)
         return -1;
     }
     {
-        script_limits_t lim = {cfg->script_max_instructions, cfg->script_max_memory_kb};
+        script_limits_t lim = {cfg->script_max_instructions, cfg->script_max_memory_kb,
+                               cfg->script_max_ms, clock_mono_us};
         if ((w->env.scripts = script_cache_new(lim, WORKER_SCRIPTS_MAX)) == NULL)
             return -1;
     }
