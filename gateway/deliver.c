@@ -872,13 +872,6 @@ static void media_cache(deliver_t *d)
 
 /* ---- the shared rate limits (contract.md section 8) ---- */
 
-/* The platform codes of a rate-limit answer that concern one recipient, not the sender: the
- * pair's limit is paused, not the number's. */
-static int rate_answer_is_pair(long platform_code)
-{
-    return platform_code == 131056; /* whatsapp-cloud: too many messages to one user */
-}
-
 /* The longest a message may wait for its slot: the call that follows must still fit, with the
  * upstream timeout, or half the time left when that is shorter (a deployment whose upstream
  * timeout is longer than its request deadline would otherwise never wait). */
@@ -1047,7 +1040,7 @@ static void rate_pause(deliver_t *d, const adapter_result_t *res)
              res->error[0] ? res->error : "rate limited by the platform");
     d->phase = DL_RATE_PAUSE;
     d->_rate = store_rate_pause(d->env->store, d->channel_id,
-                                rate_answer_is_pair(res->platform_code) ? d->to : NULL, after_ms,
+                                res->rate_recipient ? d->to : NULL, after_ms,
                                 on_rate_paused, d, &st);
     if (d->_rate == NULL)
         on_rate_paused(d, st, STORE_RATE_GO, after_ms);
@@ -1081,7 +1074,7 @@ static void on_send_answer(deliver_t *d, const upstream_answer_t *ans)
     }
     memset(&r, 0, sizeof(r));
     adapter_result_init(&r.res);
-    d->adapter->parse_send(&t, &ans->a, &r.res);
+    adapter_parse_send(d->adapter, &t, &ans->a, &r.res);
     switch (r.res.status) {
     case ADAPTER_OK:
         r.ok = 1;
