@@ -28,6 +28,10 @@
 #define DEADLINE_MARGIN_MS 20           /* leave time to answer after a call times out */
 #define CONNECT_RETRY_MS 100            /* pause before the one retry of a refused connection */
 #define RATE_PAUSE_UNKNOWN_MS 1000      /* retryAfterMs when the pause could not be set */
+/* A pause heard of with less left than this is over by the time the call arrives: it is the
+ * end of one the slot was already given after, heard a publish's latency late. */
+#define PAUSE_HEARD_MIN_MS 20
+#define PAUSE_HEARD_MAX 3 /* times a delivery takes its slot again for pauses heard of */
 
 /* What only credential refreshes and media uploads need: kept out of deliver_t, which every
  * request in flight carries. Allocated when first needed, freed when the delivery ends. */
@@ -974,6 +978,8 @@ static void rate_policy(deliver_t *d, ratelimit_policy_t *policy)
 
 void deliver_env_clear(deliver_env_t *env)
 {
+    store_rate_board_free(env->_pauses);
+    env->_pauses = NULL;
     for (size_t i = 0; i < sizeof(env->_channels) / sizeof(env->_channels[0]); i++) {
         json_decref(env->_channels[i].record);
         memset(&env->_channels[i], 0, sizeof(env->_channels[i]));
@@ -990,19 +996,37 @@ static int rate_take(deliver_t *d)
     ratelimit_policy_t policy;
 
     rate_policy(d, &policy);
-    if (ratelimit_is_off(&policy) && !d->_rate_retried && !d->_pair_held) {
+    if (ratelimit_is_off(&policy) && !d->_rate_retried && !d->_pair_held && !d->_pauses_heard) {
         d->_slot_ready = 1;
         return 0;
     }
     d->phase = DL_RATE_TAKE;
     /* the pair's keys only where it has a limit, or the platform just paused it */
     d->_rate = store_rate_take(d->env->store, d->channel_id,
-                               policy.pair.interval_us > 0 || d->_rate_retried ? d->to : NULL,
+                               policy.pair.interval_us > 0 || d->_rate_retried ||
+                                       d->_pauses_heard
+                                   ? d->to
+                                   : NULL,
                                d->_pair_held, &policy, rate_max_wait_ms(d), on_rate_taken, d, &st);
     d->_pair_held = 0;
     if (d->_rate == NULL)
         on_rate_taken(d, st, STORE_RATE_GO, 0);
     return 1;
+}
+
+/* Right before the message call: a pause set since the slot was granted (a refusal of another
+ * send, of this worker or of any instance) holds this send too. The board hears of pauses
+ * without a round trip (store_rate_board_t); when it has heard of one, the slot is taken again
+ * in Redis, which knows the pause exactly and queues the send after it. 1 when that is under
+ * way. */
+static int rate_recheck(deliver_t *d)
+{
+    if (d->_pauses_heard == PAUSE_HEARD_MAX ||
+        store_rate_board_paused(d->env->_pauses, d->channel_id, d->to) < PAUSE_HEARD_MIN_MS)
+        return 0;
+    d->_pauses_heard++;
+    d->_slot_ready = 0;
+    return rate_take(d);
 }
 
 static void on_rate_paused(void *arg, store_status_t st, store_rate_verdict_t verdict,
@@ -1134,6 +1158,8 @@ static void deliver_step(deliver_t *d)
     }
     if (!d->_slot_ready && rate_take(d)) /* login, contact, upload calls take none */
         return;
+    if (rate_recheck(d))
+        return;
     if ((response = response_parse(d)) == NULL) {
         deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "out of memory");
         return;
@@ -1154,7 +1180,11 @@ void deliver_start(deliver_t *d, const char *text, size_t len, deliver_done_fn *
     d->_done = done;
     d->_arg = arg;
     d->_auth_retried = d->_rate_retried = d->_connect_retried = 0;
-    d->_slot_ready = d->_pair_held = 0;
+    d->_slot_ready = d->_pair_held = d->_pauses_heard = 0;
+    /* the worker's board, from its first message on: it must be listening before a slot given
+     * now is used (rate_recheck) */
+    if (d->env->_pauses == NULL)
+        d->env->_pauses = store_rate_board_new(d->env->store);
     deliver_step(d);
 }
 
