@@ -13,6 +13,7 @@
 #include "../core/rng.h"
 #include "log.h"
 
+#include <curl/curl.h>
 #include <event2/event.h>
 #include <event2/event_struct.h>
 #include <stdio.h>
@@ -1080,6 +1081,18 @@ static void on_retry_wait(evutil_socket_t fd, short what, void *arg)
     deliver_step(d); /* everything before the message call is done: it goes again */
 }
 
+/* The call failed making its connection: the transport connects once per call and leaves the
+ * one retry to deliver. A call it sent and had refused unprocessed (a stream the platform
+ * refused, a kept-alive connection found closed) it has tried again itself, up to its own
+ * count: also not sent, but never retried here, or each try would be made twice. */
+static int connect_failed(const upstream_answer_t *ans)
+{
+    int code = ans->curl_code;
+
+    return ans->not_sent && (code == CURLE_COULDNT_CONNECT || code == CURLE_COULDNT_RESOLVE_HOST ||
+                             code == CURLE_COULDNT_RESOLVE_PROXY);
+}
+
 static void on_send_answer(deliver_t *d, const upstream_answer_t *ans)
 {
     char buf[BG_ERROR_MSG_MAX];
@@ -1089,7 +1102,7 @@ static void on_send_answer(deliver_t *d, const upstream_answer_t *ans)
     /* The one failure that surely delivered nothing: the connection could not be made. Try
      * once more after a short pause; anything else (a timeout, a reset, a 5xx) may have been
      * delivered, and a retry could send the message twice. */
-    if (ans->not_sent && !d->_connect_retried &&
+    if (connect_failed(ans) && !d->_connect_retried &&
         deliver_remaining_ms(d) > CONNECT_RETRY_MS + 2 * DEADLINE_MARGIN_MS) {
         d->_connect_retried = 1;
         d->phase = DL_RETRY_WAIT;
