@@ -80,6 +80,15 @@ static const char RATE_SCRIPT[] =
 
 static _Thread_local store_script_t rate_script = STORE_SCRIPT(RATE_SCRIPT);
 
+#define BOARD_CHANNEL_MAX (STORE_PREFIX_MAX + sizeof(BOARD_CHANNEL))
+
+/* The channel on which every pause is announced (store_rate_board_new). */
+static const char *board_channel(const store_t *st, char buf[BOARD_CHANNEL_MAX])
+{
+    snprintf(buf, BOARD_CHANNEL_MAX, "%s" BOARD_CHANNEL, store_prefix(st));
+    return buf;
+}
+
 /* Owned by the store's caller from creation until its callback has run or it is cancelled. */
 struct store_rate_call {
     store_rate_cb *cb;
@@ -173,7 +182,7 @@ store_rate_call_t *store_rate_pause(store_t *st, const char *channel_id, const c
                                     store_status_t *status)
 {
     char key[STORE_KEY_MAX], after[NUMFMT_DEC_SIZE], first[NUMFMT_DEC_SIZE], max[NUMFMT_DEC_SIZE];
-    char board[STORE_PREFIX_MAX + sizeof(BOARD_CHANNEL)];
+    char board[BOARD_CHANNEL_MAX];
     const char *kv[1] = {key};
     const char *args[5] = {"pause"};
 
@@ -181,11 +190,10 @@ store_rate_call_t *store_rate_pause(store_t *st, const char *channel_id, const c
         *status = STORE_BAD_RECORD;
         return NULL;
     }
-    snprintf(board, sizeof(board), "%s" BOARD_CHANNEL, store_prefix(st));
     args[1] = numfmt_dec(after, retry_after_ms > 0 ? retry_after_ms : 0);
     args[2] = numfmt_dec(first, RATE_PAUSE_FIRST_MS);
     args[3] = numfmt_dec(max, RATE_PAUSE_MAX_MS);
-    args[4] = board;
+    args[4] = board_channel(st, board);
     return rate_eval(st, 1, kv, 1, args, 5, cb, arg, status);
 }
 
@@ -235,14 +243,13 @@ static void on_board_news(void *arg, const char *msg, size_t len)
 
 store_rate_board_t *store_rate_board_new(store_t *st)
 {
-    char channel[STORE_PREFIX_MAX + sizeof(BOARD_CHANNEL)];
+    char channel[BOARD_CHANNEL_MAX];
     store_rate_board_t *b = calloc(1, sizeof(*b));
 
     if (b == NULL)
         return NULL;
     b->st = st;
-    snprintf(channel, sizeof(channel), "%s" BOARD_CHANNEL, store_prefix(st));
-    if ((b->sub = store_watch_key(st, channel, on_board_news, b)) == NULL) {
+    if ((b->sub = store_watch_key(st, board_channel(st, channel), on_board_news, b)) == NULL) {
         free(b);
         return NULL;
     }
