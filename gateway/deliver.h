@@ -44,6 +44,7 @@ typedef struct deliver_env {
     metrics_t *metrics;
     uint64_t rng;                 /* xorshift state for ids (core/rng.h) */
     struct cred_wait *cred_waits; /* deliveries waiting for a channel's credential (deliver.c) */
+    store_rate_board_t *_pauses;  /* the rate-limit pauses heard of, made at the first message */
     /* Channel records whose rate limits were read, a slot each by the record's address (the
      * last one read in that slot): a record is never changed in place (a refresh changes a
      * copy, and only the contents of its "info"), so while it is the same object its limits
@@ -110,7 +111,7 @@ typedef struct deliver {
     uint16_t _delivered;        /* responses already through delivery */
     unsigned _timer_armed : 1, _cred_ready : 1, _cred_refreshed : 1, _cred_forced : 1,
         _lock_held : 1, _contact_ready : 1, _auth_retried : 2, _rate_retried : 1,
-        _connect_retried : 1, _slot_ready : 1, _pair_held : 1;
+        _connect_retried : 1, _slot_ready : 1, _pair_held : 1, _pauses_heard : 2;
 } deliver_t;
 
 /* Delivers the response text[0..len) (borrowed until done runs). done runs exactly once, from a
