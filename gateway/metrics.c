@@ -123,6 +123,14 @@ void metrics_rate_answer(metrics_t *m, const char *platform)
         add(&m->rate_answers[target], 1);
 }
 
+void metrics_message(metrics_t *m, const char *platform, int err_code)
+{
+    int t = target_index(platform, METRICS_PLATFORMS);
+
+    if (t >= 0)
+        add(&m->messages[t][code_slot(err_code)], 1);
+}
+
 void metrics_on_redis_command(void *arg, int ok, int64_t latency_us)
 {
     metrics_t *m = arg;
@@ -272,6 +280,20 @@ void metrics_render(struct evbuffer *b, const metrics_t *const *all, int n)
         evbuffer_add_printf(b, "botgate_platform_rate_limited_total{platform=\"%s\"} %llu\n",
                             targets[t], (unsigned long long)v);
     }
+    header(b, "botgate_messages_total", "counter",
+           "Messages handed to delivery, by platform, outcome and err_code (a request answered "
+           "200 may carry failed ones).");
+    for (int t = 0; t < METRICS_PLATFORMS; t++)
+        for (int c = 0; c < METRICS_CODES; c++) {
+            SUM(v, messages[t][c]);
+            if (v == 0 && c != 0) /* every platform's sent series always, failures once seen */
+                continue;
+            evbuffer_add_printf(b,
+                                "botgate_messages_total{platform=\"%s\",outcome=\"%s\","
+                                "err_code=\"%s\"} %llu\n",
+                                targets[t], c == 0 ? "sent" : "failed", code_label(c, code),
+                                (unsigned long long)v);
+        }
     SUM(g, connections);
     scalar(b, "botgate_connections_open", "gauge", "Open client connections.", g);
     SUM(v, accept_pauses);

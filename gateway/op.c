@@ -211,7 +211,10 @@ static void op_reply_as(op_t *op, int status, char *text, size_t len, int code, 
     a.request_id = op->id;
     a.channel = op->target.channel_id;
     a.member = op->member_id;
+    a.app = op->token.record != NULL ? op->token.app : NULL;
     a.platform_calls = op->dl.platform_calls;
+    a.sent = deliver_sent(&op->dl);
+    a.failed = op->dl.failed;
     a.started_us = op->started_us;
     a.close = op->env->draining != 0;
     a.replayed = replayed;
