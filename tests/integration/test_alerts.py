@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import unittest
 
-from harness import StackTest, facebook_channel, member, http
+from harness import StackTest, facebook_channel, member, http, wait_for
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
 PROM = os.path.join(ROOT, "deploy/prometheus")
@@ -27,6 +27,14 @@ def series(text):
 
 
 class MessagesAndLog(StackTest):
+    def request_line(self, rid):
+        """The request's log line: written just after its answer left, so waited for."""
+        def lines():
+            return [json.loads(l) for l in self.s.gateway_log().splitlines()
+                    if '"request_id":"%s"' % rid in l]
+        wait_for(lambda: lines(), timeout=10, what="the log line of " + rid)
+        return lines()
+
     def test_failed_messages_of_a_200_are_counted_and_logged(self):
         s = self.s
         s.put("channel", facebook_channel("fal", APP))
@@ -54,8 +62,7 @@ class MessagesAndLog(StackTest):
         for p in ("facebook", "whatsapp", "whatsapp-cloud", "slack", "wechat", "teamwork"):
             self.assertIn('botgate_messages_total{platform="%s",outcome="sent",err_code="0"}' % p,
                           after)
-        line = [json.loads(l) for l in s.gateway_log().splitlines()
-                if '"request_id":"alerts-req-1"' in l]
+        line = self.request_line("alerts-req-1")
         self.assertEqual(len(line), 1)
         self.assertEqual((line[0]["app"], line[0]["client"], line[0]["sent"], line[0]["failed"]),
                          (APP, "127.0.0.1", 2, 1))
@@ -64,8 +71,7 @@ class MessagesAndLog(StackTest):
         s = self.s
         s.send({"channelId": "fal", "memberId": "mem-al", "response": [{"type": "TEXT",
                 "text": "x"}]}, "bgt_wrong", headers={"X-Request-Id": "alerts-req-2"})
-        line = [json.loads(l) for l in s.gateway_log().splitlines()
-                if '"request_id":"alerts-req-2"' in l]
+        line = self.request_line("alerts-req-2")
         self.assertEqual(len(line), 1)
         self.assertNotIn("app", line[0])
         self.assertEqual((line[0]["sent"], line[0]["failed"]), (0, 0))

@@ -8,7 +8,7 @@ import subprocess
 import time
 import unittest
 
-from harness import StackTest, facebook_channel, member, http
+from harness import StackTest, facebook_channel, member, http, wait_for
 
 APP = "app-metrics"
 
@@ -105,8 +105,9 @@ class RequestLog(StackTest):
         ]
         for rid, body, token, _ in cases:
             s.post("/sendResponses", body, token=token, headers={"X-Request-Id": rid})
-        time.sleep(0.3)
         for rid, _, _, want in cases:
+            # written just after the answer left: waited for, not slept on
+            wait_for(lambda: self.lines(rid), timeout=10, what="the log line of " + rid)
             got = self.lines(rid)
             self.assertEqual(len(got), 1, got)
             line = got[0]
