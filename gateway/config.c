@@ -95,6 +95,10 @@ static const option_def_t options[] = {
     INT(script_max_ms, "BOTGATE_SCRIPT_MAX_MS", "50", 1, 10000,
         "ms one run of node code may compute (its http.request waits not counted); past it the "
         "script fails (126); the worker runs nothing else meanwhile"),
+    STR(http_status, "BOTGATE_HTTP_STATUS", "interface",
+        "HTTP status of failure answers: interface (every failure is 500, as the interface "
+        "says) or conventional (400, 401, 404, 409, 413, 429, 502, 503 by err_code; the same "
+        "bodies)"),
     {"BOTGATE_MEMBER_ORDER", T_BOOL, offsetof(config_t, member_order), 0, "1", 0, 1,
      "1: the requests for one member run one at a time, in the order they arrived, across "
      "instances; 0: off"},
@@ -309,6 +313,11 @@ int config_load(config_t *cfg, int argc, char **argv)
     }
     if (cfg->redis_cluster[0] != '\0' && check_cluster(cfg) < 0)
         return -1;
+    if (strcmp(cfg->http_status, "interface") != 0 && strcmp(cfg->http_status, "conventional") != 0) {
+        fprintf(stderr, "botgate: BOTGATE_HTTP_STATUS must be interface or conventional\n");
+        return -1;
+    }
+    cfg->http_status_conventional = strcmp(cfg->http_status, "conventional") == 0;
     if (strcmp(cfg->upstream_http, "2") != 0 && strcmp(cfg->upstream_http, "1.1") != 0) {
         fprintf(stderr, "botgate: BOTGATE_UPSTREAM_HTTP must be 2 or 1.1\n");
         return -1;

@@ -36,6 +36,8 @@ typedef struct config {
     int http_timeout_s;      /* reading a request, idle keep-alive */
     int max_reading_mb;      /* bytes of requests being read (not yet complete) per worker */
     int idempotency_ttl_s;   /* an Idempotency-Key's answer is replayed this long */
+    char http_status[16];         /* BOTGATE_HTTP_STATUS as given */
+    int http_status_conventional; /* BOTGATE_HTTP_STATUS=conventional: 4xx/5xx by err_code */
     int member_order;        /* 1: one member's requests run one at a time, in order */
     int script_max_instructions; /* VM instructions of one node script run */
     int script_max_memory_kb;    /* memory of one node script run, KiB */

@@ -173,6 +173,8 @@ static void deliver_finish(deliver_t *d, deliver_result_t *r)
     r->event = deliver_event(d, message_id, from);
     r->chat_id = deliver_chat_id(d, &r->res);
     d->failed += !r->ok;
+    if (!r->ok && r->err.code != BG_ERR_RATE_LIMITED)
+        d->failed_other = 1;
     metrics_message(d->env->metrics, d->adapter->type, r->ok ? 0 : r->err.code);
     deliver_cancel(d); /* the lock, a wait, the rare paths' state: an idle delivery holds none */
     d->_delivered++;

@@ -112,7 +112,8 @@ typedef struct deliver {
     uint16_t failed;            /* of those, the ones that failed (the request's log line) */
     unsigned _timer_armed : 1, _cred_ready : 1, _cred_refreshed : 1, _cred_forced : 1,
         _lock_held : 1, _contact_ready : 1, _auth_retried : 2, _rate_retried : 1,
-        _connect_retried : 1, _slot_ready : 1, _pair_held : 1, _pauses_heard : 2;
+        _connect_retried : 1, _slot_ready : 1, _pair_held : 1, _pauses_heard : 2,
+        failed_other : 1; /* a message failed other than rate limited (120) */
 } deliver_t;
 
 /* Delivers the response text[0..len) (borrowed until done runs). done runs exactly once, from a
@@ -125,6 +126,12 @@ void deliver_start(deliver_t *d, const char *text, size_t len, deliver_done_fn *
 /* Stops what is in flight (no callback) and frees what it held: the delivery is idle and can
  * be started again. */
 void deliver_cancel(deliver_t *d);
+/* 1 when messages ended and every one was rate limited (120): nothing was sent, and the same
+ * request may be sent again (after the retryAfterMs its elements carry). */
+static inline int deliver_only_rate_limited(const deliver_t *d)
+{
+    return d->_delivered > 0 && d->failed == d->_delivered && !d->failed_other;
+}
 /* Messages that ended sent so far (failed ones are d->failed). */
 static inline int deliver_sent(const deliver_t *d)
 {

@@ -130,6 +130,33 @@ static void log_answer(const char *client, const http_answer_t *a, int64_t elaps
     jw_free(&w);
 }
 
+/* The reason phrase of an API answer's status (RFC 9110 section 15). */
+static const char *status_reason(int status)
+{
+    switch (status) {
+    case 200:
+        return "OK";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 404:
+        return "Not Found";
+    case 409:
+        return "Conflict";
+    case 413:
+        return "Content Too Large";
+    case 429:
+        return "Too Many Requests";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    default:
+        return "Internal Server Error";
+    }
+}
+
 void http_answer(http_server_t *s, struct evhttp_request *req, const http_answer_t *a,
                  char *text, size_t len)
 {
@@ -160,10 +187,11 @@ void http_answer(http_server_t *s, struct evhttp_request *req, const http_answer
         evhttp_add_header(headers, "Idempotent-Replayed", "true");
     /* counted before the answer leaves: whoever has the answer sees it in /metrics */
     metrics_request(s->metrics, a->route, a->status, a->code, elapsed);
-    http_send(req, a->status,
-              a->status == 200   ? "OK"
-              : a->status == 413 ? "Payload Too Large"
-                                 : "Internal Server Error");
+    if (a->status == 503) /* store down or shutting down: a moment later, or another instance */
+        evhttp_add_header(headers, "Retry-After", "1");
+    else if (a->status == 401) /* RFC 9110 15.5.2: a 401 names its scheme */
+        evhttp_add_header(headers, "WWW-Authenticate", "Bearer");
+    http_send(req, a->status, status_reason(a->status));
     log_answer(client, a, elapsed);
 }
 

@@ -55,7 +55,8 @@ typedef struct http_server {
 
 /* The answer of an API request: what its log line and metrics say besides the body. */
 typedef struct http_answer {
-    int status;            /* 200, 413 or 500 */
+    int status;            /* 200, 413 or 500; with BOTGATE_HTTP_STATUS=conventional also 400,
+                            * 401, 404, 409, 429, 502, 503 */
     int code;              /* err_code, 0 on success */
     metrics_route_t route;
     const char *request_id;

@@ -13,7 +13,7 @@ static const double bounds[METRICS_BUCKETS] = {
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 };
 static const char *const route_names[METRICS_ROUTES] = {"sendResponses", "redirectMemberToNode"};
-static const int statuses[METRICS_STATUSES] = {200, 413, 500};
+static const int statuses[METRICS_STATUSES] = {200, 413, 500, 400, 401, 404, 409, 429, 502, 503};
 static const char *const targets[METRICS_TARGETS] = {
     "facebook", "whatsapp", "whatsapp-cloud", "slack", "wechat", "teamwork", "media", "webhook",
 };
@@ -70,7 +70,11 @@ void metrics_observe(metrics_histogram_t *h, int64_t us)
 void metrics_request(metrics_t *m, metrics_route_t route, int http_status, int err_code,
                      int64_t elapsed_us)
 {
-    int s = http_status == 200 ? 0 : http_status == 413 ? 1 : 2;
+    int s = 2; /* a status not in the table counts as 500 */
+
+    for (int i = 0; i < METRICS_STATUSES; i++)
+        if (statuses[i] == http_status)
+            s = i;
 
     add(&m->requests[route][s][code_slot(err_code)], 1);
     metrics_observe(&m->latency[route], elapsed_us);

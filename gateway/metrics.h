@@ -17,8 +17,8 @@ typedef enum {
 /* err_code slots: 0 = success, 1 = unauthorized, 2 = any other code, then 100..129 (contract
  * section 5 and the codes sections 11-14 add). */
 #define METRICS_CODES 33
-/* HTTP status slots: 200, 413, 500. */
-#define METRICS_STATUSES 3
+/* HTTP status slots: 200, 413, 500, and those of BOTGATE_HTTP_STATUS=conventional. */
+#define METRICS_STATUSES 10
 #define METRICS_BUCKETS 14
 /* Outbound call targets: the six platforms, then media downloads and webhooks. */
 #define METRICS_TARGETS 8

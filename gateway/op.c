@@ -200,11 +200,50 @@ static void op_free(op_t *op)
         env->done(env->done_arg);
 }
 
+/* BOTGATE_HTTP_STATUS=conventional: the status a generic HTTP client and its retry middleware
+ * understand, for the same body. 4xx: the request as sent will fail again; 502/503: botgate or
+ * the platform could not do it now; 429: nothing was sent, each message was rate limited, so
+ * the whole request may go again. */
+static int conventional_status(const op_t *op, int status, int code)
+{
+    switch (code) {
+    case BG_OK:
+        return deliver_only_rate_limited(&op->dl) ? 429 : status;
+    case BG_ERR_UNAUTHORIZED:
+        return 401;
+    case BG_ERR_MISSING_PARAM:
+    case BG_ERR_UNSUPPORTED:
+    case BG_ERR_PHONE_INVALID:
+    case BG_ERR_RECIPIENT_INVALID:
+        return 400;
+    case BG_ERR_NO_CHANNEL:
+    case BG_ERR_NO_MEMBER:
+    case BG_ERR_NO_TREE:
+        return 404;
+    case BG_ERR_CHANNEL_OFF:
+    case BG_ERR_IDEM_RUNNING:
+    case BG_ERR_IDEM_MISMATCH:
+        return 409;
+    case BG_ERR_LIMIT:
+        return 413;
+    case BG_ERR_PLATFORM:
+        return 502;
+    case BG_ERR_STORE:
+    case BG_ERR_UNAVAILABLE:
+        return 503;
+    default:
+        return status;
+    }
+}
+
 /* Sends the answer text (taken over) and frees the op. */
 static void op_reply_as(op_t *op, int status, char *text, size_t len, int code, int replayed)
 {
     http_answer_t a;
 
+    /* a replay answers as the first answer did (its status was stored mapped) */
+    if (op->env->deliver.cfg->http_status_conventional && !replayed)
+        status = conventional_status(op, status, code);
     a.status = status;
     a.code = code;
     a.route = op->kind->route;

@@ -450,8 +450,11 @@ void op_guard_end(op_t *op, int status, int code, const char *text, size_t len)
         return;
     if (g->owner) {
         /* Answers of a request that ran are kept; one that stopped before it ran is dropped,
-         * so that a retry runs afresh instead of replaying a refusal. */
-        if (op->phase == OP_RUN || op->phase == OP_WRITEBACK)
+         * so that a retry runs afresh instead of replaying a refusal. So is a send whose every
+         * message was rate limited: nothing went out, and a retry after the wait should send
+         * (a redirect's actions ran, so its answer stays). */
+        int sent_nothing = op->kind->route == METRICS_ROUTE_SEND && deliver_only_rate_limited(&op->dl);
+        if ((op->phase == OP_RUN || op->phase == OP_WRITEBACK) && !sent_nothing)
             keep_answer(op, status, code, text ? text : "", text ? len : 0);
         else
             store_idem_abandon(store, g->record, g->owner_id);
