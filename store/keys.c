@@ -74,6 +74,12 @@ int store_key_tree(char *buf, size_t size, const char *prefix, const char *tree_
     return key(buf, size, prefix, "tree:", tree_id);
 }
 
+int store_key_tree_import(char *buf, size_t size, const char *prefix, const char *tree_id,
+                          const char *suffix)
+{
+    return key(buf, size, "{", prefix, "tree:", tree_id, "}:import:", suffix);
+}
+
 int store_key_contact(char *buf, size_t size, const char *prefix, const char *channel_id,
                       const char *number)
 {
@@ -131,4 +137,96 @@ int store_key_leases(char *buf, size_t size, const char *prefix, const char *cha
                      const char *member_id)
 {
     return channel_record(buf, size, prefix, "leases", channel_id, member_id);
+}
+
+/* s with Redis's glob characters escaped, appended at buf + *n; -1 when it does not fit. */
+static int glob_escaped(char *buf, size_t size, size_t *n, const char *s)
+{
+    for (; s != NULL && *s; s++) {
+        if (*n + 3 > size)
+            return -1;
+        if (strchr("*?[]\\", *s) != NULL)
+            buf[(*n)++] = '\\';
+        buf[(*n)++] = *s;
+    }
+    buf[*n] = '\0';
+    return s == NULL ? -1 : 0;
+}
+
+/* What follows the prefix in every key of a kind (see the builders above). */
+static const char *const rec_head[] = {
+    [STORE_REC_TOKEN] = "token:",
+    [STORE_REC_CHANNEL] = "channel:{",
+    [STORE_REC_MEMBER] = "member:{",
+    [STORE_REC_TREE] = "tree:",
+};
+
+/* s appended at buf + *n as it is; -1 when it does not fit. */
+static int append(char *buf, size_t size, size_t *n, const char *s)
+{
+    size_t len = strlen(s);
+
+    if (len >= size - *n)
+        return -1;
+    memcpy(buf + *n, s, len + 1);
+    *n += len;
+    return 0;
+}
+
+int store_key_pattern(char *buf, size_t size, const char *prefix, store_rec_t kind,
+                      const char *channel_id)
+{
+    size_t n = 0;
+    const char *rest = kind == STORE_REC_CHANNEL ? "*}" : "*";
+
+    if (size == 0 || (unsigned)kind > STORE_REC_TREE)
+        return -1;
+    buf[0] = '\0';
+    if (kind == STORE_REC_MEMBER)
+        rest = channel_id == NULL ? "*}:*" : "}:*";
+    if (glob_escaped(buf, size, &n, prefix) < 0 || append(buf, size, &n, rec_head[kind]) < 0 ||
+        (kind == STORE_REC_MEMBER && channel_id != NULL &&
+         glob_escaped(buf, size, &n, channel_id) < 0) ||
+        append(buf, size, &n, rest) < 0)
+        return -1;
+    return (int)n;
+}
+
+static int copy_id(char *out, size_t size, const char *s, size_t len)
+{
+    if (out == NULL || len == 0 || len >= size)
+        return -1;
+    memcpy(out, s, len);
+    out[len] = '\0';
+    return 0;
+}
+
+int store_key_ids(const char *key, const char *prefix, store_rec_t kind, char *channel,
+                  size_t channel_size, char *id, size_t id_size)
+{
+    size_t plen, hlen, len;
+    const char *p, *end;
+
+    if (key == NULL || prefix == NULL || (unsigned)kind > STORE_REC_TREE)
+        return -1;
+    plen = strlen(prefix);
+    hlen = strlen(rec_head[kind]);
+    if (strncmp(key, prefix, plen) != 0 || strncmp(key + plen, rec_head[kind], hlen) != 0)
+        return -1;
+    p = key + plen + hlen;
+    len = strlen(p);
+    switch (kind) {
+    case STORE_REC_CHANNEL:
+        /* channel ids hold no brace (request ids do not) */
+        if (len < 2 || p[len - 1] != '}' || memchr(p, '}', len - 1) != NULL)
+            return -1;
+        return copy_id(id, id_size, p, len - 1);
+    case STORE_REC_MEMBER:
+        if ((end = strchr(p, '}')) == NULL || end[1] != ':' ||
+            copy_id(channel, channel_size, p, (size_t)(end - p)) < 0)
+            return -1;
+        return copy_id(id, id_size, end + 2, strlen(end + 2));
+    default:
+        return copy_id(id, id_size, p, len);
+    }
 }

@@ -18,6 +18,26 @@ int store_key_member_base(char *buf, size_t size, const char *prefix, const char
 int store_key_recipient(char *buf, size_t size, const char *prefix, const char *channel_id,
                         const char *recipient_id);
 int store_key_tree(char *buf, size_t size, const char *prefix, const char *tree_id);
+/* Where a tree import is written before it is renamed over the tree: the tree's key braced
+ * (its hash tag, so that both share a Redis Cluster slot), ":import:", then suffix (random
+ * hex). Never matched by store_key_pattern's tree pattern. */
+int store_key_tree_import(char *buf, size_t size, const char *prefix, const char *tree_id,
+                          const char *suffix);
+
+/* The kinds of record an admin lists (contract.md section 3). */
+typedef enum { STORE_REC_TOKEN, STORE_REC_CHANNEL, STORE_REC_MEMBER, STORE_REC_TREE } store_rec_t;
+
+/* A SCAN MATCH pattern for every key of one kind, glob characters of the prefix (and of
+ * channel_id) escaped. channel_id: members of that channel only (the others ignore it); NULL:
+ * of every channel. */
+int store_key_pattern(char *buf, size_t size, const char *prefix, store_rec_t kind,
+                      const char *channel_id);
+
+/* The ids a key of that kind names, copied out: id (a token's hash, a channel, member or tree
+ * id) and, for a member, its channel (channel may be NULL for the other kinds). 0, or -1 when
+ * key is not a key of that kind or an id does not fit. */
+int store_key_ids(const char *key, const char *prefix, store_rec_t kind, char *channel,
+                  size_t channel_size, char *id, size_t id_size);
 /* whatsapp: a number seen valid by /v1/contacts, kept 7 days. */
 int store_key_contact(char *buf, size_t size, const char *prefix, const char *channel_id,
                       const char *number);

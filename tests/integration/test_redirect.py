@@ -275,8 +275,9 @@ class RedirectApi(RedirectBase):
         s.put("channel", cls.fb1)
         s.put("channel", facebook_channel("fb-off", APP, on=False))
         s.put("channel", facebook_channel("fb-other", OTHER))
-        s.put("channel", {"_id": "odd", "app": APP, "type": "carrier-pigeon", "on": True,
-                          "info": {}})
+        # written directly, as another system would: botgatectl refuses the unknown type
+        s.redis("SET", "botgate:channel:{odd}", json.dumps(
+            {"_id": "odd", "app": APP, "type": "carrier-pigeon", "on": True, "info": {}}))
         s.put("channel", cloud_channel("cl1", APP))
         s.put("member", member("m-other", "fb-other", OTHER, "psid-other"))
         s.put("member", member("m-off", "fb-off", APP, "psid-off"))

@@ -306,12 +306,68 @@ static void test_missing_part(void **state)
     assert_int_equal(store_key_tree(buf, sizeof(buf), "botgate:", NULL), -1);
 }
 
+/* The patterns botgatectl lists with, and the ids read back from the keys they match. */
+static void test_patterns_and_ids(void **state)
+{
+    char buf[STORE_KEY_MAX], ch[64], id[80];
+
+    (void)state;
+
+    assert_int_equal(store_key_pattern(buf, sizeof(buf), "botgate:", STORE_REC_TOKEN, NULL), 15);
+    assert_string_equal(buf, "botgate:token:*");
+    store_key_pattern(buf, sizeof(buf), "botgate:", STORE_REC_CHANNEL, NULL);
+    assert_string_equal(buf, "botgate:channel:{*}");
+    store_key_pattern(buf, sizeof(buf), "botgate:", STORE_REC_MEMBER, NULL);
+    assert_string_equal(buf, "botgate:member:{*}:*");
+    store_key_pattern(buf, sizeof(buf), "a*b?[c]\\:", STORE_REC_MEMBER, "C*1");
+    assert_string_equal(buf, "a\\*b\\?\\[c\\]\\\\:member:{C\\*1}:*");
+    store_key_pattern(buf, sizeof(buf), "botgate:", STORE_REC_TREE, NULL);
+    assert_string_equal(buf, "botgate:tree:*");
+    assert_int_equal(store_key_pattern(buf, 10, "botgate:", STORE_REC_TREE, NULL), -1);
+
+    assert_int_equal(store_key_ids("botgate:member:{C1}:M:1", "botgate:", STORE_REC_MEMBER, ch,
+                                   sizeof(ch), id, sizeof(id)),
+                     0);
+    assert_string_equal(ch, "C1");
+    assert_string_equal(id, "M:1");
+    assert_int_equal(store_key_ids("botgate:channel:{C1}", "botgate:", STORE_REC_CHANNEL, NULL, 0,
+                                   id, sizeof(id)),
+                     0);
+    assert_string_equal(id, "C1");
+    assert_int_equal(
+        store_key_ids("botgate:token:" HASH, "botgate:", STORE_REC_TOKEN, NULL, 0, id, sizeof(id)),
+        0);
+    assert_string_equal(id, HASH);
+    assert_int_equal(
+        store_key_ids("botgate:tree:T1", "botgate:", STORE_REC_TREE, NULL, 0, id, sizeof(id)), 0);
+    assert_string_equal(id, "T1");
+    /* not keys of that kind */
+    assert_int_equal(
+        store_key_ids("botgate:channel:{C1}x", "botgate:", STORE_REC_CHANNEL, NULL, 0, id, 80), -1);
+    assert_int_equal(
+        store_key_ids("other:tree:T1", "botgate:", STORE_REC_TREE, NULL, 0, id, sizeof(id)), -1);
+    assert_int_equal(store_key_ids("botgate:member:{C1}M", "botgate:", STORE_REC_MEMBER, ch,
+                                   sizeof(ch), id, sizeof(id)),
+                     -1);
+    assert_int_equal(
+        store_key_ids("botgate:tree:", "botgate:", STORE_REC_TREE, NULL, 0, id, sizeof(id)), -1);
+
+    /* a tree import shares the tree's slot and never looks like a tree */
+    assert_int_equal(store_key_tree_import(buf, sizeof(buf), "botgate:", "T1", "00ff"),
+                     (int)strlen("{botgate:tree:T1}:import:00ff"));
+    assert_string_equal(buf, "{botgate:tree:T1}:import:00ff");
+    assert_int_equal(cluster_keyslot(buf, strlen(buf)),
+                     cluster_keyslot("botgate:tree:T1", strlen("botgate:tree:T1")));
+    assert_int_equal(store_key_ids(buf, "botgate:", STORE_REC_TREE, NULL, 0, id, sizeof(id)), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exact_keys),   cmocka_unit_test(test_hash_tags),
         cmocka_unit_test(test_idem_spreads), cmocka_unit_test(test_idem_scopes_never_collide),
         cmocka_unit_test(test_does_not_fit), cmocka_unit_test(test_missing_part),
+        cmocka_unit_test(test_patterns_and_ids),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
