@@ -67,7 +67,8 @@ static redisContext *open_redis(const char *host, int port)
     }
     redisSetTimeout(c, tv);
     if (redis_cfg.password[0]) {
-        r = redisCommand(c, "AUTH %s", redis_cfg.password);
+        r = redis_cfg.user[0] ? redisCommand(c, "AUTH %s %s", redis_cfg.user, redis_cfg.password)
+                              : redisCommand(c, "AUTH %s", redis_cfg.password);
         if (r == NULL || r->type == REDIS_REPLY_ERROR) {
             die("Redis refused AUTH");
             goto fail;

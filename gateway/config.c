@@ -33,7 +33,7 @@ static const option_def_t options[] = {
         "address:port serving /metrics, /healthz and /readyz (empty: the API listener; when "
         "set, /metrics is no longer answered there)"),
     STR(redis_url, "BOTGATE_REDIS_URL", "redis://127.0.0.1:6379/0",
-        "redis://[:password@]host:port/db or unix:///path/sock"),
+        "redis://[[user]:password@]host:port/db or unix:///path/sock (user: an ACL user)"),
     STR(store.prefix, "BOTGATE_REDIS_PREFIX", "botgate:", "prefix of every Redis key"),
     STR(redis_sentinels, "BOTGATE_REDIS_SENTINELS", "",
         "Redis Sentinel host:port,...: the master is found and followed through them"),

@@ -11,6 +11,7 @@
 #include "resp.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <event2/dns.h>
 #include <event2/event.h>
 #include <hiredis/adapters/libevent.h>
@@ -553,8 +554,11 @@ static void on_redis_connect(const redisAsyncContext *ac, int status)
     }
     r->state = RC_SETUP;
     if (r->cfg.password[0] != '\0') {
-        const char *argv[] = {"AUTH", r->cfg.password};
-        send_cmd(r, on_setup_reply, r, 2, argv, NULL, NULL);
+        /* AUTH user password (an ACL user), or AUTH password (the default user) */
+        const char *argv[] = {"AUTH", r->cfg.user, r->cfg.password};
+        int with_user = r->cfg.user[0] != '\0';
+        argv[1] = with_user ? r->cfg.user : r->cfg.password;
+        send_cmd(r, on_setup_reply, r, 2 + with_user, argv, NULL, NULL);
     }
     if (r->cfg.db != 0) {
         char db[16];
@@ -882,13 +886,41 @@ void redisc_cancel(redisc_cmd_t *cmd)
         cmd->cb = NULL;
 }
 
+static int hex_digit(int c)
+{
+    return isdigit(c) ? c - '0' : isxdigit(c) ? (tolower(c) - 'a' + 10) : -1;
+}
+
+/* The n bytes at in, %XX decoded, into out; -1 when an escape is bad or out is too small. */
+static int url_decode(const char *in, size_t n, char *out, size_t size)
+{
+    size_t k = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        int c = (unsigned char)in[i];
+        if (c == '%') {
+            int hi = i + 2 < n ? hex_digit((unsigned char)in[i + 1]) : -1;
+            int lo = i + 2 < n ? hex_digit((unsigned char)in[i + 2]) : -1;
+            if (hi < 0 || lo < 0)
+                return -1;
+            c = hi * 16 + lo;
+            i += 2;
+        }
+        if (k + 1 >= size || c == 0)
+            return -1;
+        out[k++] = (char)c;
+    }
+    out[k] = '\0';
+    return 0;
+}
+
 int redisc_parse_url(const char *url, redisc_config_t *cfg, char *errbuf, size_t errlen)
 {
     char hostbuf[256] = "", *p;
     const char *rest;
     struct addrinfo hints, *res = NULL;
 
-    cfg->host[0] = cfg->unix_path[0] = cfg->password[0] = '\0';
+    cfg->host[0] = cfg->unix_path[0] = cfg->user[0] = cfg->password[0] = '\0';
     cfg->port = 6379;
     cfg->db = 0;
     if (strncmp(url, "unix://", 7) == 0) {
@@ -909,10 +941,20 @@ int redisc_parse_url(const char *url, redisc_config_t *cfg, char *errbuf, size_t
         return -1;
     }
     rest = url + 8;
-    if ((p = strrchr(rest, '@')) != NULL) {
+    if ((p = strrchr(rest, '@')) != NULL) { /* user:password@, :password@ or password@ */
         const char *colon = memchr(rest, ':', (size_t)(p - rest));
         const char *pw = colon ? colon + 1 : rest;
-        snprintf(cfg->password, sizeof(cfg->password), "%.*s", (int)(p - pw), pw);
+        if ((colon != NULL &&
+             url_decode(rest, (size_t)(colon - rest), cfg->user, sizeof(cfg->user)) < 0) ||
+            url_decode(pw, (size_t)(p - pw), cfg->password, sizeof(cfg->password)) < 0) {
+            snprintf(errbuf, errlen, "bad user or password in Redis URL (too long, or a bad "
+                                     "%%-escape)");
+            return -1;
+        }
+        if (cfg->user[0] != '\0' && cfg->password[0] == '\0') {
+            snprintf(errbuf, errlen, "a user in the Redis URL needs a password");
+            return -1;
+        }
         rest = p + 1;
     }
     snprintf(hostbuf, sizeof(hostbuf), "%s", rest);

@@ -24,6 +24,7 @@ typedef struct redisc_config {
     char host[256];          /* an IP address: hiredis resolves names with a blocking call */
     int port;
     char unix_path[256];     /* used instead of host:port when not empty */
+    char user[128];          /* an ACL user: AUTH user password (Redis 6+); "": AUTH password */
     char password[256];      /* AUTH on connect when not empty */
     int db;                  /* SELECT on connect when not 0 */
     int connect_timeout_ms;
@@ -105,8 +106,9 @@ typedef void redisc_invalidate_cb(void *arg, const char *key, size_t len);
 int redisc_track(redisc_t *r, redisc_t *sub, const char *const *prefixes, int n_prefixes,
                  redisc_tracking_cb *tracking, redisc_invalidate_cb *invalidate, void *arg);
 
-/* Parses redis://[:password@]host[:port][/db] or unix:///path[?db=N]; host names are resolved
- * here, once. -1 with a message in errbuf on failure. */
+/* Parses redis://[[user]:password@]host[:port][/db] or unix:///path[?db=N]; user and password
+ * may be percent-encoded (as redis-cli -u reads them); host names are resolved here, once. -1
+ * with a message in errbuf on failure. */
 int redisc_parse_url(const char *url, redisc_config_t *cfg, char *errbuf, size_t errlen);
 
 #endif
