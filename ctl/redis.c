@@ -26,43 +26,16 @@ static struct {
 static int n_nodes;
 static signed char slot_node[CLUSTER_SLOTS]; /* index in nodes; -1: unknown */
 
-/* A connection to host:port (or the unix socket when host is NULL), authenticated and on the
- * URL's database; NULL after printing why. */
+/* A connection to host:port (or the unix socket when host is NULL), TLS for rediss://,
+ * authenticated and on the URL's database; NULL after printing why. */
 static redisContext *open_redis(const char *host, int port)
 {
-    struct timeval tv = {3, 0};
-    redisContext *c = host == NULL ? redisConnectUnixWithTimeout(redis_cfg.unix_path, tv)
-                                   : redisConnectWithTimeout(host, port, tv);
-    redisReply *r = NULL;
+    char err[400];
+    redisContext *c = redisc_connect_blocking(&redis_cfg, host, port, 3000, err, sizeof(err));
 
-    if (c == NULL || c->err) {
-        ctl_die("cannot connect to Redis: %s", c ? c->errstr : "out of memory");
-        goto fail;
-    }
-    redisSetTimeout(c, tv);
-    if (redis_cfg.password[0]) {
-        r = redisCommand(c, "AUTH %s", redis_cfg.password);
-        if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-            ctl_die("Redis refused AUTH");
-            goto fail;
-        }
-        freeReplyObject(r);
-    }
-    if (redis_cfg.db) {
-        r = redisCommand(c, "SELECT %d", redis_cfg.db);
-        if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-            ctl_die("Redis refused SELECT %d", redis_cfg.db);
-            goto fail;
-        }
-        freeReplyObject(r);
-    }
+    if (c == NULL)
+        ctl_die("%s", err);
     return c;
-fail:
-    if (r != NULL)
-        freeReplyObject(r);
-    if (c != NULL)
-        redisFree(c);
-    return NULL;
 }
 
 /* The index of the master at host:port in nodes (not connected yet), or -1. */
@@ -143,6 +116,14 @@ int ctl_redis_connect(void)
     }
     if (redisc_parse_url(url ? url : "redis://127.0.0.1:6379/0", &redis_cfg, err, sizeof(err)) < 0)
         return ctl_die("%s: %s", url_option ? "--redis-url" : "BOTGATE_REDIS_URL", err);
+#define ENV_OR_EMPTY(name) (getenv(name) ? getenv(name) : "")
+    if (redisc_tls_setup(&redis_cfg, ENV_OR_EMPTY("BOTGATE_REDIS_CA_FILE"),
+                         ENV_OR_EMPTY("BOTGATE_REDIS_TLS_CERT_FILE"),
+                         ENV_OR_EMPTY("BOTGATE_REDIS_TLS_KEY_FILE"),
+                         ENV_OR_EMPTY("BOTGATE_REDIS_TLS_NAME"), cluster && cluster[0], err,
+                         sizeof(err)) < 0)
+        return ctl_die("Redis TLS: %s", err);
+#undef ENV_OR_EMPTY
     if (cluster != NULL && cluster[0] != '\0')
         return connect_cluster(cluster) == 0 ? 0 : CTL_FAIL;
     redis =

@@ -33,7 +33,18 @@ static const option_def_t options[] = {
         "address:port serving /metrics, /healthz and /readyz (empty: the API listener; when "
         "set, /metrics is no longer answered there)"),
     STR(redis_url, "BOTGATE_REDIS_URL", "redis://127.0.0.1:6379/0",
-        "redis://[:password@]host:port/db or unix:///path/sock"),
+        "redis://[[user]:password@]host:port/db, rediss://... (TLS) or unix:///path/sock (user: "
+        "an ACL user)"),
+    STR(redis_ca_file, "BOTGATE_REDIS_CA_FILE", "",
+        "rediss://: CA bundle (PEM) the Redis servers' certificates are checked against (empty: "
+        "the system's CAs)"),
+    STR(redis_tls_cert, "BOTGATE_REDIS_TLS_CERT_FILE", "",
+        "rediss://: client certificate chain (PEM) for mutual TLS (empty: none)"),
+    STR(redis_tls_key, "BOTGATE_REDIS_TLS_KEY_FILE", "",
+        "rediss://: the client certificate's private key (PEM)"),
+    STR(redis_tls_name, "BOTGATE_REDIS_TLS_NAME", "",
+        "rediss://: the name every Redis server's certificate must hold (empty: the URL's host "
+        "for one server; each node's or master's address with Cluster or Sentinel)"),
     STR(store.prefix, "BOTGATE_REDIS_PREFIX", "botgate:", "prefix of every Redis key"),
     STR(redis_sentinels, "BOTGATE_REDIS_SENTINELS", "",
         "Redis Sentinel host:port,...: the master is found and followed through them"),
@@ -313,6 +324,14 @@ int config_load(config_t *cfg, int argc, char **argv)
     }
     if (cfg->redis_cluster[0] != '\0' && check_cluster(cfg) < 0)
         return -1;
+    if (redisc_tls_setup(&cfg->store.redis, cfg->redis_ca_file, cfg->redis_tls_cert,
+                         cfg->redis_tls_key, cfg->redis_tls_name,
+                         cfg->redis_cluster[0] != '\0' || cfg->redis_sentinels[0] != '\0', err,
+                         sizeof(err)) < 0) {
+        fprintf(stderr, "botgate: Redis TLS (BOTGATE_REDIS_URL, BOTGATE_REDIS_CA_FILE, "
+                        "BOTGATE_REDIS_TLS_*): %s\n", err);
+        return -1;
+    }
     if (strcmp(cfg->http_status, "interface") != 0 && strcmp(cfg->http_status, "conventional") != 0) {
         fprintf(stderr, "botgate: BOTGATE_HTTP_STATUS must be interface or conventional\n");
         return -1;

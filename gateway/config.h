@@ -17,6 +17,10 @@ typedef struct config {
     char redis_url[CONFIG_URL_MAX];
     char redis_sentinels[CONFIG_URL_MAX]; /* host:port,... ; empty: no Sentinel */
     char redis_cluster[CONFIG_URL_MAX];   /* seed host:port,... ; empty: no Redis Cluster */
+    char redis_ca_file[CONFIG_URL_MAX];   /* rediss://: CA bundle; empty: the system's */
+    char redis_tls_cert[CONFIG_URL_MAX];  /* rediss://: client certificate (mutual TLS) */
+    char redis_tls_key[CONFIG_URL_MAX];
+    char redis_tls_name[256];             /* rediss://: name the certificates must hold */
     store_config_t store;   /* parsed Redis URL, timeouts, key prefix */
     int workers;
     char facebook_url[CONFIG_URL_MAX];

@@ -8,9 +8,11 @@
 #include "../core/clock.h"
 #include "../core/dlist.h"
 #include "../core/hash.h"
+#include "redistls.h"
 #include "resp.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <event2/dns.h>
 #include <event2/event.h>
 #include <hiredis/adapters/libevent.h>
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define BACKOFF_MIN_MS 50
 #define REDISC_ARGV_MAX    32 /* words of a command resp.c writes; longer ones go to hiredis */
@@ -76,8 +79,10 @@ struct redisc {
     int next_sentinel;
     char master_host[64];     /* the master currently used */
     int master_port;
-    char why[160];            /* the last failure reported, so that a loop reports it once */
+    char why[256];            /* the last failure reported, so that a loop reports it once */
     char addr[128];           /* host:port or socket path of the last connect, for messages */
+    redistls_t *relay;        /* TLS under ac (rediss://), NULL: none */
+    int tls_wait;             /* ac is "connected" but the relay's handshake is not done */
     redisc_next_cb *next_cb;  /* where to reconnect; NULL: cfg's host and port again */
     void *next_arg;
     /* a subscriber (redisc_new_subscriber) only */
@@ -168,6 +173,9 @@ static void go_down(redisc_t *r, redisAsyncContext *ac, const char *why)
         ac->data = NULL; /* on_redis_disconnect ignores a context we dropped */
         redisAsyncFree(ac);
     }
+    redistls_free(r->relay); /* after the context: hiredis may still write to it while freed */
+    r->relay = NULL;
+    r->tls_wait = 0;
     trk_lost(r);
     tell(r, 0, why);
     if (elsewhere_now) /* another node, without the pause (backoff is at its least: up) */
@@ -210,8 +218,8 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    if (r->state == RC_CONNECTING) {
-        drop(r, "connect timed out");
+    if (r->state == RC_CONNECTING || r->tls_wait) {
+        drop(r, r->tls_wait ? "connect timed out (TCP or TLS handshake)" : "connect timed out");
         return;
     }
     if (r->head == NULL)
@@ -543,18 +551,25 @@ static void on_redis_connect(const redisAsyncContext *ac, int status)
 
     if (r == NULL)
         return;
-    event_del(r->timer);
+    if (!r->tls_wait || status != REDIS_OK) /* with TLS, the timer also bounds the handshake */
+        event_del(r->timer);
     if (status != REDIS_OK) {
         /* hiredis frees the context after this callback: only forget it. */
         r->ac = NULL;
         r->state = RC_DOWN;
+        redistls_free(r->relay);
+        r->relay = NULL;
+        r->tls_wait = 0;
         connect_failed(r, ac->errstr);
         return;
     }
     r->state = RC_SETUP;
     if (r->cfg.password[0] != '\0') {
-        const char *argv[] = {"AUTH", r->cfg.password};
-        send_cmd(r, on_setup_reply, r, 2, argv, NULL, NULL);
+        /* AUTH user password (an ACL user), or AUTH password (the default user) */
+        const char *argv[] = {"AUTH", r->cfg.user, r->cfg.password};
+        int with_user = r->cfg.user[0] != '\0';
+        argv[1] = with_user ? r->cfg.user : r->cfg.password;
+        send_cmd(r, on_setup_reply, r, 2 + with_user, argv, NULL, NULL);
     }
     if (r->cfg.db != 0) {
         char db[16];
@@ -595,6 +610,42 @@ static int sub_prioritise(redisAsyncContext *ac)
     return event_priority_set(e->rev, 0);
 }
 
+/* The relay's handshake is done (the setup commands hiredis sent meanwhile go now, and their
+ * time starts now), or the TCP connect or the handshake failed. */
+static void on_tls(void *arg, int up, const char *why)
+{
+    redisc_t *r = arg;
+    char msg[256];
+    int64_t deadline = clock_coarse_ms() + r->cfg.command_timeout_ms;
+
+    if (!up) {
+        snprintf(msg, sizeof(msg), "cannot connect to %.90s: %.140s", r->addr, why);
+        drop(r, msg);
+        return;
+    }
+    r->tls_wait = 0;
+    event_del(r->timer);
+    for (redisc_cmd_t *c = r->head; c != NULL; c = c->next)
+        c->deadline_ms = deadline;
+    watch_head(r);
+}
+
+/* rediss://: TLS under ac before it is attached (see redistls.h). */
+static int tls_wrap(redisc_t *r, redisAsyncContext *ac, const char *host)
+{
+    char err[160];
+
+    r->relay = redistls_wrap(ac, r->base, r->cfg.tls_ctx,
+                             r->cfg.tls_name[0] != '\0' ? r->cfg.tls_name : host, on_tls, r, err,
+                             sizeof(err));
+    if (r->relay == NULL) {
+        connect_failed(r, err);
+        return -1;
+    }
+    r->tls_wait = 1;
+    return 0;
+}
+
 static void connect_to(redisc_t *r, const char *host, int port)
 {
     redisAsyncContext *ac;
@@ -615,12 +666,20 @@ static void connect_to(redisc_t *r, const char *host, int port)
         connect_failed(r, why);
         return;
     }
+    if (host != NULL && r->cfg.tls_ctx != NULL && tls_wrap(r, ac, host) < 0) {
+        redisAsyncFree(ac);
+        r->state = RC_DOWN;
+        return;
+    }
     ac->data = r;
     if (redisLibeventAttach(ac, r->base) != REDIS_OK ||
         (r->anchor != NULL && sub_prioritise(ac) != 0) ||
         redisAsyncSetConnectCallback(ac, on_redis_connect) != REDIS_OK ||
         redisAsyncSetDisconnectCallback(ac, on_redis_disconnect) != REDIS_OK) {
         redisAsyncFree(ac);
+        redistls_free(r->relay);
+        r->relay = NULL;
+        r->tls_wait = 0;
         r->state = RC_DOWN;
         schedule_reconnect(r);
         return;
@@ -649,8 +708,8 @@ static void connect_now(redisc_t *r)
 {
     if (r->cfg.n_sentinels > 0) {
         r->state = RC_CONNECTING;
-        r->query = sentinel_ask(r->base, r->dns, r->cfg.sentinels, r->cfg.n_sentinels,
-                                &r->next_sentinel, r->cfg.master_name,
+        r->query = sentinel_ask(r->base, r->dns, r->cfg.tls_ctx, r->cfg.sentinels,
+                                r->cfg.n_sentinels, &r->next_sentinel, r->cfg.master_name,
                                 r->cfg.connect_timeout_ms, on_master, r);
         if (r->query == NULL) {
             r->state = RC_DOWN;
@@ -687,9 +746,9 @@ static void on_check(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (r->state != RC_UP || r->query != NULL)
         return;
-    r->query = sentinel_ask(r->base, r->dns, r->cfg.sentinels, r->cfg.n_sentinels,
-                            &r->next_sentinel, r->cfg.master_name, r->cfg.connect_timeout_ms,
-                            on_master_checked, r);
+    r->query = sentinel_ask(r->base, r->dns, r->cfg.tls_ctx, r->cfg.sentinels,
+                            r->cfg.n_sentinels, &r->next_sentinel, r->cfg.master_name,
+                            r->cfg.connect_timeout_ms, on_master_checked, r);
     if (r->query == NULL)
         arm_timer(r->check, SENTINEL_CHECK_MS);
 }
@@ -792,6 +851,7 @@ void redisc_free(redisc_t *r)
         ac->data = NULL;
         redisAsyncFree(ac);
     }
+    redistls_free(r->relay);
     sentinel_cancel(r->query);
     if (r->dns)
         evdns_base_free(r->dns, 0);
@@ -882,13 +942,43 @@ void redisc_cancel(redisc_cmd_t *cmd)
         cmd->cb = NULL;
 }
 
+static int hex_digit(int c)
+{
+    return isdigit(c) ? c - '0' : isxdigit(c) ? (tolower(c) - 'a' + 10) : -1;
+}
+
+/* The n bytes at in, %XX decoded, into out; -1 when an escape is bad or out is too small. */
+static int url_decode(const char *in, size_t n, char *out, size_t size)
+{
+    size_t k = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        int c = (unsigned char)in[i];
+        if (c == '%') {
+            int hi = i + 2 < n ? hex_digit((unsigned char)in[i + 1]) : -1;
+            int lo = i + 2 < n ? hex_digit((unsigned char)in[i + 2]) : -1;
+            if (hi < 0 || lo < 0)
+                return -1;
+            c = hi * 16 + lo;
+            i += 2;
+        }
+        if (k + 1 >= size || c == 0)
+            return -1;
+        out[k++] = (char)c;
+    }
+    out[k] = '\0';
+    return 0;
+}
+
 int redisc_parse_url(const char *url, redisc_config_t *cfg, char *errbuf, size_t errlen)
 {
     char hostbuf[256] = "", *p;
     const char *rest;
     struct addrinfo hints, *res = NULL;
 
-    cfg->host[0] = cfg->unix_path[0] = cfg->password[0] = '\0';
+    cfg->host[0] = cfg->unix_path[0] = cfg->user[0] = cfg->password[0] = '\0';
+    cfg->tls_name[0] = '\0';
+    cfg->tls = 0;
     cfg->port = 6379;
     cfg->db = 0;
     if (strncmp(url, "unix://", 7) == 0) {
@@ -904,15 +994,26 @@ int redisc_parse_url(const char *url, redisc_config_t *cfg, char *errbuf, size_t
         }
         return 0;
     }
-    if (strncmp(url, "redis://", 8) != 0) {
-        snprintf(errbuf, errlen, "Redis URL must start with redis:// or unix://");
+    cfg->tls = strncmp(url, "rediss://", 9) == 0;
+    if (strncmp(url, "redis://", 8) != 0 && !cfg->tls) {
+        snprintf(errbuf, errlen, "Redis URL must start with redis://, rediss:// or unix://");
         return -1;
     }
-    rest = url + 8;
-    if ((p = strrchr(rest, '@')) != NULL) {
+    rest = url + 8 + cfg->tls;
+    if ((p = strrchr(rest, '@')) != NULL) { /* user:password@, :password@ or password@ */
         const char *colon = memchr(rest, ':', (size_t)(p - rest));
         const char *pw = colon ? colon + 1 : rest;
-        snprintf(cfg->password, sizeof(cfg->password), "%.*s", (int)(p - pw), pw);
+        if ((colon != NULL &&
+             url_decode(rest, (size_t)(colon - rest), cfg->user, sizeof(cfg->user)) < 0) ||
+            url_decode(pw, (size_t)(p - pw), cfg->password, sizeof(cfg->password)) < 0) {
+            snprintf(errbuf, errlen, "bad user or password in Redis URL (too long, or a bad "
+                                     "%%-escape)");
+            return -1;
+        }
+        if (cfg->user[0] != '\0' && cfg->password[0] == '\0') {
+            snprintf(errbuf, errlen, "a user in the Redis URL needs a password");
+            return -1;
+        }
         rest = p + 1;
     }
     snprintf(hostbuf, sizeof(hostbuf), "%s", rest);
@@ -939,6 +1040,8 @@ int redisc_parse_url(const char *url, redisc_config_t *cfg, char *errbuf, size_t
         snprintf(errbuf, errlen, "Redis URL needs a host and a valid port");
         return -1;
     }
+    if (cfg->tls)
+        snprintf(cfg->tls_name, sizeof(cfg->tls_name), "%s", hostbuf);
     memset(&hints, 0, sizeof(hints));
     hints.ai_socktype = SOCK_STREAM;
     if (getaddrinfo(hostbuf, NULL, &hints, &res) != 0 || res == NULL) {
@@ -953,4 +1056,88 @@ int redisc_parse_url(const char *url, redisc_config_t *cfg, char *errbuf, size_t
                   sizeof(cfg->host));
     freeaddrinfo(res);
     return 0;
+}
+
+int redisc_tls_setup(redisc_config_t *cfg, const char *ca_file, const char *cert_file,
+                     const char *key_file, const char *name, int by_address, char *errbuf,
+                     size_t errlen)
+{
+    if (!cfg->tls) {
+        if (ca_file[0] || cert_file[0] || key_file[0] || name[0]) {
+            snprintf(errbuf, errlen, "the Redis TLS settings need a rediss:// URL");
+            return -1;
+        }
+        return 0;
+    }
+    if ((cert_file[0] == '\0') != (key_file[0] == '\0')) {
+        snprintf(errbuf, errlen, "a client certificate needs its key, and a key its certificate");
+        return -1;
+    }
+    if ((cfg->tls_ctx = redistls_ctx_new(ca_file, cert_file, key_file, errbuf, errlen)) == NULL)
+        return -1;
+    if (name[0] != '\0')
+        snprintf(cfg->tls_name, sizeof(cfg->tls_name), "%s", name);
+    else if (by_address)
+        cfg->tls_name[0] = '\0';
+    return 0;
+}
+
+/* One setup command of a blocking connection; -1 with why when refused. */
+static int blocking_setup(redisContext *c, int argc, const char **argv, char *errbuf,
+                          size_t errlen)
+{
+    redisReply *reply = redisCommandArgv(c, argc, argv, NULL);
+    int ok = reply != NULL && reply->type != REDIS_REPLY_ERROR;
+
+    if (!ok) /* the command's name only: AUTH's arguments are secrets */
+        snprintf(errbuf, errlen, "Redis refused %s: %.120s", argv[0],
+                 reply != NULL ? reply->str : c->errstr);
+    if (reply != NULL)
+        freeReplyObject(reply);
+    return ok ? 0 : -1;
+}
+
+redisContext *redisc_connect_blocking(const redisc_config_t *cfg, const char *host, int port,
+                                      int timeout_ms, char *errbuf, size_t errlen)
+{
+    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    redisContext *c;
+    char db[16], err[200];
+    int fd;
+
+    if (host == NULL) {
+        c = redisConnectUnixWithTimeout(cfg->unix_path, tv);
+    } else if (cfg->tls_ctx != NULL) {
+        fd = redistls_connect_blocking(cfg->tls_ctx, cfg->tls_name[0] ? cfg->tls_name : host,
+                                       host, port, timeout_ms, err, sizeof(err));
+        if (fd < 0) {
+            snprintf(errbuf, errlen, "cannot connect to Redis at %.100s:%d: %s", host, port, err);
+            return NULL;
+        }
+        if ((c = redisConnectFd(fd)) == NULL)
+            close(fd);
+    } else {
+        c = redisConnectWithTimeout(host, port, tv);
+    }
+    if (c == NULL || c->err) {
+        snprintf(errbuf, errlen, "cannot connect to Redis: %s", c ? c->errstr : "out of memory");
+        goto fail;
+    }
+    redisSetTimeout(c, tv);
+    if (cfg->password[0] != '\0') {
+        const char *argv[] = {"AUTH", cfg->user[0] ? cfg->user : cfg->password, cfg->password};
+        if (blocking_setup(c, cfg->user[0] ? 3 : 2, argv, errbuf, errlen) < 0)
+            goto fail;
+    }
+    if (cfg->db != 0) {
+        const char *argv[] = {"SELECT", db};
+        snprintf(db, sizeof(db), "%d", cfg->db);
+        if (blocking_setup(c, 2, argv, errbuf, errlen) < 0)
+            goto fail;
+    }
+    return c;
+fail:
+    if (c != NULL)
+        redisFree(c);
+    return NULL;
 }

@@ -3,6 +3,8 @@
  * the context, and every callback tolerates a NULL reply. */
 #include "sentinel.h"
 
+#include "redistls.h"
+
 #include <arpa/inet.h>
 #include <event2/dns.h>
 #include <event2/event.h>
@@ -19,6 +21,8 @@
 struct sentinel_query {
     struct event_base *base;
     struct evdns_base *dns; /* NULL: names are not looked up on the loop */
+    struct ssl_ctx_st *tls; /* NULL: the sentinels are asked in clear */
+    redistls_t *relay;      /* TLS under ac, or NULL */
     const sentinel_addr_t *sentinels;
     int n, tried, *next;
     char master[128];
@@ -54,6 +58,7 @@ static void query_done(sentinel_query_t *q, int ok, const char *host, int port)
 
     if (host != NULL)
         snprintf(copy, sizeof(copy), "%s", host);
+    redistls_free(q->relay);
     event_free(q->timer);
     free(q);
     cb(arg, ok, ok ? copy : NULL, port);
@@ -70,6 +75,8 @@ static void abandon(sentinel_query_t *q)
         ac->data = NULL;
         redisAsyncFree(ac);
     }
+    redistls_free(q->relay);
+    q->relay = NULL;
     q->lookup = NULL;
     if (lookup != NULL)
         evdns_getaddrinfo_cancel(lookup); /* on_lookup sees EVUTIL_EAI_CANCEL */
@@ -152,15 +159,35 @@ static void on_master_addr(redisAsyncContext *ac, void *r, void *privdata);
 static void on_sentinel_connect(const redisAsyncContext *ac, int status);
 static void on_sentinel_disconnect(const redisAsyncContext *ac, int status);
 
+/* The sentinel's TLS handshake failed (or its connect): the next one is asked. */
+static void on_sentinel_tls(void *arg, int up, const char *why)
+{
+    sentinel_query_t *q = arg;
+
+    (void)why;
+    if (!up) {
+        abandon(q);
+        query_arm(q, next_attempt, 0);
+    }
+}
+
 static void ask(sentinel_query_t *q, const char *host)
 {
     redisAsyncContext *ac;
+    char err[160];
 
     /* host is an IP address: hiredis would resolve a name with a blocking call */
     ac = redisAsyncConnect(host, q->asking->port);
-    if (ac == NULL || ac->err || redisLibeventAttach(ac, q->base) != REDIS_OK) {
+    if (ac != NULL && !ac->err && q->tls != NULL)
+        q->relay = redistls_wrap(ac, q->base, q->tls,
+                                 q->asking->name[0] != '\0' ? q->asking->name : host,
+                                 on_sentinel_tls, q, err, sizeof(err));
+    if (ac == NULL || ac->err || (q->tls != NULL && q->relay == NULL) ||
+        redisLibeventAttach(ac, q->base) != REDIS_OK) {
         if (ac != NULL)
             redisAsyncFree(ac);
+        redistls_free(q->relay);
+        q->relay = NULL;
         query_arm(q, next_attempt, 0);
         return;
     }
@@ -280,8 +307,9 @@ static void try_next(sentinel_query_t *q)
 }
 
 sentinel_query_t *sentinel_ask(struct event_base *base, struct evdns_base *dns,
-                               const sentinel_addr_t *sentinels, int n, int *next,
-                               const char *master, int timeout_ms, sentinel_cb *cb, void *arg)
+                               struct ssl_ctx_st *tls, const sentinel_addr_t *sentinels, int n,
+                               int *next, const char *master, int timeout_ms, sentinel_cb *cb,
+                               void *arg)
 {
     sentinel_query_t *q;
 
@@ -289,6 +317,7 @@ sentinel_query_t *sentinel_ask(struct event_base *base, struct evdns_base *dns,
         return NULL;
     q->base = base;
     q->dns = dns;
+    q->tls = tls;
     q->sentinels = sentinels;
     q->n = n;
     q->next = next;

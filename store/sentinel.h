@@ -4,6 +4,7 @@
 
 struct event_base;
 struct evdns_base;
+struct ssl_ctx_st;
 
 #define SENTINEL_MAX 8
 
@@ -24,10 +25,12 @@ typedef struct sentinel_query sentinel_query_t;
  * timeout_ms); *next is advanced so that the following query starts with the sentinel that
  * answered. Names (a sentinel's, or the master's when the sentinels announce host names) are
  * looked up with dns on base, never with a blocking call; with dns NULL a sentinel's address
- * of start-up is used and a master announced by name counts as no answer. NULL when nothing
- * could be started (cb is then never called). */
+ * of start-up is used and a master announced by name counts as no answer. With tls (rediss://)
+ * the sentinels are asked over TLS, each certificate checked for the sentinel's name as
+ * configured. NULL when nothing could be started (cb is then never called). */
 sentinel_query_t *sentinel_ask(struct event_base *base, struct evdns_base *dns,
-                               const sentinel_addr_t *sentinels, int n, int *next,
+                               struct ssl_ctx_st *tls, const sentinel_addr_t *sentinels, int n,
+                               int *next,
                                const char *master, int timeout_ms, sentinel_cb *cb, void *arg);
 
 /* Stops the query; its callback will not run. */
