@@ -43,6 +43,11 @@ int main(int argc, char **argv)
     for (int i = 0; i < cfg.workers; i++) {
         if (worker_init(&workers[i], i, &cfg) < 0) {
             log_msg(LOG_ERROR, "worker %d could not start", i);
+            /* its listeners closed too: nothing of this process is left holding the address */
+            for (int j = 0; j <= i; j++)
+                worker_cleanup(&workers[j]);
+            free(workers);
+            curl_global_cleanup();
             return 1;
         }
     }
