@@ -31,7 +31,11 @@ int main(int argc, char **argv)
         return 1;
     }
     json_object_seed(0); /* before threads: jansson seeds its hash function lazily otherwise */
-    /* Signals go to the main thread only: workers inherit this mask. */
+    /* Signals go to the main thread only: workers inherit this mask. An ignored signal is
+     * dropped even while blocked, and a shell without job control starts its background jobs
+     * with SIGINT ignored: the drain on SIGINT must not depend on who started us. */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
