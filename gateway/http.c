@@ -8,6 +8,7 @@
 #include "log.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -17,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 /* evhttp formats a Date header for every answer it sends without one (gmtime and a printf);
  * the text changes once a second, so each worker thread keeps it. */
@@ -267,9 +270,30 @@ static void on_admin_request(struct evhttp_request *req, void *arg)
     serve(arg, req, 1);
 }
 
+/* Whether another process listens on sa. SO_REUSEPORT lets any socket of the same user join
+ * a listening group, so the workers' own binds cannot tell an unrelated botgate (a second
+ * `make run`, a stale deploy) from a sibling worker: it would silently take a share of the
+ * connections. A bind without SO_REUSEPORT fails with EADDRINUSE only while something listens
+ * there (SO_REUSEADDR: the connections of an earlier run left in TIME_WAIT do not count). The
+ * first worker asks just before its own bind: two processes would have to start within the
+ * same few microseconds to both pass. */
+static int listened_elsewhere(const struct sockaddr *sa, int len)
+{
+    int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, taken;
+
+    if (fd < 0)
+        return 0; /* the bind that follows says why */
+    taken = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0 &&
+            bind(fd, sa, (socklen_t)len) < 0 && errno == EADDRINUSE;
+    close(fd);
+    return taken;
+}
+
 /* A listening socket on host:port, one per worker (SO_REUSEPORT: the kernel balances
- * accepts), disabled until the caller enables it. NULL on failure (logged). */
-static struct evconnlistener *listen_on(http_server_t *s, const char *host, int port)
+ * accepts), disabled until the caller enables it. setting names the address in messages.
+ * NULL on failure (logged). */
+static struct evconnlistener *listen_on(http_server_t *s, const char *setting, const char *host,
+                                        int port)
 {
     struct sockaddr_storage ss;
     int sslen = sizeof(ss);
@@ -285,12 +309,19 @@ static struct evconnlistener *listen_on(http_server_t *s, const char *host, int 
         log_msg(LOG_ERROR, "cannot parse listen address %s", spec);
         return NULL;
     }
+    if (s->first && listened_elsewhere((struct sockaddr *)&ss, sslen)) {
+        log_msg(LOG_ERROR,
+                "cannot listen on %s (%s): another process already listens there; stop it "
+                "or choose another address",
+                spec, setting);
+        return NULL;
+    }
     l = evconnlistener_new_bind(s->base, NULL, NULL,
                                 LEV_OPT_REUSEABLE | LEV_OPT_REUSEABLE_PORT | LEV_OPT_CLOSE_ON_FREE |
                                     LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_DISABLED,
                                 4096, (struct sockaddr *)&ss, sslen);
     if (l == NULL)
-        log_msg(LOG_ERROR, "cannot listen on %s: %s", spec,
+        log_msg(LOG_ERROR, "cannot listen on %s (%s): %s", spec, setting,
                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
     return l;
 }
@@ -311,7 +342,7 @@ static int admin_start(http_server_t *s)
     evhttp_set_default_content_type(s->admin_http, "application/json");
     evhttp_set_allowed_methods(s->admin_http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST);
     evhttp_set_gencb(s->admin_http, on_admin_request, s);
-    if ((l = listen_on(s, cfg->admin_host, cfg->admin_port)) == NULL)
+    if ((l = listen_on(s, "BOTGATE_ADMIN_LISTEN", cfg->admin_host, cfg->admin_port)) == NULL)
         return -1;
     if (evhttp_bind_listener(s->admin_http, l) == NULL) {
         evconnlistener_free(l);
@@ -345,7 +376,7 @@ int http_start(http_server_t *s)
         return -1;
     if (cfg->admin_listen[0] != '\0' && admin_start(s) < 0)
         return -1;
-    if ((l = listen_on(s, cfg->listen_host, cfg->listen_port)) == NULL)
+    if ((l = listen_on(s, "BOTGATE_LISTEN", cfg->listen_host, cfg->listen_port)) == NULL)
         return -1;
     if ((s->bound = evhttp_bind_listener(s->http, l)) == NULL) {
         evconnlistener_free(l);

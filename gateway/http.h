@@ -38,13 +38,14 @@ typedef struct http_route {
     http_where_t where;
 } http_route_t;
 
-/* One worker's server. The worker sets base, cfg, metrics and rng, registers the routes, then
- * calls http_start; http_free frees what it made. */
+/* One worker's server. The worker sets base, cfg, metrics, rng and first, registers the
+ * routes, then calls http_start; http_free frees what it made. */
 typedef struct http_server {
     struct event_base *base;
     const config_t *cfg;
     metrics_t *metrics;
     uint64_t *rng;                     /* ids of refused requests (conn.c) */
+    int first;                         /* the process's first: refuses addresses in use */
     struct evhttp *http;
     struct evhttp *admin_http;         /* BOTGATE_ADMIN_LISTEN's server, or NULL */
     struct evhttp_bound_socket *bound; /* NULL once the server stopped listening */

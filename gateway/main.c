@@ -33,7 +33,11 @@ int main(int argc, char **argv)
         return 1;
     }
     json_object_seed(0); /* before threads: jansson seeds its hash function lazily otherwise */
-    /* Signals go to the main thread only: workers inherit this mask. */
+    /* Signals go to the main thread only: workers inherit this mask. An ignored signal is
+     * dropped even while blocked, and a shell without job control starts its background jobs
+     * with SIGINT ignored: the drain on SIGINT must not depend on who started us. */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
@@ -45,6 +49,11 @@ int main(int argc, char **argv)
     for (int i = 0; i < cfg.workers; i++) {
         if (worker_init(&workers[i], i, &cfg) < 0) {
             log_msg(LOG_ERROR, "worker %d could not start", i);
+            /* its listeners closed too: nothing of this process is left holding the address */
+            for (int j = 0; j <= i; j++)
+                worker_cleanup(&workers[j]);
+            free(workers);
+            curl_global_cleanup();
             return 1;
         }
     }

@@ -317,6 +317,8 @@ int worker_init(worker_t *w, int id, const config_t *cfg)
     w->http.cfg = cfg;
     w->http.metrics = &w->metrics;
     w->http.rng = &w->env.deliver.rng;
+    /* the later workers join the listening group that the first one made */
+    w->http.first = id == 0;
     if (add_routes(w) < 0)
         return -1;
     return http_start(&w->http);

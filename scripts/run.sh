@@ -2,6 +2,15 @@
 # make run: a private redis-server under ./var (unless BOTGATE_REDIS_URL is set), the platform
 # simulator, demo data, then botgate in the foreground. Ctrl-C stops everything it started.
 set -eu
+# A shell cannot trap a signal that was ignored when it started (POSIX), and a background job of
+# a script, some supervisors and CI runners start us with SIGINT ignored: a SIGINT would then stop
+# nothing. Run again with INT, TERM and HUP at their defaults, so that the traps below take them.
+ign=$(sed -n 's/^SigIgn:[[:space:]]*//p' /proc/$$/status)
+ign=${ign#"${ign%????}"} # the low 16 bits: HUP is 1, INT 2, TERM 15
+if [ $((0x$ign & 0x4003)) -ne 0 ] && [ -z "${RUN_SH_SIGNALS_RESET:-}" ]; then
+  RUN_SH_SIGNALS_RESET=1 exec env --default-signal=HUP,INT,TERM "$0" "$@"
+fi
+unset RUN_SH_SIGNALS_RESET
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$root/build/bin
 var=$root/var
@@ -11,26 +20,32 @@ pids="" # newest first: stop() ends them in the reverse order of their start
 # In the foreground of a terminal, take it with job control: a Ctrl-C then reaches this script
 # alone, not make (which would die of it, whatever we exit with) nor the children, which get
 # process groups of their own. Without a terminal, setsid keeps the children out of the group a
-# SIGINT may be sent to. Either way each child gets exactly one signal, from stop().
+# SIGINT may be sent to (a supervisor's, `timeout -s INT`'s, CI's), and env undoes the SIGINT
+# and SIGQUIT that a shell without job control ignores for its background jobs: botgate drains
+# on SIGINT run by hand too. Either way each child gets exactly one signal, from stop().
 read -r stat < /proc/$$/stat
 set -- ${stat##*) }   # state ppid pgrp session tty tpgid ...
 [ "$3" = "$6" ] && set -m
 start() { # command...: in the background, in a process group of its own
   case $- in
     *m*) "$@" < /dev/null & ;;
-    *) setsid "$@" < /dev/null & ;;
+    *) setsid env --default-signal=INT,QUIT "$@" < /dev/null & ;;
   esac
   pids="$!${pids:+ $pids}"
 }
 stop() { # botgate first (it drains while Redis is still up), then the simulator, then Redis
-  trap - INT TERM EXIT
+  # A signal while stopping goes to the child being stopped (botgate: stop draining, answer now)
+  # instead of ending this script, which would leave the others running.
+  trap 'kill "$p" 2>/dev/null || true' INT TERM HUP
+  trap - EXIT
   for p in $pids; do
     kill "$p" 2>/dev/null || true
-    wait "$p" 2>/dev/null || true
+    while kill -0 "$p" 2>/dev/null; do wait "$p" 2>/dev/null || true; done
   done
+  trap - INT TERM HUP
 }
 trap stop EXIT
-trap 'stop; exit 0' INT TERM
+trap 'stop; exit 0' INT TERM HUP
 
 wait_file() { # path what
   i=0

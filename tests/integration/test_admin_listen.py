@@ -49,6 +49,18 @@ class AdminListener(StackTest):
         self.assertNotEqual(p.returncode, 0)
         self.assertIn(b"BOTGATE_ADMIN_LISTEN", p.stderr)
 
+    def test_admin_address_in_use_is_refused_at_start(self):
+        # a second process would otherwise join the admin listener's SO_REUSEPORT group and
+        # answer part of the health checks and scrapes
+        address = "127.0.0.1:%d" % self.admin_port
+        p = self.s.run_refused(BOTGATE_ADMIN_LISTEN=address)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn(address.encode(), p.stderr)
+        self.assertIn(b"BOTGATE_ADMIN_LISTEN", p.stderr)
+        self.assertIn(b"another process already listens", p.stderr)
+        for _ in range(20):
+            self.assertEqual(http("GET", self.admin + "/readyz").status, 200)
+
 
 if __name__ == "__main__":
     unittest.main()
