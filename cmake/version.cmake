@@ -1,9 +1,12 @@
-# Writes OUT (a C header defining BOTGATE_VERSION) at every build, from `git describe` in a git
-# checkout and from the VERSION file in a tarball; the header is rewritten only when the text
+# Writes OUT (a C header defining BOTGATE_VERSION) at every build: the environment's
+# BOTGATE_VERSION when set, else `git describe` in a git checkout, else the VERSION file; the header is rewritten only when the text
 # changes, so an unchanged version rebuilds nothing.
 file(STRINGS "${SRC}/VERSION" base LIMIT_COUNT 1)
 set(version "${base}")
-if(EXISTS "${SRC}/.git")
+if(NOT "$ENV{BOTGATE_VERSION}" STREQUAL "")
+  # a build without the checkout (the container image) is told its version from outside
+  set(version "$ENV{BOTGATE_VERSION}")
+elseif(EXISTS "${SRC}/.git")
   execute_process(COMMAND git -C "${SRC}" describe --tags --always --dirty
                   OUTPUT_VARIABLE described RESULT_VARIABLE rc ERROR_QUIET
                   OUTPUT_STRIP_TRAILING_WHITESPACE)

@@ -418,7 +418,10 @@ t=$(date +%s)
 pm build --pull=never --network=host --format docker -f deploy/Dockerfile --target build-deps \
   -t localhost/botgate-build-deps:deploy-test . >"$run/build-deps.log" 2>&1 ||
   { tail -40 "$run/build-deps.log"; fail "podman build --target build-deps"; }
-pm build --pull=never --network=host --format docker -f deploy/Dockerfile -t "$img" . >"$run/build.log" 2>&1 ||
+version=$(git describe --tags --always --dirty 2>/dev/null || true)
+if [ -n "$version" ]; then version="$(head -1 VERSION)-g$version"; else version=$(head -1 VERSION); fi
+pm build --pull=never --network=host --format docker -f deploy/Dockerfile \
+  --build-arg BOTGATE_VERSION="$version" -t "$img" . >"$run/build.log" 2>&1 ||
   { tail -40 "$run/build.log"; fail "podman build deploy/Dockerfile"; }
 pm build --pull=never --network=host --format docker -f deploy/Dockerfile --target sim -t "$simimg" . >"$run/build-sim.log" 2>&1 ||
   { tail -40 "$run/build-sim.log"; fail "podman build --target sim"; }
@@ -441,11 +444,17 @@ if cfg.get("Entrypoint") != ["/usr/local/bin/botgate"]:
     errs.append("ENTRYPOINT is not botgate")
 if "8080/tcp" not in cfg.get("ExposedPorts", {}):
     errs.append("8080 not exposed")
+labels = cfg.get("Labels") or {}
+for k in ("org.opencontainers.image.title", "org.opencontainers.image.version",
+          "org.opencontainers.image.licenses"):
+    if not labels.get(k):
+        errs.append("OCI label %s missing or empty" % k)
 for e in errs:
     print("   FAIL " + e)
 if not errs:
-    print("   image config: HEALTHCHECK %s every %ds; USER %s; STOPSIGNAL %s; ENTRYPOINT %s" % (
-        hc["Test"][0], hc["Interval"] // 10**9, cfg["User"], cfg["StopSignal"], cfg["Entrypoint"][0]))
+    print("   image config: HEALTHCHECK %s every %ds; USER %s; STOPSIGNAL %s; ENTRYPOINT %s; version %s" % (
+        hc["Test"][0], hc["Interval"] // 10**9, cfg["User"], cfg["StopSignal"], cfg["Entrypoint"][0],
+        labels.get("org.opencontainers.image.version")))
 sys.exit(1 if errs else 0)
 EOF
 
