@@ -13,7 +13,7 @@
 #include "../store/store.h"
 #include "config.h"
 #include "metrics.h"
-#include "upstream.h"
+#include "../net/upstream.h"
 
 #include <jansson.h>
 #include <stddef.h>

@@ -1,8 +1,9 @@
 /* main.c - botgate: read the configuration, start the workers, wait for a signal, drain. */
 #include "config.h"
-#include "curlmem.h"
 #include "log.h"
 #include "worker.h"
+
+#include "../net/curlmem.h"
 
 #include <curl/curl.h>
 #include <jansson.h>

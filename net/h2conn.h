@@ -1,8 +1,8 @@
 /* h2conn.h - one HTTP/2 connection to a platform over TLS, on a socket botgate holds: the TLS
  * handshake (OpenSSL), the frames (libnghttp2), many platform calls at once as its streams, each
  * call's end handed up through its own callback. */
-#ifndef BOTGATE_GATEWAY_H2CONN_H
-#define BOTGATE_GATEWAY_H2CONN_H
+#ifndef BOTGATE_NET_H2CONN_H
+#define BOTGATE_NET_H2CONN_H
 
 #include <openssl/ssl.h>
 #include <stddef.h>

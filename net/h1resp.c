@@ -4,8 +4,8 @@
  * then parsed line by line in one pass: in place when the whole head came in one feed, from
  * _head otherwise. Chunk lines and the bytes between chunks are read byte by byte, so that any
  * split of the same answer gives the same result. */
-#include "core/h1resp.h"
-#include "core/swar.h"
+#include "h1resp.h"
+#include "../core/swar.h"
 
 #include <stdlib.h>
 #include <string.h>

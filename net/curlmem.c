@@ -6,7 +6,7 @@
  * to malloc and free after one comparison. */
 #include "curlmem.h"
 
-#include "../core/fitpool.h"
+#include "fitpool.h"
 
 #include <curl/curl.h>
 #include <pthread.h>

@@ -30,9 +30,9 @@
 #include "handshake.h"
 
 #include "../core/clock.h"
-#include "../core/h1resp.h"
+#include "h1resp.h"
 #include "../core/hash.h"
-#include "../core/netguard.h"
+#include "netguard.h"
 #include "../core/numfmt.h"
 
 #include <curl/curl.h>

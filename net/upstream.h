@@ -6,8 +6,8 @@
  * never through a proxy of the environment (the guard would check the proxy's address). They must
  * not share a connection pool: a user URL on a platform's host would reuse an unchecked
  * connection. */
-#ifndef BOTGATE_GATEWAY_UPSTREAM_H
-#define BOTGATE_GATEWAY_UPSTREAM_H
+#ifndef BOTGATE_NET_UPSTREAM_H
+#define BOTGATE_NET_UPSTREAM_H
 
 #include "../adapters/adapter.h"
 

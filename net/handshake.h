@@ -1,7 +1,7 @@
 /* handshake.h - a step of a TLS client handshake on a non-blocking socket, and, when it fails,
  * what stopped it, in the words botgate's answers use. */
-#ifndef BOTGATE_GATEWAY_HANDSHAKE_H
-#define BOTGATE_GATEWAY_HANDSHAKE_H
+#ifndef BOTGATE_NET_HANDSHAKE_H
+#define BOTGATE_NET_HANDSHAKE_H
 
 #include <openssl/ssl.h>
 
