@@ -225,7 +225,7 @@ static void arm_timer(deliver_t *d, long ms, event_callback_fn cb)
 void deliver_cancel(deliver_t *d)
 {
     if (d->_xfer != NULL) {
-        upstream_cancel(d->_xfer);
+        net_cancel(d->_xfer);
         d->_xfer = NULL;
     }
     store_cancel(d->_call);
@@ -255,10 +255,34 @@ void deliver_no_retry(deliver_t *d)
     d->_auth_retried = 2;
 }
 
+/* A platform's answer as delivery reads it: the adapters' view of it (a) and what net/ told of
+ * the call. Valid during the answer's callback. */
+typedef struct call_answer {
+    adapter_answer_t a; /* status 0 when no HTTP answer arrived */
+    const char *error;  /* what went wrong, "" when nothing */
+    long long elapsed_us;
+    int not_sent;  /* 1 when the request surely never reached the platform */
+    int blocked;   /* 1 when the SSRF guard refused the address */
+    int too_large; /* 1 when the answer was longer than allowed */
+} call_answer_t;
+
+net_xfer_t *deliver_net_start(net_t *net, adapter_call_t *call, long timeout_ms, size_t max_answer,
+                              unsigned flags, net_cb *cb, void *arg)
+{
+    net_request_t req = {call->method, call->url, (const char *const *)call->headers, call->body,
+                         call->body_len, timeout_ms, max_answer, flags};
+    net_xfer_t *x;
+
+    call->body = NULL; /* net's now */
+    x = net_start(net, &req, cb, arg);
+    adapter_call_free(call);
+    return x;
+}
+
 /* Why a platform call failed: the adapter's words and, when no HTTP answer came at all, the
  * transport's (refused, timed out, a certificate refused...), which tell an operator where
  * to look. */
-static const char *failure_reason(const adapter_result_t *res, const upstream_answer_t *ans, char *buf,
+static const char *failure_reason(const adapter_result_t *res, const call_answer_t *ans, char *buf,
                        size_t size)
 {
     if (res->error[0] == '\0')
@@ -269,16 +293,28 @@ static const char *failure_reason(const adapter_result_t *res, const upstream_an
     return buf;
 }
 
-static void on_cred_answer(deliver_t *d, const upstream_answer_t *ans);
-static void on_contact_answer(deliver_t *d, const upstream_answer_t *ans);
-static void on_media_fetched(deliver_t *d, const upstream_answer_t *ans);
-static void on_upload_answer(deliver_t *d, const upstream_answer_t *ans);
-static void on_send_answer(deliver_t *d, const upstream_answer_t *ans);
+static void on_cred_answer(deliver_t *d, const call_answer_t *ans);
+static void on_contact_answer(deliver_t *d, const call_answer_t *ans);
+static void on_media_fetched(deliver_t *d, const call_answer_t *ans);
+static void on_upload_answer(deliver_t *d, const call_answer_t *ans);
+static void on_send_answer(deliver_t *d, const call_answer_t *ans);
 
 /* Every outbound answer passes here: metrics, then the phase that made the call takes it. */
-static void on_platform_answer(void *arg, const upstream_answer_t *ans)
+static void on_platform_answer(void *arg, const net_answer_t *net)
 {
     deliver_t *d = arg;
+    call_answer_t answer, *ans = &answer;
+
+    answer.a.status = net->status;
+    answer.a.body = net->body;
+    answer.a.body_len = net->body_len;
+    answer.a.retry_after = net->retry_after;
+    answer.a.content_type = net->content_type;
+    answer.error = net->error;
+    answer.elapsed_us = net->elapsed_us;
+    answer.not_sent = net->not_sent;
+    answer.blocked = net->err == NET_ERR_BLOCKED;
+    answer.too_large = net->err == NET_ERR_TOO_LARGE;
 
     d->_xfer = NULL;
     metrics_call(d->env->metrics, d->phase == DL_MEDIA_FETCH ? "media" : d->adapter->type,
@@ -303,7 +339,7 @@ static void on_platform_answer(void *arg, const upstream_answer_t *ans)
 }
 
 /* Starts c on client up and empties it; the answer goes to the phase's handler. */
-static void call_on(deliver_t *d, adapter_call_t *c, upstream_t *up, deliver_phase_t phase,
+static void call_on(deliver_t *d, adapter_call_t *c, net_t *up, deliver_phase_t phase,
                     size_t max_answer, unsigned flags)
 {
     long remaining = (long)deliver_remaining_ms(d) - DEADLINE_MARGIN_MS;
@@ -316,8 +352,8 @@ static void call_on(deliver_t *d, adapter_call_t *c, upstream_t *up, deliver_pha
     }
     d->phase = phase;
     d->platform_calls++;
-    d->_xfer = upstream_start(up, c, remaining < timeout ? remaining : timeout, max_answer, flags,
-                              on_platform_answer, d);
+    d->_xfer = deliver_net_start(up, c, remaining < timeout ? remaining : timeout, max_answer,
+                                 flags, on_platform_answer, d);
     if (d->_xfer == NULL)
         deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "could not start the platform call");
 }
@@ -399,7 +435,7 @@ static void on_cred_written(void *arg, store_status_t st, json_t *channel)
     cred_done(d);
 }
 
-static void on_cred_answer(deliver_t *d, const upstream_answer_t *ans)
+static void on_cred_answer(deliver_t *d, const call_answer_t *ans)
 {
     char buf[BG_ERROR_MSG_MAX];
     adapter_target_t t = target(d);
@@ -692,7 +728,7 @@ typedef void parse_ref_fn(const adapter_target_t *t, const adapter_answer_t *a,
 /* The answer of a call that gives a reference: 1 with res->ref set when it did; otherwise the
  * delivery went on (an expired credential: refreshed once) or failed, 0. res is cleared by the
  * caller either way. */
-static int ref_answer(deliver_t *d, const upstream_answer_t *ans, parse_ref_fn *parse,
+static int ref_answer(deliver_t *d, const call_answer_t *ans, parse_ref_fn *parse,
                       adapter_result_t *res)
 {
     char buf[BG_ERROR_MSG_MAX];
@@ -723,7 +759,7 @@ static void contact_found(deliver_t *d, const char *wa_id)
     deliver_step(d);
 }
 
-static void on_contact_answer(deliver_t *d, const upstream_answer_t *ans)
+static void on_contact_answer(deliver_t *d, const call_answer_t *ans)
 {
     adapter_result_t res;
 
@@ -771,7 +807,7 @@ static void media_found(deliver_t *d, const char *id)
     deliver_step(d);
 }
 
-static void on_upload_answer(deliver_t *d, const upstream_answer_t *ans)
+static void on_upload_answer(deliver_t *d, const call_answer_t *ans)
 {
     adapter_result_t res;
 
@@ -782,7 +818,7 @@ static void on_upload_answer(deliver_t *d, const upstream_answer_t *ans)
     adapter_result_clear(&res);
 }
 
-static void on_media_fetched(deliver_t *d, const upstream_answer_t *ans)
+static void on_media_fetched(deliver_t *d, const call_answer_t *ans)
 {
     adapter_target_t t = target(d);
     adapter_result_t res;
@@ -835,7 +871,7 @@ static void media_fetch(deliver_t *d)
         deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "out of memory");
         return;
     }
-    call_on(d, &c, d->env->up_user, DL_MEDIA_FETCH, MEDIA_MAX, UPSTREAM_FOLLOW);
+    call_on(d, &c, d->env->up_user, DL_MEDIA_FETCH, MEDIA_MAX, NET_FOLLOW);
 }
 
 static void on_media_cached(void *arg, store_status_t st, json_t *value)
@@ -1063,7 +1099,7 @@ static void on_retry_wait(evutil_socket_t fd, short what, void *arg)
     deliver_step(d); /* everything before the message call is done: it goes again */
 }
 
-static void on_send_answer(deliver_t *d, const upstream_answer_t *ans)
+static void on_send_answer(deliver_t *d, const call_answer_t *ans)
 {
     char buf[BG_ERROR_MSG_MAX];
     adapter_target_t t = target(d);
