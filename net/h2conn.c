@@ -449,9 +449,9 @@ static int field_is(const uint8_t *name, size_t len, const char *what)
 }
 
 /* nghttp2 has checked the field (names in lower case, :status three digits). */
-static int on_header(nghttp2_session *ngh, const nghttp2_frame *frame, const uint8_t *name,
-                     size_t name_len, const uint8_t *value, size_t value_len, uint8_t flags,
-                     void *arg)
+static int on_stream_field(nghttp2_session *ngh, const nghttp2_frame *frame, const uint8_t *name,
+                           size_t name_len, const uint8_t *value, size_t value_len, uint8_t flags,
+                           void *arg)
 {
     h2conn_stream_t *s = stream_of(arg, frame->hd.stream_id);
 
@@ -614,7 +614,7 @@ h2conn_t *h2conn_new(struct event_base *base, uint32_t assumed_max, h2conn_gone_
         nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
         nghttp2_session_callbacks_set_on_frame_not_send_callback(cbs, on_frame_not_send);
         nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
-        nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
+        nghttp2_session_callbacks_set_on_header_callback(cbs, on_stream_field);
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
         nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
         nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(cbs, on_invalid_frame);
