@@ -174,6 +174,7 @@ static int h2conn_deliver(h2conn_t *c)
             res.verify = c->verify;
             res.dial_err = c->dial_err;
             res.conn = c;
+            res.sent = s->out;
             s->cb(s->arg, &res);
             s->ans = res.body; /* NULL when the callback took it */
         }
@@ -797,11 +798,16 @@ int h2conn_take_socket(h2conn_t *c, SSL **ssl)
     return fd;
 }
 
-uint32_t h2conn_streams_allowed(const h2conn_t *c)
+long h2conn_streams_allowed(const h2conn_t *c)
 {
-    return c->settings ? nghttp2_session_get_remote_settings(
+    return c->settings ? (long)nghttp2_session_get_remote_settings(
                              c->ngh, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS)
-                       : 0;
+                       : -1;
+}
+
+int h2conn_allows_none(const h2conn_t *c)
+{
+    return !c->dead && !c->goaway && h2conn_streams_allowed(c) == 0;
 }
 
 int64_t h2conn_idle_since(const h2conn_t *c)

@@ -44,6 +44,8 @@ typedef struct h2conn_result {
     net_err_t dial_err; /* H2CONN_UNDIALED: the failure given to h2conn_undialed (its words
                            in error) */
     h2conn_t *conn;     /* the stream's connection (see h2conn_take_socket) */
+    int sent; /* its request may have reached the platform (its HEADERS went out), even when
+                 the platform says it did not process it (H2CONN_REFUSED) */
 } h2conn_result_t;
 
 typedef void h2conn_done_cb(void *arg, h2conn_result_t *res);
@@ -79,8 +81,12 @@ void h2conn_cancel(h2conn_stream_t *s);
  * and fewer streams than the platform allows at once (at most H2CONN_STREAMS_MAX). */
 int h2conn_takes(const h2conn_t *c);
 
-/* The streams at once the platform's SETTINGS allow on c, or 0 before they came. */
-uint32_t h2conn_streams_allowed(const h2conn_t *c);
+/* The streams at once the platform's SETTINGS allow on c, or -1 before they came. */
+long h2conn_streams_allowed(const h2conn_t *c);
+
+/* Whether c, not ending, has the platform's SETTINGS allowing no stream at all: a stream
+ * submitted anywhere else would be refused just as well. */
+int h2conn_allows_none(const h2conn_t *c);
 
 /* When c last had no stream (clock_coarse_ms), or 0 while it has some or is not yet up. */
 int64_t h2conn_idle_since(const h2conn_t *c);

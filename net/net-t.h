@@ -48,6 +48,7 @@ typedef enum net_err {
                                request: it was not sent again */
     NET_ERR_RECV,           /* reading the answer failed */
     NET_ERR_RESET,          /* the platform reset the request's HTTP/2 stream */
+    NET_ERR_REFUSED,        /* the platform refused it on every try, or allows no request */
     NET_ERR_TOO_LARGE,      /* the answer's body was longer than max_answer */
     NET_ERR_PROTOCOL,       /* the answer (or the connection) broke HTTP */
     NET_ERR_REDIRECTS,      /* more redirects than NET_FOLLOW follows */

@@ -75,6 +75,7 @@ struct net_xfer {
     int64_t started_us, deadline_us;
     int tries;
     unsigned link_reused : 1; /* the connection carried an answer before this request */
+    unsigned reached : 1;     /* a try the platform refused may have reached it all the same */
     net_xfer_t *next;         /* free list */
 };
 
@@ -228,14 +229,22 @@ static void own_answered(net_xfer_t *x, char *body, size_t len, int status, cons
     xfer_end(x, &ans);
 }
 
-/* Nothing of x reached the platform: it goes again, on another connection or stream, up to
- * OWN_TRIES times. */
+/* The platform did not process x (or, refusing it, says so): it goes again, on another
+ * connection or stream, up to OWN_TRIES tries in all. After the last one it may have reached
+ * the platform OWN_TRIES times already (a platform that refuses streams it has read): unless
+ * none of them went out, the caller is told that it may have, and must not send it again. */
 static void own_again(net_xfer_t *x, const char *error, int os_errno)
 {
-    if (++x->tries < OWN_TRIES)
+    char detail[160];
+
+    if (++x->tries < OWN_TRIES) {
         own_go(x);
-    else
+    } else if (x->reached) {
+        snprintf(detail, sizeof(detail), "%d tries, the last: %s", x->tries, error);
+        own_fail(x, NET_ERR_REFUSED, NULL, detail, os_errno, 0);
+    } else {
         own_fail(x, NET_ERR_SEND, NULL, error, os_errno, 1);
+    }
 }
 
 /* The TLS handshake failed: the certificate's problem when it was that. */
@@ -362,11 +371,11 @@ static void own_dial(net_xfer_t *x)
 static void on_h2_done(void *arg, h2conn_result_t *res)
 {
     net_xfer_t *x = arg;
-    uint32_t allowed;
+    long allowed;
     char detail[128];
 
     x->stream = NULL;
-    if ((allowed = h2conn_streams_allowed(res->conn)) != 0)
+    if ((allowed = h2conn_streams_allowed(res->conn)) >= 0)
         x->origin->h2_streams = allowed;
     switch (res->outcome) {
     case H2CONN_ANSWER:
@@ -376,6 +385,7 @@ static void on_h2_done(void *arg, h2conn_result_t *res)
         netpool_h2_fall_back(x->origin, res->conn);
         /* fall through */
     case H2CONN_REFUSED: /* not processed: safe on another stream or connection */
+        x->reached |= (unsigned)(res->sent != 0);
         own_again(x, res->error, res->os_errno);
         return;
     case H2CONN_UNDIALED:
@@ -411,8 +421,16 @@ static void h2_go(net_xfer_t *x)
     h2conn_t *c = netpool_h2_pick(o);
     int dial = 0;
 
-    if (c != NULL)
+    if (c != NULL) {
         x->stream = h2conn_submit(c, x->head, x->head_len, x->max, on_h2_done, x);
+    } else if (netpool_h2_allows_none(o)) {
+        /* a new connection would be told the same, after its streams were refused: the
+         * platform takes no request until its SETTINGS say otherwise */
+        own_fail(x, NET_ERR_REFUSED, NULL,
+                 "its HTTP/2 SETTINGS allow no stream at once (MAX_CONCURRENT_STREAMS 0)", 0,
+                 !x->reached);
+        return;
+    }
     if (x->stream == NULL) {
         /* none takes a stream, or the one that did ran out of stream numbers */
         if ((c = netpool_h2_add(o)) == NULL ||
@@ -519,6 +537,7 @@ static int own_start(net_xfer_t *x, net_request_t *req)
         return 0;
     x->origin = t->origin;
     x->tries = 0;
+    x->reached = 0;
     x->started_us = clock_mono_us();
     x->deadline_us = x->started_us + (int64_t)(req->timeout_ms > 0 ? req->timeout_ms : 1) * 1000;
     if (with_body && !t->origin->tls) {

@@ -29,6 +29,8 @@ const char *neterr_what(net_err_t err)
         return "Failure when receiving data from the peer";
     case NET_ERR_RESET:
         return "Stream error in the HTTP/2 framing layer";
+    case NET_ERR_REFUSED:
+        return "the platform refused the request";
     case NET_ERR_TOO_LARGE:
         return "Failed writing received data to disk/application";
     case NET_ERR_PROTOCOL:

@@ -106,6 +106,7 @@ static netpool_origin_t *origin_find(netpool_t *p, int tls, const char *host, si
             o->host_is_ip = 0;
     o->tls = tls;
     o->key = key;
+    o->h2_streams = -1;
     o->_pool = p;
     o->_next = p->origins;
     p->origins = o;
@@ -276,6 +277,14 @@ static void on_h2_gone(void *arg, h2conn_t *c)
     h2conn_free(c);
 }
 
+int netpool_h2_allows_none(const netpool_origin_t *o)
+{
+    for (size_t i = 0; i < o->_n_h2; i++)
+        if (h2conn_allows_none(o->_h2[i]))
+            return 1;
+    return 0;
+}
+
 void netpool_h2_close(netpool_origin_t *o, h2conn_t *c)
 {
     h2_forget(o, c);
@@ -315,7 +324,8 @@ h2conn_t *netpool_h2_add(netpool_origin_t *o)
     }
     /* a new connection sends at most as many streams as the platform allowed on the others,
      * rather than having them refused before its own SETTINGS come */
-    if ((c = h2conn_new(o->_pool->base, o->h2_streams, on_h2_gone, o)) != NULL)
+    if ((c = h2conn_new(o->_pool->base, o->h2_streams > 0 ? (uint32_t)o->h2_streams : 0, on_h2_gone,
+                        o)) != NULL)
         o->_h2[o->_n_h2++] = c;
     return c;
 }

@@ -24,7 +24,7 @@ typedef struct netpool_origin {
     int tls;
     int host_is_ip;
     SSL_SESSION *session; /* the newest TLS session its connections got (nettls_new fills it) */
-    uint32_t h2_streams;  /* streams at once its platform allowed last (0: not yet told) */
+    long h2_streams;      /* streams at once its platform allowed last (-1: not yet told) */
     int no_h2;            /* the platform chose HTTP/1.1 over TLS: no HTTP/2 to it any more */
     /* netpool.c's: */
     struct netpool_parked *_parked; /* oldest first */
@@ -67,8 +67,11 @@ h1conn_t *netpool_h1_new(netpool_origin_t *o, int fd, SSL *ssl);
  * NULL. */
 h2conn_t *netpool_h2_pick(netpool_origin_t *o);
 /* A new HTTP/2 connection of o, waiting for its socket; NULL when out of memory. It sends at
- * most o->h2_streams at once before its own SETTINGS come. */
+ * most o->h2_streams at once (when more than 0) before its own SETTINGS come. */
 h2conn_t *netpool_h2_add(netpool_origin_t *o);
+/* Whether a live HTTP/2 connection of o has its platform allowing no stream at all: a new
+ * connection would be told the same, after its streams were refused. */
+int netpool_h2_allows_none(const netpool_origin_t *o);
 /* Closes c, a connection of o, at once. */
 void netpool_h2_close(netpool_origin_t *o, h2conn_t *c);
 /* The platform chose HTTP/1.1 in c's handshake: its TLS connection, made and good, is parked
