@@ -303,18 +303,11 @@ static void on_send_answer(deliver_t *d, const call_answer_t *ans);
 static void on_platform_answer(void *arg, const net_answer_t *net)
 {
     deliver_t *d = arg;
-    call_answer_t answer, *ans = &answer;
-
-    answer.a.status = net->status;
-    answer.a.body = net->body;
-    answer.a.body_len = net->body_len;
-    answer.a.retry_after = net->retry_after;
-    answer.a.content_type = net->content_type;
-    answer.error = net->error;
-    answer.elapsed_us = net->elapsed_us;
-    answer.not_sent = net->not_sent;
-    answer.blocked = net->err == NET_ERR_BLOCKED;
-    answer.too_large = net->err == NET_ERR_TOO_LARGE;
+    call_answer_t answer = {{net->status, net->body, net->body_len, net->retry_after,
+                             net->content_type},
+                            net->error, net->elapsed_us, net->not_sent,
+                            net->err == NET_ERR_BLOCKED, net->err == NET_ERR_TOO_LARGE};
+    const call_answer_t *ans = &answer;
 
     d->_xfer = NULL;
     metrics_call(d->env->metrics, d->phase == DL_MEDIA_FETCH ? "media" : d->adapter->type,
