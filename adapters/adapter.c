@@ -332,25 +332,113 @@ const char *adapter_response_str(const adapter_ops_t *ops, const json_t *respons
     return s != NULL && *s != '\0' ? s : NULL;
 }
 
-int adapter_retry_after(const char *value)
+/* Days from 1970-01-01 to the proleptic Gregorian date y-m-d (m 1..12). */
+static int64_t days_from_civil(int64_t y, int m, int d)
 {
-    long v = 0;
+    int64_t era, yoe, doy;
+
+    y -= m <= 2;
+    era = (y >= 0 ? y : y - 399) / 400;
+    yoe = y - era * 400;
+    doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    return era * 146097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719468;
+}
+
+static int month_number(const char *name)
+{
+    static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
+
+    for (int i = 0; i < 12; i++)
+        if (strlen(name) == 3 && memcmp(name, months + 3 * i, 3) == 0)
+            return i + 1;
+    return 0;
+}
+
+static int only_space_from(const char *p)
+{
+    while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
+        p++;
+    return *p == '\0';
+}
+
+/* The year of an RFC 850 date's two digits: one more than 50 years ahead of now is the latest
+ * past year with those digits (RFC 9110 5.6.7). */
+static int full_year(int yy, int64_t now_ms)
+{
+    int now_year = 1970 + (int)((double)now_ms / (86400000.0 * 365.2425));
+    int y = now_year - now_year % 100 + yy;
+
+    return y > now_year + 50 ? y - 100 : y;
+}
+
+/* An HTTP-date (RFC 9110 5.6.7: IMF-fixdate, and the obsolete RFC 850 and asctime forms that a
+ * recipient must accept too) in epoch ms; -1 when it is none of them. */
+static int64_t http_date_ms(const char *s, int64_t now_ms)
+{
+    char wday[10], mon[4];
+    int d, y, h, m, sec, n = 0, month;
+
+    /* Sun, 06 Nov 1994 08:49:37 GMT */
+    if (sscanf(s, " %3[A-Za-z], %2d %3[A-Za-z] %4d %2d:%2d:%2d GMT%n", wday, &d, mon, &y, &h, &m,
+               &sec, &n) != 7 ||
+        n == 0) {
+        n = 0;
+        /* Sunday, 06-Nov-94 08:49:37 GMT, else Sun Nov  6 08:49:37 1994 */
+        if (sscanf(s, " %9[A-Za-z], %2d-%3[A-Za-z]-%2d %2d:%2d:%2d GMT%n", wday, &d, mon, &y, &h,
+                   &m, &sec, &n) == 7 &&
+            n > 0)
+            y = full_year(y, now_ms);
+        else if (n = 0, sscanf(s, " %3[A-Za-z] %3[A-Za-z] %2d %2d:%2d:%2d %4d%n", wday, mon, &d, &h,
+                               &m, &sec, &y, &n) != 7 ||
+                            n == 0)
+            return -1;
+    }
+    month = month_number(mon);
+    if (!only_space_from(s + n) || month == 0 || d < 1 || d > 31 || h < 0 || h > 23 || m < 0 ||
+        m > 59 || sec < 0 || sec > 60 || y < 1970)
+        return -1;
+    return ((days_from_civil(y, month, d) * 24 + h) * 60 + m) * 60000 + (int64_t)sec * 1000;
+}
+
+int adapter_retry_after(const char *value, int64_t now_ms)
+{
+    int64_t v = 0, at;
     const char *p = value;
 
     if (p == NULL)
         return -1;
     while (*p == ' ' || *p == '\t')
         p++;
-    if (*p < '0' || *p > '9')
-        return -1;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        v = v * 10 + (*p - '0');
-        if (v > INT_MAX)
+    if (*p >= '0' && *p <= '9') {
+        /* delta-seconds; past the cap only the cap counts, so no number is too long */
+        for (; *p >= '0' && *p <= '9'; p++)
+            if ((v = v * 10 + (*p - '0')) > ADAPTER_RETRY_AFTER_MAX_S)
+                v = ADAPTER_RETRY_AFTER_MAX_S + 1;
+        if (!only_space_from(p))
             return -1;
+        return v > ADAPTER_RETRY_AFTER_MAX_S ? ADAPTER_RETRY_AFTER_MAX_S : (int)v;
     }
-    while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
-        p++;
-    return *p == '\0' ? (int)v : -1;
+    if (now_ms <= 0 || (at = http_date_ms(p, now_ms)) < 0)
+        return -1;
+    if (at <= now_ms)
+        return 0;
+    /* whole seconds, rounded up: never earlier than the platform said */
+    if (at - now_ms > (int64_t)ADAPTER_RETRY_AFTER_MAX_S * 1000)
+        return ADAPTER_RETRY_AFTER_MAX_S;
+    return (int)((at - now_ms + 999) / 1000);
+}
+
+void adapter_rate_wait(const adapter_target_t *t, const adapter_answer_t *a, adapter_result_t *res)
+{
+    if (res->status == ADAPTER_RATE_LIMITED && res->retry_after_s < 0)
+        res->retry_after_s = adapter_retry_after(a->retry_after, t->now_ms);
+}
+
+void adapter_parse_send(const adapter_ops_t *ops, const adapter_target_t *t,
+                        const adapter_answer_t *a, adapter_result_t *res)
+{
+    ops->parse_send(t, a, res);
+    adapter_rate_wait(t, a, res);
 }
 
 adapter_status_t adapter_code_status(const adapter_code_t *table, long code, adapter_status_t dflt)

@@ -63,6 +63,9 @@ typedef struct adapter_result {
     json_t *meta;                    /* owned: the platform's own meta object, or NULL */
     long platform_code;              /* the platform's error code, 0 when none */
     int retry_after_s;               /* for ADAPTER_RATE_LIMITED; -1 when unknown */
+    int rate_recipient;              /* for ADAPTER_RATE_LIMITED: 1 when the limit that refused
+                                      * is the recipient's (the conversation, the pair), not the
+                                      * sender's: only that one is paused */
     char error[ADAPTER_ERROR_MAX];   /* short reason for a failure, never a secret */
 } adapter_result_t;
 
@@ -174,8 +177,21 @@ unsigned adapter_response_kind(const adapter_ops_t *ops, const json_t *response,
 /* A non-empty string field of a response; NULL with res filled (REJECTED) when missing. */
 const char *adapter_response_str(const adapter_ops_t *ops, const json_t *response, const char *key,
                                  adapter_result_t *res);
-/* A Retry-After value in whole seconds; -1 when absent or not a plain number of seconds. */
-int adapter_retry_after(const char *value);
+/* The longest wait a platform's Retry-After may ask for: contract.md section 8's longest pause.
+ * A platform that asks for more (a Slack 429 once said 2147483647) gets this. */
+#define ADAPTER_RETRY_AFTER_MAX_S 60
+/* A Retry-After value (RFC 9110 10.2.3) in whole seconds from now_ms, at most
+ * ADAPTER_RETRY_AFTER_MAX_S: delta-seconds, or an HTTP-date in any of its three forms (a date
+ * already past is 0). -1 when absent or unreadable, and for a date when now_ms is 0 (no clock). */
+int adapter_retry_after(const char *value, int64_t now_ms);
+/* What every answer parser does last: a rate-limit result takes the answer's Retry-After, unless
+ * the platform's own parser read it already. */
+void adapter_rate_wait(const adapter_target_t *t, const adapter_answer_t *a,
+                       adapter_result_t *res);
+/* ops->parse_send, then adapter_rate_wait: how the gateway reads a message call's answer, so
+ * that no platform can forget the header. */
+void adapter_parse_send(const adapter_ops_t *ops, const adapter_target_t *t,
+                        const adapter_answer_t *a, adapter_result_t *res);
 
 /* A platform error code and what it means; tables end with a code of 0. */
 typedef struct adapter_code {

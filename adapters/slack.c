@@ -3,6 +3,11 @@
 
 #include <string.h>
 
+/* The longest Retry-After that chat.postMessage's limit of about one message a second per
+ * conversation asks for: Slack answers that limit and the app's per-workspace limits (counted
+ * per minute) alike, HTTP 429 "ratelimited", and tells them apart only by the wait. */
+#define CONVERSATION_WAIT_MAX_S 1
+
 static const char *const secrets[] = {
     "botAccessToken", "accessToken", "appAccessToken", "signingSecret", "webhookToken",
     "token",          NULL};
@@ -52,6 +57,16 @@ static int slack_build_send(const adapter_target_t *t, const json_t *response, c
     return 0;
 }
 
+/* A rate-limit answer: the wait it asks for, and whose limit it was. A short wait is the
+ * conversation's (only it is paused: the bot's other conversations go on); a longer one, or none
+ * (the workspace's message limit says none), is the bot's. */
+static void slack_rate_limited(const adapter_target_t *t, const adapter_answer_t *a,
+                               adapter_result_t *res)
+{
+    res->retry_after_s = adapter_retry_after(a->retry_after, t->now_ms);
+    res->rate_recipient = res->retry_after_s >= 0 && res->retry_after_s <= CONVERSATION_WAIT_MAX_S;
+}
+
 static void slack_error(const adapter_target_t *t, const adapter_answer_t *a, const char *name,
                         adapter_result_t *res)
 {
@@ -64,7 +79,7 @@ static void slack_error(const adapter_target_t *t, const adapter_answer_t *a, co
     adapter_copy_masked(text, sizeof(text), name ? name : "unknown error", t->info, secrets);
     adapter_fail(res, st, "slack: %s", text);
     if (st == ADAPTER_RATE_LIMITED)
-        res->retry_after_s = adapter_retry_after(a->retry_after);
+        slack_rate_limited(t, a, res);
 }
 
 static void slack_parse_send(const adapter_target_t *t, const adapter_answer_t *a,
@@ -78,7 +93,7 @@ static void slack_parse_send(const adapter_target_t *t, const adapter_answer_t *
         adapter_fail(res, ADAPTER_SERVER_ERROR, "slack: no answer");
     } else if (a->status == 429) {
         adapter_fail(res, ADAPTER_RATE_LIMITED, "slack: rate limited (HTTP 429)");
-        res->retry_after_s = adapter_retry_after(a->retry_after);
+        slack_rate_limited(t, a, res);
     } else if (json_is_true(ok) && a->status >= 200 && a->status < 300) {
         res->status = ADAPTER_OK;
         adapter_copy(res->message_id, sizeof(res->message_id),

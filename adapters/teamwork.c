@@ -88,8 +88,6 @@ static void tw_parse_send(const adapter_target_t *t, const adapter_answer_t *a,
     else
         snprintf(text, sizeof(text), "HTTP %ld", a->status);
     adapter_fail(res, st, "teamwork: %s", text);
-    if (st == ADAPTER_RATE_LIMITED)
-        res->retry_after_s = adapter_retry_after(a->retry_after);
     json_decref(j);
 }
 

@@ -104,6 +104,8 @@ static void wc_error(const adapter_target_t *t, const adapter_answer_t *a,
     adapter_fail(res, st, "whatsapp-cloud: %s%s%s (code %ld)", text, *details ? ": " : "", details,
                  ge->code);
     res->platform_code = ge->code;
+    /* too many messages to one user: the pair's limit, not the number's */
+    res->rate_recipient = st == ADAPTER_RATE_LIMITED && ge->code == 131056;
 }
 
 static void wc_parse_send(const adapter_target_t *t, const adapter_answer_t *a,

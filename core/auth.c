@@ -83,6 +83,21 @@ unsigned auth_scope_bit(const char *name)
     return 0;
 }
 
+/* ':' is refused although the record names no longer need it (store_key_idem encodes the
+ * app): an app id is a name other systems build keys and logs from, and one with ':' or a
+ * control character in it is a mistake or an attack on such a system. */
+int auth_app_valid(const char *app)
+{
+    size_t n = 0;
+
+    if (app == NULL)
+        return 0;
+    for (; app[n] != '\0'; n++)
+        if (app[n] == ':' || (unsigned char)app[n] < 0x20 || app[n] == 0x7f || n >= AUTH_APP_MAX)
+            return 0;
+    return n > 0;
+}
+
 int auth_token_decode(const json_t *root, auth_token_t *out)
 {
     json_t *v;
@@ -92,8 +107,10 @@ int auth_token_decode(const json_t *root, auth_token_t *out)
     memset(out, 0, sizeof(*out));
     if (!json_is_object(root))
         goto fail;
-    app = json_string_value(json_object_get(root, "app"));
-    if (app == NULL || *app == '\0' || strlen(app) > AUTH_APP_MAX)
+    v = json_object_get(root, "app");
+    app = json_string_value(v);
+    /* a NUL inside would end the id early: "A\u0000x" would act as app "A" */
+    if (!auth_app_valid(app) || json_string_length(v) != strlen(app))
         goto fail;
     out->record = json_incref((json_t *)root);
     out->app = app;

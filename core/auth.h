@@ -41,7 +41,11 @@ void auth_hash_parts(const char *a, size_t alen, const char *b, size_t blen,
 /* The scope bit of a scope name, 0 when unknown. */
 unsigned auth_scope_bit(const char *name);
 
-/* Decodes a token record; -1 when it is not a valid record. */
+/* 1 when app is a usable app id: 1-AUTH_APP_MAX bytes, no ':' and no control character.
+ * botgatectl writes only such ids; a token record holding another is not a valid record. */
+int auth_app_valid(const char *app);
+
+/* Decodes a token record; -1 when it is not a valid record (its app id included). */
 int auth_token_decode(const json_t *record, auth_token_t *out);
 void auth_token_free(auth_token_t *t);
 

@@ -305,7 +305,8 @@ static int script_continue(node_run_t *run, node_need_t *need)
  * script_continue. */
 static int script_start(node_run_t *run, const json_t *code, const char *name, node_need_t *need)
 {
-    script_limits_t limits = {SCRIPT_MAX_INSTRUCTIONS_DEFAULT, SCRIPT_MAX_MEMORY_KB_DEFAULT};
+    script_limits_t limits = {SCRIPT_MAX_INSTRUCTIONS_DEFAULT, SCRIPT_MAX_MEMORY_KB_DEFAULT, 0,
+                              NULL};
     script_t *own = NULL;
     const script_t *s;
     bg_error_t e;

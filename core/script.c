@@ -3,6 +3,7 @@
 #include "script.h"
 
 #include "member.h"
+#include "script_lib.h"
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -15,16 +16,20 @@
 #include <string.h>
 #include <strings.h>
 
-#define HOOK_PERIOD   1000 /* instructions between two calls of the count hook */
+#define HOOK_PERIOD   250 /* instructions between two calls of the count hook */
 #define JSON_DEPTH    64   /* nesting of tables converted to or from JSON */
 #define ANSWER_FIELDS 5    /* status, body, json, contentType, error */
 /* Work a C function does without running VM instructions is charged to the instruction cap
  * through what it allocates: one instruction per this many bytes (a loop that copies a large
  * string a million times is stopped like a loop of a million instructions). */
 #define ALLOC_BYTES_PER_INSTRUCTION 64
-/* string.find/match/gmatch/gsub refuse a call whose worst-case matching work (backtracking
- * included) exceeds this many times the instruction cap: the matcher runs no hook. */
-#define PATTERN_WORK_PER_INSTRUCTION 100
+/* A single library call may be charged at most this many units per ms of the time limit, so
+ * that no call the hook cannot interrupt runs past the limit: 10 ns a unit, more than any
+ * charged unit costs (bench/README.md); the clock is read again when the call returns. */
+#define UNITS_PER_MS 100000
+/* An allocation at least this large reads the clock (string building in C counts no
+ * instruction between two hooks). */
+#define CLOCK_ALLOC_BYTES 4096
 /* Converting a table to JSON (its text, or json_t outside the memory cap): at most this many
  * values and string bytes per KiB of the memory cap, so that a table that refers to the same
  * subtable or string many times cannot expand without bound. */
@@ -49,8 +54,12 @@ struct script_run {
     lua_State *co;
     size_t mem_used, mem_cap; /* bytes; mem_cap SIZE_MAX once the script has ended */
     size_t mem_limit_kb;      /* the cap as configured */
+    size_t mem_base;          /* bytes of the state once set up */
     long instructions, max_instructions;
-    int over_memory, over_instructions;
+    int64_t (*clock_us)(void); /* NULL: no time limit */
+    int64_t max_us, used_us;   /* time limit; time spent in resumes before this one */
+    int64_t resumed_at;        /* clock when the running resume started; 0 outside one */
+    int over_memory, over_instructions, over_time;
     int done;             /* ended: err says how, or result and ops hold what it did */
     int self_ref;         /* the self table in the registry */
     const void *array_mt; /* ARRAY_MT, compared by address */
@@ -73,7 +82,26 @@ struct script_run {
     bg_error_t err; /* a failure found in a protected call */
 };
 
-/* ---- the allocator and the hook: the two caps ---- */
+/* ---- the allocator and the hook: the three caps ---- */
+
+static void count_hook(lua_State *L, lua_Debug *ar);
+
+/* 1 when the running resume has passed the time limit (over_time set). */
+static int time_over(script_run_t *run)
+{
+    if (run->clock_us != NULL && run->resumed_at != 0 &&
+        run->used_us + (run->clock_us() - run->resumed_at) > run->max_us)
+        run->over_time = 1;
+    return run->over_time;
+}
+
+/* A cap is passed: the hook raises at the next instruction and at every one after, so that no
+ * pcall can keep the script alive (the chunk's own level is never protected). */
+static void arm_hook(script_run_t *run)
+{
+    if (run->co != NULL)
+        lua_sethook(run->co, count_hook, LUA_MASKCOUNT, 1);
+}
 
 static void *cap_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 {
@@ -87,12 +115,15 @@ static void *cap_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
     }
     if (nsize > old && nsize - old > run->mem_cap - run->mem_used) {
         run->over_memory = 1;
+        arm_hook(run);
         return NULL;
     }
     if (nsize > old) {
         run->instructions += (long)((nsize - old) / ALLOC_BYTES_PER_INSTRUCTION);
-        if (run->instructions > run->max_instructions) {
+        if (run->instructions > run->max_instructions)
             run->over_instructions = 1;
+        if (run->over_instructions || (nsize - old >= CLOCK_ALLOC_BYTES && time_over(run))) {
+            arm_hook(run);
             return NULL;
         }
     }
@@ -110,8 +141,19 @@ static script_run_t *run_of(lua_State *L)
     return ud;
 }
 
-/* Counts instructions; past a cap, raises on every instruction from then on, so that no
- * pcall can keep the script alive: the chunk's own level is never protected. */
+/* Pushes what the cap that was passed says. */
+static void push_over(lua_State *L, const script_run_t *run)
+{
+    if (run->over_memory)
+        lua_pushfstring(L, "memory limit exceeded (%I KiB)", (lua_Integer)run->mem_limit_kb);
+    else if (run->over_instructions)
+        lua_pushfstring(L, "instruction limit exceeded (%I)", (lua_Integer)run->max_instructions);
+    else
+        lua_pushfstring(L, "time limit exceeded (%I ms)", (lua_Integer)(run->max_us / 1000));
+}
+
+/* Counts instructions and reads the clock; past a cap, raises (and arms itself to raise on
+ * every instruction from then on). */
 static void count_hook(lua_State *L, lua_Debug *ar)
 {
     script_run_t *run = run_of(L);
@@ -119,17 +161,48 @@ static void count_hook(lua_State *L, lua_Debug *ar)
     run->instructions += HOOK_PERIOD;
     if (run->instructions > run->max_instructions)
         run->over_instructions = 1;
-    if (!run->over_instructions && !run->over_memory)
+    if (!run->over_instructions && !run->over_memory && !time_over(run))
         return;
     lua_sethook(L, count_hook, LUA_MASKCOUNT, 1);
     lua_getinfo(L, "Sl", ar); /* the running function: luaL_where does not see it here */
-    if (run->over_instructions)
-        lua_pushfstring(L, "%s:%d: instruction limit exceeded (%I)", ar->short_src, ar->currentline,
-                        (lua_Integer)run->max_instructions);
-    else
-        lua_pushfstring(L, "%s:%d: memory limit exceeded (%I KiB)", ar->short_src, ar->currentline,
-                        (lua_Integer)(run->mem_cap / 1024));
+    lua_pushfstring(L, "%s:%d: ", ar->short_src, ar->currentline);
+    push_over(L, run);
+    lua_concat(L, 2);
     lua_error(L);
+}
+
+void script_charge(lua_State *L, double units)
+{
+    script_run_t *run = run_of(L);
+
+    if (units > (double)(run->max_instructions - run->instructions))
+        run->over_instructions = 1;
+    else
+        run->instructions += (long)units;
+    if (run->clock_us != NULL && units > (double)run->max_us / 1000 * UNITS_PER_MS)
+        run->over_time = 1;
+    if (!run->over_instructions && !run->over_memory && !time_over(run))
+        return;
+    lua_sethook(L, count_hook, LUA_MASKCOUNT, 1);
+    luaL_where(L, 1);
+    push_over(L, run);
+    lua_concat(L, 2);
+    lua_error(L);
+}
+
+double script_budget(lua_State *L)
+{
+    const script_run_t *run = run_of(L);
+    double left = (double)(run->max_instructions - run->instructions);
+
+    if (run->clock_us != NULL && left > (double)run->max_us / 1000 * UNITS_PER_MS)
+        left = (double)run->max_us / 1000 * UNITS_PER_MS;
+    return left;
+}
+
+size_t script_mem_limit(lua_State *L)
+{
+    return run_of(L)->mem_limit_kb * 1024;
 }
 
 /* ---- JSON <-> Lua ---- */
@@ -589,152 +662,6 @@ static int http_request_lua(lua_State *L)
     return lua_yieldk(L, 0, 0, http_answer_k);
 }
 
-/* ---- library functions whose C loops run no hook ---- */
-
-/* Past the set that starts at p[i] ('['), as Lua's matcher reads it. */
-static size_t skip_set(const char *p, size_t plen, size_t i)
-{
-    i++;
-    if (i < plen && p[i] == '^')
-        i++;
-    do {
-        if (i >= plen)
-            return plen;
-        if (p[i++] == '%' && i < plen)
-            i++;
-    } while (i < plen && p[i] != ']');
-    return i + 1;
-}
-
-/* An upper bound of the steps Lua's matcher may take for pattern p over a subject of n bytes:
- * each start position times the pattern's length times (n + 1) for every item that may repeat
- * or scan (*, +, -, %b). plain: a literal search. */
-static double pattern_work(const char *p, size_t plen, size_t n, int plain)
-{
-    double starts = (double)n + 1, per_start = (double)(plen > 0 ? plen : 1);
-    size_t i = 0;
-
-    if (plain)
-        return starts * per_start;
-    if (plen > 0 && p[0] == '^') {
-        starts = 1;
-        i = 1;
-    }
-    while (i < plen) {
-        char ch = p[i++];
-        if (ch == '%' && i < plen) {
-            char k = p[i++];
-            if (k == 'b') {
-                i += 2;
-                per_start *= (double)n + 1;
-            } else if (k == 'f' && i < plen && p[i] == '[') {
-                i = skip_set(p, plen, i);
-            }
-        } else if (ch == '[') {
-            i = skip_set(p, plen, i - 1);
-        }
-        if (i < plen && (p[i] == '*' || p[i] == '+' || p[i] == '-')) {
-            per_start *= (double)n + 1;
-            i++;
-        } else if (i < plen && p[i] == '?') {
-            per_start *= 2;
-            i++;
-        }
-    }
-    return starts * per_start;
-}
-
-/* string.find/match/gmatch/gsub (upvalue 1; upvalue 2 true for find): refused when the
- * worst case of the match is over PATTERN_WORK_PER_INSTRUCTION x the instruction cap. */
-static int guarded_match(lua_State *L)
-{
-    script_run_t *run = run_of(L);
-    double limit = (double)run->max_instructions * PATTERN_WORK_PER_INSTRUCTION;
-    size_t n, plen;
-    const char *p;
-    int plain;
-
-    luaL_checklstring(L, 1, &n);
-    p = luaL_checklstring(L, 2, &plen);
-    plain = lua_toboolean(L, lua_upvalueindex(2)) && lua_toboolean(L, 4);
-    if (pattern_work(p, plen, n, plain) > limit)
-        return luaL_error(L,
-                          "pattern too costly: its worst case on a subject of %I bytes is over "
-                          "%I steps",
-                          (lua_Integer)n, (lua_Integer)limit);
-    lua_pushvalue(L, lua_upvalueindex(1));
-    lua_insert(L, 1);
-    lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
-    return lua_gettop(L);
-}
-
-/* string.rep (upvalue 1): an empty string repeated n times loops n times without
- * allocating, so the allocator would never see it. */
-static int guarded_rep(lua_State *L)
-{
-    size_t l, lsep = 0;
-
-    luaL_checklstring(L, 1, &l);
-    luaL_optlstring(L, 3, "", &lsep);
-    if (luaL_checkinteger(L, 2) <= 0 || l + lsep == 0) {
-        lua_pushliteral(L, "");
-        return 1;
-    }
-    lua_pushvalue(L, lua_upvalueindex(1));
-    lua_insert(L, 1);
-    lua_call(L, lua_gettop(L) - 1, 1);
-    return 1;
-}
-
-/* table.move (upvalue 1): at most as many elements as the memory cap could hold, since moving
- * nils allocates nothing. */
-static int guarded_move(lua_State *L)
-{
-    script_run_t *run = run_of(L);
-    lua_Integer f = luaL_checkinteger(L, 2), e = luaL_checkinteger(L, 3);
-    lua_Unsigned most = (lua_Unsigned)run->mem_limit_kb * 1024 / sizeof(lua_Number);
-
-    if (e >= f && (lua_Unsigned)e - (lua_Unsigned)f >= most)
-        return luaL_error(L, "table.move: more than %I elements", (lua_Integer)most);
-    lua_pushvalue(L, lua_upvalueindex(1));
-    lua_insert(L, 1);
-    lua_call(L, lua_gettop(L) - 1, 1);
-    return 1;
-}
-
-/* setmetatable (upvalue 1) without __gc: a finalizer may run when the state is closed, where
- * no hook counts its instructions. */
-static int guarded_setmetatable(lua_State *L)
-{
-    if (lua_type(L, 2) == LUA_TTABLE) {
-        lua_pushliteral(L, "__gc");
-        if (lua_rawget(L, 2) != LUA_TNIL)
-            return luaL_error(L, "setmetatable: __gc is not available in node code");
-        lua_pop(L, 1);
-    }
-    lua_pushvalue(L, lua_upvalueindex(1));
-    lua_insert(L, 1);
-    lua_call(L, lua_gettop(L) - 1, 1);
-    return 1;
-}
-
-/* Replaces t.name (t the table on top of the stack) by f, with the original as upvalue 1 and
- * flag as upvalue 2. */
-static void wrap(lua_State *L, const char *name, lua_CFunction f, int flag)
-{
-    lua_getfield(L, -1, name);
-    lua_pushboolean(L, flag);
-    lua_pushcclosure(L, f, 2);
-    lua_setfield(L, -2, name);
-}
-
-static int open_table(lua_State *L)
-{
-    luaopen_table(L);
-    wrap(L, "move", guarded_move, 0);
-    return 1;
-}
-
 static int open_json(lua_State *L)
 {
     static const luaL_Reg fns[] = {{"encode", json_encode_lua},
@@ -758,9 +685,9 @@ static int open_http(lua_State *L)
 
 /* The libraries made on first use: most scripts need few of them, and making one costs
  * thousands of instructions (math's random seeding most). */
-static const luaL_Reg LAZY_LIBS[] = {{LUA_TABLIBNAME, open_table},
-                                     {LUA_MATHLIBNAME, luaopen_math},
-                                     {LUA_UTF8LIBNAME, luaopen_utf8},
+static const luaL_Reg LAZY_LIBS[] = {{LUA_TABLIBNAME, script_open_table},
+                                     {LUA_MATHLIBNAME, script_open_math},
+                                     {LUA_UTF8LIBNAME, script_open_utf8},
                                      {"json", open_json},
                                      {"http", open_http}};
 
@@ -840,17 +767,8 @@ static int setup_cf(lua_State *L)
         lua_pushnil(L);
         lua_setglobal(L, REMOVED_GLOBALS[i]);
     }
-    lua_getglobal(L, LUA_STRLIBNAME);
-    lua_pushnil(L);
-    lua_setfield(L, -2, "dump");
-    wrap(L, "find", guarded_match, 1);
-    wrap(L, "match", guarded_match, 0);
-    wrap(L, "gmatch", guarded_match, 0);
-    wrap(L, "gsub", guarded_match, 0);
-    wrap(L, "rep", guarded_rep, 0);
-    lua_pop(L, 1);
+    script_lib_guard(L);
     lua_pushglobaltable(L);
-    wrap(L, "setmetatable", guarded_setmetatable, 0);
     lua_createtable(L, 0, 2); /* the globals' metatable: the lazy libraries */
     lua_pushcfunction(L, lazy_global);
     lua_setfield(L, -2, "__index");
@@ -888,6 +806,7 @@ static int setup_cf(lua_State *L)
     lua_xmove(L, run->co, 1);
     lua_sethook(run->co, count_hook, LUA_MASKCOUNT, HOOK_PERIOD);
     lua_gc(L, LUA_GCRESTART);
+    run->mem_base = run->mem_used;
     return 0;
 }
 
@@ -901,6 +820,10 @@ script_run_t *script_run_new(const script_t *s, script_limits_t limits, const js
     run->mem_limit_kb = (size_t)(limits.max_memory_kb > 0 ? limits.max_memory_kb : 1);
     run->mem_cap = run->mem_limit_kb * 1024;
     run->max_instructions = limits.max_instructions > 0 ? limits.max_instructions : 1;
+    if (limits.clock_us != NULL && limits.max_ms > 0) {
+        run->clock_us = limits.clock_us;
+        run->max_us = (int64_t)limits.max_ms * 1000;
+    }
     run->original = json_is_object(member) ? json_incref((json_t *)member) : json_object();
     run->L = lua_newstate(cap_alloc, run);
     if (run->original == NULL) {
@@ -1121,7 +1044,9 @@ static int member_unchanged(const json_t *old, const json_t *now)
     return 1;
 }
 
-static json_t *member_ops(const json_t *old, const json_t *now, bg_error_t *err)
+/* The member ops from old to now; *after gets old with them applied (new reference) when
+ * there are some. */
+static json_t *member_ops(const json_t *old, const json_t *now, json_t **after, bg_error_t *err)
 {
     const char *const *fields = MEMBER_FIELDS;
     const json_t *old_bot = json_object_get(old, "botMeta"), *now_bot;
@@ -1160,12 +1085,37 @@ static json_t *member_ops(const json_t *old, const json_t *now, bg_error_t *err)
         rc = add_set(ops, scratch, path, json_object_get(now, fields[i]), err);
     }
 out:
-    json_decref(scratch);
+    if (rc < 0 || json_array_size(ops) == 0) {
+        json_decref(scratch);
+    } else {
+        *after = scratch;
+    }
     if (rc < 0) {
         json_decref(ops);
         return NULL;
     }
     return ops;
+}
+
+/* 1 when a run can load member as self.member within its memory cap: built into a state of
+ * its own, as the next run would, next to what a run holds once set up. What a run writes back
+ * is bounded so (not by its JSON text: a table that refers to one string many times is small
+ * in Lua and large once written, and would fail every later run that reads it). */
+static int member_fits(const script_run_t *run, const json_t *member)
+{
+    script_run_t probe = {0}; /* only the allocator's fields: no hook, no clock */
+    size_t cap = run->mem_limit_kb * 1024;
+    lua_State *L;
+    int ok;
+
+    probe.mem_cap = SIZE_MAX;
+    probe.max_instructions = LONG_MAX;
+    if ((L = lua_newstate(cap_alloc, &probe)) == NULL)
+        return 0;
+    probe.mem_cap = cap > run->mem_base ? probe.mem_used + (cap - run->mem_base) : probe.mem_used;
+    ok = call_protected(L, push_json_cf, member) == LUA_OK;
+    lua_close(L);
+    return ok;
 }
 
 typedef struct finish_arg {
@@ -1214,18 +1164,27 @@ static script_status_t run_failed(script_run_t *run, int status)
 
     if (run->err.code != BG_OK) {
         /* set by setup or the member check */
-    } else if (run->over_memory && (status == LUA_ERRMEM || status == LUA_OK)) {
+    } else if (run->over_memory &&
+               (status == LUA_ERRMEM || status == LUA_OK || status == LUA_YIELD)) {
         where[0] = '\0';
         if (run->co != NULL)
             where_stopped(run->co, where, sizeof(where));
         bg_error_set(&run->err, BG_ERR_SCRIPT, "%smemory limit exceeded (%ld KiB)", where,
                      (long)(run->mem_cap / 1024));
-    } else if (run->over_instructions && (status == LUA_OK || status == LUA_ERRMEM)) {
+    } else if (run->over_instructions &&
+               (status == LUA_OK || status == LUA_ERRMEM || status == LUA_YIELD)) {
         where[0] = '\0';
         if (run->co != NULL)
             where_stopped(run->co, where, sizeof(where));
         bg_error_set(&run->err, BG_ERR_SCRIPT, "%sinstruction limit exceeded (%ld)", where,
                      run->max_instructions);
+    } else if (run->over_time &&
+               (status == LUA_OK || status == LUA_ERRMEM || status == LUA_YIELD)) {
+        where[0] = '\0';
+        if (run->co != NULL)
+            where_stopped(run->co, where, sizeof(where));
+        bg_error_set(&run->err, BG_ERR_SCRIPT, "%stime limit exceeded (%ld ms)", where,
+                     (long)(run->max_us / 1000));
     } else if (status == LUA_ERRMEM) {
         bg_error_set(&run->err, BG_ERR_SCRIPT, "out of memory");
     } else if ((msg = lua_type(run->co, -1) == LUA_TSTRING ? lua_tostring(run->co, -1) : NULL) !=
@@ -1249,6 +1208,7 @@ static script_status_t run_finished(script_run_t *run, int nres)
 {
     finish_arg_t f = {run, NULL};
     lua_State *L = run->L;
+    json_t *after = NULL;
 
     /* the script's own memory is what the cap is for; the conversions below are ours */
     run->mem_cap = SIZE_MAX;
@@ -1273,8 +1233,18 @@ static script_status_t run_finished(script_run_t *run, int nres)
         json_decref(f.member);
         return run_failed(run, LUA_ERRRUN);
     }
-    run->ops = f.member != NULL ? member_ops(run->original, f.member, &run->err) : json_array();
+    run->ops =
+        f.member != NULL ? member_ops(run->original, f.member, &after, &run->err) : json_array();
     json_decref(f.member);
+    if (run->ops != NULL && after != NULL && !member_fits(run, after)) {
+        bg_error_set(&run->err, BG_ERR_SCRIPT,
+                     "self.member: the member it leaves takes more than the memory limit (%ld "
+                     "KiB) to load in a run; not written",
+                     (long)run->mem_limit_kb);
+        json_decref(run->ops);
+        run->ops = NULL;
+    }
+    json_decref(after);
     if (run->ops == NULL)
         return run_failed(run, LUA_ERRRUN);
     run->done = 1;
@@ -1287,7 +1257,7 @@ static script_status_t run_finished(script_run_t *run, int nres)
 script_status_t script_run_resume(script_run_t *run, bg_error_t *err)
 {
     script_status_t st;
-    int status, nres = 0;
+    int status, nres = 0, over;
 
     if (run->done) {
         st = run->err.code != BG_OK ? SCRIPT_FAILED : SCRIPT_DONE;
@@ -1297,15 +1267,21 @@ script_status_t script_run_resume(script_run_t *run, bg_error_t *err)
         bg_error_set(&run->err, BG_ERR_SCRIPT, "resumed before the http.request answer");
         st = run_failed(run, LUA_ERRRUN);
     } else {
+        /* the time limit counts the run's own work, not its waits for http.request */
+        run->resumed_at = run->clock_us != NULL ? run->clock_us() : 0;
         status = lua_resume(run->co, run->L, 0, &nres);
-        if (status == LUA_YIELD && run->http != NULL && !run->over_memory &&
-            !run->over_instructions) {
+        time_over(run); /* a run that ends past the limit fails too: nothing is kept */
+        if (run->resumed_at != 0)
+            run->used_us += run->clock_us() - run->resumed_at;
+        run->resumed_at = 0;
+        over = run->over_memory || run->over_instructions || run->over_time;
+        if (status == LUA_YIELD && run->http != NULL && !over) {
             lua_pop(run->co, nres);
             return SCRIPT_NEED_HTTP;
         }
-        if (status == LUA_YIELD)
+        if (status == LUA_YIELD && !over)
             bg_error_set(&run->err, BG_ERR_SCRIPT, "the script yielded without a call");
-        if (status == LUA_OK && !run->over_memory && !run->over_instructions)
+        if (status == LUA_OK && !over)
             st = run_finished(run, nres);
         else
             st = run_failed(run, status);

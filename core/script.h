@@ -8,11 +8,13 @@
  *
  * The sandbox has the safe base functions (no load, dofile, loadfile, require, collectgarbage,
  * print, warn), string (no string.dump; the string metatable is protected), table, math,
- * utf8, json and http; no io, os, package, coroutine, debug. A run executes at most
- * limits.max_instructions VM instructions (a count hook) and holds at most
- * limits.max_memory_kb KiB (the allocator, the state's own tables included); past either, or
- * on a Lua error, it fails with err_code 126 and the script's message ("name:line: text"),
- * and none of its member changes are kept. A limit cannot be caught with pcall. */
+ * utf8, json and http; no io, os, package, coroutine, debug; tostring shows no address. A run
+ * executes at most limits.max_instructions VM instructions (a count hook; the work of library
+ * calls whose C loops run no hook is charged from their input, script_lib.c), computes for at
+ * most limits.max_ms (the hook reads limits.clock_us; waits for http.request not counted) and
+ * holds at most limits.max_memory_kb KiB (the allocator, the state's own tables included); past
+ * any, or on a Lua error, it fails with err_code 126 and the script's message ("name:line:
+ * text"), and none of its member changes are kept. A limit cannot be caught with pcall. */
 #ifndef BOTGATE_CORE_SCRIPT_H
 #define BOTGATE_CORE_SCRIPT_H
 
@@ -20,9 +22,11 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define SCRIPT_MAX_INSTRUCTIONS_DEFAULT 1000000
 #define SCRIPT_MAX_MEMORY_KB_DEFAULT    1024
+#define SCRIPT_MAX_MS_DEFAULT           50
 #define SCRIPT_CODE_MAX                 (64 * 1024) /* bytes of source */
 #define SCRIPT_NAME_MAX                 96          /* bytes of a chunk name */
 #define SCRIPT_HTTP_MAX                 16          /* http.request calls in one run */
@@ -34,6 +38,8 @@
 typedef struct script_limits {
     long max_instructions;
     long max_memory_kb;
+    long max_ms;               /* of the run's own work (not its http.request waits); 0: none */
+    int64_t (*clock_us)(void); /* monotonic microseconds, read by the hook; NULL: no time limit */
 } script_limits_t;
 
 /* Compiled code: its bytecode with line information. Owned by whoever compiled it

@@ -10,6 +10,8 @@
 #include "../store/keys.h"
 #include "../store/redisc.h"
 
+#include <botgate_version.h> /* generated in the build tree */
+
 #include <ctype.h>
 #include <errno.h>
 #include <hiredis/hiredis.h>
@@ -404,6 +406,10 @@ static int token_create(int argc, char **argv)
         die("token create needs --app and at least one --scope (see token --help)");
         goto out;
     }
+    if (!auth_app_valid(app)) {
+        die("--app must be 1-%d bytes without ':' or control characters", AUTH_APP_MAX);
+        goto out;
+    }
     if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
         die("no randomness: %s", strerror(errno));
         goto out;
@@ -482,8 +488,9 @@ static int channel_put(const char *path)
         die("%s: _id must be a non-empty id of at most %d bytes without control characters or "
             "braces",
             path, REQUEST_MAX_ID);
-    else if (str_field(ch, "app") == NULL)
-        die("%s: app must be a non-empty string", path);
+    else if (!auth_app_valid(str_field(ch, "app")))
+        die("%s: app must be a string of 1-%d bytes without ':' or control characters", path,
+            AUTH_APP_MAX);
     else if (str_field(ch, "type") == NULL)
         die("%s: type must be a non-empty string", path);
     else if (!json_is_object(info))
@@ -559,6 +566,11 @@ static int tree_import(const char *path)
         return 1;
     if (tree_validate(tree, &err) < 0) {
         die("%s: %s", path, err.msg);
+        goto out;
+    }
+    if (!auth_app_valid(str_field(tree, "app"))) {
+        die("%s: app must be a string of 1-%d bytes without ':' or control characters", path,
+            AUTH_APP_MAX);
         goto out;
     }
     id = str_field(tree, "_id");
@@ -715,7 +727,8 @@ static void usage(void)
            "  tree get TREE_ID\n"
            "  get KIND ID...               print a record, secrets masked\n\n"
            "Redis: BOTGATE_REDIS_URL (default redis://127.0.0.1:6379/0), key prefix\n"
-           "BOTGATE_REDIS_PREFIX (default botgate:). Every command takes --help.\n");
+           "BOTGATE_REDIS_PREFIX (default botgate:). Every command takes --help;\n"
+           "--version prints the version.\n");
 }
 
 static int put_usage(const char *kind)
@@ -733,6 +746,11 @@ int main(int argc, char **argv)
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage();
         return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0 ||
+        strcmp(argv[1], "version") == 0) {
+        printf("botgatectl %s\n", BOTGATE_VERSION);
+        return 0;
     }
     if (strcmp(argv[1], "token") == 0 && argc >= 3 && strcmp(argv[2], "create") == 0)
         rc = token_create(argc - 3, argv + 3);

@@ -3,6 +3,8 @@
 
 #include "log.h"
 
+#include <botgate_version.h> /* generated in the build tree */
+
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -90,6 +92,9 @@ static const option_def_t options[] = {
         "Lua VM instructions one run of node code may execute; past it the script fails (126)"),
     INT(script_max_memory_kb, "BOTGATE_SCRIPT_MAX_MEMORY_KB", "1024", 64, 1048576,
         "KiB of memory one run of node code may hold; past it the script fails (126)"),
+    INT(script_max_ms, "BOTGATE_SCRIPT_MAX_MS", "50", 1, 10000,
+        "ms one run of node code may compute (its http.request waits not counted); past it the "
+        "script fails (126); the worker runs nothing else meanwhile"),
     {"BOTGATE_MEMBER_ORDER", T_BOOL, offsetof(config_t, member_order), 0, "1", 0, 1,
      "1: the requests for one member run one at a time, in the order they arrived, across "
      "instances; 0: off"},
@@ -99,7 +104,8 @@ static void usage(void)
 {
     printf("usage: botgate [--flag value ...]\n\n"
            "Every setting is an environment variable; the flag of the same name in lower case\n"
-           "without BOTGATE_ (e.g. --listen, --redis_url or --redis-url) overrides it.\n\n");
+           "without BOTGATE_ (e.g. --listen, --redis_url or --redis-url) overrides it.\n"
+           "--version prints the version, --help this text.\n\n");
     for (size_t i = 0; i < sizeof(options) / sizeof(options[0]); i++)
         printf("  %-34s %s (default: %s)\n", options[i].env, options[i].help,
                options[i].def[0] ? options[i].def : "none");
@@ -252,6 +258,10 @@ int config_load(config_t *cfg, int argc, char **argv)
             usage();
             return 1;
         }
+        if (strcmp(argv[i], "--version") == 0 || strcmp(argv[i], "-V") == 0) {
+            printf("botgate %s\n", BOTGATE_VERSION);
+            return 1;
+        }
         if (strncmp(argv[i], "--", 2) != 0) {
             fprintf(stderr, "botgate: unexpected argument %s (see --help)\n", argv[i]);
             return -1;
@@ -316,4 +326,73 @@ int config_load(config_t *cfg, int argc, char **argv)
     strip_slash(cfg->wechat_url);
     strip_slash(cfg->teamwork_url);
     return 0;
+}
+
+const char *config_version(void)
+{
+    return BOTGATE_VERSION;
+}
+
+/* Edit distance of two short names (a misspelt variable is one or two letters off). */
+static size_t name_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b), row[64];
+
+    if (la >= 63 || lb >= 63)
+        return (size_t)-1;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+int config_warn_unknown(char *const *env)
+{
+    size_t n = sizeof(options) / sizeof(options[0]);
+    int unknown = 0;
+
+    for (; env != NULL && *env != NULL; env++) {
+        char name[64];
+        const char *eq = strchr(*env, '=');
+        size_t len = eq != NULL ? (size_t)(eq - *env) : strlen(*env);
+        const char *nearest = NULL;
+        size_t best = 4; /* farther than three edits is no longer a misspelling */
+        int known = 0;
+
+        if (strncmp(*env, "BOTGATE_", 8) != 0)
+            continue;
+        if (len >= sizeof(name))
+            len = sizeof(name) - 1;
+        memcpy(name, *env, len);
+        name[len] = '\0';
+        for (size_t i = 0; i < n && !known; i++) {
+            size_t d = name_distance(name, options[i].env);
+            known = d == 0;
+            if (d < best) {
+                best = d;
+                nearest = options[i].env;
+            }
+        }
+        if (known)
+            continue;
+        unknown++;
+        if (nearest != NULL)
+            log_msg(LOG_WARN, "unknown variable %s ignored: did you mean %s?", name, nearest);
+        else
+            log_msg(LOG_WARN, "unknown variable %s ignored (botgate --help lists them all)", name);
+    }
+    return unknown;
 }

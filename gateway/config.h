@@ -39,10 +39,16 @@ typedef struct config {
     int member_order;        /* 1: one member's requests run one at a time, in order */
     int script_max_instructions; /* VM instructions of one node script run */
     int script_max_memory_kb;    /* memory of one node script run, KiB */
+    int script_max_ms;           /* computing time of one node script run, ms */
 } config_t;
 
 /* Fills cfg from defaults, the environment, then argv. Returns 0, 1 when --help was printed,
  * or -1 with a message on stderr. */
 int config_load(config_t *cfg, int argc, char **argv);
+/* botgate's version: `git describe` at build time, or the VERSION file in a tarball. */
+const char *config_version(void);
+/* Logs a warning for each BOTGATE_* variable of env that names no setting (with the nearest
+ * name, a misspelling being the usual cause); returns how many. */
+int config_warn_unknown(char *const *env);
 
 #endif

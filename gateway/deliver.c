@@ -28,6 +28,10 @@
 #define DEADLINE_MARGIN_MS 20           /* leave time to answer after a call times out */
 #define CONNECT_RETRY_MS 100            /* pause before the one retry of a refused connection */
 #define RATE_PAUSE_UNKNOWN_MS 1000      /* retryAfterMs when the pause could not be set */
+/* A pause heard of with less left than this is over by the time the call arrives: it is the
+ * end of one the slot was already given after, heard a publish's latency late. */
+#define PAUSE_HEARD_MIN_MS 20
+#define PAUSE_HEARD_MAX 3 /* times a delivery takes its slot again for pauses heard of */
 
 /* What only credential refreshes and media uploads need: kept out of deliver_t, which every
  * request in flight carries. Allocated when first needed, freed when the delivery ends. */
@@ -167,6 +171,8 @@ static void deliver_finish(deliver_t *d, deliver_result_t *r)
     }
     r->event = deliver_event(d, message_id, from);
     r->chat_id = deliver_chat_id(d, &r->res);
+    d->failed += !r->ok;
+    metrics_message(d->env->metrics, d->adapter->type, r->ok ? 0 : r->err.code);
     deliver_cancel(d); /* the lock, a wait, the rare paths' state: an idle delivery holds none */
     d->_delivered++;
     d->_text = NULL;
@@ -264,6 +270,7 @@ typedef struct call_answer {
     int not_sent;  /* 1 when the request surely never reached the platform */
     int blocked;   /* 1 when the SSRF guard refused the address */
     int too_large; /* 1 when the answer was longer than allowed */
+    net_err_t err;
 } call_answer_t;
 
 net_xfer_t *deliver_net_start(net_t *net, adapter_call_t *call, long timeout_ms, size_t max_answer,
@@ -306,7 +313,7 @@ static void on_platform_answer(void *arg, const net_answer_t *net)
     call_answer_t answer = {{net->status, net->body, net->body_len, net->retry_after,
                              net->content_type},
                             net->error, net->elapsed_us, net->not_sent,
-                            net->err == NET_ERR_BLOCKED, net->err == NET_ERR_TOO_LARGE};
+                            net->err == NET_ERR_BLOCKED, net->err == NET_ERR_TOO_LARGE, net->err};
     const call_answer_t *ans = &answer;
 
     d->_xfer = NULL;
@@ -901,13 +908,6 @@ static void media_cache(deliver_t *d)
 
 /* ---- the shared rate limits (contract.md section 8) ---- */
 
-/* The platform codes of a rate-limit answer that concern one recipient, not the sender: the
- * pair's limit is paused, not the number's. */
-static int rate_answer_is_pair(long platform_code)
-{
-    return platform_code == 131056; /* whatsapp-cloud: too many messages to one user */
-}
-
 /* The longest a message may wait for its slot: the call that follows must still fit, with the
  * upstream timeout, or half the time left when that is shorter (a deployment whose upstream
  * timeout is longer than its request deadline would otherwise never wait). */
@@ -1010,6 +1010,8 @@ static void rate_policy(deliver_t *d, ratelimit_policy_t *policy)
 
 void deliver_env_clear(deliver_env_t *env)
 {
+    store_rate_board_free(env->_pauses);
+    env->_pauses = NULL;
     for (size_t i = 0; i < sizeof(env->_channels) / sizeof(env->_channels[0]); i++) {
         json_decref(env->_channels[i].record);
         memset(&env->_channels[i], 0, sizeof(env->_channels[i]));
@@ -1026,19 +1028,37 @@ static int rate_take(deliver_t *d)
     ratelimit_policy_t policy;
 
     rate_policy(d, &policy);
-    if (ratelimit_is_off(&policy) && !d->_rate_retried && !d->_pair_held) {
+    if (ratelimit_is_off(&policy) && !d->_rate_retried && !d->_pair_held && !d->_pauses_heard) {
         d->_slot_ready = 1;
         return 0;
     }
     d->phase = DL_RATE_TAKE;
     /* the pair's keys only where it has a limit, or the platform just paused it */
     d->_rate = store_rate_take(d->env->store, d->channel_id,
-                               policy.pair.interval_us > 0 || d->_rate_retried ? d->to : NULL,
+                               policy.pair.interval_us > 0 || d->_rate_retried ||
+                                       d->_pauses_heard
+                                   ? d->to
+                                   : NULL,
                                d->_pair_held, &policy, rate_max_wait_ms(d), on_rate_taken, d, &st);
     d->_pair_held = 0;
     if (d->_rate == NULL)
         on_rate_taken(d, st, STORE_RATE_GO, 0);
     return 1;
+}
+
+/* Right before the message call: a pause set since the slot was granted (a refusal of another
+ * send, of this worker or of any instance) holds this send too. The board hears of pauses
+ * without a round trip (store_rate_board_t); when it has heard of one, the slot is taken again
+ * in Redis, which knows the pause exactly and queues the send after it. 1 when that is under
+ * way. */
+static int rate_recheck(deliver_t *d)
+{
+    if (d->_pauses_heard == PAUSE_HEARD_MAX ||
+        store_rate_board_paused(d->env->_pauses, d->channel_id, d->to) < PAUSE_HEARD_MIN_MS)
+        return 0;
+    d->_pauses_heard++;
+    d->_slot_ready = 0;
+    return rate_take(d);
 }
 
 static void on_rate_paused(void *arg, store_status_t st, store_rate_verdict_t verdict,
@@ -1076,7 +1096,7 @@ static void rate_pause(deliver_t *d, const adapter_result_t *res)
              res->error[0] ? res->error : "rate limited by the platform");
     d->phase = DL_RATE_PAUSE;
     d->_rate = store_rate_pause(d->env->store, d->channel_id,
-                                rate_answer_is_pair(res->platform_code) ? d->to : NULL, after_ms,
+                                res->rate_recipient ? d->to : NULL, after_ms,
                                 on_rate_paused, d, &st);
     if (d->_rate == NULL)
         on_rate_paused(d, st, STORE_RATE_GO, after_ms);
@@ -1092,6 +1112,15 @@ static void on_retry_wait(evutil_socket_t fd, short what, void *arg)
     deliver_step(d); /* everything before the message call is done: it goes again */
 }
 
+/* The call failed making its connection: the transport connects once per call and leaves the
+ * one retry to deliver. A call it sent and had refused unprocessed (a stream the platform
+ * refused, a kept-alive connection found closed) it has tried again itself, up to its own
+ * count: also not sent, but never retried here, or each try would be made twice. */
+static int connect_failed(const call_answer_t *ans)
+{
+    return ans->not_sent && (ans->err == NET_ERR_CONNECT || ans->err == NET_ERR_DNS);
+}
+
 static void on_send_answer(deliver_t *d, const call_answer_t *ans)
 {
     char buf[BG_ERROR_MSG_MAX];
@@ -1101,7 +1130,7 @@ static void on_send_answer(deliver_t *d, const call_answer_t *ans)
     /* The one failure that surely delivered nothing: the connection could not be made. Try
      * once more after a short pause; anything else (a timeout, a reset, a 5xx) may have been
      * delivered, and a retry could send the message twice. */
-    if (ans->not_sent && !d->_connect_retried &&
+    if (connect_failed(ans) && !d->_connect_retried &&
         deliver_remaining_ms(d) > CONNECT_RETRY_MS + 2 * DEADLINE_MARGIN_MS) {
         d->_connect_retried = 1;
         d->phase = DL_RETRY_WAIT;
@@ -1110,7 +1139,7 @@ static void on_send_answer(deliver_t *d, const call_answer_t *ans)
     }
     memset(&r, 0, sizeof(r));
     adapter_result_init(&r.res);
-    d->adapter->parse_send(&t, &ans->a, &r.res);
+    adapter_parse_send(d->adapter, &t, &ans->a, &r.res);
     switch (r.res.status) {
     case ADAPTER_OK:
         r.ok = 1;
@@ -1170,6 +1199,8 @@ static void deliver_step(deliver_t *d)
     }
     if (!d->_slot_ready && rate_take(d)) /* login, contact, upload calls take none */
         return;
+    if (rate_recheck(d))
+        return;
     if ((response = response_parse(d)) == NULL) {
         deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "out of memory");
         return;
@@ -1190,7 +1221,11 @@ void deliver_start(deliver_t *d, const char *text, size_t len, deliver_done_fn *
     d->_done = done;
     d->_arg = arg;
     d->_auth_retried = d->_rate_retried = d->_connect_retried = 0;
-    d->_slot_ready = d->_pair_held = 0;
+    d->_slot_ready = d->_pair_held = d->_pauses_heard = 0;
+    /* the worker's board, from its first message on: it must be listening before a slot given
+     * now is used (rate_recheck) */
+    if (d->env->_pauses == NULL)
+        d->env->_pauses = store_rate_board_new(d->env->store);
     deliver_step(d);
 }
 

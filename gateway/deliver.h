@@ -44,6 +44,7 @@ typedef struct deliver_env {
     metrics_t *metrics;
     uint64_t rng;                 /* xorshift state for ids (core/rng.h) */
     struct cred_wait *cred_waits; /* deliveries waiting for a channel's credential (deliver.c) */
+    store_rate_board_t *_pauses;  /* the rate-limit pauses heard of, made at the first message */
     /* Channel records whose rate limits were read, a slot each by the record's address (the
      * last one read in that slot): a record is never changed in place (a refresh changes a
      * copy, and only the contents of its "info"), so while it is the same object its limits
@@ -108,9 +109,10 @@ typedef struct deliver {
     struct deliver_extra *_x;   /* state of the rare paths, allocated when first needed */
     uint16_t platform_calls;    /* calls started, for the request's log line */
     uint16_t _delivered;        /* responses already through delivery */
+    uint16_t failed;            /* of those, the ones that failed (the request's log line) */
     unsigned _timer_armed : 1, _cred_ready : 1, _cred_refreshed : 1, _cred_forced : 1,
         _lock_held : 1, _contact_ready : 1, _auth_retried : 2, _rate_retried : 1,
-        _connect_retried : 1, _slot_ready : 1, _pair_held : 1;
+        _connect_retried : 1, _slot_ready : 1, _pair_held : 1, _pauses_heard : 2;
 } deliver_t;
 
 /* Delivers the response text[0..len) (borrowed until done runs). done runs exactly once, from a
@@ -123,6 +125,11 @@ void deliver_start(deliver_t *d, const char *text, size_t len, deliver_done_fn *
 /* Stops what is in flight (no callback) and frees what it held: the delivery is idle and can
  * be started again. */
 void deliver_cancel(deliver_t *d);
+/* Messages that ended sent so far (failed ones are d->failed). */
+static inline int deliver_sent(const deliver_t *d)
+{
+    return d->_delivered - d->failed;
+}
 /* The message call is out: it may deliver whatever happens now. */
 int deliver_on_wire(const deliver_t *d);
 /* No retry any more (the drain): the call out is the last one. */

@@ -74,7 +74,7 @@ static void free_buffer(const void *data, size_t len, void *arg)
 /* One line per request, written as text rather than built as a jansson object: it runs for
  * every request at the default level. The strings come from parsed JSON or are botgate's own
  * ASCII. */
-static void log_answer(const http_answer_t *a, int64_t elapsed_us)
+static void log_answer(const char *client, const http_answer_t *a, int64_t elapsed_us)
 {
     char frac[4] = {'.'};
     int64_t us;
@@ -95,6 +95,14 @@ static void log_answer(const http_answer_t *a, int64_t elapsed_us)
     } else if (a->code == BG_ERR_UNAUTHORIZED) {
         jw_lit(&w, ",\"err\":\"unauthorized\"");
     }
+    if (client[0] != '\0') { /* the peer: a load balancer in front names its clients itself */
+        jw_lit(&w, ",\"client\":");
+        jw_str(&w, client);
+    }
+    if (a->app) {
+        jw_lit(&w, ",\"app\":");
+        jw_str(&w, a->app);
+    }
     if (a->channel) {
         jw_lit(&w, ",\"channel\":");
         jw_str(&w, a->channel);
@@ -105,6 +113,10 @@ static void log_answer(const http_answer_t *a, int64_t elapsed_us)
     }
     jw_lit(&w, ",\"platform_calls\":");
     jw_int(&w, a->platform_calls);
+    jw_lit(&w, ",\"sent\":");
+    jw_int(&w, a->sent);
+    jw_lit(&w, ",\"failed\":");
+    jw_int(&w, a->failed);
     /* milliseconds to the microsecond: 0.282, not a double's 0.28199999999999997 */
     us = elapsed_us < 0 ? 0 : elapsed_us % 1000;
     jw_lit(&w, ",\"duration_ms\":");
@@ -123,6 +135,19 @@ void http_answer(http_server_t *s, struct evhttp_request *req, const http_answer
 {
     struct evkeyvalq *headers = evhttp_request_get_output_headers(req);
     int64_t elapsed = clock_mono_us() - a->started_us;
+    char client[INET6_ADDRSTRLEN] = "";
+
+    /* read now: sending may close the connection, and its address goes with it */
+    if (log_enabled(LOG_INFO) && evhttp_request_get_connection(req) != NULL) {
+        char *peer = NULL;
+        ev_uint16_t port;
+        evhttp_connection_get_peer(evhttp_request_get_connection(req), &peer, &port);
+        if (peer != NULL) {
+            size_t n = strnlen(peer, sizeof(client) - 1);
+            memcpy(client, peer, n);
+            client[n] = '\0';
+        }
+    }
 
     if (text != NULL)
         evbuffer_add_reference(evhttp_request_get_output_buffer(req), text, len, free_buffer,
@@ -139,7 +164,7 @@ void http_answer(http_server_t *s, struct evhttp_request *req, const http_answer
               a->status == 200   ? "OK"
               : a->status == 413 ? "Payload Too Large"
                                  : "Internal Server Error");
-    log_answer(a, elapsed);
+    log_answer(client, a, elapsed);
 }
 
 void http_refuse(http_server_t *s, struct evhttp_request *req)

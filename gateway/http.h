@@ -61,7 +61,9 @@ typedef struct http_answer {
     const char *request_id;
     const char *channel;   /* or NULL */
     const char *member;    /* or NULL */
+    const char *app;       /* the token's app, or NULL before it is known */
     int platform_calls;
+    int sent, failed;      /* messages sent and failed (a 200 may carry failed ones) */
     int64_t started_us;    /* monotonic (clock_mono_us) */
     int close;             /* Connection: close (the server is draining) */
     int replayed;          /* Idempotent-Replayed: true (an Idempotency-Key's stored answer) */

@@ -5,7 +5,6 @@
 
 #include "../net/curlmem.h"
 
-#include <curl/curl.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
@@ -13,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 int main(int argc, char **argv)
 {
@@ -25,6 +25,7 @@ int main(int argc, char **argv)
     if (rc != 0)
         return rc > 0 ? 0 : 2;
     log_set_level((log_level_t)cfg.log_level);
+    config_warn_unknown(environ);
     /* libevent and hiredis write to sockets with plain write(2). */
     signal(SIGPIPE, SIG_IGN);
     if (curlmem_global_init() < 0) {
@@ -54,8 +55,8 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    log_msg(LOG_INFO, "botgate listening on %s with %d worker%s", cfg.listen, cfg.workers,
-            cfg.workers == 1 ? "" : "s");
+    log_msg(LOG_INFO, "botgate %s listening on %s with %d worker%s", config_version(), cfg.listen,
+            cfg.workers, cfg.workers == 1 ? "" : "s");
 
     if (sigwait(&set, &sig) == 0)
         log_msg(LOG_INFO, "%s: draining (up to %d ms)", sig == SIGINT ? "SIGINT" : "SIGTERM",
@@ -86,7 +87,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < cfg.workers; i++)
         worker_cleanup(&workers[i]);
     free(workers);
-    curl_global_cleanup();
+    curlmem_global_cleanup();
     log_msg(LOG_INFO, "botgate stopped");
     return 0;
 }

@@ -2,7 +2,10 @@
  * them. Labels never carry ids or secrets: only routes, codes, platforms and outcomes. */
 #include "metrics.h"
 
+#include <botgate_version.h> /* generated in the build tree */
+
 #include <event2/buffer.h>
+#include <event2/event.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -118,6 +121,14 @@ void metrics_rate_answer(metrics_t *m, const char *platform)
 
     if (target >= 0 && target < METRICS_PLATFORMS)
         add(&m->rate_answers[target], 1);
+}
+
+void metrics_message(metrics_t *m, const char *platform, int err_code)
+{
+    int t = target_index(platform, METRICS_PLATFORMS);
+
+    if (t >= 0)
+        add(&m->messages[t][code_slot(err_code)], 1);
 }
 
 void metrics_on_redis_command(void *arg, int ok, int64_t latency_us)
@@ -269,6 +280,20 @@ void metrics_render(struct evbuffer *b, const metrics_t *const *all, int n)
         evbuffer_add_printf(b, "botgate_platform_rate_limited_total{platform=\"%s\"} %llu\n",
                             targets[t], (unsigned long long)v);
     }
+    header(b, "botgate_messages_total", "counter",
+           "Messages handed to delivery, by platform, outcome and err_code (a request answered "
+           "200 may carry failed ones).");
+    for (int t = 0; t < METRICS_PLATFORMS; t++)
+        for (int c = 0; c < METRICS_CODES; c++) {
+            SUM(v, messages[t][c]);
+            if (v == 0 && c != 0) /* every platform's sent series always, failures once seen */
+                continue;
+            evbuffer_add_printf(b,
+                                "botgate_messages_total{platform=\"%s\",outcome=\"%s\","
+                                "err_code=\"%s\"} %llu\n",
+                                targets[t], c == 0 ? "sent" : "failed", code_label(c, code),
+                                (unsigned long long)v);
+        }
     SUM(g, connections);
     scalar(b, "botgate_connections_open", "gauge", "Open client connections.", g);
     SUM(v, accept_pauses);
@@ -276,4 +301,8 @@ void metrics_render(struct evbuffer *b, const metrics_t *const *all, int n)
            "Times a worker stopped accepting connections because it reached its cap.",
            (long long)v);
     scalar(b, "botgate_workers", "gauge", "Worker threads.", n);
+    header(b, "botgate_build_info", "gauge",
+           "Always 1; its labels say which build runs (join on it to compare versions).");
+    evbuffer_add_printf(b, "botgate_build_info{version=\"%s\",libevent=\"%s\"} 1\n",
+                        BOTGATE_VERSION, event_get_version());
 }

@@ -14,9 +14,9 @@ typedef enum {
     METRICS_ROUTES
 } metrics_route_t;
 
-/* err_code slots: 0 = success, 1 = unauthorized, 2 = any other code, then 100..121 (121:
- * shutting down, out of memory). */
-#define METRICS_CODES 29
+/* err_code slots: 0 = success, 1 = unauthorized, 2 = any other code, then 100..129 (contract
+ * section 5 and the codes sections 11-14 add). */
+#define METRICS_CODES 33
 /* HTTP status slots: 200, 413, 500. */
 #define METRICS_STATUSES 3
 #define METRICS_BUCKETS 14
@@ -45,6 +45,8 @@ typedef struct metrics {
     metrics_histogram_t rate_wait[METRICS_PLATFORMS];     /* time a message waited for its slot */
     atomic_uint_fast64_t rate_refused[METRICS_PLATFORMS]; /* elements failed: slot too late */
     atomic_uint_fast64_t rate_answers[METRICS_PLATFORMS]; /* the platform said rate limited */
+    /* messages handed to delivery, by platform and err_code (slot 0: sent) */
+    atomic_uint_fast64_t messages[METRICS_PLATFORMS][METRICS_CODES];
     atomic_uint_fast64_t accept_pauses;
     atomic_int_fast64_t in_flight;
     atomic_int_fast64_t connections;
@@ -61,6 +63,9 @@ void metrics_observe(metrics_histogram_t *h, int64_t elapsed_us);
 void metrics_rate_wait(metrics_t *m, const char *platform, int64_t wait_us);
 void metrics_rate_refused(metrics_t *m, const char *platform);
 void metrics_rate_answer(metrics_t *m, const char *platform);
+/* One message's end on platform (a channel type): err_code 0 when sent. A request answered
+ * 200 can carry failed messages: this is what says whether anything was delivered. */
+void metrics_message(metrics_t *m, const char *platform, int err_code);
 /* The store's observer of Redis commands (store_set_observer), with the metrics as arg. */
 void metrics_on_redis_command(void *arg, int ok, int64_t latency_us);
 

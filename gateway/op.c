@@ -83,10 +83,12 @@ _Static_assert(REQUEST_MAX_RECIPIENT < ADAPTER_ID_MAX, "recipientId must fit an 
 
 /* The request headers op_start reads, found in one walk over them (evhttp_find_header would
  * walk them once per name, and drop_request_headers once more): each is the first of its name,
- * compared without case, as evhttp_find_header finds it. Borrowed from the request's headers. */
+ * compared without case, as evhttp_find_header finds it; a second Idempotency-Key is noted, not
+ * ignored. Borrowed from the request's headers. */
 typedef struct op_headers {
     const char *request_id, *idempotency_key, *authorization;
     struct evkeyval *connection;
+    unsigned idempotency_twice : 1; /* a second Idempotency-Key: which one is meant is unknown */
 } op_headers_t;
 
 static void read_headers(struct evkeyvalq *headers, op_headers_t *h)
@@ -102,9 +104,11 @@ static void read_headers(struct evkeyvalq *headers, op_headers_t *h)
                 h->request_id = kv->value;
             break;
         case 'i':
-            if (h->idempotency_key == NULL &&
-                evutil_ascii_strcasecmp(kv->key, "Idempotency-Key") == 0)
-                h->idempotency_key = kv->value;
+            if (evutil_ascii_strcasecmp(kv->key, "Idempotency-Key") == 0) {
+                h->idempotency_twice |= h->idempotency_key != NULL;
+                if (h->idempotency_key == NULL)
+                    h->idempotency_key = kv->value;
+            }
             break;
         case 'a':
             if (h->authorization == NULL && evutil_ascii_strcasecmp(kv->key, "Authorization") == 0)
@@ -207,7 +211,10 @@ static void op_reply_as(op_t *op, int status, char *text, size_t len, int code, 
     a.request_id = op->id;
     a.channel = op->target.channel_id;
     a.member = op->member_id;
+    a.app = op->token.record != NULL ? op->token.app : NULL;
     a.platform_calls = op->dl.platform_calls;
+    a.sent = deliver_sent(&op->dl);
+    a.failed = op->dl.failed;
     a.started_us = op->started_us;
     a.close = op->env->draining != 0;
     a.replayed = replayed;
@@ -693,15 +700,19 @@ void op_start(void *route, struct evhttp_request *req)
     body = len ? (const char *)evbuffer_pullup(in, -1) : "";
     /* before the headers go (take_token); member order alone makes its guard once the member
      * is known (op_guard_turn) */
-    if (h.idempotency_key != NULL)
+    if (h.idempotency_key != NULL && !h.idempotency_twice)
         guard = op_guard_take(op, h.idempotency_key, body, len);
     if (take_token(op, &h, token_hash) < 0)
         return;
-    if (guard < 0) {
-        op_fail_code(op, guard == -1 ? BG_ERR_MISSING_PARAM : BG_ERR_UNAVAILABLE,
-                     guard == -1 ? "parameter Idempotency-Key must be 1-255 printable ASCII "
-                                   "characters"
-                                 : "out of memory");
+    if (guard == -2) {
+        op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+        return;
+    }
+    if (guard < 0 || h.idempotency_twice) {
+        op_fail_code(op, BG_ERR_MISSING_PARAM,
+                     h.idempotency_twice
+                         ? "parameter Idempotency-Key must be given once: the request has two"
+                         : "parameter Idempotency-Key must be 1-255 printable ASCII characters");
         return;
     }
     if (kind->parse(op, body, len, &err) < 0) {

@@ -19,7 +19,9 @@
 #include <string.h>
 
 /* The answer is written to Redis after the client has it: a duplicate that finds the lease
- * over must not take it a moment before that write lands. */
+ * over must not take it a moment before that write lands. A member's turn needs no margin: its
+ * holder, alive, gives it back when it answers, at its deadline at the latest (no platform call
+ * outlives the deadline); dead, it writes nothing more. */
 #define LEASE_MARGIN_MS 2000
 
 /* Owned by its op from op_guard_take (or op_guard_turn) to op_guard_end or op_free. */
@@ -325,8 +327,11 @@ int op_guard_turn(op_t *op, op_run_fn *next)
         return 0;
     }
     g->next = next;
+    /* The lease ends at the deadline: Redis adds left to its clock when it runs the script,
+     * never before the deadline, so a dead holder's turn passes then and not 2 s later (a
+     * request sent right after the kill once waited its whole deadline for it) */
     g->call = store_turn_take(op->env->deliver.store, op->target.channel_id, op->member_id,
-                              (int)(left > 0 ? left : 1) + LEASE_MARGIN_MS, on_turn, op, &st);
+                              (int)(left > 0 ? left : 1), on_turn, op, &st);
     if (g->call == NULL)
         op_fail_store(op, st);
     return 0;
@@ -405,6 +410,37 @@ static void guard_free(op_t *op)
     op->guard = NULL;
 }
 
+/* Stores the answer for replays, or, past STORE_IDEM_ANSWER_MAX, a 118 that says so: the
+ * request is still never run again, and a replay says how it ended. */
+static void keep_answer(op_t *op, int status, int code, const char *text, size_t len)
+{
+    op_guard_t *g = op->guard;
+    int ttl_s = op->env->deliver.cfg->idempotency_ttl_s;
+    bg_error_t err;
+    json_t *body;
+    char *marker;
+    size_t marker_len = 0;
+
+    if (len <= STORE_IDEM_ANSWER_MAX) {
+        store_idem_finish(op->env->deliver.store, g->record, g->owner_id, status, code, text, len,
+                          ttl_s);
+        return;
+    }
+    bg_error_set(&err, BG_ERR_LIMIT,
+                 "the answer to this Idempotency-Key was %zu bytes (HTTP %d, err_code %d), over "
+                 "the %d kept for a replay: the request ran once and is not run again",
+                 len, status, code, STORE_IDEM_ANSWER_MAX);
+    body = bg_error_to_json(&err);
+    marker = body != NULL ? jw_dump(body, &marker_len) : NULL;
+    json_decref(body);
+    /* out of memory: nothing is kept, and a retry resumes the record as after a crash (its
+     * delivered responses are not sent again) */
+    if (marker != NULL)
+        store_idem_finish(op->env->deliver.store, g->record, g->owner_id, 500, BG_ERR_LIMIT, marker,
+                          marker_len, ttl_s);
+    free(marker);
+}
+
 void op_guard_end(op_t *op, int status, int code, const char *text, size_t len)
 {
     op_guard_t *g = op->guard;
@@ -416,8 +452,7 @@ void op_guard_end(op_t *op, int status, int code, const char *text, size_t len)
         /* Answers of a request that ran are kept; one that stopped before it ran is dropped,
          * so that a retry runs afresh instead of replaying a refusal. */
         if (op->phase == OP_RUN || op->phase == OP_WRITEBACK)
-            store_idem_finish(store, g->record, g->owner_id, status, code, text ? text : "",
-                              text ? len : 0, op->env->deliver.cfg->idempotency_ttl_s);
+            keep_answer(op, status, code, text ? text : "", text ? len : 0);
         else
             store_idem_abandon(store, g->record, g->owner_id);
         g->owner = 0;

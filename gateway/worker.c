@@ -2,6 +2,7 @@
  * routes, run it on a thread, drain it on SIGTERM. */
 #include "worker.h"
 
+#include "../core/clock.h"
 #include "../store/store.h"
 #include "log.h"
 
@@ -33,7 +34,11 @@ static void on_redis_state(void *arg, int up, const char *why)
 
     atomic_store_explicit(&w->metrics.redis_up, up ? 1 : 0, memory_order_relaxed);
     if (up) {
+        w->redis_was_up = 1;
         log_msg(LOG_INFO, "worker %d: redis %s", w->id, why);
+    } else if (!w->redis_was_up) {
+        /* never reached since the start: the configuration is the usual cause */
+        log_msg(LOG_ERROR, "worker %d: redis unreachable (%s); retrying", w->id, why);
     } else {
         atomic_fetch_add_explicit(&w->metrics.redis_reconnects, 1, memory_order_relaxed);
         log_msg(LOG_WARN, "worker %d: redis down: %s", w->id, why);
@@ -289,7 +294,8 @@ int worker_init(worker_t *w, int id, const config_t *cfg)
         return -1;
     }
     {
-        script_limits_t lim = {cfg->script_max_instructions, cfg->script_max_memory_kb};
+        script_limits_t lim = {cfg->script_max_instructions, cfg->script_max_memory_kb,
+                               cfg->script_max_ms, clock_mono_us};
         if ((w->env.scripts = script_cache_new(lim, WORKER_SCRIPTS_MAX)) == NULL)
             return -1;
     }

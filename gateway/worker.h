@@ -31,6 +31,7 @@ typedef struct worker {
     struct event *ready_check; /* until its store is first ready: then ready_once, and no more */
     atomic_int ready_once;     /* its store has been ready since start-up (read by every worker) */
     metrics_t metrics;         /* this worker's counters, summed by /metrics */
+    int redis_was_up;          /* its Redis has been up once: later losses are warnings */
 } worker_t;
 
 /* Creates the worker's loop and binds its listener; -1 with a log line on failure. */

@@ -98,3 +98,8 @@ int curlmem_global_init(void)
         return -1;
     return 0;
 }
+
+void curlmem_global_cleanup(void)
+{
+    curl_global_cleanup();
+}

@@ -5,4 +5,7 @@
 /* curl_global_init, with libcurl's allocations routed through curlmem. 0 or -1. */
 int curlmem_global_init(void);
 
+/* curl_global_cleanup: after every client (net_free) is gone. The region stays reserved. */
+void curlmem_global_cleanup(void);
+
 #endif

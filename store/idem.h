@@ -52,7 +52,13 @@ int store_idem_key(store_t *st, char *buf, size_t size, const char *app, const c
 store_idem_call_t *store_idem_begin(store_t *st, const char *key, const char *fp, const char *owner,
                                     int lease_ms, int ttl_s, store_idem_cb *cb, void *arg,
                                     store_status_t *status);
-/* Stores the answer (when owner still holds the record) and tells the waiters. */
+/* The longest answer a record keeps: the largest request body (1 MiB) plus 64 KiB, room for
+ * the 50 elements' own fields, so that every sendResponses answer fits; the caller stores a
+ * longer one's replacement instead (docs/api.md, Idempotency). */
+#define STORE_IDEM_ANSWER_MAX (1024 * 1024 + 64 * 1024)
+
+/* Stores the answer (when owner still holds the record), drops the progress recorded for a
+ * resume, and tells the waiters. */
 void store_idem_finish(store_t *st, const char *key, const char *owner, int status, int code,
                        const char *body, size_t len, int ttl_s);
 /* Records that response done was delivered (its result element) and that the call of the

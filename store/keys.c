@@ -1,8 +1,10 @@
 /* keys.c - key building. The {channelId} braces are Redis Cluster hash tags: all of a
  * channel's keys live on one shard, so a Lua script may touch several of them. An
- * Idempotency-Key's record is touched alone: its tag is its whole scope, so that the records
- * spread over every shard. */
+ * Idempotency-Key's record is touched alone: its tag is its whole (encoded) scope, so that the
+ * records spread over every shard. */
 #include "keys.h"
+
+#include "../core/numfmt.h"
 
 #include <string.h>
 
@@ -108,7 +110,15 @@ int store_key_rate_pause(char *buf, size_t size, const char *prefix, const char 
 int store_key_idem(char *buf, size_t size, const char *prefix, const char *app, const char *route,
                    const char *idem_key)
 {
-    return key(buf, size, prefix, "idem:{", app, ":", route, ":", idem_key, "}");
+    char app_len[NUMFMT_DEC_SIZE];
+
+    /* The app goes behind its length and the route holds no ':', so the parts read back one
+     * way only: app "A" with key "B:sendResponses:Z" and app "A:sendResponses:B" with key "Z"
+     * are two records, whatever the app ids hold. */
+    if (app == NULL || route == NULL || strchr(route, ':') != NULL)
+        return -1;
+    return key(buf, size, prefix, "idem:{", numfmt_dec(app_len, (long long)strlen(app)), ":", app,
+               ":", route, ":", idem_key, "}");
 }
 
 int store_key_turns(char *buf, size_t size, const char *prefix, const char *channel_id,

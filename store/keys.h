@@ -34,11 +34,13 @@ int store_key_rate(char *buf, size_t size, const char *prefix, const char *chann
 int store_key_rate_pause(char *buf, size_t size, const char *prefix, const char *channel_id,
                          const char *recipient_id);
 /* An Idempotency-Key's record (contract.md section 7), a hash: app is the token's app, route
- * the operation, key the Idempotency-Key as given (printable ASCII). The hash tag is all three,
- * "{app:route:key}": every script touches this one key, so the records spread over the
- * cluster's slots instead of putting an app's on one shard (a '}' in key only ends the tag
- * early: the key stays one slot's). Its name is also the pub/sub channel told when the record
- * is answered or dropped. */
+ * the operation (no ':' in it: -1), key the Idempotency-Key as given (printable ASCII). Named
+ * "idem:{<length of app>:<app>:<route>:<key>}": the length makes the name of each (app, route,
+ * key) its own, even for app ids with ':' in them. The hash tag is the whole scope: every
+ * script touches this one key, so the records spread over the cluster's slots instead of
+ * putting an app's on one shard (a '}' in app or key only ends the tag early: the key stays
+ * one slot's). Its name is also the pub/sub channel told when the record is answered or
+ * dropped. */
 int store_key_idem(char *buf, size_t size, const char *prefix, const char *app, const char *route,
                    const char *key);
 /* Per-member order: the member's queue of tickets (a sorted set, also the pub/sub channel told

@@ -2,6 +2,8 @@
 #include "ratelimit.h"
 
 #include "eval.h"
+#include "../core/clock.h"
+#include "../core/hash.h"
 #include "../core/numfmt.h"
 
 #include <inttypes.h>
@@ -11,6 +13,8 @@
 
 #define RATE_PAUSE_FIRST_MS 1000
 #define RATE_PAUSE_MAX_MS   60000
+#define BOARD_CHANNEL       "ratepauses" /* after the prefix: where every pause is announced */
+#define BOARD_SLOTS         1024         /* a board's slots (8 KiB); power of 2 */
 
 /* The only copy of the limiter script: tests/integration/test_ratelimit.py reads the C strings
  * between the two marker comments and runs them against a real redis-server.
@@ -24,7 +28,8 @@
  *       ARGV 'take', sender I, sender B, pair I, pair B, max wait ms
  *       -> {0 go | 1 wait | 2 too late | 3 retake, wait ms}
  * pause: KEYS pause; ARGV 'pause', retry-after ms (0: the doubling one), first ms, max ms
- *       -> pause left in ms */
+ *       [, board channel] -> pause left in ms. A given Retry-After counts up to max ms. With a
+ *       board channel, "<pause key> <ms left>" is published there (store_rate_board_new). */
 static const char RATE_SCRIPT[] =
     /* BEGIN RATE_SCRIPT */
     "local t = redis.call('TIME')\n"
@@ -34,13 +39,14 @@ static const char RATE_SCRIPT[] =
     "if ARGV[1] == 'pause' then\n"
     "  local till = tonumber(redis.call('HGET', KEYS[1], 'until') or '0')\n"
     "  local nxt = tonumber(redis.call('HGET', KEYS[1], 'next') or ARGV[3])\n"
-    "  local d = tonumber(ARGV[2])\n"
+    "  local d = math.min(tonumber(ARGV[2]), tonumber(ARGV[4]))\n"
     "  if d <= 0 then\n"
     "    if now < till then d = 0 else d = nxt; nxt = math.min(nxt * 2, tonumber(ARGV[4])) end\n"
     "  end\n"
     "  if now + d * 1000 > till then till = now + d * 1000 end\n"
     "  redis.call('HSET', KEYS[1], 'until', us(till), 'next', nxt)\n"
     "  redis.call('PEXPIRE', KEYS[1], ms(till - now) + nxt)\n"
+    "  if ARGV[5] then redis.call('PUBLISH', ARGV[5], KEYS[1] .. ' ' .. ms(till - now)) end\n"
     "  return ms(till - now)\n"
     "end\n"
     "local function limit(tat_key, pause_key, interval, burst)\n"
@@ -73,6 +79,15 @@ static const char RATE_SCRIPT[] =
     ;
 
 static _Thread_local store_script_t rate_script = STORE_SCRIPT(RATE_SCRIPT);
+
+#define BOARD_CHANNEL_MAX (STORE_PREFIX_MAX + sizeof(BOARD_CHANNEL))
+
+/* The channel on which every pause is announced (store_rate_board_new). */
+static const char *board_channel(const store_t *st, char buf[BOARD_CHANNEL_MAX])
+{
+    snprintf(buf, BOARD_CHANNEL_MAX, "%s" BOARD_CHANNEL, store_prefix(st));
+    return buf;
+}
 
 /* Owned by the store's caller from creation until its callback has run or it is cancelled. */
 struct store_rate_call {
@@ -167,8 +182,9 @@ store_rate_call_t *store_rate_pause(store_t *st, const char *channel_id, const c
                                     store_status_t *status)
 {
     char key[STORE_KEY_MAX], after[NUMFMT_DEC_SIZE], first[NUMFMT_DEC_SIZE], max[NUMFMT_DEC_SIZE];
+    char board[BOARD_CHANNEL_MAX];
     const char *kv[1] = {key};
-    const char *args[4] = {"pause"};
+    const char *args[5] = {"pause"};
 
     if (store_key_rate_pause(key, sizeof(key), store_prefix(st), channel_id, recipient_id) < 0) {
         *status = STORE_BAD_RECORD;
@@ -177,7 +193,8 @@ store_rate_call_t *store_rate_pause(store_t *st, const char *channel_id, const c
     args[1] = numfmt_dec(after, retry_after_ms > 0 ? retry_after_ms : 0);
     args[2] = numfmt_dec(first, RATE_PAUSE_FIRST_MS);
     args[3] = numfmt_dec(max, RATE_PAUSE_MAX_MS);
-    return rate_eval(st, 1, kv, 1, args, 4, cb, arg, status);
+    args[4] = board_channel(st, board);
+    return rate_eval(st, 1, kv, 1, args, 5, cb, arg, status);
 }
 
 void store_rate_cancel(store_rate_call_t *call)
@@ -186,4 +203,89 @@ void store_rate_cancel(store_rate_call_t *call)
         return;
     store_eval_cancel(call->ev);
     free(call);
+}
+
+/* ---- the board: pauses heard of, without a round trip ---- */
+
+/* Owned by its creator; store_rate_board_free lets it go (before its store). */
+struct store_rate_board {
+    store_t *st;
+    redisc_sub_t *sub;
+    /* by the pause key's hash: the latest end heard of, in monotonic ms. Keys that share a slot
+     * share an end: a send may look again in Redis for nothing, never miss a pause. */
+    int64_t until_ms[BOARD_SLOTS];
+};
+
+static int64_t *board_slot(store_rate_board_t *b, const char *key, size_t len)
+{
+    return &b->until_ms[hash_fnv1a(key, len) & (BOARD_SLOTS - 1)];
+}
+
+/* "<pause key> <ms left>", as the pause script publishes it. */
+static void on_board_news(void *arg, const char *msg, size_t len)
+{
+    store_rate_board_t *b = arg;
+    const char *sp = msg != NULL ? memrchr(msg, ' ', len) : NULL;
+    int64_t left = 0, until, *slot;
+
+    if (sp == NULL || sp == msg || sp + 1 == msg + len)
+        return; /* (re)subscribed, or not ours: nothing to note */
+    for (const char *p = sp + 1; p < msg + len; p++) {
+        if (*p < '0' || *p > '9' || left > RATE_PAUSE_MAX_MS)
+            return;
+        left = left * 10 + (*p - '0');
+    }
+    until = clock_mono_us() / 1000 + left;
+    slot = board_slot(b, msg, (size_t)(sp - msg));
+    if (until > *slot)
+        *slot = until;
+}
+
+store_rate_board_t *store_rate_board_new(store_t *st)
+{
+    char channel[BOARD_CHANNEL_MAX];
+    store_rate_board_t *b = calloc(1, sizeof(*b));
+
+    if (b == NULL)
+        return NULL;
+    b->st = st;
+    if ((b->sub = store_watch_key(st, board_channel(st, channel), on_board_news, b)) == NULL) {
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+void store_rate_board_free(store_rate_board_t *b)
+{
+    if (b == NULL)
+        return;
+    store_unwatch(b->sub);
+    free(b);
+}
+
+/* The end heard of for one pause key, or 0. */
+static int64_t board_until(store_rate_board_t *b, const char *channel_id, const char *recipient_id)
+{
+    char key[STORE_KEY_MAX];
+    int len = store_key_rate_pause(key, sizeof(key), store_prefix(b->st), channel_id, recipient_id);
+
+    return len < 0 ? 0 : *board_slot(b, key, (size_t)len);
+}
+
+int64_t store_rate_board_paused(store_rate_board_t *b, const char *channel_id,
+                                const char *recipient_id)
+{
+    int64_t until, now;
+
+    if (b == NULL)
+        return 0;
+    until = board_until(b, channel_id, NULL);
+    if (recipient_id != NULL) {
+        int64_t pair = board_until(b, channel_id, recipient_id);
+        if (pair > until)
+            until = pair;
+    }
+    now = clock_mono_us() / 1000;
+    return until > now ? until - now : 0;
 }

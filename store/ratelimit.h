@@ -38,15 +38,27 @@ store_rate_call_t *store_rate_take(store_t *st, const char *channel_id, const ch
                                    store_status_t *status);
 
 /* The feedback of a platform rate-limit answer: pauses the sender's limit (recipient_id NULL)
- * or the pair's, for every instance, retry_after_ms when the platform said (> 0), else 1 s,
- * doubled by each refusal that comes after the pause ended (up to 60 s), and forgotten when
- * none comes for as long. A refusal during a pause (of a call sent before it) leaves it as it is.
- * cb may be NULL. */
+ * or the pair's, for every instance, retry_after_ms when the platform said (> 0; at most 60 s),
+ * else 1 s, doubled by each refusal that comes after the pause ended (up to 60 s), and forgotten
+ * when none comes for as long. A refusal during a pause (of a call sent before it) leaves it as
+ * it is. Every board (below) hears of the pause. cb may be NULL. */
 store_rate_call_t *store_rate_pause(store_t *st, const char *channel_id, const char *recipient_id,
                                     int64_t retry_after_ms, store_rate_cb *cb, void *arg,
                                     store_status_t *status);
 
 /* The callback will not run. */
 void store_rate_cancel(store_rate_call_t *call);
+
+/* A worker's board of the pauses in force, heard of as store_rate_pause sets them (by any worker
+ * or instance: a publish from the pause script), so that a send whose slot was granted before a
+ * pause began sees it just before its call without a round trip. It hears of a pause a publish's
+ * latency late, and of none while its subscriber connection is down. NULL when out of memory. */
+typedef struct store_rate_board store_rate_board_t;
+store_rate_board_t *store_rate_board_new(store_t *st);
+void store_rate_board_free(store_rate_board_t *b); /* before its store; NULL is fine */
+/* Milliseconds left of the latest pause heard of for the channel's sender or, when recipient_id
+ * is not NULL, the pair; 0 when none (or b is NULL). */
+int64_t store_rate_board_paused(store_rate_board_t *b, const char *channel_id,
+                                const char *recipient_id);
 
 #endif

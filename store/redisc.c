@@ -77,6 +77,7 @@ struct redisc {
     char master_host[64];     /* the master currently used */
     int master_port;
     char why[160];            /* the last failure reported, so that a loop reports it once */
+    char addr[128];           /* host:port or socket path of the last connect, for messages */
     redisc_next_cb *next_cb;  /* where to reconnect; NULL: cfg's host and port again */
     void *next_arg;
     /* a subscriber (redisc_new_subscriber) only */
@@ -136,6 +137,17 @@ static void schedule_reconnect(redisc_t *r)
     if (!event_pending(r->retry, EV_TIMEOUT, NULL))
         arm_timer(r->retry, r->backoff_ms);
     r->backoff_ms = r->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : r->backoff_ms * 2;
+}
+
+/* A connection that could not be made is told like one lost (each new reason once), so that
+ * a Redis unreachable from the start is said, not only retried in silence. */
+static void connect_failed(redisc_t *r, const char *errstr)
+{
+    char why[160]; /* fits r->why, so that the same reason is told once */
+
+    snprintf(why, sizeof(why), "cannot connect to %.90s: %.48s", r->addr, errstr);
+    tell(r, 0, why);
+    schedule_reconnect(r);
 }
 
 /* The connection is gone: stop its timers and questions, say so, and retry after the backoff.
@@ -536,7 +548,7 @@ static void on_redis_connect(const redisAsyncContext *ac, int status)
         /* hiredis frees the context after this callback: only forget it. */
         r->ac = NULL;
         r->state = RC_DOWN;
-        schedule_reconnect(r);
+        connect_failed(r, ac->errstr);
         return;
     }
     r->state = RC_SETUP;
@@ -587,15 +599,20 @@ static void connect_to(redisc_t *r, const char *host, int port)
 {
     redisAsyncContext *ac;
 
-    if (host == NULL)
+    if (host == NULL) {
+        snprintf(r->addr, sizeof(r->addr), "%.120s", r->cfg.unix_path);
         ac = redisAsyncConnectUnix(r->cfg.unix_path);
-    else
+    } else {
+        snprintf(r->addr, sizeof(r->addr), "%.100s:%d", host, port);
         ac = redisAsyncConnect(host, port);
+    }
     if (ac == NULL || ac->err) {
+        char why[160];
+        snprintf(why, sizeof(why), "%s", ac != NULL ? ac->errstr : "out of memory");
         if (ac != NULL)
             redisAsyncFree(ac);
         r->state = RC_DOWN;
-        schedule_reconnect(r);
+        connect_failed(r, why);
         return;
     }
     ac->data = r;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Order matters: tests rely on "first word found wins", e.g. "invalid-timeout" is invalid.
  * "reset" inside "midreset" does not count as reset (sim_fault_search). */
@@ -57,6 +58,31 @@ static int sim_fault_slow(const char *s, int *ms)
     return 0;
 }
 
+/* "after<N>" or "date<N>" (N: up to 19 digits, 6 for a date) after "ratelimit": the
+ * Retry-After to answer, N as given (the client must cope with any number) or an IMF-fixdate N
+ * seconds from now. Sets the word too. */
+static int sim_fault_retry_after(sim_fault_t *f, const char *s)
+{
+    size_t n, len; /* the digits; "after" or "date" and the digits */
+    time_t at;
+    struct tm tm;
+
+    if (strncmp(s, "after", 5) == 0 && (n = strspn(s + 5, "0123456789")) > 0 && n < 20) {
+        snprintf(f->retry_after, sizeof(f->retry_after), "%.*s", (int)n, s + 5);
+        len = 5 + n;
+    } else if (strncmp(s, "date", 4) == 0 && (n = strspn(s + 4, "0123456789")) > 0 && n < 7) {
+        at = time(NULL) + strtol(s + 4, NULL, 10);
+        if (gmtime_r(&at, &tm) == NULL ||
+            strftime(f->retry_after, sizeof(f->retry_after), "%a, %d %b %Y %H:%M:%S GMT", &tm) == 0)
+            return 0;
+        len = 4 + n;
+    } else {
+        return 0;
+    }
+    snprintf(f->word, sizeof(f->word), "ratelimit%.*s", (int)len, s);
+    return 1;
+}
+
 void sim_fault_find(sim_fault_t *f, const char *const *texts, size_t n)
 {
     memset(f, 0, sizeof(*f));
@@ -79,6 +105,8 @@ void sim_fault_find(sim_fault_t *f, const char *const *texts, size_t n)
             if (f->kind == SIM_FAULT_RATELIMIT && strncmp(hit + 9, "613", 3) == 0) {
                 f->ratelimit_613 = 1;
                 snprintf(f->word, sizeof(f->word), "ratelimit613");
+            } else if (f->kind == SIM_FAULT_RATELIMIT && sim_fault_retry_after(f, hit + 9)) {
+                /* the word and retry_after are set */
             } else {
                 snprintf(f->word, sizeof(f->word), "%s", sim_fault_words[w].word);
             }
@@ -112,7 +140,7 @@ void sim_fault_apply(const sim_fault_t *f, sim_reply_t *r)
             evbuffer_free(r->body);
         r->body = half;
         r->status = 200;
-        r->retry_after = NULL;
+        r->retry_after[0] = '\0';
         break;
     }
     case SIM_FAULT_RESET:
@@ -122,7 +150,7 @@ void sim_fault_apply(const sim_fault_t *f, sim_reply_t *r)
         /* server.c sends the headers (Content-Length of the whole body) and half of it. */
         r->action = SIM_ACT_MIDRESET;
         r->status = 200;
-        r->retry_after = NULL;
+        r->retry_after[0] = '\0';
         break;
     case SIM_FAULT_HUGE: {
         /* The platform's answer after 50 MiB minus its length of spaces; never in memory. */
@@ -143,11 +171,19 @@ void sim_fault_apply(const sim_fault_t *f, sim_reply_t *r)
         r->body = big;
         r->status = 200;
         r->content_type = "application/json";
-        r->retry_after = NULL;
+        r->retry_after[0] = '\0';
         break;
     }
     case SIM_FAULT_SLOW:
         r->delay_ms += f->slow_ms;
+        break;
+    case SIM_FAULT_RATELIMIT:
+        /* the platform's refusal, as a 429 (WeChat's stay 200: it answers nothing else) */
+        if (f->retry_after[0] != '\0') {
+            if (r->status != 200)
+                r->status = 429;
+            snprintf(r->retry_after, sizeof(r->retry_after), "%s", f->retry_after);
+        }
         break;
     default:
         break;

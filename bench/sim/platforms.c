@@ -414,7 +414,7 @@ static void sim_slack_fault(const sim_fault_t *f, sim_reply_t *r)
         break;
     case SIM_FAULT_RATELIMIT:
         sim_slack_error(r, 429, "ratelimited");
-        r->retry_after = "1";
+        snprintf(r->retry_after, sizeof(r->retry_after), "1");
         break;
     default:
         break;
@@ -777,21 +777,12 @@ const sim_endpoint_t *sim_platform_route(const char *path)
 
 #define SIM_RETRY_AFTER_MAX 3600
 
-/* Retry-After values as the static strings sim_reply_t wants: "0" .. "3600" seconds. */
-static char sim_retry_after_text[SIM_RETRY_AFTER_MAX + 1][8];
-static pthread_once_t sim_retry_after_once = PTHREAD_ONCE_INIT;
-
-static void sim_retry_after_init(void)
-{
-    for (int i = 0; i <= SIM_RETRY_AFTER_MAX; i++)
-        snprintf(sim_retry_after_text[i], sizeof(sim_retry_after_text[i]), "%d", i);
-}
-
-static const char *sim_retry_after(int64_t ms)
+/* A wait in ms as Retry-After's whole seconds, 1 .. 3600. */
+static void sim_retry_after(sim_reply_t *r, int64_t ms)
 {
     int64_t s = (ms + 999) / 1000;
-    pthread_once(&sim_retry_after_once, sim_retry_after_init);
-    return sim_retry_after_text[s < 1 ? 1 : s > SIM_RETRY_AFTER_MAX ? SIM_RETRY_AFTER_MAX : s];
+    snprintf(r->retry_after, sizeof(r->retry_after), "%lld",
+             (long long)(s < 1 ? 1 : s > SIM_RETRY_AFTER_MAX ? SIM_RETRY_AFTER_MAX : s));
 }
 
 /* Segment n (from 0) of path ("/graph/v19.0/<id>/messages": <id> is 2), into buf. */
@@ -857,7 +848,7 @@ static void sim_platform_ratelimited(sim_call_t *c, sim_reply_t *r, int64_t retr
         break;
     case SIM_PLATFORM_SLACK:
         sim_slack_error(r, 429, "ratelimited");
-        r->retry_after = sim_retry_after(retry_ms);
+        sim_retry_after(r, retry_ms);
         break;
     case SIM_PLATFORM_WECHAT:
         if (pair)

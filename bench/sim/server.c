@@ -89,7 +89,7 @@ static void sim_reply_send(struct evhttp_request *req, sim_reply_t *r)
     struct evkeyvalq *out = evhttp_request_get_output_headers(req);
     if (r->content_type != NULL)
         evhttp_add_header(out, "Content-Type", r->content_type);
-    if (r->retry_after != NULL)
+    if (r->retry_after[0] != '\0')
         evhttp_add_header(out, "Retry-After", r->retry_after);
     if (r->location != NULL)
         evhttp_add_header(out, "Location", r->location);

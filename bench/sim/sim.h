@@ -63,7 +63,10 @@ typedef struct {
     sim_fault_kind_t kind;
     int slow_ms;       /* SIM_FAULT_SLOW: the N of slow<N> */
     int ratelimit_613; /* SIM_FAULT_RATELIMIT spelled ratelimit613 */
-    char word[32];     /* as found, for the record ("slow1500") */
+    /* SIM_FAULT_RATELIMIT spelled ratelimitafter<N> (N seconds) or ratelimitdate<N> (an HTTP-date
+     * N seconds ahead): the Retry-After of a 429; "" for the platform's usual refusal */
+    char retry_after[40];
+    char word[40]; /* as found, for the record ("slow1500") */
 } sim_fault_t;
 
 /* ---- replies ---- */
@@ -80,7 +83,7 @@ typedef enum {
 typedef struct {
     int status;
     const char *content_type; /* static string; NULL = application/json (evhttp default) */
-    const char *retry_after;  /* static string or NULL */
+    char retry_after[40];     /* "" = none */
     char *location;           /* heap, for redirects, or NULL */
     struct evbuffer *body;    /* NULL = empty */
     sim_action_t action;

@@ -27,7 +27,7 @@ static void contains_no_secret(const json_t *v)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    script_limits_t lim = {20000, 256};
+    script_limits_t lim = {20000, 256, 0, NULL};
     script_t *s;
     script_run_t *run;
     script_status_t st;

@@ -56,6 +56,36 @@ class Ctl(StackTest):
                 self.assertNotEqual(r.returncode, 0)
                 self.assertEqual(r.stdout, "")
 
+    def test_app_ids_refuse_colons_and_controls(self):
+        """Issue 27: app "A:sendResponses:B" shared app "A"'s Idempotency-Key records. App
+        ids with ':' or a control character are refused with a clear error by every command
+        that writes one, and nothing is written."""
+        before = sorted(self.s.redis("KEYS", "*"))
+        bad = ["A:sendResponses:B", ":", "A\u0001", "A\nB", "A\u007f"]
+        for app in bad:
+            with self.subTest(token_app=app):
+                r = self.s.ctl("token", "create", "--app", app, "--scope", "bot:admin",
+                               check=False)
+                self.assertNotEqual(r.returncode, 0)
+                self.assertEqual(r.stdout, "")
+                self.assertIn("--app must be", r.stderr)
+                self.assertIn("':'", r.stderr)
+            with self.subTest(channel_app=app):
+                rec = {"_id": "c-app", "app": app, "type": "facebook", "info": {}}
+                r = self.s.ctl("channel", "put", "-", input=json.dumps(rec), check=False)
+                self.assertNotEqual(r.returncode, 0)
+                self.assertIn("app must be", r.stderr)
+            with self.subTest(tree_app=app):
+                tree = {"_id": "T-app", "app": app, "name": "t",
+                        "nodes": {"N": {"response": [{"type": "TEXT", "text": "x"}]}}}
+                r = self.s.ctl("tree", "import", "-", input=json.dumps(tree), check=False)
+                self.assertNotEqual(r.returncode, 0)
+                self.assertIn("app must be", r.stderr)
+        self.assertEqual(sorted(self.s.redis("KEYS", "*")), before)
+        # what stays allowed: spaces, braces, non-ASCII
+        for app in ["my app", "a{b}", "\u00e9t\u00e9"]:
+            self.assertRegex(self.s.token(app, "bot:admin"), r"^bgt_")
+
     def test_get_masks_every_secret(self):
         ch = whatsapp_channel("wa-get", "A", "http://x/wa")
         ch["info"].update({"adminAuthToken": "tok-123", "adminAuthTokenExpiry": 99})

@@ -2,6 +2,7 @@
 its request once (concurrent duplicates wait for its answer, later ones get it replayed byte
 for byte), another request under the key is refused (124), another app's key is its own; and
 the requests for one member run one at a time, in the order of their tickets."""
+import hashlib
 import json
 import os
 import re
@@ -9,10 +10,16 @@ import threading
 import time
 import unittest
 from concurrent.futures import ThreadPoolExecutor
+from http.client import HTTPConnection
 
-from harness import StackTest, facebook_channel, free_port, http, member, wait_for
+from harness import Answer, StackTest, facebook_channel, free_port, http, member, wait_for
 
 APP = "app-idem"
+
+
+def idem_record(app, route, key):
+    """An Idempotency-Key's record: docs/operations.md, botgate's own keys."""
+    return "botgate:idem:{%d:%s:%s:%s}" % (len(app.encode()), app, route, key)
 
 
 class Guarantees(StackTest):
@@ -263,7 +270,7 @@ class Guarantees(StackTest):
         body = {"channelId": "fbi", "memberId": "mo", "response": [{"type": "TEXT", "text": "k9"}]}
         a = self.post(self.urls[0], body, key="k9-0")
         self.assertEqual(a.status, 200, a)
-        record = "botgate:idem:{%s:sendResponses:k9-0}" % APP
+        record = idem_record(APP, "sendResponses", "k9-0")
         # the answer stored (a script nobody waits for) and the turn passed (another)
         wait_for(lambda: s.redis("HGET", record, "status") == "200", timeout=5,
                  what="the answer stored after NOSCRIPT")
@@ -277,11 +284,162 @@ class Guarantees(StackTest):
         self.assertEqual(self.texts("k9"), ["k9"])
         for i in range(1, 12):
             self.assertEqual(self.post(self.urls[i % 3], body, key="k9-%d" % i).status, 200)
-        holders = [node for node in nodes if node("KEYS", "botgate:idem:{%s:*k9-*" % APP)]
-        self.assertEqual(sum(len(node("KEYS", "botgate:idem:{%s:*k9-*" % APP)) for node in nodes),
-                         12)
+        pattern = "botgate:idem:{%d:%s:*k9-*" % (len(APP), APP)
+        holders = [node for node in nodes if node("KEYS", pattern)]
+        self.assertEqual(sum(len(node("KEYS", pattern)) for node in nodes), 12)
         if len(nodes) > 1:
             self.assertGreater(len(holders), 1, "one app's records on one master")
+
+    def redis_at(self, key, *args):
+        """A command about key sent to the node that holds it (MEMORY USAGE names it second)."""
+        s = self.s
+        return s.redis.node(s.redis_port_of(key))(*args) if hasattr(s.redis, "node") \
+            else s.redis(*args)
+
+    def test_9a_app_ids_with_colons_share_no_record(self):
+        """Issue 27: app "A" with key "B:sendResponses:Z" and app "A:sendResponses:B" with key
+        "Z" shared one record: the second got 124 on its first use. botgatectl now refuses that
+        app id; a token record written with it by another system is not authorized; and the
+        first app's record has a name of its own."""
+        s = self.s
+        app_a, app_ab = "A", "A:sendResponses:B"
+        s.put("channel", facebook_channel("fb-a", app_a))
+        s.put("member", member("ma", "fb-a", app_a, "psid-a"))
+        tok_a = s.token(app_a, "bot:sendResponses")
+        # what botgatectl wrote before, and another system still could: a token record and a
+        # channel of that app
+        tok_ab = "bgt_colon-app-token"
+        s.redis("SET", "botgate:token:" + hashlib.sha256(tok_ab.encode()).hexdigest(),
+                json.dumps({"app": app_ab, "scopes": ["bot:sendResponses"], "channels": None}))
+        s.redis("SET", "botgate:channel:{fb-ab}", json.dumps(facebook_channel("fb-ab", app_ab)))
+        s.redis("SET", "botgate:member:{fb-ab}:mab",
+                json.dumps(member("mab", "fb-ab", app_ab, "psid-ab")))
+        a = self.post(self.urls[0], {"channelId": "fb-a", "memberId": "ma",
+                                     "response": [{"type": "TEXT", "text": "k10-a"}]},
+                      key="B:sendResponses:Z", tok=tok_a)
+        self.assertEqual(a.status, 200, a)
+        b = self.post(self.urls[1], {"channelId": "fb-ab", "memberId": "mab",
+                                     "response": [{"type": "TEXT", "text": "k10-ab"}]},
+                      key="Z", tok=tok_ab)
+        self.assertNotEqual(b.json.get("err_code"), 124, b)
+        self.assert_unauthorized(b)
+        self.assertEqual(self.texts("k10-"), ["k10-a"])
+        self.assertEqual(s.redis("HGET", idem_record(app_a, "sendResponses", "B:sendResponses:Z"),
+                                 "status"), "200")
+        self.assertEqual(s.redis("EXISTS", idem_record(app_ab, "sendResponses", "Z")), 0)
+        r = s.ctl("token", "create", "--app", app_ab, "--scope", "bot:sendResponses",
+                  check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--app must be", r.stderr)
+
+    def test_9b_two_idempotency_key_headers_are_108(self):
+        """Which of two keys the client meant is unknown: neither is used, 108 names the
+        header, nothing is sent."""
+        body = json.dumps({"channelId": "fbi", "memberId": "mi",
+                           "response": [{"type": "TEXT", "text": "k11"}]})
+        port = int(self.urls[0].rsplit(":", 1)[1])
+        for keys in (["k11-a", "k11-b"], ["k11-a", "k11-a"]):
+            with self.subTest(keys=keys):
+                c = HTTPConnection("127.0.0.1", port, timeout=30)
+                c.putrequest("POST", "/sendResponses")
+                c.putheader("Authorization", "Bearer " + self.tok)
+                c.putheader("Content-Type", "application/json")
+                for k in keys:
+                    c.putheader("Idempotency-Key", k)
+                c.putheader("Content-Length", str(len(body)))
+                c.endheaders(body.encode())
+                r = c.getresponse()
+                a = Answer(r.status, r.read().decode(), dict(r.getheaders()), r.getheaders())
+                c.close()
+                self.assert_error(a, 108, mentions="Idempotency-Key")
+                self.assertIn("once", a.json["err"])
+        self.assertEqual(self.texts("k11"), [])
+        self.assertEqual(self.s.redis("EXISTS", idem_record(APP, "sendResponses", "k11-a")), 0)
+        # one header with either key works
+        a = self.post(self.urls[0], json.loads(body), key="k11-a")
+        self.assertEqual(a.status, 200, a)
+
+    def test_9c_answered_record_keeps_the_answer_alone(self):
+        """A keyed request with a 1 MB body: once answered, its record holds no progress (no
+        'at', no e<i>: 2.4 MB for a day before) and takes little more than its answer."""
+        s = self.s
+        body = {"channelId": "fbi", "memberId": "mi",
+                "response": [{"type": "TEXT", "text": "k12-%02d " % i + "x" * 65000}
+                             for i in range(15)]}
+        self.assertGreater(len(json.dumps(body)), 950000)
+        a = self.post(self.urls[0], body, key="key-12")
+        self.assertEqual(a.status, 200, a)
+        record = idem_record(APP, "sendResponses", "key-12")
+        wait_for(lambda: s.redis("HGET", record, "status") == "200", timeout=5,
+                 what="the answer stored")
+        fields = s.redis("HGETALL", record)
+        names = sorted(fields[0::2])
+        self.assertEqual(names, ["body", "code", "fp", "lease", "owner", "status"])
+        # the answer once, in an allocation that jemalloc rounds up to its size class (at most
+        # a quarter more: 980 KB takes 1 MiB); with the progress kept, twice the answer
+        used = self.redis_at(record, "MEMORY", "USAGE", record, "SAMPLES", "0")
+        self.assertLess(used, 1.3 * len(a.raw.encode()), "record of %d bytes" % used)
+        again = self.post(self.urls[1], body, key="key-12")
+        self.assertEqual((again.status, again.raw), (200, a.raw))
+        self.assertEqual(len(self.texts("k12-")), 15)
+
+    def test_9d_answer_over_the_cap_replays_as_118(self):
+        """An answer longer than a record keeps (1 MiB + 64 KiB: a redirect whose node sends
+        25 texts of 50 KB): the first caller gets it whole; a replay gets 118 saying the
+        request ran once and how it ended; nothing is sent again; the record stays small."""
+        s = self.s
+        path = os.path.join(s.dir, "tree-big.json")
+        with open(path, "w") as f:
+            json.dump({"_id": "TB", "app": APP, "name": "big", "nodes": {"N": {
+                "response": [{"type": "TEXT", "text": "big-%02d " % i + "y" * 50000}
+                             for i in range(25)]}}}, f)
+        s.ctl("tree", "import", path)
+        s.put("member", member("mb", "fbi", APP, "psid-big"))
+        body = {"channelId": "fbi", "memberId": "mb",
+                "redirect": {"tree": "TB", "nodeCompositeId": "N"}}
+        hdrs = {"Authorization": "Bearer " + self.tok, "Idempotency-Key": "key-13"}
+        first = http("POST", self.urls[0] + "/redirectMemberToNode", body, hdrs)
+        self.assertEqual(first.status, 200, first.raw[:300])
+        self.assertGreater(len(first.raw.encode()), 1024 * 1024 + 64 * 1024)
+        record = idem_record(APP, "redirectMemberToNode", "key-13")
+        wait_for(lambda: s.redis("HGET", record, "status") is not None, timeout=5,
+                 what="the answer stored")
+        again = http("POST", self.urls[1] + "/redirectMemberToNode", body, hdrs)
+        self.assert_error(again, 118, mentions="ran once")
+        self.assertIn("HTTP 200", again.json["err"])
+        self.assertEqual(again.headers.get("Idempotent-Replayed"), "true")
+        self.assertEqual(len(self.texts("big-")), 25)
+        self.assertLess(self.redis_at(record, "MEMORY", "USAGE", record, "SAMPLES", "0"), 4096)
+
+    def test_9e_dead_holder_turn_passes_at_its_deadline(self):
+        """An instance killed while it holds a member's turn (its platform call hangs): the
+        turn passes at the holder's deadline (4 s from its start), not 2 s later, so a request
+        sent 1.5 s after the holder's start (deadline 5.5 s) is served, not 121."""
+        s = self.s
+        s.put("member", member("mk", "fbi", APP, "psid-kill"))
+        s.start_gateway(port=free_port(), name="botgate-victim3")
+        victim = s.url
+        s.url = self.urls[0]
+        hold = {"channelId": "fbi", "memberId": "mk",
+                "response": [{"type": "TEXT", "text": "k14-hold slow6000"}]}
+        t0 = time.time()
+        t = threading.Thread(target=lambda: self.post(victim, hold, timeout=10))
+        t.daemon = True
+        t.start()
+        wait_for(lambda: self.texts("k14-hold"), timeout=3, what="the holder's call")
+        s.procs.pop("botgate-victim3").kill()
+        self.assertLess(time.time() - t0, 1.5, "the holder took too long to start")
+        # 1.5 s after the holder's start: its deadline is 1.5 s before this one's; 2 s past it
+        # (the old lease) is 0.5 s after this one's
+        time.sleep(1.5 - (time.time() - t0))
+        sent = time.time()
+        a = self.post(self.urls[1], {"channelId": "fbi", "memberId": "mk",
+                                     "response": [{"type": "TEXT", "text": "k14-next"}]})
+        self.assertEqual(a.status, 200, a)
+        self.assertNotIn("error", a.json["sendResult"]["result"][0], a)
+        self.assertGreater(time.time() - t0, 4.0 - 0.5, "served before the holder's deadline")
+        self.assertLess(time.time() - sent, 4.0)
+        self.assertEqual(self.texts("k14-"), ["k14-hold slow6000", "k14-next"])
 
 
 if __name__ == "__main__":

@@ -93,12 +93,15 @@ class RequestLog(StackTest):
         tok = s.token(APP, "bot:sendResponses")
         ok = {"channelId": "fl", "memberId": "mem-log", "response": [{"type": "TEXT", "text": "a"}]}
         cases = [
-            ("log-ok", ok, tok, {"status": 200, "channel": "fl", "member": "mem-log",
-                                 "platform_calls": 1}),
+            ("log-ok", ok, tok, {"status": 200, "client": "127.0.0.1", "app": APP,
+                                 "channel": "fl", "member": "mem-log", "platform_calls": 1,
+                                 "sent": 1, "failed": 0}),
             ("log-114", dict(ok, memberId="nobody"), tok,
-             {"status": 500, "err_code": 114, "channel": "fl", "platform_calls": 0}),
+             {"status": 500, "err_code": 114, "client": "127.0.0.1", "app": APP,
+              "channel": "fl", "platform_calls": 0, "sent": 0, "failed": 0}),
             ("log-401", ok, "bgt_wrong", {"status": 500, "err": "unauthorized",
-                                          "channel": "fl", "platform_calls": 0}),
+                                          "client": "127.0.0.1", "channel": "fl",
+                                          "platform_calls": 0, "sent": 0, "failed": 0}),
         ]
         for rid, body, token, _ in cases:
             s.post("/sendResponses", body, token=token, headers={"X-Request-Id": rid})

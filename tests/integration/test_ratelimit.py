@@ -52,9 +52,10 @@ class Limiter:
         return tuple(self.r("EVAL", SCRIPT, len(ks), *ks, "take", s[0], s[1], p[0], p[1],
                             max_wait))
 
-    def pause(self, ch, rcpt=None, retry_after_ms=0):
+    def pause(self, ch, rcpt=None, retry_after_ms=0, board=None):
         key = self.keys(ch, rcpt)[-1]
-        return self.r("EVAL", SCRIPT, 1, key, "pause", retry_after_ms, 1000, 60000)
+        return self.r("EVAL", SCRIPT, 1, key, "pause", retry_after_ms, 1000, 60000,
+                      *([board] if board else []))
 
     def time_us(self):
         sec, usec = self.r("TIME")
@@ -202,6 +203,25 @@ class RateLimitScriptTest(unittest.TestCase):
         self.assertTrue(4900 < self.a.take("C1")[1] <= 5000)
         self._end_pause("C1")
         self.assertEqual(self.a.pause("C1"), 1000)  # Retry-After did not double the next one
+
+    def test_retry_after_is_capped_at_the_longest_pause(self):
+        # a Slack 429 once said Retry-After: 2147483647 (68 years)
+        self.assertEqual(self.a.pause("C1", retry_after_ms=2147483647000), 60000)
+        ttl = self.s.redis("PTTL", self.a.keys("C1")[-1])
+        self.assertTrue(60000 < ttl <= 61000, ttl)
+        self.assertTrue(59900 < self.a.take("C1")[1] <= 60000)
+
+    def test_pause_is_announced_on_the_board(self):
+        sub = harness.Redis(self.s.redis_port_of("botgate:ratepauses"))
+        try:
+            self.assertEqual(sub("SUBSCRIBE", "botgate:ratepauses")[0], "subscribe")
+            self.assertEqual(self.a.pause("C1", "u1", retry_after_ms=3000,
+                                          board="botgate:ratepauses"), 3000)
+            kind, channel, msg = sub._reply()
+            self.assertEqual((kind, channel), ("message", "botgate:ratepauses"))
+            self.assertEqual(msg, "botgate:ratepause:{C1}:pair:u1 3000")
+        finally:
+            sub.close()
 
     def test_pause_streak_is_forgotten(self):
         self.assertEqual(self.a.pause("C1"), 1000)

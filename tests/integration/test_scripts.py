@@ -1,7 +1,9 @@
 """Node code (Lua) in trees: a transform choosing the response by agendaMeta.status, a
 pre-action script calling the simulator twice and merging both answers into tempData, 200
 scripts of concurrent requests interleaving their http.request calls on ONE worker, a script
-over its cap among requests that run normally (126, nothing of it written back), the SSRF guard
+over its cap among requests that run normally (126, nothing of it written back), scripts that
+keep C library calls busy ended by the time limit while /healthz on their worker answers, the
+SSRF guard
 on http.request, and `botgatectl tree import` refusing code that does not compile (naming the
 node and the line); against real redis-server, the simulator and botgate."""
 import threading
@@ -9,7 +11,7 @@ import time
 import unittest
 from concurrent.futures import ThreadPoolExecutor
 
-from harness import facebook_channel, member
+from harness import facebook_channel, http, member
 import test_redirect
 from test_redirect import RedirectBase, text
 
@@ -243,6 +245,62 @@ class ScriptsOneWorker(ScriptBase):
         # one after the other they would take N x 200 ms = 40 s; interleaved, one delay and the
         # rest of the work. Half the serial time is a bound no serial run can meet.
         self.assertLess(elapsed, self.N * self.DELAY_MS / 1000.0 / 2, elapsed)
+
+
+class ScriptsTimeLimit(ScriptBase):
+    """Node code that keeps C library calls busy on ONE worker (issue 27: a loop of 80
+    `s:find(".-x")` on 5,000 bytes ran 17.7 s and /healthz on that worker waited as long). The
+    instruction cap is set as high as it goes, so that the time limit (BOTGATE_SCRIPT_MAX_MS,
+    default 50 ms) has to stop it."""
+    stack_args = {"workers": 1, "env": {"BOTGATE_SCRIPT_MAX_INSTRUCTIONS": "1000000000"}}
+
+    @classmethod
+    def make_nodes(cls, hook):
+        def spin(loop):
+            return {"preAction": [{"type": "script",
+                                   "code": "self.member.meta.spun = true\n" + loop}],
+                    "response": [text("after the spin")]}
+        return {
+            # each find alone would take about 190 ms: refused before it starts
+            "FIND": spin("local s=('a'):rep(5000) for i=1,80 do s:find('.-x') end"),
+            # each gsub about 8 ms, 2,000 of them: the clock stops the loop
+            "GSUB": spin("local s=('a'):rep(1000) for i=1,2000 do s:gsub('.-x', '') end"),
+            "SORT": spin("local t={} for i=1,20000 do t[i]=(i*7919)%20011 end\n"
+                         "for i=1,2000 do table.sort(t) end"),
+        }
+
+    def spin_beside_healthz(self, mid, node):
+        """Runs node for mid while /healthz is asked on the same worker, one call after the
+        other until the node's answer is in; the node's answer, its time, the slowest health
+        answer."""
+        self.new_member(mid)
+        with ThreadPoolExecutor(1) as ex:
+            t0 = time.monotonic()
+            fut = ex.submit(self.go, mid, "TS", node)
+            slowest = 0.0
+            while not fut.done():
+                h0 = time.monotonic()
+                self.assertEqual(http("GET", self.s.url + "/healthz", timeout=60).status, 200)
+                slowest = max(slowest, time.monotonic() - h0)
+            ans = fut.result()
+            took = time.monotonic() - t0
+        return ans, took, slowest
+
+    def test_busy_library_calls_end_at_the_time_limit(self):
+        for i, node in enumerate(["FIND", "GSUB", "SORT"]):
+            mid = "mspin%d" % i
+            ans, took, slowest = self.spin_beside_healthz(mid, node)
+            print("%s: node answer %.0f ms, slowest /healthz %.0f ms"
+                  % (node, took * 1000, slowest * 1000))
+            res = self.results(ans, mid, send_ok=0, count=2)
+            self.assert_node_error(res[0], 126, "time limit exceeded (50 ms)")
+            self.assertEqual(res[1]["messageEvent"]["data"], {"text": "after the spin"})
+            self.assertNotIn("spun", self.rec(mid).get("meta", {}))
+            # Unbounded, these loops ran for 10-18 s (the request's deadline then cut them) and
+            # /healthz waited as long. The bounds leave a loaded 2-core machine 20 times the
+            # limit (answers of about 20-60 ms and /healthz under 60 ms under ASan here).
+            self.assertLess(took, 3.0, took)
+            self.assertLess(slowest, 1.0, slowest)
 
 
 class ScriptsGuarded(ScriptBase):

@@ -76,6 +76,7 @@ typedef struct parse_case {
     const char *message_id, *chat_id, *ref, *meta;
     const char *retry_after; /* the Retry-After header, NULL when absent */
     int retry_after_s;       /* expected with a Retry-After header; without one it must be -1 */
+    int rate_recipient;      /* 1: the refusal pauses the recipient's limit, not the sender's */
     int masked;              /* 1: the error text shows "***" where a secret was */
     case_step_t step;
     const char *token;   /* CASE_CRED success: the new credential in info[cred_field] */
@@ -306,7 +307,7 @@ static inline void run_parse_case(const case_fixture_t *fx, const char *row, con
 
     adapter_result_init(&res);
     if (c->step == CASE_SEND)
-        ops->parse_send(&t, &a, &res);
+        adapter_parse_send(ops, &t, &a, &res);
     else if (c->step == CASE_CRED)
         cred = ops->parse_cred(&t, &a, &res);
     else if (c->step == CASE_CHECK)
@@ -334,6 +335,7 @@ static inline void run_parse_case(const case_fixture_t *fx, const char *row, con
     CASE_STR(row, "chat_id", res.chat_id, c->chat_id ? c->chat_id : "");
     CASE_STR(row, "ref", res.ref, c->ref ? c->ref : "");
     CASE_INT(row, "retry_after_s", res.retry_after_s, c->retry_after ? c->retry_after_s : -1);
+    CASE_INT(row, "rate_recipient", res.rate_recipient, c->rate_recipient);
     if (c->meta == NULL) {
         if (res.meta != NULL)
             fail_msg("%s: a meta object where none was expected", row);

@@ -192,6 +192,32 @@ static void test_error_text(void **state)
     run_parse_case(&fx, "multi-byte message", &c);
 }
 
+/* The rate-limit answer with a Retry-After (a hostile or future Graph API): the pause is the one
+ * it asks for, at most 60 s, never the doubling default. */
+static void test_retry_after(void **state)
+{
+    static const parse_case_t cases[] = {
+        {ANSWER(429, GRAPH(4, 0, "(#4) Application request limit reached"), ADAPTER_RATE_LIMITED,
+                4),
+         .retry_after = "3", .retry_after_s = 3},
+        {ANSWER(400, GRAPH(613, 0, "Calls to this api have exceeded the rate limit."),
+                ADAPTER_RATE_LIMITED, 613),
+         .retry_after = "Tue, 14 Nov 2023 22:13:25 GMT", .retry_after_s = 5},
+        {ANSWER(429, GRAPH(4, 0, "(#4) Application request limit reached"), ADAPTER_RATE_LIMITED,
+                4),
+         .retry_after = "2147483647", .retry_after_s = 60},
+        /* a 429 the Graph body does not explain is a rate limit too */
+        {ANSWER(429, "{\"error\":{\"message\":\"slow down\",\"code\":9999}}", ADAPTER_RATE_LIMITED,
+                9999),
+         .retry_after = "7", .retry_after_s = 7},
+        {ANSWER(500, GRAPH(2, 0, "Service temporarily unavailable"), ADAPTER_SERVER_ERROR, 2),
+         .retry_after = "3", .retry_after_s = -1},
+    };
+
+    (void)state;
+    RUN_CASES(&fx, "retry-after", cases, run_parse_case);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -199,6 +225,7 @@ int main(void)
         cmocka_unit_test(test_build),
         cmocka_unit_test(test_parse),
         cmocka_unit_test(test_error_text),
+        cmocka_unit_test(test_retry_after),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -136,31 +136,54 @@ static void test_parse_error_names(void **state)
     RUN_CASES(&fx, "error names", cases, run_parse_case);
 }
 
-/* A 429 with a Retry-After header: the wait in whole seconds, -1 when unreadable. */
-#define WAIT(header, s)                                                                            \
+/* A 429 with a Retry-After header: the wait in whole seconds (at most 60), -1 when unreadable;
+ * a wait of a second at most is the conversation's limit (conv 1), a longer one the bot's.
+ * The fixture's now is Tue, 14 Nov 2023 22:13:20 GMT. */
+#define WAIT(header, s, conv)                                                                      \
     {                                                                                              \
-        ANSWER(429, "", ADAPTER_RATE_LIMITED, 0), .retry_after = header, .retry_after_s = s        \
+        ANSWER(429, "", ADAPTER_RATE_LIMITED, 0), .retry_after = header, .retry_after_s = s,       \
+        .rate_recipient = conv                                                                     \
     }
 
 static void test_retry_after(void **state)
 {
     static const parse_case_t cases[] = {
-        WAIT("30", 30),
-        WAIT("0", 0),
-        WAIT(" 7 ", 7),
-        WAIT("120\r\n", 120),
-        WAIT(NULL, -1),
-        WAIT("", -1),
-        WAIT("soon", -1),
-        WAIT("-3", -1),
-        WAIT("1.5", -1),
-        WAIT("12abc", -1),
-        WAIT("99999999999999999999", -1),
-        WAIT("Wed, 21 Oct 2015 07:28:00 GMT", -1),
+        WAIT("30", 30, 0),
+        WAIT("1", 1, 1),
+        WAIT("0", 0, 1),
+        WAIT("2", 2, 0),
+        WAIT(" 7 ", 7, 0),
+        WAIT("120\r\n", 60, 0),
+        WAIT("2147483647", 60, 0),
+        WAIT("99999999999999999999", 60, 0),
+        WAIT(NULL, -1, 0),
+        WAIT("", -1, 0),
+        WAIT("soon", -1, 0),
+        WAIT("-3", -1, 0),
+        WAIT("1.5", -1, 0),
+        WAIT("12abc", -1, 0),
+        /* the three forms of an HTTP-date (RFC 9110 5.6.7), rounded up to whole seconds */
+        WAIT("Tue, 14 Nov 2023 22:13:23 GMT", 3, 0),
+        WAIT("Tuesday, 14-Nov-23 22:13:23 GMT", 3, 0),
+        WAIT("Tue Nov 14 22:13:23 2023", 3, 0),
+        WAIT("Tue Nov  9 22:13:23 2023", 0, 1),
+        WAIT("Tue, 14 Nov 2023 22:13:21 GMT", 1, 1),
+        WAIT("Tue, 14 Nov 2023 22:13:00 GMT", 0, 1),
+        WAIT("Wed, 21 Oct 2015 07:28:00 GMT", 0, 1),
+        WAIT("Fri, 01 Jan 2100 00:00:00 GMT", 60, 0),
+        WAIT("Tue, 14 Nov 2023 22:13:23 UTC", -1, 0),
+        WAIT("Tue, 14 Foo 2023 22:13:23 GMT", -1, 0),
+        WAIT("Tue, 14 Nov 2023 25:13:23 GMT", -1, 0),
+        WAIT("Tue, 14 Nov 2023 22:13:23 GMT and more", -1, 0),
         /* ok:false ratelimited carries the header too. */
         {ANSWER(200, "{\"ok\":false,\"error\":\"ratelimited\"}", ADAPTER_RATE_LIMITED, 0),
          .retry_after = "4", .retry_after_s = 4},
+        {ANSWER(200, "{\"ok\":false,\"error\":\"ratelimited\"}", ADAPTER_RATE_LIMITED, 0),
+         .retry_after = "1", .retry_after_s = 1, .rate_recipient = 1},
         {ANSWER(200, "{\"ok\":false,\"error\":\"ratelimited\"}", ADAPTER_RATE_LIMITED, 0)},
+        /* the workspace's message limit: 429 without Retry-After, the whole bot */
+        {ANSWER(429, "{\"ok\":false,\"error\":\"message_limit_exceeded\"}", ADAPTER_RATE_LIMITED,
+                0)},
         /* Other failures leave it unknown. */
         {ANSWER(500, "", ADAPTER_SERVER_ERROR, 0), .retry_after = "10", .retry_after_s = -1},
     };

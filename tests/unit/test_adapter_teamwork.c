@@ -108,6 +108,8 @@ static void test_parse(void **state)
         {ANSWER(422, "{\"error\":\"x\"}", ADAPTER_REJECTED, 0), .error = "teamwork: HTTP 422"},
         {ANSWER(429, "", ADAPTER_RATE_LIMITED, 0), .retry_after = "15", .retry_after_s = 15},
         {ANSWER(429, "", ADAPTER_RATE_LIMITED, 0), .retry_after = "later", .retry_after_s = -1},
+        {ANSWER(429, "", ADAPTER_RATE_LIMITED, 0), .retry_after = "2147483647",
+         .retry_after_s = 60},
         {ANSWER(429, "", ADAPTER_RATE_LIMITED, 0)},
         {ANSWER(401, "{}", ADAPTER_AUTH_INVALID, 0), .err_code = 104},
         {ANSWER(404, "{}", ADAPTER_RECIPIENT_INVALID, 0), .err_code = 104},

@@ -312,6 +312,20 @@ static void test_upload_parse(void **state)
     RUN_CASES(&fx, "upload parse", cases, run_parse_case);
 }
 
+/* WeChat answers HTTP 200, but a Retry-After on a quota answer is read like anywhere else. */
+static void test_retry_after(void **state)
+{
+    static const parse_case_t cases[] = {
+        {ANSWER(200, WXERR(45047, "out of response count limit"), ADAPTER_RATE_LIMITED, 45047),
+         .retry_after = "3", .retry_after_s = 3},
+        {ANSWER(200, WXERR(45047, "out of response count limit"), ADAPTER_RATE_LIMITED, 45047),
+         .retry_after = "86400", .retry_after_s = 60},
+    };
+
+    (void)state;
+    RUN_CASES(&fx, "retry-after", cases, run_parse_case);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -319,6 +333,7 @@ int main(void)
         cmocka_unit_test(test_build),        cmocka_unit_test(test_token_parse),
         cmocka_unit_test(test_parse_send),   cmocka_unit_test(test_upload_build),
         cmocka_unit_test(test_upload_parse),
+        cmocka_unit_test(test_retry_after),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -306,6 +306,25 @@ static void test_contacts_parse(void **state)
     RUN_CASES(&fx, "contacts parse", cases, run_parse_case);
 }
 
+/* The rate-limit answer with a Retry-After: the pause is the one it asks for, at most 60 s. */
+static void test_retry_after(void **state)
+{
+    static const parse_case_t cases[] = {
+        {ANSWER(429, WAERR(1015, "Too many requests"), ADAPTER_RATE_LIMITED, 1015),
+         .retry_after = "3", .retry_after_s = 3},
+        {ANSWER(429, "", ADAPTER_RATE_LIMITED, 0), .retry_after = "3", .retry_after_s = 3},
+        {ANSWER(429, WAERR(1015, "Too many requests"), ADAPTER_RATE_LIMITED, 1015),
+         .retry_after = "4000000000", .retry_after_s = 60},
+        {ANSWER(429, WAERR(1015, "Too many requests"), ADAPTER_RATE_LIMITED, 1015),
+         .retry_after = "in a while", .retry_after_s = -1},
+        {ANSWER(500, WAERR(1014, "Internal error"), ADAPTER_SERVER_ERROR, 1014), .retry_after = "3",
+         .retry_after_s = -1},
+    };
+
+    (void)state;
+    RUN_CASES(&fx, "retry-after", cases, run_parse_case);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -313,6 +332,7 @@ int main(void)
         cmocka_unit_test(test_parse_send),     cmocka_unit_test(test_build_login_contacts),
         cmocka_unit_test(test_login_parse),    cmocka_unit_test(test_needs_refresh),
         cmocka_unit_test(test_contacts_parse),
+        cmocka_unit_test(test_retry_after),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -137,7 +137,8 @@ static void test_parse(void **state)
                 GRAPH(130429, "Rate limit hit", "Cloud API message throughput has been reached."),
                 ADAPTER_RATE_LIMITED, 130429)},
         {ANSWER(400, GRAPH(131056, "(Business Account, Consumer Account) pair rate limit hit", ""),
-                ADAPTER_RATE_LIMITED, 131056)},
+                ADAPTER_RATE_LIMITED, 131056),
+         .rate_recipient = 1},
         {ANSWER(400, GRAPH(80007, "Rate limit issues", ""), ADAPTER_RATE_LIMITED, 80007)},
         {ANSWER(400, GRAPH(4, "(#4) Application request limit reached", ""), ADAPTER_RATE_LIMITED,
                 4)},
@@ -166,12 +167,33 @@ static void test_parse(void **state)
     RUN_CASES(&fx, "parse", cases, run_parse_case);
 }
 
+/* The rate-limit answer with a Retry-After: the pause is the one it asks for, at most 60 s; the
+ * pair rate (131056) pauses the recipient's limit only. */
+static void test_retry_after(void **state)
+{
+    static const parse_case_t cases[] = {
+        {ANSWER(429, GRAPH(130429, "Rate limit hit", ""), ADAPTER_RATE_LIMITED, 130429),
+         .retry_after = "3", .retry_after_s = 3},
+        {ANSWER(429, GRAPH(130429, "Rate limit hit", ""), ADAPTER_RATE_LIMITED, 130429),
+         .retry_after = "Tuesday, 14-Nov-23 22:13:23 GMT", .retry_after_s = 3},
+        {ANSWER(429, GRAPH(130429, "Rate limit hit", ""), ADAPTER_RATE_LIMITED, 130429),
+         .retry_after = "99999999999999999999", .retry_after_s = 60},
+        {ANSWER(400, GRAPH(131056, "pair rate limit hit", ""), ADAPTER_RATE_LIMITED, 131056),
+         .retry_after = "6", .retry_after_s = 6, .rate_recipient = 1},
+        {ANSWER(429, "{}", ADAPTER_RATE_LIMITED, 0), .retry_after = "2", .retry_after_s = 2},
+    };
+
+    (void)state;
+    RUN_CASES(&fx, "retry-after", cases, run_parse_case);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table),
         cmocka_unit_test(test_build),
         cmocka_unit_test(test_parse),
+        cmocka_unit_test(test_retry_after),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -153,6 +153,40 @@ static void test_decode_valid(void **state)
     }
 }
 
+/* The app ids botgatectl and the token lookup accept (auth_app_valid). */
+static void test_app_ids(void **state)
+{
+    static const char *const good[] = {"A1",   "app-idem", "my app", "\xc3\xa9t\xc3\xa9",
+                                       "a{b}", "~"};
+    static const char *const bad[] = {"",     ":",    "A:B",   "A1:",     ":A1",
+                                      "A\tB", "A\nB", "A\x7f", "\x1b[31m"};
+    char app[AUTH_APP_MAX + 2];
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        if (!auth_app_valid(good[i]))
+            fail_msg("refused app \"%s\"", good[i]);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (auth_app_valid(bad[i]))
+            fail_msg("accepted app \"%s\"", bad[i]);
+    assert_false(auth_app_valid(NULL));
+    memset(app, 'a', sizeof(app) - 1);
+    app[sizeof(app) - 1] = '\0';
+    assert_false(auth_app_valid(app));
+    app[AUTH_APP_MAX] = '\0';
+    assert_true(auth_app_valid(app));
+    /* a NUL inside the JSON string would end the id early: the record is refused */
+    {
+        json_error_t e;
+        json_t *rec =
+            json_loads("{\"app\":\"A1\\u0000x\",\"scopes\":[\"bot:admin\"]}", JSON_ALLOW_NUL, &e);
+        auth_token_t t;
+        assert_non_null(rec);
+        assert_int_equal(auth_token_decode(rec, &t), -1);
+        json_decref(rec);
+    }
+}
+
 static void test_decode_refused(void **state)
 {
     static const char *const records[] = {
@@ -167,6 +201,13 @@ static void test_decode_refused(void **state)
         "{\"app\":null,\"scopes\":[\"bot:admin\"]}",
         "{\"app\":7,\"scopes\":[\"bot:admin\"]}",
         "{\"app\":[\"A1\"],\"scopes\":[\"bot:admin\"]}",
+        /* app ids with ':' or a control character (issue 27: "A:sendResponses:B" shared the
+         * Idempotency-Key records of app "A") */
+        "{\"app\":\"A:sendResponses:B\",\"scopes\":[\"bot:admin\"]}",
+        "{\"app\":\":\",\"scopes\":[\"bot:admin\"]}",
+        "{\"app\":\"A1\\n\",\"scopes\":[\"bot:admin\"]}",
+        "{\"app\":\"A\\u0001B\",\"scopes\":[\"bot:admin\"]}",
+        "{\"app\":\"A\\u007f\",\"scopes\":[\"bot:admin\"]}",
         /* expiresAt neither null nor a number */
         "{\"app\":\"A1\",\"scopes\":[\"bot:admin\"],\"expiresAt\":\"1700000000000\"}",
         "{\"app\":\"A1\",\"scopes\":[\"bot:admin\"],\"expiresAt\":true}",
@@ -408,6 +449,7 @@ int main(void)
         cmocka_unit_test(test_hash_vectors),
         cmocka_unit_test(test_scope_bits),
         cmocka_unit_test(test_decode_valid),
+        cmocka_unit_test(test_app_ids),
         cmocka_unit_test(test_decode_refused),
         cmocka_unit_test(test_decode_scopes_not_a_list),
         cmocka_unit_test(test_allows_scopes),

@@ -101,7 +101,7 @@ static const key_case_t cases[] = {
     {"turns", "C1", "turns:{C1}:M1", k_turns},
     {"leases", "C1", "leases:{C1}:M1", k_leases},
     /* its tag is its whole scope (test_idem_spreads) */
-    {"idem", "C1", "idem:{C1:sendResponses:" HASH "}", k_idem},
+    {"idem", "C1", "idem:{2:C1:sendResponses:" HASH "}", k_idem},
 };
 
 #define NCASES (sizeof(cases) / sizeof(cases[0]))
@@ -184,7 +184,7 @@ static void test_idem_spreads(void **state)
     (void)state;
     assert_true(store_key_idem(buf, sizeof(buf), "botgate:", "A1", "sendResponses", "k-1") > 0);
     hash_tag(buf, tag, sizeof(tag));
-    assert_string_equal(tag, "A1:sendResponses:k-1");
+    assert_string_equal(tag, "2:A1:sendResponses:k-1");
     for (int i = 0; i < 1000; i++) {
         unsigned slot;
 
@@ -205,8 +205,47 @@ static void test_idem_spreads(void **state)
         assert_true(store_key_idem(buf, sizeof(buf), "botgate:", "A1", "sendResponses", odd[i]) >
                     0);
         hash_tag(buf, tag, sizeof(tag));
-        assert_memory_equal(tag, "A1:sendResponses:", 17);
+        assert_memory_equal(tag, "2:A1:sendResponses:", 19);
     }
+}
+
+/* Issue 27: app "A" with key "B:sendResponses:Z" and app "A:sendResponses:B" with key "Z" once
+ * shared one record (the second request got 124). Every split of one text into app and key,
+ * ':' and braces included, names its own record. */
+static void test_idem_scopes_never_collide(void **state)
+{
+    static const char *const texts[] = {"A:sendResponses:B:sendResponses:Z", "1:A:2:B:3", "}{:}:{",
+                                        "a:b"};
+    char a[STORE_KEY_MAX], b[STORE_KEY_MAX], app[64];
+
+    (void)state;
+    assert_true(
+        store_key_idem(a, sizeof(a), "botgate:", "A", "sendResponses", "B:sendResponses:Z") > 0);
+    assert_true(
+        store_key_idem(b, sizeof(b), "botgate:", "A:sendResponses:B", "sendResponses", "Z") > 0);
+    assert_string_not_equal(a, b);
+    assert_string_equal(a, "botgate:idem:{1:A:sendResponses:B:sendResponses:Z}");
+    assert_string_equal(b, "botgate:idem:{17:A:sendResponses:B:sendResponses:Z}");
+    /* each cut point of each text, under both routes: all names differ */
+    for (size_t t = 0; t < sizeof(texts) / sizeof(texts[0]); t++) {
+        size_t n = strlen(texts[t]);
+        for (size_t i = 0; i < n; i++) {
+            for (size_t j = i + 1; j < n; j++) {
+                for (int r = 0; r < 4; r++) {
+                    const char *ri = r & 1 ? "sendResponses" : "redirectMemberToNode";
+                    const char *rj = r & 2 ? "sendResponses" : "redirectMemberToNode";
+                    snprintf(app, sizeof(app), "%.*s", (int)i, texts[t]);
+                    assert_true(store_key_idem(a, sizeof(a), "p:", app, ri, texts[t] + i) > 0);
+                    snprintf(app, sizeof(app), "%.*s", (int)j, texts[t]);
+                    assert_true(store_key_idem(b, sizeof(b), "p:", app, rj, texts[t] + j) > 0);
+                    assert_string_not_equal(a, b);
+                }
+            }
+        }
+    }
+    /* a route with ':' could be read two ways: refused */
+    assert_int_equal(store_key_idem(a, sizeof(a), "p:", "A", "send:Responses", "Z"), -1);
+    assert_int_equal(store_key_idem(a, sizeof(a), "p:", NULL, "sendResponses", "Z"), -1);
 }
 
 static void test_does_not_fit(void **state)
@@ -271,8 +310,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exact_keys),   cmocka_unit_test(test_hash_tags),
-        cmocka_unit_test(test_idem_spreads), cmocka_unit_test(test_does_not_fit),
-        cmocka_unit_test(test_missing_part),
+        cmocka_unit_test(test_idem_spreads), cmocka_unit_test(test_idem_scopes_never_collide),
+        cmocka_unit_test(test_does_not_fit), cmocka_unit_test(test_missing_part),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

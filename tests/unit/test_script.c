@@ -14,9 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const script_limits_t LIMITS = {SCRIPT_MAX_INSTRUCTIONS_DEFAULT,
-                                       SCRIPT_MAX_MEMORY_KB_DEFAULT};
+                                       SCRIPT_MAX_MEMORY_KB_DEFAULT, 0, NULL};
 
 static const char MEMBER[] =
     "{\"_id\":\"M1\",\"firstName\":\"Ann\",\"lastName\":\"Lee\",\"customLocale\":null,"
@@ -128,7 +129,7 @@ static void test_no_state_between_runs(void **state)
 
 static void test_instruction_cap(void **state)
 {
-    script_limits_t lim = {100000, SCRIPT_MAX_MEMORY_KB_DEFAULT};
+    script_limits_t lim = {100000, SCRIPT_MAX_MEMORY_KB_DEFAULT, 0, NULL};
     script_run_t *run;
     bg_error_t err;
 
@@ -420,16 +421,16 @@ static void test_cache(void **state)
 /* C functions whose loops run no hook are bounded another way. */
 static void test_work_outside_the_vm(void **state)
 {
-    script_limits_t lim = {100000, SCRIPT_MAX_MEMORY_KB_DEFAULT};
+    script_limits_t lim = {100000, SCRIPT_MAX_MEMORY_KB_DEFAULT, 0, NULL};
 
     (void)state;
     assert_result("return #string.rep('', 1e15) + #string.rep('', 1e15, '')", "0");
     assert_result("return #string.rep('ab', 3, ',')", "8");
     assert_fails("return string.find(string.rep('a', 5000), string.rep('a*', 10) .. 'b')", LIMITS,
-                 "pattern too costly");
+                 "instruction limit exceeded");
     assert_fails("local s = string.rep('a', 100000)\nreturn s:find(string.rep('a', 5000), 1, "
                  "true)",
-                 LIMITS, "test:2: pattern too costly");
+                 LIMITS, "test:2: instruction limit exceeded");
     assert_result("return (('a  b   c'):gsub('%s+', ' '))", "\"a b c\"");
     assert_result("return {('k=v'):match('^(%w+)=(%w+)$')}", "[\"k\",\"v\"]");
     assert_result("return ('x'):rep(3000):find('y', 1, true) == nil", "true");
@@ -449,6 +450,167 @@ static void test_work_outside_the_vm(void **state)
                  "instruction limit exceeded (100000)");
 }
 
+/* A monotonic clock for the time limit: the real one, and one that moves 1 ms a read. */
+static int64_t real_clock_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static int64_t fake_now_us;
+
+static int64_t fake_clock_us(void)
+{
+    return fake_now_us += 1000;
+}
+
+/* Work done inside C library calls counts against the instruction cap: loops of calls that
+ * each stay under any per-call bound (issue 27: 80 finds of 187 ms, 17.7 s in all) end at
+ * once with 126. */
+static void test_c_work_is_charged(void **state)
+{
+    static const char *const loops[] = {
+        "local s=('a'):rep(5000) for i=1,80 do s:find('.-x') end",
+        "local s=('a'):rep(5000) for i=1,80 do s:gsub('.-x', '') end",
+        "local s=('a'):rep(5000) for i=1,80 do for w in s:gmatch('.-x') do end end",
+        "local t={} for i=1,20000 do t[i]=(i*7919)%20011 end for k=1,80 do table.sort(t) end",
+        "local t={} for i=1,30000 do t[i]=i end for k=1,1000 do table.insert(t,1,0) "
+        "table.remove(t,1) end",
+        "local t={} for i=1,30000 do t[i]='' end for k=1,1000 do table.concat(t) end",
+        "local s=('1'):rep(300000) for k=1,1000 do local x=tonumber(s) + s end",
+        "local s=('a'):rep(300000) for k=1,1000 do local x=utf8.len(s) end",
+        "local s=('a'):rep(7000) for k=1,100000 do local x=s:byte(1,-1) end",
+    };
+    script_limits_t timed = {1000000000, SCRIPT_MAX_MEMORY_KB_DEFAULT, 50, real_clock_us};
+    size_t i;
+    int64_t t0;
+
+    (void)state;
+    for (i = 0; i < sizeof(loops) / sizeof(loops[0]); i++) {
+        t0 = real_clock_us();
+        assert_fails(loops[i], LIMITS, "instruction limit exceeded (1000000)");
+        /* unbounded, each of these ran for seconds; charged, they end after a few calls */
+        if (real_clock_us() - t0 > 1000000)
+            fail_msg("%s: took %lld ms", loops[i], (long long)(real_clock_us() - t0) / 1000);
+        /* with no instruction cap to speak of, the time limit ends them */
+        t0 = real_clock_us();
+        assert_fails(loops[i], timed, "limit exceeded");
+        if (real_clock_us() - t0 > 1000000)
+            fail_msg("%s: took %lld ms", loops[i], (long long)(real_clock_us() - t0) / 1000);
+    }
+    /* what node code commonly does still fits */
+    assert_result("return ('  hello  '):match('^%s*(.-)%s*$')", "\"hello\"");
+    assert_result("return #(('x'):rep(2000) .. '  '):match('^%s*(.-)%s*$')", "2000");
+    assert_result("local b = ('{\"a\":1,'):rep(3000) .. '\"token\":\"abc\"}'\n"
+                  "return b:match('\"token\":\"(.-)\"')",
+                  "\"abc\"");
+    assert_result("local t = {} for i = 1, 2000 do t[i] = (i * 7) % 2001 end table.sort(t)\n"
+                  "return {t[1], t[2000], table.concat({1, 2, 3}, ',')}",
+                  "[1,2000,\"1,2,3\"]");
+    assert_result("local t = {1, 3} table.insert(t, 2, 2) table.insert(t, 4) "
+                  "return {table.remove(t, 1), table.remove(t), table.unpack(t)}",
+                  "[1,4,2,3]");
+    /* a table function does not run metamethods in its C loop */
+    assert_fails("table.sort(setmetatable({}, {__len = function() return 1e9 end}))", LIMITS,
+                 "table.sort: a table with __len is not available");
+    assert_fails("table.concat(setmetatable({}, {__index = rawlen}), '', 1, 1e6)", LIMITS,
+                 "table.concat: a table with __index is not available");
+}
+
+/* BOTGATE_SCRIPT_MAX_MS: the hook reads the clock; past the limit the run fails (126), pcall
+ * cannot catch it, and the time spent waiting for http.request does not count. */
+static void test_time_limit(void **state)
+{
+    script_limits_t lim = {1000000000, SCRIPT_MAX_MEMORY_KB_DEFAULT, 50, fake_clock_us};
+    script_run_t *run;
+    bg_error_t err;
+
+    (void)state;
+    assert_fails("local x = 0\nwhile true do x = x + 1 end", lim,
+                 "test:2: time limit exceeded (50 ms)");
+    assert_fails("while true do pcall(function() while true do end end) end", lim,
+                 "time limit exceeded (50 ms)");
+    assert_fails("self.member.meta.x = 1\nwhile true do end", lim, "time limit exceeded");
+    /* a run that ends past the limit keeps nothing either */
+    assert_int_equal(run_code("self.member.meta.x = 1\nlocal y = 0\nfor i = 1, 60 * 250 do "
+                              "y = y + 1 end",
+                              lim, NULL, &err, &run),
+                     SCRIPT_FAILED);
+    assert_null(script_run_member_ops(run));
+    script_run_free(run);
+    /* 10 s between the call and its answer: not the script's time */
+    assert_int_equal(run_code("local r = http.request{url='http://h/x'}\nself.member.meta.s = "
+                              "r.status",
+                              lim, NULL, &err, &run),
+                     SCRIPT_NEED_HTTP);
+    fake_now_us += 10 * 1000 * 1000;
+    script_run_http_done(run, 200, "", 0, NULL, NULL);
+    assert_int_equal(script_run_resume(run, &err), SCRIPT_DONE);
+    assert_int_equal(json_array_size(script_run_member_ops(run)), 1);
+    script_run_free(run);
+}
+
+/* tostring and string.format show no heap or code address. */
+static void test_no_addresses(void **state)
+{
+    (void)state;
+    assert_result("local t, f = {}, string.len\n"
+                  "return {tostring(t), tostring(f), tostring(t), tostring({}), "
+                  "string.format('%s|%5s', t, 1), tostring(json.null)}",
+                  "[\"table: 1\",\"function: 2\",\"table: 1\",\"table: 3\",\"table: 1|    1\","
+                  "\"userdata: 4\"]");
+    assert_result("return tostring(setmetatable({}, {__tostring = function() return 'me' end}))",
+                  "\"me\"");
+    assert_result("return {tostring(1.5), tostring(nil), tostring(true), ('%s'):format('x')}",
+                  "[\"1.5\",\"nil\",\"true\",\"x\"]");
+    assert_fails("return string.format('%p', {})", LIMITS, "%p is not available");
+    assert_result("return tostring(print) == tostring(nil) and not tostring(string.len):find('0x')",
+                  "true");
+}
+
+/* What a run writes back is bounded by the memory cap as the next run loads it (issue 27: 130
+ * references to one 30 KB string wrote a 3.9 MB member that failed every later run). */
+static void test_write_back_bounded(void **state)
+{
+    script_run_t *run;
+    bg_error_t err;
+    json_t *big;
+    char *text;
+
+    (void)state;
+    assert_int_equal(run_code("local s = ('x'):rep(30000)\nfor i = 1, 130 do "
+                              "self.member.meta['k' .. i] = s end",
+                              LIMITS, NULL, &err, &run),
+                     SCRIPT_FAILED);
+    assert_non_null(strstr(err.msg, "takes more than the memory limit (1024 KiB)"));
+    assert_null(script_run_member_ops(run));
+    script_run_free(run);
+    /* what fits is written, and the next run loads it */
+    assert_int_equal(run_code("local s = ('x'):rep(30000)\nfor i = 1, 20 do "
+                              "self.member.meta['k' .. i] = s end",
+                              LIMITS, NULL, &err, &run),
+                     SCRIPT_DONE);
+    assert_int_equal(json_array_size(script_run_member_ops(run)), 20);
+    script_run_free(run);
+    big = load(MEMBER);
+    for (int i = 0; i < 20; i++) {
+        char key[8];
+        char *v = malloc(30001);
+        memset(v, 'x', 30000);
+        v[30000] = '\0';
+        snprintf(key, sizeof(key), "k%d", i);
+        json_object_set_new(json_object_get(big, "meta"), key, json_string(v));
+        free(v);
+    }
+    text = json_dumps(big, JSON_COMPACT);
+    assert_int_equal(run_code("return #self.member.meta.k1", LIMITS, text, &err, NULL),
+                     SCRIPT_DONE);
+    free(text);
+    json_decref(big);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -464,6 +626,10 @@ int main(void)
         cmocka_unit_test(test_member_set_rules),
         cmocka_unit_test(test_cache),
         cmocka_unit_test(test_work_outside_the_vm),
+        cmocka_unit_test(test_c_work_is_charged),
+        cmocka_unit_test(test_time_limit),
+        cmocka_unit_test(test_no_addresses),
+        cmocka_unit_test(test_write_back_bounded),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
