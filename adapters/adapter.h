@@ -30,7 +30,7 @@ typedef enum {
 } adapter_status_t;
 
 #define ADAPTER_MAX_HEADERS 6
-/* The header line of a JSON body (adapter_set_json_body): upstream.c recognises it to use its
+/* The header line of a JSON body (adapter_set_json_body): net/netcurl.c recognises it to use its
  * shared header list. */
 #define ADAPTER_JSON_HEADER "Content-Type: application/json"
 #define ADAPTER_ID_MAX 192

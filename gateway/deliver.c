@@ -13,7 +13,6 @@
 #include "../core/rng.h"
 #include "log.h"
 
-#include <curl/curl.h>
 #include <event2/event.h>
 #include <event2/event_struct.h>
 #include <stdio.h>
@@ -234,7 +233,7 @@ static void arm_timer(deliver_t *d, long ms, event_callback_fn cb)
 void deliver_cancel(deliver_t *d)
 {
     if (d->_xfer != NULL) {
-        upstream_cancel(d->_xfer);
+        net_cancel(d->_xfer);
         d->_xfer = NULL;
     }
     store_cancel(d->_call);
@@ -264,10 +263,35 @@ void deliver_no_retry(deliver_t *d)
     d->_auth_retried = 2;
 }
 
+/* A platform's answer as delivery reads it: the adapters' view of it (a) and what net/ told of
+ * the call. Valid during the answer's callback. */
+typedef struct call_answer {
+    adapter_answer_t a; /* status 0 when no HTTP answer arrived */
+    const char *error;  /* what went wrong, "" when nothing */
+    long long elapsed_us;
+    int not_sent;  /* 1 when the request surely never reached the platform */
+    int blocked;   /* 1 when the SSRF guard refused the address */
+    int too_large; /* 1 when the answer was longer than allowed */
+    net_err_t err;
+} call_answer_t;
+
+net_xfer_t *deliver_net_start(net_t *net, adapter_call_t *call, long timeout_ms, size_t max_answer,
+                              unsigned flags, net_cb *cb, void *arg)
+{
+    net_request_t req = {call->method, call->url, (const char *const *)call->headers, call->body,
+                         call->body_len, timeout_ms, max_answer, flags};
+    net_xfer_t *x;
+
+    call->body = NULL; /* net's now */
+    x = net_start(net, &req, cb, arg);
+    adapter_call_free(call);
+    return x;
+}
+
 /* Why a platform call failed: the adapter's words and, when no HTTP answer came at all, the
  * transport's (refused, timed out, a certificate refused...), which tell an operator where
  * to look. */
-static const char *failure_reason(const adapter_result_t *res, const upstream_answer_t *ans, char *buf,
+static const char *failure_reason(const adapter_result_t *res, const call_answer_t *ans, char *buf,
                        size_t size)
 {
     if (res->error[0] == '\0')
@@ -278,16 +302,21 @@ static const char *failure_reason(const adapter_result_t *res, const upstream_an
     return buf;
 }
 
-static void on_cred_answer(deliver_t *d, const upstream_answer_t *ans);
-static void on_contact_answer(deliver_t *d, const upstream_answer_t *ans);
-static void on_media_fetched(deliver_t *d, const upstream_answer_t *ans);
-static void on_upload_answer(deliver_t *d, const upstream_answer_t *ans);
-static void on_send_answer(deliver_t *d, const upstream_answer_t *ans);
+static void on_cred_answer(deliver_t *d, const call_answer_t *ans);
+static void on_contact_answer(deliver_t *d, const call_answer_t *ans);
+static void on_media_fetched(deliver_t *d, const call_answer_t *ans);
+static void on_upload_answer(deliver_t *d, const call_answer_t *ans);
+static void on_send_answer(deliver_t *d, const call_answer_t *ans);
 
 /* Every outbound answer passes here: metrics, then the phase that made the call takes it. */
-static void on_platform_answer(void *arg, const upstream_answer_t *ans)
+static void on_platform_answer(void *arg, const net_answer_t *net)
 {
     deliver_t *d = arg;
+    call_answer_t answer = {{net->status, net->body, net->body_len, net->retry_after,
+                             net->content_type},
+                            net->error, net->elapsed_us, net->not_sent,
+                            net->err == NET_ERR_BLOCKED, net->err == NET_ERR_TOO_LARGE, net->err};
+    const call_answer_t *ans = &answer;
 
     d->_xfer = NULL;
     metrics_call(d->env->metrics, d->phase == DL_MEDIA_FETCH ? "media" : d->adapter->type,
@@ -312,7 +341,7 @@ static void on_platform_answer(void *arg, const upstream_answer_t *ans)
 }
 
 /* Starts c on client up and empties it; the answer goes to the phase's handler. */
-static void call_on(deliver_t *d, adapter_call_t *c, upstream_t *up, deliver_phase_t phase,
+static void call_on(deliver_t *d, adapter_call_t *c, net_t *up, deliver_phase_t phase,
                     size_t max_answer, unsigned flags)
 {
     long remaining = (long)deliver_remaining_ms(d) - DEADLINE_MARGIN_MS;
@@ -325,8 +354,8 @@ static void call_on(deliver_t *d, adapter_call_t *c, upstream_t *up, deliver_pha
     }
     d->phase = phase;
     d->platform_calls++;
-    d->_xfer = upstream_start(up, c, remaining < timeout ? remaining : timeout, max_answer, flags,
-                              on_platform_answer, d);
+    d->_xfer = deliver_net_start(up, c, remaining < timeout ? remaining : timeout, max_answer,
+                                 flags, on_platform_answer, d);
     if (d->_xfer == NULL)
         deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "could not start the platform call");
 }
@@ -408,7 +437,7 @@ static void on_cred_written(void *arg, store_status_t st, json_t *channel)
     cred_done(d);
 }
 
-static void on_cred_answer(deliver_t *d, const upstream_answer_t *ans)
+static void on_cred_answer(deliver_t *d, const call_answer_t *ans)
 {
     char buf[BG_ERROR_MSG_MAX];
     adapter_target_t t = target(d);
@@ -701,7 +730,7 @@ typedef void parse_ref_fn(const adapter_target_t *t, const adapter_answer_t *a,
 /* The answer of a call that gives a reference: 1 with res->ref set when it did; otherwise the
  * delivery went on (an expired credential: refreshed once) or failed, 0. res is cleared by the
  * caller either way. */
-static int ref_answer(deliver_t *d, const upstream_answer_t *ans, parse_ref_fn *parse,
+static int ref_answer(deliver_t *d, const call_answer_t *ans, parse_ref_fn *parse,
                       adapter_result_t *res)
 {
     char buf[BG_ERROR_MSG_MAX];
@@ -732,7 +761,7 @@ static void contact_found(deliver_t *d, const char *wa_id)
     deliver_step(d);
 }
 
-static void on_contact_answer(deliver_t *d, const upstream_answer_t *ans)
+static void on_contact_answer(deliver_t *d, const call_answer_t *ans)
 {
     adapter_result_t res;
 
@@ -780,7 +809,7 @@ static void media_found(deliver_t *d, const char *id)
     deliver_step(d);
 }
 
-static void on_upload_answer(deliver_t *d, const upstream_answer_t *ans)
+static void on_upload_answer(deliver_t *d, const call_answer_t *ans)
 {
     adapter_result_t res;
 
@@ -791,7 +820,7 @@ static void on_upload_answer(deliver_t *d, const upstream_answer_t *ans)
     adapter_result_clear(&res);
 }
 
-static void on_media_fetched(deliver_t *d, const upstream_answer_t *ans)
+static void on_media_fetched(deliver_t *d, const call_answer_t *ans)
 {
     adapter_target_t t = target(d);
     adapter_result_t res;
@@ -844,7 +873,7 @@ static void media_fetch(deliver_t *d)
         deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "out of memory");
         return;
     }
-    call_on(d, &c, d->env->up_user, DL_MEDIA_FETCH, MEDIA_MAX, UPSTREAM_FOLLOW);
+    call_on(d, &c, d->env->up_user, DL_MEDIA_FETCH, MEDIA_MAX, NET_FOLLOW);
 }
 
 static void on_media_cached(void *arg, store_status_t st, json_t *value)
@@ -1089,15 +1118,12 @@ static void on_retry_wait(evutil_socket_t fd, short what, void *arg)
  * one retry to deliver. A call it sent and had refused unprocessed (a stream the platform
  * refused, a kept-alive connection found closed) it has tried again itself, up to its own
  * count: also not sent, but never retried here, or each try would be made twice. */
-static int connect_failed(const upstream_answer_t *ans)
+static int connect_failed(const call_answer_t *ans)
 {
-    int code = ans->curl_code;
-
-    return ans->not_sent && (code == CURLE_COULDNT_CONNECT || code == CURLE_COULDNT_RESOLVE_HOST ||
-                             code == CURLE_COULDNT_RESOLVE_PROXY);
+    return ans->not_sent && (ans->err == NET_ERR_CONNECT || ans->err == NET_ERR_DNS);
 }
 
-static void on_send_answer(deliver_t *d, const upstream_answer_t *ans)
+static void on_send_answer(deliver_t *d, const call_answer_t *ans)
 {
     char buf[BG_ERROR_MSG_MAX];
     adapter_target_t t = target(d);

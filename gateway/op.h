@@ -152,7 +152,7 @@ typedef struct op {
                 json_t *sending;     /* the response being delivered (a reference of our own) */
             };
             char *sending_text;   /* the same as JSON text, delivery's input */
-            upstream_xfer_t *webhook; /* the webhook call in flight */
+            net_xfer_t *webhook; /* the webhook call in flight */
         };
     };
 } op_t;

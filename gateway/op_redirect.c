@@ -41,7 +41,7 @@ static void redirect_cleanup(op_t *op)
 static void redirect_cancel(op_t *op)
 {
     if (op->webhook != NULL) {
-        upstream_cancel(op->webhook);
+        net_cancel(op->webhook);
         op->webhook = NULL;
     }
 }
@@ -192,14 +192,14 @@ static void send_response(op_t *op, const json_t *response)
 
 /* ---- webhooks ---- */
 
-static void on_webhook(void *arg, const upstream_answer_t *ans)
+static void on_webhook(void *arg, const net_answer_t *ans)
 {
     op_t *op = arg;
-    int ok = ans->a.status >= 200 && ans->a.status <= 299;
-    json_t *answer = ok ? json_loadb(ans->a.body, ans->a.body_len, JSON_DECODE_ANY, NULL) : NULL;
+    int ok = ans->status >= 200 && ans->status <= 299;
+    json_t *answer = ok ? json_loadb(ans->body, ans->body_len, JSON_DECODE_ANY, NULL) : NULL;
 
     op->webhook = NULL;
-    metrics_call(op->env->deliver.metrics, "webhook", ans->a.status, (int64_t)ans->elapsed_us);
+    metrics_call(op->env->deliver.metrics, "webhook", ans->status, (int64_t)ans->elapsed_us);
     node_run_webhook_done(op->node, ok, answer);
     redirect_step(op);
 }
@@ -226,8 +226,8 @@ static void webhook(op_t *op, const json_t *hook)
         redirect_step(op);
         return;
     }
-    op->webhook = upstream_start(op->env->deliver.up_user, &c, timeout, WEBHOOK_ANSWER_MAX,
-                                 UPSTREAM_FOLLOW, on_webhook, op);
+    op->webhook = deliver_net_start(op->env->deliver.up_user, &c, timeout, WEBHOOK_ANSWER_MAX,
+                                    NET_FOLLOW, on_webhook, op);
     if (op->webhook == NULL) {
         node_run_webhook_done(op->node, 0, NULL);
         redirect_step(op);
@@ -236,14 +236,14 @@ static void webhook(op_t *op, const json_t *hook)
 
 /* ---- a script's http.request: the same client and guard as a webhook ---- */
 
-static void on_script_http(void *arg, const upstream_answer_t *ans)
+static void on_script_http(void *arg, const net_answer_t *ans)
 {
     op_t *op = arg;
 
     op->webhook = NULL;
-    metrics_call(op->env->deliver.metrics, "webhook", ans->a.status, (int64_t)ans->elapsed_us);
-    node_run_http_done(op->node, ans->a.status, ans->a.body, ans->a.body_len, ans->a.content_type,
-                       ans->a.status != 0            ? NULL
+    metrics_call(op->env->deliver.metrics, "webhook", ans->status, (int64_t)ans->elapsed_us);
+    node_run_http_done(op->node, ans->status, ans->body, ans->body_len, ans->content_type,
+                       ans->status != 0              ? NULL
                        : ans->error && ans->error[0] ? ans->error
                                                      : "no answer");
     redirect_step(op);
@@ -290,8 +290,8 @@ static void script_http(op_t *op, const json_t *req)
     else if (c.url == NULL || (json_is_string(body) && c.body == NULL))
         why = "out of memory";
     else if ((op->webhook =
-                  upstream_start(op->env->deliver.up_user, &c, timeout, WEBHOOK_ANSWER_MAX,
-                                 UPSTREAM_FOLLOW, on_script_http, op)) == NULL)
+                  deliver_net_start(op->env->deliver.up_user, &c, timeout, WEBHOOK_ANSWER_MAX,
+                                    NET_FOLLOW, on_script_http, op)) == NULL)
         why = "the call could not be started";
     if (why != NULL) {
         adapter_call_free(&c);

@@ -1,6 +1,6 @@
 /* fuzz_request.c - libFuzzer target for what a client sends: the bodies of both operations
  * (core/request.c), the token in the Authorization header (core/auth.c) and, as a small extra,
- * the SSRF guard's reading of an address text (core/netguard.c).
+ * the SSRF guard's reading of an address text (net/netguard.c).
  *
  * The whole input is one request body, given to request_parse_send and to
  * request_parse_redirect. Its text up to the first NUL (or all of it) is also an Authorization
@@ -8,7 +8,7 @@
 #include "fuzz_util.h"
 
 #include "core/auth.h"
-#include "core/netguard.h"
+#include "net/netguard.h"
 #include "core/request.h"
 
 #include <arpa/inet.h>

@@ -4,8 +4,8 @@
  * then parsed line by line in one pass: in place when the whole head came in one feed, from
  * _head otherwise. Chunk lines and the bytes between chunks are read byte by byte, so that any
  * split of the same answer gives the same result. */
-#include "core/h1resp.h"
-#include "core/swar.h"
+#include "h1resp.h"
+#include "../core/swar.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -42,7 +42,7 @@ static const char E_NUL[] = "NUL byte in the answer head";
 static const char E_MEMORY[] = "out of memory reading the answer";
 static const char E_TOO_LARGE[] = "answer body larger than allowed";
 
-static int finish(h1resp_t *r, int result, const char *error)
+static int parse_end(h1resp_t *r, int result, const char *error)
 {
     r->_result = (int8_t)result;
     r->_phase = PHASE_END;
@@ -331,7 +331,7 @@ static int body_start(h1resp_t *r, const framing_t *f, int http10)
     if (f->chunked && f->has_length)
         r->keep_alive = 0; /* RFC 9112 6.3: a smuggling attempt or a broken server */
     if (r->_no_body || r->status == 204 || r->status == 304)
-        return finish(r, H1RESP_DONE, NULL);
+        return parse_end(r, H1RESP_DONE, NULL);
     if (f->chunked) {
         r->_phase = PHASE_CHUNK_LINE;
         r->_sub = LINE_SIZE;
@@ -341,9 +341,9 @@ static int body_start(h1resp_t *r, const framing_t *f, int http10)
     }
     if (f->has_length) {
         if (f->length > r->_body_max)
-            return finish(r, H1RESP_TOO_LARGE, E_TOO_LARGE);
+            return parse_end(r, H1RESP_TOO_LARGE, E_TOO_LARGE);
         if (f->length == 0)
-            return finish(r, H1RESP_DONE, NULL);
+            return parse_end(r, H1RESP_DONE, NULL);
         r->_remain = f->length;
         r->_phase = PHASE_BODY_LEN;
         return H1RESP_MORE;
@@ -363,21 +363,21 @@ static int head_parse(h1resp_t *r, const char *p, size_t n)
     if (r->_phase == PHASE_TRAILER) {
         /* trailer fields: checked as fields, their meaning ignored (RFC 9112 7.1.2) */
         if ((err = fields(r, NULL, 0, p, end)) != NULL)
-            return finish(r, H1RESP_BAD, err);
-        return finish(r, H1RESP_DONE, NULL);
+            return parse_end(r, H1RESP_BAD, err);
+        return parse_end(r, H1RESP_DONE, NULL);
     }
     if ((err = status_line(p, end, &status, &http10, &p)) != NULL)
-        return finish(r, H1RESP_BAD, err);
+        return parse_end(r, H1RESP_BAD, err);
     if (status == 101)
-        return finish(r, H1RESP_BAD, "unexpected 101 Switching Protocols");
+        return parse_end(r, H1RESP_BAD, "unexpected 101 Switching Protocols");
     if (status < 200) { /* an interim answer: its fields are checked, not kept */
         if ((err = fields(r, NULL, http10, p, end)) != NULL)
-            return finish(r, H1RESP_BAD, err);
+            return parse_end(r, H1RESP_BAD, err);
         return H1RESP_MORE; /* the next head follows */
     }
     r->status = status;
     if ((err = fields(r, &f, http10, p, end)) != NULL)
-        return finish(r, H1RESP_BAD, err);
+        return parse_end(r, H1RESP_BAD, err);
     return body_start(r, &f, http10);
 }
 
@@ -434,7 +434,7 @@ static size_t head_feed(h1resp_t *r, const char *d, size_t n)
     size_t end = head_end(r, d, n), take = end != 0 ? end : n;
 
     if (r->_head_len + take > H1RESP_HEAD_MAX) {
-        finish(r, H1RESP_BAD, r->_phase == PHASE_TRAILER ? E_TRAILER_LONG : E_HEAD_LONG);
+        parse_end(r, H1RESP_BAD, r->_phase == PHASE_TRAILER ? E_TRAILER_LONG : E_HEAD_LONG);
         return take;
     }
     if (r->_head_len == 0 && end != 0) { /* the usual case: the whole head is here */
@@ -442,7 +442,7 @@ static size_t head_feed(h1resp_t *r, const char *d, size_t n)
         return take;
     }
     if (!head_append(r, d, take)) {
-        finish(r, H1RESP_BAD, E_MEMORY);
+        parse_end(r, H1RESP_BAD, E_MEMORY);
         return take;
     }
     if (end != 0) {
@@ -461,7 +461,7 @@ static size_t chunk_line(h1resp_t *r, const char *d, size_t n)
     while (i < n) {
         unsigned char c = (unsigned char)d[i++];
         if (++r->_line_len > CHUNK_LINE_MAX) {
-            finish(r, H1RESP_BAD, "chunk line too long");
+            parse_end(r, H1RESP_BAD, "chunk line too long");
             return i;
         }
         switch (r->_sub) {
@@ -471,14 +471,14 @@ static size_t chunk_line(h1resp_t *r, const char *d, size_t n)
                                                                   : 16;
             if (x < 16) {
                 if (r->_remain > UINT64_MAX >> 4) {
-                    finish(r, H1RESP_BAD, "chunk size too large");
+                    parse_end(r, H1RESP_BAD, "chunk size too large");
                     return i;
                 }
                 r->_remain = r->_remain << 4 | x;
                 continue;
             }
             if (r->_line_len == 1) {
-                finish(r, H1RESP_BAD, "chunk size missing");
+                parse_end(r, H1RESP_BAD, "chunk size missing");
                 return i;
             }
             if (c == ';')
@@ -488,7 +488,7 @@ static size_t chunk_line(h1resp_t *r, const char *d, size_t n)
             else if (c == '\r')
                 r->_sub = LINE_LF;
             else if (c != '\n') {
-                finish(r, H1RESP_BAD, "chunk size is not hexadecimal");
+                parse_end(r, H1RESP_BAD, "chunk size is not hexadecimal");
                 return i;
             }
             break;
@@ -497,7 +497,7 @@ static size_t chunk_line(h1resp_t *r, const char *d, size_t n)
             if (c == ';')
                 r->_sub = LINE_EXT;
             else if (!is_ows((char)c)) {
-                finish(r, H1RESP_BAD, "whitespace after a chunk size without an extension");
+                parse_end(r, H1RESP_BAD, "whitespace after a chunk size without an extension");
                 return i;
             }
             break;
@@ -505,13 +505,13 @@ static size_t chunk_line(h1resp_t *r, const char *d, size_t n)
             if (c == '\r')
                 r->_sub = LINE_LF;
             else if (c != '\n' && c != '\t' && (c < 0x20 || c == 0x7F)) {
-                finish(r, H1RESP_BAD, "control byte in a chunk extension");
+                parse_end(r, H1RESP_BAD, "control byte in a chunk extension");
                 return i;
             }
             break;
         case LINE_LF:
             if (c != '\n') {
-                finish(r, H1RESP_BAD, E_CR);
+                parse_end(r, H1RESP_BAD, E_CR);
                 return i;
             }
             break;
@@ -525,7 +525,7 @@ static size_t chunk_line(h1resp_t *r, const char *d, size_t n)
             return i;
         }
         if (r->_remain > r->_body_max - r->body_len) {
-            finish(r, H1RESP_TOO_LARGE, E_TOO_LARGE);
+            parse_end(r, H1RESP_TOO_LARGE, E_TOO_LARGE);
             return i;
         }
         r->_phase = PHASE_CHUNK_DATA;
@@ -550,7 +550,7 @@ static size_t chunk_end(h1resp_t *r, const char *d, size_t n)
             r->_line_len = 0;
             return i;
         } else {
-            finish(r, H1RESP_BAD, r->_sub == END_LF ? E_CR : "chunk data not followed by CRLF");
+            parse_end(r, H1RESP_BAD, r->_sub == END_LF ? E_CR : "chunk data not followed by CRLF");
             return i;
         }
     }
@@ -569,7 +569,7 @@ static size_t body_copy(h1resp_t *r, const char *d, size_t n)
     size_t most = r->_phase == PHASE_BODY_LEN ? r->body_len + (size_t)r->_remain : r->_body_max;
 
     if (!body_reserve(r, r->body_len + k, most)) {
-        finish(r, H1RESP_BAD, E_MEMORY);
+        parse_end(r, H1RESP_BAD, E_MEMORY);
         return 0;
     }
     memcpy(r->body + r->body_len, d, k);
@@ -602,15 +602,15 @@ int h1resp_feed(h1resp_t *r, const char *data, size_t len, size_t *used)
         case PHASE_BODY_LEN:
             pos += body_copy(r, d, n);
             if (r->_remain == 0)
-                finish(r, H1RESP_DONE, NULL);
+                parse_end(r, H1RESP_DONE, NULL);
             break;
         case PHASE_BODY_CLOSE:
             if (n > r->_body_max - r->body_len) {
-                finish(r, H1RESP_TOO_LARGE, E_TOO_LARGE);
+                parse_end(r, H1RESP_TOO_LARGE, E_TOO_LARGE);
                 break;
             }
             if (!body_reserve(r, r->body_len + n, r->_body_max)) {
-                finish(r, H1RESP_BAD, E_MEMORY);
+                parse_end(r, H1RESP_BAD, E_MEMORY);
                 break;
             }
             memcpy(r->body + r->body_len, d, n);
@@ -642,9 +642,9 @@ int h1resp_eof(h1resp_t *r)
         return r->_result;
     if (r->_phase == PHASE_BODY_CLOSE) {
         r->keep_alive = 0;
-        return finish(r, H1RESP_DONE, NULL);
+        return parse_end(r, H1RESP_DONE, NULL);
     }
-    return finish(r, H1RESP_BAD, r->_started ? E_CLOSED_EARLY : E_CLOSED_EMPTY);
+    return parse_end(r, H1RESP_BAD, r->_started ? E_CLOSED_EARLY : E_CLOSED_EMPTY);
 }
 
 int h1resp_started(const h1resp_t *r)

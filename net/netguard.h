@@ -1,7 +1,7 @@
 /* netguard.h - the SSRF guard's decision: may botgate connect to this address on a user's
  * behalf (media downloads, webhook actions)? */
-#ifndef BOTGATE_CORE_NETGUARD_H
-#define BOTGATE_CORE_NETGUARD_H
+#ifndef BOTGATE_NET_NETGUARD_H
+#define BOTGATE_NET_NETGUARD_H
 
 #include <sys/socket.h>
 

@@ -1,8 +1,10 @@
 /* h2conn.h - one HTTP/2 connection to a platform over TLS, on a socket botgate holds: the TLS
  * handshake (OpenSSL), the frames (libnghttp2), many platform calls at once as its streams, each
  * call's end handed up through its own callback. */
-#ifndef BOTGATE_GATEWAY_H2CONN_H
-#define BOTGATE_GATEWAY_H2CONN_H
+#ifndef BOTGATE_NET_H2CONN_H
+#define BOTGATE_NET_H2CONN_H
+
+#include "net-t.h"
 
 #include <openssl/ssl.h>
 #include <stddef.h>
@@ -36,11 +38,14 @@ typedef struct h2conn_result {
     char *body;               /* the answer's body, NUL-terminated, or NULL when empty: the callback
                                  may take it (and set the field to NULL), else it is freed after */
     size_t body_len;
-    int os_errno;      /* the system's error when a read or write failed, else 0 */
-    const char *error; /* what was wrong, for the failures; "" for an answer */
-    long verify;       /* H2CONN_TLS_FAILED: the certificate check's X509_V_* result */
-    int dial_code;     /* H2CONN_UNDIALED: the code given to h2conn_undialed */
-    h2conn_t *conn;    /* the stream's connection (see h2conn_take_socket) */
+    int os_errno;       /* the system's error when a read or write failed, else 0 */
+    const char *error;  /* what was wrong, for the failures; "" for an answer */
+    long verify;        /* H2CONN_TLS_FAILED: the certificate check's X509_V_* result */
+    net_err_t dial_err; /* H2CONN_UNDIALED: the failure given to h2conn_undialed (its words
+                           in error) */
+    h2conn_t *conn;     /* the stream's connection (see h2conn_take_socket) */
+    int sent; /* its request may have reached the platform (its HEADERS went out), even when
+                 the platform says it did not process it (H2CONN_REFUSED) */
 } h2conn_result_t;
 
 typedef void h2conn_done_cb(void *arg, h2conn_result_t *res);
@@ -58,9 +63,9 @@ h2conn_t *h2conn_new(struct event_base *base, uint32_t assumed_max, h2conn_gone_
  * ALPN) and does the handshake. */
 void h2conn_attach(h2conn_t *c, int fd, SSL *ssl);
 
-/* The socket will never come: every stream ends H2CONN_UNDIALED with code and os_errno, or,
- * with may_retry, H2CONN_REFUSED (the connect was stopped, not failed). */
-void h2conn_undialed(h2conn_t *c, int code, int os_errno, int may_retry);
+/* The socket will never come: every stream ends H2CONN_UNDIALED with err, why (static text)
+ * and os_errno, or, with may_retry, H2CONN_REFUSED (the connect was stopped, not failed). */
+void h2conn_undialed(h2conn_t *c, net_err_t err, const char *why, int os_errno, int may_retry);
 
 /* Submits a request given as an HTTP/1.1 message: the request line, the header section (Host
  * as :authority) and the body after it, as botgate writes one; msg stays the caller's and must
@@ -76,8 +81,12 @@ void h2conn_cancel(h2conn_stream_t *s);
  * and fewer streams than the platform allows at once (at most H2CONN_STREAMS_MAX). */
 int h2conn_takes(const h2conn_t *c);
 
-/* The streams at once the platform's SETTINGS allow on c, or 0 before they came. */
-uint32_t h2conn_streams_allowed(const h2conn_t *c);
+/* The streams at once the platform's SETTINGS allow on c, or -1 before they came. */
+long h2conn_streams_allowed(const h2conn_t *c);
+
+/* Whether c, not ending, has the platform's SETTINGS allowing no stream at all: a stream
+ * submitted anywhere else would be refused just as well. */
+int h2conn_allows_none(const h2conn_t *c);
 
 /* When c last had no stream (clock_coarse_ms), or 0 while it has some or is not yet up. */
 int64_t h2conn_idle_since(const h2conn_t *c);

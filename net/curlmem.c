@@ -6,7 +6,7 @@
  * to malloc and free after one comparison. */
 #include "curlmem.h"
 
-#include "../core/fitpool.h"
+#include "fitpool.h"
 
 #include <curl/curl.h>
 #include <pthread.h>
@@ -97,4 +97,9 @@ int curlmem_global_init(void)
                              cm_calloc) != CURLE_OK)
         return -1;
     return 0;
+}
+
+void curlmem_global_cleanup(void)
+{
+    curl_global_cleanup();
 }

@@ -4,8 +4,8 @@
  * takes a 6144-byte block there, its 1025-byte receive buffer a 1280-byte one. Freed blocks wait on
  * a list per size for the next block of that size; nothing goes back to the region. Not
  * thread-safe: the caller locks. */
-#ifndef BOTGATE_CORE_FITPOOL_H
-#define BOTGATE_CORE_FITPOOL_H
+#ifndef BOTGATE_NET_FITPOOL_H
+#define BOTGATE_NET_FITPOOL_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -13,7 +13,7 @@
  * h2conn_submit, h2conn_cancel or h2conn_undialed: a callback may submit or cancel freely. */
 #include "h2conn.h"
 
-#include "handshake.h"
+#include "nettls.h"
 
 #include "../core/clock.h"
 
@@ -58,7 +58,7 @@ struct h2conn_stream {
     h2conn_stream_t *prev, *next; /* under way: c->live; ended: c->ended_head's queue */
 };
 
-/* Owned by whoever made it (upstream's origin). */
+/* Owned by whoever made it (its origin's pool, netpool.c). */
 struct h2conn {
     nghttp2_session *ngh;
     struct event rd;   /* EV_READ | EV_PERSIST, from h2conn_attach to the end */
@@ -78,7 +78,8 @@ struct h2conn {
     uint32_t broke;      /* the error code of the GOAWAY botgate sent: the platform broke
                             HTTP/2 (0: it did not) */
     long verify;
-    int dial_code, dial_errno;
+    net_err_t dial_err;
+    int dial_errno;
     char why[160]; /* the connection's end, in words, for its streams */
     unsigned attached : 1, shaken : 1, dead : 1, goaway : 1, exhausted : 1, broken : 1;
     unsigned gone_told : 1, not_h2 : 1, settings : 1;
@@ -171,8 +172,9 @@ static int h2conn_deliver(h2conn_t *c)
             res.os_errno = s->os_errno;
             res.error = s->error != NULL ? s->error : "";
             res.verify = c->verify;
-            res.dial_code = c->dial_code;
+            res.dial_err = c->dial_err;
             res.conn = c;
+            res.sent = s->out;
             s->cb(s->arg, &res);
             s->ans = res.body; /* NULL when the callback took it */
         }
@@ -255,16 +257,16 @@ static void h2conn_handshake(h2conn_t *c)
 {
     const unsigned char *proto = NULL;
     unsigned proto_len = 0;
-    handshake_failure_t failure;
+    nettls_failure_t failure;
 
-    switch (handshake_step(c->ssl, &failure)) {
-    case HANDSHAKE_DONE:
+    switch (nettls_handshake(c->ssl, &failure)) {
+    case NETTLS_DONE:
         break;
-    case HANDSHAKE_WANT_READ:
+    case NETTLS_WANT_READ:
         if (c->wr != NULL)
             event_del(c->wr);
         return;
-    case HANDSHAKE_WANT_WRITE:
+    case NETTLS_WANT_WRITE:
         h2conn_wait_writable(c);
         return;
     default:
@@ -448,9 +450,9 @@ static int field_is(const uint8_t *name, size_t len, const char *what)
 }
 
 /* nghttp2 has checked the field (names in lower case, :status three digits). */
-static int on_header(nghttp2_session *ngh, const nghttp2_frame *frame, const uint8_t *name,
-                     size_t name_len, const uint8_t *value, size_t value_len, uint8_t flags,
-                     void *arg)
+static int on_stream_field(nghttp2_session *ngh, const nghttp2_frame *frame, const uint8_t *name,
+                           size_t name_len, const uint8_t *value, size_t value_len, uint8_t flags,
+                           void *arg)
 {
     h2conn_stream_t *s = stream_of(arg, frame->hd.stream_id);
 
@@ -613,7 +615,7 @@ h2conn_t *h2conn_new(struct event_base *base, uint32_t assumed_max, h2conn_gone_
         nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
         nghttp2_session_callbacks_set_on_frame_not_send_callback(cbs, on_frame_not_send);
         nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
-        nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
+        nghttp2_session_callbacks_set_on_header_callback(cbs, on_stream_field);
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
         nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
         nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(cbs, on_invalid_frame);
@@ -650,12 +652,12 @@ void h2conn_attach(h2conn_t *c, int fd, SSL *ssl)
     h2conn_handshake(c);
 }
 
-void h2conn_undialed(h2conn_t *c, int code, int os_errno, int may_retry)
+void h2conn_undialed(h2conn_t *c, net_err_t err, const char *why, int os_errno, int may_retry)
 {
-    c->dial_code = code;
+    c->dial_err = err;
     c->dial_errno = os_errno;
     h2conn_die(c, may_retry ? H2CONN_REFUSED : H2CONN_UNDIALED,
-               may_retry ? H2CONN_REFUSED : H2CONN_UNDIALED, os_errno, "");
+               may_retry ? H2CONN_REFUSED : H2CONN_UNDIALED, os_errno, why);
 }
 
 /* The message's header section, from after the request line: one field per line, "name:"
@@ -796,11 +798,16 @@ int h2conn_take_socket(h2conn_t *c, SSL **ssl)
     return fd;
 }
 
-uint32_t h2conn_streams_allowed(const h2conn_t *c)
+long h2conn_streams_allowed(const h2conn_t *c)
 {
-    return c->settings ? nghttp2_session_get_remote_settings(
+    return c->settings ? (long)nghttp2_session_get_remote_settings(
                              c->ngh, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS)
-                       : 0;
+                       : -1;
+}
+
+int h2conn_allows_none(const h2conn_t *c)
+{
+    return !c->dead && !c->goaway && h2conn_streams_allowed(c) == 0;
 }
 
 int64_t h2conn_idle_since(const h2conn_t *c)

@@ -3,8 +3,8 @@
  * two fields botgate reads (Content-Type, Retry-After) and the body. Pure: no I/O, no clock.
  * 1xx heads are read and skipped. A head that arrives whole in one feed is parsed in place;
  * only a head split across feeds is copied. The body is the one allocation of a usual answer. */
-#ifndef BOTGATE_CORE_H1RESP_H
-#define BOTGATE_CORE_H1RESP_H
+#ifndef BOTGATE_NET_H1RESP_H
+#define BOTGATE_NET_H1RESP_H
 
 #include <stddef.h>
 #include <stdint.h>
