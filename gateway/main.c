@@ -53,7 +53,7 @@ int main(int argc, char **argv)
             for (int j = 0; j <= i; j++)
                 worker_cleanup(&workers[j]);
             free(workers);
-            curl_global_cleanup();
+            curlmem_global_cleanup();
             return 1;
         }
     }
