@@ -37,6 +37,116 @@ static void fb_body(jsonw_t *w, unsigned kind, const char *to, const char *s)
     }
 }
 
+#define FB_BUTTON_TEXT_MAX 640 /* characters of a button template's text */
+
+static int fb_check(unsigned kind, const json_t *r, char *msg, size_t size)
+{
+    const char *text = adapter_str(r, "text");
+
+    /* an attachment has no caption nor file name: refused, not dropped */
+    if ((kind & (ADAPTER_IMAGE | ADAPTER_VIDEO | ADAPTER_FILE)) &&
+        (json_object_get(r, "caption") || json_object_get(r, "filename")))
+        return adapter_check_fail(BG_ERR_UNSUPPORTED, msg, size, "%s is not supported on facebook channels",
+                                  json_object_get(r, "caption") ? "caption" : "filename");
+    if (kind == ADAPTER_BUTTON && adapter_chars(text) > FB_BUTTON_TEXT_MAX)
+        return adapter_check_fail(BG_ERR_LIMIT, msg, size, "text is longer than %d characters on facebook",
+                                  FB_BUTTON_TEXT_MAX);
+    return 0;
+}
+
+/* Messenger's buttons for ours: postback, web_url, phone_number. */
+static json_t *fb_buttons(const json_t *buttons)
+{
+    json_t *out = json_array();
+    const json_t *b;
+    size_t i;
+
+    json_array_foreach(buttons, i, b) {
+        const char *type = adapter_str(b, "type"), *title = adapter_str(b, "title");
+        json_t *fb;
+        if (strcmp(type, "url") == 0)
+            fb = json_pack("{s:s,s:s,s:s}", "type", "web_url", "url", adapter_str(b, "url"),
+                           "title", title);
+        else if (strcmp(type, "phone") == 0)
+            fb = json_pack("{s:s,s:s,s:s}", "type", "phone_number", "title", title, "payload",
+                           adapter_str(b, "phone"));
+        else
+            fb = json_pack("{s:s,s:s,s:s}", "type", "postback", "title", title, "payload",
+                           adapter_str(b, "payload"));
+        json_array_append_new(out, fb);
+    }
+    return out;
+}
+
+static json_t *fb_template(const char *template_type, json_t *payload)
+{
+    json_object_set_new(payload, "template_type", json_string(template_type));
+    return json_pack("{s:{s:s,s:o}}", "attachment", "type", "template", "payload", payload);
+}
+
+/* The message object of the types beyond plain text and image (contract.md section 11). */
+static json_t *fb_message(unsigned kind, const json_t *r)
+{
+    const json_t *list, *item;
+    json_t *out, *elements;
+    size_t i;
+
+    switch (kind) {
+    case ADAPTER_TEXT:
+        out = json_array();
+        json_array_foreach(json_object_get(r, "quickReplies"), i, item)
+            json_array_append_new(out, json_pack("{s:s,s:s,s:s}", "content_type", "text", "title",
+                                                 adapter_str(item, "title"), "payload",
+                                                 adapter_str(item, "payload")));
+        return json_pack("{s:s,s:o}", "text", adapter_str(r, "text"), "quick_replies", out);
+    case ADAPTER_IMAGE:
+    case ADAPTER_VIDEO:
+    case ADAPTER_AUDIO:
+    case ADAPTER_FILE:
+        return json_pack("{s:{s:s,s:{s:s,s:b}}}", "attachment", "type",
+                         kind == ADAPTER_IMAGE   ? "image"
+                         : kind == ADAPTER_VIDEO ? "video"
+                         : kind == ADAPTER_AUDIO ? "audio"
+                                                 : "file",
+                         "payload", "url", adapter_str(r, "url"), "is_reusable", 1);
+    case ADAPTER_BUTTON:
+        return fb_template("button", json_pack("{s:s,s:o}", "text", adapter_str(r, "text"),
+                                               "buttons", fb_buttons(json_object_get(r, "buttons"))));
+    case ADAPTER_CAROUSEL:
+        elements = json_array();
+        list = json_object_get(r, "cards");
+        json_array_foreach(list, i, item) {
+            json_t *e = json_pack("{s:s}", "title", adapter_str(item, "title"));
+            adapter_copy_str(e, "subtitle", item, "subtitle");
+            adapter_copy_str(e, "image_url", item, "imageUrl");
+            if (json_object_get(item, "buttons") != NULL)
+                json_object_set_new(e, "buttons", fb_buttons(json_object_get(item, "buttons")));
+            json_array_append_new(elements, e);
+        }
+        return fb_template("generic", json_pack("{s:o}", "elements", elements));
+    default:
+        return NULL;
+    }
+}
+
+static json_t *fb_rich_body(unsigned kind, const json_t *r, const char *to, adapter_result_t *res)
+{
+    json_t *body;
+
+    if (kind == ADAPTER_NATIVE) {
+        /* the page's own Send API fields; botgate sets the recipient, and the messaging type
+         * unless the message says (a MESSAGE_TAG outside the window) */
+        if ((body = adapter_native_message(&adapter_facebook, r, res)) == NULL)
+            return NULL;
+        if (json_object_get(body, "messaging_type") == NULL)
+            json_object_set_new(body, "messaging_type", json_string("RESPONSE"));
+        json_object_set_new(body, "recipient", json_pack("{s:s}", "id", to));
+        return body;
+    }
+    return json_pack("{s:s,s:{s:s},s:o?}", "messaging_type", "RESPONSE", "recipient", "id", to,
+                     "message", fb_message(kind, r));
+}
+
 static int fb_build_send(const adapter_target_t *t, const json_t *response, const char *media_id,
                          adapter_call_t *out, adapter_result_t *res)
 {
@@ -53,6 +163,21 @@ static int fb_build_send(const adapter_target_t *t, const json_t *response, cons
         return -1;
     if (t->to == NULL || *t->to == '\0')
         return adapter_fail(res, ADAPTER_REJECTED, "facebook: no recipient");
+    if ((kind != ADAPTER_TEXT && kind != ADAPTER_IMAGE) ||
+        json_object_get(response, "quickReplies") != NULL ||
+        json_object_get(response, "caption") != NULL) {
+        json_t *rich = fb_rich_body(kind, response, t->to, res);
+        if (rich == NULL && res->status == ADAPTER_OK)
+            adapter_fail(res, ADAPTER_REJECTED, "facebook: malformed response");
+        if (rich == NULL)
+            return -1;
+        enc = adapter_urlencode(token);
+        url = enc ? adapter_url(t->base_url, "/me/messages?access_token=%s", enc) : NULL;
+        free(enc);
+        if (adapter_json_post(out, url, rich) < 0)
+            return adapter_fail(res, ADAPTER_SERVER_ERROR, "facebook: cannot build the request");
+        return 0;
+    }
     if ((s = adapter_response_str(&adapter_facebook, response,
                                   kind == ADAPTER_TEXT ? "text" : "url", res)) == NULL)
         return -1;
@@ -155,8 +280,10 @@ const adapter_ops_t adapter_facebook = {
     .type = "facebook",
     .api_version = "v19.0",
     .from_field = "pageId",
-    .response_types = ADAPTER_TEXT | ADAPTER_IMAGE,
+    .response_types = ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_VIDEO | ADAPTER_AUDIO | ADAPTER_FILE |
+                      ADAPTER_BUTTON | ADAPTER_CAROUSEL | ADAPTER_NATIVE,
     .recipient_invalid_code = 104,
+    .check = fb_check,
     .build_send = fb_build_send,
     .parse_send = fb_parse_send,
 };

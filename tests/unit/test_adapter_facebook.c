@@ -34,7 +34,8 @@ static void test_table(void **state)
     static const ops_want_t want = {
         .api_version = "v19.0",
         .from_field = "pageId",
-        .response_types = ADAPTER_TEXT | ADAPTER_IMAGE,
+        .response_types = ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_VIDEO | ADAPTER_AUDIO | ADAPTER_FILE |
+                          ADAPTER_BUTTON | ADAPTER_CAROUSEL | ADAPTER_NATIVE,
         .recipient_invalid_code = 104,
         .errors =
             {
@@ -73,7 +74,7 @@ static void test_build(void **state)
                      "\"components\":[]}",
          .status = ADAPTER_UNSUPPORTED,
          .err_code = 117},
-        {.response = "{\"type\":\"VIDEO\",\"url\":\"u\"}", .status = ADAPTER_UNSUPPORTED},
+        {.response = "{\"type\":\"LIST\",\"text\":\"u\"}", .status = ADAPTER_UNSUPPORTED},
         {.response = "{\"text\":\"no type\"}", .status = ADAPTER_REJECTED},
         {.response = "{\"type\":\"TEXT\"}",
          .status = ADAPTER_REJECTED,

@@ -35,7 +35,7 @@ static void test_table(void **state)
     static const ops_want_t want = {
         .api_version = "appstore-v1",
         .from_field = "tbId",
-        .response_types = ADAPTER_TEXT | ADAPTER_IMAGE,
+        .response_types = ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_NATIVE,
         .recipient_invalid_code = 104,
         .errors =
             {

@@ -41,7 +41,7 @@ static void test_table(void **state)
         .api_version = "",
         .from_field = "waId",
         .cred_field = "adminAuthToken",
-        .response_types = ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_TEMPLATE,
+        .response_types = ADAPTER_WHATSAPP_TYPES,
         .recipient_invalid_code = 100,
         .server_error_aborts = 1,
         .phone_recipients = 1,
@@ -110,7 +110,7 @@ static void test_build_send(void **state)
          .status = ADAPTER_REJECTED,
          .error = "whatsapp: response has no languageCode"},
         {.response = "{\"type\":\"IMAGE\"}", .status = ADAPTER_REJECTED},
-        {.response = "{\"type\":\"CAROUSEL\"}", .status = ADAPTER_UNSUPPORTED},
+        {.response = "{\"type\":\"CAROUSEL\",\"cards\":[]}", .status = ADAPTER_UNSUPPORTED},
         {.response = "{}", .status = ADAPTER_REJECTED},
     };
 

@@ -35,7 +35,7 @@ static void test_table(void **state)
     static const ops_want_t want = {
         .api_version = "v19.0",
         .from_field = "phoneNumberId",
-        .response_types = ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_TEMPLATE,
+        .response_types = ADAPTER_WHATSAPP_TYPES,
         .recipient_invalid_code = 100,
         .server_error_aborts = 1,
         .phone_recipients = 1,
@@ -88,7 +88,7 @@ static void test_build(void **state)
          .err_code = 104},
         {.response = "{\"type\":\"TEMPLATE\",\"elementName\":\"x\"}", .status = ADAPTER_REJECTED},
         {.response = "{\"type\":\"TEXT\",\"text\":\"\"}", .status = ADAPTER_REJECTED},
-        {.response = "{\"type\":\"LOCATION\"}", .status = ADAPTER_UNSUPPORTED},
+        {.response = "{\"type\":\"CAROUSEL\",\"cards\":[]}", .status = ADAPTER_UNSUPPORTED},
     };
 
     (void)state;
