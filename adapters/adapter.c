@@ -45,8 +45,7 @@ unsigned adapter_response_type(const char *type)
     return 0;
 }
 
-int adapter_check_response(const adapter_ops_t *ops, const json_t *response, char *msg,
-                           size_t size)
+int adapter_check_response(const adapter_ops_t *ops, const json_t *response, char *msg, size_t size)
 {
     const char *type = adapter_str(response, "type");
     unsigned kind = adapter_response_type(type);
@@ -111,8 +110,7 @@ json_t *adapter_native_message(const adapter_ops_t *ops, const json_t *response,
     json_t *copy = json_is_object(message) ? json_deep_copy(message) : NULL;
 
     if (copy == NULL)
-        adapter_fail(res, ADAPTER_REJECTED, "%s: NATIVE response has no message object",
-                     ops->type);
+        adapter_fail(res, ADAPTER_REJECTED, "%s: NATIVE response has no message object", ops->type);
     return copy;
 }
 

@@ -237,9 +237,9 @@ int adapter_check_fail(int code, char *msg, size_t size, const char *fmt, ...)
 /* The message body shared by the whatsapp kinds (defined in whatsapp.c): on-premises, or the
  * Cloud API form when cloud is 1 (messaging_product, template language without policy). ns is
  * the optional template namespace. NULL with res filled on failure. */
-#define ADAPTER_WHATSAPP_TYPES                                                                 \
-    (ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_TEMPLATE | ADAPTER_VIDEO | ADAPTER_AUDIO |            \
-     ADAPTER_FILE | ADAPTER_STICKER | ADAPTER_LOCATION | ADAPTER_BUTTON | ADAPTER_LIST |          \
+#define ADAPTER_WHATSAPP_TYPES                                                                     \
+    (ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_TEMPLATE | ADAPTER_VIDEO | ADAPTER_AUDIO |             \
+     ADAPTER_FILE | ADAPTER_STICKER | ADAPTER_LOCATION | ADAPTER_BUTTON | ADAPTER_LIST |           \
      ADAPTER_NATIVE)
 /* The check op of the whatsapp kinds (defined in whatsapp.c). */
 int adapter_whatsapp_check(unsigned kind, const json_t *response, char *msg, size_t size);

@@ -46,10 +46,12 @@ static int fb_check(unsigned kind, const json_t *r, char *msg, size_t size)
     /* an attachment has no caption nor file name: refused, not dropped */
     if ((kind & (ADAPTER_IMAGE | ADAPTER_VIDEO | ADAPTER_FILE)) &&
         (json_object_get(r, "caption") || json_object_get(r, "filename")))
-        return adapter_check_fail(BG_ERR_UNSUPPORTED, msg, size, "%s is not supported on facebook channels",
+        return adapter_check_fail(BG_ERR_UNSUPPORTED, msg, size,
+                                  "%s is not supported on facebook channels",
                                   json_object_get(r, "caption") ? "caption" : "filename");
     if (kind == ADAPTER_BUTTON && adapter_chars(text) > FB_BUTTON_TEXT_MAX)
-        return adapter_check_fail(BG_ERR_LIMIT, msg, size, "text is longer than %d characters on facebook",
+        return adapter_check_fail(BG_ERR_LIMIT, msg, size,
+                                  "text is longer than %d characters on facebook",
                                   FB_BUTTON_TEXT_MAX);
     return 0;
 }
@@ -61,7 +63,8 @@ static json_t *fb_buttons(const json_t *buttons)
     const json_t *b;
     size_t i;
 
-    json_array_foreach(buttons, i, b) {
+    json_array_foreach(buttons, i, b)
+    {
         const char *type = adapter_str(b, "type"), *title = adapter_str(b, "title");
         json_t *fb;
         if (strcmp(type, "url") == 0)
@@ -94,10 +97,9 @@ static json_t *fb_message(unsigned kind, const json_t *r)
     switch (kind) {
     case ADAPTER_TEXT:
         out = json_array();
-        json_array_foreach(json_object_get(r, "quickReplies"), i, item)
-            json_array_append_new(out, json_pack("{s:s,s:s,s:s}", "content_type", "text", "title",
-                                                 adapter_str(item, "title"), "payload",
-                                                 adapter_str(item, "payload")));
+        json_array_foreach(json_object_get(r, "quickReplies"), i, item) json_array_append_new(
+            out, json_pack("{s:s,s:s,s:s}", "content_type", "text", "title",
+                           adapter_str(item, "title"), "payload", adapter_str(item, "payload")));
         return json_pack("{s:s,s:o}", "text", adapter_str(r, "text"), "quick_replies", out);
     case ADAPTER_IMAGE:
     case ADAPTER_VIDEO:
@@ -110,12 +112,14 @@ static json_t *fb_message(unsigned kind, const json_t *r)
                                                  : "file",
                          "payload", "url", adapter_str(r, "url"), "is_reusable", 1);
     case ADAPTER_BUTTON:
-        return fb_template("button", json_pack("{s:s,s:o}", "text", adapter_str(r, "text"),
-                                               "buttons", fb_buttons(json_object_get(r, "buttons"))));
+        return fb_template("button",
+                           json_pack("{s:s,s:o}", "text", adapter_str(r, "text"), "buttons",
+                                     fb_buttons(json_object_get(r, "buttons"))));
     case ADAPTER_CAROUSEL:
         elements = json_array();
         list = json_object_get(r, "cards");
-        json_array_foreach(list, i, item) {
+        json_array_foreach(list, i, item)
+        {
             json_t *e = json_pack("{s:s}", "title", adapter_str(item, "title"));
             adapter_copy_str(e, "subtitle", item, "subtitle");
             adapter_copy_str(e, "image_url", item, "imageUrl");

@@ -23,7 +23,7 @@ static const struct {
 };
 
 #define SLACK_SECTION_MAX 3000 /* characters of a section's text */
-#define SLACK_OPTION_MAX 75    /* characters of a select option's text and description */
+#define SLACK_OPTION_MAX  75   /* characters of a select option's text and description */
 
 static int slack_check(unsigned kind, const json_t *r, char *msg, size_t size)
 {
@@ -32,21 +32,22 @@ static int slack_check(unsigned kind, const json_t *r, char *msg, size_t size)
     size_t i, j;
 
     if (kind == ADAPTER_BUTTON) {
-        json_array_foreach(json_object_get(r, "buttons"), i, item)
-            if (strcmp(adapter_str(item, "type"), "phone") == 0)
-                return adapter_check_fail(BG_ERR_UNSUPPORTED, msg, size,
-                                          "buttons[%zu]: phone buttons are not supported on slack "
-                                          "channels",
-                                          i);
+        json_array_foreach(json_object_get(r, "buttons"), i, item) if (
+            strcmp(adapter_str(item, "type"), "phone") ==
+            0) return adapter_check_fail(BG_ERR_UNSUPPORTED, msg, size,
+                                         "buttons[%zu]: phone buttons are not supported on slack "
+                                         "channels",
+                                         i);
     }
     json_array_foreach(cards, i, item) {
         const json_t *b;
-        json_array_foreach(json_object_get(item, "buttons"), j, b)
-            if (strcmp(adapter_str(b, "type"), "phone") == 0)
-                return adapter_check_fail(BG_ERR_UNSUPPORTED, msg, size,
-                                          "cards[%zu].buttons[%zu]: phone buttons are not "
-                                          "supported on slack channels",
-                                          i, j);
+        json_array_foreach(
+            json_object_get(item, "buttons"), j,
+            b) if (strcmp(adapter_str(b, "type"), "phone") ==
+                   0) return adapter_check_fail(BG_ERR_UNSUPPORTED, msg, size,
+                                                "cards[%zu].buttons[%zu]: phone buttons are not "
+                                                "supported on slack channels",
+                                                i, j);
     }
     if ((kind == ADAPTER_BUTTON || kind == ADAPTER_LIST ||
          (kind == ADAPTER_TEXT && json_object_get(r, "quickReplies"))) &&
@@ -57,11 +58,11 @@ static int slack_check(unsigned kind, const json_t *r, char *msg, size_t size)
     if (kind == ADAPTER_LIST) {
         json_array_foreach(json_object_get(r, "sections"), i, item) {
             json_array_foreach(json_object_get(item, "rows"), j, row) {
-                const char *what = adapter_chars(adapter_str(row, "title")) > SLACK_OPTION_MAX
-                                       ? "title"
-                                   : adapter_chars(adapter_str(row, "description")) > SLACK_OPTION_MAX
-                                       ? "description"
-                                       : NULL;
+                const char *what =
+                    adapter_chars(adapter_str(row, "title")) > SLACK_OPTION_MAX ? "title"
+                    : adapter_chars(adapter_str(row, "description")) > SLACK_OPTION_MAX
+                        ? "description"
+                        : NULL;
                 if (what != NULL)
                     return adapter_check_fail(BG_ERR_LIMIT, msg, size,
                                               "sections[%zu].rows[%zu].%s is longer than %d "
@@ -224,17 +225,17 @@ static json_t *slack_blocks(unsigned kind, const json_t *r, const char **text, c
                 groups = options;
                 break;
             }
-            json_array_append_new(groups, json_pack("{s:o,s:o}", "label",
-                                                    plain(adapter_str(item, "title")), "options",
-                                                    options));
+            json_array_append_new(groups,
+                                  json_pack("{s:o,s:o}", "label", plain(adapter_str(item, "title")),
+                                            "options", options));
         }
         select = json_pack("{s:s,s:o,s:s}", "type", "static_select", "placeholder",
                            plain(adapter_str(r, "button")), "action_id", "list");
-        json_object_set_new(select, json_array_size(sections) == 1 &&
-                                            adapter_str(json_array_get(sections, 0), "title") ==
-                                                NULL
-                                        ? "options"
-                                        : "option_groups",
+        json_object_set_new(select,
+                            json_array_size(sections) == 1 &&
+                                    adapter_str(json_array_get(sections, 0), "title") == NULL
+                                ? "options"
+                                : "option_groups",
                             groups);
         b = section(*text);
         json_object_set_new(b, "accessory", select);

@@ -121,7 +121,8 @@ static int wx_check(unsigned kind, const json_t *r, char *msg, size_t size)
             return adapter_check_fail(BG_ERR_LIMIT, msg, size,
                                       "cards has more than 1 item on wechat channels");
         buttons = json_object_get(json_array_get(cards, 0), "buttons");
-        if (buttons != NULL && !(json_array_size(buttons) == 1 && adapter_buttons_all(buttons, "url")))
+        if (buttons != NULL &&
+            !(json_array_size(buttons) == 1 && adapter_buttons_all(buttons, "url")))
             return adapter_check_fail(BG_ERR_UNSUPPORTED, msg, size,
                                       "cards[0].buttons must be one url on wechat channels");
     }
@@ -243,9 +244,9 @@ static int wx_build_send(const adapter_target_t *t, const json_t *response, cons
         json_object_set_new(body, "touser", json_string(t->to));
     } else {
         message = wx_message(kind, response, media_id, &type);
-        body = message != NULL ? json_pack("{s:s,s:s,s:o}", "touser", t->to, "msgtype", type, type,
-                                           message)
-                               : NULL;
+        body = message != NULL
+                   ? json_pack("{s:s,s:s,s:o}", "touser", t->to, "msgtype", type, type, message)
+                   : NULL;
     }
     if (wx_token(t, res, &enc) < 0) {
         json_decref(body);
@@ -309,7 +310,7 @@ static const char *wx_extension(const char *type)
     } map[] = {
         {"image/jpeg", ".jpg"},  {"image/jpg", ".jpg"}, {"image/pjpeg", ".jpg"},
         {"image/png", ".png"},   {"image/gif", ".gif"}, {"image/bmp", ".bmp"},
-        {"image/webp", ".webp"}, {"video/mp4", ".mp4"},  {"audio/mpeg", ".mp3"},
+        {"image/webp", ".webp"}, {"video/mp4", ".mp4"}, {"audio/mpeg", ".mp3"},
         {"audio/mp3", ".mp3"},   {"audio/amr", ".amr"},
     };
     size_t n = strcspn(type, "; ");
@@ -410,8 +411,8 @@ const adapter_ops_t adapter_wechat = {
     .type = "wechat",
     .api_version = "cgi-bin",
     .from_field = "botOpenId",
-    .response_types = ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_VIDEO | ADAPTER_AUDIO | ADAPTER_BUTTON |
-                      ADAPTER_CAROUSEL | ADAPTER_LIST | ADAPTER_NATIVE,
+    .response_types = ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_VIDEO | ADAPTER_AUDIO |
+                      ADAPTER_BUTTON | ADAPTER_CAROUSEL | ADAPTER_LIST | ADAPTER_NATIVE,
     .recipient_invalid_code = 104,
     .image_by_upload = 1,
     .check = wx_check,

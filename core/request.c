@@ -180,7 +180,8 @@ static int only_fields(const json_t *obj, const char *const *allowed, const char
     const char *key;
     json_t *v;
 
-    json_object_foreach((json_t *)obj, key, v) {
+    json_object_foreach((json_t *)obj, key, v)
+    {
         size_t i = 0;
         while (allowed[i] && strcmp(allowed[i], key) != 0)
             i++;
@@ -259,8 +260,7 @@ static int array_field(const json_t *obj, const char *key, const char *where, in
 }
 
 /* The name of element i of array key: "response[0].buttons[2]". */
-static const char *item_where(char *buf, size_t size, const char *where, const char *key,
-                              size_t i)
+static const char *item_where(char *buf, size_t size, const char *where, const char *key, size_t i)
 {
     snprintf(buf, size, "%s.%s[%zu]", where, key, i);
     return buf;
@@ -285,7 +285,8 @@ static int check_quick_replies(const json_t *resp, const char *where, unsigned f
 
     if (array_field(resp, "quickReplies", where, 0, 1, REQUEST_MAX_QUICK_REPLIES, &list, err) < 0)
         return -1;
-    json_array_foreach(list, i, qr) {
+    json_array_foreach(list, i, qr)
+    {
         item_where(at, sizeof(at), where, "quickReplies", i);
         if (item_object(qr, at, fields, err) < 0 ||
             str_field(qr, "title", at, 1, REQUEST_MAX_TITLE, flags, NULL, err) < 0 ||
@@ -314,7 +315,7 @@ static int check_button(const json_t *b, const char *at, unsigned flags, bg_erro
                    : 0;
     if (strcmp(type, "url") == 0)
         return only_fields(b, url, at, err) < 0 || url_field(b, "url", at, 1, flags, err) < 0 ? -1
-                                                                                            : 0;
+                                                                                              : 0;
     if (strcmp(type, "phone") == 0) {
         if (only_fields(b, phone, at, err) < 0 ||
             str_field(b, "phone", at, 1, REQUEST_MAX_PHONE, flags, &number, err) < 0)
@@ -341,7 +342,8 @@ static int check_buttons(const json_t *obj, const char *where, int required, uns
 
     if (array_field(obj, "buttons", where, required, 1, REQUEST_MAX_BUTTONS, &list, err) < 0)
         return -1;
-    json_array_foreach(list, i, b) {
+    json_array_foreach(list, i, b)
+    {
         if (check_button(b, item_where(at, sizeof(at), where, "buttons", i), flags, err) < 0)
             return -1;
     }
@@ -357,7 +359,8 @@ static int check_cards(const json_t *resp, const char *where, unsigned flags, bg
 
     if (array_field(resp, "cards", where, 1, 1, REQUEST_MAX_CARDS, &list, err) < 0)
         return -1;
-    json_array_foreach(list, i, card) {
+    json_array_foreach(list, i, card)
+    {
         item_where(at, sizeof(at), where, "cards", i);
         if (item_object(card, at, fields, err) < 0 ||
             str_field(card, "title", at, 1, REQUEST_MAX_CARD_TITLE, flags, NULL, err) < 0 ||
@@ -379,7 +382,8 @@ static int check_sections(const json_t *resp, const char *where, unsigned flags,
 
     if (array_field(resp, "sections", where, 1, 1, REQUEST_MAX_SECTIONS, &sections, err) < 0)
         return -1;
-    json_array_foreach(sections, i, section) {
+    json_array_foreach(sections, i, section)
+    {
         item_where(at, sizeof(at), where, "sections", i);
         /* several sections are told apart by their titles */
         if (item_object(section, at, section_fields, err) < 0 ||
@@ -387,7 +391,8 @@ static int check_sections(const json_t *resp, const char *where, unsigned flags,
                       flags, NULL, err) < 0 ||
             array_field(section, "rows", at, 1, 1, REQUEST_MAX_ROWS, &rows, err) < 0)
             return -1;
-        json_array_foreach(rows, j, row) {
+        json_array_foreach(rows, j, row)
+        {
             item_where(rat, sizeof(rat), at, "rows", j);
             if (++total > REQUEST_MAX_ROWS)
                 return bg_error_set(err, BG_ERR_LIMIT,
@@ -468,7 +473,8 @@ static int check_fields(const json_t *resp, const struct response_shape *shape, 
     const char *key;
     json_t *v;
 
-    json_object_foreach((json_t *)resp, key, v) {
+    json_object_foreach((json_t *)resp, key, v)
+    {
         size_t i = 0;
         if (strcmp(key, "type") == 0 || (strcmp(key, "fallback") == 0 && !nested))
             continue;

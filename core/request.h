@@ -53,19 +53,19 @@ void request_redirect_free(redirect_request_t *req);
 /* Response objects (contract.md section 11): limits every platform shares. A platform's own
  * (whatsapp's 3 quick replies...) are its adapter's (adapter_check_response). */
 #define REQUEST_MAX_QUICK_REPLIES 13
-#define REQUEST_MAX_TITLE 20       /* characters: quick reply and button titles, LIST button */
-#define REQUEST_MAX_PAYLOAD 1000   /* characters of a postback payload */
-#define REQUEST_MAX_BUTTONS 3
-#define REQUEST_MAX_CARDS 10
-#define REQUEST_MAX_CARD_TITLE 80  /* characters of a card's title and subtitle */
-#define REQUEST_MAX_SECTIONS 10
-#define REQUEST_MAX_ROWS 10        /* rows of a LIST, in all its sections */
-#define REQUEST_MAX_ROW_TITLE 24   /* characters of a LIST section title */
-#define REQUEST_MAX_ROW_ID 200     /* characters of a LIST row id */
-#define REQUEST_MAX_PHONE 32
-#define REQUEST_MAX_FILENAME 240
-#define REQUEST_MAX_STICKER 64
-#define REQUEST_WHERE_MAX 160      /* "response[12].fallback.sections[3].rows[2]" and more */
+#define REQUEST_MAX_TITLE         20   /* characters: quick reply and button titles, LIST button */
+#define REQUEST_MAX_PAYLOAD       1000 /* characters of a postback payload */
+#define REQUEST_MAX_BUTTONS       3
+#define REQUEST_MAX_CARDS         10
+#define REQUEST_MAX_CARD_TITLE    80 /* characters of a card's title and subtitle */
+#define REQUEST_MAX_SECTIONS      10
+#define REQUEST_MAX_ROWS          10  /* rows of a LIST, in all its sections */
+#define REQUEST_MAX_ROW_TITLE     24  /* characters of a LIST section title */
+#define REQUEST_MAX_ROW_ID        200 /* characters of a LIST row id */
+#define REQUEST_MAX_PHONE         32
+#define REQUEST_MAX_FILENAME      240
+#define REQUEST_MAX_STICKER       64
+#define REQUEST_WHERE_MAX         160 /* "response[12].fallback.sections[3].rows[2]" and more */
 
 /* Strings holding "{{" are a tree's templates: checked when rendered, not as stored. */
 #define REQUEST_CHECK_TEMPLATED 1u

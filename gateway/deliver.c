@@ -20,15 +20,15 @@
 #include <string.h>
 
 #define ANSWER_MAX (1024 * 1024)        /* a platform answer larger than this is an error */
-#define MEDIA_MAX (10 * 1024 * 1024)    /* an image or a video to upload */
-#define VOICE_MAX (2 * 1024 * 1024)     /* wechat: a voice message */
+#define MEDIA_MAX             (10 * 1024 * 1024)   /* an image or a video to upload */
+#define VOICE_MAX             (2 * 1024 * 1024)    /* wechat: a voice message */
 #define LOCK_TTL_MS 15000               /* a crashed refresher's lock expires after this */
 #define WAIT_FALLBACK_MS 1000           /* waiters look again without news (a refresher died) */
 #define CONTACT_TTL_S (7 * 24 * 3600)   /* whatsapp: a valid number is checked once a week */
 #define MEDIA_TTL_S (2 * 24 * 3600)     /* wechat: media ids live 3 days; keep them 2 */
 #define DEADLINE_MARGIN_MS 20           /* leave time to answer after a call times out */
 #define CONNECT_RETRY_MS 100            /* pause before the one retry of a refused connection */
-#define RATE_PAUSE_UNKNOWN_MS 1000      /* retryAfterMs when the pause could not be set */
+#define RATE_PAUSE_UNKNOWN_MS 1000           /* retryAfterMs when the pause could not be set */
 
 /* What only credential refreshes and media uploads need: kept out of deliver_t, which every
  * request in flight carries. Allocated when first needed, freed when the delivery ends. */
@@ -43,7 +43,7 @@ typedef struct deliver_extra {
     char lock_owner[40];
     char media_id[ADAPTER_ID_MAX];
     char url_hash[AUTH_HASH_HEX];
-    unsigned media_kind;          /* ADAPTER_IMAGE, _VIDEO or _AUDIO: what is uploaded */
+    unsigned media_kind;             /* ADAPTER_IMAGE, _VIDEO or _AUDIO: what is uploaded */
     char rate_msg[BG_ERROR_MSG_MAX]; /* the platform's rate-limit answer, while it pauses */
 } deliver_extra_t;
 

@@ -34,8 +34,8 @@ static void test_table(void **state)
     static const ops_want_t want = {
         .api_version = "v19.0",
         .from_field = "pageId",
-        .response_types = ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_VIDEO | ADAPTER_AUDIO | ADAPTER_FILE |
-                          ADAPTER_BUTTON | ADAPTER_CAROUSEL | ADAPTER_NATIVE,
+        .response_types = ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_VIDEO | ADAPTER_AUDIO |
+                          ADAPTER_FILE | ADAPTER_BUTTON | ADAPTER_CAROUSEL | ADAPTER_NATIVE,
         .recipient_invalid_code = 104,
         .errors =
             {

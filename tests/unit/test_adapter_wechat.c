@@ -44,8 +44,8 @@ static void test_table(void **state)
         .api_version = "cgi-bin",
         .from_field = "botOpenId",
         .cred_field = "accessToken",
-        .response_types = ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_VIDEO | ADAPTER_AUDIO | ADAPTER_BUTTON |
-                          ADAPTER_CAROUSEL | ADAPTER_LIST | ADAPTER_NATIVE,
+        .response_types = ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_VIDEO | ADAPTER_AUDIO |
+                          ADAPTER_BUTTON | ADAPTER_CAROUSEL | ADAPTER_LIST | ADAPTER_NATIVE,
         .recipient_invalid_code = 104,
         .image_by_upload = 1,
         .has_cred = 1,

@@ -611,8 +611,7 @@ static void test_response_types(void **state)
         const char *name;
     } cases[] = {
         /* no silent loss: a member the type does not have is named */
-        {"{\"type\":\"TEXT\",\"text\":\"a\",\"quickreplies\":[]}", 108,
-         "response[0].quickreplies"},
+        {"{\"type\":\"TEXT\",\"text\":\"a\",\"quickreplies\":[]}", 108, "response[0].quickreplies"},
         {"{\"type\":\"IMAGE\",\"url\":\"https://x/a.png\",\"filename\":\"a\"}", 108,
          "response[0].filename"},
         {"{\"type\":\"AUDIO\",\"url\":\"https://x/a.mp3\",\"caption\":\"a\"}", 108,
@@ -622,21 +621,22 @@ static void test_response_types(void **state)
          108, "response[0].quickReplies[0].image_url"},
         {"{\"type\":\"TEXT\",\"text\":\"a\",\"quickReplies\":[{\"title\":\"t\"}]}", 108,
          "response[0].quickReplies[0].payload"},
-        {"{\"type\":\"TEXT\",\"text\":\"a\",\"quickReplies\":[]}", 108,
-         "response[0].quickReplies"},
+        {"{\"type\":\"TEXT\",\"text\":\"a\",\"quickReplies\":[]}", 108, "response[0].quickReplies"},
         /* titles count characters: 20 accented ones fit, 21 do not */
         {"{\"type\":\"TEXT\",\"text\":\"a\",\"quickReplies\":[{\"title\":"
-         "\"\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\","
+         "\"\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9"
+         "\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\","
          "\"payload\":\"p\"}]}",
          0, NULL},
         {"{\"type\":\"TEXT\",\"text\":\"a\",\"quickReplies\":[{\"title\":"
-         "\"\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\","
+         "\"\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9"
+         "\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\","
          "\"payload\":\"p\"}]}",
          118, "response[0].quickReplies[0].title"},
         {"{\"type\":\"VIDEO\",\"url\":\"https://x/a.mp4\",\"caption\":\"c\"}", 0, NULL},
         {"{\"type\":\"FILE\",\"url\":\"ftp://x/a.pdf\"}", 108, "response[0].url"},
-        {"{\"type\":\"FILE\",\"url\":\"https://x/a.pdf\",\"caption\":\"c\",\"filename\":\"a.pdf\"}", 0,
-         NULL},
+        {"{\"type\":\"FILE\",\"url\":\"https://x/a.pdf\",\"caption\":\"c\",\"filename\":\"a.pdf\"}",
+         0, NULL},
         {"{\"type\":\"STICKER\",\"sticker\":\"like_heart\"}", 0, NULL},
         {"{\"type\":\"STICKER\",\"url\":\"https://x/s.webp\",\"sticker\":\"like_heart\"}", 108,
          "response[0]"},
@@ -661,17 +661,21 @@ static void test_response_types(void **state)
         {"{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[{\"type\":\"call\",\"title\":\"b\"}]}",
          108, "response[0].buttons[0].type"},
         {"{\"type\":\"CAROUSEL\",\"cards\":[{\"title\":\"a\",\"subtitle\":\"s\",\"imageUrl\":"
-         "\"https://x/i.png\",\"buttons\":[{\"type\":\"postback\",\"title\":\"a\",\"payload\":\"A\"}]}]}",
+         "\"https://x/"
+         "i.png\",\"buttons\":[{\"type\":\"postback\",\"title\":\"a\",\"payload\":\"A\"}]}]}",
          0, NULL},
-        {"{\"type\":\"CAROUSEL\",\"cards\":[{\"subtitle\":\"s\"}]}", 108, "response[0].cards[0].title"},
-        {"{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"Options\",\"sections\":[{\"rows\":[{\"id\":\"1\","
+        {"{\"type\":\"CAROUSEL\",\"cards\":[{\"subtitle\":\"s\"}]}", 108,
+         "response[0].cards[0].title"},
+        {"{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"Options\",\"sections\":[{\"rows\":[{"
+         "\"id\":\"1\","
          "\"title\":\"r\",\"description\":\"d\"}]}]}",
          0, NULL},
         /* several sections are told apart by their titles */
         {"{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"Options\",\"sections\":[{\"title\":\"a\","
          "\"rows\":[{\"id\":\"1\",\"title\":\"r\"}]},{\"rows\":[{\"id\":\"2\",\"title\":\"r\"}]}]}",
          108, "response[0].sections[1].title"},
-        {"{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"123456789012345678901\",\"sections\":[{\"rows\":"
+        {"{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"123456789012345678901\",\"sections\":[{"
+         "\"rows\":"
          "[{\"id\":\"1\",\"title\":\"r\"}]}]}",
          118, "response[0].button"},
         {"{\"type\":\"NATIVE\",\"message\":{\"text\":\"hi\"}}", 0, NULL},
@@ -681,7 +685,8 @@ static void test_response_types(void **state)
          "response[0].message.recipient"},
         {"{\"type\":\"NATIVE\",\"message\":{\"to\":\"1\"}}", 108, "response[0].message.to"},
         {"{\"type\":\"NATIVE\",\"message\":{\"touser\":\"1\"}}", 108, "response[0].message.touser"},
-        {"{\"type\":\"NATIVE\",\"message\":{\"channel\":\"C\"}}", 108, "response[0].message.channel"},
+        {"{\"type\":\"NATIVE\",\"message\":{\"channel\":\"C\"}}", 108,
+         "response[0].message.channel"},
         {"{\"type\":\"NATIVE\",\"message\":{\"users\":[]}}", 108, "response[0].message.users"},
         {"{\"type\":\"NATIVE\",\"message\":{\"messaging_product\":\"whatsapp\"}}", 108,
          "response[0].message.messaging_product"},
@@ -708,21 +713,24 @@ static void test_response_types(void **state)
         const char *head, *item, *tail, *name;
         size_t max;
     } counts[] = {
-        {"{\"type\":\"TEXT\",\"text\":\"a\",\"quickReplies\":[", "{\"title\":\"t%zu\",\"payload\":\"p\"}",
-         "]}", "response[0].quickReplies", REQUEST_MAX_QUICK_REPLIES},
+        {"{\"type\":\"TEXT\",\"text\":\"a\",\"quickReplies\":[",
+         "{\"title\":\"t%zu\",\"payload\":\"p\"}", "]}", "response[0].quickReplies",
+         REQUEST_MAX_QUICK_REPLIES},
         {"{\"type\":\"BUTTON\",\"text\":\"a\",\"buttons\":[",
-         "{\"type\":\"postback\",\"title\":\"t%zu\",\"payload\":\"p\"}", "]}", "response[0].buttons",
-         REQUEST_MAX_BUTTONS},
+         "{\"type\":\"postback\",\"title\":\"t%zu\",\"payload\":\"p\"}", "]}",
+         "response[0].buttons", REQUEST_MAX_BUTTONS},
         {"{\"type\":\"CAROUSEL\",\"cards\":[", "{\"title\":\"c%zu\"}", "]}", "response[0].cards",
          REQUEST_MAX_CARDS},
         {"{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"b\",\"sections\":[",
-         "{\"title\":\"s%zu\",\"rows\":[{\"id\":\"1\",\"title\":\"r\"}]}", "]}", "response[0].sections",
-         REQUEST_MAX_SECTIONS},
+         "{\"title\":\"s%zu\",\"rows\":[{\"id\":\"1\",\"title\":\"r\"}]}", "]}",
+         "response[0].sections", REQUEST_MAX_SECTIONS},
         {"{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"b\",\"sections\":[{\"rows\":[",
-         "{\"id\":\"%zu\",\"title\":\"r\"}", "]}]}", "response[0].sections[0].rows", REQUEST_MAX_ROWS},
+         "{\"id\":\"%zu\",\"title\":\"r\"}", "]}]}", "response[0].sections[0].rows",
+         REQUEST_MAX_ROWS},
         /* ten rows in all, over several sections */
         {"{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"b\",\"sections\":[",
-         "{\"title\":\"s%zu\",\"rows\":[{\"id\":\"1\",\"title\":\"r\"},{\"id\":\"2\",\"title\":\"r\"}]}",
+         "{\"title\":\"s%zu\",\"rows\":[{\"id\":\"1\",\"title\":\"r\"},{\"id\":\"2\",\"title\":"
+         "\"r\"}]}",
          "]}", "response[0].sections", REQUEST_MAX_ROWS / 2},
     };
     for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
@@ -740,8 +748,8 @@ static void test_response_types(void **state)
         const char *head, *tail, *name;
         size_t max;
     } lengths[] = {
-        {"{\"type\":\"TEXT\",\"text\":\"a\",\"quickReplies\":[{\"title\":\"t\",\"payload\":\"", "\"}]}",
-         "response[0].quickReplies[0].payload", REQUEST_MAX_PAYLOAD},
+        {"{\"type\":\"TEXT\",\"text\":\"a\",\"quickReplies\":[{\"title\":\"t\",\"payload\":\"",
+         "\"}]}", "response[0].quickReplies[0].payload", REQUEST_MAX_PAYLOAD},
         {"{\"type\":\"BUTTON\",\"text\":\"a\",\"buttons\":[{\"type\":\"url\",\"url\":\"https://x\","
          "\"title\":\"",
          "\"}]}", "response[0].buttons[0].title", REQUEST_MAX_TITLE},
@@ -749,7 +757,8 @@ static void test_response_types(void **state)
          REQUEST_MAX_CARD_TITLE},
         {"{\"type\":\"CAROUSEL\",\"cards\":[{\"title\":\"t\",\"subtitle\":\"", "\"}]}",
          "response[0].cards[0].subtitle", REQUEST_MAX_CARD_TITLE},
-        {"{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"b\",\"sections\":[{\"rows\":[{\"title\":\"r\","
+        {"{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"b\",\"sections\":[{\"rows\":[{\"title\":"
+         "\"r\","
          "\"id\":\"",
          "\"}]}]}", "response[0].sections[0].rows[0].id", REQUEST_MAX_ROW_ID},
     };
