@@ -568,7 +568,8 @@ static int check_one(const json_t *resp, const char *where, unsigned flags, int 
     while (i < sizeof(shapes) / sizeof(shapes[0]) && strcmp(shapes[i].type, type) != 0)
         i++;
     if (i == sizeof(shapes) / sizeof(shapes[0]))
-        return bg_error_set(err, BG_ERR_UNSUPPORTED, "response type %.40s is not supported", type);
+        return bg_error_set(err, BG_ERR_UNSUPPORTED, "%s.type: response type %.40s is not supported",
+                            where, type);
     if (check_fields(resp, &shapes[i], nested, where, err) < 0 ||
         check_body(resp, type, where, flags, err) < 0)
         return -1;

@@ -2,9 +2,11 @@
 simulator: the exact platform body received (the simulator refuses shapes and limits the real
 platform refuses), 117 where the platform lacks a type, the limits at the limit and one over,
 fallbacks, unknown fields, NATIVE objects, and wechat videos and voices by upload."""
+import json
 import unittest
 
-from harness import StackTest, whatsapp_channel, cloud_channel, facebook_channel, wait_for
+from harness import (StackTest, whatsapp_channel, cloud_channel, facebook_channel, member,
+                     wait_for)
 
 APP = "app-types"
 ANY_MEDIA = object()  # a wechat media id the simulator handed out
@@ -503,6 +505,54 @@ class ResponseTypes(StackTest):
         el = a.json["sendResult"]["result"][1]
         self.assertIn("not a video", el["error"]["err"])
         self.assertNotIn("upload", [e["kind"] for e in self.s.sim_log()])
+
+
+class NodeResponses(StackTest):
+    """A tree's nodes may use every type, templated; botgatectl tree import checks them."""
+
+    def test_node_types_templated_and_fallback(self):
+        s = self.s
+        s.put("channel", facebook_channel("nr-fb", APP))
+        s.put("member", member("nr-m1", "nr-fb", APP, "psid-nr"))
+        tree = {"_id": "TT", "app": APP, "name": "types", "nodes": {"N1": {"response": [
+            {"type": "TEXT", "text": "Hi {{member.firstName}}",
+             "quickReplies": [{"title": "{{member.lastName}}", "payload": "P-{{member.locale}}"}]},
+            {"type": "LOCATION", "latitude": 1.5, "longitude": 2.5,
+             "fallback": {"type": "TEXT", "text": "at 1.5, 2.5"}}]}}}
+        s.ctl("tree", "import", "-", input=json.dumps(tree))
+        a = s.post("/redirectMemberToNode",
+                   {"channelId": "nr-fb", "memberId": "nr-m1",
+                    "redirect": {"tree": "TT", "nodeCompositeId": "N1"}},
+                   token=s.token(APP, "bot:redirectMemberToNode"))
+        self.assertEqual(a.status, 200, a)
+        els = a.json["sendResult"]["result"]
+        self.assertNotIn("fallbackUsed", els[0])
+        self.assertIs(els[1]["fallbackUsed"], True, els)
+        self.assertEqual(els[1]["messageEvent"]["data"], {"latitude": 1.5, "longitude": 2.5})
+        bodies = [e["body"] for e in s.sim_log() if e["kind"] == "messages"]
+        self.assertEqual(bodies, [
+            {"messaging_type": "RESPONSE", "recipient": {"id": "psid-nr"},
+             "message": {"text": "Hi Ada", "quick_replies": [
+                 {"content_type": "text", "title": "L", "payload": "P-en"}]}},
+            {"messaging_type": "RESPONSE", "recipient": {"id": "psid-nr"},
+             "message": {"text": "at 1.5, 2.5"}}])
+
+    def test_import_checks_types_and_limits(self):
+        bad = [({"type": "BUTTON", "text": "t", "buttons": [
+                    {"type": "postback", "title": "x" * 21, "payload": "p"}]},
+                "nodes.N1.response[0].buttons[0].title"),
+               ({"type": "TEXT", "text": "t", "quick_replies": []},
+                "nodes.N1.response[0].quick_replies"),
+               ({"type": "CAROUSEL", "cards": [{"title": "c"}] * 11},
+                "nodes.N1.response[0].cards")]
+        for resp, place in bad:
+            with self.subTest(place=place):
+                tree = {"_id": "TB", "app": APP, "name": "bad",
+                        "nodes": {"N1": {"response": [resp]}}}
+                r = self.s.ctl("tree", "import", "-", input=json.dumps(tree), check=False)
+                self.assertNotEqual(r.returncode, 0)
+                self.assertIn(place, r.stderr)
+        self.assertEqual(self.s.redis("EXISTS", "botgate:tree:TB"), 0)
 
 
 class WechatMediaGuard(StackTest):
