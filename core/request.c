@@ -180,8 +180,7 @@ static int only_fields(const json_t *obj, const char *const *allowed, const char
     const char *key;
     json_t *v;
 
-    json_object_foreach((json_t *)obj, key, v)
-    {
+    json_object_foreach((json_t *)obj, key, v) {
         size_t i = 0;
         while (allowed[i] && strcmp(allowed[i], key) != 0)
             i++;
@@ -262,7 +261,7 @@ static int array_field(const json_t *obj, const char *key, const char *where, in
 /* The name of element i of array key: "response[0].buttons[2]". */
 static const char *item_where(char *buf, size_t size, const char *where, const char *key, size_t i)
 {
-    snprintf(buf, size, "%s.%s[%zu]", where, key, i);
+    snprintf(buf, size, "%.110s.%.12s[%zu]", where, key, i); /* names stay short */
     return buf;
 }
 
@@ -285,8 +284,7 @@ static int check_quick_replies(const json_t *resp, const char *where, unsigned f
 
     if (array_field(resp, "quickReplies", where, 0, 1, REQUEST_MAX_QUICK_REPLIES, &list, err) < 0)
         return -1;
-    json_array_foreach(list, i, qr)
-    {
+    json_array_foreach(list, i, qr) {
         item_where(at, sizeof(at), where, "quickReplies", i);
         if (item_object(qr, at, fields, err) < 0 ||
             str_field(qr, "title", at, 1, REQUEST_MAX_TITLE, flags, NULL, err) < 0 ||
@@ -342,8 +340,7 @@ static int check_buttons(const json_t *obj, const char *where, int required, uns
 
     if (array_field(obj, "buttons", where, required, 1, REQUEST_MAX_BUTTONS, &list, err) < 0)
         return -1;
-    json_array_foreach(list, i, b)
-    {
+    json_array_foreach(list, i, b) {
         if (check_button(b, item_where(at, sizeof(at), where, "buttons", i), flags, err) < 0)
             return -1;
     }
@@ -359,8 +356,7 @@ static int check_cards(const json_t *resp, const char *where, unsigned flags, bg
 
     if (array_field(resp, "cards", where, 1, 1, REQUEST_MAX_CARDS, &list, err) < 0)
         return -1;
-    json_array_foreach(list, i, card)
-    {
+    json_array_foreach(list, i, card) {
         item_where(at, sizeof(at), where, "cards", i);
         if (item_object(card, at, fields, err) < 0 ||
             str_field(card, "title", at, 1, REQUEST_MAX_CARD_TITLE, flags, NULL, err) < 0 ||
@@ -382,8 +378,7 @@ static int check_sections(const json_t *resp, const char *where, unsigned flags,
 
     if (array_field(resp, "sections", where, 1, 1, REQUEST_MAX_SECTIONS, &sections, err) < 0)
         return -1;
-    json_array_foreach(sections, i, section)
-    {
+    json_array_foreach(sections, i, section) {
         item_where(at, sizeof(at), where, "sections", i);
         /* several sections are told apart by their titles */
         if (item_object(section, at, section_fields, err) < 0 ||
@@ -391,8 +386,7 @@ static int check_sections(const json_t *resp, const char *where, unsigned flags,
                       flags, NULL, err) < 0 ||
             array_field(section, "rows", at, 1, 1, REQUEST_MAX_ROWS, &rows, err) < 0)
             return -1;
-        json_array_foreach(rows, j, row)
-        {
+        json_array_foreach(rows, j, row) {
             item_where(rat, sizeof(rat), at, "rows", j);
             if (++total > REQUEST_MAX_ROWS)
                 return bg_error_set(err, BG_ERR_LIMIT,
@@ -473,8 +467,7 @@ static int check_fields(const json_t *resp, const struct response_shape *shape, 
     const char *key;
     json_t *v;
 
-    json_object_foreach((json_t *)resp, key, v)
-    {
+    json_object_foreach((json_t *)resp, key, v) {
         size_t i = 0;
         if (strcmp(key, "type") == 0 || (strcmp(key, "fallback") == 0 && !nested))
             continue;
@@ -568,15 +561,15 @@ static int check_one(const json_t *resp, const char *where, unsigned flags, int 
     while (i < sizeof(shapes) / sizeof(shapes[0]) && strcmp(shapes[i].type, type) != 0)
         i++;
     if (i == sizeof(shapes) / sizeof(shapes[0]))
-        return bg_error_set(err, BG_ERR_UNSUPPORTED, "%s.type: response type %.40s is not supported",
-                            where, type);
+        return bg_error_set(err, BG_ERR_UNSUPPORTED,
+                            "%s.type: response type %.40s is not supported", where, type);
     if (check_fields(resp, &shapes[i], nested, where, err) < 0 ||
         check_body(resp, type, where, flags, err) < 0)
         return -1;
     fallback = json_object_get(resp, "fallback");
     if (fallback != NULL && !nested) {
         char at[REQUEST_WHERE_MAX];
-        snprintf(at, sizeof(at), "%s.fallback", where);
+        snprintf(at, sizeof(at), "%.140s.fallback", where);
         return check_one(fallback, at, flags, 1, err);
     }
     return 0;

@@ -151,8 +151,7 @@ static int sent_as_fallback(const op_t *op, const json_t *response)
     char msg[8];
 
     return json_object_get(response, "fallback") != NULL &&
-           adapter_check_response(op->dl.adapter, response, msg, sizeof(msg)) ==
-               BG_ERR_UNSUPPORTED;
+           adapter_check_response(op->dl.adapter, response, msg, sizeof(msg)) == BG_ERR_UNSUPPORTED;
 }
 
 static void redirect_on_delivered(deliver_t *d, const deliver_result_t *r, void *arg)

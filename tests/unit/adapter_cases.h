@@ -364,6 +364,26 @@ static inline void run_needs_case(const case_fixture_t *fx, const char *row, con
     json_decref(info);
 }
 
+/* What a platform refuses of a valid response before anything is sent (adapter_check_response):
+ * code 0, 117 or 118, and a part the message must hold. */
+typedef struct check_case {
+    const char *response;
+    int code;
+    const char *msg_has; /* NULL: not checked */
+} check_case_t;
+
+static inline void run_check_case(const case_fixture_t *fx, const char *row, const check_case_t *c)
+{
+    json_t *response = case_json(row, "response", c->response);
+    char msg[256] = "";
+
+    CASE_INT(row, "check code", adapter_check_response(case_ops(fx), response, msg, sizeof(msg)),
+             c->code);
+    if (c->msg_has != NULL && strstr(msg, c->msg_has) == NULL)
+        fail_msg("%s: message \"%s\" does not hold \"%s\"", row, msg, c->msg_has);
+    json_decref(response);
+}
+
 /* Runs every row of a table (an array) through run, one of the run_*_case functions; a failure
  * names the platform, the table and the row. */
 #define RUN_CASES(fx, table, cases, run)                                                           \

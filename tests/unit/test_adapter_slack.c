@@ -171,11 +171,57 @@ static void test_retry_after(void **state)
     RUN_CASES(&fx, "retry-after", cases, run_parse_case);
 }
 
+static void test_check(void **state)
+{
+    static const check_case_t cases[] = {
+        {"{\"type\":\"TEXT\",\"text\":\"t\",\"quickReplies\":[{\"title\":\"T0\",\"payload\":\"P\"},"
+         "{\"title\":\"T1\",\"payload\":\"P\"},{\"title\":\"T2\",\"payload\":\"P\"},{\"title\":"
+         "\"T3\",\"payload\":\"P\"},{\"title\":\"T4\",\"payload\":\"P\"},{\"title\":\"T5\","
+         "\"payload\":\"P\"},{\"title\":\"T6\",\"payload\":\"P\"},{\"title\":\"T7\",\"payload\":"
+         "\"P\"},{\"title\":\"T8\",\"payload\":\"P\"},{\"title\":\"T9\",\"payload\":\"P\"},{"
+         "\"title\":\"T10\",\"payload\":\"P\"},{\"title\":\"T11\",\"payload\":\"P\"},{\"title\":"
+         "\"T12\",\"payload\":\"P\"}]}",
+         0, NULL},
+        {"{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[{\"type\":\"postback\",\"title\":\"a\","
+         "\"payload\":\"A\"},{\"type\":\"url\",\"title\":\"u\",\"url\":\"https://x\"}]}",
+         0, NULL},
+        {"{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[{\"type\":\"postback\",\"title\":\"a\","
+         "\"payload\":\"A\"},{\"type\":\"phone\",\"title\":\"p\",\"phone\":\"+852\"}]}",
+         117, "phone"},
+        {"{\"type\":\"CAROUSEL\",\"cards\":[{\"title\":\"c0\",\"buttons\":[{\"type\":\"phone\","
+         "\"title\":\"p\",\"phone\":\"+852\"}]},{\"title\":\"c1\",\"buttons\":[{\"type\":\"phone\","
+         "\"title\":\"p\",\"phone\":\"+852\"}]}]}",
+         117, "phone"},
+        {"{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"b\",\"sections\":[{\"rows\":[{\"id\":"
+         "\"1\",\"title\":"
+         "\"rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr\","
+         "\"description\":"
+         "\"ddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd\"}]}]}",
+         0, NULL},
+        {"{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"b\",\"sections\":[{\"rows\":[{\"id\":"
+         "\"1\",\"title\":"
+         "\"rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr\","
+         "\"description\":\"d\"}]}]}",
+         118, "title"},
+        {"{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"b\",\"sections\":[{\"rows\":[{\"id\":"
+         "\"1\",\"title\":\"r\",\"description\":"
+         "\"dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd\"}]}]}",
+         118, "description"},
+        {"{\"type\":\"LOCATION\",\"latitude\":1,\"longitude\":2}", 117, "LOCATION"},
+    };
+
+    (void)state;
+    RUN_CASES(&fx, "check", cases, run_check_case);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_table),       cmocka_unit_test(test_build),
-        cmocka_unit_test(test_parse),       cmocka_unit_test(test_parse_error_names),
+        cmocka_unit_test(test_table),
+        cmocka_unit_test(test_check),
+        cmocka_unit_test(test_build),
+        cmocka_unit_test(test_parse),
+        cmocka_unit_test(test_parse_error_names),
         cmocka_unit_test(test_retry_after),
     };
 

@@ -121,10 +121,29 @@ static void test_parse(void **state)
     RUN_CASES(&fx, "parse", cases, run_parse_case);
 }
 
+static void test_check(void **state)
+{
+    static const check_case_t cases[] = {
+        {"{\"type\":\"TEXT\",\"text\":\"t\"}", 0, NULL},
+        {"{\"type\":\"TEXT\",\"text\":\"t\",\"quickReplies\":[{\"title\":\"T0\",\"payload\":\"P\"}]"
+         "}",
+         117, "quickReplies"},
+        {"{\"type\":\"IMAGE\",\"url\":\"https://x\",\"caption\":\"c\"}", 117, "caption"},
+        {"{\"type\":\"NATIVE\",\"message\":{\"messageType\":\"text\",\"text\":\"t\"}}", 0, NULL},
+        {"{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[{\"type\":\"postback\",\"title\":\"a\","
+         "\"payload\":\"A\"}]}",
+         117, "BUTTON"},
+    };
+
+    (void)state;
+    RUN_CASES(&fx, "check", cases, run_check_case);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table),
+        cmocka_unit_test(test_check),
         cmocka_unit_test(test_build),
         cmocka_unit_test(test_parse),
     };

@@ -313,13 +313,46 @@ static void test_upload_parse(void **state)
     RUN_CASES(&fx, "upload parse", cases, run_parse_case);
 }
 
+static void test_check(void **state)
+{
+    static const check_case_t cases[] = {
+        {"{\"type\":\"TEXT\",\"text\":\"t\",\"quickReplies\":[{\"title\":\"T0\",\"payload\":\"P\"},"
+         "{\"title\":\"T1\",\"payload\":\"P\"},{\"title\":\"T2\",\"payload\":\"P\"},{\"title\":"
+         "\"T3\",\"payload\":\"P\"},{\"title\":\"T4\",\"payload\":\"P\"},{\"title\":\"T5\","
+         "\"payload\":\"P\"},{\"title\":\"T6\",\"payload\":\"P\"},{\"title\":\"T7\",\"payload\":"
+         "\"P\"},{\"title\":\"T8\",\"payload\":\"P\"},{\"title\":\"T9\",\"payload\":\"P\"},{"
+         "\"title\":\"T10\",\"payload\":\"P\"},{\"title\":\"T11\",\"payload\":\"P\"},{\"title\":"
+         "\"T12\",\"payload\":\"P\"}]}",
+         0, NULL},
+        {"{\"type\":\"IMAGE\",\"url\":\"https://x\",\"caption\":\"c\"}", 117, "caption"},
+        {"{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[{\"type\":\"postback\",\"title\":\"a\","
+         "\"payload\":\"A\"},{\"type\":\"postback\",\"title\":\"a\",\"payload\":\"A\"}]}",
+         0, NULL},
+        {"{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[{\"type\":\"url\",\"title\":\"u\","
+         "\"url\":\"https://x\"}]}",
+         0, NULL},
+        {"{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[{\"type\":\"postback\",\"title\":\"a\","
+         "\"payload\":\"A\"},{\"type\":\"url\",\"title\":\"u\",\"url\":\"https://x\"}]}",
+         117, "buttons"},
+        {"{\"type\":\"CAROUSEL\",\"cards\":[{\"title\":\"c0\"}]}", 0, NULL},
+        {"{\"type\":\"CAROUSEL\",\"cards\":[{\"title\":\"c0\"},{\"title\":\"c1\"}]}", 118, "cards"},
+        {"{\"type\":\"CAROUSEL\",\"cards\":[{\"title\":\"c0\",\"buttons\":[{\"type\":\"postback\","
+         "\"title\":\"a\",\"payload\":\"A\"}]}]}",
+         117, "buttons"},
+        {"{\"type\":\"FILE\",\"url\":\"https://x\"}", 117, "FILE"},
+    };
+
+    (void)state;
+    RUN_CASES(&fx, "check", cases, run_check_case);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_table),        cmocka_unit_test(test_needs_refresh),
-        cmocka_unit_test(test_build),        cmocka_unit_test(test_token_parse),
-        cmocka_unit_test(test_parse_send),   cmocka_unit_test(test_upload_build),
-        cmocka_unit_test(test_upload_parse),
+        cmocka_unit_test(test_table),         cmocka_unit_test(test_check),
+        cmocka_unit_test(test_needs_refresh), cmocka_unit_test(test_build),
+        cmocka_unit_test(test_token_parse),   cmocka_unit_test(test_parse_send),
+        cmocka_unit_test(test_upload_build),  cmocka_unit_test(test_upload_parse),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

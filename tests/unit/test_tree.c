@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 static const char *valid_tree =
     "{\"_id\":\"T1\",\"app\":\"A1\",\"name\":\"Orders\",\"nodes\":{"
     "\"N1\":{\"name\":\"Order shipped\","
@@ -192,9 +191,10 @@ static void test_responses_refused(void **state)
                 BG_ERR_MISSING_PARAM, "nodes.N1.response[0].buttons");
     refuse_node("{\"response\":[{\"type\":\"QUICK_REPLY\"}]}", BG_ERR_UNSUPPORTED,
                 "nodes.N1.response[0]");
-    refuse_node("{\"responseByLocale\":{\"fr\":[{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":["
-                "{\"type\":\"postback\",\"title\":\"123456789012345678901\",\"payload\":\"p\"}]}]}}",
-                BG_ERR_LIMIT, "nodes.N1.responseByLocale.fr[0].buttons[0].title");
+    refuse_node(
+        "{\"responseByLocale\":{\"fr\":[{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":["
+        "{\"type\":\"postback\",\"title\":\"123456789012345678901\",\"payload\":\"p\"}]}]}}",
+        BG_ERR_LIMIT, "nodes.N1.responseByLocale.fr[0].buttons[0].title");
     refuse_node("{\"response\":[{\"type\":\"LOCATION\",\"latitude\":1,\"longitude\":2,"
                 "\"fallback\":{\"type\":\"TEXT\"}}]}",
                 BG_ERR_MISSING_PARAM, "nodes.N1.response[0].fallback.text");
