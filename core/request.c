@@ -258,10 +258,22 @@ static int array_field(const json_t *obj, const char *key, const char *where, in
     return 0;
 }
 
-/* The name of element i of array key: "response[0].buttons[2]". */
+/* The name of element i of array key: "response[0].buttons[2]", cut to size; written without
+ * snprintf, as request_parse_send does: it is made for every item of every response. */
 static const char *item_where(char *buf, size_t size, const char *where, const char *key, size_t i)
 {
-    snprintf(buf, size, "%.110s.%.12s[%zu]", where, key, i); /* names stay short */
+    char num[NUMFMT_DEC_SIZE];
+    const char *digits = numfmt_dec(num, (long long)i);
+    size_t n = strnlen(where, size - 48), k = strlen(key), d = strlen(digits);
+
+    if (n + 1 + k + 1 + d + 2 > size) /* not reached with the names botgate makes */
+        k = 0;
+    memcpy(buf, where, n);
+    buf[n] = '.';
+    memcpy(buf + n + 1, key, k);
+    buf[n + 1 + k] = '[';
+    memcpy(buf + n + 2 + k, digits, d);
+    memcpy(buf + n + 2 + k + d, "]", 2);
     return buf;
 }
 
@@ -461,28 +473,38 @@ static const struct response_shape {
     {"NATIVE", {"message"}},
 };
 
+/* Refuses a member the type does not have. *seen gets bit i for each shape->fields[i] present
+ * and *fallback the fallback: what is absent is not looked up again (the check runs for every
+ * response of every request). */
 static int check_fields(const json_t *resp, const struct response_shape *shape, int nested,
-                        const char *where, bg_error_t *err)
+                        const char *where, unsigned *seen, const json_t **fallback, bg_error_t *err)
 {
     const char *key;
     json_t *v;
 
+    *seen = 0;
+    *fallback = NULL;
     json_object_foreach((json_t *)resp, key, v) {
         size_t i = 0;
-        if (strcmp(key, "type") == 0 || (strcmp(key, "fallback") == 0 && !nested))
+        if (strcmp(key, "type") == 0)
             continue;
+        if (strcmp(key, "fallback") == 0 && !nested) {
+            *fallback = v;
+            continue;
+        }
         while (i < 6 && shape->fields[i] && strcmp(shape->fields[i], key) != 0)
             i++;
         if (i == 6 || shape->fields[i] == NULL)
             return bg_error_set(err, BG_ERR_MISSING_PARAM, "unknown field %s.%.60s%s", where, key,
                                 strcmp(key, "fallback") == 0 ? " (a fallback has no fallback)"
                                                              : "");
+        *seen |= 1u << i;
     }
     return 0;
 }
 
 static int check_body(const json_t *resp, const char *type, const char *where, unsigned flags,
-                      bg_error_t *err)
+                      unsigned seen, bg_error_t *err)
 {
     const json_t *components;
     const char *url, *sticker;
@@ -491,7 +513,7 @@ static int check_body(const json_t *resp, const char *type, const char *where, u
     case 'T':
         if (strcmp(type, "TEXT") == 0)
             return str_field(resp, "text", where, 1, 0, flags, NULL, err) < 0 ||
-                           check_quick_replies(resp, where, flags, err) < 0
+                           ((seen & 2) && check_quick_replies(resp, where, flags, err) < 0)
                        ? -1
                        : 0;
         components = json_object_get(resp, "components");
@@ -552,6 +574,7 @@ static int check_one(const json_t *resp, const char *where, unsigned flags, int 
 {
     const char *type;
     const json_t *fallback;
+    unsigned seen;
     size_t i = 0;
 
     if (!json_is_object(resp))
@@ -563,11 +586,10 @@ static int check_one(const json_t *resp, const char *where, unsigned flags, int 
     if (i == sizeof(shapes) / sizeof(shapes[0]))
         return bg_error_set(err, BG_ERR_UNSUPPORTED,
                             "%s.type: response type %.40s is not supported", where, type);
-    if (check_fields(resp, &shapes[i], nested, where, err) < 0 ||
-        check_body(resp, type, where, flags, err) < 0)
+    if (check_fields(resp, &shapes[i], nested, where, &seen, &fallback, err) < 0 ||
+        check_body(resp, type, where, flags, seen, err) < 0)
         return -1;
-    fallback = json_object_get(resp, "fallback");
-    if (fallback != NULL && !nested) {
+    if (fallback != NULL) {
         char at[REQUEST_WHERE_MAX];
         snprintf(at, sizeof(at), "%.140s.fallback", where);
         return check_one(fallback, at, flags, 1, err);

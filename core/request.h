@@ -65,7 +65,7 @@ void request_redirect_free(redirect_request_t *req);
 #define REQUEST_MAX_PHONE         32
 #define REQUEST_MAX_FILENAME      240
 #define REQUEST_MAX_STICKER       64
-#define REQUEST_WHERE_MAX         160 /* "response[12].fallback.sections[3].rows[2]" and more */
+#define REQUEST_WHERE_MAX         400 /* "nodes.<id>.responseByLocale.fr[3].sections[3].rows[2]" */
 
 /* Strings holding "{{" are a tree's templates: checked when rendered, not as stored. */
 #define REQUEST_CHECK_TEMPLATED 1u

@@ -1142,9 +1142,10 @@ static int build_send(deliver_t *d, const adapter_target_t *t, const json_t *res
 /* The kind of media a response uploads first on this platform, 0 when none. */
 static unsigned upload_kind(const deliver_t *d, const json_t *response)
 {
-    const char *type = json_string_value(json_object_get(response, "type"));
-
-    return d->adapter->image_by_upload ? adapter_response_type(type) & ADAPTER_UPLOADED : 0;
+    if (!d->adapter->image_by_upload)
+        return 0;
+    return adapter_response_type(json_string_value(json_object_get(response, "type"))) &
+           ADAPTER_UPLOADED;
 }
 
 /* Decides what the delivery needs next. */

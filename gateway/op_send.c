@@ -348,13 +348,14 @@ static void send_run(op_t *op)
      * platform lacks goes as its fallback when it has one that the platform takes. */
     op->fallbacks = 0;
     json_array_foreach(op->send.responses, i, response) {
-        const json_t *fallback = json_object_get(response, "fallback");
+        const json_t *fallback;
         char msg[BG_ERROR_MSG_MAX - 32];
         int code = adapter_check_response(op->dl.adapter, response, msg, sizeof(msg));
         const char *part = "";
         bg_error_t err;
 
-        if (code == BG_ERR_UNSUPPORTED && fallback != NULL) {
+        if (code == BG_ERR_UNSUPPORTED &&
+            (fallback = json_object_get(response, "fallback")) != NULL) {
             part = ".fallback";
             if ((code = adapter_check_response(op->dl.adapter, fallback, msg, sizeof(msg))) == 0)
                 op->fallbacks |= (uint64_t)1 << i;
