@@ -196,47 +196,14 @@ static void test_error_text(void **state)
 static void test_check(void **state)
 {
     static const check_case_t cases[] = {
-        {"{\"type\":\"TEXT\",\"text\":\"t\",\"quickReplies\":[{\"title\":\"T0\",\"payload\":\"P\"},"
-         "{\"title\":\"T1\",\"payload\":\"P\"},{\"title\":\"T2\",\"payload\":\"P\"},{\"title\":"
-         "\"T3\",\"payload\":\"P\"},{\"title\":\"T4\",\"payload\":\"P\"},{\"title\":\"T5\","
-         "\"payload\":\"P\"},{\"title\":\"T6\",\"payload\":\"P\"},{\"title\":\"T7\",\"payload\":"
-         "\"P\"},{\"title\":\"T8\",\"payload\":\"P\"},{\"title\":\"T9\",\"payload\":\"P\"},{"
-         "\"title\":\"T10\",\"payload\":\"P\"},{\"title\":\"T11\",\"payload\":\"P\"},{\"title\":"
-         "\"T12\",\"payload\":\"P\"}]}",
-         0, NULL},
-        {"{\"type\":\"VIDEO\",\"url\":\"https://x\",\"caption\":\"c\"}", 117, "caption"},
-        {"{\"type\":\"FILE\",\"url\":\"https://x\",\"filename\":\"f\"}", 117, "filename"},
-        {"{\"type\":\"BUTTON\",\"text\":"
-         "\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
-         "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
-         "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
-         "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
-         "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
-         "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
-         "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
-         "xxxxxxxxxxxxxxxxxxx\",\"buttons\":[{\"type\":\"postback\",\"title\":\"a\",\"payload\":"
-         "\"A\"}]}",
-         0, NULL},
-        {"{\"type\":\"BUTTON\",\"text\":"
-         "\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
-         "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
-         "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
-         "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
-         "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
-         "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
-         "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
-         "xxxxxxxxxxxxxxxxxxxx\",\"buttons\":[{\"type\":\"postback\",\"title\":\"a\",\"payload\":"
-         "\"A\"}]}",
-         118, "640"},
-        {"{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[{\"type\":\"postback\",\"title\":\"a\","
-         "\"payload\":\"A\"},{\"type\":\"url\",\"title\":\"u\",\"url\":\"https://"
-         "x\"},{\"type\":\"phone\",\"title\":\"p\",\"phone\":\"+852\"}]}",
-         0, NULL},
-        {"{\"type\":\"LOCATION\",\"latitude\":1,\"longitude\":2}", 117, "LOCATION"},
-        {"{\"type\":\"CAROUSEL\",\"cards\":[{\"title\":\"c0\"},{\"title\":\"c1\"},{\"title\":"
-         "\"c2\"},{\"title\":\"c3\"},{\"title\":\"c4\"},{\"title\":\"c5\"},{\"title\":\"c6\"},{"
-         "\"title\":\"c7\"},{\"title\":\"c8\"},{\"title\":\"c9\"}]}",
-         0, NULL},
+        {CHECK_QR(13), 0, NULL},
+        {CHECK_ONE("{\"type\":\"VIDEO\",\"url\":\"https://x\",\"caption\":\"c\"}"), 117, "caption"},
+        {CHECK_ONE("{\"type\":\"FILE\",\"url\":\"https://x\",\"filename\":\"f\"}"), 117, "filename"},
+        {"{\"type\":\"BUTTON\",\"buttons\":[" CHECK_PB "],\"text\":\"", "x", 640, "", "\"}", 0, NULL},
+        {"{\"type\":\"BUTTON\",\"buttons\":[" CHECK_PB "],\"text\":\"", "x", 641, "", "\"}", 118, "640"},
+        {CHECK_BUTTONS(CHECK_PB "," CHECK_URL "," CHECK_PHONE), 0, NULL},
+        {CHECK_LOCATION, 117, "LOCATION"},
+        {CHECK_CARDS(10, ""), 0, NULL},
     };
 
     (void)state;

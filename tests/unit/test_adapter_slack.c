@@ -174,40 +174,15 @@ static void test_retry_after(void **state)
 static void test_check(void **state)
 {
     static const check_case_t cases[] = {
-        {"{\"type\":\"TEXT\",\"text\":\"t\",\"quickReplies\":[{\"title\":\"T0\",\"payload\":\"P\"},"
-         "{\"title\":\"T1\",\"payload\":\"P\"},{\"title\":\"T2\",\"payload\":\"P\"},{\"title\":"
-         "\"T3\",\"payload\":\"P\"},{\"title\":\"T4\",\"payload\":\"P\"},{\"title\":\"T5\","
-         "\"payload\":\"P\"},{\"title\":\"T6\",\"payload\":\"P\"},{\"title\":\"T7\",\"payload\":"
-         "\"P\"},{\"title\":\"T8\",\"payload\":\"P\"},{\"title\":\"T9\",\"payload\":\"P\"},{"
-         "\"title\":\"T10\",\"payload\":\"P\"},{\"title\":\"T11\",\"payload\":\"P\"},{\"title\":"
-         "\"T12\",\"payload\":\"P\"}]}",
-         0, NULL},
-        {"{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[{\"type\":\"postback\",\"title\":\"a\","
-         "\"payload\":\"A\"},{\"type\":\"url\",\"title\":\"u\",\"url\":\"https://x\"}]}",
-         0, NULL},
-        {"{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[{\"type\":\"postback\",\"title\":\"a\","
-         "\"payload\":\"A\"},{\"type\":\"phone\",\"title\":\"p\",\"phone\":\"+852\"}]}",
-         117, "phone"},
-        {"{\"type\":\"CAROUSEL\",\"cards\":[{\"title\":\"c0\",\"buttons\":[{\"type\":\"phone\","
-         "\"title\":\"p\",\"phone\":\"+852\"}]},{\"title\":\"c1\",\"buttons\":[{\"type\":\"phone\","
-         "\"title\":\"p\",\"phone\":\"+852\"}]}]}",
-         117, "phone"},
-        {"{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"b\",\"sections\":[{\"rows\":[{\"id\":"
-         "\"1\",\"title\":"
-         "\"rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr\","
-         "\"description\":"
-         "\"ddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd\"}]}]}",
-         0, NULL},
-        {"{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"b\",\"sections\":[{\"rows\":[{\"id\":"
-         "\"1\",\"title\":"
-         "\"rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr\","
-         "\"description\":\"d\"}]}]}",
-         118, "title"},
-        {"{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"b\",\"sections\":[{\"rows\":[{\"id\":"
-         "\"1\",\"title\":\"r\",\"description\":"
-         "\"dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd\"}]}]}",
-         118, "description"},
-        {"{\"type\":\"LOCATION\",\"latitude\":1,\"longitude\":2}", 117, "LOCATION"},
+        {CHECK_QR(13), 0, NULL},
+        {CHECK_BUTTONS(CHECK_PB "," CHECK_URL), 0, NULL},
+        {CHECK_BUTTONS(CHECK_PB "," CHECK_PHONE), 117, "phone"},
+        {CHECK_CARDS(2, ",\"buttons\":[" CHECK_PHONE "]"), 117, "phone"},
+        {CHECK_ROW("title", "description", 75), 0, NULL},
+        {CHECK_ROW("title", "description", 76), 118, "title"},
+        {CHECK_ROW("description", "title", 75), 0, NULL},
+        {CHECK_ROW("description", "title", 76), 118, "description"},
+        {CHECK_LOCATION, 117, "LOCATION"},
     };
 
     (void)state;

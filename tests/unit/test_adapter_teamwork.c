@@ -124,15 +124,11 @@ static void test_parse(void **state)
 static void test_check(void **state)
 {
     static const check_case_t cases[] = {
-        {"{\"type\":\"TEXT\",\"text\":\"t\"}", 0, NULL},
-        {"{\"type\":\"TEXT\",\"text\":\"t\",\"quickReplies\":[{\"title\":\"T0\",\"payload\":\"P\"}]"
-         "}",
-         117, "quickReplies"},
-        {"{\"type\":\"IMAGE\",\"url\":\"https://x\",\"caption\":\"c\"}", 117, "caption"},
-        {"{\"type\":\"NATIVE\",\"message\":{\"messageType\":\"text\",\"text\":\"t\"}}", 0, NULL},
-        {"{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[{\"type\":\"postback\",\"title\":\"a\","
-         "\"payload\":\"A\"}]}",
-         117, "BUTTON"},
+        {CHECK_ONE("{\"type\":\"TEXT\",\"text\":\"t\"}"), 0, NULL},
+        {CHECK_QR(1), 117, "quickReplies"},
+        {CHECK_ONE("{\"type\":\"IMAGE\",\"url\":\"https://x\",\"caption\":\"c\"}"), 117, "caption"},
+        {CHECK_ONE("{\"type\":\"NATIVE\",\"message\":{\"messageType\":\"text\",\"text\":\"t\"}}"), 0, NULL},
+        {CHECK_BUTTONS(CHECK_PB), 117, "BUTTON"},
     };
 
     (void)state;

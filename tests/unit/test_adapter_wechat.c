@@ -316,30 +316,15 @@ static void test_upload_parse(void **state)
 static void test_check(void **state)
 {
     static const check_case_t cases[] = {
-        {"{\"type\":\"TEXT\",\"text\":\"t\",\"quickReplies\":[{\"title\":\"T0\",\"payload\":\"P\"},"
-         "{\"title\":\"T1\",\"payload\":\"P\"},{\"title\":\"T2\",\"payload\":\"P\"},{\"title\":"
-         "\"T3\",\"payload\":\"P\"},{\"title\":\"T4\",\"payload\":\"P\"},{\"title\":\"T5\","
-         "\"payload\":\"P\"},{\"title\":\"T6\",\"payload\":\"P\"},{\"title\":\"T7\",\"payload\":"
-         "\"P\"},{\"title\":\"T8\",\"payload\":\"P\"},{\"title\":\"T9\",\"payload\":\"P\"},{"
-         "\"title\":\"T10\",\"payload\":\"P\"},{\"title\":\"T11\",\"payload\":\"P\"},{\"title\":"
-         "\"T12\",\"payload\":\"P\"}]}",
-         0, NULL},
-        {"{\"type\":\"IMAGE\",\"url\":\"https://x\",\"caption\":\"c\"}", 117, "caption"},
-        {"{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[{\"type\":\"postback\",\"title\":\"a\","
-         "\"payload\":\"A\"},{\"type\":\"postback\",\"title\":\"a\",\"payload\":\"A\"}]}",
-         0, NULL},
-        {"{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[{\"type\":\"url\",\"title\":\"u\","
-         "\"url\":\"https://x\"}]}",
-         0, NULL},
-        {"{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[{\"type\":\"postback\",\"title\":\"a\","
-         "\"payload\":\"A\"},{\"type\":\"url\",\"title\":\"u\",\"url\":\"https://x\"}]}",
-         117, "buttons"},
-        {"{\"type\":\"CAROUSEL\",\"cards\":[{\"title\":\"c0\"}]}", 0, NULL},
-        {"{\"type\":\"CAROUSEL\",\"cards\":[{\"title\":\"c0\"},{\"title\":\"c1\"}]}", 118, "cards"},
-        {"{\"type\":\"CAROUSEL\",\"cards\":[{\"title\":\"c0\",\"buttons\":[{\"type\":\"postback\","
-         "\"title\":\"a\",\"payload\":\"A\"}]}]}",
-         117, "buttons"},
-        {"{\"type\":\"FILE\",\"url\":\"https://x\"}", 117, "FILE"},
+        {CHECK_QR(13), 0, NULL},
+        {CHECK_ONE("{\"type\":\"IMAGE\",\"url\":\"https://x\",\"caption\":\"c\"}"), 117, "caption"},
+        {CHECK_BUTTONS(CHECK_PB "," CHECK_PB), 0, NULL},
+        {CHECK_BUTTONS(CHECK_URL), 0, NULL},
+        {CHECK_BUTTONS(CHECK_PB "," CHECK_URL), 117, "buttons"},
+        {CHECK_CARDS(1, ""), 0, NULL},
+        {CHECK_CARDS(2, ""), 118, "cards"},
+        {CHECK_CARDS(1, ",\"buttons\":[" CHECK_PB "]"), 117, "buttons"},
+        {CHECK_ONE("{\"type\":\"FILE\",\"url\":\"https://x\"}"), 117, "FILE"},
     };
 
     (void)state;

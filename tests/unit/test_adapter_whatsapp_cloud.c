@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include "adapter_cases.h"
+#include "adapter_whatsapp_checks.h"
 
 #define BASE   "https://graph.example.com/v19.0"
 #define TOKEN  "EAAGm0PX4ZCpsBACLOUDSECRET"
@@ -168,57 +169,8 @@ static void test_parse(void **state)
 
 static void test_check(void **state)
 {
-    static const check_case_t cases[] = {
-        {"{\"type\":\"TEXT\",\"text\":\"t\",\"quickReplies\":[{\"title\":\"T0\",\"payload\":\"P\"},"
-         "{\"title\":\"T1\",\"payload\":\"P\"},{\"title\":\"T2\",\"payload\":\"P\"}]}",
-         0, NULL},
-        {"{\"type\":\"TEXT\",\"text\":\"t\",\"quickReplies\":[{\"title\":\"T0\",\"payload\":\"P\"},"
-         "{\"title\":\"T1\",\"payload\":\"P\"},{\"title\":\"T2\",\"payload\":\"P\"},{\"title\":"
-         "\"T3\",\"payload\":\"P\"}]}",
-         118, "quickReplies"},
-        {"{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[{\"type\":\"postback\",\"title\":\"a\","
-         "\"payload\":\"A\"},{\"type\":\"postback\",\"title\":\"a\",\"payload\":\"A\"},{\"type\":"
-         "\"postback\",\"title\":\"a\",\"payload\":\"A\"}]}",
-         0, NULL},
-        {"{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[{\"type\":\"url\",\"title\":\"u\","
-         "\"url\":\"https://x\"}]}",
-         0, NULL},
-        {"{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[{\"type\":\"url\",\"title\":\"u\","
-         "\"url\":\"https://x\"},{\"type\":\"url\",\"title\":\"u\",\"url\":\"https://x\"}]}",
-         117, "buttons"},
-        {"{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[{\"type\":\"postback\",\"title\":\"a\","
-         "\"payload\":\"A\"},{\"type\":\"phone\",\"title\":\"p\",\"phone\":\"+852\"}]}",
-         117, "buttons"},
-        {"{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[{\"type\":\"postback\",\"title\":\"a\","
-         "\"payload\":"
-         "\"ppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppp"
-         "ppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppp"
-         "pppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppp\"}]}",
-         0, NULL},
-        {"{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[{\"type\":\"postback\",\"title\":\"a\","
-         "\"payload\":"
-         "\"ppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppp"
-         "ppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppp"
-         "ppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppp\"}]}",
-         118, "payload"},
-        {"{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"b\",\"sections\":[{\"rows\":[{\"id\":"
-         "\"1\",\"title\":\"rrrrrrrrrrrrrrrrrrrrrrrr\",\"description\":"
-         "\"dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd\"}]}]}",
-         0, NULL},
-        {"{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"b\",\"sections\":[{\"rows\":[{\"id\":"
-         "\"1\",\"title\":\"rrrrrrrrrrrrrrrrrrrrrrrrr\",\"description\":\"d\"}]}]}",
-         118, "title"},
-        {"{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"b\",\"sections\":[{\"rows\":[{\"id\":"
-         "\"1\",\"title\":\"r\",\"description\":"
-         "\"ddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd\"}]}]}",
-         118, "description"},
-        {"{\"type\":\"STICKER\",\"sticker\":\"like_heart\"}", 117, "sticker"},
-        {"{\"type\":\"CAROUSEL\",\"cards\":[{\"title\":\"c0\"}]}", 117, "CAROUSEL"},
-        {"{\"type\":\"LOCATION\",\"latitude\":1,\"longitude\":2}", 0, NULL},
-    };
-
     (void)state;
-    RUN_CASES(&fx, "check", cases, run_check_case);
+    RUN_CASES(&fx, "check", whatsapp_check_cases, run_check_case);
 }
 
 int main(void)
