@@ -510,6 +510,9 @@ class ResponseTypes(StackTest):
 class NodeResponses(StackTest):
     """A tree's nodes may use every type, templated; botgatectl tree import checks them."""
 
+    def setUp(self):
+        self.s.sim_reset()
+
     def test_node_types_templated_and_fallback(self):
         s = self.s
         s.put("channel", facebook_channel("nr-fb", APP))
@@ -536,6 +539,32 @@ class NodeResponses(StackTest):
                  {"content_type": "text", "title": "L", "payload": "P-en"}]}},
             {"messaging_type": "RESPONSE", "recipient": {"id": "psid-nr"},
              "message": {"text": "at 1.5, 2.5"}}])
+
+    def test_transform_returns_rich_types(self):
+        s = self.s
+        s.put("channel", facebook_channel("nr-fb2", APP))
+        s.put("member", member("nr-m2", "nr-fb2", APP, "psid-nr2"))
+        code = ("return {{type = 'BUTTON', text = 'Order ' .. self.agendaMeta.id,"
+                " buttons = {{type = 'postback', title = 'Track', payload = 'T-' .. self.agendaMeta.id}}},"
+                " {type = 'TEXT', text = 'x', quick_replys = {}}}")
+        tree = {"_id": "TS", "app": APP, "name": "script", "nodes": {"N1": {"transform": code}}}
+        s.ctl("tree", "import", "-", input=json.dumps(tree))
+        a = s.post("/redirectMemberToNode",
+                   {"channelId": "nr-fb2", "memberId": "nr-m2", "meta": {"id": "42"},
+                    "redirect": {"tree": "TS", "nodeCompositeId": "N1"}},
+                   token=s.token(APP, "bot:redirectMemberToNode"))
+        self.assertEqual(a.status, 200, a)
+        els = a.json["sendResult"]["result"]
+        self.assertEqual(els[0]["ok"], 1, els)
+        # what a script returns is checked as a request's response: nothing dropped in silence
+        self.assertEqual(els[1]["error"]["err_code"], 108, els)
+        self.assertIn("quick_replys", els[1]["error"]["err"])
+        bodies = [e["body"] for e in s.sim_log() if e["kind"] == "messages"]
+        self.assertEqual(bodies, [
+            {"messaging_type": "RESPONSE", "recipient": {"id": "psid-nr2"},
+             "message": {"attachment": {"type": "template", "payload": {
+                 "template_type": "button", "text": "Order 42",
+                 "buttons": [{"type": "postback", "title": "Track", "payload": "T-42"}]}}}}])
 
     def test_import_checks_types_and_limits(self):
         bad = [({"type": "BUTTON", "text": "t", "buttons": [
