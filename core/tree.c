@@ -161,34 +161,8 @@ int tree_check_action(const json_t *action, const char *where, bg_error_t *err)
 
 int tree_check_response(const json_t *resp, const char *where, bg_error_t *err)
 {
-    const char *type, *url;
-    const json_t *components;
-
-    if (!json_is_object(resp))
-        return bg_error_set(err, BG_ERR_MISSING_PARAM, "%s must be an object", where);
-    if (get_str(resp, "type", where, 1, &type, err) < 0)
-        return -1;
-    if (strcmp(type, "TEXT") == 0)
-        return get_str(resp, "text", where, 1, NULL, err);
-    if (strcmp(type, "IMAGE") == 0) {
-        if (get_str(resp, "url", where, 1, &url, err) < 0)
-            return -1;
-        /* A templated URL is checked when the rendered response is sent. */
-        if (strstr(url, "{{") == NULL && !is_http_url(url))
-            return bg_error_set(err, BG_ERR_MISSING_PARAM,
-                                "%s.url must start with http:// or https://", where);
-        return 0;
-    }
-    if (strcmp(type, "TEMPLATE") == 0) {
-        if (get_str(resp, "elementName", where, 1, NULL, err) < 0 ||
-            get_str(resp, "languageCode", where, 1, NULL, err) < 0)
-            return -1;
-        components = json_object_get(resp, "components");
-        if (components != NULL && !json_is_array(components))
-            return bg_error_set(err, BG_ERR_MISSING_PARAM, "%s.components must be an array", where);
-        return 0;
-    }
-    return 0;
+    /* the check of a sent response (core/request.c); a template is checked once rendered */
+    return request_check_response_flags(resp, where, REQUEST_CHECK_TEMPLATED, err);
 }
 
 static int check_actions(const json_t *node, const char *key, const char *where, bg_error_t *err)

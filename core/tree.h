@@ -30,9 +30,9 @@ int tree_validate(const json_t *tree, bg_error_t *err);
 /* One action ({"type":..}) of a node; where names it in messages ("nodes.N1.preAction[0]"). */
 int tree_check_action(const json_t *action, const char *where, bg_error_t *err);
 
-/* One response of a node: TEXT needs a string text, IMAGE a string url, TEMPLATE string
- * elementName and languageCode and, when present, an array components; any other type is let
- * through as an object with a string type (the gateway checks it against the channel). */
+/* One response of a node: any type of contract.md section 11, checked as a sent response is
+ * (request_check_response), but that a string holding "{{" is checked once rendered. Whether
+ * the channel's platform has the type is the gateway's check, when it is sent. */
 int tree_check_response(const json_t *resp, const char *where, bg_error_t *err);
 
 /* 1 when s is an id: non-empty, at most TREE_ID_MAX bytes, request_id_chars_ok. */

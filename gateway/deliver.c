@@ -20,7 +20,8 @@
 #include <string.h>
 
 #define ANSWER_MAX (1024 * 1024)        /* a platform answer larger than this is an error */
-#define MEDIA_MAX (10 * 1024 * 1024)    /* an image to upload */
+#define MEDIA_MAX             (10 * 1024 * 1024)   /* an image or a video to upload */
+#define VOICE_MAX             (2 * 1024 * 1024)    /* wechat: a voice message */
 #define LOCK_TTL_MS 15000               /* a crashed refresher's lock expires after this */
 #define WAIT_FALLBACK_MS 1000           /* waiters look again without news (a refresher died) */
 #define CONTACT_TTL_S (7 * 24 * 3600)   /* whatsapp: a valid number is checked once a week */
@@ -46,6 +47,7 @@ typedef struct deliver_extra {
     char lock_owner[40];
     char media_id[ADAPTER_ID_MAX];
     char url_hash[AUTH_HASH_HEX];
+    unsigned media_kind;             /* ADAPTER_IMAGE, _VIDEO or _AUDIO: what is uploaded */
     char rate_msg[BG_ERROR_MSG_MAX]; /* the platform's rate-limit answer, while it pauses */
 } deliver_extra_t;
 
@@ -820,26 +822,35 @@ static void on_upload_answer(deliver_t *d, const call_answer_t *ans)
     adapter_result_clear(&res);
 }
 
+/* What a media kind is called in messages, and the Content-Type its download must have. */
+static const char *media_word(unsigned kind)
+{
+    return kind == ADAPTER_VIDEO ? "video" : kind == ADAPTER_AUDIO ? "audio" : "image";
+}
+
 static void on_media_fetched(deliver_t *d, const call_answer_t *ans)
 {
     adapter_target_t t = target(d);
     adapter_result_t res;
     adapter_call_t c = {0};
-    const char *ctype = ans->a.content_type;
+    const char *ctype = ans->a.content_type, *word = media_word(extra(d)->media_kind);
     char msg[ADAPTER_ERROR_MAX];
+    size_t wlen = strlen(word);
 
     if (ans->blocked || ans->too_large || ans->a.status < 200 || ans->a.status > 299) {
         if (ans->blocked || ans->too_large)
-            snprintf(msg, sizeof(msg), "image download refused: %s", ans->error);
+            snprintf(msg, sizeof(msg), "%s download refused: %s", word, ans->error);
         else if (ans->a.status == 0)
-            snprintf(msg, sizeof(msg), "image download failed: %s", ans->error);
+            snprintf(msg, sizeof(msg), "%s download failed: %s", word, ans->error);
         else
-            snprintf(msg, sizeof(msg), "image download failed: HTTP %ld", ans->a.status);
+            snprintf(msg, sizeof(msg), "%s download failed: HTTP %ld", word, ans->a.status);
         deliver_fail(d, ADAPTER_REJECTED, 0, msg);
         return;
     }
-    if (ctype == NULL || strncmp(ctype, "image/", 6) != 0) {
-        deliver_fail(d, ADAPTER_REJECTED, 0, "image download is not an image (Content-Type)");
+    if (ctype == NULL || strncmp(ctype, word, wlen) != 0 || ctype[wlen] != '/') {
+        snprintf(msg, sizeof(msg), "%s download is not %s %s (Content-Type)", word,
+                 word[0] == 'i' || word[0] == 'a' ? "an" : "a", word);
+        deliver_fail(d, ADAPTER_REJECTED, 0, msg);
         return;
     }
     adapter_result_init(&res);
@@ -873,7 +884,8 @@ static void media_fetch(deliver_t *d)
         deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "out of memory");
         return;
     }
-    call_on(d, &c, d->env->up_user, DL_MEDIA_FETCH, MEDIA_MAX, NET_FOLLOW);
+    call_on(d, &c, d->env->up_user, DL_MEDIA_FETCH,
+            extra(d)->media_kind == ADAPTER_AUDIO ? VOICE_MAX : MEDIA_MAX, NET_FOLLOW);
 }
 
 static void on_media_cached(void *arg, store_status_t st, json_t *value)
@@ -896,6 +908,18 @@ static void media_cache(deliver_t *d)
     if (url == NULL) {
         deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "out of memory");
         return;
+    }
+    /* an image is cached by its URL alone (as before videos and voices were); the others by
+     * kind and URL, since one URL uploads as one kind only */
+    if (extra(d)->media_kind != ADAPTER_IMAGE) {
+        char *keyed = NULL;
+        if (asprintf(&keyed, "%s %s", media_word(extra(d)->media_kind), url) < 0) {
+            free(url);
+            deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "out of memory");
+            return;
+        }
+        free(url);
+        url = keyed;
     }
     auth_hash_token(url, strlen(url), extra(d)->url_hash);
     free(url);
@@ -1175,11 +1199,13 @@ static int build_send(deliver_t *d, const adapter_target_t *t, const json_t *res
     return d->adapter->build_send(t, response, media_id(d)[0] ? media_id(d) : NULL, c, res);
 }
 
-static int is_image(const json_t *response)
+/* The kind of media a response uploads first on this platform, 0 when none. */
+static unsigned upload_kind(const deliver_t *d, const json_t *response)
 {
-    const char *type = json_string_value(json_object_get(response, "type"));
-
-    return type != NULL && strcmp(type, "IMAGE") == 0;
+    if (!d->adapter->image_by_upload)
+        return 0;
+    return adapter_response_type(json_string_value(json_object_get(response, "type"))) &
+           ADAPTER_UPLOADED;
 }
 
 /* Decides what the delivery needs next. */
@@ -1207,7 +1233,8 @@ static void deliver_step(deliver_t *d)
         deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "out of memory");
         return;
     }
-    if (a->image_by_upload && is_image(response) && media_id(d)[0] == '\0') {
+    if (upload_kind(d, response) && media_id(d)[0] == '\0') {
+        extra(d)->media_kind = upload_kind(d, response);
         json_decref(response);
         media_cache(d);
         return;

@@ -143,6 +143,9 @@ typedef struct op {
             unsigned count;       /* responses */
             unsigned index;       /* the response being delivered */
             unsigned sent;        /* responses delivered (for a 121 answer's message) */
+            /* bit i: response i goes as its fallback, whose text follows the NUL of
+             * texts[i] (REQUEST_MAX_RESPONSES <= 64) */
+            uint64_t fallbacks;
         };
         struct {
             redirect_request_t redirect;

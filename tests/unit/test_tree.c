@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 static const char *valid_tree =
     "{\"_id\":\"T1\",\"app\":\"A1\",\"name\":\"Orders\",\"nodes\":{"
     "\"N1\":{\"name\":\"Order shipped\","
@@ -33,7 +32,9 @@ static const char *valid_tree =
     "{\"type\":\"IMAGE\",\"url\":\"{{agendaMeta.img}}\"},"
     "{\"type\":\"TEMPLATE\",\"elementName\":\"e\",\"languageCode\":\"en\",\"components\":[]},"
     "{\"type\":\"TEMPLATE\",\"elementName\":\"e\",\"languageCode\":\"en\"},"
-    "{\"type\":\"QUICK_REPLY\",\"anything\":1}],"
+    "{\"type\":\"TEXT\",\"text\":\"{{member.firstName}}?\",\"quickReplies\":[{\"title\":"
+    "\"Yes\",\"payload\":\"Y\"}]},{\"type\":\"LOCATION\",\"latitude\":1,\"longitude\":2,"
+    "\"fallback\":{\"type\":\"IMAGE\",\"url\":\"{{meta.map}}\"}}],"
     "\"responseByLocale\":{\"zh-HK\":[{\"type\":\"TEXT\",\"text\":\"...\"}],\"fr\":[]},"
     "\"postAction\":[{\"type\":\"addTags\",\"tags\":[\"shipped\"]},"
     "{\"type\":\"removeTags\",\"tags\":[]}],"
@@ -185,6 +186,18 @@ static void test_responses_refused(void **state)
                 BG_ERR_MISSING_PARAM, "nodes.N1.response[1].text");
     refuse_node("{\"response\":[{\"type\":\"TEXT\",\"text\":[]}]}", BG_ERR_MISSING_PARAM,
                 "nodes.N1.response[0].text");
+    /* every type of contract.md section 11 and its limits, named by node and place */
+    refuse_node("{\"response\":[{\"type\":\"TEXT\",\"text\":\"a\",\"buttons\":[]}]}",
+                BG_ERR_MISSING_PARAM, "nodes.N1.response[0].buttons");
+    refuse_node("{\"response\":[{\"type\":\"QUICK_REPLY\"}]}", BG_ERR_UNSUPPORTED,
+                "nodes.N1.response[0]");
+    refuse_node(
+        "{\"responseByLocale\":{\"fr\":[{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":["
+        "{\"type\":\"postback\",\"title\":\"123456789012345678901\",\"payload\":\"p\"}]}]}}",
+        BG_ERR_LIMIT, "nodes.N1.responseByLocale.fr[0].buttons[0].title");
+    refuse_node("{\"response\":[{\"type\":\"LOCATION\",\"latitude\":1,\"longitude\":2,"
+                "\"fallback\":{\"type\":\"TEXT\"}}]}",
+                BG_ERR_MISSING_PARAM, "nodes.N1.response[0].fallback.text");
     refuse_node("{\"response\":[{\"type\":\"IMAGE\"}]}", BG_ERR_MISSING_PARAM,
                 "nodes.N1.response[0].url");
     refuse_node("{\"response\":[{\"type\":\"IMAGE\",\"url\":\"ftp://x\"}]}", BG_ERR_MISSING_PARAM,
@@ -269,7 +282,7 @@ static void test_action_and_response_checks_direct(void **state)
 {
     json_t *a = load("{\"type\":\"webhook\",\"url\":\"https://x\",\"timeoutMs\":30000,"
                      "\"method\":\"GET\",\"body\":null}");
-    json_t *r = load("{\"type\":\"CAROUSEL\"}");
+    json_t *r = load("{\"type\":\"CAROUSEL\",\"cards\":[{\"title\":\"{{meta.t}}\"}]}");
     bg_error_t err;
 
     (void)state;
