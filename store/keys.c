@@ -130,13 +130,13 @@ int store_key_idem(char *buf, size_t size, const char *prefix, const char *app, 
 int store_key_turns(char *buf, size_t size, const char *prefix, const char *channel_id,
                     const char *member_id)
 {
-    return channel_record(buf, size, prefix, "turns", channel_id, member_id);
+    return channel_record(buf, size, prefix, "turnq", channel_id, member_id);
 }
 
 int store_key_leases(char *buf, size_t size, const char *prefix, const char *channel_id,
                      const char *member_id)
 {
-    return channel_record(buf, size, prefix, "leases", channel_id, member_id);
+    return channel_record(buf, size, prefix, "turnlease", channel_id, member_id);
 }
 
 /* s with Redis's glob characters escaped, appended at buf + *n; -1 when it does not fit. */

@@ -677,6 +677,27 @@ static json_t *decode_brief(const char *raw, size_t len)
     return o;
 }
 
+store_status_t store_member_from_reply(const redisReply *reply, int brief, json_t **out)
+{
+    json_t *value;
+
+    *out = NULL;
+    if (reply == NULL || reply->type == REDIS_REPLY_ERROR)
+        return STORE_UNAVAILABLE;
+    if (reply->type == REDIS_REPLY_NIL)
+        return STORE_NOT_FOUND;
+    if (reply->type != REDIS_REPLY_STRING)
+        return STORE_BAD_RECORD;
+    value =
+        brief ? decode_brief(reply->str, reply->len) : json_loadb(reply->str, reply->len, 0, NULL);
+    if (!json_is_object(value)) {
+        json_decref(value);
+        return STORE_BAD_RECORD;
+    }
+    *out = value;
+    return STORE_OK;
+}
+
 static void store_call_on_reply(redisReply *reply, void *arg)
 {
     store_call_t *c = arg;
