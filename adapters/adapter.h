@@ -4,7 +4,7 @@
 #ifndef BOTGATE_ADAPTERS_ADAPTER_H
 #define BOTGATE_ADAPTERS_ADAPTER_H
 
-#include "../core/jsonw.h"
+#include "../json/jsonw.h"
 
 #include <jansson.h>
 #include <stddef.h>

@@ -2,7 +2,7 @@
 #include "log.h"
 
 #include "../core/clock.h"
-#include "../core/jsonw.h"
+#include "../json/jsonw.h"
 
 #include <stdarg.h>
 #include <stdio.h>

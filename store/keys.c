@@ -4,7 +4,7 @@
  * records spread over every shard. */
 #include "keys.h"
 
-#include "../core/numfmt.h"
+#include "../json/numfmt.h"
 
 #include <string.h>
 

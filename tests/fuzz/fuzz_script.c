@@ -6,7 +6,7 @@
 #include "fuzz_util.h"
 
 #include "core/member.h"
-#include "core/script.h"
+#include "script/script.h"
 
 #define SECRET "Zq9ChannelInfoSecretMarker"
 
