@@ -518,7 +518,7 @@ static int follow_redirect(node_run_t *run)
 }
 
 /* The position op, once, when at least one node was reached. */
-static void finish(node_run_t *run)
+static void end_at_position(node_run_t *run)
 {
     json_t *op;
     bg_error_t e;
@@ -596,7 +596,7 @@ node_step_t node_run_next(node_run_t *run, node_need_t *need)
             if (follow_redirect(run))
                 run->phase = PHASE_FETCH;
             else
-                finish(run);
+                end_at_position(run);
             break;
         case PHASE_DONE:
             return NODE_DONE;
@@ -622,7 +622,7 @@ void node_run_node_loaded(node_run_t *run, json_t *node)
             add_error(run, BG_ERR_NO_TREE, "tree or node not found: redirect to %.64s/%.64s",
                       run->tree, run->node_id);
         }
-        finish(run);
+        end_at_position(run);
         return;
     }
     t = strdup(run->tree);
@@ -632,7 +632,7 @@ void node_run_node_loaded(node_run_t *run, json_t *node)
         free(n);
         json_decref(node);
         add_error(run, BG_ERR_UNAVAILABLE, "out of memory");
-        finish(run);
+        end_at_position(run);
         return;
     }
     free(run->pos_tree);
