@@ -2,7 +2,7 @@
 #include "adapter.h"
 
 #include "../core/error.h"
-#include "../core/jsonw.h"
+#include "../json/jsonw.h"
 
 #include <limits.h>
 #include <stdarg.h>

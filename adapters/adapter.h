@@ -5,7 +5,7 @@
 #define BOTGATE_ADAPTERS_ADAPTER_H
 
 #include "../core/error.h"
-#include "../core/jsonw.h"
+#include "../json/jsonw.h"
 
 #include <jansson.h>
 #include <stddef.h>

@@ -1,7 +1,7 @@
 /* facebook.c - Messenger Send API: build /me/messages calls and read Graph answers. */
 #include "adapter.h"
 
-#include "../core/jscan.h"
+#include "../json/jscan.h"
 
 #include <stdlib.h>
 #include <string.h>

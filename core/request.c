@@ -1,8 +1,8 @@
 /* request.c - body parsing and validation for both operations (contract.md section 5). */
 #include "request.h"
 
-#include "jparse.h"
-#include "numfmt.h"
+#include "../json/jparse.h"
+#include "../json/numfmt.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -9,7 +9,7 @@
 #include "../core/clock.h"
 #include "../core/dlist.h"
 #include "../core/hash.h"
-#include "../core/jparse.h"
+#include "../json/jparse.h"
 #include "../core/rng.h"
 #include "log.h"
 

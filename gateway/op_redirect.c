@@ -507,7 +507,7 @@ static void redirect_run(op_t *op)
         op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
-    node_run_set_scripts(op->node, op->env->scripts);
+    node_run_set_code(op->node, &script_nodecode, op->env->scripts);
     redirect_step(op);
 }
 

@@ -17,7 +17,7 @@
 
 #include "nettls.h"
 
-#include "../core/numfmt.h"
+#include "../json/numfmt.h"
 
 #include <errno.h>
 #include <event2/event.h>

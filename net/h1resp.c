@@ -5,7 +5,7 @@
  * _head otherwise. Chunk lines and the bytes between chunks are read byte by byte, so that any
  * split of the same answer gives the same result. */
 #include "h1resp.h"
-#include "../core/swar.h"
+#include "../json/swar.h"
 
 #include <stdlib.h>
 #include <string.h>

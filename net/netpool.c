@@ -3,7 +3,7 @@
 
 #include "../core/clock.h"
 #include "../core/hash.h"
-#include "../core/numfmt.h"
+#include "../json/numfmt.h"
 
 #include <stdlib.h>
 #include <string.h>

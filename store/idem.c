@@ -4,7 +4,7 @@
 #include "idem.h"
 
 #include "eval.h"
-#include "../core/numfmt.h"
+#include "../json/numfmt.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -7,8 +7,8 @@
 
 #include "../core/clock.h"
 #include "../core/hash.h"
-#include "../core/jscan.h"
-#include "../core/jsonw.h"
+#include "../json/jscan.h"
+#include "../json/jsonw.h"
 
 #include <event2/event.h>
 #include <stdint.h>

@@ -17,6 +17,10 @@ elseif(PLANT STREQUAL "net_includes_store") # net/ and store/ are wings of one l
   file(APPEND ${SCRATCH}/net/netpool.c "#include \"../store/store.h\"\n")
 elseif(PLANT STREQUAL "core_includes_net") # core/ is below everything
   file(APPEND ${SCRATCH}/core/error.c "#include \"../net/net.h\"\n")
+elseif(PLANT STREQUAL "core_includes_script") # the node engine runs scripts through nodecode.h
+  file(APPEND ${SCRATCH}/core/node.c "#include \"../script/script.h\"\n")
+elseif(PLANT STREQUAL "json_includes_core") # the JSON engines are below the domain
+  file(APPEND ${SCRATCH}/json/jsonw.c "#include \"../core/error.h\"\n")
 elseif(PLANT STREQUAL "net_module_upward") # h1conn is below the client that drives it
   file(APPEND ${SCRATCH}/net/h1conn.h "#include \"net.h\"\n")
 elseif(PLANT STREQUAL "core_circle") # idem.h includes auth.h already

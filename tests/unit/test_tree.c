@@ -10,6 +10,7 @@
 
 #include "core/request.h"
 #include "core/tree.h"
+#include "script/script.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,7 +52,7 @@ static void test_valid_tree(void **state)
 
     (void)state;
     bg_error_clear(&err);
-    if (tree_validate(t, &err) != 0)
+    if (tree_validate(t, &script_nodecode, &err) != 0)
         fail_msg("valid tree refused: %s", err.msg);
     meta = tree_meta_json(t);
     assert_int_equal(json_object_size(meta), 2);
@@ -69,7 +70,7 @@ static void refuse_with(const char *tree_json, int code, const char *place)
     bg_error_t err;
 
     bg_error_clear(&err);
-    if (tree_validate(t, &err) == 0)
+    if (tree_validate(t, &script_nodecode, &err) == 0)
         fail_msg("accepted, expected a refusal at %s", place);
     assert_int_equal(err.code, code);
     if (strstr(err.msg, place) == NULL)
@@ -130,14 +131,14 @@ static void test_top_level_refused(void **state)
         memset(id, 'x', 257);
         id[256] = '\0';
         json_object_set_new(t, "_id", json_string(id));
-        assert_int_equal(tree_validate(t, &err), 0);
+        assert_int_equal(tree_validate(t, &script_nodecode, &err), 0);
         id[256] = 'x';
         id[257] = '\0';
         json_object_set_new(t, "_id", json_string(id));
-        assert_int_equal(tree_validate(t, &err), -1);
+        assert_int_equal(tree_validate(t, &script_nodecode, &err), -1);
         json_object_set_new(t, "_id", json_string("T"));
         json_object_set_new(json_object_get(t, "nodes"), id, json_object());
-        assert_int_equal(tree_validate(t, &err), -1);
+        assert_int_equal(tree_validate(t, &script_nodecode, &err), -1);
         assert_non_null(strstr(err.msg, "nodes"));
     }
     json_decref(t);
@@ -286,7 +287,7 @@ static void test_action_and_response_checks_direct(void **state)
     bg_error_t err;
 
     (void)state;
-    assert_int_equal(tree_check_action(a, "here", &err), 0);
+    assert_int_equal(tree_check_action(a, "here", &script_nodecode, &err), 0);
     assert_int_equal(tree_check_response(r, "here", &err), 0);
     assert_true(tree_id_ok("N-1 x"));
     assert_false(tree_id_ok(""));
@@ -339,7 +340,7 @@ static void test_ids_follow_request_rules(void **state)
                       "n", "nodes", allowed[i], "redirect", "tree", allowed[i], "nodeCompositeId",
                       allowed[i]);
         bg_error_clear(&err);
-        if (tree_validate(t, &err) != 0)
+        if (tree_validate(t, &script_nodecode, &err) != 0)
             fail_msg("allowed id #%zu refused: %s", i, err.msg);
         json_decref(t);
     }
@@ -354,7 +355,7 @@ static void test_scripts_compiled(void **state)
     bg_error_t err;
 
     (void)state;
-    if (tree_validate(t, &err) != 0)
+    if (tree_validate(t, &script_nodecode, &err) != 0)
         fail_msg("valid scripts refused: %s", err.msg);
     json_decref(t);
     refuse_node("{\"transform\":\"local a = 1\\nreturn {{type = }}\"}", 126,

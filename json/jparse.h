@@ -1,6 +1,6 @@
-/* jparse.h - one JSON text to a jansson value, read from a buffer directly (core/jparse.c). */
-#ifndef BOTGATE_CORE_JPARSE_H
-#define BOTGATE_CORE_JPARSE_H
+/* jparse.h - one JSON text to a jansson value, read from a buffer directly (json/jparse.c). */
+#ifndef BOTGATE_JSON_JPARSE_H
+#define BOTGATE_JSON_JPARSE_H
 
 #include <jansson.h>
 #include <stddef.h>

@@ -3,6 +3,8 @@
  * cap first, and tostring / string.format show no address. */
 #include "script_lib.h"
 
+#include "script_run.h"
+
 #include <lauxlib.h>
 #include <lualib.h>
 

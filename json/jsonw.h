@@ -2,8 +2,8 @@
  * written this way: building it as jansson objects and dumping them cost more than all of
  * botgate's own work on the request. Strings must be valid UTF-8 (everything botgate writes
  * comes from jansson-checked input or is its own ASCII). */
-#ifndef BOTGATE_CORE_JSONW_H
-#define BOTGATE_CORE_JSONW_H
+#ifndef BOTGATE_JSON_JSONW_H
+#define BOTGATE_JSON_JSONW_H
 
 #include <jansson.h>
 #include <stddef.h>

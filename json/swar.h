@@ -1,8 +1,8 @@
 /* swar.h - tests on eight bytes at once, for the loops that skip plain text (the zero-byte
  * tests of "Bit Twiddling Hacks"). Each result is not zero exactly when some byte matches;
  * which bits are set says nothing more, so a match is then found byte by byte. */
-#ifndef BOTGATE_CORE_SWAR_H
-#define BOTGATE_CORE_SWAR_H
+#ifndef BOTGATE_JSON_SWAR_H
+#define BOTGATE_JSON_SWAR_H
 
 #include <stdint.h>
 #include <string.h>

@@ -2,8 +2,10 @@
  * a count hook; http.request yields the run's coroutine to the caller. */
 #include "script.h"
 
-#include "member.h"
+#include "script_json.h"
 #include "script_lib.h"
+#include "script_member.h"
+#include "script_run.h"
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -16,468 +18,13 @@
 #include <string.h>
 #include <strings.h>
 
-#define HOOK_PERIOD   250 /* instructions between two calls of the count hook */
-#define JSON_DEPTH    64   /* nesting of tables converted to or from JSON */
-#define ANSWER_FIELDS 5    /* status, body, json, contentType, error */
-/* Work a C function does without running VM instructions is charged to the instruction cap
- * through what it allocates: one instruction per this many bytes (a loop that copies a large
- * string a million times is stopped like a loop of a million instructions). */
-#define ALLOC_BYTES_PER_INSTRUCTION 64
-/* A single library call may be charged at most this many units per ms of the time limit, so
- * that no call the hook cannot interrupt runs past the limit: 10 ns a unit, more than any
- * charged unit costs (bench/README.md); the clock is read again when the call returns. */
-#define UNITS_PER_MS 100000
-/* An allocation at least this large reads the clock (string building in C counts no
- * instruction between two hooks). */
-#define CLOCK_ALLOC_BYTES 4096
-/* Converting a table to JSON (its text, or json_t outside the memory cap): at most this many
- * values and string bytes per KiB of the memory cap, so that a table that refers to the same
- * subtable or string many times cannot expand without bound. */
-#define JSON_VALUES_PER_KB 128
-#define JSON_BYTES_PER_KB  4096
-
-/* The registry key of the metatable that marks a table as a JSON array (json.decode, and
- * arrays in self.*): an empty one encodes as [] rather than {}. */
-static const char ARRAY_MT[] = "botgate.array";
-/* json.null: a light userdata whose address is unique. */
-static const char LUA_JSON_NULL = 0;
+#define ANSWER_FIELDS 5 /* status, body, json, contentType, error */
 
 struct script {
     char *code; /* bytecode (lua_dump, with line information) */
     size_t len;
     char name[SCRIPT_NAME_MAX + 1];
 };
-
-/* Owned by the caller (script_run_free). */
-struct script_run {
-    lua_State *L; /* the run's own state; NULL once closed */
-    lua_State *co;
-    size_t mem_used, mem_cap; /* bytes; mem_cap SIZE_MAX once the script has ended */
-    size_t mem_limit_kb;      /* the cap as configured */
-    size_t mem_base;          /* bytes of the state once set up */
-    long instructions, max_instructions;
-    int64_t (*clock_us)(void); /* NULL: no time limit */
-    int64_t max_us, used_us;   /* time limit; time spent in resumes before this one */
-    int64_t resumed_at;        /* clock when the running resume started; 0 outside one */
-    int over_memory, over_instructions, over_time;
-    int done;             /* ended: err says how, or result and ops hold what it did */
-    int self_ref;         /* the self table in the registry */
-    const void *array_mt; /* ARRAY_MT, compared by address */
-
-    const script_t *script; /* during script_run_new only */
-    /* self's fields as given (references), made into Lua tables on first use */
-    json_t *original; /* the member, also the base of the member ops */
-    json_t *channel, *agenda_meta;
-    json_t *http; /* the call asked for, until http_done */
-    int http_calls;
-    struct { /* the answer, until the coroutine has taken it */
-        int ready;
-        long status;
-        char *body, *content_type, *error;
-        size_t body_len;
-    } answer;
-
-    json_t *result; /* after SCRIPT_DONE */
-    json_t *ops;
-    bg_error_t err; /* a failure found in a protected call */
-};
-
-/* ---- the allocator and the hook: the three caps ---- */
-
-static void count_hook(lua_State *L, lua_Debug *ar);
-
-/* 1 when the running resume has passed the time limit (over_time set). */
-static int time_over(script_run_t *run)
-{
-    if (run->clock_us != NULL && run->resumed_at != 0 &&
-        run->used_us + (run->clock_us() - run->resumed_at) > run->max_us)
-        run->over_time = 1;
-    return run->over_time;
-}
-
-/* A cap is passed: the hook raises at the next instruction and at every one after, so that no
- * pcall can keep the script alive (the chunk's own level is never protected). */
-static void arm_hook(script_run_t *run)
-{
-    if (run->co != NULL)
-        lua_sethook(run->co, count_hook, LUA_MASKCOUNT, 1);
-}
-
-static void *cap_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
-{
-    script_run_t *run = ud;
-    size_t old = ptr != NULL ? osize : 0;
-
-    if (nsize == 0) {
-        free(ptr);
-        run->mem_used -= old;
-        return NULL;
-    }
-    if (nsize > old && nsize - old > run->mem_cap - run->mem_used) {
-        run->over_memory = 1;
-        arm_hook(run);
-        return NULL;
-    }
-    if (nsize > old) {
-        run->instructions += (long)((nsize - old) / ALLOC_BYTES_PER_INSTRUCTION);
-        if (run->instructions > run->max_instructions)
-            run->over_instructions = 1;
-        if (run->over_instructions || (nsize - old >= CLOCK_ALLOC_BYTES && time_over(run))) {
-            arm_hook(run);
-            return NULL;
-        }
-    }
-    ptr = realloc(ptr, nsize);
-    if (ptr != NULL)
-        run->mem_used = run->mem_used - old + nsize;
-    return ptr;
-}
-
-static script_run_t *run_of(lua_State *L)
-{
-    void *ud;
-
-    lua_getallocf(L, &ud);
-    return ud;
-}
-
-/* Pushes what the cap that was passed says. */
-static void push_over(lua_State *L, const script_run_t *run)
-{
-    if (run->over_memory)
-        lua_pushfstring(L, "memory limit exceeded (%I KiB)", (lua_Integer)run->mem_limit_kb);
-    else if (run->over_instructions)
-        lua_pushfstring(L, "instruction limit exceeded (%I)", (lua_Integer)run->max_instructions);
-    else
-        lua_pushfstring(L, "time limit exceeded (%I ms)", (lua_Integer)(run->max_us / 1000));
-}
-
-/* Counts instructions and reads the clock; past a cap, raises (and arms itself to raise on
- * every instruction from then on). */
-static void count_hook(lua_State *L, lua_Debug *ar)
-{
-    script_run_t *run = run_of(L);
-
-    run->instructions += HOOK_PERIOD;
-    if (run->instructions > run->max_instructions)
-        run->over_instructions = 1;
-    if (!run->over_instructions && !run->over_memory && !time_over(run))
-        return;
-    lua_sethook(L, count_hook, LUA_MASKCOUNT, 1);
-    lua_getinfo(L, "Sl", ar); /* the running function: luaL_where does not see it here */
-    lua_pushfstring(L, "%s:%d: ", ar->short_src, ar->currentline);
-    push_over(L, run);
-    lua_concat(L, 2);
-    lua_error(L);
-}
-
-void script_charge(lua_State *L, double units)
-{
-    script_run_t *run = run_of(L);
-
-    if (units > (double)(run->max_instructions - run->instructions))
-        run->over_instructions = 1;
-    else
-        run->instructions += (long)units;
-    if (run->clock_us != NULL && units > (double)run->max_us / 1000 * UNITS_PER_MS)
-        run->over_time = 1;
-    if (!run->over_instructions && !run->over_memory && !time_over(run))
-        return;
-    lua_sethook(L, count_hook, LUA_MASKCOUNT, 1);
-    luaL_where(L, 1);
-    push_over(L, run);
-    lua_concat(L, 2);
-    lua_error(L);
-}
-
-double script_budget(lua_State *L)
-{
-    const script_run_t *run = run_of(L);
-    double left = (double)(run->max_instructions - run->instructions);
-
-    if (run->clock_us != NULL && left > (double)run->max_us / 1000 * UNITS_PER_MS)
-        left = (double)run->max_us / 1000 * UNITS_PER_MS;
-    return left;
-}
-
-size_t script_mem_limit(lua_State *L)
-{
-    return run_of(L)->mem_limit_kb * 1024;
-}
-
-/* ---- JSON <-> Lua ---- */
-
-static void push_json(lua_State *L, const json_t *v, int depth);
-
-static void push_array_mt(lua_State *L)
-{
-    luaL_getmetatable(L, ARRAY_MT);
-    lua_setmetatable(L, -2);
-}
-
-static void push_json(lua_State *L, const json_t *v, int depth)
-{
-    const char *key;
-    const json_t *item;
-    size_t i;
-
-    if (depth > JSON_DEPTH)
-        luaL_error(L, "json: nested deeper than %d", JSON_DEPTH);
-    luaL_checkstack(L, 3, "json");
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        lua_createtable(L, 0, (int)json_object_size(v));
-        json_object_foreach((json_t *)v, key, item) {
-            if (json_is_null(item)) /* a missing key reads as nil too */
-                continue;
-            push_json(L, item, depth + 1);
-            lua_setfield(L, -2, key);
-        }
-        return;
-    case JSON_ARRAY:
-        lua_createtable(L, (int)json_array_size(v), 0);
-        json_array_foreach(v, i, item) {
-            push_json(L, item, depth + 1);
-            lua_rawseti(L, -2, (lua_Integer)i + 1);
-        }
-        push_array_mt(L);
-        return;
-    case JSON_STRING:
-        lua_pushlstring(L, json_string_value(v), json_string_length(v));
-        return;
-    case JSON_INTEGER:
-        lua_pushinteger(L, (lua_Integer)json_integer_value(v));
-        return;
-    case JSON_REAL:
-        lua_pushnumber(L, json_real_value(v));
-        return;
-    case JSON_TRUE:
-        lua_pushboolean(L, 1);
-        return;
-    case JSON_FALSE:
-        lua_pushboolean(L, 0);
-        return;
-    case JSON_NULL:
-        lua_pushlightuserdata(L, (void *)&LUA_JSON_NULL);
-        return;
-    }
-}
-
-/* A table is an array when it carries ARRAY_MT, or when its keys are exactly 1..n (n > 0).
- * Allocates nothing, so it cannot raise. */
-static int table_is_array(lua_State *L, int idx, size_t *n)
-{
-    script_run_t *run = run_of(L);
-    lua_Integer count = 0;
-
-    *n = (size_t)lua_rawlen(L, idx);
-    if (lua_getmetatable(L, idx)) {
-        int marked = lua_topointer(L, -1) == run->array_mt;
-        lua_pop(L, 1);
-        if (marked)
-            return 1;
-    }
-    if (*n == 0)
-        return 0;
-    lua_pushnil(L);
-    while (lua_next(L, idx) != 0) {
-        lua_pop(L, 1);
-        if (!lua_isinteger(L, -1))
-            count = -1;
-        else if (count >= 0)
-            count++;
-    }
-    return count == (lua_Integer)*n;
-}
-
-/* What one conversion to JSON may still build, and why it stopped. */
-typedef struct conv {
-    size_t values, bytes;
-    char why[128];
-} conv_t;
-
-/* The value at idx as JSON (new reference), or NULL with c->why filled. It raises no Lua error
- * (a raise would leak what was built): the caller raises once it is cleaned up. */
-static json_t *to_json(lua_State *L, int idx, int depth, conv_t *c)
-{
-    json_t *out = NULL, *item;
-    size_t len, n, i;
-    const char *s;
-    char *why = c->why;
-    size_t why_size = sizeof(c->why);
-
-    if (c->values == 0) {
-        snprintf(why, why_size, "more values than a conversion may build");
-        return NULL;
-    }
-    c->values--;
-    if (depth > JSON_DEPTH || !lua_checkstack(L, 4)) {
-        snprintf(why, why_size, "nested deeper than %d (or a table that contains itself)",
-                 JSON_DEPTH);
-        return NULL;
-    }
-    idx = lua_absindex(L, idx);
-    switch (lua_type(L, idx)) {
-    case LUA_TNIL:
-        return json_null();
-    case LUA_TBOOLEAN:
-        return json_boolean(lua_toboolean(L, idx));
-    case LUA_TNUMBER:
-        if (lua_isinteger(L, idx))
-            return json_integer((json_int_t)lua_tointeger(L, idx));
-        if ((out = json_real(lua_tonumber(L, idx))) == NULL)
-            snprintf(why, why_size, "a number that is NaN or infinite");
-        return out;
-    case LUA_TSTRING:
-        s = lua_tolstring(L, idx, &len);
-        if (len > c->bytes) {
-            snprintf(why, why_size, "more text than a conversion may build");
-            return NULL;
-        }
-        c->bytes -= len;
-        if ((out = json_stringn(s, len)) == NULL)
-            snprintf(why, why_size, "a string that is not valid UTF-8");
-        return out;
-    case LUA_TLIGHTUSERDATA:
-        if (lua_touserdata(L, idx) == &LUA_JSON_NULL)
-            return json_null();
-        break;
-    case LUA_TTABLE:
-        if (table_is_array(L, idx, &n)) {
-            out = json_array();
-            for (i = 1; out != NULL && i <= n; i++) {
-                lua_rawgeti(L, idx, (lua_Integer)i);
-                item = to_json(L, -1, depth + 1, c);
-                lua_pop(L, 1);
-                if (item == NULL || json_array_append_new(out, item) < 0) {
-                    json_decref(out);
-                    return NULL;
-                }
-            }
-            return out;
-        }
-        out = json_object();
-        lua_pushnil(L);
-        while (out != NULL && lua_next(L, idx) != 0) {
-            if (lua_type(L, -2) != LUA_TSTRING) {
-                snprintf(why, why_size, "a table whose keys are neither all strings nor 1..n");
-                lua_pop(L, 2);
-                json_decref(out);
-                return NULL;
-            }
-            if (lua_rawlen(L, -2) > c->bytes) {
-                snprintf(why, why_size, "more text than a conversion may build");
-                lua_pop(L, 2);
-                json_decref(out);
-                return NULL;
-            }
-            c->bytes -= lua_rawlen(L, -2);
-            item = to_json(L, -1, depth + 1, c);
-            if (item == NULL ||
-                json_object_setn_new(out, lua_tostring(L, -2), lua_rawlen(L, -2), item) < 0) {
-                lua_pop(L, 2);
-                json_decref(out);
-                return NULL;
-            }
-            lua_pop(L, 1);
-        }
-        return out;
-    default:
-        break;
-    }
-    snprintf(why, why_size, "a %s has no JSON form", lua_typename(L, lua_type(L, idx)));
-    return NULL;
-}
-
-/* to_json, or a Lua error "what: why". */
-static json_t *to_json_or_raise(lua_State *L, int idx, const char *what)
-{
-    script_run_t *run = run_of(L);
-    size_t kb = run->mem_limit_kb;
-    conv_t c = {kb * JSON_VALUES_PER_KB, kb * JSON_BYTES_PER_KB, "out of memory"};
-    json_t *v = to_json(L, idx, 0, &c);
-
-    if (v == NULL)
-        luaL_error(L, "%s: %s", what, c.why);
-    return v;
-}
-
-/* ---- protected pushes: what holds C memory must not be left behind by a raise ---- */
-
-typedef struct text_arg {
-    const char *s;
-    size_t len;
-} text_arg_t;
-
-static int push_json_cf(lua_State *L)
-{
-    push_json(L, lua_touserdata(L, 1), 0);
-    return 1;
-}
-
-static int push_text_cf(lua_State *L)
-{
-    const text_arg_t *t = lua_touserdata(L, 1);
-
-    lua_pushlstring(L, t->s, t->len);
-    return 1;
-}
-
-/* Calls f(arg) protected: 0 with its one result pushed, else the error object pushed. */
-static int call_protected(lua_State *L, lua_CFunction f, const void *arg)
-{
-    lua_pushcfunction(L, f);
-    lua_pushlightuserdata(L, (void *)arg);
-    return lua_pcall(L, 1, 1, 0);
-}
-
-/* ---- the json module ---- */
-
-static int json_encode_lua(lua_State *L)
-{
-    json_t *v;
-    text_arg_t t;
-    int st;
-
-    luaL_checkany(L, 1);
-    v = to_json_or_raise(L, 1, "json.encode");
-    t.s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-    json_decref(v);
-    if (t.s == NULL)
-        return luaL_error(L, "json.encode: out of memory");
-    t.len = strlen(t.s);
-    st = call_protected(L, push_text_cf, &t);
-    free((char *)t.s);
-    return st == LUA_OK ? 1 : lua_error(L);
-}
-
-static int json_decode_lua(lua_State *L)
-{
-    size_t len;
-    const char *s = luaL_checklstring(L, 1, &len);
-    json_error_t je;
-    json_t *v = json_loadb(s, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
-    int st;
-
-    if (v == NULL)
-        return luaL_error(L, "json.decode: %s at position %d", je.text, je.position);
-    st = call_protected(L, push_json_cf, v);
-    json_decref(v);
-    return st == LUA_OK ? 1 : lua_error(L);
-}
-
-/* json.array(t): marks t as an array, so that it encodes as [] when empty. */
-static int json_array_lua(lua_State *L)
-{
-    if (lua_isnoneornil(L, 1)) {
-        lua_settop(L, 0);
-        lua_newtable(L);
-    }
-    luaL_checktype(L, 1, LUA_TTABLE);
-    lua_settop(L, 1);
-    push_array_mt(L);
-    return 1;
-}
 
 /* ---- the http module ---- */
 
@@ -492,7 +39,7 @@ static void answer_clear(script_run_t *run)
 /* Runs when the coroutine is resumed after http.request yielded: hands the answer over. */
 static int http_answer_k(lua_State *L, int status, lua_KContext ctx)
 {
-    script_run_t *run = run_of(L);
+    script_run_t *run = script_run_of(L);
     json_t *v;
     int st;
 
@@ -515,7 +62,7 @@ static int http_answer_k(lua_State *L, int status, lua_KContext ctx)
     }
     if (run->answer.body_len > 0 &&
         (v = json_loadb(run->answer.body, run->answer.body_len, JSON_DECODE_ANY, NULL)) != NULL) {
-        st = call_protected(L, push_json_cf, v);
+        st = script_call_protected(L, script_push_json_cf, v);
         json_decref(v);
         if (st != LUA_OK)
             return lua_error(L);
@@ -559,7 +106,7 @@ static int method_ok(const char *m)
  * the caller and yields. Everything that may raise comes before any C memory is taken. */
 static int http_request_lua(lua_State *L)
 {
-    script_run_t *run = run_of(L);
+    script_run_t *run = script_run_of(L);
     const char *url, *method, *name, *value;
     lua_Integer timeout = SCRIPT_HTTP_TIMEOUT_MS;
     json_t *req, *headers, *body = NULL;
@@ -612,7 +159,7 @@ static int http_request_lua(lua_State *L)
         return luaL_error(L, "http.request: timeoutMs must be an integer from 1 to %d",
                           SCRIPT_HTTP_TIMEOUT_MAX);
     if (lua_type(L, 4) == LUA_TTABLE) {
-        body = to_json_or_raise(L, 4, "http.request body");
+        body = script_to_json(L, 4, "http.request body");
         text = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
         json_decref(body);
         if (text == NULL)
@@ -662,19 +209,6 @@ static int http_request_lua(lua_State *L)
     return lua_yieldk(L, 0, 0, http_answer_k);
 }
 
-static int open_json(lua_State *L)
-{
-    static const luaL_Reg fns[] = {{"encode", json_encode_lua},
-                                   {"decode", json_decode_lua},
-                                   {"array", json_array_lua},
-                                   {NULL, NULL}};
-
-    luaL_newlib(L, fns);
-    lua_pushlightuserdata(L, (void *)&LUA_JSON_NULL);
-    lua_setfield(L, -2, "null");
-    return 1;
-}
-
 static int open_http(lua_State *L)
 {
     static const luaL_Reg fns[] = {{"request", http_request_lua}, {NULL, NULL}};
@@ -688,7 +222,7 @@ static int open_http(lua_State *L)
 static const luaL_Reg LAZY_LIBS[] = {{LUA_TABLIBNAME, script_open_table},
                                      {LUA_MATHLIBNAME, script_open_math},
                                      {LUA_UTF8LIBNAME, script_open_utf8},
-                                     {"json", open_json},
+                                     {"json", script_open_json},
                                      {"http", open_http}};
 
 /* __index of the globals: a lazy library is made, stored and returned; anything else is nil. */
@@ -719,7 +253,7 @@ static int lazy_global(lua_State *L)
  * neither here nor when its changes are looked for. */
 static int self_field(lua_State *L)
 {
-    script_run_t *run = run_of(L);
+    script_run_t *run = script_run_of(L);
     const char *key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "";
     const json_t *v;
 
@@ -732,7 +266,7 @@ static int self_field(lua_State *L)
     else
         return 0;
     if (json_is_object(v))
-        push_json(L, v, 0);
+        script_push_json(L, v);
     else
         lua_newtable(L);
     if (v == run->channel) {
@@ -783,9 +317,7 @@ static int setup_cf(lua_State *L)
     lua_setfield(L, -2, "__metatable");
     lua_pop(L, 2);
 
-    luaL_newmetatable(L, ARRAY_MT);
-    run->array_mt = lua_topointer(L, -1);
-    lua_pop(L, 1);
+    script_json_init(L);
 
     lua_createtable(L, 0, 3); /* self: its fields are made on first use (self_field) */
     lua_createtable(L, 0, 2);
@@ -804,7 +336,7 @@ static int setup_cf(lua_State *L)
     if (st != LUA_OK)
         return lua_error(L);
     lua_xmove(L, run->co, 1);
-    lua_sethook(run->co, count_hook, LUA_MASKCOUNT, HOOK_PERIOD);
+    lua_sethook(run->co, script_count_hook, LUA_MASKCOUNT, SCRIPT_HOOK_PERIOD);
     lua_gc(L, LUA_GCRESTART);
     run->mem_base = run->mem_used;
     return 0;
@@ -825,7 +357,7 @@ script_run_t *script_run_new(const script_t *s, script_limits_t limits, const js
         run->max_us = (int64_t)limits.max_ms * 1000;
     }
     run->original = json_is_object(member) ? json_incref((json_t *)member) : json_object();
-    run->L = lua_newstate(cap_alloc, run);
+    run->L = lua_newstate(script_cap_alloc, run);
     if (run->original == NULL) {
         script_run_free(run);
         return NULL;
@@ -837,7 +369,7 @@ script_run_t *script_run_new(const script_t *s, script_limits_t limits, const js
     run->script = s;
     run->channel = json_incref((json_t *)channel);
     run->agenda_meta = json_incref((json_t *)agenda_meta);
-    if (call_protected(run->L, setup_cf, run) != LUA_OK) {
+    if (script_call_protected(run->L, setup_cf, run) != LUA_OK) {
         const char *msg = lua_type(run->L, -1) == LUA_TSTRING ? lua_tostring(run->L, -1) : NULL;
         if (!run->over_memory)
             bg_error_set(&run->err, BG_ERR_SCRIPT, "%s", msg ? msg : "script setup failed");
@@ -901,202 +433,6 @@ long script_run_instructions(const script_run_t *run)
     return run->instructions;
 }
 
-/* ---- the end of a run: its result and its member changes ---- */
-
-/* Equal, counting an object member whose value is null as absent (what the script sees). */
-static int same_value(const json_t *a, const json_t *b)
-{
-    const char *key;
-    const json_t *v;
-    size_t i;
-
-    if (a == NULL)
-        a = json_null();
-    if (b == NULL)
-        b = json_null();
-    if (json_is_object(a) && json_is_object(b)) {
-        json_object_foreach((json_t *)a, key, v) {
-            if (!same_value(v, json_object_get(b, key)))
-                return 0;
-        }
-        json_object_foreach((json_t *)b, key, v) {
-            if (json_object_get(a, key) == NULL && !json_is_null(v))
-                return 0;
-        }
-        return 1;
-    }
-    if (json_is_array(a) && json_is_array(b)) {
-        if (json_array_size(a) != json_array_size(b))
-            return 0;
-        json_array_foreach(a, i, v) {
-            if (!same_value(v, json_array_get(b, i)))
-                return 0;
-        }
-        return 1;
-    }
-    return json_equal(a, b);
-}
-
-/* Appends a set op of path to value (borrowed) after checking it on scratch. */
-static int add_set(json_t *ops, json_t *scratch, const char *path, const json_t *value,
-                   bg_error_t *err)
-{
-    json_t *op = json_object();
-    bg_error_t e;
-
-    json_object_set_new(op, "op", json_string("set"));
-    json_object_set_new(op, "path", json_string(path));
-    json_object_set(op, "value", value ? (json_t *)value : json_null());
-    if (member_apply_op(scratch, op, &e) < 0) {
-        json_decref(op);
-        return bg_error_set(err, BG_ERR_SCRIPT, "self.%s: %s", path + strlen("member."), e.msg);
-    }
-    return json_array_append_new(ops, op);
-}
-
-#define DIFF_WHOLE 1 /* diff_keys: a changed key cannot be named, set the object whole */
-
-/* Writes path.key into full; 0 when a set cannot name it: an empty key, a dot in it, past
- * MEMBER_PATH_DEPTH segments below meta / tempData (depth: those of path) or MEMBER_PATH_MAX
- * bytes. */
-static int key_path(char *full, size_t size, const char *path, const char *key, int depth)
-{
-    return key[0] != '\0' && strchr(key, '.') == NULL && depth < MEMBER_PATH_DEPTH &&
-           snprintf(full, size, "%s.%s", path, key) < (int)size;
-}
-
-/* Set ops for each key of now (an object) that differs from old; a key gone becomes null. It
- * descends into an object changed on both sides, so that a set names the deepest key that
- * changed and a concurrent run that changed another key of that object keeps its change (the
- * write-back applies the ops to the latest record). Below the top (depth > 0) a changed key
- * that cannot be named gives DIFF_WHOLE: the caller sets the whole object; at the top it is
- * an error, and a key gone that cannot be named is kept. */
-static int diff_keys(json_t *ops, json_t *scratch, const char *path, const json_t *old,
-                     const json_t *now, int depth, bg_error_t *err)
-{
-    char full[MEMBER_PATH_MAX + 1];
-    const json_t *v, *was;
-    const char *key;
-    int rc;
-
-    json_object_foreach((json_t *)now, key, v) {
-        was = json_object_get(old, key);
-        if (same_value(was, v))
-            continue;
-        if (!key_path(full, sizeof(full), path, key, depth)) {
-            if (depth > 0)
-                return DIFF_WHOLE;
-            return bg_error_set(err, BG_ERR_SCRIPT,
-                                "self.%s: the key \"%.40s\" is empty, has a dot or is too long",
-                                path + strlen("member."), key);
-        }
-        rc = DIFF_WHOLE;
-        if (json_is_object(was) && json_is_object(v))
-            rc = diff_keys(ops, scratch, full, was, v, depth + 1, err);
-        if (rc == DIFF_WHOLE)
-            rc = add_set(ops, scratch, full, v, err);
-        if (rc < 0)
-            return rc;
-    }
-    json_object_foreach((json_t *)old, key, v) {
-        if (json_object_get(now, key) != NULL || json_is_null(v))
-            continue;
-        if (!key_path(full, sizeof(full), path, key, depth)) {
-            if (depth > 0)
-                return DIFF_WHOLE;
-            continue; /* stored by someone else under a name a set cannot reach: kept */
-        }
-        if ((rc = add_set(ops, scratch, full, json_null(), err)) < 0)
-            return rc;
-    }
-    return 0;
-}
-
-/* The set ops of the object at path (member.meta, member.botMeta.tempData). */
-static int diff_object(json_t *ops, json_t *scratch, const char *path, const json_t *old,
-                       const json_t *now, bg_error_t *err)
-{
-    if (now == NULL || json_is_null(now))
-        return 0; /* gone (self.member replaced by a table without it): left as it is */
-    if (!json_is_object(now))
-        return bg_error_set(err, BG_ERR_SCRIPT, "self.%s must be a table with string keys",
-                            path + strlen("member."));
-    return diff_keys(ops, scratch, path, json_is_object(old) ? old : NULL, now, 0, err);
-}
-
-static const char *const MEMBER_FIELDS[] = {"customLocale", "firstName", "lastName"};
-
-/* 1 when no path a set may write differs between old and now: nothing to check or copy. */
-static int member_unchanged(const json_t *old, const json_t *now)
-{
-    const json_t *old_bot = json_object_get(old, "botMeta");
-    const json_t *now_bot = json_object_get(now, "botMeta");
-    size_t i;
-
-    if (!same_value(json_object_get(old, "meta"), json_object_get(now, "meta")) ||
-        !same_value(json_object_get(old_bot, "tempData"), json_object_get(now_bot, "tempData")) ||
-        !same_value(json_object_get(old_bot, "subscribed"), json_object_get(now_bot, "subscribed")))
-        return 0;
-    for (i = 0; i < sizeof(MEMBER_FIELDS) / sizeof(MEMBER_FIELDS[0]); i++)
-        if (!same_value(json_object_get(old, MEMBER_FIELDS[i]),
-                        json_object_get(now, MEMBER_FIELDS[i])))
-            return 0;
-    return 1;
-}
-
-/* The member ops from old to now; *after gets old with them applied (new reference) when
- * there are some. */
-static json_t *member_ops(const json_t *old, const json_t *now, json_t **after, bg_error_t *err)
-{
-    const char *const *fields = MEMBER_FIELDS;
-    const json_t *old_bot = json_object_get(old, "botMeta"), *now_bot;
-    json_t *ops, *scratch;
-    char path[64];
-    size_t i;
-    int rc = 0;
-
-    if (member_unchanged(old, now))
-        return json_array();
-    ops = json_array();
-    scratch = json_deep_copy(old);
-    if (ops == NULL || scratch == NULL) {
-        rc = bg_error_set(err, BG_ERR_SCRIPT, "out of memory");
-        goto out;
-    }
-    now_bot = json_object_get(now, "botMeta");
-    if (!json_is_object(now_bot))
-        now_bot = NULL;
-    rc = diff_object(ops, scratch, "member.meta", json_object_get(old, "meta"),
-                     json_object_get(now, "meta"), err);
-    if (rc == 0)
-        rc = diff_object(ops, scratch, "member.botMeta.tempData",
-                         json_object_get(old_bot, "tempData"), json_object_get(now_bot, "tempData"),
-                         err);
-    if (rc == 0 && json_object_get(now_bot, "subscribed") != NULL &&
-        !same_value(json_object_get(old_bot, "subscribed"), json_object_get(now_bot, "subscribed")))
-        rc = add_set(ops, scratch, "member.botMeta.subscribed",
-                     json_object_get(now_bot, "subscribed"), err);
-    for (i = 0; rc == 0 && i < sizeof(MEMBER_FIELDS) / sizeof(MEMBER_FIELDS[0]); i++) {
-        /* a name set to nil is left as it is (it cannot be null); customLocale is cleared */
-        if (same_value(json_object_get(old, fields[i]), json_object_get(now, fields[i])) ||
-            (json_object_get(now, fields[i]) == NULL && strcmp(fields[i], "customLocale") != 0))
-            continue;
-        snprintf(path, sizeof(path), "member.%s", fields[i]);
-        rc = add_set(ops, scratch, path, json_object_get(now, fields[i]), err);
-    }
-out:
-    if (rc < 0 || json_array_size(ops) == 0) {
-        json_decref(scratch);
-    } else {
-        *after = scratch;
-    }
-    if (rc < 0) {
-        json_decref(ops);
-        return NULL;
-    }
-    return ops;
-}
-
 /* 1 when a run can load member as self.member within its memory cap: built into a state of
  * its own, as the next run would, next to what a run holds once set up. What a run writes back
  * is bounded so (not by its JSON text: a table that refers to one string many times is small
@@ -1110,10 +446,10 @@ static int member_fits(const script_run_t *run, const json_t *member)
 
     probe.mem_cap = SIZE_MAX;
     probe.max_instructions = LONG_MAX;
-    if ((L = lua_newstate(cap_alloc, &probe)) == NULL)
+    if ((L = lua_newstate(script_cap_alloc, &probe)) == NULL)
         return 0;
     probe.mem_cap = cap > run->mem_base ? probe.mem_used + (cap - run->mem_base) : probe.mem_used;
-    ok = call_protected(L, push_json_cf, member) == LUA_OK;
+    ok = script_call_protected(L, script_push_json_cf, member) == LUA_OK;
     lua_close(L);
     return ok;
 }
@@ -1128,14 +464,14 @@ static int finish_cf(lua_State *L)
 {
     finish_arg_t *f = lua_touserdata(L, 1);
 
-    f->run->result = to_json_or_raise(L, 2, "the returned value");
+    f->run->result = script_to_json(L, 2, "the returned value");
     lua_rawgeti(L, LUA_REGISTRYINDEX, f->run->self_ref);
     lua_pushliteral(L, "member");
     switch (lua_rawget(L, -2)) {
     case LUA_TNIL: /* never read nor set: unchanged */
         return 0;
     case LUA_TTABLE:
-        f->member = to_json_or_raise(L, -1, "self.member");
+        f->member = script_to_json(L, -1, "self.member");
         return 0;
     default:
         return luaL_error(L, "self.member must stay a table");
@@ -1233,8 +569,8 @@ static script_status_t run_finished(script_run_t *run, int nres)
         json_decref(f.member);
         return run_failed(run, LUA_ERRRUN);
     }
-    run->ops =
-        f.member != NULL ? member_ops(run->original, f.member, &after, &run->err) : json_array();
+    run->ops = f.member != NULL ? script_member_ops(run->original, f.member, &after, &run->err)
+                                : json_array();
     json_decref(f.member);
     if (run->ops != NULL && after != NULL && !member_fits(run, after)) {
         bg_error_set(&run->err, BG_ERR_SCRIPT,
@@ -1270,7 +606,7 @@ script_status_t script_run_resume(script_run_t *run, bg_error_t *err)
         /* the time limit counts the run's own work, not its waits for http.request */
         run->resumed_at = run->clock_us != NULL ? run->clock_us() : 0;
         status = lua_resume(run->co, run->L, 0, &nres);
-        time_over(run); /* a run that ends past the limit fails too: nothing is kept */
+        script_time_over(run); /* a run that ends past the limit fails too: nothing is kept */
         if (run->resumed_at != 0)
             run->used_us += run->clock_us() - run->resumed_at;
         run->resumed_at = 0;

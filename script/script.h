@@ -15,10 +15,11 @@
  * holds at most limits.max_memory_kb KiB (the allocator, the state's own tables included); past
  * any, or on a Lua error, it fails with err_code 126 and the script's message ("name:line:
  * text"), and none of its member changes are kept. A limit cannot be caught with pcall. */
-#ifndef BOTGATE_CORE_SCRIPT_H
-#define BOTGATE_CORE_SCRIPT_H
+#ifndef BOTGATE_SCRIPT_SCRIPT_H
+#define BOTGATE_SCRIPT_SCRIPT_H
 
-#include "error.h"
+#include "../core/error.h"
+#include "../core/nodecode.h"
 
 #include <jansson.h>
 #include <stddef.h>
@@ -115,5 +116,9 @@ const json_t *script_run_member_ops(const script_run_t *run);
 
 /* VM instructions run so far (counted in steps of the hook's period). */
 long script_run_instructions(const script_run_t *run);
+
+/* The sandbox as the runner of core/'s node code (script_node.c): give it to the node engine
+ * (node_run_set_code, with a script_cache_t or NULL as its ctx) and to tree_validate. */
+extern const nodecode_t script_nodecode;
 
 #endif

@@ -1,8 +1,8 @@
 /* jscan.h - picking a few top-level string fields out of a JSON object without building it:
  * sendResponses needs a member's _id and externalId on every request, and parsing the whole
  * member record with jansson cost more than the rest of botgate's work on it. */
-#ifndef BOTGATE_CORE_JSCAN_H
-#define BOTGATE_CORE_JSCAN_H
+#ifndef BOTGATE_JSON_JSCAN_H
+#define BOTGATE_JSON_JSCAN_H
 
 #include <stddef.h>
 

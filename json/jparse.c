@@ -5,6 +5,8 @@
  * keys keep the last), checks UTF-8 through jansson, and nests at most DEPTH_MAX deep. */
 #include "jparse.h"
 
+#include "jutf8.h"
+
 #include <errno.h>
 #include <sys/types.h>
 #include <stdlib.h>
@@ -26,50 +28,6 @@ static void skip_space(reader_t *r)
         r->p++;
 }
 
-static int hex4(const char *s, unsigned *out)
-{
-    unsigned v = 0;
-
-    for (int i = 0; i < 4; i++) {
-        char c = s[i];
-        v <<= 4;
-        if (c >= '0' && c <= '9')
-            v |= (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f')
-            v |= (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F')
-            v |= (unsigned)(c - 'A' + 10);
-        else
-            return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static size_t put_utf8(char *out, unsigned cp)
-{
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | (cp >> 12));
-        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | (cp >> 18));
-    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 /* An escaped string's contents (r->p just past the opening quote, end at its closing quote)
  * into out, which has room for end - r->p bytes (no escape grows). -1 when malformed. */
 static ssize_t unescape(const char *s, const char *end, char *out)
@@ -77,7 +35,7 @@ static ssize_t unescape(const char *s, const char *end, char *out)
     char *o = out;
 
     while (s < end) {
-        unsigned cp, lo;
+        unsigned cp;
         if (*s != '\\') {
             *o++ = *s++;
             continue;
@@ -93,23 +51,14 @@ static ssize_t unescape(const char *s, const char *end, char *out)
         case 'n': *o++ = '\n'; break;
         case 'r': *o++ = '\r'; break;
         case 't': *o++ = '\t'; break;
-        case 'u':
-            if (end - s < 4 || hex4(s, &cp) < 0)
+        case 'u': {
+            int n = jutf8_escape(s, end, &cp);
+            if (n < 0)
                 return -1;
-            s += 4;
-            if (cp >= 0xD800 && cp <= 0xDBFF) { /* a high surrogate needs its low one */
-                if (end - s < 6 || s[0] != '\\' || s[1] != 'u' || hex4(s + 2, &lo) < 0 ||
-                    lo < 0xDC00 || lo > 0xDFFF)
-                    return -1;
-                s += 6;
-                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-            } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-                return -1;
-            }
-            if (cp == 0)
-                return -1; /* jansson refuses \u0000 unless asked */
-            o += put_utf8(o, cp);
+            s += n;
+            o += jutf8_put(o, cp);
             break;
+        }
         default:
             return -1;
         }

@@ -2,6 +2,7 @@
  * is bounded by JSCAN_MAX_DEPTH. */
 #include "jscan.h"
 
+#include "jutf8.h"
 #include "swar.h"
 
 #include <stdint.h>
@@ -18,48 +19,6 @@ static void skip_ws(scan_t *s)
 {
     while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
         s->p++;
-}
-
-static int hex4(const unsigned char *p, unsigned *v)
-{
-    *v = 0;
-    for (int i = 0; i < 4; i++) {
-        unsigned c = p[i], d;
-        if (c >= '0' && c <= '9')
-            d = c - '0';
-        else if (c >= 'a' && c <= 'f')
-            d = c - 'a' + 10;
-        else if (c >= 'A' && c <= 'F')
-            d = c - 'A' + 10;
-        else
-            return -1;
-        *v = *v << 4 | d;
-    }
-    return 0;
-}
-
-static size_t put_utf8(unsigned char *d, unsigned cp)
-{
-    if (cp < 0x80) {
-        d[0] = (unsigned char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        d[0] = (unsigned char)(0xC0 | cp >> 6);
-        d[1] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        d[0] = (unsigned char)(0xE0 | cp >> 12);
-        d[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
-        d[2] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    d[0] = (unsigned char)(0xF0 | cp >> 18);
-    d[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3F));
-    d[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
-    d[3] = (unsigned char)(0x80 | (cp & 0x3F));
-    return 4;
 }
 
 /* The length of the valid UTF-8 sequence at p (at most avail bytes), 0 when invalid. */
@@ -138,29 +97,19 @@ static long scan_string(scan_t *s, unsigned char *dst)
             case 'n': cp = '\n'; break;
             case 'r': cp = '\r'; break;
             case 't': cp = '\t'; break;
-            case 'u':
-                if (s->end - s->p < 4 || hex4(s->p, &cp) < 0)
+            case 'u': {
+                int n = jutf8_escape((const char *)s->p, (const char *)s->end, &cp);
+                if (n < 0)
                     return -1;
-                s->p += 4;
-                if (cp >= 0xDC00 && cp <= 0xDFFF)
-                    return -1; /* a lone low surrogate */
-                if (cp >= 0xD800 && cp <= 0xDBFF) {
-                    unsigned lo;
-                    if (s->end - s->p < 6 || s->p[0] != '\\' || s->p[1] != 'u' ||
-                        hex4(s->p + 2, &lo) < 0 || lo < 0xDC00 || lo > 0xDFFF)
-                        return -1;
-                    s->p += 6;
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                }
-                if (cp == 0)
-                    return -1; /* no NUL inside C strings (jansson refuses it too) */
+                s->p += n;
                 break;
+            }
             default:
                 return -1;
             }
             if (dst != NULL)
-                put_utf8(dst + len, cp);
-            len += cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+                jutf8_put((char *)dst + len, cp);
+            len += jutf8_len(cp);
             continue;
         }
         {

@@ -1,8 +1,8 @@
 /* numfmt.h - decimal numbers into text without the printf family: snprintf("%lld") costs about
  * ten times as much, and the request path writes several numbers per platform call (Redis
  * script arguments, TTLs). */
-#ifndef BOTGATE_CORE_NUMFMT_H
-#define BOTGATE_CORE_NUMFMT_H
+#ifndef BOTGATE_JSON_NUMFMT_H
+#define BOTGATE_JSON_NUMFMT_H
 
 #define NUMFMT_DEC_SIZE 24 /* "-9223372036854775808" and its NUL, with room to spare */
 
