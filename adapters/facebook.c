@@ -151,24 +151,58 @@ static void fb_message(jsonw_t *w, unsigned kind, const json_t *r)
     }
 }
 
-/* The body of a rich type: in w as text, or (NATIVE) *native as a value. */
-static int fb_rich_body(unsigned kind, const json_t *r, const char *to, jsonw_t *w, json_t **native,
+/* A NATIVE body: the page's own Send API fields, then the messaging type unless the message
+ * says (a MESSAGE_TAG outside the window) and the recipient, which botgate sets. Written as
+ * text in the order a copy of the message with both set would be dumped in: a member it has
+ * keeps its place. */
+static int fb_native_body(jsonw_t *w, const json_t *r, const char *to, adapter_result_t *res)
+{
+    const json_t *message = json_object_get(r, "message");
+    const char *key;
+    json_t *v;
+    int first = 1, typed = 0, addressed = 0;
+
+    if (!json_is_object(message))
+        return adapter_fail(res, ADAPTER_REJECTED,
+                            "facebook: NATIVE response has no message object");
+    jw_init(w);
+    json_object_foreach((json_t *)message, key, v) {
+        jw_lit(w, first ? "{" : ",");
+        first = 0;
+        jw_str(w, key);
+        jw_lit(w, ":");
+        if (strcmp(key, "recipient") == 0) {
+            addressed = 1;
+            jw_lit(w, "{\"id\":");
+            jw_str(w, to);
+            jw_lit(w, "}");
+            continue;
+        }
+        typed |= strcmp(key, "messaging_type") == 0;
+        jw_json(w, v);
+    }
+    jw_lit(w, first ? "{" : ",");
+    if (!typed)
+        jw_lit(w, addressed ? "\"messaging_type\":\"RESPONSE\"}"
+                            : "\"messaging_type\":\"RESPONSE\",\"recipient\":{\"id\":");
+    else if (!addressed)
+        jw_lit(w, "\"recipient\":{\"id\":");
+    if (!addressed) {
+        jw_str(w, to);
+        jw_lit(w, "}}");
+    } else if (typed) {
+        w->len--; /* the comma: every member was there */
+        jw_lit(w, "}");
+    }
+    return 0;
+}
+
+/* The body of a rich type, in w as text. */
+static int fb_rich_body(unsigned kind, const json_t *r, const char *to, jsonw_t *w,
                         adapter_result_t *res)
 {
-    json_t *body;
-
-    *native = NULL;
-    if (kind == ADAPTER_NATIVE) {
-        /* the page's own Send API fields; botgate sets the recipient, and the messaging type
-         * unless the message says (a MESSAGE_TAG outside the window) */
-        if ((body = adapter_native_message(&adapter_facebook, r, res)) == NULL)
-            return -1;
-        if (json_object_get(body, "messaging_type") == NULL)
-            json_object_set_new(body, "messaging_type", json_string("RESPONSE"));
-        json_object_set_new(body, "recipient", json_pack("{s:s}", "id", to));
-        *native = body;
-        return 0;
-    }
+    if (kind == ADAPTER_NATIVE)
+        return fb_native_body(w, r, to, res);
     jw_init(w);
     jw_lit(w, "{\"messaging_type\":\"RESPONSE\",\"recipient\":{\"id\":");
     jw_str(w, to);
@@ -199,14 +233,12 @@ static int fb_build_send(const adapter_target_t *t, const json_t *response, cons
     if ((kind != ADAPTER_TEXT && kind != ADAPTER_IMAGE) ||
         (json_object_size(response) > 2 && (json_object_get(response, "quickReplies") != NULL ||
                                             json_object_get(response, "caption") != NULL))) {
-        json_t *native;
-        if (fb_rich_body(kind, response, t->to, &body, &native, res) < 0)
+        if (fb_rich_body(kind, response, t->to, &body, res) < 0)
             return -1;
         enc = adapter_urlencode(token);
         url = enc ? adapter_url(t->base_url, "/me/messages?access_token=%s", enc) : NULL;
         free(enc);
-        if ((native != NULL ? adapter_json_post(out, url, native)
-                            : adapter_json_post_text(out, url, &body)) < 0)
+        if (adapter_json_post_text(out, url, &body) < 0)
             return adapter_fail(res, ADAPTER_SERVER_ERROR, "facebook: cannot build the request");
         return 0;
     }
