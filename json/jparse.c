@@ -237,18 +237,21 @@ static json_t *read_object(reader_t *r, int depth)
         return o;
     for (more = 1; o != NULL && more == 1;) {
         const char *key;
-        size_t n;
+        size_t n, had = r->unique ? json_object_size(o) : 0;
         char *buf;
         json_t *v = NULL;
         int bad, ascii;
         skip_space(r);
         if (r->p >= r->end || *r->p != '"' || read_string(r, &key, &n, &buf, &ascii) < 0)
             break;
-        if (take(r, ':') && !(r->unique && json_object_getn(o, key, n) != NULL))
+        if (take(r, ':'))
             v = read_value(r, depth + 1);
-        /* both steal v either way; the first checks the key's UTF-8 */
-        bad = v == NULL || (ascii ? json_object_setn_new_nocheck(o, key, n, v)
-                                  : json_object_setn_new(o, key, n, v)) < 0;
+        /* both steal v either way; the first checks the key's UTF-8. A repeated key replaces
+         * its value and the size stays: found so, not by a look-up of every key first. */
+        bad = v == NULL ||
+              (ascii ? json_object_setn_new_nocheck(o, key, n, v)
+                     : json_object_setn_new(o, key, n, v)) < 0 ||
+              (r->unique && json_object_size(o) == had);
         free(buf);
         if (bad)
             break;
