@@ -74,10 +74,6 @@ void jw_raw(jsonw_t *w, const char *s, size_t n)
     w->len += n;
 }
 
-void jw_lit(jsonw_t *w, const char *s)
-{
-    jw_raw(w, s, strlen(s));
-}
 
 void jw_str(jsonw_t *w, const char *s)
 {
@@ -258,7 +254,7 @@ static int real17(char *out, double d)
 
 /* A real as jansson writes it: the shortest of %.17g, with ".0" when it would read back as
  * an integer. */
-static void jw_real(jsonw_t *w, double d)
+void jw_real(jsonw_t *w, double d)
 {
     char tmp[40];
     int n = real17(tmp, d);
