@@ -179,36 +179,40 @@ static int templated(unsigned flags, const char *s)
     return (flags & REQUEST_CHECK_TEMPLATED) && strstr(s, "{{") != NULL;
 }
 
-/* The members of obj named in allowed (NULL-terminated) into vals, by their index there (NULL
- * when absent): what a check reads next is not looked up again (the checks run for every item
- * of every response of every request). Returns the first member not in allowed, NULL when
- * none. */
-static const char *fields(const json_t *obj, const char *const *allowed, const json_t **vals)
+/* Whether a and b are the same name: most names differ in their first letter, seen without a
+ * call (these comparisons run for every member of every response). */
+static int same(const char *a, const char *b)
+{
+    return a[0] == b[0] && strcmp(a, b) == 0;
+}
+
+const char *request_fields(const json_t *obj, const char *const *names, const json_t **vals)
 {
     const char *key, *unknown = NULL;
-    json_t *v;
     size_t i;
 
-    for (i = 0; allowed[i]; i++)
+    for (i = 0; names[i]; i++)
         vals[i] = NULL;
-    json_object_foreach((json_t *)obj, key, v) {
-        for (i = 0; allowed[i] && strcmp(allowed[i], key) != 0; i++)
+    /* the iterator itself, not json_object_foreach: two library calls fewer per member */
+    for (void *it = json_object_iter((json_t *)obj); it != NULL;
+         it = json_object_iter_next((json_t *)obj, it)) {
+        key = json_object_iter_key(it);
+        for (i = 0; names[i] && !same(names[i], key); i++)
             ;
-        if (allowed[i] != NULL)
-            vals[i] = v;
+        if (names[i] != NULL)
+            vals[i] = json_object_iter_value(it);
         else if (unknown == NULL)
             unknown = key;
     }
     return unknown;
 }
-
 /* Refuses the first member of obj not in allowed (NULL-terminated): nothing a caller wrote is
- * dropped in silence. vals as fields() fills it (NULL: not kept). */
+ * dropped in silence. vals as request_fields() fills it (NULL: not kept). */
 static int only_fields(const json_t *obj, const char *const *allowed, const char *where,
                        const json_t **vals, bg_error_t *err)
 {
     const json_t *none[8];
-    const char *unknown = fields(obj, allowed, vals != NULL ? vals : none);
+    const char *unknown = request_fields(obj, allowed, vals != NULL ? vals : none);
 
     if (unknown != NULL)
         return bg_error_set(err, BG_ERR_MISSING_PARAM, "unknown field %s.%.60s", where, unknown);
@@ -336,27 +340,29 @@ static int check_button(const json_t *b, const char *at, unsigned flags, bg_erro
     static const char *const postback[] = {"type", "title", "payload", NULL};
     static const char *const url[] = {"type", "title", "url", NULL};
     static const char *const phone[] = {"type", "title", "phone", NULL};
-    const char *type, *number;
+    const char *type, *number, *unknown;
     const json_t *v[5];
 
     if (!json_is_object(b))
         return bg_error_set(err, BG_ERR_MISSING_PARAM, "parameter %s must be an object", at);
-    fields(b, any, v); /* the members of the button's type are refused below, by its type */
+    /* the members of the other types are refused by the button's type, below: the walk that
+     * names the first one in order runs only when there is one */
+    unknown = request_fields(b, any, v);
     if (str_field(v[0], "type", at, 1, 0, 0, &type, err) < 0 ||
         str_field(v[1], "title", at, 1, REQUEST_MAX_TITLE, flags, NULL, err) < 0)
         return -1;
     if (strcmp(type, "postback") == 0)
-        return only_fields(b, postback, at, NULL, err) < 0 ||
+        return ((unknown || v[3] || v[4]) && only_fields(b, postback, at, NULL, err) < 0) ||
                        str_field(v[2], "payload", at, 1, REQUEST_MAX_PAYLOAD, flags, NULL, err) < 0
                    ? -1
                    : 0;
     if (strcmp(type, "url") == 0)
-        return only_fields(b, url, at, NULL, err) < 0 ||
+        return ((unknown || v[2] || v[4]) && only_fields(b, url, at, NULL, err) < 0) ||
                        url_field(v[3], "url", at, 1, flags, err) < 0
                    ? -1
                    : 0;
     if (strcmp(type, "phone") == 0) {
-        if (only_fields(b, phone, at, NULL, err) < 0 ||
+        if (((unknown || v[2] || v[3]) && only_fields(b, phone, at, NULL, err) < 0) ||
             str_field(v[4], "phone", at, 1, REQUEST_MAX_PHONE, flags, &number, err) < 0)
             return -1;
         if (!templated(flags, number) &&
@@ -473,7 +479,7 @@ static int check_native(const json_t *message, const char *where, bg_error_t *er
     if (!json_is_object(message) || json_object_size(message) == 0)
         return bg_error_set(err, BG_ERR_MISSING_PARAM,
                             "parameter %s.message must be a non-empty object", where);
-    fields(message, recipient_fields, v);
+    request_fields(message, recipient_fields, v);
     for (i = 0; recipient_fields[i] && v[i] == NULL; i++)
         ;
     if (recipient_fields[i] != NULL)
@@ -510,21 +516,21 @@ static int check_fields(const json_t *resp, const struct response_shape *shape, 
                         const char *where, const json_t **vals, const json_t **fallback,
                         bg_error_t *err)
 {
-    const char *key;
-    json_t *v;
-
     for (size_t i = 0; i < SHAPE_FIELDS; i++)
         vals[i] = NULL;
     *fallback = NULL;
-    json_object_foreach((json_t *)resp, key, v) {
+    for (void *it = json_object_iter((json_t *)resp); it != NULL;
+         it = json_object_iter_next((json_t *)resp, it)) {
+        const char *key = json_object_iter_key(it);
+        json_t *v = json_object_iter_value(it);
         size_t i = 0;
-        if (strcmp(key, "type") == 0)
+        if (same(key, "type"))
             continue;
-        if (strcmp(key, "fallback") == 0 && !nested) {
+        if (same(key, "fallback") && !nested) {
             *fallback = v;
             continue;
         }
-        while (shape->fields[i] && strcmp(shape->fields[i], key) != 0)
+        while (shape->fields[i] && !same(shape->fields[i], key))
             i++;
         if (shape->fields[i] == NULL)
             return bg_error_set(err, BG_ERR_MISSING_PARAM, "unknown field %s.%.60s%s", where, key,
@@ -540,7 +546,7 @@ static const json_t *member(const struct response_shape *shape, const json_t *co
                             const char *key)
 {
     for (size_t i = 0; shape->fields[i]; i++)
-        if (strcmp(shape->fields[i], key) == 0)
+        if (same(shape->fields[i], key))
             return vals[i];
     return NULL;
 }
@@ -622,7 +628,7 @@ static int check_one(const json_t *resp, const char *where, unsigned flags, int 
         return bg_error_set(err, BG_ERR_MISSING_PARAM, "parameter %s must be an object", where);
     if (str_field(json_object_get(resp, "type"), "type", where, 1, 0, 0, &type, err) < 0)
         return -1;
-    while (i < sizeof(shapes) / sizeof(shapes[0]) && strcmp(shapes[i].type, type) != 0)
+    while (i < sizeof(shapes) / sizeof(shapes[0]) && !same(shapes[i].type, type))
         i++;
     if (i == sizeof(shapes) / sizeof(shapes[0]))
         return bg_error_set(err, BG_ERR_UNSUPPORTED,
