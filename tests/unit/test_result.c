@@ -332,6 +332,81 @@ static void test_jw_scalars(void **state)
     free(text);
 }
 
+/* The texts copied from body (result_body_text) against those written from its parse
+ * (result_response_text), element by element; copied counts those the copy made itself. */
+static void assert_body_texts(const char *body, const char *name, int *copied)
+{
+    json_t *root = load(body), *list = json_object_get(root, name);
+    const char *p = result_body_array(body, strlen(body), name);
+    jsonw_t scratch;
+
+    jw_init(&scratch);
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        const json_t *r = json_array_get(list, i);
+        int fallback = json_object_get(r, "fallback") != NULL;
+        char *want = result_response_text(r, fallback), *got = NULL;
+        if (p != NULL)
+            got = result_body_text(&p, body + strlen(body), &scratch);
+        if (got != NULL) {
+            ++*copied;
+            assert_string_equal(got, want);
+            if (fallback) /* and the fallback's text after the NUL */
+                assert_string_equal(got + strlen(got) + 1, want + strlen(want) + 1);
+        }
+        free(got);
+        free(want);
+    }
+    jw_free(&scratch);
+    json_decref(root);
+}
+
+/* A response's text copied from the body is the one written from its parsed value, whatever
+ * the blanks, the order of its members, its nesting, numbers (reals and -0 written again),
+ * literals, UTF-8, a fallback; a string with an escape is left to the parsed value, and so is
+ * the rest of a body the copy cannot read on in. */
+static void test_body_texts(void **state)
+{
+    static const char *const plain[] = {
+        "{\"channelId\":\"c\",\"response\":[{\"type\":\"TEXT\",\"text\":\"hi\"}]}",
+        "{ \"memberId\" : \"m\" , \"response\" : [ { \"text\" : \"a b\" , \"type\" : \"TEXT\" } ,"
+        "\n\t{\"type\":\"IMAGE\",\"url\":\"https://x/y.png\"} ] , \"channelId\":\"c\" }",
+        "{\"response\":[{\"type\":\"LOCATION\",\"latitude\":22.28,\"longitude\":-114.16e0,"
+        "\"name\":\"\xe9\xa6\x99\xe6\xb8\xaf\","
+        "\"fallback\":{\"text\":\"at 22.28\",\"type\":\"TEXT\"}},"
+        "{\"type\":\"NATIVE\",\"message\":{\"a\":[1,-2,3.5,-0,true,false,null,{},[]],\"b\":{\"c\":"
+        "[ { } , [ ] ]},\"n\":-0.0,\"e\":1E+2}}]}",
+        "{\"responses\":[{\"type\":\"TEXT\",\"text\":\"x\",\"quickReplies\":[{\"title\":\"A\","
+        "\"payload\":\"P\"}]},{\"type\":\"BUTTON\",\"buttons\":[{\"type\":\"url\",\"title\":\"T\","
+        "\"url\":\"https://e\"}],\"text\":\"t\"}]}",
+    };
+    static const char *const escaped[] = {
+        "{\"response\":[{\"type\":\"TEXT\",\"text\":\"a\\\"b\"},"
+        "{\"type\":\"TEXT\",\"text\":\"c\"}]}",
+        "{\"response\":[{\"type\":\"TEXT\",\"te\\u0078t\":\"x\"}]}",
+        "{\"respons\\u0065\":[{\"type\":\"TEXT\",\"text\":\"x\"}]}",
+    };
+    int copied = 0;
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++) {
+        json_t *root = load(plain[i]);
+        const char *name = json_object_get(root, "response") ? "response" : "responses";
+        int n = (int)json_array_size(json_object_get(root, name));
+        json_decref(root);
+        copied = 0;
+        assert_body_texts(plain[i], name, &copied);
+        assert_int_equal(copied, n); /* every one copied */
+    }
+    copied = 0;
+    assert_body_texts(escaped[0], "response", &copied);
+    assert_int_equal(copied, 1); /* the second one */
+    for (size_t i = 1; i < sizeof(escaped) / sizeof(escaped[0]); i++) {
+        copied = 0;
+        assert_body_texts(escaped[i], "response", &copied);
+        assert_int_equal(copied, 0);
+    }
+}
+
 /* jw_real(d) against jansson's dump of d, for d and -d. */
 static void assert_real_as_jansson(double d)
 {
@@ -514,6 +589,7 @@ int main(void)
         cmocka_unit_test(test_written_answer),
         cmocka_unit_test(test_written_cut_answer), cmocka_unit_test(test_jw_scalars),
         cmocka_unit_test(test_jw_str_escapes), cmocka_unit_test(test_jw_reals),
+        cmocka_unit_test(test_body_texts),
         cmocka_unit_test(test_node_element), cmocka_unit_test(test_answer),
     };
 
