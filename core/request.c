@@ -314,21 +314,43 @@ static int item_object(const json_t *item, const char *where, const char *const 
     return only_fields(item, allowed, where, vals, err);
 }
 
+/* An item's name ("response[0].buttons[2]") is made only for a message: an item is checked
+ * under its array's name, and one that fails is checked again under its own (the same check
+ * fails the same way), so that nothing is written for the items that pass. */
+typedef int item_check_fn(const json_t *item, const char *at, unsigned flags, bg_error_t *err);
+
+static int check_item(item_check_fn *check, const json_t *item, const char *where,
+                      const char *key, size_t i, unsigned flags, bg_error_t *err)
+{
+    char at[REQUEST_WHERE_MAX];
+
+    if (check(item, where, flags, err) == 0)
+        return 0;
+    return check(item, item_where(at, sizeof(at), where, key, i), flags, err) < 0 ? -1 : 0;
+}
+
+static int check_quick_reply(const json_t *qr, const char *at, unsigned flags, bg_error_t *err)
+{
+    static const char *const names[] = {"title", "payload", NULL};
+    const json_t *v[2];
+
+    return item_object(qr, at, names, v, err) < 0 ||
+                   str_field(v[0], "title", at, 1, REQUEST_MAX_TITLE, flags, NULL, err) < 0 ||
+                   str_field(v[1], "payload", at, 1, REQUEST_MAX_PAYLOAD, flags, NULL, err) < 0
+               ? -1
+               : 0;
+}
+
 static int check_quick_replies(const json_t *qrs, const char *where, unsigned flags,
                                bg_error_t *err)
 {
-    static const char *const names[] = {"title", "payload", NULL};
-    const json_t *list, *qr, *v[2];
-    char at[REQUEST_WHERE_MAX];
+    const json_t *list, *qr;
     size_t i;
 
     if (array_field(qrs, "quickReplies", where, 0, 1, REQUEST_MAX_QUICK_REPLIES, &list, err) < 0)
         return -1;
     json_array_foreach(list, i, qr) {
-        item_where(at, sizeof(at), where, "quickReplies", i);
-        if (item_object(qr, at, names, v, err) < 0 ||
-            str_field(v[0], "title", at, 1, REQUEST_MAX_TITLE, flags, NULL, err) < 0 ||
-            str_field(v[1], "payload", at, 1, REQUEST_MAX_PAYLOAD, flags, NULL, err) < 0)
+        if (check_item(check_quick_reply, qr, where, "quickReplies", i, flags, err) < 0)
             return -1;
     }
     return 0;
@@ -382,34 +404,41 @@ static int check_buttons(const json_t *buttons, const char *where, int required,
                          bg_error_t *err)
 {
     const json_t *list, *b;
-    char at[REQUEST_WHERE_MAX];
     size_t i;
 
     if (array_field(buttons, "buttons", where, required, 1, REQUEST_MAX_BUTTONS, &list, err) < 0)
         return -1;
     json_array_foreach(list, i, b) {
-        if (check_button(b, item_where(at, sizeof(at), where, "buttons", i), flags, err) < 0)
+        if (check_item(check_button, b, where, "buttons", i, flags, err) < 0)
             return -1;
     }
     return 0;
 }
 
-static int check_cards(const json_t *cards, const char *where, unsigned flags, bg_error_t *err)
+static int check_card(const json_t *card, const char *at, unsigned flags, bg_error_t *err)
 {
     static const char *const names[] = {"title", "subtitle", "imageUrl", "buttons", NULL};
-    const json_t *list, *card, *v[4];
-    char at[REQUEST_WHERE_MAX];
+    const json_t *v[4];
+
+    return item_object(card, at, names, v, err) < 0 ||
+                   str_field(v[0], "title", at, 1, REQUEST_MAX_CARD_TITLE, flags, NULL, err) < 0 ||
+                   str_field(v[1], "subtitle", at, 0, REQUEST_MAX_CARD_TITLE, flags, NULL, err) <
+                       0 ||
+                   url_field(v[2], "imageUrl", at, 0, flags, err) < 0 ||
+                   check_buttons(v[3], at, 0, flags, err) < 0
+               ? -1
+               : 0;
+}
+
+static int check_cards(const json_t *cards, const char *where, unsigned flags, bg_error_t *err)
+{
+    const json_t *list, *card;
     size_t i;
 
     if (array_field(cards, "cards", where, 1, 1, REQUEST_MAX_CARDS, &list, err) < 0)
         return -1;
     json_array_foreach(list, i, card) {
-        item_where(at, sizeof(at), where, "cards", i);
-        if (item_object(card, at, names, v, err) < 0 ||
-            str_field(v[0], "title", at, 1, REQUEST_MAX_CARD_TITLE, flags, NULL, err) < 0 ||
-            str_field(v[1], "subtitle", at, 0, REQUEST_MAX_CARD_TITLE, flags, NULL, err) < 0 ||
-            url_field(v[2], "imageUrl", at, 0, flags, err) < 0 ||
-            check_buttons(v[3], at, 0, flags, err) < 0)
+        if (check_item(check_card, card, where, "cards", i, flags, err) < 0)
             return -1;
     }
     return 0;

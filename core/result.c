@@ -125,6 +125,15 @@ static void body_put(jsonw_t *w, const char *s, size_t n)
     }
 }
 
+/* One byte: most of the pieces are a comma or a colon. */
+static void body_putc(jsonw_t *w, char c)
+{
+    if (w->cap - w->len > 1)
+        w->buf[w->len++] = c;
+    else
+        jw_raw(w, &c, 1);
+}
+
 static const char *body_blank(const char *p, const char *end)
 {
     while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
@@ -288,9 +297,9 @@ static const char *body_members(const char *p, const char *end, jsonw_t *w, cons
             *fallback = v;
             p = body_value(v, end, NULL);
         } else {
-            body_put(w, ",", 1);
+            body_putc(w, ',');
             body_put(w, key, n);
-            body_put(w, ":", 1);
+            body_putc(w, ':');
             p = body_value(v, end, w);
         }
         if (p == NULL || (p = body_next(p, end, '}', &last)) == NULL)

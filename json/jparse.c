@@ -252,6 +252,7 @@ static json_t *read_array(reader_t *r, int depth)
 static json_t *read_object(reader_t *r, int depth)
 {
     json_t *o = json_object();
+    size_t members = 0;
     int more;
 
     r->p++;
@@ -259,7 +260,7 @@ static json_t *read_object(reader_t *r, int depth)
         return o;
     for (more = 1; o != NULL && more == 1;) {
         const char *key;
-        size_t n, had = r->unique ? json_object_size(o) : 0;
+        size_t n;
         char *buf;
         json_t *v = NULL;
         int bad, ascii;
@@ -268,17 +269,17 @@ static json_t *read_object(reader_t *r, int depth)
             break;
         if (take(r, ':'))
             v = read_value(r, depth + 1);
-        /* both steal v either way; the first checks the key's UTF-8. A repeated key replaces
-         * its value and the size stays: found so, not by a look-up of every key first. */
-        bad = v == NULL ||
-              (ascii ? json_object_setn_new_nocheck(o, key, n, v)
-                     : json_object_setn_new(o, key, n, v)) < 0 ||
-              (r->unique && json_object_size(o) == had);
+        /* both steal v either way; the first checks the key's UTF-8 */
+        bad = v == NULL || (ascii ? json_object_setn_new_nocheck(o, key, n, v)
+                                  : json_object_setn_new(o, key, n, v)) < 0;
         if (buf != NULL)
             free(buf);
         if (bad)
             break;
-        if ((more = next_element(r, '}')) == 0)
+        members++;
+        /* a repeated key replaced its value, so the object is smaller than its members: seen
+         * once at its end, not by a look-up of every key */
+        if ((more = next_element(r, '}')) == 0 && (!r->unique || json_object_size(o) == members))
             return o;
     }
     json_decref(o);
