@@ -39,8 +39,9 @@ unsigned adapter_response_type(const char *type)
 {
     if (type == NULL)
         return 0;
+    /* the first letter first: read for every response at its check and at its call */
     for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
-        if (strcmp(type, kinds[i].name) == 0)
+        if (type[0] == kinds[i].name[0] && strcmp(type, kinds[i].name) == 0)
             return kinds[i].kind;
     return 0;
 }
@@ -61,6 +62,8 @@ int adapter_check_fail(int code, char *msg, size_t size, const char *fmt, ...)
 {
     va_list ap;
 
+    if (size == 0) /* only the code was asked */
+        return code;
     va_start(ap, fmt);
     vsnprintf(msg, size, fmt, ap);
     va_end(ap);

@@ -141,7 +141,8 @@ const adapter_ops_t *adapter_find(const char *type);
 unsigned adapter_response_type(const char *type);
 
 /* Whether ops can send response (already valid per request_check_response): 0, or 117/118
- * with msg saying why, naming the member. */
+ * with msg saying why, naming the member. msg may be NULL with size 0: the code alone, the
+ * reason not written (it is asked again when it is told). */
 int adapter_check_response(const adapter_ops_t *ops, const json_t *response, char *msg,
                            size_t size);
 /* The err_code a failed status maps to on this platform. */
@@ -246,7 +247,8 @@ int adapter_buttons_all(const json_t *buttons, const char *type);
 size_t adapter_chars(const char *s);
 /* Sets key to a copy of the string at response.key when there is one. */
 void adapter_copy_str(json_t *obj, const char *key, const json_t *response, const char *rkey);
-/* msg is "<what> has more than <n> items" etc.: the code for the check op. */
+/* msg is "<what> has more than <n> items" etc.: the code for the check op (msg is not written
+ * when size is 0). */
 int adapter_check_fail(int code, char *msg, size_t size, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 

@@ -1,6 +1,7 @@
 /* facebook.c - Messenger Send API: build /me/messages calls and read Graph answers. */
 #include "adapter.h"
 
+#include "../core/request.h"
 #include "../json/jscan.h"
 
 #include <stdlib.h>
@@ -41,8 +42,9 @@ static void fb_body(jsonw_t *w, unsigned kind, const char *to, const char *s)
 
 static int fb_check(unsigned kind, const json_t *r, char *msg, size_t size)
 {
-    /* an attachment has no caption nor file name: refused, not dropped */
-    if ((kind & (ADAPTER_IMAGE | ADAPTER_VIDEO | ADAPTER_FILE)) &&
+    /* an attachment has no caption nor file name: refused, not dropped (type and url alone
+     * are neither) */
+    if ((kind & (ADAPTER_IMAGE | ADAPTER_VIDEO | ADAPTER_FILE)) && json_object_size(r) > 2 &&
         (json_object_get(r, "caption") || json_object_get(r, "filename")))
         return adapter_check_fail(BG_ERR_UNSUPPORTED, msg, size,
                                   "%s is not supported on facebook channels",
@@ -58,35 +60,39 @@ static int fb_check(unsigned kind, const json_t *r, char *msg, size_t size)
  * dumped, they cost several times the rest of a send. The response was checked
  * (request_check_response): every member read here is there and of its type. */
 
-/* Messenger's buttons for ours: postback, web_url, phone_number. */
+/* Messenger's buttons for ours: postback, web_url, phone_number. Each object's members are read
+ * in one walk (request_fields), not looked up one by one. */
 static void fb_buttons(jsonw_t *w, const json_t *buttons)
 {
-    const json_t *b;
+    static const char *const names[] = {"type", "title", "payload", "url", "phone", NULL};
+    const json_t *b, *v[5];
     size_t i;
 
     jw_lit(w, "[");
     json_array_foreach(buttons, i, b) {
-        const char *type = adapter_str(b, "type");
+        const char *type;
+        request_fields(b, names, v);
+        type = json_string_value(v[0]);
         jw_lit(w, i ? ",{\"type\":" : "{\"type\":");
         if (strcmp(type, "url") == 0) {
             jw_lit(w, "\"web_url\",\"url\":");
-            jw_str(w, adapter_str(b, "url"));
+            jw_str(w, json_string_value(v[3]));
         } else {
             jw_lit(w, strcmp(type, "phone") == 0 ? "\"phone_number\",\"payload\":"
                                                  : "\"postback\",\"payload\":");
-            jw_str(w, adapter_str(b, strcmp(type, "phone") == 0 ? "phone" : "payload"));
+            jw_str(w, json_string_value(strcmp(type, "phone") == 0 ? v[4] : v[2]));
         }
         jw_lit(w, ",\"title\":");
-        jw_str(w, adapter_str(b, "title"));
+        jw_str(w, json_string_value(v[1]));
         jw_lit(w, "}");
     }
     jw_lit(w, "]");
 }
 
-/* ,"key":"value" when the response has a string at rkey. */
-static void fb_opt(jsonw_t *w, const char *key, const json_t *r, const char *rkey)
+/* ,"key":"value" when v is a string. */
+static void fb_opt(jsonw_t *w, const char *key, const json_t *v)
 {
-    const char *s = adapter_str(r, rkey);
+    const char *s = json_string_value(v);
 
     if (s == NULL)
         return;
@@ -97,20 +103,25 @@ static void fb_opt(jsonw_t *w, const char *key, const json_t *r, const char *rke
 /* The message object of the types beyond plain text and image (contract.md section 11). */
 static void fb_message(jsonw_t *w, unsigned kind, const json_t *r)
 {
-    const json_t *item;
+    static const char *const top[] = {"text", "quickReplies", "buttons", "cards", "url", NULL};
+    static const char *const qr_names[] = {"title", "payload", NULL};
+    static const char *const card_names[] = {"title", "subtitle", "imageUrl", "buttons", NULL};
+    const json_t *item, *m[5], *v[4];
     size_t i;
 
+    request_fields(r, top, m);
     switch (kind) {
     case ADAPTER_TEXT:
         jw_lit(w, "{\"text\":");
-        jw_str(w, adapter_str(r, "text"));
+        jw_str(w, json_string_value(m[0]));
         jw_lit(w, ",\"quick_replies\":[");
-        json_array_foreach(json_object_get(r, "quickReplies"), i, item) {
+        json_array_foreach(m[1], i, item) {
+            request_fields(item, qr_names, v);
             jw_lit(w, i ? ",{\"content_type\":\"text\",\"title\":"
                         : "{\"content_type\":\"text\",\"title\":");
-            jw_str(w, adapter_str(item, "title"));
+            jw_str(w, json_string_value(v[0]));
             jw_lit(w, ",\"payload\":");
-            jw_str(w, adapter_str(item, "payload"));
+            jw_str(w, json_string_value(v[1]));
             jw_lit(w, "}");
         }
         jw_lit(w, "]}");
@@ -118,22 +129,23 @@ static void fb_message(jsonw_t *w, unsigned kind, const json_t *r)
     case ADAPTER_BUTTON:
         jw_lit(w, "{\"attachment\":{\"type\":\"template\",\"payload\":{\"template_type\":"
                   "\"button\",\"text\":");
-        jw_str(w, adapter_str(r, "text"));
+        jw_str(w, json_string_value(m[0]));
         jw_lit(w, ",\"buttons\":");
-        fb_buttons(w, json_object_get(r, "buttons"));
+        fb_buttons(w, m[2]);
         jw_lit(w, "}}}");
         return;
     case ADAPTER_CAROUSEL:
         jw_lit(w, "{\"attachment\":{\"type\":\"template\",\"payload\":{\"template_type\":"
                   "\"generic\",\"elements\":[");
-        json_array_foreach(json_object_get(r, "cards"), i, item) {
+        json_array_foreach(m[3], i, item) {
+            request_fields(item, card_names, v);
             jw_lit(w, i ? ",{\"title\":" : "{\"title\":");
-            jw_str(w, adapter_str(item, "title"));
-            fb_opt(w, ",\"subtitle\":", item, "subtitle");
-            fb_opt(w, ",\"image_url\":", item, "imageUrl");
-            if (json_object_get(item, "buttons") != NULL) {
+            jw_str(w, json_string_value(v[0]));
+            fb_opt(w, ",\"subtitle\":", v[1]);
+            fb_opt(w, ",\"image_url\":", v[2]);
+            if (v[3] != NULL) {
                 jw_lit(w, ",\"buttons\":");
-                fb_buttons(w, json_object_get(item, "buttons"));
+                fb_buttons(w, v[3]);
             }
             jw_lit(w, "}");
         }
@@ -145,30 +157,64 @@ static void fb_message(jsonw_t *w, unsigned kind, const json_t *r)
                   : kind == ADAPTER_FILE  ? "{\"attachment\":{\"type\":\"file\""
                                           : "{\"attachment\":{\"type\":\"image\"");
         jw_lit(w, ",\"payload\":{\"url\":");
-        jw_str(w, adapter_str(r, "url"));
+        jw_str(w, json_string_value(m[4]));
         jw_lit(w, ",\"is_reusable\":true}}}");
         return;
     }
 }
 
-/* The body of a rich type: in w as text, or (NATIVE) *native as a value. */
-static int fb_rich_body(unsigned kind, const json_t *r, const char *to, jsonw_t *w, json_t **native,
+/* A NATIVE body: the page's own Send API fields, then the messaging type unless the message
+ * says (a MESSAGE_TAG outside the window) and the recipient, which botgate sets. Written as
+ * text in the order a copy of the message with both set would be dumped in: a member it has
+ * keeps its place. */
+static int fb_native_body(jsonw_t *w, const json_t *r, const char *to, adapter_result_t *res)
+{
+    const json_t *message = json_object_get(r, "message");
+    const char *key;
+    json_t *v;
+    int first = 1, typed = 0, addressed = 0;
+
+    if (!json_is_object(message))
+        return adapter_fail(res, ADAPTER_REJECTED,
+                            "facebook: NATIVE response has no message object");
+    jw_init(w);
+    json_object_foreach((json_t *)message, key, v) {
+        jw_lit(w, first ? "{" : ",");
+        first = 0;
+        jw_str(w, key);
+        jw_lit(w, ":");
+        if (strcmp(key, "recipient") == 0) {
+            addressed = 1;
+            jw_lit(w, "{\"id\":");
+            jw_str(w, to);
+            jw_lit(w, "}");
+            continue;
+        }
+        typed |= strcmp(key, "messaging_type") == 0;
+        jw_json(w, v);
+    }
+    jw_lit(w, first ? "{" : ",");
+    if (!typed)
+        jw_lit(w, addressed ? "\"messaging_type\":\"RESPONSE\"}"
+                            : "\"messaging_type\":\"RESPONSE\",\"recipient\":{\"id\":");
+    else if (!addressed)
+        jw_lit(w, "\"recipient\":{\"id\":");
+    if (!addressed) {
+        jw_str(w, to);
+        jw_lit(w, "}}");
+    } else if (typed) {
+        w->len--; /* the comma: every member was there */
+        jw_lit(w, "}");
+    }
+    return 0;
+}
+
+/* The body of a rich type, in w as text. */
+static int fb_rich_body(unsigned kind, const json_t *r, const char *to, jsonw_t *w,
                         adapter_result_t *res)
 {
-    json_t *body;
-
-    *native = NULL;
-    if (kind == ADAPTER_NATIVE) {
-        /* the page's own Send API fields; botgate sets the recipient, and the messaging type
-         * unless the message says (a MESSAGE_TAG outside the window) */
-        if ((body = adapter_native_message(&adapter_facebook, r, res)) == NULL)
-            return -1;
-        if (json_object_get(body, "messaging_type") == NULL)
-            json_object_set_new(body, "messaging_type", json_string("RESPONSE"));
-        json_object_set_new(body, "recipient", json_pack("{s:s}", "id", to));
-        *native = body;
-        return 0;
-    }
+    if (kind == ADAPTER_NATIVE)
+        return fb_native_body(w, r, to, res);
     jw_init(w);
     jw_lit(w, "{\"messaging_type\":\"RESPONSE\",\"recipient\":{\"id\":");
     jw_str(w, to);
@@ -199,14 +245,12 @@ static int fb_build_send(const adapter_target_t *t, const json_t *response, cons
     if ((kind != ADAPTER_TEXT && kind != ADAPTER_IMAGE) ||
         (json_object_size(response) > 2 && (json_object_get(response, "quickReplies") != NULL ||
                                             json_object_get(response, "caption") != NULL))) {
-        json_t *native;
-        if (fb_rich_body(kind, response, t->to, &body, &native, res) < 0)
+        if (fb_rich_body(kind, response, t->to, &body, res) < 0)
             return -1;
         enc = adapter_urlencode(token);
         url = enc ? adapter_url(t->base_url, "/me/messages?access_token=%s", enc) : NULL;
         free(enc);
-        if ((native != NULL ? adapter_json_post(out, url, native)
-                            : adapter_json_post_text(out, url, &body)) < 0)
+        if (adapter_json_post_text(out, url, &body) < 0)
             return adapter_fail(res, ADAPTER_SERVER_ERROR, "facebook: cannot build the request");
         return 0;
     }

@@ -68,6 +68,13 @@ int request_parse_json(const char *body, size_t len, json_t **out, bg_error_t *e
         json_decref(root);
         root = NULL;
     }
+    /* What jparse read is at most 64 levels deep, and no string or key of a body of at most
+     * REQUEST_MAX_STRING bytes can be longer (an escape never decodes longer than it is
+     * written): the walk of check_limits could not refuse it. */
+    if (root != NULL && len <= REQUEST_MAX_STRING) {
+        *out = root;
+        return 0;
+    }
     if (root == NULL)
         root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL)
@@ -172,30 +179,52 @@ static int templated(unsigned flags, const char *s)
     return (flags & REQUEST_CHECK_TEMPLATED) && strstr(s, "{{") != NULL;
 }
 
-/* Refuses the first member of obj not in allowed (NULL-terminated): nothing a caller wrote is
- * dropped in silence. */
-static int only_fields(const json_t *obj, const char *const *allowed, const char *where,
-                       bg_error_t *err)
+/* Whether a and b are the same name: most names differ in their first letter, seen without a
+ * call (these comparisons run for every member of every response). */
+static int same(const char *a, const char *b)
 {
-    const char *key;
-    json_t *v;
+    return a[0] == b[0] && strcmp(a, b) == 0;
+}
 
-    json_object_foreach((json_t *)obj, key, v) {
-        size_t i = 0;
-        while (allowed[i] && strcmp(allowed[i], key) != 0)
-            i++;
-        if (allowed[i] == NULL)
-            return bg_error_set(err, BG_ERR_MISSING_PARAM, "unknown field %s.%.60s", where, key);
+const char *request_fields(const json_t *obj, const char *const *names, const json_t **vals)
+{
+    const char *key, *unknown = NULL;
+    size_t i;
+
+    for (i = 0; names[i]; i++)
+        vals[i] = NULL;
+    /* the iterator itself, not json_object_foreach: two library calls fewer per member */
+    for (void *it = json_object_iter((json_t *)obj); it != NULL;
+         it = json_object_iter_next((json_t *)obj, it)) {
+        key = json_object_iter_key(it);
+        for (i = 0; names[i] && !same(names[i], key); i++)
+            ;
+        if (names[i] != NULL)
+            vals[i] = json_object_iter_value(it);
+        else if (unknown == NULL)
+            unknown = key;
     }
+    return unknown;
+}
+/* Refuses the first member of obj not in allowed (NULL-terminated): nothing a caller wrote is
+ * dropped in silence. vals as request_fields() fills it (NULL: not kept). */
+static int only_fields(const json_t *obj, const char *const *allowed, const char *where,
+                       const json_t **vals, bg_error_t *err)
+{
+    const json_t *none[8];
+    const char *unknown = request_fields(obj, allowed, vals != NULL ? vals : none);
+
+    if (unknown != NULL)
+        return bg_error_set(err, BG_ERR_MISSING_PARAM, "unknown field %s.%.60s", where, unknown);
     return 0;
 }
 
-/* A string member: absent (NULL in *out) unless required, else a non-empty string of at most
- * max_chars characters (0: no limit of its own). Over it: 118. */
-static int str_field(const json_t *obj, const char *key, const char *where, int required,
+/* A string member (v, NULL when absent; key names it): absent (NULL in *out) unless required,
+ * else a non-empty string of at most max_chars characters (0: no limit of its own). Over it:
+ * 118. */
+static int str_field(const json_t *v, const char *key, const char *where, int required,
                      size_t max_chars, unsigned flags, const char **out, bg_error_t *err)
 {
-    const json_t *v = json_object_get(obj, key);
     const char *s;
 
     if (out != NULL)
@@ -221,12 +250,12 @@ static int str_field(const json_t *obj, const char *key, const char *where, int 
     return 0;
 }
 
-static int url_field(const json_t *obj, const char *key, const char *where, int required,
+static int url_field(const json_t *v, const char *key, const char *where, int required,
                      unsigned flags, bg_error_t *err)
 {
     const char *url;
 
-    if (str_field(obj, key, where, required, 0, flags, &url, err) < 0)
+    if (str_field(v, key, where, required, 0, flags, &url, err) < 0)
         return -1;
     if (url != NULL && !templated(flags, url) && !is_http_url(url))
         return bg_error_set(err, BG_ERR_MISSING_PARAM,
@@ -234,12 +263,11 @@ static int url_field(const json_t *obj, const char *key, const char *where, int 
     return 0;
 }
 
-/* An array member of min..max elements (fewer: 108, more: 118); absent is NULL when !required. */
-static int array_field(const json_t *obj, const char *key, const char *where, int required,
+/* An array member (v) of min..max elements (fewer: 108, more: 118); absent is NULL when
+ * !required. */
+static int array_field(const json_t *v, const char *key, const char *where, int required,
                        size_t min, size_t max, const json_t **out, bg_error_t *err)
 {
-    const json_t *v = json_object_get(obj, key);
-
     *out = NULL;
     if (v == NULL && !required)
         return 0;
@@ -277,30 +305,52 @@ static const char *item_where(char *buf, size_t size, const char *where, const c
     return buf;
 }
 
-/* Element i must be an object with only the allowed members. */
+/* Element i must be an object with only the allowed members (their values in vals). */
 static int item_object(const json_t *item, const char *where, const char *const *allowed,
-                       bg_error_t *err)
+                       const json_t **vals, bg_error_t *err)
 {
     if (!json_is_object(item))
         return bg_error_set(err, BG_ERR_MISSING_PARAM, "parameter %s must be an object", where);
-    return only_fields(item, allowed, where, err);
+    return only_fields(item, allowed, where, vals, err);
 }
 
-static int check_quick_replies(const json_t *resp, const char *where, unsigned flags,
+/* An item's name ("response[0].buttons[2]") is made only for a message: an item is checked
+ * under its array's name, and one that fails is checked again under its own (the same check
+ * fails the same way), so that nothing is written for the items that pass. */
+typedef int item_check_fn(const json_t *item, const char *at, unsigned flags, bg_error_t *err);
+
+static int check_item(item_check_fn *check, const json_t *item, const char *where,
+                      const char *key, size_t i, unsigned flags, bg_error_t *err)
+{
+    char at[REQUEST_WHERE_MAX];
+
+    if (check(item, where, flags, err) == 0)
+        return 0;
+    return check(item, item_where(at, sizeof(at), where, key, i), flags, err) < 0 ? -1 : 0;
+}
+
+static int check_quick_reply(const json_t *qr, const char *at, unsigned flags, bg_error_t *err)
+{
+    static const char *const names[] = {"title", "payload", NULL};
+    const json_t *v[2];
+
+    return item_object(qr, at, names, v, err) < 0 ||
+                   str_field(v[0], "title", at, 1, REQUEST_MAX_TITLE, flags, NULL, err) < 0 ||
+                   str_field(v[1], "payload", at, 1, REQUEST_MAX_PAYLOAD, flags, NULL, err) < 0
+               ? -1
+               : 0;
+}
+
+static int check_quick_replies(const json_t *qrs, const char *where, unsigned flags,
                                bg_error_t *err)
 {
-    static const char *const fields[] = {"title", "payload", NULL};
     const json_t *list, *qr;
-    char at[REQUEST_WHERE_MAX];
     size_t i;
 
-    if (array_field(resp, "quickReplies", where, 0, 1, REQUEST_MAX_QUICK_REPLIES, &list, err) < 0)
+    if (array_field(qrs, "quickReplies", where, 0, 1, REQUEST_MAX_QUICK_REPLIES, &list, err) < 0)
         return -1;
     json_array_foreach(list, i, qr) {
-        item_where(at, sizeof(at), where, "quickReplies", i);
-        if (item_object(qr, at, fields, err) < 0 ||
-            str_field(qr, "title", at, 1, REQUEST_MAX_TITLE, flags, NULL, err) < 0 ||
-            str_field(qr, "payload", at, 1, REQUEST_MAX_PAYLOAD, flags, NULL, err) < 0)
+        if (check_item(check_quick_reply, qr, where, "quickReplies", i, flags, err) < 0)
             return -1;
     }
     return 0;
@@ -308,27 +358,34 @@ static int check_quick_replies(const json_t *resp, const char *where, unsigned f
 
 static int check_button(const json_t *b, const char *at, unsigned flags, bg_error_t *err)
 {
+    static const char *const any[] = {"type", "title", "payload", "url", "phone", NULL};
     static const char *const postback[] = {"type", "title", "payload", NULL};
     static const char *const url[] = {"type", "title", "url", NULL};
     static const char *const phone[] = {"type", "title", "phone", NULL};
-    const char *type, *number;
+    const char *type, *number, *unknown;
+    const json_t *v[5];
 
     if (!json_is_object(b))
         return bg_error_set(err, BG_ERR_MISSING_PARAM, "parameter %s must be an object", at);
-    if (str_field(b, "type", at, 1, 0, 0, &type, err) < 0 ||
-        str_field(b, "title", at, 1, REQUEST_MAX_TITLE, flags, NULL, err) < 0)
+    /* the members of the other types are refused by the button's type, below: the walk that
+     * names the first one in order runs only when there is one */
+    unknown = request_fields(b, any, v);
+    if (str_field(v[0], "type", at, 1, 0, 0, &type, err) < 0 ||
+        str_field(v[1], "title", at, 1, REQUEST_MAX_TITLE, flags, NULL, err) < 0)
         return -1;
     if (strcmp(type, "postback") == 0)
-        return only_fields(b, postback, at, err) < 0 ||
-                       str_field(b, "payload", at, 1, REQUEST_MAX_PAYLOAD, flags, NULL, err) < 0
+        return ((unknown || v[3] || v[4]) && only_fields(b, postback, at, NULL, err) < 0) ||
+                       str_field(v[2], "payload", at, 1, REQUEST_MAX_PAYLOAD, flags, NULL, err) < 0
                    ? -1
                    : 0;
     if (strcmp(type, "url") == 0)
-        return only_fields(b, url, at, err) < 0 || url_field(b, "url", at, 1, flags, err) < 0 ? -1
-                                                                                              : 0;
+        return ((unknown || v[2] || v[4]) && only_fields(b, url, at, NULL, err) < 0) ||
+                       url_field(v[3], "url", at, 1, flags, err) < 0
+                   ? -1
+                   : 0;
     if (strcmp(type, "phone") == 0) {
-        if (only_fields(b, phone, at, err) < 0 ||
-            str_field(b, "phone", at, 1, REQUEST_MAX_PHONE, flags, &number, err) < 0)
+        if (((unknown || v[2] || v[3]) && only_fields(b, phone, at, NULL, err) < 0) ||
+            str_field(v[4], "phone", at, 1, REQUEST_MAX_PHONE, flags, &number, err) < 0)
             return -1;
         if (!templated(flags, number) &&
             (number[0] != '+' || strspn(number + 1, "0123456789 -()") != strlen(number + 1) ||
@@ -343,60 +400,67 @@ static int check_button(const json_t *b, const char *at, unsigned flags, bg_erro
                         "parameter %s.type must be postback, url or phone", at);
 }
 
-static int check_buttons(const json_t *obj, const char *where, int required, unsigned flags,
+static int check_buttons(const json_t *buttons, const char *where, int required, unsigned flags,
                          bg_error_t *err)
 {
     const json_t *list, *b;
-    char at[REQUEST_WHERE_MAX];
     size_t i;
 
-    if (array_field(obj, "buttons", where, required, 1, REQUEST_MAX_BUTTONS, &list, err) < 0)
+    if (array_field(buttons, "buttons", where, required, 1, REQUEST_MAX_BUTTONS, &list, err) < 0)
         return -1;
     json_array_foreach(list, i, b) {
-        if (check_button(b, item_where(at, sizeof(at), where, "buttons", i), flags, err) < 0)
+        if (check_item(check_button, b, where, "buttons", i, flags, err) < 0)
             return -1;
     }
     return 0;
 }
 
-static int check_cards(const json_t *resp, const char *where, unsigned flags, bg_error_t *err)
+static int check_card(const json_t *card, const char *at, unsigned flags, bg_error_t *err)
 {
-    static const char *const fields[] = {"title", "subtitle", "imageUrl", "buttons", NULL};
+    static const char *const names[] = {"title", "subtitle", "imageUrl", "buttons", NULL};
+    const json_t *v[4];
+
+    return item_object(card, at, names, v, err) < 0 ||
+                   str_field(v[0], "title", at, 1, REQUEST_MAX_CARD_TITLE, flags, NULL, err) < 0 ||
+                   str_field(v[1], "subtitle", at, 0, REQUEST_MAX_CARD_TITLE, flags, NULL, err) <
+                       0 ||
+                   url_field(v[2], "imageUrl", at, 0, flags, err) < 0 ||
+                   check_buttons(v[3], at, 0, flags, err) < 0
+               ? -1
+               : 0;
+}
+
+static int check_cards(const json_t *cards, const char *where, unsigned flags, bg_error_t *err)
+{
     const json_t *list, *card;
-    char at[REQUEST_WHERE_MAX];
     size_t i;
 
-    if (array_field(resp, "cards", where, 1, 1, REQUEST_MAX_CARDS, &list, err) < 0)
+    if (array_field(cards, "cards", where, 1, 1, REQUEST_MAX_CARDS, &list, err) < 0)
         return -1;
     json_array_foreach(list, i, card) {
-        item_where(at, sizeof(at), where, "cards", i);
-        if (item_object(card, at, fields, err) < 0 ||
-            str_field(card, "title", at, 1, REQUEST_MAX_CARD_TITLE, flags, NULL, err) < 0 ||
-            str_field(card, "subtitle", at, 0, REQUEST_MAX_CARD_TITLE, flags, NULL, err) < 0 ||
-            url_field(card, "imageUrl", at, 0, flags, err) < 0 ||
-            check_buttons(card, at, 0, flags, err) < 0)
+        if (check_item(check_card, card, where, "cards", i, flags, err) < 0)
             return -1;
     }
     return 0;
 }
 
-static int check_sections(const json_t *resp, const char *where, unsigned flags, bg_error_t *err)
+static int check_sections(const json_t *list, const char *where, unsigned flags, bg_error_t *err)
 {
-    static const char *const section_fields[] = {"title", "rows", NULL};
-    static const char *const row_fields[] = {"id", "title", "description", NULL};
-    const json_t *sections, *section, *rows, *row;
+    static const char *const section_names[] = {"title", "rows", NULL};
+    static const char *const row_names[] = {"id", "title", "description", NULL};
+    const json_t *sections, *section, *rows, *row, *sv[2], *rv[3];
     char at[REQUEST_WHERE_MAX], rat[REQUEST_WHERE_MAX];
     size_t i, j, total = 0;
 
-    if (array_field(resp, "sections", where, 1, 1, REQUEST_MAX_SECTIONS, &sections, err) < 0)
+    if (array_field(list, "sections", where, 1, 1, REQUEST_MAX_SECTIONS, &sections, err) < 0)
         return -1;
     json_array_foreach(sections, i, section) {
         item_where(at, sizeof(at), where, "sections", i);
         /* several sections are told apart by their titles */
-        if (item_object(section, at, section_fields, err) < 0 ||
-            str_field(section, "title", at, json_array_size(sections) > 1, REQUEST_MAX_ROW_TITLE,
+        if (item_object(section, at, section_names, sv, err) < 0 ||
+            str_field(sv[0], "title", at, json_array_size(sections) > 1, REQUEST_MAX_ROW_TITLE,
                       flags, NULL, err) < 0 ||
-            array_field(section, "rows", at, 1, 1, REQUEST_MAX_ROWS, &rows, err) < 0)
+            array_field(sv[1], "rows", at, 1, 1, REQUEST_MAX_ROWS, &rows, err) < 0)
             return -1;
         json_array_foreach(rows, j, row) {
             item_where(rat, sizeof(rat), at, "rows", j);
@@ -404,22 +468,20 @@ static int check_sections(const json_t *resp, const char *where, unsigned flags,
                 return bg_error_set(err, BG_ERR_LIMIT,
                                     "parameter %s.sections has more than %d rows in all", where,
                                     REQUEST_MAX_ROWS);
-            if (item_object(row, rat, row_fields, err) < 0 ||
-                str_field(row, "id", rat, 1, REQUEST_MAX_ROW_ID, flags, NULL, err) < 0 ||
-                str_field(row, "title", rat, 1, 0, flags, NULL, err) < 0 ||
-                str_field(row, "description", rat, 0, 0, flags, NULL, err) < 0)
+            if (item_object(row, rat, row_names, rv, err) < 0 ||
+                str_field(rv[0], "id", rat, 1, REQUEST_MAX_ROW_ID, flags, NULL, err) < 0 ||
+                str_field(rv[1], "title", rat, 1, 0, flags, NULL, err) < 0 ||
+                str_field(rv[2], "description", rat, 0, 0, flags, NULL, err) < 0)
                 return -1;
         }
     }
     return 0;
 }
 
-/* A number in [-limit, limit]; a tree may hold a templated string instead. */
-static int coordinate(const json_t *resp, const char *key, const char *where, double limit,
+/* A number (v) in [-limit, limit]; a tree may hold a templated string instead. */
+static int coordinate(const json_t *v, const char *key, const char *where, double limit,
                       unsigned flags, bg_error_t *err)
 {
-    const json_t *v = json_object_get(resp, key);
-
     if (v == NULL)
         return bg_error_set(err, BG_ERR_MISSING_PARAM, "missing parameter: %s.%s", where, key);
     if (json_is_string(v) && templated(flags, json_string_value(v)))
@@ -436,28 +498,32 @@ static int coordinate(const json_t *resp, const char *key, const char *where, do
 static const char *const recipient_fields[] = {
     "recipient", "to", "touser", "channel", "users", "messaging_product", "recipient_type", NULL};
 
-static int check_native(const json_t *resp, const char *where, bg_error_t *err)
+static int check_native(const json_t *message, const char *where, bg_error_t *err)
 {
-    const json_t *message = json_object_get(resp, "message");
+    const json_t *v[8];
+    size_t i;
 
     if (message == NULL)
         return bg_error_set(err, BG_ERR_MISSING_PARAM, "missing parameter: %s.message", where);
     if (!json_is_object(message) || json_object_size(message) == 0)
         return bg_error_set(err, BG_ERR_MISSING_PARAM,
                             "parameter %s.message must be a non-empty object", where);
-    for (size_t i = 0; recipient_fields[i]; i++)
-        if (json_object_get(message, recipient_fields[i]) != NULL)
-            return bg_error_set(err, BG_ERR_MISSING_PARAM,
-                                "parameter %s.message.%s is not allowed: botgate addresses the "
-                                "message",
-                                where, recipient_fields[i]);
+    request_fields(message, recipient_fields, v);
+    for (i = 0; recipient_fields[i] && v[i] == NULL; i++)
+        ;
+    if (recipient_fields[i] != NULL)
+        return bg_error_set(err, BG_ERR_MISSING_PARAM,
+                            "parameter %s.message.%s is not allowed: botgate addresses the "
+                            "message",
+                            where, recipient_fields[i]);
     return 0;
 }
 
 /* What each type may hold besides type and fallback. */
+#define SHAPE_FIELDS 6
 static const struct response_shape {
     const char *type;
-    const char *fields[6];
+    const char *fields[SHAPE_FIELDS + 1]; /* NULL-terminated */
 } shapes[] = {
     {"TEXT", {"text", "quickReplies"}},
     {"IMAGE", {"url", "caption"}},
@@ -473,52 +539,63 @@ static const struct response_shape {
     {"NATIVE", {"message"}},
 };
 
-/* Refuses a member the type does not have. *seen gets bit i for each shape->fields[i] present
- * and *fallback the fallback: what is absent is not looked up again (the check runs for every
- * response of every request). */
+/* Refuses a member the type does not have. vals gets the value of each shape->fields[i]
+ * present (NULL when absent) and *fallback the fallback: nothing is looked up again. */
 static int check_fields(const json_t *resp, const struct response_shape *shape, int nested,
-                        const char *where, unsigned *seen, const json_t **fallback, bg_error_t *err)
+                        const char *where, const json_t **vals, const json_t **fallback,
+                        bg_error_t *err)
 {
-    const char *key;
-    json_t *v;
-
-    *seen = 0;
+    for (size_t i = 0; i < SHAPE_FIELDS; i++)
+        vals[i] = NULL;
     *fallback = NULL;
-    json_object_foreach((json_t *)resp, key, v) {
+    for (void *it = json_object_iter((json_t *)resp); it != NULL;
+         it = json_object_iter_next((json_t *)resp, it)) {
+        const char *key = json_object_iter_key(it);
+        json_t *v = json_object_iter_value(it);
         size_t i = 0;
-        if (strcmp(key, "type") == 0)
+        if (same(key, "type"))
             continue;
-        if (strcmp(key, "fallback") == 0 && !nested) {
+        if (same(key, "fallback") && !nested) {
             *fallback = v;
             continue;
         }
-        while (i < 6 && shape->fields[i] && strcmp(shape->fields[i], key) != 0)
+        while (shape->fields[i] && !same(shape->fields[i], key))
             i++;
-        if (i == 6 || shape->fields[i] == NULL)
+        if (shape->fields[i] == NULL)
             return bg_error_set(err, BG_ERR_MISSING_PARAM, "unknown field %s.%.60s%s", where, key,
                                 strcmp(key, "fallback") == 0 ? " (a fallback has no fallback)"
                                                              : "");
-        *seen |= 1u << i;
+        vals[i] = v;
     }
     return 0;
 }
 
-static int check_body(const json_t *resp, const char *type, const char *where, unsigned flags,
-                      unsigned seen, bg_error_t *err)
+/* The member key of a response of this shape, from the values check_fields kept. */
+static const json_t *member(const struct response_shape *shape, const json_t *const *vals,
+                            const char *key)
 {
+    for (size_t i = 0; shape->fields[i]; i++)
+        if (same(shape->fields[i], key))
+            return vals[i];
+    return NULL;
+}
+
+static int check_body(const struct response_shape *shape, const json_t *const *vals,
+                      const char *where, unsigned flags, bg_error_t *err)
+{
+    const char *type = shape->type, *sticker;
     const json_t *components;
-    const char *url, *sticker;
 
     switch (type[0]) {
     case 'T':
         if (strcmp(type, "TEXT") == 0)
-            return str_field(resp, "text", where, 1, 0, flags, NULL, err) < 0 ||
-                           ((seen & 2) && check_quick_replies(resp, where, flags, err) < 0)
+            return str_field(vals[0], "text", where, 1, 0, flags, NULL, err) < 0 ||
+                           (vals[1] && check_quick_replies(vals[1], where, flags, err) < 0)
                        ? -1
                        : 0;
-        components = json_object_get(resp, "components");
-        if (str_field(resp, "elementName", where, 1, 0, flags, NULL, err) < 0 ||
-            str_field(resp, "languageCode", where, 1, 0, flags, NULL, err) < 0)
+        components = vals[2];
+        if (str_field(vals[0], "elementName", where, 1, 0, flags, NULL, err) < 0 ||
+            str_field(vals[1], "languageCode", where, 1, 0, flags, NULL, err) < 0)
             return -1;
         if (components != NULL && !json_is_array(components))
             return bg_error_set(err, BG_ERR_MISSING_PARAM,
@@ -528,44 +605,44 @@ static int check_body(const json_t *resp, const char *type, const char *where, u
     case 'V':
     case 'A':
     case 'F':
-        return url_field(resp, "url", where, 1, flags, err) < 0 ||
-                       str_field(resp, "caption", where, 0, 0, flags, NULL, err) < 0 ||
-                       str_field(resp, "filename", where, 0, REQUEST_MAX_FILENAME, flags, NULL,
-                                 err) < 0
+        return url_field(vals[0], "url", where, 1, flags, err) < 0 ||
+                       str_field(member(shape, vals, "caption"), "caption", where, 0, 0, flags,
+                                 NULL, err) < 0 ||
+                       str_field(member(shape, vals, "filename"), "filename", where, 0,
+                                 REQUEST_MAX_FILENAME, flags, NULL, err) < 0
                    ? -1
                    : 0;
     case 'S':
-        if (url_field(resp, "url", where, 0, flags, err) < 0 ||
-            str_field(resp, "sticker", where, 0, REQUEST_MAX_STICKER, flags, &sticker, err) < 0)
+        if (url_field(vals[0], "url", where, 0, flags, err) < 0 ||
+            str_field(vals[1], "sticker", where, 0, REQUEST_MAX_STICKER, flags, &sticker, err) < 0)
             return -1;
-        url = json_string_value(json_object_get(resp, "url"));
-        if ((url == NULL) == (sticker == NULL))
+        if ((json_string_value(vals[0]) == NULL) == (sticker == NULL))
             return bg_error_set(err, BG_ERR_MISSING_PARAM,
                                 "parameter %s needs one of url and sticker", where);
         return 0;
     case 'L':
         if (strcmp(type, "LOCATION") == 0)
-            return coordinate(resp, "latitude", where, 90, flags, err) < 0 ||
-                           coordinate(resp, "longitude", where, 180, flags, err) < 0 ||
-                           str_field(resp, "name", where, 0, 0, flags, NULL, err) < 0 ||
-                           str_field(resp, "address", where, 0, 0, flags, NULL, err) < 0
+            return coordinate(vals[0], "latitude", where, 90, flags, err) < 0 ||
+                           coordinate(vals[1], "longitude", where, 180, flags, err) < 0 ||
+                           str_field(vals[2], "name", where, 0, 0, flags, NULL, err) < 0 ||
+                           str_field(vals[3], "address", where, 0, 0, flags, NULL, err) < 0
                        ? -1
                        : 0;
-        return str_field(resp, "text", where, 1, 0, flags, NULL, err) < 0 ||
-                       str_field(resp, "button", where, 1, REQUEST_MAX_TITLE, flags, NULL, err) <
+        return str_field(vals[0], "text", where, 1, 0, flags, NULL, err) < 0 ||
+                       str_field(vals[1], "button", where, 1, REQUEST_MAX_TITLE, flags, NULL, err) <
                            0 ||
-                       check_sections(resp, where, flags, err) < 0
+                       check_sections(vals[2], where, flags, err) < 0
                    ? -1
                    : 0;
     case 'B':
-        return str_field(resp, "text", where, 1, 0, flags, NULL, err) < 0 ||
-                       check_buttons(resp, where, 1, flags, err) < 0
+        return str_field(vals[0], "text", where, 1, 0, flags, NULL, err) < 0 ||
+                       check_buttons(vals[1], where, 1, flags, err) < 0
                    ? -1
                    : 0;
     case 'C':
-        return check_cards(resp, where, flags, err);
+        return check_cards(vals[0], where, flags, err);
     default: /* NATIVE */
-        return check_native(resp, where, err);
+        return check_native(vals[0], where, err);
     }
 }
 
@@ -573,25 +650,27 @@ static int check_one(const json_t *resp, const char *where, unsigned flags, int 
                      bg_error_t *err)
 {
     const char *type;
-    const json_t *fallback;
-    unsigned seen;
+    const json_t *fallback, *vals[SHAPE_FIELDS];
     size_t i = 0;
 
     if (!json_is_object(resp))
         return bg_error_set(err, BG_ERR_MISSING_PARAM, "parameter %s must be an object", where);
-    if (str_field(resp, "type", where, 1, 0, 0, &type, err) < 0)
+    if (str_field(json_object_get(resp, "type"), "type", where, 1, 0, 0, &type, err) < 0)
         return -1;
-    while (i < sizeof(shapes) / sizeof(shapes[0]) && strcmp(shapes[i].type, type) != 0)
+    while (i < sizeof(shapes) / sizeof(shapes[0]) && !same(shapes[i].type, type))
         i++;
     if (i == sizeof(shapes) / sizeof(shapes[0]))
         return bg_error_set(err, BG_ERR_UNSUPPORTED,
                             "%s.type: response type %.40s is not supported", where, type);
-    if (check_fields(resp, &shapes[i], nested, where, &seen, &fallback, err) < 0 ||
-        check_body(resp, type, where, flags, seen, err) < 0)
+    if (check_fields(resp, &shapes[i], nested, where, vals, &fallback, err) < 0 ||
+        check_body(&shapes[i], vals, where, flags, err) < 0)
         return -1;
     if (fallback != NULL) {
+        /* "<where>.fallback" (where cut to 140 bytes), without snprintf */
         char at[REQUEST_WHERE_MAX];
-        snprintf(at, sizeof(at), "%.140s.fallback", where);
+        size_t n = strnlen(where, 140);
+        memcpy(at, where, n);
+        memcpy(at + n, ".fallback", sizeof(".fallback"));
         return check_one(fallback, at, flags, 1, err);
     }
     return 0;

@@ -77,6 +77,11 @@ int request_check_response(const json_t *resp, const char *where, bg_error_t *er
 int request_check_response_flags(const json_t *resp, const char *where, unsigned flags,
                                  bg_error_t *err);
 
+/* The members of obj named in names (NULL-terminated) into vals, by their index in names (NULL
+ * when absent), in one walk of obj: what is read next is not looked up by name again. Returns
+ * the first member (in obj's order) that names lacks, NULL when none. */
+const char *request_fields(const json_t *obj, const char *const *names, const json_t **vals);
+
 /* 1 when s (valid UTF-8) holds none of the characters an id may not contain: C0 controls and
  * DEL, C1 controls (U+0080-U+009F), U+2028, U+2029, '{' and '}' (they would end a Redis key's
  * hash tag). Every id that goes into a key is checked with it: a request's, a tree's. */

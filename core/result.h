@@ -30,6 +30,24 @@ typedef struct result_event {
  * as JSON text (a response's text kept while its platform call is out, instead of it). */
 void result_write_data(jsonw_t *w, const json_t *response);
 
+/* A response as the text sendResponses keeps while it waits: its JSON, type first
+ * ({"type":"T",...}, the rest its messageEvent data as result_write_data writes it), in a block
+ * of its own size; with fallback set, the fallback's text follows its NUL. NULL when out of
+ * memory. */
+char *result_response_text(const json_t *r, int fallback);
+
+/* The same texts copied from the request's body as the client wrote it (blanks dropped), which
+ * costs a fraction of writing them from the parsed values. result_body_array: where the
+ * elements of the top-level array name start in the body (after its '['), NULL when it cannot
+ * be found as written. result_body_text: the text of the element at *p, with its fallback's
+ * after the NUL when it has one (whether it goes is not known yet), *p moved past it and its
+ * comma (NULL when the array cannot be read on, the end once it closed); NULL when it is not
+ * written as its text would be (a string with an escape) or memory ran out: then
+ * result_response_text. scratch is any writer, reused. The body must be the one parsed and
+ * checked (request_parse_send). */
+const char *result_body_array(const char *body, size_t len, const char *name);
+char *result_body_text(const char **p, const char *end, jsonw_t *scratch);
+
 /* sendResponses elements are written as text (jsonw.h): the hot path of the busiest
  * operation. A delivered response: meta is the platform's own meta object or NULL for
  * {"api_status":"stable","version":api_version}. */

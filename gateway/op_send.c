@@ -274,81 +274,43 @@ static void send_drained(op_t *op, int call_cut)
     send_answer(op, 0, &cut);
 }
 
-/* A response as the text it is kept in while the request waits: its JSON, type first, written
- * from its messageEvent data so that the result element can be cut from it (text_split), in a
- * block of its own size (the writer's buffer is larger, and thousands wait at once). NULL when
- * out of memory. */
-static char *response_text_one(const json_t *r)
+/* Each response's text (op->texts): copied from the body where it can be (result_body_text),
+ * else written from the parsed response; a response with a fallback gets both texts, as which
+ * one goes is not known yet. -1 when out of memory. */
+static int make_texts(op_t *op, const char *body, size_t len)
 {
-    const char *type = json_string_value(json_object_get(r, "type"));
-    size_t data_at, data_len;
-    jsonw_t w;
-    char *text;
+    const char *p = result_body_array(
+        body, len, json_object_get(op->send.root, "response") != NULL ? "response" : "responses");
+    jsonw_t scratch;
 
-    jw_init(&w);
-    jw_lit(&w, "{\"type\":");
-    jw_str(&w, type);
-    data_at = w.len;
-    result_write_data(&w, r); /* {...}: its members follow the type, or {} none */
-    data_len = w.len - data_at;
-    if (data_len <= 2)
-        w.len = data_at + 1; /* {"type":"T"} */
-    if (w.failed || (text = malloc(w.len + 1)) == NULL) {
-        jw_free(&w);
-        return NULL;
-    }
-    memcpy(text, w.buf, w.len);
-    text[data_at] = data_len > 2 ? ',' : '}';
-    text[w.len] = '\0';
-    jw_free(&w);
-    return text;
-}
-
-/* With a fallback that goes in its place (fallback set), the fallback's text follows the
- * response's NUL: the element is cut from the first, delivery reads the second. */
-static char *response_text(const json_t *r, int fallback)
-{
-    char *text = response_text_one(r), *alt, *both;
-    size_t n, m;
-
-    if (!fallback || text == NULL)
-        return text;
-    if ((alt = response_text_one(json_object_get(r, "fallback"))) == NULL) {
-        free(text);
-        return NULL;
-    }
-    n = strlen(text);
-    m = strlen(alt);
-    if ((both = realloc(text, n + 1 + m + 1)) == NULL) {
-        free(text);
-        free(alt);
-        return NULL;
-    }
-    memcpy(both + n + 1, alt, m + 1);
-    free(alt);
-    return both;
-}
-
-/* What is read again once the request is resolved: its responses as text, and the ids, which
- * the op keeps (keep_target). The rest, the member's record and the parsed body, goes before
- * the platform calls rather than after their answers: thousands of requests may wait for them
- * at once. */
-static int let_go(op_t *op)
-{
     op->count = (unsigned)json_array_size(op->send.responses);
     if ((op->texts = calloc(op->count, sizeof(*op->texts))) == NULL)
         return -1;
-    for (unsigned i = 0; i < op->count; i++)
-        if ((op->texts[i] = response_text(json_array_get(op->send.responses, i),
-                                          (int)(op->fallbacks >> i & 1))) == NULL)
-            return -1;
+    jw_init(&scratch);
+    for (unsigned i = 0; i < op->count; i++) {
+        const json_t *resp = json_array_get(op->send.responses, i);
+        int fallback = json_object_get(resp, "fallback") != NULL;
+        if (p != NULL)
+            op->texts[i] = result_body_text(&p, body + len, &scratch);
+        if (op->texts[i] == NULL && (op->texts[i] = result_response_text(resp, fallback)) == NULL)
+            break;
+    }
+    jw_free(&scratch);
+    return op->count > 0 && op->texts[op->count - 1] == NULL ? -1 : 0;
+}
+
+/* What is read again once the request is resolved: its responses as text (made by send_parse),
+ * and the ids, which the op keeps (keep_target). The rest, the member's record and the parsed
+ * body, goes before the platform calls rather than after their answers: thousands of requests
+ * may wait for them at once. */
+static void let_go(op_t *op)
+{
     if (op->target.member_id != NULL && strcmp(op->member_id, op->target.member_id) == 0) {
         op->member_id = op->target.member_id;
         json_decref(op->member);
         op->member = NULL;
     }
     request_send_free(&op->send);
-    return 0;
 }
 
 static void send_run(op_t *op)
@@ -360,28 +322,29 @@ static void send_run(op_t *op)
      * platform lacks goes as its fallback when it has one that the platform takes. */
     op->fallbacks = 0;
     json_array_foreach(op->send.responses, i, response) {
-        const json_t *fallback;
+        const json_t *fallback, *checked = response;
         char msg[BG_ERROR_MSG_MAX - 32];
-        int code = adapter_check_response(op->dl.adapter, response, msg, sizeof(msg));
+        /* the reason is written only when it is told: not for a type that goes as its
+         * fallback */
+        int code = adapter_check_response(op->dl.adapter, response, NULL, 0);
         const char *part = "";
         bg_error_t err;
 
         if (code == BG_ERR_UNSUPPORTED &&
             (fallback = json_object_get(response, "fallback")) != NULL) {
             part = ".fallback";
-            if ((code = adapter_check_response(op->dl.adapter, fallback, msg, sizeof(msg))) == 0)
+            checked = fallback;
+            if ((code = adapter_check_response(op->dl.adapter, fallback, NULL, 0)) == 0)
                 op->fallbacks |= (uint64_t)1 << i;
         }
         if (code != 0) {
+            adapter_check_response(op->dl.adapter, checked, msg, sizeof(msg));
             bg_error_set(&err, code, "response[%zu]%s: %s", i, part, msg);
             op_fail(op, &err);
             return;
         }
     }
-    if (let_go(op) < 0) {
-        fail_memory(op);
-        return;
-    }
+    let_go(op);
     op->send_ok = 1;
     op->index = 0;
     send_next(op);
@@ -392,6 +355,9 @@ static int send_parse(op_t *op, const char *body, size_t len, bg_error_t *err)
     if (request_parse_send(body, len, &op->send, err) < 0)
         return -1;
     op->target = op->send.target;
+    /* the texts now, while the body is there to copy them from (op.c lets it go next) */
+    if (make_texts(op, body, len) < 0)
+        return bg_error_set(err, BG_ERR_UNAVAILABLE, "out of memory");
     return 0;
 }
 

@@ -74,10 +74,6 @@ void jw_raw(jsonw_t *w, const char *s, size_t n)
     w->len += n;
 }
 
-void jw_lit(jsonw_t *w, const char *s)
-{
-    jw_raw(w, s, strlen(s));
-}
 
 void jw_str(jsonw_t *w, const char *s)
 {
@@ -157,12 +153,121 @@ void jw_int(jsonw_t *w, long long v)
     jw_raw(w, p, (size_t)(tmp + sizeof(tmp) - 1 - p));
 }
 
+__extension__ typedef unsigned __int128 jw_u128;
+
+/* %.17g of d, for 1e-4 <= |d| < 1e17 (a coordinate, an amount): the 17 significant digits
+ * of its exact value, rounded half to even as glibc's printf rounds them, in the fixed form
+ * %g picks for that range, trailing zeros cut. glibc's printf takes about 4000 instructions
+ * for a real and an echoed LOCATION has two. The value is m * 2^e exactly, and m * 10^k
+ * (k <= 20) fits in 128 bits. Returns the length written to out, 0 outside the range. */
+static int real17(char *out, double d)
+{
+    static const uint64_t pow10[20] = {1u,
+                                       10u,
+                                       100u,
+                                       1000u,
+                                       10000u,
+                                       100000u,
+                                       1000000u,
+                                       10000000u,
+                                       100000000u,
+                                       1000000000u,
+                                       10000000000u,
+                                       100000000000u,
+                                       1000000000000u,
+                                       10000000000000u,
+                                       100000000000000u,
+                                       1000000000000000u,
+                                       10000000000000000u,
+                                       100000000000000000u,
+                                       1000000000000000000u,
+                                       10000000000000000000u};
+    double a = d < 0 ? -d : d;
+    uint64_t bits, m, n;
+    int e, x, s, len = 0, digits, point;
+    char num[24];
+
+    if (!(a >= 1e-4 && a < 1e17))
+        return 0;
+    memcpy(&bits, &a, sizeof(bits));
+    m = (bits & ((1ull << 52) - 1)) | (1ull << 52); /* normal: a >= 1e-4 */
+    e = (int)(bits >> 52) - 1075;
+    /* x: the decimal exponent of a's first digit, guessed here and checked on the digits */
+    x = a >= 1 ? 0 : a >= 0.1 ? -1 : a >= 0.01 ? -2 : a >= 0.001 ? -3 : -4;
+    while (x >= 0 && x < 16 && a >= (double)pow10[x + 1])
+        x++;
+    for (;;) {
+        int k = 16 - x;
+        jw_u128 v, rest = 0, half = 0;
+        if (k < 0 || k > 20) /* not reached: 1e-4 <= a < 1e17 */
+            return 0;
+        v = (jw_u128)m * (k < 20 ? pow10[k] : (jw_u128)pow10[19] * 10);
+        if (e >= 0) {
+            v <<= e; /* e <= 4 here: a < 2^57 */
+        } else {
+            s = -e; /* at most 70: a >= 1e-4 */
+            rest = v & (((jw_u128)1 << s) - 1);
+            half = (jw_u128)1 << (s - 1);
+            v >>= s;
+        }
+        if (v < pow10[16]) {
+            x--;
+            continue;
+        }
+        if (v >= pow10[17]) {
+            x++;
+            continue;
+        }
+        n = (uint64_t)v;
+        if (e < 0 && (rest > half || (rest == half && (n & 1))))
+            n++;
+        if (n == pow10[17]) {
+            n = pow10[16];
+            x++;
+        }
+        break;
+    }
+    for (int i = 16; i >= 0; i--, n /= 10)
+        num[i] = (char)('0' + n % 10);
+    for (digits = 17; digits > 1 && num[digits - 1] == '0'; digits--)
+        ;
+    if (d < 0)
+        out[len++] = '-';
+    if (x < 0) {
+        out[len++] = '0';
+        out[len++] = '.';
+        for (int i = -1; i > x; i--)
+            out[len++] = '0';
+        memcpy(out + len, num, (size_t)digits);
+        return len + digits;
+    }
+    point = x + 1; /* digits before the point */
+    for (int i = 0; i < point; i++)
+        out[len++] = num[i];
+    if (digits > point) {
+        out[len++] = '.';
+        memcpy(out + len, num + point, (size_t)(digits - point));
+        len += digits - point;
+    }
+    return len;
+}
+
 /* A real as jansson writes it: the shortest of %.17g, with ".0" when it would read back as
  * an integer. */
-static void jw_real(jsonw_t *w, double d)
+void jw_real(jsonw_t *w, double d)
 {
     char tmp[40];
-    int n = snprintf(tmp, sizeof(tmp), "%.17g", d);
+    int n = real17(tmp, d);
+
+    if (n > 0) {
+        if (memchr(tmp, '.', (size_t)n) == NULL) {
+            tmp[n++] = '.';
+            tmp[n++] = '0';
+        }
+        jw_raw(w, tmp, (size_t)n);
+        return;
+    }
+    n = snprintf(tmp, sizeof(tmp), "%.17g", d);
 
     if (n < 0 || n >= (int)sizeof(tmp) - 3) {
         w->failed = 1;

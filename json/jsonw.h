@@ -8,6 +8,7 @@
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Owned by its user; jw_free() releases the buffer. failed is set on out of memory: the text
  * is then incomplete and must not be used. */
@@ -26,9 +27,15 @@ void jw_free(jsonw_t *w);
 char *jw_steal(jsonw_t *w, size_t *len);
 
 void jw_raw(jsonw_t *w, const char *s, size_t n);
-void jw_lit(jsonw_t *w, const char *s);          /* a literal piece of JSON syntax */
+/* A literal piece of JSON syntax. Inline: the length of a literal is then counted when
+ * compiling, not at every call (hundreds per request). */
+static inline void jw_lit(jsonw_t *w, const char *s)
+{
+    jw_raw(w, s, strlen(s));
+}
 void jw_str(jsonw_t *w, const char *s);          /* a string, quoted and escaped; NULL: null */
 void jw_int(jsonw_t *w, long long v);
+void jw_real(jsonw_t *w, double d);              /* a real as jansson writes it */
 void jw_json(jsonw_t *w, const json_t *v);       /* any jansson value, compact */
 /* Any jansson value as compact text, the same text json_dumps(v, JSON_COMPACT |
  * JSON_ENCODE_ANY) gives, in one call: a malloc'd string, NULL on failure. */

@@ -11,6 +11,7 @@
 #include "core/auth.h"
 #include "net/netguard.h"
 #include "core/request.h"
+#include "core/result.h"
 
 #include <arpa/inet.h>
 #include <strings.h>
@@ -92,6 +93,36 @@ static void check_platforms(const json_t *resp)
     json_decref(info);
 }
 
+/* The texts sendResponses keeps for an accepted body: copied from the body where they can be
+ * (result_body_text), they are the ones written from the parsed responses, fallbacks too. */
+static void check_texts(const uint8_t *data, size_t size, const send_request_t *req)
+{
+    const char *body = (const char *)data;
+    const char *p = result_body_array(
+        body, size, json_object_get(req->root, "response") != NULL ? "response" : "responses");
+    jsonw_t scratch;
+
+    jw_init(&scratch);
+    for (size_t i = 0; i < json_array_size(req->responses); i++) {
+        const json_t *r = json_array_get(req->responses, i);
+        int fallback = json_object_get(r, "fallback") != NULL;
+        char *want = result_response_text(r, fallback), *got = NULL;
+        FUZZ_CHECK(want != NULL, "response[%zu]: no text", i);
+        if (p != NULL)
+            got = result_body_text(&p, body + size, &scratch);
+        if (got != NULL) {
+            FUZZ_CHECK(strcmp(got, want) == 0, "response[%zu]: copied %s, written %s", i, got,
+                       want);
+            FUZZ_CHECK(!fallback || strcmp(got + strlen(got) + 1, want + strlen(want) + 1) == 0,
+                       "response[%zu]: copied fallback %s, written %s", i, got + strlen(got) + 1,
+                       want + strlen(want) + 1);
+        }
+        free(got);
+        free(want);
+    }
+    jw_free(&scratch);
+}
+
 static void check_send(const uint8_t *data, size_t size)
 {
     send_request_t req;
@@ -121,6 +152,7 @@ static void check_send(const uint8_t *data, size_t size)
         FUZZ_CHECK(adapter_response_type(type) != 0, "response[%zu] of an unknown type passed", i);
         check_platforms(resp);
     }
+    check_texts(data, size, &req);
     request_send_free(&req);
     FUZZ_CHECK(req.root == NULL, "request_send_free left the root");
 }

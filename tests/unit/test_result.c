@@ -332,6 +332,156 @@ static void test_jw_scalars(void **state)
     free(text);
 }
 
+/* The texts copied from body (result_body_text) against those written from its parse
+ * (result_response_text), element by element; copied counts those the copy made itself. */
+static void assert_body_texts(const char *body, const char *name, int *copied)
+{
+    json_t *root = load(body), *list = json_object_get(root, name);
+    const char *p = result_body_array(body, strlen(body), name);
+    jsonw_t scratch;
+
+    jw_init(&scratch);
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        const json_t *r = json_array_get(list, i);
+        int fallback = json_object_get(r, "fallback") != NULL;
+        char *want = result_response_text(r, fallback), *got = NULL;
+        if (p != NULL)
+            got = result_body_text(&p, body + strlen(body), &scratch);
+        if (got != NULL) {
+            ++*copied;
+            assert_string_equal(got, want);
+            if (fallback) /* and the fallback's text after the NUL */
+                assert_string_equal(got + strlen(got) + 1, want + strlen(want) + 1);
+        }
+        free(got);
+        free(want);
+    }
+    jw_free(&scratch);
+    json_decref(root);
+}
+
+/* A response's text copied from the body is the one written from its parsed value, whatever
+ * the blanks, the order of its members, its nesting, numbers (reals and -0 written again),
+ * literals, UTF-8, a fallback; a string with an escape is left to the parsed value, and so is
+ * the rest of a body the copy cannot read on in. */
+static void test_body_texts(void **state)
+{
+    static const char *const plain[] = {
+        "{\"channelId\":\"c\",\"response\":[{\"type\":\"TEXT\",\"text\":\"hi\"}]}",
+        "{ \"memberId\" : \"m\" , \"response\" : [ { \"text\" : \"a b\" , \"type\" : \"TEXT\" } ,"
+        "\n\t{\"type\":\"IMAGE\",\"url\":\"https://x/y.png\"} ] , \"channelId\":\"c\" }",
+        "{\"response\":[{\"type\":\"LOCATION\",\"latitude\":22.28,\"longitude\":-114.16e0,"
+        "\"name\":\"\xe9\xa6\x99\xe6\xb8\xaf\","
+        "\"fallback\":{\"text\":\"at 22.28\",\"type\":\"TEXT\"}},"
+        "{\"type\":\"NATIVE\",\"message\":{\"a\":[1,-2,3.5,-0,true,false,null,{},[]],\"b\":{\"c\":"
+        "[ { } , [ ] ]},\"n\":-0.0,\"e\":1E+2}}]}",
+        "{\"responses\":[{\"type\":\"TEXT\",\"text\":\"x\",\"quickReplies\":[{\"title\":\"A\","
+        "\"payload\":\"P\"}]},{\"type\":\"BUTTON\",\"buttons\":[{\"type\":\"url\",\"title\":\"T\","
+        "\"url\":\"https://e\"}],\"text\":\"t\"}]}",
+    };
+    static const char *const escaped[] = {
+        "{\"response\":[{\"type\":\"TEXT\",\"text\":\"a\\\"b\"},"
+        "{\"type\":\"TEXT\",\"text\":\"c\"}]}",
+        "{\"response\":[{\"type\":\"TEXT\",\"te\\u0078t\":\"x\"}]}",
+        "{\"respons\\u0065\":[{\"type\":\"TEXT\",\"text\":\"x\"}]}",
+    };
+    int copied = 0;
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++) {
+        json_t *root = load(plain[i]);
+        const char *name = json_object_get(root, "response") ? "response" : "responses";
+        int n = (int)json_array_size(json_object_get(root, name));
+        json_decref(root);
+        copied = 0;
+        assert_body_texts(plain[i], name, &copied);
+        assert_int_equal(copied, n); /* every one copied */
+    }
+    copied = 0;
+    assert_body_texts(escaped[0], "response", &copied);
+    assert_int_equal(copied, 1); /* the second one */
+    for (size_t i = 1; i < sizeof(escaped) / sizeof(escaped[0]); i++) {
+        copied = 0;
+        assert_body_texts(escaped[i], "response", &copied);
+        assert_int_equal(copied, 0);
+    }
+}
+
+/* jw_real(d) against jansson's dump of d, for d and -d. */
+static void assert_real_as_jansson(double d)
+{
+    for (int sign = 0; sign < 2; sign++) {
+        json_t *v = json_real(sign ? -d : d);
+        char *want = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT), *text;
+        jsonw_t w;
+        jw_init(&w);
+        jw_json(&w, v);
+        text = jw_steal(&w, NULL);
+        assert_non_null(want);
+        assert_string_equal(text, want);
+        free(text);
+        free(want);
+        json_decref(v);
+    }
+}
+
+/* Reals of the common range are written without printf (jsonw.c real17): exactly as jansson
+ * writes them, ties of the 17th digit (half to even) and the ends of the range included;
+ * outside it, printf's text as before. */
+static void test_jw_reals(void **state)
+{
+    static const double some[] = {22.28,
+                                  114.16,
+                                  -90,
+                                  180,
+                                  0.1,
+                                  0.3,
+                                  1,
+                                  2.5,
+                                  1e-4,
+                                  9.9999999999999991e-5,
+                                  0.001,
+                                  1e16,
+                                  9999999999999998.0,
+                                  99999999999999984.0,
+                                  1e17,
+                                  123456789012345678.0,
+                                  1e300,
+                                  5e-324,
+                                  0.0,
+                                  123456789012345.625, /* a tie: ...62|5 -> ...62 */
+                                  123456789012345.375, /* ...37|5 -> ...38 */
+                                  1234567890123456.5,
+                                  1234567890123457.5};
+    uint64_t x = 88172645463325252u;
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(some) / sizeof(some[0]); i++)
+        assert_real_as_jansson(some[i]);
+    for (int i = 0; i < 20000; i++) {
+        double d;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        switch (i % 4) {
+        case 0: /* coordinates with up to 6 decimals */
+            d = (double)(x % 360000001) / 1e6 - 180;
+            break;
+        case 1: /* halves, quarters, ... of 15-digit integers: ties at the 17th digit */
+            d = (double)(100000000000000 + x % 100000) + (double)(x >> 40 & 15) / 16;
+            break;
+        case 2: /* any magnitude from 1e-6 to 1e19 */
+            d = (double)(x % 1000000007) * 1e-15 * (double)(1ull << (x >> 58));
+            break;
+        default: /* any bits that make a finite double */
+            memcpy(&d, &x, sizeof(d));
+            if (d != d || d - d != 0)
+                continue;
+        }
+        assert_real_as_jansson(d);
+    }
+}
+
 /* Strings are copied eight bytes at a time until one needs an escape: every character that
  * does, at every offset of a long string, comes out as jansson writes it. */
 static void test_jw_str_escapes(void **state)
@@ -438,7 +588,8 @@ int main(void)
         cmocka_unit_test(test_written_event_matches_jansson),
         cmocka_unit_test(test_written_answer),
         cmocka_unit_test(test_written_cut_answer), cmocka_unit_test(test_jw_scalars),
-        cmocka_unit_test(test_jw_str_escapes),
+        cmocka_unit_test(test_jw_str_escapes), cmocka_unit_test(test_jw_reals),
+        cmocka_unit_test(test_body_texts),
         cmocka_unit_test(test_node_element), cmocka_unit_test(test_answer),
     };
 
