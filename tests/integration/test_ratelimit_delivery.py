@@ -11,6 +11,7 @@ arrival time of every send (ts_us, its own clock).
 - The limiter off for a number the simulator limits: its first 130429 pauses the number for
   all three instances within 100 ms, and nothing more reaches the platform until the pause ends.
 """
+import collections
 import http.client
 import json
 import os
@@ -170,6 +171,12 @@ class RateLimitDelivery(StackTest):
         bad = [a for a in answers if a[0] != 200 or a[1]["sendResult"]["ok"] != 1]
         self.assertEqual(bad[:3], [])
         got = self.arrivals(NUM_RATE)
+        if len(got) != N_SENDS:  # say which messages came more than once, and what botgate said
+            texts = collections.Counter(json.dumps(e.get("body"), sort_keys=True) for e in got)
+            dups = [(t, n) for t, n in texts.items() if n > 1]
+            sys.stderr.write("\n%d messages recorded more than once: %r\n" % (len(dups), dups[:5]))
+            with open(self.s.log_path) as f:
+                sys.stderr.write("".join(l for l in f if '"warn"' in l or '"error"' in l)[-3000:])
         self.assertEqual(len(got), N_SENDS)
         self.assertEqual([e for e in got if e["limit"] is not None][:3], [])
         # at 95-100 % of the limit, measured by the simulator's clock
