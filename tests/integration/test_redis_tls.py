@@ -61,9 +61,12 @@ class RedisTls(unittest.TestCase):
         self.s.cleanup_dir()
 
     def start_tls_redis(self, name, port, *extra):
+        # "localhost" may name ::1 first (Debian's minbase root does): listen there too, where
+        # the system has it ("-": skipped when it cannot be bound)
         with open(os.path.join(self.d, name + ".log"), "ab") as log:
             self.s.procs[name] = subprocess.Popen(
                 [REDIS_SERVER, "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1",
+                 "-::1",
                  "--save", "", "--appendonly", "no", "--dir", self.d] + list(extra),
                 stdout=log, stderr=log)
         wait_for(lambda: tls_cli(self.d, port, "PING").stdout.strip() == "PONG",
