@@ -327,8 +327,19 @@ class Connection:
         self.h2.send_headers(s.id, [(":status", str(status)),
                                     ("content-type", "application/json"),
                                     ("content-length", str(len(body)))] + list(fields))
-        self.h2.send_data(s.id, body, end_stream=True)
         s.outcome = "answered %d" % status
+
+        def send_body():
+            # as a platform must: within botgate's flow-control window (after an answer too
+            # large, the connection's may be spent until botgate's WINDOW_UPDATE comes)
+            if s.client_reset is not None:
+                return True
+            if self.h2.local_flow_control_window(s.id) < len(body):
+                return False
+            self.h2.send_data(s.id, body, end_stream=True)
+            return True
+        if not send_body():
+            self.later.append(send_body)
         return True
 
     def reset(self, s, code, outcome):
