@@ -12,8 +12,9 @@
 static const double bounds[METRICS_BUCKETS] = {
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 };
-static const char *const route_names[METRICS_ROUTES] = {"sendResponses", "redirectMemberToNode"};
-static const int statuses[METRICS_STATUSES] = {200, 413, 500, 400, 401, 404, 409, 429, 502, 503};
+static const char *const route_names[METRICS_ROUTES] = {"sendResponses", "redirectMemberToNode",
+                                                        "requests"};
+static const int statuses[METRICS_STATUSES] = {200, 413, 500, 400, 401, 404, 409, 429, 502, 503, 202};
 static const char *const targets[METRICS_TARGETS] = {
     "facebook", "whatsapp", "whatsapp-cloud", "slack", "wechat", "teamwork", "media", "webhook",
 };

@@ -89,8 +89,11 @@ static void send_resumed(op_t *op)
             char buf[32];
             result_event_t ev = send_event(op, op->index, NULL, buf);
             bg_error_t err;
-            bg_error_set(&err, BG_ERR_OUTCOME_UNKNOWN,
-                         "outcome unknown: an earlier attempt may have delivered it");
+            if (how == OP_RESUMED_EXPIRED)
+                bg_error_set(&err, BG_ERR_EXPIRED, "expired in the queue: not sent");
+            else
+                bg_error_set(&err, BG_ERR_OUTCOME_UNKNOWN,
+                             "outcome unknown: an earlier attempt may have delivered it");
             result_write_failed(&op->results, &ev, op->dl.to, &err);
             op->send_ok = 0;
         }
@@ -292,12 +295,13 @@ static int let_go(op_t *op)
     return 0;
 }
 
-static void send_run(op_t *op)
+/* Every response is checked against the platform before anything is sent (or queued):
+ * 0, or -1 when answered. */
+static int send_check(op_t *op)
 {
     const json_t *response;
     size_t i;
 
-    /* Every response is checked against the platform before anything is sent. */
     json_array_foreach(op->send.responses, i, response) {
         const char *type = json_string_value(json_object_get(response, "type"));
         if ((adapter_response_type(type) & op->dl.adapter->response_types) == 0) {
@@ -306,9 +310,16 @@ static void send_run(op_t *op)
                          "response[%zu]: type %.40s is not supported on %s channels", i, type,
                          op->dl.adapter->type);
             op_fail(op, &err);
-            return;
+            return -1;
         }
     }
+    return 0;
+}
+
+static void send_run(op_t *op)
+{
+    if (send_check(op) < 0)
+        return;
     if (let_go(op) < 0) {
         fail_memory(op);
         return;
@@ -316,6 +327,18 @@ static void send_run(op_t *op)
     op->send_ok = 1;
     op->index = 0;
     send_next(op);
+}
+
+/* Prefer: respond-async: checked as above, then queued and answered 202 (outbox.c). */
+static void send_queue(op_t *op)
+{
+    if (send_check(op) == 0)
+        op->env->outbox->accept(op);
+}
+
+static void send_queue_expired(op_t *op)
+{
+    op_fail_code(op, BG_ERR_STORE, "the store did not answer in time");
 }
 
 static int send_parse(op_t *op, const char *body, size_t len, bg_error_t *err)
@@ -333,3 +356,11 @@ const op_kind_t op_send_kind = {.route = METRICS_ROUTE_SEND,
                                 .expired = send_expired,
                                 .cleanup = send_cleanup,
                                 .drained = send_drained};
+
+const op_kind_t op_send_async_kind = {.route = METRICS_ROUTE_SEND,
+                                      .scopes = AUTH_ACCEPT_SEND,
+                                      .parse = send_parse,
+                                      .run = send_queue,
+                                      .expired = send_queue_expired,
+                                      .cleanup = send_cleanup,
+                                      .async = 1};

@@ -174,7 +174,8 @@ static int idem_decode(const redisReply *r, store_idem_t *res, resumed_t *rs)
         res->code = (int)reply_int(r->element[2]);
         res->body = r->element[3]->str;
         res->len = r->element[3]->len;
-        if (res->status != 200 && res->status != 500 && res->status != 413)
+        /* 202: a request accepted for the outbox (Prefer: respond-async) */
+        if (res->status != 200 && res->status != 202 && res->status != 500 && res->status != 413)
             return -1;
     } else {
         return -1;
