@@ -35,6 +35,7 @@
 #define REQUEST_ID_LEN      24 /* 2 hex of the shard, 22 random */
 #define STATUS_PATH         "/requests/"
 #define DEPTH_EVERY_MS      5000
+#define READ_COUNT          8 /* entries one read takes at most */
 
 typedef struct ob_job ob_job_t;
 typedef struct ob_get ob_get_t;
@@ -258,6 +259,7 @@ static void ob_accept(op_t *op)
         if (req.callback == NULL)
             req.callback = "";
         a->call = store_outbox_accept(op->env->deliver.store, shard, a->id, &req, keep_ms,
+                                      (int64_t)op->env->deliver.cfg->outbox_ttl_s * 1000,
                                       on_accepted, op, &st);
     }
     free(text);
@@ -446,9 +448,9 @@ static void job_start(ob_job_t *job)
 
     job->stale = 0;
     rng_hex(&ob->env->deliver.rng, job->owner, 16);
-    job->call = store_outbox_start(ob->env->deliver.store, job->shard, job->id, job->order,
-                                   job->owner, cfg->request_timeout_ms + LEASE_MARGIN_MS,
-                                   (int64_t)cfg->outbox_ttl_s * 1000, on_start, job, &st);
+    job->call =
+        store_outbox_start(ob->env->deliver.store, job->shard, job->id, job->order, job->owner,
+                           cfg->request_timeout_ms + LEASE_MARGIN_MS, on_start, job, &st);
     if (job->call == NULL)
         job_later(job, READ_RETRY_MS);
 }
@@ -698,7 +700,10 @@ static void outbox_read(outbox_t *ob)
 
     if (ob->reader == NULL || ob->reading || ob->stopped || ob->env->draining || ob->n_jobs >= room)
         return;
-    if (store_outbox_read(ob->reader, room - ob->n_jobs, on_entries, ob) < 0) {
+    /* a few at a time: a burst spreads over the workers and instances blocked beside */
+    if (store_outbox_read(ob->reader,
+                          room - ob->n_jobs < READ_COUNT ? room - ob->n_jobs : READ_COUNT,
+                          on_entries, ob) < 0) {
         arm(ob->read_timer, READ_RETRY_MS);
         return;
     }

@@ -10,23 +10,24 @@
 
 #define NOW_MS "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
 
-/* KEYS stream, record, order; ARGV id, app, body, channel, member, callback, keep_ms. The entry
+/* KEYS stream, record, order; ARGV id, app, body, channel, member, callback, keep_ms, ttl_ms
+ * (the accepting instance's queue TTL: 'ends', when what is not sent expires). The entry
  * carries the order key: an attempt's script names it among its keys. */
 static const char ACCEPT_SCRIPT[] =
     NOW_MS "local seq = redis.call('HINCRBY', KEYS[3], 'n', 1) "
            "redis.call('PEXPIRE', KEYS[3], ARGV[7]) "
            "redis.call('HSET', KEYS[2], 'app', ARGV[2], 'body', ARGV[3], 'ch', ARGV[4], 'mb', "
            "ARGV[5], 'cb', ARGV[6], 'seq', seq, 'status', 'queued', 'attempts', 0, 'created', now, "
-           "'updated', now, 'next', 0) "
+           "'updated', now, 'next', 0, 'ends', now + ARGV[8]) "
            "redis.call('PEXPIRE', KEYS[2], ARGV[7]) "
            "redis.call('XADD', KEYS[1], '*', 'r', ARGV[1], 'o', KEYS[3]) return now";
 
-/* KEYS record, order; ARGV owner, lease_ms, ttl_ms. A member's requests start in the order of
+/* KEYS record, order; ARGV owner, lease_ms. A member's requests start in the order of
  * their sequence numbers: the one before must be finished ('done' in the order hash). 'out'
  * stays set while an attempt may have a call out: found set with the lease over, the attempt
  * died, and response 'next' may have been delivered. */
 static const char START_SCRIPT[] =
-    NOW_MS "local r = redis.call('HMGET', KEYS[1], 'status', 'seq', 'due', 'lease', 'created', "
+    NOW_MS "local r = redis.call('HMGET', KEYS[1], 'status', 'seq', 'due', 'lease', 'ends', "
            "'next', 'out') "
            "if not r[1] then return {'gone'} end "
            "if r[1] == 'done' or r[1] == 'failed' then return {'final'} end "
@@ -34,7 +35,7 @@ static const char START_SCRIPT[] =
            "return {'order'} end "
            "if r[4] and tonumber(r[4]) > now then return {'wait', tostring(tonumber(r[4]) - now)} "
            "end "
-           "local ends = tonumber(r[5]) + tonumber(ARGV[3]) local expired = now >= ends "
+           "local ends = tonumber(r[5]) local expired = now >= ends "
            "if r[3] and tonumber(r[3]) > now and not expired then "
            "return {'wait', tostring(math.min(tonumber(r[3]), ends) - now)} end "
            "redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease', now + ARGV[2], 'out', '1', "
@@ -342,10 +343,11 @@ static int record_key(store_t *st, char *buf, unsigned shard, const char *id)
 
 store_outbox_call_t *store_outbox_accept(store_t *st, unsigned shard, const char *id,
                                          const store_outbox_new_t *req, int64_t keep_ms,
-                                         store_outbox_accept_cb *cb, void *arg,
+                                         int64_t ttl_ms, store_outbox_accept_cb *cb, void *arg,
                                          store_status_t *status)
 {
-    char stream[STORE_KEY_MAX], record[STORE_KEY_MAX], order[STORE_KEY_MAX], keep[NUMFMT_DEC_SIZE];
+    char stream[STORE_KEY_MAX], record[STORE_KEY_MAX], order[STORE_KEY_MAX], keep[NUMFMT_DEC_SIZE],
+        ttl[NUMFMT_DEC_SIZE];
     store_outbox_call_t *c;
 
     if (store_key_outbox(stream, sizeof(stream), store_prefix(st), shard) < 0 ||
@@ -360,15 +362,14 @@ store_outbox_call_t *store_outbox_accept(store_t *st, unsigned shard, const char
         return NULL;
     }
     {
-        const char *words[] = {stream,          record,
-                               order,           id,
-                               req->app,        req->body,
-                               req->channel_id, req->member_id,
-                               req->callback,   numfmt_dec(keep, keep_ms)};
-        size_t lens[10];
-        for (int i = 0; i < 10; i++)
+        const char *words[] = {stream,          record,         order,
+                               id,              req->app,       req->body,
+                               req->channel_id, req->member_id, req->callback,
+                               numfmt_dec(keep, keep_ms), numfmt_dec(ttl, ttl_ms)};
+        size_t lens[11];
+        for (int i = 0; i < 11; i++)
             lens[i] = i == 5 ? req->body_len : strlen(words[i]);
-        return run(st, &accept_script, c, 3, 10, words, lens, status);
+        return run(st, &accept_script, c, 3, 11, words, lens, status);
     }
 }
 
@@ -567,10 +568,10 @@ store_outbox_call_t *store_outbox_depth(store_t *st, unsigned shard, store_outbo
 
 store_outbox_call_t *store_outbox_start(store_t *st, unsigned shard, const char *id,
                                         const char *order_key, const char *owner, int lease_ms,
-                                        int64_t ttl_ms, store_outbox_start_cb *cb, void *arg,
+                                        store_outbox_start_cb *cb, void *arg,
                                         store_status_t *status)
 {
-    char record[STORE_KEY_MAX], lease[NUMFMT_DEC_SIZE], ttl[NUMFMT_DEC_SIZE];
+    char record[STORE_KEY_MAX], lease[NUMFMT_DEC_SIZE];
     store_outbox_call_t *c;
 
     if (record_key(st, record, shard, id) < 0 ||
@@ -579,9 +580,8 @@ store_outbox_call_t *store_outbox_start(store_t *st, unsigned shard, const char 
         return NULL;
     }
     {
-        const char *words[] = {record, order_key, owner, numfmt_dec(lease, lease_ms),
-                               numfmt_dec(ttl, ttl_ms)};
-        return run(st, &start_script, c, 2, 5, words, NULL, status);
+        const char *words[] = {record, order_key, owner, numfmt_dec(lease, lease_ms)};
+        return run(st, &start_script, c, 2, 4, words, NULL, status);
     }
 }
 

@@ -33,11 +33,11 @@ typedef struct store_outbox_new {
 /* created_ms: Redis's clock when it was accepted. */
 typedef void store_outbox_accept_cb(void *arg, store_status_t st, int64_t created_ms);
 /* Writes request id's record, gives it the member's next sequence number and adds its entry
- * to the shard's stream. keep_s: how long the record is kept unanswered (the queue TTL and
- * the status's own time). */
+ * to the shard's stream. keep_ms: how long the record is kept unanswered (the queue TTL and
+ * the status's own time); ttl_ms: what is not sent by then fails (128). */
 store_outbox_call_t *store_outbox_accept(store_t *st, unsigned shard, const char *id,
                                          const store_outbox_new_t *req, int64_t keep_ms,
-                                         store_outbox_accept_cb *cb, void *arg,
+                                         int64_t ttl_ms, store_outbox_accept_cb *cb, void *arg,
                                          store_status_t *status);
 
 /* ---- the consumers ---- */
@@ -106,10 +106,10 @@ typedef struct store_outbox_start {
 } store_outbox_start_t;
 
 typedef void store_outbox_start_cb(void *arg, store_status_t st, const store_outbox_start_t *s);
-/* Starts an attempt on request id as owner, for lease_ms at most; ttl_ms: the queue TTL. */
+/* Starts an attempt on request id as owner, for lease_ms at most. */
 store_outbox_call_t *store_outbox_start(store_t *st, unsigned shard, const char *id,
                                         const char *order_key, const char *owner, int lease_ms,
-                                        int64_t ttl_ms, store_outbox_start_cb *cb, void *arg,
+                                        store_outbox_start_cb *cb, void *arg,
                                         store_status_t *status);
 /* STORE_OK: recorded; STORE_CONFLICT: another attempt holds the record now. */
 typedef void store_outbox_done_cb(void *arg, store_status_t st);

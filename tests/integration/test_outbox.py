@@ -5,6 +5,7 @@ the platform failed surely without taking it, never twice, in order per member; 
 import hashlib
 import hmac
 import json
+import os
 import threading
 import time
 import unittest
@@ -16,7 +17,8 @@ APP = "app-ob"
 ASYNC = {"Prefer": "respond-async"}
 
 
-class Outbox(StackTest):
+class Case(StackTest):
+    """The stack, the tenant and the helpers of every class below."""
     stack_args = {"workers": 2, "env": {"BOTGATE_MEMBER_ORDER": None,
                                         "BOTGATE_OUTBOX_CLAIM_MS": "2000"}}
 
@@ -51,9 +53,20 @@ class Outbox(StackTest):
         return got["a"].json
 
     def texts(self, word):
-        return [r["body"]["message"]["text"] for r in self.s.sim_log()
-                if word in r["body"].get("message", {}).get("text", "")]
+        """The texts containing word the simulator took, in the order it took them."""
+        out, since = [], 0
+        while True:
+            page = self.s.sim("GET", "/_sim/log?since=%d" % since)
+            for r in page["requests"]:
+                t = (r.get("body") or {}).get("message", {}).get("text", "")
+                if word in t:
+                    out.append(t)
+            if not page["requests"]:
+                return out
+            since = page["next"]
 
+
+class Outbox(Case):
     def test_1_accepted_then_delivered(self):
         body = {"channelId": "fbq", "memberId": "mq",
                 "response": [{"type": "TEXT", "text": "ob1-a"}, {"type": "TEXT", "text": "ob1-b"}]}
@@ -113,6 +126,238 @@ class Outbox(StackTest):
         self.assertEqual(self.texts("ob4"), ["ob4"])
         self.assert_error(self.post(dict(body, response=[{"type": "TEXT", "text": "ob4x"}]),
                                     headers=h), 124)
+
+
+class Platform:
+    """A platform in front of the simulator that misbehaves on cue: the first `fail` calls
+    whose text holds `word` get `status` (with Retry-After when given); the rest go to the
+    simulator. Started on a port of its own, late when asked (connections refused until then)."""
+
+    def __init__(self, sim_url, port=None):
+        self.sim_url = sim_url
+        self.port = port or free_port()
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.rules = {}   # word -> [calls left to fail, status, retry_after]
+        self.calls = []   # (word, time, status)
+        self.server = None
+
+    def start(self):
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                for word, rule in outer.rules.items():
+                    if word.encode() in raw:
+                        fail = rule[0] > 0
+                        outer.calls.append((word, time.monotonic(), rule[1] if fail else 200))
+                        if fail:
+                            rule[0] -= 1
+                            body = b'{"error":{"message":"down","type":"x","code":1}}'
+                            self.send_response(rule[1])
+                            if rule[2]:
+                                self.send_header("Retry-After", rule[2])
+                            self.send_header("Content-Type", "application/json")
+                            self.send_header("Content-Length", str(len(body)))
+                            self.end_headers()
+                            self.wfile.write(body)
+                            return
+                a = http("POST", outer.sim_url + self.path, raw,
+                         {"Content-Type": "application/json"})
+                body = a.raw.encode()
+                self.send_response(a.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        if self.server:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+
+class Retries(Case):
+    """The instance's platform is a Platform that misbehaves on cue."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        s = cls.s
+        cls.platform = Platform(s.sim_url)
+        cls.platform.start()
+        s.stop_gateway("botgate")
+        s.start_gateway(port=free_port(), name="botgate",
+                        extra={"BOTGATE_FACEBOOK_API_URL": cls.platform.url + "/graph/v19.0"})
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.platform.stop()
+        super().tearDownClass()
+
+    def one(self, word, member="mq"):
+        body = {"channelId": "fbq", "memberId": member,
+                "response": [{"type": "TEXT", "text": word + "-a"},
+                             {"type": "TEXT", "text": word + "-b"}]}
+        a = self.post(body)
+        self.assertEqual(a.status, 202, a)
+        return a.json["requestId"]
+
+    def test_5_5xx_retried_then_delivered_once(self):
+        self.platform.rules["down5"] = [3, 503, None]
+        rid = self.one("down5")
+        st = self.wait_final(rid, timeout=60)
+        self.assertEqual(st["status"], "done", st)
+        self.assertGreaterEqual(st["attempts"], 4, st)  # three 503s, then delivered
+        self.assertEqual(self.texts("down5"), ["down5-a", "down5-b"])
+        times = [t for w, t, _ in self.platform.calls if w == "down5"]
+        # backoff: 1 s doubling, each between half and all of it
+        gaps = [b - a for a, b in zip(times, times[1:])][:3]
+        self.assertTrue(all(g >= 0.45 for g in gaps), gaps)
+
+    def test_6_429_retry_after_honoured(self):
+        self.platform.rules["ra429"] = [1, 429, "2"]
+        rid = self.one("ra429")
+        st = self.wait_final(rid, timeout=60)
+        self.assertEqual(st["status"], "done", st)
+        self.assertEqual(self.texts("ra429"), ["ra429-a", "ra429-b"])
+        times = [t for w, t, _ in self.platform.calls if w == "ra429"]
+        self.assertGreaterEqual(times[1] - times[0], 1.9, times)
+
+    def test_7_a_failure_that_may_have_delivered_is_not_retried(self):
+        rid = self.one("tmo timeout")
+        st = self.wait_final(rid, timeout=60)
+        self.assertEqual(st["status"], "failed", st)
+        self.assertEqual(st["attempts"], 1, st)
+        self.assertEqual(st["sendResult"]["result"][0]["error"]["err_code"], 113, st)
+
+
+class Down(Case):
+    """Instances whose platform refuses connections for a while, and one with a short TTL."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        s = cls.s
+        cls.platform = Platform(s.sim_url)   # not started: connections refused
+        s.stop_gateway("botgate")
+        s.start_gateway(port=free_port(), name="botgate",
+                        extra={"BOTGATE_FACEBOOK_API_URL": cls.platform.url + "/graph/v19.0"})
+        main_url = s.url
+        cls.short = free_port()
+        s.start_gateway(port=cls.short, name="botgate-ttl",
+                        extra={"BOTGATE_FACEBOOK_API_URL":
+                               "http://127.0.0.1:%d/graph/v19.0" % free_port(),
+                               "BOTGATE_OUTBOX_TTL_S": "3"})
+        s.url = main_url
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.platform.stop()
+        super().tearDownClass()
+
+    def test_8_refused_then_back(self):
+        body = {"channelId": "fbq", "memberId": "mr",
+                "response": [{"type": "TEXT", "text": "back-a"}, {"type": "TEXT", "text": "back-b"}]}
+        a = self.post(body)
+        self.assertEqual(a.status, 202, a)
+        rid = a.json["requestId"]
+        wait_for(lambda: self.status(rid).json["attempts"] >= 2, timeout=30, what="a retry")
+        self.assertEqual(self.status(rid).json["status"] in ("queued", "sending"), True)
+        self.platform.start()
+        st = self.wait_final(rid, timeout=60)
+        self.assertEqual(st["status"], "done", st)
+        self.assertEqual(self.texts("back-"), ["back-a", "back-b"])
+
+    def test_9_expired_in_the_queue(self):
+        self.platform.stop()  # whichever instance takes it, nothing can be sent
+        url = "http://127.0.0.1:%d" % self.short
+        body = {"channelId": "fbq", "memberId": "mq",
+                "response": [{"type": "TEXT", "text": "exp-a"}, {"type": "TEXT", "text": "exp-b"}]}
+        a = self.post(body, url=url)
+        self.assertEqual(a.status, 202, a)
+        st = self.wait_final(a.json["requestId"], timeout=60, url=url)
+        self.assertEqual(st["status"], "failed", st)
+        self.assertEqual([e["error"]["err_code"] for e in st["sendResult"]["result"]], [128, 128])
+        self.assertEqual(self.texts("exp-"), [])
+
+
+class Takeover(Case):
+    """Three instances drain one outbox; one is SIGKILLed while it delivers. Every accepted
+    response is delivered exactly once or reported 125, none is lost, and each member's
+    requests reach the platform in the order they were accepted (the simulator's record)."""
+    stack_args = {"workers": 2, "env": {"BOTGATE_MEMBER_ORDER": None,
+                                        "BOTGATE_OUTBOX_CLAIM_MS": "1000"}}
+    MEMBERS = 6
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        s = cls.s
+        for i in range(cls.MEMBERS):
+            s.put("member", member("tm%d" % i, "fbq", APP, "psid-tm%d" % i))
+        cls.urls = [s.url]
+        for name in ("botgate2", "botgate3"):
+            s.start_gateway(port=free_port(), name=name)
+            cls.urls.append(s.url)
+        s.url = cls.urls[0]
+
+    def test_kill_one_mid_delivery(self):
+        s = self.s
+        s.sim("POST", "/_sim/config", {"latency_ms": 300})
+        sent = []  # (request id, member, n)
+        try:
+            for n in range(36):
+                m = "tm%d" % (n % self.MEMBERS)
+                body = {"channelId": "fbq", "memberId": m,
+                        "response": [{"type": "TEXT", "text": "tk%02d-a" % n},
+                                     {"type": "TEXT", "text": "tk%02d-b" % n}]}
+                a = self.post(body, url=self.urls[n % 3])
+                self.assertEqual(a.status, 202, a)
+                sent.append((a.json["requestId"], m, n))
+                time.sleep(0.02)  # new entries find another instance's reader blocked
+            # killed while it delivers: its log names the attempts it started
+            log = os.path.join(s.dir, "botgate2.log")
+
+            def delivering():
+                with open(log, errors="replace") as f:
+                    return f.read().count("outbox: request") >= 2
+            wait_for(delivering, timeout=60, what="the victim delivering")
+            victim = s.procs.pop("botgate2")
+            victim.kill()
+            victim.wait()
+            finals = {rid: self.wait_final(rid, timeout=120) for rid, _, _ in sent}
+        finally:
+            s.sim("POST", "/_sim/config", {"latency_ms": 0})
+        took = self.texts("tk")
+        counts = {t: took.count(t) for t in set(took)}
+        self.assertEqual([t for t, c in counts.items() if c > 1], [], "sent twice")
+        unknown = 0
+        for rid, m, n in sent:
+            st = finals[rid]
+            for i, el in enumerate(st["sendResult"]["result"]):
+                text = "tk%02d-%s" % (n, "ab"[i])
+                if "error" in el:
+                    self.assertEqual(el["error"]["err_code"], 125, st)
+                    unknown += 1
+                else:
+                    self.assertEqual(counts.get(text), 1, "%s lost: %s" % (text, st))
+        # the victim's attempt in flight was taken over: tried again, or reported 125
+        self.assertTrue(unknown > 0 or max(f["attempts"] for f in finals.values()) > 1,
+                        "nothing was taken over")
+        # at most one call out per member (their order) on the victim
+        self.assertLessEqual(unknown, self.MEMBERS, "more 125s than calls the victim had out")
+        # each member's texts in the order of acceptance
+        for i in range(self.MEMBERS):
+            mine = [t for t in took if int(t[2:4]) % self.MEMBERS == i]
+            self.assertEqual(mine, sorted(mine), "member tm%d out of order" % i)
 
 
 if __name__ == "__main__":
