@@ -360,5 +360,84 @@ class Takeover(Case):
             self.assertEqual(mine, sorted(mine), "member tm%d out of order" % i)
 
 
+class Receiver:
+    """An HTTP server that takes status callbacks: the first `refuse` get 500, the rest 200."""
+
+    def __init__(self, refuse=0):
+        self.got = []  # (headers, raw body, status answered)
+        self.refuse = refuse
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                status = 500 if outer.refuse > 0 else 200
+                outer.refuse -= 1
+                outer.got.append((dict(self.headers), raw, status))
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        self.url = "http://127.0.0.1:%d/hook" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def verify(secret, header, body, tolerance_s=300):
+    """docs/api.md's verification, as a receiver writes it."""
+    parts = dict(p.split("=", 1) for p in header.split(","))
+    mac = hmac.new(secret.encode(), parts["t"].encode() + b"." + body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(mac, parts["v1"]) and abs(time.time() - int(parts["t"])) <= tolerance_s
+
+
+class Callbacks(Case):
+    # the receiver is on loopback: the SSRF guard lets it through only so
+    stack_args = {"workers": 2, "env": {"BOTGATE_MEMBER_ORDER": None,
+                                        "BOTGATE_ALLOW_PRIVATE_MEDIA": "1"}}
+
+    def test_signed_callback_retried_until_taken(self):
+        secret = self.s.ctl("app", "secret", "rotate", "--app", APP).stdout.strip()
+        self.assertRegex(secret, r"^bgs_[0-9a-f]{64}$")
+        rx = Receiver(refuse=1)
+        try:
+            body = {"channelId": "fbq", "memberId": "mq", "statusCallback": rx.url,
+                    "response": [{"type": "TEXT", "text": "cb1"}]}
+            a = self.post(body)
+            self.assertEqual(a.status, 202, a)
+            rid = a.json["requestId"]
+            wait_for(lambda: [g for g in rx.got if g[2] == 200], timeout=30,
+                     what="the callback taken")
+        finally:
+            rx.stop()
+        self.assertEqual([g[2] for g in rx.got], [500, 200])  # retried once, then no more
+        events = []
+        for headers, raw, _ in rx.got:
+            self.assertTrue(verify(secret, headers["Botgate-Signature"], raw), headers)
+            self.assertFalse(verify("bgs_" + "0" * 64, headers["Botgate-Signature"], raw))
+            st = json.loads(raw)
+            events.append(st["eventId"])
+            self.assertEqual((st["requestId"], st["status"]), (rid, "done"))
+            self.assertEqual(st["sendResult"]["ok"], 1)
+            self.assertEqual(headers["Content-Type"], "application/json")
+        self.assertEqual(events[0], events[1], "a retry carries the same eventId")
+        # the status callback is what GET /requests/<id> answers, plus its eventId
+        st.pop("eventId")
+        self.assertEqual(st, self.status(rid).json)
+        self.assertEqual(self.texts("cb1"), ["cb1"])
+
+    def test_status_callback_must_be_a_url(self):
+        body = {"channelId": "fbq", "memberId": "mq", "statusCallback": "javascript:alert(1)",
+                "response": [{"type": "TEXT", "text": "cb2"}]}
+        self.assert_error(self.post(body), 108, mentions="statusCallback")
+        self.assertEqual(self.texts("cb2"), [])
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
