@@ -611,7 +611,8 @@ static void job_end(ob_job_t *job, const char *status, const char *result, size_
 
 /* The final result: what GET /requests/<id> and the callback show besides the status, as the
  * members of an object: "sendResult":{...} and, when the request failed whole, "error". */
-static char *final_result(const json_t *answer, int status, int code, size_t *len)
+static char *final_result(const json_t *answer, int status, int code, const char *member_id,
+                          size_t *len)
 {
     const json_t *sr = json_object_get(answer, "sendResult");
     json_t *out = json_object();
@@ -619,8 +620,13 @@ static char *final_result(const json_t *answer, int status, int code, size_t *le
 
     if (out == NULL)
         return NULL;
+    /* a request that failed whole has none: an empty one keeps the status's shape */
     if (sr != NULL)
         json_object_set(out, "sendResult", (json_t *)sr);
+    else
+        json_object_set_new(
+            out, "sendResult",
+            json_pack("{s:i,s:s,s:[]}", "ok", 0, "member", member_id != NULL ? member_id : ""));
     if (status != 200) {
         json_t *e = json_object();
         json_object_set_new(e, "err_code", code > 0 ? json_integer(code) : json_null());
@@ -665,7 +671,7 @@ static void ob_answered(op_t *op, int status, int code, const char *text, size_t
                element_retry(ob, json_array_get(results, n - 1), op->dl.last_unsent, job->attempts,
                              &job->retry_ms, &job->reason)) {
         job_end(job, NULL, NULL, 0); /* the last response, which no progress record names */
-    } else if ((result = final_result(answer, status, code, &rlen)) != NULL) {
+    } else if ((result = final_result(answer, status, code, op->target.member_id, &rlen)) != NULL) {
         int ok = status == 200 &&
                  json_integer_value(json_object_get(json_object_get(answer, "sendResult"), "ok"));
         job_end(job, ok ? "done" : "failed", result, rlen);

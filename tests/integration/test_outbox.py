@@ -127,6 +127,20 @@ class Outbox(Case):
         self.assert_error(self.post(dict(body, response=[{"type": "TEXT", "text": "ob4x"}]),
                                     headers=h), 124)
 
+    def test_5_metrics(self):
+        body = {"channelId": "fbq", "memberId": "mq", "response": [{"type": "TEXT", "text": "ob5"}]}
+        before = self.s.metric("botgate_outbox_accepted_total")
+        self.wait_final(self.post(body).json["requestId"])
+        # counted by the instance that took it (one here): accepted, attempted, ended done
+        self.assertEqual(self.s.metric("botgate_outbox_accepted_total"), before + 1)
+        self.assertGreaterEqual(self.s.metric("botgate_outbox_attempts_total"), 1)
+        self.assertGreaterEqual(self.s.metric('botgate_outbox_ended_total{status="done"}'), 1)
+        self.assertGreaterEqual(
+            self.s.metric('botgate_requests_total{route="sendResponses",status="202",'
+                          'err_code="0"}'), 1)
+        wait_for(lambda: 'botgate_outbox_depth{shard="15"}' in http(
+            "GET", self.s.url + "/metrics").raw, what="the depth gauges")
+
 
 class Platform:
     """A platform in front of the simulator that misbehaves on cue: the first `fail` calls
@@ -217,6 +231,8 @@ class Retries(Case):
         self.assertEqual(st["status"], "done", st)
         self.assertGreaterEqual(st["attempts"], 4, st)  # three 503s, then delivered
         self.assertEqual(self.texts("down5"), ["down5-a", "down5-b"])
+        self.assertGreaterEqual(self.s.metric('botgate_outbox_retries_total{reason="platform"}'),
+                                3)
         times = [t for w, t, _ in self.platform.calls if w == "down5"]
         # backoff: 1 s doubling, each between half and all of it
         gaps = [b - a for a, b in zip(times, times[1:])][:3]
