@@ -167,21 +167,13 @@ extern const op_kind_t op_send_kind;
 extern const op_kind_t op_send_async_kind;
 extern const op_kind_t op_redirect_kind;
 
-/* A request to queue: answered 202 once it is in the outbox. */
-static inline int op_is_async(const struct op *op)
-{
-    return op->kind->async;
-}
-/* An attempt of a queued request: no HTTP request, it answers to the outbox. */
-static inline int op_is_queued(const struct op *op)
-{
-    return op->req == NULL;
-}
-/* The outbox's state of op (only sendResponses has one). */
-static inline void *op_outbox(const struct op *op)
-{
-    return op->kind->route == METRICS_ROUTE_SEND ? op->outbox : NULL;
-}
+/* Macros, not functions: the synchronous path reads them on every request, and a call into
+ * another file would count as a crossing (docs/architecture.md). A request to queue: answered
+ * 202 once it is in the outbox. An attempt of a queued request: no HTTP request, it answers to
+ * the outbox. The outbox's state of op (only sendResponses has one). */
+#define op_is_async(op) ((op)->kind->async)
+#define op_is_queued(op) ((op)->req == NULL)
+#define op_outbox(op) ((op)->kind->route == METRICS_ROUTE_SEND ? (op)->outbox : NULL)
 
 /* The route handler of both operations (http_handler_fn), route an op_route_t: makes the op,
  * takes the token, parses the body with kind->parse, then resolves. */
