@@ -30,6 +30,10 @@ class Case(StackTest):
         s.put("member", member("mq", "fbq", APP, "psid-q"))
         s.put("member", member("mr", "fbq", APP, "psid-r"))
         s.put("channel", facebook_channel("fbx", "app-other"))
+        # one message per 3 s to a member: longer than an attempt may wait (deadline 4 s)
+        s.put("channel", facebook_channel("fbp", APP, rateLimit={
+            "perSecond": 0, "perRecipient": {"everyMs": 3000, "burst": 1}}))
+        s.put("member", member("mp", "fbp", APP, "psid-p"))
         cls.tok = s.token(APP, "bot:sendResponses")
         cls.tok_other = s.token("app-other", "bot:sendResponses")
 
@@ -126,6 +130,22 @@ class Outbox(Case):
         self.assertEqual(self.texts("ob4"), ["ob4"])
         self.assert_error(self.post(dict(body, response=[{"type": "TEXT", "text": "ob4x"}]),
                                     headers=h), 124)
+
+    def test_6_waits_for_its_slot_however_long(self):
+        rids = []
+        for n in range(3):
+            body = {"channelId": "fbp", "memberId": "mp",
+                    "response": [{"type": "TEXT", "text": "slot%d" % n}]}
+            rids.append(self.post(body).json["requestId"])
+        finals = [self.wait_final(rid, timeout=60) for rid in rids]
+        self.assertEqual([f["status"] for f in finals], ["done"] * 3, finals)
+        self.assertEqual(self.texts("slot"), ["slot0", "slot1", "slot2"])
+        took = [r["ts_ms"] for r in self.s.sim_log()
+                if "slot" in (r.get("body") or {}).get("message", {}).get("text", "")]
+        gaps = [b - a for a, b in zip(took, took[1:])]
+        self.assertTrue(all(g >= 2900 for g in gaps), gaps)
+        self.assertGreaterEqual(
+            self.s.metric('botgate_outbox_retries_total{reason="rate_limited"}'), 1)
 
     def test_5_metrics(self):
         body = {"channelId": "fbq", "memberId": "mq", "response": [{"type": "TEXT", "text": "ob5"}]}
