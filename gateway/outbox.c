@@ -325,10 +325,11 @@ static void job_later(ob_job_t *job, int64_t ms)
     arm(job->timer, ms);
 }
 
-static ob_job_t *job_find(const outbox_t *ob, const char *entry)
+/* Entry ids are a stream's own: two shards have the same ids in the same millisecond. */
+static ob_job_t *job_find(const outbox_t *ob, unsigned shard, const char *entry)
 {
     for (ob_job_t *j = ob->jobs; j != NULL; j = j->next)
-        if (strcmp(j->entry, entry) == 0)
+        if (j->shard == shard && strcmp(j->entry, entry) == 0)
             return j;
     return NULL;
 }
@@ -343,7 +344,7 @@ static void job_add(outbox_t *ob, const store_outbox_entry_t *e)
         store_outbox_ack(ob->env->deliver.store, e->shard, e->entry_id);
         return;
     }
-    if (job_find(ob, e->entry_id) != NULL)
+    if (job_find(ob, e->shard, e->entry_id) != NULL)
         return;
     li = strlen(e->request_id) + 1;
     if ((job = calloc(1, sizeof(*job))) == NULL)
@@ -731,7 +732,7 @@ static void on_claimed(void *arg, store_status_t st, const store_outbox_entry_t 
 
     ob->claim = NULL;
     for (size_t i = 0; i < n; i++) {
-        if (e[i].request_id != NULL && job_find(ob, e[i].entry_id) == NULL)
+        if (e[i].request_id != NULL && job_find(ob, e[i].shard, e[i].entry_id) == NULL)
             count(&metrics(ob)->outbox_claimed);
         job_add(ob, &e[i]);
     }

@@ -162,6 +162,42 @@ class Outbox(Case):
             "GET", self.s.url + "/metrics").raw, what="the depth gauges")
 
 
+class Burst(Case):
+    """Hundreds queued at once over every shard: each is delivered at once, in its member's
+    order, with the default claim time (30 s) so that no take-over timer can hide a stall.
+    Entry ids are a stream's own: two shards hold the same ids within one millisecond."""
+    stack_args = {"workers": 2, "env": {"BOTGATE_MEMBER_ORDER": None}}
+
+    def test_burst_over_every_shard(self):
+        s = self.s
+        for i in range(40):
+            s.put("member", member("bm%d" % i, "fbq", APP, "psid-bm%d" % i))
+        rids = {}
+
+        def send(k):
+            for n in range(k, 240, 8):
+                body = {"channelId": "fbq", "memberId": "bm%d" % (n % 40),
+                        "response": [{"type": "TEXT", "text": "burst%03d" % n}]}
+                a = self.post(body)
+                self.assertEqual(a.status, 202, a)
+                rids[n] = a.json["requestId"]
+        threads = [threading.Thread(target=send, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(len(rids), 240)
+        for rid in rids.values():
+            self.assertEqual(self.wait_final(rid, timeout=25)["status"], "done")
+        took = self.texts("burst")
+        self.assertEqual(sorted(took), sorted("burst%03d" % n for n in range(240)))
+        # a member's requests were posted one after the other by one thread (n % 40 == i
+        # are all n % 8 == i % 8): they reach the platform in that order
+        for i in range(40):
+            mine = [int(t[5:]) for t in took if int(t[5:]) % 40 == i]
+            self.assertEqual(mine, sorted(mine), "member bm%d out of order" % i)
+
+
 class Platform:
     """A platform in front of the simulator that misbehaves on cue: the first `fail` calls
     whose text holds `word` get `status` (with Retry-After when given); the rest go to the
