@@ -305,7 +305,8 @@ static void job_wake(ob_job_t *job)
         job->stale = 1;
         return;
     }
-    if (job->running)
+    /* shutting down: nothing new starts; what is left is taken over elsewhere */
+    if (job->running || job->ob->env->draining)
         return;
     if (job->callback)
         callback_start(job);
@@ -644,6 +645,20 @@ static char *final_result(const json_t *answer, int status, int code, const char
     return text;
 }
 
+/* A drain's answer (contract.md: 121 marks what surely was not sent): 1 when the response at
+ * which it stopped the attempt (at: the first not finished) was not sent at all (121), or the
+ * attempt had not started; 0 when it was the one whose call the drain cut (113: it may have
+ * been delivered). The responses before it were recorded as they finished. */
+static int drained_unsent(const json_t *answer, int status, size_t at)
+{
+    const json_t *results = json_object_get(json_object_get(answer, "sendResult"), "result");
+    const json_t *e = json_object_get(json_array_get(results, at), "error");
+
+    if (status != 200 && results == NULL)
+        return json_integer_value(json_object_get(answer, "err_code")) == BG_ERR_UNAVAILABLE;
+    return json_integer_value(json_object_get(e, "err_code")) == BG_ERR_UNAVAILABLE;
+}
+
 static void ob_answered(op_t *op, int status, int code, const char *text, size_t len)
 {
     ob_job_t *job = op->outbox;
@@ -651,14 +666,22 @@ static void ob_answered(op_t *op, int status, int code, const char *text, size_t
     json_t *answer = text != NULL ? json_loadb(text, len, 0, NULL) : NULL;
     const json_t *results = json_object_get(json_object_get(answer, "sendResult"), "result");
     size_t n = json_array_size(results);
+    /* the first response this attempt did not finish */
+    size_t at = job->resumed + (size_t)(deliver_sent(&op->dl) + op->dl.failed);
     char *result;
     size_t rlen = 0;
 
-    if (job->abandon || op->drain_cut) {
+    if (job->abandon || (op->drain_cut && !drained_unsent(answer, status, at))) {
         /* a call may be out whose outcome nobody recorded: left as if this instance died,
          * for a later attempt to find (125 for that response, never sent twice) */
         job->drop = 1;
         job_later(job, 0);
+    } else if (op->drain_cut) {
+        /* shut down with nothing of it on the wire: another instance goes on from the first
+         * response not sent, at once (this one takes nothing new) */
+        job->retry_ms = 0;
+        job->reason = METRICS_RETRY_STORE;
+        job_end(job, NULL, NULL, 0);
     } else if (job->stop) {
         job_end(job, NULL, NULL, 0);
     } else if (status != 200 && (code == BG_ERR_STORE || code == BG_ERR_UNAVAILABLE ||

@@ -198,6 +198,35 @@ class Burst(Case):
             self.assertEqual(mine, sorted(mine), "member bm%d out of order" % i)
 
 
+class Drain(Case):
+    """A graceful stop while a queued request's call is on the wire: the call finishes, the
+    rest is left for another instance, which sends it without a 125 (nothing was cut)."""
+
+    def test_rest_goes_on_elsewhere(self):
+        s = self.s
+        s.stop_gateway("botgate")  # only the draining instance takes it
+        s.start_gateway(port=free_port(), name="botgate-drain",
+                        extra={"BOTGATE_DRAIN_TIMEOUT_MS": "300"})
+        body = {"channelId": "fbq", "memberId": "mq",
+                "response": [{"type": "TEXT", "text": "dr-a slow1500"},
+                             {"type": "TEXT", "text": "dr-b"}]}
+        a = self.post(body)
+        self.assertEqual(a.status, 202, a)
+        rid = a.json["requestId"]
+
+        def attempt_started():
+            with open(os.path.join(s.dir, "botgate-drain.log"), errors="replace") as f:
+                return "outbox: request %s attempt 1" % rid in f.read()
+        wait_for(attempt_started, what="the attempt")
+        # the drain time (300 ms) is over while the first call (1.5 s) is still out
+        self.assertEqual(s.stop_gateway("botgate-drain"), 0)
+        s.start_gateway(port=free_port(), name="botgate")
+        st = self.wait_final(rid, timeout=60)
+        self.assertEqual(st["status"], "done", st)
+        self.assertEqual(st["attempts"], 2, st)
+        self.assertEqual(self.texts("dr-"), ["dr-a slow1500", "dr-b"])
+
+
 class Platform:
     """A platform in front of the simulator that misbehaves on cue: the first `fail` calls
     whose text holds `word` get `status` (with Retry-After when given); the rest go to the
