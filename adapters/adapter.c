@@ -2,7 +2,7 @@
 #include "adapter.h"
 
 #include "../core/error.h"
-#include "../core/jsonw.h"
+#include "../json/jsonw.h"
 
 #include <limits.h>
 #include <stdarg.h>
@@ -25,17 +25,93 @@ const adapter_ops_t *adapter_find(const char *type)
     return NULL;
 }
 
+static const struct {
+    const char *name;
+    unsigned kind;
+} kinds[] = {
+    {"TEXT", ADAPTER_TEXT},         {"IMAGE", ADAPTER_IMAGE},       {"TEMPLATE", ADAPTER_TEMPLATE},
+    {"VIDEO", ADAPTER_VIDEO},       {"AUDIO", ADAPTER_AUDIO},       {"FILE", ADAPTER_FILE},
+    {"STICKER", ADAPTER_STICKER},   {"LOCATION", ADAPTER_LOCATION}, {"BUTTON", ADAPTER_BUTTON},
+    {"CAROUSEL", ADAPTER_CAROUSEL}, {"LIST", ADAPTER_LIST},         {"NATIVE", ADAPTER_NATIVE},
+};
+
 unsigned adapter_response_type(const char *type)
 {
     if (type == NULL)
         return 0;
-    if (strcmp(type, "TEXT") == 0)
-        return ADAPTER_TEXT;
-    if (strcmp(type, "IMAGE") == 0)
-        return ADAPTER_IMAGE;
-    if (strcmp(type, "TEMPLATE") == 0)
-        return ADAPTER_TEMPLATE;
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+        if (strcmp(type, kinds[i].name) == 0)
+            return kinds[i].kind;
     return 0;
+}
+
+int adapter_check_response(const adapter_ops_t *ops, const json_t *response, char *msg, size_t size)
+{
+    const char *type = adapter_str(response, "type");
+    unsigned kind = adapter_response_type(type);
+
+    if ((kind & ops->response_types) == 0)
+        return adapter_check_fail(BG_ERR_UNSUPPORTED, msg, size,
+                                  "type %.40s is not supported on %s channels",
+                                  type ? type : "(none)", ops->type);
+    return ops->check != NULL ? ops->check(kind, response, msg, size) : 0;
+}
+
+int adapter_check_fail(int code, char *msg, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, size, fmt, ap);
+    va_end(ap);
+    bg_utf8_sanitize(msg);
+    return code;
+}
+
+const char *adapter_str(const json_t *obj, const char *key)
+{
+    return json_string_value(json_object_get(obj, key));
+}
+
+int adapter_buttons_all(const json_t *buttons, const char *type)
+{
+    const json_t *b;
+    size_t i;
+
+    json_array_foreach(buttons, i, b) {
+        const char *t = adapter_str(b, "type");
+        if (t == NULL || strcmp(t, type) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+size_t adapter_chars(const char *s)
+{
+    size_t n = 0;
+
+    for (; s && *s; s++)
+        n += ((unsigned char)*s & 0xc0) != 0x80;
+    return n;
+}
+
+void adapter_copy_str(json_t *obj, const char *key, const json_t *response, const char *rkey)
+{
+    const char *s = adapter_str(response, rkey);
+
+    if (s != NULL)
+        json_object_set_new(obj, key, json_string(s));
+}
+
+json_t *adapter_native_message(const adapter_ops_t *ops, const json_t *response,
+                               adapter_result_t *res)
+{
+    const json_t *message = json_object_get(response, "message");
+    json_t *copy = json_is_object(message) ? json_deep_copy(message) : NULL;
+
+    if (copy == NULL)
+        adapter_fail(res, ADAPTER_REJECTED, "%s: NATIVE response has no message object", ops->type);
+    return copy;
 }
 
 int adapter_err_code(const adapter_ops_t *ops, adapter_status_t status)

@@ -4,7 +4,8 @@
 #ifndef BOTGATE_ADAPTERS_ADAPTER_H
 #define BOTGATE_ADAPTERS_ADAPTER_H
 
-#include "../core/jsonw.h"
+#include "../core/error.h"
+#include "../json/jsonw.h"
 
 #include <jansson.h>
 #include <stddef.h>
@@ -15,7 +16,18 @@ enum {
     ADAPTER_TEXT = 1u << 0,
     ADAPTER_IMAGE = 1u << 1,
     ADAPTER_TEMPLATE = 1u << 2,
+    ADAPTER_VIDEO = 1u << 3,
+    ADAPTER_AUDIO = 1u << 4,
+    ADAPTER_FILE = 1u << 5,
+    ADAPTER_STICKER = 1u << 6,
+    ADAPTER_LOCATION = 1u << 7,
+    ADAPTER_BUTTON = 1u << 8,
+    ADAPTER_CAROUSEL = 1u << 9,
+    ADAPTER_LIST = 1u << 10,
+    ADAPTER_NATIVE = 1u << 11,
 };
+/* The media types a platform that sends media by upload (media_by_upload) uploads first. */
+#define ADAPTER_UPLOADED (ADAPTER_IMAGE | ADAPTER_VIDEO | ADAPTER_AUDIO)
 
 /* What a platform answer means for botgate. */
 typedef enum {
@@ -30,7 +42,7 @@ typedef enum {
 } adapter_status_t;
 
 #define ADAPTER_MAX_HEADERS 6
-/* The header line of a JSON body (adapter_set_json_body): upstream.c recognises it to use its
+/* The header line of a JSON body (adapter_set_json_body): net/netcurl.c recognises it to use its
  * shared header list. */
 #define ADAPTER_JSON_HEADER "Content-Type: application/json"
 #define ADAPTER_ID_MAX 192
@@ -81,12 +93,19 @@ typedef struct adapter_ops {
     const char *type;          /* channel type, as in contract.md section 2 */
     const char *api_version;   /* version reported in result.meta */
     const char *from_field;    /* info field that holds the bot's address (messageEvent.from) */
-    unsigned response_types;   /* ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_TEMPLATE */
+    unsigned response_types;   /* the ADAPTER_<TYPE> bits of the types it sends */
     int recipient_invalid_code;/* err_code for ADAPTER_RECIPIENT_INVALID: 100 or 104 */
     int server_error_aborts;   /* 1: a server error on the first response aborts with 113 */
     int phone_recipients;      /* 1: recipient ids are phone numbers, normalised before use */
-    int image_by_upload;       /* 1: an IMAGE is downloaded and uploaded first (build_upload) */
+    int image_by_upload;       /* 1: media (ADAPTER_UPLOADED) is downloaded and uploaded first
+                                * (build_upload) */
     const char *cred_field;    /* info field of the refreshable credential; NULL when static */
+
+    /* What this platform refuses of a response of a type it has (response_types), beyond the
+     * checks every platform shares (core/request.c): 0, or BG_ERR_UNSUPPORTED (117) or
+     * BG_ERR_LIMIT (118) with msg naming the member ("quickReplies has more than 3 items").
+     * NULL when it takes every valid response of its types. Called before anything is sent. */
+    int (*check)(unsigned kind, const json_t *response, char *msg, size_t size);
 
     /* The message call for one response. media_id is NULL unless image_by_upload. */
     int (*build_send)(const adapter_target_t *t, const json_t *response, const char *media_id,
@@ -121,6 +140,10 @@ const adapter_ops_t *adapter_find(const char *type);
 /* The response type bit for a response's "type" string, 0 when unknown. */
 unsigned adapter_response_type(const char *type);
 
+/* Whether ops can send response (already valid per request_check_response): 0, or 117/118
+ * with msg saying why, naming the member. */
+int adapter_check_response(const adapter_ops_t *ops, const json_t *response, char *msg,
+                           size_t size);
 /* The err_code a failed status maps to on this platform. */
 int adapter_err_code(const adapter_ops_t *ops, adapter_status_t status);
 
@@ -211,9 +234,31 @@ typedef struct adapter_graph_error {
 /* Reads the error object of a Graph answer: 0 when there is one, -1 when not. */
 int adapter_graph_error(const json_t *answer, adapter_graph_error_t *err);
 
+/* Helpers for the rich types (adapter.c). */
+/* A new copy of a NATIVE response's message object, NULL with res filled when it is missing. */
+json_t *adapter_native_message(const adapter_ops_t *ops, const json_t *response,
+                               adapter_result_t *res);
+/* A string member of a JSON object, NULL when absent or not a string. */
+const char *adapter_str(const json_t *obj, const char *key);
+/* 1 when every button of the array is of the given type ("postback", "url", "phone"). */
+int adapter_buttons_all(const json_t *buttons, const char *type);
+/* Characters (not bytes) of a UTF-8 string. */
+size_t adapter_chars(const char *s);
+/* Sets key to a copy of the string at response.key when there is one. */
+void adapter_copy_str(json_t *obj, const char *key, const json_t *response, const char *rkey);
+/* msg is "<what> has more than <n> items" etc.: the code for the check op. */
+int adapter_check_fail(int code, char *msg, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* The message body shared by the whatsapp kinds (defined in whatsapp.c): on-premises, or the
  * Cloud API form when cloud is 1 (messaging_product, template language without policy). ns is
  * the optional template namespace. NULL with res filled on failure. */
+#define ADAPTER_WHATSAPP_TYPES                                                                     \
+    (ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_TEMPLATE | ADAPTER_VIDEO | ADAPTER_AUDIO |             \
+     ADAPTER_FILE | ADAPTER_STICKER | ADAPTER_LOCATION | ADAPTER_BUTTON | ADAPTER_LIST |           \
+     ADAPTER_NATIVE)
+/* The check op of the whatsapp kinds (defined in whatsapp.c). */
+int adapter_whatsapp_check(unsigned kind, const json_t *response, char *msg, size_t size);
 json_t *adapter_whatsapp_body(const adapter_ops_t *ops, unsigned kind, const json_t *response,
                               const char *to, const char *ns, int cloud, adapter_result_t *res);
 

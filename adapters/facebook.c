@@ -1,7 +1,7 @@
 /* facebook.c - Messenger Send API: build /me/messages calls and read Graph answers. */
 #include "adapter.h"
 
-#include "../core/jscan.h"
+#include "../json/jscan.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +37,147 @@ static void fb_body(jsonw_t *w, unsigned kind, const char *to, const char *s)
     }
 }
 
+#define FB_BUTTON_TEXT_MAX 640 /* characters of a button template's text */
+
+static int fb_check(unsigned kind, const json_t *r, char *msg, size_t size)
+{
+    /* an attachment has no caption nor file name: refused, not dropped */
+    if ((kind & (ADAPTER_IMAGE | ADAPTER_VIDEO | ADAPTER_FILE)) &&
+        (json_object_get(r, "caption") || json_object_get(r, "filename")))
+        return adapter_check_fail(BG_ERR_UNSUPPORTED, msg, size,
+                                  "%s is not supported on facebook channels",
+                                  json_object_get(r, "caption") ? "caption" : "filename");
+    if (kind == ADAPTER_BUTTON && adapter_chars(adapter_str(r, "text")) > FB_BUTTON_TEXT_MAX)
+        return adapter_check_fail(BG_ERR_LIMIT, msg, size,
+                                  "text is longer than %d characters on facebook",
+                                  FB_BUTTON_TEXT_MAX);
+    return 0;
+}
+
+/* The rich message objects are written as text, as fb_body does: built as jansson values and
+ * dumped, they cost several times the rest of a send. The response was checked
+ * (request_check_response): every member read here is there and of its type. */
+
+/* Messenger's buttons for ours: postback, web_url, phone_number. */
+static void fb_buttons(jsonw_t *w, const json_t *buttons)
+{
+    const json_t *b;
+    size_t i;
+
+    jw_lit(w, "[");
+    json_array_foreach(buttons, i, b) {
+        const char *type = adapter_str(b, "type");
+        jw_lit(w, i ? ",{\"type\":" : "{\"type\":");
+        if (strcmp(type, "url") == 0) {
+            jw_lit(w, "\"web_url\",\"url\":");
+            jw_str(w, adapter_str(b, "url"));
+        } else {
+            jw_lit(w, strcmp(type, "phone") == 0 ? "\"phone_number\",\"payload\":"
+                                                 : "\"postback\",\"payload\":");
+            jw_str(w, adapter_str(b, strcmp(type, "phone") == 0 ? "phone" : "payload"));
+        }
+        jw_lit(w, ",\"title\":");
+        jw_str(w, adapter_str(b, "title"));
+        jw_lit(w, "}");
+    }
+    jw_lit(w, "]");
+}
+
+/* ,"key":"value" when the response has a string at rkey. */
+static void fb_opt(jsonw_t *w, const char *key, const json_t *r, const char *rkey)
+{
+    const char *s = adapter_str(r, rkey);
+
+    if (s == NULL)
+        return;
+    jw_lit(w, key);
+    jw_str(w, s);
+}
+
+/* The message object of the types beyond plain text and image (contract.md section 11). */
+static void fb_message(jsonw_t *w, unsigned kind, const json_t *r)
+{
+    const json_t *item;
+    size_t i;
+
+    switch (kind) {
+    case ADAPTER_TEXT:
+        jw_lit(w, "{\"text\":");
+        jw_str(w, adapter_str(r, "text"));
+        jw_lit(w, ",\"quick_replies\":[");
+        json_array_foreach(json_object_get(r, "quickReplies"), i, item) {
+            jw_lit(w, i ? ",{\"content_type\":\"text\",\"title\":"
+                        : "{\"content_type\":\"text\",\"title\":");
+            jw_str(w, adapter_str(item, "title"));
+            jw_lit(w, ",\"payload\":");
+            jw_str(w, adapter_str(item, "payload"));
+            jw_lit(w, "}");
+        }
+        jw_lit(w, "]}");
+        return;
+    case ADAPTER_BUTTON:
+        jw_lit(w, "{\"attachment\":{\"type\":\"template\",\"payload\":{\"template_type\":"
+                  "\"button\",\"text\":");
+        jw_str(w, adapter_str(r, "text"));
+        jw_lit(w, ",\"buttons\":");
+        fb_buttons(w, json_object_get(r, "buttons"));
+        jw_lit(w, "}}}");
+        return;
+    case ADAPTER_CAROUSEL:
+        jw_lit(w, "{\"attachment\":{\"type\":\"template\",\"payload\":{\"template_type\":"
+                  "\"generic\",\"elements\":[");
+        json_array_foreach(json_object_get(r, "cards"), i, item) {
+            jw_lit(w, i ? ",{\"title\":" : "{\"title\":");
+            jw_str(w, adapter_str(item, "title"));
+            fb_opt(w, ",\"subtitle\":", item, "subtitle");
+            fb_opt(w, ",\"image_url\":", item, "imageUrl");
+            if (json_object_get(item, "buttons") != NULL) {
+                jw_lit(w, ",\"buttons\":");
+                fb_buttons(w, json_object_get(item, "buttons"));
+            }
+            jw_lit(w, "}");
+        }
+        jw_lit(w, "]}}}");
+        return;
+    default: /* IMAGE (with a caption refused by fb_check), VIDEO, AUDIO, FILE */
+        jw_lit(w, kind == ADAPTER_VIDEO   ? "{\"attachment\":{\"type\":\"video\""
+                  : kind == ADAPTER_AUDIO ? "{\"attachment\":{\"type\":\"audio\""
+                  : kind == ADAPTER_FILE  ? "{\"attachment\":{\"type\":\"file\""
+                                          : "{\"attachment\":{\"type\":\"image\"");
+        jw_lit(w, ",\"payload\":{\"url\":");
+        jw_str(w, adapter_str(r, "url"));
+        jw_lit(w, ",\"is_reusable\":true}}}");
+        return;
+    }
+}
+
+/* The body of a rich type: in w as text, or (NATIVE) *native as a value. */
+static int fb_rich_body(unsigned kind, const json_t *r, const char *to, jsonw_t *w, json_t **native,
+                        adapter_result_t *res)
+{
+    json_t *body;
+
+    *native = NULL;
+    if (kind == ADAPTER_NATIVE) {
+        /* the page's own Send API fields; botgate sets the recipient, and the messaging type
+         * unless the message says (a MESSAGE_TAG outside the window) */
+        if ((body = adapter_native_message(&adapter_facebook, r, res)) == NULL)
+            return -1;
+        if (json_object_get(body, "messaging_type") == NULL)
+            json_object_set_new(body, "messaging_type", json_string("RESPONSE"));
+        json_object_set_new(body, "recipient", json_pack("{s:s}", "id", to));
+        *native = body;
+        return 0;
+    }
+    jw_init(w);
+    jw_lit(w, "{\"messaging_type\":\"RESPONSE\",\"recipient\":{\"id\":");
+    jw_str(w, to);
+    jw_lit(w, "},\"message\":");
+    fb_message(w, kind, r);
+    jw_lit(w, "}");
+    return 0;
+}
+
 static int fb_build_send(const adapter_target_t *t, const json_t *response, const char *media_id,
                          adapter_call_t *out, adapter_result_t *res)
 {
@@ -53,6 +194,22 @@ static int fb_build_send(const adapter_target_t *t, const json_t *response, cons
         return -1;
     if (t->to == NULL || *t->to == '\0')
         return adapter_fail(res, ADAPTER_REJECTED, "facebook: no recipient");
+    /* a TEXT or an IMAGE with more than its type and one field has quick replies, a caption
+     * (or a fallback): written by the rich path */
+    if ((kind != ADAPTER_TEXT && kind != ADAPTER_IMAGE) ||
+        (json_object_size(response) > 2 && (json_object_get(response, "quickReplies") != NULL ||
+                                            json_object_get(response, "caption") != NULL))) {
+        json_t *native;
+        if (fb_rich_body(kind, response, t->to, &body, &native, res) < 0)
+            return -1;
+        enc = adapter_urlencode(token);
+        url = enc ? adapter_url(t->base_url, "/me/messages?access_token=%s", enc) : NULL;
+        free(enc);
+        if ((native != NULL ? adapter_json_post(out, url, native)
+                            : adapter_json_post_text(out, url, &body)) < 0)
+            return adapter_fail(res, ADAPTER_SERVER_ERROR, "facebook: cannot build the request");
+        return 0;
+    }
     if ((s = adapter_response_str(&adapter_facebook, response,
                                   kind == ADAPTER_TEXT ? "text" : "url", res)) == NULL)
         return -1;
@@ -155,8 +312,10 @@ const adapter_ops_t adapter_facebook = {
     .type = "facebook",
     .api_version = "v19.0",
     .from_field = "pageId",
-    .response_types = ADAPTER_TEXT | ADAPTER_IMAGE,
+    .response_types = ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_VIDEO | ADAPTER_AUDIO | ADAPTER_FILE |
+                      ADAPTER_BUTTON | ADAPTER_CAROUSEL | ADAPTER_NATIVE,
     .recipient_invalid_code = 104,
+    .check = fb_check,
     .build_send = fb_build_send,
     .parse_send = fb_parse_send,
 };

@@ -7,6 +7,20 @@
 
 static const char *const secrets[] = {"apiKey", "apiToken", "moduleKey", NULL};
 
+/* Text and image only: quick replies and captions have no place in its messages. */
+static int tw_check(unsigned kind, const json_t *r, char *msg, size_t size)
+{
+    const char *what = json_object_get(r, "quickReplies") ? "quickReplies"
+                       : json_object_get(r, "caption")    ? "caption"
+                                                          : NULL;
+
+    (void)kind;
+    if (what != NULL)
+        return adapter_check_fail(BG_ERR_UNSUPPORTED, msg, size,
+                                  "%s is not supported on teamwork channels", what);
+    return 0;
+}
+
 static int tw_build_send(const adapter_target_t *t, const json_t *response, const char *media_id,
                          adapter_call_t *out, adapter_result_t *res)
 {
@@ -23,10 +37,14 @@ static int tw_build_send(const adapter_target_t *t, const json_t *response, cons
         return -1;
     if (t->to == NULL || *t->to == '\0')
         return adapter_fail(res, ADAPTER_REJECTED, "teamwork: no recipient");
-    if ((s = adapter_response_str(&adapter_teamwork, response,
-                                  kind == ADAPTER_TEXT ? "text" : "url", res)) == NULL)
+    if (kind == ADAPTER_NATIVE) {
+        if ((body = adapter_native_message(&adapter_teamwork, response, res)) == NULL)
+            return -1;
+        json_object_set_new(body, "users", json_pack("[s]", t->to));
+    } else if ((s = adapter_response_str(&adapter_teamwork, response,
+                                         kind == ADAPTER_TEXT ? "text" : "url", res)) == NULL)
         return -1;
-    if (kind == ADAPTER_TEXT)
+    else if (kind == ADAPTER_TEXT)
         body = json_pack("{s:[s],s:s,s:s}", "users", t->to, "messageType", "text", "text", s);
     else
         body = json_pack("{s:[s],s:s,s:{s:s}}", "users", t->to, "messageType", "image", "image",
@@ -95,8 +113,9 @@ const adapter_ops_t adapter_teamwork = {
     .type = "teamwork",
     .api_version = "appstore-v1",
     .from_field = "tbId",
-    .response_types = ADAPTER_TEXT | ADAPTER_IMAGE,
+    .response_types = ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_NATIVE,
     .recipient_invalid_code = 104,
+    .check = tw_check,
     .build_send = tw_build_send,
     .parse_send = tw_parse_send,
 };

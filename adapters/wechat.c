@@ -98,12 +98,134 @@ static int wx_token(const adapter_target_t *t, adapter_result_t *res, char **enc
     return 0;
 }
 
+/* Buttons wechat can show: all postback (a menu) or one link (an article). */
+static int wx_buttons_ok(const json_t *buttons)
+{
+    return adapter_buttons_all(buttons, "postback") ||
+           (json_array_size(buttons) == 1 && adapter_buttons_all(buttons, "url"));
+}
+
+static int wx_check(unsigned kind, const json_t *r, char *msg, size_t size)
+{
+    const json_t *cards = json_object_get(r, "cards"), *buttons;
+
+    if (kind == ADAPTER_IMAGE && json_object_get(r, "caption") != NULL)
+        return adapter_check_fail(BG_ERR_UNSUPPORTED, msg, size,
+                                  "caption is not supported on wechat channels");
+    if (kind == ADAPTER_BUTTON && !wx_buttons_ok(json_object_get(r, "buttons")))
+        return adapter_check_fail(BG_ERR_UNSUPPORTED, msg, size,
+                                  "buttons must all be postback, or one url, on wechat channels");
+    if (kind == ADAPTER_CAROUSEL) {
+        /* a customer-service message carries one article */
+        if (json_array_size(cards) > 1)
+            return adapter_check_fail(BG_ERR_LIMIT, msg, size,
+                                      "cards has more than 1 item on wechat channels");
+        buttons = json_object_get(json_array_get(cards, 0), "buttons");
+        if (buttons != NULL &&
+            !(json_array_size(buttons) == 1 && adapter_buttons_all(buttons, "url")))
+            return adapter_check_fail(BG_ERR_UNSUPPORTED, msg, size,
+                                      "cards[0].buttons must be one url on wechat channels");
+    }
+    return 0;
+}
+
+/* A msgmenu: items of (id, content), under the text. */
+static json_t *wx_menu(const char *head, json_t *list)
+{
+    return json_pack("{s:s,s:o,s:s}", "head_content", head, "list", list, "tail_content", "");
+}
+
+static json_t *wx_menu_items(const json_t *items)
+{
+    json_t *list = json_array();
+    const json_t *item;
+    size_t i;
+
+    json_array_foreach(items, i, item)
+        json_array_append_new(list, json_pack("{s:s,s:s}", "id", adapter_str(item, "payload"),
+                                              "content", adapter_str(item, "title")));
+    return list;
+}
+
+/* A LIST's rows as menu items; a row's description follows its title, the menu has no room
+ * of its own for it. */
+static json_t *wx_list_items(const json_t *r)
+{
+    json_t *list = json_array();
+    const json_t *section, *row;
+    size_t i, j;
+
+    json_array_foreach(json_object_get(r, "sections"), i, section) {
+        json_array_foreach(json_object_get(section, "rows"), j, row) {
+            const char *title = adapter_str(row, "title"), *desc = adapter_str(row, "description");
+            char *content = NULL;
+            if (desc != NULL && asprintf(&content, "%s - %s", title, desc) < 0)
+                content = NULL;
+            json_array_append_new(list, json_pack("{s:s,s:s}", "id", adapter_str(row, "id"),
+                                                  "content", content ? content : title));
+            free(content);
+        }
+    }
+    return list;
+}
+
+/* The message type and its object. media_id is the uploaded media of IMAGE, VIDEO, AUDIO. */
+static json_t *wx_message(unsigned kind, const json_t *r, const char *media_id, const char **type)
+{
+    const json_t *buttons = json_object_get(r, "buttons"), *card;
+    json_t *o;
+
+    switch (kind) {
+    case ADAPTER_TEXT:
+        if (json_object_get(r, "quickReplies") == NULL) {
+            *type = "text";
+            return json_pack("{s:s}", "content", adapter_str(r, "text"));
+        }
+        *type = "msgmenu";
+        return wx_menu(adapter_str(r, "text"), wx_menu_items(json_object_get(r, "quickReplies")));
+    case ADAPTER_IMAGE:
+        *type = "image";
+        return json_pack("{s:s}", "media_id", media_id);
+    case ADAPTER_AUDIO:
+        *type = "voice";
+        return json_pack("{s:s}", "media_id", media_id);
+    case ADAPTER_VIDEO:
+        *type = "video";
+        o = json_pack("{s:s}", "media_id", media_id);
+        adapter_copy_str(o, "description", r, "caption");
+        return o;
+    case ADAPTER_BUTTON:
+        if (adapter_buttons_all(buttons, "postback")) {
+            *type = "msgmenu";
+            return wx_menu(adapter_str(r, "text"), wx_menu_items(buttons));
+        }
+        *type = "news";
+        return json_pack("{s:[{s:s,s:s,s:s}]}", "articles", "title",
+                         adapter_str(json_array_get(buttons, 0), "title"), "description",
+                         adapter_str(r, "text"), "url",
+                         adapter_str(json_array_get(buttons, 0), "url"));
+    case ADAPTER_CAROUSEL:
+        *type = "news";
+        card = json_array_get(json_object_get(r, "cards"), 0);
+        o = json_pack("{s:s}", "title", adapter_str(card, "title"));
+        adapter_copy_str(o, "description", card, "subtitle");
+        adapter_copy_str(o, "url", json_array_get(json_object_get(card, "buttons"), 0), "url");
+        adapter_copy_str(o, "picurl", card, "imageUrl");
+        return json_pack("{s:[o]}", "articles", o);
+    case ADAPTER_LIST:
+        *type = "msgmenu";
+        return wx_menu(adapter_str(r, "text"), wx_list_items(r));
+    default:
+        return NULL;
+    }
+}
+
 static int wx_build_send(const adapter_target_t *t, const json_t *response, const char *media_id,
                          adapter_call_t *out, adapter_result_t *res)
 {
-    const char *text = NULL;
+    const char *type = NULL;
     unsigned kind;
-    json_t *body;
+    json_t *body, *message;
     char *enc;
 
     memset(out, 0, sizeof(*out));
@@ -112,18 +234,24 @@ static int wx_build_send(const adapter_target_t *t, const json_t *response, cons
     if (t->to == NULL || *t->to == '\0')
         return adapter_fail(res, ADAPTER_REJECTED, "wechat: no recipient");
     if (kind == ADAPTER_TEXT &&
-        (text = adapter_response_str(&adapter_wechat, response, "text", res)) == NULL)
+        adapter_response_str(&adapter_wechat, response, "text", res) == NULL)
         return -1;
-    if (kind == ADAPTER_IMAGE && (media_id == NULL || *media_id == '\0'))
-        return adapter_fail(res, ADAPTER_REJECTED, "wechat: image without media_id");
-    if (wx_token(t, res, &enc) < 0)
+    if ((kind & ADAPTER_UPLOADED) && (media_id == NULL || *media_id == '\0'))
+        return adapter_fail(res, ADAPTER_REJECTED, "wechat: media without media_id");
+    if (kind == ADAPTER_NATIVE) {
+        if ((body = adapter_native_message(&adapter_wechat, response, res)) == NULL)
+            return -1;
+        json_object_set_new(body, "touser", json_string(t->to));
+    } else {
+        message = wx_message(kind, response, media_id, &type);
+        body = message != NULL
+                   ? json_pack("{s:s,s:s,s:o}", "touser", t->to, "msgtype", type, type, message)
+                   : NULL;
+    }
+    if (wx_token(t, res, &enc) < 0) {
+        json_decref(body);
         return -1;
-    if (kind == ADAPTER_TEXT)
-        body = json_pack("{s:s,s:s,s:{s:s}}", "touser", t->to, "msgtype", "text", "text", "content",
-                         text);
-    else
-        body = json_pack("{s:s,s:s,s:{s:s}}", "touser", t->to, "msgtype", "image", "image",
-                         "media_id", media_id);
+    }
     if (adapter_json_post(
             out, adapter_url(t->base_url, "/cgi-bin/message/custom/send?access_token=%s", enc),
             body) < 0) {
@@ -182,7 +310,8 @@ static const char *wx_extension(const char *type)
     } map[] = {
         {"image/jpeg", ".jpg"},  {"image/jpg", ".jpg"}, {"image/pjpeg", ".jpg"},
         {"image/png", ".png"},   {"image/gif", ".gif"}, {"image/bmp", ".bmp"},
-        {"image/webp", ".webp"},
+        {"image/webp", ".webp"}, {"video/mp4", ".mp4"}, {"audio/mpeg", ".mp3"},
+        {"audio/mp3", ".mp3"},   {"audio/amr", ".amr"},
     };
     size_t n = strcspn(type, "; ");
 
@@ -203,6 +332,16 @@ static const char *wx_part_type(const char *type)
     return type;
 }
 
+/* WeChat's media type for a download's content type: image, video or voice. */
+static const char *wx_upload_type(const char *ctype)
+{
+    if (strncasecmp(ctype, "video/", 6) == 0)
+        return "video";
+    if (strncasecmp(ctype, "audio/", 6) == 0)
+        return "voice";
+    return "image";
+}
+
 static int wx_build_upload(const adapter_target_t *t, const char *data, size_t len,
                            const char *content_type, adapter_call_t *out, adapter_result_t *res)
 {
@@ -212,7 +351,7 @@ static int wx_build_upload(const adapter_target_t *t, const char *data, size_t l
 
     memset(out, 0, sizeof(*out));
     if (data == NULL || len == 0)
-        return adapter_fail(res, ADAPTER_REJECTED, "wechat: empty image");
+        return adapter_fail(res, ADAPTER_REJECTED, "wechat: empty media");
     for (i = 0; i < BOUNDARY_TRIES; i++) {
         if (i == 0)
             snprintf(boundary, sizeof(boundary), "%s", BOUNDARY);
@@ -222,13 +361,13 @@ static int wx_build_upload(const adapter_target_t *t, const char *data, size_t l
             break;
     }
     if (i == BOUNDARY_TRIES)
-        return adapter_fail(res, ADAPTER_REJECTED, "wechat: no multipart boundary fits the image");
+        return adapter_fail(res, ADAPTER_REJECTED, "wechat: no multipart boundary fits the media");
     if (wx_token(t, res, &enc) < 0)
         return -1;
     hlen = asprintf(&head,
                     "--%s\r\nContent-Disposition: form-data; name=\"media\"; "
-                    "filename=\"image%s\"\r\nContent-Type: %s\r\n\r\n",
-                    boundary, wx_extension(type), type);
+                    "filename=\"%s%s\"\r\nContent-Type: %s\r\n\r\n",
+                    boundary, wx_upload_type(type), wx_extension(type), type);
     tlen = asprintf(&tail, "\r\n--%s--\r\n", boundary);
     body = hlen < 0 || tlen < 0 ? NULL : malloc((size_t)hlen + len + (size_t)tlen + 1);
     if (body != NULL) {
@@ -239,7 +378,8 @@ static int wx_build_upload(const adapter_target_t *t, const char *data, size_t l
         out->body_len = (size_t)hlen + len + (size_t)tlen;
     }
     out->method = "POST";
-    out->url = adapter_url(t->base_url, "/cgi-bin/media/upload?access_token=%s&type=image", enc);
+    out->url = adapter_url(t->base_url, "/cgi-bin/media/upload?access_token=%s&type=%s", enc,
+                           wx_upload_type(type));
     free(enc);
     free(hlen < 0 ? NULL : head);
     free(tlen < 0 ? NULL : tail);
@@ -271,9 +411,11 @@ const adapter_ops_t adapter_wechat = {
     .type = "wechat",
     .api_version = "cgi-bin",
     .from_field = "botOpenId",
-    .response_types = ADAPTER_TEXT | ADAPTER_IMAGE,
+    .response_types = ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_VIDEO | ADAPTER_AUDIO |
+                      ADAPTER_BUTTON | ADAPTER_CAROUSEL | ADAPTER_LIST | ADAPTER_NATIVE,
     .recipient_invalid_code = 104,
     .image_by_upload = 1,
+    .check = wx_check,
     .build_send = wx_build_send,
     .parse_send = wx_parse_send,
     .cred_field = "accessToken",

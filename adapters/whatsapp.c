@@ -18,23 +18,182 @@ static const adapter_code_t codes[] = {
     {1016, ADAPTER_SERVER_ERROR},      {0, ADAPTER_OK},
 };
 
+#define WA_REPLY_BUTTONS 3   /* reply buttons of one interactive message */
+#define WA_REPLY_ID_MAX  256 /* characters of a reply button's id */
+#define WA_ROW_TITLE_MAX 24  /* characters of a list row's title */
+#define WA_ROW_DESC_MAX  72  /* characters of a list row's description */
+
+/* Shared by both kinds (whatsapp_cloud.c uses it too). */
+int adapter_whatsapp_check(unsigned kind, const json_t *r, char *msg, size_t size)
+{
+    const json_t *list = json_object_get(r, "quickReplies"), *item, *rows, *row;
+    const char *ids = "quickReplies";
+    size_t i, j;
+
+    if (kind == ADAPTER_STICKER && json_object_get(r, "sticker") != NULL)
+        return adapter_check_fail(BG_ERR_UNSUPPORTED, msg, size,
+                                  "sticker names are not supported on whatsapp channels: "
+                                  "send a WebP url");
+    if (kind == ADAPTER_BUTTON) {
+        list = json_object_get(r, "buttons");
+        ids = "buttons";
+        /* reply buttons, or one link button; nothing else exists */
+        if (!adapter_buttons_all(list, "postback") &&
+            !(json_array_size(list) == 1 && adapter_buttons_all(list, "url")))
+            return adapter_check_fail(BG_ERR_UNSUPPORTED, msg, size,
+                                      "buttons must all be postback, or one url, on whatsapp "
+                                      "channels");
+    }
+    if (kind == ADAPTER_TEXT || kind == ADAPTER_BUTTON) {
+        if (json_array_size(list) > WA_REPLY_BUTTONS)
+            return adapter_check_fail(BG_ERR_LIMIT, msg, size,
+                                      "%s has more than %d items on whatsapp channels", ids,
+                                      WA_REPLY_BUTTONS);
+        json_array_foreach(list, i, item)
+        {
+            if (adapter_chars(adapter_str(item, "payload")) > WA_REPLY_ID_MAX)
+                return adapter_check_fail(BG_ERR_LIMIT, msg, size,
+                                          "%s[%zu].payload is longer than %d characters on "
+                                          "whatsapp channels",
+                                          ids, i, WA_REPLY_ID_MAX);
+        }
+    }
+    if (kind == ADAPTER_LIST) {
+        json_array_foreach(json_object_get(r, "sections"), i, item)
+        {
+            rows = json_object_get(item, "rows");
+            json_array_foreach(rows, j, row)
+            {
+                if (adapter_chars(adapter_str(row, "title")) > WA_ROW_TITLE_MAX ||
+                    adapter_chars(adapter_str(row, "description")) > WA_ROW_DESC_MAX)
+                    return adapter_check_fail(
+                        BG_ERR_LIMIT, msg, size,
+                        "sections[%zu].rows[%zu].%s is longer than %d characters on whatsapp "
+                        "channels",
+                        i, j,
+                        adapter_chars(adapter_str(row, "title")) > WA_ROW_TITLE_MAX ? "title"
+                                                                                    : "description",
+                        adapter_chars(adapter_str(row, "title")) > WA_ROW_TITLE_MAX
+                            ? WA_ROW_TITLE_MAX
+                            : WA_ROW_DESC_MAX);
+            }
+        }
+    }
+    return 0;
+}
+
+/* interactive "button": reply buttons from quick replies or postback buttons (title, payload). */
+static json_t *wa_reply_buttons(const char *text, const json_t *list)
+{
+    json_t *buttons = json_array();
+    const json_t *item;
+    size_t i;
+
+    json_array_foreach(list, i, item) json_array_append_new(
+        buttons, json_pack("{s:s,s:{s:s,s:s}}", "type", "reply", "reply", "id",
+                           adapter_str(item, "payload"), "title", adapter_str(item, "title")));
+    return json_pack("{s:s,s:{s:s},s:{s:o}}", "type", "button", "body", "text", text, "action",
+                     "buttons", buttons);
+}
+
+static json_t *wa_list(const json_t *r)
+{
+    json_t *sections = json_array();
+    const json_t *section, *row;
+    size_t i, j;
+
+    json_array_foreach(json_object_get(r, "sections"), i, section)
+    {
+        json_t *rows = json_array(), *s;
+        json_array_foreach(json_object_get(section, "rows"), j, row)
+        {
+            json_t *w = json_pack("{s:s,s:s}", "id", adapter_str(row, "id"), "title",
+                                  adapter_str(row, "title"));
+            adapter_copy_str(w, "description", row, "description");
+            json_array_append_new(rows, w);
+        }
+        s = json_pack("{s:o}", "rows", rows);
+        adapter_copy_str(s, "title", section, "title");
+        json_array_append_new(sections, s);
+    }
+    return json_pack("{s:s,s:{s:s},s:{s:s,s:o}}", "type", "list", "body", "text",
+                     adapter_str(r, "text"), "action", "button", adapter_str(r, "button"),
+                     "sections", sections);
+}
+
+/* The "type" and its object of the message, for the types beyond text, image and template. */
+static json_t *wa_rich(unsigned kind, const json_t *r, const char **type)
+{
+    const json_t *buttons = json_object_get(r, "buttons");
+    json_t *o;
+
+    switch (kind) {
+    case ADAPTER_TEXT:
+        *type = "interactive";
+        return wa_reply_buttons(adapter_str(r, "text"), json_object_get(r, "quickReplies"));
+    case ADAPTER_IMAGE:
+    case ADAPTER_VIDEO:
+    case ADAPTER_AUDIO:
+    case ADAPTER_FILE:
+    case ADAPTER_STICKER:
+        *type = kind == ADAPTER_IMAGE   ? "image"
+                : kind == ADAPTER_VIDEO ? "video"
+                : kind == ADAPTER_AUDIO ? "audio"
+                : kind == ADAPTER_FILE  ? "document"
+                                        : "sticker";
+        o = json_pack("{s:s}", "link", adapter_str(r, "url"));
+        adapter_copy_str(o, "caption", r, "caption");
+        adapter_copy_str(o, "filename", r, "filename");
+        return o;
+    case ADAPTER_LOCATION:
+        *type = "location";
+        o = json_pack("{s:O,s:O}", "latitude", json_object_get(r, "latitude"), "longitude",
+                      json_object_get(r, "longitude"));
+        adapter_copy_str(o, "name", r, "name");
+        adapter_copy_str(o, "address", r, "address");
+        return o;
+    case ADAPTER_BUTTON:
+        *type = "interactive";
+        if (adapter_buttons_all(buttons, "postback"))
+            return wa_reply_buttons(adapter_str(r, "text"), buttons);
+        return json_pack("{s:s,s:{s:s},s:{s:s,s:{s:s,s:s}}}", "type", "cta_url", "body", "text",
+                         adapter_str(r, "text"), "action", "name", "cta_url", "parameters",
+                         "display_text", adapter_str(json_array_get(buttons, 0), "title"), "url",
+                         adapter_str(json_array_get(buttons, 0), "url"));
+    case ADAPTER_LIST:
+        *type = "interactive";
+        return wa_list(r);
+    default:
+        return NULL;
+    }
+}
+
 json_t *adapter_whatsapp_body(const adapter_ops_t *ops, unsigned kind, const json_t *response,
                               const char *to, const char *ns, int cloud, adapter_result_t *res)
 {
     const json_t *components = json_object_get(response, "components");
-    const char *s, *lang;
-    json_t *body = NULL, *tmpl;
+    const char *s, *lang, *type = NULL;
+    json_t *body = NULL, *tmpl, *rich;
 
-    if (kind == ADAPTER_TEXT) {
+    if (kind == ADAPTER_NATIVE) {
+        if ((body = adapter_native_message(ops, response, res)) == NULL)
+            return NULL;
+        json_object_set_new(body, "recipient_type", json_string("individual"));
+        json_object_set_new(body, "to", json_string(to));
+    } else if (kind == ADAPTER_TEXT && json_object_get(response, "quickReplies") == NULL) {
         if ((s = adapter_response_str(ops, response, "text", res)) == NULL)
             return NULL;
         body = json_pack("{s:s,s:s,s:s,s:{s:s}}", "recipient_type", "individual", "to", to, "type",
                          "text", "text", "body", s);
-    } else if (kind == ADAPTER_IMAGE) {
+    } else if (kind == ADAPTER_IMAGE && json_object_get(response, "caption") == NULL) {
         if ((s = adapter_response_str(ops, response, "url", res)) == NULL)
             return NULL;
         body = json_pack("{s:s,s:s,s:s,s:{s:s}}", "recipient_type", "individual", "to", to, "type",
                          "image", "image", "link", s);
+    } else if (kind != ADAPTER_TEMPLATE) {
+        if ((rich = wa_rich(kind, response, &type)) != NULL)
+            body = json_pack("{s:s,s:s,s:s,s:o}", "recipient_type", "individual", "to", to, "type",
+                             type, type, rich);
     } else {
         if ((s = adapter_response_str(ops, response, "elementName", res)) == NULL ||
             (lang = adapter_response_str(ops, response, "languageCode", res)) == NULL)
@@ -345,10 +504,11 @@ const adapter_ops_t adapter_whatsapp = {
     .type = "whatsapp",
     .api_version = "",
     .from_field = "waId",
-    .response_types = ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_TEMPLATE,
+    .response_types = ADAPTER_WHATSAPP_TYPES,
     .recipient_invalid_code = 100,
     .server_error_aborts = 1,
     .phone_recipients = 1,
+    .check = adapter_whatsapp_check,
     .build_send = wa_build_send,
     .parse_send = wa_parse_send,
     .cred_field = "adminAuthToken",

@@ -61,6 +61,32 @@ SCENARIOS = {
                              "response": [{"type": "TEXT", "text": "one"},
                                           {"type": "TEXT", "text": "two"},
                                           {"type": "TEXT", "text": "three"}]}),
+    # 50 TEXT, and 50 of the other types Messenger has (contract.md section 11): what the
+    # rich types cost beside plain text (run with fewer requests: 50 sends each)
+    "t50": ("/sendResponses", {"channelId": "fb", "memberId": "m",
+                               "response": [{"type": "TEXT", "text": "hello %d" % i}
+                                            for i in range(50)]}),
+    "m50": ("/sendResponses", {"channelId": "fb", "memberId": "m", "response": [
+        r for _ in range(5) for r in (
+            {"type": "TEXT", "text": "Pick", "quickReplies": [
+                {"title": "Red", "payload": "RED"}, {"title": "Blue", "payload": "BLUE"},
+                {"title": "Green", "payload": "GREEN"}]},
+            {"type": "BUTTON", "text": "Choose", "buttons": [
+                {"type": "postback", "title": "Yes", "payload": "Y"},
+                {"type": "postback", "title": "No", "payload": "N"},
+                {"type": "url", "title": "More", "url": "https://example.com/more"}]},
+            {"type": "CAROUSEL", "cards": [
+                {"title": "A", "subtitle": "a", "imageUrl": "https://example.com/a.png",
+                 "buttons": [{"type": "postback", "title": "Buy", "payload": "BUY_A"}]},
+                {"title": "B", "subtitle": "b"}]},
+            {"type": "VIDEO", "url": "https://example.com/v.mp4"},
+            {"type": "AUDIO", "url": "https://example.com/a.mp3"},
+            {"type": "FILE", "url": "https://example.com/f.pdf"},
+            {"type": "IMAGE", "url": "https://example.com/i.png"},
+            {"type": "NATIVE", "message": {"message": {"text": "native"}}},
+            {"type": "LOCATION", "latitude": 22.28, "longitude": 114.16,
+             "fallback": {"type": "TEXT", "text": "at 22.28, 114.16"}},
+            {"type": "TEXT", "text": "plain"})]}),
     "c": ("/redirectMemberToNode", {"channelId": "fb", "memberId": "m",
                                     "redirect": {"tree": "t", "nodeCompositeId": "two"}}),
     # c with the two responses returned by a small Lua transform (node code)

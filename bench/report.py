@@ -149,8 +149,10 @@ def sim_total(url):
         return None
 
 
-def redis_scripts(port):
-    """Scripts (EVAL and EVALSHA calls) the Redis on 127.0.0.1:port has run so far, or None."""
+def redis_commands(port):
+    """(scripts, commands) the Redis on 127.0.0.1:port has run so far, or None: scripts are the
+    EVAL and EVALSHA calls, commands every call INFO commandstats counts (a script's own
+    redis.call commands included, the INFO that asks excluded), or None."""
     if not port:
         return None
     try:
@@ -169,8 +171,10 @@ def redis_scripts(port):
                 data += chunk
     except (OSError, ValueError):
         return None
-    return sum(int(m) for m in re.findall(r"^cmdstat_(?:eval|evalsha):calls=(\d+)",
-                                         data.decode(), re.M))
+    calls = {m.group(1): int(m.group(2)) for m in
+             re.finditer(r"^cmdstat_([a-z|_-]+):calls=(\d+)", data.decode(), re.M)}
+    scripts = calls.get("eval", 0) + calls.get("evalsha", 0)
+    return scripts, sum(n for name, n in calls.items() if name != "info")
 
 
 def upstream_status(url):
@@ -278,7 +282,7 @@ def cmd_measure(args):
 
     calls0 = sim_total(args.sim)
     status0 = upstream_status(args.upstream_status)
-    scripts0 = redis_scripts(args.redis_port)
+    redis0 = redis_commands(args.redis_port)
     cpu0 = cpu_seconds(procs)
     aux0 = {k: cpu_seconds(v) for k, v in aux.items()}
     host0 = host_busy_s()
@@ -301,7 +305,7 @@ def cmd_measure(args):
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     calls1 = sim_total(args.sim)
     status1 = upstream_status(args.upstream_status)
-    scripts1 = redis_scripts(args.redis_port)
+    redis1 = redis_commands(args.redis_port)
 
     # what else ran meanwhile: every other process (wrk, our child, has exited by now)
     mine = set(procs) | {p for v in aux.values() for p in v} | {os.getpid()}
@@ -331,8 +335,9 @@ def cmd_measure(args):
         # minus the second status request and its connection
         rec["upstream_accepts"] = status1[0] - status0[0] - 1
         rec["upstream_calls"] = status1[1] - status0[1] - 1
-    if scripts0 is not None and scripts1 is not None:
-        rec["redis_scripts"] = scripts1 - scripts0
+    if redis0 is not None and redis1 is not None:
+        rec["redis_scripts"] = redis1[0] - redis0[0]
+        rec["redis_commands"] = redis1[1] - redis0[1]
     if ports:
         rec["upstream_conns_max"] = conns_max[0]
         rec["upstream_conns_seen"] = len(conns_seen)
@@ -534,6 +539,7 @@ def cmd_table(args):
     w("")
     hdr = ("scenario", "target", "conns", "req/s", "p50 ms", "p99 ms", "errors", "CPU s",
            "CPU us/req", "peak RSS MiB", "upstr/req", "upstr conns", "redis CPU s",
+           "redis us/req", "redis cmd/req",
            "upstr CPU s", "host CPUs", "others CPU s", "ratio")
     rows = []
     for sc in ORDER:
@@ -569,6 +575,10 @@ def cmd_table(args):
                          "%.2f" % (up / n) if up is not None else "", conns,
                          "%.2f" % r["aux_cpu_s"].get("redis", 0)
                          if r["target"] == "botgate" else "",
+                         "%.1f" % (r["aux_cpu_s"].get("redis", 0) * 1e6 / n)
+                         if r["target"] == "botgate" else "",
+                         "%.2f" % (r["redis_commands"] / float(n))
+                         if r["target"] == "botgate" and "redis_commands" in r else "",
                          "%.2f" % r["aux_cpu_s"]["upstream"]
                          if "upstream" in r["aux_cpu_s"] else "",
                          "%.2f" % r.get("host_cpus_busy", 0),
@@ -596,6 +606,8 @@ def cmd_table(args):
       "(connect, read, write, timeout).")
     w("CPU s: utime+stime of botgate (all threads) or of nginx (master + worker) during the run;")
     w("redis CPU s: the private redis-server during botgate's runs (part of botgate's cost);")
+    w("redis us/req: that over the requests answered; redis cmd/req: the commands Redis ran per")
+    w("request (INFO commandstats: every call, those a script runs with redis.call included).")
     w("upstr CPU s: the static upstream nginx (master + workers) during the run.")
     w("host CPUs: how many of the machine's %s CPUs were busy during the run (wrk, upstream," % nproc)
     w("Redis, the target, the kernel's network work, anything else): near %s, the machine was"
@@ -636,7 +648,10 @@ def cmd_table(args):
         def scripts(r):
             if "redis_scripts" not in r or not r["requests"]:
                 return ""
-            return ", %.2f Redis scripts/req" % (r["redis_scripts"] / float(r["requests"]))
+            n = float(r["requests"])
+            return ", Redis %.1f us/req, %.2f commands/req, %.2f scripts/req" % (
+                r["aux_cpu_s"].get("redis", 0) * 1e6 / n, r.get("redis_commands", 0) / n,
+                r["redis_scripts"] / n)
 
         w("  %-8s %.0f req/s, CPU %.0f us/req%s" % ("a", rps(a), per_req_us(a), scripts(a)))
         for r in guarded:
@@ -645,6 +660,10 @@ def cmd_table(args):
             twin = find(recs, "a-many", "botgate") if r["scenario"] == "a-order" else None
             if twin is not None and "error" not in twin and rps(twin) > 0:
                 w("  %-8s against a-many: %s" % ("", cost(r, twin, "a-many")))
+                red, red0 = (x["aux_cpu_s"].get("redis", 0) / float(x["requests"] or 1)
+                             for x in (r, twin))
+                if red0 > 0:
+                    w("  %-8s Redis CPU per request %.2fx a-many's" % ("", red / red0))
 
     tls = [r for r in recs if r["scenario"] in ("a-tls", "a-tls-h1") and "error" not in r]
     if tls:

@@ -49,10 +49,11 @@ struct node_run {
     json_t *pending;         /* the rendered response or webhook being waited on */
     char place[PLACE_MAX];   /* of the webhook being waited on, for its error element */
 
-    script_cache_t *scripts; /* borrowed, may be NULL */
-    script_run_t *script;    /* the script running (an action or the transform) */
-    int transform_started;   /* of the running node */
-    json_t *transformed;     /* what the transform returned: the responses to send */
+    const nodecode_t *code; /* borrowed, may be NULL: no node code runs */
+    void *code_ctx;         /* the runner's (borrowed) */
+    nodecode_run_t *script; /* the script running (an action or the transform) */
+    int transform_started;  /* of the running node */
+    json_t *transformed;    /* what the transform returned: the responses to send */
 };
 
 static char *dup_str(const char *s)
@@ -117,7 +118,8 @@ void node_run_free(node_run_t *run)
     json_decref(run->node);
     json_decref(run->pending);
     json_decref(run->transformed);
-    script_run_free(run->script);
+    if (run->script != NULL)
+        run->code->free(run->script);
     free(run->tree);
     free(run->node_id);
     free(run->pos_tree);
@@ -262,9 +264,10 @@ static int action_webhook(node_run_t *run, const json_t *action, const char *pla
     return 0;
 }
 
-void node_run_set_scripts(node_run_t *run, script_cache_t *scripts)
+void node_run_set_code(node_run_t *run, const nodecode_t *code, void *ctx)
 {
-    run->scripts = scripts;
+    run->code = code;
+    run->code_ctx = ctx;
 }
 
 /* Runs or continues run->script; 1 when it waits for its http.request (need filled), 0 when
@@ -275,28 +278,28 @@ static int script_continue(node_run_t *run, node_need_t *need)
     bg_error_t e;
     size_t i;
 
-    switch (script_run_resume(run->script, &e)) {
-    case SCRIPT_NEED_HTTP:
+    switch (run->code->resume(run->script, &e)) {
+    case NODECODE_NEED_HTTP:
         run->wait = WAIT_HTTP;
-        need->http = script_run_http(run->script);
+        need->http = run->code->http(run->script);
         return 1;
-    case SCRIPT_FAILED:
+    case NODECODE_FAILED:
         add_error(run, BG_ERR_SCRIPT, "node %.64s %s", run->node_id, e.msg);
         break;
-    case SCRIPT_DONE:
+    case NODECODE_DONE:
         /* checked by the script run against this very member: they apply */
-        ops = script_run_member_ops(run->script);
+        ops = run->code->member_ops(run->script);
         json_array_foreach(ops, i, op) {
             if (record_op(run, json_incref((json_t *)op), &e) < 0)
                 add_error(run, BG_ERR_SCRIPT, "node %.64s: %s", run->node_id, e.msg);
         }
         if (run->phase == PHASE_TRANSFORM) {
             json_decref(run->transformed);
-            run->transformed = script_run_result(run->script);
+            run->transformed = run->code->result(run->script);
         }
         break;
     }
-    script_run_free(run->script);
+    run->code->free(run->script);
     run->script = NULL;
     return 0;
 }
@@ -305,10 +308,6 @@ static int script_continue(node_run_t *run, node_need_t *need)
  * script_continue. */
 static int script_start(node_run_t *run, const json_t *code, const char *name, node_need_t *need)
 {
-    script_limits_t limits = {SCRIPT_MAX_INSTRUCTIONS_DEFAULT, SCRIPT_MAX_MEMORY_KB_DEFAULT, 0,
-                              NULL};
-    script_t *own = NULL;
-    const script_t *s;
     bg_error_t e;
 
     if (!json_is_string(code)) {
@@ -316,19 +315,17 @@ static int script_start(node_run_t *run, const json_t *code, const char *name, n
                   name);
         return 0;
     }
-    if (run->scripts != NULL) {
-        limits = script_cache_limits(run->scripts);
-        s = script_cache_get(run->scripts, name, json_string_value(code), &e);
-    } else {
-        s = own = script_compile(json_string_value(code), json_string_length(code), name, &e);
+    if (run->code == NULL) {
+        add_error(run, BG_ERR_SCRIPT, "node %.64s %s: no node code runs here", run->node_id, name);
+        return 0;
     }
-    if (s == NULL) {
+    run->script = run->code->start(
+        run->code_ctx, name, json_string_value(code), json_string_length(code), run->member,
+        json_object_get(run->scope, "channel"), json_object_get(run->scope, "agendaMeta"), &e);
+    if (run->script == NULL && e.code == BG_ERR_SCRIPT) {
         add_error(run, BG_ERR_SCRIPT, "node %.64s %s", run->node_id, e.msg);
         return 0;
     }
-    run->script = script_run_new(s, limits, run->member, json_object_get(run->scope, "channel"),
-                                 json_object_get(run->scope, "agendaMeta"));
-    script_free(own);
     if (run->script == NULL) {
         add_error(run, BG_ERR_UNAVAILABLE, "node %.64s %s: out of memory", run->node_id, name);
         return 0;
@@ -521,7 +518,7 @@ static int follow_redirect(node_run_t *run)
 }
 
 /* The position op, once, when at least one node was reached. */
-static void finish(node_run_t *run)
+static void end_at_position(node_run_t *run)
 {
     json_t *op;
     bg_error_t e;
@@ -554,7 +551,7 @@ node_step_t node_run_next(node_run_t *run, node_need_t *need)
         need->webhook = run->pending;
         return NODE_NEED_WEBHOOK;
     case WAIT_HTTP:
-        need->http = script_run_http(run->script);
+        need->http = run->code->http(run->script);
         return NODE_NEED_HTTP;
     case WAIT_NONE:
         break;
@@ -599,7 +596,7 @@ node_step_t node_run_next(node_run_t *run, node_need_t *need)
             if (follow_redirect(run))
                 run->phase = PHASE_FETCH;
             else
-                finish(run);
+                end_at_position(run);
             break;
         case PHASE_DONE:
             return NODE_DONE;
@@ -625,7 +622,7 @@ void node_run_node_loaded(node_run_t *run, json_t *node)
             add_error(run, BG_ERR_NO_TREE, "tree or node not found: redirect to %.64s/%.64s",
                       run->tree, run->node_id);
         }
-        finish(run);
+        end_at_position(run);
         return;
     }
     t = strdup(run->tree);
@@ -635,7 +632,7 @@ void node_run_node_loaded(node_run_t *run, json_t *node)
         free(n);
         json_decref(node);
         add_error(run, BG_ERR_UNAVAILABLE, "out of memory");
-        finish(run);
+        end_at_position(run);
         return;
     }
     free(run->pos_tree);
@@ -703,7 +700,7 @@ void node_run_http_done(node_run_t *run, long status, const char *body, size_t b
     if (run->wait != WAIT_HTTP)
         return;
     run->wait = WAIT_NONE;
-    script_run_http_done(run->script, status, body, body_len, content_type, error);
+    run->code->http_done(run->script, status, body, body_len, content_type, error);
 }
 
 int node_run_error(const node_run_t *run, bg_error_t *err)

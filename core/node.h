@@ -11,7 +11,7 @@
  * percent-encoded) and body. A set that is refused or a malformed action adds an error
  * element (108; 117 for an unknown type) and the run goes on.
  *
- * Node code (script.h): a {"type":"script","code":".."} action runs as a step of its list; a
+ * Node code (nodecode.h, run by script/): a {"type":"script","code":".."} action runs as a step of its list; a
  * node's "transform" code runs after the pre-action when the response is sent, and what it
  * returns (an array of responses, or nil for none) is sent instead of response /
  * responseByLocale, as returned (not rendered). A script's member changes are applied when it
@@ -21,7 +21,7 @@
 #define BOTGATE_CORE_NODE_H
 
 #include "error.h"
-#include "script.h"
+#include "nodecode.h"
 
 #include <jansson.h>
 #include <stdint.h>
@@ -45,10 +45,10 @@ typedef struct node_flags {
 node_run_t *node_run_new(const json_t *member, const json_t *channel, const json_t *agenda_meta,
                          const char *tree, const char *node_id, node_flags_t flags, int64_t now_ms);
 
-/* The compiled scripts the run takes its node code from (borrowed; the caller keeps it alive
- * as long as the run). Without it, each script is compiled when it runs, with the default
- * limits. */
-void node_run_set_scripts(node_run_t *run, script_cache_t *scripts);
+/* What runs the node code (code and ctx borrowed; the caller keeps them alive as long as the
+ * run): the gateway gives script/'s Lua sandbox with the worker's compiled scripts. Without
+ * it, a script action or transform fails with 126. */
+void node_run_set_code(node_run_t *run, const nodecode_t *code, void *ctx);
 
 typedef enum {
     NODE_NEED_NODE,
@@ -69,7 +69,7 @@ typedef struct node_need {
                                    rendered; body and saveAs may be null; the url is http(s)
                                    but its address is not checked (the SSRF guard is the
                                    caller's) */
-    const json_t *http;         /* NEED_HTTP: a script's http.request (script_run_http) */
+    const json_t *http;         /* NEED_HTTP: a script's http.request (nodecode_t http) */
 } node_need_t;
 
 /* Moves the run on as far as it can go without the caller and says what it needs. Asking
@@ -90,7 +90,7 @@ void node_run_send_done(node_run_t *run, json_t *element);
  * is saved at member.botMeta.tempData.<saveAs>; without ok an error element 113 is added. */
 void node_run_webhook_done(node_run_t *run, int ok, json_t *answer);
 
-/* The answer to the http.request asked for by NEED_HTTP (script_run_http_done: status 0 and
+/* The answer to the http.request asked for by NEED_HTTP (nodecode_t http_done: status 0 and
  * error when none arrived). The script resumes on the next node_run_next(). */
 void node_run_http_done(node_run_t *run, long status, const char *body, size_t body_len,
                         const char *content_type, const char *error);

@@ -1,8 +1,8 @@
 /* request.c - body parsing and validation for both operations (contract.md section 5). */
 #include "request.h"
 
-#include "jparse.h"
-#include "numfmt.h"
+#include "../json/jparse.h"
+#include "../json/numfmt.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -149,48 +149,463 @@ static int parse_target(const json_t *root, request_target_t *t, bg_error_t *err
     return 0;
 }
 
-static int need_string(const json_t *obj, const char *field, const char *where, bg_error_t *err)
-{
-    const json_t *v = json_object_get(obj, field);
+/* ---- response objects (contract.md section 11) ---- */
 
-    if (!json_is_string(v) || json_string_length(v) == 0)
-        return bg_error_set(err, BG_ERR_MISSING_PARAM, "missing parameter: %s.%s", where, field);
+/* Characters (not bytes) of a UTF-8 string: the limits of the platforms count characters. */
+static size_t utf8_chars(const char *s)
+{
+    size_t n = 0;
+
+    for (; *s; s++)
+        n += ((unsigned char)*s & 0xc0) != 0x80;
+    return n;
+}
+
+static int is_http_url(const char *s)
+{
+    return strncmp(s, "http://", 7) == 0 || strncmp(s, "https://", 8) == 0;
+}
+
+/* A templated string (a tree's "{{...}}") is checked once rendered, when it is sent. */
+static int templated(unsigned flags, const char *s)
+{
+    return (flags & REQUEST_CHECK_TEMPLATED) && strstr(s, "{{") != NULL;
+}
+
+/* Refuses the first member of obj not in allowed (NULL-terminated): nothing a caller wrote is
+ * dropped in silence. */
+static int only_fields(const json_t *obj, const char *const *allowed, const char *where,
+                       bg_error_t *err)
+{
+    const char *key;
+    json_t *v;
+
+    json_object_foreach((json_t *)obj, key, v) {
+        size_t i = 0;
+        while (allowed[i] && strcmp(allowed[i], key) != 0)
+            i++;
+        if (allowed[i] == NULL)
+            return bg_error_set(err, BG_ERR_MISSING_PARAM, "unknown field %s.%.60s", where, key);
+    }
     return 0;
 }
 
-int request_check_response(const json_t *resp, const char *where, bg_error_t *err)
+/* A string member: absent (NULL in *out) unless required, else a non-empty string of at most
+ * max_chars characters (0: no limit of its own). Over it: 118. */
+static int str_field(const json_t *obj, const char *key, const char *where, int required,
+                     size_t max_chars, unsigned flags, const char **out, bg_error_t *err)
 {
-    const char *type;
-    const json_t *components;
+    const json_t *v = json_object_get(obj, key);
+    const char *s;
 
-    if (!json_is_object(resp))
-        return bg_error_set(err, BG_ERR_MISSING_PARAM, "parameter %s must be an object", where);
-    if (need_string(resp, "type", where, err) < 0)
+    if (out != NULL)
+        *out = NULL;
+    if (v == NULL && !required)
+        return 0;
+    if (v == NULL)
+        return bg_error_set(err, BG_ERR_MISSING_PARAM, "missing parameter: %s.%s", where, key);
+    if (!json_is_string(v))
+        return bg_error_set(err, BG_ERR_MISSING_PARAM, "parameter %s.%s must be a string", where,
+                            key);
+    s = json_string_value(v);
+    if (*s == '\0')
+        return bg_error_set(err, BG_ERR_MISSING_PARAM,
+                            required ? "missing parameter: %s.%s"
+                                     : "parameter %s.%s must not be empty",
+                            where, key);
+    if (max_chars > 0 && !templated(flags, s) && utf8_chars(s) > max_chars)
+        return bg_error_set(err, BG_ERR_LIMIT, "parameter %s.%s is longer than %zu characters",
+                            where, key, max_chars);
+    if (out != NULL)
+        *out = s;
+    return 0;
+}
+
+static int url_field(const json_t *obj, const char *key, const char *where, int required,
+                     unsigned flags, bg_error_t *err)
+{
+    const char *url;
+
+    if (str_field(obj, key, where, required, 0, flags, &url, err) < 0)
         return -1;
-    type = json_string_value(json_object_get(resp, "type"));
-    if (strcmp(type, "TEXT") == 0)
-        return need_string(resp, "text", where, err);
-    if (strcmp(type, "IMAGE") == 0) {
-        const char *url;
-        if (need_string(resp, "url", where, err) < 0)
+    if (url != NULL && !templated(flags, url) && !is_http_url(url))
+        return bg_error_set(err, BG_ERR_MISSING_PARAM,
+                            "parameter %s.%s must be an http or https URL", where, key);
+    return 0;
+}
+
+/* An array member of min..max elements (fewer: 108, more: 118); absent is NULL when !required. */
+static int array_field(const json_t *obj, const char *key, const char *where, int required,
+                       size_t min, size_t max, const json_t **out, bg_error_t *err)
+{
+    const json_t *v = json_object_get(obj, key);
+
+    *out = NULL;
+    if (v == NULL && !required)
+        return 0;
+    if (v == NULL)
+        return bg_error_set(err, BG_ERR_MISSING_PARAM, "missing parameter: %s.%s", where, key);
+    if (!json_is_array(v))
+        return bg_error_set(err, BG_ERR_MISSING_PARAM, "parameter %s.%s must be an array", where,
+                            key);
+    if (json_array_size(v) < min)
+        return bg_error_set(err, BG_ERR_MISSING_PARAM, "parameter %s.%s needs at least %zu items",
+                            where, key, min);
+    if (json_array_size(v) > max)
+        return bg_error_set(err, BG_ERR_LIMIT, "parameter %s.%s has more than %zu items", where,
+                            key, max);
+    *out = v;
+    return 0;
+}
+
+/* The name of element i of array key: "response[0].buttons[2]", cut to size; written without
+ * snprintf, as request_parse_send does: it is made for every item of every response. */
+static const char *item_where(char *buf, size_t size, const char *where, const char *key, size_t i)
+{
+    char num[NUMFMT_DEC_SIZE];
+    const char *digits = numfmt_dec(num, (long long)i);
+    size_t n = strnlen(where, size - 48), k = strlen(key), d = strlen(digits);
+
+    if (n + 1 + k + 1 + d + 2 > size) /* not reached with the names botgate makes */
+        k = 0;
+    memcpy(buf, where, n);
+    buf[n] = '.';
+    memcpy(buf + n + 1, key, k);
+    buf[n + 1 + k] = '[';
+    memcpy(buf + n + 2 + k, digits, d);
+    memcpy(buf + n + 2 + k + d, "]", 2);
+    return buf;
+}
+
+/* Element i must be an object with only the allowed members. */
+static int item_object(const json_t *item, const char *where, const char *const *allowed,
+                       bg_error_t *err)
+{
+    if (!json_is_object(item))
+        return bg_error_set(err, BG_ERR_MISSING_PARAM, "parameter %s must be an object", where);
+    return only_fields(item, allowed, where, err);
+}
+
+static int check_quick_replies(const json_t *resp, const char *where, unsigned flags,
+                               bg_error_t *err)
+{
+    static const char *const fields[] = {"title", "payload", NULL};
+    const json_t *list, *qr;
+    char at[REQUEST_WHERE_MAX];
+    size_t i;
+
+    if (array_field(resp, "quickReplies", where, 0, 1, REQUEST_MAX_QUICK_REPLIES, &list, err) < 0)
+        return -1;
+    json_array_foreach(list, i, qr) {
+        item_where(at, sizeof(at), where, "quickReplies", i);
+        if (item_object(qr, at, fields, err) < 0 ||
+            str_field(qr, "title", at, 1, REQUEST_MAX_TITLE, flags, NULL, err) < 0 ||
+            str_field(qr, "payload", at, 1, REQUEST_MAX_PAYLOAD, flags, NULL, err) < 0)
             return -1;
-        url = json_string_value(json_object_get(resp, "url"));
-        if (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0)
+    }
+    return 0;
+}
+
+static int check_button(const json_t *b, const char *at, unsigned flags, bg_error_t *err)
+{
+    static const char *const postback[] = {"type", "title", "payload", NULL};
+    static const char *const url[] = {"type", "title", "url", NULL};
+    static const char *const phone[] = {"type", "title", "phone", NULL};
+    const char *type, *number;
+
+    if (!json_is_object(b))
+        return bg_error_set(err, BG_ERR_MISSING_PARAM, "parameter %s must be an object", at);
+    if (str_field(b, "type", at, 1, 0, 0, &type, err) < 0 ||
+        str_field(b, "title", at, 1, REQUEST_MAX_TITLE, flags, NULL, err) < 0)
+        return -1;
+    if (strcmp(type, "postback") == 0)
+        return only_fields(b, postback, at, err) < 0 ||
+                       str_field(b, "payload", at, 1, REQUEST_MAX_PAYLOAD, flags, NULL, err) < 0
+                   ? -1
+                   : 0;
+    if (strcmp(type, "url") == 0)
+        return only_fields(b, url, at, err) < 0 || url_field(b, "url", at, 1, flags, err) < 0 ? -1
+                                                                                              : 0;
+    if (strcmp(type, "phone") == 0) {
+        if (only_fields(b, phone, at, err) < 0 ||
+            str_field(b, "phone", at, 1, REQUEST_MAX_PHONE, flags, &number, err) < 0)
+            return -1;
+        if (!templated(flags, number) &&
+            (number[0] != '+' || strspn(number + 1, "0123456789 -()") != strlen(number + 1) ||
+             strpbrk(number, "0123456789") == NULL))
             return bg_error_set(err, BG_ERR_MISSING_PARAM,
-                                "parameter %s.url must be an http or https URL", where);
+                                "parameter %s.phone must be a number in international form "
+                                "(+852...)",
+                                at);
         return 0;
     }
-    if (strcmp(type, "TEMPLATE") == 0) {
-        if (need_string(resp, "elementName", where, err) < 0 ||
-            need_string(resp, "languageCode", where, err) < 0)
+    return bg_error_set(err, BG_ERR_MISSING_PARAM,
+                        "parameter %s.type must be postback, url or phone", at);
+}
+
+static int check_buttons(const json_t *obj, const char *where, int required, unsigned flags,
+                         bg_error_t *err)
+{
+    const json_t *list, *b;
+    char at[REQUEST_WHERE_MAX];
+    size_t i;
+
+    if (array_field(obj, "buttons", where, required, 1, REQUEST_MAX_BUTTONS, &list, err) < 0)
+        return -1;
+    json_array_foreach(list, i, b) {
+        if (check_button(b, item_where(at, sizeof(at), where, "buttons", i), flags, err) < 0)
             return -1;
+    }
+    return 0;
+}
+
+static int check_cards(const json_t *resp, const char *where, unsigned flags, bg_error_t *err)
+{
+    static const char *const fields[] = {"title", "subtitle", "imageUrl", "buttons", NULL};
+    const json_t *list, *card;
+    char at[REQUEST_WHERE_MAX];
+    size_t i;
+
+    if (array_field(resp, "cards", where, 1, 1, REQUEST_MAX_CARDS, &list, err) < 0)
+        return -1;
+    json_array_foreach(list, i, card) {
+        item_where(at, sizeof(at), where, "cards", i);
+        if (item_object(card, at, fields, err) < 0 ||
+            str_field(card, "title", at, 1, REQUEST_MAX_CARD_TITLE, flags, NULL, err) < 0 ||
+            str_field(card, "subtitle", at, 0, REQUEST_MAX_CARD_TITLE, flags, NULL, err) < 0 ||
+            url_field(card, "imageUrl", at, 0, flags, err) < 0 ||
+            check_buttons(card, at, 0, flags, err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int check_sections(const json_t *resp, const char *where, unsigned flags, bg_error_t *err)
+{
+    static const char *const section_fields[] = {"title", "rows", NULL};
+    static const char *const row_fields[] = {"id", "title", "description", NULL};
+    const json_t *sections, *section, *rows, *row;
+    char at[REQUEST_WHERE_MAX], rat[REQUEST_WHERE_MAX];
+    size_t i, j, total = 0;
+
+    if (array_field(resp, "sections", where, 1, 1, REQUEST_MAX_SECTIONS, &sections, err) < 0)
+        return -1;
+    json_array_foreach(sections, i, section) {
+        item_where(at, sizeof(at), where, "sections", i);
+        /* several sections are told apart by their titles */
+        if (item_object(section, at, section_fields, err) < 0 ||
+            str_field(section, "title", at, json_array_size(sections) > 1, REQUEST_MAX_ROW_TITLE,
+                      flags, NULL, err) < 0 ||
+            array_field(section, "rows", at, 1, 1, REQUEST_MAX_ROWS, &rows, err) < 0)
+            return -1;
+        json_array_foreach(rows, j, row) {
+            item_where(rat, sizeof(rat), at, "rows", j);
+            if (++total > REQUEST_MAX_ROWS)
+                return bg_error_set(err, BG_ERR_LIMIT,
+                                    "parameter %s.sections has more than %d rows in all", where,
+                                    REQUEST_MAX_ROWS);
+            if (item_object(row, rat, row_fields, err) < 0 ||
+                str_field(row, "id", rat, 1, REQUEST_MAX_ROW_ID, flags, NULL, err) < 0 ||
+                str_field(row, "title", rat, 1, 0, flags, NULL, err) < 0 ||
+                str_field(row, "description", rat, 0, 0, flags, NULL, err) < 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* A number in [-limit, limit]; a tree may hold a templated string instead. */
+static int coordinate(const json_t *resp, const char *key, const char *where, double limit,
+                      unsigned flags, bg_error_t *err)
+{
+    const json_t *v = json_object_get(resp, key);
+
+    if (v == NULL)
+        return bg_error_set(err, BG_ERR_MISSING_PARAM, "missing parameter: %s.%s", where, key);
+    if (json_is_string(v) && templated(flags, json_string_value(v)))
+        return 0;
+    if (!json_is_number(v) || json_number_value(v) < -limit || json_number_value(v) > limit)
+        return bg_error_set(err, BG_ERR_MISSING_PARAM,
+                            "parameter %s.%s must be a number from %g to %g", where, key, -limit,
+                            limit);
+    return 0;
+}
+
+/* The members of a platform's message object that say who receives it: botgate alone
+ * decides that. */
+static const char *const recipient_fields[] = {
+    "recipient", "to", "touser", "channel", "users", "messaging_product", "recipient_type", NULL};
+
+static int check_native(const json_t *resp, const char *where, bg_error_t *err)
+{
+    const json_t *message = json_object_get(resp, "message");
+
+    if (message == NULL)
+        return bg_error_set(err, BG_ERR_MISSING_PARAM, "missing parameter: %s.message", where);
+    if (!json_is_object(message) || json_object_size(message) == 0)
+        return bg_error_set(err, BG_ERR_MISSING_PARAM,
+                            "parameter %s.message must be a non-empty object", where);
+    for (size_t i = 0; recipient_fields[i]; i++)
+        if (json_object_get(message, recipient_fields[i]) != NULL)
+            return bg_error_set(err, BG_ERR_MISSING_PARAM,
+                                "parameter %s.message.%s is not allowed: botgate addresses the "
+                                "message",
+                                where, recipient_fields[i]);
+    return 0;
+}
+
+/* What each type may hold besides type and fallback. */
+static const struct response_shape {
+    const char *type;
+    const char *fields[6];
+} shapes[] = {
+    {"TEXT", {"text", "quickReplies"}},
+    {"IMAGE", {"url", "caption"}},
+    {"VIDEO", {"url", "caption"}},
+    {"AUDIO", {"url"}},
+    {"FILE", {"url", "caption", "filename"}},
+    {"STICKER", {"url", "sticker"}},
+    {"LOCATION", {"latitude", "longitude", "name", "address"}},
+    {"BUTTON", {"text", "buttons"}},
+    {"CAROUSEL", {"cards"}},
+    {"LIST", {"text", "button", "sections"}},
+    {"TEMPLATE", {"elementName", "languageCode", "components"}},
+    {"NATIVE", {"message"}},
+};
+
+/* Refuses a member the type does not have. *seen gets bit i for each shape->fields[i] present
+ * and *fallback the fallback: what is absent is not looked up again (the check runs for every
+ * response of every request). */
+static int check_fields(const json_t *resp, const struct response_shape *shape, int nested,
+                        const char *where, unsigned *seen, const json_t **fallback, bg_error_t *err)
+{
+    const char *key;
+    json_t *v;
+
+    *seen = 0;
+    *fallback = NULL;
+    json_object_foreach((json_t *)resp, key, v) {
+        size_t i = 0;
+        if (strcmp(key, "type") == 0)
+            continue;
+        if (strcmp(key, "fallback") == 0 && !nested) {
+            *fallback = v;
+            continue;
+        }
+        while (i < 6 && shape->fields[i] && strcmp(shape->fields[i], key) != 0)
+            i++;
+        if (i == 6 || shape->fields[i] == NULL)
+            return bg_error_set(err, BG_ERR_MISSING_PARAM, "unknown field %s.%.60s%s", where, key,
+                                strcmp(key, "fallback") == 0 ? " (a fallback has no fallback)"
+                                                             : "");
+        *seen |= 1u << i;
+    }
+    return 0;
+}
+
+static int check_body(const json_t *resp, const char *type, const char *where, unsigned flags,
+                      unsigned seen, bg_error_t *err)
+{
+    const json_t *components;
+    const char *url, *sticker;
+
+    switch (type[0]) {
+    case 'T':
+        if (strcmp(type, "TEXT") == 0)
+            return str_field(resp, "text", where, 1, 0, flags, NULL, err) < 0 ||
+                           ((seen & 2) && check_quick_replies(resp, where, flags, err) < 0)
+                       ? -1
+                       : 0;
         components = json_object_get(resp, "components");
+        if (str_field(resp, "elementName", where, 1, 0, flags, NULL, err) < 0 ||
+            str_field(resp, "languageCode", where, 1, 0, flags, NULL, err) < 0)
+            return -1;
         if (components != NULL && !json_is_array(components))
             return bg_error_set(err, BG_ERR_MISSING_PARAM,
                                 "parameter %s.components must be an array", where);
         return 0;
+    case 'I':
+    case 'V':
+    case 'A':
+    case 'F':
+        return url_field(resp, "url", where, 1, flags, err) < 0 ||
+                       str_field(resp, "caption", where, 0, 0, flags, NULL, err) < 0 ||
+                       str_field(resp, "filename", where, 0, REQUEST_MAX_FILENAME, flags, NULL,
+                                 err) < 0
+                   ? -1
+                   : 0;
+    case 'S':
+        if (url_field(resp, "url", where, 0, flags, err) < 0 ||
+            str_field(resp, "sticker", where, 0, REQUEST_MAX_STICKER, flags, &sticker, err) < 0)
+            return -1;
+        url = json_string_value(json_object_get(resp, "url"));
+        if ((url == NULL) == (sticker == NULL))
+            return bg_error_set(err, BG_ERR_MISSING_PARAM,
+                                "parameter %s needs one of url and sticker", where);
+        return 0;
+    case 'L':
+        if (strcmp(type, "LOCATION") == 0)
+            return coordinate(resp, "latitude", where, 90, flags, err) < 0 ||
+                           coordinate(resp, "longitude", where, 180, flags, err) < 0 ||
+                           str_field(resp, "name", where, 0, 0, flags, NULL, err) < 0 ||
+                           str_field(resp, "address", where, 0, 0, flags, NULL, err) < 0
+                       ? -1
+                       : 0;
+        return str_field(resp, "text", where, 1, 0, flags, NULL, err) < 0 ||
+                       str_field(resp, "button", where, 1, REQUEST_MAX_TITLE, flags, NULL, err) <
+                           0 ||
+                       check_sections(resp, where, flags, err) < 0
+                   ? -1
+                   : 0;
+    case 'B':
+        return str_field(resp, "text", where, 1, 0, flags, NULL, err) < 0 ||
+                       check_buttons(resp, where, 1, flags, err) < 0
+                   ? -1
+                   : 0;
+    case 'C':
+        return check_cards(resp, where, flags, err);
+    default: /* NATIVE */
+        return check_native(resp, where, err);
     }
-    return bg_error_set(err, BG_ERR_UNSUPPORTED, "response type %.40s is not supported", type);
+}
+
+static int check_one(const json_t *resp, const char *where, unsigned flags, int nested,
+                     bg_error_t *err)
+{
+    const char *type;
+    const json_t *fallback;
+    unsigned seen;
+    size_t i = 0;
+
+    if (!json_is_object(resp))
+        return bg_error_set(err, BG_ERR_MISSING_PARAM, "parameter %s must be an object", where);
+    if (str_field(resp, "type", where, 1, 0, 0, &type, err) < 0)
+        return -1;
+    while (i < sizeof(shapes) / sizeof(shapes[0]) && strcmp(shapes[i].type, type) != 0)
+        i++;
+    if (i == sizeof(shapes) / sizeof(shapes[0]))
+        return bg_error_set(err, BG_ERR_UNSUPPORTED,
+                            "%s.type: response type %.40s is not supported", where, type);
+    if (check_fields(resp, &shapes[i], nested, where, &seen, &fallback, err) < 0 ||
+        check_body(resp, type, where, flags, seen, err) < 0)
+        return -1;
+    if (fallback != NULL) {
+        char at[REQUEST_WHERE_MAX];
+        snprintf(at, sizeof(at), "%.140s.fallback", where);
+        return check_one(fallback, at, flags, 1, err);
+    }
+    return 0;
+}
+
+int request_check_response_flags(const json_t *resp, const char *where, unsigned flags,
+                                 bg_error_t *err)
+{
+    return check_one(resp, where, flags, 0, err);
+}
+
+int request_check_response(const json_t *resp, const char *where, bg_error_t *err)
+{
+    return check_one(resp, where, 0, 0, err);
 }
 
 int request_parse_send(const char *body, size_t len, send_request_t *out, bg_error_t *err)

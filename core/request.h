@@ -50,9 +50,32 @@ int request_parse_redirect(const char *body, size_t len, redirect_request_t *out
                            bg_error_t *err);
 void request_redirect_free(redirect_request_t *req);
 
-/* Checks one response object (TEXT, IMAGE, TEMPLATE); where names it in messages
- * ("response[2]"). Unknown type: 117. */
+/* Response objects (contract.md section 11): limits every platform shares. A platform's own
+ * (whatsapp's 3 quick replies...) are its adapter's (adapter_check_response). */
+#define REQUEST_MAX_QUICK_REPLIES 13
+#define REQUEST_MAX_TITLE         20   /* characters: quick reply and button titles, LIST button */
+#define REQUEST_MAX_PAYLOAD       1000 /* characters of a postback payload */
+#define REQUEST_MAX_BUTTONS       3
+#define REQUEST_MAX_CARDS         10
+#define REQUEST_MAX_CARD_TITLE    80 /* characters of a card's title and subtitle */
+#define REQUEST_MAX_SECTIONS      10
+#define REQUEST_MAX_ROWS          10  /* rows of a LIST, in all its sections */
+#define REQUEST_MAX_ROW_TITLE     24  /* characters of a LIST section title */
+#define REQUEST_MAX_ROW_ID        200 /* characters of a LIST row id */
+#define REQUEST_MAX_PHONE         32
+#define REQUEST_MAX_FILENAME      240
+#define REQUEST_MAX_STICKER       64
+#define REQUEST_WHERE_MAX         400 /* "nodes.<id>.responseByLocale.fr[3].sections[3].rows[2]" */
+
+/* Strings holding "{{" are a tree's templates: checked when rendered, not as stored. */
+#define REQUEST_CHECK_TEMPLATED 1u
+
+/* Checks one response object of any type of contract.md section 11, and its fallback; where
+ * names it in messages ("response[2]"). A member the type does not have, a missing or mistyped
+ * one: 108 naming it; over a limit: 118; unknown type: 117. */
 int request_check_response(const json_t *resp, const char *where, bg_error_t *err);
+int request_check_response_flags(const json_t *resp, const char *where, unsigned flags,
+                                 bg_error_t *err);
 
 /* 1 when s (valid UTF-8) holds none of the characters an id may not contain: C0 controls and
  * DEL, C1 controls (U+0080-U+009F), U+2028, U+2029, '{' and '}' (they would end a Redis key's

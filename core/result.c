@@ -22,6 +22,7 @@ json_t *result_message_event(const char *from, const char *to, const json_t *res
     json_t *ev = json_object(), *data = json_deep_copy(response);
 
     json_object_del(data, "type");
+    json_object_del(data, "fallback");
     json_object_set_new(ev, "from", result_address(from));
     json_object_set_new(ev, "to", result_address(to));
     json_object_set_new(ev, "data", data);
@@ -40,7 +41,8 @@ void result_write_data(jsonw_t *w, const json_t *response)
 
     jw_lit(w, "{");
     json_object_foreach((json_t *)response, key, value) {
-        if (strcmp(key, "type") == 0)
+        /* what was asked: a fallback is the element's fallbackUsed */
+        if (strcmp(key, "type") == 0 || strcmp(key, "fallback") == 0)
             continue;
         if (!first)
             jw_lit(w, ",");

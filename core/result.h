@@ -3,7 +3,7 @@
 #define BOTGATE_CORE_RESULT_H
 
 #include "error.h"
-#include "jsonw.h"
+#include "../json/jsonw.h"
 
 #include <jansson.h>
 #include <stdint.h>

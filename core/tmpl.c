@@ -63,7 +63,7 @@ static int segment_is(const char *seg, size_t n, const char *name)
 }
 
 /* The value at a dot-separated path, or NULL when missing or hidden. */
-static const json_t *lookup(const json_t *scope, const char *path, size_t n)
+static const json_t *scope_path_value(const json_t *scope, const char *path, size_t n)
 {
     const json_t *cur = scope;
     const char *seg = path, *end = path + n;
@@ -202,7 +202,7 @@ static void render(tmpl_buf_t *b, const char *s, size_t n, const json_t *scope, 
         while (z > a && is_blank(z[-1]))
             z--;
         {
-            const json_t *v = lookup(scope, a, (size_t)(z - a));
+            const json_t *v = scope_path_value(scope, a, (size_t)(z - a));
             if (v != NULL)
                 add_value(b, v, segment_is(a, (size_t)(z - a), "channel"), url);
         }

@@ -2,8 +2,8 @@
 #include "tree.h"
 
 #include "member.h"
+#include "nodecode.h"
 #include "request.h"
-#include "script.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -110,25 +110,26 @@ static int check_webhook(const json_t *action, const char *where, bg_error_t *er
     return 0;
 }
 
-/* obj.key must be Lua code that compiles: "nodes.N1.transform:3: <what is wrong>". */
-static int check_code(const json_t *obj, const char *key, const char *where, bg_error_t *err)
+/* obj.key must be Lua code that compiles (with runner; a string without):
+ * "nodes.N1.transform:3: <what is wrong>". */
+static int check_code(const json_t *obj, const char *key, const char *where,
+                      const nodecode_t *runner, bg_error_t *err)
 {
     const json_t *v = json_object_get(obj, key);
-    script_t *s;
     bg_error_t e;
 
     if (!json_is_string(v))
         return bg_error_set(err, BG_ERR_MISSING_PARAM, "%s.%s must be a string of Lua code", where,
                             key);
     /* compiled as a chunk called key: its messages start "key:<line>:" */
-    s = script_compile(json_string_value(v), json_string_length(v), key, &e);
-    if (s == NULL)
+    if (runner != NULL &&
+        runner->compiles(json_string_value(v), json_string_length(v), key, &e) < 0)
         return bg_error_set(err, BG_ERR_SCRIPT, "%s.%s", where, e.msg);
-    script_free(s);
     return 0;
 }
 
-int tree_check_action(const json_t *action, const char *where, bg_error_t *err)
+int tree_check_action(const json_t *action, const char *where, const nodecode_t *runner,
+                      bg_error_t *err)
 {
     const char *type, *path;
 
@@ -154,44 +155,19 @@ int tree_check_action(const json_t *action, const char *where, bg_error_t *err)
     if (strcmp(type, "webhook") == 0)
         return check_webhook(action, where, err);
     if (strcmp(type, "script") == 0)
-        return check_code(action, "code", where, err);
+        return check_code(action, "code", where, runner, err);
     return bg_error_set(err, BG_ERR_UNSUPPORTED, "%s.type %.40s is not a known action", where,
                         type);
 }
 
 int tree_check_response(const json_t *resp, const char *where, bg_error_t *err)
 {
-    const char *type, *url;
-    const json_t *components;
-
-    if (!json_is_object(resp))
-        return bg_error_set(err, BG_ERR_MISSING_PARAM, "%s must be an object", where);
-    if (get_str(resp, "type", where, 1, &type, err) < 0)
-        return -1;
-    if (strcmp(type, "TEXT") == 0)
-        return get_str(resp, "text", where, 1, NULL, err);
-    if (strcmp(type, "IMAGE") == 0) {
-        if (get_str(resp, "url", where, 1, &url, err) < 0)
-            return -1;
-        /* A templated URL is checked when the rendered response is sent. */
-        if (strstr(url, "{{") == NULL && !is_http_url(url))
-            return bg_error_set(err, BG_ERR_MISSING_PARAM,
-                                "%s.url must start with http:// or https://", where);
-        return 0;
-    }
-    if (strcmp(type, "TEMPLATE") == 0) {
-        if (get_str(resp, "elementName", where, 1, NULL, err) < 0 ||
-            get_str(resp, "languageCode", where, 1, NULL, err) < 0)
-            return -1;
-        components = json_object_get(resp, "components");
-        if (components != NULL && !json_is_array(components))
-            return bg_error_set(err, BG_ERR_MISSING_PARAM, "%s.components must be an array", where);
-        return 0;
-    }
-    return 0;
+    /* the check of a sent response (core/request.c); a template is checked once rendered */
+    return request_check_response_flags(resp, where, REQUEST_CHECK_TEMPLATED, err);
 }
 
-static int check_actions(const json_t *node, const char *key, const char *where, bg_error_t *err)
+static int check_actions(const json_t *node, const char *key, const char *where,
+                         const nodecode_t *runner, bg_error_t *err)
 {
     const json_t *list = json_object_get(node, key), *a;
     char place[WHERE_MAX];
@@ -203,7 +179,7 @@ static int check_actions(const json_t *node, const char *key, const char *where,
         return bg_error_set(err, BG_ERR_MISSING_PARAM, "%s.%s must be an array", where, key);
     json_array_foreach(list, i, a) {
         snprintf(place, sizeof(place), "%.300s.%s[%zu]", where, key, i);
-        if (tree_check_action(a, place, err) < 0)
+        if (tree_check_action(a, place, runner, err) < 0)
             return -1;
     }
     return 0;
@@ -250,7 +226,8 @@ static int check_redirect(const json_t *redirect, const char *where, bg_error_t 
     return 0;
 }
 
-static int check_node(const json_t *node, const char *where, bg_error_t *err)
+static int check_node(const json_t *node, const char *where, const nodecode_t *runner,
+                      bg_error_t *err)
 {
     const json_t *v;
     char place[WHERE_MAX];
@@ -259,7 +236,7 @@ static int check_node(const json_t *node, const char *where, bg_error_t *err)
         return bg_error_set(err, BG_ERR_MISSING_PARAM, "%s must be an object", where);
     if (get_str(node, "name", where, 0, NULL, err) < 0)
         return -1;
-    if (check_actions(node, "preAction", where, err) < 0)
+    if (check_actions(node, "preAction", where, runner, err) < 0)
         return -1;
     if ((v = json_object_get(node, "response")) != NULL) {
         snprintf(place, sizeof(place), "%.300s.response", where);
@@ -282,10 +259,10 @@ static int check_node(const json_t *node, const char *where, bg_error_t *err)
                 return -1;
         }
     }
-    if (check_actions(node, "postAction", where, err) < 0)
+    if (check_actions(node, "postAction", where, runner, err) < 0)
         return -1;
     v = json_object_get(node, "transform");
-    if (v != NULL && !json_is_null(v) && check_code(node, "transform", where, err) < 0)
+    if (v != NULL && !json_is_null(v) && check_code(node, "transform", where, runner, err) < 0)
         return -1;
     if ((v = json_object_get(node, "redirect")) != NULL) {
         snprintf(place, sizeof(place), "%.300s.redirect", where);
@@ -295,7 +272,7 @@ static int check_node(const json_t *node, const char *where, bg_error_t *err)
     return 0;
 }
 
-int tree_validate(const json_t *tree, bg_error_t *err)
+int tree_validate(const json_t *tree, const nodecode_t *runner, bg_error_t *err)
 {
     const json_t *nodes, *node;
     const char *id;
@@ -320,7 +297,7 @@ int tree_validate(const json_t *tree, bg_error_t *err)
             return bg_error_set(err, BG_ERR_MISSING_PARAM,
                                 "nodes._tree: _tree is reserved and cannot be a node id");
         snprintf(where, sizeof(where), "nodes.%.256s", id);
-        if (check_node(node, where, err) < 0)
+        if (check_node(node, where, runner, err) < 0)
             return -1;
         i++;
     }

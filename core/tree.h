@@ -5,6 +5,7 @@
 #define BOTGATE_CORE_TREE_H
 
 #include "error.h"
+#include "nodecode.h"
 
 #include <jansson.h>
 
@@ -21,18 +22,19 @@
  * responseByLocale an object of such arrays keyed by locale ids; redirect null or an object
  * with tree and nodeCompositeId ids and runPreAction / sendResponse / runPostAction booleans
  * (or null) when present; transform null or Lua code, and the code of every script action,
- * compiled (126 naming the place and line: "nodes.N1.transform:3: ..."). Other members of a
- * node are let through.
+ * compiled by runner (126 naming the place and line: "nodes.N1.transform:3: ..."; without a
+ * runner only checked to be a string). Other members of a node are let through.
  * Ids: non-empty, at most TREE_ID_MAX bytes, none of the characters request ids refuse
  * (request_id_chars_ok: controls, U+2028, U+2029, braces). */
-int tree_validate(const json_t *tree, bg_error_t *err);
+int tree_validate(const json_t *tree, const nodecode_t *runner, bg_error_t *err);
 
 /* One action ({"type":..}) of a node; where names it in messages ("nodes.N1.preAction[0]"). */
-int tree_check_action(const json_t *action, const char *where, bg_error_t *err);
+int tree_check_action(const json_t *action, const char *where, const nodecode_t *runner,
+                      bg_error_t *err);
 
-/* One response of a node: TEXT needs a string text, IMAGE a string url, TEMPLATE string
- * elementName and languageCode and, when present, an array components; any other type is let
- * through as an object with a string type (the gateway checks it against the channel). */
+/* One response of a node: any type of contract.md section 11, checked as a sent response is
+ * (request_check_response), but that a string holding "{{" is checked once rendered. Whether
+ * the channel's platform has the type is the gateway's check, when it is sent. */
 int tree_check_response(const json_t *resp, const char *where, bg_error_t *err);
 
 /* 1 when s is an id: non-empty, at most TREE_ID_MAX bytes, request_id_chars_ok. */

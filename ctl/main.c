@@ -272,7 +272,7 @@ static int print_help(const char *group)
 }
 
 /* Runs the command of the operands ops[0..n-1] (group, verb, arguments). */
-static int run(ctl_opts_t *o, const char *seen, char **ops, int n)
+static int run_operands(ctl_opts_t *o, const char *seen, char **ops, int n)
 {
     const char *group = ops[0], *verb = n > 1 ? ops[1] : NULL;
     const ctl_cmd_t *cmd = NULL;
@@ -343,7 +343,7 @@ int main(int argc, char **argv)
         fputs(usage_text, stdout);
         rc = CTL_USAGE;
     } else {
-        rc = run(&o, seen, argv + first, argc - first);
+        rc = run_operands(&o, seen, argv + first, argc - first);
     }
 out:
     json_decref(o.scopes);

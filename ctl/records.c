@@ -9,6 +9,7 @@
 #include "../core/ratelimit.h"
 #include "../core/request.h"
 #include "../core/tree.h"
+#include "../script/script.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -606,7 +607,7 @@ int ctl_tree_import(const ctl_opts_t *o)
 
     if (tree == NULL)
         return CTL_FAIL;
-    if (tree_validate(tree, &err) < 0) {
+    if (tree_validate(tree, &script_nodecode, &err) < 0) {
         ctl_die("%s: %s", path, err.msg);
         goto out;
     }

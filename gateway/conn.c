@@ -12,7 +12,6 @@
 #include "../core/dlist.h"
 #include "../core/request.h"
 #include "../core/rng.h"
-#include "deliver.h"
 #include "log.h"
 
 #include <errno.h>
@@ -117,7 +116,7 @@ static unsigned bucket_of(const void *evcon)
     return (unsigned)((p >> 4) ^ (p >> 16)) % CONN_BUCKETS;
 }
 
-static conn_t *lookup(conn_table_t *t, const struct evhttp_connection *evcon)
+static conn_t *find_by_evcon(conn_table_t *t, const struct evhttp_connection *evcon)
 {
     conn_t *c = t->buckets[bucket_of(evcon)];
 
@@ -668,7 +667,7 @@ void conn_cleanup(conn_table_t *t)
 
 void conn_request_arrived(conn_table_t *t, struct evhttp_request *req, int busy)
 {
-    conn_t *c = lookup(t, evhttp_request_get_connection(req));
+    conn_t *c = find_by_evcon(t, evhttp_request_get_connection(req));
     struct evbuffer *in;
     verdict_t v;
 
@@ -697,7 +696,7 @@ void conn_request_arrived(conn_table_t *t, struct evhttp_request *req, int busy)
 
 void conn_request_done(conn_table_t *t, struct evhttp_request *req)
 {
-    conn_t *c = lookup(t, evhttp_request_get_connection(req));
+    conn_t *c = find_by_evcon(t, evhttp_request_get_connection(req));
 
     if (c != NULL) {
         c->progress_ms = clock_coarse_ms();

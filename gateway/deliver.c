@@ -9,11 +9,10 @@
 #include "../core/clock.h"
 #include "../core/dlist.h"
 #include "../core/hash.h"
-#include "../core/jparse.h"
+#include "../json/jparse.h"
 #include "../core/rng.h"
 #include "log.h"
 
-#include <curl/curl.h>
 #include <event2/event.h>
 #include <event2/event_struct.h>
 #include <stdio.h>
@@ -21,7 +20,8 @@
 #include <string.h>
 
 #define ANSWER_MAX (1024 * 1024)        /* a platform answer larger than this is an error */
-#define MEDIA_MAX (10 * 1024 * 1024)    /* an image to upload */
+#define MEDIA_MAX             (10 * 1024 * 1024)   /* an image or a video to upload */
+#define VOICE_MAX             (2 * 1024 * 1024)    /* wechat: a voice message */
 #define LOCK_TTL_MS 15000               /* a crashed refresher's lock expires after this */
 #define WAIT_FALLBACK_MS 1000           /* waiters look again without news (a refresher died) */
 #define CONTACT_TTL_S (7 * 24 * 3600)   /* whatsapp: a valid number is checked once a week */
@@ -47,6 +47,7 @@ typedef struct deliver_extra {
     char lock_owner[40];
     char media_id[ADAPTER_ID_MAX];
     char url_hash[AUTH_HASH_HEX];
+    unsigned media_kind;             /* ADAPTER_IMAGE, _VIDEO or _AUDIO: what is uploaded */
     char rate_msg[BG_ERROR_MSG_MAX]; /* the platform's rate-limit answer, while it pauses */
 } deliver_extra_t;
 
@@ -237,7 +238,7 @@ static void arm_timer(deliver_t *d, long ms, event_callback_fn cb)
 void deliver_cancel(deliver_t *d)
 {
     if (d->_xfer != NULL) {
-        upstream_cancel(d->_xfer);
+        net_cancel(d->_xfer);
         d->_xfer = NULL;
     }
     store_cancel(d->_call);
@@ -267,10 +268,35 @@ void deliver_no_retry(deliver_t *d)
     d->_auth_retried = 2;
 }
 
+/* A platform's answer as delivery reads it: the adapters' view of it (a) and what net/ told of
+ * the call. Valid during the answer's callback. */
+typedef struct call_answer {
+    adapter_answer_t a; /* status 0 when no HTTP answer arrived */
+    const char *error;  /* what went wrong, "" when nothing */
+    long long elapsed_us;
+    int not_sent;  /* 1 when the request surely never reached the platform */
+    int blocked;   /* 1 when the SSRF guard refused the address */
+    int too_large; /* 1 when the answer was longer than allowed */
+    net_err_t err;
+} call_answer_t;
+
+net_xfer_t *deliver_net_start(net_t *net, adapter_call_t *call, long timeout_ms, size_t max_answer,
+                              unsigned flags, net_cb *cb, void *arg)
+{
+    net_request_t req = {call->method, call->url, (const char *const *)call->headers, call->body,
+                         call->body_len, timeout_ms, max_answer, flags};
+    net_xfer_t *x;
+
+    call->body = NULL; /* net's now */
+    x = net_start(net, &req, cb, arg);
+    adapter_call_free(call);
+    return x;
+}
+
 /* Why a platform call failed: the adapter's words and, when no HTTP answer came at all, the
  * transport's (refused, timed out, a certificate refused...), which tell an operator where
  * to look. */
-static const char *failure_reason(const adapter_result_t *res, const upstream_answer_t *ans, char *buf,
+static const char *failure_reason(const adapter_result_t *res, const call_answer_t *ans, char *buf,
                        size_t size)
 {
     if (res->error[0] == '\0')
@@ -281,16 +307,21 @@ static const char *failure_reason(const adapter_result_t *res, const upstream_an
     return buf;
 }
 
-static void on_cred_answer(deliver_t *d, const upstream_answer_t *ans);
-static void on_contact_answer(deliver_t *d, const upstream_answer_t *ans);
-static void on_media_fetched(deliver_t *d, const upstream_answer_t *ans);
-static void on_upload_answer(deliver_t *d, const upstream_answer_t *ans);
-static void on_send_answer(deliver_t *d, const upstream_answer_t *ans);
+static void on_cred_answer(deliver_t *d, const call_answer_t *ans);
+static void on_contact_answer(deliver_t *d, const call_answer_t *ans);
+static void on_media_fetched(deliver_t *d, const call_answer_t *ans);
+static void on_upload_answer(deliver_t *d, const call_answer_t *ans);
+static void on_send_answer(deliver_t *d, const call_answer_t *ans);
 
 /* Every outbound answer passes here: metrics, then the phase that made the call takes it. */
-static void on_platform_answer(void *arg, const upstream_answer_t *ans)
+static void on_platform_answer(void *arg, const net_answer_t *net)
 {
     deliver_t *d = arg;
+    call_answer_t answer = {{net->status, net->body, net->body_len, net->retry_after,
+                             net->content_type},
+                            net->error, net->elapsed_us, net->not_sent,
+                            net->err == NET_ERR_BLOCKED, net->err == NET_ERR_TOO_LARGE, net->err};
+    const call_answer_t *ans = &answer;
 
     d->_xfer = NULL;
     metrics_call(d->env->metrics, d->phase == DL_MEDIA_FETCH ? "media" : d->adapter->type,
@@ -315,7 +346,7 @@ static void on_platform_answer(void *arg, const upstream_answer_t *ans)
 }
 
 /* Starts c on client up and empties it; the answer goes to the phase's handler. */
-static void call_on(deliver_t *d, adapter_call_t *c, upstream_t *up, deliver_phase_t phase,
+static void call_on(deliver_t *d, adapter_call_t *c, net_t *up, deliver_phase_t phase,
                     size_t max_answer, unsigned flags)
 {
     long remaining = (long)deliver_remaining_ms(d) - DEADLINE_MARGIN_MS;
@@ -328,8 +359,8 @@ static void call_on(deliver_t *d, adapter_call_t *c, upstream_t *up, deliver_pha
     }
     d->phase = phase;
     d->platform_calls++;
-    d->_xfer = upstream_start(up, c, remaining < timeout ? remaining : timeout, max_answer, flags,
-                              on_platform_answer, d);
+    d->_xfer = deliver_net_start(up, c, remaining < timeout ? remaining : timeout, max_answer,
+                                 flags, on_platform_answer, d);
     if (d->_xfer == NULL)
         deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "could not start the platform call");
 }
@@ -411,7 +442,7 @@ static void on_cred_written(void *arg, store_status_t st, json_t *channel)
     cred_done(d);
 }
 
-static void on_cred_answer(deliver_t *d, const upstream_answer_t *ans)
+static void on_cred_answer(deliver_t *d, const call_answer_t *ans)
 {
     char buf[BG_ERROR_MSG_MAX];
     adapter_target_t t = target(d);
@@ -704,7 +735,7 @@ typedef void parse_ref_fn(const adapter_target_t *t, const adapter_answer_t *a,
 /* The answer of a call that gives a reference: 1 with res->ref set when it did; otherwise the
  * delivery went on (an expired credential: refreshed once) or failed, 0. res is cleared by the
  * caller either way. */
-static int ref_answer(deliver_t *d, const upstream_answer_t *ans, parse_ref_fn *parse,
+static int ref_answer(deliver_t *d, const call_answer_t *ans, parse_ref_fn *parse,
                       adapter_result_t *res)
 {
     char buf[BG_ERROR_MSG_MAX];
@@ -735,7 +766,7 @@ static void contact_found(deliver_t *d, const char *wa_id)
     deliver_step(d);
 }
 
-static void on_contact_answer(deliver_t *d, const upstream_answer_t *ans)
+static void on_contact_answer(deliver_t *d, const call_answer_t *ans)
 {
     adapter_result_t res;
 
@@ -783,7 +814,7 @@ static void media_found(deliver_t *d, const char *id)
     deliver_step(d);
 }
 
-static void on_upload_answer(deliver_t *d, const upstream_answer_t *ans)
+static void on_upload_answer(deliver_t *d, const call_answer_t *ans)
 {
     adapter_result_t res;
 
@@ -794,26 +825,35 @@ static void on_upload_answer(deliver_t *d, const upstream_answer_t *ans)
     adapter_result_clear(&res);
 }
 
-static void on_media_fetched(deliver_t *d, const upstream_answer_t *ans)
+/* What a media kind is called in messages, and the Content-Type its download must have. */
+static const char *media_word(unsigned kind)
+{
+    return kind == ADAPTER_VIDEO ? "video" : kind == ADAPTER_AUDIO ? "audio" : "image";
+}
+
+static void on_media_fetched(deliver_t *d, const call_answer_t *ans)
 {
     adapter_target_t t = target(d);
     adapter_result_t res;
     adapter_call_t c = {0};
-    const char *ctype = ans->a.content_type;
+    const char *ctype = ans->a.content_type, *word = media_word(extra(d)->media_kind);
     char msg[ADAPTER_ERROR_MAX];
+    size_t wlen = strlen(word);
 
     if (ans->blocked || ans->too_large || ans->a.status < 200 || ans->a.status > 299) {
         if (ans->blocked || ans->too_large)
-            snprintf(msg, sizeof(msg), "image download refused: %s", ans->error);
+            snprintf(msg, sizeof(msg), "%s download refused: %s", word, ans->error);
         else if (ans->a.status == 0)
-            snprintf(msg, sizeof(msg), "image download failed: %s", ans->error);
+            snprintf(msg, sizeof(msg), "%s download failed: %s", word, ans->error);
         else
-            snprintf(msg, sizeof(msg), "image download failed: HTTP %ld", ans->a.status);
+            snprintf(msg, sizeof(msg), "%s download failed: HTTP %ld", word, ans->a.status);
         deliver_fail(d, ADAPTER_REJECTED, 0, msg);
         return;
     }
-    if (ctype == NULL || strncmp(ctype, "image/", 6) != 0) {
-        deliver_fail(d, ADAPTER_REJECTED, 0, "image download is not an image (Content-Type)");
+    if (ctype == NULL || strncmp(ctype, word, wlen) != 0 || ctype[wlen] != '/') {
+        snprintf(msg, sizeof(msg), "%s download is not %s %s (Content-Type)", word,
+                 word[0] == 'i' || word[0] == 'a' ? "an" : "a", word);
+        deliver_fail(d, ADAPTER_REJECTED, 0, msg);
         return;
     }
     adapter_result_init(&res);
@@ -847,7 +887,8 @@ static void media_fetch(deliver_t *d)
         deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "out of memory");
         return;
     }
-    call_on(d, &c, d->env->up_user, DL_MEDIA_FETCH, MEDIA_MAX, UPSTREAM_FOLLOW);
+    call_on(d, &c, d->env->up_user, DL_MEDIA_FETCH,
+            extra(d)->media_kind == ADAPTER_AUDIO ? VOICE_MAX : MEDIA_MAX, NET_FOLLOW);
 }
 
 static void on_media_cached(void *arg, store_status_t st, json_t *value)
@@ -870,6 +911,18 @@ static void media_cache(deliver_t *d)
     if (url == NULL) {
         deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "out of memory");
         return;
+    }
+    /* an image is cached by its URL alone (as before videos and voices were); the others by
+     * kind and URL, since one URL uploads as one kind only */
+    if (extra(d)->media_kind != ADAPTER_IMAGE) {
+        char *keyed = NULL;
+        if (asprintf(&keyed, "%s %s", media_word(extra(d)->media_kind), url) < 0) {
+            free(url);
+            deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "out of memory");
+            return;
+        }
+        free(url);
+        url = keyed;
     }
     auth_hash_token(url, strlen(url), extra(d)->url_hash);
     free(url);
@@ -1092,15 +1145,12 @@ static void on_retry_wait(evutil_socket_t fd, short what, void *arg)
  * one retry to deliver. A call it sent and had refused unprocessed (a stream the platform
  * refused, a kept-alive connection found closed) it has tried again itself, up to its own
  * count: also not sent, but never retried here, or each try would be made twice. */
-static int connect_failed(const upstream_answer_t *ans)
+static int connect_failed(const call_answer_t *ans)
 {
-    int code = ans->curl_code;
-
-    return ans->not_sent && (code == CURLE_COULDNT_CONNECT || code == CURLE_COULDNT_RESOLVE_HOST ||
-                             code == CURLE_COULDNT_RESOLVE_PROXY);
+    return ans->not_sent && (ans->err == NET_ERR_CONNECT || ans->err == NET_ERR_DNS);
 }
 
-static void on_send_answer(deliver_t *d, const upstream_answer_t *ans)
+static void on_send_answer(deliver_t *d, const call_answer_t *ans)
 {
     char buf[BG_ERROR_MSG_MAX];
     adapter_target_t t = target(d);
@@ -1153,11 +1203,13 @@ static int build_send(deliver_t *d, const adapter_target_t *t, const json_t *res
     return d->adapter->build_send(t, response, media_id(d)[0] ? media_id(d) : NULL, c, res);
 }
 
-static int is_image(const json_t *response)
+/* The kind of media a response uploads first on this platform, 0 when none. */
+static unsigned upload_kind(const deliver_t *d, const json_t *response)
 {
-    const char *type = json_string_value(json_object_get(response, "type"));
-
-    return type != NULL && strcmp(type, "IMAGE") == 0;
+    if (!d->adapter->image_by_upload)
+        return 0;
+    return adapter_response_type(json_string_value(json_object_get(response, "type"))) &
+           ADAPTER_UPLOADED;
 }
 
 /* Decides what the delivery needs next. */
@@ -1185,7 +1237,8 @@ static void deliver_step(deliver_t *d)
         deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "out of memory");
         return;
     }
-    if (a->image_by_upload && is_image(response) && media_id(d)[0] == '\0') {
+    if (upload_kind(d, response) && media_id(d)[0] == '\0') {
+        extra(d)->media_kind = upload_kind(d, response);
         json_decref(response);
         media_cache(d);
         return;

@@ -13,7 +13,7 @@
 #include "../store/store.h"
 #include "config.h"
 #include "metrics.h"
-#include "upstream.h"
+#include "../net/net.h"
 
 #include <jansson.h>
 #include <stddef.h>
@@ -39,8 +39,8 @@ typedef struct deliver_env {
     struct event_base *base;
     const config_t *cfg;
     store_t *store;
-    upstream_t *up;               /* platform calls */
-    upstream_t *up_user;          /* URLs from users (media, webhooks): SSRF-guarded */
+    net_t *up;                    /* platform calls */
+    net_t *up_user;               /* URLs from users (media, webhooks): SSRF-guarded */
     metrics_t *metrics;
     uint64_t rng;                 /* xorshift state for ids (core/rng.h) */
     struct cred_wait *cred_waits; /* deliveries waiting for a channel's credential (deliver.c) */
@@ -103,7 +103,7 @@ typedef struct deliver {
     const char *_text;          /* the response being delivered (borrowed until done) */
     deliver_done_fn *_done;
     void *_arg;
-    upstream_xfer_t *_xfer;     /* the call of phase in flight */
+    net_xfer_t *_xfer;          /* the call of phase in flight */
     store_call_t *_call;
     store_rate_call_t *_rate;   /* the rate limiter's call in flight */
     struct deliver_extra *_x;   /* state of the rare paths, allocated when first needed */
@@ -154,5 +154,10 @@ json_t *deliver_event_json(const deliver_t *d, const json_t *response, const cha
 
 /* Milliseconds left before deadline_ms. */
 int64_t deliver_remaining_ms(const deliver_t *d);
+
+/* Starts an adapter's call on net (net_start) and empties it (adapter_call_free), whether it
+ * started or not. */
+net_xfer_t *deliver_net_start(net_t *net, adapter_call_t *call, long timeout_ms, size_t max_answer,
+                              unsigned flags, net_cb *cb, void *arg);
 
 #endif

@@ -4,7 +4,7 @@
 
 #include "../core/clock.h"
 #include "../core/error.h"
-#include "../core/jsonw.h"
+#include "../json/jsonw.h"
 #include "log.h"
 
 #include <arpa/inet.h>

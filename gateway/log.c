@@ -2,7 +2,7 @@
 #include "log.h"
 
 #include "../core/clock.h"
-#include "../core/jsonw.h"
+#include "../json/jsonw.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -65,7 +65,7 @@ static void timestamp(char *out, size_t size)
     memcpy(out + n + 4, "Z", 2);
 }
 
-static void append(char *line, size_t *at, const char *s, size_t n)
+static void line_put(char *line, size_t *at, const char *s, size_t n)
 {
     memcpy(line + *at, s, n);
     *at += n;
@@ -85,11 +85,11 @@ void log_fields_text(log_level_t level, const char *fields, size_t len)
     if ((line = malloc(n + 1)) == NULL)
         return;
     w = 0;
-    append(line, &w, head, sizeof(head) - 1);
-    append(line, &w, when, strlen(when));
-    append(line, &w, "\",\"level\":\"", 11);
-    append(line, &w, names[level], strlen(names[level]));
-    append(line, &w, len > 0 ? "\"," : "\"", len > 0 ? 2 : 1);
+    line_put(line, &w, head, sizeof(head) - 1);
+    line_put(line, &w, when, strlen(when));
+    line_put(line, &w, "\",\"level\":\"", 11);
+    line_put(line, &w, names[level], strlen(names[level]));
+    line_put(line, &w, len > 0 ? "\"," : "\"", len > 0 ? 2 : 1);
     memcpy(line + w, fields, len);
     w += len;
     line[w++] = '}';

@@ -1,10 +1,10 @@
 /* main.c - botgate: read the configuration, start the workers, wait for a signal, drain. */
 #include "config.h"
-#include "curlmem.h"
 #include "log.h"
 #include "worker.h"
 
-#include <curl/curl.h>
+#include "../net/curlmem.h"
+
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
@@ -53,7 +53,7 @@ int main(int argc, char **argv)
             for (int j = 0; j <= i; j++)
                 worker_cleanup(&workers[j]);
             free(workers);
-            curl_global_cleanup();
+            curlmem_global_cleanup();
             return 1;
         }
     }
@@ -96,7 +96,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < cfg.workers; i++)
         worker_cleanup(&workers[i]);
     free(workers);
-    curl_global_cleanup();
+    curlmem_global_cleanup();
     log_msg(LOG_INFO, "botgate stopped");
     return 0;
 }

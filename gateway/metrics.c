@@ -46,12 +46,12 @@ static const char *code_label(int slot, char *buf)
     return buf;
 }
 
-static void add(atomic_uint_fast64_t *c, uint64_t v)
+static void counter_add(atomic_uint_fast64_t *c, uint64_t v)
 {
     atomic_fetch_add_explicit(c, v, memory_order_relaxed);
 }
 
-static uint64_t get(const atomic_uint_fast64_t *c)
+static uint64_t counter_read(const atomic_uint_fast64_t *c)
 {
     return atomic_load_explicit(c, memory_order_relaxed);
 }
@@ -64,8 +64,8 @@ void metrics_observe(metrics_histogram_t *h, int64_t us)
         us = 0;
     while (i < METRICS_BUCKETS && (double)us > bounds[i] * 1e6)
         i++;
-    add(&h->buckets[i], 1);
-    add(&h->sum_us, (uint64_t)us);
+    counter_add(&h->buckets[i], 1);
+    counter_add(&h->sum_us, (uint64_t)us);
 }
 
 void metrics_request(metrics_t *m, metrics_route_t route, int http_status, int err_code,
@@ -77,7 +77,7 @@ void metrics_request(metrics_t *m, metrics_route_t route, int http_status, int e
         if (statuses[i] == http_status)
             s = i;
 
-    add(&m->requests[route][s][code_slot(err_code)], 1);
+    counter_add(&m->requests[route][s][code_slot(err_code)], 1);
     metrics_observe(&m->latency[route], elapsed_us);
 }
 
@@ -100,7 +100,7 @@ void metrics_call(metrics_t *m, const char *name, long status, int64_t elapsed_u
 
     if (target < 0 || target >= METRICS_TARGETS)
         return;
-    add(&m->calls[target][o], 1);
+    counter_add(&m->calls[target][o], 1);
     metrics_observe(&m->call_latency[target], elapsed_us);
 }
 
@@ -117,7 +117,7 @@ void metrics_rate_refused(metrics_t *m, const char *platform)
     int target = target_index(platform, METRICS_PLATFORMS);
 
     if (target >= 0 && target < METRICS_PLATFORMS)
-        add(&m->rate_refused[target], 1);
+        counter_add(&m->rate_refused[target], 1);
 }
 
 void metrics_rate_answer(metrics_t *m, const char *platform)
@@ -125,7 +125,7 @@ void metrics_rate_answer(metrics_t *m, const char *platform)
     int target = target_index(platform, METRICS_PLATFORMS);
 
     if (target >= 0 && target < METRICS_PLATFORMS)
-        add(&m->rate_answers[target], 1);
+        counter_add(&m->rate_answers[target], 1);
 }
 
 void metrics_message(metrics_t *m, const char *platform, int err_code)
@@ -133,14 +133,14 @@ void metrics_message(metrics_t *m, const char *platform, int err_code)
     int t = target_index(platform, METRICS_PLATFORMS);
 
     if (t >= 0)
-        add(&m->messages[t][code_slot(err_code)], 1);
+        counter_add(&m->messages[t][code_slot(err_code)], 1);
 }
 
 void metrics_on_redis_command(void *arg, int ok, int64_t latency_us)
 {
     metrics_t *m = arg;
 
-    add(ok ? &m->redis_commands : &m->redis_errors, 1);
+    counter_add(ok ? &m->redis_commands : &m->redis_errors, 1);
     metrics_observe(&m->redis_latency, latency_us);
 }
 
@@ -159,7 +159,7 @@ static void histogram(struct evbuffer *b, const char *name, const char *label, c
 
     for (int i = 0; i <= METRICS_BUCKETS; i++) {
         for (int w = 0; w < n; w++)
-            cum += get(&hs[w]->buckets[i]);
+            cum += counter_read(&hs[w]->buckets[i]);
         if (i < METRICS_BUCKETS)
             snprintf(le, sizeof(le), "%g", bounds[i]);
         else
@@ -169,7 +169,7 @@ static void histogram(struct evbuffer *b, const char *name, const char *label, c
                             (unsigned long long)cum);
     }
     for (int w = 0; w < n; w++)
-        sum_us += get(&hs[w]->sum_us);
+        sum_us += counter_read(&hs[w]->sum_us);
     if (label) {
         evbuffer_add_printf(b, "%s_sum{%s=\"%s\"} %.6f\n", name, label, value, sum_us / 1e6);
         evbuffer_add_printf(b, "%s_count{%s=\"%s\"} %llu\n", name, label, value,

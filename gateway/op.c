@@ -456,7 +456,8 @@ static void member_ready(op_t *op)
         return;
     }
     /* an async request is only queued now: its attempts take the member's turn */
-    if (op_is_async(op) || !op->env->deliver.cfg->member_order || op_guard_turn(op, run_kind))
+    if (op_is_async(op) || !op->env->deliver.cfg->member_order || op->turn_held ||
+        op_guard_turn(op, run_kind))
         run_kind(op);
 }
 
@@ -506,37 +507,37 @@ void op_resolve_recipient(op_t *op)
 
 static void resolve_member(op_t *op);
 
-static void resolve_check(op_t *op)
+/* The token and the channel, once both are known: 1 when the request was refused (answered),
+ * else 0 with the adapter set. */
+static int resolve_refused(op_t *op)
 {
     const json_t *on;
     const char *type;
 
-    if (!op->token_done || !op->channel_done || !op->member_done)
-        return;
     if (op->token_st == STORE_UNAVAILABLE || op->token_st == STORE_BUSY) {
         op_fail_store(op, op->token_st);
-        return;
+        return 1;
     }
     if (op->token_st != STORE_OK ||
         !auth_allows(&op->token, op->kind->scopes, clock_wall_ms())) {
         op_fail_code(op, BG_ERR_UNAUTHORIZED, "User is not authorized");
-        return;
+        return 1;
     }
     if (op->channel_st == STORE_UNAVAILABLE || op->channel_st == STORE_BUSY) {
         op_fail_store(op, op->channel_st);
-        return;
+        return 1;
     }
     /* Another app's channel is answered exactly like a missing one. */
     if (op->channel_st != STORE_OK ||
         !auth_sees_channel(&op->token, op->target.channel_id,
                            json_string_value(json_object_get(op->dl.channel, "app")))) {
         op_fail_code(op, BG_ERR_NO_CHANNEL, "channel not found");
-        return;
+        return 1;
     }
     on = json_object_get(op->dl.channel, "on");
     if (json_is_false(on)) {
         op_fail_code(op, BG_ERR_CHANNEL_OFF, "channel is not live");
-        return;
+        return 1;
     }
     type = json_string_value(json_object_get(op->dl.channel, "type"));
     if ((op->dl.adapter = adapter_find(type)) == NULL) {
@@ -544,8 +545,15 @@ static void resolve_check(op_t *op)
         bg_error_set(&err, BG_ERR_UNSUPPORTED, "channel type %.40s is not supported",
                      type ? type : "(none)");
         op_fail(op, &err);
-        return;
+        return 1;
     }
+    return 0;
+}
+
+static void resolve_check(op_t *op)
+{
+    if (!op->token_done || !op->channel_done || !op->member_done || resolve_refused(op))
+        return;
     if (!op->keyed || op_guard_begin(op, resolve_member))
         resolve_member(op);
 }
@@ -643,6 +651,16 @@ static void on_member(void *arg, store_status_t st, json_t *value)
     resolve_check(op);
 }
 
+/* The member read with its turn (op_guard_take_member): the token and the channel were
+ * accepted before it was sent. */
+static void on_member_taken(op_t *op, store_status_t st, json_t *value)
+{
+    op->member_done = 1;
+    op->member_st = take_record(st, value, &op->member);
+    op->member_seq = store_write_seq(op->env->deliver.store);
+    resolve_member(op);
+}
+
 void op_resolve(op_t *op, const char *token_hash)
 {
     store_t *store = op->env->deliver.store;
@@ -668,6 +686,14 @@ void op_resolve(op_t *op, const char *token_hash)
     if ((op->dl.channel = store_cached_channel(store, op->target.channel_id)) != NULL) {
         op->channel_done = 1;
         op->channel_st = STORE_OK;
+    }
+    /* Both from the cache and member order on: checked now, so that only an accepted request
+     * queues for the member's turn, which is taken with the member's read, one round trip */
+    if (op->token_done && op->channel_done && op->target.member_id != NULL && !op->keyed &&
+        op->env->deliver.cfg->member_order) {
+        if (!resolve_refused(op))
+            op_guard_take_member(op, on_member_taken);
+        return;
     }
     if (!op->token_done)
         op->calls[0] = store_get_token(store, token_hash, on_token, op, &st);

@@ -9,10 +9,10 @@
 #include "../adapters/adapter.h"
 #include "../core/auth.h"
 #include "../core/error.h"
-#include "../core/jsonw.h"
+#include "../json/jsonw.h"
 #include "../core/request.h"
 #include "../core/result.h"
-#include "../core/script.h"
+#include "../script/script.h"
 #include "../store/store.h"
 #include "deliver.h"
 #include "http.h"
@@ -107,7 +107,9 @@ typedef struct op {
     op_phase_t phase;
     char id[40];                  /* request id (X-Request-Id) */
     /* what resolve found of each record (store_status_t) */
-    unsigned char token_st, channel_st, member_st;
+    unsigned char token_st, channel_st;
+    unsigned char member_st : 4; /* store_status_t fits */
+    unsigned char turn_held : 1; /* the member's turn was taken with its read: nobody ahead */
     /* One bit each, in the byte before started_us: every request in flight carries them. */
     _Bool token_done : 1, channel_done : 1, member_done : 1;
     _Bool send_ok : 1;            /* sendResponses: every response so far was delivered */
@@ -143,11 +145,16 @@ typedef struct op {
             /* once resolved, each response as its JSON text, type first (op_send.c); each
              * let go once delivered */
             char **texts;
-            unsigned count;       /* responses */
-            unsigned index;       /* the response being delivered */
-            unsigned sent;        /* responses delivered (for a 121 answer's message) */
+            /* at most REQUEST_MAX_RESPONSES (50) each: 16 bits keep op_t in its size class
+             * with the outbox's pointer below */
+            uint16_t count;       /* responses */
+            uint16_t index;       /* the response being delivered */
+            uint16_t sent;        /* responses delivered (for a 121 answer's message) */
             /* the outbox's state of an async or a queued request (outbox.c), or NULL */
             void *outbox;
+            /* bit i: response i goes as its fallback, whose text follows the NUL of
+             * texts[i] (REQUEST_MAX_RESPONSES <= 64) */
+            uint64_t fallbacks;
         };
         struct {
             redirect_request_t redirect;
@@ -157,7 +164,7 @@ typedef struct op {
                 json_t *sending;     /* the response being delivered (a reference of our own) */
             };
             char *sending_text;   /* the same as JSON text, delivery's input */
-            upstream_xfer_t *webhook; /* the webhook call in flight */
+            net_xfer_t *webhook; /* the webhook call in flight */
         };
     };
 } op_t;
@@ -229,10 +236,17 @@ int op_guard_take(op_t *op, const char *key, const char *body, size_t len);
  * on); else 0, and it runs next once the key's record says this request runs, or answers (the
  * stored answer, 123, 124). */
 int op_guard_begin(op_t *op, op_run_fn *next);
-/* Once the member is known: 1 when the request goes on at once (member order off); else 0,
- * and it runs next when the member's turn has come, or answers. Makes the guard when the
- * request has none yet (no Idempotency-Key). */
+/* Once the member is known: 1 when the request goes on at once (member order off, or its turn
+ * was taken with op_guard_take_member and nobody was ahead); else 0, and it runs next when the
+ * member's turn has come, or answers. Makes the guard when the request has none yet (no
+ * Idempotency-Key). */
 int op_guard_turn(op_t *op, op_run_fn *next);
+/* What a member read found (st, and the record, taken over: NULL unless STORE_OK). */
+typedef void op_member_fn(op_t *op, store_status_t st, json_t *member);
+/* Member order on and the member id given: takes the member's turn and reads its record in the
+ * same round trip (no script when nobody is ahead), then calls done with the record; done goes
+ * on with op_guard_turn, which then only waits when someone was ahead. Or answers. */
+void op_guard_take_member(op_t *op, op_member_fn *done);
 /* The deadline passed while waiting (OP_WAIT): answers 123, or 121 for a turn. */
 void op_guard_expired(op_t *op);
 /* Stops the guard's store call and waiting. */

@@ -29,12 +29,20 @@ struct op_guard {
     op_run_fn *next;               /* what runs once the guard lets the request go */
     store_idem_call_t *call;       /* the guard's store call in flight */
     op_progress_fn *progress_done; /* a progress record in flight: its caller */
+    store_turn_take_t *take;       /* the member's turn being taken */
+    op_member_fn *member_done;     /* the take reads the member too: its caller */
     redisc_sub_t *sub;             /* the channel waited on */
     struct event *timer;           /* at the lease end of the request ahead */
-    int64_t ticket;                /* in the member's queue; 0: none */
     unsigned owner : 1;            /* it runs the key's request: it stores or drops the answer */
     unsigned waiting_turn : 1;     /* waiting for the member's turn (else for the key's answer) */
     unsigned stale : 1; /* told of a change while a call was out: its answer may be old */
+    unsigned queued : 1;     /* turn_id went to the member's queue: it leaves it at the end */
+    unsigned taken : 1;      /* the take's answer came: ahead says the rest */
+    unsigned ahead : 1;      /* someone was ahead in the queue when it was taken */
+    unsigned joined : 1;     /* store_turn_join recorded its lease */
+    char turn_id[17];        /* in the member's queue */
+    const char *turn_member; /* the member id of the queue: the target's, or turn_member_copy */
+    char *turn_member_copy;  /* the record's id (found by recipientId): the record may go first */
     unsigned resume_at; /* resuming: the response whose call may have gone out */
     char **resumed;     /* resuming: the elements recorded before it (NULL: none) */
     char owner_id[17];
@@ -79,7 +87,15 @@ void op_guard_cancel(op_t *op)
         return;
     store_idem_cancel(g->call);
     g->call = NULL;
+    store_turn_take_cancel(g->take);
+    g->take = NULL;
     stop_waiting(g);
+}
+
+static void log_turn(const op_t *op)
+{
+    if (op->guard->queued && log_enabled(LOG_DEBUG))
+        log_msg(LOG_DEBUG, "request %s: the member's turn, id %s", op->id, op->guard->turn_id);
 }
 
 /* The guard lets the request go on. */
@@ -87,9 +103,7 @@ static void go_on(op_t *op)
 {
     op_run_fn *next = op->guard->next;
 
-    if (op->guard->ticket > 0 && log_enabled(LOG_DEBUG))
-        log_msg(LOG_DEBUG, "request %s: the member's turn, ticket %lld", op->id,
-                (long long)op->guard->ticket);
+    log_turn(op);
     stop_waiting(op->guard);
     op->guard->next = NULL;
     op->phase = OP_RESOLVE; /* waits no more (member_ready or the kind set what follows) */
@@ -277,7 +291,17 @@ int op_guard_begin(op_t *op, op_run_fn *next)
 
 static void turn_check(op_t *op);
 
-static void on_turn(void *arg, store_status_t st, int64_t ticket, int64_t wait_ms)
+/* The lease of a turn: up to the deadline. Redis adds it to its clock when the command runs,
+ * never before the deadline, so a dead holder's turn passes then and not 2 s later (a request
+ * sent right after the kill once waited its whole deadline for it). */
+static int turn_lease_ms(const op_t *op)
+{
+    int64_t left = op->dl.deadline_ms - clock_mono_us() / 1000;
+
+    return (int)(left > 0 ? left : 1);
+}
+
+static void on_turn(void *arg, store_status_t st, int64_t wait_ms)
 {
     op_t *op = arg;
     op_guard_t *g = op->guard;
@@ -288,7 +312,7 @@ static void on_turn(void *arg, store_status_t st, int64_t ticket, int64_t wait_m
         op_fail_store(op, st == STORE_BAD_RECORD ? STORE_UNAVAILABLE : st);
         return;
     }
-    g->ticket = ticket;
+    g->joined = 1;
     if (wait_ms == 0) {
         go_on(op);
         return;
@@ -299,45 +323,109 @@ static void on_turn(void *arg, store_status_t st, int64_t ticket, int64_t wait_m
         return;
     }
     if (store_turn_key(op->env->deliver.store, queue, sizeof(queue), op->target.channel_id,
-                       op->member_id) < 0) {
+                       g->turn_member) < 0) {
         op_fail_code(op, BG_ERR_LIMIT, "member key too long");
         return;
     }
     wait_on(op, queue, wait_ms);
 }
 
+/* Someone is ahead: records the lease (first) or asks again whether it is the turn. */
 static void turn_check(op_t *op)
 {
     op_guard_t *g = op->guard;
     store_status_t st = STORE_OK;
 
-    g->call = store_turn_check(op->env->deliver.store, op->target.channel_id, op->member_id,
-                               g->ticket, on_turn, op, &st);
+    g->call = store_turn_join(op->env->deliver.store, op->target.channel_id, g->turn_member,
+                              g->turn_id, turn_lease_ms(op), !g->joined, on_turn, op, &st);
     if (g->call == NULL)
         op_fail_store(op, st);
+}
+
+static void on_taken(void *arg, store_status_t st, int queued, store_status_t member_st,
+                     json_t *member)
+{
+    op_t *op = arg;
+    op_guard_t *g = op->guard;
+    op_member_fn *member_done = g->member_done;
+
+    g->take = NULL;
+    g->member_done = NULL;
+    if (st != STORE_OK) {
+        json_decref(member);
+        op_fail_store(op, st == STORE_BAD_RECORD ? STORE_UNAVAILABLE : st);
+        return;
+    }
+    g->taken = 1;
+    g->ahead = queued != 0;
+    if (member_done != NULL) {
+        if (!g->ahead) {
+            op->turn_held = 1; /* member_ready goes on without asking op_guard_turn */
+            log_turn(op);
+        }
+        member_done(op, member_st, member); /* it goes on with op_guard_turn */
+        return;
+    }
+    json_decref(member);
+    if (g->ahead)
+        turn_check(op);
+    else
+        go_on(op);
+}
+
+/* Sends the take: brief >= 0 reads the member with it. 0, or -1 when answered. */
+static int turn_take(op_t *op, int brief)
+{
+    op_guard_t *g = op->guard;
+    store_status_t st = STORE_OK;
+
+    if (g == NULL && (g = op->guard = calloc(1, sizeof(*g))) == NULL) {
+        op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+        return -1;
+    }
+    rng_hex(&op->env->deliver.rng, g->turn_id, 16);
+    /* read with the member: the id asked for; after it: the record's (found by recipientId) */
+    if (brief >= 0) {
+        g->turn_member = op->target.member_id; /* lives until op_free */
+    } else {
+        free(g->turn_member_copy);
+        if ((g->turn_member = g->turn_member_copy = strdup(op->member_id)) == NULL) {
+            op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+            return -1;
+        }
+    }
+    g->queued = 1; /* given back at the end whatever the answer: the RPUSH may have landed */
+    g->take = store_turn_take(op->env->deliver.store, op->target.channel_id, g->turn_member,
+                              g->turn_id, turn_lease_ms(op), brief, on_taken, op, &st);
+    if (g->take == NULL) {
+        op_fail_store(op, st);
+        return -1;
+    }
+    return 0;
+}
+
+void op_guard_take_member(op_t *op, op_member_fn *done)
+{
+    /* a request without an Idempotency-Key gets its guard here, for its turn alone */
+    if (turn_take(op, op->kind->route == METRICS_ROUTE_SEND) == 0)
+        op->guard->member_done = done;
 }
 
 int op_guard_turn(op_t *op, op_run_fn *next)
 {
     op_guard_t *g = op->guard;
-    store_status_t st = STORE_OK;
-    int64_t left = op->dl.deadline_ms - clock_mono_us() / 1000;
 
     if (!op->env->deliver.cfg->member_order)
         return 1;
-    /* a request without an Idempotency-Key gets its guard here, for its ticket alone */
-    if (g == NULL && (g = op->guard = calloc(1, sizeof(*g))) == NULL) {
-        op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+    if (g != NULL && g->taken) {
+        if (!g->ahead)
+            return 1; /* taken with the member's read: nobody was ahead */
+        g->next = next;
+        turn_check(op);
         return 0;
     }
-    g->next = next;
-    /* The lease ends at the deadline: Redis adds left to its clock when it runs the script,
-     * never before the deadline, so a dead holder's turn passes then and not 2 s later (a
-     * request sent right after the kill once waited its whole deadline for it) */
-    g->call = store_turn_take(op->env->deliver.store, op->target.channel_id, op->member_id,
-                              (int)(left > 0 ? left : 1), on_turn, op, &st);
-    if (g->call == NULL)
-        op_fail_store(op, st);
+    if (turn_take(op, -1) == 0)
+        op->guard->next = next;
     return 0;
 }
 
@@ -367,18 +455,13 @@ static void on_wait_message(void *arg, const char *msg, size_t len)
 {
     op_t *op = arg;
     op_guard_t *g = op->guard;
-    const char *p = msg, *end = msg + len;
-    int64_t told = 0;
-
     if (msg == NULL || !g->waiting_turn) {
         ask_again(op); /* (re)subscribed, or the key's record changed */
         return;
     }
-    /* The queue's channel names the ticket whose turn it is now: only this request can take
-     * it out of the queue, so it is the turn whatever a check in flight will say. */
-    while (p < end && *p >= '0' && *p <= '9' && told < INT64_MAX / 10)
-        told = told * 10 + (*p++ - '0');
-    if (p == end && len > 0 && told == g->ticket) {
+    /* The queue's channel names the id whose turn it is now: only this request can take it
+     * out of the queue, so it is the turn whatever a check in flight will say. */
+    if (len == strlen(g->turn_id) && memcmp(msg, g->turn_id, len) == 0) {
         store_idem_cancel(g->call);
         g->call = NULL;
         go_on(op);
@@ -410,6 +493,7 @@ static void guard_free(op_t *op)
     free(op->guard->resumed);
     free(op->guard->key);
     free(op->guard->record);
+    free(op->guard->turn_member_copy);
     free(op->guard);
     op->guard = NULL;
 }
@@ -464,9 +548,10 @@ void op_guard_end(op_t *op, int status, int code, const char *text, size_t len)
             store_idem_abandon(store, g->record, g->owner_id);
         g->owner = 0;
     }
-    if (g->ticket > 0) {
-        store_turn_done(store, op->target.channel_id, op->member_id, g->ticket);
-        g->ticket = 0;
+    if (g->queued) {
+        /* the member's id as the take used it: the target's, or the record's */
+        store_turn_done(store, op->target.channel_id, g->turn_member, g->turn_id, g->joined);
+        g->queued = 0;
     }
     guard_free(op);
 }

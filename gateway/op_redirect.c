@@ -41,7 +41,7 @@ static void redirect_cleanup(op_t *op)
 static void redirect_cancel(op_t *op)
 {
     if (op->webhook != NULL) {
-        upstream_cancel(op->webhook);
+        net_cancel(op->webhook);
         op->webhook = NULL;
     }
 }
@@ -144,11 +144,21 @@ static void sending_done(op_t *op)
     op->sending_text = NULL;
 }
 
+/* Whether response went as its fallback: the check that chose it, made again rather than
+ * kept (every request in flight carries the op). */
+static int sent_as_fallback(const op_t *op, const json_t *response)
+{
+    char msg[8];
+
+    return json_object_get(response, "fallback") != NULL &&
+           adapter_check_response(op->dl.adapter, response, msg, sizeof(msg)) == BG_ERR_UNSUPPORTED;
+}
+
 static void redirect_on_delivered(deliver_t *d, const deliver_result_t *r, void *arg)
 {
     op_t *op = arg;
     const result_event_t *e = &r->event;
-    json_t *ev;
+    json_t *ev, *el;
 
     (void)d;
     if (!r->ok && r->abort && !op->drain_cut) { /* cut: a 121 answer lists it (drained) */
@@ -156,8 +166,10 @@ static void redirect_on_delivered(deliver_t *d, const deliver_result_t *r, void 
         return;
     }
     ev = result_message_event(e->from, e->to, op->sending, e->timestamp_ms, e->message_id);
-    node_run_send_done(op->node,
-                       result_node_element_after(ev, r->ok ? NULL : &r->err, r->retry_after_ms));
+    el = result_node_element_after(ev, r->ok ? NULL : &r->err, r->retry_after_ms);
+    if (el != NULL && sent_as_fallback(op, op->sending))
+        json_object_set_new(el, "fallbackUsed", json_true());
+    node_run_send_done(op->node, el);
     sending_done(op);
     redirect_step(op);
 }
@@ -165,17 +177,27 @@ static void redirect_on_delivered(deliver_t *d, const deliver_result_t *r, void 
 static void send_response(op_t *op, const json_t *response)
 {
     const char *type = json_string_value(json_object_get(response, "type"));
+    const json_t *sent = response, *fallback = json_object_get(response, "fallback");
+    char msg[BG_ERROR_MSG_MAX - 32];
     bg_error_t err;
     size_t len;
+    int code;
 
     /* A stored node is checked here, after rendering: its responses may not suit this
-     * channel's platform, or may have rendered into something invalid. */
+     * channel's platform, or may have rendered into something invalid. A type the platform
+     * lacks goes as its fallback, as in sendResponses. */
     bg_error_clear(&err);
-    if (request_check_response(response, "response", &err) == 0 &&
-        (adapter_response_type(type) & op->dl.adapter->response_types) == 0)
-        bg_error_set(&err, BG_ERR_UNSUPPORTED, "type %.40s is not supported on %s channels",
-                     type, op->dl.adapter->type);
-    if (err.code == BG_OK && (op->sending_text = jw_dump(response, &len)) == NULL)
+    if (request_check_response(response, "response", &err) == 0) {
+        code = adapter_check_response(op->dl.adapter, response, msg, sizeof(msg));
+        if (code == BG_ERR_UNSUPPORTED && fallback != NULL &&
+            adapter_check_response(op->dl.adapter, fallback, msg, sizeof(msg)) == 0) {
+            sent = fallback;
+            code = 0;
+        }
+        if (code != 0)
+            bg_error_set(&err, code, "%s", msg);
+    }
+    if (err.code == BG_OK && (op->sending_text = jw_dump(sent, &len)) == NULL)
         bg_error_set(&err, BG_ERR_UNAVAILABLE, "out of memory");
     if (err.code != BG_OK) {
         json_t *ev =
@@ -192,14 +214,14 @@ static void send_response(op_t *op, const json_t *response)
 
 /* ---- webhooks ---- */
 
-static void on_webhook(void *arg, const upstream_answer_t *ans)
+static void on_webhook(void *arg, const net_answer_t *ans)
 {
     op_t *op = arg;
-    int ok = ans->a.status >= 200 && ans->a.status <= 299;
-    json_t *answer = ok ? json_loadb(ans->a.body, ans->a.body_len, JSON_DECODE_ANY, NULL) : NULL;
+    int ok = ans->status >= 200 && ans->status <= 299;
+    json_t *answer = ok ? json_loadb(ans->body, ans->body_len, JSON_DECODE_ANY, NULL) : NULL;
 
     op->webhook = NULL;
-    metrics_call(op->env->deliver.metrics, "webhook", ans->a.status, (int64_t)ans->elapsed_us);
+    metrics_call(op->env->deliver.metrics, "webhook", ans->status, (int64_t)ans->elapsed_us);
     node_run_webhook_done(op->node, ok, answer);
     redirect_step(op);
 }
@@ -226,8 +248,8 @@ static void webhook(op_t *op, const json_t *hook)
         redirect_step(op);
         return;
     }
-    op->webhook = upstream_start(op->env->deliver.up_user, &c, timeout, WEBHOOK_ANSWER_MAX,
-                                 UPSTREAM_FOLLOW, on_webhook, op);
+    op->webhook = deliver_net_start(op->env->deliver.up_user, &c, timeout, WEBHOOK_ANSWER_MAX,
+                                    NET_FOLLOW, on_webhook, op);
     if (op->webhook == NULL) {
         node_run_webhook_done(op->node, 0, NULL);
         redirect_step(op);
@@ -236,14 +258,14 @@ static void webhook(op_t *op, const json_t *hook)
 
 /* ---- a script's http.request: the same client and guard as a webhook ---- */
 
-static void on_script_http(void *arg, const upstream_answer_t *ans)
+static void on_script_http(void *arg, const net_answer_t *ans)
 {
     op_t *op = arg;
 
     op->webhook = NULL;
-    metrics_call(op->env->deliver.metrics, "webhook", ans->a.status, (int64_t)ans->elapsed_us);
-    node_run_http_done(op->node, ans->a.status, ans->a.body, ans->a.body_len, ans->a.content_type,
-                       ans->a.status != 0            ? NULL
+    metrics_call(op->env->deliver.metrics, "webhook", ans->status, (int64_t)ans->elapsed_us);
+    node_run_http_done(op->node, ans->status, ans->body, ans->body_len, ans->content_type,
+                       ans->status != 0              ? NULL
                        : ans->error && ans->error[0] ? ans->error
                                                      : "no answer");
     redirect_step(op);
@@ -290,8 +312,8 @@ static void script_http(op_t *op, const json_t *req)
     else if (c.url == NULL || (json_is_string(body) && c.body == NULL))
         why = "out of memory";
     else if ((op->webhook =
-                  upstream_start(op->env->deliver.up_user, &c, timeout, WEBHOOK_ANSWER_MAX,
-                                 UPSTREAM_FOLLOW, on_script_http, op)) == NULL)
+                  deliver_net_start(op->env->deliver.up_user, &c, timeout, WEBHOOK_ANSWER_MAX,
+                                    NET_FOLLOW, on_script_http, op)) == NULL)
         why = "the call could not be started";
     if (why != NULL) {
         adapter_call_free(&c);
@@ -485,7 +507,7 @@ static void redirect_run(op_t *op)
         op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
-    node_run_set_scripts(op->node, op->env->scripts);
+    node_run_set_code(op->node, &script_nodecode, op->env->scripts);
     redirect_step(op);
 }
 

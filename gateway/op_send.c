@@ -3,6 +3,7 @@
  * request order, and answer with one result element per response. */
 #include "op.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,24 @@ static result_event_t send_event(const op_t *op, unsigned i, const char *message
 }
 
 static void write_undelivered(op_t *op, const bg_error_t *current, const bg_error_t *rest);
+
+/* Response i went (or was to go) as its fallback: its element, just written, says so. */
+static void mark_fallback(op_t *op, unsigned i)
+{
+    if ((op->fallbacks >> i & 1) == 0 || op->results.len == 0 ||
+        op->results.buf[op->results.len - 1] != '}')
+        return;
+    op->results.len--;
+    jw_lit(&op->results, ",\"fallbackUsed\":true}");
+}
+
+/* The text delivery reads for response i: its fallback's when that is what goes. */
+static const char *delivery_text(const op_t *op, unsigned i)
+{
+    const char *text = op->texts[i];
+
+    return op->fallbacks >> i & 1 ? text + strlen(text) + 1 : text;
+}
 static void send_answer(op_t *op, int send_ok, const bg_error_t *cut);
 
 static void send_cleanup(op_t *op)
@@ -68,6 +87,17 @@ static void send_on_recorded(op_t *op, int ok)
     send_answer(op, 0, NULL);
 }
 
+/* 1 when a recorded element carries an error: read as JSON (a rare path: a request taken
+ * over), not searched in the text, where a NATIVE response's data can hold the same bytes. */
+static int element_failed(const char *element)
+{
+    json_t *e = json_loads(element, 0, NULL);
+    int failed = e == NULL || json_object_get(e, "error") != NULL;
+
+    json_decref(e);
+    return failed;
+}
+
 /* Taking over a request whose instance died: the responses it delivered are reported with
  * their recorded elements, the one whose call may have gone out with 125; neither is sent. */
 static void send_resumed(op_t *op)
@@ -81,7 +111,7 @@ static void send_resumed(op_t *op)
             jw_lit(&op->results, ",");
         if (how == OP_RESUMED_DELIVERED) {
             jw_raw(&op->results, element, strlen(element));
-            if (strstr(element, ",\"error\":{\"err_code\":") != NULL)
+            if (element_failed(element))
                 op->send_ok = 0;
             else
                 op->sent++;
@@ -95,6 +125,7 @@ static void send_resumed(op_t *op)
                 bg_error_set(&err, BG_ERR_OUTCOME_UNKNOWN,
                              "outcome unknown: an earlier attempt may have delivered it");
             result_write_failed(&op->results, &ev, op->dl.to, &err);
+            mark_fallback(op, op->index);
             op->send_ok = 0;
         }
         op->index++;
@@ -127,6 +158,7 @@ static void send_on_delivered(deliver_t *d, const deliver_result_t *r, void *arg
         result_write_failed_after(&op->results, &ev, r->chat_id, &r->err, r->retry_after_ms);
         op->send_ok = 0;
     }
+    mark_fallback(op, op->index);
     /* delivered: what is left of it goes */
     free(op->texts[op->index]);
     op->texts[op->index] = NULL;
@@ -187,7 +219,7 @@ static void send_next(op_t *op)
         return;
     }
     if (op->index < op->count) {
-        const char *text = op->texts[op->index];
+        const char *text = delivery_text(op, op->index);
         deliver_start(&op->dl, text, strlen(text), send_on_delivered, op);
         return;
     }
@@ -204,6 +236,7 @@ static void write_undelivered(op_t *op, const bg_error_t *current, const bg_erro
         if (i > 0)
             jw_lit(&op->results, ",");
         result_write_failed(&op->results, &ev, op->dl.to, i == op->index ? current : rest);
+        mark_fallback(op, i);
     }
 }
 
@@ -248,7 +281,7 @@ static void send_drained(op_t *op, int call_cut)
  * from its messageEvent data so that the result element can be cut from it (text_split), in a
  * block of its own size (the writer's buffer is larger, and thousands wait at once). NULL when
  * out of memory. */
-static char *response_text(const json_t *r)
+static char *response_text_one(const json_t *r)
 {
     const char *type = json_string_value(json_object_get(r, "type"));
     size_t data_at, data_len;
@@ -274,6 +307,31 @@ static char *response_text(const json_t *r)
     return text;
 }
 
+/* With a fallback that goes in its place (fallback set), the fallback's text follows the
+ * response's NUL: the element is cut from the first, delivery reads the second. */
+static char *response_text(const json_t *r, int fallback)
+{
+    char *text = response_text_one(r), *alt, *both;
+    size_t n, m;
+
+    if (!fallback || text == NULL)
+        return text;
+    if ((alt = response_text_one(json_object_get(r, "fallback"))) == NULL) {
+        free(text);
+        return NULL;
+    }
+    n = strlen(text);
+    m = strlen(alt);
+    if ((both = realloc(text, n + 1 + m + 1)) == NULL) {
+        free(text);
+        free(alt);
+        return NULL;
+    }
+    memcpy(both + n + 1, alt, m + 1);
+    free(alt);
+    return both;
+}
+
 /* What is read again once the request is resolved: its responses as text, and the ids, which
  * the op keeps (keep_target). The rest, the member's record and the parsed body, goes before
  * the platform calls rather than after their answers: thousands of requests may wait for them
@@ -284,7 +342,8 @@ static int let_go(op_t *op)
     if ((op->texts = calloc(op->count, sizeof(*op->texts))) == NULL)
         return -1;
     for (unsigned i = 0; i < op->count; i++)
-        if ((op->texts[i] = response_text(json_array_get(op->send.responses, i))) == NULL)
+        if ((op->texts[i] = response_text(json_array_get(op->send.responses, i),
+                                          (int)(op->fallbacks >> i & 1))) == NULL)
             return -1;
     if (op->target.member_id != NULL && strcmp(op->member_id, op->target.member_id) == 0) {
         op->member_id = op->target.member_id;
@@ -302,13 +361,24 @@ static int send_check(op_t *op)
     const json_t *response;
     size_t i;
 
+    /* Every response is checked against the platform before anything is sent; a type the
+     * platform lacks goes as its fallback when it has one that the platform takes. */
+    op->fallbacks = 0;
     json_array_foreach(op->send.responses, i, response) {
-        const char *type = json_string_value(json_object_get(response, "type"));
-        if ((adapter_response_type(type) & op->dl.adapter->response_types) == 0) {
-            bg_error_t err;
-            bg_error_set(&err, BG_ERR_UNSUPPORTED,
-                         "response[%zu]: type %.40s is not supported on %s channels", i, type,
-                         op->dl.adapter->type);
+        const json_t *fallback;
+        char msg[BG_ERROR_MSG_MAX - 32];
+        int code = adapter_check_response(op->dl.adapter, response, msg, sizeof(msg));
+        const char *part = "";
+        bg_error_t err;
+
+        if (code == BG_ERR_UNSUPPORTED &&
+            (fallback = json_object_get(response, "fallback")) != NULL) {
+            part = ".fallback";
+            if ((code = adapter_check_response(op->dl.adapter, fallback, msg, sizeof(msg))) == 0)
+                op->fallbacks |= (uint64_t)1 << i;
+        }
+        if (code != 0) {
+            bg_error_set(&err, code, "response[%zu]%s: %s", i, part, msg);
             op_fail(op, &err);
             return -1;
         }

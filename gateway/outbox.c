@@ -86,7 +86,7 @@ struct ob_job {
     metrics_retry_t reason;
     char *elements[STORE_OUTBOX_ELEMENTS_MAX]; /* of the responses before next */
     /* a callback */
-    upstream_xfer_t *xfer;
+    net_xfer_t *xfer;
     char *url, *body;
     int64_t since_ms; /* when the request ended (wall clock) */
     unsigned tries;
@@ -282,7 +282,7 @@ static void job_free(ob_job_t *job)
         event_free(job->timer);
     store_unwatch(job->sub);
     if (job->xfer != NULL)
-        upstream_cancel(job->xfer);
+        net_cancel(job->xfer);
     for (unsigned i = 0; i < STORE_OUTBOX_ELEMENTS_MAX; i++)
         free(job->elements[i]);
     free(job->app);
@@ -1048,13 +1048,13 @@ static void callback_again(ob_job_t *job)
     job_later(job, backoff_ms(job->ob, ++job->tries));
 }
 
-static void on_callback_answer(void *arg, const upstream_answer_t *ans)
+static void on_callback_answer(void *arg, const net_answer_t *ans)
 {
     ob_job_t *job = arg;
 
     job->xfer = NULL;
-    metrics_call(metrics(job->ob), "webhook", ans->a.status, (int64_t)ans->elapsed_us);
-    if (ans->a.status >= 200 && ans->a.status < 300)
+    metrics_call(metrics(job->ob), "webhook", ans->status, (int64_t)ans->elapsed_us);
+    if (ans->status >= 200 && ans->status < 300)
         callback_done(job, 1);
     else
         callback_again(job);
@@ -1112,8 +1112,8 @@ static void on_callback_secret(void *arg, store_status_t st, const char *secret)
         return;
     }
     job->xfer =
-        upstream_start(ob->env->deliver.up_user, &c, ob->env->deliver.cfg->upstream_timeout_ms,
-                       CALLBACK_ANSWER_MAX, 0, on_callback_answer, job);
+        deliver_net_start(ob->env->deliver.up_user, &c, ob->env->deliver.cfg->upstream_timeout_ms,
+                          CALLBACK_ANSWER_MAX, 0, on_callback_answer, job);
     if (job->xfer == NULL)
         callback_again(job);
 }

@@ -245,7 +245,7 @@ static int add_routes(worker_t *w)
 int worker_init(worker_t *w, int id, const config_t *cfg)
 {
     struct event_config *ec;
-    upstream_config_t ucfg;
+    net_config_t ucfg;
 
     memset(w, 0, sizeof(*w));
     w->id = id;
@@ -283,12 +283,12 @@ int worker_init(worker_t *w, int id, const config_t *cfg)
     /* platform answers are a few hundred bytes: curl's smallest receive buffer (1 KiB) keeps
      * the memory of a send in flight low; a longer answer only takes more reads */
     ucfg.buffer_size = 1024;
-    w->env.deliver.up = upstream_new(w->base, &ucfg);
+    w->env.deliver.up = net_new(w->base, &ucfg);
     ucfg.guard = !cfg->allow_private_media;
     ucfg.direct = 1;
     ucfg.http1 = 0;           /* the setting is for platform calls */
     ucfg.buffer_size = 65536; /* media downloads */
-    w->env.deliver.up_user = upstream_new(w->base, &ucfg);
+    w->env.deliver.up_user = net_new(w->base, &ucfg);
     if (w->env.deliver.up == NULL || w->env.deliver.up_user == NULL) {
         log_msg(LOG_ERROR, "the platform client could not start (is BOTGATE_CA_FILE a PEM CA "
                            "bundle?)");
@@ -366,8 +366,8 @@ void worker_cleanup(worker_t *w)
         event_free(w->ready_check);
     if (w->env.deadline_timer != NULL)
         event_free(w->env.deadline_timer);
-    upstream_free(w->env.deliver.up);
-    upstream_free(w->env.deliver.up_user);
+    net_free(w->env.deliver.up);
+    net_free(w->env.deliver.up_user);
     op_env_clear(&w->env);
     script_cache_free(w->env.scripts);
     w->env.scripts = NULL;

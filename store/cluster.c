@@ -4,6 +4,7 @@
  * and every REFRESH_MS while a master is down (that is how a failover is seen): never more
  * often than that, whatever the number of commands redirected. */
 #include "cluster.h"
+#include "resp.h"
 
 #include "../core/clock.h"
 
@@ -596,13 +597,14 @@ static void cmd_on_reply(redisReply *reply, void *arg)
 
 /* As cluster_command; argc -1: argv[0] is the command in wire format, argvlen[0] long (as
  * redisc's send_cmd takes it). */
-static int command(cluster_t *cl, const char *key, redisc_cb *cb, void *arg, int argc,
-                   const char **argv, const size_t *argvlen, cluster_cmd_t **out)
+static int route_command(cluster_t *cl, const char *key, redisc_cb *cb, void *arg, int argc,
+                         const char **argv, const size_t *argvlen, cluster_cmd_t **out)
 {
     unsigned slot = cluster_keyslot(key, strlen(key));
     cluster_node_t *n = cl->slots[slot];
     cluster_cmd_t *cc;
-    int len, rc;
+    size_t len;
+    int rc;
 
     if (n == NULL || !n->up) {
         refresh(cl);
@@ -622,13 +624,15 @@ static int command(cluster_t *cl, const char *key, redisc_cb *cb, void *arg, int
     cc->slot = slot;
     if (argc < 0 && (cc->buf = malloc(argvlen[0])) != NULL) {
         memcpy(cc->buf, argv[0], argvlen[0]);
-        len = (int)argvlen[0];
-    } else if (argc < 0 || (len = redisFormatCommandArgv(&cc->buf, argc, argv, argvlen)) < 0) {
-        cc->buf = NULL;
+        len = argvlen[0];
+    } else if (argc >= 0) {
+        cc->buf = resp_format(argc, argv, argvlen, &len);
+    }
+    if (cc->buf == NULL) {
         cmd_free(cc);
         return REDISC_BUSY;
     }
-    cc->len = (size_t)len;
+    cc->len = len;
     if ((rc = cmd_send(cc, n, 0)) != REDISC_OK) {
         cmd_free(cc);
         return rc;
@@ -642,13 +646,13 @@ static int command(cluster_t *cl, const char *key, redisc_cb *cb, void *arg, int
 int cluster_command(cluster_t *cl, const char *key, redisc_cb *cb, void *arg, int argc,
                     const char **argv, const size_t *argvlen, cluster_cmd_t **out)
 {
-    return command(cl, key, cb, arg, argc, argv, argvlen, out);
+    return route_command(cl, key, cb, arg, argc, argv, argvlen, out);
 }
 
 int cluster_command_formatted(cluster_t *cl, const char *key, redisc_cb *cb, void *arg,
                               const char *cmd, size_t len, cluster_cmd_t **out)
 {
-    return command(cl, key, cb, arg, -1, &cmd, &len, out);
+    return route_command(cl, key, cb, arg, -1, &cmd, &len, out);
 }
 
 void cluster_cancel(cluster_cmd_t *cmd)

@@ -1,7 +1,7 @@
 /* eval.c - scripts run by EVALSHA, EVAL once after NOSCRIPT (eval.h). */
 #include "eval.h"
 
-#include "../core/numfmt.h"
+#include "../json/numfmt.h"
 #include "resp.h"
 
 #include <openssl/sha.h>

@@ -4,7 +4,7 @@
 #include "idem.h"
 
 #include "eval.h"
-#include "../core/numfmt.h"
+#include "../json/numfmt.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -56,47 +56,49 @@ static const char ABANDON_SCRIPT[] =
     "redis.call('HEXISTS', KEYS[1], 'status') == 0 then redis.call('DEL', KEYS[1]) end "
     "redis.call('PUBLISH', KEYS[1], 'gone') return 1";
 
-/* KEYS[1] the member's queue (ticket -> ticket), KEYS[2] its leases (ticket -> lease end, and
- * the counter 'seq'). head() drops the tickets ahead whose lease ran out (their instance died)
- * and says who is first; whoever dropped one tells the queue's channel. */
-#define TURN_HEAD                                                                                  \
-    NOW_MS                                                                                         \
-    "local function head() local dropped = false while true do "                                   \
-    "local h = redis.call('ZRANGE', KEYS[1], 0, 0)[1] "                                            \
-    "if not h then return nil, 0, dropped end "                                                    \
-    "local lease = tonumber(redis.call('HGET', KEYS[2], h) or '0') "                               \
-    "if lease > now then return h, lease, dropped end "                                            \
-    "redis.call('ZREM', KEYS[1], h) redis.call('HDEL', KEYS[2], h) dropped = true end end "
-
-/* ARGV lease_ms. */
-static const char TAKE_SCRIPT[] = TURN_HEAD
-    "local n = redis.call('HINCRBY', KEYS[2], 'seq', 1) "
-    "redis.call('ZADD', KEYS[1], n, n) redis.call('HSET', KEYS[2], n, now + ARGV[1]) "
-    "redis.call('PEXPIRE', KEYS[1], ARGV[1] * 3) redis.call('PEXPIRE', KEYS[2], ARGV[1] * 3) "
-    "local h, lease, dropped = head() "
-    "if dropped and h then redis.call('PUBLISH', KEYS[1], h) end "
-    "if h == tostring(n) then return {n, 0} end return {n, lease - now}";
-
-/* ARGV ticket. A ticket no longer queued (its own lease ran out) goes: its deadline did too. */
-static const char CHECK_SCRIPT[] =
-    TURN_HEAD "local h, lease, dropped = head() "
-              "if dropped and h then redis.call('PUBLISH', KEYS[1], h) end "
-              "if h == nil or h == ARGV[1] or not redis.call('ZSCORE', KEYS[1], ARGV[1]) then "
-              "return {tonumber(ARGV[1]), 0} end "
-              "return {tonumber(ARGV[1]), lease - now}";
-
-/* ARGV ticket. */
-static const char DONE_SCRIPT[] =
-    TURN_HEAD "redis.call('ZREM', KEYS[1], ARGV[1]) redis.call('HDEL', KEYS[2], ARGV[1]) "
-              "local h = head() if h then redis.call('PUBLISH', KEYS[1], h) end return 1";
+/* Per-member order. KEYS[1] the member's queue: a list of turn ids in the order they reached
+ * Redis, the first holds the turn; KEYS[2] its leases: a hash, turn id -> lease end (Redis's
+ * clock, ms). A request alone takes its turn without a script (store_turn_take: RPUSH, then
+ * PEXPIRE NX: the queue's TTL is then the holder's lease) and gives it back with LREM; this
+ * script runs only when someone is ahead, when it is first queued (ARGV[3] '1') and at each
+ * check after. It records the lease of the one ahead while the queue's TTL still is it (before
+ * the TTL grows to cover the waiters), its own, keeps both keys as long as the longest lease,
+ * drops the heads whose lease ran out (their instance died) and tells the queue's channel the
+ * new head. ARGV id, lease_ms, first. -> {0} its turn (or it was dropped: its own lease ran
+ * out), {ms} the lease left of the one ahead. */
+static const char JOIN_SCRIPT[] = NOW_MS
+    "local q, w, me, left = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]) "
+    "local ttl = redis.call('PTTL', q) "
+    "local function lease(id) local l = redis.call('HGET', w, id) "
+    "if l then return tonumber(l) end "
+    /* not recorded: the queue's TTL is its lease; none yet (its PEXPIRE follows its RPUSH) */
+    "if ttl > 0 then return now + ttl end return now + left end "
+    "local h = redis.call('LINDEX', q, 0) "
+    "if h and h ~= me and redis.call('HEXISTS', w, h) == 0 then "
+    "redis.call('HSET', w, h, lease(h)) end "
+    "if not redis.call('LPOS', q, me) then "
+    "if ARGV[3] ~= '1' then return {0} end "
+    "redis.call('RPUSH', q, me) end "
+    "if ARGV[3] == '1' then redis.call('HSET', w, me, now + left) "
+    /* fields of ids that left without a word (their own lease ran out) */
+    "if redis.call('HLEN', w) > 2 * redis.call('LLEN', q) + 16 then "
+    "for _, id in ipairs(redis.call('HKEYS', w)) do "
+    "if not redis.call('LPOS', q, id) then redis.call('HDEL', w, id) end end end end "
+    "if left > ttl then redis.call('PEXPIRE', q, left) redis.call('PEXPIRE', w, left) "
+    "else redis.call('PEXPIRE', w, ttl) end "
+    "local dropped = false "
+    "while true do h = redis.call('LINDEX', q, 0) "
+    "if not h or h == me or lease(h) > now then break end "
+    "redis.call('LPOP', q) redis.call('HDEL', w, h) dropped = true end "
+    "if dropped and h then redis.call('PUBLISH', q, h) end "
+    "if not h or h == me then return {0} end "
+    "return {lease(h) - now}";
 
 static _Thread_local store_script_t begin_script = STORE_SCRIPT(BEGIN_SCRIPT);
 static _Thread_local store_script_t progress_script = STORE_SCRIPT(PROGRESS_SCRIPT);
 static _Thread_local store_script_t finish_script = STORE_SCRIPT(FINISH_SCRIPT);
 static _Thread_local store_script_t abandon_script = STORE_SCRIPT(ABANDON_SCRIPT);
-static _Thread_local store_script_t take_script = STORE_SCRIPT(TAKE_SCRIPT);
-static _Thread_local store_script_t check_script = STORE_SCRIPT(CHECK_SCRIPT);
-static _Thread_local store_script_t done_script = STORE_SCRIPT(DONE_SCRIPT);
+static _Thread_local store_script_t join_script = STORE_SCRIPT(JOIN_SCRIPT);
 
 typedef enum { IDEM_BEGIN, IDEM_PROGRESS, TURN } call_kind_t;
 
@@ -200,14 +202,12 @@ static void on_reply(redisReply *reply, void *arg)
             st = STORE_CONFLICT;
         c->progress_cb(c->arg, st);
     } else {
-        int64_t ticket = -1, wait_ms = 0;
-        if (st == STORE_OK && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2) {
-            ticket = reply_int(reply->element[0]);
-            wait_ms = reply_int(reply->element[1]);
-        }
-        if (st == STORE_OK && (ticket < 0 || wait_ms < 0))
+        int64_t wait_ms = -1;
+        if (st == STORE_OK && reply->type == REDIS_REPLY_ARRAY && reply->elements == 1)
+            wait_ms = reply_int(reply->element[0]);
+        if (st == STORE_OK && wait_ms < 0)
             st = STORE_BAD_RECORD;
-        c->turn_cb(c->arg, st, ticket, wait_ms);
+        c->turn_cb(c->arg, st, wait_ms);
     }
     free(c);
 }
@@ -303,49 +303,242 @@ int store_turn_key(store_t *st, char *buf, size_t size, const char *channel_id,
     return store_key_turns(buf, size, store_prefix(st), channel_id, member_id);
 }
 
-/* A turn script on the member's two keys with one argument. */
-static store_idem_call_t *turn_eval(store_t *st, store_script_t *script, const char *channel_id,
-                                    const char *member_id, const char *value, store_turn_cb *cb,
-                                    void *arg, store_status_t *status)
+/* The member's two keys; -1 when they do not fit. */
+static int turn_keys(store_t *st, const char *channel_id, const char *member_id,
+                     char turns[STORE_KEY_MAX], char leases[STORE_KEY_MAX])
 {
-    char turns[STORE_KEY_MAX], leases[STORE_KEY_MAX];
+    return store_key_turns(turns, STORE_KEY_MAX, store_prefix(st), channel_id, member_id) < 0 ||
+                   store_key_leases(leases, STORE_KEY_MAX, store_prefix(st), channel_id,
+                                    member_id) < 0
+               ? -1
+               : 0;
+}
 
-    if (store_key_turns(turns, sizeof(turns), store_prefix(st), channel_id, member_id) < 0 ||
-        store_key_leases(leases, sizeof(leases), store_prefix(st), channel_id, member_id) < 0) {
+/* Sends one command on key's server; 0, or -1 with *status set. */
+static int send(store_t *st, const char *key, redisc_cb *cb, void *arg, int argc, const char **argv,
+                store_cmd_t **out, store_status_t *status)
+{
+    store_cmd_t *ignored;
+    int rc = store_command(st, key, cb, arg, argc, argv, NULL, out != NULL ? out : &ignored);
+
+    if (rc == REDISC_OK)
+        return 0;
+    if (status != NULL)
+        *status = rc == REDISC_BUSY ? STORE_BUSY : STORE_UNAVAILABLE;
+    return -1;
+}
+
+/* ---- store_turn_take: GET of the member, RPUSH, PEXPIRE NX, one round trip ---- */
+
+enum { TAKE_MEMBER, TAKE_PUSH, TAKE_EXPIRE, TAKE_PARTS };
+
+struct store_turn_take {
+    store_t *st;
+    store_turn_taken_cb *cb;
+    void *arg;
+    int brief;   /* the member read decodes only _id and externalId; -1: no member read */
+    int pending; /* replies still to come */
+    store_status_t st_turn, st_member;
+    long long pushed; /* the queue's length after the RPUSH: 1, the turn is ours */
+    json_t *member;
+    store_cmd_t *cmd[TAKE_PARTS];
+};
+
+typedef struct take_part {
+    store_turn_take_t *t;
+    int part;
+} take_part_t;
+
+void store_turn_take_cancel(store_turn_take_t *t)
+{
+    if (t == NULL)
+        return;
+    for (int i = 0; i < TAKE_PARTS; i++)
+        if (t->cmd[i] != NULL)
+            store_command_cancel(t->st, t->cmd[i]);
+    json_decref(t->member);
+    free(t);
+}
+
+static void on_take_part(redisReply *reply, void *arg);
+
+/* The parts of one take: its replies come in this order on one connection, but each is
+ * answered by itself (a cluster may redirect one), so the call ends with the last of them. */
+static void on_take_reply(store_turn_take_t *t, int part, redisReply *reply)
+{
+    int failed = reply == NULL || reply->type == REDIS_REPLY_ERROR;
+
+    t->cmd[part] = NULL;
+    if (part == TAKE_MEMBER) {
+        t->st_member = store_member_from_reply(reply, t->brief, &t->member);
+    } else if (part == TAKE_PUSH) {
+        if (failed || reply->type != REDIS_REPLY_INTEGER || reply->integer < 1)
+            t->st_turn = STORE_UNAVAILABLE;
+        else
+            t->pushed = reply->integer;
+    } else if (failed) {
+        t->st_turn = STORE_UNAVAILABLE;
+    }
+    if (--t->pending > 0)
+        return;
+    {
+        json_t *member = t->member;
+        t->member = NULL;
+        t->cb(t->arg, t->st_turn, t->st_turn == STORE_OK && t->pushed > 1, t->st_member, member);
+    }
+    free(t);
+}
+
+store_turn_take_t *store_turn_take(store_t *st, const char *channel_id, const char *member_id,
+                                   const char *id, int lease_ms, int brief, store_turn_taken_cb *cb,
+                                   void *arg, store_status_t *status)
+{
+    char turns[STORE_KEY_MAX], leases[STORE_KEY_MAX], member[STORE_KEY_MAX], ms[NUMFMT_DEC_SIZE];
+    store_turn_take_t *t;
+
+    if (turn_keys(st, channel_id, member_id, turns, leases) < 0 ||
+        (brief >= 0 &&
+         store_key_member(member, sizeof(member), store_prefix(st), channel_id, member_id) < 0)) {
+        if (status != NULL)
+            *status = STORE_BAD_RECORD;
+        return NULL;
+    }
+    if ((t = calloc(1, sizeof(*t) + TAKE_PARTS * sizeof(take_part_t))) == NULL) {
+        if (status != NULL)
+            *status = STORE_UNAVAILABLE;
+        return NULL;
+    }
+    t->st = st;
+    t->cb = cb;
+    t->arg = arg;
+    t->brief = brief;
+    {
+        take_part_t *parts = (take_part_t *)(t + 1);
+        const char *get[] = {"GET", member};
+        const char *push[] = {"RPUSH", turns, id};
+        /* NX: only a queue the RPUSH made has no TTL: its TTL is then our lease; a queue that
+         * waiters keep has theirs (JOIN_SCRIPT) */
+        const char *expire[] = {"PEXPIRE", turns, numfmt_dec(ms, lease_ms), "NX"};
+        for (int i = 0; i < TAKE_PARTS; i++)
+            parts[i] = (take_part_t){t, i};
+        if ((brief >= 0 && send(st, member, on_take_part, &parts[TAKE_MEMBER], 2, get,
+                                &t->cmd[TAKE_MEMBER], status) < 0) ||
+            send(st, turns, on_take_part, &parts[TAKE_PUSH], 3, push, &t->cmd[TAKE_PUSH], status) <
+                0 ||
+            send(st, turns, on_take_part, &parts[TAKE_EXPIRE], 4, expire, &t->cmd[TAKE_EXPIRE],
+                 status) < 0) {
+            /* what went out ends in Redis: the caller gives the turn back (store_turn_done) */
+            store_turn_take_cancel(t);
+            return NULL;
+        }
+        t->pending = brief >= 0 ? TAKE_PARTS : TAKE_PARTS - 1;
+    }
+    return t;
+}
+
+static void on_take_part(redisReply *reply, void *arg)
+{
+    take_part_t *p = arg;
+
+    on_take_reply(p->t, p->part, reply);
+}
+
+store_idem_call_t *store_turn_join(store_t *st, const char *channel_id, const char *member_id,
+                                   const char *id, int lease_ms, int first, store_turn_cb *cb,
+                                   void *arg, store_status_t *status)
+{
+    char turns[STORE_KEY_MAX], leases[STORE_KEY_MAX], ms[NUMFMT_DEC_SIZE];
+
+    if (turn_keys(st, channel_id, member_id, turns, leases) < 0) {
         if (status != NULL)
             *status = STORE_BAD_RECORD;
         return NULL;
     }
     {
-        const char *words[] = {turns, leases, value};
-        return run(st, script,
-                   cb ? &(store_idem_call_t){.kind = TURN, .turn_cb = cb, .arg = arg} : NULL, 2, 3,
-                   words, NULL, status);
+        const char *words[] = {turns, leases, id, numfmt_dec(ms, lease_ms), first ? "1" : "0"};
+        return run(st, &join_script, &(store_idem_call_t){.kind = TURN, .turn_cb = cb, .arg = arg},
+                   2, 5, words, NULL, status);
     }
 }
 
-store_idem_call_t *store_turn_take(store_t *st, const char *channel_id, const char *member_id,
-                                   int lease_ms, store_turn_cb *cb, void *arg,
-                                   store_status_t *status)
-{
-    char lease[NUMFMT_DEC_SIZE];
+/* ---- store_turn_done: LREM and LINDEX; when someone waits, HDEL and PUBLISH ---- */
 
-    return turn_eval(st, &take_script, channel_id, member_id, numfmt_dec(lease, lease_ms), cb, arg,
-                     status);
+/* Both answers are in when pending is 0 (a cluster may redirect one: their order is not
+ * relied on). */
+typedef struct turn_done {
+    store_t *st;
+    int pending;
+    int removed;  /* the LREM's answer: 1, the id was queued */
+    int recorded; /* the id's lease was recorded: its field goes */
+    char *head;   /* the LINDEX's answer: the queue's first id after the LREM, or NULL */
+    char *turns, *leases, *id;
+    char buf[];
+} turn_done_t;
+
+static void done_end(turn_done_t *d)
+{
+    int waits;
+
+    if (--d->pending > 0)
+        return;
+    waits = d->removed && d->head != NULL;
+    if (waits || d->recorded) {
+        const char *hdel[] = {"HDEL", d->leases, d->id};
+        send(d->st, d->leases, NULL, NULL, 3, hdel, NULL, NULL);
+    }
+    if (waits) {
+        /* the id whose turn it is now: its request listens on the queue's channel */
+        const char *publish[] = {"PUBLISH", d->turns, d->head};
+        send(d->st, d->turns, NULL, NULL, 3, publish, NULL, NULL);
+    }
+    free(d->head);
+    free(d);
 }
 
-store_idem_call_t *store_turn_check(store_t *st, const char *channel_id, const char *member_id,
-                                    int64_t ticket, store_turn_cb *cb, void *arg,
-                                    store_status_t *status)
+static void on_done_removed(redisReply *reply, void *arg)
 {
-    char t[NUMFMT_DEC_SIZE];
+    turn_done_t *d = arg;
 
-    return turn_eval(st, &check_script, channel_id, member_id, numfmt_dec(t, ticket), cb, arg, status);
+    d->removed = reply != NULL && reply->type == REDIS_REPLY_INTEGER && reply->integer > 0;
+    done_end(d);
 }
 
-void store_turn_done(store_t *st, const char *channel_id, const char *member_id, int64_t ticket)
+static void on_done_head(redisReply *reply, void *arg)
 {
-    char t[NUMFMT_DEC_SIZE];
+    turn_done_t *d = arg;
 
-    turn_eval(st, &done_script, channel_id, member_id, numfmt_dec(t, ticket), NULL, NULL, NULL);
+    if (reply != NULL && reply->type == REDIS_REPLY_STRING)
+        d->head = strndup(reply->str, reply->len);
+    done_end(d);
+}
+
+void store_turn_done(store_t *st, const char *channel_id, const char *member_id, const char *id,
+                     int recorded)
+{
+    char turns[STORE_KEY_MAX], leases[STORE_KEY_MAX];
+    size_t nt, nl, ni = strlen(id);
+    turn_done_t *d;
+
+    if (turn_keys(st, channel_id, member_id, turns, leases) < 0)
+        return;
+    nt = strlen(turns);
+    nl = strlen(leases);
+    if ((d = calloc(1, sizeof(*d) + nt + nl + ni + 3)) == NULL)
+        return;
+    d->st = st;
+    d->recorded = recorded;
+    d->pending = 2;
+    d->turns = memcpy(d->buf, turns, nt + 1);
+    d->leases = memcpy(d->buf + nt + 1, leases, nl + 1);
+    d->id = memcpy(d->buf + nt + nl + 2, id, ni + 1);
+    {
+        const char *lrem[] = {"LREM", d->turns, "1", d->id};
+        const char *lindex[] = {"LINDEX", d->turns, "0"};
+        if (send(st, d->turns, on_done_removed, d, 4, lrem, NULL, NULL) < 0) {
+            free(d);
+            return;
+        }
+        if (send(st, d->turns, on_done_head, d, 3, lindex, NULL, NULL) < 0)
+            d->pending = 1; /* the LREM's answer ends it; nobody is told */
+    }
 }

@@ -38,8 +38,6 @@ typedef struct store_idem {
 typedef void store_idem_cb(void *arg, store_status_t st, const store_idem_t *res);
 /* STORE_OK: recorded; STORE_CONFLICT: the record has another owner now (it was resumed). */
 typedef void store_idem_progress_cb(void *arg, store_status_t st);
-/* STORE_OK: wait_ms 0 when it is the ticket's turn, else how long the turn ahead may last. */
-typedef void store_turn_cb(void *arg, store_status_t st, int64_t ticket, int64_t wait_ms);
 
 /* The callback will not run. */
 void store_idem_cancel(store_idem_call_t *call);
@@ -70,18 +68,37 @@ store_idem_call_t *store_idem_progress(store_t *st, const char *key, const char 
 /* Drops the record (the request did not run: a retry runs afresh) and tells the waiters. */
 void store_idem_abandon(store_t *st, const char *key, const char *owner);
 
-/* The queue key of a member (store_key_turns) into buf; -1 when it does not fit. */
+/* Per-member order (contract.md section 7). A member's queue is a list of turn ids (one per
+ * request, random) in the order they reached Redis; the first holds the turn. */
+
+/* The queue key of a member (store_key_turns) into buf; -1 when it does not fit. It is also the
+ * channel told the id whose turn it is when a turn passes to a request that waits. */
 int store_turn_key(store_t *st, char *buf, size_t size, const char *channel_id,
                    const char *member_id);
-/* Takes a ticket in the member's queue, held lease_ms at most. */
-store_idem_call_t *store_turn_take(store_t *st, const char *channel_id, const char *member_id,
-                                   int lease_ms, store_turn_cb *cb, void *arg,
-                                   store_status_t *status);
-/* Is it ticket's turn? Tickets ahead whose lease ran out are dropped. */
-store_idem_call_t *store_turn_check(store_t *st, const char *channel_id, const char *member_id,
-                                    int64_t ticket, store_turn_cb *cb, void *arg,
-                                    store_status_t *status);
-/* The ticket leaves the queue; the queue's channel is told the next ticket. */
-void store_turn_done(store_t *st, const char *channel_id, const char *member_id, int64_t ticket);
+
+typedef struct store_turn_take store_turn_take_t;
+/* st: of the turn (STORE_OK: id is queued); queued: someone is ahead (then ask store_turn_join);
+ * member_st and member (a new reference, NULL unless STORE_OK): the member read with it. */
+typedef void store_turn_taken_cb(void *arg, store_status_t st, int queued, store_status_t member_st,
+                                 json_t *member);
+/* Queues id, held lease_ms at most when it is first, in one round trip without a script, with
+ * the member record read in it (brief as store_get_member; -1: not read). Once anything was
+ * sent, the caller gives the turn back (store_turn_done) whatever the answer. */
+store_turn_take_t *store_turn_take(store_t *st, const char *channel_id, const char *member_id,
+                                   const char *id, int lease_ms, int brief, store_turn_taken_cb *cb,
+                                   void *arg, store_status_t *status);
+void store_turn_take_cancel(store_turn_take_t *t); /* the callback will not run */
+/* STORE_OK: wait_ms 0 when it is id's turn, else how long the turn ahead may last. */
+typedef void store_turn_cb(void *arg, store_status_t st, int64_t wait_ms);
+/* For an id queued behind another: records its lease (lease_ms from now) when first, drops the
+ * ids ahead whose lease ran out, and says whether it is id's turn. An id no longer queued (its
+ * own lease ran out) is told it is its turn: its deadline has passed too. */
+store_idem_call_t *store_turn_join(store_t *st, const char *channel_id, const char *member_id,
+                                   const char *id, int lease_ms, int first, store_turn_cb *cb,
+                                   void *arg, store_status_t *status);
+/* id leaves the queue; when someone waits, the queue's channel is told the next id. recorded:
+ * id went through store_turn_join (its lease field goes too). */
+void store_turn_done(store_t *st, const char *channel_id, const char *member_id, const char *id,
+                     int recorded);
 
 #endif

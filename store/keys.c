@@ -4,7 +4,7 @@
  * records spread over every shard. */
 #include "keys.h"
 
-#include "../core/numfmt.h"
+#include "../json/numfmt.h"
 
 #include <string.h>
 
@@ -130,13 +130,13 @@ int store_key_idem(char *buf, size_t size, const char *prefix, const char *app, 
 int store_key_turns(char *buf, size_t size, const char *prefix, const char *channel_id,
                     const char *member_id)
 {
-    return channel_record(buf, size, prefix, "turns", channel_id, member_id);
+    return channel_record(buf, size, prefix, "turnq", channel_id, member_id);
 }
 
 int store_key_leases(char *buf, size_t size, const char *prefix, const char *channel_id,
                      const char *member_id)
 {
-    return channel_record(buf, size, prefix, "leases", channel_id, member_id);
+    return channel_record(buf, size, prefix, "turnlease", channel_id, member_id);
 }
 
 /* s with Redis's glob characters escaped, appended at buf + *n; -1 when it does not fit. */
@@ -162,7 +162,7 @@ static const char *const rec_head[] = {
 };
 
 /* s appended at buf + *n as it is; -1 when it does not fit. */
-static int append(char *buf, size_t size, size_t *n, const char *s)
+static int key_append(char *buf, size_t size, size_t *n, const char *s)
 {
     size_t len = strlen(s);
 
@@ -184,10 +184,10 @@ int store_key_pattern(char *buf, size_t size, const char *prefix, store_rec_t ki
     buf[0] = '\0';
     if (kind == STORE_REC_MEMBER)
         rest = channel_id == NULL ? "*}:*" : "}:*";
-    if (glob_escaped(buf, size, &n, prefix) < 0 || append(buf, size, &n, rec_head[kind]) < 0 ||
+    if (glob_escaped(buf, size, &n, prefix) < 0 || key_append(buf, size, &n, rec_head[kind]) < 0 ||
         (kind == STORE_REC_MEMBER && channel_id != NULL &&
          glob_escaped(buf, size, &n, channel_id) < 0) ||
-        append(buf, size, &n, rest) < 0)
+        key_append(buf, size, &n, rest) < 0)
         return -1;
     return (int)n;
 }

@@ -63,9 +63,11 @@ int store_key_rate_pause(char *buf, size_t size, const char *prefix, const char 
  * dropped. */
 int store_key_idem(char *buf, size_t size, const char *prefix, const char *app, const char *route,
                    const char *key);
-/* Per-member order: the member's queue of tickets (a sorted set, also the pub/sub channel told
- * when the turn passes) and its leases (a hash: ticket -> lease end, plus the ticket counter),
- * both under the channel's hash tag. */
+/* Per-member order: the member's queue of turn ids (a list, the first holds the turn; also the
+ * pub/sub channel told when the turn passes to a request that waits) and its leases (a hash:
+ * turn id -> lease end, kept only while someone waits), both under the channel's hash tag.
+ * Named turnq/turnlease: the sorted set and hash of earlier versions (turns/leases) are other
+ * keys, never read as these. */
 int store_key_turns(char *buf, size_t size, const char *prefix, const char *channel_id,
                     const char *member_id);
 int store_key_leases(char *buf, size_t size, const char *prefix, const char *channel_id,

@@ -2,7 +2,7 @@
  * keys of one shard (hash tag {outbox:<n>}); times are Redis's (TIME): every instance agrees. */
 #include "outbox.h"
 
-#include "../core/numfmt.h"
+#include "../json/numfmt.h"
 #include "eval.h"
 
 #include <stdlib.h>

@@ -4,7 +4,7 @@
 #include "eval.h"
 #include "../core/clock.h"
 #include "../core/hash.h"
-#include "../core/numfmt.h"
+#include "../json/numfmt.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #define BACKOFF_MIN_MS 50
-#define REDISC_ARGV_MAX    32 /* words of a command resp.c writes; longer ones go to hiredis */
+#define REDISC_ARGV_MAX    32 /* words of a command written on the stack; longer: resp_format */
 #define BACKOFF_MAX_MS 2000
 #define SENTINEL_CHECK_MS 1000 /* how often a connected worker asks where the master is */
 #define SUB_BUCKETS 64          /* a subscriber's channels, by hash of the name */
@@ -105,7 +105,7 @@ struct redisc {
     int trk_listening;        /* subscribed to INVALIDATE_CHANNEL on the current connection */
 };
 
-static void arm_timer(struct event *ev, int64_t ms)
+static void event_add_ms(struct event *ev, int64_t ms)
 {
     struct timeval tv;
 
@@ -140,7 +140,7 @@ static void trk_lost(redisc_t *r);
 static void schedule_reconnect(redisc_t *r)
 {
     if (!event_pending(r->retry, EV_TIMEOUT, NULL))
-        arm_timer(r->retry, r->backoff_ms);
+        event_add_ms(r->retry, r->backoff_ms);
     r->backoff_ms = r->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : r->backoff_ms * 2;
 }
 
@@ -179,7 +179,7 @@ static void go_down(redisc_t *r, redisAsyncContext *ac, const char *why)
     trk_lost(r);
     tell(r, 0, why);
     if (elsewhere_now) /* another node, without the pause (backoff is at its least: up) */
-        arm_timer(r->retry, 0);
+        event_add_ms(r->retry, 0);
     else
         schedule_reconnect(r);
 }
@@ -228,13 +228,13 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
         drop(r, "command timed out");
         return;
     }
-    arm_timer(r->timer, r->head->deadline_ms - now);
+    event_add_ms(r->timer, r->head->deadline_ms - now);
 }
 
 static void watch_head(redisc_t *r)
 {
     if (r->head != NULL && !event_pending(r->timer, EV_TIMEOUT, NULL))
-        arm_timer(r->timer, r->head->deadline_ms - clock_coarse_ms());
+        event_add_ms(r->timer, r->head->deadline_ms - clock_coarse_ms());
 }
 
 /* argv in its wire form, written by resp.c rather than by hiredis's formatter (sds and a printf
@@ -246,14 +246,17 @@ static int send_argv(redisc_t *r, redisc_cmd_t *c, int argc, const char **argv,
     char stack[512], *cmd = stack;
     int rc;
 
-    if (argc > REDISC_ARGV_MAX)
-        return redisAsyncCommandArgv(r->ac, cmd_on_reply, c, argc, argv, argvlen);
-    for (int i = 0; i < argc; i++)
-        lens[i] = argvlen != NULL ? argvlen[i] : strlen(argv[i]);
-    size = resp_command_size(argc, lens);
-    if (size > sizeof(stack) && (cmd = malloc(size)) == NULL)
-        return REDIS_ERR;
-    len = resp_command(cmd, argc, argv, lens);
+    if (argc > REDISC_ARGV_MAX) {
+        if ((cmd = resp_format(argc, argv, argvlen, &len)) == NULL)
+            return REDIS_ERR;
+    } else {
+        for (int i = 0; i < argc; i++)
+            lens[i] = argvlen != NULL ? argvlen[i] : strlen(argv[i]);
+        size = resp_command_size(argc, lens);
+        if (size > sizeof(stack) && (cmd = malloc(size)) == NULL)
+            return REDIS_ERR;
+        len = resp_command(cmd, argc, argv, lens);
+    }
     rc = redisAsyncFormattedCommand(r->ac, cmd_on_reply, c, cmd, len);
     if (cmd != stack)
         free(cmd);
@@ -537,7 +540,7 @@ static void on_setup_reply(redisReply *reply, void *arg)
     r->state = RC_UP;
     r->backoff_ms = BACKOFF_MIN_MS;
     if (r->cfg.n_sentinels > 0)
-        arm_timer(r->check, SENTINEL_CHECK_MS);
+        event_add_ms(r->check, SENTINEL_CHECK_MS);
     if (r->anchor != NULL)
         subscribe_all(r);
     if (r->trk_sub != NULL)
@@ -686,7 +689,7 @@ static void connect_to(redisc_t *r, const char *host, int port)
     }
     r->ac = ac;
     r->state = RC_CONNECTING;
-    arm_timer(r->timer, r->cfg.connect_timeout_ms);
+    event_add_ms(r->timer, r->cfg.connect_timeout_ms);
 }
 
 static void on_master(void *arg, int ok, const char *host, int port)
@@ -735,7 +738,7 @@ static void on_master_checked(void *arg, int ok, const char *host, int port)
         drop(r, "the sentinels moved the master");
         return;
     }
-    arm_timer(r->check, SENTINEL_CHECK_MS);
+    event_add_ms(r->check, SENTINEL_CHECK_MS);
 }
 
 static void on_check(evutil_socket_t fd, short what, void *arg)
@@ -750,7 +753,7 @@ static void on_check(evutil_socket_t fd, short what, void *arg)
                             r->cfg.n_sentinels, &r->next_sentinel, r->cfg.master_name,
                             r->cfg.connect_timeout_ms, on_master_checked, r);
     if (r->query == NULL)
-        arm_timer(r->check, SENTINEL_CHECK_MS);
+        event_add_ms(r->check, SENTINEL_CHECK_MS);
 }
 
 static void on_retry(evutil_socket_t fd, short what, void *arg)
@@ -903,11 +906,6 @@ void redisc_set_observer(redisc_t *r, redisc_observe_cb *cb, void *arg)
 int redisc_connected(const redisc_t *r)
 {
     return r->state == RC_UP;
-}
-
-size_t redisc_in_flight(const redisc_t *r)
-{
-    return r->n;
 }
 
 /* Whether a caller's command may go now: REDISC_OK, or why not. */

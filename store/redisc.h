@@ -65,14 +65,13 @@ typedef void redisc_next_cb(void *arg, char *host, size_t size, int *port);
 void redisc_set_next(redisc_t *r, redisc_next_cb *cb, void *arg);
 
 int redisc_connected(const redisc_t *r);
-size_t redisc_in_flight(const redisc_t *r);
 
 /* Sends one command. Returns REDISC_OK and sets *out (a handle valid until the callback runs or
  * redisc_cancel) or REDISC_DOWN / REDISC_BUSY, in which case cb is never called. */
 int redisc_command(redisc_t *r, redisc_cb *cb, void *arg, int argc, const char **argv,
                    const size_t *argvlen, redisc_cmd_t **out);
 
-/* The same, for a command already in Redis's wire format (redisFormatCommandArgv): a command
+/* The same, for a command already in Redis's wire format (resp.h): a command
  * that may be sent again elsewhere (Redis Cluster's redirections) is formatted once. */
 int redisc_command_formatted(redisc_t *r, redisc_cb *cb, void *arg, const char *cmd, size_t len,
                              redisc_cmd_t **out);

@@ -1,6 +1,7 @@
 /* resp.c - Redis commands in their wire form (resp.h). */
 #include "resp.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 char *resp_count(char *p, char tag, size_t n)
@@ -47,4 +48,20 @@ size_t resp_command(char *p, int argc, const char *const *argv, const size_t *le
     for (int i = 0; i < argc; i++)
         p = resp_bulk(p, argv[i], lens[i]);
     return (size_t)(p - start);
+}
+
+char *resp_format(int argc, const char *const *argv, const size_t *lens, size_t *len)
+{
+    size_t size = RESP_COUNT_SIZE;
+    char *buf, *p;
+
+    for (int i = 0; i < argc; i++)
+        size += RESP_COUNT_SIZE + (lens != NULL ? lens[i] : strlen(argv[i])) + 2;
+    if ((buf = malloc(size)) == NULL)
+        return NULL;
+    p = resp_count(buf, '*', (size_t)argc);
+    for (int i = 0; i < argc; i++)
+        p = resp_bulk(p, argv[i], lens != NULL ? lens[i] : strlen(argv[i]));
+    *len = (size_t)(p - buf);
+    return buf;
 }

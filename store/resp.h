@@ -1,5 +1,6 @@
 /* resp.h - Redis commands in their wire form (RESP arrays of bulk strings), written straight
- * into a buffer: hiredis's own formatter builds each one through sds and a printf of its own. */
+ * into a buffer: hiredis's own formatter builds each one through sds and a printf of its own.
+ * Every command botgate sends is written here. */
 #ifndef BOTGATE_STORE_RESP_H
 #define BOTGATE_STORE_RESP_H
 
@@ -19,5 +20,9 @@ size_t resp_command_size(int argc, const size_t *lens);
 
 /* The command of argc words at p (at least resp_command_size bytes); returns its length. */
 size_t resp_command(char *p, int argc, const char *const *argv, const size_t *lens);
+
+/* The command of argc words in a buffer of its own (malloc'd, the caller frees it), its length
+ * in *len; lens NULL: each word is a C string. NULL when out of memory. */
+char *resp_format(int argc, const char *const *argv, const size_t *lens, size_t *len);
 
 #endif

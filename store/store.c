@@ -7,8 +7,8 @@
 
 #include "../core/clock.h"
 #include "../core/hash.h"
-#include "../core/jscan.h"
-#include "../core/jsonw.h"
+#include "../json/jscan.h"
+#include "../json/jsonw.h"
 
 #include <event2/event.h>
 #include <stdint.h>
@@ -48,8 +48,12 @@ static const char UNLOCK_SCRIPT[] =
 struct store {
     redisc_t *redis;          /* one server; NULL with a cluster */
     cluster_t *cluster;       /* NULL: one server */
-    redisc_t *sub;            /* subscriptions and, with the cache, its invalidations; else
-                               * made at the first store_watch_credential */
+    redisc_t *sub;            /* subscriptions, made at the first one */
+    /* One server, with the cache: a subscriber that carries the invalidations only. Sharing
+     * sub, an invalidation could queue behind another message (a member's turn, a credential)
+     * in Redis's output to it, and reach the worker after the writer had its answer (Redis
+     * writes the client queued last first); alone, it is written before that answer. */
+    redisc_t *trk_sub;
     redisc_config_t redis_cfg;
     store_cache_t *cache; /* NULL when caching is off */
     int tracking;         /* Redis tells sub of every change to what the cache holds */
@@ -168,9 +172,10 @@ static int track(store_t *st)
         snprintf(anchor, sizeof(anchor), "%ssubscriber", st->prefix);
         return cluster_track(st->cluster, anchor, prefixes, 2, on_tracking, on_invalidate, st);
     }
-    if (subscriber(st) == NULL)
+    snprintf(anchor, sizeof(anchor), "%ssubscriber", st->prefix);
+    if ((st->trk_sub = redisc_new_subscriber(st->base, &st->redis_cfg, anchor)) == NULL)
         return -1;
-    return redisc_track(st->redis, st->sub, prefixes, 2, on_tracking, on_invalidate, st);
+    return redisc_track(st->redis, st->trk_sub, prefixes, 2, on_tracking, on_invalidate, st);
 }
 
 store_t *store_new(struct event_base *base, const store_config_t *cfg)
@@ -201,6 +206,7 @@ void store_free(store_t *st)
     if (st == NULL)
         return;
     redisc_free(st->sub); /* before the cluster that tells it where to go */
+    redisc_free(st->trk_sub);
     redisc_free(st->redis);
     cluster_free(st->cluster);
     store_cache_free(st->cache);
@@ -680,6 +686,27 @@ static json_t *decode_brief(const char *raw, size_t len)
     free(values[0]);
     free(values[1]);
     return o;
+}
+
+store_status_t store_member_from_reply(const redisReply *reply, int brief, json_t **out)
+{
+    json_t *value;
+
+    *out = NULL;
+    if (reply == NULL || reply->type == REDIS_REPLY_ERROR)
+        return STORE_UNAVAILABLE;
+    if (reply->type == REDIS_REPLY_NIL)
+        return STORE_NOT_FOUND;
+    if (reply->type != REDIS_REPLY_STRING)
+        return STORE_BAD_RECORD;
+    value =
+        brief ? decode_brief(reply->str, reply->len) : json_loadb(reply->str, reply->len, 0, NULL);
+    if (!json_is_object(value)) {
+        json_decref(value);
+        return STORE_BAD_RECORD;
+    }
+    *out = value;
+    return STORE_OK;
 }
 
 static void store_call_on_reply(redisReply *reply, void *arg)

@@ -90,6 +90,10 @@ store_call_t *store_reread_channel(store_t *st, const char *channel_id, store_cb
  * parsing the whole record. */
 store_call_t *store_get_member(store_t *st, const char *channel_id, const char *member_id,
                                int brief, store_cb *cb, void *arg, store_status_t *status);
+/* A member record from the reply to its GET, as store_get_member decodes it: STORE_OK with *out
+ * a new reference, or STORE_NOT_FOUND, STORE_BAD_RECORD, STORE_UNAVAILABLE (*out NULL). For the
+ * store's own modules that read a member in a call of theirs (idem.c). */
+store_status_t store_member_from_reply(const redisReply *reply, int brief, json_t **out);
 /* The member a recipient id points to; when there is none, new_member (with its "_id") is
  * stored with its recipient key, atomically, and returned (brief as above). */
 store_call_t *store_member_for_recipient(store_t *st, const char *channel_id,

@@ -25,16 +25,44 @@ static const char sim_page[] = "<!doctype html><html><head><title>botgate-sim</t
 
 /* ---- /media ---- */
 
+/* The media types served, by extension: big.<ext> is large (big.mp3 is 3 MiB: over a wechat
+ * voice's 2 MiB, under every other limit), any other name a few bytes. */
+static const struct {
+    const char *ext, *type;
+    size_t big;
+} sim_media_types[] = {
+    {".png", "image/png", SIM_BIG_SIZE},
+    {".mp4", "video/mp4", SIM_BIG_SIZE},
+    {".mp3", "audio/mpeg", (size_t)3 * 1024 * 1024},
+    {".pdf", "application/pdf", SIM_BIG_SIZE},
+    {".webp", "image/webp", SIM_BIG_SIZE},
+};
+
+static int sim_media_type(const char *name)
+{
+    size_t n = strlen(name);
+
+    for (size_t i = 0; i < sizeof(sim_media_types) / sizeof(sim_media_types[0]); i++) {
+        size_t e = strlen(sim_media_types[i].ext);
+        if (n > e && strcmp(name + n - e, sim_media_types[i].ext) == 0)
+            return (int)i;
+    }
+    return -1;
+}
+
 static void sim_media_png(sim_call_t *c, sim_reply_t *r)
 {
+    const char *name = c->path + strlen("/media/");
+    int t = sim_media_type(name);
+
     r->body = evbuffer_new();
     r->status = 200;
-    r->content_type = "image/png";
+    r->content_type = t >= 0 ? sim_media_types[t].type : "image/png";
     if (r->body == NULL)
         return;
-    if (strcmp(c->path, "/media/big.png") == 0) {
+    if (t >= 0 && strncmp(name, "big.", 4) == 0) {
         evbuffer_add(r->body, sim_png, 8); /* the signature: it looks like a PNG */
-        for (size_t left = SIM_BIG_SIZE - 8; left > 0;) {
+        for (size_t left = sim_media_types[t].big - 8; left > 0;) {
             size_t n = left < sizeof(sim_zeros) ? left : sizeof(sim_zeros);
             evbuffer_add_reference(r->body, sim_zeros, n, NULL, NULL);
             left -= n;
@@ -157,7 +185,7 @@ const sim_endpoint_t *sim_media_route(const char *path)
             return &sim_ep_redirect;
         if (strcmp(name, "page.html") == 0)
             return &sim_ep_page;
-        if (n > 4 && strcmp(name + n - 4, ".png") == 0 && strchr(name, '/') == NULL)
+        if (n > 4 && sim_media_type(name) >= 0 && strchr(name, '/') == NULL)
             return &sim_ep_png;
         return NULL;
     }

@@ -12,6 +12,8 @@
 #define SIM_EP_PLATFORM (SIM_EP_RECORD | SIM_EP_LATENCY | SIM_EP_INFLIGHT)
 #define SIM_WA_VERSION  "2.45.1"
 
+static int sim_shape_refused(sim_call_t *c, sim_reply_t *r, sim_platform_t p);
+
 /* ---- small helpers ---- */
 
 static const char *sim_jstr(json_t *o, const char *key)
@@ -118,6 +120,8 @@ static void sim_fb_messages(sim_call_t *c, sim_reply_t *r)
         sim_graph_error(r, 400, 100, 0, "(#100) The parameter recipient is required", 0);
         return;
     }
+    if (sim_shape_refused(c, r, SIM_PLATFORM_FACEBOOK))
+        return;
     char id[32];
     snprintf(id, sizeof(id), "m_%llu", (unsigned long long)sim_next_id());
     sim_reply_json(r, 200, json_pack("{s:s,s:s}", "recipient_id", c->recipient, "message_id", id));
@@ -144,6 +148,8 @@ static void sim_cloud_messages(sim_call_t *c, sim_reply_t *r)
         sim_graph_error(r, 400, 100, 0, "(#100) Invalid parameter", 0);
         return;
     }
+    if (sim_shape_refused(c, r, SIM_PLATFORM_WHATSAPP_CLOUD))
+        return;
     char id[32];
     snprintf(id, sizeof(id), "wamid.%llu", (unsigned long long)sim_next_id());
     sim_reply_json(r, 200,
@@ -387,6 +393,8 @@ static void sim_wa_messages(sim_call_t *c, sim_reply_t *r)
                      1);
         return;
     }
+    if (sim_shape_refused(c, r, SIM_PLATFORM_WHATSAPP))
+        return;
     char id[32];
     snprintf(id, sizeof(id), "gBEG%llu", (unsigned long long)sim_next_id());
     sim_reply_json(r, 200,
@@ -445,6 +453,8 @@ static void sim_slack_post(sim_call_t *c, sim_reply_t *r)
         sim_slack_error(r, 200, "channel_not_found");
         return;
     }
+    if (sim_shape_refused(c, r, SIM_PLATFORM_SLACK))
+        return;
     char ts[48];
     snprintf(ts, sizeof(ts), "%lld.%06llu", (long long)time(NULL),
              (unsigned long long)(sim_next_id() % 1000000));
@@ -537,6 +547,8 @@ static void sim_wx_send(sim_call_t *c, sim_reply_t *r)
         sim_wx_error(r, 40003, "invalid openid");
         return;
     }
+    if (sim_shape_refused(c, r, SIM_PLATFORM_WECHAT))
+        return;
     sim_wx_error(r, 0, "ok");
 }
 
@@ -644,6 +656,29 @@ static void sim_wx_upload(sim_call_t *c, sim_reply_t *r)
         sim_wx_error(r, 41005, "media data missing");
         return;
     }
+    /* the media types and sizes WeChat takes: image and video 10 MB, voice 2 MB, thumb 64 KB */
+    static const struct {
+        const char *type, *ctype;
+        size_t max;
+    } kinds[] = {{"image", "image/", 10 * 1024 * 1024},
+                 {"video", "video/", 10 * 1024 * 1024},
+                 {"voice", "audio/", 2 * 1024 * 1024},
+                 {"thumb", "image/", 64 * 1024}};
+    size_t k = 0;
+    while (k < sizeof(kinds) / sizeof(kinds[0]) && !sim_is(type, kinds[k].type))
+        k++;
+    if (k == sizeof(kinds) / sizeof(kinds[0])) {
+        sim_wx_error(r, 40004, "invalid media type");
+        return;
+    }
+    if (pct[0] != '\0' && strncasecmp(pct, kinds[k].ctype, strlen(kinds[k].ctype)) != 0) {
+        sim_wx_error(r, 40005, "invalid file type");
+        return;
+    }
+    if (size > kinds[k].max) {
+        sim_wx_error(r, 40006, "invalid meida size");
+        return;
+    }
     char id[40];
     snprintf(id, sizeof(id), "media-%llu", (unsigned long long)sim_next_id());
     sim_reply_json(r, 200,
@@ -697,9 +732,43 @@ static void sim_tw_message(sim_call_t *c, sim_reply_t *r)
         sim_tw_error(r, 400, "users required");
         return;
     }
+    if (sim_shape_refused(c, r, SIM_PLATFORM_TEAMWORK))
+        return;
     char id[32];
     snprintf(id, sizeof(id), "tw-%llu", (unsigned long long)sim_next_id());
     sim_reply_json(r, 200, json_pack("{s:{s:s}}", "result", "messageId", id));
+}
+
+/* ---- message shapes (shapes.c) ---- */
+
+/* Answers a body the platform would refuse in that platform's error shape: 1 when it did. */
+static int sim_shape_refused(sim_call_t *c, sim_reply_t *r, sim_platform_t p)
+{
+    char why[200], msg[256];
+    int code;
+
+    if (sim_shape_check(p, c->body, why, sizeof(why), &code) == 0)
+        return 0;
+    switch (p) {
+    case SIM_PLATFORM_FACEBOOK:
+    case SIM_PLATFORM_WHATSAPP_CLOUD:
+        snprintf(msg, sizeof(msg), "(#100) Invalid parameter: %s", why);
+        sim_graph_error(r, 400, 100, 0, msg, 0);
+        break;
+    case SIM_PLATFORM_WHATSAPP:
+        sim_wa_error(r, 400, 1009, "Parameter value is not valid", why, 1);
+        break;
+    case SIM_PLATFORM_SLACK:
+        sim_slack_error(r, 200, strcmp(why, "no_text") == 0 ? "no_text" : "invalid_blocks");
+        break;
+    case SIM_PLATFORM_WECHAT:
+        sim_wx_error(r, code, why);
+        break;
+    default:
+        sim_tw_error(r, 400, why);
+        break;
+    }
+    return 1;
 }
 
 /* ---- routes ---- */

@@ -152,6 +152,9 @@ typedef struct {
 
 /* Routers: NULL when the path is not theirs. */
 const sim_endpoint_t *sim_platform_route(const char *path);
+/* Whether a message body has the shape and limits the platform takes (shapes.c): 0, or -1 with
+ * msg saying why (wechat: *code the errcode). */
+int sim_shape_check(sim_platform_t platform, const json_t *body, char *msg, size_t size, int *code);
 const sim_endpoint_t *sim_media_route(const char *path);
 const sim_endpoint_t *sim_control_route(const char *path);
 

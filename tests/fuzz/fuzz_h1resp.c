@@ -1,4 +1,4 @@
-/* fuzz_h1resp.c - libFuzzer target for the HTTP/1.1 answer parser (core/h1resp.c).
+/* fuzz_h1resp.c - libFuzzer target for the HTTP/1.1 answer parser (net/h1resp.c).
  *
  * Input: byte 0 chooses body_max (bits 0-2), a HEAD request (bit 3) and whether the peer closes
  * after the last byte (bit 4); bytes 1-2 choose where the answer is cut in two; the rest is the
@@ -9,7 +9,7 @@
  * and is NUL-terminated; every refusal has an error text. */
 #include "fuzz_util.h"
 
-#include "core/h1resp.h"
+#include "net/h1resp.h"
 
 #define BYTEWISE_MAX 2048 /* answers up to this long are also fed byte by byte */
 

@@ -1,4 +1,4 @@
-/* fuzz_jparse.c - libFuzzer target for core/jparse.c, against jansson itself: any input that
+/* fuzz_jparse.c - libFuzzer target for json/jparse.c, against jansson itself: any input that
  * jansson's json_loadb (JSON_DECODE_ANY) reads must come out of jparse_value as an equal value,
  * and anything jansson refuses jparse must refuse too; jparse_value_unique likewise against
  * json_loadb with JSON_REJECT_DUPLICATES. The one allowed difference is depth:
@@ -7,7 +7,7 @@
  * of the input, jparse refuses it (botgate's texts never hold one). */
 #include "fuzz_util.h"
 
-#include "core/jparse.h"
+#include "json/jparse.h"
 
 static size_t depth_of(const json_t *v)
 {

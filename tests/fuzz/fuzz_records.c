@@ -17,13 +17,14 @@
 
 #include "adapters/adapter.h"
 #include "core/auth.h"
-#include "core/jscan.h"
-#include "core/jsonw.h"
 #include "core/member.h"
 #include "core/node.h"
 #include "core/result.h"
 #include "core/tmpl.h"
 #include "core/tree.h"
+#include "json/jscan.h"
+#include "json/jsonw.h"
+#include "script/script.h"
 #include "store/keys.h"
 
 #define STEPS_MAX 1000 /* the harness stops driving a run here; not a finding by itself */
@@ -179,6 +180,7 @@ static void drive(const source_t *src, const json_t *member, const char *tree, c
     bg_error_t err;
 
     FUZZ_CHECK(run != NULL, "node_run_new failed");
+    node_run_set_code(run, &script_nodecode, NULL);
     for (steps = 0; steps < STEPS_MAX; steps++) {
         /* a script's http.request calls are bounded by the script (SCRIPT_HTTP_MAX), not by
          * the shape of the input */
@@ -445,7 +447,7 @@ static int check_tree(const json_t *rec)
     json_t *meta;
 
     memset(&err, 0, sizeof(err));
-    if (tree_validate(rec, &err) < 0) {
+    if (tree_validate(rec, &script_nodecode, &err) < 0) {
         fuzz_check_error(&err, "tree_validate");
         FUZZ_CHECK(err.code == BG_ERR_MISSING_PARAM || err.code == BG_ERR_UNSUPPORTED ||
                        err.code == BG_ERR_LIMIT,

@@ -1,14 +1,15 @@
 /* fuzz_request.c - libFuzzer target for what a client sends: the bodies of both operations
  * (core/request.c), the token in the Authorization header (core/auth.c) and, as a small extra,
- * the SSRF guard's reading of an address text (core/netguard.c).
+ * the SSRF guard's reading of an address text (net/netguard.c).
  *
  * The whole input is one request body, given to request_parse_send and to
  * request_parse_redirect. Its text up to the first NUL (or all of it) is also an Authorization
  * header value and, cut at 64 bytes, an address for netguard_blocked_text. */
 #include "fuzz_util.h"
 
+#include "adapters/adapter.h"
 #include "core/auth.h"
-#include "core/netguard.h"
+#include "net/netguard.h"
 #include "core/request.h"
 
 #include <arpa/inet.h>
@@ -46,6 +47,51 @@ static void check_target(const request_target_t *t, const json_t *root)
     }
 }
 
+/* A response every check took is built by every platform that has it: a call with a body (or,
+ * for a response the platform lacks, its fallback). Nothing a valid response holds may make an
+ * adapter fail or crash. */
+static void check_platforms(const json_t *resp)
+{
+    static const char *const types[] = {"facebook", "whatsapp", "whatsapp-cloud",
+                                        "slack",    "wechat",   "teamwork"};
+    json_t *info = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:s}", "accessToken", "tok", "apiPath",
+                             "https://wa.example", "adminAuthToken", "adm", "phoneNumberId", "1",
+                             "botAccessToken", "xoxb", "apiKey", "k", "appId", "wx");
+    adapter_target_t t = {
+        .base_url = "https://platform.example", .info = info, .to = "85291234567"};
+
+    for (size_t p = 0; p < sizeof(types) / sizeof(types[0]); p++) {
+        const adapter_ops_t *ops = adapter_find(types[p]);
+        const json_t *sent = resp;
+        adapter_call_t call;
+        adapter_result_t res;
+        char msg[200];
+        int code = adapter_check_response(ops, resp, msg, sizeof(msg));
+
+        if (code == BG_ERR_UNSUPPORTED && json_object_get(resp, "fallback") != NULL) {
+            sent = json_object_get(resp, "fallback");
+            code = adapter_check_response(ops, sent, msg, sizeof(msg));
+        }
+        FUZZ_CHECK(code == 0 || code == BG_ERR_UNSUPPORTED || code == BG_ERR_LIMIT ||
+                       code == BG_ERR_MISSING_PARAM,
+                   "%s: check code %d", types[p], code);
+        if (code != 0)
+            continue;
+        adapter_result_init(&res);
+        memset(&call, 0, sizeof(call));
+        FUZZ_CHECK(ops->build_send(&t, sent, "media-1", &call, &res) == 0 && call.body != NULL,
+                   "%s: a checked response was not built: %s", types[p], res.error);
+        {
+            json_t *body = json_loadb(call.body, call.body_len, 0, NULL);
+            FUZZ_CHECK(json_is_object(body), "%s: the body is not a JSON object", types[p]);
+            json_decref(body);
+        }
+        adapter_call_free(&call);
+        adapter_result_clear(&res);
+    }
+    json_decref(info);
+}
+
 static void check_send(const uint8_t *data, size_t size)
 {
     send_request_t req;
@@ -72,9 +118,8 @@ static void check_send(const uint8_t *data, size_t size)
         const char *type = json_string_value(json_object_get(resp, "type"));
         FUZZ_CHECK(request_check_response(resp, "response", &err) == 0,
                    "response[%zu] accepted by the parse, refused alone", i);
-        FUZZ_CHECK(type != NULL && (strcmp(type, "TEXT") == 0 || strcmp(type, "IMAGE") == 0 ||
-                                    strcmp(type, "TEMPLATE") == 0),
-                   "response[%zu] of an unknown type passed", i);
+        FUZZ_CHECK(adapter_response_type(type) != 0, "response[%zu] of an unknown type passed", i);
+        check_platforms(resp);
     }
     request_send_free(&req);
     FUZZ_CHECK(req.root == NULL, "request_send_free left the root");

@@ -1,4 +1,4 @@
-/* fuzz_script.c - libFuzzer target for node code (core/script.c): any text as a Lua script,
+/* fuzz_script.c - libFuzzer target for node code (script/): any text as a Lua script,
  * run in the sandbox with small caps; every http.request it makes is answered (a JSON body,
  * then a failure, in turn) until it ends. Checks: no crash or leak (ASan), every failure is a
  * 126 with a valid UTF-8 message, a finished run's member ops apply, and the secret in
@@ -6,7 +6,7 @@
 #include "fuzz_util.h"
 
 #include "core/member.h"
-#include "core/script.h"
+#include "script/script.h"
 
 #define SECRET "Zq9ChannelInfoSecretMarker"
 

@@ -53,12 +53,15 @@ if ! "$clang" -fsanitize=fuzzer,address,undefined "$probe.c" -o "$probe" >"$prob
 fi
 
 # ---- build: the pure sources once, then one link per target ----
-sources=("$repo"/core/*.c "$repo"/adapters/*.c "$repo/store/keys.c")
+sources=("$repo"/json/*.c "$repo"/core/*.c "$repo"/adapters/*.c "$repo"/script/*.c
+         "$repo/store/keys.c" "$repo/net/h1resp.c" "$repo/net/netguard.c")
 stamp="$build/.stamp"
 flags_now="${cflags[*]} ${libs[*]} $("$clang" --version | head -n 1)"
 rebuild=1
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$flags_now" ] &&
-    [ -z "$(find "$repo/core" "$repo/adapters" "$repo/store/keys.c" "$repo/store/keys.h" "$here" \
+    [ -z "$(find "$repo/json" "$repo/core" "$repo/adapters" "$repo/script" \
+        "$repo/store/keys.c" "$repo/store/keys.h" \
+        "$repo"/net/h1resp.[ch] "$repo"/net/netguard.[ch] "$here" \
         -maxdepth 1 -name '*.[ch]' -newer "$stamp" -print -quit)" ]; then
     rebuild=0
     for t in $all_targets; do [ -x "$build/$t" ] || rebuild=1; done

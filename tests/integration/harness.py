@@ -454,7 +454,7 @@ class Stack:
         """botgate with one worker under callgrind (its profile to the file out; dumped with
         callgrind_control), deadlines long enough for valgrind's slowness, then settings.
         Kept as procs["botgate"], so that close() stops it; returned once /readyz answers.
-        The bench's counters (bench/instructions.py, bench/crossfile.py) run it so."""
+        The bench's counter (bench/instructions.py) runs it so."""
         self.port = free_port()
         self.url = "http://127.0.0.1:%d" % self.port
         env = self.gateway_env()

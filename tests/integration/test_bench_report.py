@@ -132,12 +132,15 @@ class DeliveryGuarantees(unittest.TestCase):
 
     def test_the_cost_section_compares_cpu_and_scripts(self):
         out = table(self.records())
-        self.assertIn("  a        20000 req/s, CPU 20 us/req, 1.00 Redis scripts/req", out)
-        self.assertIn("0.90x a's req/s, CPU 20 -> 22 us/req (+10.0 %), 3.00 Redis scripts/req",
+        self.assertIn("  a        20000 req/s, CPU 20 us/req, Redis 0.0 us/req, 0.00 commands/req, "
+                      "1.00 scripts/req", out)
+        self.assertIn("0.90x a's req/s, CPU 20 -> 22 us/req (+10.0 %), Redis 0.0 us/req, "
+                      "0.00 commands/req, 3.00 scripts/req",
                       [x for x in out.splitlines() if x.startswith("  a-key ")][0])
         order = out.splitlines().index(
             [x for x in out.splitlines() if x.startswith("  a-order ")][0])
-        self.assertIn("0.95x a's req/s, CPU 20 -> 22 us/req (+10.0 %), 3.00 Redis scripts/req",
+        self.assertIn("0.95x a's req/s, CPU 20 -> 22 us/req (+10.0 %), Redis 0.0 us/req, "
+                      "0.00 commands/req, 3.00 scripts/req",
                       out.splitlines()[order])
         self.assertIn("against a-many: 0.95x a-many's req/s, CPU 20 -> 22 us/req (+10.0 %)",
                       out.splitlines()[order + 1])

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Delivery's own retries (gateway/deliver.c) on top of the transport's: a platform that refuses
 every stream it has read (RST_STREAM REFUSED_STREAM: not processed, safe to send again) gets
-each message at most as many times as the transport tries one call (H1_TRIES in
-gateway/upstream.c, 5), never that again from delivery's retry of a failed connect: an attack
+each message at most as many times as the transport tries one call (OWN_TRIES in
+net/net.c, 5), never that again from delivery's retry of a failed connect: an attack
 measured 10.
 
 The platform is test_upstream_http2's HTTP/2 server, its connections told to refuse the texts
@@ -16,7 +16,7 @@ import h2.errors
 import test_upstream_http2 as h2platform
 from test_upstream_http2 import OwnHttp2Test
 
-TRANSPORT_TRIES = 5  # H1_TRIES in gateway/upstream.c: sends of a call refused unprocessed
+TRANSPORT_TRIES = 5  # OWN_TRIES in net/net.c: sends of a call refused unprocessed
 
 
 class RefusingConnection(h2platform.Connection):

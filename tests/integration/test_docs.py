@@ -745,7 +745,7 @@ class Docs(StackTest):
         self.check("POST", send, {"channelId": "S-fb", "memberId": "S-m1",
                                   "response": [{"type": "TEXT"}]}, 500, t, code=108)
         self.check("POST", send, {"channelId": "S-fb", "memberId": "S-m1",
-                                  "response": [{"type": "VIDEO"}]}, 500, t, code=117)
+                                  "response": [{"type": "POLL"}]}, 500, t, code=117)
         self.check("POST", send, {"channelId": "nope", "memberId": "S-m1", "response": text},
                    500, t, code=112)
         self.check("POST", send, {"channelId": "C1", "memberId": "M1", "response": text},

@@ -236,7 +236,7 @@ class Faults(StackTest):
 
     # Found by this test: a platform that closed a kept-alive connection after reading the
     # call got the message twice, because libcurl 7.88 (Curl_retry_request) silently sent the
-    # same POST again on a fresh connection, up to 5 times; gateway/upstream.c now refuses
+    # same POST again on a fresh connection, up to 5 times; net/netcurl.c now refuses
     # such an attempt once request bytes went out (CURLOPT_PREREQFUNCTION).
     def test_1b_facebook_reset(self):
         self.check_facebook("reset")
@@ -456,7 +456,7 @@ class ClosingHandler(BaseHTTPRequestHandler):
 
 class IdleConnectionClosed(StackTest):
     """A kept-alive platform connection stays registered with the event loop while it waits in
-    the pool (gateway/upstream.c, park): when the platform closes it there, the loop must not
+    the pool (net/netcurl.c, can_park): when the platform closes it there, the loop must not
     spin on it, and the next call goes out on a new connection."""
     stack_args = {"workers": 1, "start_gateway": False}
 

@@ -4,7 +4,7 @@ target once, a fourth hop and a hop to another scheme are refused, and a hop's r
 never sent twice when its connection is reset after it went out.
 
 Found by these tests: every redirect failed with 113, because the check that refuses a resend
-(CURLOPT_PREREQFUNCTION in gateway/upstream.c) took the first hop's request bytes, which curl
+(CURLOPT_PREREQFUNCTION in net/netcurl.c) took the first hop's request bytes, which curl
 adds up over the whole transfer, for a resend of the second hop."""
 import time
 import unittest

@@ -94,8 +94,8 @@ class Outbox(Case):
         base = {"channelId": "fbq", "memberId": "mq", "response": [{"type": "TEXT", "text": "ob2"}]}
         self.assert_error(self.post(dict(base, channelId="nope")), 112)
         self.assert_error(self.post(dict(base, memberId="nope")), 114)
-        self.assert_error(self.post(dict(base, response=[{"type": "VIDEO", "url": "https://x"}])),
-                          117)
+        self.assert_error(self.post(dict(base, response=[
+            {"type": "LOCATION", "latitude": 1, "longitude": 2}])), 117, mentions="LOCATION")
         self.assert_error(self.post({"channelId": "fbq", "memberId": "mq"}), 108, mentions="response")
         self.assert_error(self.post(dict(base, statusCallback="ftp://x")), 108,
                           mentions="statusCallback")

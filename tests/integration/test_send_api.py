@@ -351,7 +351,8 @@ class SendApi(StackTest):
                                        "languageCode": "en", "components": []}]})
         self.assert_error(ans, 117, mentions="TEMPLATE")
         self.assert_error(self.send({"channelId": "fb1", "memberId": "m1",
-                                     "response": [{"type": "VIDEO", "url": "https://x"}]}), 117)
+                                     "response": [{"type": "LOCATION", "latitude": 1,
+                                                   "longitude": 2}]}), 117, mentions="LOCATION")
         self.assertEqual(self.s.sim_log(), [])
 
     def test_118_limits(self):

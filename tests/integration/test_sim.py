@@ -448,6 +448,76 @@ class TestPlatforms(SimTestCase):
         up = [e for e in self.log()["requests"] if e["kind"] == "upload"][0]
         self.assertEqual(up["body"]["size"], len(data))
 
+    def test_shapes_refused_as_the_platforms_do(self):
+        """The shapes and limits of platforms.md: one over each limit is refused in the
+        platform's own error shape, at the limit is taken."""
+        def qr(n):
+            return [{"content_type": "text", "title": "T%d" % i, "payload": "P"} for i in range(n)]
+        fb = "/graph/v19.0/me/messages?access_token=PAGE"
+        for n, status in ((13, 200), (14, 400)):
+            r = self.post(fb, {"recipient": {"id": "P"},
+                               "message": {"text": "x", "quick_replies": qr(n)}})
+            self.assertEqual(r.status, status, r.body)
+        r = self.post(fb, {"recipient": {"id": "P"}, "message": {"text": "x", "extra": 1}})
+        self.assertEqual((r.status, r.json()["error"]["code"]), (400, 100))
+        button = {"type": "template", "payload": {"template_type": "button", "text": "t" * 641,
+                                                  "buttons": [{"type": "postback", "title": "a",
+                                                               "payload": "a"}]}}
+        r = self.post(fb, {"recipient": {"id": "P"}, "message": {"attachment": button}})
+        self.assertEqual(r.status, 400, r.body)
+
+        def buttons(n):
+            return {"type": "button", "body": {"text": "t"}, "action": {"buttons": [
+                {"type": "reply", "reply": {"id": "i%d" % i, "title": "t"}} for i in range(n)]}}
+        hdrs = {"Authorization": "Bearer CLOUD"}
+        for n, status in ((3, 200), (4, 400)):
+            r = self.post("/graph/v19.0/1234567/messages",
+                          {"messaging_product": "whatsapp", "to": "852", "type": "interactive",
+                           "interactive": buttons(n)}, headers=hdrs)
+            self.assertEqual(r.status, status, r.body)
+        r = self.post("/wa/v1/messages", {"to": "852", "type": "audio",
+                                          "audio": {"link": "https://x", "caption": "c"}},
+                      headers={"Authorization": "Bearer " + self.wa_token()})
+        self.assertEqual((r.status, r.json()["errors"][0]["code"]), (400, 1009))
+
+        slack = "/slack/api/chat.postMessage"
+        hdrs = {"Authorization": "Bearer xoxb-1"}
+        blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": "hi"}}]
+        r = self.post(slack, {"channel": "D1", "blocks": blocks}, headers=hdrs)
+        self.assertEqual(r.json(), {"ok": False, "error": "no_text"})
+        r = self.post(slack, {"channel": "D1", "text": "hi", "blocks": blocks}, headers=hdrs)
+        self.assertIs(r.json()["ok"], True)
+        r = self.post(slack, {"channel": "D1", "text": "hi", "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn", "text": "x" * 3001}}]}, headers=hdrs)
+        self.assertEqual(r.json(), {"ok": False, "error": "invalid_blocks"})
+
+        wx = "/wechat/cgi-bin/message/custom/send?access_token=" + self.wx_token()
+        article = {"title": "a", "url": "https://x"}
+        r = self.post(wx, {"touser": "o", "msgtype": "news", "news": {"articles": [article] * 2}})
+        self.assertEqual(r.json()["errcode"], 47001)
+        r = self.post(wx, {"touser": "o", "msgtype": "news", "news": {"articles": [article]}})
+        self.assertEqual(r.json()["errcode"], 0)
+        r = self.post(wx, {"touser": "o", "msgtype": "video", "video": {"media_id": "made-up"}})
+        self.assertEqual(r.json()["errcode"], 40007)
+        r = self.post(wx, {"touser": "o", "msgtype": "location", "location": {}})
+        self.assertEqual(r.json()["errcode"], 40008)
+        # an upload of the wrong kind, or over the kind's size
+        up = "/wechat/cgi-bin/media/upload?access_token=%s&type=" % self.wx_token()
+        body, ctype = self._multipart([("media", "v.mp4", "video/mp4", b"abc")])
+        r = self.post(up + "voice", raw=body, headers={"Content-Type": ctype})
+        self.assertEqual(r.json()["errcode"], 40005)
+        r = self.post(up + "video", raw=body, headers={"Content-Type": ctype})
+        self.assertEqual(r.json()["type"], "video")
+        body, ctype = self._multipart([("media", "a.mp3", "audio/mpeg",
+                                        b"x" * (2 * 1024 * 1024 + 1))])
+        r = self.post(up + "voice", raw=body, headers={"Content-Type": ctype})
+        self.assertEqual(r.json()["errcode"], 40006)
+
+        r = self.post("/teamwork/appstore/api/developer/chats/message",
+                      {"users": ["u"], "messageType": "video", "video": {}},
+                      headers={"x-api-key": "KEY"})
+        self.assertEqual(r.status, 400)
+
     def test_teamwork(self):
         r = self.send("teamwork", "user-9")
         self.assert_success("teamwork", r, "user-9")

@@ -158,7 +158,7 @@ def make_cert(directory, name, alt="IP:127.0.0.1"):
 
 
 class TlsUpstream(StackTest):
-    """With BOTGATE_UPSTREAM_HTTP=1.1: botgate's own HTTP/1.1 over OpenSSL (gateway/upstream.c),
+    """With BOTGATE_UPSTREAM_HTTP=1.1: botgate's own HTTP/1.1 over OpenSSL (net/h1conn.c),
     on sockets curl connects."""
     stack_args = {"workers": 1, "start_gateway": False}
     setting = {"BOTGATE_UPSTREAM_HTTP": "1.1"}

@@ -1,4 +1,4 @@
-"""botgate's own HTTP/1.1 to a cleartext platform (gateway/upstream.c, core/h1resp.c): the request
+"""botgate's own HTTP/1.1 to a cleartext platform (net/h1conn.c, net/h1resp.c): the request
 it writes, connection reuse, and every way an answer can come: chunked and cut into single
 bytes, after a 100 Continue, delimited by the close, with bytes after it, malformed, too large,
 none at all on a kept-alive connection, never. Each platform call is seen exactly once.

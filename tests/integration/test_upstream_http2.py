@@ -265,6 +265,8 @@ class Connection:
             self.gather(s, text)
         elif text.startswith("goaway"):
             self.goaway_three(s)
+        elif text == "refuse-always":  # a platform that refuses a stream it has read
+            self.reset(s, h2.errors.ErrorCodes.REFUSED_STREAM, "refused")
         elif text.startswith("refuse"):
             with self.p.lock:
                 first = text not in self.p.refused_once
@@ -554,6 +556,15 @@ class OwnHttp2(OwnHttp2Test):
         self.assertEqual([s.outcome for s in streams], ["refused", "answered 200"])
         self.assertEqual(self.platform.answers_of("refuse-once"), 1)
 
+    def test_e2_a_stream_refused_every_time_reaches_the_platform_five_times(self):
+        # Found by an attack (issue 27): a platform that refuses (REFUSED_STREAM) a stream it
+        # has read got each message 10 times: 5 tries in the client, which then said nothing
+        # had reached the platform, so delivery's own retry of a refused connection tried 5
+        # more. The client now says the request may have reached it: 5 in all.
+        self.assert_failed(self.send("refuse-always"),
+                           r"^facebook: no answer: the platform refused the request: 5 tries")
+        self.explained(self.assertEqual, len(self.platform.of("refuse-always")), 5)
+
     def test_f_internal_error_reset_is_not_sent_again(self):
         r = self.send("reset-internal")
         self.assertEqual(r["ok"], 0, r)
@@ -668,6 +679,22 @@ class TwoStreams(OwnHttp2Test):
             self.assertEqual(self.platform.answers_of(t), 1, t)
             self.assertEqual(len(self.platform.of(t)), 1, t)
         self.assertEqual(max(self.platform.max_open.values()), 2, "never 2 in flight at once")
+
+
+class NoStreams(OwnHttp2Test):
+    """A server whose SETTINGS allow no stream at all (SETTINGS_MAX_CONCURRENT_STREAMS = 0)."""
+    max_streams = 0
+
+    def test_no_stream_allowed_fails_clearly_on_one_connection(self):
+        # Found by an attack (issue 27): 3 sends opened 12-13 connections, each new one sending
+        # its streams before the platform's SETTINGS came, each refused. Now the first send's
+        # stream goes out on the first connection (before its SETTINGS), is refused, and every
+        # send then fails at once, saying why, while that connection says 0.
+        for text in ("none-1", "none-2", "none-3"):
+            self.assert_failed(self.send(text), r"^facebook: no answer: the platform refused "
+                               r"the request: its HTTP/2 SETTINGS allow no stream at once")
+        self.explained(self.assertEqual, self.platform.connections, 1)
+        self.explained(self.assertLessEqual, len(self.platform.violations), 1)
 
 
 class Http1OnlyPlatform(SendsText, StackTest):

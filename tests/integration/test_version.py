@@ -29,10 +29,13 @@ class Version(unittest.TestCase):
         with open(os.path.join(ROOT, "VERSION")) as f:
             release = f.readline().strip()
         version = m.group(1)
-        described = run("git", "-C", ROOT, "describe", "--tags", "--always")
-        if os.path.isdir(os.path.join(ROOT, ".git")) and described.returncode == 0:
-            # built from this checkout: the commit it names is in the version
-            self.assertIn(described.stdout.strip().split("-g")[-1][:7], version)
+        named = re.search(r"-g([0-9a-f]{7,40})", version)
+        if os.path.isdir(os.path.join(ROOT, ".git")) and named:
+            # built from this checkout: the commit it names is HEAD or one before it (a build
+            # made before the last commit still says the commit it was built from)
+            ancestor = run("git", "-C", ROOT, "merge-base", "--is-ancestor", named.group(1), "HEAD")
+            self.assertEqual(ancestor.returncode, 0, "%s is not a commit of HEAD's history"
+                             % named.group(1))
         self.assertTrue(version.startswith(release) or re.match(r"\d+\.\d+", version), version)
 
     def test_short_flag_and_help_mention_it(self):

@@ -366,6 +366,64 @@ static inline void run_needs_case(const case_fixture_t *fx, const char *row, con
     json_decref(info);
 }
 
+/* What a platform refuses of a valid response before anything is sent (adapter_check_response):
+ * code 0, 117 or 118, and a part the message must hold. The response is head, then n copies of
+ * item (its %d the copy's index) joined by sep, then tail: limits are tested at the limit and
+ * one over without pages of literals. */
+typedef struct check_case {
+    const char *head, *item;
+    int n;
+    const char *sep, *tail;
+    int code;
+    const char *msg_has; /* NULL: not checked */
+} check_case_t;
+
+static inline void run_check_case(const case_fixture_t *fx, const char *row, const check_case_t *c)
+{
+    size_t cap = strlen(c->head) + strlen(c->tail ? c->tail : "") + 1, len;
+    char *text, *p;
+    json_t *response;
+    char msg[256] = "";
+
+    if (c->item != NULL)
+        cap += (size_t)c->n * (strlen(c->item) + strlen(c->sep ? c->sep : "") + 12);
+    p = text = malloc(cap);
+    assert_non_null(text);
+    p += sprintf(p, "%s", c->head);
+    for (int i = 0; c->item != NULL && i < c->n; i++) {
+        if (i > 0 && c->sep != NULL)
+            p += sprintf(p, "%s", c->sep);
+        len = (size_t)snprintf(p, cap - (size_t)(p - text), c->item, i);
+        p += len;
+    }
+    sprintf(p, "%s", c->tail ? c->tail : "");
+    response = case_json(row, "response", text);
+    CASE_INT(row, "check code", adapter_check_response(case_ops(fx), response, msg, sizeof(msg)),
+             c->code);
+    if (c->msg_has != NULL && strstr(msg, c->msg_has) == NULL)
+        fail_msg("%s: message \"%s\" does not hold \"%s\"", row, msg, c->msg_has);
+    json_decref(response);
+    free(text);
+}
+
+/* Rows shared by the platforms' check tables. */
+#define CHECK_QR(n) /* TEXT with n quick replies */                                                \
+    "{\"type\":\"TEXT\",\"text\":\"t\",\"quickReplies\":[", "{\"title\":\"T%d\",\"payload\":\"P\"}", n,    \
+        ",", "]}"
+#define CHECK_ONE(json) json, NULL, 0, NULL, NULL /* a response written out */
+#define CHECK_PB        "{\"type\":\"postback\",\"title\":\"a\",\"payload\":\"A\"}"
+#define CHECK_URL       "{\"type\":\"url\",\"title\":\"u\",\"url\":\"https://x\"}"
+#define CHECK_PHONE     "{\"type\":\"phone\",\"title\":\"p\",\"phone\":\"+852\"}"
+#define CHECK_BUTTONS(...) CHECK_ONE("{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[" __VA_ARGS__ "]}")
+#define CHECK_LOCATION     CHECK_ONE("{\"type\":\"LOCATION\",\"latitude\":1,\"longitude\":2}")
+/* n cards, each with the members in more */
+#define CHECK_CARDS(n, more)                                                                        \
+    "{\"type\":\"CAROUSEL\",\"cards\":[", "{\"title\":\"c%d\"" more "}", n, ",", "]}"
+/* a LIST row whose member key is n characters and whose other member is short */
+#define CHECK_ROW(key, other, n)                                                                    \
+    "{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"b\",\"sections\":[{\"rows\":[{\"id\":\"1\",\"" key "\":\"", \
+        "x", n, "", "\",\"" other "\":\"r\"}]}]}"
+
 /* Runs every row of a table (an array) through run, one of the run_*_case functions; a failure
  * names the platform, the table and the row. */
 #define RUN_CASES(fx, table, cases, run)                                                           \

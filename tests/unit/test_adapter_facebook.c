@@ -34,7 +34,8 @@ static void test_table(void **state)
     static const ops_want_t want = {
         .api_version = "v19.0",
         .from_field = "pageId",
-        .response_types = ADAPTER_TEXT | ADAPTER_IMAGE,
+        .response_types = ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_VIDEO | ADAPTER_AUDIO |
+                          ADAPTER_FILE | ADAPTER_BUTTON | ADAPTER_CAROUSEL | ADAPTER_NATIVE,
         .recipient_invalid_code = 104,
         .errors =
             {
@@ -73,7 +74,7 @@ static void test_build(void **state)
                      "\"components\":[]}",
          .status = ADAPTER_UNSUPPORTED,
          .err_code = 117},
-        {.response = "{\"type\":\"VIDEO\",\"url\":\"u\"}", .status = ADAPTER_UNSUPPORTED},
+        {.response = "{\"type\":\"LIST\",\"text\":\"u\"}", .status = ADAPTER_UNSUPPORTED},
         {.response = "{\"text\":\"no type\"}", .status = ADAPTER_REJECTED},
         {.response = "{\"type\":\"TEXT\"}",
          .status = ADAPTER_REJECTED,
@@ -218,12 +219,28 @@ static void test_retry_after(void **state)
     RUN_CASES(&fx, "retry-after", cases, run_parse_case);
 }
 
+static void test_check(void **state)
+{
+    static const check_case_t cases[] = {
+        {CHECK_QR(13), 0, NULL},
+        {CHECK_ONE("{\"type\":\"VIDEO\",\"url\":\"https://x\",\"caption\":\"c\"}"), 117, "caption"},
+        {CHECK_ONE("{\"type\":\"FILE\",\"url\":\"https://x\",\"filename\":\"f\"}"), 117, "filename"},
+        {"{\"type\":\"BUTTON\",\"buttons\":[" CHECK_PB "],\"text\":\"", "x", 640, "", "\"}", 0, NULL},
+        {"{\"type\":\"BUTTON\",\"buttons\":[" CHECK_PB "],\"text\":\"", "x", 641, "", "\"}", 118, "640"},
+        {CHECK_BUTTONS(CHECK_PB "," CHECK_URL "," CHECK_PHONE), 0, NULL},
+        {CHECK_LOCATION, 117, "LOCATION"},
+        {CHECK_CARDS(10, ""), 0, NULL},
+    };
+
+    (void)state;
+    RUN_CASES(&fx, "check", cases, run_check_case);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_table),
-        cmocka_unit_test(test_build),
-        cmocka_unit_test(test_parse),
+        cmocka_unit_test(test_table),      cmocka_unit_test(test_check),
+        cmocka_unit_test(test_build),      cmocka_unit_test(test_parse),
         cmocka_unit_test(test_error_text),
         cmocka_unit_test(test_retry_after),
     };

@@ -31,7 +31,9 @@ static void test_table(void **state)
     static const ops_want_t want = {
         .api_version = "web-api",
         .from_field = "botId",
-        .response_types = ADAPTER_TEXT | ADAPTER_IMAGE,
+        .response_types = ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_VIDEO | ADAPTER_AUDIO |
+                          ADAPTER_FILE | ADAPTER_BUTTON | ADAPTER_CAROUSEL | ADAPTER_LIST |
+                          ADAPTER_NATIVE,
         .recipient_invalid_code = 104,
         .errors =
             {
@@ -192,11 +194,32 @@ static void test_retry_after(void **state)
     RUN_CASES(&fx, "retry-after", cases, run_parse_case);
 }
 
+static void test_check(void **state)
+{
+    static const check_case_t cases[] = {
+        {CHECK_QR(13), 0, NULL},
+        {CHECK_BUTTONS(CHECK_PB "," CHECK_URL), 0, NULL},
+        {CHECK_BUTTONS(CHECK_PB "," CHECK_PHONE), 117, "phone"},
+        {CHECK_CARDS(2, ",\"buttons\":[" CHECK_PHONE "]"), 117, "phone"},
+        {CHECK_ROW("title", "description", 75), 0, NULL},
+        {CHECK_ROW("title", "description", 76), 118, "title"},
+        {CHECK_ROW("description", "title", 75), 0, NULL},
+        {CHECK_ROW("description", "title", 76), 118, "description"},
+        {CHECK_LOCATION, 117, "LOCATION"},
+    };
+
+    (void)state;
+    RUN_CASES(&fx, "check", cases, run_check_case);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_table),       cmocka_unit_test(test_build),
-        cmocka_unit_test(test_parse),       cmocka_unit_test(test_parse_error_names),
+        cmocka_unit_test(test_table),
+        cmocka_unit_test(test_check),
+        cmocka_unit_test(test_build),
+        cmocka_unit_test(test_parse),
+        cmocka_unit_test(test_parse_error_names),
         cmocka_unit_test(test_retry_after),
     };
 

@@ -35,7 +35,7 @@ static void test_table(void **state)
     static const ops_want_t want = {
         .api_version = "appstore-v1",
         .from_field = "tbId",
-        .response_types = ADAPTER_TEXT | ADAPTER_IMAGE,
+        .response_types = ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_NATIVE,
         .recipient_invalid_code = 104,
         .errors =
             {
@@ -123,10 +123,25 @@ static void test_parse(void **state)
     RUN_CASES(&fx, "parse", cases, run_parse_case);
 }
 
+static void test_check(void **state)
+{
+    static const check_case_t cases[] = {
+        {CHECK_ONE("{\"type\":\"TEXT\",\"text\":\"t\"}"), 0, NULL},
+        {CHECK_QR(1), 117, "quickReplies"},
+        {CHECK_ONE("{\"type\":\"IMAGE\",\"url\":\"https://x\",\"caption\":\"c\"}"), 117, "caption"},
+        {CHECK_ONE("{\"type\":\"NATIVE\",\"message\":{\"messageType\":\"text\",\"text\":\"t\"}}"), 0, NULL},
+        {CHECK_BUTTONS(CHECK_PB), 117, "BUTTON"},
+    };
+
+    (void)state;
+    RUN_CASES(&fx, "check", cases, run_check_case);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table),
+        cmocka_unit_test(test_check),
         cmocka_unit_test(test_build),
         cmocka_unit_test(test_parse),
     };

@@ -44,7 +44,8 @@ static void test_table(void **state)
         .api_version = "cgi-bin",
         .from_field = "botOpenId",
         .cred_field = "accessToken",
-        .response_types = ADAPTER_TEXT | ADAPTER_IMAGE,
+        .response_types = ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_VIDEO | ADAPTER_AUDIO |
+                          ADAPTER_BUTTON | ADAPTER_CAROUSEL | ADAPTER_LIST | ADAPTER_NATIVE,
         .recipient_invalid_code = 104,
         .image_by_upload = 1,
         .has_cred = 1,
@@ -326,13 +327,31 @@ static void test_retry_after(void **state)
     RUN_CASES(&fx, "retry-after", cases, run_parse_case);
 }
 
+static void test_check(void **state)
+{
+    static const check_case_t cases[] = {
+        {CHECK_QR(13), 0, NULL},
+        {CHECK_ONE("{\"type\":\"IMAGE\",\"url\":\"https://x\",\"caption\":\"c\"}"), 117, "caption"},
+        {CHECK_BUTTONS(CHECK_PB "," CHECK_PB), 0, NULL},
+        {CHECK_BUTTONS(CHECK_URL), 0, NULL},
+        {CHECK_BUTTONS(CHECK_PB "," CHECK_URL), 117, "buttons"},
+        {CHECK_CARDS(1, ""), 0, NULL},
+        {CHECK_CARDS(2, ""), 118, "cards"},
+        {CHECK_CARDS(1, ",\"buttons\":[" CHECK_PB "]"), 117, "buttons"},
+        {CHECK_ONE("{\"type\":\"FILE\",\"url\":\"https://x\"}"), 117, "FILE"},
+    };
+
+    (void)state;
+    RUN_CASES(&fx, "check", cases, run_check_case);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_table),        cmocka_unit_test(test_needs_refresh),
-        cmocka_unit_test(test_build),        cmocka_unit_test(test_token_parse),
-        cmocka_unit_test(test_parse_send),   cmocka_unit_test(test_upload_build),
-        cmocka_unit_test(test_upload_parse),
+        cmocka_unit_test(test_table),         cmocka_unit_test(test_check),
+        cmocka_unit_test(test_needs_refresh), cmocka_unit_test(test_build),
+        cmocka_unit_test(test_token_parse),   cmocka_unit_test(test_parse_send),
+        cmocka_unit_test(test_upload_build),  cmocka_unit_test(test_upload_parse),
         cmocka_unit_test(test_retry_after),
     };
 

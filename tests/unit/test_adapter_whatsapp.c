@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include "adapter_cases.h"
+#include "adapter_whatsapp_checks.h"
 
 #define NOW      1700000000000LL
 #define API      "https://wa.example.com:9090"
@@ -41,7 +42,7 @@ static void test_table(void **state)
         .api_version = "",
         .from_field = "waId",
         .cred_field = "adminAuthToken",
-        .response_types = ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_TEMPLATE,
+        .response_types = ADAPTER_WHATSAPP_TYPES,
         .recipient_invalid_code = 100,
         .server_error_aborts = 1,
         .phone_recipients = 1,
@@ -110,7 +111,7 @@ static void test_build_send(void **state)
          .status = ADAPTER_REJECTED,
          .error = "whatsapp: response has no languageCode"},
         {.response = "{\"type\":\"IMAGE\"}", .status = ADAPTER_REJECTED},
-        {.response = "{\"type\":\"CAROUSEL\"}", .status = ADAPTER_UNSUPPORTED},
+        {.response = "{\"type\":\"CAROUSEL\",\"cards\":[]}", .status = ADAPTER_UNSUPPORTED},
         {.response = "{}", .status = ADAPTER_REJECTED},
     };
 
@@ -325,12 +326,22 @@ static void test_retry_after(void **state)
     RUN_CASES(&fx, "retry-after", cases, run_parse_case);
 }
 
+static void test_check(void **state)
+{
+    (void)state;
+    RUN_CASES(&fx, "check", whatsapp_check_cases, run_check_case);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_table),          cmocka_unit_test(test_build_send),
-        cmocka_unit_test(test_parse_send),     cmocka_unit_test(test_build_login_contacts),
-        cmocka_unit_test(test_login_parse),    cmocka_unit_test(test_needs_refresh),
+        cmocka_unit_test(test_table),
+        cmocka_unit_test(test_check),
+        cmocka_unit_test(test_build_send),
+        cmocka_unit_test(test_parse_send),
+        cmocka_unit_test(test_build_login_contacts),
+        cmocka_unit_test(test_login_parse),
+        cmocka_unit_test(test_needs_refresh),
         cmocka_unit_test(test_contacts_parse),
         cmocka_unit_test(test_retry_after),
     };

@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include "adapter_cases.h"
+#include "adapter_whatsapp_checks.h"
 
 #define BASE   "https://graph.example.com/v19.0"
 #define TOKEN  "EAAGm0PX4ZCpsBACLOUDSECRET"
@@ -35,7 +36,7 @@ static void test_table(void **state)
     static const ops_want_t want = {
         .api_version = "v19.0",
         .from_field = "phoneNumberId",
-        .response_types = ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_TEMPLATE,
+        .response_types = ADAPTER_WHATSAPP_TYPES,
         .recipient_invalid_code = 100,
         .server_error_aborts = 1,
         .phone_recipients = 1,
@@ -88,7 +89,7 @@ static void test_build(void **state)
          .err_code = 104},
         {.response = "{\"type\":\"TEMPLATE\",\"elementName\":\"x\"}", .status = ADAPTER_REJECTED},
         {.response = "{\"type\":\"TEXT\",\"text\":\"\"}", .status = ADAPTER_REJECTED},
-        {.response = "{\"type\":\"LOCATION\"}", .status = ADAPTER_UNSUPPORTED},
+        {.response = "{\"type\":\"CAROUSEL\",\"cards\":[]}", .status = ADAPTER_UNSUPPORTED},
     };
 
     (void)state;
@@ -187,10 +188,17 @@ static void test_retry_after(void **state)
     RUN_CASES(&fx, "retry-after", cases, run_parse_case);
 }
 
+static void test_check(void **state)
+{
+    (void)state;
+    RUN_CASES(&fx, "check", whatsapp_check_cases, run_check_case);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table),
+        cmocka_unit_test(test_check),
         cmocka_unit_test(test_build),
         cmocka_unit_test(test_parse),
         cmocka_unit_test(test_retry_after),

@@ -1,7 +1,7 @@
-/* The exact-fit pool (core/fitpool.h): blocks fit their size to 32 bytes, never overlap, keep
+/* The exact-fit pool (net/fitpool.h): blocks fit their size to 32 bytes, never overlap, keep
  * what was written to them, come back for the same size class only, and the pool refuses sizes
  * outside its range and a full region. */
-#include "../../core/fitpool.h"
+#include "../../net/fitpool.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,7 +1,7 @@
-/* The HTTP/1.1 answer parser (core/h1resp.h): every rule of its strictness accepted and refused,
+/* The HTTP/1.1 answer parser (net/h1resp.h): every rule of its strictness accepted and refused,
  * and every answer fed whole, byte by byte and cut in two at every offset, each piece in a buffer
  * of its own (so that ASan sees a read past a piece), with the same outcome each way. */
-#include "../../core/h1resp.h"
+#include "../../net/h1resp.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,6 +1,6 @@
-/* core/jparse.c: reads what jansson reads, as jansson reads it (each case is checked against
+/* json/jparse.c: reads what jansson reads, as jansson reads it (each case is checked against
  * json_loadb), refuses what it refuses, and stops at 64 levels. */
-#include "../../core/jparse.h"
+#include "../../json/jparse.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

@@ -7,7 +7,7 @@
 
 #include <cmocka.h>
 
-#include "core/jscan.h"
+#include "json/jscan.h"
 
 #include <jansson.h>
 #include <stdio.h>

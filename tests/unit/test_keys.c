@@ -98,8 +98,8 @@ static const key_case_t cases[] = {
     {"contact", "C1", "wacontact:{C1}:85291234567", k_contact},
     {"cred_lock", "C1", "lock:{C1}:credential", k_cred_lock},
     {"media", "C1", "media:{C1}:" HASH, k_media},
-    {"turns", "C1", "turns:{C1}:M1", k_turns},
-    {"leases", "C1", "leases:{C1}:M1", k_leases},
+    {"turnq", "C1", "turnq:{C1}:M1", k_turns},
+    {"turnlease", "C1", "turnlease:{C1}:M1", k_leases},
     /* its tag is its whole scope (test_idem_spreads) */
     {"idem", "C1", "idem:{2:C1:sendResponses:" HASH "}", k_idem},
 };

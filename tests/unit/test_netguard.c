@@ -6,7 +6,7 @@
 
 #include <cmocka.h>
 
-#include "core/netguard.h"
+#include "net/netguard.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -11,6 +11,7 @@
 
 #include "core/member.h"
 #include "core/node.h"
+#include "script/script.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,6 +142,7 @@ static node_run_t *run_node(fake_t *f, const json_t *member, const json_t *meta,
 
     json_decref(channel);
     assert_non_null(run);
+    node_run_set_code(run, &script_nodecode, NULL);
     drive(f, run);
     return run;
 }

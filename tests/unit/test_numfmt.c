@@ -1,6 +1,6 @@
-/* Decimal formatting without printf (core/numfmt.h): the same text as "%lld" at the edges of
+/* Decimal formatting without printf (json/numfmt.h): the same text as "%lld" at the edges of
  * the range, and the result starts inside the caller's buffer. */
-#include "../../core/numfmt.h"
+#include "../../json/numfmt.h"
 
 #include <limits.h>
 #include <setjmp.h>

@@ -536,16 +536,16 @@ static void test_send_unknown_type(void **state)
     send_request_t req;
 
     (void)state;
-    send_fails("{" TARGET ",\"response\":[{\"type\":\"VIDEO\",\"url\":\"https://x/v.mp4\"}]}",
-               BG_ERR_UNSUPPORTED, "VIDEO");
+    send_fails("{" TARGET ",\"response\":[{\"type\":\"GIF\",\"url\":\"https://x/v.gif\"}]}",
+               BG_ERR_UNSUPPORTED, "GIF");
     send_fails("{" TARGET ",\"response\":[{\"type\":\"text\",\"text\":\"hi\"}]}",
                BG_ERR_UNSUPPORTED, "text");
-    send_fails("{" TARGET ",\"response\":[" TEXT_RESP ",{\"type\":\"CAROUSEL\"}]}",
-               BG_ERR_UNSUPPORTED, "CAROUSEL");
+    send_fails("{" TARGET ",\"response\":[" TEXT_RESP ",{\"type\":\"SLIDES\"}]}",
+               BG_ERR_UNSUPPORTED, "SLIDES");
     /* checked in order: the unknown type comes before the broken IMAGE */
-    send_fails("{" TARGET ",\"response\":[{\"type\":\"AUDIO\"},{\"type\":\"IMAGE\"}]}",
-               BG_ERR_UNSUPPORTED, "AUDIO");
-    send_fails("{" TARGET ",\"response\":[{\"type\":\"IMAGE\"},{\"type\":\"AUDIO\"}]}",
+    send_fails("{" TARGET ",\"response\":[{\"type\":\"POLL\"},{\"type\":\"IMAGE\"}]}",
+               BG_ERR_UNSUPPORTED, "POLL");
+    send_fails("{" TARGET ",\"response\":[{\"type\":\"IMAGE\"},{\"type\":\"POLL\"}]}",
                BG_ERR_MISSING_PARAM, "response[0].url");
 
     /* a long type of multi-byte characters is cut in the message at a character boundary:
@@ -573,6 +573,220 @@ static void test_send_unknown_type(void **state)
         }
     }
     buf_free(&b);
+}
+
+/* One response, alone in a request: accepted, or refused with code naming name. */
+static void one_response(const char *resp, int code, const char *name)
+{
+    buf_t b = {0};
+
+    buf_add(&b, "{" TARGET ",\"response\":[%s]}", resp);
+    if (code == 0)
+        send_accepts(b.s);
+    else
+        send_fails(b.s, code, name);
+    buf_free(&b);
+}
+
+/* n copies of item, comma-separated, %zu in item replaced by the index. */
+static char *items(const char *item, size_t n)
+{
+    buf_t b = {0};
+
+    buf_add(&b, "%s", "");
+    for (size_t i = 0; i < n; i++) {
+        buf_add(&b, i ? "," : "");
+        buf_add(&b, item, i);
+    }
+    return b.s;
+}
+
+/* Every type of contract.md section 11: its members, nothing else, every limit at the limit
+ * and one over; a fallback, and no fallback in it. */
+static void test_response_types(void **state)
+{
+    static const struct {
+        const char *resp;
+        int code;
+        const char *name;
+    } cases[] = {
+        /* no silent loss: a member the type does not have is named */
+        {"{\"type\":\"TEXT\",\"text\":\"a\",\"quickreplies\":[]}", 108, "response[0].quickreplies"},
+        {"{\"type\":\"IMAGE\",\"url\":\"https://x/a.png\",\"filename\":\"a\"}", 108,
+         "response[0].filename"},
+        {"{\"type\":\"AUDIO\",\"url\":\"https://x/a.mp3\",\"caption\":\"a\"}", 108,
+         "response[0].caption"},
+        {"{\"type\":\"TEXT\",\"text\":\"a\",\"quickReplies\":[{\"title\":\"t\",\"payload\":\"p\","
+         "\"image_url\":\"https://x\"}]}",
+         108, "response[0].quickReplies[0].image_url"},
+        {"{\"type\":\"TEXT\",\"text\":\"a\",\"quickReplies\":[{\"title\":\"t\"}]}", 108,
+         "response[0].quickReplies[0].payload"},
+        {"{\"type\":\"TEXT\",\"text\":\"a\",\"quickReplies\":[]}", 108, "response[0].quickReplies"},
+        /* titles count characters: 20 accented ones fit, 21 do not */
+        {"{\"type\":\"TEXT\",\"text\":\"a\",\"quickReplies\":[{\"title\":"
+         "\"\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9"
+         "\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\","
+         "\"payload\":\"p\"}]}",
+         0, NULL},
+        {"{\"type\":\"TEXT\",\"text\":\"a\",\"quickReplies\":[{\"title\":"
+         "\"\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9"
+         "\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\","
+         "\"payload\":\"p\"}]}",
+         118, "response[0].quickReplies[0].title"},
+        {"{\"type\":\"VIDEO\",\"url\":\"https://x/a.mp4\",\"caption\":\"c\"}", 0, NULL},
+        {"{\"type\":\"FILE\",\"url\":\"ftp://x/a.pdf\"}", 108, "response[0].url"},
+        {"{\"type\":\"FILE\",\"url\":\"https://x/a.pdf\",\"caption\":\"c\",\"filename\":\"a.pdf\"}",
+         0, NULL},
+        {"{\"type\":\"STICKER\",\"sticker\":\"like_heart\"}", 0, NULL},
+        {"{\"type\":\"STICKER\",\"url\":\"https://x/s.webp\",\"sticker\":\"like_heart\"}", 108,
+         "response[0]"},
+        {"{\"type\":\"STICKER\"}", 108, "response[0]"},
+        {"{\"type\":\"LOCATION\",\"latitude\":22.3,\"longitude\":114.2,\"name\":\"n\"}", 0, NULL},
+        {"{\"type\":\"LOCATION\",\"latitude\":90.5,\"longitude\":114.2}", 108,
+         "response[0].latitude"},
+        {"{\"type\":\"LOCATION\",\"latitude\":\"22\",\"longitude\":114.2}", 108,
+         "response[0].latitude"},
+        {"{\"type\":\"LOCATION\",\"latitude\":1}", 108, "response[0].longitude"},
+        {"{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[{\"type\":\"postback\",\"title\":\"a\","
+         "\"payload\":\"A\"},{\"type\":\"url\",\"title\":\"b\",\"url\":\"https://x\"},"
+         "{\"type\":\"phone\",\"title\":\"c\",\"phone\":\"+852 9123 4567\"}]}",
+         0, NULL},
+        {"{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[]}", 108, "response[0].buttons"},
+        {"{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[{\"type\":\"url\",\"title\":\"b\","
+         "\"payload\":\"x\",\"url\":\"https://x\"}]}",
+         108, "response[0].buttons[0].payload"},
+        {"{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[{\"type\":\"phone\",\"title\":\"b\","
+         "\"phone\":\"852\"}]}",
+         108, "response[0].buttons[0].phone"},
+        {"{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[{\"type\":\"call\",\"title\":\"b\"}]}",
+         108, "response[0].buttons[0].type"},
+        {"{\"type\":\"CAROUSEL\",\"cards\":[{\"title\":\"a\",\"subtitle\":\"s\",\"imageUrl\":"
+         "\"https://x/"
+         "i.png\",\"buttons\":[{\"type\":\"postback\",\"title\":\"a\",\"payload\":\"A\"}]}]}",
+         0, NULL},
+        {"{\"type\":\"CAROUSEL\",\"cards\":[{\"subtitle\":\"s\"}]}", 108,
+         "response[0].cards[0].title"},
+        {"{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"Options\",\"sections\":[{\"rows\":[{"
+         "\"id\":\"1\","
+         "\"title\":\"r\",\"description\":\"d\"}]}]}",
+         0, NULL},
+        /* several sections are told apart by their titles */
+        {"{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"Options\",\"sections\":[{\"title\":\"a\","
+         "\"rows\":[{\"id\":\"1\",\"title\":\"r\"}]},{\"rows\":[{\"id\":\"2\",\"title\":\"r\"}]}]}",
+         108, "response[0].sections[1].title"},
+        {"{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"123456789012345678901\",\"sections\":[{"
+         "\"rows\":"
+         "[{\"id\":\"1\",\"title\":\"r\"}]}]}",
+         118, "response[0].button"},
+        {"{\"type\":\"NATIVE\",\"message\":{\"text\":\"hi\"}}", 0, NULL},
+        {"{\"type\":\"NATIVE\",\"message\":{}}", 108, "response[0].message"},
+        {"{\"type\":\"NATIVE\"}", 108, "response[0].message"},
+        {"{\"type\":\"NATIVE\",\"message\":{\"text\":\"hi\",\"recipient\":{\"id\":\"1\"}}}", 108,
+         "response[0].message.recipient"},
+        {"{\"type\":\"NATIVE\",\"message\":{\"to\":\"1\"}}", 108, "response[0].message.to"},
+        {"{\"type\":\"NATIVE\",\"message\":{\"touser\":\"1\"}}", 108, "response[0].message.touser"},
+        {"{\"type\":\"NATIVE\",\"message\":{\"channel\":\"C\"}}", 108,
+         "response[0].message.channel"},
+        {"{\"type\":\"NATIVE\",\"message\":{\"users\":[]}}", 108, "response[0].message.users"},
+        {"{\"type\":\"NATIVE\",\"message\":{\"messaging_product\":\"whatsapp\"}}", 108,
+         "response[0].message.messaging_product"},
+        /* a fallback is a response, checked as one, without a fallback of its own */
+        {"{\"type\":\"LOCATION\",\"latitude\":1,\"longitude\":2,\"fallback\":{\"type\":\"TEXT\","
+         "\"text\":\"at 1,2\"}}",
+         0, NULL},
+        {"{\"type\":\"LOCATION\",\"latitude\":1,\"longitude\":2,\"fallback\":{\"type\":\"TEXT\"}}",
+         108, "response[0].fallback.text"},
+        {"{\"type\":\"LOCATION\",\"latitude\":1,\"longitude\":2,\"fallback\":{\"type\":\"TEXT\","
+         "\"text\":\"a\",\"fallback\":{\"type\":\"TEXT\",\"text\":\"b\"}}}",
+         108, "response[0].fallback.fallback"},
+        {"{\"type\":\"TEXT\",\"text\":\"a\",\"fallback\":\"b\"}", 108, "response[0].fallback"},
+    };
+    char *list;
+    buf_t b = {0};
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        one_response(cases[i].resp, cases[i].code, cases[i].name);
+
+    /* counts: at the limit, one over */
+    static const struct {
+        const char *head, *item, *tail, *name;
+        size_t max;
+    } counts[] = {
+        {"{\"type\":\"TEXT\",\"text\":\"a\",\"quickReplies\":[",
+         "{\"title\":\"t%zu\",\"payload\":\"p\"}", "]}", "response[0].quickReplies",
+         REQUEST_MAX_QUICK_REPLIES},
+        {"{\"type\":\"BUTTON\",\"text\":\"a\",\"buttons\":[",
+         "{\"type\":\"postback\",\"title\":\"t%zu\",\"payload\":\"p\"}", "]}",
+         "response[0].buttons", REQUEST_MAX_BUTTONS},
+        {"{\"type\":\"CAROUSEL\",\"cards\":[", "{\"title\":\"c%zu\"}", "]}", "response[0].cards",
+         REQUEST_MAX_CARDS},
+        {"{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"b\",\"sections\":[",
+         "{\"title\":\"s%zu\",\"rows\":[{\"id\":\"1\",\"title\":\"r\"}]}", "]}",
+         "response[0].sections", REQUEST_MAX_SECTIONS},
+        {"{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"b\",\"sections\":[{\"rows\":[",
+         "{\"id\":\"%zu\",\"title\":\"r\"}", "]}]}", "response[0].sections[0].rows",
+         REQUEST_MAX_ROWS},
+        /* ten rows in all, over several sections */
+        {"{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"b\",\"sections\":[",
+         "{\"title\":\"s%zu\",\"rows\":[{\"id\":\"1\",\"title\":\"r\"},{\"id\":\"2\",\"title\":"
+         "\"r\"}]}",
+         "]}", "response[0].sections", REQUEST_MAX_ROWS / 2},
+    };
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+        for (size_t n = counts[i].max; n <= counts[i].max + 1; n++) {
+            list = items(counts[i].item, n);
+            buf_add(&b, "%s%s%s", counts[i].head, list, counts[i].tail);
+            one_response(b.s, n == counts[i].max ? 0 : BG_ERR_LIMIT, counts[i].name);
+            free(list);
+            buf_free(&b);
+        }
+    }
+
+    /* lengths in characters: at the limit, one over */
+    static const struct {
+        const char *head, *tail, *name;
+        size_t max;
+    } lengths[] = {
+        {"{\"type\":\"TEXT\",\"text\":\"a\",\"quickReplies\":[{\"title\":\"t\",\"payload\":\"",
+         "\"}]}", "response[0].quickReplies[0].payload", REQUEST_MAX_PAYLOAD},
+        {"{\"type\":\"BUTTON\",\"text\":\"a\",\"buttons\":[{\"type\":\"url\",\"url\":\"https://x\","
+         "\"title\":\"",
+         "\"}]}", "response[0].buttons[0].title", REQUEST_MAX_TITLE},
+        {"{\"type\":\"CAROUSEL\",\"cards\":[{\"title\":\"", "\"}]}", "response[0].cards[0].title",
+         REQUEST_MAX_CARD_TITLE},
+        {"{\"type\":\"CAROUSEL\",\"cards\":[{\"title\":\"t\",\"subtitle\":\"", "\"}]}",
+         "response[0].cards[0].subtitle", REQUEST_MAX_CARD_TITLE},
+        {"{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"b\",\"sections\":[{\"rows\":[{\"title\":"
+         "\"r\","
+         "\"id\":\"",
+         "\"}]}]}", "response[0].sections[0].rows[0].id", REQUEST_MAX_ROW_ID},
+    };
+    for (size_t i = 0; i < sizeof(lengths) / sizeof(lengths[0]); i++) {
+        for (size_t n = lengths[i].max; n <= lengths[i].max + 1; n++) {
+            buf_add(&b, "%s", lengths[i].head);
+            buf_rep(&b, "\xe2\x82\xac", n); /* three bytes, one character */
+            buf_add(&b, "%s", lengths[i].tail);
+            one_response(b.s, n == lengths[i].max ? 0 : BG_ERR_LIMIT, lengths[i].name);
+            buf_free(&b);
+        }
+    }
+}
+
+/* A tree's stored response may hold templates where a number or a URL goes: checked once
+ * rendered. */
+static void test_response_templated(void **state)
+{
+    json_t *r = json_loads("{\"type\":\"LOCATION\",\"latitude\":\"{{lat}}\",\"longitude\":2,"
+                           "\"fallback\":{\"type\":\"IMAGE\",\"url\":\"{{u}}\"}}",
+                           0, NULL);
+    bg_error_t err;
+
+    (void)state;
+    assert_int_equal(request_check_response_flags(r, "r", REQUEST_CHECK_TEMPLATED, &err), 0);
+    assert_int_equal(request_check_response(r, "r", &err), -1);
+    assert_int_equal(err.code, BG_ERR_MISSING_PARAM);
+    json_decref(r);
 }
 
 static void build_n_responses(buf_t *b, const char *key, size_t n)
@@ -655,9 +869,9 @@ static void test_string_limits(void **state)
             send_fails(b.s, BG_ERR_LIMIT, NULL);
         buf_free(&b);
 
-        buf_add(&b, "{" TARGET ",\"response\":[{\"type\":\"TEXT\",\"text\":\"hi\",\"x\":[{\"");
+        buf_add(&b, "{" TARGET ",\"response\":[{\"type\":\"NATIVE\",\"message\":{\"x\":[{\"");
         buf_rep(&b, "k", n);
-        buf_add(&b, "\":1}]}]}");
+        buf_add(&b, "\":1}]}}]}");
         if (n == REQUEST_MAX_STRING)
             send_accepts(b.s);
         else
@@ -1155,6 +1369,8 @@ int main(void)
         cmocka_unit_test(test_send_shapes),
         cmocka_unit_test(test_send_shape_errors),
         cmocka_unit_test(test_send_unknown_type),
+        cmocka_unit_test(test_response_types),
+        cmocka_unit_test(test_response_templated),
         cmocka_unit_test(test_send_response_count),
         cmocka_unit_test(test_string_limits),
         cmocka_unit_test(test_body_size),

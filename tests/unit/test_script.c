@@ -9,7 +9,7 @@
 
 #include "test_util.h"
 
-#include "core/script.h"
+#include "script/script.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* test_store_resp.c - store/resp.c's wire form, byte for byte, and commands redisc_command writes
  * with it reaching a redis-server this test starts: words with CR LF, NUL and nothing in them,
- * a command longer than its stack buffer, and one of more words than it writes itself. */
+ * a command longer than its stack buffer, and one of more words than its stack takes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -32,6 +32,34 @@ static void test_wire_form(void **state)
     /* a count of every size fits its room */
     assert_int_equal(resp_count(buf, '$', (size_t)-1) - buf, 1 + 20 + 2);
     assert_true(1 + 20 + 2 <= RESP_COUNT_SIZE);
+}
+
+/* resp_format, the writer of the commands that are not written on a stack (a cluster's, which
+ * may be sent again; more words than redisc's stack takes): the same bytes, and without lengths
+ * each word a C string. */
+static void test_format_matches(void **state)
+{
+    const char *argv[] = {"SET", "k", "", "a\r\nb"};
+    size_t lens[] = {3, 1, 0, 4}, len;
+    static const char want[] = "*4\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n$4\r\na\r\nb\r\n";
+    char *cmd;
+
+    (void)state;
+    cmd = resp_format(4, argv, lens, &len);
+    assert_non_null(cmd);
+    assert_int_equal(len, sizeof(want) - 1);
+    assert_memory_equal(cmd, want, len);
+    free(cmd);
+    cmd = resp_format(4, argv, NULL, &len);
+    assert_non_null(cmd);
+    assert_int_equal(len, sizeof(want) - 1);
+    assert_memory_equal(cmd, want, len);
+    free(cmd);
+    cmd = resp_format(0, NULL, NULL, &len);
+    assert_non_null(cmd);
+    assert_int_equal(len, 4);
+    assert_memory_equal(cmd, "*0\r\n", 4);
+    free(cmd);
 }
 
 typedef struct reply {
@@ -102,7 +130,8 @@ static void test_words_reach_redis(void **state)
     free(big);
 }
 
-/* More words than resp.c writes for redisc (32): hiredis formats those, and they arrive too. */
+/* More words than redisc writes on its stack (32): resp_format writes those, and they arrive
+ * too. */
 static void test_many_words(void **state)
 {
     const char *argv[41];
@@ -132,6 +161,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wire_form),
+        cmocka_unit_test(test_format_matches),
         cmocka_unit_test(test_words_reach_redis),
         cmocka_unit_test(test_many_words),
     };

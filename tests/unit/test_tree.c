@@ -10,11 +10,11 @@
 
 #include "core/request.h"
 #include "core/tree.h"
+#include "script/script.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
 
 static const char *valid_tree =
     "{\"_id\":\"T1\",\"app\":\"A1\",\"name\":\"Orders\",\"nodes\":{"
@@ -33,7 +33,9 @@ static const char *valid_tree =
     "{\"type\":\"IMAGE\",\"url\":\"{{agendaMeta.img}}\"},"
     "{\"type\":\"TEMPLATE\",\"elementName\":\"e\",\"languageCode\":\"en\",\"components\":[]},"
     "{\"type\":\"TEMPLATE\",\"elementName\":\"e\",\"languageCode\":\"en\"},"
-    "{\"type\":\"QUICK_REPLY\",\"anything\":1}],"
+    "{\"type\":\"TEXT\",\"text\":\"{{member.firstName}}?\",\"quickReplies\":[{\"title\":"
+    "\"Yes\",\"payload\":\"Y\"}]},{\"type\":\"LOCATION\",\"latitude\":1,\"longitude\":2,"
+    "\"fallback\":{\"type\":\"IMAGE\",\"url\":\"{{meta.map}}\"}}],"
     "\"responseByLocale\":{\"zh-HK\":[{\"type\":\"TEXT\",\"text\":\"...\"}],\"fr\":[]},"
     "\"postAction\":[{\"type\":\"addTags\",\"tags\":[\"shipped\"]},"
     "{\"type\":\"removeTags\",\"tags\":[]}],"
@@ -50,7 +52,7 @@ static void test_valid_tree(void **state)
 
     (void)state;
     bg_error_clear(&err);
-    if (tree_validate(t, &err) != 0)
+    if (tree_validate(t, &script_nodecode, &err) != 0)
         fail_msg("valid tree refused: %s", err.msg);
     meta = tree_meta_json(t);
     assert_int_equal(json_object_size(meta), 2);
@@ -68,7 +70,7 @@ static void refuse_with(const char *tree_json, int code, const char *place)
     bg_error_t err;
 
     bg_error_clear(&err);
-    if (tree_validate(t, &err) == 0)
+    if (tree_validate(t, &script_nodecode, &err) == 0)
         fail_msg("accepted, expected a refusal at %s", place);
     assert_int_equal(err.code, code);
     if (strstr(err.msg, place) == NULL)
@@ -129,14 +131,14 @@ static void test_top_level_refused(void **state)
         memset(id, 'x', 257);
         id[256] = '\0';
         json_object_set_new(t, "_id", json_string(id));
-        assert_int_equal(tree_validate(t, &err), 0);
+        assert_int_equal(tree_validate(t, &script_nodecode, &err), 0);
         id[256] = 'x';
         id[257] = '\0';
         json_object_set_new(t, "_id", json_string(id));
-        assert_int_equal(tree_validate(t, &err), -1);
+        assert_int_equal(tree_validate(t, &script_nodecode, &err), -1);
         json_object_set_new(t, "_id", json_string("T"));
         json_object_set_new(json_object_get(t, "nodes"), id, json_object());
-        assert_int_equal(tree_validate(t, &err), -1);
+        assert_int_equal(tree_validate(t, &script_nodecode, &err), -1);
         assert_non_null(strstr(err.msg, "nodes"));
     }
     json_decref(t);
@@ -185,6 +187,18 @@ static void test_responses_refused(void **state)
                 BG_ERR_MISSING_PARAM, "nodes.N1.response[1].text");
     refuse_node("{\"response\":[{\"type\":\"TEXT\",\"text\":[]}]}", BG_ERR_MISSING_PARAM,
                 "nodes.N1.response[0].text");
+    /* every type of contract.md section 11 and its limits, named by node and place */
+    refuse_node("{\"response\":[{\"type\":\"TEXT\",\"text\":\"a\",\"buttons\":[]}]}",
+                BG_ERR_MISSING_PARAM, "nodes.N1.response[0].buttons");
+    refuse_node("{\"response\":[{\"type\":\"QUICK_REPLY\"}]}", BG_ERR_UNSUPPORTED,
+                "nodes.N1.response[0]");
+    refuse_node(
+        "{\"responseByLocale\":{\"fr\":[{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":["
+        "{\"type\":\"postback\",\"title\":\"123456789012345678901\",\"payload\":\"p\"}]}]}}",
+        BG_ERR_LIMIT, "nodes.N1.responseByLocale.fr[0].buttons[0].title");
+    refuse_node("{\"response\":[{\"type\":\"LOCATION\",\"latitude\":1,\"longitude\":2,"
+                "\"fallback\":{\"type\":\"TEXT\"}}]}",
+                BG_ERR_MISSING_PARAM, "nodes.N1.response[0].fallback.text");
     refuse_node("{\"response\":[{\"type\":\"IMAGE\"}]}", BG_ERR_MISSING_PARAM,
                 "nodes.N1.response[0].url");
     refuse_node("{\"response\":[{\"type\":\"IMAGE\",\"url\":\"ftp://x\"}]}", BG_ERR_MISSING_PARAM,
@@ -269,11 +283,11 @@ static void test_action_and_response_checks_direct(void **state)
 {
     json_t *a = load("{\"type\":\"webhook\",\"url\":\"https://x\",\"timeoutMs\":30000,"
                      "\"method\":\"GET\",\"body\":null}");
-    json_t *r = load("{\"type\":\"CAROUSEL\"}");
+    json_t *r = load("{\"type\":\"CAROUSEL\",\"cards\":[{\"title\":\"{{meta.t}}\"}]}");
     bg_error_t err;
 
     (void)state;
-    assert_int_equal(tree_check_action(a, "here", &err), 0);
+    assert_int_equal(tree_check_action(a, "here", &script_nodecode, &err), 0);
     assert_int_equal(tree_check_response(r, "here", &err), 0);
     assert_true(tree_id_ok("N-1 x"));
     assert_false(tree_id_ok(""));
@@ -326,7 +340,7 @@ static void test_ids_follow_request_rules(void **state)
                       "n", "nodes", allowed[i], "redirect", "tree", allowed[i], "nodeCompositeId",
                       allowed[i]);
         bg_error_clear(&err);
-        if (tree_validate(t, &err) != 0)
+        if (tree_validate(t, &script_nodecode, &err) != 0)
             fail_msg("allowed id #%zu refused: %s", i, err.msg);
         json_decref(t);
     }
@@ -341,7 +355,7 @@ static void test_scripts_compiled(void **state)
     bg_error_t err;
 
     (void)state;
-    if (tree_validate(t, &err) != 0)
+    if (tree_validate(t, &script_nodecode, &err) != 0)
         fail_msg("valid scripts refused: %s", err.msg);
     json_decref(t);
     refuse_node("{\"transform\":\"local a = 1\\nreturn {{type = }}\"}", 126,

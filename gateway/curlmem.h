@@ -1,8 +1,0 @@
-/* curlmem.h - libcurl's memory: its easy handles at their own size (see curlmem.c). */
-#ifndef BOTGATE_GATEWAY_CURLMEM_H
-#define BOTGATE_GATEWAY_CURLMEM_H
-
-/* curl_global_init, with libcurl's allocations routed through curlmem. 0 or -1. */
-int curlmem_global_init(void);
-
-#endif

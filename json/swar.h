@@ -1,0 +1,41 @@
+/* swar.h - tests on eight bytes at once, for the loops that skip plain text (the zero-byte
+ * tests of "Bit Twiddling Hacks"). Each result is not zero exactly when some byte matches;
+ * which bits are set says nothing more, so a match is then found byte by byte. */
+#ifndef BOTGATE_JSON_SWAR_H
+#define BOTGATE_JSON_SWAR_H
+
+#include <stdint.h>
+#include <string.h>
+
+#define SWAR_ONES  0x0101010101010101u
+#define SWAR_HIGHS 0x8080808080808080u
+
+/* The eight bytes at p, in any order (only "is there a byte that..." is asked of them). */
+static inline uint64_t swar_load(const unsigned char *p)
+{
+    uint64_t w;
+
+    memcpy(&w, p, sizeof(w));
+    return w;
+}
+
+/* Some byte of w is below n (n at most 128). */
+static inline uint64_t swar_below(uint64_t w, unsigned n)
+{
+    return (w - SWAR_ONES * n) & ~w & SWAR_HIGHS;
+}
+
+/* Some byte of w is c. */
+static inline uint64_t swar_equal(uint64_t w, unsigned char c)
+{
+    return swar_below(w ^ (SWAR_ONES * c), 1);
+}
+
+/* Some byte of w is a control character, a quote or a backslash: what a JSON string cannot
+ * hold as it is. */
+static inline uint64_t swar_json_special(uint64_t w)
+{
+    return swar_below(w, 0x20) | swar_equal(w, '"') | swar_equal(w, '\\');
+}
+
+#endif
