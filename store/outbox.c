@@ -126,17 +126,6 @@ void store_outbox_cancel(store_outbox_call_t *call)
     free(call);
 }
 
-static int64_t reply_int(const redisReply *r)
-{
-    if (r == NULL)
-        return -1;
-    if (r->type == REDIS_REPLY_INTEGER)
-        return (int64_t)r->integer;
-    if (r->type == REDIS_REPLY_STRING)
-        return strtoll(r->str, NULL, 10);
-    return -1;
-}
-
 static const char *reply_str(const redisReply *r, size_t *len)
 {
     if (r == NULL || r->type != REDIS_REPLY_STRING) {
@@ -195,10 +184,10 @@ static void on_reply(redisReply *reply, void *arg)
     case C_ACCEPT:
         if (st == STORE_OK && reply->type != REDIS_REPLY_INTEGER)
             st = STORE_BAD_RECORD;
-        ((store_outbox_accept_cb *)c->cb)(c->arg, st, st == STORE_OK ? reply_int(reply) : 0);
+        ((store_outbox_accept_cb *)c->cb)(c->arg, st, st == STORE_OK ? store_eval_int(reply) : 0);
         break;
     case C_DONE:
-        if (st == STORE_OK && reply_int(reply) != 1)
+        if (st == STORE_OK && store_eval_int(reply) != 1)
             st = STORE_CONFLICT;
         ((store_outbox_done_cb *)c->cb)(c->arg, st);
         break;
@@ -218,16 +207,16 @@ static void on_reply(redisReply *reply, void *arg)
             s->state = STORE_OUTBOX_ORDER;
         } else if (strcmp(what, "wait") == 0 && reply->elements == 2) {
             s->state = STORE_OUTBOX_WAIT;
-            s->wait_ms = reply_int(reply->element[1]);
+            s->wait_ms = store_eval_int(reply->element[1]);
         } else if (strcmp(what, "run") == 0 && reply->elements >= 7 &&
-                   reply_int(reply->element[1]) >= 0 &&
-                   reply_int(reply->element[1]) < STORE_OUTBOX_ELEMENTS_MAX &&
-                   reply->elements == 7 + (size_t)reply_int(reply->element[1])) {
+                   store_eval_int(reply->element[1]) >= 0 &&
+                   store_eval_int(reply->element[1]) < STORE_OUTBOX_ELEMENTS_MAX &&
+                   reply->elements == 7 + (size_t)store_eval_int(reply->element[1])) {
             s->state = STORE_OUTBOX_RUN;
-            s->next = (unsigned)reply_int(reply->element[1]);
-            s->crashed = reply_int(reply->element[2]) == 1;
-            s->expired = reply_int(reply->element[3]) == 1;
-            s->attempts = reply_int(reply->element[4]);
+            s->next = (unsigned)store_eval_int(reply->element[1]);
+            s->crashed = store_eval_int(reply->element[2]) == 1;
+            s->expired = store_eval_int(reply->element[3]) == 1;
+            s->attempts = store_eval_int(reply->element[4]);
             s->body = reply_str(reply->element[5], &s->body_len);
             s->app = reply_str(reply->element[6], NULL);
             for (unsigned i = 0; i < s->next; i++)
@@ -252,9 +241,9 @@ static void on_reply(redisReply *reply, void *arg)
         if (st == STORE_OK) {
             s->app = reply_str(reply->element[0], NULL);
             s->status = reply_str(reply->element[1], NULL);
-            s->attempts = reply_int(reply->element[2]);
-            s->created_ms = reply_int(reply->element[3]);
-            s->updated_ms = reply_int(reply->element[4]);
+            s->attempts = store_eval_int(reply->element[2]);
+            s->created_ms = store_eval_int(reply->element[3]);
+            s->updated_ms = store_eval_int(reply->element[4]);
             s->result = reply_str(reply->element[5], &s->result_len);
             if (s->result_len == 0)
                 s->result = NULL;
@@ -283,8 +272,8 @@ static void on_reply(redisReply *reply, void *arg)
         if (st == STORE_OK && (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2))
             st = STORE_BAD_RECORD;
         ((store_outbox_depth_cb *)c->cb)(c->arg, st,
-                                         st == STORE_OK ? reply_int(reply->element[0]) : 0,
-                                         st == STORE_OK ? reply_int(reply->element[1]) : 0);
+                                         st == STORE_OK ? store_eval_int(reply->element[0]) : 0,
+                                         st == STORE_OK ? store_eval_int(reply->element[1]) : 0);
         break;
     case C_SECRET:
         if (st == STORE_OK && reply->type != REDIS_REPLY_STRING)
@@ -362,10 +351,17 @@ store_outbox_call_t *store_outbox_accept(store_t *st, unsigned shard, const char
         return NULL;
     }
     {
-        const char *words[] = {stream,          record,         order,
-                               id,              req->app,       req->body,
-                               req->channel_id, req->member_id, req->callback,
-                               numfmt_dec(keep, keep_ms), numfmt_dec(ttl, ttl_ms)};
+        const char *words[] = {stream,
+                               record,
+                               order,
+                               id,
+                               req->app,
+                               req->body,
+                               req->channel_id,
+                               req->member_id,
+                               req->callback,
+                               numfmt_dec(keep, keep_ms),
+                               numfmt_dec(ttl, ttl_ms)};
         size_t lens[11];
         for (int i = 0; i < 11; i++)
             lens[i] = i == 5 ? req->body_len : strlen(words[i]);
