@@ -99,4 +99,8 @@ int ctl_token_list(const ctl_opts_t *o);
 int ctl_token_get(const ctl_opts_t *o);
 int ctl_token_delete(const ctl_opts_t *o);
 
+/* ---- apps.c ---- */
+
+int ctl_app_secret(const ctl_opts_t *o); /* app secret rotate --app A */
+
 #endif

@@ -42,6 +42,7 @@ static const char usage_text[] =
     "  tree get TREE_ID\n"
     "  tree delete TREE_ID\n"
     "  get KIND ID...               channel ID | member CHANNEL_ID ID | token HASH | tree ID\n"
+    "  app secret rotate --app A    a new signing secret for A's status callbacks\n"
     "  help [COMMAND]               this text, or a command's (as COMMAND --help)\n\n"
     "Subscriptions are not managed by botgatectl yet: they come later.\n\n"
     "Options (before or after the command; --name=value or --name value):\n"
@@ -109,6 +110,14 @@ static const char tree_help[] =
     "  -a, --app APP  list: only that app's trees\n"
     "  -j, --json, -u, --redis-url URL, -h, --help: see botgatectl --help\n";
 
+static const char app_help[] =
+    "usage: botgatectl app secret rotate --app APP\n\n"
+    "Makes a new signing secret for the app's status callbacks (Botgate-Signature: HMAC-SHA256\n"
+    "of \"<t>.<body>\" with it), stores it in place of the old one and prints it once.\n"
+    "Callbacks signed from then on use it; an app without one gets its callbacks unsigned.\n"
+    "  -a, --app APP  the app\n"
+    "  -u, --redis-url URL, -h, --help: see botgatectl --help\n";
+
 static const char get_help[] =
     "usage: botgatectl get channel CHANNEL_ID\n"
     "       botgatectl get member CHANNEL_ID MEMBER_ID\n"
@@ -146,6 +155,7 @@ static const ctl_cmd_t commands[] = {
     {"tree", "get", ctl_tree_get, "j", 1, 1, "TREE_ID"},
     {"tree", "delete", ctl_tree_delete, "", 1, 1, "TREE_ID"},
     {"get", NULL, ctl_get, "j", 2, 3, "KIND and its ids"},
+    {"app", "secret", ctl_app_secret, "a", 1, 1, "rotate"},
 };
 
 static const struct {
@@ -154,7 +164,8 @@ static const struct {
              {"channel", channel_help},
              {"member", member_help},
              {"tree", tree_help},
-             {"get", get_help}};
+             {"get", get_help},
+             {"app", app_help}};
 
 static const struct option long_opts[] = {
     {"app", required_argument, NULL, 'a'},

@@ -113,6 +113,16 @@ static const option_def_t options[] = {
     {"BOTGATE_MEMBER_ORDER", T_BOOL, offsetof(config_t, member_order), 0, "1", 0, 1,
      "1: the requests for one member run one at a time, in the order they arrived, across "
      "instances; 0: off"},
+    INT(outbox_shards, "BOTGATE_OUTBOX_SHARDS", "16", 1, 256,
+        "Redis streams the outbox (Prefer: respond-async) is spread over; a member's requests "
+        "stay in one; never lower it while requests are queued"),
+    INT(outbox_claim_ms, "BOTGATE_OUTBOX_CLAIM_MS", "30000", 100, 3600000,
+        "a queued request held by an instance that stopped answering is taken over by another "
+        "after this many ms"),
+    INT(outbox_ttl_s, "BOTGATE_OUTBOX_TTL_S", "14400", 1, 604800,
+        "a queued response not sent within this many seconds fails with err_code 128"),
+    INT(outbox_jobs, "BOTGATE_OUTBOX_JOBS", "256", 1, 100000,
+        "queued requests one worker delivers or waits on at once (more wait in Redis)"),
 };
 
 static void usage(void)

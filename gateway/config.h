@@ -43,6 +43,10 @@ typedef struct config {
     char http_status[16];         /* BOTGATE_HTTP_STATUS as given */
     int http_status_conventional; /* BOTGATE_HTTP_STATUS=conventional: 4xx/5xx by err_code */
     int member_order;        /* 1: one member's requests run one at a time, in order */
+    int outbox_shards;       /* streams of the outbox (Prefer: respond-async) */
+    int outbox_claim_ms;     /* an entry of a dead consumer is taken over after this */
+    int outbox_ttl_s;        /* a queued response not sent by then fails with 128 */
+    int outbox_jobs;         /* queued requests one worker holds at once */
     int script_max_instructions; /* VM instructions of one node script run */
     int script_max_memory_kb;    /* memory of one node script run, KiB */
     int script_max_ms;           /* computing time of one node script run, ms */

@@ -174,6 +174,9 @@ static void deliver_finish(deliver_t *d, deliver_result_t *r)
     r->event = deliver_event(d, message_id, from);
     r->chat_id = deliver_chat_id(d, &r->res);
     d->failed += !r->ok;
+    /* before its call, or answered "not taken" (5xx): nothing of it reached the platform */
+    d->last_unsent = !r->ok && (d->phase != DL_SEND || d->last_unsent ||
+                                r->err.code == BG_ERR_RATE_LIMITED);
     if (!r->ok && r->err.code != BG_ERR_RATE_LIMITED)
         d->failed_other = 1;
     metrics_message(d->env->metrics, d->adapter->type, r->ok ? 0 : r->err.code);
@@ -1165,6 +1168,7 @@ static void on_send_answer(deliver_t *d, const call_answer_t *ans)
     }
     memset(&r, 0, sizeof(r));
     adapter_result_init(&r.res);
+    d->last_unsent = ans->not_sent || ans->a.status >= 500; /* read by deliver_finish */
     adapter_parse_send(d->adapter, &t, &ans->a, &r.res);
     switch (r.res.status) {
     case ADAPTER_OK:
@@ -1251,6 +1255,7 @@ void deliver_start(deliver_t *d, const char *text, size_t len, deliver_done_fn *
     d->_arg = arg;
     d->_auth_retried = d->_rate_retried = d->_connect_retried = 0;
     d->_slot_ready = d->_pair_held = d->_pauses_heard = 0;
+    d->last_unsent = 0;
     /* the worker's board, from its first message on: it must be listening before a slot given
      * now is used (rate_recheck) */
     if (d->env->_pauses == NULL)

@@ -113,7 +113,11 @@ typedef struct deliver {
     unsigned _timer_armed : 1, _cred_ready : 1, _cred_refreshed : 1, _cred_forced : 1,
         _lock_held : 1, _contact_ready : 1, _auth_retried : 2, _rate_retried : 1,
         _connect_retried : 1, _slot_ready : 1, _pair_held : 1, _pauses_heard : 2,
-        failed_other : 1; /* a message failed other than rate limited (120) */
+        failed_other : 1, /* a message failed other than rate limited (120) */
+        /* the last message failed and surely reached no platform: refused before its call
+         * (a rate limit's 120, a failed connection) or answered 5xx: a later try cannot
+         * deliver it twice (the outbox retries it) */
+        last_unsent : 1;
 } deliver_t;
 
 /* Delivers the response text[0..len) (borrowed until done runs). done runs exactly once, from a

@@ -88,9 +88,9 @@ static void log_answer(const char *client, const http_answer_t *a, int64_t elaps
     jw_init_size(&w, 256);
     jw_lit(&w, "\"msg\":\"request\",\"request_id\":");
     jw_str(&w, a->request_id);
-    jw_lit(&w, a->route == METRICS_ROUTE_SEND
-                   ? ",\"route\":\"sendResponses\",\"status\":"
-                   : ",\"route\":\"redirectMemberToNode\",\"status\":");
+    jw_lit(&w, a->route == METRICS_ROUTE_SEND       ? ",\"route\":\"sendResponses\",\"status\":"
+               : a->route == METRICS_ROUTE_REQUESTS ? ",\"route\":\"requests\",\"status\":"
+                                                     : ",\"route\":\"redirectMemberToNode\",\"status\":");
     jw_int(&w, a->status);
     if (a->code > 0) {
         jw_lit(&w, ",\"err_code\":");
@@ -139,6 +139,8 @@ static const char *status_reason(int status)
     switch (status) {
     case 200:
         return "OK";
+    case 202:
+        return "Accepted";
     case 400:
         return "Bad Request";
     case 401:
@@ -221,7 +223,10 @@ static const http_route_t *find_route(const http_server_t *s, const char *path, 
         const http_route_t *r = &s->routes[i];
         int here = on_admin ? r->where != HTTP_API
                             : r->where != HTTP_ADMIN || s->cfg->admin_listen[0] == '\0';
-        if (here && strcmp(path, r->path) == 0)
+        /* a path ending in '/' is a prefix: the rest names a resource (/requests/<id>) */
+        size_t n = strlen(r->path);
+        if (here && (r->path[n - 1] == '/' ? strncmp(path, r->path, n) == 0 && path[n] != '\0'
+                                           : strcmp(path, r->path) == 0))
             return r;
     }
     return NULL;

@@ -12,8 +12,9 @@
 static const double bounds[METRICS_BUCKETS] = {
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 };
-static const char *const route_names[METRICS_ROUTES] = {"sendResponses", "redirectMemberToNode"};
-static const int statuses[METRICS_STATUSES] = {200, 413, 500, 400, 401, 404, 409, 429, 502, 503};
+static const char *const route_names[METRICS_ROUTES] = {"sendResponses", "redirectMemberToNode",
+                                                        "requests"};
+static const int statuses[METRICS_STATUSES] = {200, 413, 500, 400, 401, 404, 409, 429, 502, 503, 202};
 static const char *const targets[METRICS_TARGETS] = {
     "facebook", "whatsapp", "whatsapp-cloud", "slack", "wechat", "teamwork", "media", "webhook",
 };
@@ -194,6 +195,69 @@ static void scalar(struct evbuffer *b, const char *name, const char *type, const
     evbuffer_add_printf(b, "%s %lld\n", name, value);
 }
 
+/* The outbox (contract.md section 12): its counters, and the gauges one worker refreshes. */
+static void outbox_render(struct evbuffer *b, const metrics_t *const *all, int n)
+{
+    static const char *const reasons[METRICS_RETRY_REASONS] = {"rate_limited", "platform",
+                                                               "store"};
+    long long shards = 0;
+    uint64_t v;
+
+    SUM(v, outbox_accepted);
+    scalar(b, "botgate_outbox_accepted_total", "counter",
+           "Requests queued (Prefer: respond-async), answered 202.", (long long)v);
+    SUM(v, outbox_attempts);
+    scalar(b, "botgate_outbox_attempts_total", "counter",
+           "Attempts started on queued requests (a first try, a retry, a take-over).",
+           (long long)v);
+    SUM(v, outbox_claimed);
+    scalar(b, "botgate_outbox_claimed_total", "counter",
+           "Queue entries taken over from a consumer that stopped answering.", (long long)v);
+    header(b, "botgate_outbox_ended_total", "counter",
+           "Queued requests ended, by status (done: every response delivered).");
+    for (int i = 0; i < 2; i++) {
+        SUM(v, outbox_ended[i]);
+        evbuffer_add_printf(b, "botgate_outbox_ended_total{status=\"%s\"} %llu\n",
+                            i == 0 ? "done" : "failed", (unsigned long long)v);
+    }
+    header(b, "botgate_outbox_retries_total", "counter",
+           "Queued requests tried again later, by reason (nothing had reached a platform).");
+    for (int r = 0; r < METRICS_RETRY_REASONS; r++) {
+        SUM(v, outbox_retries[r]);
+        evbuffer_add_printf(b, "botgate_outbox_retries_total{reason=\"%s\"} %llu\n", reasons[r],
+                            (unsigned long long)v);
+    }
+    header(b, "botgate_outbox_callbacks_total", "counter",
+           "Status callbacks ended: delivered (a 2xx), failed (none in 24 h, or nothing to send).");
+    for (int i = 0; i < 2; i++) {
+        SUM(v, callbacks[i]);
+        evbuffer_add_printf(b, "botgate_outbox_callbacks_total{outcome=\"%s\"} %llu\n",
+                            i == 0 ? "delivered" : "failed", (unsigned long long)v);
+    }
+    SUM(v, callback_retries);
+    scalar(b, "botgate_outbox_callback_retries_total", "counter",
+           "Status callback posts not answered 2xx, tried again later.", (long long)v);
+    SUM(shards, outbox_shards);
+    if (shards > METRICS_SHARDS)
+        shards = METRICS_SHARDS;
+    header(b, "botgate_outbox_depth", "gauge",
+           "Entries in each outbox stream (queued requests and callbacks not finished), as last "
+           "read (every 5 s).");
+    for (int i = 0; i < shards; i++) {
+        long long d;
+        SUM(d, outbox_depth[i]);
+        evbuffer_add_printf(b, "botgate_outbox_depth{shard=\"%d\"} %lld\n", i, d);
+    }
+    header(b, "botgate_outbox_oldest_seconds", "gauge",
+           "Age of the oldest entry of each outbox stream, as last read.");
+    for (int i = 0; i < shards; i++) {
+        long long ms;
+        SUM(ms, outbox_age_ms[i]);
+        evbuffer_add_printf(b, "botgate_outbox_oldest_seconds{shard=\"%d\"} %lld.%03lld\n", i,
+                            ms / 1000, ms % 1000);
+    }
+}
+
 void metrics_render(struct evbuffer *b, const metrics_t *const *all, int n)
 {
     const metrics_histogram_t *hs[256] = {0};
@@ -304,6 +368,7 @@ void metrics_render(struct evbuffer *b, const metrics_t *const *all, int n)
     scalar(b, "botgate_accept_pauses_total", "counter",
            "Times a worker stopped accepting connections because it reached its cap.",
            (long long)v);
+    outbox_render(b, all, n);
     scalar(b, "botgate_workers", "gauge", "Worker threads.", n);
     header(b, "botgate_build_info", "gauge",
            "Always 1; its labels say which build runs (join on it to compare versions).");

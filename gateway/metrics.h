@@ -11,18 +11,27 @@ struct evbuffer;
 typedef enum {
     METRICS_ROUTE_SEND = 0,
     METRICS_ROUTE_REDIRECT,
+    METRICS_ROUTE_REQUESTS, /* GET /requests/<id>: a queued request's status */
     METRICS_ROUTES
 } metrics_route_t;
 
 /* err_code slots: 0 = success, 1 = unauthorized, 2 = any other code, then 100..129 (contract
  * section 5 and the codes sections 11-14 add). */
 #define METRICS_CODES 33
-/* HTTP status slots: 200, 413, 500, and those of BOTGATE_HTTP_STATUS=conventional. */
-#define METRICS_STATUSES 10
+/* HTTP status slots: 200, 413, 500, those of BOTGATE_HTTP_STATUS=conventional, and 202. */
+#define METRICS_STATUSES 11
 #define METRICS_BUCKETS 14
 /* Outbound call targets: the six platforms, then media downloads and webhooks. */
 #define METRICS_TARGETS 8
 #define METRICS_PLATFORMS 6
+#define METRICS_SHARDS 256 /* outbox streams (BOTGATE_OUTBOX_SHARDS) */
+/* Why a queued request is tried again. */
+typedef enum {
+    METRICS_RETRY_RATE_LIMITED, /* its slot is later than an attempt's deadline, or a 429 */
+    METRICS_RETRY_PLATFORM,     /* a 5xx, a refused or failed connection */
+    METRICS_RETRY_STORE,        /* Redis failed before anything was sent */
+    METRICS_RETRY_REASONS
+} metrics_retry_t;
 /* Outcome of an outbound call: 2xx, 4xx, 5xx, no answer (connect failure, timeout, refused). */
 #define METRICS_OUTCOMES 4
 
@@ -48,6 +57,15 @@ typedef struct metrics {
     /* messages handed to delivery, by platform and err_code (slot 0: sent) */
     atomic_uint_fast64_t messages[METRICS_PLATFORMS][METRICS_CODES];
     atomic_uint_fast64_t accept_pauses;
+    /* the outbox (contract.md section 12) */
+    atomic_uint_fast64_t outbox_accepted, outbox_attempts, outbox_claimed;
+    atomic_uint_fast64_t outbox_ended[2];                         /* done, failed */
+    atomic_uint_fast64_t outbox_retries[METRICS_RETRY_REASONS];   /* metrics_retry_t */
+    atomic_uint_fast64_t callbacks[2];                            /* delivered, failed */
+    atomic_uint_fast64_t callback_retries;
+    /* gauges of one worker's latest look at the streams (outbox_watch_depth) */
+    atomic_int_fast64_t outbox_depth[METRICS_SHARDS], outbox_age_ms[METRICS_SHARDS];
+    atomic_int_fast64_t outbox_shards;
     atomic_int_fast64_t in_flight;
     atomic_int_fast64_t connections;
     atomic_int_fast64_t redis_up;

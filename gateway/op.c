@@ -9,6 +9,7 @@
 #include "../core/dlist.h"
 #include "../core/hash.h"
 #include "../core/member.h"
+#include "../core/prefer.h"
 #include "../core/rng.h"
 
 #include <event2/buffer.h>
@@ -89,6 +90,8 @@ typedef struct op_headers {
     const char *request_id, *idempotency_key, *authorization;
     struct evkeyval *connection;
     unsigned idempotency_twice : 1; /* a second Idempotency-Key: which one is meant is unknown */
+    unsigned prefer_async : 1;      /* a Prefer header states respond-async (RFC 7240) */
+    unsigned prefer_bad : 1;        /* a Prefer header is not the header's syntax */
 } op_headers_t;
 
 static void read_headers(struct evkeyvalq *headers, op_headers_t *h)
@@ -117,6 +120,14 @@ static void read_headers(struct evkeyvalq *headers, op_headers_t *h)
         case 'c':
             if (h->connection == NULL && evutil_ascii_strcasecmp(kv->key, "Connection") == 0)
                 h->connection = kv;
+            break;
+        case 'p':
+            /* every Prefer header counts: RFC 7240 lets a client split them */
+            if (evutil_ascii_strcasecmp(kv->key, "Prefer") == 0) {
+                int async = prefer_respond_async(kv->value);
+                h->prefer_async |= async == 1;
+                h->prefer_bad |= async < 0;
+            }
             break;
         }
     }
@@ -171,6 +182,8 @@ static void cancel_store_calls(op_t *op)
 void op_cancel_all(op_t *op)
 {
     cancel_store_calls(op);
+    if (op_outbox(op) != NULL)
+        op->env->outbox->cancel(op);
     deliver_cancel(&op->dl);
     op_guard_cancel(op);
     if (op->kind->cancel != NULL)
@@ -194,6 +207,8 @@ static void op_free(op_t *op)
     if (op->kind->cleanup != NULL && !op->kind_freed)
         op->kind->cleanup(op);
     free((char *)op->target.channel_id); /* the block of the target's ids (keep_target) */
+    if (op_outbox(op) != NULL)
+        op->env->outbox->release(op);
     free(op);
     env->in_flight--;
     if (env->draining && env->in_flight == 0)
@@ -236,6 +251,27 @@ static int conventional_status(const op_t *op, int status, int code)
     }
 }
 
+/* An accepted async request's answer (202) says where its status is. The id is read back from
+ * the answer, which a replay (Idempotency-Key) has too: {"ok":1,"requestId":"<id>",... */
+static void async_headers(struct evhttp_request *req, const char *text, size_t len)
+{
+    static const char at[] = "\"requestId\":\"";
+    const char *id = text != NULL ? memmem(text, len, at, sizeof(at) - 1) : NULL;
+    struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+    char location[64];
+    size_t n;
+
+    if (id == NULL)
+        return;
+    id += sizeof(at) - 1;
+    n = strcspn(id, "\"");
+    if (n == 0 || n > 40)
+        return;
+    snprintf(location, sizeof(location), "/requests/%.*s", (int)n, id);
+    evhttp_add_header(out, "Preference-Applied", "respond-async");
+    evhttp_add_header(out, "Location", location);
+}
+
 /* Sends the answer text (taken over) and frees the op. */
 static void op_reply_as(op_t *op, int status, char *text, size_t len, int code, int replayed)
 {
@@ -260,7 +296,14 @@ static void op_reply_as(op_t *op, int status, char *text, size_t len, int code, 
     if (op->guard != NULL)
         op_guard_end(op, status, code, text, len);
     atomic_fetch_add_explicit(&op->env->deliver.metrics->in_flight, -1, memory_order_relaxed);
-    http_answer(op->env->http, op->req, &a, text, len);
+    if (op_is_queued(op)) {
+        op->env->outbox->answered(op, status, code, text, len);
+        free(text);
+    } else {
+        if (status == 202)
+            async_headers(op->req, text, len);
+        http_answer(op->env->http, op->req, &a, text, len);
+    }
     op->phase = OP_DONE;
     op_free(op);
 }
@@ -299,6 +342,11 @@ void op_answer(op_t *op, json_t *answer)
 void op_answer_text(op_t *op, char *text, size_t len)
 {
     op_reply_text(op, 200, text, len, 0);
+}
+
+void op_answer_accepted(op_t *op, char *text, size_t len)
+{
+    op_reply_text(op, 202, text, len, 0);
 }
 
 void op_fail_text(op_t *op, int code, char *text, size_t len)
@@ -407,7 +455,9 @@ static void member_ready(op_t *op)
         op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
-    if (!op->env->deliver.cfg->member_order || op->turn_held || op_guard_turn(op, run_kind))
+    /* an async request is only queued now: its attempts take the member's turn */
+    if (op_is_async(op) || !op->env->deliver.cfg->member_order || op->turn_held ||
+        op_guard_turn(op, run_kind))
         run_kind(op);
 }
 
@@ -625,7 +675,10 @@ void op_resolve(op_t *op, const char *token_hash)
     }
     op->phase = OP_RESOLVE;
     op->member_done = op->target.member_id == NULL;
-    if ((cached = store_cached_token(store, token_hash)) != NULL) {
+    if (token_hash == NULL) {
+        op->token_done = 1; /* a queued request: op_start_queued set the token */
+        op->token_st = STORE_OK;
+    } else if ((cached = store_cached_token(store, token_hash)) != NULL) {
         op->token_done = 1;
         op->token_st = token_decode(op, cached) == 0 ? STORE_OK : STORE_BAD_RECORD;
         json_decref(cached);
@@ -693,11 +746,12 @@ static char *query_token(const char *query, size_t *len)
     return NULL;
 }
 
-/* Takes the token of the request, or answers "not authorized". Returns 0 when there is one. */
-static int take_token(op_t *op, const op_headers_t *h, char token_hash[AUTH_HASH_HEX])
+/* The token of a request (its Authorization header auth, else its query), hashed: 0, or -1
+ * when there is none. */
+static int token_hash_of(struct evhttp_request *req, const char *auth,
+                         char token_hash[AUTH_HASH_HEX])
 {
-    const char *auth = h->authorization;
-    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(op->req);
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *query = uri ? evhttp_uri_get_query(uri) : NULL;
     size_t query_len = 0, len = 0;
     char *from_query = auth == NULL ? query_token(query, &query_len) : NULL;
@@ -710,6 +764,21 @@ static int take_token(op_t *op, const op_headers_t *h, char token_hash[AUTH_HASH
         found = 1;
     }
     free(from_query);
+    return found ? 0 : -1;
+}
+
+int op_request_token(struct evhttp_request *req, char token_hash[AUTH_HASH_HEX])
+{
+    return token_hash_of(req, evhttp_find_header(evhttp_request_get_input_headers(req),
+                                                 "Authorization"),
+                         token_hash);
+}
+
+/* Takes the token of the request, or answers "not authorized". Returns 0 when there is one. */
+static int take_token(op_t *op, const op_headers_t *h, char token_hash[AUTH_HASH_HEX])
+{
+    int found = token_hash_of(op->req, h->authorization, token_hash) == 0;
+
     drop_request_headers(op, h);
     if (!found) {
         op_fail_code(op, BG_ERR_UNAUTHORIZED, "User is not authorized");
@@ -757,6 +826,10 @@ void op_start(void *route, struct evhttp_request *req)
     int guard = 0;
 
     read_headers(evhttp_request_get_input_headers(req), &h);
+    /* sendResponses only, and only where the outbox runs: elsewhere the preference is
+     * ignored (RFC 7240 allows it) and the request answered as always */
+    if (h.prefer_async && !h.prefer_bad && kind == &op_send_kind && env->outbox != NULL)
+        kind = &op_send_async_kind;
     if ((op = op_new(env, req, kind, &h)) == NULL) {
         http_refuse(env->http, req); /* only calloc failing gets here */
         return;
@@ -779,6 +852,13 @@ void op_start(void *route, struct evhttp_request *req)
                          : "parameter Idempotency-Key must be 1-255 printable ASCII characters");
         return;
     }
+    if (h.prefer_bad) {
+        op_fail_code(op, BG_ERR_MISSING_PARAM,
+                     "parameter Prefer is not an RFC 7240 header (preference[=value][; param], "
+                     "comma-separated)");
+        return;
+    }
+
     if (kind->parse(op, body, len, &err) < 0) {
         op_fail(op, &err);
         return;
@@ -793,4 +873,31 @@ void op_start(void *route, struct evhttp_request *req)
     evbuffer_drain(in, len);
     op->dl.channel_id = op->target.channel_id;
     op_resolve(op, token_hash);
+}
+
+int op_start_queued(op_env_t *env, const op_kind_t *kind, const char *body, size_t len,
+                    const char *app, void *outbox)
+{
+    op_headers_t h;
+    op_t *op;
+    bg_error_t err;
+
+    memset(&h, 0, sizeof(h));
+    if ((op = op_new(env, NULL, kind, &h)) == NULL)
+        return -1;
+    op->resuming = 1; /* what earlier attempts did is asked for (op_guard_resumed) */
+    op->outbox = outbox;
+    op->token.app = app;
+    op->token.scopes = kind->scopes;
+    if (kind->parse(op, body, len, &err) < 0) {
+        op_fail(op, &err);
+        return 0;
+    }
+    if (keep_target(op) < 0) {
+        op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+        return 0;
+    }
+    op->dl.channel_id = op->target.channel_id;
+    op_resolve(op, NULL);
+    return 0;
 }

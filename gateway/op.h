@@ -36,6 +36,7 @@ typedef struct op_guard op_guard_t;
 
 struct op_env;
 struct op_kind;
+struct op_outbox;
 
 /* The argument of an operation's route (op_start): the worker's op_env_t and the kind. */
 typedef struct op_route {
@@ -56,6 +57,7 @@ typedef struct op_env {
     void (*done)(void *arg);      /* the last request in flight of a drain was freed */
     void *done_arg;
     op_route_t send_route, redirect_route; /* the route arguments of the two operations */
+    const struct op_outbox *outbox; /* the outbox's part (outbox.c); NULL: it is off */
     /* Token records decoded, a slot each by the record's address (the last one decoded in that
      * slot), each holding its record (op.c token_decode): a record is never changed in place,
      * so while the cache hands out the same object its decoding holds. */
@@ -95,6 +97,7 @@ typedef struct op_kind {
     /* The member is addressed by recipientId, which creates it when it is new: checks first
      * what the operation needs, then calls op_resolve_recipient() or answers. NULL: none. */
     op_run_fn *before_recipient;
+    unsigned async : 1; /* Prefer: respond-async: run checks it and queues it (outbox.c) */
 } op_kind_t;
 
 typedef struct op {
@@ -142,9 +145,13 @@ typedef struct op {
             /* once resolved, each response as its JSON text, type first (op_send.c); each
              * let go once delivered */
             char **texts;
-            unsigned count;       /* responses */
-            unsigned index;       /* the response being delivered */
-            unsigned sent;        /* responses delivered (for a 121 answer's message) */
+            /* at most REQUEST_MAX_RESPONSES (50) each: 16 bits keep op_t in its size class
+             * with the outbox's pointer below */
+            uint16_t count;       /* responses */
+            uint16_t index;       /* the response being delivered */
+            uint16_t sent;        /* responses delivered (for a 121 answer's message) */
+            /* the outbox's state of an async or a queued request (outbox.c), or NULL */
+            void *outbox;
             /* bit i: response i goes as its fallback, whose text follows the NUL of
              * texts[i] (REQUEST_MAX_RESPONSES <= 64) */
             uint64_t fallbacks;
@@ -162,9 +169,18 @@ typedef struct op {
     };
 } op_t;
 
-/* The kinds of the two operations. */
+/* The kinds of the two operations, and sendResponses queued (Prefer: respond-async). */
 extern const op_kind_t op_send_kind;
+extern const op_kind_t op_send_async_kind;
 extern const op_kind_t op_redirect_kind;
+
+/* Macros, not functions: the synchronous path reads them on every request, and a call into
+ * another file would count as a crossing (docs/architecture.md). A request to queue: answered
+ * 202 once it is in the outbox. An attempt of a queued request: no HTTP request, it answers to
+ * the outbox. The outbox's state of op (only sendResponses has one). */
+#define op_is_async(op) ((op)->kind->async)
+#define op_is_queued(op) ((op)->req == NULL)
+#define op_outbox(op) ((op)->kind->route == METRICS_ROUTE_SEND ? (op)->outbox : NULL)
 
 /* The route handler of both operations (http_handler_fn), route an op_route_t: makes the op,
  * takes the token, parses the body with kind->parse, then resolves. */
@@ -180,6 +196,8 @@ void op_fail_store(op_t *op, store_status_t st);
 void op_answer(op_t *op, json_t *answer);
 /* Answers 200 with JSON text already written (taken over, freed by the op). */
 void op_answer_text(op_t *op, char *text, size_t len);
+/* Answers 202 with JSON text already written (taken over): a request queued (outbox.c). */
+void op_answer_accepted(op_t *op, char *text, size_t len);
 /* Answers HTTP 500 with err_code code and a failure body already written (taken over). */
 void op_fail_text(op_t *op, int code, char *text, size_t len);
 /* The drain stops the request. now = 0: the drain time is over; a message call on the wire
@@ -198,6 +216,15 @@ void op_cancel_all(op_t *op);
 /* The deadline timer of env: answers the requests whose deadline passed (the worker makes it
  * with env as argument; op.c arms it). */
 void op_on_deadlines(evutil_socket_t fd, short what, void *arg);
+/* Runs a queued request (the outbox's attempt): as op_start without an HTTP request, the body
+ * as accepted, the token taken as app's with the kind's scopes (it was checked when the
+ * request was accepted). The answer goes to env->outbox->answered, with outbox as op->outbox
+ * (it may come before this returns). -1 when out of memory: then nothing runs. */
+int op_start_queued(op_env_t *env, const op_kind_t *kind, const char *body, size_t len,
+                    const char *app, void *outbox);
+/* The SHA-256 hex of the request's token (Authorization: Bearer, else accessToken in the
+ * query): 0, or -1 when there is none. */
+int op_request_token(struct evhttp_request *req, char token_hash[AUTH_HASH_HEX]);
 /* Answers with a stored answer (text taken over), marked Idempotent-Replayed. */
 void op_replay_text(op_t *op, int status, int code, char *text, size_t len);
 
@@ -232,6 +259,7 @@ typedef enum {
     OP_RESUMED_NO,        /* not resuming, or not reached: send it */
     OP_RESUMED_DELIVERED, /* delivered: *element is its recorded result element */
     OP_RESUMED_UNKNOWN,   /* its call may have gone out: not sent again, reported 125 */
+    OP_RESUMED_EXPIRED,   /* queued past the outbox's TTL: not sent, reported 128 */
 } op_resumed_t;
 op_resumed_t op_guard_resumed(const op_t *op, unsigned i, const char **element);
 /* ok: the record says so; 0: it could not be written (or another request took over). */
@@ -241,5 +269,21 @@ typedef void op_progress_fn(op_t *op, int ok);
  * called, 0 when there is nothing to record (go on at once), -1 when it could not be sent. */
 int op_guard_progress(op_t *op, unsigned done, const char *element, size_t len,
                       op_progress_fn *then);
+
+/* What the outbox (outbox.c, the layer above) does for the requests, through env->outbox. */
+typedef struct op_outbox {
+    void *ob; /* the worker's outbox */
+    /* A respond-async request passed every check (op->async): queue it and answer 202. */
+    void (*accept)(op_t *op);
+    /* A queued request's attempt answered (op->queued; text borrowed). */
+    void (*answered)(op_t *op, int status, int code, const char *text, size_t len);
+    /* op_guard_progress and op_guard_resumed of a queued request: its record is the
+     * outbox's, across attempts and instances. */
+    int (*progress)(op_t *op, unsigned done, const char *element, size_t len,
+                    op_progress_fn *then);
+    op_resumed_t (*resumed)(const op_t *op, unsigned i, const char **element);
+    void (*cancel)(op_t *op);  /* stops the outbox's call in flight for op */
+    void (*release)(op_t *op); /* op is freed: op->outbox is let go */
+} op_outbox_t;
 
 #endif

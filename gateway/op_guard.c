@@ -169,6 +169,8 @@ op_resumed_t op_guard_resumed(const op_t *op, unsigned i, const char **element)
     const op_guard_t *g = op->guard;
 
     *element = NULL;
+    if (op_is_queued(op)) /* its progress is the outbox's record */
+        return op->env->outbox->resumed(op, i, element);
     if (g == NULL || !op->resuming || i > g->resume_at)
         return OP_RESUMED_NO;
     if (i < g->resume_at && g->resumed[i] != NULL) {
@@ -194,6 +196,8 @@ int op_guard_progress(op_t *op, unsigned done, const char *element, size_t len,
     op_guard_t *g = op->guard;
     store_status_t st = STORE_OK;
 
+    if (op_is_queued(op))
+        return op->env->outbox->progress(op, done, element, len, then);
     if (g == NULL || !g->owner)
         return 0;
     g->progress_done = then;

@@ -119,8 +119,11 @@ static void send_resumed(op_t *op)
             char buf[32];
             result_event_t ev = send_event(op, op->index, NULL, buf);
             bg_error_t err;
-            bg_error_set(&err, BG_ERR_OUTCOME_UNKNOWN,
-                         "outcome unknown: an earlier attempt may have delivered it");
+            if (how == OP_RESUMED_EXPIRED)
+                bg_error_set(&err, BG_ERR_EXPIRED, "expired in the queue: not sent");
+            else
+                bg_error_set(&err, BG_ERR_OUTCOME_UNKNOWN,
+                             "outcome unknown: an earlier attempt may have delivered it");
             result_write_failed(&op->results, &ev, op->dl.to, &err);
             mark_fallback(op, op->index);
             op->send_ok = 0;
@@ -313,7 +316,9 @@ static void let_go(op_t *op)
     request_send_free(&op->send);
 }
 
-static void send_run(op_t *op)
+/* Every response is checked against the platform before anything is sent (or queued):
+ * 0, or -1 when answered. */
+static int send_check(op_t *op)
 {
     const json_t *response;
     size_t i;
@@ -341,13 +346,32 @@ static void send_run(op_t *op)
             adapter_check_response(op->dl.adapter, checked, msg, sizeof(msg));
             bg_error_set(&err, code, "response[%zu]%s: %s", i, part, msg);
             op_fail(op, &err);
-            return;
+            return -1;
         }
     }
+    return 0;
+}
+
+static void send_run(op_t *op)
+{
+    if (send_check(op) < 0)
+        return;
     let_go(op);
     op->send_ok = 1;
     op->index = 0;
     send_next(op);
+}
+
+/* Prefer: respond-async: checked as above, then queued and answered 202 (outbox.c). */
+static void send_queue(op_t *op)
+{
+    if (send_check(op) == 0)
+        op->env->outbox->accept(op);
+}
+
+static void send_queue_expired(op_t *op)
+{
+    op_fail_code(op, BG_ERR_STORE, "the store did not answer in time");
 }
 
 static int send_parse(op_t *op, const char *body, size_t len, bg_error_t *err)
@@ -368,3 +392,11 @@ const op_kind_t op_send_kind = {.route = METRICS_ROUTE_SEND,
                                 .expired = send_expired,
                                 .cleanup = send_cleanup,
                                 .drained = send_drained};
+
+const op_kind_t op_send_async_kind = {.route = METRICS_ROUTE_SEND,
+                                      .scopes = AUTH_ACCEPT_SEND,
+                                      .parse = send_parse,
+                                      .run = send_queue,
+                                      .expired = send_queue_expired,
+                                      .cleanup = send_cleanup,
+                                      .async = 1};

@@ -233,6 +233,7 @@ static int add_routes(worker_t *w)
         {"/healthz", EVHTTP_REQ_GET, on_health, w, 0, HTTP_BOTH},
         {"/readyz", EVHTTP_REQ_GET, on_ready, w, 0, HTTP_BOTH},
         {"/metrics", EVHTTP_REQ_GET, on_metrics, w, 0, HTTP_ADMIN},
+        {"/requests/", EVHTTP_REQ_GET, outbox_status_route, w->outbox, 1, HTTP_API},
     };
 
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
@@ -319,6 +320,10 @@ int worker_init(worker_t *w, int id, const config_t *cfg)
     w->http.rng = &w->env.deliver.rng;
     /* the later workers join the listening group that the first one made */
     w->http.first = id == 0;
+    if ((w->outbox = outbox_new(&w->env, id)) == NULL)
+        return -1;
+    if (id == 0)
+        outbox_watch_depth(w->outbox); /* the streams are the process's: one worker looks */
     if (add_routes(w) < 0)
         return -1;
     return http_start(&w->http);
@@ -348,6 +353,8 @@ void worker_cleanup(worker_t *w)
 {
     abort_all(w);
     w->env.draining = 1;
+    outbox_free(w->outbox); /* after the ops: what they held of it is let go */
+    w->outbox = NULL;
     http_free(&w->http);
     if (w->ctl_ev != NULL)
         event_free(w->ctl_ev);

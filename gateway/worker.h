@@ -8,6 +8,7 @@
 #include "http.h"
 #include "metrics.h"
 #include "op.h"
+#include "outbox.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -22,6 +23,7 @@ typedef struct worker {
     const config_t *cfg;
     struct event_base *base;
     op_env_t env;       /* what its requests share: store, upstream clients, in-flight */
+    outbox_t *outbox;   /* its part of the outbox (Prefer: respond-async) */
     http_server_t http; /* the listeners and the routes */
     pthread_t thread;
     int ctl[2]; /* main thread -> worker: 'd' drain, 'q' stop now */

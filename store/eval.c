@@ -122,6 +122,17 @@ int store_eval(store_t *st, store_script_t *script, int nkeys, int nwords, const
     return REDISC_OK;
 }
 
+int64_t store_eval_int(const redisReply *r)
+{
+    if (r == NULL)
+        return -1;
+    if (r->type == REDIS_REPLY_INTEGER)
+        return (int64_t)r->integer;
+    if (r->type == REDIS_REPLY_STRING)
+        return strtoll(r->str, NULL, 10);
+    return -1;
+}
+
 void store_eval_cancel(store_eval_t *ev)
 {
     if (ev != NULL)

@@ -9,6 +9,7 @@
 #include "store.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* A script. Declare each one static _Thread_local: every thread fills its own head on its
  * first call, so that no lock is needed. */
@@ -41,5 +42,8 @@ int store_eval(store_t *st, store_script_t *script, int nkeys, int nwords, const
                const size_t *lens, redisc_cb *cb, void *arg, store_eval_t **out);
 /* cb will not run; the command still ends in Redis. */
 void store_eval_cancel(store_eval_t *ev);
+/* A script's number in its reply: an integer, or a string of digits (Lua's tostring); -1 for
+ * anything else (NULL included). */
+int64_t store_eval_int(const redisReply *r);
 
 #endif

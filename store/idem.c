@@ -122,15 +122,6 @@ void store_idem_cancel(store_idem_call_t *call)
     free(call);
 }
 
-static int64_t reply_int(const redisReply *r)
-{
-    if (r->type == REDIS_REPLY_INTEGER)
-        return (int64_t)r->integer;
-    if (r->type == REDIS_REPLY_STRING)
-        return strtoll(r->str, NULL, 10);
-    return -1;
-}
-
 /* The elements of a resume answer, pointing into the reply. */
 typedef struct resumed {
     const char *texts[RESUME_MAX];
@@ -149,7 +140,7 @@ static int idem_decode(const redisReply *r, store_idem_t *res, resumed_t *rs)
     if (strcmp(what, "run") == 0) {
         res->state = STORE_IDEM_RUN;
     } else if (strcmp(what, "resume") == 0 && r->elements >= 2) {
-        int64_t at = reply_int(r->element[1]);
+        int64_t at = store_eval_int(r->element[1]);
         if (at < 0 || at >= RESUME_MAX)
             return -1;
         res->state = STORE_IDEM_RESUME;
@@ -168,15 +159,16 @@ static int idem_decode(const redisReply *r, store_idem_t *res, resumed_t *rs)
         res->state = STORE_IDEM_CONFLICT;
     } else if (strcmp(what, "wait") == 0 && r->elements == 2) {
         res->state = STORE_IDEM_WAIT;
-        res->wait_ms = reply_int(r->element[1]);
+        res->wait_ms = store_eval_int(r->element[1]);
     } else if (strcmp(what, "done") == 0 && r->elements == 4 &&
                r->element[3]->type == REDIS_REPLY_STRING) {
         res->state = STORE_IDEM_DONE;
-        res->status = (int)reply_int(r->element[1]);
-        res->code = (int)reply_int(r->element[2]);
+        res->status = (int)store_eval_int(r->element[1]);
+        res->code = (int)store_eval_int(r->element[2]);
         res->body = r->element[3]->str;
         res->len = r->element[3]->len;
-        if (res->status != 200 && res->status != 500 && res->status != 413)
+        /* 202: a request accepted for the outbox (Prefer: respond-async) */
+        if (res->status != 200 && res->status != 202 && res->status != 500 && res->status != 413)
             return -1;
     } else {
         return -1;
@@ -197,13 +189,13 @@ static void on_reply(redisReply *reply, void *arg)
             st = STORE_BAD_RECORD;
         c->idem_cb(c->arg, st, st == STORE_OK ? &res : NULL);
     } else if (c->kind == IDEM_PROGRESS) {
-        if (st == STORE_OK && reply_int(reply) != 1)
+        if (st == STORE_OK && store_eval_int(reply) != 1)
             st = STORE_CONFLICT;
         c->progress_cb(c->arg, st);
     } else {
         int64_t wait_ms = -1;
         if (st == STORE_OK && reply->type == REDIS_REPLY_ARRAY && reply->elements == 1)
-            wait_ms = reply_int(reply->element[0]);
+            wait_ms = store_eval_int(reply->element[0]);
         if (st == STORE_OK && wait_ms < 0)
             st = STORE_BAD_RECORD;
         c->turn_cb(c->arg, st, wait_ms);

@@ -230,3 +230,34 @@ int store_key_ids(const char *key, const char *prefix, store_rec_t kind, char *c
         return copy_id(id, id_size, p, len);
     }
 }
+
+int store_key_outbox(char *buf, size_t size, const char *prefix, unsigned shard)
+{
+    char n[NUMFMT_DEC_SIZE];
+
+    return key(buf, size, prefix, "outbox:{", numfmt_dec(n, shard), "}");
+}
+
+int store_key_outbox_request(char *buf, size_t size, const char *prefix, unsigned shard,
+                             const char *request_id)
+{
+    char n[NUMFMT_DEC_SIZE];
+
+    return key(buf, size, prefix, "outbox:{", numfmt_dec(n, shard), "}:req:", request_id);
+}
+
+int store_key_outbox_order(char *buf, size_t size, const char *prefix, unsigned shard,
+                           const char *channel_id, const char *member_id)
+{
+    char n[NUMFMT_DEC_SIZE], len[NUMFMT_DEC_SIZE];
+
+    if (channel_id == NULL)
+        return -1;
+    return key(buf, size, prefix, "outbox:{", numfmt_dec(n, shard), "}:order:",
+               numfmt_dec(len, (long long)strlen(channel_id)), ":", channel_id, ":", member_id);
+}
+
+int store_key_app_secret(char *buf, size_t size, const char *prefix, const char *app)
+{
+    return key(buf, size, prefix, "appsecret:", app);
+}

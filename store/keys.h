@@ -73,4 +73,18 @@ int store_key_turns(char *buf, size_t size, const char *prefix, const char *chan
 int store_key_leases(char *buf, size_t size, const char *prefix, const char *channel_id,
                      const char *member_id);
 
+/* The outbox (contract.md section 12), sharded by hash tag "{outbox:<shard>}" so that Redis
+ * Cluster spreads the shards: the shard's stream of entries, a request's record (a hash: its
+ * body, status and progress) and a member's order counters (a hash: "n" the last sequence
+ * number given, "done" the last one finished), all of one shard's slot. A member's entries
+ * all go to one shard (the caller picks it from the channel and member), so that one script
+ * sees its order. The channel id goes behind its length: the parts read back one way only. */
+int store_key_outbox(char *buf, size_t size, const char *prefix, unsigned shard);
+int store_key_outbox_request(char *buf, size_t size, const char *prefix, unsigned shard,
+                             const char *request_id);
+int store_key_outbox_order(char *buf, size_t size, const char *prefix, unsigned shard,
+                           const char *channel_id, const char *member_id);
+/* An app's signing secret for status callbacks (a string, hex; botgatectl app secret). */
+int store_key_app_secret(char *buf, size_t size, const char *prefix, const char *app);
+
 #endif

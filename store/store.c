@@ -281,6 +281,17 @@ redisc_t *store_redis(store_t *st)
     return st->redis;
 }
 
+redisc_t *store_new_connection(store_t *st, int command_timeout_ms)
+{
+    redisc_config_t cfg;
+
+    if (st->cluster != NULL)
+        return NULL;
+    cfg = st->redis_cfg;
+    cfg.command_timeout_ms = command_timeout_ms;
+    return redisc_new(st->base, &cfg);
+}
+
 const char *store_prefix(const store_t *st)
 {
     return st->prefix;

@@ -46,6 +46,10 @@ int store_ready(const store_t *st);
 /* The connection of a single server (or Sentinel's master); NULL with a cluster. */
 redisc_t *store_redis(store_t *st);
 const char *store_prefix(const store_t *st);
+/* A connection of its own to the single server (or Sentinel's master), with command_timeout_ms
+ * for each command: for a command that holds its connection (a blocking read). NULL with a
+ * cluster or when out of memory; the caller frees it (redisc_free). */
+redisc_t *store_new_connection(store_t *st, int command_timeout_ms);
 /* Told when Redis (a single server, or every master of the cluster) comes up or goes down, and
  * of every command that ends: see redisc_set_state_cb and redisc_set_observer. */
 void store_set_state_cb(store_t *st, redisc_state_cb *cb, void *arg);

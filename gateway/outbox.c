@@ -1,0 +1,1228 @@
+/* outbox.c - the outbox of one worker (contract.md section 12). Accepting: a respond-async
+ * sendResponses request, checked like any other, is written to a shard's stream (store/outbox.c)
+ * and answered 202. Delivering: a blocking XREADGROUP on a connection of its own hands this
+ * worker new entries, a timer takes over (XAUTOCLAIM) those a dead consumer left; each entry
+ * is a job, and each try of it an attempt: an op without an HTTP request (op_start_queued) that
+ * runs the same resolve, member turn and delivery as a synchronous request, and whose answer
+ * comes back here instead of going to a client. The request's record in Redis is its progress
+ * across attempts and instances: a response recorded is never sent again; a response whose
+ * call may have gone out when an attempt died is reported 125; one that surely reached no
+ * platform (a rate limit's wait past the deadline, a 5xx, a refused connection) is tried again
+ * after a jittered backoff, until the queue TTL (128). A request's status callback is an entry
+ * of the same stream, written by the script that ends the request. */
+#include "outbox.h"
+
+#include "../core/clock.h"
+#include "../core/dlist.h"
+#include "../core/rng.h"
+#include "../store/outbox.h"
+#include "log.h"
+
+#include <event2/event.h>
+#include <event2/http.h>
+#include <openssl/hmac.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BLOCK_MS            5000   /* a blocking read's wait: the connection shows it is alive */
+#define READ_RETRY_MS       1000   /* after a failed read or start */
+#define LEASE_MARGIN_MS     5000   /* an attempt's lease past its deadline */
+#define BACKOFF_FIRST_MS    1000   /* contract.md section 12: 1 s doubling... */
+#define BACKOFF_MAX_MS      300000 /* ...at most 5 min between tries */
+#define CALLBACK_FOR_MS     (24LL * 3600 * 1000) /* a status callback is tried this long */
+#define CALLBACK_ANSWER_MAX 4096
+#define REQUEST_ID_LEN      24 /* 2 hex of the shard, 22 random */
+#define STATUS_PATH         "/requests/"
+#define DEPTH_EVERY_MS      5000
+#define READ_COUNT          8 /* entries one read takes at most */
+
+typedef struct ob_job ob_job_t;
+typedef struct ob_get ob_get_t;
+
+/* Owned by the worker (outbox_new, outbox_free). */
+struct outbox {
+    op_env_t *env;
+    op_outbox_t hooks;
+    unsigned shards;
+    store_outbox_reader_t *reader; /* NULL with a cluster: nothing is queued nor read */
+    unsigned reading : 1, stopped : 1;
+    struct event *read_timer;  /* a read that could not be sent goes again */
+    struct event *claim_timer; /* takes over entries of dead consumers */
+    struct event *depth_timer; /* the depth gauges (one worker) */
+    unsigned claim_shard, depth_shard;
+    store_outbox_call_t *claim, *depth;
+    ob_job_t *jobs, *jobs_last;
+    unsigned n_jobs;
+    ob_get_t *gets, *gets_last; /* GET /requests in flight */
+    char consumer[48];
+};
+
+/* One entry being worked on: a queued request (its attempts, one at a time) or a status
+ * callback. Owned by the outbox from job_new to job_free; while an attempt runs, its op points
+ * to it (op->outbox) and the job is not freed before the op lets it go (release). */
+struct ob_job {
+    outbox_t *ob;
+    ob_job_t *prev, *next;
+    unsigned shard;
+    unsigned callback : 1;    /* a status callback, else a request */
+    unsigned stale : 1;       /* woken while its start was out: start again */
+    unsigned running : 1;     /* an attempt's op holds it */
+    unsigned stop : 1;        /* the attempt stopped at a response to try again (stop_at) */
+    unsigned abandon : 1;     /* the attempt's progress is unknown: left as if it died */
+    unsigned drop : 1;        /* freed at the next wake (after its op let it go) */
+    char *entry, *id, *order; /* one block */
+    store_outbox_call_t *call;
+    struct event *timer;
+    redisc_sub_t *sub; /* the member's order, while an earlier request is not finished */
+    char owner[17];
+    /* the attempt */
+    op_t *op; /* while its progress record is out */
+    op_progress_fn *then;
+    char *app;
+    unsigned first, stop_at, resumed; /* first: the first response not finished */
+    int crashed, expired;
+    int64_t attempts, retry_ms;
+    metrics_retry_t reason;
+    char *elements[STORE_OUTBOX_ELEMENTS_MAX]; /* of the responses before next */
+    /* a callback */
+    net_xfer_t *xfer;
+    char *url, *body;
+    int64_t since_ms; /* when the request ended (wall clock) */
+    unsigned tries;
+};
+
+/* A GET /requests/<id> in flight. */
+struct ob_get {
+    outbox_t *ob;
+    ob_get_t *prev, *next;
+    struct evhttp_request *req;
+    store_call_t *token_call;
+    store_outbox_call_t *call;
+    auth_token_t token;
+    unsigned shard;
+    int64_t started_us;
+    char id[REQUEST_ID_LEN + 1];
+    char request_id[17];
+};
+
+static metrics_t *metrics(const outbox_t *ob)
+{
+    return ob->env->deliver.metrics;
+}
+
+static void count(atomic_uint_fast64_t *c)
+{
+    atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+}
+
+/* The shard of a member: all of its requests go to one stream, so that one script sees their
+ * order (FNV-1a of channel and member). */
+static unsigned shard_of(const outbox_t *ob, const char *channel_id, const char *member_id)
+{
+    uint32_t h = 2166136261u;
+
+    for (const char *p = channel_id; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    h = (h ^ 0xff) * 16777619u; /* a byte no id has between them */
+    for (const char *p = member_id; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    return h % ob->shards;
+}
+
+/* The shard a request id names, -1 when it is not one of ours (24 lower-case hex). */
+static int id_shard(const char *id)
+{
+    if (strlen(id) != REQUEST_ID_LEN || strspn(id, "0123456789abcdef") != REQUEST_ID_LEN)
+        return -1;
+    return (int)strtol((char[]){id[0], id[1], '\0'}, NULL, 16);
+}
+
+static void arm(struct event *ev, int64_t ms)
+{
+    struct timeval tv;
+
+    if (ms < 0)
+        ms = 0;
+    tv.tv_sec = (time_t)(ms / 1000);
+    tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
+    evtimer_add(ev, &tv);
+}
+
+/* Jittered exponential backoff after the attempts so far: 1 s doubling, at most 5 min, each a
+ * random time between half and all of it (instances that failed together spread out). */
+static int64_t backoff_ms(outbox_t *ob, int64_t attempts)
+{
+    int64_t ms = BACKOFF_FIRST_MS;
+    char hex[9];
+
+    for (int64_t i = 1; i < attempts && ms < BACKOFF_MAX_MS; i++)
+        ms *= 2;
+    if (ms > BACKOFF_MAX_MS)
+        ms = BACKOFF_MAX_MS;
+    rng_hex(&ob->env->deliver.rng, hex, 8);
+    return ms / 2 + (int64_t)(strtoul(hex, NULL, 16) % (uint64_t)(ms / 2 + 1));
+}
+
+/* ---- accepting ---- */
+
+/* An accept's state, op->outbox of an async op. */
+typedef struct ob_accept {
+    store_outbox_call_t *call;
+    char id[REQUEST_ID_LEN + 1];
+} ob_accept_t;
+
+static void on_accepted(void *arg, store_status_t st, int64_t created_ms)
+{
+    op_t *op = arg;
+    ob_accept_t *a = op->outbox;
+    jsonw_t w;
+    char *text;
+    size_t len;
+
+    (void)created_ms;
+    a->call = NULL;
+    if (st != STORE_OK) {
+        op_fail_store(op, st == STORE_BAD_RECORD ? STORE_UNAVAILABLE : st);
+        return;
+    }
+    count(&metrics(op->env->outbox->ob)->outbox_accepted);
+    jw_init(&w);
+    jw_lit(&w, "{\"ok\":1,\"requestId\":");
+    jw_str(&w, a->id);
+    jw_lit(&w, ",\"member\":");
+    jw_str(&w, op->member_id);
+    jw_lit(&w, ",\"status\":\"queued\"}");
+    if (w.failed || (text = jw_steal(&w, &len)) == NULL) {
+        jw_free(&w);
+        op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+        return;
+    }
+    op_answer_accepted(op, text, len);
+}
+
+/* statusCallback: an http(s) URL (the SSRF guard checks its address when it is called). */
+static int callback_valid(const json_t *v)
+{
+    const char *url = json_string_value(v);
+
+    return url != NULL && strlen(url) <= 2048 &&
+           (strncmp(url, "https://", 8) == 0 || strncmp(url, "http://", 7) == 0) &&
+           strcspn(url, " \t\r\n") == strlen(url);
+}
+
+static void ob_accept(op_t *op)
+{
+    outbox_t *ob = op->env->outbox->ob;
+    const json_t *cb = json_object_get(op->send.root, "statusCallback");
+    ob_accept_t *a;
+    json_t *body;
+    char *text;
+    size_t len = 0;
+    unsigned shard;
+    store_status_t st = STORE_OK;
+
+    if (cb != NULL && !json_is_null(cb) && !callback_valid(cb)) {
+        op_fail_code(op, BG_ERR_MISSING_PARAM,
+                     "parameter statusCallback must be an http:// or https:// URL (at most 2048 "
+                     "characters)");
+        return;
+    }
+    if ((a = calloc(1, sizeof(*a))) == NULL) {
+        op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+        return;
+    }
+    op->outbox = a;
+    shard = shard_of(ob, op->target.channel_id, op->member_id);
+    snprintf(a->id, sizeof(a->id), "%02x", shard);
+    rng_hex(&op->env->deliver.rng, a->id + 2, REQUEST_ID_LEN - 2);
+    /* the request as it runs: addressed by the member it was resolved to (a recipientId made
+     * it already), without what only the accept reads */
+    body = json_copy(op->send.root);
+    if (body != NULL) {
+        json_object_del(body, "recipientId");
+        json_object_del(body, "statusCallback");
+        json_object_set_new(body, "memberId", json_string(op->member_id));
+    }
+    text = body != NULL ? jw_dump(body, &len) : NULL;
+    json_decref(body);
+    if (text == NULL) {
+        op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+        return;
+    }
+    {
+        store_outbox_new_t req = {op->token.app,         text,          len,
+                                  op->target.channel_id, op->member_id, json_string_value(cb)};
+        int64_t keep_ms = ((int64_t)op->env->deliver.cfg->outbox_ttl_s +
+                           op->env->deliver.cfg->idempotency_ttl_s) *
+                          1000;
+        if (req.callback == NULL)
+            req.callback = "";
+        a->call = store_outbox_accept(op->env->deliver.store, shard, a->id, &req, keep_ms,
+                                      (int64_t)op->env->deliver.cfg->outbox_ttl_s * 1000,
+                                      on_accepted, op, &st);
+    }
+    free(text);
+    if (a->call == NULL)
+        op_fail_store(op, st == STORE_BAD_RECORD ? STORE_UNAVAILABLE : st);
+}
+
+/* ---- jobs ---- */
+
+static void outbox_read(outbox_t *ob);
+static void job_start(ob_job_t *job);
+static void callback_start(ob_job_t *job);
+
+static void job_free(ob_job_t *job)
+{
+    outbox_t *ob = job->ob;
+
+    store_outbox_cancel(job->call);
+    if (job->timer != NULL)
+        event_free(job->timer);
+    store_unwatch(job->sub);
+    if (job->xfer != NULL)
+        net_cancel(job->xfer);
+    for (unsigned i = 0; i < STORE_OUTBOX_ELEMENTS_MAX; i++)
+        free(job->elements[i]);
+    free(job->app);
+    free(job->url);
+    free(job->body);
+    free(job->entry);
+    DLIST_UNLINK(ob->jobs, ob->jobs_last, job);
+    ob->n_jobs--;
+    free(job);
+    outbox_read(ob); /* room for one more */
+}
+
+static void job_wake(ob_job_t *job)
+{
+    if (job->drop) {
+        job_free(job);
+        return;
+    }
+    if (job->call != NULL || job->xfer != NULL) {
+        job->stale = 1;
+        return;
+    }
+    /* shutting down: nothing new starts; what is left is taken over elsewhere */
+    if (job->running || job->ob->env->draining)
+        return;
+    if (job->callback)
+        callback_start(job);
+    else
+        job_start(job);
+}
+
+static void on_job_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    job_wake(arg);
+}
+
+static void job_later(ob_job_t *job, int64_t ms)
+{
+    arm(job->timer, ms);
+}
+
+/* Entry ids are a stream's own: two shards have the same ids in the same millisecond. */
+static ob_job_t *job_find(const outbox_t *ob, unsigned shard, const char *entry)
+{
+    for (ob_job_t *j = ob->jobs; j != NULL; j = j->next)
+        if (j->shard == shard && strcmp(j->entry, entry) == 0)
+            return j;
+    return NULL;
+}
+
+/* A job for entry e (the request's or the callback's), started at once. */
+static void job_add(outbox_t *ob, const store_outbox_entry_t *e)
+{
+    size_t le = strlen(e->entry_id) + 1, li, lo = strlen(e->order_key) + 1;
+    ob_job_t *job;
+
+    if (e->request_id == NULL) { /* deleted, or not ours: nothing to do */
+        store_outbox_ack(ob->env->deliver.store, e->shard, e->entry_id);
+        return;
+    }
+    if (job_find(ob, e->shard, e->entry_id) != NULL)
+        return;
+    li = strlen(e->request_id) + 1;
+    if ((job = calloc(1, sizeof(*job))) == NULL)
+        return; /* left pending: taken over later */
+    job->entry = malloc(le + li + lo);
+    job->timer = evtimer_new(ob->env->deliver.base, on_job_timer, job);
+    if (job->entry == NULL || job->timer == NULL) {
+        free(job->entry);
+        if (job->timer != NULL)
+            event_free(job->timer);
+        free(job);
+        return;
+    }
+    job->id = job->entry + le;
+    job->order = job->id + li;
+    memcpy(job->entry, e->entry_id, le);
+    memcpy(job->id, e->request_id, li);
+    memcpy(job->order, e->order_key, lo);
+    job->ob = ob;
+    job->shard = e->shard;
+    job->callback = e->callback != 0;
+    DLIST_APPEND(ob->jobs, ob->jobs_last, job);
+    ob->n_jobs++;
+    job_wake(job);
+}
+
+static void on_order(void *arg, const char *msg, size_t len)
+{
+    (void)msg; /* a request of the member finished, or the watch (re)started */
+    (void)len;
+    job_wake(arg);
+}
+
+static void on_start(void *arg, store_status_t st, const store_outbox_start_t *s)
+{
+    ob_job_t *job = arg;
+    outbox_t *ob = job->ob;
+
+    job->call = NULL;
+    if (st != STORE_OK) {
+        job_later(job, READ_RETRY_MS);
+        return;
+    }
+    switch (s->state) {
+    case STORE_OUTBOX_GONE:
+    case STORE_OUTBOX_FINAL:
+        store_outbox_ack(ob->env->deliver.store, job->shard, job->entry);
+        job_free(job);
+        return;
+    case STORE_OUTBOX_ORDER:
+        if (job->stale) { /* the member's order may have passed meanwhile */
+            job->stale = 0;
+            job_start(job);
+            return;
+        }
+        if (job->sub == NULL)
+            job->sub = store_watch_key(ob->env->deliver.store, job->order, on_order, job);
+        /* the request ahead may be held by an instance that died: asked again when it may
+         * have been taken over */
+        job_later(job, ob->env->deliver.cfg->outbox_claim_ms);
+        return;
+    case STORE_OUTBOX_WAIT:
+        job_later(job, s->wait_ms);
+        return;
+    case STORE_OUTBOX_RUN:
+        break;
+    }
+    store_unwatch(job->sub);
+    job->sub = NULL;
+    evtimer_del(job->timer);
+    free(job->app);
+    job->app = strdup(s->app);
+    for (unsigned i = 0; i < STORE_OUTBOX_ELEMENTS_MAX; i++) {
+        free(job->elements[i]);
+        job->elements[i] = i < s->next ? strndup(s->elements[i], s->element_lens[i]) : NULL;
+    }
+    job->first = s->next;
+    job->crashed = s->crashed;
+    job->expired = s->expired;
+    job->attempts = s->attempts;
+    job->stop = job->abandon = 0;
+    job->resumed = 0;
+    count(&metrics(ob)->outbox_attempts);
+    if (log_enabled(LOG_DEBUG))
+        log_msg(LOG_DEBUG, "outbox: request %s attempt %lld from response %u", job->id,
+                (long long)s->attempts, s->next);
+    job->running = 1;
+    if (job->app == NULL ||
+        op_start_queued(ob->env, &op_send_kind, s->body, s->body_len, job->app, job) < 0) {
+        job->running = 0;
+        job->abandon = 1; /* taken over as after a crash: nothing is sent twice */
+        job->drop = 1;
+        job_later(job, 0);
+    }
+}
+
+static void job_start(ob_job_t *job)
+{
+    outbox_t *ob = job->ob;
+    const config_t *cfg = ob->env->deliver.cfg;
+    store_status_t st = STORE_OK;
+
+    job->stale = 0;
+    rng_hex(&ob->env->deliver.rng, job->owner, 16);
+    job->call =
+        store_outbox_start(ob->env->deliver.store, job->shard, job->id, job->order, job->owner,
+                           cfg->request_timeout_ms + LEASE_MARGIN_MS, on_start, job, &st);
+    if (job->call == NULL)
+        job_later(job, READ_RETRY_MS);
+}
+
+/* ---- an attempt's op (op_outbox_t) ---- */
+
+/* Whether a failed element may be tried again: it surely reached no platform (unsent, or a
+ * rate limit's 120), and its failure may pass. Sets the delay and the reason. */
+static int element_retry(outbox_t *ob, const json_t *el, int unsent, int64_t attempts,
+                         int64_t *delay_ms, metrics_retry_t *reason)
+{
+    const json_t *e = json_object_get(el, "error");
+    int code = (int)json_integer_value(json_object_get(e, "err_code"));
+
+    if (e == NULL)
+        return 0;
+    if (code == BG_ERR_RATE_LIMITED) {
+        json_int_t after = json_integer_value(json_object_get(e, "retryAfterMs"));
+        *delay_ms = (after > 0 ? after : BACKOFF_FIRST_MS) + backoff_ms(ob, 1) / 10;
+        *reason = METRICS_RETRY_RATE_LIMITED;
+        return 1;
+    }
+    if (unsent && (code == BG_ERR_PLATFORM || code == BG_ERR_STORE)) {
+        *delay_ms = backoff_ms(ob, attempts);
+        *reason = code == BG_ERR_STORE ? METRICS_RETRY_STORE : METRICS_RETRY_PLATFORM;
+        return 1;
+    }
+    return 0;
+}
+
+static void on_progress(void *arg, store_status_t st)
+{
+    ob_job_t *job = arg;
+    op_progress_fn *then = job->then;
+
+    job->call = NULL;
+    job->then = NULL;
+    if (st != STORE_OK)
+        job->abandon = 1; /* not recorded: its outcome is unknown to a later attempt */
+    then(job->op, st == STORE_OK);
+}
+
+static int ob_progress(op_t *op, unsigned done, const char *element, size_t len,
+                       op_progress_fn *then)
+{
+    ob_job_t *job = op->outbox;
+    outbox_t *ob = job->ob;
+    json_t *el = json_loadb(element, len, 0, NULL);
+    store_status_t st = STORE_OK;
+    int retry = el != NULL && element_retry(ob, el, op->dl.last_unsent, job->attempts,
+                                            &job->retry_ms, &job->reason);
+
+    json_decref(el);
+    if (retry) {
+        /* the responses after it wait for it: order within the request holds */
+        job->stop = 1;
+        job->stop_at = done;
+        return -1;
+    }
+    job->op = op;
+    job->then = then;
+    job->call = store_outbox_progress(ob->env->deliver.store, job->shard, job->id, job->owner, done,
+                                      element, len, on_progress, job, &st);
+    if (job->call == NULL) {
+        job->then = NULL;
+        job->abandon = 1;
+        return -1;
+    }
+    return 1;
+}
+
+static op_resumed_t ob_resumed(const op_t *op, unsigned i, const char **element)
+{
+    ob_job_t *job = op->outbox;
+    op_resumed_t how = OP_RESUMED_NO;
+
+    if (i < job->first) {
+        *element = job->elements[i] != NULL && job->elements[i][0] ? job->elements[i] : NULL;
+        how = *element != NULL ? OP_RESUMED_DELIVERED : OP_RESUMED_UNKNOWN;
+    } else if (i == job->first && job->crashed) {
+        how = OP_RESUMED_UNKNOWN;
+    } else if (job->expired) {
+        how = OP_RESUMED_EXPIRED;
+    }
+    if (how != OP_RESUMED_NO && i + 1 > job->resumed)
+        job->resumed = i + 1;
+    return how;
+}
+
+static void ob_cancel(op_t *op)
+{
+    if (op_is_async(op)) {
+        ob_accept_t *a = op->outbox;
+        store_outbox_cancel(a->call);
+        a->call = NULL;
+        return;
+    }
+    {
+        ob_job_t *job = op->outbox;
+        if (job->then != NULL) { /* a progress record not confirmed: unknown to a later try */
+            store_outbox_cancel(job->call);
+            job->call = NULL;
+            job->then = NULL;
+            job->abandon = 1;
+        }
+    }
+}
+
+static void ob_release(op_t *op)
+{
+    if (op_is_async(op)) {
+        free(op->outbox);
+    } else {
+        ob_job_t *job = op->outbox;
+        job->running = 0;
+        job->op = NULL;
+    }
+    op->outbox = NULL;
+}
+
+static void on_end(void *arg, store_status_t st)
+{
+    ob_job_t *job = arg;
+
+    job->call = NULL;
+    if (st == STORE_OK && job->retry_ms >= 0) {
+        job_later(job, job->retry_ms);
+        return;
+    }
+    /* final (the entry was acknowledged with it), or not written: then the record says an
+     * attempt is out, and whoever takes the entry over finds it as after a crash */
+    job_free(job);
+}
+
+/* The attempt's end in Redis: final with status and result, or tried again after retry_ms. */
+static void job_end(ob_job_t *job, const char *status, const char *result, size_t len)
+{
+    outbox_t *ob = job->ob;
+    const config_t *cfg = ob->env->deliver.cfg;
+    store_outbox_end_t end = {
+        job->entry, job->order, status != NULL, status,
+        result,     len,        job->retry_ms,  (int64_t)cfg->idempotency_ttl_s * 1000};
+    store_status_t st = STORE_OK;
+
+    if (status != NULL) {
+        job->retry_ms = -1;
+        count(&metrics(ob)->outbox_ended[strcmp(status, "done") == 0 ? 0 : 1]);
+    } else {
+        count(&metrics(ob)->outbox_retries[job->reason]);
+    }
+    job->call = store_outbox_end(ob->env->deliver.store, job->shard, job->id, job->owner, &end,
+                                 on_end, job, &st);
+    if (job->call == NULL) {
+        job->drop = 1;
+        job_later(job, 0);
+    }
+}
+
+/* The final result: what GET /requests/<id> and the callback show besides the status, as the
+ * members of an object: "sendResult":{...} and, when the request failed whole, "error". */
+static char *final_result(const json_t *answer, int status, int code, const char *member_id,
+                          size_t *len)
+{
+    const json_t *sr = json_object_get(answer, "sendResult");
+    json_t *out = json_object();
+    char *text;
+
+    if (out == NULL)
+        return NULL;
+    /* a request that failed whole has none: an empty one keeps the status's shape */
+    if (sr != NULL)
+        json_object_set(out, "sendResult", (json_t *)sr);
+    else
+        json_object_set_new(
+            out, "sendResult",
+            json_pack("{s:i,s:s,s:[]}", "ok", 0, "member", member_id != NULL ? member_id : ""));
+    if (status != 200) {
+        json_t *e = json_object();
+        json_object_set_new(e, "err_code", code > 0 ? json_integer(code) : json_null());
+        json_object_set(e, "err", json_object_get(answer, "err"));
+        json_object_set_new(out, "error", e);
+    }
+    text = jw_dump(out, len);
+    json_decref(out);
+    if (text != NULL && *len >= 2) { /* the members without the braces */
+        memmove(text, text + 1, *len - 2);
+        *len -= 2;
+        text[*len] = '\0';
+    }
+    return text;
+}
+
+/* A drain's answer (contract.md: 121 marks what surely was not sent): 1 when the response at
+ * which it stopped the attempt (at: the first not finished) was not sent at all (121), or the
+ * attempt had not started; 0 when it was the one whose call the drain cut (113: it may have
+ * been delivered). The responses before it were recorded as they finished. */
+static int drained_unsent(const json_t *answer, int status, size_t at)
+{
+    const json_t *results = json_object_get(json_object_get(answer, "sendResult"), "result");
+    const json_t *e = json_object_get(json_array_get(results, at), "error");
+
+    if (status != 200 && results == NULL)
+        return json_integer_value(json_object_get(answer, "err_code")) == BG_ERR_UNAVAILABLE;
+    return json_integer_value(json_object_get(e, "err_code")) == BG_ERR_UNAVAILABLE;
+}
+
+static void ob_answered(op_t *op, int status, int code, const char *text, size_t len)
+{
+    ob_job_t *job = op->outbox;
+    outbox_t *ob = job->ob;
+    json_t *answer = text != NULL ? json_loadb(text, len, 0, NULL) : NULL;
+    const json_t *results = json_object_get(json_object_get(answer, "sendResult"), "result");
+    size_t n = json_array_size(results);
+    /* the first response this attempt did not finish */
+    size_t at = job->resumed + (size_t)(deliver_sent(&op->dl) + op->dl.failed);
+    char *result;
+    size_t rlen = 0;
+
+    if (job->abandon || (op->drain_cut && !drained_unsent(answer, status, at))) {
+        /* a call may be out whose outcome nobody recorded: left as if this instance died,
+         * for a later attempt to find (125 for that response, never sent twice) */
+        job->drop = 1;
+        job_later(job, 0);
+    } else if (op->drain_cut) {
+        /* shut down with nothing of it on the wire: another instance goes on from the first
+         * response not sent, at once (this one takes nothing new) */
+        job->retry_ms = 0;
+        job->reason = METRICS_RETRY_STORE;
+        job_end(job, NULL, NULL, 0);
+    } else if (job->stop) {
+        job_end(job, NULL, NULL, 0);
+    } else if (status != 200 && (code == BG_ERR_STORE || code == BG_ERR_UNAVAILABLE ||
+                                 (code == BG_ERR_PLATFORM && op->dl.last_unsent))) {
+        /* the request failed whole before anything was sent: tried again */
+        job->retry_ms = backoff_ms(ob, job->attempts);
+        job->reason = code == BG_ERR_PLATFORM ? METRICS_RETRY_PLATFORM : METRICS_RETRY_STORE;
+        job_end(job, NULL, NULL, 0);
+    } else if (status == 200 && n > 0 &&
+               (unsigned)(deliver_sent(&op->dl) + op->dl.failed) == n - job->resumed &&
+               element_retry(ob, json_array_get(results, n - 1), op->dl.last_unsent, job->attempts,
+                             &job->retry_ms, &job->reason)) {
+        job_end(job, NULL, NULL, 0); /* the last response, which no progress record names */
+    } else if ((result = final_result(answer, status, code, op->target.member_id, &rlen)) != NULL) {
+        int ok = status == 200 &&
+                 json_integer_value(json_object_get(json_object_get(answer, "sendResult"), "ok"));
+        job_end(job, ok ? "done" : "failed", result, rlen);
+        free(result);
+    } else {
+        job->drop = 1; /* out of memory: taken over later */
+        job_later(job, 0);
+    }
+    json_decref(answer);
+}
+
+/* ---- reading and taking over ---- */
+
+static void on_entries(void *arg, store_status_t st, const store_outbox_entry_t *e, size_t n)
+{
+    outbox_t *ob = arg;
+
+    ob->reading = 0;
+    if (ob->stopped)
+        return;
+    for (size_t i = 0; i < n; i++)
+        job_add(ob, &e[i]);
+    if (st != STORE_OK)
+        arm(ob->read_timer, READ_RETRY_MS);
+    else
+        outbox_read(ob);
+}
+
+static void outbox_read(outbox_t *ob)
+{
+    unsigned room = (unsigned)ob->env->deliver.cfg->outbox_jobs;
+
+    if (ob->reader == NULL || ob->reading || ob->stopped || ob->env->draining || ob->n_jobs >= room)
+        return;
+    /* a few at a time: a burst spreads over the workers and instances blocked beside */
+    if (store_outbox_read(ob->reader,
+                          room - ob->n_jobs < READ_COUNT ? room - ob->n_jobs : READ_COUNT,
+                          on_entries, ob) < 0) {
+        arm(ob->read_timer, READ_RETRY_MS);
+        return;
+    }
+    ob->reading = 1;
+}
+
+static void on_read_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    outbox_read(arg);
+}
+
+static void claim_next(outbox_t *ob);
+
+static void on_claimed(void *arg, store_status_t st, const store_outbox_entry_t *e, size_t n)
+{
+    outbox_t *ob = arg;
+
+    ob->claim = NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (e[i].request_id != NULL && job_find(ob, e[i].shard, e[i].entry_id) == NULL)
+            count(&metrics(ob)->outbox_claimed);
+        job_add(ob, &e[i]);
+    }
+    (void)st;
+    ob->claim_shard++;
+    claim_next(ob);
+}
+
+/* One shard after the other, then again after half the claim time. */
+static void claim_next(outbox_t *ob)
+{
+    const config_t *cfg = ob->env->deliver.cfg;
+    unsigned room = (unsigned)cfg->outbox_jobs;
+    store_status_t st = STORE_OK;
+
+    if (ob->claim_shard < ob->shards && ob->n_jobs < room && !ob->env->draining)
+        ob->claim =
+            store_outbox_claim(ob->env->deliver.store, ob->claim_shard, ob->consumer,
+                               cfg->outbox_claim_ms, room - ob->n_jobs, on_claimed, ob, &st);
+    if (ob->claim != NULL)
+        return;
+    ob->claim_shard = 0;
+    arm(ob->claim_timer, cfg->outbox_claim_ms / 2);
+}
+
+static void on_claim_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    claim_next(arg);
+}
+
+/* ---- the depth gauges ---- */
+
+static void depth_next(outbox_t *ob);
+
+static void on_depth(void *arg, store_status_t st, int64_t pending, int64_t age_ms)
+{
+    outbox_t *ob = arg;
+
+    ob->depth = NULL;
+    if (st == STORE_OK && ob->depth_shard < METRICS_SHARDS) {
+        atomic_store(&metrics(ob)->outbox_depth[ob->depth_shard], pending);
+        atomic_store(&metrics(ob)->outbox_age_ms[ob->depth_shard], age_ms);
+    }
+    ob->depth_shard++;
+    depth_next(ob);
+}
+
+static void depth_next(outbox_t *ob)
+{
+    store_status_t st = STORE_OK;
+
+    if (ob->depth_shard < ob->shards)
+        ob->depth = store_outbox_depth(ob->env->deliver.store, ob->depth_shard, on_depth, ob, &st);
+    if (ob->depth != NULL)
+        return;
+    ob->depth_shard = 0;
+    arm(ob->depth_timer, DEPTH_EVERY_MS);
+}
+
+static void on_depth_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    depth_next(arg);
+}
+
+void outbox_watch_depth(outbox_t *ob)
+{
+    if (ob == NULL)
+        return;
+    atomic_store(&metrics(ob)->outbox_shards, ob->shards);
+    arm(ob->depth_timer, 0);
+}
+
+/* ---- the status: GET /requests/<id> and the callbacks ---- */
+
+/* {"ok":1,"requestId":..,"status":..,"attempts":N,"createdAt":..,"updatedAt":..,<result>}, and
+ * "eventId" first for a callback. NULL when out of memory. */
+static char *status_text(const char *id, const store_outbox_status_t *s, const char *event_id,
+                         size_t *len)
+{
+    jsonw_t w;
+    char *text;
+
+    jw_init(&w);
+    jw_lit(&w, "{\"ok\":1,");
+    if (event_id != NULL) {
+        jw_lit(&w, "\"eventId\":");
+        jw_str(&w, event_id);
+        jw_lit(&w, ",");
+    }
+    jw_lit(&w, "\"requestId\":");
+    jw_str(&w, id);
+    jw_lit(&w, ",\"status\":");
+    jw_str(&w, s->status);
+    jw_lit(&w, ",\"attempts\":");
+    jw_int(&w, s->attempts);
+    jw_lit(&w, ",\"createdAt\":");
+    jw_int(&w, s->created_ms);
+    jw_lit(&w, ",\"updatedAt\":");
+    jw_int(&w, s->updated_ms);
+    jw_lit(&w, ",");
+    if (s->result != NULL) {
+        jw_raw(&w, s->result, s->result_len);
+    } else {
+        /* the elements so far; a response not recorded yet has none */
+        int ok = 1, first = 1;
+        for (unsigned i = 0; i < s->n_elements; i++)
+            if (memmem(s->elements[i], s->element_lens[i], "\"error\":{", 9) != NULL)
+                ok = 0;
+        jw_lit(&w, ok ? "\"sendResult\":{\"ok\":1,\"member\":"
+                      : "\"sendResult\":{\"ok\":0,\"member\":");
+        jw_str(&w, s->member_id);
+        jw_lit(&w, ",\"result\":[");
+        for (unsigned i = 0; i < s->n_elements; i++) {
+            if (s->element_lens[i] == 0)
+                continue;
+            if (!first)
+                jw_lit(&w, ",");
+            jw_raw(&w, s->elements[i], s->element_lens[i]);
+            first = 0;
+        }
+        jw_lit(&w, "]}");
+    }
+    jw_lit(&w, "}");
+    if (w.failed || (text = jw_steal(&w, len)) == NULL) {
+        jw_free(&w);
+        return NULL;
+    }
+    return text;
+}
+
+static void get_free(ob_get_t *g)
+{
+    store_cancel(g->token_call);
+    store_outbox_cancel(g->call);
+    auth_token_free(&g->token);
+    DLIST_UNLINK(g->ob->gets, g->ob->gets_last, g);
+    free(g);
+}
+
+/* Answers (text taken over) and frees g. */
+static void get_answer(ob_get_t *g, int status, int code, char *text, size_t len)
+{
+    op_env_t *env = g->ob->env;
+    http_answer_t a;
+
+    memset(&a, 0, sizeof(a));
+    a.status = status;
+    a.code = code;
+    a.route = METRICS_ROUTE_REQUESTS;
+    a.request_id = g->request_id;
+    a.app = g->token.record != NULL ? g->token.app : NULL;
+    a.started_us = g->started_us;
+    a.close = env->draining != 0;
+    http_answer(env->http, g->req, &a, text, len);
+    get_free(g);
+}
+
+static void get_fail(ob_get_t *g, int code, const char *msg)
+{
+    bg_error_t err;
+    json_t *body;
+    char *text;
+    size_t len = 0;
+
+    bg_error_set(&err, code, "%s", msg);
+    body = bg_error_to_json(&err);
+    text = body != NULL ? jw_dump(body, &len) : NULL;
+    json_decref(body);
+    get_answer(g, 500, code, text, len);
+}
+
+static void on_get_status(void *arg, store_status_t st, const store_outbox_status_t *s)
+{
+    ob_get_t *g = arg;
+    char *text;
+    size_t len = 0;
+
+    g->call = NULL;
+    if (st == STORE_UNAVAILABLE || st == STORE_BUSY) {
+        get_fail(g, BG_ERR_STORE, "store unavailable");
+        return;
+    }
+    /* another app's request is answered exactly like one that does not exist */
+    if (st != STORE_OK || strcmp(s->app, g->token.app) != 0) {
+        get_fail(g, BG_ERR_NOT_FOUND, "not found");
+        return;
+    }
+    if ((text = status_text(g->id, s, NULL, &len)) == NULL) {
+        get_fail(g, BG_ERR_UNAVAILABLE, "out of memory");
+        return;
+    }
+    get_answer(g, 200, 0, text, len);
+}
+
+/* The token is known: is it allowed, and is the request its app's? */
+static void get_check(ob_get_t *g, store_status_t st, const json_t *record)
+{
+    store_status_t cst = STORE_OK;
+
+    if (st == STORE_UNAVAILABLE || st == STORE_BUSY) {
+        get_fail(g, BG_ERR_STORE, "store unavailable");
+        return;
+    }
+    if (st != STORE_OK || auth_token_decode(record, &g->token) < 0 ||
+        !auth_allows(&g->token, AUTH_ACCEPT_SEND, clock_wall_ms())) {
+        get_fail(g, BG_ERR_UNAUTHORIZED, "User is not authorized");
+        return;
+    }
+    if (g->shard >= 256) {
+        get_fail(g, BG_ERR_NOT_FOUND, "not found");
+        return;
+    }
+    g->call =
+        store_outbox_status(g->ob->env->deliver.store, g->shard, g->id, on_get_status, g, &cst);
+    if (g->call == NULL)
+        get_fail(g, BG_ERR_STORE, "store unavailable");
+}
+
+static void on_get_token(void *arg, store_status_t st, json_t *value)
+{
+    ob_get_t *g = arg;
+
+    g->token_call = NULL;
+    get_check(g, st, value);
+    json_decref(value);
+}
+
+void outbox_status_route(void *arg, struct evhttp_request *req)
+{
+    outbox_t *ob = arg;
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const char *id = evhttp_uri_get_path(uri) + sizeof(STATUS_PATH) - 1;
+    char hash[AUTH_HASH_HEX];
+    ob_get_t *g = calloc(1, sizeof(*g));
+    store_status_t st = STORE_OK;
+    json_t *cached;
+    int shard = id_shard(id);
+
+    if (g == NULL) {
+        http_send_json(req, 503, "Service Unavailable",
+                       "{\"ok\":0,\"err_code\":121,\"err\":\"out of memory\","
+                       "\"error\":\"out of memory\"}");
+        return;
+    }
+    g->ob = ob;
+    g->req = req;
+    g->started_us = clock_mono_us();
+    g->shard = shard < 0 ? 256 : (unsigned)shard; /* not one of ours: not found, once allowed */
+    if (shard >= 0)
+        memcpy(g->id, id, REQUEST_ID_LEN + 1);
+    rng_hex(&ob->env->deliver.rng, g->request_id, 16);
+    DLIST_APPEND(ob->gets, ob->gets_last, g);
+    if (op_request_token(req, hash) < 0) {
+        get_fail(g, BG_ERR_UNAUTHORIZED, "User is not authorized");
+        return;
+    }
+    if ((cached = store_cached_token(ob->env->deliver.store, hash)) != NULL) {
+        get_check(g, STORE_OK, cached);
+        json_decref(cached);
+        return;
+    }
+    g->token_call = store_get_token(ob->env->deliver.store, hash, on_get_token, g, &st);
+    if (g->token_call == NULL)
+        get_fail(g, BG_ERR_STORE, "store unavailable");
+}
+
+/* ---- status callbacks ---- */
+
+static void callback_done(ob_job_t *job, int delivered)
+{
+    count(&metrics(job->ob)->callbacks[delivered ? 0 : 1]);
+    store_outbox_ack(job->ob->env->deliver.store, job->shard, job->entry);
+    job_free(job);
+}
+
+/* Not answered 2xx: again after a backoff, for 24 h after the request ended. */
+static void callback_again(ob_job_t *job)
+{
+    if (clock_wall_ms() - job->since_ms > CALLBACK_FOR_MS) {
+        log_msg(LOG_WARN, "outbox: status callback of request %s not taken in 24 h: dropped",
+                job->id);
+        callback_done(job, 0);
+        return;
+    }
+    count(&metrics(job->ob)->callback_retries);
+    job_later(job, backoff_ms(job->ob, ++job->tries));
+}
+
+static void on_callback_answer(void *arg, const net_answer_t *ans)
+{
+    ob_job_t *job = arg;
+
+    job->xfer = NULL;
+    metrics_call(metrics(job->ob), "webhook", ans->status, (int64_t)ans->elapsed_us);
+    if (ans->status >= 200 && ans->status < 300)
+        callback_done(job, 1);
+    else
+        callback_again(job);
+}
+
+/* Botgate-Signature: t=<unix s>,v1=<hex HMAC-SHA256 of "<t>.<body>"> with the app's secret. */
+static char *signature(const char *secret, const char *body)
+{
+    char t[24], *msg, *out;
+    unsigned char mac[32];
+    unsigned mac_len = 0;
+    size_t n;
+
+    snprintf(t, sizeof(t), "%lld", (long long)(clock_wall_ms() / 1000));
+    n = strlen(t) + 1 + strlen(body);
+    if ((msg = malloc(n + 1)) == NULL)
+        return NULL;
+    snprintf(msg, n + 1, "%s.%s", t, body);
+    if (HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)msg, n, mac,
+             &mac_len) == NULL ||
+        (out = malloc(64 + 64)) == NULL) {
+        free(msg);
+        return NULL;
+    }
+    free(msg);
+    n = (size_t)snprintf(out, 64, "Botgate-Signature: t=%s,v1=", t);
+    for (unsigned i = 0; i < mac_len; i++)
+        n += (size_t)snprintf(out + n, 3, "%02x", mac[i]);
+    return out;
+}
+
+static void on_callback_secret(void *arg, store_status_t st, const char *secret)
+{
+    ob_job_t *job = arg;
+    outbox_t *ob = job->ob;
+    adapter_call_t c = {0};
+    int h = 0;
+
+    job->call = NULL;
+    if (st == STORE_UNAVAILABLE || st == STORE_BUSY) {
+        callback_again(job);
+        return;
+    }
+    c.method = "POST";
+    c.url = strdup(job->url);
+    c.headers[h++] = strdup("Content-Type: application/json");
+    if (secret != NULL) /* an app without a secret gets its callbacks unsigned */
+        c.headers[h++] = signature(secret, job->body);
+    c.body_len = strlen(job->body);
+    c.body = strdup(job->body);
+    if (c.url == NULL || c.headers[0] == NULL || (secret != NULL && c.headers[1] == NULL) ||
+        c.body == NULL) {
+        adapter_call_free(&c);
+        callback_again(job);
+        return;
+    }
+    job->xfer =
+        deliver_net_start(ob->env->deliver.up_user, &c, ob->env->deliver.cfg->upstream_timeout_ms,
+                          CALLBACK_ANSWER_MAX, 0, on_callback_answer, job);
+    if (job->xfer == NULL)
+        callback_again(job);
+}
+
+static void on_callback_status(void *arg, store_status_t st, const store_outbox_status_t *s)
+{
+    ob_job_t *job = arg;
+    outbox_t *ob = job->ob;
+    char event_id[80];
+    size_t len = 0;
+    store_status_t sst = STORE_OK;
+
+    job->call = NULL;
+    if (st == STORE_NOT_FOUND || (st == STORE_OK && s->callback[0] == '\0')) {
+        callback_done(job, 0); /* the record is gone: nothing to tell */
+        return;
+    }
+    if (st != STORE_OK) {
+        callback_again(job);
+        return;
+    }
+    /* one per callback, the same on each try: the receiver's de-duplication key */
+    snprintf(event_id, sizeof(event_id), "%s.%s", job->id, job->entry);
+    free(job->body);
+    free(job->url);
+    job->body = status_text(job->id, s, event_id, &len);
+    job->url = strdup(s->callback);
+    job->since_ms = s->updated_ms;
+    if (job->body == NULL || job->url == NULL) {
+        callback_again(job);
+        return;
+    }
+    job->call = store_outbox_secret(ob->env->deliver.store, s->app, on_callback_secret, job, &sst);
+    if (job->call == NULL)
+        callback_again(job);
+}
+
+static void callback_start(ob_job_t *job)
+{
+    store_status_t st = STORE_OK;
+
+    job->stale = 0;
+    job->call = store_outbox_status(job->ob->env->deliver.store, job->shard, job->id,
+                                    on_callback_status, job, &st);
+    if (job->call == NULL)
+        job_later(job, READ_RETRY_MS);
+}
+
+/* ---- the worker's outbox ---- */
+
+outbox_t *outbox_new(op_env_t *env, int worker_id)
+{
+    outbox_t *ob = calloc(1, sizeof(*ob));
+    char hex[17];
+
+    if (ob == NULL)
+        return NULL;
+    ob->env = env;
+    ob->shards = (unsigned)env->deliver.cfg->outbox_shards;
+    /* one name per worker and process: a restarted instance is a new consumer, and the old
+     * one's entries are taken over once idle for the claim time */
+    rng_hex(&env->deliver.rng, hex, 16);
+    snprintf(ob->consumer, sizeof(ob->consumer), "%s-%d", hex, worker_id);
+    ob->hooks =
+        (op_outbox_t){ob, ob_accept, ob_answered, ob_progress, ob_resumed, ob_cancel, ob_release};
+    ob->read_timer = evtimer_new(env->deliver.base, on_read_timer, ob);
+    ob->claim_timer = evtimer_new(env->deliver.base, on_claim_timer, ob);
+    ob->depth_timer = evtimer_new(env->deliver.base, on_depth_timer, ob);
+    if (ob->read_timer == NULL || ob->claim_timer == NULL || ob->depth_timer == NULL) {
+        outbox_free(ob);
+        return NULL;
+    }
+    ob->reader = store_outbox_reader_new(env->deliver.store, ob->shards, ob->consumer, BLOCK_MS);
+    if (ob->reader == NULL) {
+        if (store_redis(env->deliver.store) != NULL) {
+            outbox_free(ob);
+            return NULL;
+        }
+        if (worker_id == 0)
+            log_msg(LOG_WARN, "outbox: not with a Redis Cluster yet: Prefer: respond-async is "
+                              "ignored (requests are answered synchronously)");
+        return ob;
+    }
+    env->outbox = &ob->hooks;
+    arm(ob->read_timer, 0);
+    arm(ob->claim_timer, 0);
+    return ob;
+}
+
+void outbox_free(outbox_t *ob)
+{
+    if (ob == NULL)
+        return;
+    ob->stopped = 1;
+    ob->env->outbox = NULL;
+    store_outbox_reader_free(ob->reader);
+    ob->reader = NULL;
+    store_outbox_cancel(ob->claim);
+    store_outbox_cancel(ob->depth);
+    while (ob->gets != NULL)
+        get_free(ob->gets);
+    /* what is not finished stays pending in Redis: another consumer takes it over */
+    while (ob->jobs != NULL)
+        job_free(ob->jobs);
+    if (ob->read_timer != NULL)
+        event_free(ob->read_timer);
+    if (ob->claim_timer != NULL)
+        event_free(ob->claim_timer);
+    if (ob->depth_timer != NULL)
+        event_free(ob->depth_timer);
+    free(ob);
+}

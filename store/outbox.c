@@ -1,0 +1,678 @@
+/* outbox.c - the outbox's streams and records in Redis (outbox.h). Every script touches the
+ * keys of one shard (hash tag {outbox:<n>}); times are Redis's (TIME): every instance agrees. */
+#include "outbox.h"
+
+#include "../json/numfmt.h"
+#include "eval.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define NOW_MS "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
+
+/* KEYS stream, record, order; ARGV id, app, body, channel, member, callback, keep_ms, ttl_ms
+ * (the accepting instance's queue TTL: 'ends', when what is not sent expires). The entry
+ * carries the order key: an attempt's script names it among its keys. */
+static const char ACCEPT_SCRIPT[] =
+    NOW_MS "local seq = redis.call('HINCRBY', KEYS[3], 'n', 1) "
+           "redis.call('PEXPIRE', KEYS[3], ARGV[7]) "
+           "redis.call('HSET', KEYS[2], 'app', ARGV[2], 'body', ARGV[3], 'ch', ARGV[4], 'mb', "
+           "ARGV[5], 'cb', ARGV[6], 'seq', seq, 'status', 'queued', 'attempts', 0, 'created', now, "
+           "'updated', now, 'next', 0, 'ends', now + ARGV[8]) "
+           "redis.call('PEXPIRE', KEYS[2], ARGV[7]) "
+           "redis.call('XADD', KEYS[1], '*', 'r', ARGV[1], 'o', KEYS[3]) return now";
+
+/* KEYS record, order; ARGV owner, lease_ms. A member's requests start in the order of
+ * their sequence numbers: the one before must be finished ('done' in the order hash). 'out'
+ * stays set while an attempt may have a call out: found set with the lease over, the attempt
+ * died, and response 'next' may have been delivered. */
+static const char START_SCRIPT[] =
+    NOW_MS "local r = redis.call('HMGET', KEYS[1], 'status', 'seq', 'due', 'lease', 'ends', "
+           "'next', 'out') "
+           "if not r[1] then return {'gone'} end "
+           "if r[1] == 'done' or r[1] == 'failed' then return {'final'} end "
+           "if tonumber(redis.call('HGET', KEYS[2], 'done') or '0') < tonumber(r[2]) - 1 then "
+           "return {'order'} end "
+           "if r[4] and tonumber(r[4]) > now then return {'wait', tostring(tonumber(r[4]) - now)} "
+           "end "
+           "local ends = tonumber(r[5]) local expired = now >= ends "
+           "if r[3] and tonumber(r[3]) > now and not expired then "
+           "return {'wait', tostring(math.min(tonumber(r[3]), ends) - now)} end "
+           "redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease', now + ARGV[2], 'out', '1', "
+           "'status', 'sending', 'updated', now) "
+           "local n = tonumber(r[6] or '0') "
+           "local f = redis.call('HMGET', KEYS[1], 'body', 'app') "
+           "local out = {'run', n, r[7] == '1' and 1 or 0, expired and 1 or 0, "
+           "redis.call('HINCRBY', KEYS[1], 'attempts', 1), f[1], f[2]} "
+           "for i = 0, n - 1 do out[#out + 1] = redis.call('HGET', KEYS[1], 'e' .. i) or '' end "
+           "return out";
+
+/* KEYS record; ARGV owner, index, element. */
+static const char PROGRESS_SCRIPT[] =
+    NOW_MS "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
+           "redis.call('HSET', KEYS[1], 'e' .. ARGV[2], ARGV[3], 'next', ARGV[2] + 1, 'updated', "
+           "now) return 1";
+
+/* KEYS record, order, stream; ARGV owner, entry, final, status, result, delay_ms, keep_ms,
+ * group, request id. Final: the status is written, the member's order passes, the entry is
+ * acknowledged and deleted, and the callback's entry added, in one step: a crash leaves either
+ * all of it or none. */
+static const char END_SCRIPT[] =
+    NOW_MS "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
+           "redis.call('HDEL', KEYS[1], 'owner', 'lease', 'out') "
+           "if ARGV[3] == '0' then redis.call('HSET', KEYS[1], 'status', 'queued', 'due', "
+           "now + ARGV[6], 'updated', now) return 1 end "
+           "local drop = {'due', 'body'} "
+           "for i = 0, tonumber(redis.call('HGET', KEYS[1], 'next') or '0') - 1 do "
+           "drop[#drop + 1] = 'e' .. i end "
+           "redis.call('HDEL', KEYS[1], unpack(drop)) "
+           "redis.call('HSET', KEYS[1], 'status', ARGV[4], 'result', ARGV[5], 'updated', now) "
+           "redis.call('PEXPIRE', KEYS[1], ARGV[7]) "
+           "local seq = redis.call('HGET', KEYS[1], 'seq') "
+           "redis.call('HSET', KEYS[2], 'done', seq) redis.call('PUBLISH', KEYS[2], seq) "
+           "redis.call('XACK', KEYS[3], ARGV[8], ARGV[2]) redis.call('XDEL', KEYS[3], ARGV[2]) "
+           "if (redis.call('HGET', KEYS[1], 'cb') or '') ~= '' then "
+           "redis.call('XADD', KEYS[3], '*', 'c', ARGV[9]) end return 1";
+
+/* KEYS stream; ARGV group, entry. */
+static const char ACK_SCRIPT[] =
+    "redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) redis.call('XDEL', KEYS[1], ARGV[2]) return 1";
+
+/* KEYS record. */
+static const char STATUS_SCRIPT[] =
+    "local r = redis.call('HMGET', KEYS[1], 'app', 'status', 'attempts', 'created', 'updated', "
+    "'result', 'next', 'cb', 'mb') "
+    "if not r[1] then return {} end "
+    "local out = {r[1], r[2], r[3], r[4], r[5], r[6] or '', r[8] or '', r[9] or ''} "
+    "if not r[6] then for i = 0, tonumber(r[7] or '0') - 1 do "
+    "out[#out + 1] = redis.call('HGET', KEYS[1], 'e' .. i) or '' end end return out";
+
+/* KEYS stream; ARGV group. Entries (XLEN) and the first entry's id (its time). */
+static const char DEPTH_SCRIPT[] =
+    NOW_MS "local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1] "
+           "local age = 0 if first then "
+           "age = now - tonumber(string.match(first[1], '^(%d+)')) end "
+           "return {redis.call('XLEN', KEYS[1]), age}";
+
+static _Thread_local store_script_t accept_script = STORE_SCRIPT(ACCEPT_SCRIPT);
+static _Thread_local store_script_t start_script = STORE_SCRIPT(START_SCRIPT);
+static _Thread_local store_script_t progress_script = STORE_SCRIPT(PROGRESS_SCRIPT);
+static _Thread_local store_script_t end_script = STORE_SCRIPT(END_SCRIPT);
+static _Thread_local store_script_t ack_script = STORE_SCRIPT(ACK_SCRIPT);
+static _Thread_local store_script_t status_script = STORE_SCRIPT(STATUS_SCRIPT);
+static _Thread_local store_script_t depth_script = STORE_SCRIPT(DEPTH_SCRIPT);
+
+typedef enum { C_ACCEPT, C_START, C_DONE, C_STATUS, C_CLAIM, C_DEPTH, C_SECRET } call_kind_t;
+
+/* Owned by the store from its start until its callback has run or it is cancelled. */
+struct store_outbox_call {
+    call_kind_t kind;
+    void (*cb)(void); /* of the kind's type */
+    void *arg;
+    unsigned shard;
+    store_t *st;
+    store_eval_t *ev; /* a script */
+    store_cmd_t *cmd; /* or a command */
+};
+
+void store_outbox_cancel(store_outbox_call_t *call)
+{
+    if (call == NULL)
+        return;
+    if (call->ev != NULL)
+        store_eval_cancel(call->ev);
+    else
+        store_command_cancel(call->st, call->cmd);
+    free(call);
+}
+
+static const char *reply_str(const redisReply *r, size_t *len)
+{
+    if (r == NULL || r->type != REDIS_REPLY_STRING) {
+        if (len != NULL)
+            *len = 0;
+        return "";
+    }
+    if (len != NULL)
+        *len = r->len;
+    return r->str;
+}
+
+/* The entries of one stream's reply ([[id, [field, value, ...]], ...]) into out. */
+static size_t decode_entries(const redisReply *list, unsigned shard, store_outbox_entry_t *out,
+                             size_t room)
+{
+    size_t n = 0;
+
+    if (list == NULL || list->type != REDIS_REPLY_ARRAY)
+        return 0;
+    for (size_t i = 0; i < list->elements && n < room; i++) {
+        const redisReply *e = list->element[i], *f;
+        store_outbox_entry_t en = {shard, NULL, NULL, "", 0};
+        if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
+            e->element[0]->type != REDIS_REPLY_STRING)
+            continue;
+        en.entry_id = e->element[0]->str;
+        f = e->element[1];
+        for (size_t k = 0; f->type == REDIS_REPLY_ARRAY && k + 1 < f->elements; k += 2) {
+            const char *name = reply_str(f->element[k], NULL);
+            const char *value = reply_str(f->element[k + 1], NULL);
+            if (strcmp(name, "r") == 0) {
+                en.request_id = value;
+            } else if (strcmp(name, "c") == 0) {
+                en.request_id = value;
+                en.callback = 1;
+            } else if (strcmp(name, "o") == 0) {
+                en.order_key = value;
+            }
+        }
+        /* a deleted entry (a claim finds its id with no fields) has nothing left to do */
+        out[n++] = en;
+    }
+    return n;
+}
+
+#define ENTRIES_MAX 256
+
+static void on_reply(redisReply *reply, void *arg)
+{
+    store_outbox_call_t *c = arg;
+    store_status_t st =
+        reply == NULL || reply->type == REDIS_REPLY_ERROR ? STORE_UNAVAILABLE : STORE_OK;
+
+    switch (c->kind) {
+    case C_ACCEPT:
+        if (st == STORE_OK && reply->type != REDIS_REPLY_INTEGER)
+            st = STORE_BAD_RECORD;
+        ((store_outbox_accept_cb *)c->cb)(c->arg, st, st == STORE_OK ? store_eval_int(reply) : 0);
+        break;
+    case C_DONE:
+        if (st == STORE_OK && store_eval_int(reply) != 1)
+            st = STORE_CONFLICT;
+        ((store_outbox_done_cb *)c->cb)(c->arg, st);
+        break;
+    case C_START: {
+        store_outbox_start_t *s = calloc(1, sizeof(*s));
+        const char *what = st == STORE_OK && reply->type == REDIS_REPLY_ARRAY && reply->elements > 0
+                               ? reply_str(reply->element[0], NULL)
+                               : "";
+        if (s == NULL) {
+            st = STORE_UNAVAILABLE;
+        } else if (st != STORE_OK) {
+        } else if (strcmp(what, "gone") == 0) {
+            s->state = STORE_OUTBOX_GONE;
+        } else if (strcmp(what, "final") == 0) {
+            s->state = STORE_OUTBOX_FINAL;
+        } else if (strcmp(what, "order") == 0) {
+            s->state = STORE_OUTBOX_ORDER;
+        } else if (strcmp(what, "wait") == 0 && reply->elements == 2) {
+            s->state = STORE_OUTBOX_WAIT;
+            s->wait_ms = store_eval_int(reply->element[1]);
+        } else if (strcmp(what, "run") == 0 && reply->elements >= 7 &&
+                   store_eval_int(reply->element[1]) >= 0 &&
+                   store_eval_int(reply->element[1]) < STORE_OUTBOX_ELEMENTS_MAX &&
+                   reply->elements == 7 + (size_t)store_eval_int(reply->element[1])) {
+            s->state = STORE_OUTBOX_RUN;
+            s->next = (unsigned)store_eval_int(reply->element[1]);
+            s->crashed = store_eval_int(reply->element[2]) == 1;
+            s->expired = store_eval_int(reply->element[3]) == 1;
+            s->attempts = store_eval_int(reply->element[4]);
+            s->body = reply_str(reply->element[5], &s->body_len);
+            s->app = reply_str(reply->element[6], NULL);
+            for (unsigned i = 0; i < s->next; i++)
+                s->elements[i] = reply_str(reply->element[7 + i], &s->element_lens[i]);
+        } else {
+            st = STORE_BAD_RECORD;
+        }
+        ((store_outbox_start_cb *)c->cb)(c->arg, st, st == STORE_OK ? s : NULL);
+        free(s);
+        break;
+    }
+    case C_STATUS: {
+        store_outbox_status_t *s = calloc(1, sizeof(*s));
+        if (s == NULL)
+            st = STORE_UNAVAILABLE;
+        else if (st == STORE_OK && (reply->type != REDIS_REPLY_ARRAY ||
+                                    (reply->elements != 0 && reply->elements < 8) ||
+                                    reply->elements > 8 + STORE_OUTBOX_ELEMENTS_MAX))
+            st = STORE_BAD_RECORD;
+        else if (st == STORE_OK && reply->elements == 0)
+            st = STORE_NOT_FOUND;
+        if (st == STORE_OK) {
+            s->app = reply_str(reply->element[0], NULL);
+            s->status = reply_str(reply->element[1], NULL);
+            s->attempts = store_eval_int(reply->element[2]);
+            s->created_ms = store_eval_int(reply->element[3]);
+            s->updated_ms = store_eval_int(reply->element[4]);
+            s->result = reply_str(reply->element[5], &s->result_len);
+            if (s->result_len == 0)
+                s->result = NULL;
+            s->callback = reply_str(reply->element[6], NULL);
+            s->member_id = reply_str(reply->element[7], NULL);
+            s->n_elements = (unsigned)(reply->elements - 8);
+            for (unsigned i = 0; i < s->n_elements; i++)
+                s->elements[i] = reply_str(reply->element[8 + i], &s->element_lens[i]);
+        }
+        ((store_outbox_status_cb *)c->cb)(c->arg, st, st == STORE_OK ? s : NULL);
+        free(s);
+        break;
+    }
+    case C_CLAIM: {
+        store_outbox_entry_t *entries = calloc(ENTRIES_MAX, sizeof(*entries));
+        size_t n = 0;
+        if (entries == NULL)
+            st = STORE_UNAVAILABLE;
+        else if (st == STORE_OK && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 2)
+            n = decode_entries(reply->element[1], c->shard, entries, ENTRIES_MAX);
+        ((store_outbox_entries_cb *)c->cb)(c->arg, st, entries, n);
+        free(entries);
+        break;
+    }
+    case C_DEPTH:
+        if (st == STORE_OK && (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2))
+            st = STORE_BAD_RECORD;
+        ((store_outbox_depth_cb *)c->cb)(c->arg, st,
+                                         st == STORE_OK ? store_eval_int(reply->element[0]) : 0,
+                                         st == STORE_OK ? store_eval_int(reply->element[1]) : 0);
+        break;
+    case C_SECRET:
+        if (st == STORE_OK && reply->type != REDIS_REPLY_STRING)
+            st = STORE_NOT_FOUND;
+        ((store_outbox_secret_cb *)c->cb)(c->arg, st, st == STORE_OK ? reply->str : NULL);
+        break;
+    }
+    free(c);
+}
+
+static store_outbox_call_t *call_new(store_t *st, call_kind_t kind, void (*cb)(void), void *arg,
+                                     unsigned shard)
+{
+    store_outbox_call_t *c = calloc(1, sizeof(*c));
+
+    if (c != NULL) {
+        c->kind = kind;
+        c->cb = cb;
+        c->arg = arg;
+        c->shard = shard;
+        c->st = st;
+    }
+    return c;
+}
+
+static store_status_t status_of(int rc)
+{
+    return rc == REDISC_BUSY ? STORE_BUSY : STORE_UNAVAILABLE;
+}
+
+/* Runs script on words (nkeys keys first) for call c (NULL: nobody waits for its answer). */
+static store_outbox_call_t *run(store_t *st, store_script_t *script, store_outbox_call_t *c,
+                                int nkeys, int nwords, const char *const *words, const size_t *lens,
+                                store_status_t *status)
+{
+    int rc = store_eval(st, script, nkeys, nwords, words, lens, c != NULL ? on_reply : NULL, c,
+                        c != NULL ? &c->ev : NULL);
+
+    if (rc != REDISC_OK) {
+        free(c);
+        if (status != NULL)
+            *status = status_of(rc);
+        return NULL;
+    }
+    return c;
+}
+
+/* A call whose answer someone waits for: NULL (status set) when out of memory. */
+#define NEW_CALL(kind, cb, arg, shard, status)                                                     \
+    call_new(st, (kind), (void (*)(void))(cb), (arg), (shard))
+
+static int record_key(store_t *st, char *buf, unsigned shard, const char *id)
+{
+    return store_key_outbox_request(buf, STORE_KEY_MAX, store_prefix(st), shard, id);
+}
+
+store_outbox_call_t *store_outbox_accept(store_t *st, unsigned shard, const char *id,
+                                         const store_outbox_new_t *req, int64_t keep_ms,
+                                         int64_t ttl_ms, store_outbox_accept_cb *cb, void *arg,
+                                         store_status_t *status)
+{
+    char stream[STORE_KEY_MAX], record[STORE_KEY_MAX], order[STORE_KEY_MAX], keep[NUMFMT_DEC_SIZE],
+        ttl[NUMFMT_DEC_SIZE];
+    store_outbox_call_t *c;
+
+    if (store_key_outbox(stream, sizeof(stream), store_prefix(st), shard) < 0 ||
+        record_key(st, record, shard, id) < 0 ||
+        store_key_outbox_order(order, sizeof(order), store_prefix(st), shard, req->channel_id,
+                               req->member_id) < 0) {
+        *status = STORE_BAD_RECORD;
+        return NULL;
+    }
+    if ((c = NEW_CALL(C_ACCEPT, cb, arg, shard, status)) == NULL) {
+        *status = STORE_UNAVAILABLE;
+        return NULL;
+    }
+    {
+        const char *words[] = {stream,
+                               record,
+                               order,
+                               id,
+                               req->app,
+                               req->body,
+                               req->channel_id,
+                               req->member_id,
+                               req->callback,
+                               numfmt_dec(keep, keep_ms),
+                               numfmt_dec(ttl, ttl_ms)};
+        size_t lens[11];
+        for (int i = 0; i < 11; i++)
+            lens[i] = i == 5 ? req->body_len : strlen(words[i]);
+        return run(st, &accept_script, c, 3, 11, words, lens, status);
+    }
+}
+
+/* ---- the consumers ---- */
+
+struct store_outbox_reader {
+    redisc_t *redis;
+    store_t *st;
+    unsigned shards;
+    int block_ms;
+    int groups_made; /* XGROUP CREATE sent on this connection since it was (re)made */
+    char consumer[64];
+    redisc_cmd_t *cmd;
+    store_outbox_entries_cb *cb;
+    void *arg;
+};
+
+store_outbox_reader_t *store_outbox_reader_new(store_t *st, unsigned shards, const char *consumer,
+                                               int block_ms)
+{
+    store_outbox_reader_t *r;
+
+    if (shards == 0 || shards > STORE_OUTBOX_SHARDS_MAX || strlen(consumer) >= sizeof(r->consumer))
+        return NULL;
+    if ((r = calloc(1, sizeof(*r))) == NULL)
+        return NULL;
+    /* the command timeout is past the BLOCK time: an answer that takes longer is lost */
+    r->redis = store_new_connection(st, block_ms + 5000);
+    if (r->redis == NULL) {
+        free(r);
+        return NULL;
+    }
+    r->st = st;
+    r->shards = shards;
+    r->block_ms = block_ms;
+    strcpy(r->consumer, consumer);
+    return r;
+}
+
+void store_outbox_reader_free(store_outbox_reader_t *r)
+{
+    if (r == NULL)
+        return;
+    if (r->cmd != NULL)
+        redisc_cancel(r->cmd);
+    redisc_free(r->redis);
+    free(r);
+}
+
+static void on_group(redisReply *reply, void *arg)
+{
+    (void)reply; /* made, or BUSYGROUP: there already */
+    (void)arg;
+}
+
+static void on_read(redisReply *reply, void *arg)
+{
+    store_outbox_reader_t *r = arg;
+    store_outbox_entry_t *entries = calloc(ENTRIES_MAX, sizeof(*entries));
+    store_status_t st =
+        reply == NULL || (reply->type == REDIS_REPLY_ERROR) ? STORE_UNAVAILABLE : STORE_OK;
+    size_t n = 0;
+
+    r->cmd = NULL;
+    if (reply != NULL && reply->type == REDIS_REPLY_ERROR)
+        r->groups_made = 0; /* NOGROUP: the stream or its group was deleted */
+    if (reply == NULL)
+        r->groups_made = 0; /* the connection went: it may be a new server */
+    if (entries == NULL)
+        st = STORE_UNAVAILABLE;
+    for (size_t i = 0; st == STORE_OK && reply->type == REDIS_REPLY_ARRAY && i < reply->elements;
+         i++) {
+        const redisReply *s = reply->element[i];
+        const char *key;
+        unsigned shard;
+        if (s->type != REDIS_REPLY_ARRAY || s->elements != 2)
+            continue;
+        key = reply_str(s->element[0], NULL);
+        /* the shard is the number between the braces of the stream's key */
+        if ((key = strrchr(key, '{')) == NULL)
+            continue;
+        shard = (unsigned)strtoul(key + 1, NULL, 10);
+        n += decode_entries(s->element[1], shard, entries + n, ENTRIES_MAX - n);
+    }
+    r->cb(r->arg, st, entries, n);
+    free(entries);
+}
+
+int store_outbox_read(store_outbox_reader_t *r, unsigned count, store_outbox_entries_cb *cb,
+                      void *arg)
+{
+    const char *argv[8 + 2 * STORE_OUTBOX_SHARDS_MAX];
+    char keys[STORE_OUTBOX_SHARDS_MAX][STORE_KEY_MAX / 8];
+    char n[NUMFMT_DEC_SIZE], block[NUMFMT_DEC_SIZE];
+    int argc = 0;
+
+    for (unsigned s = 0; s < r->shards; s++)
+        if (store_key_outbox(keys[s], sizeof(keys[s]), store_prefix(r->st), s) < 0)
+            return -1;
+    if (!r->groups_made) {
+        for (unsigned s = 0; s < r->shards; s++) {
+            const char *g[] = {"XGROUP", "CREATE", keys[s], STORE_OUTBOX_GROUP, "0", "MKSTREAM"};
+            redisc_cmd_t *cmd;
+            if (redisc_command(r->redis, on_group, NULL, 6, g, NULL, &cmd) != REDISC_OK)
+                return -1;
+        }
+        r->groups_made = 1;
+    }
+    if (count > ENTRIES_MAX)
+        count = ENTRIES_MAX;
+    argv[argc++] = "XREADGROUP";
+    argv[argc++] = "GROUP";
+    argv[argc++] = STORE_OUTBOX_GROUP;
+    argv[argc++] = r->consumer;
+    argv[argc++] = "COUNT";
+    argv[argc++] = numfmt_dec(n, count);
+    argv[argc++] = "BLOCK";
+    argv[argc++] = numfmt_dec(block, r->block_ms);
+    argv[argc++] = "STREAMS";
+    for (unsigned s = 0; s < r->shards; s++)
+        argv[argc++] = keys[s];
+    for (unsigned s = 0; s < r->shards; s++)
+        argv[argc++] = ">";
+    r->cb = cb;
+    r->arg = arg;
+    if (redisc_command(r->redis, on_read, r, argc, argv, NULL, &r->cmd) != REDISC_OK) {
+        r->cmd = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+store_outbox_call_t *store_outbox_claim(store_t *st, unsigned shard, const char *consumer,
+                                        int min_idle_ms, unsigned count,
+                                        store_outbox_entries_cb *cb, void *arg,
+                                        store_status_t *status)
+{
+    char stream[STORE_KEY_MAX], idle[NUMFMT_DEC_SIZE], n[NUMFMT_DEC_SIZE];
+    store_outbox_call_t *c;
+    int rc;
+
+    if (store_key_outbox(stream, sizeof(stream), store_prefix(st), shard) < 0 ||
+        (c = NEW_CALL(C_CLAIM, cb, arg, shard, status)) == NULL) {
+        *status = STORE_UNAVAILABLE;
+        return NULL;
+    }
+    {
+        const char *argv[] = {"XAUTOCLAIM",
+                              stream,
+                              STORE_OUTBOX_GROUP,
+                              consumer,
+                              numfmt_dec(idle, min_idle_ms),
+                              "0-0",
+                              "COUNT",
+                              numfmt_dec(n, count > ENTRIES_MAX ? ENTRIES_MAX : count)};
+        rc = store_command(st, stream, on_reply, c, 8, argv, NULL, &c->cmd);
+    }
+    if (rc != REDISC_OK) {
+        free(c);
+        *status = status_of(rc);
+        return NULL;
+    }
+    return c;
+}
+
+void store_outbox_ack(store_t *st, unsigned shard, const char *entry_id)
+{
+    char stream[STORE_KEY_MAX];
+
+    if (store_key_outbox(stream, sizeof(stream), store_prefix(st), shard) < 0)
+        return;
+    {
+        const char *words[] = {stream, STORE_OUTBOX_GROUP, entry_id};
+        run(st, &ack_script, NULL, 1, 3, words, NULL, NULL);
+    }
+}
+
+store_outbox_call_t *store_outbox_depth(store_t *st, unsigned shard, store_outbox_depth_cb *cb,
+                                        void *arg, store_status_t *status)
+{
+    char stream[STORE_KEY_MAX];
+    store_outbox_call_t *c;
+
+    if (store_key_outbox(stream, sizeof(stream), store_prefix(st), shard) < 0 ||
+        (c = NEW_CALL(C_DEPTH, cb, arg, shard, status)) == NULL) {
+        *status = STORE_UNAVAILABLE;
+        return NULL;
+    }
+    {
+        const char *words[] = {stream, STORE_OUTBOX_GROUP};
+        return run(st, &depth_script, c, 1, 2, words, NULL, status);
+    }
+}
+
+/* ---- one attempt ---- */
+
+store_outbox_call_t *store_outbox_start(store_t *st, unsigned shard, const char *id,
+                                        const char *order_key, const char *owner, int lease_ms,
+                                        store_outbox_start_cb *cb, void *arg,
+                                        store_status_t *status)
+{
+    char record[STORE_KEY_MAX], lease[NUMFMT_DEC_SIZE];
+    store_outbox_call_t *c;
+
+    if (record_key(st, record, shard, id) < 0 ||
+        (c = NEW_CALL(C_START, cb, arg, shard, status)) == NULL) {
+        *status = STORE_UNAVAILABLE;
+        return NULL;
+    }
+    {
+        const char *words[] = {record, order_key, owner, numfmt_dec(lease, lease_ms)};
+        return run(st, &start_script, c, 2, 4, words, NULL, status);
+    }
+}
+
+store_outbox_call_t *store_outbox_progress(store_t *st, unsigned shard, const char *id,
+                                           const char *owner, unsigned i, const char *element,
+                                           size_t len, store_outbox_done_cb *cb, void *arg,
+                                           store_status_t *status)
+{
+    char record[STORE_KEY_MAX], index[NUMFMT_DEC_SIZE];
+    store_outbox_call_t *c;
+
+    if (record_key(st, record, shard, id) < 0 ||
+        (c = NEW_CALL(C_DONE, cb, arg, shard, status)) == NULL) {
+        *status = STORE_UNAVAILABLE;
+        return NULL;
+    }
+    {
+        const char *words[] = {record, owner, numfmt_dec(index, i), element};
+        size_t lens[] = {strlen(record), strlen(owner), strlen(words[2]), len};
+        return run(st, &progress_script, c, 1, 4, words, lens, status);
+    }
+}
+
+store_outbox_call_t *store_outbox_end(store_t *st, unsigned shard, const char *id,
+                                      const char *owner, const store_outbox_end_t *end,
+                                      store_outbox_done_cb *cb, void *arg, store_status_t *status)
+{
+    char record[STORE_KEY_MAX], stream[STORE_KEY_MAX], delay[NUMFMT_DEC_SIZE],
+        keep[NUMFMT_DEC_SIZE];
+    store_outbox_call_t *c;
+
+    if (record_key(st, record, shard, id) < 0 ||
+        store_key_outbox(stream, sizeof(stream), store_prefix(st), shard) < 0 ||
+        (c = NEW_CALL(C_DONE, cb, arg, shard, status)) == NULL) {
+        *status = STORE_UNAVAILABLE;
+        return NULL;
+    }
+    {
+        const char *words[] = {record,
+                               end->order_key,
+                               stream,
+                               owner,
+                               end->entry_id,
+                               end->final ? "1" : "0",
+                               end->status ? end->status : "",
+                               end->result ? end->result : "",
+                               numfmt_dec(delay, end->delay_ms),
+                               numfmt_dec(keep, end->keep_ms),
+                               STORE_OUTBOX_GROUP,
+                               id};
+        size_t lens[12];
+        for (int i = 0; i < 12; i++)
+            lens[i] = i == 7 && end->result ? end->result_len : strlen(words[i]);
+        return run(st, &end_script, c, 3, 12, words, lens, status);
+    }
+}
+
+store_outbox_call_t *store_outbox_status(store_t *st, unsigned shard, const char *id,
+                                         store_outbox_status_cb *cb, void *arg,
+                                         store_status_t *status)
+{
+    char record[STORE_KEY_MAX];
+    store_outbox_call_t *c;
+
+    if (record_key(st, record, shard, id) < 0 ||
+        (c = NEW_CALL(C_STATUS, cb, arg, shard, status)) == NULL) {
+        *status = STORE_UNAVAILABLE;
+        return NULL;
+    }
+    {
+        const char *words[] = {record};
+        return run(st, &status_script, c, 1, 1, words, NULL, status);
+    }
+}
+
+store_outbox_call_t *store_outbox_secret(store_t *st, const char *app, store_outbox_secret_cb *cb,
+                                         void *arg, store_status_t *status)
+{
+    char key[STORE_KEY_MAX];
+    store_outbox_call_t *c;
+    int rc;
+
+    if (store_key_app_secret(key, sizeof(key), store_prefix(st), app) < 0 ||
+        (c = NEW_CALL(C_SECRET, cb, arg, 0, status)) == NULL) {
+        *status = STORE_UNAVAILABLE;
+        return NULL;
+    }
+    {
+        const char *argv[] = {"GET", key};
+        rc = store_command(st, key, on_reply, c, 2, argv, NULL, &c->cmd);
+    }
+    if (rc != REDISC_OK) {
+        free(c);
+        *status = status_of(rc);
+        return NULL;
+    }
+    return c;
+}
