@@ -9,6 +9,7 @@ round trip before the platform call) and gives it back with LREM and LINDEX afte
 (one more): 4 plain commands and 1 round trip over order off, no script. A channel's shared rate
 limit adds its script (one more round trip before the call) to both."""
 import json
+import threading
 import unittest
 
 from harness import StackTest, facebook_channel, free_port, http, member, wait_for
@@ -52,19 +53,25 @@ class OrderCost(StackTest):
                 reads = int(line.split(":")[1])
         return calls, reads
 
-    def send(self, url, cid):
-        """One request to a member no request went to before, answered 200."""
+    def send(self, url, cid, keyed=False):
+        """One request to a member no request went to before (with a new Idempotency-Key when
+        keyed), answered 200."""
         i = self.__class__.next_member
         self.__class__.next_member += 1
+        headers = {"Authorization": "Bearer " + self.tok}
+        if keyed:
+            headers["Idempotency-Key"] = "cost-%d" % i
         a = http("POST", url + "/sendResponses",
                  {"channelId": cid, "memberId": "m%d" % i,
-                  "response": [{"type": "TEXT", "text": "cost"}]},
-                 {"Authorization": "Bearer " + self.tok})
+                  "response": [{"type": "TEXT", "text": "cost"}]}, headers)
         self.assertEqual(a.status, 200, a)
 
     def warm(self, url):
         """Until the worker answers from its cache (the token and both channels): a request on
         fbc then reads Redis for its member alone."""
+        # the key's scripts loaded (a first EVALSHA fails); its answer is stored after it, on
+        # the connection that carries the requests below, so before their answers
+        self.send(url, "fbc", keyed=True)
         for _ in range(50):
             c0, _ = self.info()
             self.send(url, "fbc")
@@ -73,7 +80,7 @@ class OrderCost(StackTest):
                 break
         self.send(url, "fbr")  # its channel into the cache, now that the cache is on
 
-    def measure(self, url, cid, order):
+    def measure(self, url, cid, order, keyed=False):
         """(commands by name, round trips) per request over N requests sent one at a time."""
         self.warm(url)
 
@@ -84,7 +91,7 @@ class OrderCost(StackTest):
         c0, r0 = self.info()
         infos = self.infos
         for n in range(1, N + 1):
-            self.send(url, cid)
+            self.send(url, cid, keyed)
             if order:
                 # the turn is given back after the answer: the next request waits for that
                 # LREM, or the two could share a write (fewer round trips, by luck)
@@ -118,6 +125,57 @@ class OrderCost(StackTest):
         self.assertEqual({k: v for k, v in diff.items() if v}, TURN_COMMANDS)
         self.assertEqual(on_trips - off_trips, 1.0)
         self.assertLessEqual(on_trips, 3.0)
+
+    def test_3_idempotency_key_in_the_same_round_trips(self):
+        """Issue 30: with an Idempotency-Key the key's begin goes with the member's read and the
+        turn (one round trip before the platform call), its answer with the turn given back
+        (one after): two round trips, as without a key; two scripts (begin, answer) more. It
+        took four: the member, the begin, the turn, then the answer."""
+        plain, plain_trips = self.measure(self.on, "fbc", order=True)
+        keyed, keyed_trips = self.measure(self.on, "fbc", order=True, keyed=True)
+        self.assertEqual(keyed_trips, 2.0)
+        self.assertEqual(keyed_trips, plain_trips)
+        self.assertEqual(keyed.get("evalsha", 0) - plain.get("evalsha", 0), 2.0, keyed)
+        for name in ("rpush", "lrem", "lindex"):  # the scripts run PEXPIRE too
+            self.assertEqual(keyed.get(name), 1.0, keyed)
+
+    def test_4_a_duplicate_gives_its_turn_back_while_it_waits(self):
+        """A duplicate of a running keyed request took the member's turn with its begin; told to
+        wait for the key's answer it gives the turn back (the member's queue holds the running
+        request alone) and then replays the answer; the message went out once."""
+        s = self.s
+        i = self.__class__.next_member
+        self.__class__.next_member += 1
+        body = {"channelId": "fbc", "memberId": "m%d" % i,
+                "response": [{"type": "TEXT", "text": "dup-%d" % i}]}
+        headers = {"Authorization": "Bearer " + self.tok, "Idempotency-Key": "dup-%d" % i}
+        record = "botgate:idem:{%d:%s:sendResponses:dup-%d}" % (len(APP), APP, i)
+        queue = "botgate:turnq:{fbc}:m%d" % i
+        s.sim("POST", "/_sim/config", {"latency_ms": 1500})
+        answers = {}
+        try:
+            first = threading.Thread(target=lambda: answers.update(
+                first=http("POST", self.on + "/sendResponses", body, headers)))
+            first.start()
+            wait_for(lambda: s.redis("EXISTS", record) == 1, timeout=10, what="the key's record")
+            dup = threading.Thread(target=lambda: answers.update(
+                dup=http("POST", self.on + "/sendResponses", body, headers)))
+            dup.start()
+            # it listens on the record's channel once it has given the turn back
+            wait_for(lambda: s.redis("PUBSUB", "NUMSUB", record)[1] == 1, timeout=10,
+                     what="the duplicate waiting for the key's answer")
+            self.assertEqual(s.redis("LLEN", queue), 1)
+            first.join(30)
+            dup.join(30)
+        finally:
+            s.sim("POST", "/_sim/config", {"latency_ms": 0})
+        self.assertEqual(answers["first"].status, 200, answers["first"])
+        self.assertEqual((answers["dup"].status, answers["dup"].raw),
+                         (200, answers["first"].raw))
+        self.assertEqual(answers["dup"].headers.get("Idempotent-Replayed"), "true")
+        wait_for(lambda: s.redis("LLEN", queue) == 0, timeout=10, what="the turn given back")
+        texts = [e for e in s.sim_log() if "dup-%d" % i in json.dumps(e)]
+        self.assertEqual(len(texts), 1, texts)
 
 
 if __name__ == "__main__":
