@@ -408,6 +408,11 @@ echo "bench: $duration s per run; scenarios: $scenarios" >&2
 if has a || has a-off || has b || has c || has c-lua || has a-key; then
   start_botgate "$upstream/graph/v19.0"
   has a-off && start_twin "$upstream/graph/v19.0"
+  # a fresh process's first seconds are slower (its allocator, Redis's and the upstream's
+  # connections): both botgates warm up alike before a and its twin (not reported)
+  echo "bench: warming botgate up (a, 3 s, not reported)" >&2
+  has a && run_out=$tmp/warm.jsonl run_duration=3 run a botgate "$conns"
+  has a-off && run_out=$tmp/warm.jsonl run_duration=3 run a-off botgate "$conns"
   echo "bench: the static upstream alone (its capacity)" >&2
   run up upstream "$conns"
   for sc in $scenarios; do
