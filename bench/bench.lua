@@ -9,13 +9,15 @@
 --                it to the simulator) or to the simulator itself.
 -- SCENARIO: a (1 TEXT), b (3 TEXT in one request), c (redirect to a 2-response node), c-lua
 --           (redirect to a node whose Lua transform returns the same 2 responses),
---           a-tls and a-tls-h1 (as a; the upstream is reached over TLS), d (as a; run with 5000 connections
---           while the simulator answers after 1 s), e (1 TEXT to a whatsapp-cloud number limited
---           to 1,000/s, through three instances: bench/scenario_e.py);
---           a-key (as a, with a new Idempotency-Key on every request), a-many and a-order (as a,
---           each request to one of BENCH_MEMBERS members, bench-m0, bench-m1, ...: each wrk
---           thread cycles through its own share of them, so that with per-member order on
---           (a-order) a member's previous request has answered before its next one comes).
+--           a-tls and a-tls-h1 (as a; the upstream is reached over TLS), d (as a; run with 5000
+--           connections while the simulator answers after 1 s), a-off and d-off (a and d, sent
+--           to a botgate with per-member order off: their twins), a-key (as a, with a new
+--           Idempotency-Key on every request), e (1 TEXT to a whatsapp-cloud number limited to
+--           1,000/s, through three instances: bench/scenario_e.py).
+-- MODE botgate sends each request to another member, bench-m0, bench-m1, ... (BENCH_MEMBERS of
+-- them; 1: every request to bench-member): each wrk thread cycles through its own share, so
+-- that with per-member order on (the product's default) a member's previous request has
+-- answered before its next one comes, and no request waits for its turn.
 -- BENCH_THREADS in the environment: wrk's thread count (how the members are shared out).
 -- BENCH_DELAY_MS in the environment: after each answer, wait a random 0..2*BENCH_DELAY_MS ms
 -- before the next request on the connection: a paced load for the added-latency figure (wrk
@@ -31,7 +33,7 @@ local MEMBER = "bench-member"
 local PSID = "2456789012345678"
 local TEXT = "hello from wrk, a message of ordinary length"
 
-local MEMBERS = tonumber(os.getenv("BENCH_MEMBERS") or "") or 256
+local MEMBERS = tonumber(os.getenv("BENCH_MEMBERS") or "") or 1
 local THREADS = tonumber(os.getenv("BENCH_THREADS") or "") or 1
 
 -- setup() runs in wrk's main Lua state: it gives each thread its number (the global tid) and
@@ -54,6 +56,7 @@ end
 
 function init(args)
     local mode, scenario, token = args[1], args[2], args[3]
+    scenario = scenario:gsub("%-off$", "") -- a twin sends what its scenario sends
     wrk.method = "POST"
     wrk.headers["Content-Type"] = "application/json"
     if mode == "botgate" then
@@ -77,21 +80,21 @@ function init(args)
             wrk.body = '{"channelId":"' .. CHANNEL .. '","memberId":"' .. MEMBER .. '",'
                 .. '"response":' .. text_responses(scenario == "b" and 3 or 1) .. '}'
         end
-        if scenario == "a-key" then
-            local n = 0
+        local keyed = scenario == "a-key"
+        local spread = scenario ~= "e" and MEMBERS > 1
+        local pre, post = wrk.body:match('^(.-"memberId":")' .. MEMBER:gsub("%-", "%%-") .. '(".*)$')
+        local share = math.max(1, math.floor(MEMBERS / THREADS))
+        local first, n = (tid or 0) * share, 0
+        if keyed or (spread and pre) then
             function request()
                 n = n + 1
-                wrk.headers["Idempotency-Key"] = "bench-" .. nonce .. "-" .. tid .. "-" .. n
+                if keyed then
+                    wrk.headers["Idempotency-Key"] = "bench-" .. nonce .. "-" .. tid .. "-" .. n
+                end
+                if spread and pre then
+                    return wrk.format(nil, nil, nil, pre .. "bench-m" .. (first + n % share) .. post)
+                end
                 return wrk.format()
-            end
-        elseif scenario == "a-many" or scenario == "a-order" then
-            local share = math.max(1, math.floor(MEMBERS / THREADS))
-            local first, n = (tid or 0) * share, 0
-            local tail = '","response":' .. text_responses(1) .. '}'
-            function request()
-                n = n + 1
-                return wrk.format(nil, nil, nil, '{"channelId":"' .. CHANNEL .. '","memberId":"'
-                    .. "bench-m" .. (first + n % share) .. tail)
             end
         end
     elseif mode == "upstream" then

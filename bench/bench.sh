@@ -12,10 +12,11 @@
 #
 #   BENCH_DURATION=10        seconds per wrk run
 #   BENCH_D_DURATION=30      seconds of each scenario-d run (its first second has no answers)
-#   BENCH_SCENARIOS="a a-key a-many a-order b c c-lua a-tls a-tls-h1 d d-tls e" scenarios to run
-#                            (see bench/README.md; d-tls is bench/tls_memory.py: d's memory per
-#                            send in flight over TLS; e is bench/scenario_e.py: three instances
-#                            under one shared rate limit)
+#   BENCH_SCENARIOS="a a-off a-key b c c-lua a-tls a-tls-h1 d d-off d-tls e" scenarios to run
+#                            (see bench/README.md; a-off and d-off are a and d on a botgate with
+#                            per-member order off, their twins; d-tls is bench/tls_memory.py:
+#                            d's memory per send in flight over TLS; e is bench/scenario_e.py:
+#                            three instances under one shared rate limit)
 #   BENCH_CONNECTIONS=64     wrk connections of a, b, c, a-tls and a-tls-h1
 #   BENCH_WRK_THREADS=2      wrk threads
 #   BENCH_UPSTREAM_WORKERS=auto  worker_processes of the static upstream nginx
@@ -23,12 +24,10 @@
 #   BENCH_STRACE_SCENARIOS="a a-tls a-tls-h1"  scenarios whose system calls per request are counted
 #   BENCH_OUT=build-release/bench-latest.txt
 #   BOTGATE_WORKERS=1, BOTGATE_MAX_CONNECTIONS=20000, BOTGATE_REDIS_MAX_IN_FLIGHT=50000
-#   BOTGATE_MEMBER_ORDER=0   a, b, c and d send every request to ONE member: with per-member
-#                            order on (the product's default) they would run one at a time by
-#                            design. a-key is a with a new Idempotency-Key per request; a-many
-#                            sends a's request to BENCH_MEMBERS members (a share per wrk thread)
-#                            and a-order the same to a botgate of its own with order on.
-#   BENCH_MEMBERS=256        members of a-many and a-order
+#   BOTGATE_MEMBER_ORDER=1   the product's default: per-member order on (a-off and d-off: 0)
+#   BENCH_MEMBERS=8192       members botgate's requests are spread over (bench-m0 ...), a share
+#                            per wrk thread, so that no request waits for its member's turn:
+#                            more than d's 5000 connections (1: every request to one member)
 #   BENCH_PACE_MS=20         mean pause after each answer in the paced (added-latency) runs
 #   BENCH_HOLD=1             start and load everything, print the addresses, pids and wrk
 #                            commands, and wait for Ctrl-C instead of running (for strace/perf);
@@ -46,7 +45,7 @@ duration=${BENCH_DURATION:-10}
 # Scenario d's first second can have no answer (the upstream takes 1 s): over 10 s that
 # alone would cap it at 90 % of its Little's-law bound, over 30 s at 97 %.
 d_duration=${BENCH_D_DURATION:-30}
-scenarios=${BENCH_SCENARIOS:-a a-key a-many a-order b c c-lua a-tls a-tls-h1 d d-tls e}
+scenarios=${BENCH_SCENARIOS:-a a-off a-key b c c-lua a-tls a-tls-h1 d d-off d-tls e}
 conns=${BENCH_CONNECTIONS:-64}
 wrk_threads=${BENCH_WRK_THREADS:-2}
 upstream_workers=${BENCH_UPSTREAM_WORKERS:-auto}
@@ -63,8 +62,8 @@ for tool in wrk nginx redis-server curl python3 openssl; do
 done
 for sc in $scenarios; do
   case $sc in
-    a | a-key | a-many | a-order | b | c | c-lua | a-tls | a-tls-h1 | d | d-tls | e) ;;
-    *) echo "bench: unknown scenario '$sc' (a a-key a-many a-order b c c-lua a-tls a-tls-h1 d d-tls e)" >&2; exit 2 ;;
+    a | a-off | a-key | b | c | c-lua | a-tls | a-tls-h1 | d | d-off | d-tls | e) ;;
+    *) echo "bench: unknown scenario '$sc' (a a-off a-key b c c-lua a-tls a-tls-h1 d d-off d-tls e)" >&2; exit 2 ;;
   esac
 done
 has() { case " $scenarios " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -140,7 +139,7 @@ esac
 [ "$nofile" = unlimited ] && nofile=1048576
 
 read -r redis_port botgate_port nginx_port nginx_tls_port nginx_sim_port up_port up_tls_port \
-  up_status_port <<<"$($report freeport 8 | tr '\n' ' ')"
+  up_status_port twin_port <<<"$($report freeport 9 | tr '\n' ' ')"
 
 # ---- redis-server ----
 redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --dir "$tmp" \
@@ -216,12 +215,16 @@ cat > "$tmp/tree.json" <<'EOT'
  "lua":{"transform":"if self.agendaMeta.status == 'shipped' then return {{type = 'TEXT', text = 'hello from the bench tree, first of two'}, {type = 'TEXT', text = 'hello from the bench tree, second of two'}} end return nil"}}}
 EOT
 "$ctl" tree import "$tmp/tree.json" > /dev/null 2>> "$tmp/ctl.log"
-members=${BENCH_MEMBERS:-256}
-if has a-many || has a-order; then
-  for i in $(seq 0 $((members - 1))); do
-    printf '{"_id":"bench-m%d","channel":"bench-fb","app":"bench","externalId":"3%015d","platform":"facebook","firstName":"Bench","lastName":"User %d","locale":"en","customLocale":null,"tags":[],"meta":{},"botMeta":{"tree":null,"nodeCompositeId":null,"liveChat":false,"subscribed":true,"tempData":{}},"createdAt":%s,"updatedAt":%s}' \
-      "$i" "$i" "$i" "$now" "$now" | "$ctl" member put - > /dev/null 2>> "$tmp/ctl.log"
-  done
+# the members botgate's requests are spread over: bench-m0 by botgatectl, its copies in one
+# script (bench/members.lua; one botgatectl call each took minutes for d's thousands)
+members=${BENCH_MEMBERS:-8192}
+if [ "$members" -gt 1 ]; then
+  printf '{"_id":"bench-m0","channel":"bench-fb","app":"bench","externalId":"3000000000000000","platform":"facebook","firstName":"Bench","lastName":"User","locale":"en","customLocale":null,"tags":[],"meta":{},"botMeta":{"tree":null,"nodeCompositeId":null,"liveChat":false,"subscribed":true,"tempData":{}},"createdAt":%s,"updatedAt":%s}' \
+    "$now" "$now" | "$ctl" member put - > /dev/null 2>> "$tmp/ctl.log"
+  redis-cli -p "$redis_port" --eval "$bench/members.lua" 'botgate:member:{bench-fb}:bench-m0' \
+    'botgate:recipient:{bench-fb}:3000000000000000' , "$members" bench-m0 3000000000000000 \
+    bench-m 3 15 > "$tmp/members.log" 2>&1 && grep -qx "$members" "$tmp/members.log" ||
+    die "could not load $members members: $(head -c 300 "$tmp/members.log")"
 fi
 token=$("$ctl" token create --app bench --scope bot:admin --label "make bench" 2>> "$tmp/ctl.log")
 
@@ -255,41 +258,55 @@ tls_nginx_proto=$(check_protocol)
 check "nginx, simulator" "$nginx_sim" "$fb_path" "$fb"
 
 # ---- botgate: one process per upstream (it has one Facebook URL) ----
-member_order=${BOTGATE_MEMBER_ORDER:-0}
-knobs="BOTGATE_WORKERS=$workers BOTGATE_MAX_CONNECTIONS=$max_conn BOTGATE_REDIS_MAX_IN_FLIGHT=$redis_inflight BOTGATE_LOG_LEVEL=warn BOTGATE_MEMBER_ORDER=$member_order (a-order: 1)"
+member_order=${BOTGATE_MEMBER_ORDER:-1}
+knobs="BOTGATE_WORKERS=$workers BOTGATE_MAX_CONNECTIONS=$max_conn BOTGATE_REDIS_MAX_IN_FLIGHT=$redis_inflight BOTGATE_LOG_LEVEL=warn BOTGATE_MEMBER_ORDER=$member_order (a-off, d-off: 0), requests over BENCH_MEMBERS=$members members"
 botgate="http://127.0.0.1:$botgate_port"
-start_botgate() { # facebook base URL [VAR=value...]
-  local fb_url=$1
-  shift
-  echo "== botgate, Facebook at $fb_url" >> "$tmp/botgate.log"
-  env BOTGATE_LISTEN="127.0.0.1:$botgate_port" \
+twin="http://127.0.0.1:$twin_port"   # the order-off twin of a and d
+twin_pid=""
+launch_botgate() { # port member-order facebook-base-URL [VAR=value...]: sets launched_pid
+  local port=$1 order=$2 fb_url=$3 url=http://127.0.0.1:$1
+  shift 3
+  echo "== botgate on port $port, member order $order, Facebook at $fb_url" >> "$tmp/botgate.log"
+  env BOTGATE_LISTEN="127.0.0.1:$port" \
     BOTGATE_WORKERS="$workers" \
     BOTGATE_MAX_CONNECTIONS="$max_conn" \
     BOTGATE_REDIS_MAX_IN_FLIGHT="$redis_inflight" \
     BOTGATE_LOG_LEVEL="${BOTGATE_LOG_LEVEL:-warn}" \
-    BOTGATE_MEMBER_ORDER="$member_order" \
+    BOTGATE_MEMBER_ORDER="$order" \
     BOTGATE_FACEBOOK_API_URL="$fb_url" \
     BOTGATE_WHATSAPP_CLOUD_API_URL="$sim/graph/v19.0" \
     BOTGATE_SLACK_API_URL="$sim/slack/api" \
     BOTGATE_WECHAT_API_URL="$sim/wechat" \
     BOTGATE_TEAMWORK_API_URL="$sim/teamwork/appstore/api" \
     "$@" "$bin/botgate" >> "$tmp/botgate.log" 2>&1 &
-  botgate_pid=$!; pids="$pids $botgate_pid"
-  wait_until botgate curl -sf "$botgate/readyz"
-  check "botgate sendResponses ($fb_url)" "$botgate" /sendResponses \
+  launched_pid=$!; pids="$pids $launched_pid"
+  wait_until botgate curl -sf "$url/readyz"
+  check "botgate sendResponses ($fb_url, order $order)" "$url" /sendResponses \
     '{"channelId":"bench-fb","memberId":"bench-member","response":[{"type":"TEXT","text":"check"}]}' "$token"
-  botgate_proto=$(check_protocol)
-  check "botgate redirectMemberToNode ($fb_url)" "$botgate" /redirectMemberToNode \
+  launched_proto=$(check_protocol)
+  check "botgate redirectMemberToNode ($fb_url, order $order)" "$url" /redirectMemberToNode \
     '{"channelId":"bench-fb","memberId":"bench-member","redirect":{"tree":"bench-tree","nodeCompositeId":"two"}}' "$token"
-  check "botgate redirectMemberToNode, a transform ($fb_url)" "$botgate" /redirectMemberToNode \
+  check "botgate redirectMemberToNode, a transform ($fb_url, order $order)" "$url" /redirectMemberToNode \
     '{"channelId":"bench-fb","memberId":"bench-member","redirect":{"tree":"bench-tree","nodeCompositeId":"lua"},"meta":{"status":"shipped"}}' "$token"
 }
-stop_botgate() {
-  [ -n "$botgate_pid" ] || return 0
-  stop_pid "$botgate_pid"
-  wait "$botgate_pid" 2>/dev/null || true
-  pids=$(echo " $pids " | sed "s/ $botgate_pid / /")
+start_botgate() { # facebook base URL [VAR=value...]: the product's defaults (member order on)
+  launch_botgate "$botgate_port" "$member_order" "$@"
+  botgate_pid=$launched_pid
+  botgate_proto=$launched_proto
+}
+start_twin() { # facebook base URL [VAR=value...]: as start_botgate with member order off
+  launch_botgate "$twin_port" 0 "$@"
+  twin_pid=$launched_pid
+}
+stop_botgate() { # both
+  local p
+  for p in $botgate_pid $twin_pid; do
+    stop_pid "$p"
+    wait "$p" 2>/dev/null || true
+    pids=$(echo " $pids " | sed "s/ $p / /")
+  done
   botgate_pid=""
+  twin_pid=""
 }
 
 if [ "${BENCH_HOLD:-0}" != 0 ]; then
@@ -306,7 +323,7 @@ bench: BENCH_HOLD=$BENCH_HOLD: everything runs until Ctrl-C (logs in $tmp)
   static upstream $upstream and $upstream_tls (master pid $upstream_pid, status $upstream_status)
   simulator $sim (pid $sim_pid)   redis 127.0.0.1:$redis_port (pid $redis_pid)
   certificate $cert (BOTGATE_CA_FILE, curl --cacert)
-  wrk -t2 -c64 -d10s --latency -s $bench/bench.lua $botgate -- botgate $hsc $token
+  BENCH_THREADS=2 BENCH_MEMBERS=$members wrk -t2 -c64 -d10s --latency -s $bench/bench.lua $botgate -- botgate $hsc $token
   wrk -t2 -c64 -d10s --latency -s $bench/bench.lua $hng -- upstream $hsc
 EOT
   trap 'exit 0' INT TERM
@@ -323,12 +340,13 @@ target_of() { # scenario target: sets url, mode, pidlist, aux, counter (report.p
   url=""; mode=upstream; aux=""
   counter=(--upstream-status "$upstream_status")
   case $sc in
-    d | sim) counter=(--sim "$sim"); ports="" ;;   # 10 000 sockets: too costly to sample
+    d | d-off | sim) counter=(--sim "$sim"); ports="" ;;   # 10 000 sockets: too costly to sample
     a-tls | a-tls-h1 | up-tls) ports=$up_tls_port ;;
   esac
   case $target in
     botgate) url=$botgate; mode=botgate; pidlist=$botgate_pid; aux="redis=$redis_pid"
-      counter+=(--redis-port "$redis_port") ;;
+      counter+=(--redis-port "$redis_port")
+      case $sc in *-off) url=$twin; pidlist=$twin_pid ;; esac ;;   # the order-off twin
     nginx) pidlist=$nginx_pid
       case $sc in d) url=$nginx_sim ;; a-tls | a-tls-h1) url=$nginx_tls ;; *) url=$nginx ;; esac ;;
     upstream) pidlist=$upstream_pid; ports=""
@@ -336,7 +354,7 @@ target_of() { # scenario target: sets url, mode, pidlist, aux, counter (report.p
     sim) url=$sim; pidlist=$sim_pid; ports="" ;;
   esac
   case $sc:$target in
-    d:* | sim:*) aux="${aux:+$aux,}sim=$sim_pid" ;;
+    d:* | d-off:* | sim:*) aux="${aux:+$aux,}sim=$sim_pid" ;;
     *:botgate | *:nginx) aux="${aux:+$aux,}upstream=$upstream_pid" ;;
   esac
   [ -n "$ports" ] && counter+=(--upstream-ports "$ports")
@@ -386,9 +404,15 @@ strace_phase() { # scenario
 
 echo "bench: $duration s per run; scenarios: $scenarios" >&2
 
-# a, b, c, c-lua, a-key, a-many: the static upstream over HTTP
-if has a || has b || has c || has c-lua || has a-key || has a-many; then
+# a, a-off, b, c, c-lua, a-key: the static upstream over HTTP
+if has a || has a-off || has b || has c || has c-lua || has a-key; then
   start_botgate "$upstream/graph/v19.0"
+  has a-off && start_twin "$upstream/graph/v19.0"
+  # a fresh process's first seconds are slower (its allocator, Redis's and the upstream's
+  # connections): both botgates warm up alike before a and its twin (not reported)
+  echo "bench: warming botgate up (a, 3 s, not reported)" >&2
+  has a && run_out=$tmp/warm.jsonl run_duration=3 run a botgate "$conns"
+  has a-off && run_out=$tmp/warm.jsonl run_duration=3 run a-off botgate "$conns"
   echo "bench: the static upstream alone (its capacity)" >&2
   run up upstream "$conns"
   for sc in $scenarios; do
@@ -396,9 +420,13 @@ if has a || has b || has c || has c-lua || has a-key || has a-many; then
       a | b | c | c-lua)
         echo "bench: scenario $sc" >&2
         run "$sc" botgate "$conns"
+        # a's twin right after it: the machine as alike as it gets for the two
+        [ "$sc" = a ] && has a-off && { echo "bench: scenario a-off" >&2; run a-off botgate "$conns"; }
         run "$sc" nginx "$conns"
         ;;
-      a-key | a-many)   # botgate only: nginx has no such thing
+      a-off)
+        has a || { echo "bench: scenario a-off" >&2; run a-off botgate "$conns"; } ;;
+      a-key)   # botgate only: nginx has no such thing
         echo "bench: scenario $sc" >&2
         run "$sc" botgate "$conns"
         ;;
@@ -420,16 +448,6 @@ if has a || has b || has c || has c-lua || has a-key || has a-many; then
     unset BENCH_DELAY_MS
   fi
   has a && strace_phase a
-  stop_botgate
-fi
-
-# a-order: a-many on a botgate of its own with per-member order on (the product's default)
-if has a-order; then
-  start_botgate "$upstream/graph/v19.0" BOTGATE_MEMBER_ORDER=1
-  echo "bench: scenario a-order: warming botgate up (3 s, not reported)" >&2
-  run_out=$tmp/warm.jsonl run_duration=3 run a-order botgate "$conns"
-  echo "bench: scenario a-order" >&2
-  run a-order botgate "$conns"
   stop_botgate
 fi
 
@@ -462,20 +480,29 @@ if has a-tls-h1; then
   stop_botgate
 fi
 
-# d: the simulator, which can hold each answer 1 s
-if has d; then
-  start_botgate "$sim/graph/v19.0"
+# d: the simulator, which can hold each answer 1 s; d-off, its twin with member order off
+if has d || has d-off; then
+  has d && start_botgate "$sim/graph/v19.0"
+  has d-off && start_twin "$sim/graph/v19.0"
   # d's memory per send in flight is measured from the RSS before its run: let the fresh
   # process first do what a, b and c did in one process before (not measured, not reported)
   echo "bench: scenario d: warming botgate up (a, b, c against the simulator, 3 s each)" >&2
   for sc in a b c; do
-    run_out=$tmp/warm.jsonl run_duration=3 run "$sc" botgate "$conns"
+    has d && run_out=$tmp/warm.jsonl run_duration=3 run "$sc" botgate "$conns"
+    has d-off && run_out=$tmp/warm.jsonl run_duration=3 run "$sc-off" botgate "$conns"
   done
   echo "bench: scenario d (simulator latency 1000 ms, 5000 connections)" >&2
   sim_latency 1000
-  run_duration=$d_duration run d botgate 5000 --timeout 10s
-  sleep 2   # requests cut off by wrk's end are still finishing upstream
-  run_duration=$d_duration run d nginx 5000 --timeout 10s
+  if has d; then
+    run_duration=$d_duration run d botgate 5000 --timeout 10s
+    sleep 2   # requests cut off by wrk's end are still finishing upstream
+  fi
+  if has d-off; then
+    echo "bench: scenario d-off" >&2
+    run_duration=$d_duration run d-off botgate 5000 --timeout 10s
+    sleep 2
+  fi
+  has d && run_duration=$d_duration run d nginx 5000 --timeout 10s
   sim_latency 0
   stop_botgate
 fi

@@ -46,20 +46,22 @@ SCENARIOS = {
     "c": "c  redirectMemberToNode, 2 resp.",
     "c-lua": "c-lua  c, by a Lua transform",
     "up-tls": "upstream alone, HTTPS",
+    "a-off": "a-off  a, member order off",
     "a-key": "a-key  a + Idempotency-Key",
-    "a-many": "a-many  a, 256 members",
-    "a-order": "a-order  a-many, member order",
     "a-tls": "a-tls  a over TLS, botgate HTTP/2",
     "a-tls-h1": "a-tls-h1  a over TLS, botgate HTTP/1.1",
     "sim": "simulator alone (d's upstream)",
     "d": "d  5000 conn., upstream 1 s",
+    "d-off": "d-off  d, member order off",
 }
-ORDER = ["up", "a", "a-key", "a-many", "a-order", "b", "c", "c-lua", "up-tls", "a-tls", "a-tls-h1", "sim", "d"]
+ORDER = ["up", "a", "a-off", "a-key", "b", "c", "c-lua", "up-tls", "a-tls", "a-tls-h1", "sim", "d",
+         "d-off"]
+# the order-off twins (a botgate with BOTGATE_MEMBER_ORDER=0 beside the default one): their
+# ratio is to the nginx run of the scenario they twin, and a section sets each beside it
+TWIN_OF = {"a-off": "a", "d-off": "d"}
 # the delivery guarantees' rows (contract section 7): botgate alone (nginx has no such thing),
-# compared with botgate's scenario a; a-order also with a-many, its twin with order off
-GUARANTEES = {"a-key": "a with a new Idempotency-Key on every request (order off, as a)",
-              "a-many": "a, each request to one of many members (order off, as a)",
-              "a-order": "a-many with per-member order on (the product's default)"}
+# compared with botgate's scenario a
+GUARANTEES = {"a-key": "a with a new Idempotency-Key on every request"}
 # the upstream-alone row of each proxied scenario: it must do at least UPSTREAM_MARGIN times
 # the proxy's req/s, or the upstream, not the proxy, sets the pace
 UPSTREAM_OF = {"a": "up", "b": "up", "c": "up", "c-lua": "up", "a-tls": "up-tls", "a-tls-h1": "up-tls"}
@@ -555,7 +557,7 @@ def cmd_table(args):
                 if a and "error" not in a and rps(a) > 0:
                     ratio = "%.2fx a" % (rps(r) / rps(a))
             elif r["target"] == "botgate":
-                ng = find(recs, sc, "nginx")
+                ng = find(recs, TWIN_OF.get(sc, sc), "nginx")
                 if ng and "error" not in ng and rps(ng) > 0:
                     ratio = "%.2fx" % (rps(r) / rps(ng))
             elif r["target"] == "upstream":
@@ -623,21 +625,39 @@ def cmd_table(args):
     w("ratio: botgate rows, botgate's req/s / nginx-proxy's; upstream-alone rows, the upstream's")
     w("req/s / nginx-proxy's in the scenario it serves (a, or a-tls): at least %.0fx, or the"
       % UPSTREAM_MARGIN)
-    w("upstream is not clearly out of the way. a-key, a-many, a-order: botgate's req/s / its")
-    w("scenario a's (\"x a\"; no nginx run: nginx has nothing like them).")
+    w("upstream is not clearly out of the way. a-off, d-off: botgate's req/s with member order")
+    w("off / nginx's in a, d. a-key: botgate's req/s / its scenario a's (\"x a\"; nginx has")
+    w("nothing like an Idempotency-Key).")
+
+    twins = [(r, find(recs, TWIN_OF[r["scenario"]], "botgate")) for r in recs
+             if r["scenario"] in TWIN_OF and r["target"] == "botgate" and "error" not in r]
+    twins = [(off, on) for off, on in twins if on is not None and "error" not in on
+             and rps(on) > 0 and rps(off) > 0]
+    if twins:
+        w("")
+        w("Per-member order, on (the product's default, every row above but a-off and d-off) against")
+        w("off (the twins, a botgate of their own started beside it, run right after it): on / off.")
+        for off, on in twins:
+            n_on, n_off = float(on["requests"] or 1), float(off["requests"] or 1)
+            red_on = on["aux_cpu_s"].get("redis", 0) * 1e6 / n_on
+            red_off = off["aux_cpu_s"].get("redis", 0) * 1e6 / n_off
+            cmd = ""
+            if "redis_commands" in on and "redis_commands" in off:
+                cmd = ", Redis commands %.2f / %.2f per request" % (
+                    on["redis_commands"] / n_on, off["redis_commands"] / n_off)
+            w("  %-6s req/s %.0f / %.0f = %.2fx; botgate CPU %.0f / %.0f us/req = %.2fx; Redis CPU "
+              "%.1f / %.1f us/req = %s%s"
+              % (on["scenario"], rps(on), rps(off), rps(on) / rps(off), per_req_us(on),
+                 per_req_us(off), per_req_us(on) / per_req_us(off) if per_req_us(off) else 0,
+                 red_on, red_off, "%.2fx" % (red_on / red_off) if red_off > 0 else "-", cmd))
 
     guarded = [r for r in recs if r["scenario"] in GUARANTEES and r["target"] == "botgate"
                and "error" not in r]
     a = find(recs, "a", "botgate")
     if guarded and a is not None and "error" not in a and rps(a) > 0:
         w("")
-        w("Delivery guarantees: what an Idempotency-Key and per-member order cost botgate, against")
-        w("its scenario a (order off, every request to one member). CPU us/req counts botgate's own")
-        w("CPU only; wrk builds each of these requests in Lua (a new key or member), which costs")
-        w("wrk, not botgate, more than a's fixed request: on a busy machine that lowers req/s.")
-        w("a-many and a-order spread the requests over members, a share of them per wrk thread, so")
-        w("that with order on no request waits for another (one member's requests run one at a")
-        w("time by design: a, b and c, all on one member, run with order off).")
+        w("Idempotency-Key: what it costs botgate against its scenario a (both with member order")
+        w("on, the requests spread over members). CPU us/req counts botgate's own CPU only.")
 
         def cost(r, base, name):
             cpu, cpu0 = per_req_us(r), per_req_us(base)
@@ -657,13 +677,9 @@ def cmd_table(args):
         for r in guarded:
             w("  %-8s %s: %s%s" % (r["scenario"], GUARANTEES[r["scenario"]], cost(r, a, "a"),
                                    scripts(r)))
-            twin = find(recs, "a-many", "botgate") if r["scenario"] == "a-order" else None
-            if twin is not None and "error" not in twin and rps(twin) > 0:
-                w("  %-8s against a-many: %s" % ("", cost(r, twin, "a-many")))
-                red, red0 = (x["aux_cpu_s"].get("redis", 0) / float(x["requests"] or 1)
-                             for x in (r, twin))
-                if red0 > 0:
-                    w("  %-8s Redis CPU per request %.2fx a-many's" % ("", red / red0))
+            red, red0 = (x["aux_cpu_s"].get("redis", 0) / float(x["requests"] or 1) for x in (r, a))
+            if red0 > 0:
+                w("  %-8s Redis CPU per request %.2fx a's" % ("", red / red0))
 
     tls = [r for r in recs if r["scenario"] in ("a-tls", "a-tls-h1") and "error" not in r]
     if tls:
@@ -698,7 +714,7 @@ def cmd_table(args):
               % (r["scenario"], r["target"], r["per_request"], r["requests"], r["calls"],
                  ", ".join("%s %.2f" % (k, v) for k, v in r["top"])))
 
-    d_rows = [r for r in recs if r["scenario"] == "d" and "error" not in r]
+    d_rows = [r for r in recs if r["scenario"] in ("d", "d-off") and "error" not in r]
     if d_rows:
         dur = float(meta.get("d_duration") or meta.get("duration", 10))
         w("")
@@ -710,7 +726,7 @@ def cmd_table(args):
             inflight = r.get("connections") or 5000
             w("  %-8s %5.0f req/s = %3.0f%% of 5000/s (%.0f%% of the run's %.0f); non-2xx %d; "
               "socket errors: connect %d, read %d, write %d, timeout %d"
-              % (r["target"], rps(r), rps(r) / 50.0, 100.0 * rps(r) / (5000 * (dur - 1) / dur),
+              % (r["target"] if r["scenario"] == "d" else "d-off", rps(r), rps(r) / 50.0, 100.0 * rps(r) / (5000 * (dur - 1) / dur),
                  5000 * (dur - 1) / dur, r["status"], r["connect"], r["read"], r["write"],
                  r["timeout"]))
             w("  %-8s RSS idle %.1f MiB -> peak %.1f MiB: %.1f KiB per in-flight request"

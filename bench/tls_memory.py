@@ -4,7 +4,9 @@ answering after 1 s behind an nginx HTTPS front (HTTP/2 offered by ALPN, 128 str
 connection), wrk holding N requests in flight on N connections for a few seconds, one botgate
 worker. Measured for each upstream HTTP setting (BOTGATE_UPSTREAM_HTTP), both botgate's own:
 HTTP/2 (the default, one connection per 128 sends) and HTTP/1.1 (a TLS connection per send in
-flight).
+flight). Per-member order is on (the product's default) and the requests are spread over 2N
+members (bench.lua's BENCH_MEMBERS, written by bench/members.lua), so that none waits for its
+member's turn.
 
     bench/tls_memory.py [BIN_DIR] [N]      (default build-release/bin, 2000)
 
@@ -23,6 +25,7 @@ import harness  # noqa: E402
 from test_tls import established_to, start_tls_front  # noqa: E402
 
 PSID = "2456789012345678"  # bench.lua's
+MEMBERS = [1]  # how many members the requests are spread over (load_members)
 
 
 def rss_kib(pid, field):
@@ -33,12 +36,25 @@ def rss_kib(pid, field):
     return 0
 
 
+def load_members(s, n):
+    """bench-m0 as botgatectl stores it, and n - 1 copies in one script (bench/members.lua)."""
+    s.put("member", harness.member("bench-m0", "bench-fb", "A", "3000000000000000"))
+    with open(os.path.join(HERE, "members.lua")) as f:
+        script = f.read()
+    got = s.redis("EVAL", script, "2", "botgate:member:{bench-fb}:bench-m0",
+                  "botgate:recipient:{bench-fb}:3000000000000000", str(n), "bench-m0",
+                  "3000000000000000", "bench-m", "3", "15")
+    if str(got) != str(n):
+        raise SystemExit("members.lua answered %r, not %d" % (got, n))
+
+
 def wrk(url, token, conns, seconds, pid=None):
     """Runs wrk; with pid, also samples that process's RSS every 0.2 s: (answers, failed,
     samples in KiB)."""
     p = subprocess.Popen(["wrk", "-t2", "-c%d" % conns, "-d%ds" % seconds, "--timeout", "10s",
                           "-s", os.path.join(HERE, "bench.lua"), url, "--", "botgate", "d",
-                          token], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                          token], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                         env=dict(os.environ, BENCH_THREADS="2", BENCH_MEMBERS=str(MEMBERS[0])))
     samples = []
     while p.poll() is None:
         if pid is not None:
@@ -68,6 +84,8 @@ def main():
         s.put("channel", harness.facebook_channel(
             "bench-fb", "A", rateLimit={"perSecond": 1000000, "burst": 100000}))
         s.put("member", harness.member("bench-member", "bench-fb", "A", PSID))
+        load_members(s, 2 * n)
+        MEMBERS[0] = 2 * n
         token = s.token("A", "bot:sendResponses")
         print("memory per send in flight over TLS, %d in flight, one worker, simulator 1 s "
               "behind nginx (listen ssl http2, 128 streams):" % n)
@@ -75,7 +93,7 @@ def main():
             s.start_gateway(extra={
                 "BOTGATE_FACEBOOK_API_URL": "https://127.0.0.1:%d/graph/v19.0" % port,
                 "BOTGATE_CA_FILE": cert, "BOTGATE_UPSTREAM_HTTP": setting,
-                "BOTGATE_MEMBER_ORDER": "0", "BOTGATE_LOG_LEVEL": "warn",
+                "BOTGATE_MEMBER_ORDER": "1", "BOTGATE_LOG_LEVEL": "warn",
                 "BOTGATE_MAX_CONNECTIONS": str(n + 1000)})
             pid = s.procs["botgate"].pid
             wrk(s.url, token, 8, 1)  # the first connections, the TLS session, the caches

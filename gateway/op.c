@@ -688,8 +688,9 @@ void op_resolve(op_t *op, const char *token_hash)
         op->channel_st = STORE_OK;
     }
     /* Both from the cache and member order on: checked now, so that only an accepted request
-     * queues for the member's turn, which is taken with the member's read, one round trip */
-    if (op->token_done && op->channel_done && op->target.member_id != NULL && !op->keyed &&
+     * queues for the member's turn, which is taken with the member's read (and an
+     * Idempotency-Key's begin), one round trip */
+    if (op->token_done && op->channel_done && op->target.member_id != NULL &&
         op->env->deliver.cfg->member_order) {
         if (!resolve_refused(op))
             op_guard_take_member(op, on_member_taken);

@@ -244,8 +244,10 @@ int op_guard_turn(op_t *op, op_run_fn *next);
 /* What a member read found (st, and the record, taken over: NULL unless STORE_OK). */
 typedef void op_member_fn(op_t *op, store_status_t st, json_t *member);
 /* Member order on and the member id given: takes the member's turn and reads its record in the
- * same round trip (no script when nobody is ahead), then calls done with the record; done goes
- * on with op_guard_turn, which then only waits when someone was ahead. Or answers. */
+ * same round trip (no script when nobody is ahead), with an Idempotency-Key its begin too, then
+ * calls done with the record once the key lets the request run (a request told to wait for the
+ * key's answer gives the turn back meanwhile); done goes on with op_guard_turn, which then only
+ * waits when someone was ahead. Or answers. */
 void op_guard_take_member(op_t *op, op_member_fn *done);
 /* The deadline passed while waiting (OP_WAIT): answers 123, or 121 for a turn. */
 void op_guard_expired(op_t *op);

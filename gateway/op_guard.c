@@ -4,7 +4,8 @@
  * and polls nothing: it listens on the record's or the queue's pub/sub channel (the worker's
  * subscriber connection) and keeps one timer at the lease end of whoever is ahead, since a
  * dead instance never publishes. The record is keyed by the token's app, so it is begun once
- * the token is known: after resolve, one round trip; the ticket, once the member is known. */
+ * the token is known: with the token and channel cached and the member id given, in the round
+ * trip that reads the member and takes its turn; else after resolve, then the turn. */
 #include "op.h"
 
 #include "../core/clock.h"
@@ -31,6 +32,8 @@ struct op_guard {
     op_progress_fn *progress_done; /* a progress record in flight: its caller */
     store_turn_take_t *take;       /* the member's turn being taken */
     op_member_fn *member_done;     /* the take reads the member too: its caller */
+    json_t *member;                /* the take's member, kept until the key's begin answers */
+    store_status_t member_st;      /* its status */
     redisc_sub_t *sub;             /* the channel waited on */
     struct event *timer;           /* at the lease end of the request ahead */
     unsigned owner : 1;            /* it runs the key's request: it stores or drops the answer */
@@ -40,6 +43,7 @@ struct op_guard {
     unsigned taken : 1;      /* the take's answer came: ahead says the rest */
     unsigned ahead : 1;      /* someone was ahead in the queue when it was taken */
     unsigned joined : 1;     /* store_turn_join recorded its lease */
+    unsigned begin_sent : 1; /* the key's begin is in flight: it may have made us the owner */
     char turn_id[17];        /* in the member's queue */
     const char *turn_member; /* the member id of the queue: the target's, or turn_member_copy */
     char *turn_member_copy;  /* the record's id (found by recipientId): the record may go first */
@@ -146,6 +150,8 @@ static void wait_on(op_t *op, const char *channel, int64_t wait_ms)
 /* ---- Idempotency-Key ---- */
 
 static void idem_begin(op_t *op);
+static void taken_with_member(op_t *op);
+static void turn_give_back(op_t *op);
 
 /* What the request resumed had recorded, kept for the kind (op_guard_resumed). */
 static int take_resumed(op_t *op, const store_idem_t *res)
@@ -212,6 +218,7 @@ static void on_idem(void *arg, store_status_t st, const store_idem_t *res)
     op_guard_t *g = op->guard;
 
     g->call = NULL;
+    g->begin_sent = 0;
     if (st != STORE_OK) {
         op_fail_store(op, st == STORE_BAD_RECORD ? STORE_UNAVAILABLE : st);
         return;
@@ -225,6 +232,12 @@ static void on_idem(void *arg, store_status_t st, const store_idem_t *res)
         /* fall through */
     case STORE_IDEM_RUN:
         g->owner = 1;
+        if (g->take != NULL)
+            return; /* sent with the member's read and the turn: on_taken goes on */
+        if (g->taken && g->member_done != NULL) {
+            taken_with_member(op);
+            return;
+        }
         go_on(op);
         return;
     case STORE_IDEM_CONFLICT:
@@ -245,6 +258,8 @@ static void on_idem(void *arg, store_status_t st, const store_idem_t *res)
     }
     case STORE_IDEM_WAIT:
         g->waiting_turn = 0;
+        if (g->member_done != NULL)
+            turn_give_back(op); /* taken with the member's read: nobody waits behind a waiter */
         if (g->stale)
             ask_again(op);
         else
@@ -264,6 +279,8 @@ static void idem_begin(op_t *op)
                                op->env->deliver.cfg->idempotency_ttl_s, on_idem, op, &st);
     if (g->call == NULL)
         op_fail_store(op, st);
+    else
+        g->begin_sent = 1;
 }
 
 int op_guard_begin(op_t *op, op_run_fn *next)
@@ -342,15 +359,29 @@ static void turn_check(op_t *op)
         op_fail_store(op, st);
 }
 
+/* The turn and the member's read answered (and the key's begin let the request run). */
+static void taken_with_member(op_t *op)
+{
+    op_guard_t *g = op->guard;
+    op_member_fn *member_done = g->member_done;
+    json_t *member = g->member;
+
+    g->member_done = NULL;
+    g->member = NULL;
+    if (!g->ahead) {
+        op->turn_held = 1; /* member_ready goes on without asking op_guard_turn */
+        log_turn(op);
+    }
+    member_done(op, g->member_st, member); /* it goes on with op_guard_turn */
+}
+
 static void on_taken(void *arg, store_status_t st, int queued, store_status_t member_st,
                      json_t *member)
 {
     op_t *op = arg;
     op_guard_t *g = op->guard;
-    op_member_fn *member_done = g->member_done;
 
     g->take = NULL;
-    g->member_done = NULL;
     if (st != STORE_OK) {
         json_decref(member);
         op_fail_store(op, st == STORE_BAD_RECORD ? STORE_UNAVAILABLE : st);
@@ -358,12 +389,12 @@ static void on_taken(void *arg, store_status_t st, int queued, store_status_t me
     }
     g->taken = 1;
     g->ahead = queued != 0;
-    if (member_done != NULL) {
-        if (!g->ahead) {
-            op->turn_held = 1; /* member_ready goes on without asking op_guard_turn */
-            log_turn(op);
-        }
-        member_done(op, member_st, member); /* it goes on with op_guard_turn */
+    if (g->member_done != NULL) {
+        json_decref(g->member);
+        g->member = member;
+        g->member_st = member_st;
+        if (!g->begin_sent) /* no key, or its begin said run: else on_idem goes on */
+            taken_with_member(op);
         return;
     }
     json_decref(member);
@@ -404,11 +435,41 @@ static int turn_take(op_t *op, int brief)
     return 0;
 }
 
+static void retake(op_t *op)
+{
+    turn_take(op, op->kind->route == METRICS_ROUTE_SEND); /* member_done is still set */
+}
+
+/* The key's record said wait: the turn taken with the member's read goes back at once (a
+ * request that waits for another's answer holds up nobody), and is taken again, the member
+ * read again, once the key lets this one run. */
+static void turn_give_back(op_t *op)
+{
+    op_guard_t *g = op->guard;
+
+    store_turn_take_cancel(g->take);
+    g->take = NULL;
+    json_decref(g->member);
+    g->member = NULL;
+    if (g->queued)
+        store_turn_done(op->env->deliver.store, op->target.channel_id, g->turn_member, g->turn_id,
+                        0);
+    g->queued = 0;
+    g->taken = 0;
+    g->ahead = 0;
+    g->next = retake;
+}
+
 void op_guard_take_member(op_t *op, op_member_fn *done)
 {
     /* a request without an Idempotency-Key gets its guard here, for its turn alone */
-    if (turn_take(op, op->kind->route == METRICS_ROUTE_SEND) == 0)
-        op->guard->member_done = done;
+    if (turn_take(op, op->kind->route == METRICS_ROUTE_SEND) < 0)
+        return;
+    op->guard->member_done = done;
+    /* with one, its begin goes in the same round trip: the request goes on once both answered
+     * (op_guard_begin answers the request when it cannot send) */
+    if (op->keyed)
+        op_guard_begin(op, retake);
 }
 
 int op_guard_turn(op_t *op, op_run_fn *next)
@@ -494,6 +555,7 @@ static void guard_free(op_t *op)
     free(op->guard->key);
     free(op->guard->record);
     free(op->guard->turn_member_copy);
+    json_decref(op->guard->member);
     free(op->guard);
     op->guard = NULL;
 }
@@ -547,6 +609,10 @@ void op_guard_end(op_t *op, int status, int code, const char *text, size_t len)
         else
             store_idem_abandon(store, g->record, g->owner_id);
         g->owner = 0;
+    } else if (g->begin_sent) {
+        /* its begin was still out: it may have made this request the owner, and nobody would
+         * give the record back before its lease ran out (the script checks the owner) */
+        store_idem_abandon(store, g->record, g->owner_id);
     }
     if (g->queued) {
         /* the member's id as the take used it: the target's, or the record's */

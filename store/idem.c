@@ -40,12 +40,13 @@ static const char PROGRESS_SCRIPT[] =
  * e<i> elements) goes with the same write: the answer holds every element again, and a record
  * answered is replayed, never resumed (a 1 MB request's record held 2.4 MB for a day). */
 static const char FINISH_SCRIPT[] =
-    "if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] and "
-    "redis.call('HEXISTS', KEYS[1], 'status') == 0 then "
-    "local drop = {'at'} "
-    "for i = 0, tonumber(redis.call('HGET', KEYS[1], 'at') or '0') - 1 do "
-    "drop[#drop + 1] = 'e' .. i end "
-    "redis.call('HDEL', KEYS[1], unpack(drop)) "
+    /* one read of the three fields, and no HDEL for a record without progress (a request of
+     * one response has none): 4 redis.call for it, not 7 (each ~1.5 us of Redis CPU) */
+    "local r = redis.call('HMGET', KEYS[1], 'owner', 'status', 'at') "
+    "if r[1] == ARGV[1] and not r[2] then "
+    "if r[3] then local drop = {'at'} "
+    "for i = 0, tonumber(r[3]) - 1 do drop[#drop + 1] = 'e' .. i end "
+    "redis.call('HDEL', KEYS[1], unpack(drop)) end "
     "redis.call('HSET', KEYS[1], 'status', ARGV[2], 'code', ARGV[3], 'body', ARGV[4]) "
     "redis.call('PEXPIRE', KEYS[1], ARGV[5]) end "
     "redis.call('PUBLISH', KEYS[1], 'done') return 1";

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """make bench's report (bench/report.py table): the upstream-alone check, the system calls per
-request, the a-tls lines and the delivery guarantees' rows (a-key, a-many, a-order), from
-results files written as bench.sh's runs write them.
+request, the a-tls lines, the delivery guarantees' rows (a-key) and the order-off twins (a-off),
+from results files written as bench.sh's runs write them.
 
 Run: python3 tests/integration/test_bench_report.py
 """
@@ -105,50 +105,52 @@ class SyscallsAndTls(unittest.TestCase):
 
 
 class DeliveryGuarantees(unittest.TestCase):
-    """a-key, a-many and a-order: botgate alone, each compared with botgate's scenario a (and
-    a-order with a-many, its twin with order off), CPU per request and scripts included."""
+    """a-key: botgate alone, compared with botgate's scenario a; a-off and d-off, the order-off
+    twins of a and d, set beside them: req/s, CPU, Redis CPU and commands per request."""
 
     def records(self):
-        return [timed("a", "botgate", 20000, cpu_s=4.0, redis_scripts=200000),
+        return [timed("a", "botgate", 20000, cpu_s=4.4, redis_scripts=200000,
+                      redis_commands=2000000, aux_cpu_s={"redis": 1.0}),
                 timed("a", "nginx", 40000),
-                timed("a-key", "botgate", 18000, cpu_s=3.96, redis_scripts=540000),
-                timed("a-many", "botgate", 20000, cpu_s=4.0, redis_scripts=200000),
-                timed("a-order", "botgate", 19000, cpu_s=4.18, redis_scripts=570000)]
+                timed("a-off", "botgate", 21000, cpu_s=4.2, redis_scripts=210000,
+                      redis_commands=1260000, aux_cpu_s={"redis": 0.84}),
+                timed("a-key", "botgate", 18000, cpu_s=3.96, redis_scripts=540000,
+                      redis_commands=3060000, aux_cpu_s={"redis": 1.8})]
 
-    def test_rows_carry_req_s_cpu_and_the_ratio_to_scenario_a(self):
+    def test_rows_carry_req_s_cpu_and_the_ratios(self):
         out = table(self.records())
         key = row(out, "a-key  a + Idempotency-Key", "botgate")
         self.assertIn(" 18000 ", key)
         self.assertIn(" 22 ", key)  # CPU us/req: 3.96 s over 180000 requests
         self.assertTrue(key.endswith("0.90x a"), key)
-        self.assertTrue(row(out, "a-order  a-many, member order", "botgate").endswith("0.95x a"))
-        self.assertTrue(row(out, "a-many  a, 256 members", "botgate").endswith("1.00x a"))
-        # nginx has nothing like them: no nginx rows, and a's ratio is still against nginx
-        for label in ("a-key", "a-many", "a-order"):
+        self.assertIn(" 17.00 ", key)  # Redis commands per request
+        # the twin's ratio is to nginx's a, as a's own
+        self.assertTrue(row(out, "a-off  a, member order off", "botgate").endswith("0.53x"))
+        self.assertTrue(row(out, "a  sendResponses, 1 TEXT", "botgate").endswith("0.50x"))
+        for label in ("a-key", "a-off"):
             self.assertFalse([x for x in out.splitlines()
                               if x.startswith(label + " ") and " nginx " in x], out)
-        self.assertTrue(row(out, "a  sendResponses, 1 TEXT", "botgate").endswith("0.50x"))
         self.assertNotIn("WARNING", out)
+
+    def test_the_twin_section_sets_order_on_beside_off(self):
+        out = table(self.records())
+        line = [x for x in out.splitlines() if x.startswith("  a      req/s")][0]
+        self.assertEqual(line, "  a      req/s 20000 / 21000 = 0.95x; botgate CPU 22 / 20 us/req = "
+                               "1.10x; Redis CPU 5.0 / 4.0 us/req = 1.25x, Redis commands 10.00 / "
+                               "6.00 per request")
 
     def test_the_cost_section_compares_cpu_and_scripts(self):
         out = table(self.records())
-        self.assertIn("  a        20000 req/s, CPU 20 us/req, Redis 0.0 us/req, 0.00 commands/req, "
-                      "1.00 scripts/req", out)
-        self.assertIn("0.90x a's req/s, CPU 20 -> 22 us/req (+10.0 %), Redis 0.0 us/req, "
-                      "0.00 commands/req, 3.00 scripts/req",
+        self.assertIn("0.90x a's req/s, CPU 22 -> 22 us/req (+0.0 %), Redis 10.0 us/req, "
+                      "17.00 commands/req, 3.00 scripts/req",
                       [x for x in out.splitlines() if x.startswith("  a-key ")][0])
-        order = out.splitlines().index(
-            [x for x in out.splitlines() if x.startswith("  a-order ")][0])
-        self.assertIn("0.95x a's req/s, CPU 20 -> 22 us/req (+10.0 %), Redis 0.0 us/req, "
-                      "0.00 commands/req, 3.00 scripts/req",
-                      out.splitlines()[order])
-        self.assertIn("against a-many: 0.95x a-many's req/s, CPU 20 -> 22 us/req (+10.0 %)",
-                      out.splitlines()[order + 1])
+        self.assertIn("Redis CPU per request 2.00x a's", out)
 
     def test_without_scenario_a_there_is_no_comparison(self):
         out = table(self.records()[2:])
         self.assertFalse(row(out, "a-key  a + Idempotency-Key", "botgate").endswith("x a"))
-        self.assertNotIn("Delivery guarantees", out)
+        self.assertNotIn("Idempotency-Key: what it costs", out)
+        self.assertNotIn("Per-member order, on", out)
 
 
 if __name__ == "__main__":

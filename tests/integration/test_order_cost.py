@@ -1,0 +1,187 @@
+"""What per-member order (on by default) costs Redis per request that does not wait, counted by
+Redis itself and not timed (issue 30): the commands (INFO commandstats) and the round trips
+(INFO stats total_reads_processed: one read of a client's burst of commands) of requests sent
+one at a time, each to a member of its own, to a botgate with order on and to its twin with
+order off, on one Redis.
+
+A request alone on its member takes its turn with the member's read (GET, RPUSH, PEXPIRE NX: one
+round trip before the platform call) and gives it back with LREM and LINDEX after the answer
+(one more): 4 plain commands and 1 round trip over order off, no script. A channel's shared rate
+limit adds its script (one more round trip before the call) to both."""
+import json
+import threading
+import unittest
+
+from harness import StackTest, facebook_channel, free_port, http, member, wait_for
+
+APP = "app-cost"
+N = 20
+TURN_COMMANDS = {"rpush": 1, "pexpire": 1, "lrem": 1, "lindex": 1}
+
+
+class OrderCost(StackTest):
+    stack_args = {"workers": 1, "env": {"BOTGATE_MEMBER_ORDER": None}}  # the default: on
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        s = cls.s
+        cls.on = s.url
+        s.start_gateway(port=free_port(), name="botgate-off", extra={"BOTGATE_MEMBER_ORDER": "0"})
+        cls.off = s.url
+        # fbc: no rate limit (0 turns facebook's default off), so no limiter's round trip
+        s.put("channel", facebook_channel("fbc", APP, rateLimit={"perSecond": 0}))
+        s.put("channel", facebook_channel("fbr", APP, rateLimit={"perSecond": 100000,
+                                                                  "burst": 10000}))
+        for cid in ("fbc", "fbr"):  # read by memberId: the record alone (no recipient key)
+            for i in range(4 * N + 200):
+                s.redis("SET", "botgate:member:{%s}:m%d" % (cid, i),
+                        json.dumps(member("m%d" % i, cid, APP, "2456%012d" % i)))
+        cls.tok = s.token(APP, "bot:sendResponses")
+        cls.next_member = 0
+        cls.infos = 0
+
+    def info(self):
+        """Every command's calls and the reads Redis processed, in one INFO (one read)."""
+        self.__class__.infos += 1
+        calls, reads = {}, 0
+        for line in self.s.redis("INFO", "stats", "commandstats").splitlines():
+            if line.startswith("cmdstat_"):
+                name, rest = line[len("cmdstat_"):].split(":", 1)
+                calls[name] = int(rest.split("calls=")[1].split(",")[0])
+            elif line.startswith("total_reads_processed:"):
+                reads = int(line.split(":")[1])
+        return calls, reads
+
+    def send(self, url, cid, keyed=False):
+        """One request to a member no request went to before (with a new Idempotency-Key when
+        keyed), answered 200."""
+        i = self.__class__.next_member
+        self.__class__.next_member += 1
+        headers = {"Authorization": "Bearer " + self.tok}
+        if keyed:
+            headers["Idempotency-Key"] = "cost-%d" % i
+        a = http("POST", url + "/sendResponses",
+                 {"channelId": cid, "memberId": "m%d" % i,
+                  "response": [{"type": "TEXT", "text": "cost"}]}, headers)
+        self.assertEqual(a.status, 200, a)
+
+    def warm(self, url):
+        """Until the worker answers from its cache (the token and both channels): a request on
+        fbc then reads Redis for its member alone."""
+        # the key's scripts loaded (a first EVALSHA fails); its answer is stored after it, on
+        # the connection that carries the requests below, so before their answers
+        self.send(url, "fbc", keyed=True)
+        for _ in range(50):
+            c0, _ = self.info()
+            self.send(url, "fbc")
+            c1, _ = self.info()
+            if c1.get("get", 0) - c0.get("get", 0) == 1:
+                break
+        self.send(url, "fbr")  # its channel into the cache, now that the cache is on
+
+    def measure(self, url, cid, order, keyed=False):
+        """(commands by name, round trips) per request over N requests sent one at a time."""
+        self.warm(url)
+
+        def settled():  # every turn taken so far given back (the warm-up's last one)
+            c = self.info()[0]
+            return c.get("lrem", 0) >= c.get("rpush", 0)
+        wait_for(settled, timeout=10, what="the warm-up's turns given back")
+        c0, r0 = self.info()
+        infos = self.infos
+        for n in range(1, N + 1):
+            self.send(url, cid, keyed)
+            if order:
+                # the turn is given back after the answer: the next request waits for that
+                # LREM, or the two could share a write (fewer round trips, by luck)
+                wait_for(lambda: self.info()[0].get("lrem", 0) - c0.get("lrem", 0) >= n,
+                         timeout=10, what="the turn given back")
+        c1, r1 = self.info()
+        own = self.infos - infos  # this test's INFO calls, one read each
+        per = {k: (c1[k] - c0.get(k, 0)) / N for k in c1
+               if k != "info" and c1[k] != c0.get(k, 0)}
+        return per, (r1 - r0 - own) / N
+
+    def test_1_order_costs_four_commands_and_one_round_trip(self):
+        """Without a rate limit: order off, the member's GET alone (1 command, 1 round trip);
+        on, that GET with the turn's RPUSH and PEXPIRE, then LREM and LINDEX: 5 commands, 2
+        round trips, no script."""
+        off, off_trips = self.measure(self.off, "fbc", order=False)
+        on, on_trips = self.measure(self.on, "fbc", order=True)
+        self.assertEqual(off, {"get": 1.0}, "order off")
+        self.assertEqual(on, dict(TURN_COMMANDS, get=1.0), "order on")
+        self.assertEqual(off_trips, 1.0)
+        self.assertEqual(on_trips, 2.0)
+
+    def test_2_with_a_rate_limit_the_same_difference(self):
+        """The channel's shared rate limit is one script more for both (and its own commands);
+        order still adds exactly the four plain commands and one round trip."""
+        off, off_trips = self.measure(self.off, "fbr", order=False)
+        on, on_trips = self.measure(self.on, "fbr", order=True)
+        self.assertEqual(off.get("evalsha"), 1.0, off)
+        self.assertEqual(on.get("evalsha"), 1.0, on)
+        diff = {k: on.get(k, 0) - off.get(k, 0) for k in set(on) | set(off)}
+        self.assertEqual({k: v for k, v in diff.items() if v}, TURN_COMMANDS)
+        self.assertEqual(on_trips - off_trips, 1.0)
+        self.assertLessEqual(on_trips, 3.0)
+
+    def test_3_idempotency_key_in_the_same_round_trips(self):
+        """Issue 30: with an Idempotency-Key the key's begin goes with the member's read and the
+        turn (one round trip before the platform call), its answer with the turn given back
+        (one after): two round trips, as without a key; two scripts (begin, answer) more. It
+        took four: the member, the begin, the turn, then the answer."""
+        plain, plain_trips = self.measure(self.on, "fbc", order=True)
+        keyed, keyed_trips = self.measure(self.on, "fbc", order=True, keyed=True)
+        self.assertEqual(keyed_trips, 2.0)
+        self.assertEqual(keyed_trips, plain_trips)
+        self.assertEqual(keyed.get("evalsha", 0) - plain.get("evalsha", 0), 2.0, keyed)
+        # the begin (TIME, HMGET, HSET, PEXPIRE) and the answer (HMGET, HSET, PEXPIRE,
+        # PUBLISH; it read owner, status and progress with three calls and cleared a progress
+        # that a one-response request never has: 7)
+        diff = {k: keyed.get(k, 0) - plain.get(k, 0) for k in set(keyed) | set(plain)}
+        self.assertEqual({k: v for k, v in diff.items() if v},
+                         {"evalsha": 2.0, "time": 1.0, "hmget": 2.0, "hset": 2.0, "pexpire": 2.0,
+                          "publish": 1.0}, keyed)
+
+    def test_4_a_duplicate_gives_its_turn_back_while_it_waits(self):
+        """A duplicate of a running keyed request took the member's turn with its begin; told to
+        wait for the key's answer it gives the turn back (the member's queue holds the running
+        request alone) and then replays the answer; the message went out once."""
+        s = self.s
+        i = self.__class__.next_member
+        self.__class__.next_member += 1
+        body = {"channelId": "fbc", "memberId": "m%d" % i,
+                "response": [{"type": "TEXT", "text": "dup-%d" % i}]}
+        headers = {"Authorization": "Bearer " + self.tok, "Idempotency-Key": "dup-%d" % i}
+        record = "botgate:idem:{%d:%s:sendResponses:dup-%d}" % (len(APP), APP, i)
+        queue = "botgate:turnq:{fbc}:m%d" % i
+        s.sim("POST", "/_sim/config", {"latency_ms": 1500})
+        answers = {}
+        try:
+            first = threading.Thread(target=lambda: answers.update(
+                first=http("POST", self.on + "/sendResponses", body, headers)))
+            first.start()
+            wait_for(lambda: s.redis("EXISTS", record) == 1, timeout=10, what="the key's record")
+            dup = threading.Thread(target=lambda: answers.update(
+                dup=http("POST", self.on + "/sendResponses", body, headers)))
+            dup.start()
+            # it listens on the record's channel once it has given the turn back
+            wait_for(lambda: s.redis("PUBSUB", "NUMSUB", record)[1] == 1, timeout=10,
+                     what="the duplicate waiting for the key's answer")
+            self.assertEqual(s.redis("LLEN", queue), 1)
+            first.join(30)
+            dup.join(30)
+        finally:
+            s.sim("POST", "/_sim/config", {"latency_ms": 0})
+        self.assertEqual(answers["first"].status, 200, answers["first"])
+        self.assertEqual((answers["dup"].status, answers["dup"].raw),
+                         (200, answers["first"].raw))
+        self.assertEqual(answers["dup"].headers.get("Idempotent-Replayed"), "true")
+        wait_for(lambda: s.redis("LLEN", queue) == 0, timeout=10, what="the turn given back")
+        texts = [e for e in s.sim_log() if "dup-%d" % i in json.dumps(e)]
+        self.assertEqual(len(texts), 1, texts)
+
+
+if __name__ == "__main__":
+    unittest.main()
