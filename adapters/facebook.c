@@ -247,17 +247,12 @@ static int fb_build_send(const adapter_target_t *t, const json_t *response, cons
                                             json_object_get(response, "caption") != NULL))) {
         if (fb_rich_body(kind, response, t->to, &body, res) < 0)
             return -1;
-        enc = adapter_urlencode(token);
-        url = enc ? adapter_url(t->base_url, "/me/messages?access_token=%s", enc) : NULL;
-        free(enc);
-        if (adapter_json_post_text(out, url, &body) < 0)
-            return adapter_fail(res, ADAPTER_SERVER_ERROR, "facebook: cannot build the request");
-        return 0;
+    } else {
+        if ((s = adapter_response_str(&adapter_facebook, response,
+                                      kind == ADAPTER_TEXT ? "text" : "url", res)) == NULL)
+            return -1;
+        fb_body(&body, kind, t->to, s);
     }
-    if ((s = adapter_response_str(&adapter_facebook, response,
-                                  kind == ADAPTER_TEXT ? "text" : "url", res)) == NULL)
-        return -1;
-    fb_body(&body, kind, t->to, s);
     enc = adapter_urlencode(token);
     url = enc ? adapter_url(t->base_url, "/me/messages?access_token=%s", enc) : NULL;
     free(enc);
