@@ -412,7 +412,7 @@ const char *adapter_response_str(const adapter_ops_t *ops, const json_t *respons
 }
 
 /* Days from 1970-01-01 to the proleptic Gregorian date y-m-d (m 1..12). */
-static int64_t days_from_civil(int64_t y, int m, int d)
+int64_t adapter_days_from_civil(int64_t y, int m, int d)
 {
     int64_t era, yoe, doy;
 
@@ -476,7 +476,7 @@ static int64_t http_date_ms(const char *s, int64_t now_ms)
     if (!only_space_from(s + n) || month == 0 || d < 1 || d > 31 || h < 0 || h > 23 || m < 0 ||
         m > 59 || sec < 0 || sec > 60 || y < 1970)
         return -1;
-    return ((days_from_civil(y, month, d) * 24 + h) * 60 + m) * 60000 + (int64_t)sec * 1000;
+    return ((adapter_days_from_civil(y, month, d) * 24 + h) * 60 + m) * 60000 + (int64_t)sec * 1000;
 }
 
 int adapter_retry_after(const char *value, int64_t now_ms)

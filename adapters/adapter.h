@@ -208,6 +208,9 @@ const char *adapter_response_str(const adapter_ops_t *ops, const json_t *respons
  * ADAPTER_RETRY_AFTER_MAX_S: delta-seconds, or an HTTP-date in any of its three forms (a date
  * already past is 0). -1 when absent or unreadable, and for a date when now_ms is 0 (no clock). */
 int adapter_retry_after(const char *value, int64_t now_ms);
+/* Days from 1970-01-01 to the proleptic Gregorian date y-m-d (m 1..12), for the dates that
+ * platforms write (an HTTP-date, WhatsApp's expiry). */
+int64_t adapter_days_from_civil(int64_t y, int m, int d);
 /* What every answer parser does last: a rate-limit result takes the answer's Retry-After, unless
  * the platform's own parser read it already. */
 void adapter_rate_wait(const adapter_target_t *t, const adapter_answer_t *a,

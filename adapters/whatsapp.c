@@ -376,19 +376,6 @@ static int expect(const char **p, const char *set)
     return 0;
 }
 
-/* Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil). */
-static int64_t days_from_civil(int64_t y, int m, int d)
-{
-    int64_t era, yoe, doy, doe;
-
-    y -= m <= 2;
-    era = (y >= 0 ? y : y - 399) / 400;
-    yoe = y - era * 400;
-    doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
-    doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
-}
-
 /* "2026-11-29 15:29:26+00:00" (also 'T', fractions, "Z", "+0800", no offset = UTC) to ms since
  * the epoch, without the C library's locale and time zone state. */
 static int wa_parse_time(const char *s, int64_t *ms)
@@ -420,7 +407,7 @@ static int wa_parse_time(const char *s, int64_t *ms)
     if (*p != '\0' || mo < 1 || mo > 12 || d < 1 || d > mdays[mo - 1] ||
         (mo == 2 && d == 29 && !leap) || h > 23 || mi > 59 || sec > 60 || oh > 23 || om > 59)
         return -1;
-    *ms = ((days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec) -
+    *ms = ((adapter_days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec) -
            sign * (oh * 3600 + om * 60)) *
           1000;
     return 0;
