@@ -319,6 +319,19 @@ int member_mutate(json_t *record, const json_t *change, int64_t now_ms)
     return apply_in_place(record, change, now_ms, &err);
 }
 
+int member_mark_inbound(json_t *record, const json_t *change, int64_t now_ms)
+{
+    json_t *at = json_object_get(change, "lastInboundAt");
+    json_t *had = json_object_get(record, "lastInboundAt");
+
+    if (!json_is_object(record) || !json_is_integer(at))
+        return -1;
+    if (!json_is_integer(had) || json_integer_value(had) < json_integer_value(at))
+        json_object_set(record, "lastInboundAt", at);
+    json_object_set_new(record, "updatedAt", json_integer(now_ms));
+    return 0;
+}
+
 static json_t *str_or_empty(const char *s)
 {
     return json_string(s ? s : "");

@@ -261,3 +261,14 @@ int store_key_app_secret(char *buf, size_t size, const char *prefix, const char 
 {
     return key(buf, size, prefix, "appsecret:", app);
 }
+
+int store_key_subscriptions(char *buf, size_t size, const char *prefix, const char *app)
+{
+    return key(buf, size, prefix, "subscriptions:", app);
+}
+
+int store_key_hook_seen(char *buf, size_t size, const char *prefix, const char *channel_id,
+                        const char *signature)
+{
+    return channel_record(buf, size, prefix, "hookseen", channel_id, signature);
+}

@@ -86,5 +86,12 @@ int store_key_outbox_order(char *buf, size_t size, const char *prefix, unsigned 
                            const char *channel_id, const char *member_id);
 /* An app's signing secret for status callbacks (a string, hex; botgatectl app secret). */
 int store_key_app_secret(char *buf, size_t size, const char *prefix, const char *app);
+/* An app's event subscriptions (contract.md section 14): a hash, subscription id -> its
+ * record {"_id","app","url","events":[..]|null,"channel":".."|null,"createdAt":ms}. */
+int store_key_subscriptions(char *buf, size_t size, const char *prefix, const char *app);
+/* Webhooks in: a slack signature already taken (replays refused), kept for the time its
+ * timestamp is accepted, under the channel's hash tag. */
+int store_key_hook_seen(char *buf, size_t size, const char *prefix, const char *channel_id,
+                        const char *signature);
 
 #endif

@@ -43,7 +43,7 @@ build=$(cd "$build" && pwd)
 cflags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
         -fno-omit-frame-pointer -std=c11 -D_GNU_SOURCE -Wall -Wextra -I"$repo"
         $(pkg-config --cflags lua5.4))
-libs=(-ljansson -lcrypto $(pkg-config --libs lua5.4))
+libs=(-ljansson -lcrypto -lexpat $(pkg-config --libs lua5.4))
 
 # libFuzzer lives in clang's runtime package, which can be missing while clang is there.
 probe="$build/probe"

@@ -1,0 +1,255 @@
+"""contract.md section 14, webhooks in: GET|POST /webhooks/<channelId> per platform. The
+verification handshakes; a correctly signed inbound message becomes an event whose member is
+made when new and keeps lastInboundAt; a wrong or missing signature, a slack replay and an
+oversized body are refused (401 / 413, counted) and change nothing in Redis."""
+import hashlib
+import hmac
+import json
+import time
+import unittest
+import urllib.parse
+
+from harness import StackTest, cloud_channel, facebook_channel, http, wait_for, whatsapp_channel
+
+APP = "app-hook"
+FB_SECRET = "fb-app-secret"
+CLOUD_SECRET = "cloud-app-secret"
+SLACK_SECRET = "slack-signing-secret"
+WX_TOKEN = "wx-token"
+WA_VERIFY = "wa-verify-token"
+
+
+def meta_sig(secret, raw):
+    return "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
+
+
+def slack_headers(secret, raw, ts=None):
+    ts = str(int(time.time()) if ts is None else ts)
+    mac = hmac.new(secret.encode(), b"v0:" + ts.encode() + b":" + raw, hashlib.sha256)
+    return {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": "v0=" + mac.hexdigest()}
+
+
+def wechat_query(token, ts="1700000000", nonce="n0nce"):
+    sig = hashlib.sha1("".join(sorted([token, ts, nonce])).encode()).hexdigest()
+    return {"signature": sig, "timestamp": ts, "nonce": nonce}
+
+
+def fb_body(psid, mid, text=None, payload=None):
+    msg = {"mid": mid, "text": text or "hi"}
+    if payload:
+        msg["quick_reply"] = {"payload": payload}
+    return {"object": "page", "entry": [{"id": "1234567890", "time": 1, "messaging": [
+        {"sender": {"id": psid}, "recipient": {"id": "1234567890"},
+         "timestamp": int(time.time() * 1000) - 1000, "message": msg}]}]}
+
+
+def cloud_body(wa_id, wamid, text="hi"):
+    return {"object": "whatsapp_business_account", "entry": [{"id": "2000", "changes": [
+        {"field": "messages", "value": {
+            "messaging_product": "whatsapp", "metadata": {"phone_number_id": "1055550000"},
+            "contacts": [{"wa_id": wa_id, "profile": {"name": "Ada"}}],
+            "messages": [{"from": wa_id, "id": wamid, "timestamp": str(int(time.time()) - 1),
+                          "type": "text", "text": {"body": text}}]}}]}]}
+
+
+def wechat_xml(openid, msgid, text="hi"):
+    return ("<xml><ToUserName><![CDATA[gh_1]]></ToUserName>"
+            "<FromUserName><![CDATA[%s]]></FromUserName><CreateTime>%d</CreateTime>"
+            "<MsgType><![CDATA[text]]></MsgType><Content><![CDATA[%s]]></Content>"
+            "<MsgId>%s</MsgId></xml>" % (openid, int(time.time()) - 1, text, msgid)).encode()
+
+
+class Webhooks(StackTest):
+    stack_args = {"workers": 2}
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        s = cls.s
+        fb = facebook_channel("hfb", APP)
+        fb["info"].update(appSecret=FB_SECRET, verifyToken="fb-verify")
+        s.put("channel", fb)
+        cloud = cloud_channel("hwc", APP)
+        cloud["info"].update(appSecret=CLOUD_SECRET, verifyToken="wc-verify")
+        s.put("channel", cloud)
+        wa = whatsapp_channel("hwa", APP, "http://127.0.0.1:1")
+        wa["info"]["verifyToken"] = WA_VERIFY
+        s.put("channel", wa)
+        s.put("channel", {"_id": "hsl", "app": APP, "type": "slack", "on": True,
+                          "info": {"botAccessToken": "xoxb-1", "botId": "B1",
+                                   "signingSecret": SLACK_SECRET}})
+        s.put("channel", {"_id": "hwx", "app": APP, "type": "wechat", "on": True,
+                          "info": {"appId": "wx1", "appSecret": "wxsecret", "token": WX_TOKEN,
+                                   "botOpenId": "gh_1"}})
+        s.put("channel", {"_id": "htw", "app": APP, "type": "teamwork", "on": True,
+                          "info": {"apiKey": "k", "tbId": "t"}})
+
+    # ---- helpers ----
+
+    def hook(self, method, cid, body=None, headers=None, query=None):
+        url = self.s.url + "/webhooks/" + cid
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        raw = body if body is None or isinstance(body, bytes) else json.dumps(body).encode()
+        h = {"Content-Type": "application/json"}
+        h.update(headers or {})
+        return http(method, url, raw, h)
+
+    def member_of(self, cid, external):
+        mid = self.s.redis("GET", "botgate:recipient:{%s}:%s" % (cid, external))
+        if mid is None:
+            return None
+        raw = self.s.redis("GET", "botgate:member:{%s}:%s" % (cid, mid))
+        return json.loads(raw) if raw else None
+
+    def refused(self, platform):
+        return sum(self.s.metric('botgate_webhooks_refused_total{platform="%s",reason="%s"}'
+                                 % (platform, r)) or 0 for r in ("signature", "replay"))
+
+    def assert_new_member(self, cid, external, platform):
+        m = self.member_of(cid, external)
+        self.assertIsNotNone(m, "no member for %s in %s" % (external, cid))
+        self.assertEqual(m["externalId"], external)
+        self.assertEqual(m["platform"], platform)
+        self.assertEqual(m["app"], APP)
+        self.assertIsInstance(m["lastInboundAt"], int)
+        self.assertLessEqual(m["lastInboundAt"], int(time.time() * 1000))
+        self.assertGreater(m["lastInboundAt"], int(time.time() * 1000) - 60000)
+        return m
+
+    # ---- handshakes ----
+
+    def test_meta_handshake(self):
+        for cid, token in (("hfb", "fb-verify"), ("hwc", "wc-verify")):
+            q = {"hub.mode": "subscribe", "hub.verify_token": token, "hub.challenge": "c-123"}
+            a = self.hook("GET", cid, query=q)
+            self.assertEqual((a.status, a.raw), (200, "c-123"), a)
+            self.assertTrue(a.headers["Content-Type"].startswith("text/plain"), a.headers)
+            q["hub.verify_token"] = token + "x"
+            before = self.refused("facebook" if cid == "hfb" else "whatsapp-cloud")
+            self.assert_error(self.hook("GET", cid, query=q), 130, 401)
+            self.assertEqual(self.refused("facebook" if cid == "hfb" else "whatsapp-cloud"),
+                             before + 1)
+
+    def test_wechat_handshake(self):
+        q = wechat_query(WX_TOKEN)
+        q["echostr"] = "echo-42"
+        a = self.hook("GET", "hwx", query=q)
+        self.assertEqual((a.status, a.raw), (200, "echo-42"), a)
+        q["signature"] = "0" * 40
+        self.assert_error(self.hook("GET", "hwx", query=q), 130, 401)
+
+    def test_slack_url_verification(self):
+        raw = json.dumps({"type": "url_verification", "challenge": "ch-9", "token": "t"}).encode()
+        a = self.hook("POST", "hsl", raw, slack_headers(SLACK_SECRET, raw))
+        self.assertEqual(a.status, 200, a)
+        self.assertEqual(a.json, {"challenge": "ch-9"})
+
+    def test_whatsapp_token(self):
+        self.assertEqual(self.hook("GET", "hwa", query={"token": WA_VERIFY}).status, 200)
+        self.assert_error(self.hook("GET", "hwa", query={"token": "nope"}), 130, 401)
+        self.assert_error(self.hook("GET", "hwa"), 130, 401)
+
+    def test_teamwork_and_unknown(self):
+        self.assert_error(self.hook("POST", "htw", {"a": 1}), 117, 404, mentions="no webhooks")
+        self.assert_error(self.hook("POST", "nosuch", {"a": 1}), 112, 404)
+        self.assert_error(self.hook("GET", "bad%20id"), 112, 404)
+
+    # ---- inbound messages: member made, lastInboundAt kept ----
+
+    def test_facebook_inbound(self):
+        raw = json.dumps(fb_body("psid-in-1", "m_in_1", "hello")).encode()
+        a = self.hook("POST", "hfb", raw, {"X-Hub-Signature-256": meta_sig(FB_SECRET, raw)})
+        self.assertEqual(a.status, 200, a)
+        self.assert_new_member("hfb", "psid-in-1", "facebook")
+
+    def test_cloud_inbound(self):
+        raw = json.dumps(cloud_body("85291110001", "wamid.in1")).encode()
+        a = self.hook("POST", "hwc", raw, {"X-Hub-Signature-256": meta_sig(CLOUD_SECRET, raw)})
+        self.assertEqual(a.status, 200, a)
+        self.assert_new_member("hwc", "85291110001", "whatsapp-cloud")
+
+    def test_whatsapp_onprem_inbound(self):
+        body = cloud_body("85291110002", "gBEG.in2")["entry"][0]["changes"][0]["value"]
+        del body["messaging_product"]
+        a = self.hook("POST", "hwa", body, query={"token": WA_VERIFY})
+        self.assertEqual(a.status, 200, a)
+        self.assert_new_member("hwa", "85291110002", "whatsapp")
+
+    def test_slack_inbound_and_replay(self):
+        raw = json.dumps({"type": "event_callback", "team_id": "T1", "event_id": "Ev1",
+                          "event": {"type": "message", "channel": "D777", "user": "U7",
+                                    "text": "hi", "ts": "%d.000100" % (time.time() - 1)}}).encode()
+        hdrs = slack_headers(SLACK_SECRET, raw)
+        self.assertEqual(self.hook("POST", "hsl", raw, hdrs).status, 200)
+        m = self.assert_new_member("hsl", "D777", "slack")
+        before = self.refused("slack")
+        self.assert_error(self.hook("POST", "hsl", raw, hdrs), 130, 401, mentions="replay")
+        self.assertEqual(self.refused("slack"), before + 1)
+        # the same body signed 10 minutes ago: outside the window
+        old = slack_headers(SLACK_SECRET, raw, ts=int(time.time()) - 600)
+        self.assert_error(self.hook("POST", "hsl", raw, old), 130, 401, mentions="5 minutes")
+        self.assertEqual(self.member_of("hsl", "D777"), m)
+
+    def test_slack_button_tap(self):
+        payload = {"type": "block_actions", "user": {"id": "U8"}, "channel": {"id": "D888"},
+                   "actions": [{"type": "button", "action_id": "a1", "value": "RED",
+                                "text": {"type": "plain_text", "text": "Red"},
+                                "action_ts": "%d.000200" % time.time()}]}
+        raw = urllib.parse.urlencode({"payload": json.dumps(payload)}).encode()
+        hdrs = slack_headers(SLACK_SECRET, raw)
+        hdrs["Content-Type"] = "application/x-www-form-urlencoded"
+        a = self.hook("POST", "hsl", raw, hdrs)
+        self.assertEqual(a.status, 200, a)
+        self.assert_new_member("hsl", "D888", "slack")
+
+    def test_wechat_inbound(self):
+        raw = wechat_xml("openid-in-1", "6001")
+        a = self.hook("POST", "hwx", raw, {"Content-Type": "text/xml"},
+                      query=wechat_query(WX_TOKEN))
+        self.assertEqual((a.status, a.raw), (200, "success"), a)
+        self.assert_new_member("hwx", "openid-in-1", "wechat")
+
+    # ---- refusals: nothing of them is processed ----
+
+    def test_refused_change_nothing(self):
+        raw = json.dumps(fb_body("psid-bad-1", "m_bad")).encode()
+        cases = [
+            ("hfb", raw, {"X-Hub-Signature-256": meta_sig(FB_SECRET + "x", raw)}, None),
+            ("hfb", raw, {}, None),
+            ("hwc", json.dumps(cloud_body("85291119999", "wamid.bad")).encode(),
+             {"X-Hub-Signature-256": meta_sig(FB_SECRET, raw)}, None),
+            ("hsl", raw, slack_headers(SLACK_SECRET + "x", raw), None),
+            ("hwx", wechat_xml("openid-bad", "6002"), {"Content-Type": "text/xml"},
+             wechat_query(WX_TOKEN + "x")),
+            ("hwa", json.dumps(cloud_body("85291119998", "x")["entry"][0]["changes"][0]["value"])
+             .encode(), {}, {"token": WA_VERIFY + "x"}),
+        ]
+        for cid, body, hdrs, q in cases:
+            with self.subTest(cid=cid):
+                self.assert_error(self.hook("POST", cid, body, hdrs, q), 130, 401)
+        for cid, ext in (("hfb", "psid-bad-1"), ("hwc", "85291119999"), ("hwx", "openid-bad"),
+                         ("hwa", "85291119998")):
+            self.assertIsNone(self.member_of(cid, ext), cid)
+
+    def test_oversized_body(self):
+        body = fb_body("psid-big", "m_big", "x" * (1024 * 1024 + 10))
+        raw = json.dumps(body).encode()
+        a = self.hook("POST", "hfb", raw, {"X-Hub-Signature-256": meta_sig(FB_SECRET, raw)})
+        self.assert_error(a, 118, 413)
+        self.assertIsNone(self.member_of("hfb", "psid-big"))
+
+    def test_strict_bodies(self):
+        for raw in (b'{"object":"page","entry":[]', b'{"object":"page","object":"page"}',
+                    b'[1]', b'{"object":"user","entry":[]}'):
+            with self.subTest(raw=raw):
+                a = self.hook("POST", "hfb", raw, {"X-Hub-Signature-256": meta_sig(FB_SECRET, raw)})
+                self.assert_error(a, 108, 400)
+        xml = (b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "aaaa">]>'
+               b'<xml><FromUserName>&a;</FromUserName><MsgType>text</MsgType></xml>')
+        a = self.hook("POST", "hwx", xml, {"Content-Type": "text/xml"}, wechat_query(WX_TOKEN))
+        self.assert_error(a, 108, 400, mentions="DOCTYPE")
+
+
+if __name__ == "__main__":
+    unittest.main()
