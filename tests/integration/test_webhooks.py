@@ -251,5 +251,56 @@ class Webhooks(StackTest):
         self.assert_error(a, 108, 400, mentions="DOCTYPE")
 
 
+class Subscriptions(StackTest):
+    """botgatectl subscription add, list, delete: URLs and event types checked, bounded."""
+    stack_args = {"workers": 1}
+
+    def test_add_list_delete(self):
+        s = self.s
+        sid = s.ctl("subscription", "add", "--app", "sa", "--url", "https://crm.example/in",
+                    "--events", "INBOUND,READ,INBOUND", "--channel", "c1").stdout.strip()
+        self.assertRegex(sid, r"^sub_[0-9a-f]{16}$")
+        listed = json.loads(s.ctl("subscription", "list", "--app", "sa", "--json").stdout)
+        self.assertEqual(len(listed), 1)
+        rec = listed[0]
+        self.assertEqual((rec["_id"], rec["url"], rec["events"], rec["channel"], rec["app"]),
+                         (sid, "https://crm.example/in", ["INBOUND", "READ"], "c1", "sa"))
+        text = s.ctl("subscription", "list", "--app", "sa").stdout
+        self.assertIn(sid + "\thttps://crm.example/in\tINBOUND,READ\tc1", text)
+        self.assertEqual(json.loads(s.ctl("subscription", "list", "--app", "other",
+                                          "--json").stdout), [])
+        self.assertEqual(s.ctl("subscription", "delete", sid, "--app", "other",
+                               check=False).returncode, 1)
+        s.ctl("subscription", "delete", sid, "--app", "sa")
+        self.assertEqual(json.loads(s.ctl("subscription", "list", "--app", "sa",
+                                          "--json").stdout), [])
+
+    def test_refused(self):
+        s = self.s
+        for args, mention in (
+                (["--url", "ftp://x.example/"], "--url"),
+                (["--url", "https://"], "--url"),
+                (["--url", "https://x.example/a b"], "--url"),
+                (["--url", "https://x.example/" + "a" * 3000], "--url"),
+                (["--url", "https://x.example/", "--events", "INBOUND,NOPE"], "NOPE"),
+                (["--url", "https://x.example/", "--channel", "a", "--channel", "b"], "one"),
+                ([], "--url")):
+            with self.subTest(args=args):
+                r = s.ctl("subscription", "add", "--app", "sr", *args, check=False)
+                self.assertNotEqual(r.returncode, 0)
+                self.assertIn(mention, r.stderr)
+        self.assertNotEqual(s.ctl("subscription", "add", "--url", "https://x.example/",
+                                  check=False).returncode, 0)
+
+    def test_bounded_per_app(self):
+        s = self.s
+        for i in range(20):
+            s.ctl("subscription", "add", "--app", "sb", "--url", "https://x.example/%d" % i)
+        r = s.ctl("subscription", "add", "--app", "sb", "--url", "https://x.example/21",
+                  check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("20 subscriptions", r.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()
