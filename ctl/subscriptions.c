@@ -159,8 +159,7 @@ static void print_events(const json_t *events)
         ctl_print_cell("all", 0);
         return;
     }
-    json_array_foreach(events, i, e)
-    {
+    json_array_foreach(events, i, e) {
         printf("%s%s", i ? "," : "", json_string_value(e) ? json_string_value(e) : "?");
     }
     putchar('\t');

@@ -7,6 +7,7 @@
 #include "../core/clock.h"
 #include "../core/member.h"
 #include "../core/rng.h"
+#include "../store/outbox.h"
 #include "../store/store.h"
 #include "log.h"
 
@@ -26,6 +27,9 @@
 #define SLACK_SKEW_S       300 /* slack: a timestamp further than this from now is refused */
 #define SLACK_SEEN_MS      (2 * SLACK_SKEW_S * 1000) /* a signature is remembered this long */
 #define HOOK_CHALLENGE_MAX 512
+/* an event's id is remembered this long (a platform's retries are taken once), and its
+ * member's order to a subscription kept: past the 24 h its posts are tried */
+#define HOOK_KEEP_MS (25LL * 3600 * 1000)
 
 typedef enum { HK_CHANNEL, HK_REPLAY, HK_MEMBER, HK_INBOUND, HK_STORE } hk_phase_t;
 
@@ -44,11 +48,13 @@ typedef struct hook_req {
     const char *app;          /* the channel's app (in channel) */
     char *body;               /* the raw body, NUL-terminated (POST) */
     size_t len;
-    char signature[65];  /* slack: the hex signature, remembered against replays */
-    adapter_hook_t hook; /* the events, parsed once verified */
-    size_t next_event;   /* the event whose member is being found */
-    char member_id[64];  /* its member */
-    store_call_t *call;  /* the store call in flight, or NULL */
+    char signature[65];         /* slack: the hex signature, remembered against replays */
+    adapter_hook_t hook;        /* the events, parsed once verified */
+    size_t next_event;          /* the event whose member is being found */
+    char member_id[64];         /* its member */
+    store_call_t *call;         /* the store call in flight, or NULL */
+    store_outbox_call_t *ocall; /* or the outbox\'s */
+    json_t *subs;               /* the app\'s subscriptions (HK_STORE) */
     int64_t started_us;
 } hook_req_t;
 
@@ -70,6 +76,8 @@ static void hk_free(hook_req_t *h)
 {
     if (h->call != NULL)
         store_cancel(h->call);
+    store_outbox_cancel(h->ocall);
+    json_decref(h->subs);
     if (h->prev != NULL)
         h->prev->next = h->next;
     else
@@ -215,8 +223,8 @@ static int hmac256(const char *key, const char *const *parts, const size_t *lens
         memcpy(buf + at, parts[i], lens[i]);
         at += lens[i];
     }
-    ok = HMAC(EVP_sha256(), key, (int)strlen(key), buf, total, mac, &maclen) != NULL &&
-         maclen == 32;
+    ok =
+        HMAC(EVP_sha256(), key, (int)strlen(key), buf, total, mac, &maclen) != NULL && maclen == 32;
     free(buf);
     return ok ? 0 : -1;
 }
@@ -379,6 +387,7 @@ static void hk_handshake(hook_req_t *h, const struct evkeyvalq *q)
 /* ---- the events ---- */
 
 static void hk_next(hook_req_t *h);
+static void hk_store_next(hook_req_t *h);
 
 static void hk_done(hook_req_t *h)
 {
@@ -446,6 +455,145 @@ static void on_member(void *arg, store_status_t st, json_t *value)
         hk_fail_store(h, sst);
 }
 
+/* ---- the events into the outbox, one after the other (a member's stay in order) ---- */
+
+/* The event's id: the same for the platform's retries of it (a hash of the channel, the kind
+ * and the platform's id), so that a subscriber can tell a repeat. */
+static void event_id(const char *channel, const json_t *ev, char out[33])
+{
+    const char *parts[] = {channel, json_string_value(json_object_get(ev, "eventType")),
+                           json_string_value(json_object_get(ev, "id"))};
+    unsigned char md[SHA256_DIGEST_LENGTH];
+    char *text;
+    size_t n = 0;
+
+    for (int i = 0; i < 3; i++)
+        n += strlen(parts[i]) + 1;
+    if ((text = malloc(n + 1)) != NULL) {
+        snprintf(text, n + 1, "%s\n%s\n%s\n", parts[0], parts[1], parts[2]);
+        SHA256((const unsigned char *)text, n, md);
+        free(text);
+    } else {
+        memset(md, 0, sizeof(md));
+    }
+    to_hex(md, 16, out);
+}
+
+/* Whether subscription sub takes an event of type on this channel. */
+static int sub_matches(const json_t *sub, const char *channel, const char *type)
+{
+    const json_t *only = json_object_get(sub, "channel"), *types = json_object_get(sub, "events");
+    size_t i;
+    json_t *t;
+
+    if (json_is_string(only) && strcmp(json_string_value(only), channel) != 0)
+        return 0;
+    if (!json_is_array(types))
+        return 1;
+    json_array_foreach(types, i, t) {
+        if (json_is_string(t) && strcmp(json_string_value(t), type) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static void on_event_added(void *arg, store_status_t st, int queued)
+{
+    hook_req_t *h = arg;
+
+    (void)queued; /* 0: a retry of an event queued before: nothing more to do either */
+    h->ocall = NULL;
+    if (st != STORE_OK) {
+        hk_fail_store(h, st);
+        return;
+    }
+    h->next_event++;
+    hk_store_next(h);
+}
+
+/* The next event, in the shape subscribers get, queued for every subscription it matches. */
+static void hk_store_next(hook_req_t *h)
+{
+    json_t *ev = json_array_get(h->hook.events, h->next_event), *out, *sub;
+    const char *type = json_string_value(json_object_get(ev, "eventType"));
+    const char *member = json_string_value(json_object_get(ev, "memberId"));
+    store_outbox_event_t oe;
+    char id[33], *text;
+    store_status_t st;
+    size_t i;
+
+    if (ev == NULL) {
+        hk_done(h);
+        return;
+    }
+    memset(&oe, 0, sizeof(oe));
+    json_array_foreach(h->subs, i, sub) {
+        if (oe.n_subs < STORE_OUTBOX_EVENT_SUBS_MAX && sub_matches(sub, h->channel_id, type)) {
+            oe.sub_ids[oe.n_subs] = json_string_value(json_object_get(sub, "_id"));
+            oe.urls[oe.n_subs++] = json_string_value(json_object_get(sub, "url"));
+        }
+    }
+    if (oe.n_subs == 0) { /* nobody wants it */
+        h->next_event++;
+        hk_store_next(h);
+        return;
+    }
+    event_id(h->channel_id, ev, id);
+    out =
+        json_pack("{s:s,s:s,s:s,s:s,s:O,s:O,s:O}", "eventId", id, "eventType", type, "channelId",
+                  h->channel_id, "memberId", member, "timestamp", json_object_get(ev, "timestamp"),
+                  "data", json_object_get(ev, "data"), "platform", json_object_get(ev, "platform"));
+    text = out ? json_dumps(out, JSON_COMPACT) : NULL;
+    json_decref(out);
+    if (text == NULL) {
+        hk_fail(h, 503, BG_ERR_UNAVAILABLE, "out of memory");
+        return;
+    }
+    oe.event_id = id;
+    oe.app = h->app;
+    oe.channel_id = h->channel_id;
+    oe.member_id = member;
+    oe.body = text;
+    oe.body_len = strlen(text);
+    h->ocall = store_outbox_event_add(
+        h->wh->env->deliver.store,
+        store_outbox_shard((unsigned)h->wh->env->deliver.cfg->outbox_shards, h->channel_id, member),
+        &oe, HOOK_KEEP_MS, on_event_added, h, &st);
+    free(text);
+    if (h->ocall == NULL)
+        hk_fail_store(h, st);
+}
+
+static void on_subscriptions(void *arg, store_status_t st, const json_t *subs)
+{
+    hook_req_t *h = arg;
+
+    h->ocall = NULL;
+    if (st != STORE_OK) {
+        hk_fail_store(h, st);
+        return;
+    }
+    h->subs = json_incref((json_t *)subs);
+    h->next_event = 0;
+    hk_store_next(h);
+}
+
+/* Every event has its member: the app's subscriptions, then the events into the outbox. */
+static void hk_store(hook_req_t *h)
+{
+    store_status_t st;
+
+    if (json_array_size(h->hook.events) == 0) {
+        hk_done(h);
+        return;
+    }
+    h->phase = HK_STORE;
+    h->ocall =
+        store_outbox_subscriptions(h->wh->env->deliver.store, h->app, on_subscriptions, h, &st);
+    if (h->ocall == NULL)
+        hk_fail_store(h, st);
+}
+
 /* The member of the next event, made when new (as a send by recipientId makes it); then the
  * events are stored. */
 static void hk_next(hook_req_t *h)
@@ -457,7 +605,7 @@ static void hk_next(hook_req_t *h)
     op_env_t *env = h->wh->env;
 
     if (ev == NULL) {
-        hk_done(h);
+        hk_store(h);
         return;
     }
     snprintf(rid, sizeof(rid), "%s", from);

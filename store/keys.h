@@ -84,6 +84,14 @@ int store_key_outbox_request(char *buf, size_t size, const char *prefix, unsigne
                              const char *request_id);
 int store_key_outbox_order(char *buf, size_t size, const char *prefix, unsigned shard,
                            const char *channel_id, const char *member_id);
+/* Webhook events in the outbox (contract.md section 14): an event already queued (its id, for
+ * the platform's retries), and the order of a member's events to one subscription (a hash: "n"
+ * the last sequence number given, "done" the last one posted). */
+int store_key_outbox_event_seen(char *buf, size_t size, const char *prefix, unsigned shard,
+                                const char *event_id);
+int store_key_outbox_event_order(char *buf, size_t size, const char *prefix, unsigned shard,
+                                 const char *subscription, const char *channel_id,
+                                 const char *member_id);
 /* An app's signing secret for status callbacks (a string, hex; botgatectl app secret). */
 int store_key_app_secret(char *buf, size_t size, const char *prefix, const char *app);
 /* An app's event subscriptions (contract.md section 14): a hash, subscription id -> its

@@ -94,6 +94,34 @@ static const char DEPTH_SCRIPT[] =
            "age = now - tonumber(string.match(first[1], '^(%d+)')) end "
            "return {redis.call('XLEN', KEYS[1]), age}";
 
+/* KEYS stream, seen; ARGV event id, app, body, keep_ms, the order keys' base and suffix (a
+ * subscription's key is base .. id .. suffix, of the stream's slot), then the subscriptions as
+ * "id\nurl\n" pairs. An event the platform sends again (its id seen) adds nothing. */
+static const char EVENT_ADD_SCRIPT[] =
+    "if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[4]) then return 0 end "
+    "local parts = {} for p in string.gmatch(ARGV[7], '([^\\n]+)') do parts[#parts + 1] = p end "
+    "for i = 1, #parts - 1, 2 do "
+    "local order = ARGV[5] .. parts[i] .. ARGV[6] "
+    "local seq = redis.call('HINCRBY', order, 'n', 1) "
+    "redis.call('PEXPIRE', order, ARGV[4]) "
+    "redis.call('XADD', KEYS[1], '*', 'e', ARGV[1], 's', parts[i], 'u', parts[i + 1], "
+    "'a', ARGV[2], 'o', order, 'q', seq, 'b', ARGV[3]) end return 1";
+
+/* KEYS order; ARGV seq. 1: its turn; 0: an earlier one is not finished; 2: finished already. */
+static const char EVENT_TURN_SCRIPT[] =
+    "local done = tonumber(redis.call('HGET', KEYS[1], 'done') or '0') "
+    "local seq = tonumber(ARGV[1]) "
+    "if done >= seq then return 2 end if done == seq - 1 then return 1 end return 0";
+
+/* KEYS order, stream; ARGV seq, group, entry. */
+static const char EVENT_END_SCRIPT[] =
+    "if tonumber(redis.call('HGET', KEYS[1], 'done') or '0') < tonumber(ARGV[1]) then "
+    "redis.call('HSET', KEYS[1], 'done', ARGV[1]) redis.call('PUBLISH', KEYS[1], ARGV[1]) end "
+    "redis.call('XACK', KEYS[2], ARGV[2], ARGV[3]) redis.call('XDEL', KEYS[2], ARGV[3]) return 1";
+
+static _Thread_local store_script_t event_add_script = STORE_SCRIPT(EVENT_ADD_SCRIPT);
+static _Thread_local store_script_t event_turn_script = STORE_SCRIPT(EVENT_TURN_SCRIPT);
+static _Thread_local store_script_t event_end_script = STORE_SCRIPT(EVENT_END_SCRIPT);
 static _Thread_local store_script_t accept_script = STORE_SCRIPT(ACCEPT_SCRIPT);
 static _Thread_local store_script_t start_script = STORE_SCRIPT(START_SCRIPT);
 static _Thread_local store_script_t progress_script = STORE_SCRIPT(PROGRESS_SCRIPT);
@@ -102,7 +130,17 @@ static _Thread_local store_script_t ack_script = STORE_SCRIPT(ACK_SCRIPT);
 static _Thread_local store_script_t status_script = STORE_SCRIPT(STATUS_SCRIPT);
 static _Thread_local store_script_t depth_script = STORE_SCRIPT(DEPTH_SCRIPT);
 
-typedef enum { C_ACCEPT, C_START, C_DONE, C_STATUS, C_CLAIM, C_DEPTH, C_SECRET } call_kind_t;
+typedef enum {
+    C_ACCEPT,
+    C_START,
+    C_DONE,
+    C_STATUS,
+    C_CLAIM,
+    C_DEPTH,
+    C_SECRET,
+    C_EVENT, /* an integer answer: store_outbox_event_cb and store_outbox_turn_cb */
+    C_SUBS,  /* HGETALL of an app's subscriptions */
+} call_kind_t;
 
 /* Owned by the store from its start until its callback has run or it is cancelled. */
 struct store_outbox_call {
@@ -148,7 +186,7 @@ static size_t decode_entries(const redisReply *list, unsigned shard, store_outbo
         return 0;
     for (size_t i = 0; i < list->elements && n < room; i++) {
         const redisReply *e = list->element[i], *f;
-        store_outbox_entry_t en = {shard, NULL, NULL, "", 0};
+        store_outbox_entry_t en = {shard, NULL, NULL, "", 0, NULL, "", "", "", 0, 0};
         if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
             e->element[0]->type != REDIS_REPLY_STRING)
             continue;
@@ -164,6 +202,18 @@ static size_t decode_entries(const redisReply *list, unsigned shard, store_outbo
                 en.callback = 1;
             } else if (strcmp(name, "o") == 0) {
                 en.order_key = value;
+            } else if (strcmp(name, "e") == 0) {
+                en.request_id = value;
+            } else if (strcmp(name, "s") == 0) {
+                en.subscription = value;
+            } else if (strcmp(name, "u") == 0) {
+                en.url = value;
+            } else if (strcmp(name, "a") == 0) {
+                en.app = value;
+            } else if (strcmp(name, "b") == 0) {
+                en.body = reply_str(f->element[k + 1], &en.body_len);
+            } else if (strcmp(name, "q") == 0) {
+                en.seq = strtoll(value, NULL, 10);
             }
         }
         /* a deleted entry (a claim finds its id with no fields) has nothing left to do */
@@ -275,6 +325,31 @@ static void on_reply(redisReply *reply, void *arg)
                                          st == STORE_OK ? store_eval_int(reply->element[0]) : 0,
                                          st == STORE_OK ? store_eval_int(reply->element[1]) : 0);
         break;
+    case C_EVENT:
+        if (st == STORE_OK && reply->type != REDIS_REPLY_INTEGER)
+            st = STORE_BAD_RECORD;
+        ((store_outbox_event_cb *)c->cb)(c->arg, st, st == STORE_OK ? (int)reply->integer : 0);
+        break;
+    case C_SUBS: {
+        json_t *subs = NULL;
+        if (st == STORE_OK && reply->type != REDIS_REPLY_ARRAY)
+            st = STORE_BAD_RECORD;
+        if (st == STORE_OK && (subs = json_array()) == NULL)
+            st = STORE_UNAVAILABLE;
+        for (size_t i = 0; st == STORE_OK && i + 1 < reply->elements; i += 2) {
+            const redisReply *v = reply->element[i + 1];
+            json_t *rec =
+                v->type == REDIS_REPLY_STRING ? json_loadb(v->str, v->len, 0, NULL) : NULL;
+            /* a record another writer broke is skipped: the others still get their events */
+            if (json_is_object(rec) && json_is_string(json_object_get(rec, "_id")) &&
+                json_is_string(json_object_get(rec, "url")))
+                json_array_append(subs, rec);
+            json_decref(rec);
+        }
+        ((store_outbox_subs_cb *)c->cb)(c->arg, st, subs);
+        json_decref(subs);
+        break;
+    }
     case C_SECRET:
         if (st == STORE_OK && reply->type != REDIS_REPLY_STRING)
             st = STORE_NOT_FOUND;
@@ -366,6 +441,104 @@ store_outbox_call_t *store_outbox_accept(store_t *st, unsigned shard, const char
         for (int i = 0; i < 11; i++)
             lens[i] = i == 5 ? req->body_len : strlen(words[i]);
         return run(st, &accept_script, c, 3, 11, words, lens, status);
+    }
+}
+
+/* ---- webhook events ---- */
+
+unsigned store_outbox_shard(unsigned shards, const char *channel_id, const char *member_id)
+{
+    uint32_t h = 2166136261u;
+
+    for (const char *p = channel_id; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    h = (h ^ 0xff) * 16777619u; /* a byte no id has between them */
+    for (const char *p = member_id; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    return shards ? h % shards : 0;
+}
+
+store_outbox_call_t *store_outbox_event_add(store_t *st, unsigned shard,
+                                            const store_outbox_event_t *ev, int64_t keep_ms,
+                                            store_outbox_event_cb *cb, void *arg,
+                                            store_status_t *status)
+{
+    char stream[STORE_KEY_MAX], seen[STORE_KEY_MAX], order[STORE_KEY_MAX], keep[NUMFMT_DEC_SIZE];
+    const char *cut;
+    char *subs = NULL, *base = NULL;
+    size_t size = 1, at = 0;
+    store_outbox_call_t *c = NULL;
+
+    *status = STORE_BAD_RECORD;
+    /* the order key without a subscription, cut where its id goes */
+    if (ev->n_subs > STORE_OUTBOX_EVENT_SUBS_MAX ||
+        store_key_outbox(stream, sizeof(stream), store_prefix(st), shard) < 0 ||
+        store_key_outbox_event_seen(seen, sizeof(seen), store_prefix(st), shard, ev->event_id) <
+            0 ||
+        store_key_outbox_event_order(order, sizeof(order), store_prefix(st), shard, "",
+                                     ev->channel_id, ev->member_id) < 0 ||
+        (cut = strstr(order, "}:evorder::")) == NULL)
+        return NULL;
+    cut += strlen("}:evorder:");
+    for (unsigned i = 0; i < ev->n_subs; i++) {
+        if (strpbrk(ev->sub_ids[i], "\n:") != NULL || strchr(ev->urls[i], '\n') != NULL ||
+            *ev->sub_ids[i] == '\0' || *ev->urls[i] == '\0')
+            return NULL;
+        size += strlen(ev->sub_ids[i]) + strlen(ev->urls[i]) + 2;
+    }
+    if ((subs = malloc(size)) == NULL || (base = strndup(order, (size_t)(cut - order))) == NULL) {
+        *status = STORE_UNAVAILABLE;
+        goto out;
+    }
+    for (unsigned i = 0; i < ev->n_subs; i++)
+        at += (size_t)sprintf(subs + at, "%s\n%s\n", ev->sub_ids[i], ev->urls[i]);
+    subs[at] = '\0';
+    if ((c = NEW_CALL(C_EVENT, cb, arg, shard, status)) == NULL) {
+        *status = STORE_UNAVAILABLE;
+        goto out;
+    }
+    {
+        const char *words[] = {stream,  seen,     ev->event_id,
+                               ev->app, ev->body, numfmt_dec(keep, keep_ms),
+                               base,    cut,      subs};
+        size_t lens[9];
+        for (int i = 0; i < 9; i++)
+            lens[i] = i == 4 ? ev->body_len : strlen(words[i]);
+        c = run(st, &event_add_script, c, 2, 9, words, lens, status);
+    }
+out:
+    free(subs);
+    free(base);
+    return c;
+}
+
+store_outbox_call_t *store_outbox_event_turn(store_t *st, const store_outbox_entry_t *e,
+                                             store_outbox_turn_cb *cb, void *arg,
+                                             store_status_t *status)
+{
+    char seq[NUMFMT_DEC_SIZE];
+    store_outbox_call_t *c = NEW_CALL(C_EVENT, cb, arg, e->shard, status);
+
+    if (c == NULL) {
+        *status = STORE_UNAVAILABLE;
+        return NULL;
+    }
+    {
+        const char *words[] = {e->order_key, numfmt_dec(seq, e->seq)};
+        return run(st, &event_turn_script, c, 1, 2, words, NULL, status);
+    }
+}
+
+void store_outbox_event_end(store_t *st, const store_outbox_entry_t *e)
+{
+    char stream[STORE_KEY_MAX], seq[NUMFMT_DEC_SIZE];
+
+    if (store_key_outbox(stream, sizeof(stream), store_prefix(st), e->shard) < 0)
+        return;
+    {
+        const char *words[] = {e->order_key, stream, numfmt_dec(seq, e->seq), STORE_OUTBOX_GROUP,
+                               e->entry_id};
+        run(st, &event_end_script, NULL, 2, 5, words, NULL, NULL);
     }
 }
 
@@ -651,6 +824,31 @@ store_outbox_call_t *store_outbox_status(store_t *st, unsigned shard, const char
         const char *words[] = {record};
         return run(st, &status_script, c, 1, 1, words, NULL, status);
     }
+}
+
+store_outbox_call_t *store_outbox_subscriptions(store_t *st, const char *app,
+                                                store_outbox_subs_cb *cb, void *arg,
+                                                store_status_t *status)
+{
+    char key[STORE_KEY_MAX];
+    store_outbox_call_t *c;
+    int rc;
+
+    if (store_key_subscriptions(key, sizeof(key), store_prefix(st), app) < 0 ||
+        (c = NEW_CALL(C_SUBS, cb, arg, 0, status)) == NULL) {
+        *status = STORE_UNAVAILABLE;
+        return NULL;
+    }
+    {
+        const char *argv[] = {"HGETALL", key};
+        rc = store_command(st, key, on_reply, c, 2, argv, NULL, &c->cmd);
+    }
+    if (rc != REDISC_OK) {
+        free(c);
+        *status = status_of(rc);
+        return NULL;
+    }
+    return c;
 }
 
 store_outbox_call_t *store_outbox_secret(store_t *st, const char *app, store_outbox_secret_cb *cb,

@@ -210,6 +210,31 @@ class Webhooks(StackTest):
         self.assertEqual((a.status, a.raw), (200, "success"), a)
         self.assert_new_member("hwx", "openid-in-1", "wechat")
 
+    # ---- the simulator as the platform: its webhooks are signed as the platforms sign ----
+
+    def sim_inbound(self, platform, cid, secret, sender, **what):
+        body = {"platform": platform, "url": self.s.url + "/webhooks/" + cid, "secret": secret,
+                "from": sender}
+        body.update(what)
+        return self.s.sim("POST", "/_sim/inbound", body)
+
+    def test_sim_webhooks(self):
+        cases = [("facebook", "hfb", FB_SECRET, "psid-sim-1"),
+                 ("whatsapp-cloud", "hwc", CLOUD_SECRET, "85291110101"),
+                 ("whatsapp", "hwa", WA_VERIFY, "85291110102"),
+                 ("slack", "hsl", SLACK_SECRET, "D0SIM1"),
+                 ("wechat", "hwx", WX_TOKEN, "openid-sim-1")]
+        for platform, cid, secret, sender in cases:
+            with self.subTest(platform=platform):
+                got = self.sim_inbound(platform, cid, secret, sender, text="hello")
+                self.assertEqual(got["status"], 200, got)
+                self.assert_new_member(cid, sender, platform)
+                got = self.sim_inbound(platform, cid, secret, sender,
+                                       tap={"payload": "RED", "title": "Red"})
+                self.assertEqual(got["status"], 200, got)
+                got = self.sim_inbound(platform, cid, secret + "x", sender, text="hello")
+                self.assertEqual(got["status"], 401, got)
+
     # ---- refusals: nothing of them is processed ----
 
     def test_refused_change_nothing(self):
