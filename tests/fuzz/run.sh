@@ -21,7 +21,8 @@ repo=$(cd "$here/../.." && pwd)
 build=${1:-build-fuzz}
 seconds=${FUZZ_SECONDS:-10}
 clang=${CLANG:-clang}
-all_targets="fuzz_request fuzz_adapters fuzz_tmpl fuzz_records fuzz_jparse fuzz_script fuzz_h1resp"
+all_targets="fuzz_request fuzz_adapters fuzz_tmpl fuzz_records fuzz_jparse fuzz_script fuzz_h1resp
+             fuzz_hook_json fuzz_hook_xml"
 targets=${FUZZ_TARGETS:-$all_targets}
 ncpu=$(nproc 2>/dev/null || echo 2)
 jobs=${FUZZ_JOBS:-$((ncpu < 4 ? ncpu : 4))}
