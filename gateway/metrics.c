@@ -272,6 +272,16 @@ static void outbox_render(struct evbuffer *b, const metrics_t *const *all, int n
         evbuffer_add_printf(b, "botgate_webhook_events_total{platform=\"%s\"} %llu\n", targets[p],
                             (unsigned long long)v);
     }
+    header(b, "botgate_webhook_posts_total", "counter",
+           "Webhook events posted to subscriptions: delivered (a 2xx), failed (none in 24 h).");
+    for (int i = 0; i < 2; i++) {
+        SUM(v, webhook_posts[i]);
+        evbuffer_add_printf(b, "botgate_webhook_posts_total{outcome=\"%s\"} %llu\n",
+                            i == 0 ? "delivered" : "failed", (unsigned long long)v);
+    }
+    SUM(v, webhook_post_retries);
+    scalar(b, "botgate_webhook_post_retries_total", "counter",
+           "Event posts to subscriptions not answered 2xx, tried again later.", (long long)v);
     SUM(shards, outbox_shards);
     if (shards > METRICS_SHARDS)
         shards = METRICS_SHARDS;

@@ -73,6 +73,8 @@ typedef struct metrics {
     /* webhooks in (contract.md section 14), by platform */
     atomic_uint_fast64_t webhook_refused[METRICS_PLATFORMS][METRICS_HOOK_REFUSALS];
     atomic_uint_fast64_t webhook_events[METRICS_PLATFORMS];
+    atomic_uint_fast64_t webhook_posts[2]; /* events to subscriptions: delivered, failed */
+    atomic_uint_fast64_t webhook_post_retries;
     /* gauges of one worker's latest look at the streams (outbox_watch_depth) */
     atomic_int_fast64_t outbox_depth[METRICS_SHARDS], outbox_age_ms[METRICS_SHARDS];
     atomic_int_fast64_t outbox_shards;

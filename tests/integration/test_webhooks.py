@@ -10,6 +10,7 @@ import unittest
 import urllib.parse
 
 from harness import StackTest, cloud_channel, facebook_channel, http, wait_for, whatsapp_channel
+from test_outbox import Receiver, verify
 
 APP = "app-hook"
 FB_SECRET = "fb-app-secret"
@@ -59,30 +60,34 @@ def wechat_xml(openid, msgid, text="hi"):
             "<MsgId>%s</MsgId></xml>" % (openid, int(time.time()) - 1, text, msgid)).encode()
 
 
-class Webhooks(StackTest):
-    stack_args = {"workers": 2}
+def put_channels(s):
+    """One channel per platform, with the secrets its webhooks are verified by."""
+    fb = facebook_channel("hfb", APP)
+    fb["info"].update(appSecret=FB_SECRET, verifyToken="fb-verify")
+    s.put("channel", fb)
+    cloud = cloud_channel("hwc", APP)
+    cloud["info"].update(appSecret=CLOUD_SECRET, verifyToken="wc-verify")
+    s.put("channel", cloud)
+    wa = whatsapp_channel("hwa", APP, "http://127.0.0.1:1")
+    wa["info"]["verifyToken"] = WA_VERIFY
+    s.put("channel", wa)
+    s.put("channel", {"_id": "hsl", "app": APP, "type": "slack", "on": True,
+                      "info": {"botAccessToken": "xoxb-1", "botId": "B1",
+                               "signingSecret": SLACK_SECRET}})
+    s.put("channel", {"_id": "hwx", "app": APP, "type": "wechat", "on": True,
+                      "info": {"appId": "wx1", "appSecret": "wxsecret", "token": WX_TOKEN,
+                               "botOpenId": "gh_1"}})
+    s.put("channel", {"_id": "htw", "app": APP, "type": "teamwork", "on": True,
+                      "info": {"apiKey": "k", "tbId": "t"}})
+
+
+class HookCase(StackTest):
+    """The channels of every platform, and what the tests of them share."""
 
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        s = cls.s
-        fb = facebook_channel("hfb", APP)
-        fb["info"].update(appSecret=FB_SECRET, verifyToken="fb-verify")
-        s.put("channel", fb)
-        cloud = cloud_channel("hwc", APP)
-        cloud["info"].update(appSecret=CLOUD_SECRET, verifyToken="wc-verify")
-        s.put("channel", cloud)
-        wa = whatsapp_channel("hwa", APP, "http://127.0.0.1:1")
-        wa["info"]["verifyToken"] = WA_VERIFY
-        s.put("channel", wa)
-        s.put("channel", {"_id": "hsl", "app": APP, "type": "slack", "on": True,
-                          "info": {"botAccessToken": "xoxb-1", "botId": "B1",
-                                   "signingSecret": SLACK_SECRET}})
-        s.put("channel", {"_id": "hwx", "app": APP, "type": "wechat", "on": True,
-                          "info": {"appId": "wx1", "appSecret": "wxsecret", "token": WX_TOKEN,
-                                   "botOpenId": "gh_1"}})
-        s.put("channel", {"_id": "htw", "app": APP, "type": "teamwork", "on": True,
-                          "info": {"apiKey": "k", "tbId": "t"}})
+        put_channels(cls.s)
 
     # ---- helpers ----
 
@@ -116,6 +121,16 @@ class Webhooks(StackTest):
         self.assertLessEqual(m["lastInboundAt"], int(time.time() * 1000))
         self.assertGreater(m["lastInboundAt"], int(time.time() * 1000) - 60000)
         return m
+
+    def sim_inbound(self, platform, cid, secret, sender, **what):
+        body = {"platform": platform, "url": self.s.url + "/webhooks/" + cid, "secret": secret,
+                "from": sender}
+        body.update(what)
+        return self.s.sim("POST", "/_sim/inbound", body)
+
+
+class Webhooks(HookCase):
+    stack_args = {"workers": 2}
 
     # ---- handshakes ----
 
@@ -212,12 +227,6 @@ class Webhooks(StackTest):
 
     # ---- the simulator as the platform: its webhooks are signed as the platforms sign ----
 
-    def sim_inbound(self, platform, cid, secret, sender, **what):
-        body = {"platform": platform, "url": self.s.url + "/webhooks/" + cid, "secret": secret,
-                "from": sender}
-        body.update(what)
-        return self.s.sim("POST", "/_sim/inbound", body)
-
     def test_sim_webhooks(self):
         cases = [("facebook", "hfb", FB_SECRET, "psid-sim-1"),
                  ("whatsapp-cloud", "hwc", CLOUD_SECRET, "85291110101"),
@@ -274,6 +283,123 @@ class Webhooks(StackTest):
                b'<xml><FromUserName>&a;</FromUserName><MsgType>text</MsgType></xml>')
         a = self.hook("POST", "hwx", xml, {"Content-Type": "text/xml"}, wechat_query(WX_TOKEN))
         self.assert_error(a, 108, 400, mentions="DOCTYPE")
+
+
+class EndToEnd(HookCase):
+    """platform (the simulator) -> botgate -> subscriber: each correctly signed webhook becomes
+    one signed event at every subscription it matches, in order per member; refused webhooks
+    and a platform's retries add nothing."""
+    # the subscribers are on loopback: the SSRF guard lets them through only so
+    stack_args = {"workers": 2, "env": {"BOTGATE_ALLOW_PRIVATE_MEDIA": "1",
+                                        "BOTGATE_OUTBOX_CLAIM_MS": "2000"}}
+    SECRETS = {"facebook": ("hfb", FB_SECRET), "whatsapp-cloud": ("hwc", CLOUD_SECRET),
+               "whatsapp": ("hwa", WA_VERIFY), "slack": ("hsl", SLACK_SECRET),
+               "wechat": ("hwx", WX_TOKEN)}
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        s = cls.s
+        cls.secret = s.ctl("app", "secret", "rotate", "--app", APP).stdout.strip()
+        cls.rx = Receiver()
+        cls.rx_read = Receiver()  # READ events of the facebook channel only
+        s.ctl("subscription", "add", "--app", APP, "--url", cls.rx.url)
+        s.ctl("subscription", "add", "--app", APP, "--url", cls.rx_read.url, "--events", "READ",
+              "--channel", "hfb")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.rx.stop()
+        cls.rx_read.stop()
+        super().tearDownClass()
+
+    def events(self, rx=None, **match):
+        """The events rx took that match, in the order it took them, each signature checked."""
+        out = []
+        for headers, raw, _ in list((rx or self.rx).got):
+            ev = json.loads(raw)
+            if all(ev.get(k) == v for k, v in match.items()):
+                self.assertTrue(verify(self.secret, headers["Botgate-Signature"], raw), headers)
+                out.append(ev)
+        return out
+
+    def wait_event(self, rx=None, n=1, **match):
+        wait_for(lambda: len(self.events(rx, **match)) >= n, timeout=30,
+                 what="%d event(s) %s" % (n, match))
+        return self.events(rx, **match)
+
+    def send(self, platform, sender, **what):
+        cid, secret = self.SECRETS[platform]
+        got = self.sim_inbound(platform, cid, secret, sender, **what)
+        self.assertEqual(got["status"], 200, got)
+        return got
+
+    def test_inbound_and_taps_per_platform(self):
+        senders = {"facebook": "psid-e2e", "whatsapp-cloud": "85291112001",
+                   "whatsapp": "85291112002", "slack": "D0E2E", "wechat": "openid-e2e"}
+        for platform, sender in senders.items():
+            with self.subTest(platform=platform):
+                cid = self.SECRETS[platform][0]
+                self.send(platform, sender, text="hello " + platform)
+                ev, = self.wait_event(channelId=cid, eventType="INBOUND")
+                m = self.assert_new_member(cid, sender, platform)
+                self.assertEqual(set(ev), {"eventId", "eventType", "channelId", "memberId",
+                                           "timestamp", "data", "platform"})
+                self.assertEqual(ev["memberId"], m["_id"])
+                self.assertEqual(ev["data"]["type"], "TEXT")
+                self.assertEqual(ev["data"]["text"], "hello " + platform)
+                self.assertRegex(ev["eventId"], r"^[0-9a-f]{32}$")
+                self.assertIsInstance(ev["platform"], dict)
+                self.send(platform, sender, tap={"payload": "RED", "title": "Red"})
+                tap, = self.wait_event(channelId=cid, eventType="POSTBACK")
+                self.assertEqual(tap["data"]["payload"], "RED")
+                self.assertEqual(tap["memberId"], m["_id"])
+        # the READ-only subscription of hfb took none of these
+        self.assertEqual(self.events(self.rx_read), [])
+
+    def test_receipts(self):
+        self.send("whatsapp-cloud", "85291112101",
+                  receipt={"status": "delivered", "messageId": "wamid.r1"})
+        ev, = self.wait_event(eventType="DELIVERED", channelId="hwc")
+        self.assertEqual(ev["data"]["messageId"], "wamid.r1")
+        self.send("facebook", "psid-receipt", receipt={"status": "read"})
+        ev, = self.wait_event(self.rx_read, eventType="READ", channelId="hfb")
+        self.wait_event(eventType="READ", channelId="hfb")  # and the subscription of all
+
+    def test_order_per_member(self):
+        for i in range(6):
+            self.send("facebook", "psid-order", text="order %d" % i)
+        m = self.member_of("hfb", "psid-order")
+        evs = self.wait_event(n=6, memberId=m["_id"])
+        self.assertEqual([e["data"]["text"] for e in evs], ["order %d" % i for i in range(6)])
+
+    def test_refused_and_repeated_produce_nothing(self):
+        cid, secret = self.SECRETS["facebook"]
+        raw = json.dumps(fb_body("psid-quiet", "m_quiet_1", "once")).encode()
+        good = {"X-Hub-Signature-256": meta_sig(FB_SECRET, raw)}
+        self.assertEqual(self.hook("POST", cid, raw, good).status, 200)
+        self.assertEqual(self.hook("POST", cid, raw, good).status, 200)  # the platform's retry
+        bad = json.dumps(fb_body("psid-quiet", "m_quiet_2", "forged")).encode()
+        self.assert_error(self.hook("POST", cid, bad, {"X-Hub-Signature-256": meta_sig(
+            "nope", bad)}), 130, 401)
+        big = json.dumps(fb_body("psid-quiet", "m_quiet_3", "x" * (1 << 20))).encode()
+        self.assert_error(self.hook("POST", cid, big, {"X-Hub-Signature-256": meta_sig(
+            FB_SECRET, big)}), 118, 413)
+        sraw = json.dumps({"type": "event_callback", "event_id": "EvQ", "event": {
+            "type": "message", "channel": "D0QUIET", "user": "U1", "text": "s-once",
+            "ts": "%d.000001" % time.time()}}).encode()
+        sh = slack_headers(SLACK_SECRET, sraw)
+        self.assertEqual(self.hook("POST", "hsl", sraw, sh).status, 200)
+        self.assert_error(self.hook("POST", "hsl", sraw, sh), 130, 401)  # the replay
+        # a last message of each member: once it is in, everything before it would be too
+        self.send("facebook", "psid-quiet", text="marker")
+        self.send("slack", "D0QUIET", text="s-marker")
+        m = self.member_of("hfb", "psid-quiet")
+        texts = [e["data"]["text"] for e in self.wait_event(n=2, memberId=m["_id"])]
+        self.assertEqual(texts, ["once", "marker"])
+        m = self.member_of("hsl", "D0QUIET")
+        texts = [e["data"]["text"] for e in self.wait_event(n=2, memberId=m["_id"])]
+        self.assertEqual(texts, ["s-once", "s-marker"])
 
 
 class Subscriptions(StackTest):
