@@ -298,6 +298,10 @@ int adapter_hook_fail(adapter_hook_t *h, const char *fmt, ...)
  * h->error set when from or id is missing or empty, or past ADAPTER_HOOK_EVENTS_MAX. */
 int adapter_hook_add(adapter_hook_t *h, const char *type, const char *from, const char *id,
                      int64_t timestamp_ms, json_t *data, json_t *platform);
+/* A tap (a quick reply, a button, a list row, a menu): a POSTBACK event whose data is
+ * {"payload":..,"title":..} (either null when absent). */
+int adapter_hook_tap(adapter_hook_t *h, const char *from, const char *id, int64_t timestamp_ms,
+                     const char *payload, const char *title, json_t *platform);
 /* A JSON webhook body, strictly: an object, valid UTF-8, no duplicate keys. NULL with h->error
  * set. New reference. */
 json_t *adapter_hook_json(const char *body, size_t len, adapter_hook_t *h);

@@ -365,16 +365,14 @@ static int fb_hook_item(adapter_hook_t *h, json_t *m)
         return adapter_hook_fail(h, "facebook: a messaging item is not an object");
     if (json_is_object(msg)) {
         const char *mid = json_string_value(json_object_get(msg, "mid"));
-        json_t *qr = json_object_get(msg, "quick_reply"), *att = json_object_get(msg, "attachments");
+        json_t *qr = json_object_get(msg, "quick_reply"),
+               *att = json_object_get(msg, "attachments");
         const char *text = json_string_value(json_object_get(msg, "text"));
         if (json_is_true(json_object_get(msg, "is_echo")))
             return 0;
         if (json_is_object(qr))
-            return adapter_hook_add(
-                h, "POSTBACK", from, mid, ts,
-                json_pack("{s:s?,s:s?}", "payload", json_string_value(json_object_get(qr, "payload")),
-                          "title", text),
-                m);
+            return adapter_hook_tap(h, from, mid, ts,
+                                    json_string_value(json_object_get(qr, "payload")), text, m);
         if (text != NULL)
             return adapter_hook_add(h, "INBOUND", from, mid, ts,
                                     json_pack("{s:s,s:s}", "type", "TEXT", "text", text), m);
@@ -395,11 +393,8 @@ static int fb_hook_item(adapter_hook_t *h, json_t *m)
             snprintf(id, sizeof(id), "postback:%.100s:%lld", from ? from : "", (long long)ts);
             mid = id;
         }
-        return adapter_hook_add(
-            h, "POSTBACK", from, mid, ts,
-            json_pack("{s:s?,s:s?}", "payload", json_string_value(json_object_get(pb, "payload")),
-                      "title", json_string_value(json_object_get(pb, "title"))),
-            m);
+        return adapter_hook_tap(h, from, mid, ts, json_string_value(json_object_get(pb, "payload")),
+                                json_string_value(json_object_get(pb, "title")), m);
     }
     if (json_is_object(dl) || json_is_object(rd)) {
         json_t *o = json_is_object(dl) ? dl : rd;

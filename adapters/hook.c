@@ -60,6 +60,13 @@ int adapter_hook_add(adapter_hook_t *h, const char *type, const char *from, cons
     return 0;
 }
 
+int adapter_hook_tap(adapter_hook_t *h, const char *from, const char *id, int64_t timestamp_ms,
+                     const char *payload, const char *title, json_t *platform)
+{
+    return adapter_hook_add(h, "POSTBACK", from, id, timestamp_ms,
+                            json_pack("{s:s?,s:s?}", "payload", payload, "title", title), platform);
+}
+
 json_t *adapter_hook_json(const char *body, size_t len, adapter_hook_t *h)
 {
     json_error_t e;

@@ -367,8 +367,9 @@ static const char *slack_hook_from(json_t *channel, json_t *user)
 {
     const char *c = json_is_string(channel) ? json_string_value(channel)
                                             : json_string_value(json_object_get(channel, "id"));
-    return c ? c : json_is_string(user) ? json_string_value(user)
-                                        : json_string_value(json_object_get(user, "id"));
+    return c                      ? c
+           : json_is_string(user) ? json_string_value(user)
+                                  : json_string_value(json_object_get(user, "id"));
 }
 
 /* Interactivity: a block_actions payload, one POSTBACK per action (a button's value, a
@@ -399,10 +400,10 @@ static int slack_hook_actions(adapter_hook_t *h, json_t *p)
             title = json_string_value(json_object_get(json_object_get(sel, "text"), "text"));
         }
         snprintf(id, sizeof(id), "action:%.40s:%.100s", ts ? ts : "", aid ? aid : "");
-        rc = adapter_hook_add(h, "POSTBACK", from, ts ? id : NULL, adapter_hook_time(json_object_get(a, "action_ts"), 0),
-                              json_pack("{s:s?,s:s?,s:s?}", "payload", value, "title", title,
-                                        "actionId", aid),
-                              p);
+        rc = adapter_hook_add(
+            h, "POSTBACK", from, ts ? id : NULL,
+            adapter_hook_time(json_object_get(a, "action_ts"), 0),
+            json_pack("{s:s?,s:s?,s:s?}", "payload", value, "title", title, "actionId", aid), p);
     }
     return rc;
 }

@@ -440,18 +440,15 @@ static void XMLCALL wx_xml_start(void *arg, const XML_Char *name, const XML_Char
     (void)attrs;
     if (x->error != NULL)
         return;
-    if (x->depth == 0 && strcmp(name, "xml") != 0)
-        {
+    if (x->depth == 0 && strcmp(name, "xml") != 0) {
         wx_xml_stop(x, "the root element is not <xml>");
         return;
     }
-    if (x->depth >= WX_XML_DEPTH_MAX)
-        {
+    if (x->depth >= WX_XML_DEPTH_MAX) {
         wx_xml_stop(x, "elements nested too deep");
         return;
     }
-    if (++x->fields > WX_XML_FIELDS_MAX)
-        {
+    if (++x->fields > WX_XML_FIELDS_MAX) {
         wx_xml_stop(x, "too many elements");
         return;
     }
@@ -462,11 +459,10 @@ static void XMLCALL wx_xml_start(void *arg, const XML_Char *name, const XML_Char
     if (x->depth > 0) {
         /* an object for the children it may have; a leaf's text replaces it at its end */
         json_t *o = json_object();
-        if (o == NULL || json_object_set_new(x->stack[x->depth], name, o) < 0)
-            {
-        wx_xml_stop(x, "out of memory");
-        return;
-    }
+        if (o == NULL || json_object_set_new(x->stack[x->depth], name, o) < 0) {
+            wx_xml_stop(x, "out of memory");
+            return;
+        }
     }
     if (x->depth > 0)
         x->stack[x->depth + 1] = json_object_get(x->stack[x->depth], name);
@@ -486,11 +482,10 @@ static void XMLCALL wx_xml_end(void *arg, const XML_Char *name)
     /* an element without children: its text replaces the empty object made at its start */
     if (x->depth > 0 && json_object_size(o) == 0) {
         json_t *s = json_stringn(x->text ? x->text : "", x->text_len);
-        if (s == NULL || json_object_set_new(x->stack[x->depth], name, s) < 0)
-            {
-        wx_xml_stop(x, "a field is not valid UTF-8");
-        return;
-    }
+        if (s == NULL || json_object_set_new(x->stack[x->depth], name, s) < 0) {
+            wx_xml_stop(x, "a field is not valid UTF-8");
+            return;
+        }
     }
     x->text_len = 0;
 }
@@ -503,8 +498,7 @@ static void XMLCALL wx_xml_chars(void *arg, const XML_Char *s, int len)
     if (x->error != NULL || len <= 0)
         return;
     t = realloc(x->text, x->text_len + (size_t)len + 1);
-    if (t == NULL)
-        {
+    if (t == NULL) {
         wx_xml_stop(x, "out of memory");
         return;
     }

@@ -503,27 +503,21 @@ static int wa_hook_message(adapter_hook_t *h, json_t *m)
     if (!json_is_object(m) || type == NULL)
         return adapter_hook_fail(h, "whatsapp: a message without a type");
     if (strcmp(type, "text") == 0)
-        return adapter_hook_add(
-            h, "INBOUND", from, id, ts,
-            json_pack("{s:s,s:s?}", "type", "TEXT", "text", json_string_value(json_object_get(o, "body"))),
-            m);
+        return adapter_hook_add(h, "INBOUND", from, id, ts,
+                                json_pack("{s:s,s:s?}", "type", "TEXT", "text",
+                                          json_string_value(json_object_get(o, "body"))),
+                                m);
     if (strcmp(type, "interactive") == 0) {
         const char *kind = json_string_value(json_object_get(o, "type"));
         json_t *reply = kind ? json_object_get(o, kind) : NULL;
         if (!json_is_object(reply))
             return adapter_hook_fail(h, "whatsapp: an interactive message without its reply");
-        return adapter_hook_add(
-            h, "POSTBACK", from, id, ts,
-            json_pack("{s:s?,s:s?}", "payload", json_string_value(json_object_get(reply, "id")),
-                      "title", json_string_value(json_object_get(reply, "title"))),
-            m);
+        return adapter_hook_tap(h, from, id, ts, json_string_value(json_object_get(reply, "id")),
+                                json_string_value(json_object_get(reply, "title")), m);
     }
     if (strcmp(type, "button") == 0)
-        return adapter_hook_add(
-            h, "POSTBACK", from, id, ts,
-            json_pack("{s:s?,s:s?}", "payload", json_string_value(json_object_get(o, "payload")),
-                      "title", json_string_value(json_object_get(o, "text"))),
-            m);
+        return adapter_hook_tap(h, from, id, ts, json_string_value(json_object_get(o, "payload")),
+                                json_string_value(json_object_get(o, "text")), m);
     if (strcmp(type, "location") == 0)
         return adapter_hook_add(h, "INBOUND", from, id, ts,
                                 json_pack("{s:s,s:O?,s:O?}", "type", "LOCATION", "latitude",

@@ -273,9 +273,8 @@ int store_key_outbox_event_order(char *buf, size_t size, const char *prefix, uns
 
     if (channel_id == NULL || subscription == NULL || strchr(subscription, ':') != NULL)
         return -1;
-    return key(buf, size, prefix, "outbox:{", numfmt_dec(n, shard), "}:evorder:", subscription,
-               ":", numfmt_dec(len, (long long)strlen(channel_id)), ":", channel_id, ":",
-               member_id);
+    return key(buf, size, prefix, "outbox:{", numfmt_dec(n, shard), "}:evorder:", subscription, ":",
+               numfmt_dec(len, (long long)strlen(channel_id)), ":", channel_id, ":", member_id);
 }
 
 int store_key_app_secret(char *buf, size_t size, const char *prefix, const char *app)

@@ -46,10 +46,10 @@ store_outbox_call_t *store_outbox_accept(store_t *st, unsigned shard, const char
  * webhook event to post to a subscription. */
 typedef struct store_outbox_entry {
     unsigned shard;
-    const char *entry_id; /* the stream's id */
+    const char *entry_id;   /* the stream's id */
     const char *request_id; /* a request's or a callback's; an event's id */
-    const char *order_key; /* a request's or an event's member order key ("" for a callback) */
-    int callback;          /* 1: post the status of request_id */
+    const char *order_key;  /* a request's or an event's member order key ("" for a callback) */
+    int callback;           /* 1: post the status of request_id */
     /* an event (subscription not NULL): posted to url, signed with app's secret, as number
      * seq of its member's events to that subscription */
     const char *subscription, *url, *app, *body;
@@ -68,9 +68,9 @@ unsigned store_outbox_shard(unsigned shards, const char *channel_id, const char 
 typedef struct store_outbox_event {
     const char *event_id; /* the platform's retries of one event have the same id */
     const char *app, *channel_id, *member_id;
-    const char *body;     /* the event as JSON text */
+    const char *body; /* the event as JSON text */
     size_t body_len;
-    unsigned n_subs;      /* the subscriptions it goes to, at most STORE_OUTBOX_EVENT_SUBS_MAX */
+    unsigned n_subs; /* the subscriptions it goes to, at most STORE_OUTBOX_EVENT_SUBS_MAX */
     const char *sub_ids[STORE_OUTBOX_EVENT_SUBS_MAX], *urls[STORE_OUTBOX_EVENT_SUBS_MAX];
 } store_outbox_event_t;
 
