@@ -61,6 +61,7 @@ typedef struct hook_req {
 struct webhook {
     op_env_t *env;
     hook_req_t *reqs; /* in flight */
+    int freeing;      /* webhook_free: the worker is past its drain */
 };
 
 webhook_t *webhook_new(op_env_t *env)
@@ -74,6 +75,9 @@ webhook_t *webhook_new(op_env_t *env)
 
 static void hk_free(hook_req_t *h)
 {
+    struct webhook *wh = h->wh;
+    op_env_t *env = wh->env;
+
     if (h->call != NULL)
         store_cancel(h->call);
     store_outbox_cancel(h->ocall);
@@ -88,12 +92,16 @@ static void hk_free(hook_req_t *h)
     free(h->body);
     adapter_hook_clear(&h->hook);
     free(h);
+    /* counted with the API's requests: a drain waits for it as for them */
+    if (--env->in_flight == 0 && env->draining && env->done != NULL && !wh->freeing)
+        env->done(env->done_arg);
 }
 
 void webhook_free(struct webhook *wh)
 {
     if (wh == NULL)
         return;
+    wh->freeing = 1;
     while (wh->reqs != NULL)
         hk_free(wh->reqs);
     free(wh);
@@ -782,12 +790,13 @@ void webhook_route(void *arg, struct evhttp_request *req)
     if ((h->next = wh->reqs) != NULL)
         h->next->prev = h;
     wh->reqs = h;
+    wh->env->in_flight++;
     h->post = evhttp_request_get_command(req) == EVHTTP_REQ_POST;
     if (h->hook.events == NULL) {
         hk_fail(h, 503, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
-    if (wh->env->draining) {
+    if (wh->env->draining == OP_DRAIN_OVER) { /* before that, answered like any request */
         hk_fail(h, 503, BG_ERR_UNAVAILABLE, "shutting down");
         return;
     }

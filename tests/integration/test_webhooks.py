@@ -284,6 +284,15 @@ class Webhooks(HookCase):
         a = self.hook("POST", "hwx", xml, {"Content-Type": "text/xml"}, wechat_query(WX_TOKEN))
         self.assert_error(a, 108, 400, mentions="DOCTYPE")
 
+    def test_zz_no_secret_in_the_log(self):
+        """Runs last (by name): every secret the tests above sent, right or wrong, is absent
+        from botgate's log at the debug level."""
+        log = self.s.gateway_log()
+        self.assertIn('"route":"webhooks"', log)
+        for secret in (FB_SECRET, CLOUD_SECRET, SLACK_SECRET, WX_TOKEN, WA_VERIFY, "fb-verify",
+                       "wc-verify"):
+            self.assertNotIn(secret, log)
+
 
 class EndToEnd(HookCase):
     """platform (the simulator) -> botgate -> subscriber: each correctly signed webhook becomes
