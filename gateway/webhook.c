@@ -591,7 +591,9 @@ static void hk_store(hook_req_t *h)
 {
     store_status_t st;
 
-    if (json_array_size(h->hook.events) == 0) {
+    /* the outbox is off with a Redis Cluster (nobody would read the streams): the members are
+     * kept, the events not queued */
+    if (json_array_size(h->hook.events) == 0 || h->wh->env->outbox == NULL) {
         hk_done(h);
         return;
     }
