@@ -29,7 +29,8 @@
 #define HOOK_CHALLENGE_MAX 512
 /* an event's id is remembered this long (a platform's retries are taken once), and its
  * member's order to a subscription kept: past the 24 h its posts are tried */
-#define HOOK_KEEP_MS (25LL * 3600 * 1000)
+#define HOOK_KEEP_MS         (25LL * 3600 * 1000)
+#define HOOK_RECEIPT_IDS_MAX 16 /* message ids of one receipt looked up (a delivery's mids) */
 
 typedef enum { HK_CHANNEL, HK_REPLAY, HK_MEMBER, HK_INBOUND, HK_STORE } hk_phase_t;
 
@@ -50,7 +51,8 @@ typedef struct hook_req {
     size_t len;
     char signature[65];         /* slack: the hex signature, remembered against replays */
     adapter_hook_t hook;        /* the events, parsed once verified */
-    size_t next_event;          /* the event whose member is being found */
+    size_t next_event;          /* the event whose member is being found, then stored */
+    size_t next_receipt;        /* the message id of its receipt being recorded */
     char member_id[64];         /* its member */
     store_call_t *call;         /* the store call in flight, or NULL */
     store_outbox_call_t *ocall; /* or the outbox\'s */
@@ -516,7 +518,45 @@ static void on_event_added(void *arg, store_status_t st, int queued)
         return;
     }
     h->next_event++;
+    h->next_receipt = 0;
     hk_store_next(h);
+}
+
+static void on_receipt(void *arg, store_status_t st, int found)
+{
+    hook_req_t *h = arg;
+
+    (void)found; /* 0: not a message of a queued request (a synchronous send's) */
+    h->ocall = NULL;
+    if (st != STORE_OK) {
+        hk_fail_store(h, st);
+        return;
+    }
+    hk_store_next(h);
+}
+
+/* A receipt's word for the element of the request that sent the message, NULL for an event
+ * that is not a receipt. */
+static const char *receipt_word(const char *type)
+{
+    return strcmp(type, "DELIVERED") == 0 ? "delivered"
+           : strcmp(type, "READ") == 0    ? "read"
+           : strcmp(type, "FAILED") == 0  ? "failed"
+                                          : NULL;
+}
+
+/* The k-th platform message id a receipt names (whatsapp: one; a Messenger delivery: its mids),
+ * NULL past the last. */
+static const char *receipt_id(const json_t *ev, size_t k)
+{
+    const json_t *data = json_object_get(ev, "data");
+    const char *one = json_string_value(json_object_get(data, "messageId"));
+
+    if (k >= HOOK_RECEIPT_IDS_MAX)
+        return NULL;
+    if (one != NULL)
+        return k == 0 ? one : NULL;
+    return json_string_value(json_array_get(json_object_get(data, "messageIds"), k));
 }
 
 /* The next event, in the shape subscribers get, queued for every subscription it matches. */
@@ -526,12 +566,26 @@ static void hk_store_next(hook_req_t *h)
     const char *type = json_string_value(json_object_get(ev, "eventType"));
     const char *member = json_string_value(json_object_get(ev, "memberId"));
     store_outbox_event_t oe;
+    const char *id_of;
     char id[33], *text;
     store_status_t st;
     size_t i;
 
     if (ev == NULL) {
         hk_done(h);
+        return;
+    }
+    /* a receipt first marks the element of the queued request that sent the message (contract
+     * section 14), one message id after the other */
+    if (receipt_word(type) != NULL && (id_of = receipt_id(ev, h->next_receipt)) != NULL &&
+        *id_of != '\0' && strlen(id_of) < ADAPTER_ID_MAX) {
+        unsigned shard = store_outbox_shard((unsigned)h->wh->env->deliver.cfg->outbox_shards,
+                                            h->channel_id, member);
+        h->next_receipt++;
+        h->ocall = store_outbox_receipt(h->wh->env->deliver.store, shard, h->channel_id, id_of,
+                                        receipt_word(type), on_receipt, h, &st);
+        if (h->ocall == NULL)
+            hk_fail_store(h, st);
         return;
     }
     memset(&oe, 0, sizeof(oe));
@@ -543,6 +597,7 @@ static void hk_store_next(hook_req_t *h)
     }
     if (oe.n_subs == 0) { /* nobody wants it */
         h->next_event++;
+        h->next_receipt = 0;
         hk_store_next(h);
         return;
     }

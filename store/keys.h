@@ -92,6 +92,13 @@ int store_key_outbox_event_seen(char *buf, size_t size, const char *prefix, unsi
 int store_key_outbox_event_order(char *buf, size_t size, const char *prefix, unsigned shard,
                                  const char *subscription, const char *channel_id,
                                  const char *member_id);
+/* Receipts: the queued request (and the index of its response) that sent a platform message, a
+ * string "<requestId> <index>", kept as long as the request's record. The base is the key
+ * without its channel and message id (a script appends "<length of channelId>:<channelId>:<id>"
+ * to it). */
+int store_key_outbox_message(char *buf, size_t size, const char *prefix, unsigned shard,
+                             const char *channel_id, const char *message_id);
+int store_key_outbox_message_base(char *buf, size_t size, const char *prefix, unsigned shard);
 /* An app's signing secret for status callbacks (a string, hex; botgatectl app secret). */
 int store_key_app_secret(char *buf, size_t size, const char *prefix, const char *app);
 /* An app's event subscriptions (contract.md section 14): a hash, subscription id -> its

@@ -89,6 +89,13 @@ typedef void store_outbox_subs_cb(void *arg, store_status_t st, const json_t *su
 store_outbox_call_t *store_outbox_subscriptions(store_t *st, const char *app,
                                                 store_outbox_subs_cb *cb, void *arg,
                                                 store_status_t *status);
+/* A receipt (delivered, read, failed) of the platform message message_id of channel_id:
+ * recorded on the element of the queued request that sent it, whose status callback is queued
+ * again. queued (of store_outbox_event_cb): 1, or 0 when no queued request sent it. */
+store_outbox_call_t *store_outbox_receipt(store_t *st, unsigned shard, const char *channel_id,
+                                          const char *message_id, const char *receipt,
+                                          store_outbox_event_cb *cb, void *arg,
+                                          store_status_t *status);
 /* Whether entry e (an event) may be posted now: 1 yes, 0 an earlier event of its member to
  * that subscription is not finished (watch e->order_key), 2 it was finished already. */
 typedef void store_outbox_turn_cb(void *arg, store_status_t st, int turn);
@@ -187,6 +194,7 @@ store_outbox_call_t *store_outbox_end(store_t *st, unsigned shard, const char *i
 
 typedef struct store_outbox_status {
     const char *app, *status, *callback, *member_id;
+    const char *receipts; /* "" or a JSON object: element index -> "delivered|read|failed" */
     int64_t attempts, created_ms, updated_ms;
     const char *result; /* the final result's JSON text, NULL until then */
     size_t result_len;

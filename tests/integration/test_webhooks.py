@@ -369,11 +369,50 @@ class EndToEnd(HookCase):
     def test_receipts(self):
         self.send("whatsapp-cloud", "85291112101",
                   receipt={"status": "delivered", "messageId": "wamid.r1"})
-        ev, = self.wait_event(eventType="DELIVERED", channelId="hwc")
+        m = self.member_of("hwc", "85291112101")
+        ev, = self.wait_event(eventType="DELIVERED", memberId=m["_id"])
         self.assertEqual(ev["data"]["messageId"], "wamid.r1")
         self.send("facebook", "psid-receipt", receipt={"status": "read"})
-        ev, = self.wait_event(self.rx_read, eventType="READ", channelId="hfb")
-        self.wait_event(eventType="READ", channelId="hfb")  # and the subscription of all
+        m = self.member_of("hfb", "psid-receipt")
+        ev, = self.wait_event(self.rx_read, eventType="READ", memberId=m["_id"])
+        self.wait_event(eventType="READ", memberId=m["_id"])  # and the subscription of all
+
+    def test_receipt_marks_the_queued_element(self):
+        """A receipt of a message a queued request sent marks that element (GET /requests/<id>
+        and a new status callback show "receipt"), forward only: delivered after read stays
+        read."""
+        tok = self.s.token(APP, "bot:sendResponses")
+        sender = "85291112301"
+        self.send("whatsapp-cloud", sender, text="hi")  # the member, and its window open
+        m = self.member_of("hwc", sender)
+        cb = Receiver()
+        try:
+            a = http("POST", self.s.url + "/sendResponses",
+                     {"channelId": "hwc", "memberId": m["_id"], "statusCallback": cb.url,
+                      "response": [{"type": "TEXT", "text": "to be read"}]},
+                     {"Authorization": "Bearer " + tok, "Prefer": "respond-async"})
+            self.assertEqual(a.status, 202, a)
+            rid = a.json["requestId"]
+            url = self.s.url + "/requests/" + rid
+            auth = {"Authorization": "Bearer " + tok}
+            wait_for(lambda: http("GET", url, headers=auth).json["status"] == "done",
+                     timeout=30, what="the request done")
+            el = http("GET", url, headers=auth).json["sendResult"]["result"][0]
+            mid = el["result"]["messages"][0]["id"]
+            self.assertNotIn("receipt", el)
+            self.send("whatsapp-cloud", sender, receipt={"status": "read", "messageId": mid})
+            wait_for(lambda: http("GET", url, headers=auth).json["sendResult"]["result"][0]
+                     .get("receipt") == "read", timeout=30, what="the element read")
+            wait_for(lambda: [g for g in cb.got if json.loads(g[1])["sendResult"]["result"][0]
+                              .get("receipt") == "read"], timeout=30, what="the callback of it")
+            self.send("whatsapp-cloud", sender, receipt={"status": "delivered", "messageId": mid})
+            self.wait_event(eventType="DELIVERED", channelId="hwc", memberId=m["_id"])
+            st = http("GET", url, headers=auth).json
+            self.assertEqual(st["sendResult"]["result"][0]["receipt"], "read")
+            for headers, raw, _ in cb.got:
+                self.assertTrue(verify(self.secret, headers["Botgate-Signature"], raw))
+        finally:
+            cb.stop()
 
     def test_order_per_member(self):
         for i in range(6):
