@@ -5,6 +5,7 @@
 #include "request.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -159,6 +160,20 @@ const json_t *window_channel_template(const json_t *info, bg_error_t *err)
         return NULL;
     }
     return request_check_response(t, "info.windowTemplate", err) == 0 ? t : NULL;
+}
+
+int window_refusal(bg_error_t *err, const char *channel_type, int64_t hours, const json_t *info)
+{
+    bg_error_t why;
+    size_t n;
+
+    window_error(err, channel_type, hours);
+    bg_error_clear(&why);
+    window_channel_template(info, &why);
+    if (why.code != BG_OK && (n = strlen(err->msg)) < sizeof(err->msg))
+        snprintf(err->msg + n, sizeof(err->msg) - n, " (the channel's %.*s)",
+                 (int)(sizeof(err->msg) - n), why.msg);
+    return -1;
 }
 
 int window_check(const char *channel_type, int64_t last_ms, int64_t now_ms, const json_t *response,

@@ -45,6 +45,11 @@ int window_error(bg_error_t *err, const char *channel_type, int64_t hours);
  * saying what is wrong with it (108), when it is not such an object. Borrowed from info. */
 const json_t *window_channel_template(const json_t *info, bg_error_t *err);
 
+/* window_error, and when info holds a windowTemplate that is not usable
+ * (window_channel_template), what is wrong with it: the operator's mistake is told where it
+ * shows. Returns -1. */
+int window_refusal(bg_error_t *err, const char *channel_type, int64_t hours, const json_t *info);
+
 /* The rule in one: 0 when response may go to a member who last wrote at last_ms (WINDOW_NEVER:
  * never seen) at now_ms; else -1 with err 127 (window_error). */
 int window_check(const char *channel_type, int64_t last_ms, int64_t now_ms, const json_t *response,

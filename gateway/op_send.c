@@ -223,18 +223,12 @@ static int window_refused(op_t *op)
     json_t *going = json_loads(delivery_text(op, op->index), 0, NULL);
     /* unreadable (out of memory): sent, and the platform's own refusal says */
     int exempt = going == NULL || window_exempt(type, going);
-    bg_error_t err, why;
-    size_t n;
+    bg_error_t err;
 
     json_decref(going);
     if (exempt)
         return 0;
-    window_error(&err, type, op->window_closed - 1);
-    bg_error_clear(&why);
-    window_channel_template(json_object_get(op->dl.channel, "info"), &why);
-    if (why.code != BG_OK && (n = strlen(err.msg)) < sizeof(err.msg))
-        snprintf(err.msg + n, sizeof(err.msg) - n, " (the channel's %.*s)",
-                 (int)(sizeof(err.msg) - n), why.msg);
+    window_refusal(&err, type, op->window_closed - 1, json_object_get(op->dl.channel, "info"));
     deliver_refuse(&op->dl, &err, send_on_delivered, op);
     return 1;
 }

@@ -58,7 +58,13 @@ class Windows(StackTest):
         s.put("channel", cloud_channel("w-wcb", APP, info={
             "accessToken": "cloud-token-wcb", "phoneNumberId": "1055550002", "wabaId": "2000",
             "windowTemplate": {"type": "TEMPLATE", "languageCode": "en"}}))
-        cls.tok = s.token(APP, "bot:sendResponses")
+        cls.tok = s.token(APP, "bot:sendResponses", "bot:redirectMemberToNode")
+        path = s.dir + "/win-tree.json"
+        with open(path, "w") as f:
+            json.dump({"_id": "win-tree", "app": APP, "name": "windows", "nodes": {
+                "N1": {"response": [TEXT, dict(TEXT, text="b", fallback=TEMPLATE), TEMPLATE]}}},
+                f)
+        s.ctl("tree", "import", path)
 
     def setUp(self):
         self.s.sim_reset()
@@ -256,6 +262,24 @@ class Windows(StackTest):
         el = self.elements(self.send("w-fb", "new-w-fb",
                                      [dict(TEXT, messageTag="HUMAN_AGENT")]))[0]
         self.assertNotIn("error", el)
+
+    # ---- a node's responses ----
+    def test_redirect_checks_the_window_too(self):
+        self.put_member("w-wc", "rd1", last=now_ms() - 30 * HOUR_MS)
+        a = http("POST", self.s.url + "/redirectMemberToNode",
+                 {"channelId": "w-wc", "memberId": "rd1",
+                  "redirect": {"tree": "win-tree", "nodeCompositeId": "N1"}},
+                 {"Authorization": "Bearer " + self.tok})
+        self.assertEqual(a.status, 200, a)
+        els = a.json["sendResult"]["result"]
+        self.assertEqual(len(els), 3, a)
+        self.assert_window_refused(els[0], 30)
+        self.assertEqual(els[1]["ok"], 1, els[1])
+        self.assertIs(els[1]["fallbackUsed"], True)
+        self.assertEqual(els[2]["ok"], 1, els[2])
+        self.assertNotIn("fallbackUsed", els[2])
+        self.assertEqual([e["body"]["template"]["name"] for e in self.messages()],
+                         ["reopen", "reopen"])
 
     # ---- async ----
     def test_async_send_reports_127_in_its_status(self):

@@ -171,6 +171,30 @@ static void test_channel_template(void **state)
     json_decref(with_fallback);
 }
 
+/* The 127 names what is wrong with the channel's windowTemplate, where the operator sees it. */
+static void test_refusal_names_the_template(void **state)
+{
+    json_t *bad = load("{\"windowTemplate\":{\"type\":\"TEXT\",\"text\":\"a\"}}");
+    json_t *good = load("{\"windowTemplate\":{\"type\":\"TEMPLATE\",\"elementName\":\"r\","
+                        "\"languageCode\":\"en\"}}");
+    bg_error_t err;
+
+    (void)state;
+    assert_int_equal(window_refusal(&err, "whatsapp", 26, bad), -1);
+    assert_int_equal(err.code, BG_ERR_WINDOW);
+    assert_string_equal(err.msg, "outside the conversation window: the member last wrote 26 h "
+                                 "ago; send a TEMPLATE (the channel's info.windowTemplate must "
+                                 "be an object of type TEMPLATE)");
+    window_refusal(&err, "whatsapp", 26, good);
+    assert_string_equal(err.msg, "outside the conversation window: the member last wrote 26 h "
+                                 "ago; send a TEMPLATE");
+    window_refusal(&err, "wechat", 50, NULL);
+    assert_string_equal(err.msg, "outside the conversation window: the member last wrote 50 h "
+                                 "ago; it opens again when the member writes");
+    json_decref(bad);
+    json_decref(good);
+}
+
 static void test_message_tags(void **state)
 {
     (void)state;
@@ -192,6 +216,7 @@ int main(void)
         cmocka_unit_test(test_last_inbound_forms),
         cmocka_unit_test(test_channel_template),
         cmocka_unit_test(test_message_tags),
+        cmocka_unit_test(test_refusal_names_the_template),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
