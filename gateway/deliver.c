@@ -1141,6 +1141,19 @@ void deliver_start(deliver_t *d, const char *text, size_t len, deliver_done_fn *
     deliver_step(d);
 }
 
+void deliver_refuse(deliver_t *d, const bg_error_t *err, deliver_done_fn *done, void *arg)
+{
+    deliver_result_t r;
+
+    memset(&r, 0, sizeof(r));
+    adapter_result_init(&r.res);
+    r.err = *err;
+    d->_text = NULL;
+    d->_done = done;
+    d->_arg = arg;
+    deliver_finish(d, &r);
+}
+
 result_event_t deliver_event(const deliver_t *d, const char *message_id, char buf[32])
 {
     const json_t *from = json_object_get(info(d), d->adapter->from_field);

@@ -127,6 +127,9 @@ typedef struct deliver {
 void deliver_env_clear(deliver_env_t *env);
 
 void deliver_start(deliver_t *d, const char *text, size_t len, deliver_done_fn *done, void *arg);
+/* Ends a delivery before anything of it starts: done runs at once with err (never an abort),
+ * counted as a failed message like any other (a closed conversation window, core/window.h). */
+void deliver_refuse(deliver_t *d, const bg_error_t *err, deliver_done_fn *done, void *arg);
 /* Stops what is in flight (no callback) and frees what it held: the delivery is idle and can
  * be started again. */
 void deliver_cancel(deliver_t *d);
