@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 struct event_base;
-struct cred_wait;
+struct credwait;
 struct deliver_extra;
 
 #define DELIVER_CHANNELS_KEPT_BITS 5 /* 32 slots in deliver_env_t._channels */
@@ -43,7 +43,7 @@ typedef struct deliver_env {
     net_t *up_user;               /* URLs from users (media, webhooks): SSRF-guarded */
     metrics_t *metrics;
     uint64_t rng;                 /* xorshift state for ids (core/rng.h) */
-    struct cred_wait *cred_waits; /* deliveries waiting for a channel's credential (deliver.c) */
+    struct credwait *cred_waits;  /* deliveries waiting for a channel's credential (credwait.h) */
     store_rate_board_t *_pauses;  /* the rate-limit pauses heard of, made at the first message */
     /* Channel records whose rate limits were read, a slot each by the record's address (the
      * last one read in that slot): a record is never changed in place (a refresh changes a
@@ -56,7 +56,7 @@ typedef enum {
     DL_IDLE = 0,
     DL_CRED_LOCK,     /* taking the channel's credential lock */
     DL_CRED_REREAD,   /* re-reading the channel: did another refresh it? */
-    DL_CRED_WAIT,     /* another holds the lock: wait with the worker's others (cred_wait) */
+    DL_CRED_WAIT,     /* another holds the lock: wait with the worker's others (credwait) */
     DL_CRED_CALL,     /* login / token call */
     DL_CRED_WRITE,    /* writing the new credential back */
     DL_CONTACT_CACHE, /* whatsapp: number seen valid lately? */
