@@ -63,6 +63,25 @@ static const char *delivery_text(const op_t *op, unsigned i)
 
     return op->fallbacks >> i & 1 ? text + strlen(text) + 1 : text;
 }
+
+/* Response i as validated (let_go keeps them), or its fallback when that is what goes, taken
+ * out for delivery (a reference; delivery lets it go once its call is built); the array goes
+ * with the last one. */
+static json_t *delivery_response(op_t *op, unsigned i)
+{
+    json_t *response = json_array_get(op->send.root, i);
+
+    if (op->fallbacks >> i & 1)
+        response = json_object_get(response, "fallback");
+    /* none (a windowTemplate took its place, send_as_template): delivery parses the text */
+    response = json_is_object(response) ? json_incref(response) : NULL;
+    if (i + 1 == op->count)
+        request_send_free(&op->send);
+    else
+        json_array_set_new(op->send.root, i, json_null());
+    return response;
+}
+
 static void send_answer(op_t *op, int send_ok, const bg_error_t *cut);
 
 static void send_cleanup(op_t *op)
@@ -244,7 +263,8 @@ static void send_next(op_t *op)
         return;
     if (op->index < op->count) {
         const char *text = delivery_text(op, op->index);
-        deliver_start(&op->dl, text, strlen(text), send_on_delivered, op);
+        deliver_start_parsed(&op->dl, delivery_response(op, op->index), text, strlen(text),
+                             send_on_delivered, op);
         return;
     }
     send_answer(op, op->send_ok, NULL);
@@ -326,18 +346,25 @@ static int make_texts(op_t *op, const char *body, size_t len)
     return op->count > 0 && op->texts[op->count - 1] == NULL ? -1 : 0;
 }
 
-/* What is read again once the request is resolved: its responses as text (made by send_parse),
- * and the ids, which the op keeps (keep_target). The rest, the member's record and the parsed
- * body, goes before the platform calls rather than after their answers: thousands of requests
- * may wait for them at once. */
+/* What is read again once the request is resolved: its responses, as validated (each handed
+ * to its delivery, which lets it go once its call is built) and as text for the result
+ * elements (made by send_parse, each let go once delivered), and the ids, which the op keeps (keep_target). The rest, the member's record and the parsed
+ * body around the responses, goes before the platform calls rather than after their answers:
+ * thousands of requests may wait for them at once. */
 static void let_go(op_t *op)
 {
+    json_t *responses = json_incref((json_t *)op->send.responses);
+
     if (op->target.member_id != NULL && strcmp(op->member_id, op->target.member_id) == 0) {
         op->member_id = op->target.member_id;
         json_decref(op->member);
         op->member = NULL;
     }
+    /* delivery builds each message call from the validated response rather than parsing its
+     * text again (bench/README.md, issue 29) */
     request_send_free(&op->send);
+    op->send.root = responses; /* delivery_response or send_cleanup frees it */
+    op->send.responses = responses;
 }
 
 /* Every response is checked against the platform before anything is sent (or queued):
@@ -394,6 +421,8 @@ static int send_as_template(op_t *op, unsigned i, const json_t *tmpl)
     free(alt);
     op->texts[i] = both;
     op->fallbacks |= (uint64_t)1 << i;
+    /* what goes is the template's text, not the validated response nor its fallback */
+    json_array_set_new((json_t *)op->send.responses, i, json_null());
     return 0;
 }
 

@@ -193,6 +193,15 @@ class Windows(StackTest):
         self.assertNotIn("fallbackUsed", els[1])  # a TEMPLATE goes as it is
         self.assertEqual([e["body"]["template"]["name"] for e in self.messages()],
                          ["window_reopen", "reopen"])
+        # a response whose own fallback the window refuses too: the channel's template goes,
+        # not that fallback (delivery takes the template, not the validated fallback object)
+        self.s.sim_reset()
+        els = self.elements(self.send("w-wct", "ct1", [
+            dict(TEXT, fallback={"type": "TEXT", "text": "b"})]))
+        self.assertNotIn("error", els[0])
+        self.assertIs(els[0]["fallbackUsed"], True)
+        self.assertEqual([e["body"]["type"] for e in self.messages()], ["template"])
+        self.assertEqual(self.messages()[0]["body"]["template"]["name"], "window_reopen")
         # inside the window the channel's template is not used
         self.s.sim_reset()
         self.put_member("w-wct", "ct2", last=now_ms() - HOUR_MS)
