@@ -39,6 +39,8 @@ typedef enum {
     ADAPTER_SERVER_ERROR,      /* 5xx, temporary failure, garbage answer, unreachable: 113 */
     ADAPTER_REJECTED,          /* the platform refused the message for another reason: 113 */
     ADAPTER_UNSUPPORTED,       /* the response type does not exist on this platform: 117 */
+    ADAPTER_WINDOW_CLOSED,     /* outside the member's conversation window (whatsapp 470, cloud
+                                * 131047, facebook 10/2018278, wechat 45015): 127 */
 } adapter_status_t;
 
 #define ADAPTER_MAX_HEADERS 6
@@ -118,10 +120,12 @@ typedef struct adapter_ops {
     int image_by_upload;       /* 1: media (ADAPTER_UPLOADED) is downloaded and uploaded first
                                 * (build_upload) */
     const char *cred_field;    /* info field of the refreshable credential; NULL when static */
+    int message_tags;          /* 1: a response may carry a messageTag (facebook); else 108 */
 
     /* What this platform refuses of a response of a type it has (response_types), beyond the
-     * checks every platform shares (core/request.c): 0, or BG_ERR_UNSUPPORTED (117) or
-     * BG_ERR_LIMIT (118) with msg naming the member ("quickReplies has more than 3 items").
+     * checks every platform shares (core/request.c): 0, or BG_ERR_UNSUPPORTED (117),
+     * BG_ERR_LIMIT (118) or BG_ERR_MISSING_PARAM (108, members that contradict each other)
+     * with msg naming the member ("quickReplies has more than 3 items").
      * NULL when it takes every valid response of its types. Called before anything is sent. */
     int (*check)(unsigned kind, const json_t *response, char *msg, size_t size);
 
@@ -165,7 +169,7 @@ const adapter_ops_t *adapter_find(const char *type);
 unsigned adapter_response_type(const char *type);
 
 /* Whether ops can send response (already valid per request_check_response): 0, or 117/118
- * with msg saying why, naming the member. msg may be NULL with size 0: the code alone, the
+ * (or 108: a messageTag on a platform without tags) with msg saying why, naming the member. msg may be NULL with size 0: the code alone, the
  * reason not written (it is asked again when it is told). */
 int adapter_check_response(const adapter_ops_t *ops, const json_t *response, char *msg,
                            size_t size);
@@ -195,6 +199,9 @@ int adapter_cred_expiring(const json_t *info, const char *field, const char *exp
 json_t *adapter_answer_json(const adapter_answer_t *a);
 /* Copies s into a fixed buffer, cutting at a UTF-8 boundary. */
 void adapter_copy(char *dst, size_t size, const char *s);
+/* "<a>: <b>" (or a alone when b is empty) into a fixed buffer, cut at a UTF-8 boundary: a
+ * platform error's title and details. */
+void adapter_join(char *dst, size_t size, const char *a, const char *b);
 
 /* The six platform tables (one file each). */
 extern const adapter_ops_t adapter_facebook;

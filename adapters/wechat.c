@@ -19,7 +19,8 @@ static const char *const secrets[] = {"accessToken", "appsecret", "JSAPITicket",
 static const adapter_code_t codes[] = {
     {40001, ADAPTER_AUTH_EXPIRED}, {40014, ADAPTER_AUTH_EXPIRED},
     {42001, ADAPTER_AUTH_EXPIRED}, {40003, ADAPTER_RECIPIENT_INVALID},
-    {45015, ADAPTER_RATE_LIMITED}, {45047, ADAPTER_RATE_LIMITED},
+    {45015, ADAPTER_WINDOW_CLOSED}, /* past 48 h since the user last wrote (section 14) */
+    {45047, ADAPTER_RATE_LIMITED},
     {-1, ADAPTER_SERVER_ERROR},    {0, ADAPTER_OK},
 };
 

@@ -15,7 +15,8 @@ static const char *const secrets[] = {"adminAuthToken", "adminPassword", NULL};
 static const adapter_code_t codes[] = {
     {1013, ADAPTER_RECIPIENT_INVALID}, {1026, ADAPTER_RECIPIENT_INVALID},
     {1015, ADAPTER_RATE_LIMITED},      {1014, ADAPTER_SERVER_ERROR},
-    {1016, ADAPTER_SERVER_ERROR},      {0, ADAPTER_OK},
+    {1016, ADAPTER_SERVER_ERROR},      {470, ADAPTER_WINDOW_CLOSED},
+    {0, ADAPTER_OK},
 };
 
 #define WA_REPLY_BUTTONS 3   /* reply buttons of one interactive message */
@@ -274,13 +275,15 @@ static void wa_error(const adapter_target_t *t, const adapter_answer_t *a, const
     adapter_status_t st = a->status == 429   ? ADAPTER_RATE_LIMITED
                           : a->status >= 500 ? ADAPTER_SERVER_ERROR
                                              : ADAPTER_REJECTED;
-    char title[80], more[80];
+    char title[ADAPTER_ERROR_MAX], more[ADAPTER_ERROR_MAX], both[ADAPTER_ERROR_MAX - 32];
 
     adapter_copy_masked(title, sizeof(title), json_string_value(json_object_get(err, "title")),
                         t->info, secrets);
     adapter_copy_masked(more, sizeof(more), details, t->info, secrets);
-    adapter_fail(res, adapter_code_status(codes, code, st), "whatsapp: %s%s%s (code %ld)", title,
-                 *more ? ": " : "", more, code);
+    /* title and details cut together, the code kept: a window's refusal (470) takes about
+     * 150 bytes to say why */
+    adapter_join(both, sizeof(both), title, more);
+    adapter_fail(res, adapter_code_status(codes, code, st), "whatsapp: %s (code %ld)", both, code);
     res->platform_code = code;
 }
 

@@ -27,7 +27,7 @@ typedef struct credwait {
      * group went, its return would subscribe anew, and the confirmation (news, since a
      * release may have come before it) would send it straight back to the lock, in a loop. */
     credwait_waiter_t *trier;
-    unsigned handouts; /* re-reads handed out so far */
+    unsigned handouts;  /* re-reads handed out so far */
     unsigned again : 1; /* news came during the re-read: read once more */
     unsigned busy : 1;  /* handing out a re-read: not freed when empty */
     char channel_id[];

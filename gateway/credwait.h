@@ -27,9 +27,9 @@ typedef struct credwait_ops {
 
 /* One waiter, kept by its owner (inside its own state); fields are credwait.c's. */
 typedef struct credwait_waiter {
-    struct credwait *_group;                /* NULL when not waiting */
-    struct credwait_waiter *prev, *next;    /* the group's waiters, oldest first */
-    unsigned _seen;                         /* the group's last hand-out that looked at it */
+    struct credwait *_group;             /* NULL when not waiting */
+    struct credwait_waiter *prev, *next; /* the group's waiters, oldest first */
+    unsigned _seen;                      /* the group's last hand-out that looked at it */
 } credwait_waiter_t;
 
 /* w waits for the channel's lock with the other waiters of one worker (*groups, which only

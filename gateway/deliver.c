@@ -140,11 +140,17 @@ static adapter_target_t target(const deliver_t *d)
     return t;
 }
 
-/* The response parsed, for building a call from it: NULL when out of memory. Its text stays
- * the caller's; the parsed copy is the builder's and goes once the call is built (thousands
- * of calls wait at once). */
-static json_t *response_parse(const deliver_t *d)
+/* The response parsed, for building a call from it: NULL when out of memory. The parsed copy
+ * is the builder's and goes once the call is built (thousands of calls wait at once): the one
+ * the caller gave, the first time; else the text (the caller's) parsed again. */
+static json_t *response_parse(deliver_t *d)
 {
+    json_t *r = d->_response;
+
+    if (r != NULL) {
+        d->_response = NULL;
+        return r;
+    }
     return jparse_value(d->_text, d->_text_len);
 }
 
@@ -238,10 +244,13 @@ void deliver_cancel(deliver_t *d)
         net_cancel(d->_xfer);
         d->_xfer = NULL;
     }
-    store_cancel(d->_call);
+    if (d->phase == DL_RATE_TAKE || d->phase == DL_RATE_PAUSE)
+        store_rate_cancel(d->_rate);
+    else
+        store_cancel(d->_call);
     d->_call = NULL;
-    store_rate_cancel(d->_rate);
-    d->_rate = NULL;
+    json_decref(d->_response);
+    d->_response = NULL;
     if (d->_timer_armed) {
         event_del(&d->_x->timer);
         d->_timer_armed = 0;
@@ -745,7 +754,7 @@ static void on_media_fetched(deliver_t *d, const call_answer_t *ans)
 
 /* A copy of the image's URL (the caller frees it), "" when the response has none; NULL when
  * out of memory. */
-static char *image_url(const deliver_t *d)
+static char *image_url(deliver_t *d)
 {
     json_t *r = response_parse(d);
     const char *url = json_string_value(json_object_get(r, "url"));
@@ -1127,6 +1136,13 @@ static void deliver_step(deliver_t *d)
 
 void deliver_start(deliver_t *d, const char *text, size_t len, deliver_done_fn *done, void *arg)
 {
+    deliver_start_parsed(d, NULL, text, len, done, arg);
+}
+
+void deliver_start_parsed(deliver_t *d, json_t *response, const char *text, size_t len,
+                          deliver_done_fn *done, void *arg)
+{
+    d->_response = response;
     d->_text = text;
     d->_text_len = (unsigned)len;
     d->_done = done;
@@ -1139,6 +1155,19 @@ void deliver_start(deliver_t *d, const char *text, size_t len, deliver_done_fn *
     if (d->env->_pauses == NULL)
         d->env->_pauses = store_rate_board_new(d->env->store);
     deliver_step(d);
+}
+
+void deliver_refuse(deliver_t *d, const bg_error_t *err, deliver_done_fn *done, void *arg)
+{
+    deliver_result_t r;
+
+    memset(&r, 0, sizeof(r));
+    adapter_result_init(&r.res);
+    r.err = *err;
+    d->_text = NULL;
+    d->_done = done;
+    d->_arg = arg;
+    deliver_finish(d, &r);
 }
 
 result_event_t deliver_event(const deliver_t *d, const char *message_id, char buf[32])

@@ -1,7 +1,8 @@
 /* deliver.h - delivering one response to a channel's platform: a fresh credential (one refresh
  * per channel at a time), a whatsapp contact check, a wechat media upload, the message call and
  * the retries the contract allows. It knows nothing of the request around it: it is started with
- * the response as JSON text and answers through a callback. */
+ * the response as JSON text (and parsed, when the caller has it) and answers through a
+ * callback. */
 #ifndef BOTGATE_GATEWAY_DELIVER_H
 #define BOTGATE_GATEWAY_DELIVER_H
 
@@ -101,11 +102,16 @@ typedef struct deliver {
     deliver_phase_t phase;
     unsigned _text_len;
     const char *_text;          /* the response being delivered (borrowed until done) */
+    json_t *_response;          /* the same parsed, until its call is built (deliver_start_parsed) */
     deliver_done_fn *_done;
     void *_arg;
     net_xfer_t *_xfer;          /* the call of phase in flight */
-    store_call_t *_call;
-    store_rate_call_t *_rate;   /* the rate limiter's call in flight */
+    /* The store call of phase in flight: the rate limiter's in DL_RATE_TAKE and DL_RATE_PAUSE,
+     * else a record's (a delivery waits for one thing at a time). */
+    union {
+        store_call_t *_call;
+        store_rate_call_t *_rate;
+    };
     struct deliver_extra *_x;   /* state of the rare paths, allocated when first needed */
     uint16_t platform_calls;    /* calls started, for the request's log line */
     uint16_t _delivered;        /* responses already through delivery */
@@ -120,13 +126,22 @@ typedef struct deliver {
         last_unsent : 1;
 } deliver_t;
 
-/* Delivers the response text[0..len) (borrowed until done runs). done runs exactly once, from a
- * callback of the loop or at once, unless deliver_cancel comes first; the delivery is idle
- * again when it runs. */
 /* Lets go what the worker's deliveries kept between them (deliver_env_t._channels). */
 void deliver_env_clear(deliver_env_t *env);
 
+/* Delivers the response text[0..len) (borrowed until done runs). done runs exactly once, from a
+ * callback of the loop or at once, unless deliver_cancel comes first; the delivery is idle
+ * again when it runs. */
 void deliver_start(deliver_t *d, const char *text, size_t len, deliver_done_fn *done, void *arg);
+/* Ends a delivery before anything of it starts: done runs at once with err (never an abort),
+ * counted as a failed message like any other (a closed conversation window, core/window.h). */
+void deliver_refuse(deliver_t *d, const bg_error_t *err, deliver_done_fn *done, void *arg);
+/* The same, with the response also parsed (a reference, taken over; NULL: none), as a caller
+ * that keeps the validated response has it: the message call is built from it, which saves a
+ * parse of the text, and it goes as soon as that call is built (thousands of calls wait at
+ * once); a later build (a retry) reads the text. */
+void deliver_start_parsed(deliver_t *d, json_t *response, const char *text, size_t len,
+                          deliver_done_fn *done, void *arg);
 /* Stops what is in flight (no callback) and frees what it held: the delivery is idle and can
  * be started again. */
 void deliver_cancel(deliver_t *d);

@@ -150,6 +150,10 @@ typedef struct op {
             uint16_t count;       /* responses */
             uint16_t index;       /* the response being delivered */
             uint16_t sent;        /* responses delivered (for a 121 answer's message) */
+            /* 0: the member's conversation window is open (or the platform has none, or
+             * botgate never saw the member write); else 1 + the hours since the member last
+             * wrote, at most UINT16_MAX (op_send.c send_windows) */
+            uint16_t window_closed;
             /* the outbox's state of an async or a queued request (outbox.c), or NULL */
             void *outbox;
             /* bit i: response i goes as its fallback, whose text follows the NUL of

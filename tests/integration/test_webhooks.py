@@ -414,6 +414,29 @@ class EndToEnd(HookCase):
         finally:
             cb.stop()
 
+    def test_webhook_opens_the_window(self):
+        """The conversation window (contract section 14) counts from the lastInboundAt the
+        webhooks keep: a member who last wrote two days ago gets 127 and no platform call;
+        once they write again (the simulator's webhook), the same send goes."""
+        tok = self.s.token(APP, "bot:sendResponses")
+        sender = "85291112401"
+        self.send("whatsapp-cloud", sender, text="first")
+        m = self.member_of("hwc", sender)
+        m["lastInboundAt"] = int(time.time() * 1000) - 48 * 3600 * 1000
+        self.s.put("member", m)
+        body = {"channelId": "hwc", "memberId": m["_id"],
+                "response": [{"type": "TEXT", "text": "window?"}]}
+        auth = {"Authorization": "Bearer " + tok}
+        a = http("POST", self.s.url + "/sendResponses", body, auth)
+        self.assertEqual(a.status, 200, a)
+        self.assertEqual(a.json["sendResult"]["result"][0]["error"]["err_code"], 127, a)
+        self.send("whatsapp-cloud", sender, text="back again")
+        self.assertGreater(self.member_of("hwc", sender)["lastInboundAt"],
+                           int(time.time() * 1000) - 60000)
+        a = http("POST", self.s.url + "/sendResponses", body, auth)
+        self.assertEqual(a.status, 200, a)
+        self.assertEqual(a.json["sendResult"]["ok"], 1, a)
+
     def test_order_per_member(self):
         for i in range(6):
             self.send("facebook", "psid-order", text="order %d" % i)
