@@ -234,6 +234,14 @@ static void test_mark_inbound(void **state)
     assert_int_equal(member_mark_inbound(m, at3, 7000), 0);
     assert_int_equal(json_integer_value(json_object_get(m, "lastInboundAt")), 5000);
     assert_int_equal(member_mark_inbound(m, bad, 8000), -1);
+    /* an ISO date another writer stored counts as the windows read it */
+    json_object_set_new(m, "lastInboundAt", json_string("2023-11-14T22:13:20Z")); /* 1.7e12 */
+    assert_int_equal(member_mark_inbound(m, at5, 9000), 0);
+    assert_string_equal(json_string_value(json_object_get(m, "lastInboundAt")),
+                        "2023-11-14T22:13:20Z");
+    json_object_set_new(m, "lastInboundAt", json_string("not a date"));
+    assert_int_equal(member_mark_inbound(m, at3, 9000), 0);
+    assert_int_equal(json_integer_value(json_object_get(m, "lastInboundAt")), 3000);
     json_decref(m);
     json_decref(at5);
     json_decref(at3);
