@@ -900,21 +900,19 @@ store_outbox_call_t *store_outbox_status(store_t *st, unsigned shard, const char
     }
 }
 
-store_outbox_call_t *store_outbox_subscriptions(store_t *st, const char *app,
-                                                store_outbox_subs_cb *cb, void *arg,
-                                                store_status_t *status)
+/* One command on an app's key (cmd key) for call c: NULL with *status when nothing was sent. */
+static store_outbox_call_t *app_command(store_t *st, store_outbox_call_t *c, const char *cmd,
+                                        const char *key, int key_len, store_status_t *status)
 {
-    char key[STORE_KEY_MAX];
-    store_outbox_call_t *c;
     int rc;
 
-    if (store_key_subscriptions(key, sizeof(key), store_prefix(st), app) < 0 ||
-        (c = NEW_CALL(C_SUBS, cb, arg, 0, status)) == NULL) {
+    if (c == NULL || key_len < 0) {
+        free(c);
         *status = STORE_UNAVAILABLE;
         return NULL;
     }
     {
-        const char *argv[] = {"HGETALL", key};
+        const char *argv[] = {cmd, key};
         rc = store_command(st, key, on_reply, c, 2, argv, NULL, &c->cmd);
     }
     if (rc != REDISC_OK) {
@@ -925,26 +923,21 @@ store_outbox_call_t *store_outbox_subscriptions(store_t *st, const char *app,
     return c;
 }
 
+store_outbox_call_t *store_outbox_subscriptions(store_t *st, const char *app,
+                                                store_outbox_subs_cb *cb, void *arg,
+                                                store_status_t *status)
+{
+    char key[STORE_KEY_MAX];
+    int n = store_key_subscriptions(key, sizeof(key), store_prefix(st), app);
+
+    return app_command(st, NEW_CALL(C_SUBS, cb, arg, 0, status), "HGETALL", key, n, status);
+}
+
 store_outbox_call_t *store_outbox_secret(store_t *st, const char *app, store_outbox_secret_cb *cb,
                                          void *arg, store_status_t *status)
 {
     char key[STORE_KEY_MAX];
-    store_outbox_call_t *c;
-    int rc;
+    int n = store_key_app_secret(key, sizeof(key), store_prefix(st), app);
 
-    if (store_key_app_secret(key, sizeof(key), store_prefix(st), app) < 0 ||
-        (c = NEW_CALL(C_SECRET, cb, arg, 0, status)) == NULL) {
-        *status = STORE_UNAVAILABLE;
-        return NULL;
-    }
-    {
-        const char *argv[] = {"GET", key};
-        rc = store_command(st, key, on_reply, c, 2, argv, NULL, &c->cmd);
-    }
-    if (rc != REDISC_OK) {
-        free(c);
-        *status = status_of(rc);
-        return NULL;
-    }
-    return c;
+    return app_command(st, NEW_CALL(C_SECRET, cb, arg, 0, status), "GET", key, n, status);
 }
