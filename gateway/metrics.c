@@ -236,6 +236,7 @@ static void outbox_render(struct evbuffer *b, const metrics_t *const *all, int n
     static const char *const ended[2] = {"done", "failed"};
     static const char *const posted[2] = {"delivered", "failed"};
     uint64_t each[METRICS_RETRY_REASONS > 2 ? METRICS_RETRY_REASONS : 2];
+    uint64_t per_platform[METRICS_PLATFORMS];
     long long shards = 0;
     uint64_t v;
 
@@ -277,20 +278,14 @@ static void outbox_render(struct evbuffer *b, const metrics_t *const *all, int n
                                 targets[p], r == METRICS_HOOK_SIGNATURE ? "signature" : "replay",
                                 (unsigned long long)v);
         }
-    header(b, "botgate_webhook_events_total", "counter",
-           "Events of platform webhooks stored in Redis (inbound messages, taps, receipts).");
-    for (int p = 0; p < METRICS_PLATFORMS; p++) {
-        SUM(v, webhook_events[p]);
-        evbuffer_add_printf(b, "botgate_webhook_events_total{platform=\"%s\"} %llu\n", targets[p],
-                            (unsigned long long)v);
-    }
-    header(b, "botgate_webhook_posts_total", "counter",
-           "Webhook events posted to subscriptions: delivered (a 2xx), failed (none in 24 h).");
-    for (int i = 0; i < 2; i++) {
-        SUM(v, webhook_posts[i]);
-        evbuffer_add_printf(b, "botgate_webhook_posts_total{outcome=\"%s\"} %llu\n",
-                            i == 0 ? "delivered" : "failed", (unsigned long long)v);
-    }
+    SUM_EACH(per_platform, webhook_events, METRICS_PLATFORMS);
+    labelled(b, "botgate_webhook_events_total",
+             "Events of platform webhooks stored in Redis (inbound messages, taps, receipts).",
+             "platform", targets, per_platform, METRICS_PLATFORMS);
+    SUM_EACH(each, webhook_posts, 2);
+    labelled(b, "botgate_webhook_posts_total",
+             "Webhook events posted to subscriptions: delivered (a 2xx), failed (none in 24 h).",
+             "outcome", posted, each, 2);
     SUM(v, webhook_post_retries);
     scalar(b, "botgate_webhook_post_retries_total", "counter",
            "Event posts to subscriptions not answered 2xx, tried again later.", (long long)v);

@@ -365,6 +365,11 @@ class EndToEnd(HookCase):
                 self.assertEqual(tap["memberId"], m["_id"])
         # the READ-only subscription of hfb took none of these
         self.assertEqual(self.events(self.rx_read), [])
+        for platform in senders:
+            self.assertGreaterEqual(
+                self.s.metric('botgate_webhook_events_total{platform="%s"}' % platform), 2)
+        self.assertGreaterEqual(self.s.metric('botgate_webhook_posts_total{outcome="delivered"}'),
+                                10)
 
     def test_receipts(self):
         self.send("whatsapp-cloud", "85291112101",
