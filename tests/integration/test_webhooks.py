@@ -368,8 +368,9 @@ class EndToEnd(HookCase):
         for platform in senders:
             self.assertGreaterEqual(
                 self.s.metric('botgate_webhook_events_total{platform="%s"}' % platform), 2)
-        self.assertGreaterEqual(self.s.metric('botgate_webhook_posts_total{outcome="delivered"}'),
-                                10)
+        # counted once botgate has the subscriber's 2xx, a moment after the subscriber has it
+        wait_for(lambda: self.s.metric('botgate_webhook_posts_total{outcome="delivered"}') >= 10,
+                 what="10 posts counted delivered")
 
     def test_receipts(self):
         self.send("whatsapp-cloud", "85291112101",
