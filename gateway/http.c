@@ -266,8 +266,16 @@ static void serve(http_server_t *s, struct evhttp_request *req, int on_admin)
         return;
     }
     if (r != NULL) {
+        int get = 0, post = 0; /* every route of the path (GET and POST /webhooks/) */
+        for (unsigned i = 0; i < s->n_routes; i++)
+            if (strcmp(s->routes[i].path, r->path) == 0) {
+                get |= s->routes[i].method == EVHTTP_REQ_GET;
+                post |= s->routes[i].method == EVHTTP_REQ_POST;
+            }
         evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
-                          r->method == EVHTTP_REQ_POST ? "POST" : "GET, HEAD");
+                          get && post ? "GET, HEAD, POST"
+                          : post      ? "POST"
+                                      : "GET, HEAD");
         http_send_json(req, 405, "Method Not Allowed",
                        "{\"ok\":0,\"err_code\":122,\"err\":\"method not allowed\","
                        "\"error\":\"method not allowed\"}");

@@ -165,6 +165,15 @@ class Webhooks(HookCase):
         self.assert_error(self.hook("GET", "hwa", query={"token": "nope"}), 130, 401)
         self.assert_error(self.hook("GET", "hwa"), 130, 401)
 
+    def test_other_methods(self):
+        a = self.hook("PUT", "hfb", {"a": 1})
+        self.assert_error(a, 122, 405)
+        self.assertEqual(a.headers["Allow"], "GET, HEAD, POST")
+        self.assertEqual(self.hook("HEAD", "hfb", query={
+            "hub.mode": "subscribe", "hub.verify_token": "fb-verify",
+            "hub.challenge": "7"}).status, 200)
+        self.assert_error(self.hook("GET", "hsl"), 122, 405)
+
     def test_teamwork_and_unknown(self):
         self.assert_error(self.hook("POST", "htw", {"a": 1}), 117, 404, mentions="no webhooks")
         self.assert_error(self.hook("POST", "nosuch", {"a": 1}), 112, 404)
