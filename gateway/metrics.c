@@ -268,7 +268,7 @@ static void outbox_render(struct evbuffer *b, const metrics_t *const *all, int n
            "Status callback posts not answered 2xx, tried again later.", (long long)v);
     header(b, "botgate_webhooks_refused_total", "counter",
            "Platform webhooks refused before anything of them was read: a signature or token "
-           "missing or wrong, or (slack) a replay or a timestamp outside 5 minutes.");
+           "missing or wrong, or a replay (slack) or a timestamp outside 5 minutes (slack, WeChat).");
     for (int p = 0; p < METRICS_PLATFORMS; p++)
         for (int r = 0; r < METRICS_HOOK_REFUSALS; r++) {
             SUM(v, webhook_refused[p][r]);

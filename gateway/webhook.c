@@ -24,8 +24,8 @@
 
 #define HOOK_PREFIX        "/webhooks/"
 #define HOOK_CHANNEL_MAX   128 /* bytes of a channel id in the path */
-#define SLACK_SKEW_S       300 /* slack: a timestamp further than this from now is refused */
-#define SLACK_SEEN_MS      (2 * SLACK_SKEW_S * 1000) /* a signature is remembered this long */
+#define HOOK_SKEW_S        300 /* slack, wechat: a timestamp further from now is refused */
+#define SLACK_SEEN_MS      (2 * HOOK_SKEW_S * 1000) /* a signature is remembered this long */
 #define HOOK_CHALLENGE_MAX 512
 /* an event's id is remembered this long (a platform's retries are taken once), and its
  * member's order to a subscription kept: past the 24 h its posts are tried */
@@ -268,14 +268,28 @@ static int meta_signed(hook_req_t *h, const char **why)
 
 /* slack: X-Slack-Signature: v0=<hex HMAC of "v0:<X-Slack-Request-Timestamp>:<body>">, the
  * timestamp within 5 minutes of now. 0 with *why; *replay set when only the time is wrong. */
+/* Whether ts (unix seconds, digits only) is within HOOK_SKEW_S of now: 1, 0 when it is
+ * further, -1 when it is not a number. */
+static int fresh_time(const char *ts)
+{
+    int64_t now_s = clock_wall_ms() / 1000;
+    char *end = NULL;
+    long long t;
+
+    if (ts == NULL || *ts < '0' || *ts > '9')
+        return -1;
+    t = strtoll(ts, &end, 10);
+    if (*end != '\0' || t <= 0)
+        return -1;
+    return t >= now_s - HOOK_SKEW_S && t <= now_s + HOOK_SKEW_S;
+}
+
 static int slack_signed(hook_req_t *h, const char **why, int *replay)
 {
     const char *secret = info_str(h, "signingSecret"), *sig = header(h, "X-Slack-Signature");
     const char *ts = header(h, "X-Slack-Request-Timestamp");
     unsigned char mac[32];
-    char *end = NULL;
-    long long t = ts ? strtoll(ts, &end, 10) : 0;
-    int64_t now_s = clock_wall_ms() / 1000;
+    int fresh = fresh_time(ts);
     const char *parts[] = {"v0:", ts, ":", h->body};
     size_t lens[] = {3, ts ? strlen(ts) : 0, 1, h->len};
 
@@ -284,11 +298,11 @@ static int slack_signed(hook_req_t *h, const char **why, int *replay)
         return *why = "the channel has no info.signingSecret to verify X-Slack-Signature", 0;
     if (sig == NULL || strncmp(sig, "v0=", 3) != 0)
         return *why = "X-Slack-Signature is missing", 0;
-    if (ts == NULL || *ts == '\0' || *end != '\0' || t <= 0)
+    if (fresh < 0)
         return *why = "X-Slack-Request-Timestamp is missing or not a number", 0;
     if (hmac256(secret, parts, lens, 4, mac) < 0 || !same_hex(sig + 3, mac, sizeof(mac)))
         return *why = "X-Slack-Signature does not match the timestamp and body", 0;
-    if (t < now_s - SLACK_SKEW_S || t > now_s + SLACK_SKEW_S) {
+    if (!fresh) {
         *replay = 1;
         return *why = "X-Slack-Request-Timestamp is more than 5 minutes from now", 0;
     }
@@ -747,6 +761,12 @@ static void hk_receive(hook_req_t *h, const struct evkeyvalq *q)
         const char *enc = evhttp_find_header(q, "encrypt_type");
         if (!wechat_signed(h, q, &why)) {
             hk_refuse(h, METRICS_HOOK_SIGNATURE, why);
+            return;
+        }
+        /* the signature covers the query, not the body: a URL seen once is good for any body,
+         * so its time bounds how long (WeChat retries within seconds) */
+        if (fresh_time(evhttp_find_header(q, "timestamp")) != 1) {
+            hk_refuse(h, METRICS_HOOK_REPLAY, "timestamp is more than 5 minutes from now");
             return;
         }
         if (enc != NULL && strcmp(enc, "raw") != 0) {

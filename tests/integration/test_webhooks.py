@@ -30,7 +30,8 @@ def slack_headers(secret, raw, ts=None):
     return {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": "v0=" + mac.hexdigest()}
 
 
-def wechat_query(token, ts="1700000000", nonce="n0nce"):
+def wechat_query(token, ts=None, nonce="n0nce"):
+    ts = str(int(time.time())) if ts is None else ts
     sig = hashlib.sha1("".join(sorted([token, ts, nonce])).encode()).hexdigest()
     return {"signature": sig, "timestamp": ts, "nonce": nonce}
 
@@ -226,6 +227,15 @@ class Webhooks(HookCase):
         a = self.hook("POST", "hsl", raw, hdrs)
         self.assertEqual(a.status, 200, a)
         self.assert_new_member("hsl", "D888", "slack")
+
+    def test_wechat_old_timestamp(self):
+        """WeChat signs the query, not the body: a signed URL older than 5 minutes is refused
+        whatever it carries."""
+        raw = wechat_xml("openid-old", "6009")
+        q = wechat_query(WX_TOKEN, ts=str(int(time.time()) - 600))
+        self.assert_error(self.hook("POST", "hwx", raw, {"Content-Type": "text/xml"}, q), 130,
+                          401, mentions="5 minutes")
+        self.assertIsNone(self.member_of("hwx", "openid-old"))
 
     def test_wechat_inbound(self):
         raw = wechat_xml("openid-in-1", "6001")
