@@ -1047,6 +1047,23 @@ store_call_t *store_lock_credential(store_t *st, const char *channel_id, const c
     }
 }
 
+store_call_t *store_hook_seen(store_t *st, const char *channel_id, const char *signature,
+                              int ttl_ms, store_cb *cb, void *arg, store_status_t *status)
+{
+    char key[STORE_KEY_MAX];
+    char ttl[16];
+    int len = store_key_hook_seen(key, sizeof(key), st->prefix, channel_id, signature);
+    store_call_t *c = call_for(st, CALL_LOCK, len, key, cb, arg, status);
+
+    if (c == NULL)
+        return NULL;
+    snprintf(ttl, sizeof(ttl), "%d", ttl_ms);
+    {
+        const char *argv[] = {"SET", c->key, "1", "NX", "PX", ttl};
+        return call_start(c, 6, argv, NULL, status);
+    }
+}
+
 void store_unlock_credential(store_t *st, const char *channel_id, const char *owner)
 {
     char key[STORE_KEY_MAX];
