@@ -50,6 +50,7 @@ typedef struct hook_req {
     char *body;               /* the raw body, NUL-terminated (POST) */
     size_t len;
     char signature[65];         /* slack: the hex signature, remembered against replays */
+    int seen;                   /* ...remembered now: forgotten again if the request fails */
     adapter_hook_t hook;        /* the events, parsed once verified */
     size_t next_event;          /* the event whose member is being found, then stored */
     size_t next_receipt;        /* the message id of its receipt being recorded */
@@ -129,6 +130,9 @@ static void hk_answer(hook_req_t *h, int status, int code, const char *content_t
     a.close = env->draining != 0;
     if (content_type != NULL)
         evhttp_add_header(evhttp_request_get_output_headers(h->req), "Content-Type", content_type);
+    /* not taken: Slack tries again, perhaps with the same signature, which must then pass */
+    if (status >= 500 && h->seen)
+        store_hook_forget(env->deliver.store, h->channel_id, h->signature);
     http_answer(env->http, h->req, &a, text, text ? strlen(text) : 0);
     h->req = NULL;
     hk_free(h);
@@ -735,6 +739,7 @@ static void on_replay_checked(void *arg, store_status_t st, json_t *value)
         hk_fail_store(h, st);
         return;
     }
+    h->seen = 1;
     hk_parse(h);
 }
 

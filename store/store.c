@@ -1064,6 +1064,20 @@ store_call_t *store_hook_seen(store_t *st, const char *channel_id, const char *s
     }
 }
 
+void store_hook_forget(store_t *st, const char *channel_id, const char *signature)
+{
+    char key[STORE_KEY_MAX];
+    int len = store_key_hook_seen(key, sizeof(key), st->prefix, channel_id, signature);
+    store_call_t *c = call_for(st, CALL_IGNORE, len, key, NULL, NULL, NULL);
+
+    if (c == NULL)
+        return;
+    {
+        const char *argv[] = {"DEL", c->key};
+        call_start(c, 2, argv, NULL, NULL);
+    }
+}
+
 void store_unlock_credential(store_t *st, const char *channel_id, const char *owner)
 {
     char key[STORE_KEY_MAX];

@@ -143,6 +143,9 @@ redisc_sub_t *store_watch_key(store_t *st, const char *key, redisc_message_cb *c
  * when it was seen before (a replay). */
 store_call_t *store_hook_seen(store_t *st, const char *channel_id, const char *signature,
                               int ttl_ms, store_cb *cb, void *arg, store_status_t *status);
+/* Forgets a signature store_hook_seen remembered: the request it came with was not taken (a 5xx),
+ * so the platform's retry, which may carry the same signature, is not a replay. */
+void store_hook_forget(store_t *st, const char *channel_id, const char *signature);
 /* wechat media cache: value is the media_id as a JSON string. */
 store_call_t *store_get_media(store_t *st, const char *channel_id, const char *url_hash,
                               store_cb *cb, void *arg, store_status_t *status);

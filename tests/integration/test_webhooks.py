@@ -216,6 +216,31 @@ class Webhooks(HookCase):
         self.assert_error(self.hook("POST", "hsl", raw, old), 130, 401, mentions="5 minutes")
         self.assertEqual(self.member_of("hsl", "D777"), m)
 
+    def test_slack_retry_after_a_failure_is_no_replay(self):
+        """A request botgate could not take (a 5xx) leaves no trace: the platform's retry with
+        the same signature is taken, not refused as a replay."""
+        raw = json.dumps({"type": "event_callback", "team_id": "T1", "event_id": "EvR",
+                          "event": {"type": "message", "channel": "D779", "user": "U9",
+                                    "text": "hi", "ts": "%d.000100" % (time.time() - 1)}}).encode()
+        hdrs = slack_headers(SLACK_SECRET, raw)
+        key = "botgate:subscriptions:" + APP
+        saved = self.s.redis("EXISTS", key) == 1
+        if saved:
+            self.s.redis("RENAME", key, key + ":saved")
+        self.s.redis("SET", key, "not a hash")  # the subscriptions cannot be read: 503
+        try:
+            a = self.hook("POST", "hsl", raw, hdrs)
+            self.assertGreaterEqual(a.status, 500, a)
+        finally:
+            self.s.redis("DEL", key)
+            if saved:
+                self.s.redis("RENAME", key + ":saved", key)
+        a = self.hook("POST", "hsl", raw, hdrs)
+        self.assertEqual(a.status, 200, a)
+        self.assert_new_member("hsl", "D779", "slack")
+        # taken now, so the same signature again is a replay
+        self.assert_error(self.hook("POST", "hsl", raw, hdrs), 130, 401, mentions="replay")
+
     def test_slack_button_tap(self):
         payload = {"type": "block_actions", "user": {"id": "U8"}, "channel": {"id": "D888"},
                    "actions": [{"type": "button", "action_id": "a1", "value": "RED",
