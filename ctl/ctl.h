@@ -91,6 +91,21 @@ int ctl_tree_get(const ctl_opts_t *o);
 int ctl_tree_delete(const ctl_opts_t *o);
 int ctl_get(const ctl_opts_t *o); /* get KIND ID...: routes to the commands above */
 
+/* ---- tags.c: the tag index of contract.md section 13 ---- */
+
+/* Lua that takes the member of KEYS[1] (its record as stored) out of the index of each of its
+ * tags: ARGV[1] the tag key base, ARGV[2] the member id. */
+#define CTL_UNTAG_LUA                                                                              \
+    "local old = redis.call('GET', KEYS[1]) if old then "                                          \
+    "local ok, m = pcall(cjson.decode, old) "                                                      \
+    "if ok and type(m) == 'table' and type(m.tags) == 'table' then for _, t in ipairs(m.tags) do " \
+    "if type(t) == 'string' then redis.call('SREM', ARGV[1] .. t, ARGV[2]) end end end end\n"
+
+/* Stores a member record (JSON text) at key, its tags' index with it: 0 or CTL_FAIL. */
+int ctl_member_write(const char *channel, const char *member_id, const char *key,
+                     const char *text);
+int ctl_member_reindex(const ctl_opts_t *o); /* member reindex --channel C */
+
 /* ---- tokens.c ---- */
 
 int ctl_token_create(const ctl_opts_t *o);

@@ -37,6 +37,7 @@ static const char usage_text[] =
     "  member list [CHANNEL_ID]     the members of a channel, or of every channel\n"
     "  member get CHANNEL_ID MEMBER_ID\n"
     "  member delete CHANNEL_ID MEMBER_ID   the member and its recipient key\n"
+    "  member reindex --channel C   rebuild the channel's tag index from its members\n"
     "  tree import FILE.json        validate a tree and replace it atomically\n"
     "  tree list [--app A]\n"
     "  tree get TREE_ID\n"
@@ -91,13 +92,16 @@ static const char member_help[] =
     "usage: botgatectl member put FILE.json\n"
     "       botgatectl member list [CHANNEL_ID] [--json]\n"
     "       botgatectl member get CHANNEL_ID MEMBER_ID [--json]\n"
-    "       botgatectl member delete CHANNEL_ID MEMBER_ID\n\n"
+    "       botgatectl member delete CHANNEL_ID MEMBER_ID\n"
+    "       botgatectl member reindex --channel CHANNEL_ID\n\n"
     "put validates the member record in FILE.json (- reads stdin) and stores it with its\n"
     "recipient key: _id and channel are required, the channel must exist and the member's\n"
     "app must be the channel's (an absent app or platform is taken from the channel); the\n"
     "fields botgate fills in for a member it creates (botMeta, tags, meta, locale, ...) are\n"
     "filled in the same way when absent, and botMeta's fields must have their types.\n"
     "delete removes the member and the recipient key that leads to it.\n"
+    "put and delete keep the tag index (a set per channel and tag, read by broadcasts to\n"
+    "tags); reindex rebuilds a channel's index from its member records, after other writers.\n"
     "  -j, --json, -u, --redis-url URL, -h, --help: see botgatectl --help\n";
 
 static const char tree_help[] =
@@ -150,6 +154,7 @@ static const ctl_cmd_t commands[] = {
     {"member", "list", ctl_member_list, "j", 0, 1, "at most CHANNEL_ID"},
     {"member", "get", ctl_member_get, "j", 2, 2, "CHANNEL_ID MEMBER_ID"},
     {"member", "delete", ctl_member_delete, "", 2, 2, "CHANNEL_ID MEMBER_ID"},
+    {"member", "reindex", ctl_member_reindex, "c", 0, 0, "no operand (--channel CHANNEL_ID)"},
     {"tree", "import", ctl_tree_import, "", 1, 1, "FILE.json"},
     {"tree", "list", ctl_tree_list, "aj", 0, 0, "no operand"},
     {"tree", "get", ctl_tree_get, "j", 1, 1, "TREE_ID"},

@@ -84,6 +84,26 @@ int store_key_outbox_request(char *buf, size_t size, const char *prefix, unsigne
                              const char *request_id);
 int store_key_outbox_order(char *buf, size_t size, const char *prefix, unsigned shard,
                            const char *channel_id, const char *member_id);
+/* Broadcasts (contract.md section 13). A tag's index: a set of the member ids of the channel
+ * whose record lists the tag, kept by every member write botgate makes ("tag:{<channel>}:");
+ * the base is what a Lua script appends a tag to. A broadcast's record (a hash: its body,
+ * state and counts) and the member ids not yet queued (a set), under the channel's hash tag so
+ * that one script reaches them and the channel's member keys; and the index of broadcast ids
+ * to their channel (a string, "broadcastch:<id>"). */
+#define STORE_TAG_MAX 256 /* bytes of a tag that is indexed: longer ones are not */
+int store_key_tag(char *buf, size_t size, const char *prefix, const char *channel_id,
+                  const char *tag);
+/* Where botgatectl rebuilds a tag's set before renaming it over the tag's key (same slot). */
+int store_key_tag_build(char *buf, size_t size, const char *prefix, const char *channel_id,
+                        const char *tag);
+int store_key_tag_base(char *buf, size_t size, const char *prefix, const char *channel_id);
+/* A SCAN MATCH pattern for every tag key of the channel (glob characters escaped). */
+int store_key_tag_pattern(char *buf, size_t size, const char *prefix, const char *channel_id);
+int store_key_broadcast(char *buf, size_t size, const char *prefix, const char *channel_id,
+                        const char *id);
+int store_key_broadcast_todo(char *buf, size_t size, const char *prefix, const char *channel_id,
+                             const char *id);
+int store_key_broadcast_channel(char *buf, size_t size, const char *prefix, const char *id);
 /* An app's signing secret for status callbacks (a string, hex; botgatectl app secret). */
 int store_key_app_secret(char *buf, size_t size, const char *prefix, const char *app);
 
