@@ -90,6 +90,7 @@ static void log_answer(const char *client, const http_answer_t *a, int64_t elaps
     jw_str(&w, a->request_id);
     jw_lit(&w, a->route == METRICS_ROUTE_SEND       ? ",\"route\":\"sendResponses\",\"status\":"
                : a->route == METRICS_ROUTE_REQUESTS ? ",\"route\":\"requests\",\"status\":"
+               : a->route == METRICS_ROUTE_BROADCASTS ? ",\"route\":\"broadcasts\",\"status\":"
                                                      : ",\"route\":\"redirectMemberToNode\",\"status\":");
     jw_int(&w, a->status);
     if (a->code > 0) {
@@ -217,8 +218,13 @@ int http_route(http_server_t *s, const http_route_t *r)
     return 0;
 }
 
-static const http_route_t *find_route(const http_server_t *s, const char *path, int on_admin)
+/* The route of path for cmd (GET's answers HEAD); else the first of path for another method
+ * (405), or NULL. */
+static const http_route_t *find_route(const http_server_t *s, const char *path, int on_admin,
+                                      enum evhttp_cmd_type cmd)
 {
+    const http_route_t *other = NULL;
+
     for (unsigned i = 0; i < s->n_routes; i++) {
         const http_route_t *r = &s->routes[i];
         int here = on_admin ? r->where != HTTP_API
@@ -226,10 +232,14 @@ static const http_route_t *find_route(const http_server_t *s, const char *path, 
         /* a path ending in '/' is a prefix: the rest names a resource (/requests/<id>) */
         size_t n = strlen(r->path);
         if (here && (r->path[n - 1] == '/' ? strncmp(path, r->path, n) == 0 && path[n] != '\0'
-                                           : strcmp(path, r->path) == 0))
-            return r;
+                                           : strcmp(path, r->path) == 0)) {
+            if (cmd == r->method || (cmd == EVHTTP_REQ_HEAD && r->method == EVHTTP_REQ_GET))
+                return r;
+            if (other == NULL)
+                other = r;
+        }
     }
-    return NULL;
+    return other;
 }
 
 static void serve(http_server_t *s, struct evhttp_request *req, int on_admin)
@@ -237,7 +247,7 @@ static void serve(http_server_t *s, struct evhttp_request *req, int on_admin)
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
-    const http_route_t *r = path ? find_route(s, path, on_admin) : NULL;
+    const http_route_t *r = path ? find_route(s, path, on_admin, cmd) : NULL;
     int allowed =
         r != NULL && (cmd == r->method || (cmd == EVHTTP_REQ_HEAD && r->method == EVHTTP_REQ_GET));
 

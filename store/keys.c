@@ -285,10 +285,15 @@ int store_key_broadcast(char *buf, size_t size, const char *prefix, const char *
     return channel_record(buf, size, prefix, "broadcast", channel_id, id);
 }
 
-int store_key_broadcast_todo(char *buf, size_t size, const char *prefix, const char *channel_id,
-                             const char *id)
+int store_key_broadcast_set(char *buf, size_t size, const char *prefix, const char *channel_id,
+                            const char *id, const char *which)
 {
-    return key(buf, size, prefix, "broadcast:{", channel_id, "}:", id, ":todo");
+    return key(buf, size, prefix, "broadcast:{", channel_id, "}:", id, ":", which);
+}
+
+int store_key_broadcasts_active(char *buf, size_t size, const char *prefix)
+{
+    return key(buf, size, prefix, "broadcasts");
 }
 
 int store_key_broadcast_channel(char *buf, size_t size, const char *prefix, const char *id)

@@ -87,9 +87,11 @@ int store_key_outbox_order(char *buf, size_t size, const char *prefix, unsigned 
 /* Broadcasts (contract.md section 13). A tag's index: a set of the member ids of the channel
  * whose record lists the tag, kept by every member write botgate makes ("tag:{<channel>}:");
  * the base is what a Lua script appends a tag to. A broadcast's record (a hash: its body,
- * state and counts) and the member ids not yet queued (a set), under the channel's hash tag so
- * that one script reaches them and the channel's member keys; and the index of broadcast ids
- * to their channel (a string, "broadcastch:<id>"). */
+ * state and counts) and its sets (which: "todo" the member ids not queued yet, "taking" those
+ * being queued, a hash of when; "sending" the outbox records of its attempts running), under
+ * the channel's hash tag so that one script reaches them and the channel's member keys; the
+ * index of broadcast ids to their channel (a string, "broadcastch:<id>"); and the set of the
+ * running broadcasts ("<channel>\t<id>"), which every instance's delivery reads. */
 #define STORE_TAG_MAX 256 /* bytes of a tag that is indexed: longer ones are not */
 int store_key_tag(char *buf, size_t size, const char *prefix, const char *channel_id,
                   const char *tag);
@@ -101,8 +103,9 @@ int store_key_tag_base(char *buf, size_t size, const char *prefix, const char *c
 int store_key_tag_pattern(char *buf, size_t size, const char *prefix, const char *channel_id);
 int store_key_broadcast(char *buf, size_t size, const char *prefix, const char *channel_id,
                         const char *id);
-int store_key_broadcast_todo(char *buf, size_t size, const char *prefix, const char *channel_id,
-                             const char *id);
+int store_key_broadcast_set(char *buf, size_t size, const char *prefix, const char *channel_id,
+                            const char *id, const char *which);
+int store_key_broadcasts_active(char *buf, size_t size, const char *prefix);
 int store_key_broadcast_channel(char *buf, size_t size, const char *prefix, const char *id);
 /* An app's signing secret for status callbacks (a string, hex; botgatectl app secret). */
 int store_key_app_secret(char *buf, size_t size, const char *prefix, const char *app);

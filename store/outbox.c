@@ -22,12 +22,26 @@ static const char ACCEPT_SCRIPT[] =
            "redis.call('PEXPIRE', KEYS[2], ARGV[7]) "
            "redis.call('XADD', KEYS[1], '*', 'r', ARGV[1], 'o', KEYS[3]) return now";
 
+/* A request of a broadcast (store/broadcast.c) names the broadcast's keys in its record: its
+ * attempts running are in the set "bs"; its end counts in the broadcast's record "bc" as kind
+ * (sent, failed, unknown, cancelled), and the last one to end marks the broadcast done (its
+ * delivery then drops it from the running ones). */
+#define BC_END_FN                                                                                  \
+    "local function bc_end(rec, kind, now) "                                                       \
+    "local f = redis.call('HMGET', rec, 'bc', 'bs', 'bt') "                                        \
+    "if not f[1] then return end redis.call('SREM', f[2], rec) if not kind then return end "       \
+    "redis.call('HINCRBY', f[1], kind, 1) "                                                        \
+    "local left = redis.call('HINCRBY', f[1], 'inflight', -1) "                                    \
+    "if left <= 0 and redis.call('HGET', f[1], 'state') == 'running' and "                         \
+    "redis.call('SCARD', f[3]) == 0 then "                                                         \
+    "redis.call('HSET', f[1], 'state', 'done', 'updated', now) end end "
+
 /* KEYS record, order; ARGV owner, lease_ms. A member's requests start in the order of
  * their sequence numbers: the one before must be finished ('done' in the order hash). 'out'
  * stays set while an attempt may have a call out: found set with the lease over, the attempt
  * died, and response 'next' may have been delivered. */
 static const char START_SCRIPT[] =
-    NOW_MS "local r = redis.call('HMGET', KEYS[1], 'status', 'seq', 'due', 'lease', 'ends', "
+    NOW_MS BC_END_FN "local r = redis.call('HMGET', KEYS[1], 'status', 'seq', 'due', 'lease', 'ends', "
            "'next', 'out') "
            "if not r[1] then return {'gone'} end "
            "if r[1] == 'done' or r[1] == 'failed' then return {'final'} end "
@@ -35,11 +49,22 @@ static const char START_SCRIPT[] =
            "return {'order'} end "
            "if r[4] and tonumber(r[4]) > now then return {'wait', tostring(tonumber(r[4]) - now)} "
            "end "
+           /* a cancelled broadcast's request ends here, unsent (unknown when an attempt
+            * died with its call maybe out) */
+           "local bc = redis.call('HGET', KEYS[1], 'bc') "
+           "if bc and redis.call('HGET', bc, 'state') ~= 'running' then "
+           "redis.call('HDEL', KEYS[1], 'body', 'due', 'owner', 'lease', 'out') "
+           "redis.call('HSET', KEYS[1], 'status', 'failed', 'result', "
+           "'\"sendResult\":{\"ok\":0,\"result\":[]},\"error\":{\"err_code\":null,"
+           "\"err\":\"the broadcast was cancelled\"}', 'updated', now) "
+           "redis.call('HSET', KEYS[2], 'done', r[2]) redis.call('PUBLISH', KEYS[2], r[2]) "
+           "bc_end(KEYS[1], r[7] == '1' and 'unknown' or 'cancelled', now) return {'final'} end "
            "local ends = tonumber(r[5]) local expired = now >= ends "
            "if r[3] and tonumber(r[3]) > now and not expired then "
            "return {'wait', tostring(math.min(tonumber(r[3]), ends) - now)} end "
            "redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease', now + ARGV[2], 'out', '1', "
            "'status', 'sending', 'updated', now) "
+           "if bc then redis.call('SADD', redis.call('HGET', KEYS[1], 'bs'), KEYS[1]) end "
            "local n = tonumber(r[6] or '0') "
            "local f = redis.call('HMGET', KEYS[1], 'body', 'app') "
            "local out = {'run', n, r[7] == '1' and 1 or 0, expired and 1 or 0, "
@@ -58,9 +83,10 @@ static const char PROGRESS_SCRIPT[] =
  * acknowledged and deleted, and the callback's entry added, in one step: a crash leaves either
  * all of it or none. */
 static const char END_SCRIPT[] =
-    NOW_MS "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
+    NOW_MS BC_END_FN "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
            "redis.call('HDEL', KEYS[1], 'owner', 'lease', 'out') "
-           "if ARGV[3] == '0' then redis.call('HSET', KEYS[1], 'status', 'queued', 'due', "
+           "if ARGV[3] == '0' then bc_end(KEYS[1], nil, now) "
+           "redis.call('HSET', KEYS[1], 'status', 'queued', 'due', "
            "now + ARGV[6], 'updated', now) return 1 end "
            "local drop = {'due', 'body'} "
            "for i = 0, tonumber(redis.call('HGET', KEYS[1], 'next') or '0') - 1 do "
@@ -70,6 +96,8 @@ static const char END_SCRIPT[] =
            "redis.call('PEXPIRE', KEYS[1], ARGV[7]) "
            "local seq = redis.call('HGET', KEYS[1], 'seq') "
            "redis.call('HSET', KEYS[2], 'done', seq) redis.call('PUBLISH', KEYS[2], seq) "
+           "bc_end(KEYS[1], ARGV[4] == 'done' and 'sent' or "
+           "(string.find(ARGV[5], '\"err_code\":125', 1, true) and 'unknown' or 'failed'), now) "
            "redis.call('XACK', KEYS[3], ARGV[8], ARGV[2]) redis.call('XDEL', KEYS[3], ARGV[2]) "
            "if (redis.call('HGET', KEYS[1], 'cb') or '') ~= '' then "
            "redis.call('XADD', KEYS[3], '*', 'c', ARGV[9]) end return 1";

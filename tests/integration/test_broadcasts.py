@@ -1,0 +1,205 @@
+"""contract.md section 13, broadcasts: POST /broadcasts is checked at once with a send's codes
+and answered 202 with a total; its members are delivered through the outbox, each with the
+responses rendered for them; GET /broadcasts/<id> counts, DELETE cancels what is not sent;
+the tag index is kept by every member write and rebuilt by botgatectl member reindex. The
+simulator's record is the judge of what was delivered."""
+import json
+import os
+import time
+import unittest
+
+from harness import StackTest, facebook_channel, free_port, http, member, wait_for
+
+APP = "app-bc"
+
+
+class Case(StackTest):
+    stack_args = {"workers": 2, "env": {"BOTGATE_OUTBOX_CLAIM_MS": "2000"}}
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        s = cls.s
+        s.put("channel", facebook_channel("fbb", APP))
+        for i in range(5):
+            s.put("member", member("bm%d" % i, "fbb", APP, "psid-bm%d" % i,
+                                   firstName="Name%d" % i, tags=["vip"] if i % 2 == 0 else []))
+        s.put("channel", facebook_channel("fbo", "app-other"))
+        s.put("channel", facebook_channel("fboff", APP, on=False))
+        cls.tok = s.token(APP, "bot:broadcast")
+        cls.tok_admin = s.token(APP, "bot:admin")
+        cls.tok_send = s.token(APP, "bot:sendResponses")
+
+    def post(self, body, tok=None, url=None):
+        return http("POST", (url or self.s.url) + "/broadcasts", body,
+                    {"Authorization": "Bearer " + (tok or self.tok)})
+
+    def status(self, bid, tok=None, url=None, method="GET"):
+        return http(method, (url or self.s.url) + "/broadcasts/" + bid,
+                    headers={"Authorization": "Bearer " + (tok or self.tok)})
+
+    def wait_state(self, bid, states=("done",), timeout=60):
+        got = {}
+
+        def ended():
+            a = self.status(bid)
+            got["a"] = a
+            return a.status == 200 and a.json["state"] in states
+        wait_for(ended, timeout=timeout, what="broadcast %s to end" % bid)
+        return got["a"].json
+
+    def took(self, word):
+        """(text, recipient id, ts_ms) of each message whose text holds word, in order."""
+        out, since = [], 0
+        while True:
+            page = self.s.sim("GET", "/_sim/log?since=%d" % since)
+            for r in page["requests"]:
+                b = r.get("body") or {}
+                t = b.get("message", {}).get("text", "")
+                if word in t:
+                    out.append((t, b.get("recipient", {}).get("id"), r["ts_ms"]))
+            if not page["requests"]:
+                return out
+            since = page["next"]
+
+
+class Accept(Case):
+    def test_1_by_member_ids_rendered_per_member(self):
+        a = self.post({"channelId": "fbb", "recipients": {"memberIds": ["bm0", "bm1", "bm2"]},
+                       "response": [{"type": "TEXT", "text": "ids hello {{member.firstName}}"}]})
+        self.assertEqual(a.status, 202, a)
+        self.assertEqual(set(a.json), {"ok", "broadcastId", "total"})
+        self.assertEqual((a.json["ok"], a.json["total"]), (1, 3))
+        st = self.wait_state(a.json["broadcastId"])
+        self.assertEqual((st["total"], st["sent"], st["failed"], st["unknown"], st["queued"]),
+                         (3, 3, 0, 0, 0), st)
+        got = sorted((t, rid) for t, rid, _ in self.took("ids hello"))
+        self.assertEqual(got, [("ids hello Name%d" % i, "psid-bm%d" % i) for i in range(3)])
+
+    def test_2_checked_at_once(self):
+        ok = {"channelId": "fbb", "recipients": {"memberIds": ["bm0"]},
+              "response": [{"type": "TEXT", "text": "never"}]}
+
+        def with_(**kw):
+            b = json.loads(json.dumps(ok))
+            b.update(kw)
+            return b
+        self.assert_error(self.post(with_(recipients={"memberIds": ["bm0", 7]})), 108,
+                          mentions="recipients.memberIds[1]")
+        self.assert_error(self.post(with_(recipients={})), 108, mentions="recipients")
+        self.assert_error(self.post(with_(recipients={"memberIds": ["bm0"], "tags": ["x"]})), 108,
+                          mentions="recipients")
+        self.assert_error(self.post(with_(channelId=None)), 108, mentions="channelId")
+        self.assert_error(self.post(with_(response=[{"type": "TEXT"}])), 108,
+                          mentions="response[0]")
+        self.assert_error(self.post(with_(statusCallback="ftp://x")), 108,
+                          mentions="statusCallback")
+        self.assert_error(self.post(with_(response=[{"type": "TEXT", "text": "x"}] * 51)), 118)
+        self.assert_error(self.post(with_(recipients={"memberIds": ["bm0", "nobody"]})), 114,
+                          mentions="nobody")
+        self.assert_error(self.post(with_(channelId="fbo")), 112)
+        self.assert_error(self.post(with_(channelId="nochannel")), 112)
+        self.assert_error(self.post(with_(channelId="fboff")), 116)
+        self.assert_error(self.post(with_(response=[{"type": "LOCATION", "latitude": 1,
+                                                     "longitude": 2}])), 117)
+        self.assert_unauthorized(self.post(ok, tok=self.tok_send))
+        self.assertEqual(self.post(ok, tok=self.tok_admin).status, 202)
+        # nothing of the refused ones was sent
+        wait_for(lambda: len(self.took("never")) == 1, what="the one accepted")
+        time.sleep(0.5)
+        self.assertEqual(len(self.took("never")), 1)
+
+    def test_3_by_recipient_ids_members_created(self):
+        a = self.post({"channelId": "fbb",
+                       "recipients": {"recipientIds": ["psid-new1", "psid-new2", "psid-bm3"]},
+                       "response": [{"type": "TEXT", "text": "rids {{member.externalId}}"}]})
+        self.assertEqual(a.status, 202, a)
+        self.assertEqual(a.json["total"], 3)
+        st = self.wait_state(a.json["broadcastId"])
+        self.assertEqual(st["sent"], 3, st)
+        got = sorted(rid for _, rid, _ in self.took("rids "))
+        self.assertEqual(got, ["psid-bm3", "psid-new1", "psid-new2"])
+        self.assertEqual(sorted(t for t, _, _ in self.took("rids ")),
+                         ["rids psid-bm3", "rids psid-new1", "rids psid-new2"])
+        # the new members exist, found by their recipient key; the old one was reused
+        r = self.s.ctl("member", "list", "fbb", "--json").stdout
+        ext = [m["externalId"] for m in json.loads(r)]
+        self.assertEqual(ext.count("psid-new1"), 1)
+        self.assertEqual(ext.count("psid-bm3"), 1)
+
+    def test_4_by_tag(self):
+        a = self.post({"channelId": "fbb", "recipients": {"tags": ["vip", "nobody-has-it"]},
+                       "response": [{"type": "TEXT", "text": "tag {{member._id}}"}]})
+        self.assertEqual(a.status, 202, a)
+        self.assertEqual(a.json["total"], 3)
+        self.wait_state(a.json["broadcastId"])
+        self.assertEqual(sorted(t for t, _, _ in self.took("tag bm")),
+                         ["tag bm0", "tag bm2", "tag bm4"])
+
+    def test_5_status_is_the_apps_own(self):
+        a = self.post({"channelId": "fbb", "recipients": {"memberIds": ["bm1"]},
+                       "response": [{"type": "TEXT", "text": "own"}]})
+        bid = a.json["broadcastId"]
+        other = self.s.token("app-other", "bot:broadcast")
+        self.assert_error(self.status(bid, tok=other), 129)
+        self.assert_error(self.status(bid, tok=other, method="DELETE"), 129)
+        self.assert_error(self.status("0" * 24), 129)
+        self.assert_error(self.status("not-an-id"), 129)
+        self.assert_unauthorized(self.status(bid, tok=self.tok_send))
+        self.wait_state(bid)
+        self.assertGreaterEqual(self.s.metric('botgate_broadcasts_total{state="running"}'), 1)
+        wait_for(lambda: self.s.metric('botgate_broadcasts_total{state="done"}') >= 1,
+                 what="a done broadcast counted")
+
+
+class Tags(Case):
+    def test_index_kept_and_rebuilt(self):
+        s = self.s
+        key = "botgate:tag:{fbb}:"
+        self.assertEqual(sorted(s.redis("SMEMBERS", key + "vip")), ["bm0", "bm2", "bm4"])
+        # a member written again loses and gains its tags' entries
+        s.put("member", member("bm2", "fbb", APP, "psid-bm2", tags=["gold"]))
+        self.assertEqual(sorted(s.redis("SMEMBERS", key + "vip")), ["bm0", "bm4"])
+        self.assertEqual(s.redis("SMEMBERS", key + "gold"), ["bm2"])
+        s.ctl("member", "delete", "fbb", "bm4")
+        self.assertEqual(s.redis("SMEMBERS", key + "vip"), ["bm0"])
+        # another writer: the index is stale until reindex
+        rec = json.loads(s.redis("GET", "botgate:member:{fbb}:bm1"))
+        rec["tags"] = ["vip"]
+        s.redis("SET", "botgate:member:{fbb}:bm1", json.dumps(rec))
+        s.redis("SADD", key + "stale", "bm0")
+        s.ctl("member", "reindex", "--channel", "fbb")
+        self.assertEqual(sorted(s.redis("SMEMBERS", key + "vip")), ["bm0", "bm1"])
+        self.assertEqual(s.redis("EXISTS", key + "stale"), 0)
+        self.assertEqual(s.redis("SMEMBERS", key + "gold"), ["bm2"])
+        s.put("member", member("bm4", "fbb", APP, "psid-bm4", tags=["vip"]))
+
+    def test_index_kept_by_the_gateways_member_writes(self):
+        # addTags and removeTags of a node run by redirectMemberToNode: the member's
+        # compare-and-set changes the index with the record
+        s = self.s
+        t = {"_id": "TT", "app": APP, "name": "tags", "nodes": {
+            "ADD": {"postAction": [{"type": "addTags", "tags": ["node-added", "vip"]}]},
+            "DEL": {"postAction": [{"type": "removeTags", "tags": ["node-added"]}]}}}
+        path = os.path.join(s.dir, "tags-tree.json")
+        with open(path, "w") as f:
+            json.dump(t, f)
+        s.ctl("tree", "import", path)
+        tok = s.token(APP, "bot:redirectMemberToNode")
+        key = "botgate:tag:{fbb}:"
+
+        def go(node):
+            a = s.post("/redirectMemberToNode", {"channelId": "fbb", "memberId": "bm3",
+                                                 "redirect": {"tree": "TT", "nodeCompositeId": node}},
+                       token=tok)
+            self.assertEqual(a.json["ok"], 1, a)
+        go("ADD")
+        self.assertIn("bm3", s.redis("SMEMBERS", key + "node-added"))
+        self.assertIn("bm3", s.redis("SMEMBERS", key + "vip"))
+        go("DEL")
+        self.assertNotIn("bm3", s.redis("SMEMBERS", key + "node-added") or [])
+        self.assertIn("bm3", s.redis("SMEMBERS", key + "vip"))
+
+
+if __name__ == "__main__":
+    unittest.main()
