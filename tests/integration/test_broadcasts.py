@@ -152,6 +152,98 @@ class Accept(Case):
                  what="a done broadcast counted")
 
 
+class Cancel(Case):
+    def test_cancel_half_way_nothing_sent_after(self):
+        s = self.s
+        # five a second: the broadcast takes about 8 s, the cancel comes after about one
+        s.put("channel", facebook_channel("fbslow", APP, rateLimit={"perSecond": 5}))
+        ids = ["cm%02d" % i for i in range(40)]
+        for m in ids:
+            s.put("member", member(m, "fbslow", APP, "psid-" + m))
+        a = self.post({"channelId": "fbslow", "recipients": {"memberIds": ids},
+                       "response": [{"type": "TEXT", "text": "slow {{member._id}}"}]})
+        self.assertEqual(a.status, 202, a)
+        bid = a.json["broadcastId"]
+        wait_for(lambda: self.status(bid).json["sent"] >= 5, timeout=60, what="5 sent")
+        d = self.status(bid, method="DELETE")
+        answered_ms = time.time() * 1000
+        self.assertEqual(d.status, 200, d)
+        self.assertEqual(d.json["state"], "cancelled", d)
+        st = self.wait_state(bid, states=("cancelled",))
+
+        def settled():
+            st.update(self.status(bid).json)
+            return st["queued"] == 0
+        wait_for(settled, timeout=60, what="every member ended")
+        took = self.took("slow cm")
+        self.assertEqual([t for t in took if t[2] > answered_ms], [],
+                         "sent after the cancel answered")
+        self.assertEqual(len(took), st["sent"], st)
+        self.assertLess(st["sent"], 40, st)
+        self.assertEqual(st["sent"] + st["cancelled"] + st["failed"] + st["unknown"], 40, st)
+        self.assertEqual((st["failed"], st["unknown"]), (0, 0), st)
+        self.assertEqual(len({t[0] for t in took}), len(took), "sent twice")
+        # cancelled already: a second DELETE changes nothing
+        self.assertEqual(self.status(bid, method="DELETE").json["state"], "cancelled")
+
+
+class Kill(Case):
+    """Three instances deliver one broadcast; one is SIGKILLed while it delivers. Each member
+    gets the message once, or is counted unknown (125: its call was in flight); none is lost."""
+    stack_args = {"workers": 2, "env": {"BOTGATE_OUTBOX_CLAIM_MS": "1000"}}
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        s = cls.s
+        # 20 a second: the window (two seconds of it) keeps members coming over ~3 s
+        s.put("channel", facebook_channel("fbk", APP, rateLimit={"perSecond": 20}))
+        cls.ids = ["km%02d" % i for i in range(60)]
+        for m in cls.ids:
+            s.put("member", member(m, "fbk", APP, "psid-" + m))
+        cls.urls = [s.url]
+        for name in ("botgate2", "botgate3"):
+            s.start_gateway(port=free_port(), name=name)
+            cls.urls.append(s.url)
+        s.url = cls.urls[0]
+
+    def test_kill_one_mid_broadcast(self):
+        s = self.s
+        s.sim("POST", "/_sim/config", {"latency_ms": 300})
+        try:
+            a = self.post({"channelId": "fbk", "recipients": {"memberIds": self.ids},
+                           "response": [{"type": "TEXT", "text": "kill {{member._id}}"}]})
+            self.assertEqual(a.status, 202, a)
+            bid = a.json["broadcastId"]
+            names = ("botgate", "botgate2", "botgate3")
+            victim = []
+
+            def delivering():
+                for i, name in enumerate(names):
+                    with open(os.path.join(s.dir, name + ".log"), errors="replace") as f:
+                        if f.read().count("outbox: request") >= 3:
+                            victim.append(i)
+                            return True
+                return False
+            wait_for(delivering, timeout=60, what="an instance delivering")
+            p = s.procs.pop(names[victim[0]])
+            p.kill()
+            p.wait()
+            s.url = self.urls[(victim[0] + 1) % 3]
+            st = self.wait_state(bid, timeout=120)
+        finally:
+            s.sim("POST", "/_sim/config", {"latency_ms": 0})
+        took = [t for t, _, _ in self.took("kill km")]
+        self.assertEqual(len(set(took)), len(took), "sent twice")
+        self.assertEqual(st["failed"], 0, st)
+        self.assertEqual(st["sent"] + st["unknown"], 60, st)
+        # every member sent, or its call was out when the victim died (it may have arrived)
+        self.assertGreaterEqual(len(took), st["sent"], st)
+        self.assertLessEqual(len(took), 60)
+        missing = set("kill " + m for m in self.ids) - set(took)
+        self.assertLessEqual(len(missing), st["unknown"], (missing, st))
+
+
 class Tags(Case):
     def test_index_kept_and_rebuilt(self):
         s = self.s
