@@ -68,7 +68,7 @@ static const char START_SCRIPT[] =
            "local n = tonumber(r[6] or '0') "
            "local f = redis.call('HMGET', KEYS[1], 'body', 'app') "
            "local out = {'run', n, r[7] == '1' and 1 or 0, expired and 1 or 0, "
-           "redis.call('HINCRBY', KEYS[1], 'attempts', 1), f[1], f[2]} "
+           "redis.call('HINCRBY', KEYS[1], 'attempts', 1), f[1], f[2], bc and 1 or 0} "
            "for i = 0, n - 1 do out[#out + 1] = redis.call('HGET', KEYS[1], 'e' .. i) or '' end "
            "return out";
 
@@ -236,10 +236,10 @@ static void on_reply(redisReply *reply, void *arg)
         } else if (strcmp(what, "wait") == 0 && reply->elements == 2) {
             s->state = STORE_OUTBOX_WAIT;
             s->wait_ms = store_eval_int(reply->element[1]);
-        } else if (strcmp(what, "run") == 0 && reply->elements >= 7 &&
+        } else if (strcmp(what, "run") == 0 && reply->elements >= 8 &&
                    store_eval_int(reply->element[1]) >= 0 &&
                    store_eval_int(reply->element[1]) < STORE_OUTBOX_ELEMENTS_MAX &&
-                   reply->elements == 7 + (size_t)store_eval_int(reply->element[1])) {
+                   reply->elements == 8 + (size_t)store_eval_int(reply->element[1])) {
             s->state = STORE_OUTBOX_RUN;
             s->next = (unsigned)store_eval_int(reply->element[1]);
             s->crashed = store_eval_int(reply->element[2]) == 1;
@@ -247,8 +247,9 @@ static void on_reply(redisReply *reply, void *arg)
             s->attempts = store_eval_int(reply->element[4]);
             s->body = reply_str(reply->element[5], &s->body_len);
             s->app = reply_str(reply->element[6], NULL);
+            s->bulk = store_eval_int(reply->element[7]) == 1;
             for (unsigned i = 0; i < s->next; i++)
-                s->elements[i] = reply_str(reply->element[7 + i], &s->element_lens[i]);
+                s->elements[i] = reply_str(reply->element[8 + i], &s->element_lens[i]);
         } else {
             st = STORE_BAD_RECORD;
         }
