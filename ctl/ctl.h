@@ -22,6 +22,10 @@ typedef struct ctl_opts {
     const char *hash;    /* --hash: a token by the hex SHA-256 it is stored under */
     int json;            /* --json: machine output */
     const char *group;   /* "token", "channel", ... for messages and help */
+    json_t *members;     /* broadcast create: --member ..., --recipient ..., --tag ... */
+    json_t *recipients;
+    json_t *tags;
+    int watch;           /* broadcast status --watch */
     char **args;         /* the operands, in order */
     int nargs;
 } ctl_opts_t;
@@ -105,6 +109,12 @@ int ctl_get(const ctl_opts_t *o); /* get KIND ID...: routes to the commands abov
 int ctl_member_write(const char *channel, const char *member_id, const char *key,
                      const char *text);
 int ctl_member_reindex(const ctl_opts_t *o); /* member reindex --channel C */
+
+/* ---- broadcasts.c ---- */
+
+int ctl_broadcast_create(const ctl_opts_t *o); /* --channel C --member|--recipient|--tag FILE */
+int ctl_broadcast_status(const ctl_opts_t *o); /* ID [--watch] */
+int ctl_broadcast_cancel(const ctl_opts_t *o); /* ID */
 
 /* ---- tokens.c ---- */
 

@@ -38,6 +38,9 @@ static const char usage_text[] =
     "  member get CHANNEL_ID MEMBER_ID\n"
     "  member delete CHANNEL_ID MEMBER_ID   the member and its recipient key\n"
     "  member reindex --channel C   rebuild the channel's tag index from its members\n"
+    "  broadcast create --channel C (--member ID... | --recipient ID... | --tag T...) FILE.json\n"
+    "  broadcast status ID [--watch]   counts; --watch: a progress bar until it ends\n"
+    "  broadcast cancel ID          stop what is not sent\n"
     "  tree import FILE.json        validate a tree and replace it atomically\n"
     "  tree list [--app A]\n"
     "  tree get TREE_ID\n"
@@ -64,7 +67,8 @@ static const char token_help[] =
     "       botgatectl token get LABEL | --hash SHA256_HEX [--app APP] [--json]\n"
     "       botgatectl token delete LABEL | --hash SHA256_HEX [--app APP]\n\n"
     "  -a, --app APP          create: the token's app; list, get, delete: only that app's\n"
-    "  -s, --scope SCOPE      bot:sendResponses, bot:redirectMemberToNode, bot:admin, api:admin\n"
+    "  -s, --scope SCOPE      bot:sendResponses, bot:redirectMemberToNode, bot:broadcast,\n"
+    "                         bot:admin, api:admin\n"
     "  -l, --label LABEL      a name to find the token by later\n"
     "  -e, --expires-in D     30d, 12h, 90m or 3600s; without it the token never expires\n"
     "  -c, --channel ID       limits the token to that channel of its app (repeatable)\n"
@@ -122,6 +126,21 @@ static const char app_help[] =
     "  -a, --app APP  the app\n"
     "  -u, --redis-url URL, -h, --help: see botgatectl --help\n";
 
+static const char broadcast_help[] =
+    "usage: botgatectl broadcast create --channel CHANNEL_ID (--member ID ... | --recipient ID ...\n"
+    "                                   | --tag TAG ...) FILE.json [--json]\n"
+    "       botgatectl broadcast status BROADCAST_ID [--watch] [--json]\n"
+    "       botgatectl broadcast cancel BROADCAST_ID [--json]\n\n"
+    "create sends the responses of FILE.json ({\"response\":[...]}; - reads stdin)\n"
+    "to members of the channel (by id, by recipient id: members created as a send creates them,\n"
+    "or every member with one of the tags), checked as POST /broadcasts checks them, and prints\n"
+    "the broadcast's id; the running botgate instances deliver it. status prints its counts;\n"
+    "--watch follows it to the end: a progress bar with the send rate, the counts and the time\n"
+    "left on a terminal, a line a second otherwise. cancel stops what is not sent and returns\n"
+    "once no message of it may still go out.\n"
+    "  -m, --member ID, -r, --recipient ID, -t, --tag TAG   the recipients (repeatable)\n"
+    "  -w, --watch            status: follow it until it ends\n";
+
 static const char get_help[] =
     "usage: botgatectl get channel CHANNEL_ID\n"
     "       botgatectl get member CHANNEL_ID MEMBER_ID\n"
@@ -161,6 +180,9 @@ static const ctl_cmd_t commands[] = {
     {"tree", "delete", ctl_tree_delete, "", 1, 1, "TREE_ID"},
     {"get", NULL, ctl_get, "j", 2, 3, "KIND and its ids"},
     {"app", "secret", ctl_app_secret, "a", 1, 1, "rotate"},
+    {"broadcast", "create", ctl_broadcast_create, "cmrtj", 1, 1, "FILE.json"},
+    {"broadcast", "status", ctl_broadcast_status, "wj", 1, 1, "BROADCAST_ID"},
+    {"broadcast", "cancel", ctl_broadcast_cancel, "j", 1, 1, "BROADCAST_ID"},
 };
 
 static const struct {
@@ -170,7 +192,8 @@ static const struct {
              {"member", member_help},
              {"tree", tree_help},
              {"get", get_help},
-             {"app", app_help}};
+             {"app", app_help},
+             {"broadcast", broadcast_help}};
 
 static const struct option long_opts[] = {
     {"app", required_argument, NULL, 'a'},
@@ -180,6 +203,10 @@ static const struct option long_opts[] = {
     {"channel", required_argument, NULL, 'c'},
     {"hash", required_argument, NULL, 'H'},
     {"json", no_argument, NULL, 'j'},
+    {"member", required_argument, NULL, 'm'},
+    {"recipient", required_argument, NULL, 'r'},
+    {"tag", required_argument, NULL, 't'},
+    {"watch", no_argument, NULL, 'w'},
     {"redis-url", required_argument, NULL, 'u'},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
@@ -212,7 +239,7 @@ static int parse(int argc, char **argv, int stop, ctl_opts_t *o, char *seen, int
 
     optind = 0; /* GNU getopt: start again, argv[0] being the program's name */
     opterr = 0;
-    while ((c = getopt_long(argc, argv, stop ? "+:a:s:l:e:c:H:ju:hV" : ":a:s:l:e:c:H:ju:hV",
+    while ((c = getopt_long(argc, argv, stop ? "+:a:s:l:e:c:H:jm:r:t:wu:hV" : ":a:s:l:e:c:H:jm:r:t:wu:hV",
                             long_opts, NULL)) != -1) {
         const char *typed = argv[optind - 1];
         switch (c) {
@@ -230,8 +257,15 @@ static int parse(int argc, char **argv, int stop, ctl_opts_t *o, char *seen, int
             o->app = optarg;
             break;
         case 's':
-        case 'c': {
-            json_t **list = c == 's' ? &o->scopes : &o->channels;
+        case 'c':
+        case 'm':
+        case 'r':
+        case 't': {
+            json_t **list = c == 's'   ? &o->scopes
+                            : c == 'c' ? &o->channels
+                            : c == 'm' ? &o->members
+                            : c == 'r' ? &o->recipients
+                                       : &o->tags;
             if (*list == NULL)
                 *list = json_array();
             json_array_append_new(*list, json_string(optarg));
@@ -248,6 +282,9 @@ static int parse(int argc, char **argv, int stop, ctl_opts_t *o, char *seen, int
             break;
         case 'j':
             o->json = 1;
+            break;
+        case 'w':
+            o->watch = 1;
             break;
         case 'u':
             ctl_redis_use(optarg);
@@ -353,6 +390,9 @@ int main(int argc, char **argv)
 out:
     json_decref(o.scopes);
     json_decref(o.channels);
+    json_decref(o.members);
+    json_decref(o.recipients);
+    json_decref(o.tags);
     ctl_redis_close();
     return rc;
 }

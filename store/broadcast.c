@@ -13,7 +13,7 @@
 #define NOW_MS "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
 
 /* KEYS record, todo, taking, sending; ARGV app, body, callback, channel, keep_ms. */
-static const char CREATE_SCRIPT[] =
+const char store_bc_create_script[] =
     NOW_MS "redis.call('DEL', KEYS[2], KEYS[3], KEYS[4]) "
            "redis.call('HSET', KEYS[1], 'app', ARGV[1], 'body', ARGV[2], 'cb', ARGV[3], 'ch', "
            "ARGV[4], 'state', 'accepting', 'total', 0, 'sent', 0, 'failed', 0, 'unknown', 0, "
@@ -22,7 +22,7 @@ static const char CREATE_SCRIPT[] =
 
 /* KEYS record, todo; ARGV keep_ms, member key base, ids... Every id is checked before any is
  * added: a refused accept is deleted whole anyway. */
-static const char ADD_MEMBERS_SCRIPT[] =
+const char store_bc_add_members_script[] =
     "if redis.call('HGET', KEYS[1], 'state') ~= 'accepting' then return {-1, ''} end "
     "for i = 3, #ARGV do if redis.call('EXISTS', ARGV[2] .. ARGV[i]) == 0 then "
     "return {0, ARGV[i]} end end "
@@ -30,7 +30,7 @@ static const char ADD_MEMBERS_SCRIPT[] =
     "return {#ARGV - 2, ''}";
 
 /* KEYS record, todo, tag; ARGV keep_ms, cursor, count. */
-static const char ADD_TAG_SCRIPT[] =
+const char store_bc_add_tag_script[] =
     "if redis.call('HGET', KEYS[1], 'state') ~= 'accepting' then return {-1, ''} end "
     "local r = redis.call('SSCAN', KEYS[3], ARGV[2], 'COUNT', ARGV[3]) "
     "if #r[2] > 0 then redis.call('SADD', KEYS[2], unpack(r[2])) "
@@ -39,7 +39,7 @@ static const char ADD_TAG_SCRIPT[] =
 /* KEYS record, todo; ARGV keep_ms, recipient key base, member key base, then per recipient
  * its id, a new member id, a new member record: the get-or-create of a sendResponses by
  * recipientId (store.c), for each. */
-static const char ADD_RECIPIENTS_SCRIPT[] =
+const char store_bc_add_recipients_script[] =
     "if redis.call('HGET', KEYS[1], 'state') ~= 'accepting' then return {-1, ''} end "
     "local n = 0 for i = 4, #ARGV, 3 do "
     "local id = redis.call('GET', ARGV[2] .. ARGV[i]) "
@@ -49,7 +49,7 @@ static const char ADD_RECIPIENTS_SCRIPT[] =
     "redis.call('PEXPIRE', KEYS[2], ARGV[1]) return {n, ''}";
 
 /* KEYS record, todo, channel index, active; ARGV keep_ms, channel, active entry. */
-static const char FINISH_SCRIPT[] =
+const char store_bc_finish_script[] =
     NOW_MS "if redis.call('HGET', KEYS[1], 'state') ~= 'accepting' then return {-1, ''} end "
            "local n = redis.call('SCARD', KEYS[2]) local state = n > 0 and 'running' or 'done' "
            "redis.call('HSET', KEYS[1], 'state', state, 'total', n, 'updated', now) "
@@ -59,7 +59,7 @@ static const char FINISH_SCRIPT[] =
            "redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[1]) return {n, state}";
 
 /* KEYS record, todo, sending. */
-static const char STATUS_SCRIPT[] =
+const char store_bc_status_script[] =
     "local r = redis.call('HMGET', KEYS[1], 'app', 'state', 'total', 'sent', 'failed', "
     "'unknown', 'cancelled', 'created', 'updated', 'cb') "
     "if not r[1] then return {} end "
@@ -68,7 +68,7 @@ static const char STATUS_SCRIPT[] =
 
 /* KEYS record, todo, sending, active; ARGV app, active entry. What is not queued is cancelled
  * at once; what is queued is refused when its attempt starts (the outbox's start script). */
-static const char CANCEL_SCRIPT[] =
+const char store_bc_cancel_script[] =
     NOW_MS "local r = redis.call('HMGET', KEYS[1], 'app', 'state') "
            "if not r[1] or r[1] ~= ARGV[1] then return {-1, ''} end "
            "if r[2] == 'running' then local n = redis.call('SCARD', KEYS[2]) "
@@ -337,7 +337,7 @@ store_bc_call_t *store_bc_create(store_t *st, const char *channel_id, const char
     if (bc_keys(st, channel_id, id, k) < 0)
         FAIL_KEYS(status);
     {
-        const char *argv[] = {"EVAL", CREATE_SCRIPT, "4",        k[0],
+        const char *argv[] = {"EVAL", store_bc_create_script, "4",        k[0],
                               k[1],   k[2],          k[3],       app,
                               body,   callback,      channel_id, numfmt_dec(keep, keep_ms)};
         size_t lens[12];
@@ -387,7 +387,7 @@ store_bc_call_t *store_bc_add_members(store_t *st, const char *channel_id, const
         FAIL_KEYS(status);
     {
         const char *keys[] = {k[0], k[1]}, *head[] = {"3600000", base};
-        return send_slice(st, PLAIN(cb), arg, ADD_MEMBERS_SCRIPT, 2, keys, 2, head, n, members,
+        return send_slice(st, PLAIN(cb), arg, store_bc_add_members_script, 2, keys, 2, head, n, members,
                           status);
     }
 }
@@ -402,7 +402,7 @@ store_bc_call_t *store_bc_add_tag(store_t *st, const char *channel_id, const cha
         store_key_tag(tkey, sizeof(tkey), store_prefix(st), channel_id, tag) < 0)
         FAIL_KEYS(status);
     {
-        const char *argv[] = {"EVAL", ADD_TAG_SCRIPT,        "3", k[0], k[1], tkey, "3600000",
+        const char *argv[] = {"EVAL", store_bc_add_tag_script,        "3", k[0], k[1], tkey, "3600000",
                               cursor, numfmt_dec(num, count)};
         return send(st, PLAIN(cb), arg, k[0], 9, argv, NULL, status);
     }
@@ -432,7 +432,7 @@ store_bc_call_t *store_bc_add_recipients(store_t *st, const char *channel_id, co
     }
     {
         const char *keys[] = {k[0], k[1]}, *head[] = {"3600000", rbase, mbase};
-        c = send_slice(st, PLAIN(cb), arg, ADD_RECIPIENTS_SCRIPT, 2, keys, 3, head, 3 * n, items,
+        c = send_slice(st, PLAIN(cb), arg, store_bc_add_recipients_script, 2, keys, 3, head, 3 * n, items,
                        status);
     }
     free(items);
@@ -465,7 +465,7 @@ store_bc_call_t *store_bc_finish(store_t *st, const char *channel_id, const char
         active_entry(entry, sizeof(entry), channel_id, id) < 0)
         FAIL_KEYS(status);
     {
-        const char *argv[] = {"EVAL",     FINISH_SCRIPT, "4", k[0],
+        const char *argv[] = {"EVAL",     store_bc_finish_script, "4", k[0],
                               k[1],       idx,           act, numfmt_dec(keep, keep_ms),
                               channel_id, entry};
         return send(st, PLAIN(cb), arg, k[0], 10, argv, NULL, status);
@@ -512,7 +512,7 @@ store_bc_call_t *store_bc_status(store_t *st, const char *channel_id, const char
     if (bc_keys(st, channel_id, id, k) < 0)
         FAIL_KEYS(status);
     {
-        const char *argv[] = {"EVAL", STATUS_SCRIPT, "3", k[0], k[1], k[3]};
+        const char *argv[] = {"EVAL", store_bc_status_script, "3", k[0], k[1], k[3]};
         return send(st, C_STATUS, (void (*)(void))cb, arg, k[0], 6, argv, NULL, status);
     }
 }
@@ -528,7 +528,7 @@ store_bc_call_t *store_bc_cancel_run(store_t *st, const char *channel_id, const 
         active_entry(entry, sizeof(entry), channel_id, id) < 0)
         FAIL_KEYS(status);
     {
-        const char *argv[] = {"EVAL", CANCEL_SCRIPT, "4", k[0], k[1], k[3], act, app, entry};
+        const char *argv[] = {"EVAL", store_bc_cancel_script, "4", k[0], k[1], k[3], act, app, entry};
         return send(st, PLAIN(cb), arg, k[0], 9, argv, NULL, status);
     }
 }

@@ -15,6 +15,12 @@
 
 #define STORE_BROADCAST_SLICE_MAX 4096 /* ids one accepting call carries at most */
 
+/* The scripts of the calls below, for botgatectl's blocking client (their KEYS and ARGV are
+ * written above each in broadcast.c). */
+extern const char store_bc_create_script[], store_bc_add_members_script[],
+    store_bc_add_tag_script[], store_bc_add_recipients_script[], store_bc_finish_script[],
+    store_bc_status_script[], store_bc_cancel_script[];
+
 typedef struct store_bc_call store_bc_call_t;
 /* The callback will not run. */
 void store_bc_cancel(store_bc_call_t *call);

@@ -244,6 +244,37 @@ class Kill(Case):
         self.assertLessEqual(len(missing), st["unknown"], (missing, st))
 
 
+class Ctl(Case):
+    def test_create_status_watch_cancel(self):
+        s = self.s
+        resp = json.dumps({"response": [{"type": "TEXT", "text": "ctl {{member.firstName}}"}]})
+        r = s.ctl("broadcast", "create", "--channel", "fbb", "--tag", "vip", "-", input=resp)
+        bid = r.stdout.strip()
+        self.assertEqual(len(bid), 24, r)
+        # followed to the end: plain lines when stdout is not a terminal
+        w = s.ctl("broadcast", "status", bid, "--watch")
+        last = w.stdout.strip().splitlines()[-1]
+        self.assertIn(" done total 3 queued 0 sent 3 ", last + " ")
+        st = json.loads(s.ctl("broadcast", "status", bid, "--json").stdout)
+        self.assertEqual((st["state"], st["sent"]), ("done", 3), st)
+        self.assertEqual(sorted(t for t, _, _ in self.took("ctl Name")),
+                         ["ctl Name0", "ctl Name2", "ctl Name4"])
+        # the API sees it too (the same app's token)
+        self.assertEqual(self.status(bid).json["sent"], 3)
+        # checked as the API checks it
+        bad = s.ctl("broadcast", "create", "--channel", "fbb", "--member", "nobody", "-",
+                    input=resp, check=False)
+        self.assertEqual(bad.returncode, 1, bad)
+        self.assertIn("114", bad.stderr)
+        bad = s.ctl("broadcast", "create", "--channel", "fbb", "--member", "bm0", "-",
+                    input=json.dumps({"response": [{"type": "LOCATION", "latitude": 1,
+                                                    "longitude": 1}]}),
+                    check=False)
+        self.assertIn("117", bad.stderr)
+        c = json.loads(s.ctl("broadcast", "cancel", bid, "--json").stdout)
+        self.assertEqual(c["state"], "done", c)  # done already: nothing to cancel
+
+
 class Tags(Case):
     def test_index_kept_and_rebuilt(self):
         s = self.s
