@@ -865,10 +865,11 @@ static unsigned window_of(const broadcasts_t *b, const char *channel_id)
     return (unsigned)(w < WINDOW_MIN ? WINDOW_MIN : w > WINDOW_MAX ? WINDOW_MAX : w);
 }
 
-static void take_done(broadcasts_t *b)
+/* Lets go of a take's members and calls (cancelling those in flight). */
+static void take_clear(broadcasts_t *b)
 {
-    if (!b->enqueue_failed)
-        store_bc_taken(b->env->deliver.store, b->channel, b->id, b->taken, b->n_taken);
+    for (unsigned i = 0; b->enqueue_calls != NULL && i < b->shards; i++)
+        store_bc_cancel(b->enqueue_calls[i].call);
     for (size_t i = 0; i < b->n_taken; i++)
         free(b->taken_own[i]);
     free(b->taken_own);
@@ -878,6 +879,13 @@ static void take_done(broadcasts_t *b)
     b->taken = NULL;
     b->enqueue_calls = NULL;
     b->n_taken = 0;
+}
+
+static void take_done(broadcasts_t *b)
+{
+    if (!b->enqueue_failed)
+        store_bc_taken(b->env->deliver.store, b->channel, b->id, b->taken, b->n_taken);
+    take_clear(b);
     /* the same broadcast again: its window may have room for more */
     pump_next(b);
 }
@@ -1148,13 +1156,7 @@ void broadcasts_free(broadcasts_t *b)
     }
     store_unwatch(b->sub);
     store_bc_cancel(b->call);
-    for (unsigned i = 0; b->enqueue_calls != NULL && i < b->shards; i++)
-        store_bc_cancel(b->enqueue_calls[i].call);
-    for (size_t i = 0; i < b->n_taken; i++)
-        free(b->taken_own[i]);
-    free(b->taken_own);
-    free(b->taken);
-    free(b->enqueue_calls);
+    take_clear(b);
     free(b->active);
     event_free(b->pump);
     free(b);

@@ -6,6 +6,7 @@
 #include "broadcast.h"
 
 #include "../json/numfmt.h"
+#include "eval.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -139,25 +140,6 @@ void store_bc_cancel(store_bc_call_t *call)
     free(call);
 }
 
-static const char *reply_str(const redisReply *r, size_t *len)
-{
-    if (r == NULL || r->type != REDIS_REPLY_STRING) {
-        if (len != NULL)
-            *len = 0;
-        return "";
-    }
-    if (len != NULL)
-        *len = r->len;
-    return r->str;
-}
-
-static int64_t reply_int(const redisReply *r)
-{
-    if (r != NULL && r->type == REDIS_REPLY_INTEGER)
-        return r->integer;
-    return r != NULL && r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : -1;
-}
-
 static void take_reply(store_bc_call_t *c, store_status_t st, const redisReply *reply)
 {
     store_bc_take_t t = {0};
@@ -167,8 +149,8 @@ static void take_reply(store_bc_call_t *c, store_status_t st, const redisReply *
     if (st == STORE_OK && (reply->type != REDIS_REPLY_ARRAY || reply->elements == 0))
         st = STORE_BAD_RECORD;
     if (st == STORE_OK) {
-        t.state = reply_str(reply->element[0], NULL);
-        t.ended = reply->elements == 2 && reply_int(reply->element[1]) == 1;
+        t.state = store_eval_str(reply->element[0], NULL);
+        t.ended = reply->elements == 2 && store_eval_int(reply->element[1]) == 1;
         if (strcmp(t.state, "take") == 0) {
             if (reply->elements < 4 || (reply->elements - 4) % 2 != 0) {
                 st = STORE_BAD_RECORD;
@@ -179,12 +161,12 @@ static void take_reply(store_bc_call_t *c, store_status_t st, const redisReply *
                 lens = calloc(t.n + 1, sizeof(*lens));
                 if (ids == NULL || recs == NULL || lens == NULL)
                     st = STORE_UNAVAILABLE;
-                t.body = reply_str(reply->element[1], NULL);
-                t.app = reply_str(reply->element[2], NULL);
-                t.channel = reply_str(reply->element[3], NULL);
+                t.body = store_eval_str(reply->element[1], NULL);
+                t.app = store_eval_str(reply->element[2], NULL);
+                t.channel = store_eval_str(reply->element[3], NULL);
                 for (size_t i = 0; st == STORE_OK && i < t.n; i++) {
-                    ids[i] = reply_str(reply->element[4 + 2 * i], NULL);
-                    recs[i] = reply_str(reply->element[5 + 2 * i], &lens[i]);
+                    ids[i] = store_eval_str(reply->element[4 + 2 * i], NULL);
+                    recs[i] = store_eval_str(reply->element[5 + 2 * i], &lens[i]);
                 }
                 t.members = ids;
                 t.records = recs;
@@ -209,17 +191,17 @@ static void status_reply(store_bc_call_t *c, store_status_t st, const redisReply
     else if (st == STORE_OK && reply->elements != 11)
         st = STORE_BAD_RECORD;
     if (st == STORE_OK) {
-        s.app = reply_str(reply->element[0], NULL);
-        s.state = reply_str(reply->element[1], NULL);
-        s.total = reply_int(reply->element[2]);
-        s.sent = reply_int(reply->element[3]);
-        s.failed = reply_int(reply->element[4]);
-        s.unknown = reply_int(reply->element[5]);
-        s.cancelled = reply_int(reply->element[6]);
-        s.created_ms = reply_int(reply->element[7]);
-        s.updated_ms = reply_int(reply->element[8]);
-        s.callback = reply_str(reply->element[9], NULL);
-        s.sending = reply_int(reply->element[10]);
+        s.app = store_eval_str(reply->element[0], NULL);
+        s.state = store_eval_str(reply->element[1], NULL);
+        s.total = store_eval_int(reply->element[2]);
+        s.sent = store_eval_int(reply->element[3]);
+        s.failed = store_eval_int(reply->element[4]);
+        s.unknown = store_eval_int(reply->element[5]);
+        s.cancelled = store_eval_int(reply->element[6]);
+        s.created_ms = store_eval_int(reply->element[7]);
+        s.updated_ms = store_eval_int(reply->element[8]);
+        s.callback = store_eval_str(reply->element[9], NULL);
+        s.sending = store_eval_int(reply->element[10]);
     }
     ((store_bc_status_cb *)c->cb)(c->arg, st, st == STORE_OK ? &s : NULL);
 }
@@ -245,21 +227,21 @@ static void on_reply(redisReply *reply, void *arg)
         } else if (st == STORE_OK && reply->type == REDIS_REPLY_STRING) {
             text = reply->str;
         } else if (st == STORE_OK && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2) {
-            n = reply_int(reply->element[0]);
-            text = reply_str(reply->element[1], NULL);
+            n = store_eval_int(reply->element[0]);
+            text = store_eval_str(reply->element[1], NULL);
         } else if (st == STORE_OK && reply->type == REDIS_REPLY_ARRAY) {
             /* SMEMBERS: the lines, joined */
             size_t len = 0;
             char *all;
             for (size_t i = 0; i < reply->elements; i++)
-                len += strlen(reply_str(reply->element[i], NULL)) + 1;
+                len += strlen(store_eval_str(reply->element[i], NULL)) + 1;
             if ((all = malloc(len + 1)) == NULL) {
                 ((store_bc_cb *)c->cb)(c->arg, STORE_UNAVAILABLE, 0, "");
                 break;
             }
             len = 0;
             for (size_t i = 0; i < reply->elements; i++) {
-                const char *s = reply_str(reply->element[i], NULL);
+                const char *s = store_eval_str(reply->element[i], NULL);
                 memcpy(all + len, s, strlen(s));
                 len += strlen(s);
                 all[len++] = '\n';
@@ -337,9 +319,9 @@ store_bc_call_t *store_bc_create(store_t *st, const char *channel_id, const char
     if (bc_keys(st, channel_id, id, k) < 0)
         FAIL_KEYS(status);
     {
-        const char *argv[] = {"EVAL", store_bc_create_script, "4",        k[0],
-                              k[1],   k[2],          k[3],       app,
-                              body,   callback,      channel_id, numfmt_dec(keep, keep_ms)};
+        const char *argv[] = {
+            "EVAL",     store_bc_create_script,   "4", k[0], k[1], k[2], k[3], app, body, callback,
+            channel_id, numfmt_dec(keep, keep_ms)};
         size_t lens[12];
         for (int i = 0; i < 12; i++)
             lens[i] = i == 8 ? body_len : strlen(argv[i]);
@@ -387,8 +369,8 @@ store_bc_call_t *store_bc_add_members(store_t *st, const char *channel_id, const
         FAIL_KEYS(status);
     {
         const char *keys[] = {k[0], k[1]}, *head[] = {"3600000", base};
-        return send_slice(st, PLAIN(cb), arg, store_bc_add_members_script, 2, keys, 2, head, n, members,
-                          status);
+        return send_slice(st, PLAIN(cb), arg, store_bc_add_members_script, 2, keys, 2, head, n,
+                          members, status);
     }
 }
 
@@ -402,7 +384,7 @@ store_bc_call_t *store_bc_add_tag(store_t *st, const char *channel_id, const cha
         store_key_tag(tkey, sizeof(tkey), store_prefix(st), channel_id, tag) < 0)
         FAIL_KEYS(status);
     {
-        const char *argv[] = {"EVAL", store_bc_add_tag_script,        "3", k[0], k[1], tkey, "3600000",
+        const char *argv[] = {"EVAL", store_bc_add_tag_script, "3", k[0], k[1], tkey, "3600000",
                               cursor, numfmt_dec(num, count)};
         return send(st, PLAIN(cb), arg, k[0], 9, argv, NULL, status);
     }
@@ -432,8 +414,8 @@ store_bc_call_t *store_bc_add_recipients(store_t *st, const char *channel_id, co
     }
     {
         const char *keys[] = {k[0], k[1]}, *head[] = {"3600000", rbase, mbase};
-        c = send_slice(st, PLAIN(cb), arg, store_bc_add_recipients_script, 2, keys, 3, head, 3 * n, items,
-                       status);
+        c = send_slice(st, PLAIN(cb), arg, store_bc_add_recipients_script, 2, keys, 3, head, 3 * n,
+                       items, status);
     }
     free(items);
     return c;
@@ -465,9 +447,8 @@ store_bc_call_t *store_bc_finish(store_t *st, const char *channel_id, const char
         active_entry(entry, sizeof(entry), channel_id, id) < 0)
         FAIL_KEYS(status);
     {
-        const char *argv[] = {"EVAL",     store_bc_finish_script, "4", k[0],
-                              k[1],       idx,           act, numfmt_dec(keep, keep_ms),
-                              channel_id, entry};
+        const char *argv[] = {"EVAL", store_bc_finish_script,    "4",        k[0], k[1], idx,
+                              act,    numfmt_dec(keep, keep_ms), channel_id, entry};
         return send(st, PLAIN(cb), arg, k[0], 10, argv, NULL, status);
     }
 }
@@ -528,7 +509,8 @@ store_bc_call_t *store_bc_cancel_run(store_t *st, const char *channel_id, const 
         active_entry(entry, sizeof(entry), channel_id, id) < 0)
         FAIL_KEYS(status);
     {
-        const char *argv[] = {"EVAL", store_bc_cancel_script, "4", k[0], k[1], k[3], act, app, entry};
+        const char *argv[] = {"EVAL", store_bc_cancel_script, "4", k[0], k[1], k[3], act, app,
+                              entry};
         return send(st, PLAIN(cb), arg, k[0], 9, argv, NULL, status);
     }
 }

@@ -154,18 +154,6 @@ void store_outbox_cancel(store_outbox_call_t *call)
     free(call);
 }
 
-static const char *reply_str(const redisReply *r, size_t *len)
-{
-    if (r == NULL || r->type != REDIS_REPLY_STRING) {
-        if (len != NULL)
-            *len = 0;
-        return "";
-    }
-    if (len != NULL)
-        *len = r->len;
-    return r->str;
-}
-
 /* The entries of one stream's reply ([[id, [field, value, ...]], ...]) into out. */
 static size_t decode_entries(const redisReply *list, unsigned shard, store_outbox_entry_t *out,
                              size_t room)
@@ -183,8 +171,8 @@ static size_t decode_entries(const redisReply *list, unsigned shard, store_outbo
         en.entry_id = e->element[0]->str;
         f = e->element[1];
         for (size_t k = 0; f->type == REDIS_REPLY_ARRAY && k + 1 < f->elements; k += 2) {
-            const char *name = reply_str(f->element[k], NULL);
-            const char *value = reply_str(f->element[k + 1], NULL);
+            const char *name = store_eval_str(f->element[k], NULL);
+            const char *value = store_eval_str(f->element[k + 1], NULL);
             if (strcmp(name, "r") == 0) {
                 en.request_id = value;
             } else if (strcmp(name, "c") == 0) {
@@ -222,7 +210,7 @@ static void on_reply(redisReply *reply, void *arg)
     case C_START: {
         store_outbox_start_t *s = calloc(1, sizeof(*s));
         const char *what = st == STORE_OK && reply->type == REDIS_REPLY_ARRAY && reply->elements > 0
-                               ? reply_str(reply->element[0], NULL)
+                               ? store_eval_str(reply->element[0], NULL)
                                : "";
         if (s == NULL) {
             st = STORE_UNAVAILABLE;
@@ -245,11 +233,11 @@ static void on_reply(redisReply *reply, void *arg)
             s->crashed = store_eval_int(reply->element[2]) == 1;
             s->expired = store_eval_int(reply->element[3]) == 1;
             s->attempts = store_eval_int(reply->element[4]);
-            s->body = reply_str(reply->element[5], &s->body_len);
-            s->app = reply_str(reply->element[6], NULL);
+            s->body = store_eval_str(reply->element[5], &s->body_len);
+            s->app = store_eval_str(reply->element[6], NULL);
             s->bulk = store_eval_int(reply->element[7]) == 1;
             for (unsigned i = 0; i < s->next; i++)
-                s->elements[i] = reply_str(reply->element[8 + i], &s->element_lens[i]);
+                s->elements[i] = store_eval_str(reply->element[8 + i], &s->element_lens[i]);
         } else {
             st = STORE_BAD_RECORD;
         }
@@ -268,19 +256,19 @@ static void on_reply(redisReply *reply, void *arg)
         else if (st == STORE_OK && reply->elements == 0)
             st = STORE_NOT_FOUND;
         if (st == STORE_OK) {
-            s->app = reply_str(reply->element[0], NULL);
-            s->status = reply_str(reply->element[1], NULL);
+            s->app = store_eval_str(reply->element[0], NULL);
+            s->status = store_eval_str(reply->element[1], NULL);
             s->attempts = store_eval_int(reply->element[2]);
             s->created_ms = store_eval_int(reply->element[3]);
             s->updated_ms = store_eval_int(reply->element[4]);
-            s->result = reply_str(reply->element[5], &s->result_len);
+            s->result = store_eval_str(reply->element[5], &s->result_len);
             if (s->result_len == 0)
                 s->result = NULL;
-            s->callback = reply_str(reply->element[6], NULL);
-            s->member_id = reply_str(reply->element[7], NULL);
+            s->callback = store_eval_str(reply->element[6], NULL);
+            s->member_id = store_eval_str(reply->element[7], NULL);
             s->n_elements = (unsigned)(reply->elements - 8);
             for (unsigned i = 0; i < s->n_elements; i++)
-                s->elements[i] = reply_str(reply->element[8 + i], &s->element_lens[i]);
+                s->elements[i] = store_eval_str(reply->element[8 + i], &s->element_lens[i]);
         }
         ((store_outbox_status_cb *)c->cb)(c->arg, st, st == STORE_OK ? s : NULL);
         free(s);
@@ -472,7 +460,7 @@ static void on_read(redisReply *reply, void *arg)
         unsigned shard;
         if (s->type != REDIS_REPLY_ARRAY || s->elements != 2)
             continue;
-        key = reply_str(s->element[0], NULL);
+        key = store_eval_str(s->element[0], NULL);
         /* the shard is the number between the braces of the stream's key */
         if ((key = strrchr(key, '{')) == NULL)
             continue;
