@@ -9,7 +9,10 @@
  * call may have gone out when an attempt died is reported 125; one that surely reached no
  * platform (a rate limit's wait past the deadline, a 5xx, a refused connection) is tried again
  * after a jittered backoff, until the queue TTL (128). A request's status callback is an entry
- * of the same stream, written by the script that ends the request. */
+ * of the same stream, written by the script that ends the request, and posted signed by
+ * outbox_post.c; so is a webhook event (webhook.c queued it, one entry per subscription), once
+ * the member's previous event to that subscription is finished. GET /requests/<id> is
+ * outbox_status.c's. */
 #include "outbox.h"
 
 #include "../core/clock.h"
@@ -17,28 +20,22 @@
 #include "../core/rng.h"
 #include "../store/outbox.h"
 #include "log.h"
+#include "outbox_post.h"
+#include "outbox_status.h"
 
 #include <event2/event.h>
-#include <event2/http.h>
-#include <openssl/hmac.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define BLOCK_MS            5000   /* a blocking read's wait: the connection shows it is alive */
-#define READ_RETRY_MS       1000   /* after a failed read or start */
-#define LEASE_MARGIN_MS     5000   /* an attempt's lease past its deadline */
-#define BACKOFF_FIRST_MS    1000   /* contract.md section 12: 1 s doubling... */
-#define BACKOFF_MAX_MS      300000 /* ...at most 5 min between tries */
-#define CALLBACK_FOR_MS     (24LL * 3600 * 1000) /* a status callback is tried this long */
-#define CALLBACK_ANSWER_MAX 4096
-#define REQUEST_ID_LEN      24 /* 2 hex of the shard, 22 random */
-#define STATUS_PATH         "/requests/"
-#define DEPTH_EVERY_MS      5000
-#define READ_COUNT          8 /* entries one read takes at most */
+#define BLOCK_MS        5000 /* a blocking read's wait: the connection shows it is alive */
+#define READ_RETRY_MS   1000 /* after a failed read or start */
+#define LEASE_MARGIN_MS 5000 /* an attempt's lease past its deadline */
+#define RETRY_AFTER_MS  1000 /* a 429 without Retry-After: as a first backoff */
+#define DEPTH_EVERY_MS  5000
+#define READ_COUNT      8 /* entries one read takes at most */
 
 typedef struct ob_job ob_job_t;
-typedef struct ob_get ob_get_t;
 
 /* Owned by the worker (outbox_new, outbox_free). */
 struct outbox {
@@ -54,7 +51,7 @@ struct outbox {
     store_outbox_call_t *claim, *depth;
     ob_job_t *jobs, *jobs_last;
     unsigned n_jobs;
-    ob_get_t *gets, *gets_last; /* GET /requests in flight */
+    outbox_status_t *status; /* GET /requests in flight */
     char consumer[48];
 };
 
@@ -65,7 +62,8 @@ struct ob_job {
     outbox_t *ob;
     ob_job_t *prev, *next;
     unsigned shard;
-    unsigned callback : 1;    /* a status callback, else a request */
+    unsigned callback : 1;    /* a status callback */
+    unsigned event : 1;       /* a webhook event to a subscription; neither: a request */
     unsigned stale : 1;       /* woken while its start was out: start again */
     unsigned running : 1;     /* an attempt's op holds it */
     unsigned stop : 1;        /* the attempt stopped at a response to try again (stop_at) */
@@ -85,25 +83,11 @@ struct ob_job {
     int64_t attempts, retry_ms;
     metrics_retry_t reason;
     char *elements[STORE_OUTBOX_ELEMENTS_MAX]; /* of the responses before next */
-    /* a callback */
-    net_xfer_t *xfer;
+    /* a callback or an event */
+    outbox_post_t *post;
+    /* an event: posted to url (app: whose secret signs it) as number seq of its member's */
     char *url, *body;
-    int64_t since_ms; /* when the request ended (wall clock) */
-    unsigned tries;
-};
-
-/* A GET /requests/<id> in flight. */
-struct ob_get {
-    outbox_t *ob;
-    ob_get_t *prev, *next;
-    struct evhttp_request *req;
-    store_call_t *token_call;
-    store_outbox_call_t *call;
-    auth_token_t token;
-    unsigned shard;
-    int64_t started_us;
-    char id[REQUEST_ID_LEN + 1];
-    char request_id[17];
+    int64_t seq;
 };
 
 static metrics_t *metrics(const outbox_t *ob)
@@ -117,25 +101,10 @@ static void count(atomic_uint_fast64_t *c)
 }
 
 /* The shard of a member: all of its requests go to one stream, so that one script sees their
- * order (FNV-1a of channel and member). */
+ * order. */
 static unsigned shard_of(const outbox_t *ob, const char *channel_id, const char *member_id)
 {
-    uint32_t h = 2166136261u;
-
-    for (const char *p = channel_id; *p; p++)
-        h = (h ^ (unsigned char)*p) * 16777619u;
-    h = (h ^ 0xff) * 16777619u; /* a byte no id has between them */
-    for (const char *p = member_id; *p; p++)
-        h = (h ^ (unsigned char)*p) * 16777619u;
-    return h % ob->shards;
-}
-
-/* The shard a request id names, -1 when it is not one of ours (24 lower-case hex). */
-static int id_shard(const char *id)
-{
-    if (strlen(id) != REQUEST_ID_LEN || strspn(id, "0123456789abcdef") != REQUEST_ID_LEN)
-        return -1;
-    return (int)strtol((char[]){id[0], id[1], '\0'}, NULL, 16);
+    return store_outbox_shard(ob->shards, channel_id, member_id);
 }
 
 static void arm(struct event *ev, int64_t ms)
@@ -149,27 +118,12 @@ static void arm(struct event *ev, int64_t ms)
     evtimer_add(ev, &tv);
 }
 
-/* Jittered exponential backoff after the attempts so far: 1 s doubling, at most 5 min, each a
- * random time between half and all of it (instances that failed together spread out). */
-static int64_t backoff_ms(outbox_t *ob, int64_t attempts)
-{
-    int64_t ms = BACKOFF_FIRST_MS;
-    char hex[9];
-
-    for (int64_t i = 1; i < attempts && ms < BACKOFF_MAX_MS; i++)
-        ms *= 2;
-    if (ms > BACKOFF_MAX_MS)
-        ms = BACKOFF_MAX_MS;
-    rng_hex(&ob->env->deliver.rng, hex, 8);
-    return ms / 2 + (int64_t)(strtoul(hex, NULL, 16) % (uint64_t)(ms / 2 + 1));
-}
-
 /* ---- accepting ---- */
 
 /* An accept's state, op->outbox of an async op. */
 typedef struct ob_accept {
     store_outbox_call_t *call;
-    char id[REQUEST_ID_LEN + 1];
+    char id[OUTBOX_REQUEST_ID_LEN + 1];
 } ob_accept_t;
 
 static void on_accepted(void *arg, store_status_t st, int64_t created_ms)
@@ -235,7 +189,7 @@ static void ob_accept(op_t *op)
     op->outbox = a;
     shard = shard_of(ob, op->target.channel_id, op->member_id);
     snprintf(a->id, sizeof(a->id), "%02x", shard);
-    rng_hex(&op->env->deliver.rng, a->id + 2, REQUEST_ID_LEN - 2);
+    rng_hex(&op->env->deliver.rng, a->id + 2, OUTBOX_REQUEST_ID_LEN - 2);
     /* the request as it runs: addressed by the member it was resolved to (a recipientId made
      * it already), without what only the accept reads */
     body = json_copy(op->send.root);
@@ -272,6 +226,7 @@ static void ob_accept(op_t *op)
 static void outbox_read(outbox_t *ob);
 static void job_start(ob_job_t *job);
 static void callback_start(ob_job_t *job);
+static void event_start(ob_job_t *job);
 
 static void job_free(ob_job_t *job)
 {
@@ -281,8 +236,7 @@ static void job_free(ob_job_t *job)
     if (job->timer != NULL)
         event_free(job->timer);
     store_unwatch(job->sub);
-    if (job->xfer != NULL)
-        net_cancel(job->xfer);
+    outbox_post_cancel(job->post);
     for (unsigned i = 0; i < STORE_OUTBOX_ELEMENTS_MAX; i++)
         free(job->elements[i]);
     free(job->app);
@@ -301,7 +255,7 @@ static void job_wake(ob_job_t *job)
         job_free(job);
         return;
     }
-    if (job->call != NULL || job->xfer != NULL) {
+    if (job->call != NULL || job->post != NULL) {
         job->stale = 1;
         return;
     }
@@ -310,6 +264,8 @@ static void job_wake(ob_job_t *job)
         return;
     if (job->callback)
         callback_start(job);
+    else if (job->event)
+        event_start(job);
     else
         job_start(job);
 }
@@ -367,6 +323,22 @@ static void job_add(outbox_t *ob, const store_outbox_entry_t *e)
     job->ob = ob;
     job->shard = e->shard;
     job->callback = e->callback != 0;
+    if (e->subscription != NULL) {
+        job->event = 1;
+        job->seq = e->seq;
+        job->app = strdup(e->app);
+        job->url = strdup(e->url);
+        job->body = strndup(e->body, e->body_len);
+        if (job->app == NULL || job->url == NULL || job->body == NULL) {
+            free(job->app);
+            free(job->url);
+            free(job->body);
+            free(job->entry);
+            event_free(job->timer);
+            free(job);
+            return; /* left pending: taken over later */
+        }
+    }
     DLIST_APPEND(ob->jobs, ob->jobs_last, job);
     ob->n_jobs++;
     job_wake(job);
@@ -471,12 +443,12 @@ static int element_retry(outbox_t *ob, const json_t *el, int unsent, int64_t att
         return 0;
     if (code == BG_ERR_RATE_LIMITED) {
         json_int_t after = json_integer_value(json_object_get(e, "retryAfterMs"));
-        *delay_ms = (after > 0 ? after : BACKOFF_FIRST_MS) + backoff_ms(ob, 1) / 10;
+        *delay_ms = (after > 0 ? after : RETRY_AFTER_MS) + outbox_backoff_ms(ob->env, 1) / 10;
         *reason = METRICS_RETRY_RATE_LIMITED;
         return 1;
     }
     if (unsent && (code == BG_ERR_PLATFORM || code == BG_ERR_STORE)) {
-        *delay_ms = backoff_ms(ob, attempts);
+        *delay_ms = outbox_backoff_ms(ob->env, attempts);
         *reason = code == BG_ERR_STORE ? METRICS_RETRY_STORE : METRICS_RETRY_PLATFORM;
         return 1;
     }
@@ -687,7 +659,7 @@ static void ob_answered(op_t *op, int status, int code, const char *text, size_t
     } else if (status != 200 && (code == BG_ERR_STORE || code == BG_ERR_UNAVAILABLE ||
                                  (code == BG_ERR_PLATFORM && op->dl.last_unsent))) {
         /* the request failed whole before anything was sent: tried again */
-        job->retry_ms = backoff_ms(ob, job->attempts);
+        job->retry_ms = outbox_backoff_ms(ob->env, job->attempts);
         job->reason = code == BG_ERR_PLATFORM ? METRICS_RETRY_PLATFORM : METRICS_RETRY_STORE;
         job_end(job, NULL, NULL, 0);
     } else if (status == 200 && n > 0 &&
@@ -832,290 +804,16 @@ void outbox_watch_depth(outbox_t *ob)
     arm(ob->depth_timer, 0);
 }
 
-/* ---- the status: GET /requests/<id> and the callbacks ---- */
-
-/* {"ok":1,"requestId":..,"status":..,"attempts":N,"createdAt":..,"updatedAt":..,<result>}, and
- * "eventId" first for a callback. NULL when out of memory. */
-static char *status_text(const char *id, const store_outbox_status_t *s, const char *event_id,
-                         size_t *len)
-{
-    jsonw_t w;
-    char *text;
-
-    jw_init(&w);
-    jw_lit(&w, "{\"ok\":1,");
-    if (event_id != NULL) {
-        jw_lit(&w, "\"eventId\":");
-        jw_str(&w, event_id);
-        jw_lit(&w, ",");
-    }
-    jw_lit(&w, "\"requestId\":");
-    jw_str(&w, id);
-    jw_lit(&w, ",\"status\":");
-    jw_str(&w, s->status);
-    jw_lit(&w, ",\"attempts\":");
-    jw_int(&w, s->attempts);
-    jw_lit(&w, ",\"createdAt\":");
-    jw_int(&w, s->created_ms);
-    jw_lit(&w, ",\"updatedAt\":");
-    jw_int(&w, s->updated_ms);
-    jw_lit(&w, ",");
-    if (s->result != NULL) {
-        jw_raw(&w, s->result, s->result_len);
-    } else {
-        /* the elements so far; a response not recorded yet has none */
-        int ok = 1, first = 1;
-        for (unsigned i = 0; i < s->n_elements; i++)
-            if (memmem(s->elements[i], s->element_lens[i], "\"error\":{", 9) != NULL)
-                ok = 0;
-        jw_lit(&w, ok ? "\"sendResult\":{\"ok\":1,\"member\":"
-                      : "\"sendResult\":{\"ok\":0,\"member\":");
-        jw_str(&w, s->member_id);
-        jw_lit(&w, ",\"result\":[");
-        for (unsigned i = 0; i < s->n_elements; i++) {
-            if (s->element_lens[i] == 0)
-                continue;
-            if (!first)
-                jw_lit(&w, ",");
-            jw_raw(&w, s->elements[i], s->element_lens[i]);
-            first = 0;
-        }
-        jw_lit(&w, "]}");
-    }
-    jw_lit(&w, "}");
-    if (w.failed || (text = jw_steal(&w, len)) == NULL) {
-        jw_free(&w);
-        return NULL;
-    }
-    return text;
-}
-
-static void get_free(ob_get_t *g)
-{
-    store_cancel(g->token_call);
-    store_outbox_cancel(g->call);
-    auth_token_free(&g->token);
-    DLIST_UNLINK(g->ob->gets, g->ob->gets_last, g);
-    free(g);
-}
-
-/* Answers (text taken over) and frees g. */
-static void get_answer(ob_get_t *g, int status, int code, char *text, size_t len)
-{
-    op_env_t *env = g->ob->env;
-    http_answer_t a;
-
-    memset(&a, 0, sizeof(a));
-    a.status = status;
-    a.code = code;
-    a.route = METRICS_ROUTE_REQUESTS;
-    a.request_id = g->request_id;
-    a.app = g->token.record != NULL ? g->token.app : NULL;
-    a.started_us = g->started_us;
-    a.close = env->draining != 0;
-    http_answer(env->http, g->req, &a, text, len);
-    get_free(g);
-}
-
-static void get_fail(ob_get_t *g, int code, const char *msg)
-{
-    bg_error_t err;
-    json_t *body;
-    char *text;
-    size_t len = 0;
-
-    bg_error_set(&err, code, "%s", msg);
-    body = bg_error_to_json(&err);
-    text = body != NULL ? jw_dump(body, &len) : NULL;
-    json_decref(body);
-    get_answer(g, 500, code, text, len);
-}
-
-static void on_get_status(void *arg, store_status_t st, const store_outbox_status_t *s)
-{
-    ob_get_t *g = arg;
-    char *text;
-    size_t len = 0;
-
-    g->call = NULL;
-    if (st == STORE_UNAVAILABLE || st == STORE_BUSY) {
-        get_fail(g, BG_ERR_STORE, "store unavailable");
-        return;
-    }
-    /* another app's request is answered exactly like one that does not exist */
-    if (st != STORE_OK || strcmp(s->app, g->token.app) != 0) {
-        get_fail(g, BG_ERR_NOT_FOUND, "not found");
-        return;
-    }
-    if ((text = status_text(g->id, s, NULL, &len)) == NULL) {
-        get_fail(g, BG_ERR_UNAVAILABLE, "out of memory");
-        return;
-    }
-    get_answer(g, 200, 0, text, len);
-}
-
-/* The token is known: is it allowed, and is the request its app's? */
-static void get_check(ob_get_t *g, store_status_t st, const json_t *record)
-{
-    store_status_t cst = STORE_OK;
-
-    if (st == STORE_UNAVAILABLE || st == STORE_BUSY) {
-        get_fail(g, BG_ERR_STORE, "store unavailable");
-        return;
-    }
-    if (st != STORE_OK || auth_token_decode(record, &g->token) < 0 ||
-        !auth_allows(&g->token, AUTH_ACCEPT_SEND, clock_wall_ms())) {
-        get_fail(g, BG_ERR_UNAUTHORIZED, "User is not authorized");
-        return;
-    }
-    if (g->shard >= 256) {
-        get_fail(g, BG_ERR_NOT_FOUND, "not found");
-        return;
-    }
-    g->call =
-        store_outbox_status(g->ob->env->deliver.store, g->shard, g->id, on_get_status, g, &cst);
-    if (g->call == NULL)
-        get_fail(g, BG_ERR_STORE, "store unavailable");
-}
-
-static void on_get_token(void *arg, store_status_t st, json_t *value)
-{
-    ob_get_t *g = arg;
-
-    g->token_call = NULL;
-    get_check(g, st, value);
-    json_decref(value);
-}
-
-void outbox_status_route(void *arg, struct evhttp_request *req)
-{
-    outbox_t *ob = arg;
-    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
-    const char *id = evhttp_uri_get_path(uri) + sizeof(STATUS_PATH) - 1;
-    char hash[AUTH_HASH_HEX];
-    ob_get_t *g = calloc(1, sizeof(*g));
-    store_status_t st = STORE_OK;
-    json_t *cached;
-    int shard = id_shard(id);
-
-    if (g == NULL) {
-        http_send_json(req, 503, "Service Unavailable",
-                       "{\"ok\":0,\"err_code\":121,\"err\":\"out of memory\","
-                       "\"error\":\"out of memory\"}");
-        return;
-    }
-    g->ob = ob;
-    g->req = req;
-    g->started_us = clock_mono_us();
-    g->shard = shard < 0 ? 256 : (unsigned)shard; /* not one of ours: not found, once allowed */
-    if (shard >= 0)
-        memcpy(g->id, id, REQUEST_ID_LEN + 1);
-    rng_hex(&ob->env->deliver.rng, g->request_id, 16);
-    DLIST_APPEND(ob->gets, ob->gets_last, g);
-    if (op_request_token(req, hash) < 0) {
-        get_fail(g, BG_ERR_UNAUTHORIZED, "User is not authorized");
-        return;
-    }
-    if ((cached = store_cached_token(ob->env->deliver.store, hash)) != NULL) {
-        get_check(g, STORE_OK, cached);
-        json_decref(cached);
-        return;
-    }
-    g->token_call = store_get_token(ob->env->deliver.store, hash, on_get_token, g, &st);
-    if (g->token_call == NULL)
-        get_fail(g, BG_ERR_STORE, "store unavailable");
-}
-
 /* ---- status callbacks ---- */
 
-static void callback_done(ob_job_t *job, int delivered)
+static void on_callback_posted(void *arg, int delivered)
 {
+    ob_job_t *job = arg;
+
+    job->post = NULL;
     count(&metrics(job->ob)->callbacks[delivered ? 0 : 1]);
     store_outbox_ack(job->ob->env->deliver.store, job->shard, job->entry);
     job_free(job);
-}
-
-/* Not answered 2xx: again after a backoff, for 24 h after the request ended. */
-static void callback_again(ob_job_t *job)
-{
-    if (clock_wall_ms() - job->since_ms > CALLBACK_FOR_MS) {
-        log_msg(LOG_WARN, "outbox: status callback of request %s not taken in 24 h: dropped",
-                job->id);
-        callback_done(job, 0);
-        return;
-    }
-    count(&metrics(job->ob)->callback_retries);
-    job_later(job, backoff_ms(job->ob, ++job->tries));
-}
-
-static void on_callback_answer(void *arg, const net_answer_t *ans)
-{
-    ob_job_t *job = arg;
-
-    job->xfer = NULL;
-    metrics_call(metrics(job->ob), "webhook", ans->status, (int64_t)ans->elapsed_us);
-    if (ans->status >= 200 && ans->status < 300)
-        callback_done(job, 1);
-    else
-        callback_again(job);
-}
-
-/* Botgate-Signature: t=<unix s>,v1=<hex HMAC-SHA256 of "<t>.<body>"> with the app's secret. */
-static char *signature(const char *secret, const char *body)
-{
-    char t[24], *msg, *out;
-    unsigned char mac[32];
-    unsigned mac_len = 0;
-    size_t n;
-
-    snprintf(t, sizeof(t), "%lld", (long long)(clock_wall_ms() / 1000));
-    n = strlen(t) + 1 + strlen(body);
-    if ((msg = malloc(n + 1)) == NULL)
-        return NULL;
-    snprintf(msg, n + 1, "%s.%s", t, body);
-    if (HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)msg, n, mac,
-             &mac_len) == NULL ||
-        (out = malloc(64 + 64)) == NULL) {
-        free(msg);
-        return NULL;
-    }
-    free(msg);
-    n = (size_t)snprintf(out, 64, "Botgate-Signature: t=%s,v1=", t);
-    for (unsigned i = 0; i < mac_len; i++)
-        n += (size_t)snprintf(out + n, 3, "%02x", mac[i]);
-    return out;
-}
-
-static void on_callback_secret(void *arg, store_status_t st, const char *secret)
-{
-    ob_job_t *job = arg;
-    outbox_t *ob = job->ob;
-    adapter_call_t c = {0};
-    int h = 0;
-
-    job->call = NULL;
-    if (st == STORE_UNAVAILABLE || st == STORE_BUSY) {
-        callback_again(job);
-        return;
-    }
-    c.method = "POST";
-    c.url = strdup(job->url);
-    c.headers[h++] = strdup("Content-Type: application/json");
-    if (secret != NULL) /* an app without a secret gets its callbacks unsigned */
-        c.headers[h++] = signature(secret, job->body);
-    c.body_len = strlen(job->body);
-    c.body = strdup(job->body);
-    if (c.url == NULL || c.headers[0] == NULL || (secret != NULL && c.headers[1] == NULL) ||
-        c.body == NULL) {
-        adapter_call_free(&c);
-        callback_again(job);
-        return;
-    }
-    job->xfer =
-        deliver_net_start(ob->env->deliver.up_user, &c, ob->env->deliver.cfg->upstream_timeout_ms,
-                          CALLBACK_ANSWER_MAX, 0, on_callback_answer, job);
-    if (job->xfer == NULL)
-        callback_again(job);
 }
 
 static void on_callback_status(void *arg, store_status_t st, const store_outbox_status_t *s)
@@ -1123,32 +821,25 @@ static void on_callback_status(void *arg, store_status_t st, const store_outbox_
     ob_job_t *job = arg;
     outbox_t *ob = job->ob;
     char event_id[80];
+    char *body;
     size_t len = 0;
-    store_status_t sst = STORE_OK;
 
     job->call = NULL;
     if (st == STORE_NOT_FOUND || (st == STORE_OK && s->callback[0] == '\0')) {
-        callback_done(job, 0); /* the record is gone: nothing to tell */
-        return;
-    }
-    if (st != STORE_OK) {
-        callback_again(job);
+        on_callback_posted(job, 0); /* the record is gone: nothing to tell */
         return;
     }
     /* one per callback, the same on each try: the receiver's de-duplication key */
     snprintf(event_id, sizeof(event_id), "%s.%s", job->id, job->entry);
-    free(job->body);
-    free(job->url);
-    job->body = status_text(job->id, s, event_id, &len);
-    job->url = strdup(s->callback);
-    job->since_ms = s->updated_ms;
-    if (job->body == NULL || job->url == NULL) {
-        callback_again(job);
-        return;
+    body = st == STORE_OK ? outbox_status_text(job->id, s, event_id, &len) : NULL;
+    if (body != NULL) {
+        outbox_post_req_t req = {s->app,   s->callback,   body,
+                                 event_id, s->updated_ms, &metrics(ob)->callback_retries};
+        job->post = outbox_post_start(ob->env, &req, on_callback_posted, job);
+        free(body);
     }
-    job->call = store_outbox_secret(ob->env->deliver.store, s->app, on_callback_secret, job, &sst);
-    if (job->call == NULL)
-        callback_again(job);
+    if (job->post == NULL) /* the status not read, or out of memory */
+        job_later(job, outbox_backoff_ms(ob->env, ++job->attempts));
 }
 
 static void callback_start(ob_job_t *job)
@@ -1162,7 +853,96 @@ static void callback_start(ob_job_t *job)
         job_later(job, READ_RETRY_MS);
 }
 
+/* ---- webhook events to subscriptions ---- */
+
+/* The job's entry as the store names it. */
+static store_outbox_entry_t event_entry(const ob_job_t *job)
+{
+    store_outbox_entry_t e;
+
+    memset(&e, 0, sizeof(e));
+    e.shard = job->shard;
+    e.entry_id = job->entry;
+    e.request_id = job->id;
+    e.order_key = job->order;
+    e.seq = job->seq;
+    return e;
+}
+
+static void on_event_posted(void *arg, int delivered)
+{
+    ob_job_t *job = arg;
+    store_outbox_entry_t e = event_entry(job);
+
+    job->post = NULL;
+    count(&metrics(job->ob)->webhook_posts[delivered ? 0 : 1]);
+    /* delivered, or given up after 24 h: either way the member's next event may go */
+    store_outbox_event_end(job->ob->env->deliver.store, &e);
+    job_free(job);
+}
+
+static void on_event_turn(void *arg, store_status_t st, int turn)
+{
+    ob_job_t *job = arg;
+    outbox_t *ob = job->ob;
+
+    job->call = NULL;
+    if (st != STORE_OK) {
+        job_later(job, READ_RETRY_MS);
+        return;
+    }
+    if (turn == 2) { /* posted before (its end was lost): only the entry is left */
+        store_outbox_entry_t e = event_entry(job);
+        store_outbox_event_end(ob->env->deliver.store, &e);
+        job_free(job);
+        return;
+    }
+    if (turn == 0) { /* the member's previous event to this subscription is not finished */
+        if (job->stale) {
+            event_start(job);
+            return;
+        }
+        if (job->sub == NULL)
+            job->sub = store_watch_key(ob->env->deliver.store, job->order, on_order, job);
+        job_later(job, ob->env->deliver.cfg->outbox_claim_ms);
+        return;
+    }
+    store_unwatch(job->sub);
+    job->sub = NULL;
+    evtimer_del(job->timer);
+    {
+        /* the 24 h are counted from the event's queuing: its entry id's milliseconds */
+        outbox_post_req_t req = {job->app,
+                                 job->url,
+                                 job->body,
+                                 job->id,
+                                 strtoll(job->entry, NULL, 10),
+                                 &metrics(ob)->webhook_post_retries};
+        job->post = outbox_post_start(ob->env, &req, on_event_posted, job);
+    }
+    if (job->post == NULL)
+        job_later(job, outbox_backoff_ms(ob->env, ++job->attempts));
+}
+
+static void event_start(ob_job_t *job)
+{
+    store_outbox_entry_t e = event_entry(job);
+    store_status_t st = STORE_OK;
+
+    job->stale = 0;
+    job->call = store_outbox_event_turn(job->ob->env->deliver.store, &e, on_event_turn, job, &st);
+    if (job->call == NULL)
+        job_later(job, READ_RETRY_MS);
+}
+
 /* ---- the worker's outbox ---- */
+
+void outbox_status_route(void *arg, struct evhttp_request *req)
+{
+    outbox_t *ob = arg;
+
+    outbox_status_get(ob->status, req);
+}
 
 outbox_t *outbox_new(op_env_t *env, int worker_id)
 {
@@ -1179,10 +959,12 @@ outbox_t *outbox_new(op_env_t *env, int worker_id)
     snprintf(ob->consumer, sizeof(ob->consumer), "%s-%d", hex, worker_id);
     ob->hooks =
         (op_outbox_t){ob, ob_accept, ob_answered, ob_progress, ob_resumed, ob_cancel, ob_release};
+    ob->status = outbox_status_new(env);
     ob->read_timer = evtimer_new(env->deliver.base, on_read_timer, ob);
     ob->claim_timer = evtimer_new(env->deliver.base, on_claim_timer, ob);
     ob->depth_timer = evtimer_new(env->deliver.base, on_depth_timer, ob);
-    if (ob->read_timer == NULL || ob->claim_timer == NULL || ob->depth_timer == NULL) {
+    if (ob->status == NULL || ob->read_timer == NULL || ob->claim_timer == NULL ||
+        ob->depth_timer == NULL) {
         outbox_free(ob);
         return NULL;
     }
@@ -1213,8 +995,7 @@ void outbox_free(outbox_t *ob)
     ob->reader = NULL;
     store_outbox_cancel(ob->claim);
     store_outbox_cancel(ob->depth);
-    while (ob->gets != NULL)
-        get_free(ob->gets);
+    outbox_status_free(ob->status);
     /* what is not finished stays pending in Redis: another consumer takes it over */
     while (ob->jobs != NULL)
         job_free(ob->jobs);
