@@ -187,6 +187,41 @@ class Cancel(Case):
         self.assertEqual(self.status(bid, method="DELETE").json["state"], "cancelled")
 
 
+class Priority(Case):
+    def test_conversation_goes_ahead_of_the_broadcast(self):
+        """contract.md section 12, last point: a synchronous send to the sender of a running
+        broadcast takes the next slot of its limit, not one behind the broadcast's window
+        (two seconds of it: 20 messages here). Judged by the simulator's order, not by time:
+        how many broadcast messages it took between the send and the send's own message."""
+        s = self.s
+        s.put("channel", facebook_channel("fbprio", APP, rateLimit={"perSecond": 10}))
+        ids = ["pm%02d" % i for i in range(50)]
+        for m in ids + ["talker"]:
+            s.put("member", member(m, "fbprio", APP, "psid-" + m))
+        a = self.post({"channelId": "fbprio", "recipients": {"memberIds": ids},
+                       "response": [{"type": "TEXT", "text": "prio {{member._id}}"}]})
+        bid = a.json["broadcastId"]
+        wait_for(lambda: self.status(bid).json["sent"] >= 10, timeout=60, what="10 sent")
+        behind = []
+        for n in range(3):
+            before = len(self.took("prio pm"))
+            r = s.send({"channelId": "fbprio", "memberId": "talker",
+                        "response": [{"type": "TEXT", "text": "talk %d" % n}]}, self.tok_send)
+            self.assertEqual(r.json["sendResult"]["ok"], 1, r)
+            log = [t for t, _, _ in self.took("")]
+            at = log.index("talk %d" % n)
+            behind.append(len([t for t in log[:at] if t.startswith("prio pm")]) - before)
+        self.assertLess(self.status(bid).json["queued"], 50)
+        # a slot at most BULK_AHEAD_MS (50 ms) ahead is taken by the broadcast: one or two
+        # of its messages may go first; behind the window it would be about 20
+        self.assertTrue(all(b <= 5 for b in behind), behind)
+        self.wait_state(bid)
+        # never over the sender limit: 50 + 3 messages at 10/s (burst 1) take 5.2 s at least
+        took = [ts for t, _, ts in self.took("") if t.startswith(("prio pm", "talk "))]
+        span = (took[-1] - took[0]) / 1000
+        self.assertGreaterEqual(span, (len(took) - 1) / 10 * 0.95)
+
+
 class Kill(Case):
     """Three instances deliver one broadcast; one is SIGKILLed while it delivers. Each member
     gets the message once, or is counted unknown (125: its call was in flight); none is lost."""
