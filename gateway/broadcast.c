@@ -19,6 +19,7 @@
 #include "../core/tmpl.h"
 #include "../store/broadcast.h"
 #include "log.h"
+#include "outbox_post.h"
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -47,6 +48,13 @@ typedef enum { R_POST, R_GET, R_DELETE } bc_route_t;
 
 typedef struct bc_req bc_req_t;
 
+/* A status callback being posted (outbox_post.c), until it was taken or given up. */
+typedef struct bc_post {
+    struct broadcasts *b;
+    struct bc_post *prev, *next;
+    outbox_post_t *post;
+} bc_post_t;
+
 /* A take's enqueue call to one shard. */
 typedef struct bc_enqueue {
     broadcasts_t *b;
@@ -69,7 +77,10 @@ struct broadcasts {
     const char **taken; /* the members of the take, confirmed once all enqueues answered */
     char **taken_own;
     size_t n_taken;
-    bc_enqueue_t *enqueue_calls; /* one per shard */
+    bc_enqueue_t *enqueue_calls;   /* one per shard */
+    bc_post_t *posts, *posts_last; /* status callbacks being posted */
+    store_bc_call_t *final_call;   /* the status of a broadcast seen ending, to post it */
+    char final_id[ID_LEN + 1];
     unsigned shards;
 };
 
@@ -103,6 +114,7 @@ struct bc_req {
     char channel_buf[STORE_KEY_MAX];
     struct event *timer; /* DELETE: waits for the attempts running */
     int64_t wait_until_us;
+    int cancelled_here; /* DELETE: this one cancelled it (its callback is posted) */
 };
 
 static metrics_t *metrics(const broadcasts_t *b)
@@ -121,6 +133,8 @@ static void arm(struct event *ev, int64_t ms)
 
     evtimer_add(ev, &tv);
 }
+
+static void pump_next(broadcasts_t *b);
 
 /* ---- answering ---- */
 
@@ -200,17 +214,24 @@ static void req_fail_store(bc_req_t *r, store_status_t st)
 }
 
 /* The status object: {"ok":1,"broadcastId","state","total","queued","sent","failed",
- * "unknown","cancelled","createdAt","updatedAt"}. */
-static void answer_status(bc_req_t *r, const store_bc_status_t *s)
+ * "unknown","cancelled","createdAt","updatedAt"}, with "eventId" first for a status callback.
+ * NULL when out of memory. */
+static char *status_text(const char *id, const store_bc_status_t *s, const char *event_id,
+                         size_t *len)
 {
     int64_t queued = s->total - s->sent - s->failed - s->unknown - s->cancelled;
     jsonw_t w;
     char *text;
-    size_t len = 0;
 
     jw_init(&w);
-    jw_lit(&w, "{\"ok\":1,\"broadcastId\":");
-    jw_str(&w, r->id);
+    jw_lit(&w, "{\"ok\":1,");
+    if (event_id != NULL) {
+        jw_lit(&w, "\"eventId\":");
+        jw_str(&w, event_id);
+        jw_lit(&w, ",");
+    }
+    jw_lit(&w, "\"broadcastId\":");
+    jw_str(&w, id);
     jw_lit(&w, ",\"state\":");
     jw_str(&w, strcmp(s->state, "accepting") == 0 ? "running" : s->state);
     jw_lit(&w, ",\"total\":");
@@ -230,12 +251,75 @@ static void answer_status(bc_req_t *r, const store_bc_status_t *s)
     jw_lit(&w, ",\"updatedAt\":");
     jw_int(&w, s->updated_ms);
     jw_lit(&w, "}");
-    if (w.failed || (text = jw_steal(&w, &len)) == NULL) {
+    if (w.failed || (text = jw_steal(&w, len)) == NULL) {
         jw_free(&w);
+        return NULL;
+    }
+    return text;
+}
+
+static void answer_status(bc_req_t *r, const store_bc_status_t *s)
+{
+    size_t len = 0;
+    char *text = status_text(r->id, s, NULL, &len);
+
+    if (text == NULL) {
         req_fail(r, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
     req_answer(r, 200, 0, text, len);
+}
+
+/* ---- the status callback: the outbox's signed POST (outbox_post.c) ---- */
+
+static void on_posted(void *arg, int delivered)
+{
+    bc_post_t *p = arg;
+    broadcasts_t *b = p->b;
+
+    count(&metrics(b)->callbacks[delivered ? 0 : 1]);
+    DLIST_UNLINK(b->posts, b->posts_last, p);
+    free(p);
+}
+
+/* Posts the broadcast's final status to its statusCallback, if it has one. */
+static void post_status(broadcasts_t *b, const char *id, const store_bc_status_t *s)
+{
+    char event_id[64], *body;
+    size_t len = 0;
+    bc_post_t *p;
+
+    if (s->callback[0] == '\0')
+        return;
+    snprintf(event_id, sizeof(event_id), "%s.%s", id, s->state);
+    if ((body = status_text(id, s, event_id, &len)) == NULL ||
+        (p = calloc(1, sizeof(*p))) == NULL) {
+        free(body);
+        log_msg(LOG_WARN, "broadcast %s: out of memory: its status callback is not posted", id);
+        return;
+    }
+    {
+        outbox_post_req_t req = {s->app,   s->callback,     body,
+                                 event_id, clock_wall_ms(), &metrics(b)->callback_retries};
+        p->b = b;
+        p->post = outbox_post_start(b->env, &req, on_posted, p);
+    }
+    free(body);
+    if (p->post == NULL) {
+        free(p);
+        return;
+    }
+    DLIST_APPEND(b->posts, b->posts_last, p);
+}
+
+static void on_final_status(void *arg, store_status_t st, const store_bc_status_t *s)
+{
+    broadcasts_t *b = arg;
+
+    b->final_call = NULL;
+    if (st == STORE_OK)
+        post_status(b, b->final_id, s);
+    pump_next(b);
 }
 
 /* ---- checking a POST's body (nothing of it needs Redis) ---- */
@@ -262,8 +346,7 @@ static int check_ids(const json_t *list, const char *name, size_t max, bg_error_
     if (json_array_size(list) > RECIPIENTS_MAX)
         return bg_error_set(err, BG_ERR_LIMIT, "more than %d recipients in one broadcast",
                             RECIPIENTS_MAX);
-    json_array_foreach(list, i, v)
-    {
+    json_array_foreach(list, i, v) {
         const char *s = json_string_value(v);
         if (s == NULL || *s == '\0')
             return bg_error_set(err, BG_ERR_MISSING_PARAM,
@@ -340,8 +423,7 @@ static int check_body(bc_req_t *r, bg_error_t *err)
     if (json_array_size(r->responses) > REQUEST_MAX_RESPONSES)
         return bg_error_set(err, BG_ERR_LIMIT, "more than %d responses in one request",
                             REQUEST_MAX_RESPONSES);
-    json_array_foreach(r->responses, i, resp)
-    {
+    json_array_foreach(r->responses, i, resp) {
         char where[32];
         snprintf(where, sizeof(where), "%s[%zu]", name, i);
         /* strings with {{...}} are checked as rendered, for each member */
@@ -544,8 +626,7 @@ static void post_checked(bc_req_t *r)
                  type ? type : "(none)");
         return;
     }
-    json_array_foreach(r->responses, i, resp)
-    {
+    json_array_foreach(r->responses, i, resp) {
         const json_t *fallback, *checked = resp;
         char msg[BG_ERROR_MSG_MAX - 32];
         int code = adapter_check_response(r->ops, resp, NULL, 0);
@@ -772,6 +853,8 @@ static void on_status(void *arg, store_status_t st, const store_bc_status_t *s)
     if (r->route == R_DELETE && s->sending > 0)
         log_msg(LOG_WARN, "broadcast %s cancelled with %lld attempts still running", r->id,
                 (long long)s->sending);
+    if (r->route == R_DELETE && r->cancelled_here)
+        post_status(r->b, r->id, s);
     (void)cst;
     answer_status(r, s);
 }
@@ -802,8 +885,10 @@ static void on_cancelled(void *arg, store_status_t st, int64_t n, const char *te
         req_fail(r, BG_ERR_NOT_FOUND, "not found");
         return;
     }
-    if (strcmp(text, "running") == 0)
+    if (strcmp(text, "running") == 0) {
         count(&metrics(r->b)->broadcasts[2]);
+        r->cancelled_here = 1;
+    }
     r->wait_until_us =
         clock_mono_us() + ((int64_t)cfg->request_timeout_ms + CANCEL_WAIT_EXTRA) * 1000;
     if ((r->timer = evtimer_new(r->b->env->deliver.base, on_cancel_poll, r)) == NULL) {
@@ -952,12 +1037,19 @@ static void on_taken(void *arg, store_status_t st, const store_bc_take_t *t)
 
     b->call = NULL;
     if (st != STORE_OK || strcmp(t->state, "take") != 0) {
-        if (st == STORE_OK && t->ended && strcmp(t->state, "done") == 0) {
+        int done = st == STORE_OK && t->ended && strcmp(t->state, "done") == 0;
+        store_status_t sst = STORE_OK;
+        if (done) {
             count(&metrics(b)->broadcasts[1]);
             log_msg(LOG_INFO, "broadcast %s of channel %s done", b->id, b->channel);
+            /* this take dropped it from the running ones: its callback is this worker's */
+            memcpy(b->final_id, b->id, sizeof(b->final_id));
+            b->final_call =
+                store_bc_status(b->env->deliver.store, b->channel, b->id, on_final_status, b, &sst);
         }
         b->id[0] = '\0'; /* the next running broadcast */
-        pump_next(b);
+        if (b->final_call == NULL)
+            pump_next(b);
         return;
     }
     root = json_loads(t->body, 0, NULL);
@@ -1098,7 +1190,7 @@ static void on_started(void *arg, const char *msg, size_t len)
     (void)msg;
     (void)len;
     /* a look now, unless one is under way (it finds the new one, or the next look does) */
-    if (b->call == NULL && b->active == NULL && b->enqueue_calls == NULL) {
+    if (b->call == NULL && b->active == NULL && b->enqueue_calls == NULL && b->final_call == NULL) {
         evtimer_del(b->pump);
         event_active(b->pump, EV_TIMEOUT, 0);
     }
@@ -1113,7 +1205,7 @@ static void on_pump(evutil_socket_t fd, short what, void *arg)
     (void)what;
     /* one look at a time: a wake-up while one is under way is left to it */
     if (b->env->draining || b->env->outbox == NULL || b->call != NULL || b->active != NULL ||
-        b->enqueue_calls != NULL)
+        b->enqueue_calls != NULL || b->final_call != NULL)
         return;
     b->call = store_bc_active(b->env->deliver.store, on_active, b, &st);
     if (b->call == NULL)
@@ -1156,7 +1248,16 @@ void broadcasts_free(broadcasts_t *b)
     }
     store_unwatch(b->sub);
     store_bc_cancel(b->call);
+    store_bc_cancel(b->final_call);
     take_clear(b);
+    /* a callback not taken yet is not posted again (a broadcast's callback is this worker's
+     * alone: docs/api.md) */
+    while (b->posts != NULL) {
+        bc_post_t *p = b->posts;
+        outbox_post_cancel(p->post);
+        DLIST_UNLINK(b->posts, b->posts_last, p);
+        free(p);
+    }
     free(b->active);
     event_free(b->pump);
     free(b);

@@ -187,6 +187,63 @@ class Cancel(Case):
         self.assertEqual(self.status(bid, method="DELETE").json["state"], "cancelled")
 
 
+class Callback(Case):
+    stack_args = {"workers": 2, "env": {"BOTGATE_ALLOW_PRIVATE_MEDIA": "1"}}
+
+    def test_status_posted_signed_when_done_and_when_cancelled(self):
+        import hashlib
+        import hmac
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        got = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                got.append((dict(self.headers), raw))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+        srv = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        url = "http://127.0.0.1:%d/hook" % srv.server_address[1]
+        try:
+            secret = self.s.ctl("app", "secret", "rotate", "--app", APP).stdout.strip()
+            a = self.post({"channelId": "fbb", "recipients": {"memberIds": ["bm0", "bm1"]},
+                           "response": [{"type": "TEXT", "text": "cb"}], "statusCallback": url})
+            bid = a.json["broadcastId"]
+            self.wait_state(bid)
+            wait_for(lambda: len(got) >= 1, what="the status callback")
+            headers, raw = got[0]
+            body = json.loads(raw)
+            self.assertEqual((body["broadcastId"], body["state"], body["sent"]), (bid, "done", 2))
+            self.assertEqual(body["eventId"], bid + ".done")
+            parts = dict(p.split("=", 1) for p in headers["Botgate-Signature"].split(","))
+            mac = hmac.new(secret.encode(), parts["t"].encode() + b"." + raw,
+                           hashlib.sha256).hexdigest()
+            self.assertEqual(mac, parts["v1"])
+            # cancelled through DELETE: posted once the DELETE is answered
+            self.s.put("channel", facebook_channel("fbcb", APP, rateLimit={"perSecond": 2}))
+            ids = ["cb%02d" % i for i in range(10)]
+            for m in ids:
+                self.s.put("member", member(m, "fbcb", APP, "psid-" + m))
+            a = self.post({"channelId": "fbcb", "recipients": {"memberIds": ids},
+                           "response": [{"type": "TEXT", "text": "cb2"}], "statusCallback": url})
+            bid2 = a.json["broadcastId"]
+            self.assertEqual(self.status(bid2, method="DELETE").json["state"], "cancelled")
+            wait_for(lambda: len(got) >= 2, what="the cancel's callback")
+            body = json.loads(got[1][1])
+            self.assertEqual((body["broadcastId"], body["state"]), (bid2, "cancelled"))
+            time.sleep(1)
+            self.assertEqual(len(got), 2, "posted once each")
+        finally:
+            srv.shutdown()
+            srv.server_close()
+
+
 class Priority(Case):
     def test_conversation_goes_ahead_of_the_broadcast(self):
         """contract.md section 12, last point: a synchronous send to the sender of a running
