@@ -234,22 +234,23 @@ static char *status_text(const char *id, const store_bc_status_t *s, const char 
     jw_str(&w, id);
     jw_lit(&w, ",\"state\":");
     jw_str(&w, strcmp(s->state, "accepting") == 0 ? "running" : s->state);
-    jw_lit(&w, ",\"total\":");
-    jw_int(&w, s->total);
-    jw_lit(&w, ",\"queued\":");
-    jw_int(&w, queued > 0 ? queued : 0);
-    jw_lit(&w, ",\"sent\":");
-    jw_int(&w, s->sent);
-    jw_lit(&w, ",\"failed\":");
-    jw_int(&w, s->failed);
-    jw_lit(&w, ",\"unknown\":");
-    jw_int(&w, s->unknown);
-    jw_lit(&w, ",\"cancelled\":");
-    jw_int(&w, s->cancelled);
-    jw_lit(&w, ",\"createdAt\":");
-    jw_int(&w, s->created_ms);
-    jw_lit(&w, ",\"updatedAt\":");
-    jw_int(&w, s->updated_ms);
+    {
+        const struct {
+            const char *name;
+            int64_t v;
+        } n[] = {{",\"total\":", s->total},
+                 {",\"queued\":", queued > 0 ? queued : 0},
+                 {",\"sent\":", s->sent},
+                 {",\"failed\":", s->failed},
+                 {",\"unknown\":", s->unknown},
+                 {",\"cancelled\":", s->cancelled},
+                 {",\"createdAt\":", s->created_ms},
+                 {",\"updatedAt\":", s->updated_ms}};
+        for (size_t i = 0; i < sizeof(n) / sizeof(n[0]); i++) {
+            jw_lit(&w, n[i].name);
+            jw_int(&w, n[i].v);
+        }
+    }
     jw_lit(&w, "}");
     if (w.failed || (text = jw_steal(&w, len)) == NULL) {
         jw_free(&w);
