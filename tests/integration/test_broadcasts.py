@@ -268,12 +268,23 @@ class Priority(Case):
             log = [t for t, _, _ in self.took("")]
             at = log.index("talk %d" % n)
             behind.append(len([t for t in log[:at] if t.startswith("prio pm")]) - before)
+        # and a single async send: queued beside the broadcast's messages, its slot first
+        before = len(self.took("prio pm"))
+        r = s.post("/sendResponses", {"channelId": "fbprio", "memberId": "talker",
+                                      "response": [{"type": "TEXT", "text": "talk async"}]},
+                   token=self.tok_send, headers={"Prefer": "respond-async"})
+        self.assertEqual(r.status, 202, r)
+        wait_for(lambda: "talk async" in [t for t, _, _ in self.took("talk")], timeout=30,
+                 what="the async send")
+        log = [t for t, _, _ in self.took("")]
+        at = log.index("talk async")
+        behind.append(len([t for t in log[:at] if t.startswith("prio pm")]) - before)
         self.assertLess(self.status(bid).json["queued"], 50)
         # a slot at most BULK_AHEAD_MS (50 ms) ahead is taken by the broadcast: one or two
         # of its messages may go first; behind the window it would be about 20
         self.assertTrue(all(b <= 5 for b in behind), behind)
         self.wait_state(bid)
-        # never over the sender limit: 50 + 3 messages at 10/s (burst 1) take 5.2 s at least
+        # never over the sender limit: 50 + 4 messages at 10/s (burst 1) take 5.3 s at least
         took = [ts for t, _, ts in self.took("") if t.startswith(("prio pm", "talk "))]
         span = (took[-1] - took[0]) / 1000
         self.assertGreaterEqual(span, (len(took) - 1) / 10 * 0.95)
