@@ -90,6 +90,7 @@ static void log_answer(const char *client, const http_answer_t *a, int64_t elaps
     jw_str(&w, a->request_id);
     jw_lit(&w, a->route == METRICS_ROUTE_SEND       ? ",\"route\":\"sendResponses\",\"status\":"
                : a->route == METRICS_ROUTE_REQUESTS ? ",\"route\":\"requests\",\"status\":"
+               : a->route == METRICS_ROUTE_BROADCASTS ? ",\"route\":\"broadcasts\",\"status\":"
                : a->route == METRICS_ROUTE_WEBHOOKS ? ",\"route\":\"webhooks\",\"status\":"
                                                      : ",\"route\":\"redirectMemberToNode\",\"status\":");
     jw_int(&w, a->status);

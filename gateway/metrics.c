@@ -13,7 +13,7 @@ static const double bounds[METRICS_BUCKETS] = {
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 };
 static const char *const route_names[METRICS_ROUTES] = {"sendResponses", "redirectMemberToNode",
-                                                        "requests", "webhooks"};
+                                                        "requests", "broadcasts", "webhooks"};
 static const int statuses[METRICS_STATUSES] = {200, 413, 500, 400, 401, 404, 409, 429, 502, 503, 202};
 static const char *const targets[METRICS_TARGETS] = {
     "facebook", "whatsapp", "whatsapp-cloud", "slack", "wechat", "teamwork", "media", "webhook",
@@ -266,6 +266,14 @@ static void outbox_render(struct evbuffer *b, const metrics_t *const *all, int n
     SUM(v, callback_retries);
     scalar(b, "botgate_outbox_callback_retries_total", "counter",
            "Status callback posts not answered 2xx, tried again later.", (long long)v);
+    header(b, "botgate_broadcasts_total", "counter",
+           "Broadcasts by the state they reached: running (accepted), done, cancelled.");
+    for (int i = 0; i < 3; i++) {
+        static const char *const states[3] = {"running", "done", "cancelled"};
+        SUM(v, broadcasts[i]);
+        evbuffer_add_printf(b, "botgate_broadcasts_total{state=\"%s\"} %llu\n", states[i],
+                            (unsigned long long)v);
+    }
     header(b, "botgate_webhooks_refused_total", "counter",
            "Platform webhooks refused before anything of them was read: a signature or token "
            "missing or wrong, or a replay (slack) or a timestamp outside 5 minutes (slack, WeChat).");

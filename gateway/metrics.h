@@ -12,6 +12,7 @@ typedef enum {
     METRICS_ROUTE_SEND = 0,
     METRICS_ROUTE_REDIRECT,
     METRICS_ROUTE_REQUESTS, /* GET /requests/<id>: a queued request's status */
+    METRICS_ROUTE_BROADCASTS, /* POST /broadcasts, GET and DELETE /broadcasts/<id> */
     METRICS_ROUTE_WEBHOOKS, /* GET|POST /webhooks/<channelId>: the platforms' own webhooks */
     METRICS_ROUTES
 } metrics_route_t;
@@ -70,6 +71,9 @@ typedef struct metrics {
     atomic_uint_fast64_t outbox_retries[METRICS_RETRY_REASONS];   /* metrics_retry_t */
     atomic_uint_fast64_t callbacks[2];                            /* delivered, failed */
     atomic_uint_fast64_t callback_retries;
+    /* broadcasts (contract.md section 13): accepted here, cancelled here, seen done by this
+     * process's delivery (each once in all) */
+    atomic_uint_fast64_t broadcasts[3];
     /* webhooks in (contract.md section 14), by platform */
     atomic_uint_fast64_t webhook_refused[METRICS_PLATFORMS][METRICS_HOOK_REFUSALS];
     atomic_uint_fast64_t webhook_events[METRICS_PLATFORMS];

@@ -405,8 +405,9 @@ static void on_start(void *arg, store_status_t st, const store_outbox_start_t *s
         log_msg(LOG_DEBUG, "outbox: request %s attempt %lld from response %u", job->id,
                 (long long)s->attempts, s->next);
     job->running = 1;
-    if (job->app == NULL ||
-        op_start_queued(ob->env, &op_send_kind, s->body, s->body_len, job->app, job) < 0) {
+    /* a broadcast's message (broadcast.c) takes its rate-limit slots after the others' */
+    if (job->app == NULL || op_start_queued(ob->env, s->bulk ? &op_send_bulk_kind : &op_send_kind,
+                                            s->body, s->body_len, job->app, job) < 0) {
         job->running = 0;
         job->abandon = 1; /* taken over as after a crash: nothing is sent twice */
         job->drop = 1;

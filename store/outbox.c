@@ -34,12 +34,26 @@ static const char ACCEPT_SCRIPT[] =
            "redis.call('PEXPIRE', KEYS[2], ARGV[7]) "
            "redis.call('XADD', KEYS[1], '*', 'r', ARGV[1], 'o', KEYS[3]) return now";
 
+/* A request of a broadcast (store/broadcast.c) names the broadcast's keys in its record: its
+ * attempts running are in the set "bs"; its end counts in the broadcast's record "bc" as kind
+ * (sent, failed, unknown, cancelled), and the last one to end marks the broadcast done (its
+ * delivery then drops it from the running ones). */
+#define BC_END_FN                                                                                  \
+    "local function bc_end(rec, kind, now) "                                                       \
+    "local f = redis.call('HMGET', rec, 'bc', 'bs', 'bt') "                                        \
+    "if not f[1] then return end redis.call('SREM', f[2], rec) if not kind then return end "       \
+    "redis.call('HINCRBY', f[1], kind, 1) "                                                        \
+    "local left = redis.call('HINCRBY', f[1], 'inflight', -1) "                                    \
+    "if left <= 0 and redis.call('HGET', f[1], 'state') == 'running' and "                         \
+    "redis.call('SCARD', f[3]) == 0 then "                                                         \
+    "redis.call('HSET', f[1], 'state', 'done', 'updated', now) end end "
+
 /* KEYS record, order; ARGV owner, lease_ms. A member's requests start in the order of
  * their sequence numbers: the one before must be finished ('done' in the order hash). 'out'
  * stays set while an attempt may have a call out: found set with the lease over, the attempt
  * died, and response 'next' may have been delivered. */
 static const char START_SCRIPT[] =
-    NOW_MS "local r = redis.call('HMGET', KEYS[1], 'status', 'seq', 'due', 'lease', 'ends', "
+    NOW_MS BC_END_FN "local r = redis.call('HMGET', KEYS[1], 'status', 'seq', 'due', 'lease', 'ends', "
            "'next', 'out') "
            "if not r[1] then return {'gone'} end "
            "if r[1] == 'done' or r[1] == 'failed' then return {'final'} end "
@@ -47,15 +61,26 @@ static const char START_SCRIPT[] =
            "return {'order'} end "
            "if r[4] and tonumber(r[4]) > now then return {'wait', tostring(tonumber(r[4]) - now)} "
            "end "
+           /* a cancelled broadcast's request ends here, unsent (unknown when an attempt
+            * died with its call maybe out) */
+           "local bc = redis.call('HGET', KEYS[1], 'bc') "
+           "if bc and redis.call('HGET', bc, 'state') ~= 'running' then "
+           "redis.call('HDEL', KEYS[1], 'body', 'due', 'owner', 'lease', 'out') "
+           "redis.call('HSET', KEYS[1], 'status', 'failed', 'result', "
+           "'\"sendResult\":{\"ok\":0,\"result\":[]},\"error\":{\"err_code\":null,"
+           "\"err\":\"the broadcast was cancelled\"}', 'updated', now) "
+           "redis.call('HSET', KEYS[2], 'done', r[2]) redis.call('PUBLISH', KEYS[2], r[2]) "
+           "bc_end(KEYS[1], r[7] == '1' and 'unknown' or 'cancelled', now) return {'final'} end "
            "local ends = tonumber(r[5]) local expired = now >= ends "
            "if r[3] and tonumber(r[3]) > now and not expired then "
            "return {'wait', tostring(math.min(tonumber(r[3]), ends) - now)} end "
            "redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease', now + ARGV[2], 'out', '1', "
            "'status', 'sending', 'updated', now) "
+           "if bc then redis.call('SADD', redis.call('HGET', KEYS[1], 'bs'), KEYS[1]) end "
            "local n = tonumber(r[6] or '0') "
            "local f = redis.call('HMGET', KEYS[1], 'body', 'app') "
            "local out = {'run', n, r[7] == '1' and 1 or 0, expired and 1 or 0, "
-           "redis.call('HINCRBY', KEYS[1], 'attempts', 1), f[1], f[2]} "
+           "redis.call('HINCRBY', KEYS[1], 'attempts', 1), f[1], f[2], bc and 1 or 0} "
            "for i = 0, n - 1 do out[#out + 1] = redis.call('HGET', KEYS[1], 'e' .. i) or '' end "
            "return out";
 
@@ -95,10 +120,11 @@ static const char RECEIPT_SCRIPT[] =
  * in one step: a crash leaves either all of it or none. The elements' message ids are indexed
  * for their receipts (the last response's element is recorded only here). */
 static const char END_SCRIPT[] =
-    NOW_MS INDEX_MESSAGE_FN
+    NOW_MS BC_END_FN INDEX_MESSAGE_FN
            "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
            "redis.call('HDEL', KEYS[1], 'owner', 'lease', 'out') "
-           "if ARGV[3] == '0' then redis.call('HSET', KEYS[1], 'status', 'queued', 'due', "
+           "if ARGV[3] == '0' then bc_end(KEYS[1], nil, now) "
+           "redis.call('HSET', KEYS[1], 'status', 'queued', 'due', "
            "now + ARGV[6], 'updated', now) return 1 end "
            "local drop = {'due', 'body'} "
            "for i = 0, tonumber(redis.call('HGET', KEYS[1], 'next') or '0') - 1 do "
@@ -113,6 +139,8 @@ static const char END_SCRIPT[] =
            "index_message(KEYS[1], el, i - 1, ARGV[10], ARGV[9], ARGV[7]) end end "
            "local seq = redis.call('HGET', KEYS[1], 'seq') "
            "redis.call('HSET', KEYS[2], 'done', seq) redis.call('PUBLISH', KEYS[2], seq) "
+           "bc_end(KEYS[1], ARGV[4] == 'done' and 'sent' or "
+           "(string.find(ARGV[5], '\"err_code\":125', 1, true) and 'unknown' or 'failed'), now) "
            "redis.call('XACK', KEYS[3], ARGV[8], ARGV[2]) redis.call('XDEL', KEYS[3], ARGV[2]) "
            "if (redis.call('HGET', KEYS[1], 'cb') or '') ~= '' then "
            "redis.call('XADD', KEYS[3], '*', 'c', ARGV[9]) end return 1";
@@ -208,18 +236,6 @@ void store_outbox_cancel(store_outbox_call_t *call)
     free(call);
 }
 
-static const char *reply_str(const redisReply *r, size_t *len)
-{
-    if (r == NULL || r->type != REDIS_REPLY_STRING) {
-        if (len != NULL)
-            *len = 0;
-        return "";
-    }
-    if (len != NULL)
-        *len = r->len;
-    return r->str;
-}
-
 /* The entries of one stream's reply ([[id, [field, value, ...]], ...]) into out. */
 static size_t decode_entries(const redisReply *list, unsigned shard, store_outbox_entry_t *out,
                              size_t room)
@@ -237,8 +253,8 @@ static size_t decode_entries(const redisReply *list, unsigned shard, store_outbo
         en.entry_id = e->element[0]->str;
         f = e->element[1];
         for (size_t k = 0; f->type == REDIS_REPLY_ARRAY && k + 1 < f->elements; k += 2) {
-            const char *name = reply_str(f->element[k], NULL);
-            const char *value = reply_str(f->element[k + 1], NULL);
+            const char *name = store_eval_str(f->element[k], NULL);
+            const char *value = store_eval_str(f->element[k + 1], NULL);
             if (strcmp(name, "r") == 0) {
                 en.request_id = value;
             } else if (strcmp(name, "c") == 0) {
@@ -255,7 +271,7 @@ static size_t decode_entries(const redisReply *list, unsigned shard, store_outbo
             } else if (strcmp(name, "a") == 0) {
                 en.app = value;
             } else if (strcmp(name, "b") == 0) {
-                en.body = reply_str(f->element[k + 1], &en.body_len);
+                en.body = store_eval_str(f->element[k + 1], &en.body_len);
             } else if (strcmp(name, "q") == 0) {
                 en.seq = strtoll(value, NULL, 10);
             }
@@ -288,7 +304,7 @@ static void on_reply(redisReply *reply, void *arg)
     case C_START: {
         store_outbox_start_t *s = calloc(1, sizeof(*s));
         const char *what = st == STORE_OK && reply->type == REDIS_REPLY_ARRAY && reply->elements > 0
-                               ? reply_str(reply->element[0], NULL)
+                               ? store_eval_str(reply->element[0], NULL)
                                : "";
         if (s == NULL) {
             st = STORE_UNAVAILABLE;
@@ -302,19 +318,20 @@ static void on_reply(redisReply *reply, void *arg)
         } else if (strcmp(what, "wait") == 0 && reply->elements == 2) {
             s->state = STORE_OUTBOX_WAIT;
             s->wait_ms = store_eval_int(reply->element[1]);
-        } else if (strcmp(what, "run") == 0 && reply->elements >= 7 &&
+        } else if (strcmp(what, "run") == 0 && reply->elements >= 8 &&
                    store_eval_int(reply->element[1]) >= 0 &&
                    store_eval_int(reply->element[1]) < STORE_OUTBOX_ELEMENTS_MAX &&
-                   reply->elements == 7 + (size_t)store_eval_int(reply->element[1])) {
+                   reply->elements == 8 + (size_t)store_eval_int(reply->element[1])) {
             s->state = STORE_OUTBOX_RUN;
             s->next = (unsigned)store_eval_int(reply->element[1]);
             s->crashed = store_eval_int(reply->element[2]) == 1;
             s->expired = store_eval_int(reply->element[3]) == 1;
             s->attempts = store_eval_int(reply->element[4]);
-            s->body = reply_str(reply->element[5], &s->body_len);
-            s->app = reply_str(reply->element[6], NULL);
+            s->body = store_eval_str(reply->element[5], &s->body_len);
+            s->app = store_eval_str(reply->element[6], NULL);
+            s->bulk = store_eval_int(reply->element[7]) == 1;
             for (unsigned i = 0; i < s->next; i++)
-                s->elements[i] = reply_str(reply->element[7 + i], &s->element_lens[i]);
+                s->elements[i] = store_eval_str(reply->element[8 + i], &s->element_lens[i]);
         } else {
             st = STORE_BAD_RECORD;
         }
@@ -333,20 +350,20 @@ static void on_reply(redisReply *reply, void *arg)
         else if (st == STORE_OK && reply->elements == 0)
             st = STORE_NOT_FOUND;
         if (st == STORE_OK) {
-            s->app = reply_str(reply->element[0], NULL);
-            s->status = reply_str(reply->element[1], NULL);
+            s->app = store_eval_str(reply->element[0], NULL);
+            s->status = store_eval_str(reply->element[1], NULL);
             s->attempts = store_eval_int(reply->element[2]);
             s->created_ms = store_eval_int(reply->element[3]);
             s->updated_ms = store_eval_int(reply->element[4]);
-            s->result = reply_str(reply->element[5], &s->result_len);
+            s->result = store_eval_str(reply->element[5], &s->result_len);
             if (s->result_len == 0)
                 s->result = NULL;
-            s->callback = reply_str(reply->element[6], NULL);
-            s->member_id = reply_str(reply->element[7], NULL);
-            s->receipts = reply_str(reply->element[8], NULL);
+            s->callback = store_eval_str(reply->element[6], NULL);
+            s->member_id = store_eval_str(reply->element[7], NULL);
+            s->receipts = store_eval_str(reply->element[8], NULL);
             s->n_elements = (unsigned)(reply->elements - 9);
             for (unsigned i = 0; i < s->n_elements; i++)
-                s->elements[i] = reply_str(reply->element[9 + i], &s->element_lens[i]);
+                s->elements[i] = store_eval_str(reply->element[9 + i], &s->element_lens[i]);
         }
         ((store_outbox_status_cb *)c->cb)(c->arg, st, st == STORE_OK ? s : NULL);
         free(s);
@@ -686,7 +703,7 @@ static void on_read(redisReply *reply, void *arg)
         unsigned shard;
         if (s->type != REDIS_REPLY_ARRAY || s->elements != 2)
             continue;
-        key = reply_str(s->element[0], NULL);
+        key = store_eval_str(s->element[0], NULL);
         /* the shard is the number between the braces of the stream's key */
         if ((key = strrchr(key, '{')) == NULL)
             continue;

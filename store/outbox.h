@@ -154,6 +154,7 @@ typedef struct store_outbox_start {
     int crashed;      /* an attempt died with the call of response next maybe out */
     int expired;      /* older than the queue TTL: what is not sent fails with 128 */
     int64_t attempts; /* counting this one */
+    int bulk;         /* a broadcast's message (store/broadcast.c): low priority */
     const char *body, *app;
     size_t body_len;
     /* the elements of the responses before next ("" where none was recorded) */
