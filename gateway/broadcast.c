@@ -1,23 +1,17 @@
 /* broadcast.c - broadcasts (contract.md section 13) on one worker. Accepting: the body is
  * checked at once with a send's codes (108, 112, 114-118, 119), then the recipients go to Redis
  * a slice at a time (store/broadcast.c), each slice sent when the one before answered: the
- * loop is held a slice's work at most, and Redis a script of a few thousand ids. Delivery: a
- * timer takes members of the running broadcasts (every worker of every instance shares the
- * work through Redis), renders the responses' {{member.*}} placeholders for each, and queues
- * one outbox request per member (its order with the member's other traffic kept by the
- * outbox's per-member sequence). Members taken stay in flight at most a window (two seconds
- * of the channel's sender limit), so that a broadcast never floods the outbox's streams ahead
- * of the conversational requests that share them; the outbox's scripts count each member's
- * end in the broadcast's record and refuse to start one once it is cancelled. */
+ * loop is held a slice's work at most, and Redis a script of a few thousand ids. GET and
+ * DELETE /broadcasts/<id> tell and cancel one; a broadcast's status callback is posted when it
+ * ends. Its delivery is bcpump.c's. */
 #include "broadcast.h"
 
 #include "../core/clock.h"
 #include "../core/dlist.h"
 #include "../core/member.h"
-#include "../core/ratelimit.h"
 #include "../core/rng.h"
-#include "../core/tmpl.h"
 #include "../store/broadcast.h"
+#include "bcpump.h"
 #include "log.h"
 #include "outbox_post.h"
 
@@ -31,15 +25,8 @@
 #define RECIPIENTS_MAX    1000000 /* contract.md section 13 */
 #define SLICE             2000    /* ids per accepting script */
 #define TAG_COUNT         2000    /* SSCAN COUNT of a tag's slice */
-#define ID_LEN            24      /* broadcast ids: 24 hex */
+#define ID_LEN            BCPUMP_ID_LEN
 #define PATH              "/broadcasts/"
-#define TAKE_MAX          100 /* members rendered and queued per take: about a millisecond */
-#define WINDOW_MIN        16
-#define WINDOW_MAX        4000
-#define WINDOW_UNLIMITED  200   /* a channel without a sender limit */
-#define TAKE_LEASE_MS     30000 /* a member taken and not queued by then is taken again */
-#define PUMP_MS           100   /* between looks at the running broadcasts */
-#define PUMP_IDLE_MS      5000  /* when none runs: a new one is told (store_bc_watch) */
 #define CANCEL_POLL_MS    50    /* a DELETE waits for the attempts running to end */
 #define CANCEL_WAIT_EXTRA 5000  /* past an attempt's deadline: its lease (outbox.c) */
 
@@ -48,40 +35,22 @@ typedef enum { R_POST, R_GET, R_DELETE } bc_route_t;
 
 typedef struct bc_req bc_req_t;
 
-/* A status callback being posted (outbox_post.c), until it was taken or given up. */
+/* A status callback: the broadcast's status read (a broadcast seen ending), then posted
+ * (outbox_post.c), until it was taken or given up. */
 typedef struct bc_post {
     struct broadcasts *b;
     struct bc_post *prev, *next;
+    store_bc_call_t *status; /* the status being read, or NULL */
     outbox_post_t *post;
+    char id[ID_LEN + 1];
 } bc_post_t;
-
-/* A take's enqueue call to one shard. */
-typedef struct bc_enqueue {
-    broadcasts_t *b;
-    store_bc_call_t *call;
-} bc_enqueue_t;
 
 /* Owned by the worker (broadcasts_new, broadcasts_free). */
 struct broadcasts {
     op_env_t *env;
-    bc_req_t *reqs, *reqs_last; /* requests in flight */
-    /* delivery */
-    struct event *pump;
-    redisc_sub_t *sub;     /* told when a broadcast starts running */
-    int any;               /* the last look found a running broadcast */
-    store_bc_call_t *call; /* the active list or a take */
-    char *active, *next;   /* the running broadcasts' lines, and the next one to take from */
-    char channel[STORE_KEY_MAX], id[ID_LEN + 1]; /* the broadcast being taken from */
-    unsigned enqueues;                           /* enqueue calls in flight for the take */
-    int enqueue_failed;
-    const char **taken; /* the members of the take, confirmed once all enqueues answered */
-    char **taken_own;
-    size_t n_taken;
-    bc_enqueue_t *enqueue_calls;   /* one per shard */
-    bc_post_t *posts, *posts_last; /* status callbacks being posted */
-    store_bc_call_t *final_call;   /* the status of a broadcast seen ending, to post it */
-    char final_id[ID_LEN + 1];
-    unsigned shards;
+    bc_req_t *reqs, *reqs_last;    /* requests in flight */
+    bcpump_t *pump;                /* the delivery */
+    bc_post_t *posts, *posts_last; /* status callbacks being read or posted */
 };
 
 /* One request in flight: a POST's accepting, or a GET or DELETE. Owned by the broadcasts from
@@ -133,8 +102,6 @@ static void arm(struct event *ev, int64_t ms)
 
     evtimer_add(ev, &tv);
 }
-
-static void pump_next(broadcasts_t *b);
 
 /* ---- answering ---- */
 
@@ -273,54 +240,85 @@ static void answer_status(bc_req_t *r, const store_bc_status_t *s)
 
 /* ---- the status callback: the outbox's signed POST (outbox_post.c) ---- */
 
-static void on_posted(void *arg, int delivered)
+static void post_free(bc_post_t *p)
 {
-    bc_post_t *p = arg;
-    broadcasts_t *b = p->b;
-
-    count(&metrics(b)->callbacks[delivered ? 0 : 1]);
-    DLIST_UNLINK(b->posts, b->posts_last, p);
+    DLIST_UNLINK(p->b->posts, p->b->posts_last, p);
+    store_bc_cancel(p->status);
+    outbox_post_cancel(p->post);
     free(p);
 }
 
-/* Posts the broadcast's final status to its statusCallback, if it has one. */
-static void post_status(broadcasts_t *b, const char *id, const store_bc_status_t *s)
+static void on_posted(void *arg, int delivered)
+{
+    bc_post_t *p = arg;
+
+    count(&metrics(p->b)->callbacks[delivered ? 0 : 1]);
+    p->post = NULL;
+    post_free(p);
+}
+
+static bc_post_t *post_new(broadcasts_t *b, const char *id)
+{
+    bc_post_t *p = calloc(1, sizeof(*p));
+
+    if (p == NULL) {
+        log_msg(LOG_WARN, "broadcast %s: out of memory: its status callback is not posted", id);
+        return NULL;
+    }
+    p->b = b;
+    snprintf(p->id, sizeof(p->id), "%s", id);
+    DLIST_APPEND(b->posts, b->posts_last, p);
+    return p;
+}
+
+/* Posts the broadcast's final status to its statusCallback, if it has one; p goes with it. */
+static void post_status(bc_post_t *p, const store_bc_status_t *s)
 {
     char event_id[64], *body;
     size_t len = 0;
-    bc_post_t *p;
 
-    if (s->callback[0] == '\0')
+    if (s->callback[0] == '\0') {
+        post_free(p);
         return;
-    snprintf(event_id, sizeof(event_id), "%s.%s", id, s->state);
-    if ((body = status_text(id, s, event_id, &len)) == NULL ||
-        (p = calloc(1, sizeof(*p))) == NULL) {
-        free(body);
-        log_msg(LOG_WARN, "broadcast %s: out of memory: its status callback is not posted", id);
+    }
+    snprintf(event_id, sizeof(event_id), "%s.%s", p->id, s->state);
+    if ((body = status_text(p->id, s, event_id, &len)) == NULL) {
+        log_msg(LOG_WARN, "broadcast %s: out of memory: its status callback is not posted", p->id);
+        post_free(p);
         return;
     }
     {
         outbox_post_req_t req = {s->app,   s->callback,     body,
-                                 event_id, clock_wall_ms(), &metrics(b)->callback_retries};
-        p->b = b;
-        p->post = outbox_post_start(b->env, &req, on_posted, p);
+                                 event_id, clock_wall_ms(), &metrics(p->b)->callback_retries};
+        p->post = outbox_post_start(p->b->env, &req, on_posted, p);
     }
     free(body);
-    if (p->post == NULL) {
-        free(p);
-        return;
-    }
-    DLIST_APPEND(b->posts, b->posts_last, p);
+    if (p->post == NULL)
+        post_free(p);
 }
 
 static void on_final_status(void *arg, store_status_t st, const store_bc_status_t *s)
 {
-    broadcasts_t *b = arg;
+    bc_post_t *p = arg;
 
-    b->final_call = NULL;
+    p->status = NULL;
     if (st == STORE_OK)
-        post_status(b, b->final_id, s);
-    pump_next(b);
+        post_status(p, s);
+    else
+        post_free(p);
+}
+
+/* bcpump_ended_fn: the delivery saw a broadcast end; its status is read, then posted. */
+static void on_ended(void *arg, const char *channel_id, const char *id)
+{
+    broadcasts_t *b = arg;
+    bc_post_t *p = post_new(b, id);
+    store_status_t st = STORE_OK;
+
+    if (p != NULL &&
+        (p->status = store_bc_status(b->env->deliver.store, channel_id, id, on_final_status, p,
+                                     &st)) == NULL)
+        post_free(p);
 }
 
 /* ---- checking a POST's body (nothing of it needs Redis) ---- */
@@ -854,8 +852,11 @@ static void on_status(void *arg, store_status_t st, const store_bc_status_t *s)
     if (r->route == R_DELETE && s->sending > 0)
         log_msg(LOG_WARN, "broadcast %s cancelled with %lld attempts still running", r->id,
                 (long long)s->sending);
-    if (r->route == R_DELETE && r->cancelled_here)
-        post_status(r->b, r->id, s);
+    if (r->route == R_DELETE && r->cancelled_here) {
+        bc_post_t *p = post_new(r->b, r->id);
+        if (p != NULL)
+            post_status(p, s);
+    }
     (void)cst;
     answer_status(r, s);
 }
@@ -917,302 +918,6 @@ void broadcasts_id_route(void *arg, struct evhttp_request *req)
     take_token(r);
 }
 
-/* ---- delivery: members taken, rendered and queued ---- */
-
-static void pump_next(broadcasts_t *b);
-
-/* The shard of a member's outbox requests: FNV-1a of channel and member, as the outbox's own
- * (outbox.c shard_of): all of a member's requests go to one stream, so one script sees their
- * order. */
-static unsigned member_shard(const broadcasts_t *b, const char *channel_id, const char *member_id)
-{
-    uint32_t h = 2166136261u;
-
-    for (const char *p = channel_id; *p; p++)
-        h = (h ^ (unsigned char)*p) * 16777619u;
-    h = (h ^ 0xff) * 16777619u;
-    for (const char *p = member_id; *p; p++)
-        h = (h ^ (unsigned char)*p) * 16777619u;
-    return h % b->shards;
-}
-
-/* How many of a broadcast's members may be in flight: two seconds of the channel's sender
- * limit, as the worker's cache has the channel (else the least). */
-static unsigned window_of(const broadcasts_t *b, const char *channel_id)
-{
-    json_t *ch = store_cached_channel(b->env->deliver.store, channel_id);
-    ratelimit_policy_t p;
-    bg_error_t err;
-    int64_t w = WINDOW_MIN;
-
-    if (ch != NULL && ratelimit_for_channel(ch, &p, &err) == 0)
-        w = p.sender.interval_us > 0 ? 2000000 / p.sender.interval_us : WINDOW_UNLIMITED;
-    json_decref(ch);
-    return (unsigned)(w < WINDOW_MIN ? WINDOW_MIN : w > WINDOW_MAX ? WINDOW_MAX : w);
-}
-
-/* Lets go of a take's members and calls (cancelling those in flight). */
-static void take_clear(broadcasts_t *b)
-{
-    for (unsigned i = 0; b->enqueue_calls != NULL && i < b->shards; i++)
-        store_bc_cancel(b->enqueue_calls[i].call);
-    for (size_t i = 0; i < b->n_taken; i++)
-        free(b->taken_own[i]);
-    free(b->taken_own);
-    free(b->taken);
-    free(b->enqueue_calls);
-    b->taken_own = NULL;
-    b->taken = NULL;
-    b->enqueue_calls = NULL;
-    b->n_taken = 0;
-}
-
-static void take_done(broadcasts_t *b)
-{
-    if (!b->enqueue_failed)
-        store_bc_taken(b->env->deliver.store, b->channel, b->id, b->taken, b->n_taken);
-    take_clear(b);
-    /* the same broadcast again: its window may have room for more */
-    pump_next(b);
-}
-
-static void on_enqueued(void *arg, store_status_t st, int64_t n, const char *text)
-{
-    bc_enqueue_t *e = arg;
-    broadcasts_t *b = e->b;
-
-    (void)n;
-    (void)text;
-    e->call = NULL;
-    if (st != STORE_OK)
-        b->enqueue_failed = 1; /* taken again after the lease */
-    if (--b->enqueues == 0)
-        take_done(b);
-}
-
-/* {"channelId":..,"memberId":..,"response":[...]} with the member's placeholders rendered. */
-static char *render(const broadcasts_t *b, const json_t *responses, const json_t *channel,
-                    const char *member_id, const char *record, size_t len, size_t *out_len)
-{
-    json_t *member = len > 0 ? json_loadb(record, len, 0, NULL) : NULL;
-    json_t *scope = tmpl_scope(NULL, member, channel);
-    json_t *body = json_object();
-    char *text = NULL;
-
-    if (scope != NULL && body != NULL &&
-        json_object_set_new(body, "channelId", json_string(b->channel)) == 0 &&
-        json_object_set_new(body, "memberId", json_string(member_id)) == 0 &&
-        json_object_set_new(body, "response", tmpl_render_json(responses, scope)) == 0)
-        text = jw_dump(body, out_len);
-    json_decref(member);
-    json_decref(scope);
-    json_decref(body);
-    return text;
-}
-
-/* The request id of a member's message: the same whoever takes it (a member taken again after
- * its taker died is queued once): the shard, then 22 hex of SHA-256(broadcast id, member). */
-static void request_id(const broadcasts_t *b, unsigned shard, const char *member_id,
-                       char out[ID_LEN + 1])
-{
-    static const char hex[] = "0123456789abcdef";
-    char hash[AUTH_HASH_HEX];
-
-    auth_hash_parts(b->id, strlen(b->id), member_id, strlen(member_id) + 1, hash);
-    out[0] = hex[(shard >> 4) & 15]; /* shards are at most 256 (store/outbox.h) */
-    out[1] = hex[shard & 15];
-    memcpy(out + 2, hash, ID_LEN - 2);
-    out[ID_LEN] = '\0';
-}
-
-static void on_taken(void *arg, store_status_t st, const store_bc_take_t *t)
-{
-    broadcasts_t *b = arg;
-    const config_t *cfg = b->env->deliver.cfg;
-    json_t *root = NULL, *channel = NULL;
-    const json_t *responses;
-    store_bc_request_t *reqs = NULL;
-    char(*ids)[ID_LEN + 1] = NULL;
-    char **bodies = NULL;
-    unsigned *shard_of = NULL;
-
-    b->call = NULL;
-    if (st != STORE_OK || strcmp(t->state, "take") != 0) {
-        int done = st == STORE_OK && t->ended && strcmp(t->state, "done") == 0;
-        store_status_t sst = STORE_OK;
-        if (done) {
-            count(&metrics(b)->broadcasts[1]);
-            log_msg(LOG_INFO, "broadcast %s of channel %s done", b->id, b->channel);
-            /* this take dropped it from the running ones: its callback is this worker's */
-            memcpy(b->final_id, b->id, sizeof(b->final_id));
-            b->final_call =
-                store_bc_status(b->env->deliver.store, b->channel, b->id, on_final_status, b, &sst);
-        }
-        b->id[0] = '\0'; /* the next running broadcast */
-        if (b->final_call == NULL)
-            pump_next(b);
-        return;
-    }
-    root = json_loads(t->body, 0, NULL);
-    responses = json_object_get(root, "response");
-    channel = t->channel[0] ? json_loads(t->channel, 0, NULL) : NULL;
-    reqs = calloc(t->n, sizeof(*reqs));
-    ids = calloc(t->n, sizeof(*ids));
-    bodies = calloc(t->n, sizeof(*bodies));
-    shard_of = calloc(t->n, sizeof(*shard_of));
-    b->taken = calloc(t->n, sizeof(*b->taken));
-    b->taken_own = calloc(t->n, sizeof(*b->taken_own));
-    b->enqueue_calls = calloc(b->shards, sizeof(*b->enqueue_calls));
-    b->n_taken = 0;
-    b->enqueue_failed = 0;
-    b->enqueues = 1; /* held until every shard's call is out */
-    if (root == NULL || reqs == NULL || ids == NULL || bodies == NULL || shard_of == NULL ||
-        b->taken == NULL || b->taken_own == NULL || b->enqueue_calls == NULL) {
-        b->enqueue_failed = 1;
-        goto out;
-    }
-    for (size_t i = 0; i < t->n; i++) {
-        shard_of[i] = member_shard(b, b->channel, t->members[i]);
-        request_id(b, shard_of[i], t->members[i], ids[i]);
-        bodies[i] = render(b, responses, channel, t->members[i], t->records[i], t->record_lens[i],
-                           &reqs[i].body_len);
-        if (bodies[i] == NULL || (b->taken_own[i] = strdup(t->members[i])) == NULL) {
-            b->enqueue_failed = 1;
-            goto out;
-        }
-        b->taken[i] = b->taken_own[i];
-        b->n_taken++;
-        reqs[i].request_id = ids[i];
-        reqs[i].member_id = b->taken_own[i];
-        reqs[i].body = bodies[i];
-    }
-    /* one script per shard, with the members of that shard */
-    for (unsigned sh = 0; sh < b->shards; sh++) {
-        store_bc_request_t *part;
-        size_t n = 0, k = 0;
-        store_status_t est = STORE_OK;
-        for (size_t i = 0; i < t->n; i++)
-            n += shard_of[i] == sh;
-        if (n == 0)
-            continue;
-        if ((part = calloc(n, sizeof(*part))) == NULL) {
-            b->enqueue_failed = 1;
-            continue;
-        }
-        for (size_t i = 0; i < t->n; i++)
-            if (shard_of[i] == sh)
-                part[k++] = reqs[i];
-        b->enqueue_calls[sh].b = b;
-        b->enqueue_calls[sh].call = store_bc_enqueue(
-            b->env->deliver.store, sh, b->channel, b->id, t->app, part, n,
-            ((int64_t)cfg->outbox_ttl_s + cfg->idempotency_ttl_s) * 1000,
-            (int64_t)cfg->outbox_ttl_s * 1000, on_enqueued, &b->enqueue_calls[sh], &est);
-        free(part);
-        if (b->enqueue_calls[sh].call != NULL)
-            b->enqueues++;
-        else
-            b->enqueue_failed = 1;
-    }
-out:
-    for (size_t i = 0; bodies != NULL && i < t->n; i++)
-        free(bodies[i]);
-    free(bodies);
-    free(reqs);
-    free(ids);
-    free(shard_of);
-    json_decref(root);
-    json_decref(channel);
-    if (--b->enqueues == 0)
-        take_done(b);
-}
-
-/* The next take: from the broadcast taken from last while it has room, else the next line of
- * the running ones; after the last, a pause. */
-static void pump_next(broadcasts_t *b)
-{
-    store_status_t st = STORE_OK;
-
-    if (b->env->draining || b->env->outbox == NULL)
-        return;
-    if (b->id[0] == '\0') {
-        char *tab, *end;
-        if (b->next == NULL || *b->next == '\0') {
-            free(b->active);
-            b->active = b->next = NULL;
-            arm(b->pump, b->any ? PUMP_MS : PUMP_IDLE_MS);
-            return;
-        }
-        end = b->next + strcspn(b->next, "\n");
-        tab = memchr(b->next, '\t', (size_t)(end - b->next));
-        if (tab != NULL && (size_t)(tab - b->next) < sizeof(b->channel) &&
-            (size_t)(end - tab - 1) == ID_LEN) {
-            memcpy(b->channel, b->next, (size_t)(tab - b->next));
-            b->channel[tab - b->next] = '\0';
-            memcpy(b->id, tab + 1, ID_LEN);
-            b->id[ID_LEN] = '\0';
-        }
-        b->next = *end ? end + 1 : end;
-        if (b->id[0] == '\0') {
-            pump_next(b);
-            return;
-        }
-    }
-    b->call = store_bc_take(b->env->deliver.store, b->channel, b->id, TAKE_MAX,
-                            window_of(b, b->channel), TAKE_LEASE_MS, on_taken, b, &st);
-    if (b->call == NULL) {
-        b->id[0] = '\0';
-        free(b->active);
-        b->active = b->next = NULL;
-        arm(b->pump, PUMP_MS * 10);
-    }
-}
-
-/* A take found the window full or nothing to take: the next broadcast. */
-static void on_active(void *arg, store_status_t st, int64_t n, const char *text)
-{
-    broadcasts_t *b = arg;
-
-    (void)n;
-    b->call = NULL;
-    if (st != STORE_OK || (b->active = strdup(text)) == NULL) {
-        arm(b->pump, PUMP_MS * 10);
-        return;
-    }
-    b->next = b->active;
-    b->id[0] = '\0';
-    b->any = n > 0;
-    pump_next(b);
-}
-
-static void on_started(void *arg, const char *msg, size_t len)
-{
-    broadcasts_t *b = arg;
-
-    (void)msg;
-    (void)len;
-    /* a look now, unless one is under way (it finds the new one, or the next look does) */
-    if (b->call == NULL && b->active == NULL && b->enqueue_calls == NULL && b->final_call == NULL) {
-        evtimer_del(b->pump);
-        event_active(b->pump, EV_TIMEOUT, 0);
-    }
-}
-
-static void on_pump(evutil_socket_t fd, short what, void *arg)
-{
-    broadcasts_t *b = arg;
-    store_status_t st = STORE_OK;
-
-    (void)fd;
-    (void)what;
-    /* one look at a time: a wake-up while one is under way is left to it */
-    if (b->env->draining || b->env->outbox == NULL || b->call != NULL || b->active != NULL ||
-        b->enqueue_calls != NULL || b->final_call != NULL)
-        return;
-    b->call = store_bc_active(b->env->deliver.store, on_active, b, &st);
-    if (b->call == NULL)
-        arm(b->pump, PUMP_MS * 10);
-}
-
 /* ---- the worker's broadcasts ---- */
 
 broadcasts_t *broadcasts_new(op_env_t *env)
@@ -1222,14 +927,9 @@ broadcasts_t *broadcasts_new(op_env_t *env)
     if (b == NULL)
         return NULL;
     b->env = env;
-    b->shards = (unsigned)env->deliver.cfg->outbox_shards;
-    if ((b->pump = evtimer_new(env->deliver.base, on_pump, b)) == NULL) {
+    if ((b->pump = bcpump_new(env, on_ended, b)) == NULL) {
         free(b);
         return NULL;
-    }
-    if (env->outbox != NULL) {
-        b->sub = store_bc_watch(env->deliver.store, on_started, b);
-        arm(b->pump, PUMP_MS);
     }
     return b;
 }
@@ -1247,19 +947,10 @@ void broadcasts_free(broadcasts_t *b)
             req_free(r);
         }
     }
-    store_unwatch(b->sub);
-    store_bc_cancel(b->call);
-    store_bc_cancel(b->final_call);
-    take_clear(b);
+    bcpump_free(b->pump);
     /* a callback not taken yet is not posted again (a broadcast's callback is this worker's
      * alone: docs/api.md) */
-    while (b->posts != NULL) {
-        bc_post_t *p = b->posts;
-        outbox_post_cancel(p->post);
-        DLIST_UNLINK(b->posts, b->posts_last, p);
-        free(p);
-    }
-    free(b->active);
-    event_free(b->pump);
+    while (b->posts != NULL)
+        post_free(b->posts);
     free(b);
 }

@@ -1,0 +1,379 @@
+/* bcpump.c - the delivery of broadcasts on one worker (contract.md section 13): a timer takes
+ * members of the running broadcasts (every worker of every instance shares the work through
+ * Redis), renders the responses' {{member.*}} placeholders for each, and queues one outbox
+ * request per member (its order with the member's other traffic kept by the outbox's
+ * per-member sequence). Members taken stay in flight at most a window (two seconds of the
+ * channel's sender limit), so that a broadcast never floods the outbox's streams ahead of the
+ * conversational requests that share them; the outbox's scripts count each member's end in
+ * the broadcast's record and refuse to start one once it is cancelled. */
+#include "bcpump.h"
+
+#include "../core/auth.h"
+#include "../core/ratelimit.h"
+#include "../core/tmpl.h"
+#include "../json/jsonw.h"
+#include "../store/broadcast.h"
+#include "../store/outbox.h"
+#include "log.h"
+
+#include <event2/event.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TAKE_MAX         100 /* members rendered and queued per take: about a millisecond */
+#define WINDOW_MIN       16
+#define WINDOW_MAX       4000
+#define WINDOW_UNLIMITED 200   /* a channel without a sender limit */
+#define TAKE_LEASE_MS    30000 /* a member taken and not queued by then is taken again */
+#define PUMP_MS          100   /* between looks at the running broadcasts */
+#define PUMP_IDLE_MS     5000  /* when none runs: a new one is told (store_bc_watch) */
+
+/* A take's enqueue call to one shard. */
+typedef struct bc_enqueue {
+    bcpump_t *b;
+    store_bc_call_t *call;
+} bc_enqueue_t;
+
+/* Owned by the worker's broadcasts (bcpump_new, bcpump_free). */
+struct bcpump {
+    op_env_t *env;
+    bcpump_ended_fn *ended;
+    void *ended_arg;
+    struct event *pump;
+    redisc_sub_t *sub;     /* told when a broadcast starts running */
+    int any;               /* the last look found a running broadcast */
+    store_bc_call_t *call; /* the active list or a take */
+    char *active, *next;   /* the running broadcasts' lines, and the next one to take from */
+    char channel[STORE_KEY_MAX], id[BCPUMP_ID_LEN + 1]; /* the broadcast being taken from */
+    unsigned enqueues;                                  /* enqueue calls in flight for the take */
+    int enqueue_failed;
+    const char **taken; /* the members of the take, confirmed once all enqueues answered */
+    char **taken_own;
+    size_t n_taken;
+    bc_enqueue_t *enqueue_calls; /* one per shard */
+    unsigned shards;
+};
+
+static metrics_t *metrics(const bcpump_t *b)
+{
+    return b->env->deliver.metrics;
+}
+
+static void count(atomic_uint_fast64_t *c)
+{
+    atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+}
+
+static void arm(struct event *ev, int64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+
+    evtimer_add(ev, &tv);
+}
+
+static void pump_next(bcpump_t *b);
+
+/* How many of a broadcast's members may be in flight: two seconds of the channel's sender
+ * limit, as the worker's cache has the channel (else the least). */
+static unsigned window_of(const bcpump_t *b, const char *channel_id)
+{
+    json_t *ch = store_cached_channel(b->env->deliver.store, channel_id);
+    ratelimit_policy_t p;
+    bg_error_t err;
+    int64_t w = WINDOW_MIN;
+
+    if (ch != NULL && ratelimit_for_channel(ch, &p, &err) == 0)
+        w = p.sender.interval_us > 0 ? 2000000 / p.sender.interval_us : WINDOW_UNLIMITED;
+    json_decref(ch);
+    return (unsigned)(w < WINDOW_MIN ? WINDOW_MIN : w > WINDOW_MAX ? WINDOW_MAX : w);
+}
+
+/* Lets go of a take's members and calls (cancelling those in flight). */
+static void take_clear(bcpump_t *b)
+{
+    for (unsigned i = 0; b->enqueue_calls != NULL && i < b->shards; i++)
+        store_bc_cancel(b->enqueue_calls[i].call);
+    for (size_t i = 0; i < b->n_taken; i++)
+        free(b->taken_own[i]);
+    free(b->taken_own);
+    free(b->taken);
+    free(b->enqueue_calls);
+    b->taken_own = NULL;
+    b->taken = NULL;
+    b->enqueue_calls = NULL;
+    b->n_taken = 0;
+}
+
+static void take_done(bcpump_t *b)
+{
+    if (!b->enqueue_failed)
+        store_bc_taken(b->env->deliver.store, b->channel, b->id, b->taken, b->n_taken);
+    take_clear(b);
+    /* the same broadcast again: its window may have room for more */
+    pump_next(b);
+}
+
+static void on_enqueued(void *arg, store_status_t st, int64_t n, const char *text)
+{
+    bc_enqueue_t *e = arg;
+    bcpump_t *b = e->b;
+
+    (void)n;
+    (void)text;
+    e->call = NULL;
+    if (st != STORE_OK)
+        b->enqueue_failed = 1; /* taken again after the lease */
+    if (--b->enqueues == 0)
+        take_done(b);
+}
+
+/* {"channelId":..,"memberId":..,"response":[...]} with the member's placeholders rendered. */
+static char *render(const bcpump_t *b, const json_t *responses, const json_t *channel,
+                    const char *member_id, const char *record, size_t len, size_t *out_len)
+{
+    json_t *member = len > 0 ? json_loadb(record, len, 0, NULL) : NULL;
+    json_t *scope = tmpl_scope(NULL, member, channel);
+    json_t *body = json_object();
+    char *text = NULL;
+
+    if (scope != NULL && body != NULL &&
+        json_object_set_new(body, "channelId", json_string(b->channel)) == 0 &&
+        json_object_set_new(body, "memberId", json_string(member_id)) == 0 &&
+        json_object_set_new(body, "response", tmpl_render_json(responses, scope)) == 0)
+        text = jw_dump(body, out_len);
+    json_decref(member);
+    json_decref(scope);
+    json_decref(body);
+    return text;
+}
+
+/* The request id of a member's message: the same whoever takes it (a member taken again after
+ * its taker died is queued once): the shard, then 22 hex of SHA-256(broadcast id, member). */
+static void request_id(const bcpump_t *b, unsigned shard, const char *member_id,
+                       char out[BCPUMP_ID_LEN + 1])
+{
+    static const char hex[] = "0123456789abcdef";
+    char hash[AUTH_HASH_HEX];
+
+    auth_hash_parts(b->id, strlen(b->id), member_id, strlen(member_id) + 1, hash);
+    out[0] = hex[(shard >> 4) & 15]; /* shards are at most 256 (store/outbox.h) */
+    out[1] = hex[shard & 15];
+    memcpy(out + 2, hash, BCPUMP_ID_LEN - 2);
+    out[BCPUMP_ID_LEN] = '\0';
+}
+
+static void on_taken(void *arg, store_status_t st, const store_bc_take_t *t)
+{
+    bcpump_t *b = arg;
+    const config_t *cfg = b->env->deliver.cfg;
+    json_t *root = NULL, *channel = NULL;
+    const json_t *responses;
+    store_bc_request_t *reqs = NULL;
+    char(*ids)[BCPUMP_ID_LEN + 1] = NULL;
+    char **bodies = NULL;
+    unsigned *shard_of = NULL;
+
+    b->call = NULL;
+    if (st != STORE_OK || strcmp(t->state, "take") != 0) {
+        if (st == STORE_OK && t->ended && strcmp(t->state, "done") == 0) {
+            count(&metrics(b)->broadcasts[1]);
+            log_msg(LOG_INFO, "broadcast %s of channel %s done", b->id, b->channel);
+            /* this take dropped it from the running ones: its callback is this worker's */
+            b->ended(b->ended_arg, b->channel, b->id);
+        }
+        b->id[0] = '\0'; /* the next running broadcast */
+        pump_next(b);
+        return;
+    }
+    root = json_loads(t->body, 0, NULL);
+    responses = json_object_get(root, "response");
+    channel = t->channel[0] ? json_loads(t->channel, 0, NULL) : NULL;
+    reqs = calloc(t->n, sizeof(*reqs));
+    ids = calloc(t->n, sizeof(*ids));
+    bodies = calloc(t->n, sizeof(*bodies));
+    shard_of = calloc(t->n, sizeof(*shard_of));
+    b->taken = calloc(t->n, sizeof(*b->taken));
+    b->taken_own = calloc(t->n, sizeof(*b->taken_own));
+    b->enqueue_calls = calloc(b->shards, sizeof(*b->enqueue_calls));
+    b->n_taken = 0;
+    b->enqueue_failed = 0;
+    b->enqueues = 1; /* held until every shard's call is out */
+    if (root == NULL || reqs == NULL || ids == NULL || bodies == NULL || shard_of == NULL ||
+        b->taken == NULL || b->taken_own == NULL || b->enqueue_calls == NULL) {
+        b->enqueue_failed = 1;
+        goto out;
+    }
+    for (size_t i = 0; i < t->n; i++) {
+        shard_of[i] = store_outbox_shard(b->shards, b->channel, t->members[i]);
+        request_id(b, shard_of[i], t->members[i], ids[i]);
+        bodies[i] = render(b, responses, channel, t->members[i], t->records[i], t->record_lens[i],
+                           &reqs[i].body_len);
+        if (bodies[i] == NULL || (b->taken_own[i] = strdup(t->members[i])) == NULL) {
+            b->enqueue_failed = 1;
+            goto out;
+        }
+        b->taken[i] = b->taken_own[i];
+        b->n_taken++;
+        reqs[i].request_id = ids[i];
+        reqs[i].member_id = b->taken_own[i];
+        reqs[i].body = bodies[i];
+    }
+    /* one script per shard, with the members of that shard */
+    for (unsigned sh = 0; sh < b->shards; sh++) {
+        store_bc_request_t *part;
+        size_t n = 0, k = 0;
+        store_status_t est = STORE_OK;
+        for (size_t i = 0; i < t->n; i++)
+            n += shard_of[i] == sh;
+        if (n == 0)
+            continue;
+        if ((part = calloc(n, sizeof(*part))) == NULL) {
+            b->enqueue_failed = 1;
+            continue;
+        }
+        for (size_t i = 0; i < t->n; i++)
+            if (shard_of[i] == sh)
+                part[k++] = reqs[i];
+        b->enqueue_calls[sh].b = b;
+        b->enqueue_calls[sh].call = store_bc_enqueue(
+            b->env->deliver.store, sh, b->channel, b->id, t->app, part, n,
+            ((int64_t)cfg->outbox_ttl_s + cfg->idempotency_ttl_s) * 1000,
+            (int64_t)cfg->outbox_ttl_s * 1000, on_enqueued, &b->enqueue_calls[sh], &est);
+        free(part);
+        if (b->enqueue_calls[sh].call != NULL)
+            b->enqueues++;
+        else
+            b->enqueue_failed = 1;
+    }
+out:
+    for (size_t i = 0; bodies != NULL && i < t->n; i++)
+        free(bodies[i]);
+    free(bodies);
+    free(reqs);
+    free(ids);
+    free(shard_of);
+    json_decref(root);
+    json_decref(channel);
+    if (--b->enqueues == 0)
+        take_done(b);
+}
+
+/* The next take: from the broadcast taken from last while it has room, else the next line of
+ * the running ones; after the last, a pause. */
+static void pump_next(bcpump_t *b)
+{
+    store_status_t st = STORE_OK;
+
+    if (b->env->draining || b->env->outbox == NULL)
+        return;
+    if (b->id[0] == '\0') {
+        char *tab, *end;
+        if (b->next == NULL || *b->next == '\0') {
+            free(b->active);
+            b->active = b->next = NULL;
+            arm(b->pump, b->any ? PUMP_MS : PUMP_IDLE_MS);
+            return;
+        }
+        end = b->next + strcspn(b->next, "\n");
+        tab = memchr(b->next, '\t', (size_t)(end - b->next));
+        if (tab != NULL && (size_t)(tab - b->next) < sizeof(b->channel) &&
+            (size_t)(end - tab - 1) == BCPUMP_ID_LEN) {
+            memcpy(b->channel, b->next, (size_t)(tab - b->next));
+            b->channel[tab - b->next] = '\0';
+            memcpy(b->id, tab + 1, BCPUMP_ID_LEN);
+            b->id[BCPUMP_ID_LEN] = '\0';
+        }
+        b->next = *end ? end + 1 : end;
+        if (b->id[0] == '\0') {
+            pump_next(b);
+            return;
+        }
+    }
+    b->call = store_bc_take(b->env->deliver.store, b->channel, b->id, TAKE_MAX,
+                            window_of(b, b->channel), TAKE_LEASE_MS, on_taken, b, &st);
+    if (b->call == NULL) {
+        b->id[0] = '\0';
+        free(b->active);
+        b->active = b->next = NULL;
+        arm(b->pump, PUMP_MS * 10);
+    }
+}
+
+/* A take found the window full or nothing to take: the next broadcast. */
+static void on_active(void *arg, store_status_t st, int64_t n, const char *text)
+{
+    bcpump_t *b = arg;
+
+    (void)n;
+    b->call = NULL;
+    if (st != STORE_OK || (b->active = strdup(text)) == NULL) {
+        arm(b->pump, PUMP_MS * 10);
+        return;
+    }
+    b->next = b->active;
+    b->id[0] = '\0';
+    b->any = n > 0;
+    pump_next(b);
+}
+
+static void on_started(void *arg, const char *msg, size_t len)
+{
+    bcpump_t *b = arg;
+
+    (void)msg;
+    (void)len;
+    /* a look now, unless one is under way (it finds the new one, or the next look does) */
+    if (b->call == NULL && b->active == NULL && b->enqueue_calls == NULL) {
+        evtimer_del(b->pump);
+        event_active(b->pump, EV_TIMEOUT, 0);
+    }
+}
+
+static void on_pump(evutil_socket_t fd, short what, void *arg)
+{
+    bcpump_t *b = arg;
+    store_status_t st = STORE_OK;
+
+    (void)fd;
+    (void)what;
+    /* one look at a time: a wake-up while one is under way is left to it */
+    if (b->env->draining || b->env->outbox == NULL || b->call != NULL || b->active != NULL ||
+        b->enqueue_calls != NULL)
+        return;
+    b->call = store_bc_active(b->env->deliver.store, on_active, b, &st);
+    if (b->call == NULL)
+        arm(b->pump, PUMP_MS * 10);
+}
+
+bcpump_t *bcpump_new(op_env_t *env, bcpump_ended_fn *ended, void *arg)
+{
+    bcpump_t *b = calloc(1, sizeof(*b));
+
+    if (b == NULL)
+        return NULL;
+    b->env = env;
+    b->ended = ended;
+    b->ended_arg = arg;
+    b->shards = (unsigned)env->deliver.cfg->outbox_shards;
+    if ((b->pump = evtimer_new(env->deliver.base, on_pump, b)) == NULL) {
+        free(b);
+        return NULL;
+    }
+    if (env->outbox != NULL) {
+        b->sub = store_bc_watch(env->deliver.store, on_started, b);
+        arm(b->pump, PUMP_MS);
+    }
+    return b;
+}
+
+void bcpump_free(bcpump_t *b)
+{
+    if (b == NULL)
+        return;
+    store_unwatch(b->sub);
+    store_bc_cancel(b->call);
+    take_clear(b);
+    free(b->active);
+    event_free(b->pump);
+    free(b);
+}
