@@ -26,7 +26,8 @@
 -- BENCH_COUNT in the environment: each wrk thread stops after that many answers (a fixed
 -- number of requests for the strace phase; wrk's -d is then only a cap).
 --
--- done() prints one line "BENCH_JSON {...}" that bench/report.py reads.
+-- done() prints one line "BENCH_JSON {...}" that bench/report.py reads; a script that loads
+-- this one (bench/webhook.lua) adds its own fields there with a global bench_extra().
 
 local CHANNEL = "bench-fb"
 local MEMBER = "bench-member"
@@ -132,8 +133,8 @@ function done(summary, latency, requests)
     io.write(string.format(
         'BENCH_JSON {"requests":%d,"duration_us":%d,"bytes":%d,"connect":%d,"read":%d,'
             .. '"write":%d,"status":%d,"timeout":%d,"p50_us":%d,"p90_us":%d,"p99_us":%d,'
-            .. '"p999_us":%d,"max_us":%d,"mean_us":%.1f}\n',
+            .. '"p999_us":%d,"max_us":%d,"mean_us":%.1f%s}\n',
         summary.requests, summary.duration, summary.bytes, e.connect, e.read, e.write, e.status,
         e.timeout, latency:percentile(50), latency:percentile(90), latency:percentile(99),
-        latency:percentile(99.9), latency.max, latency.mean))
+        latency:percentile(99.9), latency.max, latency.mean, bench_extra and bench_extra() or ""))
 end

@@ -12,11 +12,14 @@
 #
 #   BENCH_DURATION=10        seconds per wrk run
 #   BENCH_D_DURATION=30      seconds of each scenario-d run (its first second has no answers)
-#   BENCH_SCENARIOS="a a-off a-key b c c-lua a-tls a-tls-h1 d d-off d-tls e" scenarios to run
+#   BENCH_SCENARIOS="a a-off a-key b c c-lua a-tls a-tls-h1 d d-off d-tls e h" scenarios to run
 #                            (see bench/README.md; a-off and d-off are a and d on a botgate with
 #                            per-member order off, their twins; d-tls is bench/tls_memory.py:
 #                            d's memory per send in flight over TLS; e is bench/scenario_e.py:
-#                            three instances under one shared rate limit)
+#                            three instances under one shared rate limit; h: signed webhooks
+#                            in, their events posted to a subscriber, bench/webhooks.py)
+#   BENCH_H_RATE=20000       webhooks/s the bodies of h's maximum run are made for (each is
+#                            signed before the run; a run that uses them all reports wraps)
 #   BENCH_CONNECTIONS=64     wrk connections of a, b, c, a-tls and a-tls-h1
 #   BENCH_WRK_THREADS=2      wrk threads
 #   BENCH_UPSTREAM_WORKERS=auto  worker_processes of the static upstream nginx
@@ -45,7 +48,7 @@ duration=${BENCH_DURATION:-10}
 # Scenario d's first second can have no answer (the upstream takes 1 s): over 10 s that
 # alone would cap it at 90 % of its Little's-law bound, over 30 s at 97 %.
 d_duration=${BENCH_D_DURATION:-30}
-scenarios=${BENCH_SCENARIOS:-a a-off a-key b c c-lua a-tls a-tls-h1 d d-off d-tls e}
+scenarios=${BENCH_SCENARIOS:-a a-off a-key b c c-lua a-tls a-tls-h1 d d-off d-tls e h}
 conns=${BENCH_CONNECTIONS:-64}
 wrk_threads=${BENCH_WRK_THREADS:-2}
 upstream_workers=${BENCH_UPSTREAM_WORKERS:-auto}
@@ -62,8 +65,8 @@ for tool in wrk nginx redis-server curl python3 openssl; do
 done
 for sc in $scenarios; do
   case $sc in
-    a | a-off | a-key | b | c | c-lua | a-tls | a-tls-h1 | d | d-off | d-tls | e) ;;
-    *) echo "bench: unknown scenario '$sc' (a a-off a-key b c c-lua a-tls a-tls-h1 d d-off d-tls e)" >&2; exit 2 ;;
+    a | a-off | a-key | b | c | c-lua | a-tls | a-tls-h1 | d | d-off | d-tls | e | h) ;;
+    *) echo "bench: unknown scenario '$sc' (a a-off a-key b c c-lua a-tls a-tls-h1 d d-off d-tls e h)" >&2; exit 2 ;;
   esac
 done
 has() { case " $scenarios " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -341,6 +344,7 @@ target_of() { # scenario target: sets url, mode, pidlist, aux, counter (report.p
   counter=(--upstream-status "$upstream_status")
   case $sc in
     d | d-off | sim) counter=(--sim "$sim"); ports="" ;;   # 10 000 sockets: too costly to sample
+    h | h-*) counter=(); ports="" ;;
     a-tls | a-tls-h1 | up-tls) ports=$up_tls_port ;;
   esac
   case $target in
@@ -354,6 +358,8 @@ target_of() { # scenario target: sets url, mode, pidlist, aux, counter (report.p
     sim) url=$sim; pidlist=$sim_pid; ports="" ;;
   esac
   case $sc:$target in
+    h:botgate | h-*:botgate) counter+=(--sim "$subsim"); aux="$aux,upstream=$sub_pid" ;;   # the subscriber
+    h*:*) ;;
     d:* | d-off:* | sim:*) aux="${aux:+$aux,}sim=$sim_pid" ;;
     *:botgate | *:nginx) aux="${aux:+$aux,}upstream=$upstream_pid" ;;
   esac
@@ -363,14 +369,19 @@ target_of() { # scenario target: sets url, mode, pidlist, aux, counter (report.p
 
 run() { # scenario target connections [extra wrk options...]
   local sc=$1 target=$2 c=$3 url mode pidlist aux counter t=$wrk_threads
+  local script=$bench/bench.lua
   shift 3
   target_of "$sc" "$target"
+  local sargs=("$mode" "$sc" "$token")
+  case $sc in   # h: the webhooks signed beforehand, $tmp/h-<run>.<thread>
+    h | h-*) script=$bench/webhook.lua; sargs=(/webhooks/bench-hook "$tmp/h-${hfiles:-$sc}") ;;
+  esac
   [ "$t" -gt "$c" ] && t=$c
   BENCH_THREADS=$t BENCH_MEMBERS=$members \
     $report measure --out "${run_out:-$results}" --log "$tmp/wrk.log" --scenario "$sc" --target "$target" \
     --connections "$c" --pids "$pidlist" --aux "$aux" "${counter[@]}" -- \
-    wrk "-t$t" "-c$c" "-d${run_duration:-$duration}s" --latency "$@" -s "$bench/bench.lua" "$url" \
-    -- "$mode" "$sc" "$token" || {
+    wrk "-t$t" "-c$c" "-d${run_duration:-$duration}s" --latency "$@" -s "$script" "$url" \
+    -- "${sargs[@]}" || {
     local rc=$?
     [ $rc -ge 128 ] && exit $rc   # interrupted
     failed=1
@@ -530,6 +541,68 @@ if has e; then
   [ -n "$e_line" ] || { echo "bench: scenario e failed (log: $tmp/scenario_e.log)" >&2; failed=1; }
 fi
 
+# h: signed Messenger webhooks to /webhooks/bench-hook, as many as one worker takes, then at
+# half that rate, paced; each one's event posted, signed, to a subscriber: a simulator of its
+# own answering 200 on /hook/status/200 and recording every post (its eventId). Each run's
+# bodies are signed beforehand with new message ids (bench/webhooks.py bodies); after each run
+# the outbox is left to drain and the subscriber's posts are counted (bench/webhooks.py drain)
+subsim=""
+sub_pid=""
+h_rate=${BENCH_H_RATE:-20000}
+h_pace_desc=""
+if has h; then
+  "$bin/botgate-sim" --listen 127.0.0.1:0 --port-file "$tmp/sub.port" --threads 1 \
+    --log-max 2000000 --quiet > "$tmp/sub.log" 2>&1 &
+  sub_pid=$!; pids="$pids $sub_pid"
+  wait_until "the subscriber" test -s "$tmp/sub.port"
+  subsim="http://127.0.0.1:$(cat "$tmp/sub.port")"
+  printf '{"_id":"bench-hook","app":"bench","type":"facebook","on":true,"name":"bench webhooks","info":{"accessToken":"bench-page-token","pageId":"100200300","appSecret":"bench-app-secret","verifyToken":"bench-verify"},"createdAt":%s,"updatedAt":%s}' \
+    "$now" "$now" | "$ctl" channel put - > /dev/null 2>> "$tmp/ctl.log"
+  "$ctl" app secret rotate --app bench > /dev/null 2>> "$tmp/ctl.log"   # the posts are signed
+  "$ctl" subscription add --app bench --url "$subsim/hook/status/200" > /dev/null 2>> "$tmp/ctl.log"
+  # the subscriber is on loopback: the SSRF guard lets it through only so
+  start_botgate "$upstream/graph/v19.0" BOTGATE_ALLOW_PRIVATE_MEDIA=1
+  hbodies() { # run count
+    python3 "$bench/webhooks.py" bodies "$tmp/h-$1" "$2" "$wrk_threads" bench-app-secret \
+      "$1.$$.$(date +%s)" --members "$members" || die "could not sign the webhooks of $1"
+  }
+  hdrain() { # run [results file]: wait for the outbox to drain, count what the subscriber got
+    python3 "$bench/webhooks.py" drain "$subsim" "$botgate" --scenario "$1" \
+      --state "$tmp/h.events" --pids "$botgate_pid" --aux "redis=$redis_pid,upstream=$sub_pid" \
+      >> "${2:-$results}" 2>> "$tmp/webhooks.log" || { echo "bench: $1: drain failed" >&2; failed=1; }
+  }
+  echo "bench: scenario h (signing $((h_rate * (duration + 3))) webhooks)" >&2
+  hbodies h-warm $((h_rate * 3))
+  hbodies h $((h_rate * duration))
+  # the senders become members in the warm-up (not reported), as the members of a pre-exist
+  echo "bench: warming botgate up (h, 3 s, not reported)" >&2
+  run_out=$tmp/warm.jsonl run_duration=3 run h-warm botgate "$conns"
+  hdrain h-warm "$tmp/warm.jsonl"
+  grep -q '"kind": "delivery", "scenario": "h-warm", "events": [1-9]' "$tmp/warm.jsonl" ||
+    die "h: no webhook became an event (logs in $tmp)"
+  echo "bench: the webhook generator alone, against the static upstream" >&2
+  hfiles=h run h-gen upstream "$conns"
+  echo "bench: scenario h, the most one worker takes" >&2
+  run h botgate "$conns"
+  hdrain h
+  pace_delay=${BENCH_PACE_MS:-20}
+  if read -r pconns prate <<<"$($report pace "$results" --scenario h --delay "$pace_delay")"; then
+    h_pace_desc="$prate webhooks/s, the half of h's"
+    echo "bench: scenario h paced at ~$prate webhooks/s" >&2
+    hbodies h-calib $((prate * 3 * 3 / 2 + 1000))
+    hbodies h-lat $((prate * duration * 3 / 2 + 1000))
+    export BENCH_DELAY_MS=$pace_delay
+    : > "$tmp/calib.jsonl"
+    run_out=$tmp/calib.jsonl run_duration=3 run h-calib botgate "$pconns"
+    hdrain h-calib "$tmp/calib.jsonl"
+    read -r c _ <<<"$($report pace "$results" --scenario h --calib "$tmp/calib.jsonl" --conns "$pconns")"
+    run h-lat botgate "$c"
+    hdrain h-lat
+    unset BENCH_DELAY_MS
+  fi
+  stop_botgate
+fi
+
 # ---- the report ----
 cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
 python3 -c 'import json, sys; print(json.dumps(dict(a.split("=", 1) for a in sys.argv[1:])))' \
@@ -539,7 +612,7 @@ python3 -c 'import json, sys; print(json.dumps(dict(a.split("=", 1) for a in sys
   "nginx_version=$(nginx -v 2>&1 | sed 's/.*nginx\///')" \
   "wrk_version=$(wrk -v 2>&1 | head -1 | awk '{print $2}')" \
   "load=$load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end; CPUs busy before starting: $busy_start" \
-  "pace_desc=${pace_desc:-}" "pace_delay=${pace_delay:-}" \
+  "pace_desc=${pace_desc:-}" "pace_delay=${pace_delay:-}" "h_pace_desc=$h_pace_desc" \
   "upstream_workers=$upstream_workers" "strace_count=$((strace_requests / wrk_threads))" \
   "tls_botgate_proto=$tls_botgate_proto" "tls_h1_botgate_proto=$tls_h1_botgate_proto" \
   "tls_nginx_proto=$tls_nginx_proto" \

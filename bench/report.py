@@ -18,9 +18,9 @@
                                        strace -c -f -p PID while wrk sends a fixed number of
                                        requests (bench.lua's BENCH_COUNT); append the system
                                        calls per answered request, by kind, to --out
-  report.py pace RESULTS.jsonl [--delay MS] [--calib CALIB.jsonl --conns N]
+  report.py pace RESULTS.jsonl [--delay MS] [--calib CALIB.jsonl --conns N] [--scenario h]
                                        connections for a paced load of about half of botgate's
-                                       scenario-a maximum, and that rate
+                                       scenario-a (or -h) maximum, and that rate
   report.py table RESULTS.jsonl META.json
                                        print the report
 """
@@ -53,9 +53,15 @@ SCENARIOS = {
     "sim": "simulator alone (d's upstream)",
     "d": "d  5000 conn., upstream 1 s",
     "d-off": "d-off  d, member order off",
+    "h-gen": "webhook generator alone (static nginx)",
+    "h": "h  signed webhooks in, events out",
 }
 ORDER = ["up", "a", "a-off", "a-key", "b", "c", "c-lua", "up-tls", "a-tls", "a-tls-h1", "sim", "d",
-         "d-off"]
+         "d-off", "h-gen", "h"]
+# scenario h's load generator (bench/webhook.lua) sent to the static upstream alone: its req/s
+# must be at least UPSTREAM_MARGIN times botgate's, or wrk, not botgate, sets the pace
+GENERATOR_OF = {"h-gen": "h"}
+H_GOAL_P99_MS = 5.0  # issue 32: ack p99 under 5 ms at half load
 # the order-off twins (a botgate with BOTGATE_MEMBER_ORDER=0 beside the default one): their
 # ratio is to the nginx run of the scenario they twin, and a section sets each beside it
 TWIN_OF = {"a-off": "a", "d-off": "d"}
@@ -251,16 +257,22 @@ def parse_pids(spec):
     return [int(p) for p in spec.split(",") if p.strip()] if spec else []
 
 
+def parse_aux(spec):
+    """{name: the pid and its children} of "name=pid,...": processes whose CPU is told aside."""
+    aux = {}
+    for item in (spec or "").split(","):
+        if "=" in item:
+            name, pid = item.split("=", 1)
+            aux[name] = tree([int(pid)])
+    return aux
+
+
 def cmd_measure(args):
     wrk = args.wrk
     if wrk and wrk[0] == "--":
         wrk = wrk[1:]
     procs = tree(parse_pids(args.pids))
-    aux = {}
-    for item in (args.aux or "").split(","):
-        if "=" in item:
-            name, pid = item.split("=", 1)
-            aux[name] = tree([int(pid)])
+    aux = parse_aux(args.aux)
 
     ports = {int(p) for p in args.upstream_ports.split(",") if p.strip()}
     idle_rss = rss_kib(procs)
@@ -499,12 +511,13 @@ def proxied_by(recs, upstream_scenario):
 
 
 def cmd_pace(args):
-    """Half of botgate's scenario-a req/s, and the connections for it with a mean pause of
-    args.delay ms after each answer: rate = conns / (pause + latency). With --calib (a short
-    run of the same target at --conns connections) the count is corrected by what it did."""
-    a = find(load(args.results), "a", "botgate")
+    """Half of botgate's req/s in scenario args.scenario (a; h for the webhooks), and the
+    connections for it with a mean pause of args.delay ms after each answer: rate = conns /
+    (pause + latency). With --calib (a short run of the same target at --conns connections)
+    the count is corrected by what it did."""
+    a = find(load(args.results), args.scenario, "botgate")
     if a is None or "error" in a or rps(a) <= 0:
-        sys.exit("pace: no scenario-a result of botgate")
+        sys.exit("pace: no scenario-%s result of botgate" % args.scenario)
     rate = rps(a) / 2
     if args.calib:
         c = load(args.calib)[-1]
@@ -517,6 +530,73 @@ def cmd_pace(args):
 
 def ms(us):
     return "%.2f" % (us / 1000.0)
+
+
+def h_section(recs, every, meta, w):
+    """Scenario h: webhooks/s per worker, the ack latency at half that, and whether every event
+    stored reached the subscriber once."""
+    h = find(recs, "h", "botgate")
+    if h is None:
+        return
+    drains = {r["scenario"]: r for r in every if r.get("kind") == "delivery"}
+    gen = find(recs, "h-gen", "upstream")
+    w("")
+    w("h: signed Messenger webhooks to POST /webhooks/<channelId> (X-Hub-Signature-256 checked,")
+    w("one inbound text each, every message id new, the senders spread over the members), each")
+    w("event posted, signed, to one subscription: a botgate-sim of its own answering 200 and")
+    w("recording every post. %s worker(s). The webhooks are signed before the run" % meta.get("workers"))
+    w("(bench/webhooks.py), which wrk cycles through (bench/webhook.lua).")
+
+    def events(d):
+        if d is None:
+            return "events: no count (the drain failed)"
+        return ("events: stored %d, posted %d, distinct eventIds %d: lost %d, duplicates %d "
+                "(the outbox drained %.1f s after the run)"
+                % (d["events"], d["posts"], d["unique"], d["lost"], d["duplicates"], d["drain_s"]))
+
+    def costs(r, d):
+        n = float(r["requests"] or 1)
+        cpu = r["cpu_s"] + (d or {}).get("drain_cpu_s", 0)
+        red = r["aux_cpu_s"].get("redis", 0) + (d or {}).get("drain_aux_cpu_s", {}).get("redis", 0)
+        line = "botgate CPU %.0f us per webhook (its event's post included), Redis %.1f us" % (
+            cpu * 1e6 / n, red * 1e6 / n)
+        if "redis_commands" in r:
+            line += " and %.2f commands (%.2f scripts)" % (r["redis_commands"] / n,
+                                                          r.get("redis_scripts", 0) / n)
+        return line + " per webhook"
+
+    if "error" in h:
+        w("  max   FAILED: %s" % h["error"])
+    else:
+        line = "  max   %.0f webhooks/s per worker (%d conns): ack p50 %s ms, p99 %s ms, errors %d" % (
+            rps(h) / float(meta.get("workers") or 1), h.get("connections", 0), ms(h["p50_us"]),
+            ms(h["p99_us"]), errors(h))
+        w(line)
+        if gen is not None and "error" not in gen and rps(h) > 0:
+            w("        the generator alone: %.0f req/s, %.1fx (wrk's CPU in h: %.0f us per webhook)"
+              % (rps(gen), rps(gen) / rps(h), h.get("wrk_cpu_s", 0) * 1e6 / (h["requests"] or 1)))
+        w("        " + costs(h, drains.get("h")))
+        w("        " + events(drains.get("h")))
+        if h.get("wraps"):
+            w("        WARNING: wrk's threads came to the end of their signed bodies %d time(s):"
+              % h["wraps"])
+            w("        the webhooks after that were retries to botgate (raise BENCH_H_RATE)")
+    lat = find(recs, "h-lat", "botgate")
+    if lat is None:
+        return
+    if "error" in lat:
+        w("  half  FAILED: %s" % lat["error"])
+        return
+    p99 = lat["p99_us"] / 1000.0
+    w("  half  %.0f webhooks/s (%d conns, paced: a random pause of mean %s ms after each answer;"
+      % (rps(lat), lat.get("connections", 0), meta.get("pace_delay", "?")))
+    w("        aimed at %s): ack p50 %s ms, p99 %s ms, p99.9 %s ms, errors %d"
+      % (meta.get("h_pace_desc") or "?", ms(lat["p50_us"]), ms(lat["p99_us"]),
+         ms(lat["p999_us"]), errors(lat)))
+    w("        goal ack p99 under %.0f ms at half load: %s" % (
+        H_GOAL_P99_MS, "met" if p99 < H_GOAL_P99_MS else "NOT met (%.2f ms)" % p99))
+    w("        " + costs(lat, drains.get("h-lat")))
+    w("        " + events(drains.get("h-lat")))
 
 
 def cmd_table(args):
@@ -560,6 +640,10 @@ def cmd_table(args):
                 ng = find(recs, TWIN_OF.get(sc, sc), "nginx")
                 if ng and "error" not in ng and rps(ng) > 0:
                     ratio = "%.2fx" % (rps(r) / rps(ng))
+            elif sc in GENERATOR_OF:
+                h = find(recs, GENERATOR_OF[sc], "botgate")
+                if h and "error" not in h and rps(h) > 0:
+                    ratio = "%.2fx %s" % (rps(r) / rps(h), GENERATOR_OF[sc])
             elif r["target"] == "upstream":
                 ng = proxied_by(recs, sc)
                 if ng is not None:
@@ -603,6 +687,11 @@ def cmd_table(args):
               "upstream may be" % (SCENARIOS.get(r["scenario"]), rps(r), UPSTREAM_MARGIN,
                                    rps(ng), rps(r) / rps(ng)))
             w("         what limits the proxied runs; their ratios say less than they seem")
+        h = find(recs, GENERATOR_OF.get(r["scenario"]), "botgate")
+        if h is not None and "error" not in h and rps(r) < UPSTREAM_MARGIN * rps(h):
+            w("WARNING: the webhook generator alone did %.0f req/s, less than %.0fx botgate's h"
+              % (rps(r), UPSTREAM_MARGIN))
+            w("         (%.0f): wrk may be what limits h" % rps(h))
     w("")
     w("req/s counts every answer, errors included; errors = non-2xx + wrk socket errors "
       "(connect, read, write, timeout).")
@@ -628,6 +717,11 @@ def cmd_table(args):
     w("upstream is not clearly out of the way. a-off, d-off: botgate's req/s with member order")
     w("off / nginx's in a, d. a-key: botgate's req/s / its scenario a's (\"x a\"; nginx has")
     w("nothing like an Idempotency-Key).")
+    if any(r["scenario"] in GENERATOR_OF for r in recs):
+        w("h: a request is a webhook; upstr/req: posts the subscriber got per webhook during the")
+        w("run; upstr CPU s: the subscriber (a botgate-sim of its own). webhook generator alone:")
+        w("h's wrk and script against the static nginx (answering 200 to /webhooks/); ratio: its")
+        w("req/s / botgate's in h.")
 
     twins = [(r, find(recs, TWIN_OF[r["scenario"]], "botgate")) for r in recs
              if r["scenario"] in TWIN_OF and r["target"] == "botgate" and "error" not in r]
@@ -758,6 +852,8 @@ def cmd_table(args):
             w("  nginx   p99 added = %s - %s = %s ms" % (ms(n["p99_us"]), ms(s["p99_us"]),
                                                          ms(n["p99_us"] - s["p99_us"])))
 
+    h_section(recs, load_all(args.results), meta, w)
+
     busy = {}
     for r in recs:
         for comm, sec in r.get("others_top", []):
@@ -817,6 +913,7 @@ def main():
     p = sub.add_parser("pace")
     p.add_argument("results")
     p.add_argument("--delay", type=float, default=20)
+    p.add_argument("--scenario", default="a")
     p.add_argument("--calib", default="")
     p.add_argument("--conns", type=int, default=0)
     p.set_defaults(func=cmd_pace)

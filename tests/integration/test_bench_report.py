@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """make bench's report (bench/report.py table): the upstream-alone check, the system calls per
-request, the a-tls lines, the delivery guarantees' rows (a-key) and the order-off twins (a-off),
-from results files written as bench.sh's runs write them.
+request, the a-tls lines, the delivery guarantees' rows (a-key), the order-off twins (a-off)
+and the webhooks of scenario h, from results files written as bench.sh's runs write them.
 
 Run: python3 tests/integration/test_bench_report.py
 """
@@ -151,6 +151,63 @@ class DeliveryGuarantees(unittest.TestCase):
         self.assertFalse(row(out, "a-key  a + Idempotency-Key", "botgate").endswith("x a"))
         self.assertNotIn("Idempotency-Key: what it costs", out)
         self.assertNotIn("Per-member order, on", out)
+
+
+class Webhooks(unittest.TestCase):
+    """h: webhooks/s per worker, the generator's headroom, the ack latency at half load against
+    the 5 ms goal, and the events stored, posted, lost and duplicated (bench/webhooks.py drain's
+    records, which are not timed runs)."""
+
+    def records(self, lat_p99_us=4200, gen_rps=60000, lost=0, dups=0):
+        def drain(sc, events, unique):
+            return {"kind": "delivery", "scenario": sc, "events": events,
+                    "posts": unique + dups, "unique": unique, "duplicates": dups,
+                    "lost": events - unique, "drain_s": 0.4, "drain_cpu_s": 0.5,
+                    "drain_aux_cpu_s": {"redis": 0.2, "upstream": 0.1}}
+        return [timed("h-gen", "upstream", gen_rps),
+                timed("h", "botgate", 5000, cpu_s=4.5, redis_scripts=250000,
+                      redis_commands=1100000, upstream_calls=50000,
+                      aux_cpu_s={"redis": 3.3, "upstream": 1.0}, wraps=0),
+                drain("h", 50010, 50010 - lost),
+                timed("h-lat", "botgate", 2500, cpu_s=4.5, redis_scripts=125000,
+                      redis_commands=575000, p99_us=lat_p99_us,
+                      aux_cpu_s={"redis": 3.8, "upstream": 0.6}, wraps=0),
+                drain("h-lat", 25000, 25000)]
+
+    def test_rows_and_the_section(self):
+        out = table(self.records(), workers="1", pace_delay="20",
+                    h_pace_desc="2500 webhooks/s, the half of h's")
+        h = row(out, "h  signed webhooks in, events out", "botgate")
+        self.assertIn(" 5000 ", h)
+        self.assertIn(" 22.00 ", h)  # Redis commands per webhook
+        self.assertIn(" 1.00 ", h)   # posts the subscriber got per webhook during the run
+        self.assertTrue(row(out, "webhook generator alone (static nginx)",
+                            "upstream").endswith("12.00x h"), out)
+        self.assertIn("  max   5000 webhooks/s per worker (64 conns): ack p50 1.00 ms, "
+                      "p99 3.00 ms, errors 0", out)
+        self.assertIn("the generator alone: 60000 req/s, 12.0x", out)
+        # CPU over the run and the drain after it: (4.5 + 0.5) s / 50000
+        self.assertIn("botgate CPU 100 us per webhook (its event's post included), Redis 70.0 us "
+                      "and 22.00 commands (5.00 scripts) per webhook", out)
+        self.assertIn("events: stored 50010, posted 50010, distinct eventIds 50010: lost 0, "
+                      "duplicates 0", out)
+        self.assertIn("ack p50 1.00 ms, p99 4.20 ms, p99.9 4.00 ms, errors 0", out)
+        self.assertIn("goal ack p99 under 5 ms at half load: met", out)
+        self.assertNotIn("WARNING", out)
+        self.assertNotIn("FAILED", out)
+
+    def test_a_missed_goal_a_loss_and_a_slow_generator_are_said(self):
+        out = table(self.records(lat_p99_us=6380, gen_rps=8000, lost=3, dups=2), workers="1")
+        self.assertIn("goal ack p99 under 5 ms at half load: NOT met (6.38 ms)", out)
+        self.assertIn("lost 3, duplicates 2", out)
+        self.assertIn("WARNING: the webhook generator alone did 8000 req/s, less than 2x "
+                      "botgate's h", out)
+
+    def test_wraps_are_a_warning(self):
+        recs = self.records()
+        recs[1]["wraps"] = 2
+        out = table(recs, workers="1")
+        self.assertIn("came to the end of their signed bodies 2 time(s)", out)
 
 
 if __name__ == "__main__":
