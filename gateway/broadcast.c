@@ -2,8 +2,8 @@
  * checked at once with a send's codes (108, 112, 114-118, 119), then the recipients go to Redis
  * a slice at a time (store/broadcast.c), each slice sent when the one before answered: the
  * loop is held a slice's work at most, and Redis a script of a few thousand ids. GET and
- * DELETE /broadcasts/<id> tell and cancel one; a broadcast's status callback is posted when it
- * ends. Its delivery is bcpump.c's. */
+ * DELETE /broadcasts/<id> tell and cancel one. Its delivery is bcpump.c's; its status callback
+ * is an outbox entry, queued by the script that ends it and posted by outbox.c. */
 #include "broadcast.h"
 
 #include "../core/clock.h"
@@ -16,6 +16,7 @@
 #include "bcpump.h"
 #include "log.h"
 #include "outbox_post.h"
+#include "outbox_status.h"
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -44,22 +45,11 @@ typedef enum { R_POST, R_GET, R_DELETE } bc_route_t;
 
 typedef struct bc_req bc_req_t;
 
-/* A status callback: the broadcast's status read (a broadcast seen ending), then posted
- * (outbox_post.c), until it was taken or given up. */
-typedef struct bc_post {
-    struct broadcasts *b;
-    struct bc_post *prev, *next;
-    store_bc_call_t *status; /* the status being read, or NULL */
-    outbox_post_t *post;
-    char id[ID_LEN + 1];
-} bc_post_t;
-
 /* Owned by the worker (broadcasts_new, broadcasts_free). */
 struct broadcasts {
     op_env_t *env;
     bc_req_t *reqs, *reqs_last;    /* requests in flight */
     bcpump_t *pump;                /* the delivery */
-    bc_post_t *posts, *posts_last; /* status callbacks being read or posted */
 };
 
 /* One request in flight: a POST's accepting, or a GET or DELETE. Owned by the broadcasts from
@@ -94,7 +84,6 @@ struct bc_req {
     char channel_buf[STORE_KEY_MAX];
     struct event *timer; /* DELETE: waits for the attempts running */
     int64_t wait_until_us;
-    int cancelled_here; /* DELETE: this one cancelled it */
     /* POST with an Idempotency-Key (contract.md section 7) */
     char *idem_key;             /* the header's value, until the record's name is made */
     char *idem_record;          /* the record's name (store_idem_key), also its channel */
@@ -221,145 +210,16 @@ static void req_fail_store(bc_req_t *r, store_status_t st)
         req_fail(r, BG_ERR_STORE, "store unavailable");
 }
 
-/* The status object: {"ok":1,"broadcastId","state","total","queued","sent","failed",
- * "unknown","cancelled","createdAt","updatedAt"}, with "eventId" first for a status callback.
- * NULL when out of memory. */
-static char *status_text(const char *id, const store_bc_status_t *s, const char *event_id,
-                         size_t *len)
-{
-    int64_t queued = s->total - s->sent - s->failed - s->unknown - s->cancelled;
-    jsonw_t w;
-    char *text;
-
-    jw_init(&w);
-    jw_lit(&w, "{\"ok\":1,");
-    if (event_id != NULL) {
-        jw_lit(&w, "\"eventId\":");
-        jw_str(&w, event_id);
-        jw_lit(&w, ",");
-    }
-    jw_lit(&w, "\"broadcastId\":");
-    jw_str(&w, id);
-    jw_lit(&w, ",\"state\":");
-    jw_str(&w, strcmp(s->state, "accepting") == 0 ? "running" : s->state);
-    {
-        const struct {
-            const char *name;
-            int64_t v;
-        } n[] = {{",\"total\":", s->total},
-                 {",\"queued\":", queued > 0 ? queued : 0},
-                 {",\"sent\":", s->sent},
-                 {",\"failed\":", s->failed},
-                 {",\"unknown\":", s->unknown},
-                 {",\"cancelled\":", s->cancelled},
-                 {",\"createdAt\":", s->created_ms},
-                 {",\"updatedAt\":", s->updated_ms}};
-        for (size_t i = 0; i < sizeof(n) / sizeof(n[0]); i++) {
-            jw_lit(&w, n[i].name);
-            jw_int(&w, n[i].v);
-        }
-    }
-    jw_lit(&w, "}");
-    if (w.failed || (text = jw_steal(&w, len)) == NULL) {
-        jw_free(&w);
-        return NULL;
-    }
-    return text;
-}
-
 static void answer_status(bc_req_t *r, const store_bc_status_t *s)
 {
     size_t len = 0;
-    char *text = status_text(r->id, s, NULL, &len);
+    char *text = outbox_broadcast_status_text(r->id, s, NULL, &len);
 
     if (text == NULL) {
         req_fail(r, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
     req_answer(r, 200, 0, text, len);
-}
-
-/* ---- the status callback: the outbox's signed POST (outbox_post.c) ---- */
-
-static void post_free(bc_post_t *p)
-{
-    DLIST_UNLINK(p->b->posts, p->b->posts_last, p);
-    store_bc_cancel(p->status);
-    outbox_post_cancel(p->post);
-    free(p);
-}
-
-static void on_posted(void *arg, int delivered)
-{
-    bc_post_t *p = arg;
-
-    count(&metrics(p->b)->callbacks[delivered ? 0 : 1]);
-    p->post = NULL;
-    post_free(p);
-}
-
-static bc_post_t *post_new(broadcasts_t *b, const char *id)
-{
-    bc_post_t *p = calloc(1, sizeof(*p));
-
-    if (p == NULL) {
-        log_msg(LOG_WARN, "broadcast %s: out of memory: its status callback is not posted", id);
-        return NULL;
-    }
-    p->b = b;
-    snprintf(p->id, sizeof(p->id), "%s", id);
-    DLIST_APPEND(b->posts, b->posts_last, p);
-    return p;
-}
-
-/* Posts the broadcast's final status to its statusCallback, if it has one; p goes with it. */
-static void post_status(bc_post_t *p, const store_bc_status_t *s)
-{
-    char event_id[64], *body;
-    size_t len = 0;
-
-    if (s->callback[0] == '\0') {
-        post_free(p);
-        return;
-    }
-    snprintf(event_id, sizeof(event_id), "%s.%s", p->id, s->state);
-    if ((body = status_text(p->id, s, event_id, &len)) == NULL) {
-        log_msg(LOG_WARN, "broadcast %s: out of memory: its status callback is not posted", p->id);
-        post_free(p);
-        return;
-    }
-    {
-        outbox_post_req_t req = {s->app,   s->callback,     body,
-                                 event_id, clock_wall_ms(), &metrics(p->b)->callback_retries};
-        p->post = outbox_post_start(p->b->env, &req, on_posted, p);
-    }
-    free(body);
-    if (p->post == NULL)
-        post_free(p);
-}
-
-static void on_final_status(void *arg, store_status_t st, const store_bc_status_t *s)
-{
-    bc_post_t *p = arg;
-
-    p->status = NULL;
-    if (st == STORE_OK)
-        post_status(p, s);
-    else
-        post_free(p);
-}
-
-/* bcpump_ended_fn: the delivery saw a broadcast end; its status is read, then posted. */
-static void on_ended(void *arg, const char *channel_id, const char *id)
-{
-    broadcasts_t *b = arg;
-    bc_post_t *p = post_new(b, id);
-    store_status_t st = STORE_OK;
-
-    if (p != NULL &&
-        (p->status = store_bc_status(b->env->deliver.store, channel_id, id, on_final_status, p,
-                                     &st)) == NULL)
-        post_free(p);
 }
 
 /* ---- checking a POST's body (nothing of it needs Redis) ---- */
@@ -1146,11 +1006,6 @@ static void on_status(void *arg, store_status_t st, const store_bc_status_t *s)
     if (r->route == R_DELETE && s->sending > 0)
         log_msg(LOG_WARN, "broadcast %s cancelled with %lld attempts still running", r->id,
                 (long long)s->sending);
-    if (r->route == R_DELETE && r->cancelled_here) {
-        bc_post_t *p = post_new(r->b, r->id);
-        if (p != NULL)
-            post_status(p, s);
-    }
     (void)cst;
     answer_status(r, s);
 }
@@ -1181,10 +1036,8 @@ static void on_cancelled(void *arg, store_status_t st, int64_t n, const char *te
         req_fail(r, BG_ERR_NOT_FOUND, "not found");
         return;
     }
-    if (strcmp(text, "running") == 0) {
+    if (strcmp(text, "running") == 0) /* this one cancelled it (its callback is queued) */
         count(&metrics(r->b)->broadcasts[2]);
-        r->cancelled_here = 1;
-    }
     r->wait_until_us =
         clock_mono_us() + ((int64_t)cfg->request_timeout_ms + CANCEL_WAIT_EXTRA) * 1000;
     if ((r->timer = evtimer_new(r->b->env->deliver.base, on_cancel_poll, r)) == NULL) {
@@ -1221,7 +1074,7 @@ broadcasts_t *broadcasts_new(op_env_t *env)
     if (b == NULL)
         return NULL;
     b->env = env;
-    if ((b->pump = bcpump_new(env, on_ended, b)) == NULL) {
+    if ((b->pump = bcpump_new(env)) == NULL) {
         free(b);
         return NULL;
     }
@@ -1242,9 +1095,5 @@ void broadcasts_free(broadcasts_t *b)
         }
     }
     bcpump_free(b->pump);
-    /* a callback not taken yet is not posted again (a broadcast's callback is this worker's
-     * alone: docs/api.md) */
-    while (b->posts != NULL)
-        post_free(b->posts);
     free(b);
 }

@@ -18,6 +18,7 @@
 #include "../core/clock.h"
 #include "../core/dlist.h"
 #include "../core/rng.h"
+#include "../store/broadcast.h"
 #include "../store/outbox.h"
 #include "log.h"
 #include "outbox_post.h"
@@ -63,6 +64,7 @@ struct ob_job {
     ob_job_t *prev, *next;
     unsigned shard;
     unsigned callback : 1;    /* a status callback */
+    unsigned broadcast : 1;   /* ... of a broadcast: id is the broadcast's, url its channel */
     unsigned event : 1;       /* a webhook event to a subscription; neither: a request */
     unsigned stale : 1;       /* woken while its start was out: start again */
     unsigned running : 1;     /* an attempt's op holds it */
@@ -85,6 +87,7 @@ struct ob_job {
     char *elements[STORE_OUTBOX_ELEMENTS_MAX]; /* of the responses before next */
     /* a callback or an event */
     outbox_post_t *post;
+    store_bc_call_t *bc_call; /* a broadcast's status being read */
     /* an event: posted to url (app: whose secret signs it) as number seq of its member's */
     char *url, *body;
     int64_t seq;
@@ -233,6 +236,7 @@ static void job_free(ob_job_t *job)
     outbox_t *ob = job->ob;
 
     store_outbox_cancel(job->call);
+    store_bc_cancel(job->bc_call);
     if (job->timer != NULL)
         event_free(job->timer);
     store_unwatch(job->sub);
@@ -255,7 +259,7 @@ static void job_wake(ob_job_t *job)
         job_free(job);
         return;
     }
-    if (job->call != NULL || job->post != NULL) {
+    if (job->call != NULL || job->post != NULL || job->bc_call != NULL) {
         job->stale = 1;
         return;
     }
@@ -323,6 +327,15 @@ static void job_add(outbox_t *ob, const store_outbox_entry_t *e)
     job->ob = ob;
     job->shard = e->shard;
     job->callback = e->callback != 0;
+    if (e->broadcast_channel != NULL) {
+        job->broadcast = 1;
+        if ((job->url = strdup(e->broadcast_channel)) == NULL) {
+            free(job->entry);
+            event_free(job->timer);
+            free(job);
+            return; /* left pending: taken over later */
+        }
+    }
     if (e->subscription != NULL) {
         job->event = 1;
         job->seq = e->seq;
@@ -843,11 +856,52 @@ static void on_callback_status(void *arg, store_status_t st, const store_outbox_
         job_later(job, outbox_backoff_ms(ob->env, ++job->attempts));
 }
 
+/* A broadcast's: its status as GET /broadcasts/<id> tells it, with eventId "<id>.<state>". A
+ * cancelled one's waits (as the DELETE's answer does) until no attempt of it may still send. */
+static void on_broadcast_status(void *arg, store_status_t st, const store_bc_status_t *s)
+{
+    ob_job_t *job = arg;
+    outbox_t *ob = job->ob;
+    const config_t *cfg = ob->env->deliver.cfg;
+    char event_id[80], *body = NULL;
+    size_t len = 0;
+
+    job->bc_call = NULL;
+    if (st == STORE_NOT_FOUND || (st == STORE_OK && s->callback[0] == '\0')) {
+        on_callback_posted(job, 0); /* the record is gone: nothing to tell */
+        return;
+    }
+    if (st == STORE_OK && s->sending > 0 &&
+        clock_wall_ms() < strtoll(job->entry, NULL, 10) + cfg->request_timeout_ms + 5000) {
+        job_later(job, 100);
+        return;
+    }
+    if (st == STORE_OK) {
+        snprintf(event_id, sizeof(event_id), "%s.%s", job->id, s->state);
+        body = outbox_broadcast_status_text(job->id, s, event_id, &len);
+    }
+    if (body != NULL) {
+        outbox_post_req_t req = {s->app,   s->callback,   body,
+                                 event_id, s->updated_ms, &metrics(ob)->callback_retries};
+        job->post = outbox_post_start(ob->env, &req, on_callback_posted, job);
+        free(body);
+    }
+    if (job->post == NULL) /* the status not read, or out of memory */
+        job_later(job, outbox_backoff_ms(ob->env, ++job->attempts));
+}
+
 static void callback_start(ob_job_t *job)
 {
     store_status_t st = STORE_OK;
 
     job->stale = 0;
+    if (job->broadcast) {
+        job->bc_call = store_bc_status(job->ob->env->deliver.store, job->url, job->id,
+                                       on_broadcast_status, job, &st);
+        if (job->bc_call == NULL)
+            job_later(job, READ_RETRY_MS);
+        return;
+    }
     job->call = store_outbox_status(job->ob->env->deliver.store, job->shard, job->id,
                                     on_callback_status, job, &st);
     if (job->call == NULL)

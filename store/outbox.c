@@ -246,7 +246,7 @@ static size_t decode_entries(const redisReply *list, unsigned shard, store_outbo
         return 0;
     for (size_t i = 0; i < list->elements && n < room; i++) {
         const redisReply *e = list->element[i], *f;
-        store_outbox_entry_t en = {shard, NULL, NULL, "", 0, NULL, "", "", "", 0, 0};
+        store_outbox_entry_t en = {shard, NULL, NULL, "", 0, NULL, "", "", "", 0, 0, NULL};
         if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
             e->element[0]->type != REDIS_REPLY_STRING)
             continue;
@@ -260,6 +260,11 @@ static size_t decode_entries(const redisReply *list, unsigned shard, store_outbo
             } else if (strcmp(name, "c") == 0) {
                 en.request_id = value;
                 en.callback = 1;
+            } else if (strcmp(name, "k") == 0) {
+                en.request_id = value;
+                en.callback = 1;
+            } else if (strcmp(name, "h") == 0) {
+                en.broadcast_channel = value;
             } else if (strcmp(name, "o") == 0) {
                 en.order_key = value;
             } else if (strcmp(name, "e") == 0) {

@@ -244,6 +244,65 @@ class Callback(Case):
             srv.server_close()
 
 
+class CallbackDurable(Case):
+    """A broadcast's statusCallback is an outbox entry, queued by the script that ended the
+    broadcast: when the instance that was posting it dies during the retries, another posts
+    it, signed, with the same eventId (before, it was held in the dead worker's memory)."""
+    stack_args = {"workers": 2, "env": {"BOTGATE_ALLOW_PRIVATE_MEDIA": "1",
+                                        "BOTGATE_OUTBOX_CLAIM_MS": "2000"}}
+
+    def test_callback_posted_by_another_instance(self):
+        import hashlib
+        import hmac
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        got, refuse = [], [True]
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                got.append((dict(self.headers), raw, not refuse[0]))
+                self.send_response(503 if refuse[0] else 200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+        srv = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        url = "http://127.0.0.1:%d/hook" % srv.server_address[1]
+        s = self.s
+        try:
+            secret = s.ctl("app", "secret", "rotate", "--app", APP).stdout.strip()
+            a = self.post({"channelId": "fbb", "recipients": {"memberIds": ["bm0", "bm1"]},
+                           "response": [{"type": "TEXT", "text": "durable cb"}],
+                           "statusCallback": url})
+            self.assertEqual(a.status, 202, a)
+            bid = a.json["broadcastId"]
+            self.wait_state(bid)
+            wait_for(lambda: len(got) >= 1, timeout=30, what="the first, refused, try")
+            # the only instance, which ended the broadcast and holds its callback, dies
+            p = s.procs.pop("botgate")
+            p.kill()
+            p.wait()
+            refuse[0] = False
+            s.start_gateway(port=free_port(), name="botgate2")
+            wait_for(lambda: any(ok for _, _, ok in got), timeout=60,
+                     what="the callback posted by the other instance")
+            headers, raw, _ = [g for g in got if g[2]][0]
+            body = json.loads(raw)
+            self.assertEqual((body["broadcastId"], body["state"], body["sent"], body["eventId"]),
+                             (bid, "done", 2, bid + ".done"))
+            self.assertEqual({json.loads(r)["eventId"] for _, r, _ in got}, {bid + ".done"})
+            parts = dict(p.split("=", 1) for p in headers["Botgate-Signature"].split(","))
+            mac = hmac.new(secret.encode(), parts["t"].encode() + b"." + raw,
+                           hashlib.sha256).hexdigest()
+            self.assertEqual(mac, parts["v1"])
+        finally:
+            srv.shutdown()
+            srv.server_close()
+
+
 class Priority(Case):
     def test_conversation_goes_ahead_of_the_broadcast(self):
         """contract.md section 12, last point: a synchronous send to the sender of a running
