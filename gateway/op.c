@@ -455,9 +455,10 @@ static void member_ready(op_t *op)
         op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
-    /* an async request is only queued now: its attempts take the member's turn */
-    if (op_is_async(op) || !op->env->deliver.cfg->member_order || op->turn_held ||
-        op_guard_turn(op, run_kind))
+    /* an async request is only queued now, with its place in the member's turn queue, which
+     * its attempts hold (the outbox waits for that turn before it starts one) */
+    if (op_is_async(op) || op_is_queued(op) || !op->env->deliver.cfg->member_order ||
+        op->turn_held || op_guard_turn(op, run_kind))
         run_kind(op);
 }
 
@@ -691,7 +692,7 @@ void op_resolve(op_t *op, const char *token_hash)
      * queues for the member's turn, which is taken with the member's read (and an
      * Idempotency-Key's begin), one round trip */
     if (op->token_done && op->channel_done && op->target.member_id != NULL &&
-        op->env->deliver.cfg->member_order) {
+        op->env->deliver.cfg->member_order && !op_is_queued(op)) {
         if (!resolve_refused(op))
             op_guard_take_member(op, on_member_taken);
         return;

@@ -16,6 +16,7 @@
 #include "../core/clock.h"
 #include "../core/dlist.h"
 #include "../core/rng.h"
+#include "../store/idem.h"
 #include "../store/outbox.h"
 #include "log.h"
 #include "outbox_post.h"
@@ -60,16 +61,18 @@ struct ob_job {
     outbox_t *ob;
     ob_job_t *prev, *next;
     unsigned shard;
-    unsigned callback : 1;    /* a status callback, else a request */
-    unsigned stale : 1;       /* woken while its start was out: start again */
-    unsigned running : 1;     /* an attempt's op holds it */
-    unsigned stop : 1;        /* the attempt stopped at a response to try again (stop_at) */
-    unsigned abandon : 1;     /* the attempt's progress is unknown: left as if it died */
-    unsigned drop : 1;        /* freed at the next wake (after its op let it go) */
-    char *entry, *id, *order; /* one block */
+    unsigned callback : 1;  /* a status callback, else a request */
+    unsigned stale : 1;     /* woken while its start was out: start again */
+    unsigned running : 1;   /* an attempt's op holds it */
+    unsigned stop : 1;      /* the attempt stopped at a response to try again (stop_at) */
+    unsigned abandon : 1;   /* the attempt's progress is unknown: left as if it died */
+    unsigned drop : 1;      /* freed at the next wake (after its op let it go) */
+    unsigned sub_turn : 1;  /* sub is on the member's turn queue, else on its order */
+    store_outbox_entry_t e; /* its strings in one block, e.entry_id's */
     store_outbox_call_t *call;
     struct event *timer;
-    redisc_sub_t *sub; /* the member's order, while an earlier request is not finished */
+    redisc_sub_t *sub; /* the member's order or turn, while an earlier request holds it */
+    store_idem_call_t *turn_call; /* asking for the member's turn (STORE_OUTBOX_TURN) */
     char owner[17];
     /* the attempt */
     op_t *op; /* while its progress record is out */
@@ -206,13 +209,20 @@ static void ob_accept(op_t *op)
         return;
     }
     {
-        store_outbox_new_t req = {op->token.app,         text,          len,
-                                  op->target.channel_id, op->member_id, json_string_value(cb)};
-        int64_t keep_ms = ((int64_t)op->env->deliver.cfg->outbox_ttl_s +
-                           op->env->deliver.cfg->idempotency_ttl_s) *
-                          1000;
+        const config_t *cfg = op->env->deliver.cfg;
+        store_outbox_new_t req = {
+            op->token.app,         text, len, op->target.channel_id, op->member_id,
+            json_string_value(cb), 0,    0};
+        int64_t keep_ms = ((int64_t)cfg->outbox_ttl_s + cfg->idempotency_ttl_s) * 1000;
         if (req.callback == NULL)
             req.callback = "";
+        if (cfg->member_order) {
+            /* its place in the member's turn queue, held until it ends: nothing of it is sent
+             * after the TTL, and an attempt begun before lasts a request's time at most */
+            req.turn_lease_ms =
+                (int64_t)cfg->outbox_ttl_s * 1000 + cfg->request_timeout_ms + LEASE_MARGIN_MS;
+            req.turn_guess_ms = cfg->request_timeout_ms;
+        }
         a->call = store_outbox_accept(op->env->deliver.store, shard, a->id, &req, keep_ms,
                                       (int64_t)op->env->deliver.cfg->outbox_ttl_s * 1000,
                                       on_accepted, op, &st);
@@ -226,6 +236,7 @@ static void ob_accept(op_t *op)
 
 static void outbox_read(outbox_t *ob);
 static void job_start(ob_job_t *job);
+static void turn_ask(ob_job_t *job);
 static void callback_start(ob_job_t *job);
 
 static void job_free(ob_job_t *job)
@@ -233,6 +244,7 @@ static void job_free(ob_job_t *job)
     outbox_t *ob = job->ob;
 
     store_outbox_cancel(job->call);
+    store_idem_cancel(job->turn_call);
     if (job->timer != NULL)
         event_free(job->timer);
     store_unwatch(job->sub);
@@ -240,7 +252,7 @@ static void job_free(ob_job_t *job)
     for (unsigned i = 0; i < STORE_OUTBOX_ELEMENTS_MAX; i++)
         free(job->elements[i]);
     free(job->app);
-    free(job->entry);
+    free((char *)job->e.entry_id);
     DLIST_UNLINK(ob->jobs, ob->jobs_last, job);
     ob->n_jobs--;
     free(job);
@@ -253,7 +265,7 @@ static void job_wake(ob_job_t *job)
         job_free(job);
         return;
     }
-    if (job->call != NULL || job->post != NULL) {
+    if (job->call != NULL || job->turn_call != NULL || job->post != NULL) {
         job->stale = 1;
         return;
     }
@@ -282,16 +294,33 @@ static void job_later(ob_job_t *job, int64_t ms)
 static ob_job_t *job_find(const outbox_t *ob, unsigned shard, const char *entry)
 {
     for (ob_job_t *j = ob->jobs; j != NULL; j = j->next)
-        if (j->shard == shard && strcmp(j->entry, entry) == 0)
+        if (j->shard == shard && strcmp(j->e.entry_id, entry) == 0)
             return j;
     return NULL;
+}
+
+/* A copy of s at *p, moved past it; NULL stays NULL. */
+static const char *copy_str(char **p, const char *s)
+{
+    char *out = *p;
+    size_t n;
+
+    if (s == NULL)
+        return NULL;
+    n = strlen(s) + 1;
+    memcpy(out, s, n);
+    *p += n;
+    return out;
 }
 
 /* A job for entry e (the request's or the callback's), started at once. */
 static void job_add(outbox_t *ob, const store_outbox_entry_t *e)
 {
-    size_t le = strlen(e->entry_id) + 1, li, lo = strlen(e->order_key) + 1;
+    const char *strs[] = {e->entry_id, e->request_id, e->order_key, e->turn_channel,
+                          e->turn_member};
+    size_t len = 0;
     ob_job_t *job;
+    char *p;
 
     if (e->request_id == NULL) { /* deleted, or not ours: nothing to do */
         store_outbox_ack(ob->env->deliver.store, e->shard, e->entry_id);
@@ -299,23 +328,25 @@ static void job_add(outbox_t *ob, const store_outbox_entry_t *e)
     }
     if (job_find(ob, e->shard, e->entry_id) != NULL)
         return;
-    li = strlen(e->request_id) + 1;
+    for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
+        len += strs[i] != NULL ? strlen(strs[i]) + 1 : 0;
     if ((job = calloc(1, sizeof(*job))) == NULL)
         return; /* left pending: taken over later */
-    job->entry = malloc(le + li + lo);
+    p = malloc(len);
     job->timer = evtimer_new(ob->env->deliver.base, on_job_timer, job);
-    if (job->entry == NULL || job->timer == NULL) {
-        free(job->entry);
+    if (p == NULL || job->timer == NULL) {
+        free(p);
         if (job->timer != NULL)
             event_free(job->timer);
         free(job);
         return;
     }
-    job->id = job->entry + le;
-    job->order = job->id + li;
-    memcpy(job->entry, e->entry_id, le);
-    memcpy(job->id, e->request_id, li);
-    memcpy(job->order, e->order_key, lo);
+    job->e = *e;
+    job->e.entry_id = copy_str(&p, e->entry_id); /* first: the block's start, freed with it */
+    job->e.request_id = copy_str(&p, e->request_id);
+    job->e.order_key = copy_str(&p, e->order_key);
+    job->e.turn_channel = copy_str(&p, e->turn_channel);
+    job->e.turn_member = copy_str(&p, e->turn_member);
     job->ob = ob;
     job->shard = e->shard;
     job->callback = e->callback != 0;
@@ -331,6 +362,16 @@ static void on_order(void *arg, const char *msg, size_t len)
     job_wake(arg);
 }
 
+/* Listens on channel (the member's order, or its turn queue: turn 1) until the job runs. */
+static void job_watch(ob_job_t *job, const char *channel, int turn)
+{
+    if (job->sub != NULL && job->sub_turn == turn)
+        return;
+    store_unwatch(job->sub);
+    job->sub_turn = turn != 0;
+    job->sub = store_watch_key(job->ob->env->deliver.store, channel, on_order, job);
+}
+
 static void on_start(void *arg, store_status_t st, const store_outbox_start_t *s)
 {
     ob_job_t *job = arg;
@@ -344,7 +385,7 @@ static void on_start(void *arg, store_status_t st, const store_outbox_start_t *s
     switch (s->state) {
     case STORE_OUTBOX_GONE:
     case STORE_OUTBOX_FINAL:
-        store_outbox_ack(ob->env->deliver.store, job->shard, job->entry);
+        store_outbox_ack(ob->env->deliver.store, job->shard, job->e.entry_id);
         job_free(job);
         return;
     case STORE_OUTBOX_ORDER:
@@ -353,11 +394,13 @@ static void on_start(void *arg, store_status_t st, const store_outbox_start_t *s
             job_start(job);
             return;
         }
-        if (job->sub == NULL)
-            job->sub = store_watch_key(ob->env->deliver.store, job->order, on_order, job);
+        job_watch(job, job->e.order_key, 0);
         /* the request ahead may be held by an instance that died: asked again when it may
          * have been taken over */
         job_later(job, ob->env->deliver.cfg->outbox_claim_ms);
+        return;
+    case STORE_OUTBOX_TURN:
+        turn_ask(job);
         return;
     case STORE_OUTBOX_WAIT:
         job_later(job, s->wait_ms);
@@ -382,7 +425,7 @@ static void on_start(void *arg, store_status_t st, const store_outbox_start_t *s
     job->resumed = 0;
     count(&metrics(ob)->outbox_attempts);
     if (log_enabled(LOG_DEBUG))
-        log_msg(LOG_DEBUG, "outbox: request %s attempt %lld from response %u", job->id,
+        log_msg(LOG_DEBUG, "outbox: request %s attempt %lld from response %u", job->e.request_id,
                 (long long)s->attempts, s->next);
     job->running = 1;
     if (job->app == NULL ||
@@ -394,6 +437,49 @@ static void on_start(void *arg, store_status_t st, const store_outbox_start_t *s
     }
 }
 
+/* A sync request reached the member's turn queue before this one's place was taken there, and
+ * holds the turn: store_turn_join tells how long at most (dropping holders whose lease ran
+ * out); the queue's channel says when it passes. */
+static void on_turn(void *arg, store_status_t st, int64_t wait_ms)
+{
+    ob_job_t *job = arg;
+    outbox_t *ob = job->ob;
+    char queue[STORE_KEY_MAX];
+
+    job->turn_call = NULL;
+    if (st != STORE_OK) {
+        job_later(job, READ_RETRY_MS);
+        return;
+    }
+    if (wait_ms == 0 || job->stale) {
+        job_start(job);
+        return;
+    }
+    if (store_turn_key(ob->env->deliver.store, queue, sizeof(queue), job->e.turn_channel,
+                       job->e.turn_member) < 0) {
+        job_later(job, READ_RETRY_MS);
+        return;
+    }
+    job_watch(job, queue, 1);
+    job_later(job, wait_ms < ob->env->deliver.cfg->outbox_claim_ms
+                       ? wait_ms
+                       : ob->env->deliver.cfg->outbox_claim_ms);
+}
+
+static void turn_ask(ob_job_t *job)
+{
+    outbox_t *ob = job->ob;
+    store_status_t st = STORE_OK;
+
+    job->stale = 0;
+    /* first 0: its place and lease were set when it was accepted */
+    job->turn_call = store_turn_join(
+        ob->env->deliver.store, job->e.turn_channel, job->e.turn_member, job->e.request_id,
+        ob->env->deliver.cfg->request_timeout_ms, 0, on_turn, job, &st);
+    if (job->turn_call == NULL)
+        job_later(job, READ_RETRY_MS);
+}
+
 static void job_start(ob_job_t *job)
 {
     outbox_t *ob = job->ob;
@@ -402,9 +488,8 @@ static void job_start(ob_job_t *job)
 
     job->stale = 0;
     rng_hex(&ob->env->deliver.rng, job->owner, 16);
-    job->call =
-        store_outbox_start(ob->env->deliver.store, job->shard, job->id, job->order, job->owner,
-                           cfg->request_timeout_ms + LEASE_MARGIN_MS, on_start, job, &st);
+    job->call = store_outbox_start(ob->env->deliver.store, &job->e, job->owner,
+                                   cfg->request_timeout_ms + LEASE_MARGIN_MS, on_start, job, &st);
     if (job->call == NULL)
         job_later(job, READ_RETRY_MS);
 }
@@ -466,8 +551,8 @@ static int ob_progress(op_t *op, unsigned done, const char *element, size_t len,
     }
     job->op = op;
     job->then = then;
-    job->call = store_outbox_progress(ob->env->deliver.store, job->shard, job->id, job->owner, done,
-                                      element, len, on_progress, job, &st);
+    job->call = store_outbox_progress(ob->env->deliver.store, job->shard, job->e.request_id,
+                                      job->owner, done, element, len, on_progress, job, &st);
     if (job->call == NULL) {
         job->then = NULL;
         job->abandon = 1;
@@ -544,9 +629,13 @@ static void job_end(ob_job_t *job, const char *status, const char *result, size_
 {
     outbox_t *ob = job->ob;
     const config_t *cfg = ob->env->deliver.cfg;
-    store_outbox_end_t end = {
-        job->entry, job->order, status != NULL, status,
-        result,     len,        job->retry_ms,  (int64_t)cfg->idempotency_ttl_s * 1000};
+    store_outbox_end_t end = {&job->e,
+                              status != NULL,
+                              status,
+                              result,
+                              len,
+                              job->retry_ms,
+                              (int64_t)cfg->idempotency_ttl_s * 1000};
     store_status_t st = STORE_OK;
 
     if (status != NULL) {
@@ -555,8 +644,8 @@ static void job_end(ob_job_t *job, const char *status, const char *result, size_
     } else {
         count(&metrics(ob)->outbox_retries[job->reason]);
     }
-    job->call = store_outbox_end(ob->env->deliver.store, job->shard, job->id, job->owner, &end,
-                                 on_end, job, &st);
+    job->call = store_outbox_end(ob->env->deliver.store, job->shard, job->e.request_id, job->owner,
+                                 &end, on_end, job, &st);
     if (job->call == NULL) {
         job->drop = 1;
         job_later(job, 0);
@@ -792,7 +881,7 @@ static void on_callback_posted(void *arg, int delivered)
 
     job->post = NULL;
     count(&metrics(job->ob)->callbacks[delivered ? 0 : 1]);
-    store_outbox_ack(job->ob->env->deliver.store, job->shard, job->entry);
+    store_outbox_ack(job->ob->env->deliver.store, job->shard, job->e.entry_id);
     job_free(job);
 }
 
@@ -810,8 +899,8 @@ static void on_callback_status(void *arg, store_status_t st, const store_outbox_
         return;
     }
     /* one per callback, the same on each try: the receiver's de-duplication key */
-    snprintf(event_id, sizeof(event_id), "%s.%s", job->id, job->entry);
-    body = st == STORE_OK ? outbox_status_text(job->id, s, event_id, &len) : NULL;
+    snprintf(event_id, sizeof(event_id), "%s.%s", job->e.request_id, job->e.entry_id);
+    body = st == STORE_OK ? outbox_status_text(job->e.request_id, s, event_id, &len) : NULL;
     if (body != NULL) {
         outbox_post_req_t req = {s->app,   s->callback,   body,
                                  event_id, s->updated_ms, &metrics(ob)->callback_retries};
@@ -827,7 +916,7 @@ static void callback_start(ob_job_t *job)
     store_status_t st = STORE_OK;
 
     job->stale = 0;
-    job->call = store_outbox_status(job->ob->env->deliver.store, job->shard, job->id,
+    job->call = store_outbox_status(job->ob->env->deliver.store, job->shard, job->e.request_id,
                                     on_callback_status, job, &st);
     if (job->call == NULL)
         job_later(job, READ_RETRY_MS);

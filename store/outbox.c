@@ -10,9 +10,14 @@
 
 #define NOW_MS "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
 
-/* KEYS stream, record, order; ARGV id, app, body, channel, member, callback, keep_ms, ttl_ms
- * (the accepting instance's queue TTL: 'ends', when what is not sent expires). The entry
- * carries the order key: an attempt's script names it among its keys. */
+/* KEYS stream, record, order[, turns, leases]; ARGV id, app, body, channel, member, callback,
+ * keep_ms, ttl_ms (the accepting instance's queue TTL: 'ends', when what is not sent expires)[,
+ * turn_lease_ms, guess_ms]. The entry carries the order key: an attempt's script names it among
+ * its keys. With the turn keys, the request's id goes into the member's turn queue (idem.c's
+ * JOIN_SCRIPT tells how it is kept) in the same step: a sync request that reaches Redis after
+ * it queues behind it. The one ahead gets its lease recorded first, while the queue's TTL is
+ * still its lease (guess_ms when its PEXPIRE has not come yet), as JOIN_SCRIPT does. The turn
+ * keys are another slot's: the outbox runs on one Redis server only (outbox.h). */
 static const char ACCEPT_SCRIPT[] =
     NOW_MS "local seq = redis.call('HINCRBY', KEYS[3], 'n', 1) "
            "redis.call('PEXPIRE', KEYS[3], ARGV[7]) "
@@ -20,12 +25,24 @@ static const char ACCEPT_SCRIPT[] =
            "ARGV[5], 'cb', ARGV[6], 'seq', seq, 'status', 'queued', 'attempts', 0, 'created', now, "
            "'updated', now, 'next', 0, 'ends', now + ARGV[8]) "
            "redis.call('PEXPIRE', KEYS[2], ARGV[7]) "
-           "redis.call('XADD', KEYS[1], '*', 'r', ARGV[1], 'o', KEYS[3]) return now";
+           "if not KEYS[4] then "
+           "redis.call('XADD', KEYS[1], '*', 'r', ARGV[1], 'o', KEYS[3]) return now end "
+           "local q, w, lease = KEYS[4], KEYS[5], tonumber(ARGV[9]) "
+           "local ttl = redis.call('PTTL', q) local h = redis.call('LINDEX', q, 0) "
+           "if h and redis.call('HEXISTS', w, h) == 0 then "
+           "redis.call('HSET', w, h, now + (ttl > 0 and ttl or tonumber(ARGV[10]))) end "
+           "redis.call('RPUSH', q, ARGV[1]) redis.call('HSET', w, ARGV[1], now + lease) "
+           "if lease > ttl then redis.call('PEXPIRE', q, lease) end "
+           "if lease > redis.call('PTTL', w) then redis.call('PEXPIRE', w, lease) end "
+           "redis.call('XADD', KEYS[1], '*', 'r', ARGV[1], 'o', KEYS[3], 'tc', ARGV[4], 'tm', "
+           "ARGV[5]) return now";
 
-/* KEYS record, order; ARGV owner, lease_ms. A member's requests start in the order of
- * their sequence numbers: the one before must be finished ('done' in the order hash). 'out'
- * stays set while an attempt may have a call out: found set with the lease over, the attempt
- * died, and response 'next' may have been delivered. */
+/* KEYS record, order[, turns]; ARGV owner, lease_ms[, id]. A member's requests start in the
+ * order of their sequence numbers: the one before must be finished ('done' in the order hash).
+ * With its place in the member's turn queue, it starts once no one is ahead there (a sync
+ * request that came before it; dead ones are dropped by store_turn_join), unless it expired:
+ * then it sends nothing. 'out' stays set while an attempt may have a call out: found set with
+ * the lease over, the attempt died, and response 'next' may have been delivered. */
 static const char START_SCRIPT[] =
     NOW_MS "local r = redis.call('HMGET', KEYS[1], 'status', 'seq', 'due', 'lease', 'ends', "
            "'next', 'out') "
@@ -38,6 +55,9 @@ static const char START_SCRIPT[] =
            "local ends = tonumber(r[5]) local expired = now >= ends "
            "if r[3] and tonumber(r[3]) > now and not expired then "
            "return {'wait', tostring(math.min(tonumber(r[3]), ends) - now)} end "
+           "if KEYS[3] and not expired then local h = redis.call('LINDEX', KEYS[3], 0) "
+           "if h and h ~= ARGV[3] and redis.call('LPOS', KEYS[3], ARGV[3]) then "
+           "return {'turn'} end end "
            "redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease', now + ARGV[2], 'out', '1', "
            "'status', 'sending', 'updated', now) "
            "local n = tonumber(r[6] or '0') "
@@ -53,8 +73,9 @@ static const char PROGRESS_SCRIPT[] =
            "redis.call('HSET', KEYS[1], 'e' .. ARGV[2], ARGV[3], 'next', ARGV[2] + 1, 'updated', "
            "now) return 1";
 
-/* KEYS record, order, stream; ARGV owner, entry, final, status, result, delay_ms, keep_ms,
- * group, request id. Final: the status is written, the member's order passes, the entry is
+/* KEYS record, order, stream[, turns, leases]; ARGV owner, entry, final, status, result,
+ * delay_ms, keep_ms, group, request id. Final: the status is written, the member's order and
+ * turn pass (the next in the turn queue is told, as store_turn_done does), the entry is
  * acknowledged and deleted, and the callback's entry added, in one step: a crash leaves either
  * all of it or none. */
 static const char END_SCRIPT[] =
@@ -70,6 +91,9 @@ static const char END_SCRIPT[] =
            "redis.call('PEXPIRE', KEYS[1], ARGV[7]) "
            "local seq = redis.call('HGET', KEYS[1], 'seq') "
            "redis.call('HSET', KEYS[2], 'done', seq) redis.call('PUBLISH', KEYS[2], seq) "
+           "if KEYS[4] then redis.call('LREM', KEYS[4], 1, ARGV[9]) "
+           "redis.call('HDEL', KEYS[5], ARGV[9]) local h = redis.call('LINDEX', KEYS[4], 0) "
+           "if h then redis.call('PUBLISH', KEYS[4], h) end end "
            "redis.call('XACK', KEYS[3], ARGV[8], ARGV[2]) redis.call('XDEL', KEYS[3], ARGV[2]) "
            "if (redis.call('HGET', KEYS[1], 'cb') or '') ~= '' then "
            "redis.call('XADD', KEYS[3], '*', 'c', ARGV[9]) end return 1";
@@ -148,7 +172,7 @@ static size_t decode_entries(const redisReply *list, unsigned shard, store_outbo
         return 0;
     for (size_t i = 0; i < list->elements && n < room; i++) {
         const redisReply *e = list->element[i], *f;
-        store_outbox_entry_t en = {shard, NULL, NULL, "", 0};
+        store_outbox_entry_t en = {shard, NULL, NULL, "", NULL, NULL, 0};
         if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
             e->element[0]->type != REDIS_REPLY_STRING)
             continue;
@@ -164,6 +188,10 @@ static size_t decode_entries(const redisReply *list, unsigned shard, store_outbo
                 en.callback = 1;
             } else if (strcmp(name, "o") == 0) {
                 en.order_key = value;
+            } else if (strcmp(name, "tc") == 0) {
+                en.turn_channel = value;
+            } else if (strcmp(name, "tm") == 0) {
+                en.turn_member = value;
             }
         }
         /* a deleted entry (a claim finds its id with no fields) has nothing left to do */
@@ -205,6 +233,8 @@ static void on_reply(redisReply *reply, void *arg)
             s->state = STORE_OUTBOX_FINAL;
         } else if (strcmp(what, "order") == 0) {
             s->state = STORE_OUTBOX_ORDER;
+        } else if (strcmp(what, "turn") == 0) {
+            s->state = STORE_OUTBOX_TURN;
         } else if (strcmp(what, "wait") == 0 && reply->elements == 2) {
             s->state = STORE_OUTBOX_WAIT;
             s->wait_ms = store_eval_int(reply->element[1]);
@@ -330,19 +360,34 @@ static int record_key(store_t *st, char *buf, unsigned shard, const char *id)
     return store_key_outbox_request(buf, STORE_KEY_MAX, store_prefix(st), shard, id);
 }
 
+/* The member's turn queue and its leases (idem.h): -1 when they do not fit. */
+static int turn_keys(store_t *st, const char *channel_id, const char *member_id,
+                     char turns[STORE_KEY_MAX], char leases[STORE_KEY_MAX])
+{
+    const char *prefix = store_prefix(st);
+
+    return store_key_turns(turns, STORE_KEY_MAX, prefix, channel_id, member_id) < 0 ||
+                   store_key_leases(leases, STORE_KEY_MAX, prefix, channel_id, member_id) < 0
+               ? -1
+               : 0;
+}
+
 store_outbox_call_t *store_outbox_accept(store_t *st, unsigned shard, const char *id,
                                          const store_outbox_new_t *req, int64_t keep_ms,
                                          int64_t ttl_ms, store_outbox_accept_cb *cb, void *arg,
                                          store_status_t *status)
 {
     char stream[STORE_KEY_MAX], record[STORE_KEY_MAX], order[STORE_KEY_MAX], keep[NUMFMT_DEC_SIZE],
-        ttl[NUMFMT_DEC_SIZE];
+        ttl[NUMFMT_DEC_SIZE], turns[STORE_KEY_MAX], leases[STORE_KEY_MAX], lease[NUMFMT_DEC_SIZE],
+        guess[NUMFMT_DEC_SIZE];
     store_outbox_call_t *c;
+    int turn = req->turn_lease_ms > 0;
 
     if (store_key_outbox(stream, sizeof(stream), store_prefix(st), shard) < 0 ||
         record_key(st, record, shard, id) < 0 ||
         store_key_outbox_order(order, sizeof(order), store_prefix(st), shard, req->channel_id,
-                               req->member_id) < 0) {
+                               req->member_id) < 0 ||
+        (turn && turn_keys(st, req->channel_id, req->member_id, turns, leases) < 0)) {
         *status = STORE_BAD_RECORD;
         return NULL;
     }
@@ -351,21 +396,32 @@ store_outbox_call_t *store_outbox_accept(store_t *st, unsigned shard, const char
         return NULL;
     }
     {
-        const char *words[] = {stream,
-                               record,
-                               order,
-                               id,
-                               req->app,
-                               req->body,
-                               req->channel_id,
-                               req->member_id,
-                               req->callback,
-                               numfmt_dec(keep, keep_ms),
-                               numfmt_dec(ttl, ttl_ms)};
-        size_t lens[11];
-        for (int i = 0; i < 11; i++)
-            lens[i] = i == 5 ? req->body_len : strlen(words[i]);
-        return run(st, &accept_script, c, 3, 11, words, lens, status);
+        const char *words[15];
+        size_t lens[15];
+        int n = 0, nkeys;
+        words[n++] = stream;
+        words[n++] = record;
+        words[n++] = order;
+        if (turn) {
+            words[n++] = turns;
+            words[n++] = leases;
+        }
+        nkeys = n;
+        words[n++] = id;
+        words[n++] = req->app;
+        words[n++] = req->body;
+        words[n++] = req->channel_id;
+        words[n++] = req->member_id;
+        words[n++] = req->callback;
+        words[n++] = numfmt_dec(keep, keep_ms);
+        words[n++] = numfmt_dec(ttl, ttl_ms);
+        if (turn) {
+            words[n++] = numfmt_dec(lease, req->turn_lease_ms);
+            words[n++] = numfmt_dec(guess, req->turn_guess_ms);
+        }
+        for (int i = 0; i < n; i++)
+            lens[i] = words[i] == req->body ? req->body_len : strlen(words[i]);
+        return run(st, &accept_script, c, nkeys, n, words, lens, status);
     }
 }
 
@@ -562,22 +618,33 @@ store_outbox_call_t *store_outbox_depth(store_t *st, unsigned shard, store_outbo
 
 /* ---- one attempt ---- */
 
-store_outbox_call_t *store_outbox_start(store_t *st, unsigned shard, const char *id,
-                                        const char *order_key, const char *owner, int lease_ms,
-                                        store_outbox_start_cb *cb, void *arg,
-                                        store_status_t *status)
+store_outbox_call_t *store_outbox_start(store_t *st, const store_outbox_entry_t *e,
+                                        const char *owner, int lease_ms, store_outbox_start_cb *cb,
+                                        void *arg, store_status_t *status)
 {
-    char record[STORE_KEY_MAX], lease[NUMFMT_DEC_SIZE];
+    char record[STORE_KEY_MAX], turns[STORE_KEY_MAX], leases[STORE_KEY_MAX], lease[NUMFMT_DEC_SIZE];
+    int turn = e->turn_channel != NULL && e->turn_member != NULL;
     store_outbox_call_t *c;
 
-    if (record_key(st, record, shard, id) < 0 ||
-        (c = NEW_CALL(C_START, cb, arg, shard, status)) == NULL) {
+    if (record_key(st, record, e->shard, e->request_id) < 0 ||
+        (turn && turn_keys(st, e->turn_channel, e->turn_member, turns, leases) < 0) ||
+        (c = NEW_CALL(C_START, cb, arg, e->shard, status)) == NULL) {
         *status = STORE_UNAVAILABLE;
         return NULL;
     }
     {
-        const char *words[] = {record, order_key, owner, numfmt_dec(lease, lease_ms)};
-        return run(st, &start_script, c, 2, 4, words, NULL, status);
+        const char *words[6];
+        int n = 0, nkeys;
+        words[n++] = record;
+        words[n++] = e->order_key;
+        if (turn)
+            words[n++] = turns;
+        nkeys = n;
+        words[n++] = owner;
+        words[n++] = numfmt_dec(lease, lease_ms);
+        if (turn)
+            words[n++] = e->request_id;
+        return run(st, &start_script, c, nkeys, n, words, NULL, status);
     }
 }
 
@@ -605,33 +672,43 @@ store_outbox_call_t *store_outbox_end(store_t *st, unsigned shard, const char *i
                                       const char *owner, const store_outbox_end_t *end,
                                       store_outbox_done_cb *cb, void *arg, store_status_t *status)
 {
-    char record[STORE_KEY_MAX], stream[STORE_KEY_MAX], delay[NUMFMT_DEC_SIZE],
-        keep[NUMFMT_DEC_SIZE];
+    const store_outbox_entry_t *e = end->entry;
+    char record[STORE_KEY_MAX], stream[STORE_KEY_MAX], turns[STORE_KEY_MAX], leases[STORE_KEY_MAX],
+        delay[NUMFMT_DEC_SIZE], keep[NUMFMT_DEC_SIZE];
+    int turn = e->turn_channel != NULL && e->turn_member != NULL;
     store_outbox_call_t *c;
 
     if (record_key(st, record, shard, id) < 0 ||
         store_key_outbox(stream, sizeof(stream), store_prefix(st), shard) < 0 ||
+        (turn && turn_keys(st, e->turn_channel, e->turn_member, turns, leases) < 0) ||
         (c = NEW_CALL(C_DONE, cb, arg, shard, status)) == NULL) {
         *status = STORE_UNAVAILABLE;
         return NULL;
     }
     {
-        const char *words[] = {record,
-                               end->order_key,
-                               stream,
-                               owner,
-                               end->entry_id,
-                               end->final ? "1" : "0",
-                               end->status ? end->status : "",
-                               end->result ? end->result : "",
-                               numfmt_dec(delay, end->delay_ms),
-                               numfmt_dec(keep, end->keep_ms),
-                               STORE_OUTBOX_GROUP,
-                               id};
-        size_t lens[12];
-        for (int i = 0; i < 12; i++)
-            lens[i] = i == 7 && end->result ? end->result_len : strlen(words[i]);
-        return run(st, &end_script, c, 3, 12, words, lens, status);
+        const char *words[14];
+        size_t lens[14];
+        int n = 0, nkeys;
+        words[n++] = record;
+        words[n++] = e->order_key;
+        words[n++] = stream;
+        if (turn) {
+            words[n++] = turns;
+            words[n++] = leases;
+        }
+        nkeys = n;
+        words[n++] = owner;
+        words[n++] = e->entry_id;
+        words[n++] = end->final ? "1" : "0";
+        words[n++] = end->status ? end->status : "";
+        words[n++] = end->result ? end->result : "";
+        words[n++] = numfmt_dec(delay, end->delay_ms);
+        words[n++] = numfmt_dec(keep, end->keep_ms);
+        words[n++] = STORE_OUTBOX_GROUP;
+        words[n++] = id;
+        for (int i = 0; i < n; i++)
+            lens[i] = words[i] == end->result ? end->result_len : strlen(words[i]);
+        return run(st, &end_script, c, nkeys, n, words, lens, status);
     }
 }
 

@@ -28,6 +28,12 @@ typedef struct store_outbox_new {
     size_t body_len;
     const char *channel_id, *member_id;
     const char *callback; /* statusCallback URL, "" when none */
+    /* > 0: the request takes its place in the member's turn queue now (contract.md sections 7
+     * and 12: async and sync messages go out in the order they reached Redis), held this long
+     * at most; its attempts wait for that turn (STORE_OUTBOX_TURN) and the final end gives it
+     * back. 0: no turn (member order off). */
+    int64_t turn_lease_ms;
+    int64_t turn_guess_ms; /* the lease of a sync holder whose own is not set yet */
 } store_outbox_new_t;
 
 /* created_ms: Redis's clock when it was accepted. */
@@ -48,7 +54,9 @@ typedef struct store_outbox_entry {
     const char *entry_id; /* the stream's id */
     const char *request_id;
     const char *order_key; /* a request's member order key ("" for a callback) */
-    int callback;          /* 1: post the status of request_id */
+    /* the channel and member whose turn queue holds the request's place, NULL without one */
+    const char *turn_channel, *turn_member;
+    int callback; /* 1: post the status of request_id */
 } store_outbox_entry_t;
 
 /* entries valid during the callback only; n 0 when there were none (or st is not OK). */
@@ -88,6 +96,7 @@ typedef enum {
     STORE_OUTBOX_GONE,  /* no such record (expired) */
     STORE_OUTBOX_ORDER, /* an earlier request of the member is not finished: wait for it */
     STORE_OUTBOX_WAIT,  /* another attempt holds the lease, or a retry is due later: wait_ms */
+    STORE_OUTBOX_TURN,  /* a request ahead in the member's turn queue (a sync one) holds it */
 } store_outbox_state_t;
 
 /* What an attempt starts from; strings valid during the callback only. */
@@ -106,11 +115,10 @@ typedef struct store_outbox_start {
 } store_outbox_start_t;
 
 typedef void store_outbox_start_cb(void *arg, store_status_t st, const store_outbox_start_t *s);
-/* Starts an attempt on request id as owner, for lease_ms at most. */
-store_outbox_call_t *store_outbox_start(store_t *st, unsigned shard, const char *id,
-                                        const char *order_key, const char *owner, int lease_ms,
-                                        store_outbox_start_cb *cb, void *arg,
-                                        store_status_t *status);
+/* Starts an attempt on request id (entry e) as owner, for lease_ms at most. */
+store_outbox_call_t *store_outbox_start(store_t *st, const store_outbox_entry_t *e,
+                                        const char *owner, int lease_ms, store_outbox_start_cb *cb,
+                                        void *arg, store_status_t *status);
 /* STORE_OK: recorded; STORE_CONFLICT: another attempt holds the record now. */
 typedef void store_outbox_done_cb(void *arg, store_status_t st);
 /* Records response i's final element before the next response's call may go out. */
@@ -121,8 +129,7 @@ store_outbox_call_t *store_outbox_progress(store_t *st, unsigned shard, const ch
 
 /* How an attempt ended. */
 typedef struct store_outbox_end {
-    const char *entry_id;
-    const char *order_key;
+    const store_outbox_entry_t *entry; /* final: its order and turn pass */
     int final;          /* 1: status and result are the end; 0: tried again in delay_ms */
     const char *status; /* "done" or "failed" */
     const char *result; /* JSON text: {"sendResult":..} or {"error":..} */
