@@ -828,10 +828,10 @@ void op_start(void *route, struct evhttp_request *req)
     int guard = 0;
 
     read_headers(evhttp_request_get_input_headers(req), &h);
-    /* sendResponses only, and only where the outbox runs: elsewhere the preference is
-     * ignored (RFC 7240 allows it) and the request answered as always */
-    if (h.prefer_async && !h.prefer_bad && kind == &op_send_kind && env->outbox != NULL)
-        kind = &op_send_async_kind;
+    /* only where the outbox runs: elsewhere the preference is ignored (RFC 7240 allows it) and
+     * the request answered as always */
+    if (h.prefer_async && !h.prefer_bad && env->outbox != NULL)
+        kind = kind == &op_send_kind ? &op_send_async_kind : &op_redirect_async_kind;
     if ((op = op_new(env, req, kind, &h)) == NULL) {
         http_refuse(env->http, req); /* only calloc failing gets here */
         return;
@@ -888,7 +888,7 @@ int op_start_queued(op_env_t *env, const op_kind_t *kind, const char *body, size
     if ((op = op_new(env, NULL, kind, &h)) == NULL)
         return -1;
     op->resuming = 1; /* what earlier attempts did is asked for (op_guard_resumed) */
-    op->outbox = outbox;
+    op_outbox(op) = outbox;
     op->token.app = app;
     op->token.scopes = kind->scopes;
     if (kind->parse(op, body, len, &err) < 0) {

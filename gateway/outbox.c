@@ -56,7 +56,7 @@ struct outbox {
 
 /* One entry being worked on: a queued request (its attempts, one at a time) or a status
  * callback. Owned by the outbox from job_new to job_free; while an attempt runs, its op points
- * to it (op->outbox) and the job is not freed before the op lets it go (release). */
+ * to it (op_outbox(op)) and the job is not freed before the op lets it go (release). */
 struct ob_job {
     outbox_t *ob;
     ob_job_t *prev, *next;
@@ -124,7 +124,7 @@ static void arm(struct event *ev, int64_t ms)
 
 /* ---- accepting ---- */
 
-/* An accept's state, op->outbox of an async op. */
+/* An accept's state, op_outbox(op) of an async op. */
 typedef struct ob_accept {
     store_outbox_call_t *call;
     char id[OUTBOX_REQUEST_ID_LEN + 1];
@@ -133,7 +133,7 @@ typedef struct ob_accept {
 static void on_accepted(void *arg, store_status_t st, int64_t created_ms)
 {
     op_t *op = arg;
-    ob_accept_t *a = op->outbox;
+    ob_accept_t *a = op_outbox(op);
     jsonw_t w;
     char *text;
     size_t len;
@@ -169,10 +169,16 @@ static int callback_valid(const json_t *v)
            strcspn(url, " \t\r\n") == strlen(url);
 }
 
+/* The body of the request op, as parsed. */
+static json_t *request_root(const op_t *op)
+{
+    return op->kind->route == METRICS_ROUTE_SEND ? op->send.root : op->redirect.root;
+}
+
 static void ob_accept(op_t *op)
 {
     outbox_t *ob = op->env->outbox->ob;
-    const json_t *cb = json_object_get(op->send.root, "statusCallback");
+    const json_t *cb = json_object_get(request_root(op), "statusCallback");
     ob_accept_t *a;
     json_t *body;
     char *text;
@@ -190,13 +196,13 @@ static void ob_accept(op_t *op)
         op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
-    op->outbox = a;
+    op_outbox(op) = a;
     shard = shard_of(ob, op->target.channel_id, op->member_id);
     snprintf(a->id, sizeof(a->id), "%02x", shard);
     rng_hex(&op->env->deliver.rng, a->id + 2, OUTBOX_REQUEST_ID_LEN - 2);
     /* the request as it runs: addressed by the member it was resolved to (a recipientId made
      * it already), without what only the accept reads */
-    body = json_copy(op->send.root);
+    body = json_copy(request_root(op));
     if (body != NULL) {
         json_object_del(body, "recipientId");
         json_object_del(body, "statusCallback");
@@ -210,9 +216,15 @@ static void ob_accept(op_t *op)
     }
     {
         const config_t *cfg = op->env->deliver.cfg;
-        store_outbox_new_t req = {
-            op->token.app,         text, len, op->target.channel_id, op->member_id,
-            json_string_value(cb), 0,    0};
+        store_outbox_new_t req = {op->token.app,
+                                  text,
+                                  len,
+                                  op->target.channel_id,
+                                  op->member_id,
+                                  json_string_value(cb),
+                                  op->kind->route == METRICS_ROUTE_SEND ? "" : "redirect",
+                                  0,
+                                  0};
         int64_t keep_ms = ((int64_t)cfg->outbox_ttl_s + cfg->idempotency_ttl_s) * 1000;
         if (req.callback == NULL)
             req.callback = "";
@@ -429,7 +441,9 @@ static void on_start(void *arg, store_status_t st, const store_outbox_start_t *s
                 (long long)s->attempts, s->next);
     job->running = 1;
     if (job->app == NULL ||
-        op_start_queued(ob->env, &op_send_kind, s->body, s->body_len, job->app, job) < 0) {
+        op_start_queued(ob->env,
+                        strcmp(s->kind, "redirect") == 0 ? &op_redirect_kind : &op_send_kind,
+                        s->body, s->body_len, job->app, job) < 0) {
         job->running = 0;
         job->abandon = 1; /* taken over as after a crash: nothing is sent twice */
         job->drop = 1;
@@ -535,7 +549,7 @@ static void on_progress(void *arg, store_status_t st)
 static int ob_progress(op_t *op, unsigned done, const char *element, size_t len,
                        op_progress_fn *then)
 {
-    ob_job_t *job = op->outbox;
+    ob_job_t *job = op_outbox(op);
     outbox_t *ob = job->ob;
     json_t *el = json_loadb(element, len, 0, NULL);
     store_status_t st = STORE_OK;
@@ -563,7 +577,7 @@ static int ob_progress(op_t *op, unsigned done, const char *element, size_t len,
 
 static op_resumed_t ob_resumed(const op_t *op, unsigned i, const char **element)
 {
-    ob_job_t *job = op->outbox;
+    ob_job_t *job = op_outbox(op);
     op_resumed_t how = OP_RESUMED_NO;
 
     if (i < job->first) {
@@ -582,13 +596,13 @@ static op_resumed_t ob_resumed(const op_t *op, unsigned i, const char **element)
 static void ob_cancel(op_t *op)
 {
     if (op_is_async(op)) {
-        ob_accept_t *a = op->outbox;
+        ob_accept_t *a = op_outbox(op);
         store_outbox_cancel(a->call);
         a->call = NULL;
         return;
     }
     {
-        ob_job_t *job = op->outbox;
+        ob_job_t *job = op_outbox(op);
         if (job->then != NULL) { /* a progress record not confirmed: unknown to a later try */
             store_outbox_cancel(job->call);
             job->call = NULL;
@@ -601,13 +615,13 @@ static void ob_cancel(op_t *op)
 static void ob_release(op_t *op)
 {
     if (op_is_async(op)) {
-        free(op->outbox);
+        free(op_outbox(op));
     } else {
-        ob_job_t *job = op->outbox;
+        ob_job_t *job = op_outbox(op);
         job->running = 0;
         job->op = NULL;
     }
-    op->outbox = NULL;
+    op_outbox(op) = NULL;
 }
 
 static void on_end(void *arg, store_status_t st)
@@ -700,19 +714,55 @@ static int drained_unsent(const json_t *answer, int status, size_t at)
     return json_integer_value(json_object_get(e, "err_code")) == BG_ERR_UNAVAILABLE;
 }
 
+/* The end of an attempt, final: with the status and result of answer. */
+static void job_final(ob_job_t *job, const op_t *op, const json_t *answer, int status, int code)
+{
+    size_t len = 0;
+    char *result = final_result(answer, status, code, op->target.member_id, &len);
+    int ok = status == 200 &&
+             json_integer_value(json_object_get(json_object_get(answer, "sendResult"), "ok"));
+
+    if (result == NULL) {
+        job->drop = 1; /* out of memory: taken over later */
+        job_later(job, 0);
+        return;
+    }
+    job_end(job, ok ? "done" : "failed", result, len);
+    free(result);
+}
+
+/* A redirect's attempt answered. Its node runs whole or not at all (its actions and templates
+ * read the member it changes; nothing records a run's progress): tried again only when the
+ * run had not begun, else final with what it did. */
+static void redirect_answered(op_t *op, ob_job_t *job, const json_t *answer, int status, int code)
+{
+    if (op->phase < OP_RUN && op->drain_cut) {
+        job->retry_ms = 0; /* another instance runs it, at once */
+        job->reason = METRICS_RETRY_STORE;
+        job_end(job, NULL, NULL, 0);
+    } else if (op->phase < OP_RUN && status != 200 &&
+               (code == BG_ERR_STORE || code == BG_ERR_UNAVAILABLE)) {
+        job->retry_ms = outbox_backoff_ms(job->ob->env, job->attempts);
+        job->reason = METRICS_RETRY_STORE;
+        job_end(job, NULL, NULL, 0);
+    } else {
+        job_final(job, op, answer, status, code);
+    }
+}
+
 static void ob_answered(op_t *op, int status, int code, const char *text, size_t len)
 {
-    ob_job_t *job = op->outbox;
+    ob_job_t *job = op_outbox(op);
     outbox_t *ob = job->ob;
     json_t *answer = text != NULL ? json_loadb(text, len, 0, NULL) : NULL;
     const json_t *results = json_object_get(json_object_get(answer, "sendResult"), "result");
     size_t n = json_array_size(results);
     /* the first response this attempt did not finish */
     size_t at = job->resumed + (size_t)(deliver_sent(&op->dl) + op->dl.failed);
-    char *result;
-    size_t rlen = 0;
 
-    if (job->abandon || (op->drain_cut && !drained_unsent(answer, status, at))) {
+    if (op->kind->route == METRICS_ROUTE_REDIRECT && !job->abandon) {
+        redirect_answered(op, job, answer, status, code);
+    } else if (job->abandon || (op->drain_cut && !drained_unsent(answer, status, at))) {
         /* a call may be out whose outcome nobody recorded: left as if this instance died,
          * for a later attempt to find (125 for that response, never sent twice) */
         job->drop = 1;
@@ -736,14 +786,8 @@ static void ob_answered(op_t *op, int status, int code, const char *text, size_t
                element_retry(ob, json_array_get(results, n - 1), op->dl.last_unsent, job->attempts,
                              &job->retry_ms, &job->reason)) {
         job_end(job, NULL, NULL, 0); /* the last response, which no progress record names */
-    } else if ((result = final_result(answer, status, code, op->target.member_id, &rlen)) != NULL) {
-        int ok = status == 200 &&
-                 json_integer_value(json_object_get(json_object_get(answer, "sendResult"), "ok"));
-        job_end(job, ok ? "done" : "failed", result, rlen);
-        free(result);
     } else {
-        job->drop = 1; /* out of memory: taken over later */
-        job_later(job, 0);
+        job_final(job, op, answer, status, code);
     }
     json_decref(answer);
 }

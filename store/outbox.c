@@ -11,9 +11,9 @@
 #define NOW_MS "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
 
 /* KEYS stream, record, order[, turns, leases]; ARGV id, app, body, channel, member, callback,
- * keep_ms, ttl_ms (the accepting instance's queue TTL: 'ends', when what is not sent expires)[,
- * turn_lease_ms, guess_ms]. The entry carries the order key: an attempt's script names it among
- * its keys. With the turn keys, the request's id goes into the member's turn queue (idem.c's
+ * keep_ms, ttl_ms (the accepting instance's queue TTL: 'ends', when what is not sent expires),
+ * kind[, turn_lease_ms, guess_ms]. The entry carries the order key: an attempt's script names it
+ * among its keys. With the turn keys, the request's id goes into the member's turn queue (idem.c's
  * JOIN_SCRIPT tells how it is kept) in the same step: a sync request that reaches Redis after
  * it queues behind it. The one ahead gets its lease recorded first, while the queue's TTL is
  * still its lease (guess_ms when its PEXPIRE has not come yet), as JOIN_SCRIPT does. The turn
@@ -23,14 +23,14 @@ static const char ACCEPT_SCRIPT[] =
            "redis.call('PEXPIRE', KEYS[3], ARGV[7]) "
            "redis.call('HSET', KEYS[2], 'app', ARGV[2], 'body', ARGV[3], 'ch', ARGV[4], 'mb', "
            "ARGV[5], 'cb', ARGV[6], 'seq', seq, 'status', 'queued', 'attempts', 0, 'created', now, "
-           "'updated', now, 'next', 0, 'ends', now + ARGV[8]) "
+           "'updated', now, 'next', 0, 'ends', now + ARGV[8], 'kind', ARGV[9]) "
            "redis.call('PEXPIRE', KEYS[2], ARGV[7]) "
            "if not KEYS[4] then "
            "redis.call('XADD', KEYS[1], '*', 'r', ARGV[1], 'o', KEYS[3]) return now end "
-           "local q, w, lease = KEYS[4], KEYS[5], tonumber(ARGV[9]) "
+           "local q, w, lease = KEYS[4], KEYS[5], tonumber(ARGV[10]) "
            "local ttl = redis.call('PTTL', q) local h = redis.call('LINDEX', q, 0) "
            "if h and redis.call('HEXISTS', w, h) == 0 then "
-           "redis.call('HSET', w, h, now + (ttl > 0 and ttl or tonumber(ARGV[10]))) end "
+           "redis.call('HSET', w, h, now + (ttl > 0 and ttl or tonumber(ARGV[11]))) end "
            "redis.call('RPUSH', q, ARGV[1]) redis.call('HSET', w, ARGV[1], now + lease) "
            "if lease > ttl then redis.call('PEXPIRE', q, lease) end "
            "if lease > redis.call('PTTL', w) then redis.call('PEXPIRE', w, lease) end "
@@ -61,9 +61,9 @@ static const char START_SCRIPT[] =
            "redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease', now + ARGV[2], 'out', '1', "
            "'status', 'sending', 'updated', now) "
            "local n = tonumber(r[6] or '0') "
-           "local f = redis.call('HMGET', KEYS[1], 'body', 'app') "
+           "local f = redis.call('HMGET', KEYS[1], 'body', 'app', 'kind') "
            "local out = {'run', n, r[7] == '1' and 1 or 0, expired and 1 or 0, "
-           "redis.call('HINCRBY', KEYS[1], 'attempts', 1), f[1], f[2]} "
+           "redis.call('HINCRBY', KEYS[1], 'attempts', 1), f[1], f[2], f[3] or ''} "
            "for i = 0, n - 1 do out[#out + 1] = redis.call('HGET', KEYS[1], 'e' .. i) or '' end "
            "return out";
 
@@ -238,10 +238,10 @@ static void on_reply(redisReply *reply, void *arg)
         } else if (strcmp(what, "wait") == 0 && reply->elements == 2) {
             s->state = STORE_OUTBOX_WAIT;
             s->wait_ms = store_eval_int(reply->element[1]);
-        } else if (strcmp(what, "run") == 0 && reply->elements >= 7 &&
+        } else if (strcmp(what, "run") == 0 && reply->elements >= 8 &&
                    store_eval_int(reply->element[1]) >= 0 &&
                    store_eval_int(reply->element[1]) < STORE_OUTBOX_ELEMENTS_MAX &&
-                   reply->elements == 7 + (size_t)store_eval_int(reply->element[1])) {
+                   reply->elements == 8 + (size_t)store_eval_int(reply->element[1])) {
             s->state = STORE_OUTBOX_RUN;
             s->next = (unsigned)store_eval_int(reply->element[1]);
             s->crashed = store_eval_int(reply->element[2]) == 1;
@@ -249,8 +249,9 @@ static void on_reply(redisReply *reply, void *arg)
             s->attempts = store_eval_int(reply->element[4]);
             s->body = reply_str(reply->element[5], &s->body_len);
             s->app = reply_str(reply->element[6], NULL);
+            s->kind = reply_str(reply->element[7], NULL);
             for (unsigned i = 0; i < s->next; i++)
-                s->elements[i] = reply_str(reply->element[7 + i], &s->element_lens[i]);
+                s->elements[i] = reply_str(reply->element[8 + i], &s->element_lens[i]);
         } else {
             st = STORE_BAD_RECORD;
         }
@@ -396,8 +397,8 @@ store_outbox_call_t *store_outbox_accept(store_t *st, unsigned shard, const char
         return NULL;
     }
     {
-        const char *words[15];
-        size_t lens[15];
+        const char *words[16];
+        size_t lens[16];
         int n = 0, nkeys;
         words[n++] = stream;
         words[n++] = record;
@@ -415,6 +416,7 @@ store_outbox_call_t *store_outbox_accept(store_t *st, unsigned shard, const char
         words[n++] = req->callback;
         words[n++] = numfmt_dec(keep, keep_ms);
         words[n++] = numfmt_dec(ttl, ttl_ms);
+        words[n++] = req->kind;
         if (turn) {
             words[n++] = numfmt_dec(lease, req->turn_lease_ms);
             words[n++] = numfmt_dec(guess, req->turn_guess_ms);

@@ -28,6 +28,7 @@ typedef struct store_outbox_new {
     size_t body_len;
     const char *channel_id, *member_id;
     const char *callback; /* statusCallback URL, "" when none */
+    const char *kind;     /* the operation: "" for sendResponses, "redirect" */
     /* > 0: the request takes its place in the member's turn queue now (contract.md sections 7
      * and 12: async and sync messages go out in the order they reached Redis), held this long
      * at most; its attempts wait for that turn (STORE_OUTBOX_TURN) and the final end gives it
@@ -108,6 +109,7 @@ typedef struct store_outbox_start {
     int expired;      /* older than the queue TTL: what is not sent fails with 128 */
     int64_t attempts; /* counting this one */
     const char *body, *app;
+    const char *kind; /* as accepted (store_outbox_new_t) */
     size_t body_len;
     /* the elements of the responses before next ("" where none was recorded) */
     const char *elements[STORE_OUTBOX_ELEMENTS_MAX];

@@ -196,6 +196,118 @@ class Outbox(Case):
             "GET", self.s.url + "/metrics").raw, what="the depth gauges")
 
 
+class Redirects(Case):
+    """redirectMemberToNode with Prefer: respond-async (section 12: either operation): checked
+    at once (the target node too), queued, then run once by the outbox as a synchronous one
+    runs; a run is never repeated half-way, and one queued past the TTL does not run."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        s = cls.s
+        path = os.path.join(s.dir, "tree-ob.json")
+        with open(path, "w") as f:
+            json.dump({"_id": "TOB", "app": APP, "name": "outbox tree", "nodes": {"N1": {
+                "preAction": [{"type": "set", "path": "member.meta.seen",
+                               "value": "{{agendaMeta.k}}"}],
+                "response": [{"type": "TEXT", "text": "rd-{{agendaMeta.k}}"}]}}}, f)
+        s.ctl("tree", "import", path)
+        cls.tok_r = s.token(APP, "bot:redirectMemberToNode")
+        main_url = s.url
+        cls.ttl_url = "http://127.0.0.1:%d" % free_port()
+        s.start_gateway(port=int(cls.ttl_url.rsplit(":", 1)[1]), name="botgate-ttl",
+                        extra={"BOTGATE_OUTBOX_TTL_S": "1"})
+        s.url = main_url
+
+    def redirect(self, body, headers=None, url=None):
+        h = {"Authorization": "Bearer " + self.tok_r}
+        h.update(headers if headers is not None else ASYNC)
+        return http("POST", (url or self.s.url) + "/redirectMemberToNode", body, h)
+
+    def seen(self):
+        return json.loads(self.s.redis("GET", "botgate:member:{fbq}:mq"))["meta"].get("seen")
+
+    @staticmethod
+    def body(k, node="N1", **over):
+        b = {"channelId": "fbq", "memberId": "mq", "meta": {"k": k},
+             "redirect": {"tree": "TOB", "nodeCompositeId": node}}
+        b.update(over)
+        return b
+
+    def test_queued_then_run(self):
+        a = self.redirect(self.body("one"))
+        self.assertEqual(a.status, 202, a)
+        self.assertEqual(set(a.json), {"ok", "requestId", "member", "status"})
+        rid = a.json["requestId"]
+        self.assertEqual(a.headers.get("Preference-Applied"), "respond-async")
+        self.assertEqual(a.headers.get("Location"), "/requests/" + rid)
+        st = self.wait_final(rid)
+        self.assertEqual(st["status"], "done", st)
+        self.assertEqual(st["sendResult"]["ok"], 1, st)
+        self.assertEqual(len(st["sendResult"]["result"]), 1, st)
+        self.assertEqual(self.texts("rd-one"), ["rd-one"])
+        rec = json.loads(self.s.redis("GET", "botgate:member:{fbq}:mq"))
+        self.assertEqual(rec["meta"]["seen"], "one")  # its pre-action was written back
+
+    def test_checked_at_once(self):
+        self.assert_error(self.redirect(self.body("x", node="NOPE")), 115)
+        self.assert_error(self.redirect(self.body("x", memberId="nope")), 114)
+        self.assert_error(self.redirect(self.body("x", statusCallback="ftp://x")), 108,
+                          mentions="statusCallback")
+        self.assertEqual(self.texts("rd-x"), [])
+
+    def test_expired_is_not_run(self):
+        """Accepted with a TTL of 1 s behind a send that takes longer: not run at all (128),
+        neither its response nor its pre-action."""
+        url = self.ttl_url
+        sid = self.post({"channelId": "fbq", "memberId": "mq",
+                         "response": [{"type": "TEXT", "text": "rd-e1 slow1800"}]},
+                        url=url).json["requestId"]
+        rid = self.redirect(self.body("e2"), url=url).json["requestId"]
+        self.assertEqual(self.wait_final(sid, url=url)["status"], "done")
+        st = self.wait_final(rid, url=url)
+        self.assertEqual(st["status"], "failed", st)
+        self.assertEqual([e["error"]["err_code"] for e in st["sendResult"]["result"]], [128], st)
+        self.assertEqual(self.texts("rd-e2"), [])
+        self.assertNotEqual(self.seen(), "e2")
+
+    def test_never_run_twice(self):
+        """The instance running a queued redirect dies while its response is on the wire: the
+        instance that takes it over reports 125 and runs nothing again."""
+        s = self.s
+        s.stop_gateway("botgate-ttl")  # the victim alone takes it
+        s.stop_gateway("botgate")
+        s.start_gateway(port=free_port(), name="botgate-victim")
+        try:
+            rid = self.redirect(self.body("k1 slow1500")).json["requestId"]
+
+            def attempt_started():
+                with open(os.path.join(s.dir, "botgate-victim.log"), errors="replace") as f:
+                    return "outbox: request %s attempt 1" % rid in f.read()
+            wait_for(attempt_started, what="the attempt")
+            p = s.procs.pop("botgate-victim")
+            p.kill()
+            p.wait()
+        finally:
+            s.start_gateway(port=free_port(), name="botgate")
+        st = self.wait_final(rid, timeout=60)
+        self.assertEqual(st["status"], "failed", st)
+        self.assertEqual([e["error"]["err_code"] for e in st["sendResult"]["result"]], [125], st)
+        self.assertEqual(st["attempts"], 2, st)
+        self.assertLessEqual(len(self.texts("rd-k1")), 1)
+
+    def test_in_order_with_sends(self):
+        """A member's queued redirect, queued send and sync send go out in that order."""
+        rid = self.redirect(self.body("o1 slow1000")).json["requestId"]
+        sid = self.post({"channelId": "fbq", "memberId": "mq",
+                         "response": [{"type": "TEXT", "text": "rd-o2"}]}).json["requestId"]
+        sync = self.post({"channelId": "fbq", "memberId": "mq",
+                          "response": [{"type": "TEXT", "text": "rd-o3"}]}, headers={})
+        self.assertEqual(sync.status, 200, sync)
+        self.assertEqual([self.wait_final(r)["status"] for r in (rid, sid)], ["done", "done"])
+        self.assertEqual(self.texts("rd-o"), ["rd-o1 slow1000", "rd-o2", "rd-o3"])
+
+
 class Burst(Case):
     """Hundreds queued at once over every shard: each is delivered at once, in its member's
     order, with the default claim time (30 s) so that no take-over timer can hide a stall.
