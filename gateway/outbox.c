@@ -61,14 +61,15 @@ struct ob_job {
     outbox_t *ob;
     ob_job_t *prev, *next;
     unsigned shard;
-    unsigned callback : 1;  /* a status callback, else a request */
-    unsigned stale : 1;     /* woken while its start was out: start again */
-    unsigned running : 1;   /* an attempt's op holds it */
-    unsigned stop : 1;      /* the attempt stopped at a response to try again (stop_at) */
-    unsigned abandon : 1;   /* the attempt's progress is unknown: left as if it died */
-    unsigned drop : 1;      /* freed at the next wake (after its op let it go) */
-    unsigned sub_turn : 1;  /* sub is on the member's turn queue, else on its order */
-    store_outbox_entry_t e; /* its strings in one block, e.entry_id's */
+    unsigned callback : 1;      /* a status callback, else a request */
+    unsigned stale : 1;         /* woken while its start was out: start again */
+    unsigned running : 1;       /* an attempt's op holds it */
+    unsigned stop : 1;          /* the attempt stopped at a response to try again (stop_at) */
+    unsigned abandon : 1;       /* the attempt's progress is unknown: left as if it died */
+    unsigned drop : 1;          /* freed at the next wake (after its op let it go) */
+    unsigned sub_turn : 1;      /* sub is on the member's turn queue, else on its order */
+    unsigned callback_turn : 1; /* a callback whose member's callbacks before it ended */
+    store_outbox_entry_t e;     /* its strings in one block, e.entry_id's */
     store_outbox_call_t *call;
     struct event *timer;
     redisc_sub_t *sub; /* the member's order or turn, while an earlier request holds it */
@@ -643,13 +644,10 @@ static void job_end(ob_job_t *job, const char *status, const char *result, size_
 {
     outbox_t *ob = job->ob;
     const config_t *cfg = ob->env->deliver.cfg;
-    store_outbox_end_t end = {&job->e,
-                              status != NULL,
-                              status,
-                              result,
-                              len,
-                              job->retry_ms,
-                              (int64_t)cfg->idempotency_ttl_s * 1000};
+    store_outbox_end_t end = {&job->e, status != NULL, status, result, len, job->retry_ms,
+                              (int64_t)cfg->idempotency_ttl_s * 1000,
+                              /* its callback is tried that long, behind the member's others */
+                              OUTBOX_POST_FOR_MS + (int64_t)cfg->outbox_claim_ms * 4};
     store_status_t st = STORE_OK;
 
     if (status != NULL) {
@@ -925,7 +923,7 @@ static void on_callback_posted(void *arg, int delivered)
 
     job->post = NULL;
     count(&metrics(job->ob)->callbacks[delivered ? 0 : 1]);
-    store_outbox_ack(job->ob->env->deliver.store, job->shard, job->e.entry_id);
+    store_outbox_callback_done(job->ob->env->deliver.store, &job->e); /* the next one's turn */
     job_free(job);
 }
 
@@ -955,11 +953,47 @@ static void on_callback_status(void *arg, store_status_t st, const store_outbox_
         job_later(job, outbox_backoff_ms(ob->env, ++job->attempts));
 }
 
+static void on_callback_turn(void *arg, store_status_t st, int turn)
+{
+    ob_job_t *job = arg;
+
+    job->call = NULL;
+    if (st != STORE_OK) {
+        job_later(job, READ_RETRY_MS);
+        return;
+    }
+    if (!turn && job->stale) { /* the one before may have ended meanwhile */
+        callback_start(job);
+        return;
+    }
+    if (!turn) {
+        job_watch(job, job->e.order_key, 0);
+        /* the one before may be held by an instance that died: asked again when it may have
+         * been taken over */
+        job_later(job, job->ob->env->deliver.cfg->outbox_claim_ms);
+        return;
+    }
+    store_unwatch(job->sub);
+    job->sub = NULL;
+    evtimer_del(job->timer);
+    job->callback_turn = 1;
+    callback_start(job);
+}
+
+/* A member's callbacks go out in the order their requests ended: each waits for the one
+ * before to be taken (or given up), then reads the status and posts it. */
 static void callback_start(ob_job_t *job)
 {
     store_status_t st = STORE_OK;
 
     job->stale = 0;
+    if (job->e.callback_seq > 0 && !job->callback_turn) {
+        job->call = store_outbox_callback_turn(job->ob->env->deliver.store, &job->e,
+                                               on_callback_turn, job, &st);
+        if (job->call == NULL)
+            job_later(job, READ_RETRY_MS);
+        return;
+    }
     job->call = store_outbox_status(job->ob->env->deliver.store, job->shard, job->e.request_id,
                                     on_callback_status, job, &st);
     if (job->call == NULL)

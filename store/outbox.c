@@ -74,9 +74,11 @@ static const char PROGRESS_SCRIPT[] =
            "now) return 1";
 
 /* KEYS record, order, stream[, turns, leases]; ARGV owner, entry, final, status, result,
- * delay_ms, keep_ms, group, request id. Final: the status is written, the member's order and
- * turn pass (the next in the turn queue is told, as store_turn_done does), the entry is
- * acknowledged and deleted, and the callback's entry added, in one step: a crash leaves either
+ * delay_ms, keep_ms, group, request id, callback_keep_ms. Final: the status is written, the
+ * member's order and turn pass (the next in the turn queue is told, as store_turn_done does),
+ * the entry is acknowledged and deleted, and the callback's entry added with the member's next
+ * callback number ('cbn'; its callbacks are posted in that order, 'cbdone' the last one
+ * ended: the order hash is kept while they may be tried), in one step: a crash leaves either
  * all of it or none. */
 static const char END_SCRIPT[] =
     NOW_MS "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
@@ -96,7 +98,24 @@ static const char END_SCRIPT[] =
            "if h then redis.call('PUBLISH', KEYS[4], h) end end "
            "redis.call('XACK', KEYS[3], ARGV[8], ARGV[2]) redis.call('XDEL', KEYS[3], ARGV[2]) "
            "if (redis.call('HGET', KEYS[1], 'cb') or '') ~= '' then "
-           "redis.call('XADD', KEYS[3], '*', 'c', ARGV[9]) end return 1";
+           "local cs = redis.call('HINCRBY', KEYS[2], 'cbn', 1) "
+           "if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[10]) then "
+           "redis.call('PEXPIRE', KEYS[2], ARGV[10]) end "
+           "redis.call('XADD', KEYS[3], '*', 'c', ARGV[9], 'o', KEYS[2], 'cs', cs) end return 1";
+
+/* KEYS order; ARGV the callback's number. 1 when the member's callbacks before it ended. */
+static const char CB_TURN_SCRIPT[] =
+    "return tonumber(redis.call('HGET', KEYS[1], 'cbdone') or '0') >= tonumber(ARGV[1]) - 1 "
+    "and 1 or 0";
+
+/* KEYS stream, order; ARGV group, entry, the callback's number (0: none). A callback ended:
+ * its entry goes, and the member's next callback may be posted (its job is told). */
+static const char CB_DONE_SCRIPT[] =
+    "redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) redis.call('XDEL', KEYS[1], ARGV[2]) "
+    "local n = tonumber(ARGV[3]) "
+    "if n > 0 and redis.call('EXISTS', KEYS[2]) == 1 and "
+    "tonumber(redis.call('HGET', KEYS[2], 'cbdone') or '0') < n then "
+    "redis.call('HSET', KEYS[2], 'cbdone', n) redis.call('PUBLISH', KEYS[2], 'cb') end return 1";
 
 /* KEYS stream; ARGV group, entry. */
 static const char ACK_SCRIPT[] =
@@ -125,8 +144,19 @@ static _Thread_local store_script_t end_script = STORE_SCRIPT(END_SCRIPT);
 static _Thread_local store_script_t ack_script = STORE_SCRIPT(ACK_SCRIPT);
 static _Thread_local store_script_t status_script = STORE_SCRIPT(STATUS_SCRIPT);
 static _Thread_local store_script_t depth_script = STORE_SCRIPT(DEPTH_SCRIPT);
+static _Thread_local store_script_t cb_turn_script = STORE_SCRIPT(CB_TURN_SCRIPT);
+static _Thread_local store_script_t cb_done_script = STORE_SCRIPT(CB_DONE_SCRIPT);
 
-typedef enum { C_ACCEPT, C_START, C_DONE, C_STATUS, C_CLAIM, C_DEPTH, C_SECRET } call_kind_t;
+typedef enum {
+    C_ACCEPT,
+    C_START,
+    C_DONE,
+    C_STATUS,
+    C_CLAIM,
+    C_DEPTH,
+    C_SECRET,
+    C_TURN
+} call_kind_t;
 
 /* Owned by the store from its start until its callback has run or it is cancelled. */
 struct store_outbox_call {
@@ -172,7 +202,7 @@ static size_t decode_entries(const redisReply *list, unsigned shard, store_outbo
         return 0;
     for (size_t i = 0; i < list->elements && n < room; i++) {
         const redisReply *e = list->element[i], *f;
-        store_outbox_entry_t en = {shard, NULL, NULL, "", NULL, NULL, 0};
+        store_outbox_entry_t en = {shard, NULL, NULL, "", NULL, NULL, 0, 0};
         if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
             e->element[0]->type != REDIS_REPLY_STRING)
             continue;
@@ -192,6 +222,8 @@ static size_t decode_entries(const redisReply *list, unsigned shard, store_outbo
                 en.turn_channel = value;
             } else if (strcmp(name, "tm") == 0) {
                 en.turn_member = value;
+            } else if (strcmp(name, "cs") == 0) {
+                en.callback_seq = strtoll(value, NULL, 10);
             }
         }
         /* a deleted entry (a claim finds its id with no fields) has nothing left to do */
@@ -305,6 +337,11 @@ static void on_reply(redisReply *reply, void *arg)
         ((store_outbox_depth_cb *)c->cb)(c->arg, st,
                                          st == STORE_OK ? store_eval_int(reply->element[0]) : 0,
                                          st == STORE_OK ? store_eval_int(reply->element[1]) : 0);
+        break;
+    case C_TURN:
+        if (st == STORE_OK && reply->type != REDIS_REPLY_INTEGER)
+            st = STORE_BAD_RECORD;
+        ((store_outbox_turn_cb *)c->cb)(c->arg, st, st == STORE_OK && store_eval_int(reply) == 1);
         break;
     case C_SECRET:
         if (st == STORE_OK && reply->type != REDIS_REPLY_STRING)
@@ -676,7 +713,7 @@ store_outbox_call_t *store_outbox_end(store_t *st, unsigned shard, const char *i
 {
     const store_outbox_entry_t *e = end->entry;
     char record[STORE_KEY_MAX], stream[STORE_KEY_MAX], turns[STORE_KEY_MAX], leases[STORE_KEY_MAX],
-        delay[NUMFMT_DEC_SIZE], keep[NUMFMT_DEC_SIZE];
+        delay[NUMFMT_DEC_SIZE], keep[NUMFMT_DEC_SIZE], cb_keep[NUMFMT_DEC_SIZE];
     int turn = e->turn_channel != NULL && e->turn_member != NULL;
     store_outbox_call_t *c;
 
@@ -688,8 +725,8 @@ store_outbox_call_t *store_outbox_end(store_t *st, unsigned shard, const char *i
         return NULL;
     }
     {
-        const char *words[14];
-        size_t lens[14];
+        const char *words[15];
+        size_t lens[15];
         int n = 0, nkeys;
         words[n++] = record;
         words[n++] = e->order_key;
@@ -708,6 +745,7 @@ store_outbox_call_t *store_outbox_end(store_t *st, unsigned shard, const char *i
         words[n++] = numfmt_dec(keep, end->keep_ms);
         words[n++] = STORE_OUTBOX_GROUP;
         words[n++] = id;
+        words[n++] = numfmt_dec(cb_keep, end->callback_keep_ms);
         for (int i = 0; i < n; i++)
             lens[i] = words[i] == end->result ? end->result_len : strlen(words[i]);
         return run(st, &end_script, c, nkeys, n, words, lens, status);
@@ -754,4 +792,35 @@ store_outbox_call_t *store_outbox_secret(store_t *st, const char *app, store_out
         return NULL;
     }
     return c;
+}
+
+store_outbox_call_t *store_outbox_callback_turn(store_t *st, const store_outbox_entry_t *e,
+                                                store_outbox_turn_cb *cb, void *arg,
+                                                store_status_t *status)
+{
+    char n[NUMFMT_DEC_SIZE];
+    store_outbox_call_t *c = NEW_CALL(C_TURN, cb, arg, e->shard, status);
+
+    if (c == NULL) {
+        *status = STORE_UNAVAILABLE;
+        return NULL;
+    }
+    {
+        const char *words[] = {e->order_key, numfmt_dec(n, e->callback_seq)};
+        return run(st, &cb_turn_script, c, 1, 2, words, NULL, status);
+    }
+}
+
+void store_outbox_callback_done(store_t *st, const store_outbox_entry_t *e)
+{
+    char stream[STORE_KEY_MAX], n[NUMFMT_DEC_SIZE];
+
+    if (store_key_outbox(stream, sizeof(stream), store_prefix(st), e->shard) < 0)
+        return;
+    {
+        /* an entry without a member's order key names its stream twice: one slot */
+        const char *words[] = {stream, e->order_key[0] ? e->order_key : stream, STORE_OUTBOX_GROUP,
+                               e->entry_id, numfmt_dec(n, e->callback_seq)};
+        run(st, &cb_done_script, NULL, 2, 5, words, NULL, NULL);
+    }
 }

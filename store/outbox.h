@@ -57,7 +57,8 @@ typedef struct store_outbox_entry {
     const char *order_key; /* a request's member order key ("" for a callback) */
     /* the channel and member whose turn queue holds the request's place, NULL without one */
     const char *turn_channel, *turn_member;
-    int callback; /* 1: post the status of request_id */
+    int callback;         /* 1: post the status of request_id */
+    int64_t callback_seq; /* its number among the member's callbacks (0: not ordered) */
 } store_outbox_entry_t;
 
 /* entries valid during the callback only; n 0 when there were none (or st is not OK). */
@@ -81,6 +82,15 @@ store_outbox_call_t *store_outbox_claim(store_t *st, unsigned shard, const char 
                                         int min_idle_ms, unsigned count,
                                         store_outbox_entries_cb *cb, void *arg,
                                         store_status_t *status);
+/* A status callback's turn among its member's (entry e, callback_seq > 0): turn 1 when the
+ * callbacks before it ended. */
+typedef void store_outbox_turn_cb(void *arg, store_status_t st, int turn);
+store_outbox_call_t *store_outbox_callback_turn(store_t *st, const store_outbox_entry_t *e,
+                                                store_outbox_turn_cb *cb, void *arg,
+                                                store_status_t *status);
+/* A status callback ended (posted, or given up): its entry goes and the member's next
+ * callback may go out (a PUBLISH on the order key tells its job). */
+void store_outbox_callback_done(store_t *st, const store_outbox_entry_t *e);
 /* Acknowledges and deletes an entry that has nothing left to do. */
 void store_outbox_ack(store_t *st, unsigned shard, const char *entry_id);
 /* Entries and the oldest entry's age (ms) of a shard's stream, for the metrics. */
@@ -137,7 +147,8 @@ typedef struct store_outbox_end {
     const char *result; /* JSON text: {"sendResult":..} or {"error":..} */
     size_t result_len;
     int64_t delay_ms;
-    int64_t keep_ms; /* a final status is kept this long */
+    int64_t keep_ms;          /* a final status is kept this long */
+    int64_t callback_keep_ms; /* the member's order is kept this long for a callback queued */
 } store_outbox_end_t;
 store_outbox_call_t *store_outbox_end(store_t *st, unsigned shard, const char *id,
                                       const char *owner, const store_outbox_end_t *end,

@@ -689,6 +689,21 @@ class Callbacks(Case):
         self.assertEqual(st, self.status(rid).json)
         self.assertEqual(self.texts("cb1"), ["cb1"])
 
+    def test_callbacks_in_order_per_member(self):
+        """Section 12: callbacks in order per member. The first is refused once: the member's
+        later ones wait for its retry to be taken."""
+        rx = Receiver(refuse=1)
+        try:
+            rids = [self.post({"channelId": "fbq", "memberId": "mq", "statusCallback": rx.url,
+                               "response": [{"type": "TEXT", "text": "cbo%d" % i}]}
+                              ).json["requestId"] for i in range(3)]
+            wait_for(lambda: len([g for g in rx.got if g[2] == 200]) == 3, timeout=30,
+                     what="three callbacks taken")
+        finally:
+            rx.stop()
+        got = [(json.loads(raw)["requestId"], status) for _, raw, status in rx.got]
+        self.assertEqual(got, [(rids[0], 500), (rids[0], 200), (rids[1], 200), (rids[2], 200)])
+
     def test_status_callback_must_be_a_url(self):
         body = {"channelId": "fbq", "memberId": "mq", "statusCallback": "javascript:alert(1)",
                 "response": [{"type": "TEXT", "text": "cb2"}]}
