@@ -690,9 +690,10 @@ void op_resolve(op_t *op, const char *token_hash)
     }
     /* Both from the cache and member order on: checked now, so that only an accepted request
      * queues for the member's turn, which is taken with the member's read (and an
-     * Idempotency-Key's begin), one round trip */
+     * Idempotency-Key's begin), one round trip. A request to queue takes its place when it is
+     * accepted, an attempt of a queued one holds it (outbox.c): neither takes a turn here. */
     if (op->token_done && op->channel_done && op->target.member_id != NULL &&
-        op->env->deliver.cfg->member_order && !op_is_queued(op)) {
+        op->env->deliver.cfg->member_order && !op_is_queued(op) && !op_is_async(op)) {
         if (!resolve_refused(op))
             op_guard_take_member(op, on_member_taken);
         return;

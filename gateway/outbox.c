@@ -32,7 +32,9 @@
 #define LEASE_MARGIN_MS 5000 /* an attempt's lease past its deadline */
 #define RETRY_AFTER_MS  1000 /* a 429 without Retry-After: as a first backoff */
 #define DEPTH_EVERY_MS  5000
-#define READ_COUNT      8 /* entries one read takes at most */
+#define READ_COUNT      8   /* entries one read takes at most */
+#define SETTLE_AGAIN_MS 100 /* an accept not settled is asked about again after this */
+#define SETTLE_LAST_MS  100 /* ...while this much of the request's deadline is left */
 
 typedef struct ob_job ob_job_t;
 
@@ -128,23 +130,18 @@ static void arm(struct event *ev, int64_t ms)
 /* An accept's state, op_outbox(op) of an async op. */
 typedef struct ob_accept {
     store_outbox_call_t *call;
+    struct event *timer; /* settling: asked again */
+    unsigned shard;
     char id[OUTBOX_REQUEST_ID_LEN + 1];
 } ob_accept_t;
 
-static void on_accepted(void *arg, store_status_t st, int64_t created_ms)
+static void accepted(op_t *op)
 {
-    op_t *op = arg;
     ob_accept_t *a = op_outbox(op);
     jsonw_t w;
     char *text;
     size_t len;
 
-    (void)created_ms;
-    a->call = NULL;
-    if (st != STORE_OK) {
-        op_fail_store(op, st == STORE_BAD_RECORD ? STORE_UNAVAILABLE : st);
-        return;
-    }
     count(&metrics(op->env->outbox->ob)->outbox_accepted);
     jw_init(&w);
     jw_lit(&w, "{\"ok\":1,\"requestId\":");
@@ -158,6 +155,77 @@ static void on_accepted(void *arg, store_status_t st, int64_t created_ms)
         return;
     }
     op_answer_accepted(op, text, len);
+}
+
+static void settle(op_t *op);
+
+static void on_settled(void *arg, store_status_t st, int queued)
+{
+    op_t *op = arg;
+    ob_accept_t *a = op_outbox(op);
+
+    a->call = NULL;
+    if (st != STORE_OK)
+        arm(a->timer, SETTLE_AGAIN_MS);
+    else if (queued)
+        accepted(op);
+    else
+        op_fail_code(op, BG_ERR_STORE,
+                     "store unavailable (Redis timed out): the request was not "
+                     "queued");
+}
+
+static void on_settle_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    settle(arg);
+}
+
+/* The accept got no answer (Redis timed out, the connection went): its script may have run,
+ * or may still run. Settled in Redis, which says whether it was queued and keeps a late one
+ * from queueing anything; asked again until the request's deadline is near. A 119 then says
+ * the request may be queued, and by which id. */
+static void settle(op_t *op)
+{
+    ob_accept_t *a = op_outbox(op);
+    const config_t *cfg = op->env->deliver.cfg;
+    int64_t keep_ms = ((int64_t)cfg->outbox_ttl_s + cfg->idempotency_ttl_s) * 1000;
+    store_status_t st = STORE_OK;
+    char msg[160];
+
+    if (deliver_remaining_ms(&op->dl) < SETTLE_LAST_MS) {
+        snprintf(msg, sizeof(msg),
+                 "store unavailable (Redis timed out): the request may have been queued as "
+                 "requestId %s (GET /requests/%s tells)",
+                 a->id, a->id);
+        op_fail_code(op, BG_ERR_STORE, msg);
+        return;
+    }
+    if (a->timer == NULL &&
+        (a->timer = evtimer_new(op->env->deliver.base, on_settle_timer, op)) == NULL) {
+        op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+        return;
+    }
+    a->call =
+        store_outbox_settle(op->env->deliver.store, a->shard, a->id, keep_ms, on_settled, op, &st);
+    if (a->call == NULL)
+        arm(a->timer, SETTLE_AGAIN_MS);
+}
+
+static void on_accepted(void *arg, store_status_t st, int64_t created_ms)
+{
+    op_t *op = arg;
+    ob_accept_t *a = op_outbox(op);
+
+    (void)created_ms;
+    a->call = NULL;
+    if (st == STORE_OK)
+        accepted(op);
+    else if (st == STORE_BUSY) /* not sent: nothing ran */
+        op_fail_store(op, st);
+    else
+        settle(op);
 }
 
 /* statusCallback: an http(s) URL (the SSRF guard checks its address when it is called). */
@@ -198,7 +266,7 @@ static void ob_accept(op_t *op)
         return;
     }
     op_outbox(op) = a;
-    shard = shard_of(ob, op->target.channel_id, op->member_id);
+    a->shard = shard = shard_of(ob, op->target.channel_id, op->member_id);
     snprintf(a->id, sizeof(a->id), "%02x", shard);
     rng_hex(&op->env->deliver.rng, a->id + 2, OUTBOX_REQUEST_ID_LEN - 2);
     /* the request as it runs: addressed by the member it was resolved to (a recipientId made
@@ -600,6 +668,8 @@ static void ob_cancel(op_t *op)
         ob_accept_t *a = op_outbox(op);
         store_outbox_cancel(a->call);
         a->call = NULL;
+        if (a->timer != NULL)
+            evtimer_del(a->timer);
         return;
     }
     {
@@ -616,7 +686,10 @@ static void ob_cancel(op_t *op)
 static void ob_release(op_t *op)
 {
     if (op_is_async(op)) {
-        free(op_outbox(op));
+        ob_accept_t *a = op_outbox(op);
+        if (a->timer != NULL)
+            event_free(a->timer);
+        free(a);
     } else {
         ob_job_t *job = op_outbox(op);
         job->running = 0;

@@ -16,10 +16,14 @@
  * among its keys. With the turn keys, the request's id goes into the member's turn queue (idem.c's
  * JOIN_SCRIPT tells how it is kept) in the same step: a sync request that reaches Redis after
  * it queues behind it. The one ahead gets its lease recorded first, while the queue's TTL is
- * still its lease (guess_ms when its PEXPIRE has not come yet), as JOIN_SCRIPT does. The turn
- * keys are another slot's: the outbox runs on one Redis server only (outbox.h). */
+ * still its lease (guess_ms when its PEXPIRE has not come yet, or when the TTL is an earlier
+ * queued request's: a sync request holds the turn no longer than its deadline), as
+ * JOIN_SCRIPT does. The turn
+ * keys are another slot's: the outbox runs on one Redis server only (outbox.h). A record that
+ * exists already was settled (SETTLE_SCRIPT): the request is not queued (-1). */
 static const char ACCEPT_SCRIPT[] =
-    NOW_MS "local seq = redis.call('HINCRBY', KEYS[3], 'n', 1) "
+    NOW_MS "if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end " /* settled: not queued */
+           "local seq = redis.call('HINCRBY', KEYS[3], 'n', 1) "
            "redis.call('PEXPIRE', KEYS[3], ARGV[7]) "
            "redis.call('HSET', KEYS[2], 'app', ARGV[2], 'body', ARGV[3], 'ch', ARGV[4], 'mb', "
            "ARGV[5], 'cb', ARGV[6], 'seq', seq, 'status', 'queued', 'attempts', 0, 'created', now, "
@@ -27,15 +31,23 @@ static const char ACCEPT_SCRIPT[] =
            "redis.call('PEXPIRE', KEYS[2], ARGV[7]) "
            "if not KEYS[4] then "
            "redis.call('XADD', KEYS[1], '*', 'r', ARGV[1], 'o', KEYS[3]) return now end "
-           "local q, w, lease = KEYS[4], KEYS[5], tonumber(ARGV[10]) "
+           "local q, w, lease, guess = KEYS[4], KEYS[5], tonumber(ARGV[10]), tonumber(ARGV[11]) "
            "local ttl = redis.call('PTTL', q) local h = redis.call('LINDEX', q, 0) "
            "if h and redis.call('HEXISTS', w, h) == 0 then "
-           "redis.call('HSET', w, h, now + (ttl > 0 and ttl or tonumber(ARGV[11]))) end "
+           "redis.call('HSET', w, h, now + math.min(ttl > 0 and ttl or guess, guess)) end "
            "redis.call('RPUSH', q, ARGV[1]) redis.call('HSET', w, ARGV[1], now + lease) "
            "if lease > ttl then redis.call('PEXPIRE', q, lease) end "
            "if lease > redis.call('PTTL', w) then redis.call('PEXPIRE', w, lease) end "
            "redis.call('XADD', KEYS[1], '*', 'r', ARGV[1], 'o', KEYS[3], 'tc', ARGV[4], 'tm', "
            "ARGV[5]) return now";
+
+/* KEYS record; ARGV keep_ms. An accept whose answer was lost (a timeout: it may run later, or
+ * have run): 1 when it was queued; else 0, and a record without an app marks the id, so that
+ * the accept, should it still come, queues nothing (ACCEPT_SCRIPT) and GET finds nothing. */
+static const char SETTLE_SCRIPT[] =
+    "if redis.call('HEXISTS', KEYS[1], 'app') == 1 then return 1 end "
+    "redis.call('HSET', KEYS[1], 'status', 'void') redis.call('PEXPIRE', KEYS[1], ARGV[1]) "
+    "return 0";
 
 /* KEYS record, order[, turns]; ARGV owner, lease_ms[, id]. A member's requests start in the
  * order of their sequence numbers: the one before must be finished ('done' in the order hash).
@@ -138,6 +150,7 @@ static const char DEPTH_SCRIPT[] =
            "return {redis.call('XLEN', KEYS[1]), age}";
 
 static _Thread_local store_script_t accept_script = STORE_SCRIPT(ACCEPT_SCRIPT);
+static _Thread_local store_script_t settle_script = STORE_SCRIPT(SETTLE_SCRIPT);
 static _Thread_local store_script_t start_script = STORE_SCRIPT(START_SCRIPT);
 static _Thread_local store_script_t progress_script = STORE_SCRIPT(PROGRESS_SCRIPT);
 static _Thread_local store_script_t end_script = STORE_SCRIPT(END_SCRIPT);
@@ -155,7 +168,8 @@ typedef enum {
     C_CLAIM,
     C_DEPTH,
     C_SECRET,
-    C_TURN
+    C_TURN,
+    C_SETTLE
 } call_kind_t;
 
 /* Owned by the store from its start until its callback has run or it is cancelled. */
@@ -244,6 +258,8 @@ static void on_reply(redisReply *reply, void *arg)
     case C_ACCEPT:
         if (st == STORE_OK && reply->type != REDIS_REPLY_INTEGER)
             st = STORE_BAD_RECORD;
+        if (st == STORE_OK && store_eval_int(reply) < 0)
+            st = STORE_CONFLICT; /* settled before it ran: not queued */
         ((store_outbox_accept_cb *)c->cb)(c->arg, st, st == STORE_OK ? store_eval_int(reply) : 0);
         break;
     case C_DONE:
@@ -337,6 +353,11 @@ static void on_reply(redisReply *reply, void *arg)
         ((store_outbox_depth_cb *)c->cb)(c->arg, st,
                                          st == STORE_OK ? store_eval_int(reply->element[0]) : 0,
                                          st == STORE_OK ? store_eval_int(reply->element[1]) : 0);
+        break;
+    case C_SETTLE:
+        if (st == STORE_OK && reply->type != REDIS_REPLY_INTEGER)
+            st = STORE_BAD_RECORD;
+        ((store_outbox_settle_cb *)c->cb)(c->arg, st, st == STORE_OK && store_eval_int(reply) == 1);
         break;
     case C_TURN:
         if (st == STORE_OK && reply->type != REDIS_REPLY_INTEGER)
@@ -461,6 +482,24 @@ store_outbox_call_t *store_outbox_accept(store_t *st, unsigned shard, const char
         for (int i = 0; i < n; i++)
             lens[i] = words[i] == req->body ? req->body_len : strlen(words[i]);
         return run(st, &accept_script, c, nkeys, n, words, lens, status);
+    }
+}
+
+store_outbox_call_t *store_outbox_settle(store_t *st, unsigned shard, const char *id,
+                                         int64_t keep_ms, store_outbox_settle_cb *cb, void *arg,
+                                         store_status_t *status)
+{
+    char record[STORE_KEY_MAX], keep[NUMFMT_DEC_SIZE];
+    store_outbox_call_t *c;
+
+    if (record_key(st, record, shard, id) < 0 ||
+        (c = NEW_CALL(C_SETTLE, cb, arg, shard, status)) == NULL) {
+        *status = STORE_UNAVAILABLE;
+        return NULL;
+    }
+    {
+        const char *words[] = {record, numfmt_dec(keep, keep_ms)};
+        return run(st, &settle_script, c, 1, 2, words, NULL, status);
     }
 }
 

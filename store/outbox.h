@@ -47,6 +47,13 @@ store_outbox_call_t *store_outbox_accept(store_t *st, unsigned shard, const char
                                          int64_t ttl_ms, store_outbox_accept_cb *cb, void *arg,
                                          store_status_t *status);
 
+/* An accept that got no answer (it timed out, the connection went): queued 1 when its script
+ * ran; else 0, and from now on it cannot run (a late one queues nothing). */
+typedef void store_outbox_settle_cb(void *arg, store_status_t st, int queued);
+store_outbox_call_t *store_outbox_settle(store_t *st, unsigned shard, const char *id,
+                                         int64_t keep_ms, store_outbox_settle_cb *cb, void *arg,
+                                         store_status_t *status);
+
 /* ---- the consumers ---- */
 
 /* An entry read from a shard's stream: a request to deliver, or a status callback to post. */

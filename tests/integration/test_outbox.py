@@ -181,6 +181,50 @@ class Outbox(Case):
         self.assertEqual([x for _, x in took], ["tu-1 slow1500", "tu-2"])
         self.assertGreaterEqual(took[1][0] - took[0][0], 1400, took)  # after tu-1's answer
 
+    def test_9_redis_stall_while_accepting(self):
+        """Redis stalls (DEBUG SLEEP 1.6 s; the harness's BOTGATE_REDIS_TIMEOUT_MS is 500) while
+        requests are being accepted: an accept script may run after botgate stopped waiting for
+        it. Each answer is what Redis holds: a 202 is delivered at most once (reported 125 when
+        the stall cut its attempt: never lost), any other answer never."""
+        s = self.s
+        answers = {}
+        stop = threading.Event()
+
+        def accepted_count():
+            return len([a for a in list(answers.values()) if a.status == 202])
+
+        def client(k):
+            for n in range(400):
+                if stop.is_set():
+                    return
+                t = "stall-%d-%03d" % (k, n)
+                answers[t] = self.post({"channelId": "fbq", "memberId": "mq" if k % 2 else "mr",
+                                        "response": [{"type": "TEXT", "text": t}]})
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(6)]
+        for t in threads:
+            t.start()
+        try:
+            wait_for(lambda: len(answers) >= 30, what="requests flowing")
+            s.redis("DEBUG", "SLEEP", "1.6")
+            resumed = accepted_count()
+            wait_for(lambda: accepted_count() >= resumed + 30, what="requests accepted again")
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        accepted = {t: a.json["requestId"] for t, a in answers.items() if a.status == 202}
+        refused = [a for a in answers.values() if a.status != 202]
+        self.assertTrue(refused, "the stall refused nothing: it did not hit the accepts")
+        for a in refused:
+            self.assertEqual(a.json["err_code"], 119, a)
+        finals = {t: self.wait_final(rid, timeout=60) for t, rid in accepted.items()}
+        took = self.texts("stall-")
+        self.assertEqual(len(took), len(set(took)), "sent twice")
+        self.assertEqual(set(took) - set(accepted), set(), "sent, though answered 119")
+        for t, st in finals.items():
+            if t not in took:  # an attempt the stall cut: reported, never lost
+                self.assertEqual(st["sendResult"]["result"][0]["error"]["err_code"], 125, st)
+
     def test_5_metrics(self):
         body = {"channelId": "fbq", "memberId": "mq", "response": [{"type": "TEXT", "text": "ob5"}]}
         before = self.s.metric("botgate_outbox_accepted_total")
