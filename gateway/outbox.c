@@ -948,11 +948,22 @@ static void on_claim_timer(evutil_socket_t fd, short what, void *arg)
 
 static void depth_next(outbox_t *ob);
 
+static int64_t prune_idle_ms(const outbox_t *ob)
+{
+    int64_t claim = 2 * (int64_t)ob->env->deliver.cfg->outbox_claim_ms;
+
+    return claim > 3 * BLOCK_MS ? claim : 3 * BLOCK_MS;
+}
+
 static void on_depth(void *arg, store_status_t st, int64_t pending, int64_t age_ms)
 {
     outbox_t *ob = arg;
 
     ob->depth = NULL;
+    /* the group's upkeep goes with it: consumers of workers that are gone (a restarted
+     * instance's) go once idle well past a live one's read and the claim time */
+    if (st == STORE_OK)
+        store_outbox_prune(ob->env->deliver.store, ob->depth_shard, prune_idle_ms(ob));
     if (st == STORE_OK && ob->depth_shard < METRICS_SHARDS) {
         atomic_store(&metrics(ob)->outbox_depth[ob->depth_shard], pending);
         atomic_store(&metrics(ob)->outbox_age_ms[ob->depth_shard], age_ms);

@@ -149,6 +149,18 @@ static const char DEPTH_SCRIPT[] =
            "age = now - tonumber(string.match(first[1], '^(%d+)')) end "
            "return {redis.call('XLEN', KEYS[1]), age}";
 
+/* KEYS stream; ARGV group, min_idle_ms. Consumers that hold nothing and did not read for
+ * min_idle_ms are removed (XINFO and XGROUP DELCONSUMER in one step: one that takes an entry
+ * meanwhile is not removed with it). */
+static const char PRUNE_SCRIPT[] =
+    "local gone = 0 "
+    "for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do "
+    "local f = {} for i = 1, #c, 2 do f[c[i]] = c[i + 1] end "
+    "if f['pending'] == 0 and f['idle'] > tonumber(ARGV[2]) then "
+    "redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], f['name']) gone = gone + 1 end end "
+    "return gone";
+
+static _Thread_local store_script_t prune_script = STORE_SCRIPT(PRUNE_SCRIPT);
 static _Thread_local store_script_t accept_script = STORE_SCRIPT(ACCEPT_SCRIPT);
 static _Thread_local store_script_t settle_script = STORE_SCRIPT(SETTLE_SCRIPT);
 static _Thread_local store_script_t start_script = STORE_SCRIPT(START_SCRIPT);
@@ -674,6 +686,18 @@ void store_outbox_ack(store_t *st, unsigned shard, const char *entry_id)
     {
         const char *words[] = {stream, STORE_OUTBOX_GROUP, entry_id};
         run(st, &ack_script, NULL, 1, 3, words, NULL, NULL);
+    }
+}
+
+void store_outbox_prune(store_t *st, unsigned shard, int64_t min_idle_ms)
+{
+    char stream[STORE_KEY_MAX], idle[NUMFMT_DEC_SIZE];
+
+    if (store_key_outbox(stream, sizeof(stream), store_prefix(st), shard) < 0)
+        return;
+    {
+        const char *words[] = {stream, STORE_OUTBOX_GROUP, numfmt_dec(idle, min_idle_ms)};
+        run(st, &prune_script, NULL, 1, 3, words, NULL, NULL);
     }
 }
 

@@ -100,6 +100,10 @@ store_outbox_call_t *store_outbox_callback_turn(store_t *st, const store_outbox_
 void store_outbox_callback_done(store_t *st, const store_outbox_entry_t *e);
 /* Acknowledges and deletes an entry that has nothing left to do. */
 void store_outbox_ack(store_t *st, unsigned shard, const char *entry_id);
+/* Removes the consumers of a shard's group that hold no entry and have not read for
+ * min_idle_ms: those of workers that are gone (each worker of each process is a consumer of
+ * its own; a live one reads at least every few seconds). */
+void store_outbox_prune(store_t *st, unsigned shard, int64_t min_idle_ms);
 /* Entries and the oldest entry's age (ms) of a shard's stream, for the metrics. */
 typedef void store_outbox_depth_cb(void *arg, store_status_t st, int64_t pending,
                                    int64_t oldest_age_ms);

@@ -661,6 +661,51 @@ class Takeover(Case):
             self.assertEqual(mine, sorted(mine), "member tm%d out of order" % i)
 
 
+class Consumers(Case):
+    """Each worker of each process is a consumer of its own, made by its first read (named
+    <process>-<worker>): a stopped instance's go from the group once they hold nothing and have
+    been idle for longer than BOTGATE_OUTBOX_CLAIM_MS x 2, 15 s at least (a live but quiet one
+    may go too: harmless, its next read makes it again)."""
+    stack_args = {"workers": 2, "env": {"BOTGATE_MEMBER_ORDER": None,
+                                        "BOTGATE_OUTBOX_CLAIM_MS": "1000"}}
+
+    def processes(self):
+        """The process part of the names of every shard's consumers."""
+        out = set()
+        for shard in range(16):
+            try:
+                got = self.s.redis("XINFO", "CONSUMERS", "botgate:outbox:{%d}" % shard, "botgate")
+            except RuntimeError:  # the stream and its group are made by the first read
+                continue
+            out |= {c[1].rsplit("-", 1)[0] for c in got}
+        return out
+
+    def traffic(self, word):
+        rids = [self.post({"channelId": "fbq", "memberId": "cm%d" % i,
+                           "response": [{"type": "TEXT", "text": "%s-%d" % (word, i)}]}
+                          ).json["requestId"] for i in range(16)]
+        for rid in rids:
+            self.assertEqual(self.wait_final(rid)["status"], "done")
+
+    def test_a_stopped_instances_consumers_go(self):
+        s = self.s
+        for i in range(16):
+            s.put("member", member("cm%d" % i, "fbq", APP, "psid-cm%d" % i))
+        s.stop_gateway("botgate")
+        s.start_gateway(port=free_port(), name="botgate-old")
+        self.traffic("cons-a")
+        old = self.processes()
+        self.assertEqual(len(old), 1, old)
+        s.start_gateway(port=free_port(), name="botgate")
+        p = s.procs.pop("botgate-old")
+        p.kill()
+        p.wait()
+        self.traffic("cons-b")  # the live instance's consumers are made
+        wait_for(lambda: not (self.processes() & old), timeout=90,
+                 what="the stopped instance's consumers removed")
+        self.traffic("cons-c")  # and the live one still delivers
+
+
 class Receiver:
     """An HTTP server that takes status callbacks: the first `refuse` get 500, the rest 200."""
 
