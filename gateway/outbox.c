@@ -33,6 +33,7 @@
 #define RETRY_AFTER_MS  1000 /* a 429 without Retry-After: as a first backoff */
 #define DEPTH_EVERY_MS  5000
 #define READ_COUNT      8   /* entries one read takes at most */
+#define CLAIM_WHEN_FULL 4   /* entries a full worker takes over at a time */
 #define SETTLE_AGAIN_MS 100 /* an accept not settled is asked about again after this */
 #define SETTLE_LAST_MS  100 /* ...while this much of the request's deadline is left */
 
@@ -920,17 +921,19 @@ static void on_claimed(void *arg, store_status_t st, const store_outbox_entry_t 
     claim_next(ob);
 }
 
-/* One shard after the other, then again after half the claim time. */
+/* One shard after the other, then again after half the claim time. A worker whose every slot
+ * holds a request waiting for its member's earlier one still takes a few over (up to twice its
+ * slots): the earlier one may be what a dead instance left, and nobody else may have room. */
 static void claim_next(outbox_t *ob)
 {
     const config_t *cfg = ob->env->deliver.cfg;
     unsigned room = (unsigned)cfg->outbox_jobs;
+    unsigned count = ob->n_jobs < room ? room - ob->n_jobs : CLAIM_WHEN_FULL;
     store_status_t st = STORE_OK;
 
-    if (ob->claim_shard < ob->shards && ob->n_jobs < room && !ob->env->draining)
-        ob->claim =
-            store_outbox_claim(ob->env->deliver.store, ob->claim_shard, ob->consumer,
-                               cfg->outbox_claim_ms, room - ob->n_jobs, on_claimed, ob, &st);
+    if (ob->claim_shard < ob->shards && ob->n_jobs < 2 * room && !ob->env->draining)
+        ob->claim = store_outbox_claim(ob->env->deliver.store, ob->claim_shard, ob->consumer,
+                                       cfg->outbox_claim_ms, count, on_claimed, ob, &st);
     if (ob->claim != NULL)
         return;
     ob->claim_shard = 0;

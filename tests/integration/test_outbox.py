@@ -706,6 +706,35 @@ class Consumers(Case):
         self.traffic("cons-c")  # and the live one still delivers
 
 
+class FullOfWaiters(Case):
+    """A worker whose every job slot holds a request waiting for its member's earlier one,
+    which a dead instance left pending: it still takes that one over (else nothing moves)."""
+
+    def test_takes_over_though_full(self):
+        s = self.s
+        s.stop_gateway("botgate")
+        s.start_gateway(port=free_port(), name="botgate-victim")
+        body = {"channelId": "fbq", "memberId": "mq"}
+        head = self.post(dict(body, response=[{"type": "TEXT", "text": "full-0 slow1800"}]))
+        rid = head.json["requestId"]
+
+        def attempt_started():
+            with open(os.path.join(s.dir, "botgate-victim.log"), errors="replace") as f:
+                return "outbox: request %s attempt 1" % rid in f.read()
+        wait_for(attempt_started, what="the attempt")
+        p = s.procs.pop("botgate-victim")
+        p.kill()
+        p.wait()
+        s.start_gateway(port=free_port(), name="botgate",
+                        extra={"BOTGATE_WORKERS": "1", "BOTGATE_OUTBOX_JOBS": "2"})
+        rids = [self.post(dict(body, response=[{"type": "TEXT", "text": "full-%d" % n}])
+                          ).json["requestId"] for n in (1, 2)]
+        st = self.wait_final(rid, timeout=30)
+        self.assertEqual(st["sendResult"]["result"][0]["error"]["err_code"], 125, st)
+        self.assertEqual([self.wait_final(r)["status"] for r in rids], ["done", "done"])
+        self.assertEqual(self.texts("full-")[-2:], ["full-1", "full-2"])
+
+
 class Receiver:
     """An HTTP server that takes status callbacks: the first `refuse` get 500, the rest 200."""
 
