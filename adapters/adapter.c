@@ -55,6 +55,11 @@ int adapter_check_response(const adapter_ops_t *ops, const json_t *response, cha
         return adapter_check_fail(BG_ERR_UNSUPPORTED, msg, size,
                                   "type %.40s is not supported on %s channels",
                                   type ? type : "(none)", ops->type);
+    /* a field the platform has no use for is refused, never dropped (contract.md section 11) */
+    if (!ops->message_tags && json_object_size(response) > 1 &&
+        json_object_get(response, "messageTag") != NULL)
+        return adapter_check_fail(BG_ERR_MISSING_PARAM, msg, size,
+                                  "messageTag is only for facebook channels, not %s", ops->type);
     return ops->check != NULL ? ops->check(kind, response, msg, size) : 0;
 }
 
@@ -131,6 +136,8 @@ int adapter_err_code(const adapter_ops_t *ops, adapter_status_t status)
         return BG_ERR_RATE_LIMITED;
     case ADAPTER_UNSUPPORTED:
         return BG_ERR_UNSUPPORTED;
+    case ADAPTER_WINDOW_CLOSED:
+        return BG_ERR_WINDOW;
     case ADAPTER_SERVER_ERROR:
     case ADAPTER_REJECTED:
         break;
@@ -280,6 +287,14 @@ void adapter_copy(char *dst, size_t size, const char *s)
         return;
     memcpy(dst, s ? s : "", n);
     dst[n] = '\0';
+    bg_utf8_trim(dst);
+}
+
+void adapter_join(char *dst, size_t size, const char *a, const char *b)
+{
+    if (size == 0)
+        return;
+    snprintf(dst, size, "%s%s%s", a ? a : "", b && *b ? ": " : "", b ? b : "");
     bg_utf8_trim(dst);
 }
 

@@ -4,6 +4,7 @@
 #include "../core/request.h"
 #include "../json/jscan.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,14 +19,31 @@ static const adapter_code_t codes[] = {
     {2, ADAPTER_SERVER_ERROR},        {0, ADAPTER_OK},
 };
 
+/* The start of every body: {"messaging_type":"RESPONSE", or with a messageTag (checked:
+ * request_message_tag_ok) {"messaging_type":"MESSAGE_TAG","tag":"<tag>", which Messenger takes
+ * outside the 24 h window (contract.md section 14). */
+static void fb_type(jsonw_t *w, const char *tag)
+{
+    if (tag == NULL) {
+        jw_lit(w, "{\"messaging_type\":\"RESPONSE\",");
+        return;
+    }
+    jw_lit(w, "{\"messaging_type\":\"MESSAGE_TAG\",\"tag\":");
+    jw_str(w, tag);
+    jw_lit(w, ",");
+}
+
 /* The Send API body, written as text: json_pack and a dump of it cost more than the rest of
  * the adapter's work on a message. The strings come from parsed JSON, so they are UTF-8. */
-static void fb_body(jsonw_t *w, unsigned kind, const char *to, const char *s)
+static void fb_body(jsonw_t *w, unsigned kind, const char *to, const char *s, const char *tag)
 {
-    /* the framing below (69 or 129 bytes), two pairs of quotes and the NUL: the body is
-     * kept while the platform is waited for, so no slack but for escapes */
-    jw_init_size(w, strlen(to) + strlen(s) + (kind == ADAPTER_TEXT ? 74 : 134));
-    jw_lit(w, "{\"messaging_type\":\"RESPONSE\",\"recipient\":{\"id\":");
+    /* the framing below (69 or 129 bytes; a tag adds 12 and its quoted name), two pairs of
+     * quotes and the NUL: the body is kept while the platform is waited for, so no slack but
+     * for escapes */
+    jw_init_size(w, strlen(to) + strlen(s) + (kind == ADAPTER_TEXT ? 74 : 134) +
+                        (tag ? strlen(tag) + 12 : 0));
+    fb_type(w, tag);
+    jw_lit(w, "\"recipient\":{\"id\":");
     jw_str(w, to);
     if (kind == ADAPTER_TEXT) {
         jw_lit(w, "},\"message\":{\"text\":");
@@ -49,6 +67,16 @@ static int fb_check(unsigned kind, const json_t *r, char *msg, size_t size)
         return adapter_check_fail(BG_ERR_UNSUPPORTED, msg, size,
                                   "%s is not supported on facebook channels",
                                   json_object_get(r, "caption") ? "caption" : "filename");
+    /* a NATIVE message that types itself and a messageTag would say it twice */
+    if (kind == ADAPTER_NATIVE && json_object_get(r, "messageTag") != NULL) {
+        const json_t *m = json_object_get(r, "message");
+        const char *own = json_object_get(m, "messaging_type") ? "messaging_type"
+                          : json_object_get(m, "tag")          ? "tag"
+                                                               : NULL;
+        if (own != NULL)
+            return adapter_check_fail(BG_ERR_MISSING_PARAM, msg, size,
+                                      "messageTag and message.%s: give one of them", own);
+    }
     if (kind == ADAPTER_BUTTON && adapter_chars(adapter_str(r, "text")) > FB_BUTTON_TEXT_MAX)
         return adapter_check_fail(BG_ERR_LIMIT, msg, size,
                                   "text is longer than %d characters on facebook",
@@ -166,8 +194,10 @@ static void fb_message(jsonw_t *w, unsigned kind, const json_t *r)
 /* A NATIVE body: the page's own Send API fields, then the messaging type unless the message
  * says (a MESSAGE_TAG outside the window) and the recipient, which botgate sets. Written as
  * text in the order a copy of the message with both set would be dumped in: a member it has
- * keeps its place. */
-static int fb_native_body(jsonw_t *w, const json_t *r, const char *to, adapter_result_t *res)
+ * keeps its place. With a messageTag (fb_check: then the message has no type of its own), the
+ * tag goes first, as in every other body. */
+static int fb_native_body(jsonw_t *w, const json_t *r, const char *to, const char *tag,
+                          adapter_result_t *res)
 {
     const json_t *message = json_object_get(r, "message");
     const char *key;
@@ -178,6 +208,12 @@ static int fb_native_body(jsonw_t *w, const json_t *r, const char *to, adapter_r
         return adapter_fail(res, ADAPTER_REJECTED,
                             "facebook: NATIVE response has no message object");
     jw_init(w);
+    if (tag != NULL) {
+        fb_type(w, tag);
+        w->len--; /* its comma: the first member below writes one */
+        first = 0;
+        typed = 1;
+    }
     json_object_foreach((json_t *)message, key, v) {
         jw_lit(w, first ? "{" : ",");
         first = 0;
@@ -210,13 +246,14 @@ static int fb_native_body(jsonw_t *w, const json_t *r, const char *to, adapter_r
 }
 
 /* The body of a rich type, in w as text. */
-static int fb_rich_body(unsigned kind, const json_t *r, const char *to, jsonw_t *w,
-                        adapter_result_t *res)
+static int fb_rich_body(unsigned kind, const json_t *r, const char *to, const char *tag,
+                        jsonw_t *w, adapter_result_t *res)
 {
     if (kind == ADAPTER_NATIVE)
-        return fb_native_body(w, r, to, res);
+        return fb_native_body(w, r, to, tag, res);
     jw_init(w);
-    jw_lit(w, "{\"messaging_type\":\"RESPONSE\",\"recipient\":{\"id\":");
+    fb_type(w, tag);
+    jw_lit(w, "\"recipient\":{\"id\":");
     jw_str(w, to);
     jw_lit(w, "},\"message\":");
     fb_message(w, kind, r);
@@ -228,6 +265,7 @@ static int fb_build_send(const adapter_target_t *t, const json_t *response, cons
                          adapter_call_t *out, adapter_result_t *res)
 {
     const char *token = adapter_info_str(t->info, "accessToken"), *s;
+    const char *tag = adapter_str(response, "messageTag");
     unsigned kind;
     char *enc, *url;
     jsonw_t body;
@@ -245,13 +283,13 @@ static int fb_build_send(const adapter_target_t *t, const json_t *response, cons
     if ((kind != ADAPTER_TEXT && kind != ADAPTER_IMAGE) ||
         (json_object_size(response) > 2 && (json_object_get(response, "quickReplies") != NULL ||
                                             json_object_get(response, "caption") != NULL))) {
-        if (fb_rich_body(kind, response, t->to, &body, res) < 0)
+        if (fb_rich_body(kind, response, t->to, tag, &body, res) < 0)
             return -1;
     } else {
         if ((s = adapter_response_str(&adapter_facebook, response,
                                       kind == ADAPTER_TEXT ? "text" : "url", res)) == NULL)
             return -1;
-        fb_body(&body, kind, t->to, s);
+        fb_body(&body, kind, t->to, s, tag);
     }
     enc = adapter_urlencode(token);
     url = enc ? adapter_url(t->base_url, "/me/messages?access_token=%s", enc) : NULL;
@@ -267,10 +305,13 @@ static void fb_error(const adapter_target_t *t, const adapter_answer_t *a,
     adapter_status_t st = a->status == 429   ? ADAPTER_RATE_LIMITED
                           : a->status >= 500 ? ADAPTER_SERVER_ERROR
                                              : ADAPTER_REJECTED;
-    char text[128];
+    /* room for a window refusal's whole message (about 150 bytes), and for the code after it */
+    char text[ADAPTER_ERROR_MAX - 32];
 
     if (ge->code == 100)
         st = ge->subcode == 2018001 ? ADAPTER_RECIPIENT_INVALID : ADAPTER_REJECTED;
+    else if (ge->code == 10 && ge->subcode == 2018278)
+        st = ADAPTER_WINDOW_CLOSED; /* sent outside the 24 h window without a tag */
     else
         st = adapter_code_status(codes, ge->code, st);
     adapter_copy_masked(text, sizeof(text), ge->message, t->info, secrets);
@@ -347,6 +388,93 @@ static void fb_parse_send(const adapter_target_t *t, const adapter_answer_t *a,
     json_decref(j);
 }
 
+/* ---- webhooks in (platforms.md: "facebook", Webhook) ---- */
+
+/* One messaging item of an entry: a message (a quick-reply tap is a postback), a postback, a
+ * delivery or a read. Echoes of the page's own messages and kinds botgate does not report are
+ * skipped. */
+static int fb_hook_item(adapter_hook_t *h, json_t *m)
+{
+    const char *from = json_string_value(json_object_get(json_object_get(m, "sender"), "id"));
+    int64_t ts = adapter_hook_time(json_object_get(m, "timestamp"), 1);
+    json_t *msg = json_object_get(m, "message"), *pb = json_object_get(m, "postback");
+    json_t *dl = json_object_get(m, "delivery"), *rd = json_object_get(m, "read");
+    char id[ADAPTER_ID_MAX];
+
+    if (!json_is_object(m))
+        return adapter_hook_fail(h, "facebook: a messaging item is not an object");
+    if (json_is_object(msg)) {
+        const char *mid = json_string_value(json_object_get(msg, "mid"));
+        json_t *qr = json_object_get(msg, "quick_reply"),
+               *att = json_object_get(msg, "attachments");
+        const char *text = json_string_value(json_object_get(msg, "text"));
+        if (json_is_true(json_object_get(msg, "is_echo")))
+            return 0;
+        if (json_is_object(qr))
+            return adapter_hook_tap(h, from, mid, ts,
+                                    json_string_value(json_object_get(qr, "payload")), text, m);
+        if (text != NULL)
+            return adapter_hook_add(h, "INBOUND", from, mid, ts,
+                                    json_pack("{s:s,s:s}", "type", "TEXT", "text", text), m);
+        if (json_array_size(att) > 0) {
+            json_t *a = json_array_get(att, 0);
+            const char *type = json_string_value(json_object_get(a, "type"));
+            const char *url =
+                json_string_value(json_object_get(json_object_get(a, "payload"), "url"));
+            return adapter_hook_add(h, "INBOUND", from, mid, ts,
+                                    adapter_hook_media(type ? type : "unknown", url), m);
+        }
+        return adapter_hook_add(h, "INBOUND", from, mid, ts, json_pack("{s:s}", "type", "UNKNOWN"),
+                                m);
+    }
+    if (json_is_object(pb)) {
+        const char *mid = json_string_value(json_object_get(pb, "mid"));
+        if (mid == NULL) { /* older postbacks carry no id: the sender and time name it */
+            snprintf(id, sizeof(id), "postback:%.100s:%lld", from ? from : "", (long long)ts);
+            mid = id;
+        }
+        return adapter_hook_tap(h, from, mid, ts, json_string_value(json_object_get(pb, "payload")),
+                                json_string_value(json_object_get(pb, "title")), m);
+    }
+    if (json_is_object(dl) || json_is_object(rd)) {
+        json_t *o = json_is_object(dl) ? dl : rd;
+        int64_t wm = adapter_hook_time(json_object_get(o, "watermark"), 1);
+        json_t *mids = json_object_get(o, "mids"), *data;
+        snprintf(id, sizeof(id), "%s:%lld", o == dl ? "delivery" : "read", (long long)wm);
+        data = json_pack("{s:I}", "watermark", (json_int_t)wm);
+        if (json_is_array(mids))
+            json_object_set(data, "messageIds", mids);
+        return adapter_hook_add(h, o == dl ? "DELIVERED" : "READ", from, id, ts, data, m);
+    }
+    return 0;
+}
+
+static int fb_parse_hook(const char *body, size_t len, const char *content_type, adapter_hook_t *h)
+{
+    json_t *j = adapter_hook_json(body, len, h), *entry;
+    size_t i, k;
+    int rc = 0;
+
+    (void)content_type;
+    if (j == NULL)
+        return -1;
+    entry = json_object_get(j, "entry");
+    if (!json_is_string(json_object_get(j, "object")) ||
+        strcmp(json_string_value(json_object_get(j, "object")), "page") != 0)
+        rc = adapter_hook_fail(h, "facebook: object is not \"page\"");
+    else if (!json_is_array(entry))
+        rc = adapter_hook_fail(h, "facebook: entry is not an array");
+    for (i = 0; rc == 0 && i < json_array_size(entry); i++) {
+        json_t *msgs = json_object_get(json_array_get(entry, i), "messaging");
+        if (msgs != NULL && !json_is_array(msgs))
+            rc = adapter_hook_fail(h, "facebook: entry[%zu].messaging is not an array", i);
+        for (k = 0; rc == 0 && k < json_array_size(msgs); k++)
+            rc = fb_hook_item(h, json_array_get(msgs, k));
+    }
+    json_decref(j);
+    return rc;
+}
+
 const adapter_ops_t adapter_facebook = {
     .type = "facebook",
     .api_version = "v19.0",
@@ -354,7 +482,9 @@ const adapter_ops_t adapter_facebook = {
     .response_types = ADAPTER_TEXT | ADAPTER_IMAGE | ADAPTER_VIDEO | ADAPTER_AUDIO | ADAPTER_FILE |
                       ADAPTER_BUTTON | ADAPTER_CAROUSEL | ADAPTER_NATIVE,
     .recipient_invalid_code = 104,
+    .message_tags = 1,
     .check = fb_check,
     .build_send = fb_build_send,
     .parse_send = fb_parse_send,
+    .parse_hook = fb_parse_hook,
 };

@@ -13,7 +13,8 @@ static const adapter_code_t codes[] = {
     {80007, ADAPTER_RATE_LIMITED},       {4, ADAPTER_RATE_LIMITED},
     {131000, ADAPTER_SERVER_ERROR},      {131016, ADAPTER_SERVER_ERROR},
     {131057, ADAPTER_SERVER_ERROR},      {1, ADAPTER_SERVER_ERROR},
-    {2, ADAPTER_SERVER_ERROR},           {0, ADAPTER_OK},
+    {2, ADAPTER_SERVER_ERROR},           {131047, ADAPTER_WINDOW_CLOSED},
+    {0, ADAPTER_OK},
 };
 
 static int word_char(char c)
@@ -92,7 +93,7 @@ static void wc_error(const adapter_target_t *t, const adapter_answer_t *a,
     adapter_status_t st = a->status == 429   ? ADAPTER_RATE_LIMITED
                           : a->status >= 500 ? ADAPTER_SERVER_ERROR
                                              : ADAPTER_REJECTED;
-    char text[96], details[96];
+    char text[ADAPTER_ERROR_MAX], details[ADAPTER_ERROR_MAX], both[ADAPTER_ERROR_MAX - 32];
 
     if (ge->code == 100)
         st = names_to(ge->message) || names_to(ge->details) ? ADAPTER_RECIPIENT_INVALID
@@ -101,8 +102,10 @@ static void wc_error(const adapter_target_t *t, const adapter_answer_t *a,
         st = adapter_code_status(codes, ge->code, st);
     adapter_copy_masked(text, sizeof(text), ge->message, t->info, secrets);
     adapter_copy_masked(details, sizeof(details), ge->details, t->info, secrets);
-    adapter_fail(res, st, "whatsapp-cloud: %s%s%s (code %ld)", text, *details ? ": " : "", details,
-                 ge->code);
+    /* message and details cut together, the code kept: a window's refusal (131047) takes
+     * about 130 bytes to say why */
+    adapter_join(both, sizeof(both), text, details);
+    adapter_fail(res, st, "whatsapp-cloud: %s (code %ld)", both, ge->code);
     res->platform_code = ge->code;
     /* too many messages to one user: the pair's limit, not the number's */
     res->rate_recipient = st == ADAPTER_RATE_LIMITED && ge->code == 131056;
@@ -151,4 +154,5 @@ const adapter_ops_t adapter_whatsapp_cloud = {
     .phone_recipients = 1,
     .build_send = wc_build_send,
     .parse_send = wc_parse_send,
+    .parse_hook = adapter_whatsapp_parse_hook,
 };

@@ -26,8 +26,10 @@ enum {
     BG_ERR_IDEM_MISMATCH = 124,    /* the Idempotency-Key was used for another request */
     BG_ERR_OUTCOME_UNKNOWN = 125,  /* an earlier attempt may have delivered this response */
     BG_ERR_SCRIPT = 126,           /* node code failed: a Lua error, or over a limit */
+    BG_ERR_WINDOW = 127,           /* outside the member's conversation window (core/window.h) */
     BG_ERR_EXPIRED = 128,          /* queued (Prefer: respond-async) past the outbox's TTL */
     BG_ERR_NOT_FOUND = 129,        /* no such queued request for this app */
+    BG_ERR_SIGNATURE = 130,        /* a webhook's signature or token is missing or wrong */
     BG_ERR_INTERNAL = BG_ERR_UNAVAILABLE, /* older name */
     /* Not an err_code on the wire: "User is not authorized" answers carry none. */
     BG_ERR_UNAUTHORIZED = -1,

@@ -519,6 +519,17 @@ static int check_native(const json_t *message, const char *where, bg_error_t *er
     return 0;
 }
 
+int request_message_tag_ok(const char *tag)
+{
+    static const char *const tags[] = {"ACCOUNT_UPDATE", "CONFIRMED_EVENT_UPDATE",
+                                       "POST_PURCHASE_UPDATE", "HUMAN_AGENT", NULL};
+
+    for (size_t i = 0; tag != NULL && tags[i] != NULL; i++)
+        if (strcmp(tag, tags[i]) == 0)
+            return 1;
+    return 0;
+}
+
 /* What each type may hold besides type and fallback. */
 #define SHAPE_FIELDS 6
 static const struct response_shape {
@@ -540,14 +551,16 @@ static const struct response_shape {
 };
 
 /* Refuses a member the type does not have. vals gets the value of each shape->fields[i]
- * present (NULL when absent) and *fallback the fallback: nothing is looked up again. */
+ * present (NULL when absent), *fallback the fallback and *tag the messageTag, which any type
+ * may carry (contract.md section 14; the channel's adapter says whether it takes one): nothing
+ * is looked up again. */
 static int check_fields(const json_t *resp, const struct response_shape *shape, int nested,
                         const char *where, const json_t **vals, const json_t **fallback,
-                        bg_error_t *err)
+                        const json_t **tag, bg_error_t *err)
 {
     for (size_t i = 0; i < SHAPE_FIELDS; i++)
         vals[i] = NULL;
-    *fallback = NULL;
+    *fallback = *tag = NULL;
     for (void *it = json_object_iter((json_t *)resp); it != NULL;
          it = json_object_iter_next((json_t *)resp, it)) {
         const char *key = json_object_iter_key(it);
@@ -557,6 +570,10 @@ static int check_fields(const json_t *resp, const struct response_shape *shape, 
             continue;
         if (same(key, "fallback") && !nested) {
             *fallback = v;
+            continue;
+        }
+        if (same(key, "messageTag")) {
+            *tag = v;
             continue;
         }
         while (shape->fields[i] && !same(shape->fields[i], key))
@@ -650,7 +667,8 @@ static int check_one(const json_t *resp, const char *where, unsigned flags, int 
                      bg_error_t *err)
 {
     const char *type;
-    const json_t *fallback, *vals[SHAPE_FIELDS];
+    const json_t *fallback, *tag, *vals[SHAPE_FIELDS];
+    const char *tag_name;
     size_t i = 0;
 
     if (!json_is_object(resp))
@@ -662,9 +680,15 @@ static int check_one(const json_t *resp, const char *where, unsigned flags, int 
     if (i == sizeof(shapes) / sizeof(shapes[0]))
         return bg_error_set(err, BG_ERR_UNSUPPORTED,
                             "%s.type: response type %.40s is not supported", where, type);
-    if (check_fields(resp, &shapes[i], nested, where, vals, &fallback, err) < 0 ||
-        check_body(&shapes[i], vals, where, flags, err) < 0)
+    if (check_fields(resp, &shapes[i], nested, where, vals, &fallback, &tag, err) < 0 ||
+        check_body(&shapes[i], vals, where, flags, err) < 0 ||
+        str_field(tag, "messageTag", where, 0, 0, flags, &tag_name, err) < 0)
         return -1;
+    if (tag_name != NULL && !templated(flags, tag_name) && !request_message_tag_ok(tag_name))
+        return bg_error_set(err, BG_ERR_MISSING_PARAM,
+                            "parameter %s.messageTag must be ACCOUNT_UPDATE, "
+                            "CONFIRMED_EVENT_UPDATE, POST_PURCHASE_UPDATE or HUMAN_AGENT",
+                            where);
     if (fallback != NULL) {
         /* "<where>.fallback" (where cut to 140 bytes), without snprintf */
         char at[REQUEST_WHERE_MAX];

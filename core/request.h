@@ -69,6 +69,11 @@ void request_redirect_free(redirect_request_t *req);
 #define REQUEST_MAX_STICKER       64
 #define REQUEST_WHERE_MAX         400 /* "nodes.<id>.responseByLocale.fr[3].sections[3].rows[2]" */
 
+/* 1 when tag is one of the Messenger message tags a response's messageTag may name
+ * (contract.md section 14): ACCOUNT_UPDATE, CONFIRMED_EVENT_UPDATE, POST_PURCHASE_UPDATE,
+ * HUMAN_AGENT. */
+int request_message_tag_ok(const char *tag);
+
 /* Strings holding "{{" are a tree's templates: checked when rendered, not as stored. */
 #define REQUEST_CHECK_TEMPLATED 1u
 

@@ -20,6 +20,8 @@ typedef struct ctl_opts {
     const char *label;   /* --label */
     const char *expires; /* --expires-in */
     const char *hash;    /* --hash: a token by the hex SHA-256 it is stored under */
+    const char *url;     /* --url: a subscription's */
+    const char *events;  /* --events: a subscription's event types, comma-separated */
     int json;            /* --json: machine output */
     const char *group;   /* "token", "channel", ... for messages and help */
     char **args;         /* the operands, in order */
@@ -102,5 +104,11 @@ int ctl_token_delete(const ctl_opts_t *o);
 /* ---- apps.c ---- */
 
 int ctl_app_secret(const ctl_opts_t *o); /* app secret rotate --app A */
+
+/* ---- subscriptions.c ---- */
+
+int ctl_subscription_add(const ctl_opts_t *o);
+int ctl_subscription_list(const ctl_opts_t *o);
+int ctl_subscription_delete(const ctl_opts_t *o);
 
 #endif

@@ -42,9 +42,12 @@ static const char usage_text[] =
     "  tree get TREE_ID\n"
     "  tree delete TREE_ID\n"
     "  get KIND ID...               channel ID | member CHANNEL_ID ID | token HASH | tree ID\n"
-    "  app secret rotate --app A    a new signing secret for A's status callbacks\n"
+    "  app secret rotate --app A    a new signing secret for A's status callbacks and events\n"
+    "  subscription add --app A --url U [--events INBOUND,READ] [--channel C]\n"
+    "  subscription list --app A    where A's webhook events go\n"
+    "  subscription delete ID --app A\n"
     "  help [COMMAND]               this text, or a command's (as COMMAND --help)\n\n"
-    "Subscriptions are not managed by botgatectl yet: they come later.\n\n"
+
     "Options (before or after the command; --name=value or --name value):\n"
     "  -j, --json           get and list: JSON for scripts (list: an array)\n"
     "  -u, --redis-url URL  the Redis (default: BOTGATE_REDIS_URL, else\n"
@@ -112,11 +115,26 @@ static const char tree_help[] =
 
 static const char app_help[] =
     "usage: botgatectl app secret rotate --app APP\n\n"
-    "Makes a new signing secret for the app's status callbacks (Botgate-Signature: HMAC-SHA256\n"
-    "of \"<t>.<body>\" with it), stores it in place of the old one and prints it once.\n"
-    "Callbacks signed from then on use it; an app without one gets its callbacks unsigned.\n"
+    "Makes a new signing secret for the app's status callbacks and webhook events\n"
+    "(Botgate-Signature: HMAC-SHA256 of \"<t>.<body>\" with it), stores it in place of the old\n"
+    "one and prints it once. Posts signed from then on use it; an app without one gets them\n"
+    "unsigned.\n"
     "  -a, --app APP  the app\n"
     "  -u, --redis-url URL, -h, --help: see botgatectl --help\n";
+
+static const char subscription_help[] =
+    "usage: botgatectl subscription add --app APP --url URL [--events TYPE,...] [--channel ID]\n"
+    "       botgatectl subscription list --app APP [--json]\n"
+    "       botgatectl subscription delete SUBSCRIPTION_ID --app APP\n\n"
+    "The events of the platforms' webhooks (docs/webhooks.md) of APP's channels are POSTed to\n"
+    "every subscription of APP that matches, signed with the app's secret (app secret rotate).\n"
+    "add prints the new subscription's id; an app has at most 20.\n"
+    "  -a, --app APP        the app\n"
+    "  -U, --url URL        where the events are POSTed (http:// or https://)\n"
+    "  -E, --events LIST    only these event types: INBOUND, POSTBACK, DELIVERED, READ, FAILED\n"
+    "                       (comma-separated; default: all)\n"
+    "  -c, --channel ID     only the events of this channel (default: every channel of APP)\n"
+    "  -j, --json, -u, --redis-url URL, -h, --help: see botgatectl --help\n";
 
 static const char get_help[] =
     "usage: botgatectl get channel CHANNEL_ID\n"
@@ -156,6 +174,9 @@ static const ctl_cmd_t commands[] = {
     {"tree", "delete", ctl_tree_delete, "", 1, 1, "TREE_ID"},
     {"get", NULL, ctl_get, "j", 2, 3, "KIND and its ids"},
     {"app", "secret", ctl_app_secret, "a", 1, 1, "rotate"},
+    {"subscription", "add", ctl_subscription_add, "aUEc", 0, 0, "no operand"},
+    {"subscription", "list", ctl_subscription_list, "aj", 0, 0, "no operand"},
+    {"subscription", "delete", ctl_subscription_delete, "a", 1, 1, "SUBSCRIPTION_ID"},
 };
 
 static const struct {
@@ -165,7 +186,8 @@ static const struct {
              {"member", member_help},
              {"tree", tree_help},
              {"get", get_help},
-             {"app", app_help}};
+             {"app", app_help},
+             {"subscription", subscription_help}};
 
 static const struct option long_opts[] = {
     {"app", required_argument, NULL, 'a'},
@@ -174,6 +196,8 @@ static const struct option long_opts[] = {
     {"expires-in", required_argument, NULL, 'e'},
     {"channel", required_argument, NULL, 'c'},
     {"hash", required_argument, NULL, 'H'},
+    {"url", required_argument, NULL, 'U'},
+    {"events", required_argument, NULL, 'E'},
     {"json", no_argument, NULL, 'j'},
     {"redis-url", required_argument, NULL, 'u'},
     {"help", no_argument, NULL, 'h'},
@@ -207,7 +231,7 @@ static int parse(int argc, char **argv, int stop, ctl_opts_t *o, char *seen, int
 
     optind = 0; /* GNU getopt: start again, argv[0] being the program's name */
     opterr = 0;
-    while ((c = getopt_long(argc, argv, stop ? "+:a:s:l:e:c:H:ju:hV" : ":a:s:l:e:c:H:ju:hV",
+    while ((c = getopt_long(argc, argv, stop ? "+:a:s:l:e:c:H:U:E:ju:hV" : ":a:s:l:e:c:H:U:E:ju:hV",
                             long_opts, NULL)) != -1) {
         const char *typed = argv[optind - 1];
         switch (c) {
@@ -240,6 +264,12 @@ static int parse(int argc, char **argv, int stop, ctl_opts_t *o, char *seen, int
             break;
         case 'H':
             o->hash = optarg;
+            break;
+        case 'U':
+            o->url = optarg;
+            break;
+        case 'E':
+            o->events = optarg;
             break;
         case 'j':
             o->json = 1;

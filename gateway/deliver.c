@@ -7,14 +7,15 @@
 
 #include "../core/auth.h"
 #include "../core/clock.h"
-#include "../core/dlist.h"
 #include "../core/hash.h"
 #include "../json/jparse.h"
 #include "../core/rng.h"
+#include "credwait.h"
 #include "log.h"
 
 #include <event2/event.h>
 #include <event2/event_struct.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +24,6 @@
 #define MEDIA_MAX             (10 * 1024 * 1024)   /* an image or a video to upload */
 #define VOICE_MAX             (2 * 1024 * 1024)    /* wechat: a voice message */
 #define LOCK_TTL_MS 15000               /* a crashed refresher's lock expires after this */
-#define WAIT_FALLBACK_MS 1000           /* waiters look again without news (a refresher died) */
 #define CONTACT_TTL_S (7 * 24 * 3600)   /* whatsapp: a valid number is checked once a week */
 #define MEDIA_TTL_S (2 * 24 * 3600)     /* wechat: media ids live 3 days; keep them 2 */
 #define DEADLINE_MARGIN_MS 20           /* leave time to answer after a call times out */
@@ -40,10 +40,8 @@ typedef struct deliver_extra {
     struct event timer;           /* a wait inside a delivery (Retry-After) */
     /* the hash of the credential that failed, to see a new one: a credential may be long */
     char stale_hash[AUTH_HASH_HEX];
-    struct cred_wait *wait;       /* the group it waits in for a held lock, or NULL */
-    struct deliver_extra *prev, *next; /* the group's waiters */
+    credwait_waiter_t wait;       /* in a group while another holds the credential lock */
     deliver_t *owner;             /* the delivery this is the state of */
-    unsigned wait_seen;           /* the group's last hand-out that looked at it */
     char lock_owner[40];
     char media_id[ADAPTER_ID_MAX];
     char url_hash[AUTH_HASH_HEX];
@@ -52,7 +50,6 @@ typedef struct deliver_extra {
 } deliver_extra_t;
 
 static void deliver_step(deliver_t *d);
-static void wait_leave(deliver_t *d);
 static const char *deliver_chat_id(const deliver_t *d, const adapter_result_t *res);
 
 int64_t deliver_remaining_ms(const deliver_t *d)
@@ -143,11 +140,17 @@ static adapter_target_t target(const deliver_t *d)
     return t;
 }
 
-/* The response parsed, for building a call from it: NULL when out of memory. Its text stays
- * the caller's; the parsed copy is the builder's and goes once the call is built (thousands
- * of calls wait at once). */
-static json_t *response_parse(const deliver_t *d)
+/* The response parsed, for building a call from it: NULL when out of memory. The parsed copy
+ * is the builder's and goes once the call is built (thousands of calls wait at once): the one
+ * the caller gave, the first time; else the text (the caller's) parsed again. */
+static json_t *response_parse(deliver_t *d)
 {
+    json_t *r = d->_response;
+
+    if (r != NULL) {
+        d->_response = NULL;
+        return r;
+    }
     return jparse_value(d->_text, d->_text_len);
 }
 
@@ -241,16 +244,19 @@ void deliver_cancel(deliver_t *d)
         net_cancel(d->_xfer);
         d->_xfer = NULL;
     }
-    store_cancel(d->_call);
+    if (d->phase == DL_RATE_TAKE || d->phase == DL_RATE_PAUSE)
+        store_rate_cancel(d->_rate);
+    else
+        store_cancel(d->_call);
     d->_call = NULL;
-    store_rate_cancel(d->_rate);
-    d->_rate = NULL;
+    json_decref(d->_response);
+    d->_response = NULL;
     if (d->_timer_armed) {
         event_del(&d->_x->timer);
         d->_timer_armed = 0;
     }
-    if (d->_x != NULL && d->_x->wait != NULL)
-        wait_leave(d);
+    if (d->_x != NULL && credwait_waiting(&d->_x->wait))
+        credwait_leave(&d->_x->wait);
     lock_release(d);
     free(d->_x);
     d->_x = NULL;
@@ -517,181 +523,62 @@ static void cred_reread(deliver_t *d)
         deliver_fail_store(d, st);
 }
 
-/* ---- waiting for another's refresh ---- */
+/* ---- waiting for another's refresh (credwait.c) ---- */
 
-/* The deliveries of one worker that wait while another (of any worker or instance) holds a
- * channel's credential lock. They wait together: one subscription to the lock's release, one
- * re-read of the channel at a time, one slow fallback timer, so that a thousand waiters cost
- * Redis what one does. Owned by the worker's list (env->cred_waits); freed by wait_free when
- * the last waiter has left. */
-typedef struct cred_wait {
-    deliver_env_t *env;
-    struct cred_wait *prev, *next; /* env->cred_waits */
-    deliver_extra_t *first, *last; /* the waiters' state, oldest first (its owner waits) */
-    redisc_sub_t *watch;           /* the lock's release; NULL: the timer alone */
-    struct event timer;            /* the fallback */
-    store_call_t *call;            /* the group's re-read in flight */
-    /* The waiter trying the lock for the group, or NULL. It stays in the group meanwhile, so
-     * that the group and its subscription outlive the try: were it the last waiter and the
-     * group went, its return would subscribe anew, and the confirmation (news, since a
-     * release may have come before it) would send it straight back to the lock, in a loop. */
-    deliver_extra_t *trier;
-    unsigned handouts;             /* re-reads handed out so far */
-    unsigned again : 1;            /* news came during the re-read: read once more */
-    unsigned busy : 1;             /* handing out a re-read: not freed when empty */
-    char channel_id[];
-} cred_wait_t;
-
-static void wait_free(cred_wait_t *g)
+static deliver_t *waiter_owner(credwait_waiter_t *w)
 {
-    cred_wait_t *unused_last = NULL;
-
-    if (g->call != NULL)
-        store_cancel(g->call);
-    store_unwatch(g->watch);
-    event_del(&g->timer);
-    DLIST_UNLINK(g->env->cred_waits, unused_last, g);
-    (void)unused_last;
-    free(g);
+    return ((deliver_extra_t *)((char *)w - offsetof(deliver_extra_t, wait)))->owner;
 }
 
-/* Takes d out of its group (which it must be in); the group goes with its last waiter unless
- * it is handing out a re-read. */
-static void wait_leave(deliver_t *d)
+/* A re-read of the waiters' group: those that see a new credential go on. */
+static void on_wait_read(credwait_waiter_t *w, store_status_t st, json_t *channel)
 {
-    cred_wait_t *g = d->_x->wait;
+    deliver_t *d = waiter_owner(w);
 
-    if (g->trier == d->_x)
-        g->trier = NULL;
-    DLIST_UNLINK(g->first, g->last, d->_x);
-    d->_x->wait = NULL;
-    if (g->first == NULL && !g->busy)
-        wait_free(g);
-}
-
-static void wait_read(cred_wait_t *g);
-
-static void on_wait_news(void *arg, const char *msg, size_t len)
-{
-    (void)msg;
-    (void)len;
-    wait_read(arg);
-}
-
-static void on_wait_timer(evutil_socket_t fd, short what, void *arg)
-{
-    cred_wait_t *g = arg;
-    struct timeval tv = {WAIT_FALLBACK_MS / 1000, (WAIT_FALLBACK_MS % 1000) * 1000};
-
-    (void)fd;
-    (void)what;
-    event_add(&g->timer, &tv);
-    wait_read(g);
-}
-
-/* The group's re-read: hands the channel to every waiter; those that see a new credential go
- * on; if none did, the oldest tries the lock (the refresh may have failed, or its holder
- * died), and rejoins if it is still held. */
-static void on_wait_read(void *arg, store_status_t st, json_t *channel)
-{
-    cred_wait_t *g = arg;
-    unsigned round = ++g->handouts;
-    deliver_extra_t *x;
-    deliver_t *d;
-
-    g->call = NULL;
-    g->busy = 1;
-    for (;;) {
-        /* from the first again after each one that went on: its callbacks may end others;
-         * the trier has its lock call in flight and looks when that answers */
-        for (x = g->first; x != NULL && (x->wait_seen == round || x == g->trier); x = x->next)
-            ;
-        if (x == NULL)
-            break;
-        x->wait_seen = round;
-        d = x->owner;
-        if (st != STORE_OK) {
-            wait_leave(d);
-            deliver_fail_store(d, st == STORE_NOT_FOUND ? STORE_UNAVAILABLE : st);
-            continue;
-        }
-        adopt_channel(d, json_incref(channel));
-        if (cred_fresh(d)) {
-            wait_leave(d);
-            cred_done(d);
-        }
-    }
-    json_decref(channel);
-    g->busy = 0;
-    if (g->first == NULL) {
-        wait_free(g);
-    } else if (g->again) {
-        g->again = 0;
-        wait_read(g);
-    } else if (g->trier == NULL) {
-        g->trier = g->first;
-        cred_lock(g->first->owner);
-    }
-}
-
-static void wait_read(cred_wait_t *g)
-{
-    store_status_t st;
-
-    if (g->call != NULL) {
-        g->again = 1;
+    if (st != STORE_OK) {
+        credwait_leave(w);
+        deliver_fail_store(d, st == STORE_NOT_FOUND ? STORE_UNAVAILABLE : st);
         return;
     }
-    g->call = store_reread_channel(g->env->store, g->channel_id, on_wait_read, g, &st);
-    if (g->call == NULL)
-        on_wait_read(g, st, NULL); /* every waiter fails as a re-read of its own would */
+    adopt_channel(d, json_incref(channel));
+    if (cred_fresh(d)) {
+        credwait_leave(w);
+        cred_done(d);
+    }
 }
 
-/* d waits with the worker's other waiters for the channel's lock, in a group made for the
- * first of them. */
+static void on_wait_try(credwait_waiter_t *w)
+{
+    cred_lock(waiter_owner(w));
+}
+
+static const credwait_ops_t wait_ops = {on_wait_read, on_wait_try};
+
+/* d waits with the worker's other waiters for the channel's lock. */
 static void wait_join(deliver_t *d)
 {
-    deliver_env_t *env = d->env;
-    const char *id = d->channel_id;
-    struct timeval tv = {WAIT_FALLBACK_MS / 1000, (WAIT_FALLBACK_MS % 1000) * 1000};
-    cred_wait_t *g, *unused_last = NULL;
-
-    for (g = env->cred_waits; g != NULL && strcmp(g->channel_id, id) != 0; g = g->next)
-        ;
-    if (g == NULL) {
-        if (d->_x == NULL || (g = calloc(1, sizeof(*g) + strlen(id) + 1)) == NULL) {
-            deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "out of memory");
-            return;
-        }
-        g->env = env;
-        memcpy(g->channel_id, id, strlen(id) + 1);
-        evtimer_assign(&g->timer, env->base, on_wait_timer, g);
-        event_add(&g->timer, &tv);
-        g->watch = store_watch_credential(env->store, id, on_wait_news, g);
-        DLIST_PREPEND(env->cred_waits, unused_last, g);
-        (void)unused_last;
+    if (d->_x == NULL || credwait_join(&d->env->cred_waits, d->env->base, d->env->store,
+                                       d->channel_id, &wait_ops, &d->_x->wait) < 0) {
+        deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "out of memory");
+        return;
     }
-    d->_x->wait = g;
-    DLIST_APPEND(g->first, g->last, d->_x);
-    d->_x->wait_seen = g->handouts;
     d->phase = DL_CRED_WAIT;
 }
 
 static void on_lock(void *arg, store_status_t st, json_t *value)
 {
     deliver_t *d = arg;
-    cred_wait_t *g = d->_x != NULL ? d->_x->wait : NULL;
+    int waiting = d->_x != NULL && credwait_waiting(&d->_x->wait);
 
     json_decref(value);
     d->_call = NULL;
-    if (g != NULL && st == STORE_NOT_FOUND) { /* the group's trier: still held, wait on */
-        g->trier = NULL;
-        d->_x->wait_seen = g->handouts;
+    if (waiting && st == STORE_NOT_FOUND) { /* the group's trier: still held, wait on */
+        credwait_tried(&d->_x->wait);
         d->phase = DL_CRED_WAIT;
         return;
     }
-    if (g != NULL)
-        wait_leave(d);
+    if (waiting)
+        credwait_leave(&d->_x->wait);
     if (st == STORE_OK) {
         d->_lock_held = 1;
         cred_reread(d); /* the refresh may have happened just before we got the lock */
@@ -867,7 +754,7 @@ static void on_media_fetched(deliver_t *d, const call_answer_t *ans)
 
 /* A copy of the image's URL (the caller frees it), "" when the response has none; NULL when
  * out of memory. */
-static char *image_url(const deliver_t *d)
+static char *image_url(deliver_t *d)
 {
     json_t *r = response_parse(d);
     const char *url = json_string_value(json_object_get(r, "url"));
@@ -1249,6 +1136,13 @@ static void deliver_step(deliver_t *d)
 
 void deliver_start(deliver_t *d, const char *text, size_t len, deliver_done_fn *done, void *arg)
 {
+    deliver_start_parsed(d, NULL, text, len, done, arg);
+}
+
+void deliver_start_parsed(deliver_t *d, json_t *response, const char *text, size_t len,
+                          deliver_done_fn *done, void *arg)
+{
+    d->_response = response;
     d->_text = text;
     d->_text_len = (unsigned)len;
     d->_done = done;
@@ -1261,6 +1155,19 @@ void deliver_start(deliver_t *d, const char *text, size_t len, deliver_done_fn *
     if (d->env->_pauses == NULL)
         d->env->_pauses = store_rate_board_new(d->env->store);
     deliver_step(d);
+}
+
+void deliver_refuse(deliver_t *d, const bg_error_t *err, deliver_done_fn *done, void *arg)
+{
+    deliver_result_t r;
+
+    memset(&r, 0, sizeof(r));
+    adapter_result_init(&r.res);
+    r.err = *err;
+    d->_text = NULL;
+    d->_done = done;
+    d->_arg = arg;
+    deliver_finish(d, &r);
 }
 
 result_event_t deliver_event(const deliver_t *d, const char *message_id, char buf[32])

@@ -1,7 +1,8 @@
 /* deliver.h - delivering one response to a channel's platform: a fresh credential (one refresh
  * per channel at a time), a whatsapp contact check, a wechat media upload, the message call and
  * the retries the contract allows. It knows nothing of the request around it: it is started with
- * the response as JSON text and answers through a callback. */
+ * the response as JSON text (and parsed, when the caller has it) and answers through a
+ * callback. */
 #ifndef BOTGATE_GATEWAY_DELIVER_H
 #define BOTGATE_GATEWAY_DELIVER_H
 
@@ -20,7 +21,7 @@
 #include <stdint.h>
 
 struct event_base;
-struct cred_wait;
+struct credwait;
 struct deliver_extra;
 
 #define DELIVER_CHANNELS_KEPT_BITS 5 /* 32 slots in deliver_env_t._channels */
@@ -43,7 +44,7 @@ typedef struct deliver_env {
     net_t *up_user;               /* URLs from users (media, webhooks): SSRF-guarded */
     metrics_t *metrics;
     uint64_t rng;                 /* xorshift state for ids (core/rng.h) */
-    struct cred_wait *cred_waits; /* deliveries waiting for a channel's credential (deliver.c) */
+    struct credwait *cred_waits;  /* deliveries waiting for a channel's credential (credwait.h) */
     store_rate_board_t *_pauses;  /* the rate-limit pauses heard of, made at the first message */
     /* Channel records whose rate limits were read, a slot each by the record's address (the
      * last one read in that slot): a record is never changed in place (a refresh changes a
@@ -56,7 +57,7 @@ typedef enum {
     DL_IDLE = 0,
     DL_CRED_LOCK,     /* taking the channel's credential lock */
     DL_CRED_REREAD,   /* re-reading the channel: did another refresh it? */
-    DL_CRED_WAIT,     /* another holds the lock: wait with the worker's others (cred_wait) */
+    DL_CRED_WAIT,     /* another holds the lock: wait with the worker's others (credwait) */
     DL_CRED_CALL,     /* login / token call */
     DL_CRED_WRITE,    /* writing the new credential back */
     DL_CONTACT_CACHE, /* whatsapp: number seen valid lately? */
@@ -101,11 +102,16 @@ typedef struct deliver {
     deliver_phase_t phase;
     unsigned _text_len;
     const char *_text;          /* the response being delivered (borrowed until done) */
+    json_t *_response;          /* the same parsed, until its call is built (deliver_start_parsed) */
     deliver_done_fn *_done;
     void *_arg;
     net_xfer_t *_xfer;          /* the call of phase in flight */
-    store_call_t *_call;
-    store_rate_call_t *_rate;   /* the rate limiter's call in flight */
+    /* The store call of phase in flight: the rate limiter's in DL_RATE_TAKE and DL_RATE_PAUSE,
+     * else a record's (a delivery waits for one thing at a time). */
+    union {
+        store_call_t *_call;
+        store_rate_call_t *_rate;
+    };
     struct deliver_extra *_x;   /* state of the rare paths, allocated when first needed */
     uint16_t platform_calls;    /* calls started, for the request's log line */
     uint16_t _delivered;        /* responses already through delivery */
@@ -120,13 +126,22 @@ typedef struct deliver {
         last_unsent : 1;
 } deliver_t;
 
-/* Delivers the response text[0..len) (borrowed until done runs). done runs exactly once, from a
- * callback of the loop or at once, unless deliver_cancel comes first; the delivery is idle
- * again when it runs. */
 /* Lets go what the worker's deliveries kept between them (deliver_env_t._channels). */
 void deliver_env_clear(deliver_env_t *env);
 
+/* Delivers the response text[0..len) (borrowed until done runs). done runs exactly once, from a
+ * callback of the loop or at once, unless deliver_cancel comes first; the delivery is idle
+ * again when it runs. */
 void deliver_start(deliver_t *d, const char *text, size_t len, deliver_done_fn *done, void *arg);
+/* Ends a delivery before anything of it starts: done runs at once with err (never an abort),
+ * counted as a failed message like any other (a closed conversation window, core/window.h). */
+void deliver_refuse(deliver_t *d, const bg_error_t *err, deliver_done_fn *done, void *arg);
+/* The same, with the response also parsed (a reference, taken over; NULL: none), as a caller
+ * that keeps the validated response has it: the message call is built from it, which saves a
+ * parse of the text, and it goes as soon as that call is built (thousands of calls wait at
+ * once); a later build (a retry) reads the text. */
+void deliver_start_parsed(deliver_t *d, json_t *response, const char *text, size_t len,
+                          deliver_done_fn *done, void *arg);
 /* Stops what is in flight (no callback) and frees what it held: the delivery is idle and can
  * be started again. */
 void deliver_cancel(deliver_t *d);

@@ -13,7 +13,7 @@ static const double bounds[METRICS_BUCKETS] = {
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 };
 static const char *const route_names[METRICS_ROUTES] = {"sendResponses", "redirectMemberToNode",
-                                                        "requests"};
+                                                        "requests", "webhooks"};
 static const int statuses[METRICS_STATUSES] = {200, 413, 500, 400, 401, 404, 409, 429, 502, 503, 202};
 static const char *const targets[METRICS_TARGETS] = {
     "facebook", "whatsapp", "whatsapp-cloud", "slack", "wechat", "teamwork", "media", "webhook",
@@ -136,6 +136,22 @@ void metrics_message(metrics_t *m, const char *platform, int err_code)
         counter_add(&m->messages[t][code_slot(err_code)], 1);
 }
 
+void metrics_hook_refused(metrics_t *m, const char *platform, metrics_hook_refusal_t why)
+{
+    int t = target_index(platform, METRICS_PLATFORMS);
+
+    if (t >= 0)
+        counter_add(&m->webhook_refused[t][why], 1);
+}
+
+void metrics_hook_events(metrics_t *m, const char *platform, unsigned n)
+{
+    int t = target_index(platform, METRICS_PLATFORMS);
+
+    if (t >= 0)
+        counter_add(&m->webhook_events[t], n);
+}
+
 void metrics_on_redis_command(void *arg, int ok, int64_t latency_us)
 {
     metrics_t *m = arg;
@@ -195,11 +211,32 @@ static void scalar(struct evbuffer *b, const char *name, const char *type, const
     evbuffer_add_printf(b, "%s %lld\n", name, value);
 }
 
+/* A counter with one label: a series for each of its count values (names), always. */
+static void labelled(struct evbuffer *b, const char *name, const char *help, const char *label,
+                     const char *const *names, const uint64_t *values, int count)
+{
+    header(b, name, "counter", help);
+    for (int i = 0; i < count; i++)
+        evbuffer_add_printf(b, "%s{%s=\"%s\"} %llu\n", name, label, names[i],
+                            (unsigned long long)values[i]);
+}
+
+/* out[i] = field[i] summed over the workers, for each of count. */
+#define SUM_EACH(out, field, count)                                                                \
+    do {                                                                                           \
+        for (int i_ = 0; i_ < (count); i_++)                                                       \
+            SUM((out)[i_], field[i_]);                                                             \
+    } while (0)
+
 /* The outbox (contract.md section 12): its counters, and the gauges one worker refreshes. */
 static void outbox_render(struct evbuffer *b, const metrics_t *const *all, int n)
 {
     static const char *const reasons[METRICS_RETRY_REASONS] = {"rate_limited", "platform",
                                                                "store"};
+    static const char *const ended[2] = {"done", "failed"};
+    static const char *const posted[2] = {"delivered", "failed"};
+    uint64_t each[METRICS_RETRY_REASONS > 2 ? METRICS_RETRY_REASONS : 2];
+    uint64_t per_platform[METRICS_PLATFORMS];
     long long shards = 0;
     uint64_t v;
 
@@ -213,30 +250,45 @@ static void outbox_render(struct evbuffer *b, const metrics_t *const *all, int n
     SUM(v, outbox_claimed);
     scalar(b, "botgate_outbox_claimed_total", "counter",
            "Queue entries taken over from a consumer that stopped answering.", (long long)v);
-    header(b, "botgate_outbox_ended_total", "counter",
-           "Queued requests ended, by status (done: every response delivered).");
-    for (int i = 0; i < 2; i++) {
-        SUM(v, outbox_ended[i]);
-        evbuffer_add_printf(b, "botgate_outbox_ended_total{status=\"%s\"} %llu\n",
-                            i == 0 ? "done" : "failed", (unsigned long long)v);
-    }
-    header(b, "botgate_outbox_retries_total", "counter",
-           "Queued requests tried again later, by reason (nothing had reached a platform).");
-    for (int r = 0; r < METRICS_RETRY_REASONS; r++) {
-        SUM(v, outbox_retries[r]);
-        evbuffer_add_printf(b, "botgate_outbox_retries_total{reason=\"%s\"} %llu\n", reasons[r],
-                            (unsigned long long)v);
-    }
-    header(b, "botgate_outbox_callbacks_total", "counter",
-           "Status callbacks ended: delivered (a 2xx), failed (none in 24 h, or nothing to send).");
-    for (int i = 0; i < 2; i++) {
-        SUM(v, callbacks[i]);
-        evbuffer_add_printf(b, "botgate_outbox_callbacks_total{outcome=\"%s\"} %llu\n",
-                            i == 0 ? "delivered" : "failed", (unsigned long long)v);
-    }
+    SUM_EACH(each, outbox_ended, 2);
+    labelled(b, "botgate_outbox_ended_total",
+             "Queued requests ended, by status (done: every response delivered).", "status", ended,
+             each, 2);
+    SUM_EACH(each, outbox_retries, METRICS_RETRY_REASONS);
+    labelled(b, "botgate_outbox_retries_total",
+             "Queued requests tried again later, by reason (nothing had reached a platform).",
+             "reason", reasons, each, METRICS_RETRY_REASONS);
+    SUM_EACH(each, callbacks, 2);
+    labelled(b, "botgate_outbox_callbacks_total",
+             "Status callbacks ended: delivered (a 2xx), failed (none in 24 h, or nothing to "
+             "send).",
+             "outcome", posted, each, 2);
     SUM(v, callback_retries);
     scalar(b, "botgate_outbox_callback_retries_total", "counter",
            "Status callback posts not answered 2xx, tried again later.", (long long)v);
+    header(b, "botgate_webhooks_refused_total", "counter",
+           "Platform webhooks refused before anything of them was read: a signature or token "
+           "missing or wrong, or a replay (slack) or a timestamp outside 5 minutes (slack, WeChat).");
+    for (int p = 0; p < METRICS_PLATFORMS; p++)
+        for (int r = 0; r < METRICS_HOOK_REFUSALS; r++) {
+            SUM(v, webhook_refused[p][r]);
+            evbuffer_add_printf(b,
+                                "botgate_webhooks_refused_total{platform=\"%s\",reason=\"%s\"} "
+                                "%llu\n",
+                                targets[p], r == METRICS_HOOK_SIGNATURE ? "signature" : "replay",
+                                (unsigned long long)v);
+        }
+    SUM_EACH(per_platform, webhook_events, METRICS_PLATFORMS);
+    labelled(b, "botgate_webhook_events_total",
+             "Events of platform webhooks stored in Redis (inbound messages, taps, receipts).",
+             "platform", targets, per_platform, METRICS_PLATFORMS);
+    SUM_EACH(each, webhook_posts, 2);
+    labelled(b, "botgate_webhook_posts_total",
+             "Webhook events posted to subscriptions: delivered (a 2xx), failed (none in 24 h).",
+             "outcome", posted, each, 2);
+    SUM(v, webhook_post_retries);
+    scalar(b, "botgate_webhook_post_retries_total", "counter",
+           "Event posts to subscriptions not answered 2xx, tried again later.", (long long)v);
     SUM(shards, outbox_shards);
     if (shards > METRICS_SHARDS)
         shards = METRICS_SHARDS;
@@ -262,7 +314,7 @@ void metrics_render(struct evbuffer *b, const metrics_t *const *all, int n)
 {
     const metrics_histogram_t *hs[256] = {0};
     char code[8];
-    uint64_t v;
+    uint64_t v, each[METRICS_PLATFORMS];
     long long g;
 
     if (n > 256)
@@ -334,20 +386,14 @@ void metrics_render(struct evbuffer *b, const metrics_t *const *all, int n)
             hs[w] = &all[w]->rate_wait[t];
         histogram(b, "botgate_rate_limit_wait_seconds", "platform", targets[t], hs, n);
     }
-    header(b, "botgate_rate_limit_refused_total", "counter",
-           "Elements failed with 120 because their slot came too late for the deadline.");
-    for (int t = 0; t < METRICS_PLATFORMS; t++) {
-        SUM(v, rate_refused[t]);
-        evbuffer_add_printf(b, "botgate_rate_limit_refused_total{platform=\"%s\"} %llu\n",
-                            targets[t], (unsigned long long)v);
-    }
-    header(b, "botgate_platform_rate_limited_total", "counter",
-           "Rate-limit answers from the platforms (each pauses the limit for every instance).");
-    for (int t = 0; t < METRICS_PLATFORMS; t++) {
-        SUM(v, rate_answers[t]);
-        evbuffer_add_printf(b, "botgate_platform_rate_limited_total{platform=\"%s\"} %llu\n",
-                            targets[t], (unsigned long long)v);
-    }
+    SUM_EACH(each, rate_refused, METRICS_PLATFORMS);
+    labelled(b, "botgate_rate_limit_refused_total",
+             "Elements failed with 120 because their slot came too late for the deadline.",
+             "platform", targets, each, METRICS_PLATFORMS);
+    SUM_EACH(each, rate_answers, METRICS_PLATFORMS);
+    labelled(b, "botgate_platform_rate_limited_total",
+             "Rate-limit answers from the platforms (each pauses the limit for every instance).",
+             "platform", targets, each, METRICS_PLATFORMS);
     header(b, "botgate_messages_total", "counter",
            "Messages handed to delivery, by platform, outcome and err_code (a request answered "
            "200 may carry failed ones).");

@@ -36,7 +36,8 @@ static void op_expire(op_t *op)
     }
     op_cancel_all(op);
     if (op->phase == OP_WAIT) {
-        op_guard_expired(op);
+        op_guard_expired(op, &err);
+        op_fail(op, &err);
         return;
     }
     if (op->phase == OP_RUN && op->kind->expired != NULL) {
@@ -313,7 +314,8 @@ static void op_reply_text(op_t *op, int status, char *text, size_t len, int code
     op_reply_as(op, status, text, len, code, 0);
 }
 
-void op_replay_text(op_t *op, int status, int code, char *text, size_t len)
+/* Answers with a stored answer (text taken over), marked Idempotent-Replayed. */
+static void op_replay_text(op_t *op, int status, int code, char *text, size_t len)
 {
     op_reply_as(op, status, text, len, code, 1);
 }
@@ -407,10 +409,16 @@ void op_fail_code(op_t *op, int code, const char *msg)
 
 void op_fail_store(op_t *op, store_status_t st)
 {
-    if (st == STORE_BUSY)
-        op_fail_code(op, BG_ERR_STORE, "store busy: too many commands in flight");
+    op_fail_code(op, BG_ERR_STORE, op_store_failure(st));
+}
+
+/* The guard did not let the request go on (op_guard_stop_fn). */
+static void guard_stopped(op_t *op, int code, const char *msg, int status, char *text, size_t len)
+{
+    if (text != NULL)
+        op_replay_text(op, status, code, text, len);
     else
-        op_fail_code(op, BG_ERR_STORE, "store unavailable");
+        op_fail_code(op, code, msg);
 }
 
 /* Sets the delivery's address (op->dl.to, which the op sets once and op_free frees) from
@@ -458,7 +466,7 @@ static void member_ready(op_t *op)
     /* an async request is only queued now, with its place in the member's turn queue, which
      * its attempts hold (the outbox waits for that turn before it starts one) */
     if (op_is_async(op) || op_is_queued(op) || !op->env->deliver.cfg->member_order ||
-        op->turn_held || op_guard_turn(op, run_kind))
+        op->turn_held || op_guard_turn(op, run_kind, guard_stopped))
         run_kind(op);
 }
 
@@ -695,7 +703,7 @@ void op_resolve(op_t *op, const char *token_hash)
     if (op->token_done && op->channel_done && op->target.member_id != NULL &&
         op->env->deliver.cfg->member_order && !op_is_queued(op) && !op_is_async(op)) {
         if (!resolve_refused(op))
-            op_guard_take_member(op, on_member_taken);
+            op_guard_take_member(op, on_member_taken, guard_stopped);
         return;
     }
     if (!op->token_done)
@@ -841,7 +849,7 @@ void op_start(void *route, struct evhttp_request *req)
     /* before the headers go (take_token); member order alone makes its guard once the member
      * is known (op_guard_turn) */
     if (h.idempotency_key != NULL && !h.idempotency_twice)
-        guard = op_guard_take(op, h.idempotency_key, body, len);
+        guard = op_guard_take(op, h.idempotency_key, body, len, guard_stopped);
     if (take_token(op, &h, token_hash) < 0)
         return;
     if (guard == -2) {

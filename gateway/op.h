@@ -150,6 +150,10 @@ typedef struct op {
             uint16_t count;       /* responses */
             uint16_t index;       /* the response being delivered */
             uint16_t sent;        /* responses delivered (for a 121 answer's message) */
+            /* 0: the member's conversation window is open (or the platform has none, or
+             * botgate never saw the member write); else 1 + the hours since the member last
+             * wrote, at most UINT16_MAX (op_send.c send_windows) */
+            uint16_t window_closed;
             /* the outbox's state of an async or a queued request (outbox.c), or NULL */
             void *outbox;
             /* bit i: response i goes as its fallback, whose text follows the NUL of
@@ -228,13 +232,23 @@ int op_start_queued(op_env_t *env, const op_kind_t *kind, const char *body, size
 /* The SHA-256 hex of the request's token (Authorization: Bearer, else accessToken in the
  * query): 0, or -1 when there is none. */
 int op_request_token(struct evhttp_request *req, char token_hash[AUTH_HASH_HEX]);
-/* Answers with a stored answer (text taken over), marked Idempotent-Replayed. */
-void op_replay_text(op_t *op, int status, int code, char *text, size_t len);
+
+/* What a store failure is called in an answer's message. */
+static inline const char *op_store_failure(store_status_t st)
+{
+    return st == STORE_BUSY ? "store busy: too many commands in flight" : "store unavailable";
+}
 
 /* ---- op_guard.c: contract.md section 7 ---- */
+/* How a request the guard does not let go on ends, handed up to the op (op.c), which answers:
+ * with text NULL, failed with code and msg; else with the Idempotency-Key's stored answer
+ * (status, code, text taken over), replayed. The guard is not used after it. */
+typedef void op_guard_stop_fn(op_t *op, int code, const char *msg, int status, char *text,
+                              size_t len);
 /* Makes the guard of a request with an Idempotency-Key, with the request's fingerprint from its
- * body: 0, -1 when the key is not valid (108), -2 when out of memory. */
-int op_guard_take(op_t *op, const char *key, const char *body, size_t len);
+ * body: 0, -1 when the key is not valid (108), -2 when out of memory. The guard ends the
+ * request through stop when it does not go on. */
+int op_guard_take(op_t *op, const char *key, const char *body, size_t len, op_guard_stop_fn *stop);
 /* After the token is accepted: 1 when the request goes on at once (no key: the caller goes
  * on); else 0, and it runs next once the key's record says this request runs, or answers (the
  * stored answer, 123, 124). */
@@ -243,7 +257,7 @@ int op_guard_begin(op_t *op, op_run_fn *next);
  * was taken with op_guard_take_member and nobody was ahead); else 0, and it runs next when the
  * member's turn has come, or answers. Makes the guard when the request has none yet (no
  * Idempotency-Key). */
-int op_guard_turn(op_t *op, op_run_fn *next);
+int op_guard_turn(op_t *op, op_run_fn *next, op_guard_stop_fn *stop);
 /* What a member read found (st, and the record, taken over: NULL unless STORE_OK). */
 typedef void op_member_fn(op_t *op, store_status_t st, json_t *member);
 /* Member order on and the member id given: takes the member's turn and reads its record in the
@@ -251,9 +265,9 @@ typedef void op_member_fn(op_t *op, store_status_t st, json_t *member);
  * calls done with the record once the key lets the request run (a request told to wait for the
  * key's answer gives the turn back meanwhile); done goes on with op_guard_turn, which then only
  * waits when someone was ahead. Or answers. */
-void op_guard_take_member(op_t *op, op_member_fn *done);
-/* The deadline passed while waiting (OP_WAIT): answers 123, or 121 for a turn. */
-void op_guard_expired(op_t *op);
+void op_guard_take_member(op_t *op, op_member_fn *done, op_guard_stop_fn *stop);
+/* The deadline passed while waiting (OP_WAIT): the answer's error, 123, or 121 for a turn. */
+void op_guard_expired(const op_t *op, bg_error_t *err);
 /* Stops the guard's store call and waiting. */
 void op_guard_cancel(op_t *op);
 /* The request answers: its answer is stored for the key (or the key dropped when it did not

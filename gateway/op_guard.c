@@ -28,6 +28,7 @@
 /* Owned by its op from op_guard_take (or op_guard_turn) to op_guard_end or op_free. */
 struct op_guard {
     op_run_fn *next;               /* what runs once the guard lets the request go */
+    op_guard_stop_fn *stop;        /* how the request ends when it does not go on (op.c) */
     store_idem_call_t *call;       /* the guard's store call in flight */
     op_progress_fn *progress_done; /* a progress record in flight: its caller */
     store_turn_take_t *take;       /* the member's turn being taken */
@@ -60,10 +61,22 @@ static const char *route_name(const op_t *op)
     return op->kind->route == METRICS_ROUTE_SEND ? "sendResponses" : "redirectMemberToNode";
 }
 
-int op_guard_take(op_t *op, const char *key, const char *body, size_t len)
+/* The request ends here: handed up to op.c, which answers. */
+static void stop_code(op_t *op, int code, const char *msg)
+{
+    op->guard->stop(op, code, msg, 0, NULL, 0);
+}
+
+static void stop_store(op_t *op, store_status_t st)
+{
+    stop_code(op, BG_ERR_STORE, op_store_failure(st));
+}
+
+int op_guard_take(op_t *op, const char *key, const char *body, size_t len, op_guard_stop_fn *stop)
 {
     if ((op->guard = calloc(1, sizeof(*op->guard))) == NULL)
         return -2;
+    op->guard->stop = stop;
     if (!idem_key_valid(key))
         return -1;
     op->keyed = 1;
@@ -127,7 +140,7 @@ static void wait_on(op_t *op, const char *channel, int64_t wait_ms)
     op->phase = OP_WAIT;
     if (g->timer == NULL &&
         (g->timer = evtimer_new(op->env->deliver.base, on_wait_timer, op)) == NULL) {
-        op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+        stop_code(op, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
     if (wait_ms < 1)
@@ -138,7 +151,7 @@ static void wait_on(op_t *op, const char *channel, int64_t wait_ms)
     if (g->sub != NULL)
         return;
     if ((g->sub = store_watch_key(op->env->deliver.store, channel, on_wait_message, op)) == NULL) {
-        op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+        stop_code(op, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
     /* Published between the answer that said "wait" and the subscription: missed. Asked
@@ -220,13 +233,13 @@ static void on_idem(void *arg, store_status_t st, const store_idem_t *res)
     g->call = NULL;
     g->begin_sent = 0;
     if (st != STORE_OK) {
-        op_fail_store(op, st == STORE_BAD_RECORD ? STORE_UNAVAILABLE : st);
+        stop_store(op, st == STORE_BAD_RECORD ? STORE_UNAVAILABLE : st);
         return;
     }
     switch (res->state) {
     case STORE_IDEM_RESUME:
         if (take_resumed(op, res) < 0) {
-            op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+            stop_code(op, BG_ERR_UNAVAILABLE, "out of memory");
             return;
         }
         /* fall through */
@@ -241,19 +254,19 @@ static void on_idem(void *arg, store_status_t st, const store_idem_t *res)
         go_on(op);
         return;
     case STORE_IDEM_CONFLICT:
-        op_fail_code(op, BG_ERR_IDEM_MISMATCH,
+        stop_code(op, BG_ERR_IDEM_MISMATCH,
                      "Idempotency-Key was used for another request: nothing was run");
         return;
     case STORE_IDEM_DONE: {
         char *text = malloc(res->len + 1);
         if (text == NULL) {
-            op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+            stop_code(op, BG_ERR_UNAVAILABLE, "out of memory");
             return;
         }
         memcpy(text, res->body, res->len);
         text[res->len] = '\0';
         stop_waiting(g);
-        op_replay_text(op, res->status, res->code, text, res->len);
+        g->stop(op, res->code, NULL, res->status, text, res->len);
         return;
     }
     case STORE_IDEM_WAIT:
@@ -278,7 +291,7 @@ static void idem_begin(op_t *op)
                                (int)(left > 0 ? left : 1) + LEASE_MARGIN_MS,
                                op->env->deliver.cfg->idempotency_ttl_s, on_idem, op, &st);
     if (g->call == NULL)
-        op_fail_store(op, st);
+        stop_store(op, st);
     else
         g->begin_sent = 1;
 }
@@ -295,7 +308,7 @@ int op_guard_begin(op_t *op, op_run_fn *next)
         int n = store_idem_key(op->env->deliver.store, record, sizeof(record), op->token.app,
                                route_name(op), g->key);
         if (n < 0 || (g->record = strndup(record, (size_t)n)) == NULL) {
-            op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+            stop_code(op, BG_ERR_UNAVAILABLE, "out of memory");
             return 0;
         }
     }
@@ -326,7 +339,7 @@ static void on_turn(void *arg, store_status_t st, int64_t wait_ms)
 
     g->call = NULL;
     if (st != STORE_OK) {
-        op_fail_store(op, st == STORE_BAD_RECORD ? STORE_UNAVAILABLE : st);
+        stop_store(op, st == STORE_BAD_RECORD ? STORE_UNAVAILABLE : st);
         return;
     }
     g->joined = 1;
@@ -341,7 +354,7 @@ static void on_turn(void *arg, store_status_t st, int64_t wait_ms)
     }
     if (store_turn_key(op->env->deliver.store, queue, sizeof(queue), op->target.channel_id,
                        g->turn_member) < 0) {
-        op_fail_code(op, BG_ERR_LIMIT, "member key too long");
+        stop_code(op, BG_ERR_LIMIT, "member key too long");
         return;
     }
     wait_on(op, queue, wait_ms);
@@ -356,7 +369,7 @@ static void turn_check(op_t *op)
     g->call = store_turn_join(op->env->deliver.store, op->target.channel_id, g->turn_member,
                               g->turn_id, turn_lease_ms(op), !g->joined, on_turn, op, &st);
     if (g->call == NULL)
-        op_fail_store(op, st);
+        stop_store(op, st);
 }
 
 /* The turn and the member's read answered (and the key's begin let the request run). */
@@ -384,7 +397,7 @@ static void on_taken(void *arg, store_status_t st, int queued, store_status_t me
     g->take = NULL;
     if (st != STORE_OK) {
         json_decref(member);
-        op_fail_store(op, st == STORE_BAD_RECORD ? STORE_UNAVAILABLE : st);
+        stop_store(op, st == STORE_BAD_RECORD ? STORE_UNAVAILABLE : st);
         return;
     }
     g->taken = 1;
@@ -404,16 +417,18 @@ static void on_taken(void *arg, store_status_t st, int queued, store_status_t me
         go_on(op);
 }
 
-/* Sends the take: brief >= 0 reads the member with it. 0, or -1 when answered. */
-static int turn_take(op_t *op, int brief)
+/* Sends the take: brief >= 0 reads the member with it. 0, or -1 when answered (through stop,
+ * which a guard made here keeps). */
+static int turn_take(op_t *op, int brief, op_guard_stop_fn *stop)
 {
     op_guard_t *g = op->guard;
     store_status_t st = STORE_OK;
 
     if (g == NULL && (g = op->guard = calloc(1, sizeof(*g))) == NULL) {
-        op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+        stop(op, BG_ERR_UNAVAILABLE, "out of memory", 0, NULL, 0);
         return -1;
     }
+    g->stop = stop;
     rng_hex(&op->env->deliver.rng, g->turn_id, 16);
     /* read with the member: the id asked for; after it: the record's (found by recipientId) */
     if (brief >= 0) {
@@ -421,7 +436,7 @@ static int turn_take(op_t *op, int brief)
     } else {
         free(g->turn_member_copy);
         if ((g->turn_member = g->turn_member_copy = strdup(op->member_id)) == NULL) {
-            op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+            stop_code(op, BG_ERR_UNAVAILABLE, "out of memory");
             return -1;
         }
     }
@@ -429,7 +444,7 @@ static int turn_take(op_t *op, int brief)
     g->take = store_turn_take(op->env->deliver.store, op->target.channel_id, g->turn_member,
                               g->turn_id, turn_lease_ms(op), brief, on_taken, op, &st);
     if (g->take == NULL) {
-        op_fail_store(op, st);
+        stop_store(op, st);
         return -1;
     }
     return 0;
@@ -437,7 +452,8 @@ static int turn_take(op_t *op, int brief)
 
 static void retake(op_t *op)
 {
-    turn_take(op, op->kind->route == METRICS_ROUTE_SEND); /* member_done is still set */
+    turn_take(op, op->kind->route == METRICS_ROUTE_SEND,
+              op->guard->stop); /* member_done is still set */
 }
 
 /* The key's record said wait: the turn taken with the member's read goes back at once (a
@@ -460,10 +476,10 @@ static void turn_give_back(op_t *op)
     g->next = retake;
 }
 
-void op_guard_take_member(op_t *op, op_member_fn *done)
+void op_guard_take_member(op_t *op, op_member_fn *done, op_guard_stop_fn *stop)
 {
     /* a request without an Idempotency-Key gets its guard here, for its turn alone */
-    if (turn_take(op, op->kind->route == METRICS_ROUTE_SEND) < 0)
+    if (turn_take(op, op->kind->route == METRICS_ROUTE_SEND, stop) < 0)
         return;
     op->guard->member_done = done;
     /* with one, its begin goes in the same round trip: the request goes on once both answered
@@ -472,7 +488,7 @@ void op_guard_take_member(op_t *op, op_member_fn *done)
         op_guard_begin(op, retake);
 }
 
-int op_guard_turn(op_t *op, op_run_fn *next)
+int op_guard_turn(op_t *op, op_run_fn *next, op_guard_stop_fn *stop)
 {
     op_guard_t *g = op->guard;
 
@@ -485,7 +501,7 @@ int op_guard_turn(op_t *op, op_run_fn *next)
         turn_check(op);
         return 0;
     }
-    if (turn_take(op, -1) == 0)
+    if (turn_take(op, -1, stop) == 0)
         op->guard->next = next;
     return 0;
 }
@@ -531,14 +547,14 @@ static void on_wait_message(void *arg, const char *msg, size_t len)
 
 /* ---- the end ---- */
 
-void op_guard_expired(op_t *op)
+void op_guard_expired(const op_t *op, bg_error_t *err)
 {
     if (op->guard != NULL && op->guard->waiting_turn)
-        op_fail_code(op, BG_ERR_UNAVAILABLE,
+        bg_error_set(err, BG_ERR_UNAVAILABLE, "%s",
                      "the member's earlier requests did not finish in time: the request did not "
                      "start, nothing was sent");
     else
-        op_fail_code(op, BG_ERR_IDEM_RUNNING,
+        bg_error_set(err, BG_ERR_IDEM_RUNNING, "%s",
                      "a request with this Idempotency-Key is still running");
 }
 

@@ -8,6 +8,7 @@
 
 #include "../core/member.h"
 #include "../core/node.h"
+#include "../core/window.h"
 
 #include "../core/clock.h"
 
@@ -161,6 +162,43 @@ static int sent_as_fallback(const op_t *op, const json_t *response)
            adapter_check_response(op->dl.adapter, response, msg, sizeof(msg)) == BG_ERR_UNSUPPORTED;
 }
 
+/* What goes for response under the member's conversation window (contract.md section 14):
+ * sent (the response, or its fallback for a type the platform lacks) when the window is open
+ * or the platform takes it outside; else its TEMPLATE fallback or the channel's windowTemplate
+ * when one may go; else NULL with err 127, and no call is made. */
+static const json_t *window_pick(const op_t *op, const json_t *response, const json_t *sent,
+                                 bg_error_t *err)
+{
+    const char *type = op->dl.adapter->type;
+    const json_t *fallback = json_object_get(response, "fallback"), *info, *tmpl;
+    int64_t hours = window_closed_hours(type, window_last_inbound(op->member), clock_wall_ms());
+    bg_error_t why;
+
+    if (hours < 0 || window_exempt(type, sent))
+        return sent;
+    if (sent == response && fallback != NULL && window_exempt(type, fallback) &&
+        adapter_check_response(op->dl.adapter, fallback, NULL, 0) == 0)
+        return fallback;
+    info = json_object_get(op->dl.channel, "info");
+    tmpl = window_channel_template(info, &why);
+    if (tmpl != NULL && window_exempt(type, tmpl) &&
+        adapter_check_response(op->dl.adapter, tmpl, NULL, 0) == 0)
+        return tmpl;
+    window_refusal(err, type, hours, info);
+    return NULL;
+}
+
+/* Whether something went in response's place: the choices made again, as above (a window
+ * that closed while the call was out counts too: rare, and the element then says so). */
+static int sent_instead(const op_t *op, const json_t *response)
+{
+    const json_t *sent =
+        sent_as_fallback(op, response) ? json_object_get(response, "fallback") : response;
+    bg_error_t err;
+
+    return sent != response || window_pick(op, response, sent, &err) != sent;
+}
+
 static void redirect_on_delivered(deliver_t *d, const deliver_result_t *r, void *arg)
 {
     op_t *op = arg;
@@ -174,7 +212,7 @@ static void redirect_on_delivered(deliver_t *d, const deliver_result_t *r, void 
     }
     ev = result_message_event(e->from, e->to, op->sending, e->timestamp_ms, e->message_id);
     el = result_node_element_after(ev, r->ok ? NULL : &r->err, r->retry_after_ms);
-    if (el != NULL && sent_as_fallback(op, op->sending))
+    if (el != NULL && sent_instead(op, op->sending))
         json_object_set_new(el, "fallbackUsed", json_true());
     node_run_send_done(op->node, el);
     sending_done(op);
@@ -203,6 +241,8 @@ static void send_response(op_t *op, const json_t *response)
         }
         if (code != 0)
             bg_error_set(&err, code, "%s", msg);
+        else
+            sent = window_pick(op, response, sent, &err);
     }
     if (err.code == BG_OK && (op->sending_text = jw_dump(sent, &len)) == NULL)
         bg_error_set(&err, BG_ERR_UNAVAILABLE, "out of memory");

@@ -3,6 +3,9 @@
  * request order, and answer with one result element per response. */
 #include "op.h"
 
+#include "../core/clock.h"
+#include "../core/window.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +63,25 @@ static const char *delivery_text(const op_t *op, unsigned i)
 
     return op->fallbacks >> i & 1 ? text + strlen(text) + 1 : text;
 }
+
+/* Response i as validated (let_go keeps them), or its fallback when that is what goes, taken
+ * out for delivery (a reference; delivery lets it go once its call is built); the array goes
+ * with the last one. */
+static json_t *delivery_response(op_t *op, unsigned i)
+{
+    json_t *response = json_array_get(op->send.root, i);
+
+    if (op->fallbacks >> i & 1)
+        response = json_object_get(response, "fallback");
+    /* none (a windowTemplate took its place, send_as_template): delivery parses the text */
+    response = json_is_object(response) ? json_incref(response) : NULL;
+    if (i + 1 == op->count)
+        request_send_free(&op->send);
+    else
+        json_array_set_new(op->send.root, i, json_null());
+    return response;
+}
+
 static void send_answer(op_t *op, int send_ok, const bg_error_t *cut);
 
 static void send_cleanup(op_t *op)
@@ -211,6 +233,25 @@ static void send_answer(op_t *op, int send_ok, const bg_error_t *cut)
         op_answer_text(op, text, len);
 }
 
+/* The member's window is closed (send_windows): 1 when response op->index may not go, as the
+ * platform would refuse it; it then fails with 127, no call made, and its element is written
+ * as any other's (send_on_delivered). */
+static int window_refused(op_t *op)
+{
+    const char *type = op->dl.adapter->type;
+    json_t *going = json_loads(delivery_text(op, op->index), 0, NULL);
+    /* unreadable (out of memory): sent, and the platform's own refusal says */
+    int exempt = going == NULL || window_exempt(type, going);
+    bg_error_t err;
+
+    json_decref(going);
+    if (exempt)
+        return 0;
+    window_refusal(&err, type, op->window_closed - 1, json_object_get(op->dl.channel, "info"));
+    deliver_refuse(&op->dl, &err, send_on_delivered, op);
+    return 1;
+}
+
 static void send_next(op_t *op)
 {
     send_resumed(op);
@@ -218,9 +259,12 @@ static void send_next(op_t *op)
         send_drained(op, 0); /* no new call once the drain time is over */
         return;
     }
+    if (op->index < op->count && op->window_closed && window_refused(op))
+        return;
     if (op->index < op->count) {
         const char *text = delivery_text(op, op->index);
-        deliver_start(&op->dl, text, strlen(text), send_on_delivered, op);
+        deliver_start_parsed(&op->dl, delivery_response(op, op->index), text, strlen(text),
+                             send_on_delivered, op);
         return;
     }
     send_answer(op, op->send_ok, NULL);
@@ -302,18 +346,25 @@ static int make_texts(op_t *op, const char *body, size_t len)
     return op->count > 0 && op->texts[op->count - 1] == NULL ? -1 : 0;
 }
 
-/* What is read again once the request is resolved: its responses as text (made by send_parse),
- * and the ids, which the op keeps (keep_target). The rest, the member's record and the parsed
- * body, goes before the platform calls rather than after their answers: thousands of requests
- * may wait for them at once. */
+/* What is read again once the request is resolved: its responses, as validated (each handed
+ * to its delivery, which lets it go once its call is built) and as text for the result
+ * elements (made by send_parse, each let go once delivered), and the ids, which the op keeps (keep_target). The rest, the member's record and the parsed
+ * body around the responses, goes before the platform calls rather than after their answers:
+ * thousands of requests may wait for them at once. */
 static void let_go(op_t *op)
 {
+    json_t *responses = json_incref((json_t *)op->send.responses);
+
     if (op->target.member_id != NULL && strcmp(op->member_id, op->target.member_id) == 0) {
         op->member_id = op->target.member_id;
         json_decref(op->member);
         op->member = NULL;
     }
+    /* delivery builds each message call from the validated response rather than parsing its
+     * text again (bench/README.md, issue 29) */
     request_send_free(&op->send);
+    op->send.root = responses; /* delivery_response or send_cleanup frees it */
+    op->send.responses = responses;
 }
 
 /* Every response is checked against the platform before anything is sent (or queued):
@@ -352,10 +403,73 @@ static int send_check(op_t *op)
     return 0;
 }
 
+/* Response i goes as the channel's windowTemplate: its text becomes its own followed by the
+ * template's (as a fallback's, which it replaces). -1 when out of memory. */
+static int send_as_template(op_t *op, unsigned i, const json_t *tmpl)
+{
+    char *alt = result_response_text(tmpl, 0), *both;
+    size_t n = strlen(op->texts[i]), m;
+
+    if (alt == NULL)
+        return -1;
+    m = strlen(alt);
+    if ((both = realloc(op->texts[i], n + 1 + m + 1)) == NULL) {
+        free(alt);
+        return -1;
+    }
+    memcpy(both + n + 1, alt, m + 1);
+    free(alt);
+    op->texts[i] = both;
+    op->fallbacks |= (uint64_t)1 << i;
+    /* what goes is the template's text, not the validated response nor its fallback */
+    json_array_set_new((json_t *)op->send.responses, i, json_null());
+    return 0;
+}
+
+/* Conversation windows (contract.md section 14), read while the member's record is here: when
+ * the window is closed, each response that the platform would refuse goes as its fallback, or
+ * else as the channel's info.windowTemplate, when that may go (the element says fallbackUsed);
+ * the rest fail with 127 as their turn comes (window_refused). A queued request's attempt
+ * runs this too, with the time of the attempt. -1 when out of memory. */
+static int send_windows(op_t *op)
+{
+    const char *type = op->dl.adapter->type;
+    int64_t hours = window_closed_hours(type, window_last_inbound(op->member), clock_wall_ms());
+    const json_t *response, *tmpl;
+    bg_error_t err;
+    size_t i;
+
+    op->window_closed = 0;
+    if (hours < 0)
+        return 0;
+    op->window_closed = hours < UINT16_MAX - 1 ? (uint16_t)(hours + 1) : UINT16_MAX;
+    tmpl = window_channel_template(json_object_get(op->dl.channel, "info"), &err);
+    if (tmpl != NULL && (!window_exempt(type, tmpl) ||
+                         adapter_check_response(op->dl.adapter, tmpl, NULL, 0) != 0))
+        tmpl = NULL;
+    json_array_foreach(op->send.responses, i, response) {
+        const json_t *fallback = json_object_get(response, "fallback");
+        int as_fallback = op->fallbacks >> i & 1;
+
+        if (window_exempt(type, as_fallback ? fallback : response))
+            continue;
+        if (!as_fallback && fallback != NULL && window_exempt(type, fallback) &&
+            adapter_check_response(op->dl.adapter, fallback, NULL, 0) == 0)
+            op->fallbacks |= (uint64_t)1 << i;
+        else if (tmpl != NULL && send_as_template(op, (unsigned)i, tmpl) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 static void send_run(op_t *op)
 {
     if (send_check(op) < 0)
         return;
+    if (send_windows(op) < 0) {
+        fail_memory(op);
+        return;
+    }
     let_go(op);
     op->send_ok = 1;
     op->index = 0;

@@ -5,6 +5,7 @@
 #include "jutf8.h"
 #include "swar.h"
 
+#include <ctype.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -239,7 +240,10 @@ static void clear(char **out, size_t nkeys)
     }
 }
 
-int jscan_strings(const char *text, size_t n, const char *const *keys, size_t nkeys, char **out)
+/* jscan_strings, and a number value of key i copied as its text when bit i of numbers is set
+ * (jscan_scalars). */
+static int scan_object(const char *text, size_t n, const char *const *keys, size_t nkeys,
+                       char **out, unsigned numbers)
 {
     scan_t s = {(const unsigned char *)text, (const unsigned char *)text + n};
 
@@ -286,6 +290,13 @@ int jscan_strings(const char *text, size_t n, const char *const *keys, size_t nk
             scan_string(&s, dst);
             dst[len] = '\0';
             out[which] = (char *)dst;
+        } else if (which < nkeys && (numbers >> which & 1) && s.p < s.end &&
+                   (*s.p == '-' || isdigit(*s.p))) {
+            const unsigned char *start = s.p;
+            if (skip_number(&s) < 0 || (out[which] = malloc((size_t)(s.p - start) + 1)) == NULL)
+                goto fail;
+            memcpy(out[which], start, (size_t)(s.p - start));
+            out[which][s.p - start] = '\0';
         } else if (skip_value(&s, 1) < 0) {
             goto fail;
         }
@@ -308,4 +319,15 @@ tail:
 fail:
     clear(out, nkeys);
     return -1;
+}
+
+int jscan_strings(const char *text, size_t n, const char *const *keys, size_t nkeys, char **out)
+{
+    return scan_object(text, n, keys, nkeys, out, 0);
+}
+
+int jscan_scalars(const char *text, size_t n, const char *const *keys, size_t nkeys, char **out,
+                  unsigned numbers)
+{
+    return scan_object(text, n, keys, nkeys, out, numbers);
 }

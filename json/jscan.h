@@ -12,4 +12,10 @@
  * when s is not one well-formed JSON object (then every out[i] is NULL). */
 int jscan_strings(const char *s, size_t n, const char *const *keys, size_t nkeys, char **out);
 
+/* As jscan_strings, and for the keys whose bit is set in numbers (bit i: keys[i], i < 32) a
+ * number value is copied too, as its text ("1764400000000", "-1.5e3"): the member's
+ * lastInboundAt is one. The caller tells a number from a string by its text. */
+int jscan_scalars(const char *s, size_t n, const char *const *keys, size_t nkeys, char **out,
+                  unsigned numbers);
+
 #endif

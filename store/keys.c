@@ -257,7 +257,56 @@ int store_key_outbox_order(char *buf, size_t size, const char *prefix, unsigned 
                numfmt_dec(len, (long long)strlen(channel_id)), ":", channel_id, ":", member_id);
 }
 
+int store_key_outbox_event_seen(char *buf, size_t size, const char *prefix, unsigned shard,
+                                const char *event_id)
+{
+    char n[NUMFMT_DEC_SIZE];
+
+    return key(buf, size, prefix, "outbox:{", numfmt_dec(n, shard), "}:evseen:", event_id);
+}
+
+int store_key_outbox_event_order(char *buf, size_t size, const char *prefix, unsigned shard,
+                                 const char *subscription, const char *channel_id,
+                                 const char *member_id)
+{
+    char n[NUMFMT_DEC_SIZE], len[NUMFMT_DEC_SIZE];
+
+    if (channel_id == NULL || subscription == NULL || strchr(subscription, ':') != NULL)
+        return -1;
+    return key(buf, size, prefix, "outbox:{", numfmt_dec(n, shard), "}:evorder:", subscription, ":",
+               numfmt_dec(len, (long long)strlen(channel_id)), ":", channel_id, ":", member_id);
+}
+
+int store_key_outbox_message_base(char *buf, size_t size, const char *prefix, unsigned shard)
+{
+    char n[NUMFMT_DEC_SIZE];
+
+    return key(buf, size, prefix, "outbox:{", numfmt_dec(n, shard), "}:msg:");
+}
+
+int store_key_outbox_message(char *buf, size_t size, const char *prefix, unsigned shard,
+                             const char *channel_id, const char *message_id)
+{
+    char n[NUMFMT_DEC_SIZE], len[NUMFMT_DEC_SIZE];
+
+    if (channel_id == NULL)
+        return -1;
+    return key(buf, size, prefix, "outbox:{", numfmt_dec(n, shard), "}:msg:",
+               numfmt_dec(len, (long long)strlen(channel_id)), ":", channel_id, ":", message_id);
+}
+
 int store_key_app_secret(char *buf, size_t size, const char *prefix, const char *app)
 {
     return key(buf, size, prefix, "appsecret:", app);
+}
+
+int store_key_subscriptions(char *buf, size_t size, const char *prefix, const char *app)
+{
+    return key(buf, size, prefix, "subscriptions:", app);
+}
+
+int store_key_hook_seen(char *buf, size_t size, const char *prefix, const char *channel_id,
+                        const char *signature)
+{
+    return channel_record(buf, size, prefix, "hookseen", channel_id, signature);
 }

@@ -84,7 +84,29 @@ int store_key_outbox_request(char *buf, size_t size, const char *prefix, unsigne
                              const char *request_id);
 int store_key_outbox_order(char *buf, size_t size, const char *prefix, unsigned shard,
                            const char *channel_id, const char *member_id);
+/* Webhook events in the outbox (contract.md section 14): an event already queued (its id, for
+ * the platform's retries), and the order of a member's events to one subscription (a hash: "n"
+ * the last sequence number given, "done" the last one posted). */
+int store_key_outbox_event_seen(char *buf, size_t size, const char *prefix, unsigned shard,
+                                const char *event_id);
+int store_key_outbox_event_order(char *buf, size_t size, const char *prefix, unsigned shard,
+                                 const char *subscription, const char *channel_id,
+                                 const char *member_id);
+/* Receipts: the queued request (and the index of its response) that sent a platform message, a
+ * string "<requestId> <index>", kept as long as the request's record. The base is the key
+ * without its channel and message id (a script appends "<length of channelId>:<channelId>:<id>"
+ * to it). */
+int store_key_outbox_message(char *buf, size_t size, const char *prefix, unsigned shard,
+                             const char *channel_id, const char *message_id);
+int store_key_outbox_message_base(char *buf, size_t size, const char *prefix, unsigned shard);
 /* An app's signing secret for status callbacks (a string, hex; botgatectl app secret). */
 int store_key_app_secret(char *buf, size_t size, const char *prefix, const char *app);
+/* An app's event subscriptions (contract.md section 14): a hash, subscription id -> its
+ * record {"_id","app","url","events":[..]|null,"channel":".."|null,"createdAt":ms}. */
+int store_key_subscriptions(char *buf, size_t size, const char *prefix, const char *app);
+/* Webhooks in: a slack signature already taken (replays refused), kept for the time its
+ * timestamp is accepted, under the channel's hash tag. */
+int store_key_hook_seen(char *buf, size_t size, const char *prefix, const char *channel_id,
+                        const char *signature);
 
 #endif

@@ -10,6 +10,18 @@
 
 #define NOW_MS "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
 
+/* index_message(record, element, i, base, request id, ttl): the platform's message id of a
+ * sent element leads its receipts back to the request (store_outbox_receipt). An element is
+ * botgate's own JSON, only read. */
+#define INDEX_MESSAGE_FN                                                                           \
+    "local function index_message(rec, el, i, base, id, ttl) "                                     \
+    "local m = type(el) == 'table' and type(el.result) == 'table' and "                            \
+    "type(el.result.messages) == 'table' and el.result.messages[1] "                               \
+    "if type(m) ~= 'table' or type(m.id) ~= 'string' or m.id == '' then return end "               \
+    "local ch = redis.call('HGET', rec, 'ch') or '' "                                              \
+    "redis.call('SET', base .. string.len(ch) .. ':' .. ch .. ':' .. m.id, id .. ' ' .. i, "       \
+    "'PX', ttl) end "
+
 /* KEYS stream, record, order[, turns, leases]; ARGV id, app, body, channel, member, callback,
  * keep_ms, ttl_ms (the accepting instance's queue TTL: 'ends', when what is not sent expires),
  * kind[, turn_lease_ms, guess_ms]. The entry carries the order key: an attempt's script names it
@@ -80,40 +92,69 @@ static const char START_SCRIPT[] =
            "return out";
 
 /* KEYS record; ARGV owner, index, element. */
-static const char PROGRESS_SCRIPT[] =
-    NOW_MS "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
-           "redis.call('HSET', KEYS[1], 'e' .. ARGV[2], ARGV[3], 'next', ARGV[2] + 1, 'updated', "
-           "now) return 1";
+static const char PROGRESS_SCRIPT[] = NOW_MS INDEX_MESSAGE_FN
+    "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
+    "redis.call('HSET', KEYS[1], 'e' .. ARGV[2], ARGV[3], 'next', ARGV[2] + 1, 'updated', now) "
+    /* ARGV[4] the message index's key base, ARGV[5] the request id */
+    "local ok, el = pcall(cjson.decode, ARGV[3]) "
+    "local ttl = redis.call('PTTL', KEYS[1]) if ttl < 1 then ttl = 86400000 end "
+    "if ok then index_message(KEYS[1], el, ARGV[2], ARGV[4], ARGV[5], ttl) end return 1";
+
+/* KEYS stream; ARGV the message's index key, the records' key base, the receipt (delivered,
+ * read, failed), group. The element's receipt moves forward only (delivered, then read; failed
+ * whenever), kept in the record's 'rc' (a JSON object: index -> receipt); the request's status
+ * callback, when it has one, is queued. 0 when no queued request sent that message. */
+static const char RECEIPT_SCRIPT[] =
+    NOW_MS "local v = redis.call('GET', ARGV[1]) if not v then return 0 end "
+           "local id, i = string.match(v, '^(%S+) (%d+)$') if not id then return 0 end "
+           "local rec = ARGV[2] .. id "
+           "if redis.call('EXISTS', rec) == 0 then return 0 end "
+           "local rc = {} local raw = redis.call('HGET', rec, 'rc') "
+           "if raw then local ok, t = pcall(cjson.decode, raw) if ok and type(t) == 'table' then "
+           "rc = t end end "
+           "local rank = {delivered = 1, read = 2, failed = 3} "
+           "local had = rc[i] "
+           "if had and (rank[had] or 0) >= rank[ARGV[3]] then return 1 end "
+           "rc[i] = ARGV[3] "
+           "redis.call('HSET', rec, 'rc', cjson.encode(rc), 'updated', now) "
+           "if (redis.call('HGET', rec, 'cb') or '') ~= '' then "
+           "redis.call('XADD', KEYS[1], '*', 'c', id) end return 1";
 
 /* KEYS record, order, stream[, turns, leases]; ARGV owner, entry, final, status, result,
- * delay_ms, keep_ms, group, request id, callback_keep_ms. Final: the status is written, the
- * member's order and turn pass (the next in the turn queue is told, as store_turn_done does),
- * the entry is acknowledged and deleted, and the callback's entry added with the member's next
- * callback number ('cbn'; its callbacks are posted in that order, 'cbdone' the last one
- * ended: the order hash is kept while they may be tried), in one step: a crash leaves either
- * all of it or none. */
-static const char END_SCRIPT[] =
-    NOW_MS "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
-           "redis.call('HDEL', KEYS[1], 'owner', 'lease', 'out') "
-           "if ARGV[3] == '0' then redis.call('HSET', KEYS[1], 'status', 'queued', 'due', "
-           "now + ARGV[6], 'updated', now) return 1 end "
-           "local drop = {'due', 'body'} "
-           "for i = 0, tonumber(redis.call('HGET', KEYS[1], 'next') or '0') - 1 do "
-           "drop[#drop + 1] = 'e' .. i end "
-           "redis.call('HDEL', KEYS[1], unpack(drop)) "
-           "redis.call('HSET', KEYS[1], 'status', ARGV[4], 'result', ARGV[5], 'updated', now) "
-           "redis.call('PEXPIRE', KEYS[1], ARGV[7]) "
-           "local seq = redis.call('HGET', KEYS[1], 'seq') "
-           "redis.call('HSET', KEYS[2], 'done', seq) redis.call('PUBLISH', KEYS[2], seq) "
-           "if KEYS[4] then redis.call('LREM', KEYS[4], 1, ARGV[9]) "
-           "redis.call('HDEL', KEYS[5], ARGV[9]) local h = redis.call('LINDEX', KEYS[4], 0) "
-           "if h then redis.call('PUBLISH', KEYS[4], h) end end "
-           "redis.call('XACK', KEYS[3], ARGV[8], ARGV[2]) redis.call('XDEL', KEYS[3], ARGV[2]) "
-           "if (redis.call('HGET', KEYS[1], 'cb') or '') ~= '' then "
-           "local cs = redis.call('HINCRBY', KEYS[2], 'cbn', 1) "
-           "if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[10]) then "
-           "redis.call('PEXPIRE', KEYS[2], ARGV[10]) end "
-           "redis.call('XADD', KEYS[3], '*', 'c', ARGV[9], 'o', KEYS[2], 'cs', cs) end return 1";
+ * delay_ms, keep_ms, group, request id, the message index's key base, callback_keep_ms. Final: the
+ * status is written, the member's order and turn pass (the next in the turn queue is told, as
+ * store_turn_done does), the entry is acknowledged and deleted, and the callback's entry added with
+ * the member's next callback number ('cbn'; its callbacks are posted in that order, 'cbdone' the
+ * last one ended: the order hash is kept while they may be tried), in one step: a crash leaves
+ * either all of it or none. The elements' message ids are indexed for their receipts (the last
+ * response's element is recorded only here). */
+static const char END_SCRIPT[] = NOW_MS INDEX_MESSAGE_FN
+    "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
+    "redis.call('HDEL', KEYS[1], 'owner', 'lease', 'out') "
+    "if ARGV[3] == '0' then redis.call('HSET', KEYS[1], 'status', 'queued', 'due', "
+    "now + ARGV[6], 'updated', now) return 1 end "
+    "local drop = {'due', 'body'} "
+    "for i = 0, tonumber(redis.call('HGET', KEYS[1], 'next') or '0') - 1 do "
+    "drop[#drop + 1] = 'e' .. i end "
+    "redis.call('HDEL', KEYS[1], unpack(drop)) "
+    "redis.call('HSET', KEYS[1], 'status', ARGV[4], 'result', ARGV[5], 'updated', now) "
+    "redis.call('PEXPIRE', KEYS[1], ARGV[7]) "
+    "local ok, res = pcall(cjson.decode, '{' .. ARGV[5] .. '}') "
+    "if ok and type(res) == 'table' and type(res.sendResult) == 'table' and "
+    "type(res.sendResult.result) == 'table' then "
+    "for i, el in ipairs(res.sendResult.result) do "
+    "index_message(KEYS[1], el, i - 1, ARGV[10], ARGV[9], ARGV[7]) end end "
+    "local seq = redis.call('HGET', KEYS[1], 'seq') "
+    "redis.call('HSET', KEYS[2], 'done', seq) redis.call('PUBLISH', KEYS[2], seq) "
+    "if KEYS[4] then redis.call('LREM', KEYS[4], 1, ARGV[9]) "
+    "redis.call('HDEL', KEYS[5], ARGV[9]) local h = redis.call('LINDEX', KEYS[4], 0) "
+    "if h then redis.call('PUBLISH', KEYS[4], h) end end "
+    "redis.call('XACK', KEYS[3], ARGV[8], ARGV[2]) redis.call('XDEL', KEYS[3], ARGV[2]) "
+    "if (redis.call('HGET', KEYS[1], 'cb') or '') ~= '' then "
+    "local cs = redis.call('HINCRBY', KEYS[2], 'cbn', 1) "
+    "if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[11]) then "
+    "redis.call('PEXPIRE', KEYS[2], ARGV[11]) end "
+    "redis.call('XADD', KEYS[3], '*', 'c', ARGV[9], 'o', KEYS[2], 'cs', cs) end return 1";
 
 /* KEYS order; ARGV the callback's number. 1 when the member's callbacks before it ended. */
 static const char CB_TURN_SCRIPT[] =
@@ -136,9 +177,9 @@ static const char ACK_SCRIPT[] =
 /* KEYS record. */
 static const char STATUS_SCRIPT[] =
     "local r = redis.call('HMGET', KEYS[1], 'app', 'status', 'attempts', 'created', 'updated', "
-    "'result', 'next', 'cb', 'mb') "
+    "'result', 'next', 'cb', 'mb', 'rc') "
     "if not r[1] then return {} end "
-    "local out = {r[1], r[2], r[3], r[4], r[5], r[6] or '', r[8] or '', r[9] or ''} "
+    "local out = {r[1], r[2], r[3], r[4], r[5], r[6] or '', r[8] or '', r[9] or '', r[10] or ''} "
     "if not r[6] then for i = 0, tonumber(r[7] or '0') - 1 do "
     "out[#out + 1] = redis.call('HGET', KEYS[1], 'e' .. i) or '' end end return out";
 
@@ -161,6 +202,35 @@ static const char PRUNE_SCRIPT[] =
     "return gone";
 
 static _Thread_local store_script_t prune_script = STORE_SCRIPT(PRUNE_SCRIPT);
+/* KEYS stream, seen; ARGV event id, app, body, keep_ms, the order keys' base and suffix (a
+ * subscription's key is base .. id .. suffix, of the stream's slot), then the subscriptions as
+ * "id\nurl\n" pairs. An event the platform sends again (its id seen) adds nothing. */
+static const char EVENT_ADD_SCRIPT[] =
+    "if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[4]) then return 0 end "
+    "local parts = {} for p in string.gmatch(ARGV[7], '([^\\n]+)') do parts[#parts + 1] = p end "
+    "for i = 1, #parts - 1, 2 do "
+    "local order = ARGV[5] .. parts[i] .. ARGV[6] "
+    "local seq = redis.call('HINCRBY', order, 'n', 1) "
+    "redis.call('PEXPIRE', order, ARGV[4]) "
+    "redis.call('XADD', KEYS[1], '*', 'e', ARGV[1], 's', parts[i], 'u', parts[i + 1], "
+    "'a', ARGV[2], 'o', order, 'q', seq, 'b', ARGV[3]) end return 1";
+
+/* KEYS order; ARGV seq. 1: its turn; 0: an earlier one is not finished; 2: finished already. */
+static const char EVENT_TURN_SCRIPT[] =
+    "local done = tonumber(redis.call('HGET', KEYS[1], 'done') or '0') "
+    "local seq = tonumber(ARGV[1]) "
+    "if done >= seq then return 2 end if done == seq - 1 then return 1 end return 0";
+
+/* KEYS order, stream; ARGV seq, group, entry. */
+static const char EVENT_END_SCRIPT[] =
+    "if tonumber(redis.call('HGET', KEYS[1], 'done') or '0') < tonumber(ARGV[1]) then "
+    "redis.call('HSET', KEYS[1], 'done', ARGV[1]) redis.call('PUBLISH', KEYS[1], ARGV[1]) end "
+    "redis.call('XACK', KEYS[2], ARGV[2], ARGV[3]) redis.call('XDEL', KEYS[2], ARGV[3]) return 1";
+
+static _Thread_local store_script_t receipt_script = STORE_SCRIPT(RECEIPT_SCRIPT);
+static _Thread_local store_script_t event_add_script = STORE_SCRIPT(EVENT_ADD_SCRIPT);
+static _Thread_local store_script_t event_turn_script = STORE_SCRIPT(EVENT_TURN_SCRIPT);
+static _Thread_local store_script_t event_end_script = STORE_SCRIPT(EVENT_END_SCRIPT);
 static _Thread_local store_script_t accept_script = STORE_SCRIPT(ACCEPT_SCRIPT);
 static _Thread_local store_script_t settle_script = STORE_SCRIPT(SETTLE_SCRIPT);
 static _Thread_local store_script_t start_script = STORE_SCRIPT(START_SCRIPT);
@@ -181,7 +251,9 @@ typedef enum {
     C_DEPTH,
     C_SECRET,
     C_TURN,
-    C_SETTLE
+    C_SETTLE,
+    C_EVENT, /* an integer answer: store_outbox_event_cb and store_outbox_turn_cb */
+    C_SUBS,  /* HGETALL of an app's subscriptions */
 } call_kind_t;
 
 /* Owned by the store from its start until its callback has run or it is cancelled. */
@@ -228,7 +300,8 @@ static size_t decode_entries(const redisReply *list, unsigned shard, store_outbo
         return 0;
     for (size_t i = 0; i < list->elements && n < room; i++) {
         const redisReply *e = list->element[i], *f;
-        store_outbox_entry_t en = {shard, NULL, NULL, "", NULL, NULL, 0, 0};
+        store_outbox_entry_t en = {
+            .shard = shard, .order_key = "", .url = "", .app = "", .body = ""};
         if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
             e->element[0]->type != REDIS_REPLY_STRING)
             continue;
@@ -250,6 +323,18 @@ static size_t decode_entries(const redisReply *list, unsigned shard, store_outbo
                 en.turn_member = value;
             } else if (strcmp(name, "cs") == 0) {
                 en.callback_seq = strtoll(value, NULL, 10);
+            } else if (strcmp(name, "e") == 0) {
+                en.request_id = value;
+            } else if (strcmp(name, "s") == 0) {
+                en.subscription = value;
+            } else if (strcmp(name, "u") == 0) {
+                en.url = value;
+            } else if (strcmp(name, "a") == 0) {
+                en.app = value;
+            } else if (strcmp(name, "b") == 0) {
+                en.body = reply_str(f->element[k + 1], &en.body_len);
+            } else if (strcmp(name, "q") == 0) {
+                en.seq = strtoll(value, NULL, 10);
             }
         }
         /* a deleted entry (a claim finds its id with no fields) has nothing left to do */
@@ -324,8 +409,8 @@ static void on_reply(redisReply *reply, void *arg)
         if (s == NULL)
             st = STORE_UNAVAILABLE;
         else if (st == STORE_OK && (reply->type != REDIS_REPLY_ARRAY ||
-                                    (reply->elements != 0 && reply->elements < 8) ||
-                                    reply->elements > 8 + STORE_OUTBOX_ELEMENTS_MAX))
+                                    (reply->elements != 0 && reply->elements < 9) ||
+                                    reply->elements > 9 + STORE_OUTBOX_ELEMENTS_MAX))
             st = STORE_BAD_RECORD;
         else if (st == STORE_OK && reply->elements == 0)
             st = STORE_NOT_FOUND;
@@ -340,9 +425,10 @@ static void on_reply(redisReply *reply, void *arg)
                 s->result = NULL;
             s->callback = reply_str(reply->element[6], NULL);
             s->member_id = reply_str(reply->element[7], NULL);
-            s->n_elements = (unsigned)(reply->elements - 8);
+            s->receipts = reply_str(reply->element[8], NULL);
+            s->n_elements = (unsigned)(reply->elements - 9);
             for (unsigned i = 0; i < s->n_elements; i++)
-                s->elements[i] = reply_str(reply->element[8 + i], &s->element_lens[i]);
+                s->elements[i] = reply_str(reply->element[9 + i], &s->element_lens[i]);
         }
         ((store_outbox_status_cb *)c->cb)(c->arg, st, st == STORE_OK ? s : NULL);
         free(s);
@@ -376,6 +462,31 @@ static void on_reply(redisReply *reply, void *arg)
             st = STORE_BAD_RECORD;
         ((store_outbox_turn_cb *)c->cb)(c->arg, st, st == STORE_OK && store_eval_int(reply) == 1);
         break;
+    case C_EVENT:
+        if (st == STORE_OK && reply->type != REDIS_REPLY_INTEGER)
+            st = STORE_BAD_RECORD;
+        ((store_outbox_event_cb *)c->cb)(c->arg, st, st == STORE_OK ? (int)reply->integer : 0);
+        break;
+    case C_SUBS: {
+        json_t *subs = NULL;
+        if (st == STORE_OK && reply->type != REDIS_REPLY_ARRAY)
+            st = STORE_BAD_RECORD;
+        if (st == STORE_OK && (subs = json_array()) == NULL)
+            st = STORE_UNAVAILABLE;
+        for (size_t i = 0; st == STORE_OK && i + 1 < reply->elements; i += 2) {
+            const redisReply *v = reply->element[i + 1];
+            json_t *rec =
+                v->type == REDIS_REPLY_STRING ? json_loadb(v->str, v->len, 0, NULL) : NULL;
+            /* a record another writer broke is skipped: the others still get their events */
+            if (json_is_object(rec) && json_is_string(json_object_get(rec, "_id")) &&
+                json_is_string(json_object_get(rec, "url")))
+                json_array_append(subs, rec);
+            json_decref(rec);
+        }
+        ((store_outbox_subs_cb *)c->cb)(c->arg, st, subs);
+        json_decref(subs);
+        break;
+    }
     case C_SECRET:
         if (st == STORE_OK && reply->type != REDIS_REPLY_STRING)
             st = STORE_NOT_FOUND;
@@ -512,6 +623,129 @@ store_outbox_call_t *store_outbox_settle(store_t *st, unsigned shard, const char
     {
         const char *words[] = {record, numfmt_dec(keep, keep_ms)};
         return run(st, &settle_script, c, 1, 2, words, NULL, status);
+    }
+}
+
+/* ---- webhook events ---- */
+
+unsigned store_outbox_shard(unsigned shards, const char *channel_id, const char *member_id)
+{
+    uint32_t h = 2166136261u;
+
+    for (const char *p = channel_id; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    h = (h ^ 0xff) * 16777619u; /* a byte no id has between them */
+    for (const char *p = member_id; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    return shards ? h % shards : 0;
+}
+
+store_outbox_call_t *store_outbox_event_add(store_t *st, unsigned shard,
+                                            const store_outbox_event_t *ev, int64_t keep_ms,
+                                            store_outbox_event_cb *cb, void *arg,
+                                            store_status_t *status)
+{
+    char stream[STORE_KEY_MAX], seen[STORE_KEY_MAX], order[STORE_KEY_MAX], keep[NUMFMT_DEC_SIZE];
+    const char *cut;
+    char *subs = NULL, *base = NULL;
+    size_t size = 1, at = 0;
+    store_outbox_call_t *c = NULL;
+
+    *status = STORE_BAD_RECORD;
+    /* the order key without a subscription, cut where its id goes */
+    if (ev->n_subs > STORE_OUTBOX_EVENT_SUBS_MAX ||
+        store_key_outbox(stream, sizeof(stream), store_prefix(st), shard) < 0 ||
+        store_key_outbox_event_seen(seen, sizeof(seen), store_prefix(st), shard, ev->event_id) <
+            0 ||
+        store_key_outbox_event_order(order, sizeof(order), store_prefix(st), shard, "",
+                                     ev->channel_id, ev->member_id) < 0 ||
+        (cut = strstr(order, "}:evorder::")) == NULL)
+        return NULL;
+    cut += strlen("}:evorder:");
+    for (unsigned i = 0; i < ev->n_subs; i++) {
+        if (strpbrk(ev->sub_ids[i], "\n:") != NULL || strchr(ev->urls[i], '\n') != NULL ||
+            *ev->sub_ids[i] == '\0' || *ev->urls[i] == '\0')
+            return NULL;
+        size += strlen(ev->sub_ids[i]) + strlen(ev->urls[i]) + 2;
+    }
+    if ((subs = malloc(size)) == NULL || (base = strndup(order, (size_t)(cut - order))) == NULL) {
+        *status = STORE_UNAVAILABLE;
+        goto out;
+    }
+    for (unsigned i = 0; i < ev->n_subs; i++)
+        at += (size_t)sprintf(subs + at, "%s\n%s\n", ev->sub_ids[i], ev->urls[i]);
+    subs[at] = '\0';
+    if ((c = NEW_CALL(C_EVENT, cb, arg, shard, status)) == NULL) {
+        *status = STORE_UNAVAILABLE;
+        goto out;
+    }
+    {
+        const char *words[] = {stream,  seen,     ev->event_id,
+                               ev->app, ev->body, numfmt_dec(keep, keep_ms),
+                               base,    cut,      subs};
+        size_t lens[9];
+        for (int i = 0; i < 9; i++)
+            lens[i] = i == 4 ? ev->body_len : strlen(words[i]);
+        c = run(st, &event_add_script, c, 2, 9, words, lens, status);
+    }
+out:
+    free(subs);
+    free(base);
+    return c;
+}
+
+store_outbox_call_t *store_outbox_receipt(store_t *st, unsigned shard, const char *channel_id,
+                                          const char *message_id, const char *receipt,
+                                          store_outbox_event_cb *cb, void *arg,
+                                          store_status_t *status)
+{
+    char stream[STORE_KEY_MAX], msg[STORE_KEY_MAX], base[STORE_KEY_MAX];
+    store_outbox_call_t *c;
+
+    if (store_key_outbox(stream, sizeof(stream), store_prefix(st), shard) < 0 ||
+        store_key_outbox_message(msg, sizeof(msg), store_prefix(st), shard, channel_id,
+                                 message_id) < 0 ||
+        record_key(st, base, shard, "") < 0) {
+        *status = STORE_BAD_RECORD;
+        return NULL;
+    }
+    if ((c = NEW_CALL(C_EVENT, cb, arg, shard, status)) == NULL) {
+        *status = STORE_UNAVAILABLE;
+        return NULL;
+    }
+    {
+        const char *words[] = {stream, msg, base, receipt};
+        return run(st, &receipt_script, c, 1, 4, words, NULL, status);
+    }
+}
+
+store_outbox_call_t *store_outbox_event_turn(store_t *st, const store_outbox_entry_t *e,
+                                             store_outbox_turn_cb *cb, void *arg,
+                                             store_status_t *status)
+{
+    char seq[NUMFMT_DEC_SIZE];
+    store_outbox_call_t *c = NEW_CALL(C_EVENT, cb, arg, e->shard, status);
+
+    if (c == NULL) {
+        *status = STORE_UNAVAILABLE;
+        return NULL;
+    }
+    {
+        const char *words[] = {e->order_key, numfmt_dec(seq, e->seq)};
+        return run(st, &event_turn_script, c, 1, 2, words, NULL, status);
+    }
+}
+
+void store_outbox_event_end(store_t *st, const store_outbox_entry_t *e)
+{
+    char stream[STORE_KEY_MAX], seq[NUMFMT_DEC_SIZE];
+
+    if (store_key_outbox(stream, sizeof(stream), store_prefix(st), e->shard) < 0)
+        return;
+    {
+        const char *words[] = {e->order_key, stream, numfmt_dec(seq, e->seq), STORE_OUTBOX_GROUP,
+                               e->entry_id};
+        run(st, &event_end_script, NULL, 2, 5, words, NULL, NULL);
     }
 }
 
@@ -755,18 +989,20 @@ store_outbox_call_t *store_outbox_progress(store_t *st, unsigned shard, const ch
                                            size_t len, store_outbox_done_cb *cb, void *arg,
                                            store_status_t *status)
 {
-    char record[STORE_KEY_MAX], index[NUMFMT_DEC_SIZE];
+    char record[STORE_KEY_MAX], index[NUMFMT_DEC_SIZE], base[STORE_KEY_MAX];
     store_outbox_call_t *c;
 
     if (record_key(st, record, shard, id) < 0 ||
+        store_key_outbox_message_base(base, sizeof(base), store_prefix(st), shard) < 0 ||
         (c = NEW_CALL(C_DONE, cb, arg, shard, status)) == NULL) {
         *status = STORE_UNAVAILABLE;
         return NULL;
     }
     {
-        const char *words[] = {record, owner, numfmt_dec(index, i), element};
-        size_t lens[] = {strlen(record), strlen(owner), strlen(words[2]), len};
-        return run(st, &progress_script, c, 1, 4, words, lens, status);
+        const char *words[] = {record, owner, numfmt_dec(index, i), element, base, id};
+        size_t lens[] = {strlen(record), strlen(owner), strlen(words[2]), len,
+                         strlen(base),   strlen(id)};
+        return run(st, &progress_script, c, 1, 6, words, lens, status);
     }
 }
 
@@ -776,20 +1012,22 @@ store_outbox_call_t *store_outbox_end(store_t *st, unsigned shard, const char *i
 {
     const store_outbox_entry_t *e = end->entry;
     char record[STORE_KEY_MAX], stream[STORE_KEY_MAX], turns[STORE_KEY_MAX], leases[STORE_KEY_MAX],
-        delay[NUMFMT_DEC_SIZE], keep[NUMFMT_DEC_SIZE], cb_keep[NUMFMT_DEC_SIZE];
+        delay[NUMFMT_DEC_SIZE], keep[NUMFMT_DEC_SIZE], cb_keep[NUMFMT_DEC_SIZE],
+        base[STORE_KEY_MAX];
     int turn = e->turn_channel != NULL && e->turn_member != NULL;
     store_outbox_call_t *c;
 
     if (record_key(st, record, shard, id) < 0 ||
         store_key_outbox(stream, sizeof(stream), store_prefix(st), shard) < 0 ||
         (turn && turn_keys(st, e->turn_channel, e->turn_member, turns, leases) < 0) ||
+        store_key_outbox_message_base(base, sizeof(base), store_prefix(st), shard) < 0 ||
         (c = NEW_CALL(C_DONE, cb, arg, shard, status)) == NULL) {
         *status = STORE_UNAVAILABLE;
         return NULL;
     }
     {
-        const char *words[15];
-        size_t lens[15];
+        const char *words[16];
+        size_t lens[16];
         int n = 0, nkeys;
         words[n++] = record;
         words[n++] = e->order_key;
@@ -808,6 +1046,7 @@ store_outbox_call_t *store_outbox_end(store_t *st, unsigned shard, const char *i
         words[n++] = numfmt_dec(keep, end->keep_ms);
         words[n++] = STORE_OUTBOX_GROUP;
         words[n++] = id;
+        words[n++] = base;
         words[n++] = numfmt_dec(cb_keep, end->callback_keep_ms);
         for (int i = 0; i < n; i++)
             lens[i] = words[i] == end->result ? end->result_len : strlen(words[i]);
@@ -833,20 +1072,19 @@ store_outbox_call_t *store_outbox_status(store_t *st, unsigned shard, const char
     }
 }
 
-store_outbox_call_t *store_outbox_secret(store_t *st, const char *app, store_outbox_secret_cb *cb,
-                                         void *arg, store_status_t *status)
+/* One command on an app's key (cmd key) for call c: NULL with *status when nothing was sent. */
+static store_outbox_call_t *app_command(store_t *st, store_outbox_call_t *c, const char *cmd,
+                                        const char *key, int key_len, store_status_t *status)
 {
-    char key[STORE_KEY_MAX];
-    store_outbox_call_t *c;
     int rc;
 
-    if (store_key_app_secret(key, sizeof(key), store_prefix(st), app) < 0 ||
-        (c = NEW_CALL(C_SECRET, cb, arg, 0, status)) == NULL) {
+    if (c == NULL || key_len < 0) {
+        free(c);
         *status = STORE_UNAVAILABLE;
         return NULL;
     }
     {
-        const char *argv[] = {"GET", key};
+        const char *argv[] = {cmd, key};
         rc = store_command(st, key, on_reply, c, 2, argv, NULL, &c->cmd);
     }
     if (rc != REDISC_OK) {
@@ -886,4 +1124,23 @@ void store_outbox_callback_done(store_t *st, const store_outbox_entry_t *e)
                                e->entry_id, numfmt_dec(n, e->callback_seq)};
         run(st, &cb_done_script, NULL, 2, 5, words, NULL, NULL);
     }
+}
+
+store_outbox_call_t *store_outbox_subscriptions(store_t *st, const char *app,
+                                                store_outbox_subs_cb *cb, void *arg,
+                                                store_status_t *status)
+{
+    char key[STORE_KEY_MAX];
+    int n = store_key_subscriptions(key, sizeof(key), store_prefix(st), app);
+
+    return app_command(st, NEW_CALL(C_SUBS, cb, arg, 0, status), "HGETALL", key, n, status);
+}
+
+store_outbox_call_t *store_outbox_secret(store_t *st, const char *app, store_outbox_secret_cb *cb,
+                                         void *arg, store_status_t *status)
+{
+    char key[STORE_KEY_MAX];
+    int n = store_key_app_secret(key, sizeof(key), store_prefix(st), app);
+
+    return app_command(st, NEW_CALL(C_SECRET, cb, arg, 0, status), "GET", key, n, status);
 }

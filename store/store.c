@@ -10,6 +10,8 @@
 #include "../json/jscan.h"
 #include "../json/jsonw.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <event2/event.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -668,23 +670,42 @@ static void on_node_reply(store_call_t *c, redisReply *reply)
     store_call_finish(c, STORE_OK, value);
 }
 
-/* {"_id":..,"externalId":..} of a member record, or NULL when it is not a valid record. */
+/* A lastInboundAt as scanned: ms since the epoch (a JSON integer, or a number written as a
+ * real), else the text as it is (an ISO-8601 date: core/window.c reads both). */
+static json_t *inbound_value(const char *text)
+{
+    char *end;
+    long long ms;
+
+    errno = 0;
+    ms = strtoll(text, &end, 10);
+    if (*text != '\0' && *end == '\0' && errno == 0)
+        return json_integer(ms);
+    if ((*text == '-' || isdigit((unsigned char)*text)) && (strtod(text, &end), *end == '\0'))
+        return json_real(strtod(text, NULL));
+    return json_string(text);
+}
+
+/* {"_id":..,"externalId":..,"lastInboundAt":..} of a member record (what a send needs: its
+ * address, and its conversation window), or NULL when it is not a valid record. */
 static json_t *decode_brief(const char *raw, size_t len)
 {
-    static const char *const keys[] = {"_id", "externalId"};
-    char *values[2];
+    static const char *const keys[] = {"_id", "externalId", "lastInboundAt"};
+    char *values[3];
     json_t *o = NULL;
 
-    if (jscan_strings(raw, len, keys, 2, values) < 0)
+    if (jscan_scalars(raw, len, keys, 3, values, 1u << 2) < 0)
         return NULL;
     if (values[0] != NULL) {
         o = json_object();
         json_object_set_new(o, "_id", json_string(values[0]));
         if (values[1] != NULL)
             json_object_set_new(o, "externalId", json_string(values[1]));
+        if (values[2] != NULL)
+            json_object_set_new(o, "lastInboundAt", inbound_value(values[2]));
     }
-    free(values[0]);
-    free(values[1]);
+    for (size_t i = 0; i < 3; i++)
+        free(values[i]);
     return o;
 }
 
@@ -1023,6 +1044,37 @@ store_call_t *store_lock_credential(store_t *st, const char *channel_id, const c
     {
         const char *argv[] = {"SET", c->key, owner, "NX", "PX", ttl};
         return call_start(c, 6, argv, NULL, status);
+    }
+}
+
+store_call_t *store_hook_seen(store_t *st, const char *channel_id, const char *signature,
+                              int ttl_ms, store_cb *cb, void *arg, store_status_t *status)
+{
+    char key[STORE_KEY_MAX];
+    char ttl[16];
+    int len = store_key_hook_seen(key, sizeof(key), st->prefix, channel_id, signature);
+    store_call_t *c = call_for(st, CALL_LOCK, len, key, cb, arg, status);
+
+    if (c == NULL)
+        return NULL;
+    snprintf(ttl, sizeof(ttl), "%d", ttl_ms);
+    {
+        const char *argv[] = {"SET", c->key, "1", "NX", "PX", ttl};
+        return call_start(c, 6, argv, NULL, status);
+    }
+}
+
+void store_hook_forget(store_t *st, const char *channel_id, const char *signature)
+{
+    char key[STORE_KEY_MAX];
+    int len = store_key_hook_seen(key, sizeof(key), st->prefix, channel_id, signature);
+    store_call_t *c = call_for(st, CALL_IGNORE, len, key, NULL, NULL, NULL);
+
+    if (c == NULL)
+        return;
+    {
+        const char *argv[] = {"DEL", c->key};
+        call_start(c, 2, argv, NULL, NULL);
     }
 }
 

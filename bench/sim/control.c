@@ -26,6 +26,7 @@ static void sim_ctl_reset(sim_call_t *c, sim_reply_t *r)
     (void)c;
     sim_record_reset();
     sim_limits_reset();
+    sim_windows_reset();
     sim_reply_json(r, 200, json_pack("{s:b}", "ok", 1));
 }
 
@@ -72,6 +73,20 @@ static void sim_ctl_limits(sim_call_t *c, sim_reply_t *r)
     sim_reply_json(r, 200, sim_limits_get());
 }
 
+/* GET: the closed windows; POST {"platform","recipient","closed"}: closes or opens one. */
+static void sim_ctl_windows(sim_call_t *c, sim_reply_t *r)
+{
+    char err[256];
+    if (strcmp(c->method, "POST") == 0 &&
+        (!json_is_object(c->body) || sim_windows_configure(c->body, err, sizeof(err)) < 0)) {
+        sim_reply_json(r, 400, json_pack("{s:s}", "error",
+                                         json_is_object(c->body) ? err
+                                                                 : "body is not a JSON object"));
+        return;
+    }
+    sim_reply_json(r, 200, sim_windows_get());
+}
+
 static void sim_ctl_expire(sim_call_t *c, sim_reply_t *r)
 {
     (void)c;
@@ -98,8 +113,13 @@ static const struct {
     {"/_sim/limits",
      {SIM_PLATFORM_NONE, SIM_KIND_NONE, EVHTTP_REQ_GET | EVHTTP_REQ_POST, SIM_EP_JSON,
       sim_ctl_limits}},
+    {"/_sim/windows",
+     {SIM_PLATFORM_NONE, SIM_KIND_NONE, EVHTTP_REQ_GET | EVHTTP_REQ_POST, SIM_EP_JSON,
+      sim_ctl_windows}},
     {"/_sim/expire-tokens", {SIM_PLATFORM_NONE, SIM_KIND_NONE, EVHTTP_REQ_POST, 0, sim_ctl_expire}},
     {"/_sim/health", {SIM_PLATFORM_NONE, SIM_KIND_NONE, EVHTTP_REQ_GET, 0, sim_ctl_health}},
+    {"/_sim/inbound",
+     {SIM_PLATFORM_NONE, SIM_KIND_NONE, EVHTTP_REQ_POST, SIM_EP_JSON, sim_hooks_inbound}},
 };
 
 const sim_endpoint_t *sim_control_route(const char *path)

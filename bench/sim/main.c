@@ -222,6 +222,7 @@ out:
     free(threads);
     sim_record_free();
     sim_limits_free();
+    sim_windows_free();
     libevent_global_shutdown();
     return rc;
 }

@@ -13,6 +13,7 @@
 #define SIM_WA_VERSION  "2.45.1"
 
 static int sim_shape_refused(sim_call_t *c, sim_reply_t *r, sim_platform_t p);
+static int sim_window_refused(sim_call_t *c, sim_reply_t *r, sim_platform_t p);
 
 /* ---- small helpers ---- */
 
@@ -748,7 +749,7 @@ static int sim_shape_refused(sim_call_t *c, sim_reply_t *r, sim_platform_t p)
     int code;
 
     if (sim_shape_check(p, c->body, why, sizeof(why), &code) == 0)
-        return 0;
+        return sim_window_refused(c, r, p); /* a valid message may still be refused */
     switch (p) {
     case SIM_PLATFORM_FACEBOOK:
     case SIM_PLATFORM_WHATSAPP_CLOUD:
@@ -769,6 +770,52 @@ static int sim_shape_refused(sim_call_t *c, sim_reply_t *r, sim_platform_t p)
         break;
     }
     return 1;
+}
+
+/* ---- conversation windows (windows.c) ---- */
+
+#define SIM_WINDOW_WHY                                                                             \
+    "Message failed to send because more than 24 hours have passed since the customer last "     \
+    "replied to this number."
+
+/* A send to a user whose window is closed (POST /_sim/windows), answered as the platform
+ * answers it (platforms.md): facebook takes a MESSAGE_TAG (its tag was checked with the
+ * shape), the whatsapp kinds a template, wechat nothing. 1 when it refused. */
+static int sim_window_refused(sim_call_t *c, sim_reply_t *r, sim_platform_t p)
+{
+    json_t *e;
+
+    if (!sim_window_closed(p, c->recipient))
+        return 0;
+    switch (p) {
+    case SIM_PLATFORM_FACEBOOK:
+        if (sim_is(sim_jstr(c->body, "messaging_type"), "MESSAGE_TAG"))
+            return 0;
+        sim_graph_error(r, 400, 10, 2018278,
+                        "(#10) This message is sent outside of allowed window. Learn more about "
+                        "the new policy here: https://developers.facebook.com/docs/messenger-"
+                        "platform/policy-overview",
+                        0);
+        return 1;
+    case SIM_PLATFORM_WHATSAPP_CLOUD:
+        if (sim_is(sim_jstr(c->body, "type"), "template"))
+            return 0;
+        e = json_pack("{s:s,s:s,s:i,s:{s:s,s:s},s:s}", "message", "(#131047) Re-engagement message",
+                      "type", "OAuthException", "code", 131047, "error_data", "messaging_product",
+                      "whatsapp", "details", SIM_WINDOW_WHY, "fbtrace_id", "A1");
+        sim_reply_json(r, 400, json_pack("{s:o}", "error", e));
+        return 1;
+    case SIM_PLATFORM_WHATSAPP:
+        if (sim_is(sim_jstr(c->body, "type"), "template"))
+            return 0;
+        sim_wa_error(r, 400, 470, "Re-engagement message", SIM_WINDOW_WHY, 1);
+        return 1;
+    case SIM_PLATFORM_WECHAT:
+        sim_wx_error(r, 45015, "response out of time limit or subscription is canceled");
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 /* ---- routes ---- */

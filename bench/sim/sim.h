@@ -109,6 +109,20 @@ void sim_limits_free(void);
 sim_limit_hit_t sim_limits_check(sim_platform_t p, const char *sender, const char *recipient,
                                  int64_t now_us, int64_t *retry_ms);
 
+/* ---- conversation windows (windows.c) ---- */
+
+/* Sets one user's window closed or open from body's {"platform","recipient","closed"}; -1 with
+ * a message in err when invalid. */
+int sim_windows_configure(json_t *body, char *err, size_t errlen);
+json_t *sim_windows_get(void); /* {"closed":[{"platform","recipient"}...]} */
+void sim_windows_reset(void);  /* every window open again */
+void sim_windows_free(void);
+/* 1 when recipient's window on platform is closed: the platform refuses what it refuses
+ * outside the window (sim_window_refused in platforms.c). */
+int sim_window_closed(sim_platform_t p, const char *recipient);
+/* The user wrote: the window is open again (an inbound message the simulator sends). */
+void sim_window_open(sim_platform_t p, const char *recipient);
+
 /* ---- one incoming request as handlers see it (built by server.c) ---- */
 
 typedef struct {
@@ -157,6 +171,8 @@ const sim_endpoint_t *sim_platform_route(const char *path);
 int sim_shape_check(sim_platform_t platform, const json_t *body, char *msg, size_t size, int *code);
 const sim_endpoint_t *sim_media_route(const char *path);
 const sim_endpoint_t *sim_control_route(const char *path);
+/* POST /_sim/inbound (hooks.c): the simulator sends a platform's signed webhook to botgate. */
+void sim_hooks_inbound(sim_call_t *c, sim_reply_t *r);
 
 /* After a platform send answered with success: the configured rate limits (limits.c) of its
  * sender and pair; a refused send gets the platform's own rate-limit answer instead. */

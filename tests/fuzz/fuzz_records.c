@@ -22,6 +22,7 @@
 #include "core/result.h"
 #include "core/tmpl.h"
 #include "core/tree.h"
+#include "core/window.h"
 #include "json/jscan.h"
 #include "json/jsonw.h"
 #include "script/script.h"
@@ -483,6 +484,32 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
+/* jscan_scalars, as the brief member decoding reads lastInboundAt: it accepts exactly what
+ * jscan_strings accepts; a number jansson reads comes back as text strtod reads whole, a string
+ * as jansson's; and the window's reader of the field takes whatever the record holds. */
+static void check_scalars(const uint8_t *data, size_t size, const json_t *rec, int strings_ok)
+{
+    static const char *const keys[] = {"_id", "lastInboundAt"};
+    char *out[2], *end;
+    int ok = jscan_scalars((const char *)data, size, keys, 2, out, 1u << 1) == 0;
+    const json_t *v = json_object_get(rec, "lastInboundAt");
+
+    FUZZ_CHECK(ok == strings_ok, "jscan_scalars and jscan_strings disagree");
+    (void)window_last_inbound(rec);
+    if (!ok)
+        return;
+    if (out[1] != NULL && json_is_number(v)) {
+        (void)strtod(out[1], &end);
+        FUZZ_CHECK(*end == '\0', "jscan_scalars number text %s", out[1]);
+    }
+    if (json_is_object(rec) && count_braces((const char *)data, size) < 60 &&
+        memmem(data, size, "\\u", 2) == NULL && memchr(data, 0, size) == NULL)
+        FUZZ_CHECK((out[1] != NULL) == (json_is_number(v) || json_is_string(v)),
+                   "jscan_scalars lastInboundAt presence");
+    free(out[0]);
+    free(out[1]);
+}
+
 /* The brief member decoding (jscan) against jansson on the same text: whenever both accept
  * it, the strings agree; an object jansson accepts (not too deep) jscan accepts too. */
 static void check_jscan(const uint8_t *data, size_t size, const json_t *rec)
@@ -508,6 +535,7 @@ static void check_jscan(const uint8_t *data, size_t size, const json_t *rec)
     if (ok)
         for (int i = 0; i < 3; i++)
             free(out[i]);
+    check_scalars(data, size, rec, ok);
 }
 
 /* The JSON writer: any value written as a string and as a value reads back the same. */

@@ -5,6 +5,9 @@
 
 static const check_case_t whatsapp_check_cases[] = {
     {CHECK_QR(3), 0, NULL},
+    /* a messageTag is Messenger's: refused, never dropped */
+    {CHECK_ONE("{\"type\":\"TEXT\",\"text\":\"t\",\"messageTag\":\"HUMAN_AGENT\"}"), 108,
+     "messageTag"},
     {CHECK_QR(4), 118, "quickReplies"},
     {CHECK_BUTTONS(CHECK_PB "," CHECK_PB "," CHECK_PB), 0, NULL},
     {CHECK_BUTTONS(CHECK_URL), 0, NULL},

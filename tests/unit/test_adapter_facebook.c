@@ -45,6 +45,7 @@ static void test_table(void **state)
                 {ADAPTER_RATE_LIMITED, 120},
                 {ADAPTER_SERVER_ERROR, 113},
                 {ADAPTER_REJECTED, 113},
+                {ADAPTER_WINDOW_CLOSED, 127},
             },
     };
 
@@ -70,6 +71,47 @@ static void test_build(void **state)
          .body = "{\"messaging_type\":\"RESPONSE\",\"recipient\":{\"id\":\"" TO "\"},"
                  "\"message\":{\"attachment\":{\"type\":\"image\",\"payload\":"
                  "{\"url\":\"https://img.example.com/a.png\",\"is_reusable\":true}}}}"},
+        /* a messageTag: sent as a MESSAGE_TAG, which Messenger takes outside the 24 h window */
+        {.response = "{\"type\":\"TEXT\",\"text\":\"a\",\"messageTag\":\"ACCOUNT_UPDATE\"}",
+         .method = "POST",
+         .url = URL,
+         .headers = {ADAPTER_JSON_HEADER},
+         .body = "{\"messaging_type\":\"MESSAGE_TAG\",\"tag\":\"ACCOUNT_UPDATE\","
+                 "\"recipient\":{\"id\":\"" TO "\"},\"message\":{\"text\":\"a\"}}",
+         .body_exact = 1},
+        {.response = "{\"type\":\"IMAGE\",\"url\":\"https://i/a.png\",\"messageTag\":\"HUMAN_AGENT\"}",
+         .method = "POST",
+         .url = URL,
+         .headers = {ADAPTER_JSON_HEADER},
+         .body = "{\"messaging_type\":\"MESSAGE_TAG\",\"tag\":\"HUMAN_AGENT\","
+                 "\"recipient\":{\"id\":\"" TO "\"},\"message\":{\"attachment\":{\"type\":"
+                 "\"image\",\"payload\":{\"url\":\"https://i/a.png\",\"is_reusable\":true}}}}",
+         .body_exact = 1},
+        {.response = "{\"type\":\"TEXT\",\"text\":\"a\",\"quickReplies\":[{\"title\":\"R\","
+                     "\"payload\":\"P\"}],\"messageTag\":\"POST_PURCHASE_UPDATE\"}",
+         .method = "POST",
+         .url = URL,
+         .headers = {ADAPTER_JSON_HEADER},
+         .body = "{\"messaging_type\":\"MESSAGE_TAG\",\"tag\":\"POST_PURCHASE_UPDATE\","
+                 "\"recipient\":{\"id\":\"" TO "\"},\"message\":{\"text\":\"a\",\"quick_replies\":"
+                 "[{\"content_type\":\"text\",\"title\":\"R\",\"payload\":\"P\"}]}}",
+         .body_exact = 1},
+        {.response = "{\"type\":\"NATIVE\",\"message\":{\"message\":{\"text\":\"n\"}},"
+                     "\"messageTag\":\"CONFIRMED_EVENT_UPDATE\"}",
+         .method = "POST",
+         .url = URL,
+         .headers = {ADAPTER_JSON_HEADER},
+         .body = "{\"messaging_type\":\"MESSAGE_TAG\",\"tag\":\"CONFIRMED_EVENT_UPDATE\","
+                 "\"message\":{\"text\":\"n\"},\"recipient\":{\"id\":\"" TO "\"}}",
+         .body_exact = 1},
+        {.response = "{\"type\":\"NATIVE\",\"message\":{\"recipient\":{},\"message\":"
+                     "{\"text\":\"n\"}},\"messageTag\":\"HUMAN_AGENT\"}",
+         .method = "POST",
+         .url = URL,
+         .headers = {ADAPTER_JSON_HEADER},
+         .body = "{\"messaging_type\":\"MESSAGE_TAG\",\"tag\":\"HUMAN_AGENT\",\"recipient\":"
+                 "{\"id\":\"" TO "\"},\"message\":{\"text\":\"n\"}}",
+         .body_exact = 1},
         {.response = "{\"type\":\"TEMPLATE\",\"elementName\":\"x\",\"languageCode\":\"en\","
                      "\"components\":[]}",
          .status = ADAPTER_UNSUPPORTED,
@@ -128,7 +170,19 @@ static void test_parse(void **state)
                 ADAPTER_REJECTED, 100)},
         {ANSWER(400, GRAPH(551, 1545041, "This person isn't available right now."),
                 ADAPTER_RECIPIENT_INVALID, 551)},
-        {ANSWER(403, GRAPH(10, 2018278, "(#10) This message is sent outside of allowed window."),
+        /* outside the 24 h window: 127, the platform's whole message kept */
+        {ANSWER(400,
+                GRAPH(10, 2018278,
+                      "(#10) This message is sent outside of allowed window. Learn more about "
+                      "the new policy here: https://developers.facebook.com/docs/messenger-"
+                      "platform/policy-overview"),
+                ADAPTER_WINDOW_CLOSED, 10),
+         .error = "facebook: (#10) This message is sent outside of allowed window. Learn more "
+                  "about the new policy here: https://developers.facebook.com/docs/messenger-"
+                  "platform/policy-overview (code 10)",
+         .err_code = 127},
+        /* code 10 otherwise: a permission the page lacks for this person */
+        {ANSWER(403, GRAPH(10, 2018065, "(#10) This message is sent outside of allowed window."),
                 ADAPTER_RECIPIENT_INVALID, 10)},
         {ANSWER(400, GRAPH(190, 460, "Error validating access token"), ADAPTER_AUTH_INVALID, 190)},
         /* Decided by code, not by status: a 500 with code 190 is still the token. */
@@ -230,6 +284,16 @@ static void test_check(void **state)
         {CHECK_BUTTONS(CHECK_PB "," CHECK_URL "," CHECK_PHONE), 0, NULL},
         {CHECK_LOCATION, 117, "LOCATION"},
         {CHECK_CARDS(10, ""), 0, NULL},
+        {CHECK_ONE("{\"type\":\"TEXT\",\"text\":\"t\",\"messageTag\":\"HUMAN_AGENT\"}"), 0, NULL},
+        /* a NATIVE message that types itself and a messageTag: one of them */
+        {CHECK_ONE("{\"type\":\"NATIVE\",\"message\":{\"messaging_type\":\"UPDATE\","
+                   "\"message\":{\"text\":\"n\"}},\"messageTag\":\"HUMAN_AGENT\"}"),
+         108, "messaging_type"},
+        {CHECK_ONE("{\"type\":\"NATIVE\",\"message\":{\"tag\":\"HUMAN_AGENT\","
+                   "\"message\":{\"text\":\"n\"}},\"messageTag\":\"HUMAN_AGENT\"}"),
+         108, "tag"},
+        {CHECK_ONE("{\"type\":\"NATIVE\",\"message\":{\"messaging_type\":\"MESSAGE_TAG\","
+                   "\"tag\":\"HUMAN_AGENT\",\"message\":{\"text\":\"n\"}}}"), 0, NULL},
     };
 
     (void)state;

@@ -167,8 +167,11 @@ static void test_parse_send(void **state)
         {ANSWER(200, WXERR(42001, "access_token expired"), ADAPTER_AUTH_EXPIRED, 42001)},
         {ANSWER(200, WXERR(40003, "invalid openid"), ADAPTER_RECIPIENT_INVALID, 40003),
          .err_code = 104},
+        /* past 48 h since the user last wrote: 127 */
         {ANSWER(200, WXERR(45015, "response out of time limit or subscription is canceled"),
-                ADAPTER_RATE_LIMITED, 45015)},
+                ADAPTER_WINDOW_CLOSED, 45015),
+         .error = "wechat: response out of time limit or subscription is canceled (errcode 45015)",
+         .err_code = 127},
         {ANSWER(200, WXERR(45047, "out of response count limit"), ADAPTER_RATE_LIMITED, 45047)},
         {ANSWER(200, WXERR(-1, "system error"), ADAPTER_SERVER_ERROR, -1)},
         {ANSWER(200, WXERR(45002, "content size out of limit"), ADAPTER_REJECTED, 45002),

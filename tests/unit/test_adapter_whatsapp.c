@@ -52,6 +52,7 @@ static void test_table(void **state)
             {
                 {ADAPTER_RECIPIENT_INVALID, 100},
                 {ADAPTER_SERVER_ERROR, 113},
+                {ADAPTER_WINDOW_CLOSED, 127},
             },
     };
 
@@ -139,6 +140,16 @@ static void test_parse_send(void **state)
          .error = "whatsapp: User is not valid: d (code 1013)", .err_code = 100},
         {ANSWER(400, WAERR(1026, "Receiver is incapable of receiving this message"),
                 ADAPTER_RECIPIENT_INVALID, 1026)},
+        /* outside the 24 h window: 127, title and details whole */
+        {ANSWER(400,
+                "{\"errors\":[{\"code\":470,\"title\":\"Message failed to send because more "
+                "than 24 hours have passed since the customer last replied to this number\","
+                "\"details\":\"Re-engagement message: send a template\"}]}",
+                ADAPTER_WINDOW_CLOSED, 470),
+         .error = "whatsapp: Message failed to send because more than 24 hours have passed since "
+                  "the customer last replied to this number: Re-engagement message: send a "
+                  "template (code 470)",
+         .err_code = 127},
         {ANSWER(401, "{\"errors\":[{\"code\":1005,\"title\":\"Access denied\"}]}",
                 ADAPTER_AUTH_EXPIRED, 0)},
         {ANSWER(401, "", ADAPTER_AUTH_EXPIRED, 0)},

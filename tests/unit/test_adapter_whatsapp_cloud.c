@@ -117,6 +117,16 @@ static void test_parse(void **state)
                 ADAPTER_RECIPIENT_INVALID, 131026),
          .error = "whatsapp-cloud: Message Undeliverable.: Message Undeliverable. (code 131026)",
          .err_code = 100},
+        /* outside the 24 h window: 127, message and details whole */
+        {ANSWER(400,
+                GRAPH(131047, "Re-engagement message",
+                      "Message failed to send because more than 24 hours have passed since the "
+                      "customer last replied to this number."),
+                ADAPTER_WINDOW_CLOSED, 131047),
+         .error = "whatsapp-cloud: Re-engagement message: Message failed to send because more "
+                  "than 24 hours have passed since the customer last replied to this number. "
+                  "(code 131047)",
+         .err_code = 127},
         {ANSWER(400, GRAPH(100, "(#100) Invalid parameter", "Invalid parameter: to"),
                 ADAPTER_RECIPIENT_INVALID, 100),
          .err_code = 100},

@@ -293,6 +293,7 @@ static void check_mapping(const char *type, int recipient_code)
         {ADAPTER_SERVER_ERROR, BG_ERR_PLATFORM},
         {ADAPTER_REJECTED, BG_ERR_PLATFORM},
         {ADAPTER_UNSUPPORTED, BG_ERR_UNSUPPORTED},
+        {ADAPTER_WINDOW_CLOSED, BG_ERR_WINDOW},
     };
     const adapter_ops_t *ops = adapter_find(type);
 

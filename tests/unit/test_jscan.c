@@ -132,10 +132,42 @@ static void test_long_runs(void **state)
     }
 }
 
+/* A number is copied as its text only for the keys asked so (a member's lastInboundAt), and
+ * checked as jansson checks it. */
+static void test_scalars(void **state)
+{
+    static const char *const three[] = {"_id", "externalId", "lastInboundAt"};
+    const char *text = "{\"_id\":7,\"externalId\":\"e\",\"lastInboundAt\":1764400000000}";
+    char *out[3];
+
+    (void)state;
+    assert_int_equal(jscan_scalars(text, strlen(text), three, 3, out, 1u << 2), 0);
+    assert_null(out[0]); /* a number where a string goes stays absent */
+    assert_string_equal(out[1], "e");
+    assert_string_equal(out[2], "1764400000000");
+    for (int i = 0; i < 3; i++)
+        free(out[i]);
+    text = "{\"lastInboundAt\":-1.5e3}";
+    assert_int_equal(jscan_scalars(text, strlen(text), three, 3, out, 1u << 2), 0);
+    assert_string_equal(out[2], "-1.5e3");
+    free(out[2]);
+    text = "{\"lastInboundAt\":\"2025-11-29T07:06:40Z\"}";
+    assert_int_equal(jscan_scalars(text, strlen(text), three, 3, out, 1u << 2), 0);
+    assert_string_equal(out[2], "2025-11-29T07:06:40Z");
+    free(out[2]);
+    text = "{\"lastInboundAt\":true}";
+    assert_int_equal(jscan_scalars(text, strlen(text), three, 3, out, 1u << 2), 0);
+    assert_null(out[2]);
+    text = "{\"lastInboundAt\":01}";
+    assert_int_equal(jscan_scalars(text, strlen(text), three, 3, out, 1u << 2), -1);
+    assert_null(out[2]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_records),
+        cmocka_unit_test(test_scalars),
         cmocka_unit_test(test_escaped_key_is_not_matched),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_depth),

@@ -700,6 +700,18 @@ static void test_response_types(void **state)
          "\"text\":\"a\",\"fallback\":{\"type\":\"TEXT\",\"text\":\"b\"}}}",
          108, "response[0].fallback.fallback"},
         {"{\"type\":\"TEXT\",\"text\":\"a\",\"fallback\":\"b\"}", 108, "response[0].fallback"},
+        /* a messageTag (section 14) on any type, its fallback's too; only the four tags */
+        {"{\"type\":\"TEXT\",\"text\":\"a\",\"messageTag\":\"HUMAN_AGENT\"}", 0, NULL},
+        {"{\"type\":\"CAROUSEL\",\"cards\":[{\"title\":\"c\"}],\"messageTag\":"
+         "\"POST_PURCHASE_UPDATE\",\"fallback\":{\"type\":\"TEXT\",\"text\":\"b\","
+         "\"messageTag\":\"ACCOUNT_UPDATE\"}}",
+         0, NULL},
+        {"{\"type\":\"TEXT\",\"text\":\"a\",\"messageTag\":\"PROMOTION\"}", 108,
+         "response[0].messageTag must be ACCOUNT_UPDATE"},
+        {"{\"type\":\"TEXT\",\"text\":\"a\",\"messageTag\":7}", 108,
+         "response[0].messageTag must be a string"},
+        {"{\"type\":\"TEXT\",\"text\":\"a\",\"messageTag\":\"\"}", 108,
+         "response[0].messageTag"},
     };
     char *list;
     buf_t b = {0};
