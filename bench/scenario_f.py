@@ -28,6 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
 import harness  # noqa: E402
 from test_sim_limits import max_in_window  # noqa: E402
+from scenario_e import metric  # noqa: E402
 
 BIN = os.path.abspath(sys.argv[1] if len(sys.argv) > 1
                       else os.path.join(HERE, "..", "build-release", "bin"))
@@ -56,13 +57,6 @@ def arrivals(s, number):
         if not page["requests"]:
             return sorted(out, key=lambda e: e["ts_us"])
         since = page["next"]
-
-
-def metric(url, series):
-    for line in harness.http("GET", url + "/metrics").raw.splitlines():
-        if line.startswith(series + " "):
-            return float(line.split()[1])
-    return 0.0
 
 
 def run_wrk(urls, mode, tok, channel, count):

@@ -56,6 +56,18 @@ class Case(StackTest):
         wait_for(final, timeout=timeout, what="request %s to end" % rid)
         return got["a"].json
 
+    def kill_when_attempting(self, name, rid):
+        """SIGKILLs instance name once its log shows request rid's first attempt started."""
+        s = self.s
+
+        def attempt_started():
+            with open(os.path.join(s.dir, name + ".log"), errors="replace") as f:
+                return "outbox: request %s attempt 1" % rid in f.read()
+        wait_for(attempt_started, what="the attempt")
+        p = s.procs.pop(name)
+        p.kill()
+        p.wait()
+
     def texts(self, word):
         """The texts containing word the simulator took, in the order it took them."""
         out, since = [], 0
@@ -324,14 +336,7 @@ class Redirects(Case):
         s.start_gateway(port=free_port(), name="botgate-victim")
         try:
             rid = self.redirect(self.body("k1 slow1500")).json["requestId"]
-
-            def attempt_started():
-                with open(os.path.join(s.dir, "botgate-victim.log"), errors="replace") as f:
-                    return "outbox: request %s attempt 1" % rid in f.read()
-            wait_for(attempt_started, what="the attempt")
-            p = s.procs.pop("botgate-victim")
-            p.kill()
-            p.wait()
+            self.kill_when_attempting("botgate-victim", rid)
         finally:
             s.start_gateway(port=free_port(), name="botgate")
         st = self.wait_final(rid, timeout=60)
@@ -717,14 +722,7 @@ class FullOfWaiters(Case):
         body = {"channelId": "fbq", "memberId": "mq"}
         head = self.post(dict(body, response=[{"type": "TEXT", "text": "full-0 slow1800"}]))
         rid = head.json["requestId"]
-
-        def attempt_started():
-            with open(os.path.join(s.dir, "botgate-victim.log"), errors="replace") as f:
-                return "outbox: request %s attempt 1" % rid in f.read()
-        wait_for(attempt_started, what="the attempt")
-        p = s.procs.pop("botgate-victim")
-        p.kill()
-        p.wait()
+        self.kill_when_attempting("botgate-victim", rid)
         s.start_gateway(port=free_port(), name="botgate",
                         extra={"BOTGATE_WORKERS": "1", "BOTGATE_OUTBOX_JOBS": "2"})
         rids = [self.post(dict(body, response=[{"type": "TEXT", "text": "full-%d" % n}])
