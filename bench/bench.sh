@@ -12,12 +12,14 @@
 #
 #   BENCH_DURATION=10        seconds per wrk run
 #   BENCH_D_DURATION=30      seconds of each scenario-d run (its first second has no answers)
-#   BENCH_SCENARIOS="a a-off a-key b c c-lua a-tls a-tls-h1 d d-off d-tls e h" scenarios to run
+#   BENCH_SCENARIOS="a a-off a-key b c c-lua a-tls a-tls-h1 d d-off d-tls e f h" scenarios to run
 #                            (see bench/README.md; a-off and d-off are a and d on a botgate with
 #                            per-member order off, their twins; d-tls is bench/tls_memory.py:
 #                            d's memory per send in flight over TLS; e is bench/scenario_e.py:
-#                            three instances under one shared rate limit; h: signed webhooks
-#                            in, their events posted to a subscriber, bench/webhooks.py)
+#                            three instances under one shared rate limit; f is
+#                            bench/scenario_f.py: 100,000 queued sends through three instances;
+#                            h: signed webhooks in, their events posted to a subscriber,
+#                            bench/webhooks.py)
 #   BENCH_H_RATE=20000       webhooks/s the bodies of h's maximum run are made for (each is
 #                            signed before the run; a run that uses them all reports wraps)
 #   BENCH_CONNECTIONS=64     wrk connections of a, b, c, a-tls and a-tls-h1
@@ -48,7 +50,7 @@ duration=${BENCH_DURATION:-10}
 # Scenario d's first second can have no answer (the upstream takes 1 s): over 10 s that
 # alone would cap it at 90 % of its Little's-law bound, over 30 s at 97 %.
 d_duration=${BENCH_D_DURATION:-30}
-scenarios=${BENCH_SCENARIOS:-a a-off a-key b c c-lua a-tls a-tls-h1 d d-off d-tls e h}
+scenarios=${BENCH_SCENARIOS:-a a-off a-key b c c-lua a-tls a-tls-h1 d d-off d-tls e f h}
 conns=${BENCH_CONNECTIONS:-64}
 wrk_threads=${BENCH_WRK_THREADS:-2}
 upstream_workers=${BENCH_UPSTREAM_WORKERS:-auto}
@@ -65,8 +67,8 @@ for tool in wrk nginx redis-server curl python3 openssl; do
 done
 for sc in $scenarios; do
   case $sc in
-    a | a-off | a-key | b | c | c-lua | a-tls | a-tls-h1 | d | d-off | d-tls | e | h) ;;
-    *) echo "bench: unknown scenario '$sc' (a a-off a-key b c c-lua a-tls a-tls-h1 d d-off d-tls e h)" >&2; exit 2 ;;
+    a | a-off | a-key | b | c | c-lua | a-tls | a-tls-h1 | d | d-off | d-tls | e | f | h) ;;
+    *) echo "bench: unknown scenario '$sc' (a a-off a-key b c c-lua a-tls a-tls-h1 d d-off d-tls e f h)" >&2; exit 2 ;;
   esac
 done
 has() { case " $scenarios " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -541,6 +543,16 @@ if has e; then
   [ -n "$e_line" ] || { echo "bench: scenario e failed (log: $tmp/scenario_e.log)" >&2; failed=1; }
 fi
 
+# f: the outbox (issue 31): 100,000 sends with Prefer: respond-async on 1,000 members through
+# three instances of their own to a whatsapp-cloud number limited to 1,000/s (about 2 minutes)
+f_line=""
+if has f; then
+  echo "bench: scenario f (100,000 queued sends, 3 instances, one limit of 1000/s)" >&2
+  f_line=$(python3 "$bench/scenario_f.py" "$bin" 100000 1000 1000 2>> "$tmp/scenario_f.log" |
+    grep '^f ' || true)
+  [ -n "$f_line" ] || { echo "bench: scenario f failed (log: $tmp/scenario_f.log)" >&2; failed=1; }
+fi
+
 # h: signed Messenger webhooks to /webhooks/bench-hook, as many as one worker takes, then at
 # half that rate, paced; each one's event posted, signed, to a subscriber: a simulator of its
 # own answering 200 on /hook/status/200 and recording every post (its eventId). Each run's
@@ -622,6 +634,7 @@ mkdir -p "$(dirname "$out")"
 $report table "$results" "$tmp/meta.json" | tee "$out"
 [ -z "$dtls_lines" ] || { echo; echo "d-tls: $dtls_lines"; } | tee -a "$out"
 [ -z "$e_line" ] || { echo; echo "$e_line"; } | tee -a "$out"
+[ -z "$f_line" ] || { echo; echo "$f_line"; } | tee -a "$out"
 cp "$results" "${out%.txt}.jsonl"
 if grep -qi 'error\|fatal\|redis down' "$tmp/botgate.log" 2>/dev/null; then
   echo "bench: botgate logged errors (first lines):" >&2

@@ -767,7 +767,7 @@ void request_send_free(send_request_t *req)
     memset(req, 0, sizeof(*req));
 }
 
-static int get_flag(const json_t *redirect, const char *name, int *out, bg_error_t *err)
+static int get_flag(const json_t *redirect, const char *name, unsigned char *out, bg_error_t *err)
 {
     const json_t *v = json_object_get(redirect, name);
 
@@ -777,7 +777,7 @@ static int get_flag(const json_t *redirect, const char *name, int *out, bg_error
     if (!json_is_boolean(v))
         return bg_error_set(err, BG_ERR_MISSING_PARAM, "parameter redirect.%s must be a boolean",
                             name);
-    *out = json_is_true(v);
+    *out = json_is_true(v) ? 1 : 0;
     return 0;
 }
 

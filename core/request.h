@@ -36,8 +36,10 @@ typedef struct redirect_request {
     request_target_t target;
     const char *tree;
     const char *node_id;
-    int run_pre, send_response, run_post; /* each defaults to 1 */
-    const json_t *meta;                   /* the request's meta object, or an empty object */
+    /* each 1 or 0, 1 by default (chars: the redirect's part of an op has room for the outbox's
+     * pointer beside them, gateway/op.h) */
+    unsigned char run_pre, send_response, run_post;
+    const json_t *meta; /* the request's meta object, or an empty object */
 } redirect_request_t;
 
 /* Parses a body that must be one JSON object within the limits above (108 / 118). */

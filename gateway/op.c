@@ -463,9 +463,10 @@ static void member_ready(op_t *op)
         op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
-    /* an async request is only queued now: its attempts take the member's turn */
-    if (op_is_async(op) || !op->env->deliver.cfg->member_order || op->turn_held ||
-        op_guard_turn(op, run_kind, guard_stopped))
+    /* an async request is only queued now, with its place in the member's turn queue, which
+     * its attempts hold (the outbox waits for that turn before it starts one) */
+    if (op_is_async(op) || op_is_queued(op) || !op->env->deliver.cfg->member_order ||
+        op->turn_held || op_guard_turn(op, run_kind, guard_stopped))
         run_kind(op);
 }
 
@@ -697,9 +698,10 @@ void op_resolve(op_t *op, const char *token_hash)
     }
     /* Both from the cache and member order on: checked now, so that only an accepted request
      * queues for the member's turn, which is taken with the member's read (and an
-     * Idempotency-Key's begin), one round trip */
+     * Idempotency-Key's begin), one round trip. A request to queue takes its place when it is
+     * accepted, an attempt of a queued one holds it (outbox.c): neither takes a turn here. */
     if (op->token_done && op->channel_done && op->target.member_id != NULL &&
-        op->env->deliver.cfg->member_order) {
+        op->env->deliver.cfg->member_order && !op_is_queued(op) && !op_is_async(op)) {
         if (!resolve_refused(op))
             op_guard_take_member(op, on_member_taken, guard_stopped);
         return;
@@ -835,10 +837,10 @@ void op_start(void *route, struct evhttp_request *req)
     int guard = 0;
 
     read_headers(evhttp_request_get_input_headers(req), &h);
-    /* sendResponses only, and only where the outbox runs: elsewhere the preference is
-     * ignored (RFC 7240 allows it) and the request answered as always */
-    if (h.prefer_async && !h.prefer_bad && kind == &op_send_kind && env->outbox != NULL)
-        kind = &op_send_async_kind;
+    /* only where the outbox runs: elsewhere the preference is ignored (RFC 7240 allows it) and
+     * the request answered as always */
+    if (h.prefer_async && !h.prefer_bad && env->outbox != NULL)
+        kind = kind == &op_send_kind ? &op_send_async_kind : &op_redirect_async_kind;
     if ((op = op_new(env, req, kind, &h)) == NULL) {
         http_refuse(env->http, req); /* only calloc failing gets here */
         return;
@@ -895,7 +897,7 @@ int op_start_queued(op_env_t *env, const op_kind_t *kind, const char *body, size
     if ((op = op_new(env, NULL, kind, &h)) == NULL)
         return -1;
     op->resuming = 1; /* what earlier attempts did is asked for (op_guard_resumed) */
-    op->outbox = outbox;
+    op_outbox(op) = outbox;
     op->token.app = app;
     op->token.scopes = kind->scopes;
     op->dl.bulk = kind->bulk;

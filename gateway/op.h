@@ -170,23 +170,26 @@ typedef struct op {
             };
             char *sending_text;   /* the same as JSON text, delivery's input */
             net_xfer_t *webhook; /* the webhook call in flight */
+            void *redirect_outbox; /* as outbox above, for a redirect */
         };
     };
 } op_t;
 
-/* The kinds of the two operations, and sendResponses queued (Prefer: respond-async). */
+/* The kinds of the two operations, and each queued (Prefer: respond-async). */
 extern const op_kind_t op_send_kind;
 extern const op_kind_t op_send_async_kind;
 extern const op_kind_t op_send_bulk_kind;
 extern const op_kind_t op_redirect_kind;
+extern const op_kind_t op_redirect_async_kind;
 
 /* Macros, not functions: the synchronous path reads them on every request, and a call into
  * another file would count as a crossing (docs/architecture.md). A request to queue: answered
  * 202 once it is in the outbox. An attempt of a queued request: no HTTP request, it answers to
- * the outbox. The outbox's state of op (only sendResponses has one). */
+ * the outbox. The outbox's state of op (an lvalue, in the operation's own part of op). */
 #define op_is_async(op) ((op)->kind->async)
 #define op_is_queued(op) ((op)->req == NULL)
-#define op_outbox(op) ((op)->kind->route == METRICS_ROUTE_SEND ? (op)->outbox : NULL)
+#define op_outbox(op)                                                                              \
+    (*((op)->kind->route == METRICS_ROUTE_SEND ? &(op)->outbox : &(op)->redirect_outbox))
 
 /* The route handler of both operations (http_handler_fn), route an op_route_t: makes the op,
  * takes the token, parses the body with kind->parse, then resolves. */

@@ -107,24 +107,31 @@ static void fetch_node(op_t *op, const char *tree, const char *node_id)
 
 /* ---- a new recipient: created only when the target exists ---- */
 
-static void on_target_node(void *arg, store_status_t st, json_t *value)
+/* The target node looked up before the run (for a new recipient, or a queued redirect), kept
+ * for it in target_node: 0, or -1 when answered (115 when there is none). */
+static int keep_target_node(op_t *op, store_status_t st, json_t *value)
 {
-    op_t *op = arg;
     bg_error_t err;
 
     op->call = NULL;
     if (st == STORE_UNAVAILABLE || st == STORE_BUSY) {
         json_decref(value);
         op_fail_store(op, st);
-        return;
+        return -1;
     }
     op->target_node = own_node(op, st, value);
     if (!json_is_object(op->target_node)) {
         bg_error_set(&err, BG_ERR_NO_TREE, "tree or node not found");
         op_fail(op, &err);
-        return;
+        return -1;
     }
-    op_resolve_recipient(op);
+    return 0;
+}
+
+static void on_target_node(void *arg, store_status_t st, json_t *value)
+{
+    if (keep_target_node(arg, st, value) == 0)
+        op_resolve_recipient(arg);
 }
 
 /* A redirect that answers 115 writes nothing: the target node is looked up before the
@@ -523,19 +530,23 @@ static void redirect_drained(op_t *op, int call_cut)
 
 static void redirect_run(op_t *op)
 {
-    node_flags_t flags = {op->redirect.run_pre, op->redirect.send_response,
-                          op->redirect.run_post};
+    node_flags_t flags = {op->redirect.run_pre, op->redirect.send_response, op->redirect.run_post};
     const char *element;
+    op_resumed_t how = op->resuming ? op_guard_resumed(op, 0, &element) : OP_RESUMED_NO;
 
-    /* Taking over a run whose instance died (Idempotency-Key): what it sent and whether it
-     * wrote the member back are not known, and a run is not replayed half-way (its actions
-     * and templates read the member it changed): nothing runs again, nothing is written. */
-    if (op->resuming && op_guard_resumed(op, 0, &element) != OP_RESUMED_NO) {
+    /* Taking over a run whose instance died (Idempotency-Key, or the outbox): what it sent and
+     * whether it wrote the member back are not known, and a run is not replayed half-way (its
+     * actions and templates read the member it changed): nothing runs again, nothing is
+     * written. A queued one past the outbox's TTL does not run either. */
+    if (how != OP_RESUMED_NO) {
         bg_error_t err;
         json_t *results = json_array();
-        bg_error_set(&err, BG_ERR_OUTCOME_UNKNOWN,
-                     "outcome unknown: an earlier attempt of this request may have run it; "
-                     "nothing was run again");
+        if (how == OP_RESUMED_EXPIRED)
+            bg_error_set(&err, BG_ERR_EXPIRED, "expired in the queue: the node was not run");
+        else
+            bg_error_set(&err, BG_ERR_OUTCOME_UNKNOWN,
+                         "outcome unknown: an earlier attempt of this request may have run it; "
+                         "nothing was run again");
         json_array_append_new(results, result_node_element(NULL, &err));
         op_answer(op, result_answer(op->member_id, 0, results));
         return;
@@ -568,3 +579,37 @@ const op_kind_t op_redirect_kind = {.route = METRICS_ROUTE_REDIRECT,
                                     .cleanup = redirect_cleanup,
                                     .drained = redirect_drained,
                                     .before_recipient = before_recipient};
+
+/* ---- Prefer: respond-async: checked, then queued (outbox.c) ---- */
+
+static void on_queue_target(void *arg, store_status_t st, json_t *value)
+{
+    op_t *op = arg;
+
+    if (keep_target_node(op, st, value) == 0)
+        op->env->outbox->accept(op);
+}
+
+/* Checked as far as it can be before it runs: the token, channel and member (op.c), and the
+ * target node (115), which a new recipient's lookup loaded already. */
+static void redirect_queue(op_t *op)
+{
+    if (op->target_node != NULL)
+        op->env->outbox->accept(op);
+    else
+        ask_node(op, op->redirect.tree, op->redirect.node_id, on_queue_target);
+}
+
+static void redirect_queue_expired(op_t *op)
+{
+    op_fail_code(op, BG_ERR_STORE, "the store did not answer in time");
+}
+
+const op_kind_t op_redirect_async_kind = {.route = METRICS_ROUTE_REDIRECT,
+                                          .scopes = AUTH_ACCEPT_REDIRECT,
+                                          .parse = redirect_parse,
+                                          .run = redirect_queue,
+                                          .expired = redirect_queue_expired,
+                                          .cleanup = redirect_cleanup,
+                                          .before_recipient = before_recipient,
+                                          .async = 1};

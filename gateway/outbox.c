@@ -19,6 +19,7 @@
 #include "../core/dlist.h"
 #include "../core/rng.h"
 #include "../store/broadcast.h"
+#include "../store/idem.h"
 #include "../store/outbox.h"
 #include "log.h"
 #include "outbox_post.h"
@@ -34,7 +35,10 @@
 #define LEASE_MARGIN_MS 5000 /* an attempt's lease past its deadline */
 #define RETRY_AFTER_MS  1000 /* a 429 without Retry-After: as a first backoff */
 #define DEPTH_EVERY_MS  5000
-#define READ_COUNT      8 /* entries one read takes at most */
+#define READ_COUNT      8   /* entries one read takes at most */
+#define CLAIM_WHEN_FULL 4   /* entries a full worker takes over at a time */
+#define SETTLE_AGAIN_MS 100 /* an accept not settled is asked about again after this */
+#define SETTLE_LAST_MS  100 /* ...while this much of the request's deadline is left */
 
 typedef struct ob_job ob_job_t;
 
@@ -58,23 +62,26 @@ struct outbox {
 
 /* One entry being worked on: a queued request (its attempts, one at a time) or a status
  * callback. Owned by the outbox from job_new to job_free; while an attempt runs, its op points
- * to it (op->outbox) and the job is not freed before the op lets it go (release). */
+ * to it (op_outbox(op)) and the job is not freed before the op lets it go (release). */
 struct ob_job {
     outbox_t *ob;
     ob_job_t *prev, *next;
     unsigned shard;
-    unsigned callback : 1;    /* a status callback */
-    unsigned broadcast : 1;   /* ... of a broadcast: id is the broadcast's, url its channel */
-    unsigned event : 1;       /* a webhook event to a subscription; neither: a request */
-    unsigned stale : 1;       /* woken while its start was out: start again */
-    unsigned running : 1;     /* an attempt's op holds it */
-    unsigned stop : 1;        /* the attempt stopped at a response to try again (stop_at) */
-    unsigned abandon : 1;     /* the attempt's progress is unknown: left as if it died */
-    unsigned drop : 1;        /* freed at the next wake (after its op let it go) */
-    char *entry, *id, *order; /* one block */
+    unsigned callback : 1;      /* a status callback (a broadcast's: e.broadcast_channel) */
+    unsigned event : 1;         /* a webhook event to a subscription; neither: a request */
+    unsigned stale : 1;         /* woken while its start was out: start again */
+    unsigned running : 1;       /* an attempt's op holds it */
+    unsigned stop : 1;          /* the attempt stopped at a response to try again (stop_at) */
+    unsigned abandon : 1;       /* the attempt's progress is unknown: left as if it died */
+    unsigned drop : 1;          /* freed at the next wake (after its op let it go) */
+    unsigned sub_turn : 1;      /* sub is on the member's turn queue, else on its order */
+    unsigned callback_turn : 1; /* a callback whose member's callbacks before it ended */
+    /* its strings in one block, e.entry_id's (an event's url, app and body: below) */
+    store_outbox_entry_t e;
     store_outbox_call_t *call;
     struct event *timer;
-    redisc_sub_t *sub; /* the member's order, while an earlier request is not finished */
+    redisc_sub_t *sub; /* the member's order or turn, while an earlier request holds it */
+    store_idem_call_t *turn_call; /* asking for the member's turn (STORE_OUTBOX_TURN) */
     char owner[17];
     /* the attempt */
     op_t *op; /* while its progress record is out */
@@ -88,9 +95,8 @@ struct ob_job {
     /* a callback or an event */
     outbox_post_t *post;
     store_bc_call_t *bc_call; /* a broadcast's status being read */
-    /* an event: posted to url (app: whose secret signs it) as number seq of its member's */
+    /* an event: posted to url (app: whose secret signs it) as number e.seq of its member's */
     char *url, *body;
-    int64_t seq;
 };
 
 static metrics_t *metrics(const outbox_t *ob)
@@ -123,26 +129,21 @@ static void arm(struct event *ev, int64_t ms)
 
 /* ---- accepting ---- */
 
-/* An accept's state, op->outbox of an async op. */
+/* An accept's state, op_outbox(op) of an async op. */
 typedef struct ob_accept {
     store_outbox_call_t *call;
+    struct event *timer; /* settling: asked again */
+    unsigned shard;
     char id[OUTBOX_REQUEST_ID_LEN + 1];
 } ob_accept_t;
 
-static void on_accepted(void *arg, store_status_t st, int64_t created_ms)
+static void accepted(op_t *op)
 {
-    op_t *op = arg;
-    ob_accept_t *a = op->outbox;
+    ob_accept_t *a = op_outbox(op);
     jsonw_t w;
     char *text;
     size_t len;
 
-    (void)created_ms;
-    a->call = NULL;
-    if (st != STORE_OK) {
-        op_fail_store(op, st == STORE_BAD_RECORD ? STORE_UNAVAILABLE : st);
-        return;
-    }
     count(&metrics(op->env->outbox->ob)->outbox_accepted);
     jw_init(&w);
     jw_lit(&w, "{\"ok\":1,\"requestId\":");
@@ -158,6 +159,77 @@ static void on_accepted(void *arg, store_status_t st, int64_t created_ms)
     op_answer_accepted(op, text, len);
 }
 
+static void settle(op_t *op);
+
+static void on_settled(void *arg, store_status_t st, int queued)
+{
+    op_t *op = arg;
+    ob_accept_t *a = op_outbox(op);
+
+    a->call = NULL;
+    if (st != STORE_OK)
+        arm(a->timer, SETTLE_AGAIN_MS);
+    else if (queued)
+        accepted(op);
+    else
+        op_fail_code(op, BG_ERR_STORE,
+                     "store unavailable (Redis timed out): the request was not "
+                     "queued");
+}
+
+static void on_settle_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    settle(arg);
+}
+
+/* The accept got no answer (Redis timed out, the connection went): its script may have run,
+ * or may still run. Settled in Redis, which says whether it was queued and keeps a late one
+ * from queueing anything; asked again until the request's deadline is near. A 119 then says
+ * the request may be queued, and by which id. */
+static void settle(op_t *op)
+{
+    ob_accept_t *a = op_outbox(op);
+    const config_t *cfg = op->env->deliver.cfg;
+    int64_t keep_ms = ((int64_t)cfg->outbox_ttl_s + cfg->idempotency_ttl_s) * 1000;
+    store_status_t st = STORE_OK;
+    char msg[160];
+
+    if (deliver_remaining_ms(&op->dl) < SETTLE_LAST_MS) {
+        snprintf(msg, sizeof(msg),
+                 "store unavailable (Redis timed out): the request may have been queued as "
+                 "requestId %s (GET /requests/%s tells)",
+                 a->id, a->id);
+        op_fail_code(op, BG_ERR_STORE, msg);
+        return;
+    }
+    if (a->timer == NULL &&
+        (a->timer = evtimer_new(op->env->deliver.base, on_settle_timer, op)) == NULL) {
+        op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+        return;
+    }
+    a->call =
+        store_outbox_settle(op->env->deliver.store, a->shard, a->id, keep_ms, on_settled, op, &st);
+    if (a->call == NULL)
+        arm(a->timer, SETTLE_AGAIN_MS);
+}
+
+static void on_accepted(void *arg, store_status_t st, int64_t created_ms)
+{
+    op_t *op = arg;
+    ob_accept_t *a = op_outbox(op);
+
+    (void)created_ms;
+    a->call = NULL;
+    if (st == STORE_OK)
+        accepted(op);
+    else if (st == STORE_BUSY) /* not sent: nothing ran */
+        op_fail_store(op, st);
+    else
+        settle(op);
+}
+
 /* statusCallback: an http(s) URL (the SSRF guard checks its address when it is called). */
 static int callback_valid(const json_t *v)
 {
@@ -168,10 +240,16 @@ static int callback_valid(const json_t *v)
            strcspn(url, " \t\r\n") == strlen(url);
 }
 
+/* The body of the request op, as parsed. */
+static json_t *request_root(const op_t *op)
+{
+    return op->kind->route == METRICS_ROUTE_SEND ? op->send.root : op->redirect.root;
+}
+
 static void ob_accept(op_t *op)
 {
     outbox_t *ob = op->env->outbox->ob;
-    const json_t *cb = json_object_get(op->send.root, "statusCallback");
+    const json_t *cb = json_object_get(request_root(op), "statusCallback");
     ob_accept_t *a;
     json_t *body;
     char *text;
@@ -189,13 +267,13 @@ static void ob_accept(op_t *op)
         op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
-    op->outbox = a;
-    shard = shard_of(ob, op->target.channel_id, op->member_id);
+    op_outbox(op) = a;
+    a->shard = shard = shard_of(ob, op->target.channel_id, op->member_id);
     snprintf(a->id, sizeof(a->id), "%02x", shard);
     rng_hex(&op->env->deliver.rng, a->id + 2, OUTBOX_REQUEST_ID_LEN - 2);
     /* the request as it runs: addressed by the member it was resolved to (a recipientId made
      * it already), without what only the accept reads */
-    body = json_copy(op->send.root);
+    body = json_copy(request_root(op));
     if (body != NULL) {
         json_object_del(body, "recipientId");
         json_object_del(body, "statusCallback");
@@ -208,13 +286,26 @@ static void ob_accept(op_t *op)
         return;
     }
     {
-        store_outbox_new_t req = {op->token.app,         text,          len,
-                                  op->target.channel_id, op->member_id, json_string_value(cb)};
-        int64_t keep_ms = ((int64_t)op->env->deliver.cfg->outbox_ttl_s +
-                           op->env->deliver.cfg->idempotency_ttl_s) *
-                          1000;
+        const config_t *cfg = op->env->deliver.cfg;
+        store_outbox_new_t req = {op->token.app,
+                                  text,
+                                  len,
+                                  op->target.channel_id,
+                                  op->member_id,
+                                  json_string_value(cb),
+                                  op->kind->route == METRICS_ROUTE_SEND ? "" : "redirect",
+                                  0,
+                                  0};
+        int64_t keep_ms = ((int64_t)cfg->outbox_ttl_s + cfg->idempotency_ttl_s) * 1000;
         if (req.callback == NULL)
             req.callback = "";
+        if (cfg->member_order) {
+            /* its place in the member's turn queue, held until it ends: nothing of it is sent
+             * after the TTL, and an attempt begun before lasts a request's time at most */
+            req.turn_lease_ms =
+                (int64_t)cfg->outbox_ttl_s * 1000 + cfg->request_timeout_ms + LEASE_MARGIN_MS;
+            req.turn_guess_ms = cfg->request_timeout_ms;
+        }
         a->call = store_outbox_accept(op->env->deliver.store, shard, a->id, &req, keep_ms,
                                       (int64_t)op->env->deliver.cfg->outbox_ttl_s * 1000,
                                       on_accepted, op, &st);
@@ -228,6 +319,7 @@ static void ob_accept(op_t *op)
 
 static void outbox_read(outbox_t *ob);
 static void job_start(ob_job_t *job);
+static void turn_ask(ob_job_t *job);
 static void callback_start(ob_job_t *job);
 static void event_start(ob_job_t *job);
 
@@ -236,6 +328,7 @@ static void job_free(ob_job_t *job)
     outbox_t *ob = job->ob;
 
     store_outbox_cancel(job->call);
+    store_idem_cancel(job->turn_call);
     store_bc_cancel(job->bc_call);
     if (job->timer != NULL)
         event_free(job->timer);
@@ -246,7 +339,7 @@ static void job_free(ob_job_t *job)
     free(job->app);
     free(job->url);
     free(job->body);
-    free(job->entry);
+    free((char *)job->e.entry_id);
     DLIST_UNLINK(ob->jobs, ob->jobs_last, job);
     ob->n_jobs--;
     free(job);
@@ -259,7 +352,7 @@ static void job_wake(ob_job_t *job)
         job_free(job);
         return;
     }
-    if (job->call != NULL || job->post != NULL || job->bc_call != NULL) {
+    if (job->call != NULL || job->turn_call != NULL || job->post != NULL || job->bc_call != NULL) {
         job->stale = 1;
         return;
     }
@@ -290,16 +383,33 @@ static void job_later(ob_job_t *job, int64_t ms)
 static ob_job_t *job_find(const outbox_t *ob, unsigned shard, const char *entry)
 {
     for (ob_job_t *j = ob->jobs; j != NULL; j = j->next)
-        if (j->shard == shard && strcmp(j->entry, entry) == 0)
+        if (j->shard == shard && strcmp(j->e.entry_id, entry) == 0)
             return j;
     return NULL;
+}
+
+/* A copy of s at *p, moved past it; NULL stays NULL. */
+static const char *copy_str(char **p, const char *s)
+{
+    char *out = *p;
+    size_t n;
+
+    if (s == NULL)
+        return NULL;
+    n = strlen(s) + 1;
+    memcpy(out, s, n);
+    *p += n;
+    return out;
 }
 
 /* A job for entry e (the request's or the callback's), started at once. */
 static void job_add(outbox_t *ob, const store_outbox_entry_t *e)
 {
-    size_t le = strlen(e->entry_id) + 1, li, lo = strlen(e->order_key) + 1;
+    const char *strs[] = {e->entry_id,     e->request_id,  e->order_key,
+                          e->turn_channel, e->turn_member, e->broadcast_channel};
+    size_t len = 0;
     ob_job_t *job;
+    char *p;
 
     if (e->request_id == NULL) { /* deleted, or not ours: nothing to do */
         store_outbox_ack(ob->env->deliver.store, e->shard, e->entry_id);
@@ -307,38 +417,34 @@ static void job_add(outbox_t *ob, const store_outbox_entry_t *e)
     }
     if (job_find(ob, e->shard, e->entry_id) != NULL)
         return;
-    li = strlen(e->request_id) + 1;
+    for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
+        len += strs[i] != NULL ? strlen(strs[i]) + 1 : 0;
     if ((job = calloc(1, sizeof(*job))) == NULL)
         return; /* left pending: taken over later */
-    job->entry = malloc(le + li + lo);
+    p = malloc(len);
     job->timer = evtimer_new(ob->env->deliver.base, on_job_timer, job);
-    if (job->entry == NULL || job->timer == NULL) {
-        free(job->entry);
+    if (p == NULL || job->timer == NULL) {
+        free(p);
         if (job->timer != NULL)
             event_free(job->timer);
         free(job);
         return;
     }
-    job->id = job->entry + le;
-    job->order = job->id + li;
-    memcpy(job->entry, e->entry_id, le);
-    memcpy(job->id, e->request_id, li);
-    memcpy(job->order, e->order_key, lo);
+    job->e = *e;
+    job->e.entry_id = copy_str(&p, e->entry_id); /* first: the block's start, freed with it */
+    job->e.request_id = copy_str(&p, e->request_id);
+    job->e.order_key = copy_str(&p, e->order_key);
+    job->e.turn_channel = copy_str(&p, e->turn_channel);
+    job->e.turn_member = copy_str(&p, e->turn_member);
+    job->e.broadcast_channel = copy_str(&p, e->broadcast_channel);
+    /* an event's own strings are the job's (url, app, body), not the entry's */
+    job->e.subscription = job->e.url = job->e.app = job->e.body = NULL;
+    job->e.body_len = 0;
     job->ob = ob;
     job->shard = e->shard;
     job->callback = e->callback != 0;
-    if (e->broadcast_channel != NULL) {
-        job->broadcast = 1;
-        if ((job->url = strdup(e->broadcast_channel)) == NULL) {
-            free(job->entry);
-            event_free(job->timer);
-            free(job);
-            return; /* left pending: taken over later */
-        }
-    }
     if (e->subscription != NULL) {
         job->event = 1;
-        job->seq = e->seq;
         job->app = strdup(e->app);
         job->url = strdup(e->url);
         job->body = strndup(e->body, e->body_len);
@@ -346,7 +452,7 @@ static void job_add(outbox_t *ob, const store_outbox_entry_t *e)
             free(job->app);
             free(job->url);
             free(job->body);
-            free(job->entry);
+            free((char *)job->e.entry_id);
             event_free(job->timer);
             free(job);
             return; /* left pending: taken over later */
@@ -364,6 +470,16 @@ static void on_order(void *arg, const char *msg, size_t len)
     job_wake(arg);
 }
 
+/* Listens on channel (the member's order, or its turn queue: turn 1) until the job runs. */
+static void job_watch(ob_job_t *job, const char *channel, int turn)
+{
+    if (job->sub != NULL && job->sub_turn == turn)
+        return;
+    store_unwatch(job->sub);
+    job->sub_turn = turn != 0;
+    job->sub = store_watch_key(job->ob->env->deliver.store, channel, on_order, job);
+}
+
 static void on_start(void *arg, store_status_t st, const store_outbox_start_t *s)
 {
     ob_job_t *job = arg;
@@ -377,7 +493,7 @@ static void on_start(void *arg, store_status_t st, const store_outbox_start_t *s
     switch (s->state) {
     case STORE_OUTBOX_GONE:
     case STORE_OUTBOX_FINAL:
-        store_outbox_ack(ob->env->deliver.store, job->shard, job->entry);
+        store_outbox_ack(ob->env->deliver.store, job->shard, job->e.entry_id);
         job_free(job);
         return;
     case STORE_OUTBOX_ORDER:
@@ -386,11 +502,13 @@ static void on_start(void *arg, store_status_t st, const store_outbox_start_t *s
             job_start(job);
             return;
         }
-        if (job->sub == NULL)
-            job->sub = store_watch_key(ob->env->deliver.store, job->order, on_order, job);
+        job_watch(job, job->e.order_key, 0);
         /* the request ahead may be held by an instance that died: asked again when it may
          * have been taken over */
         job_later(job, ob->env->deliver.cfg->outbox_claim_ms);
+        return;
+    case STORE_OUTBOX_TURN:
+        turn_ask(job);
         return;
     case STORE_OUTBOX_WAIT:
         job_later(job, s->wait_ms);
@@ -415,17 +533,64 @@ static void on_start(void *arg, store_status_t st, const store_outbox_start_t *s
     job->resumed = 0;
     count(&metrics(ob)->outbox_attempts);
     if (log_enabled(LOG_DEBUG))
-        log_msg(LOG_DEBUG, "outbox: request %s attempt %lld from response %u", job->id,
+        log_msg(LOG_DEBUG, "outbox: request %s attempt %lld from response %u", job->e.request_id,
                 (long long)s->attempts, s->next);
     job->running = 1;
     /* a broadcast's message (broadcast.c) takes its rate-limit slots after the others' */
-    if (job->app == NULL || op_start_queued(ob->env, s->bulk ? &op_send_bulk_kind : &op_send_kind,
-                                            s->body, s->body_len, job->app, job) < 0) {
+    if (job->app == NULL ||
+        op_start_queued(ob->env,
+                        strcmp(s->kind, "redirect") == 0 ? &op_redirect_kind
+                        : s->bulk                        ? &op_send_bulk_kind
+                                                         : &op_send_kind,
+                        s->body, s->body_len, job->app, job) < 0) {
         job->running = 0;
         job->abandon = 1; /* taken over as after a crash: nothing is sent twice */
         job->drop = 1;
         job_later(job, 0);
     }
+}
+
+/* A sync request reached the member's turn queue before this one's place was taken there, and
+ * holds the turn: store_turn_join tells how long at most (dropping holders whose lease ran
+ * out); the queue's channel says when it passes. */
+static void on_turn(void *arg, store_status_t st, int64_t wait_ms)
+{
+    ob_job_t *job = arg;
+    outbox_t *ob = job->ob;
+    char queue[STORE_KEY_MAX];
+
+    job->turn_call = NULL;
+    if (st != STORE_OK) {
+        job_later(job, READ_RETRY_MS);
+        return;
+    }
+    if (wait_ms == 0 || job->stale) {
+        job_start(job);
+        return;
+    }
+    if (store_turn_key(ob->env->deliver.store, queue, sizeof(queue), job->e.turn_channel,
+                       job->e.turn_member) < 0) {
+        job_later(job, READ_RETRY_MS);
+        return;
+    }
+    job_watch(job, queue, 1);
+    job_later(job, wait_ms < ob->env->deliver.cfg->outbox_claim_ms
+                       ? wait_ms
+                       : ob->env->deliver.cfg->outbox_claim_ms);
+}
+
+static void turn_ask(ob_job_t *job)
+{
+    outbox_t *ob = job->ob;
+    store_status_t st = STORE_OK;
+
+    job->stale = 0;
+    /* first 0: its place and lease were set when it was accepted */
+    job->turn_call = store_turn_join(
+        ob->env->deliver.store, job->e.turn_channel, job->e.turn_member, job->e.request_id,
+        ob->env->deliver.cfg->request_timeout_ms, 0, on_turn, job, &st);
+    if (job->turn_call == NULL)
+        job_later(job, READ_RETRY_MS);
 }
 
 static void job_start(ob_job_t *job)
@@ -436,9 +601,8 @@ static void job_start(ob_job_t *job)
 
     job->stale = 0;
     rng_hex(&ob->env->deliver.rng, job->owner, 16);
-    job->call =
-        store_outbox_start(ob->env->deliver.store, job->shard, job->id, job->order, job->owner,
-                           cfg->request_timeout_ms + LEASE_MARGIN_MS, on_start, job, &st);
+    job->call = store_outbox_start(ob->env->deliver.store, &job->e, job->owner,
+                                   cfg->request_timeout_ms + LEASE_MARGIN_MS, on_start, job, &st);
     if (job->call == NULL)
         job_later(job, READ_RETRY_MS);
 }
@@ -484,7 +648,7 @@ static void on_progress(void *arg, store_status_t st)
 static int ob_progress(op_t *op, unsigned done, const char *element, size_t len,
                        op_progress_fn *then)
 {
-    ob_job_t *job = op->outbox;
+    ob_job_t *job = op_outbox(op);
     outbox_t *ob = job->ob;
     json_t *el = json_loadb(element, len, 0, NULL);
     store_status_t st = STORE_OK;
@@ -500,8 +664,8 @@ static int ob_progress(op_t *op, unsigned done, const char *element, size_t len,
     }
     job->op = op;
     job->then = then;
-    job->call = store_outbox_progress(ob->env->deliver.store, job->shard, job->id, job->owner, done,
-                                      element, len, on_progress, job, &st);
+    job->call = store_outbox_progress(ob->env->deliver.store, job->shard, job->e.request_id,
+                                      job->owner, done, element, len, on_progress, job, &st);
     if (job->call == NULL) {
         job->then = NULL;
         job->abandon = 1;
@@ -512,7 +676,7 @@ static int ob_progress(op_t *op, unsigned done, const char *element, size_t len,
 
 static op_resumed_t ob_resumed(const op_t *op, unsigned i, const char **element)
 {
-    ob_job_t *job = op->outbox;
+    ob_job_t *job = op_outbox(op);
     op_resumed_t how = OP_RESUMED_NO;
 
     if (i < job->first) {
@@ -531,13 +695,15 @@ static op_resumed_t ob_resumed(const op_t *op, unsigned i, const char **element)
 static void ob_cancel(op_t *op)
 {
     if (op_is_async(op)) {
-        ob_accept_t *a = op->outbox;
+        ob_accept_t *a = op_outbox(op);
         store_outbox_cancel(a->call);
         a->call = NULL;
+        if (a->timer != NULL)
+            evtimer_del(a->timer);
         return;
     }
     {
-        ob_job_t *job = op->outbox;
+        ob_job_t *job = op_outbox(op);
         if (job->then != NULL) { /* a progress record not confirmed: unknown to a later try */
             store_outbox_cancel(job->call);
             job->call = NULL;
@@ -550,13 +716,16 @@ static void ob_cancel(op_t *op)
 static void ob_release(op_t *op)
 {
     if (op_is_async(op)) {
-        free(op->outbox);
+        ob_accept_t *a = op_outbox(op);
+        if (a->timer != NULL)
+            event_free(a->timer);
+        free(a);
     } else {
-        ob_job_t *job = op->outbox;
+        ob_job_t *job = op_outbox(op);
         job->running = 0;
         job->op = NULL;
     }
-    op->outbox = NULL;
+    op_outbox(op) = NULL;
 }
 
 static void on_end(void *arg, store_status_t st)
@@ -578,9 +747,10 @@ static void job_end(ob_job_t *job, const char *status, const char *result, size_
 {
     outbox_t *ob = job->ob;
     const config_t *cfg = ob->env->deliver.cfg;
-    store_outbox_end_t end = {
-        job->entry, job->order, status != NULL, status,
-        result,     len,        job->retry_ms,  (int64_t)cfg->idempotency_ttl_s * 1000};
+    store_outbox_end_t end = {&job->e, status != NULL, status, result, len, job->retry_ms,
+                              (int64_t)cfg->idempotency_ttl_s * 1000,
+                              /* its callback is tried that long, behind the member's others */
+                              OUTBOX_POST_FOR_MS + (int64_t)cfg->outbox_claim_ms * 4};
     store_status_t st = STORE_OK;
 
     if (status != NULL) {
@@ -589,8 +759,8 @@ static void job_end(ob_job_t *job, const char *status, const char *result, size_
     } else {
         count(&metrics(ob)->outbox_retries[job->reason]);
     }
-    job->call = store_outbox_end(ob->env->deliver.store, job->shard, job->id, job->owner, &end,
-                                 on_end, job, &st);
+    job->call = store_outbox_end(ob->env->deliver.store, job->shard, job->e.request_id, job->owner,
+                                 &end, on_end, job, &st);
     if (job->call == NULL) {
         job->drop = 1;
         job_later(job, 0);
@@ -645,19 +815,55 @@ static int drained_unsent(const json_t *answer, int status, size_t at)
     return json_integer_value(json_object_get(e, "err_code")) == BG_ERR_UNAVAILABLE;
 }
 
+/* The end of an attempt, final: with the status and result of answer. */
+static void job_final(ob_job_t *job, const op_t *op, const json_t *answer, int status, int code)
+{
+    size_t len = 0;
+    char *result = final_result(answer, status, code, op->target.member_id, &len);
+    int ok = status == 200 &&
+             json_integer_value(json_object_get(json_object_get(answer, "sendResult"), "ok"));
+
+    if (result == NULL) {
+        job->drop = 1; /* out of memory: taken over later */
+        job_later(job, 0);
+        return;
+    }
+    job_end(job, ok ? "done" : "failed", result, len);
+    free(result);
+}
+
+/* A redirect's attempt answered. Its node runs whole or not at all (its actions and templates
+ * read the member it changes; nothing records a run's progress): tried again only when the
+ * run had not begun, else final with what it did. */
+static void redirect_answered(op_t *op, ob_job_t *job, const json_t *answer, int status, int code)
+{
+    if (op->phase < OP_RUN && op->drain_cut) {
+        job->retry_ms = 0; /* another instance runs it, at once */
+        job->reason = METRICS_RETRY_STORE;
+        job_end(job, NULL, NULL, 0);
+    } else if (op->phase < OP_RUN && status != 200 &&
+               (code == BG_ERR_STORE || code == BG_ERR_UNAVAILABLE)) {
+        job->retry_ms = outbox_backoff_ms(job->ob->env, job->attempts);
+        job->reason = METRICS_RETRY_STORE;
+        job_end(job, NULL, NULL, 0);
+    } else {
+        job_final(job, op, answer, status, code);
+    }
+}
+
 static void ob_answered(op_t *op, int status, int code, const char *text, size_t len)
 {
-    ob_job_t *job = op->outbox;
+    ob_job_t *job = op_outbox(op);
     outbox_t *ob = job->ob;
     json_t *answer = text != NULL ? json_loadb(text, len, 0, NULL) : NULL;
     const json_t *results = json_object_get(json_object_get(answer, "sendResult"), "result");
     size_t n = json_array_size(results);
     /* the first response this attempt did not finish */
     size_t at = job->resumed + (size_t)(deliver_sent(&op->dl) + op->dl.failed);
-    char *result;
-    size_t rlen = 0;
 
-    if (job->abandon || (op->drain_cut && !drained_unsent(answer, status, at))) {
+    if (op->kind->route == METRICS_ROUTE_REDIRECT && !job->abandon) {
+        redirect_answered(op, job, answer, status, code);
+    } else if (job->abandon || (op->drain_cut && !drained_unsent(answer, status, at))) {
         /* a call may be out whose outcome nobody recorded: left as if this instance died,
          * for a later attempt to find (125 for that response, never sent twice) */
         job->drop = 1;
@@ -681,14 +887,8 @@ static void ob_answered(op_t *op, int status, int code, const char *text, size_t
                element_retry(ob, json_array_get(results, n - 1), op->dl.last_unsent, job->attempts,
                              &job->retry_ms, &job->reason)) {
         job_end(job, NULL, NULL, 0); /* the last response, which no progress record names */
-    } else if ((result = final_result(answer, status, code, op->target.member_id, &rlen)) != NULL) {
-        int ok = status == 200 &&
-                 json_integer_value(json_object_get(json_object_get(answer, "sendResult"), "ok"));
-        job_end(job, ok ? "done" : "failed", result, rlen);
-        free(result);
     } else {
-        job->drop = 1; /* out of memory: taken over later */
-        job_later(job, 0);
+        job_final(job, op, answer, status, code);
     }
     json_decref(answer);
 }
@@ -750,17 +950,19 @@ static void on_claimed(void *arg, store_status_t st, const store_outbox_entry_t 
     claim_next(ob);
 }
 
-/* One shard after the other, then again after half the claim time. */
+/* One shard after the other, then again after half the claim time. A worker whose every slot
+ * holds a request waiting for its member's earlier one still takes a few over (up to twice its
+ * slots): the earlier one may be what a dead instance left, and nobody else may have room. */
 static void claim_next(outbox_t *ob)
 {
     const config_t *cfg = ob->env->deliver.cfg;
     unsigned room = (unsigned)cfg->outbox_jobs;
+    unsigned count = ob->n_jobs < room ? room - ob->n_jobs : CLAIM_WHEN_FULL;
     store_status_t st = STORE_OK;
 
-    if (ob->claim_shard < ob->shards && ob->n_jobs < room && !ob->env->draining)
-        ob->claim =
-            store_outbox_claim(ob->env->deliver.store, ob->claim_shard, ob->consumer,
-                               cfg->outbox_claim_ms, room - ob->n_jobs, on_claimed, ob, &st);
+    if (ob->claim_shard < ob->shards && ob->n_jobs < 2 * room && !ob->env->draining)
+        ob->claim = store_outbox_claim(ob->env->deliver.store, ob->claim_shard, ob->consumer,
+                                       cfg->outbox_claim_ms, count, on_claimed, ob, &st);
     if (ob->claim != NULL)
         return;
     ob->claim_shard = 0;
@@ -778,11 +980,22 @@ static void on_claim_timer(evutil_socket_t fd, short what, void *arg)
 
 static void depth_next(outbox_t *ob);
 
+static int64_t prune_idle_ms(const outbox_t *ob)
+{
+    int64_t claim = 2 * (int64_t)ob->env->deliver.cfg->outbox_claim_ms;
+
+    return claim > 3 * BLOCK_MS ? claim : 3 * BLOCK_MS;
+}
+
 static void on_depth(void *arg, store_status_t st, int64_t pending, int64_t age_ms)
 {
     outbox_t *ob = arg;
 
     ob->depth = NULL;
+    /* the group's upkeep goes with it: consumers of workers that are gone (a restarted
+     * instance's) go once idle well past a live one's read and the claim time */
+    if (st == STORE_OK)
+        store_outbox_prune(ob->env->deliver.store, ob->depth_shard, prune_idle_ms(ob));
     if (st == STORE_OK && ob->depth_shard < METRICS_SHARDS) {
         atomic_store(&metrics(ob)->outbox_depth[ob->depth_shard], pending);
         atomic_store(&metrics(ob)->outbox_age_ms[ob->depth_shard], age_ms);
@@ -826,7 +1039,7 @@ static void on_callback_posted(void *arg, int delivered)
 
     job->post = NULL;
     count(&metrics(job->ob)->callbacks[delivered ? 0 : 1]);
-    store_outbox_ack(job->ob->env->deliver.store, job->shard, job->entry);
+    store_outbox_callback_done(job->ob->env->deliver.store, &job->e); /* the next one's turn */
     job_free(job);
 }
 
@@ -844,8 +1057,8 @@ static void on_callback_status(void *arg, store_status_t st, const store_outbox_
         return;
     }
     /* one per callback, the same on each try: the receiver's de-duplication key */
-    snprintf(event_id, sizeof(event_id), "%s.%s", job->id, job->entry);
-    body = st == STORE_OK ? outbox_status_text(job->id, s, event_id, &len) : NULL;
+    snprintf(event_id, sizeof(event_id), "%s.%s", job->e.request_id, job->e.entry_id);
+    body = st == STORE_OK ? outbox_status_text(job->e.request_id, s, event_id, &len) : NULL;
     if (body != NULL) {
         outbox_post_req_t req = {s->app,   s->callback,   body,
                                  event_id, s->updated_ms, &metrics(ob)->callback_retries};
@@ -854,6 +1067,33 @@ static void on_callback_status(void *arg, store_status_t st, const store_outbox_
     }
     if (job->post == NULL) /* the status not read, or out of memory */
         job_later(job, outbox_backoff_ms(ob->env, ++job->attempts));
+}
+
+static void on_callback_turn(void *arg, store_status_t st, int turn)
+{
+    ob_job_t *job = arg;
+
+    job->call = NULL;
+    if (st != STORE_OK) {
+        job_later(job, READ_RETRY_MS);
+        return;
+    }
+    if (!turn && job->stale) { /* the one before may have ended meanwhile */
+        callback_start(job);
+        return;
+    }
+    if (!turn) {
+        job_watch(job, job->e.order_key, 0);
+        /* the one before may be held by an instance that died: asked again when it may have
+         * been taken over */
+        job_later(job, job->ob->env->deliver.cfg->outbox_claim_ms);
+        return;
+    }
+    store_unwatch(job->sub);
+    job->sub = NULL;
+    evtimer_del(job->timer);
+    job->callback_turn = 1;
+    callback_start(job);
 }
 
 /* A broadcast's: its status as GET /broadcasts/<id> tells it, with eventId "<id>.<state>". A
@@ -872,13 +1112,13 @@ static void on_broadcast_status(void *arg, store_status_t st, const store_bc_sta
         return;
     }
     if (st == STORE_OK && s->sending > 0 &&
-        clock_wall_ms() < strtoll(job->entry, NULL, 10) + cfg->request_timeout_ms + 5000) {
+        clock_wall_ms() < strtoll(job->e.entry_id, NULL, 10) + cfg->request_timeout_ms + 5000) {
         job_later(job, 100);
         return;
     }
     if (st == STORE_OK) {
-        snprintf(event_id, sizeof(event_id), "%s.%s", job->id, s->state);
-        body = outbox_broadcast_status_text(job->id, s, event_id, &len);
+        snprintf(event_id, sizeof(event_id), "%s.%s", job->e.request_id, s->state);
+        body = outbox_broadcast_status_text(job->e.request_id, s, event_id, &len);
     }
     if (body != NULL) {
         outbox_post_req_t req = {s->app,   s->callback,   body,
@@ -890,19 +1130,29 @@ static void on_broadcast_status(void *arg, store_status_t st, const store_bc_sta
         job_later(job, outbox_backoff_ms(ob->env, ++job->attempts));
 }
 
+/* A member's callbacks go out in the order their requests ended: each waits for the one
+ * before to be taken (or given up), then reads the status and posts it. A broadcast's has no
+ * member: it is posted at once. */
 static void callback_start(ob_job_t *job)
 {
     store_status_t st = STORE_OK;
 
     job->stale = 0;
-    if (job->broadcast) {
-        job->bc_call = store_bc_status(job->ob->env->deliver.store, job->url, job->id,
-                                       on_broadcast_status, job, &st);
+    if (job->e.broadcast_channel != NULL) {
+        job->bc_call = store_bc_status(job->ob->env->deliver.store, job->e.broadcast_channel,
+                                       job->e.request_id, on_broadcast_status, job, &st);
         if (job->bc_call == NULL)
             job_later(job, READ_RETRY_MS);
         return;
     }
-    job->call = store_outbox_status(job->ob->env->deliver.store, job->shard, job->id,
+    if (job->e.callback_seq > 0 && !job->callback_turn) {
+        job->call = store_outbox_callback_turn(job->ob->env->deliver.store, &job->e,
+                                               on_callback_turn, job, &st);
+        if (job->call == NULL)
+            job_later(job, READ_RETRY_MS);
+        return;
+    }
+    job->call = store_outbox_status(job->ob->env->deliver.store, job->shard, job->e.request_id,
                                     on_callback_status, job, &st);
     if (job->call == NULL)
         job_later(job, READ_RETRY_MS);
@@ -913,15 +1163,7 @@ static void callback_start(ob_job_t *job)
 /* The job's entry as the store names it. */
 static store_outbox_entry_t event_entry(const ob_job_t *job)
 {
-    store_outbox_entry_t e;
-
-    memset(&e, 0, sizeof(e));
-    e.shard = job->shard;
-    e.entry_id = job->entry;
-    e.request_id = job->id;
-    e.order_key = job->order;
-    e.seq = job->seq;
-    return e;
+    return job->e;
 }
 
 static void on_event_posted(void *arg, int delivered)
@@ -958,7 +1200,7 @@ static void on_event_turn(void *arg, store_status_t st, int turn)
             return;
         }
         if (job->sub == NULL)
-            job->sub = store_watch_key(ob->env->deliver.store, job->order, on_order, job);
+            job->sub = store_watch_key(ob->env->deliver.store, job->e.order_key, on_order, job);
         job_later(job, ob->env->deliver.cfg->outbox_claim_ms);
         return;
     }
@@ -970,8 +1212,8 @@ static void on_event_turn(void *arg, store_status_t st, int turn)
         outbox_post_req_t req = {job->app,
                                  job->url,
                                  job->body,
-                                 job->id,
-                                 strtoll(job->entry, NULL, 10),
+                                 job->e.request_id,
+                                 strtoll(job->e.entry_id, NULL, 10),
                                  &metrics(ob)->webhook_post_retries};
         job->post = outbox_post_start(ob->env, &req, on_event_posted, job);
     }

@@ -14,9 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BACKOFF_FIRST_MS 1000                 /* contract.md section 12: 1 s doubling... */
-#define BACKOFF_MAX_MS   300000               /* ...at most 5 min between tries */
-#define POST_FOR_MS      (24LL * 3600 * 1000) /* a post is tried this long */
+#define BACKOFF_FIRST_MS 1000   /* contract.md section 12: 1 s doubling... */
+#define BACKOFF_MAX_MS   300000 /* ...at most 5 min between tries */
 #define ANSWER_MAX       4096
 
 /* Owned by the caller's side from outbox_post_start until done is called or it is cancelled. */
@@ -89,7 +88,7 @@ static void post_end(outbox_post_t *p, int delivered)
 /* Not answered 2xx: again after a backoff, for 24 h after the event. */
 static void post_again(outbox_post_t *p)
 {
-    if (clock_wall_ms() - p->since_ms > POST_FOR_MS) {
+    if (clock_wall_ms() - p->since_ms > OUTBOX_POST_FOR_MS) {
         log_msg(LOG_WARN, "outbox: post of event %s not taken in 24 h: dropped", p->event_id);
         post_end(p, 0);
         return;

@@ -8,6 +8,8 @@
 
 typedef struct outbox_post outbox_post_t;
 
+#define OUTBOX_POST_FOR_MS (24LL * 3600 * 1000) /* a post is tried this long */
+
 /* What to post. Copied by outbox_post_start: the caller may free it at once. */
 typedef struct outbox_post_req {
     const char *app;      /* whose secret signs it (an app without one: sent unsigned) */

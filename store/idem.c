@@ -88,8 +88,11 @@ static const char JOIN_SCRIPT[] = NOW_MS
     "local ttl = redis.call('PTTL', q) "
     "local function lease(id) local l = redis.call('HGET', w, id) "
     "if l then return tonumber(l) end "
-    /* not recorded: the queue's TTL is its lease; none yet (its PEXPIRE follows its RPUSH) */
-    "if ttl > 0 then return now + ttl end return now + left end "
+    /* not recorded: the queue's TTL is its lease; none yet (its PEXPIRE follows its RPUSH). A
+     * queue that holds a queued request's place (the outbox) lives for hours: an id that never
+     * recorded its lease there (its instance died before it joined) holds it no longer than a
+     * request's deadline (it came before this one: its deadline is before ours) */
+    "if ttl > 0 then return now + math.min(ttl, left) end return now + left end "
     "local h = redis.call('LINDEX', q, 0) "
     "if h and h ~= me and redis.call('HEXISTS', w, h) == 0 then "
     "redis.call('HSET', w, h, lease(h)) end "

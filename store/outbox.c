@@ -14,25 +14,44 @@
  * sent element leads its receipts back to the request (store_outbox_receipt). An element is
  * botgate's own JSON, only read. */
 #define INDEX_MESSAGE_FN                                                                           \
-    "local function index_message(rec, el, i, base, id, ttl) "                                    \
-    "local m = type(el) == 'table' and type(el.result) == 'table' and "                           \
-    "type(el.result.messages) == 'table' and el.result.messages[1] "                              \
-    "if type(m) ~= 'table' or type(m.id) ~= 'string' or m.id == '' then return end "              \
-    "local ch = redis.call('HGET', rec, 'ch') or '' "                                             \
-    "redis.call('SET', base .. string.len(ch) .. ':' .. ch .. ':' .. m.id, id .. ' ' .. i, "      \
+    "local function index_message(rec, el, i, base, id, ttl) "                                     \
+    "local m = type(el) == 'table' and type(el.result) == 'table' and "                            \
+    "type(el.result.messages) == 'table' and el.result.messages[1] "                               \
+    "if type(m) ~= 'table' or type(m.id) ~= 'string' or m.id == '' then return end "               \
+    "local ch = redis.call('HGET', rec, 'ch') or '' "                                              \
+    "redis.call('SET', base .. string.len(ch) .. ':' .. ch .. ':' .. m.id, id .. ' ' .. i, "       \
     "'PX', ttl) end "
 
-/* KEYS stream, record, order; ARGV id, app, body, channel, member, callback, keep_ms, ttl_ms
- * (the accepting instance's queue TTL: 'ends', when what is not sent expires). The entry
- * carries the order key: an attempt's script names it among its keys. */
+/* KEYS stream, record, order[, turns, leases]; ARGV id, app, body, channel, member, callback,
+ * keep_ms, ttl_ms (the accepting instance's queue TTL: 'ends', when what is not sent expires),
+ * kind[, turn_lease_ms, guess_ms]. The entry carries the order key: an attempt's script names it
+ * among its keys. With the turn keys, the request's id goes into the member's turn queue (idem.c's
+ * JOIN_SCRIPT tells how it is kept) in the same step: a sync request that reaches Redis after
+ * it queues behind it. The one ahead gets its lease recorded first, while the queue's TTL is
+ * still its lease (guess_ms when its PEXPIRE has not come yet, or when the TTL is an earlier
+ * queued request's: a sync request holds the turn no longer than its deadline), as
+ * JOIN_SCRIPT does. The turn
+ * keys are another slot's: the outbox runs on one Redis server only (outbox.h). A record that
+ * exists already was settled (SETTLE_SCRIPT): the request is not queued (-1). */
 static const char ACCEPT_SCRIPT[] =
-    NOW_MS "local seq = redis.call('HINCRBY', KEYS[3], 'n', 1) "
+    NOW_MS "if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end " /* settled: not queued */
+           "local seq = redis.call('HINCRBY', KEYS[3], 'n', 1) "
            "redis.call('PEXPIRE', KEYS[3], ARGV[7]) "
            "redis.call('HSET', KEYS[2], 'app', ARGV[2], 'body', ARGV[3], 'ch', ARGV[4], 'mb', "
            "ARGV[5], 'cb', ARGV[6], 'seq', seq, 'status', 'queued', 'attempts', 0, 'created', now, "
-           "'updated', now, 'next', 0, 'ends', now + ARGV[8]) "
+           "'updated', now, 'next', 0, 'ends', now + ARGV[8], 'kind', ARGV[9]) "
            "redis.call('PEXPIRE', KEYS[2], ARGV[7]) "
-           "redis.call('XADD', KEYS[1], '*', 'r', ARGV[1], 'o', KEYS[3]) return now";
+           "if not KEYS[4] then "
+           "redis.call('XADD', KEYS[1], '*', 'r', ARGV[1], 'o', KEYS[3]) return now end "
+           "local q, w, lease, guess = KEYS[4], KEYS[5], tonumber(ARGV[10]), tonumber(ARGV[11]) "
+           "local ttl = redis.call('PTTL', q) local h = redis.call('LINDEX', q, 0) "
+           "if h and redis.call('HEXISTS', w, h) == 0 then "
+           "redis.call('HSET', w, h, now + math.min(ttl > 0 and ttl or guess, guess)) end "
+           "redis.call('RPUSH', q, ARGV[1]) redis.call('HSET', w, ARGV[1], now + lease) "
+           "if lease > ttl then redis.call('PEXPIRE', q, lease) end "
+           "if lease > redis.call('PTTL', w) then redis.call('PEXPIRE', w, lease) end "
+           "redis.call('XADD', KEYS[1], '*', 'r', ARGV[1], 'o', KEYS[3], 'tc', ARGV[4], 'tm', "
+           "ARGV[5]) return now";
 
 /* A request of a broadcast (store/broadcast.c) names the broadcast's keys in its record: its
  * attempts running are in the set "bs"; its end counts in the broadcast's record "bc" as kind
@@ -48,10 +67,20 @@ static const char ACCEPT_SCRIPT[] =
     "redis.call('SCARD', f[3]) == 0 then "                                                         \
     "redis.call('HSET', f[1], 'state', 'done', 'updated', now) end end "
 
-/* KEYS record, order; ARGV owner, lease_ms. A member's requests start in the order of
- * their sequence numbers: the one before must be finished ('done' in the order hash). 'out'
- * stays set while an attempt may have a call out: found set with the lease over, the attempt
- * died, and response 'next' may have been delivered. */
+/* KEYS record; ARGV keep_ms. An accept whose answer was lost (a timeout: it may run later, or
+ * have run): 1 when it was queued; else 0, and a record without an app marks the id, so that
+ * the accept, should it still come, queues nothing (ACCEPT_SCRIPT) and GET finds nothing. */
+static const char SETTLE_SCRIPT[] =
+    "if redis.call('HEXISTS', KEYS[1], 'app') == 1 then return 1 end "
+    "redis.call('HSET', KEYS[1], 'status', 'void') redis.call('PEXPIRE', KEYS[1], ARGV[1]) "
+    "return 0";
+
+/* KEYS record, order[, turns]; ARGV owner, lease_ms[, id]. A member's requests start in the
+ * order of their sequence numbers: the one before must be finished ('done' in the order hash).
+ * With its place in the member's turn queue, it starts once no one is ahead there (a sync
+ * request that came before it; dead ones are dropped by store_turn_join), unless it expired:
+ * then it sends nothing. 'out' stays set while an attempt may have a call out: found set with
+ * the lease over, the attempt died, and response 'next' may have been delivered. */
 static const char START_SCRIPT[] =
     NOW_MS BC_END_FN "local r = redis.call('HMGET', KEYS[1], 'status', 'seq', 'due', 'lease', 'ends', "
            "'next', 'out') "
@@ -74,19 +103,21 @@ static const char START_SCRIPT[] =
            "local ends = tonumber(r[5]) local expired = now >= ends "
            "if r[3] and tonumber(r[3]) > now and not expired then "
            "return {'wait', tostring(math.min(tonumber(r[3]), ends) - now)} end "
+           "if KEYS[3] and not expired then local h = redis.call('LINDEX', KEYS[3], 0) "
+           "if h and h ~= ARGV[3] and redis.call('LPOS', KEYS[3], ARGV[3]) then "
+           "return {'turn'} end end "
            "redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease', now + ARGV[2], 'out', '1', "
            "'status', 'sending', 'updated', now) "
            "if bc then redis.call('SADD', redis.call('HGET', KEYS[1], 'bs'), KEYS[1]) end "
            "local n = tonumber(r[6] or '0') "
-           "local f = redis.call('HMGET', KEYS[1], 'body', 'app') "
+           "local f = redis.call('HMGET', KEYS[1], 'body', 'app', 'kind') "
            "local out = {'run', n, r[7] == '1' and 1 or 0, expired and 1 or 0, "
-           "redis.call('HINCRBY', KEYS[1], 'attempts', 1), f[1], f[2], bc and 1 or 0} "
+           "redis.call('HINCRBY', KEYS[1], 'attempts', 1), f[1], f[2], bc and 1 or 0, f[3] or ''} "
            "for i = 0, n - 1 do out[#out + 1] = redis.call('HGET', KEYS[1], 'e' .. i) or '' end "
            "return out";
 
 /* KEYS record; ARGV owner, index, element. */
-static const char PROGRESS_SCRIPT[] =
-    NOW_MS INDEX_MESSAGE_FN
+static const char PROGRESS_SCRIPT[] = NOW_MS INDEX_MESSAGE_FN
     "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
     "redis.call('HSET', KEYS[1], 'e' .. ARGV[2], ARGV[3], 'next', ARGV[2] + 1, 'updated', now) "
     /* ARGV[4] the message index's key base, ARGV[5] the request id */
@@ -114,36 +145,59 @@ static const char RECEIPT_SCRIPT[] =
            "if (redis.call('HGET', rec, 'cb') or '') ~= '' then "
            "redis.call('XADD', KEYS[1], '*', 'c', id) end return 1";
 
-/* KEYS record, order, stream; ARGV owner, entry, final, status, result, delay_ms, keep_ms,
- * group, request id, the message index's key base. Final: the status is written, the
- * member's order passes, the entry is acknowledged and deleted, and the callback's entry added,
- * in one step: a crash leaves either all of it or none. The elements' message ids are indexed
- * for their receipts (the last response's element is recorded only here). */
-static const char END_SCRIPT[] =
-    NOW_MS BC_END_FN INDEX_MESSAGE_FN
-           "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
-           "redis.call('HDEL', KEYS[1], 'owner', 'lease', 'out') "
-           "if ARGV[3] == '0' then bc_end(KEYS[1], nil, now) "
-           "redis.call('HSET', KEYS[1], 'status', 'queued', 'due', "
-           "now + ARGV[6], 'updated', now) return 1 end "
-           "local drop = {'due', 'body'} "
-           "for i = 0, tonumber(redis.call('HGET', KEYS[1], 'next') or '0') - 1 do "
-           "drop[#drop + 1] = 'e' .. i end "
-           "redis.call('HDEL', KEYS[1], unpack(drop)) "
-           "redis.call('HSET', KEYS[1], 'status', ARGV[4], 'result', ARGV[5], 'updated', now) "
-           "redis.call('PEXPIRE', KEYS[1], ARGV[7]) "
-           "local ok, res = pcall(cjson.decode, '{' .. ARGV[5] .. '}') "
-           "if ok and type(res) == 'table' and type(res.sendResult) == 'table' and "
-           "type(res.sendResult.result) == 'table' then "
-           "for i, el in ipairs(res.sendResult.result) do "
-           "index_message(KEYS[1], el, i - 1, ARGV[10], ARGV[9], ARGV[7]) end end "
-           "local seq = redis.call('HGET', KEYS[1], 'seq') "
-           "redis.call('HSET', KEYS[2], 'done', seq) redis.call('PUBLISH', KEYS[2], seq) "
-           "bc_end(KEYS[1], ARGV[4] == 'done' and 'sent' or "
-           "(string.find(ARGV[5], '\"err_code\":125', 1, true) and 'unknown' or 'failed'), now) "
-           "redis.call('XACK', KEYS[3], ARGV[8], ARGV[2]) redis.call('XDEL', KEYS[3], ARGV[2]) "
-           "if (redis.call('HGET', KEYS[1], 'cb') or '') ~= '' then "
-           "redis.call('XADD', KEYS[3], '*', 'c', ARGV[9]) end return 1";
+/* KEYS record, order, stream[, turns, leases]; ARGV owner, entry, final, status, result,
+ * delay_ms, keep_ms, group, request id, the message index's key base, callback_keep_ms. Final: the
+ * status is written, the member's order and turn pass (the next in the turn queue is told, as
+ * store_turn_done does), the entry is acknowledged and deleted, and the callback's entry added with
+ * the member's next callback number ('cbn'; its callbacks are posted in that order, 'cbdone' the
+ * last one ended: the order hash is kept while they may be tried), in one step: a crash leaves
+ * either all of it or none. The elements' message ids are indexed for their receipts (the last
+ * response's element is recorded only here). A broadcast's request counts its end in the
+ * broadcast (bc_end). */
+static const char END_SCRIPT[] = NOW_MS BC_END_FN INDEX_MESSAGE_FN
+    "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
+    "redis.call('HDEL', KEYS[1], 'owner', 'lease', 'out') "
+    "if ARGV[3] == '0' then bc_end(KEYS[1], nil, now) "
+    "redis.call('HSET', KEYS[1], 'status', 'queued', 'due', "
+    "now + ARGV[6], 'updated', now) return 1 end "
+    "local drop = {'due', 'body'} "
+    "for i = 0, tonumber(redis.call('HGET', KEYS[1], 'next') or '0') - 1 do "
+    "drop[#drop + 1] = 'e' .. i end "
+    "redis.call('HDEL', KEYS[1], unpack(drop)) "
+    "redis.call('HSET', KEYS[1], 'status', ARGV[4], 'result', ARGV[5], 'updated', now) "
+    "redis.call('PEXPIRE', KEYS[1], ARGV[7]) "
+    "local ok, res = pcall(cjson.decode, '{' .. ARGV[5] .. '}') "
+    "if ok and type(res) == 'table' and type(res.sendResult) == 'table' and "
+    "type(res.sendResult.result) == 'table' then "
+    "for i, el in ipairs(res.sendResult.result) do "
+    "index_message(KEYS[1], el, i - 1, ARGV[10], ARGV[9], ARGV[7]) end end "
+    "local seq = redis.call('HGET', KEYS[1], 'seq') "
+    "redis.call('HSET', KEYS[2], 'done', seq) redis.call('PUBLISH', KEYS[2], seq) "
+    "bc_end(KEYS[1], ARGV[4] == 'done' and 'sent' or "
+    "(string.find(ARGV[5], '\"err_code\":125', 1, true) and 'unknown' or 'failed'), now) "
+    "if KEYS[4] then redis.call('LREM', KEYS[4], 1, ARGV[9]) "
+    "redis.call('HDEL', KEYS[5], ARGV[9]) local h = redis.call('LINDEX', KEYS[4], 0) "
+    "if h then redis.call('PUBLISH', KEYS[4], h) end end "
+    "redis.call('XACK', KEYS[3], ARGV[8], ARGV[2]) redis.call('XDEL', KEYS[3], ARGV[2]) "
+    "if (redis.call('HGET', KEYS[1], 'cb') or '') ~= '' then "
+    "local cs = redis.call('HINCRBY', KEYS[2], 'cbn', 1) "
+    "if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[11]) then "
+    "redis.call('PEXPIRE', KEYS[2], ARGV[11]) end "
+    "redis.call('XADD', KEYS[3], '*', 'c', ARGV[9], 'o', KEYS[2], 'cs', cs) end return 1";
+
+/* KEYS order; ARGV the callback's number. 1 when the member's callbacks before it ended. */
+static const char CB_TURN_SCRIPT[] =
+    "return tonumber(redis.call('HGET', KEYS[1], 'cbdone') or '0') >= tonumber(ARGV[1]) - 1 "
+    "and 1 or 0";
+
+/* KEYS stream, order; ARGV group, entry, the callback's number (0: none). A callback ended:
+ * its entry goes, and the member's next callback may be posted (its job is told). */
+static const char CB_DONE_SCRIPT[] =
+    "redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) redis.call('XDEL', KEYS[1], ARGV[2]) "
+    "local n = tonumber(ARGV[3]) "
+    "if n > 0 and redis.call('EXISTS', KEYS[2]) == 1 and "
+    "tonumber(redis.call('HGET', KEYS[2], 'cbdone') or '0') < n then "
+    "redis.call('HSET', KEYS[2], 'cbdone', n) redis.call('PUBLISH', KEYS[2], 'cb') end return 1";
 
 /* KEYS stream; ARGV group, entry. */
 static const char ACK_SCRIPT[] =
@@ -165,6 +219,18 @@ static const char DEPTH_SCRIPT[] =
            "age = now - tonumber(string.match(first[1], '^(%d+)')) end "
            "return {redis.call('XLEN', KEYS[1]), age}";
 
+/* KEYS stream; ARGV group, min_idle_ms. Consumers that hold nothing and did not read for
+ * min_idle_ms are removed (XINFO and XGROUP DELCONSUMER in one step: one that takes an entry
+ * meanwhile is not removed with it). */
+static const char PRUNE_SCRIPT[] =
+    "local gone = 0 "
+    "for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do "
+    "local f = {} for i = 1, #c, 2 do f[c[i]] = c[i + 1] end "
+    "if f['pending'] == 0 and f['idle'] > tonumber(ARGV[2]) then "
+    "redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], f['name']) gone = gone + 1 end end "
+    "return gone";
+
+static _Thread_local store_script_t prune_script = STORE_SCRIPT(PRUNE_SCRIPT);
 /* KEYS stream, seen; ARGV event id, app, body, keep_ms, the order keys' base and suffix (a
  * subscription's key is base .. id .. suffix, of the stream's slot), then the subscriptions as
  * "id\nurl\n" pairs. An event the platform sends again (its id seen) adds nothing. */
@@ -195,12 +261,15 @@ static _Thread_local store_script_t event_add_script = STORE_SCRIPT(EVENT_ADD_SC
 static _Thread_local store_script_t event_turn_script = STORE_SCRIPT(EVENT_TURN_SCRIPT);
 static _Thread_local store_script_t event_end_script = STORE_SCRIPT(EVENT_END_SCRIPT);
 static _Thread_local store_script_t accept_script = STORE_SCRIPT(ACCEPT_SCRIPT);
+static _Thread_local store_script_t settle_script = STORE_SCRIPT(SETTLE_SCRIPT);
 static _Thread_local store_script_t start_script = STORE_SCRIPT(START_SCRIPT);
 static _Thread_local store_script_t progress_script = STORE_SCRIPT(PROGRESS_SCRIPT);
 static _Thread_local store_script_t end_script = STORE_SCRIPT(END_SCRIPT);
 static _Thread_local store_script_t ack_script = STORE_SCRIPT(ACK_SCRIPT);
 static _Thread_local store_script_t status_script = STORE_SCRIPT(STATUS_SCRIPT);
 static _Thread_local store_script_t depth_script = STORE_SCRIPT(DEPTH_SCRIPT);
+static _Thread_local store_script_t cb_turn_script = STORE_SCRIPT(CB_TURN_SCRIPT);
+static _Thread_local store_script_t cb_done_script = STORE_SCRIPT(CB_DONE_SCRIPT);
 
 typedef enum {
     C_ACCEPT,
@@ -210,6 +279,8 @@ typedef enum {
     C_CLAIM,
     C_DEPTH,
     C_SECRET,
+    C_TURN,
+    C_SETTLE,
     C_EVENT, /* an integer answer: store_outbox_event_cb and store_outbox_turn_cb */
     C_SUBS,  /* HGETALL of an app's subscriptions */
 } call_kind_t;
@@ -246,7 +317,8 @@ static size_t decode_entries(const redisReply *list, unsigned shard, store_outbo
         return 0;
     for (size_t i = 0; i < list->elements && n < room; i++) {
         const redisReply *e = list->element[i], *f;
-        store_outbox_entry_t en = {shard, NULL, NULL, "", 0, NULL, "", "", "", 0, 0, NULL};
+        store_outbox_entry_t en = {
+            .shard = shard, .order_key = "", .url = "", .app = "", .body = ""};
         if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
             e->element[0]->type != REDIS_REPLY_STRING)
             continue;
@@ -267,6 +339,12 @@ static size_t decode_entries(const redisReply *list, unsigned shard, store_outbo
                 en.broadcast_channel = value;
             } else if (strcmp(name, "o") == 0) {
                 en.order_key = value;
+            } else if (strcmp(name, "tc") == 0) {
+                en.turn_channel = value;
+            } else if (strcmp(name, "tm") == 0) {
+                en.turn_member = value;
+            } else if (strcmp(name, "cs") == 0) {
+                en.callback_seq = strtoll(value, NULL, 10);
             } else if (strcmp(name, "e") == 0) {
                 en.request_id = value;
             } else if (strcmp(name, "s") == 0) {
@@ -299,6 +377,8 @@ static void on_reply(redisReply *reply, void *arg)
     case C_ACCEPT:
         if (st == STORE_OK && reply->type != REDIS_REPLY_INTEGER)
             st = STORE_BAD_RECORD;
+        if (st == STORE_OK && store_eval_int(reply) < 0)
+            st = STORE_CONFLICT; /* settled before it ran: not queued */
         ((store_outbox_accept_cb *)c->cb)(c->arg, st, st == STORE_OK ? store_eval_int(reply) : 0);
         break;
     case C_DONE:
@@ -320,13 +400,15 @@ static void on_reply(redisReply *reply, void *arg)
             s->state = STORE_OUTBOX_FINAL;
         } else if (strcmp(what, "order") == 0) {
             s->state = STORE_OUTBOX_ORDER;
+        } else if (strcmp(what, "turn") == 0) {
+            s->state = STORE_OUTBOX_TURN;
         } else if (strcmp(what, "wait") == 0 && reply->elements == 2) {
             s->state = STORE_OUTBOX_WAIT;
             s->wait_ms = store_eval_int(reply->element[1]);
-        } else if (strcmp(what, "run") == 0 && reply->elements >= 8 &&
+        } else if (strcmp(what, "run") == 0 && reply->elements >= 9 &&
                    store_eval_int(reply->element[1]) >= 0 &&
                    store_eval_int(reply->element[1]) < STORE_OUTBOX_ELEMENTS_MAX &&
-                   reply->elements == 8 + (size_t)store_eval_int(reply->element[1])) {
+                   reply->elements == 9 + (size_t)store_eval_int(reply->element[1])) {
             s->state = STORE_OUTBOX_RUN;
             s->next = (unsigned)store_eval_int(reply->element[1]);
             s->crashed = store_eval_int(reply->element[2]) == 1;
@@ -335,8 +417,9 @@ static void on_reply(redisReply *reply, void *arg)
             s->body = store_eval_str(reply->element[5], &s->body_len);
             s->app = store_eval_str(reply->element[6], NULL);
             s->bulk = store_eval_int(reply->element[7]) == 1;
+            s->kind = store_eval_str(reply->element[8], NULL);
             for (unsigned i = 0; i < s->next; i++)
-                s->elements[i] = store_eval_str(reply->element[8 + i], &s->element_lens[i]);
+                s->elements[i] = store_eval_str(reply->element[9 + i], &s->element_lens[i]);
         } else {
             st = STORE_BAD_RECORD;
         }
@@ -391,6 +474,16 @@ static void on_reply(redisReply *reply, void *arg)
         ((store_outbox_depth_cb *)c->cb)(c->arg, st,
                                          st == STORE_OK ? store_eval_int(reply->element[0]) : 0,
                                          st == STORE_OK ? store_eval_int(reply->element[1]) : 0);
+        break;
+    case C_SETTLE:
+        if (st == STORE_OK && reply->type != REDIS_REPLY_INTEGER)
+            st = STORE_BAD_RECORD;
+        ((store_outbox_settle_cb *)c->cb)(c->arg, st, st == STORE_OK && store_eval_int(reply) == 1);
+        break;
+    case C_TURN:
+        if (st == STORE_OK && reply->type != REDIS_REPLY_INTEGER)
+            st = STORE_BAD_RECORD;
+        ((store_outbox_turn_cb *)c->cb)(c->arg, st, st == STORE_OK && store_eval_int(reply) == 1);
         break;
     case C_EVENT:
         if (st == STORE_OK && reply->type != REDIS_REPLY_INTEGER)
@@ -472,19 +565,34 @@ static int record_key(store_t *st, char *buf, unsigned shard, const char *id)
     return store_key_outbox_request(buf, STORE_KEY_MAX, store_prefix(st), shard, id);
 }
 
+/* The member's turn queue and its leases (idem.h): -1 when they do not fit. */
+static int turn_keys(store_t *st, const char *channel_id, const char *member_id,
+                     char turns[STORE_KEY_MAX], char leases[STORE_KEY_MAX])
+{
+    const char *prefix = store_prefix(st);
+
+    return store_key_turns(turns, STORE_KEY_MAX, prefix, channel_id, member_id) < 0 ||
+                   store_key_leases(leases, STORE_KEY_MAX, prefix, channel_id, member_id) < 0
+               ? -1
+               : 0;
+}
+
 store_outbox_call_t *store_outbox_accept(store_t *st, unsigned shard, const char *id,
                                          const store_outbox_new_t *req, int64_t keep_ms,
                                          int64_t ttl_ms, store_outbox_accept_cb *cb, void *arg,
                                          store_status_t *status)
 {
     char stream[STORE_KEY_MAX], record[STORE_KEY_MAX], order[STORE_KEY_MAX], keep[NUMFMT_DEC_SIZE],
-        ttl[NUMFMT_DEC_SIZE];
+        ttl[NUMFMT_DEC_SIZE], turns[STORE_KEY_MAX], leases[STORE_KEY_MAX], lease[NUMFMT_DEC_SIZE],
+        guess[NUMFMT_DEC_SIZE];
     store_outbox_call_t *c;
+    int turn = req->turn_lease_ms > 0;
 
     if (store_key_outbox(stream, sizeof(stream), store_prefix(st), shard) < 0 ||
         record_key(st, record, shard, id) < 0 ||
         store_key_outbox_order(order, sizeof(order), store_prefix(st), shard, req->channel_id,
-                               req->member_id) < 0) {
+                               req->member_id) < 0 ||
+        (turn && turn_keys(st, req->channel_id, req->member_id, turns, leases) < 0)) {
         *status = STORE_BAD_RECORD;
         return NULL;
     }
@@ -493,21 +601,51 @@ store_outbox_call_t *store_outbox_accept(store_t *st, unsigned shard, const char
         return NULL;
     }
     {
-        const char *words[] = {stream,
-                               record,
-                               order,
-                               id,
-                               req->app,
-                               req->body,
-                               req->channel_id,
-                               req->member_id,
-                               req->callback,
-                               numfmt_dec(keep, keep_ms),
-                               numfmt_dec(ttl, ttl_ms)};
-        size_t lens[11];
-        for (int i = 0; i < 11; i++)
-            lens[i] = i == 5 ? req->body_len : strlen(words[i]);
-        return run(st, &accept_script, c, 3, 11, words, lens, status);
+        const char *words[16];
+        size_t lens[16];
+        int n = 0, nkeys;
+        words[n++] = stream;
+        words[n++] = record;
+        words[n++] = order;
+        if (turn) {
+            words[n++] = turns;
+            words[n++] = leases;
+        }
+        nkeys = n;
+        words[n++] = id;
+        words[n++] = req->app;
+        words[n++] = req->body;
+        words[n++] = req->channel_id;
+        words[n++] = req->member_id;
+        words[n++] = req->callback;
+        words[n++] = numfmt_dec(keep, keep_ms);
+        words[n++] = numfmt_dec(ttl, ttl_ms);
+        words[n++] = req->kind;
+        if (turn) {
+            words[n++] = numfmt_dec(lease, req->turn_lease_ms);
+            words[n++] = numfmt_dec(guess, req->turn_guess_ms);
+        }
+        for (int i = 0; i < n; i++)
+            lens[i] = words[i] == req->body ? req->body_len : strlen(words[i]);
+        return run(st, &accept_script, c, nkeys, n, words, lens, status);
+    }
+}
+
+store_outbox_call_t *store_outbox_settle(store_t *st, unsigned shard, const char *id,
+                                         int64_t keep_ms, store_outbox_settle_cb *cb, void *arg,
+                                         store_status_t *status)
+{
+    char record[STORE_KEY_MAX], keep[NUMFMT_DEC_SIZE];
+    store_outbox_call_t *c;
+
+    if (record_key(st, record, shard, id) < 0 ||
+        (c = NEW_CALL(C_SETTLE, cb, arg, shard, status)) == NULL) {
+        *status = STORE_UNAVAILABLE;
+        return NULL;
+    }
+    {
+        const char *words[] = {record, numfmt_dec(keep, keep_ms)};
+        return run(st, &settle_script, c, 1, 2, words, NULL, status);
     }
 }
 
@@ -808,6 +946,18 @@ void store_outbox_ack(store_t *st, unsigned shard, const char *entry_id)
     }
 }
 
+void store_outbox_prune(store_t *st, unsigned shard, int64_t min_idle_ms)
+{
+    char stream[STORE_KEY_MAX], idle[NUMFMT_DEC_SIZE];
+
+    if (store_key_outbox(stream, sizeof(stream), store_prefix(st), shard) < 0)
+        return;
+    {
+        const char *words[] = {stream, STORE_OUTBOX_GROUP, numfmt_dec(idle, min_idle_ms)};
+        run(st, &prune_script, NULL, 1, 3, words, NULL, NULL);
+    }
+}
+
 store_outbox_call_t *store_outbox_depth(store_t *st, unsigned shard, store_outbox_depth_cb *cb,
                                         void *arg, store_status_t *status)
 {
@@ -827,22 +977,33 @@ store_outbox_call_t *store_outbox_depth(store_t *st, unsigned shard, store_outbo
 
 /* ---- one attempt ---- */
 
-store_outbox_call_t *store_outbox_start(store_t *st, unsigned shard, const char *id,
-                                        const char *order_key, const char *owner, int lease_ms,
-                                        store_outbox_start_cb *cb, void *arg,
-                                        store_status_t *status)
+store_outbox_call_t *store_outbox_start(store_t *st, const store_outbox_entry_t *e,
+                                        const char *owner, int lease_ms, store_outbox_start_cb *cb,
+                                        void *arg, store_status_t *status)
 {
-    char record[STORE_KEY_MAX], lease[NUMFMT_DEC_SIZE];
+    char record[STORE_KEY_MAX], turns[STORE_KEY_MAX], leases[STORE_KEY_MAX], lease[NUMFMT_DEC_SIZE];
+    int turn = e->turn_channel != NULL && e->turn_member != NULL;
     store_outbox_call_t *c;
 
-    if (record_key(st, record, shard, id) < 0 ||
-        (c = NEW_CALL(C_START, cb, arg, shard, status)) == NULL) {
+    if (record_key(st, record, e->shard, e->request_id) < 0 ||
+        (turn && turn_keys(st, e->turn_channel, e->turn_member, turns, leases) < 0) ||
+        (c = NEW_CALL(C_START, cb, arg, e->shard, status)) == NULL) {
         *status = STORE_UNAVAILABLE;
         return NULL;
     }
     {
-        const char *words[] = {record, order_key, owner, numfmt_dec(lease, lease_ms)};
-        return run(st, &start_script, c, 2, 4, words, NULL, status);
+        const char *words[6];
+        int n = 0, nkeys;
+        words[n++] = record;
+        words[n++] = e->order_key;
+        if (turn)
+            words[n++] = turns;
+        nkeys = n;
+        words[n++] = owner;
+        words[n++] = numfmt_dec(lease, lease_ms);
+        if (turn)
+            words[n++] = e->request_id;
+        return run(st, &start_script, c, nkeys, n, words, NULL, status);
     }
 }
 
@@ -862,8 +1023,8 @@ store_outbox_call_t *store_outbox_progress(store_t *st, unsigned shard, const ch
     }
     {
         const char *words[] = {record, owner, numfmt_dec(index, i), element, base, id};
-        size_t lens[] = {strlen(record), strlen(owner), strlen(words[2]), len, strlen(base),
-                         strlen(id)};
+        size_t lens[] = {strlen(record), strlen(owner), strlen(words[2]), len,
+                         strlen(base),   strlen(id)};
         return run(st, &progress_script, c, 1, 6, words, lens, status);
     }
 }
@@ -872,35 +1033,47 @@ store_outbox_call_t *store_outbox_end(store_t *st, unsigned shard, const char *i
                                       const char *owner, const store_outbox_end_t *end,
                                       store_outbox_done_cb *cb, void *arg, store_status_t *status)
 {
-    char record[STORE_KEY_MAX], stream[STORE_KEY_MAX], delay[NUMFMT_DEC_SIZE],
-        keep[NUMFMT_DEC_SIZE], base[STORE_KEY_MAX];
+    const store_outbox_entry_t *e = end->entry;
+    char record[STORE_KEY_MAX], stream[STORE_KEY_MAX], turns[STORE_KEY_MAX], leases[STORE_KEY_MAX],
+        delay[NUMFMT_DEC_SIZE], keep[NUMFMT_DEC_SIZE], cb_keep[NUMFMT_DEC_SIZE],
+        base[STORE_KEY_MAX];
+    int turn = e->turn_channel != NULL && e->turn_member != NULL;
     store_outbox_call_t *c;
 
     if (record_key(st, record, shard, id) < 0 ||
         store_key_outbox(stream, sizeof(stream), store_prefix(st), shard) < 0 ||
+        (turn && turn_keys(st, e->turn_channel, e->turn_member, turns, leases) < 0) ||
         store_key_outbox_message_base(base, sizeof(base), store_prefix(st), shard) < 0 ||
         (c = NEW_CALL(C_DONE, cb, arg, shard, status)) == NULL) {
         *status = STORE_UNAVAILABLE;
         return NULL;
     }
     {
-        const char *words[] = {record,
-                               end->order_key,
-                               stream,
-                               owner,
-                               end->entry_id,
-                               end->final ? "1" : "0",
-                               end->status ? end->status : "",
-                               end->result ? end->result : "",
-                               numfmt_dec(delay, end->delay_ms),
-                               numfmt_dec(keep, end->keep_ms),
-                               STORE_OUTBOX_GROUP,
-                               id,
-                               base};
-        size_t lens[13];
-        for (int i = 0; i < 13; i++)
-            lens[i] = i == 7 && end->result ? end->result_len : strlen(words[i]);
-        return run(st, &end_script, c, 3, 13, words, lens, status);
+        const char *words[16];
+        size_t lens[16];
+        int n = 0, nkeys;
+        words[n++] = record;
+        words[n++] = e->order_key;
+        words[n++] = stream;
+        if (turn) {
+            words[n++] = turns;
+            words[n++] = leases;
+        }
+        nkeys = n;
+        words[n++] = owner;
+        words[n++] = e->entry_id;
+        words[n++] = end->final ? "1" : "0";
+        words[n++] = end->status ? end->status : "";
+        words[n++] = end->result ? end->result : "";
+        words[n++] = numfmt_dec(delay, end->delay_ms);
+        words[n++] = numfmt_dec(keep, end->keep_ms);
+        words[n++] = STORE_OUTBOX_GROUP;
+        words[n++] = id;
+        words[n++] = base;
+        words[n++] = numfmt_dec(cb_keep, end->callback_keep_ms);
+        for (int i = 0; i < n; i++)
+            lens[i] = words[i] == end->result ? end->result_len : strlen(words[i]);
+        return run(st, &end_script, c, nkeys, n, words, lens, status);
     }
 }
 
@@ -943,6 +1116,37 @@ static store_outbox_call_t *app_command(store_t *st, store_outbox_call_t *c, con
         return NULL;
     }
     return c;
+}
+
+store_outbox_call_t *store_outbox_callback_turn(store_t *st, const store_outbox_entry_t *e,
+                                                store_outbox_turn_cb *cb, void *arg,
+                                                store_status_t *status)
+{
+    char n[NUMFMT_DEC_SIZE];
+    store_outbox_call_t *c = NEW_CALL(C_TURN, cb, arg, e->shard, status);
+
+    if (c == NULL) {
+        *status = STORE_UNAVAILABLE;
+        return NULL;
+    }
+    {
+        const char *words[] = {e->order_key, numfmt_dec(n, e->callback_seq)};
+        return run(st, &cb_turn_script, c, 1, 2, words, NULL, status);
+    }
+}
+
+void store_outbox_callback_done(store_t *st, const store_outbox_entry_t *e)
+{
+    char stream[STORE_KEY_MAX], n[NUMFMT_DEC_SIZE];
+
+    if (store_key_outbox(stream, sizeof(stream), store_prefix(st), e->shard) < 0)
+        return;
+    {
+        /* an entry without a member's order key names its stream twice: one slot */
+        const char *words[] = {stream, e->order_key[0] ? e->order_key : stream, STORE_OUTBOX_GROUP,
+                               e->entry_id, numfmt_dec(n, e->callback_seq)};
+        run(st, &cb_done_script, NULL, 2, 5, words, NULL, NULL);
+    }
 }
 
 store_outbox_call_t *store_outbox_subscriptions(store_t *st, const char *app,

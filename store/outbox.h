@@ -28,6 +28,13 @@ typedef struct store_outbox_new {
     size_t body_len;
     const char *channel_id, *member_id;
     const char *callback; /* statusCallback URL, "" when none */
+    const char *kind;     /* the operation: "" for sendResponses, "redirect" */
+    /* > 0: the request takes its place in the member's turn queue now (contract.md sections 7
+     * and 12: async and sync messages go out in the order they reached Redis), held this long
+     * at most; its attempts wait for that turn (STORE_OUTBOX_TURN) and the final end gives it
+     * back. 0: no turn (member order off). */
+    int64_t turn_lease_ms;
+    int64_t turn_guess_ms; /* the lease of a sync holder whose own is not set yet */
 } store_outbox_new_t;
 
 /* created_ms: Redis's clock when it was accepted. */
@@ -40,6 +47,13 @@ store_outbox_call_t *store_outbox_accept(store_t *st, unsigned shard, const char
                                          int64_t ttl_ms, store_outbox_accept_cb *cb, void *arg,
                                          store_status_t *status);
 
+/* An accept that got no answer (it timed out, the connection went): queued 1 when its script
+ * ran; else 0, and from now on it cannot run (a late one queues nothing). */
+typedef void store_outbox_settle_cb(void *arg, store_status_t st, int queued);
+store_outbox_call_t *store_outbox_settle(store_t *st, unsigned shard, const char *id,
+                                         int64_t keep_ms, store_outbox_settle_cb *cb, void *arg,
+                                         store_status_t *status);
+
 /* ---- the consumers ---- */
 
 /* An entry read from a shard's stream: a request to deliver, a status callback to post, or a
@@ -48,8 +62,12 @@ typedef struct store_outbox_entry {
     unsigned shard;
     const char *entry_id;   /* the stream's id */
     const char *request_id; /* a request's or a callback's; an event's id */
-    const char *order_key;  /* a request's or an event's member order key ("" for a callback) */
-    int callback;           /* 1: post the status of request_id */
+    /* a request's or an event's member order key; a callback's when it is ordered ("" else) */
+    const char *order_key;
+    /* the channel and member whose turn queue holds a request's place, NULL without one */
+    const char *turn_channel, *turn_member;
+    int callback;         /* 1: post the status of request_id */
+    int64_t callback_seq; /* its number among the member's callbacks (0: not ordered) */
     /* an event (subscription not NULL): posted to url, signed with app's secret, as number
      * seq of its member's events to that subscription */
     const char *subscription, *url, *app, *body;
@@ -131,8 +149,20 @@ store_outbox_call_t *store_outbox_claim(store_t *st, unsigned shard, const char 
                                         int min_idle_ms, unsigned count,
                                         store_outbox_entries_cb *cb, void *arg,
                                         store_status_t *status);
+/* A status callback's turn among its member's (entry e, callback_seq > 0): turn 1 when the
+ * callbacks before it ended (store_outbox_turn_cb is the events' above). */
+store_outbox_call_t *store_outbox_callback_turn(store_t *st, const store_outbox_entry_t *e,
+                                                store_outbox_turn_cb *cb, void *arg,
+                                                store_status_t *status);
+/* A status callback ended (posted, or given up): its entry goes and the member's next
+ * callback may go out (a PUBLISH on the order key tells its job). */
+void store_outbox_callback_done(store_t *st, const store_outbox_entry_t *e);
 /* Acknowledges and deletes an entry that has nothing left to do. */
 void store_outbox_ack(store_t *st, unsigned shard, const char *entry_id);
+/* Removes the consumers of a shard's group that hold no entry and have not read for
+ * min_idle_ms: those of workers that are gone (each worker of each process is a consumer of
+ * its own; a live one reads at least every few seconds). */
+void store_outbox_prune(store_t *st, unsigned shard, int64_t min_idle_ms);
 /* Entries and the oldest entry's age (ms) of a shard's stream, for the metrics. */
 typedef void store_outbox_depth_cb(void *arg, store_status_t st, int64_t pending,
                                    int64_t oldest_age_ms);
@@ -147,6 +177,7 @@ typedef enum {
     STORE_OUTBOX_GONE,  /* no such record (expired) */
     STORE_OUTBOX_ORDER, /* an earlier request of the member is not finished: wait for it */
     STORE_OUTBOX_WAIT,  /* another attempt holds the lease, or a retry is due later: wait_ms */
+    STORE_OUTBOX_TURN,  /* a request ahead in the member's turn queue (a sync one) holds it */
 } store_outbox_state_t;
 
 /* What an attempt starts from; strings valid during the callback only. */
@@ -159,6 +190,7 @@ typedef struct store_outbox_start {
     int64_t attempts; /* counting this one */
     int bulk;         /* a broadcast's message (store/broadcast.c): low priority */
     const char *body, *app;
+    const char *kind; /* as accepted (store_outbox_new_t) */
     size_t body_len;
     /* the elements of the responses before next ("" where none was recorded) */
     const char *elements[STORE_OUTBOX_ELEMENTS_MAX];
@@ -166,11 +198,10 @@ typedef struct store_outbox_start {
 } store_outbox_start_t;
 
 typedef void store_outbox_start_cb(void *arg, store_status_t st, const store_outbox_start_t *s);
-/* Starts an attempt on request id as owner, for lease_ms at most. */
-store_outbox_call_t *store_outbox_start(store_t *st, unsigned shard, const char *id,
-                                        const char *order_key, const char *owner, int lease_ms,
-                                        store_outbox_start_cb *cb, void *arg,
-                                        store_status_t *status);
+/* Starts an attempt on request id (entry e) as owner, for lease_ms at most. */
+store_outbox_call_t *store_outbox_start(store_t *st, const store_outbox_entry_t *e,
+                                        const char *owner, int lease_ms, store_outbox_start_cb *cb,
+                                        void *arg, store_status_t *status);
 /* STORE_OK: recorded; STORE_CONFLICT: another attempt holds the record now. */
 typedef void store_outbox_done_cb(void *arg, store_status_t st);
 /* Records response i's final element before the next response's call may go out. */
@@ -181,14 +212,14 @@ store_outbox_call_t *store_outbox_progress(store_t *st, unsigned shard, const ch
 
 /* How an attempt ended. */
 typedef struct store_outbox_end {
-    const char *entry_id;
-    const char *order_key;
+    const store_outbox_entry_t *entry; /* final: its order and turn pass */
     int final;          /* 1: status and result are the end; 0: tried again in delay_ms */
     const char *status; /* "done" or "failed" */
     const char *result; /* JSON text: {"sendResult":..} or {"error":..} */
     size_t result_len;
     int64_t delay_ms;
-    int64_t keep_ms; /* a final status is kept this long */
+    int64_t keep_ms;          /* a final status is kept this long */
+    int64_t callback_keep_ms; /* the member's order is kept this long for a callback queued */
 } store_outbox_end_t;
 store_outbox_call_t *store_outbox_end(store_t *st, unsigned shard, const char *id,
                                       const char *owner, const store_outbox_end_t *end,

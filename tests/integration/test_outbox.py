@@ -56,6 +56,18 @@ class Case(StackTest):
         wait_for(final, timeout=timeout, what="request %s to end" % rid)
         return got["a"].json
 
+    def kill_when_attempting(self, name, rid):
+        """SIGKILLs instance name once its log shows request rid's first attempt started."""
+        s = self.s
+
+        def attempt_started():
+            with open(os.path.join(s.dir, name + ".log"), errors="replace") as f:
+                return "outbox: request %s attempt 1" % rid in f.read()
+        wait_for(attempt_started, what="the attempt")
+        p = s.procs.pop(name)
+        p.kill()
+        p.wait()
+
     def texts(self, word):
         """The texts containing word the simulator took, in the order it took them."""
         out, since = [], 0
@@ -147,6 +159,84 @@ class Outbox(Case):
         self.assertGreaterEqual(
             self.s.metric('botgate_outbox_retries_total{reason="rate_limited"}'), 1)
 
+    def test_7_sync_after_async_goes_after_it(self):
+        """Contract section 12: a member's async and sync messages go out in the order they
+        reached Redis. Two queued requests, the first slow on the platform (the second waits in
+        the outbox behind it); a sync request sent once both were accepted goes out last."""
+        def text(t):
+            return {"channelId": "fbq", "memberId": "mq", "response": [{"type": "TEXT", "text": t}]}
+        rids = [self.post(text("ord-1 slow1500")).json["requestId"],
+                self.post(text("ord-2")).json["requestId"]]
+        sync = self.post(text("ord-3"), headers={})
+        self.assertEqual(sync.status, 200, sync)
+        self.assertEqual(sync.json["sendResult"]["ok"], 1, sync)
+        self.assertEqual([self.wait_final(r)["status"] for r in rids], ["done", "done"])
+        self.assertEqual(self.texts("ord-"), ["ord-1 slow1500", "ord-2", "ord-3"])
+
+    def test_8_async_after_sync_waits_for_its_turn(self):
+        """The other way round: a sync request holds the member's turn (its call is slow); a
+        request queued meanwhile goes out only once that turn passed, not beside it."""
+        def text(t):
+            return {"channelId": "fbq", "memberId": "mq", "response": [{"type": "TEXT", "text": t}]}
+        out = {}
+        t = threading.Thread(target=lambda: out.update(a=self.post(text("tu-1 slow1500"), {})))
+        t.start()
+        try:
+            wait_for(lambda: self.s.redis("KEYS", "*turnq*fbq*mq"), what="the sync request's turn")
+            rid = self.post(text("tu-2")).json["requestId"]
+        finally:
+            t.join()
+        self.assertEqual(out["a"].status, 200, out["a"])
+        self.assertEqual(self.wait_final(rid)["status"], "done")
+        took = [(r["ts_ms"], r["body"]["message"]["text"]) for r in self.s.sim_log()
+                if "tu-" in (r.get("body") or {}).get("message", {}).get("text", "")]
+        self.assertEqual([x for _, x in took], ["tu-1 slow1500", "tu-2"])
+        self.assertGreaterEqual(took[1][0] - took[0][0], 1400, took)  # after tu-1's answer
+
+    def test_9_redis_stall_while_accepting(self):
+        """Redis stalls (DEBUG SLEEP 1.6 s; the harness's BOTGATE_REDIS_TIMEOUT_MS is 500) while
+        requests are being accepted: an accept script may run after botgate stopped waiting for
+        it. Each answer is what Redis holds: a 202 is delivered at most once (reported 125 when
+        the stall cut its attempt: never lost), any other answer never."""
+        s = self.s
+        answers = {}
+        stop = threading.Event()
+
+        def accepted_count():
+            return len([a for a in list(answers.values()) if a.status == 202])
+
+        def client(k):
+            for n in range(400):
+                if stop.is_set():
+                    return
+                t = "stall-%d-%03d" % (k, n)
+                answers[t] = self.post({"channelId": "fbq", "memberId": "mq" if k % 2 else "mr",
+                                        "response": [{"type": "TEXT", "text": t}]})
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(6)]
+        for t in threads:
+            t.start()
+        try:
+            wait_for(lambda: len(answers) >= 30, what="requests flowing")
+            s.redis("DEBUG", "SLEEP", "1.6")
+            resumed = accepted_count()
+            wait_for(lambda: accepted_count() >= resumed + 30, what="requests accepted again")
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        accepted = {t: a.json["requestId"] for t, a in answers.items() if a.status == 202}
+        refused = [a for a in answers.values() if a.status != 202]
+        self.assertTrue(refused, "the stall refused nothing: it did not hit the accepts")
+        for a in refused:
+            self.assertEqual(a.json["err_code"], 119, a)
+        finals = {t: self.wait_final(rid, timeout=60) for t, rid in accepted.items()}
+        took = self.texts("stall-")
+        self.assertEqual(len(took), len(set(took)), "sent twice")
+        self.assertEqual(set(took) - set(accepted), set(), "sent, though answered 119")
+        for t, st in finals.items():
+            if t not in took:  # an attempt the stall cut: reported, never lost
+                self.assertEqual(st["sendResult"]["result"][0]["error"]["err_code"], 125, st)
+
     def test_5_metrics(self):
         body = {"channelId": "fbq", "memberId": "mq", "response": [{"type": "TEXT", "text": "ob5"}]}
         before = self.s.metric("botgate_outbox_accepted_total")
@@ -160,6 +250,111 @@ class Outbox(Case):
                           'err_code="0"}'), 1)
         wait_for(lambda: 'botgate_outbox_depth{shard="15"}' in http(
             "GET", self.s.url + "/metrics").raw, what="the depth gauges")
+
+
+class Redirects(Case):
+    """redirectMemberToNode with Prefer: respond-async (section 12: either operation): checked
+    at once (the target node too), queued, then run once by the outbox as a synchronous one
+    runs; a run is never repeated half-way, and one queued past the TTL does not run."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        s = cls.s
+        path = os.path.join(s.dir, "tree-ob.json")
+        with open(path, "w") as f:
+            json.dump({"_id": "TOB", "app": APP, "name": "outbox tree", "nodes": {"N1": {
+                "preAction": [{"type": "set", "path": "member.meta.seen",
+                               "value": "{{agendaMeta.k}}"}],
+                "response": [{"type": "TEXT", "text": "rd-{{agendaMeta.k}}"}]}}}, f)
+        s.ctl("tree", "import", path)
+        cls.tok_r = s.token(APP, "bot:redirectMemberToNode")
+        main_url = s.url
+        cls.ttl_url = "http://127.0.0.1:%d" % free_port()
+        s.start_gateway(port=int(cls.ttl_url.rsplit(":", 1)[1]), name="botgate-ttl",
+                        extra={"BOTGATE_OUTBOX_TTL_S": "1"})
+        s.url = main_url
+
+    def redirect(self, body, headers=None, url=None):
+        h = {"Authorization": "Bearer " + self.tok_r}
+        h.update(headers if headers is not None else ASYNC)
+        return http("POST", (url or self.s.url) + "/redirectMemberToNode", body, h)
+
+    def seen(self):
+        return json.loads(self.s.redis("GET", "botgate:member:{fbq}:mq"))["meta"].get("seen")
+
+    @staticmethod
+    def body(k, node="N1", **over):
+        b = {"channelId": "fbq", "memberId": "mq", "meta": {"k": k},
+             "redirect": {"tree": "TOB", "nodeCompositeId": node}}
+        b.update(over)
+        return b
+
+    def test_queued_then_run(self):
+        a = self.redirect(self.body("one"))
+        self.assertEqual(a.status, 202, a)
+        self.assertEqual(set(a.json), {"ok", "requestId", "member", "status"})
+        rid = a.json["requestId"]
+        self.assertEqual(a.headers.get("Preference-Applied"), "respond-async")
+        self.assertEqual(a.headers.get("Location"), "/requests/" + rid)
+        st = self.wait_final(rid)
+        self.assertEqual(st["status"], "done", st)
+        self.assertEqual(st["sendResult"]["ok"], 1, st)
+        self.assertEqual(len(st["sendResult"]["result"]), 1, st)
+        self.assertEqual(self.texts("rd-one"), ["rd-one"])
+        rec = json.loads(self.s.redis("GET", "botgate:member:{fbq}:mq"))
+        self.assertEqual(rec["meta"]["seen"], "one")  # its pre-action was written back
+
+    def test_checked_at_once(self):
+        self.assert_error(self.redirect(self.body("x", node="NOPE")), 115)
+        self.assert_error(self.redirect(self.body("x", memberId="nope")), 114)
+        self.assert_error(self.redirect(self.body("x", statusCallback="ftp://x")), 108,
+                          mentions="statusCallback")
+        self.assertEqual(self.texts("rd-x"), [])
+
+    def test_expired_is_not_run(self):
+        """Accepted with a TTL of 1 s behind a send that takes longer: not run at all (128),
+        neither its response nor its pre-action."""
+        url = self.ttl_url
+        sid = self.post({"channelId": "fbq", "memberId": "mq",
+                         "response": [{"type": "TEXT", "text": "rd-e1 slow1800"}]},
+                        url=url).json["requestId"]
+        rid = self.redirect(self.body("e2"), url=url).json["requestId"]
+        self.assertEqual(self.wait_final(sid, url=url)["status"], "done")
+        st = self.wait_final(rid, url=url)
+        self.assertEqual(st["status"], "failed", st)
+        self.assertEqual([e["error"]["err_code"] for e in st["sendResult"]["result"]], [128], st)
+        self.assertEqual(self.texts("rd-e2"), [])
+        self.assertNotEqual(self.seen(), "e2")
+
+    def test_never_run_twice(self):
+        """The instance running a queued redirect dies while its response is on the wire: the
+        instance that takes it over reports 125 and runs nothing again."""
+        s = self.s
+        s.stop_gateway("botgate-ttl")  # the victim alone takes it
+        s.stop_gateway("botgate")
+        s.start_gateway(port=free_port(), name="botgate-victim")
+        try:
+            rid = self.redirect(self.body("k1 slow1500")).json["requestId"]
+            self.kill_when_attempting("botgate-victim", rid)
+        finally:
+            s.start_gateway(port=free_port(), name="botgate")
+        st = self.wait_final(rid, timeout=60)
+        self.assertEqual(st["status"], "failed", st)
+        self.assertEqual([e["error"]["err_code"] for e in st["sendResult"]["result"]], [125], st)
+        self.assertEqual(st["attempts"], 2, st)
+        self.assertLessEqual(len(self.texts("rd-k1")), 1)
+
+    def test_in_order_with_sends(self):
+        """A member's queued redirect, queued send and sync send go out in that order."""
+        rid = self.redirect(self.body("o1 slow1000")).json["requestId"]
+        sid = self.post({"channelId": "fbq", "memberId": "mq",
+                         "response": [{"type": "TEXT", "text": "rd-o2"}]}).json["requestId"]
+        sync = self.post({"channelId": "fbq", "memberId": "mq",
+                          "response": [{"type": "TEXT", "text": "rd-o3"}]}, headers={})
+        self.assertEqual(sync.status, 200, sync)
+        self.assertEqual([self.wait_final(r)["status"] for r in (rid, sid)], ["done", "done"])
+        self.assertEqual(self.texts("rd-o"), ["rd-o1 slow1000", "rd-o2", "rd-o3"])
 
 
 class Burst(Case):
@@ -471,6 +666,73 @@ class Takeover(Case):
             self.assertEqual(mine, sorted(mine), "member tm%d out of order" % i)
 
 
+class Consumers(Case):
+    """Each worker of each process is a consumer of its own, made by its first read (named
+    <process>-<worker>): a stopped instance's go from the group once they hold nothing and have
+    been idle for longer than BOTGATE_OUTBOX_CLAIM_MS x 2, 15 s at least (a live but quiet one
+    may go too: harmless, its next read makes it again)."""
+    stack_args = {"workers": 2, "env": {"BOTGATE_MEMBER_ORDER": None,
+                                        "BOTGATE_OUTBOX_CLAIM_MS": "1000"}}
+
+    def processes(self):
+        """The process part of the names of every shard's consumers."""
+        out = set()
+        for shard in range(16):
+            try:
+                got = self.s.redis("XINFO", "CONSUMERS", "botgate:outbox:{%d}" % shard, "botgate")
+            except RuntimeError:  # the stream and its group are made by the first read
+                continue
+            out |= {c[1].rsplit("-", 1)[0] for c in got}
+        return out
+
+    def traffic(self, word):
+        rids = [self.post({"channelId": "fbq", "memberId": "cm%d" % i,
+                           "response": [{"type": "TEXT", "text": "%s-%d" % (word, i)}]}
+                          ).json["requestId"] for i in range(16)]
+        for rid in rids:
+            self.assertEqual(self.wait_final(rid)["status"], "done")
+
+    def test_a_stopped_instances_consumers_go(self):
+        s = self.s
+        for i in range(16):
+            s.put("member", member("cm%d" % i, "fbq", APP, "psid-cm%d" % i))
+        s.stop_gateway("botgate")
+        s.start_gateway(port=free_port(), name="botgate-old")
+        self.traffic("cons-a")
+        old = self.processes()
+        self.assertEqual(len(old), 1, old)
+        s.start_gateway(port=free_port(), name="botgate")
+        p = s.procs.pop("botgate-old")
+        p.kill()
+        p.wait()
+        self.traffic("cons-b")  # the live instance's consumers are made
+        wait_for(lambda: not (self.processes() & old), timeout=90,
+                 what="the stopped instance's consumers removed")
+        self.traffic("cons-c")  # and the live one still delivers
+
+
+class FullOfWaiters(Case):
+    """A worker whose every job slot holds a request waiting for its member's earlier one,
+    which a dead instance left pending: it still takes that one over (else nothing moves)."""
+
+    def test_takes_over_though_full(self):
+        s = self.s
+        s.stop_gateway("botgate")
+        s.start_gateway(port=free_port(), name="botgate-victim")
+        body = {"channelId": "fbq", "memberId": "mq"}
+        head = self.post(dict(body, response=[{"type": "TEXT", "text": "full-0 slow1800"}]))
+        rid = head.json["requestId"]
+        self.kill_when_attempting("botgate-victim", rid)
+        s.start_gateway(port=free_port(), name="botgate",
+                        extra={"BOTGATE_WORKERS": "1", "BOTGATE_OUTBOX_JOBS": "2"})
+        rids = [self.post(dict(body, response=[{"type": "TEXT", "text": "full-%d" % n}])
+                          ).json["requestId"] for n in (1, 2)]
+        st = self.wait_final(rid, timeout=30)
+        self.assertEqual(st["sendResult"]["result"][0]["error"]["err_code"], 125, st)
+        self.assertEqual([self.wait_final(r)["status"] for r in rids], ["done", "done"])
+        self.assertEqual(self.texts("full-")[-2:], ["full-1", "full-2"])
+
+
 class Receiver:
     """An HTTP server that takes status callbacks: the first `refuse` get 500, the rest 200."""
 
@@ -542,6 +804,21 @@ class Callbacks(Case):
         st.pop("eventId")
         self.assertEqual(st, self.status(rid).json)
         self.assertEqual(self.texts("cb1"), ["cb1"])
+
+    def test_callbacks_in_order_per_member(self):
+        """Section 12: callbacks in order per member. The first is refused once: the member's
+        later ones wait for its retry to be taken."""
+        rx = Receiver(refuse=1)
+        try:
+            rids = [self.post({"channelId": "fbq", "memberId": "mq", "statusCallback": rx.url,
+                               "response": [{"type": "TEXT", "text": "cbo%d" % i}]}
+                              ).json["requestId"] for i in range(3)]
+            wait_for(lambda: len([g for g in rx.got if g[2] == 200]) == 3, timeout=30,
+                     what="three callbacks taken")
+        finally:
+            rx.stop()
+        got = [(json.loads(raw)["requestId"], status) for _, raw, status in rx.got]
+        self.assertEqual(got, [(rids[0], 500), (rids[0], 200), (rids[1], 200), (rids[2], 200)])
 
     def test_status_callback_must_be_a_url(self):
         body = {"channelId": "fbq", "memberId": "mq", "statusCallback": "javascript:alert(1)",
