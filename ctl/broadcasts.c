@@ -305,8 +305,9 @@ int ctl_broadcast_create(const ctl_opts_t *o)
     }
     {
         char stream[STORE_KEY_MAX];
-        const char *argv[] = {"EVAL", store_bc_finish_script, "5", k[0], k[1], idx, act, stream,
-                              KEEP_MS, channel, entry};
+        const char *argv[] = {
+            "EVAL", store_bc_finish_script, "5", k[0], k[1], idx, act, stream, KEEP_MS, channel,
+            entry};
         long long total = store_bc_callback_stream(stream, sizeof(stream), ctl_prefix) < 0
                               ? -1
                               : eval_pair(11, argv, text, sizeof(text));
@@ -497,8 +498,8 @@ int ctl_broadcast_cancel(const ctl_opts_t *o)
     snprintf(entry, sizeof(entry), "%s\t%s", channel, id);
     {
         /* its statusCallback is queued by the script, as a DELETE's is */
-        const char *argv[] = {"EVAL", store_bc_cancel_script, "5", k[0], k[1], k[3], act, stream,
-                              app, entry};
+        const char *argv[] = {
+            "EVAL", store_bc_cancel_script, "5", k[0], k[1], k[3], act, stream, app, entry};
         if (eval_pair(10, argv, text, sizeof(text)) < -1)
             return CTL_FAIL;
     }

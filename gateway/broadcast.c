@@ -32,8 +32,8 @@
 #define TAG_COUNT         2000    /* SSCAN COUNT of a tag's slice */
 #define ID_LEN            BCPUMP_ID_LEN
 #define PATH              "/broadcasts/"
-#define CANCEL_POLL_MS    50    /* a DELETE waits for the attempts running to end */
-#define CANCEL_WAIT_EXTRA 5000  /* past an attempt's deadline: its lease (outbox.c) */
+#define CANCEL_POLL_MS    50           /* a DELETE waits for the attempts running to end */
+#define CANCEL_WAIT_EXTRA 5000         /* past an attempt's deadline: its lease (outbox.c) */
 #define IDEM_ROUTE        "broadcasts" /* an Idempotency-Key's scope: app, this route, key */
 /* How long a keyed POST's accepting may run before a retry takes it over as dead: a million
  * recipients take seconds (docs/api.md), and a live accepting taken over is refused, so the
@@ -48,8 +48,8 @@ typedef struct bc_req bc_req_t;
 /* Owned by the worker (broadcasts_new, broadcasts_free). */
 struct broadcasts {
     op_env_t *env;
-    bc_req_t *reqs, *reqs_last;    /* requests in flight */
-    bcpump_t *pump;                /* the delivery */
+    bc_req_t *reqs, *reqs_last; /* requests in flight */
+    bcpump_t *pump;             /* the delivery */
 };
 
 /* One request in flight: a POST's accepting, or a GET or DELETE. Owned by the broadcasts from
@@ -515,9 +515,9 @@ static void create(bc_req_t *r)
 {
     store_status_t st = STORE_OK;
 
-    r->call = store_bc_create(r->b->env->deliver.store, r->channel_id, r->id, r->token.app,
-                              r->kept, r->kept_len, r->callback != NULL ? r->callback : "",
-                              3600 * 1000, on_created, r, &st);
+    r->call = store_bc_create(r->b->env->deliver.store, r->channel_id, r->id, r->token.app, r->kept,
+                              r->kept_len, r->callback != NULL ? r->callback : "", 3600 * 1000,
+                              on_created, r, &st);
     if (r->call == NULL)
         req_fail_store(r, st);
 }
@@ -708,8 +708,8 @@ static void on_idem(void *arg, store_status_t st, const store_idem_t *res)
         }
         memcpy(r->id, res->elements[0], ID_LEN);
         r->id[ID_LEN] = '\0';
-        r->call = store_bc_status(r->b->env->deliver.store, r->channel_id, r->id,
-                                  on_resumed_status, r, &cst);
+        r->call = store_bc_status(r->b->env->deliver.store, r->channel_id, r->id, on_resumed_status,
+                                  r, &cst);
         if (r->call == NULL)
             req_fail_store(r, cst);
         return;
@@ -745,9 +745,9 @@ static void idem_begin(bc_req_t *r)
     store_status_t st = STORE_OK;
 
     r->idem_stale = 0;
-    r->idem = store_idem_begin(r->b->env->deliver.store, r->idem_record, r->idem_fp,
-                               r->idem_owner_id, IDEM_LEASE_MS,
-                               r->b->env->deliver.cfg->idempotency_ttl_s, on_idem, r, &st);
+    r->idem =
+        store_idem_begin(r->b->env->deliver.store, r->idem_record, r->idem_fp, r->idem_owner_id,
+                         IDEM_LEASE_MS, r->b->env->deliver.cfg->idempotency_ttl_s, on_idem, r, &st);
     if (r->idem == NULL)
         req_fail_store(r, st);
     else
@@ -956,8 +956,7 @@ static int idem_take(bc_req_t *r, struct evhttp_request *req, size_t len, bg_err
                             "parameter Idempotency-Key must be 1-255 printable ASCII characters");
     if ((r->idem_key = strdup(key)) == NULL)
         return bg_error_set(err, BG_ERR_UNAVAILABLE, "out of memory");
-    idem_fingerprint(IDEM_ROUTE, len ? (const char *)evbuffer_pullup(in, -1) : "", len,
-                     r->idem_fp);
+    idem_fingerprint(IDEM_ROUTE, len ? (const char *)evbuffer_pullup(in, -1) : "", len, r->idem_fp);
     return 0;
 }
 

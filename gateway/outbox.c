@@ -1043,10 +1043,26 @@ static void on_callback_posted(void *arg, int delivered)
     job_free(job);
 }
 
+/* Posts body (taken over; NULL: the status was not read, or out of memory: tried again after
+ * a backoff). */
+static void callback_post(ob_job_t *job, const char *app, const char *url, char *body,
+                          const char *event_id, int64_t since_ms)
+{
+    outbox_t *ob = job->ob;
+
+    if (body != NULL) {
+        outbox_post_req_t req = {app,      url,      body,
+                                 event_id, since_ms, &metrics(ob)->callback_retries};
+        job->post = outbox_post_start(ob->env, &req, on_callback_posted, job);
+        free(body);
+    }
+    if (job->post == NULL)
+        job_later(job, outbox_backoff_ms(ob->env, ++job->attempts));
+}
+
 static void on_callback_status(void *arg, store_status_t st, const store_outbox_status_t *s)
 {
     ob_job_t *job = arg;
-    outbox_t *ob = job->ob;
     char event_id[80];
     char *body;
     size_t len = 0;
@@ -1059,14 +1075,8 @@ static void on_callback_status(void *arg, store_status_t st, const store_outbox_
     /* one per callback, the same on each try: the receiver's de-duplication key */
     snprintf(event_id, sizeof(event_id), "%s.%s", job->e.request_id, job->e.entry_id);
     body = st == STORE_OK ? outbox_status_text(job->e.request_id, s, event_id, &len) : NULL;
-    if (body != NULL) {
-        outbox_post_req_t req = {s->app,   s->callback,   body,
-                                 event_id, s->updated_ms, &metrics(ob)->callback_retries};
-        job->post = outbox_post_start(ob->env, &req, on_callback_posted, job);
-        free(body);
-    }
-    if (job->post == NULL) /* the status not read, or out of memory */
-        job_later(job, outbox_backoff_ms(ob->env, ++job->attempts));
+    callback_post(job, st == STORE_OK ? s->app : NULL, st == STORE_OK ? s->callback : NULL, body,
+                  event_id, st == STORE_OK ? s->updated_ms : 0);
 }
 
 static void on_callback_turn(void *arg, store_status_t st, int turn)
@@ -1120,14 +1130,8 @@ static void on_broadcast_status(void *arg, store_status_t st, const store_bc_sta
         snprintf(event_id, sizeof(event_id), "%s.%s", job->e.request_id, s->state);
         body = outbox_broadcast_status_text(job->e.request_id, s, event_id, &len);
     }
-    if (body != NULL) {
-        outbox_post_req_t req = {s->app,   s->callback,   body,
-                                 event_id, s->updated_ms, &metrics(ob)->callback_retries};
-        job->post = outbox_post_start(ob->env, &req, on_callback_posted, job);
-        free(body);
-    }
-    if (job->post == NULL) /* the status not read, or out of memory */
-        job_later(job, outbox_backoff_ms(ob->env, ++job->attempts));
+    callback_post(job, st == STORE_OK ? s->app : NULL, st == STORE_OK ? s->callback : NULL, body,
+                  event_id, st == STORE_OK ? s->updated_ms : 0);
 }
 
 /* A member's callbacks go out in the order their requests ended: each waits for the one

@@ -18,8 +18,8 @@
  * the script that ended it; whichever instance reads the entry posts the callback
  * (gateway/outbox.c), and another takes it over when that one dies. ARGV entry: the active
  * entry, "<channel>\t<id>". */
-#define CALLBACK_FN                                                                               \
-    "local function callback_entry(rec, stream, entry) "                                          \
+#define CALLBACK_FN                                                                                \
+    "local function callback_entry(rec, stream, entry) "                                           \
     "if (redis.call('HGET', rec, 'cb') or '') == '' then return end "                              \
     "local ch, id = string.match(entry, '^(.*)\t(.*)$') "                                          \
     "redis.call('XADD', stream, '*', 'k', id, 'h', ch) end "
