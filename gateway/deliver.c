@@ -11,6 +11,7 @@
 #include "../json/jparse.h"
 #include "../core/rng.h"
 #include "credwait.h"
+#include "deliver_rate.h"
 #include "log.h"
 
 #include <event2/event.h>
@@ -26,13 +27,15 @@
 #define LOCK_TTL_MS 15000               /* a crashed refresher's lock expires after this */
 #define CONTACT_TTL_S (7 * 24 * 3600)   /* whatsapp: a valid number is checked once a week */
 #define MEDIA_TTL_S (2 * 24 * 3600)     /* wechat: media ids live 3 days; keep them 2 */
-#define DEADLINE_MARGIN_MS 20           /* leave time to answer after a call times out */
 #define CONNECT_RETRY_MS 100            /* pause before the one retry of a refused connection */
 #define RATE_PAUSE_UNKNOWN_MS 1000      /* retryAfterMs when the pause could not be set */
 /* A pause heard of with less left than this is over by the time the call arrives: it is the
  * end of one the slot was already given after, heard a publish's latency late. */
 #define PAUSE_HEARD_MIN_MS 20
 #define PAUSE_HEARD_MAX 3 /* times a delivery takes its slot again for pauses heard of */
+/* A slot taken ahead serves a call that goes at most this late (what a reply's trip adds to a
+ * slot taken just before the call): a later one could crowd the next slots' calls. */
+#define SLOT_AHEAD_LATE_MS 10
 
 /* What only credential refreshes and media uploads need: kept out of deliver_t, which every
  * request in flight carries. Allocated when first needed, freed when the delivery ends. */
@@ -90,15 +93,9 @@ static deliver_extra_t *extra(deliver_t *d)
     return d->_x;
 }
 
-/* The slot where what was read of a channel record is kept (rate_policy). */
-static deliver_channel_kept_t *kept(deliver_env_t *env, const json_t *channel)
-{
-    return &env->_channels[hash_ptr(channel, DELIVER_CHANNELS_KEPT_BITS)];
-}
-
 static const json_t *info(const deliver_t *d)
 {
-    const deliver_channel_kept_t *k = kept(d->env, d->channel);
+    const deliver_channel_kept_t *k = deliver_kept(d->env, d->channel);
 
     if (k->record == d->channel && d->channel != NULL)
         return k->info;
@@ -244,7 +241,8 @@ void deliver_cancel(deliver_t *d)
         net_cancel(d->_xfer);
         d->_xfer = NULL;
     }
-    if (d->phase == DL_RATE_TAKE || d->phase == DL_RATE_PAUSE)
+    /* idle: a slot taken ahead and not used goes back */
+    if (d->phase == DL_RATE_TAKE || d->phase == DL_RATE_PAUSE || d->phase == DL_IDLE)
         store_rate_cancel(d->_rate);
     else
         store_cancel(d->_call);
@@ -824,19 +822,6 @@ static void media_cache(deliver_t *d)
 
 /* ---- the shared rate limits (contract.md section 8) ---- */
 
-/* The longest a message may wait for its slot: the call that follows must still fit, with the
- * upstream timeout, or half the time left when that is shorter (a deployment whose upstream
- * timeout is longer than its request deadline would otherwise never wait). */
-static int64_t rate_max_wait_ms(const deliver_t *d)
-{
-    int64_t left = deliver_remaining_ms(d), call = d->env->cfg->upstream_timeout_ms;
-
-    if (call > left / 2)
-        call = left / 2;
-    left -= call + DEADLINE_MARGIN_MS;
-    return left > 0 ? left : 0;
-}
-
 /* The element fails with 120: its slot (or the pause's end) is wait_ms away, past the
  * deadline; nothing was sent for it. */
 static void rate_refuse(deliver_t *d, int64_t wait_ms, const char *msg)
@@ -899,41 +884,6 @@ static void on_rate_taken(void *arg, store_status_t st, store_rate_verdict_t ver
     }
 }
 
-/* The rate limits of the delivery's channel record, read once per record object (and its
- * "info" found, for info()): the cache hands every request the same one until it changes in
- * Redis. Records that share a slot take turns in it. */
-static void rate_policy(deliver_t *d, ratelimit_policy_t *policy)
-{
-    deliver_channel_kept_t *k = kept(d->env, d->channel);
-    bg_error_t err;
-
-    if (k->record == d->channel && d->channel != NULL) {
-        *policy = k->rate;
-        return;
-    }
-    if (ratelimit_for_channel(d->channel, policy, &err) < 0) {
-        /* botgatectl refuses such a record; one written by hand keeps its type's limits (and
-         * is read again, and warned of, at every message) */
-        log_msg(LOG_WARN, "channel %s: %s; the type's defaults apply", d->channel_id, err.msg);
-        ratelimit_defaults(d->adapter->type, policy);
-        return;
-    }
-    json_decref(k->record);
-    k->record = json_incref(d->channel);
-    k->info = json_object_get(d->channel, "info");
-    k->rate = *policy;
-}
-
-void deliver_env_clear(deliver_env_t *env)
-{
-    store_rate_board_free(env->_pauses);
-    env->_pauses = NULL;
-    for (size_t i = 0; i < sizeof(env->_channels) / sizeof(env->_channels[0]); i++) {
-        json_decref(env->_channels[i].record);
-        memset(&env->_channels[i], 0, sizeof(env->_channels[i]));
-    }
-}
-
 /* Takes the message's slot of the sender's and the pair's limits, after any pause in force;
  * 1 when that is under way, 0 when the message needs no slot: its channel sets no limit at
  * all (then it skips the round trip), unless the platform just refused it (then it waits for
@@ -942,8 +892,24 @@ static int rate_take(deliver_t *d)
 {
     store_status_t st;
     ratelimit_policy_t policy;
+    store_rate_verdict_t verdict;
+    int64_t wait_ms;
 
-    rate_policy(d, &policy);
+    if (d->phase == DL_IDLE && d->_ahead != NULL) { /* taken with the member's read */
+        store_rate_call_t *ahead = d->_ahead;
+        d->_ahead = NULL;
+        d->phase = DL_RATE_TAKE;
+        switch (store_rate_ahead_use(ahead, SLOT_AHEAD_LATE_MS, on_rate_taken, d, &verdict,
+                                     &wait_ms)) {
+        case 2:
+            d->_rate = ahead;
+            return 1;
+        case 1:
+            on_rate_taken(d, STORE_OK, verdict, wait_ms);
+            return 1;
+        }
+    }
+    deliver_rate_policy(d, &policy);
     if (ratelimit_is_off(&policy) && !d->_rate_retried && !d->_pair_held && !d->_pauses_heard) {
         d->_slot_ready = 1;
         return 0;
@@ -955,7 +921,8 @@ static int rate_take(deliver_t *d)
                                        d->_pauses_heard
                                    ? d->to
                                    : NULL,
-                               d->_pair_held, &policy, rate_max_wait_ms(d), on_rate_taken, d, &st);
+                               d->_pair_held, &policy, deliver_rate_max_wait_ms(d),
+                               on_rate_taken, d, &st);
     d->_pair_held = 0;
     if (d->_rate == NULL)
         on_rate_taken(d, st, STORE_RATE_GO, 0);
@@ -1099,6 +1066,16 @@ static unsigned upload_kind(const deliver_t *d, const json_t *response)
            ADAPTER_UPLOADED;
 }
 
+/* A slot taken ahead goes back before a store call of another phase takes its place: the
+ * calls before the message's (a credential, a contact) would make it late anyway. */
+static void ahead_drop(deliver_t *d)
+{
+    if (d->phase == DL_IDLE) {
+        store_rate_cancel(d->_ahead);
+        d->_ahead = NULL;
+    }
+}
+
 /* Decides what the delivery needs next. */
 static void deliver_step(deliver_t *d)
 {
@@ -1107,12 +1084,14 @@ static void deliver_step(deliver_t *d)
 
     if (!d->_cred_ready && a->cred_needs_refresh != NULL) {
         if (d->_cred_forced || a->cred_needs_refresh(info(d), clock_wall_ms())) {
+            ahead_drop(d);
             cred_begin(d);
             return;
         }
         d->_cred_ready = 1;
     }
     if (!d->_contact_ready && a->build_check != NULL) {
+        ahead_drop(d);
         contact_cache(d);
         return;
     }

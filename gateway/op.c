@@ -200,7 +200,7 @@ static void op_free(op_t *op)
     cancel_store_calls(op);
     DLIST_UNLINK(env->ops, env->ops_last, op);
     auth_token_free(&op->token);
-    if (op->dl.phase != DL_IDLE)
+    if (deliver_holds(&op->dl))
         deliver_cancel(&op->dl); /* an idle delivery holds nothing of its own */
     json_decref(op->dl.channel);
     free(op->dl.to);
@@ -562,8 +562,17 @@ static void resolve_check(op_t *op)
 {
     if (!op->token_done || !op->channel_done || !op->member_done || resolve_refused(op))
         return;
-    if (!op->keyed || op_guard_begin(op, resolve_member))
+    if (op->begin_early == 1)
+        return; /* its begin went with the member's read: on_begun goes on */
+    if (!op->keyed || op->begin_early == 2 || op_guard_begin(op, resolve_member))
         resolve_member(op);
+}
+
+/* The key's begin, sent with the member's read, let the request run. */
+static void on_begun(op_t *op)
+{
+    op->begin_early = 2;
+    resolve_check(op);
 }
 
 /* The member, once the token and the channel were accepted (and the Idempotency-Key let the
@@ -669,11 +678,20 @@ static void on_member_taken(op_t *op, store_status_t st, json_t *value)
     resolve_member(op);
 }
 
+/* The first message's slot of the channel's rate limit goes in the member's read's round trip
+ * (before the read and the turn's RPUSH), when the request delivers now. */
+static void slot_ahead(op_t *op)
+{
+    if (op->kind->route == METRICS_ROUTE_SEND && !op_is_async(op))
+        deliver_slot_ahead(&op->dl, op->target.member_id, op->env->deliver.cfg->member_order);
+}
+
 void op_resolve(op_t *op, const char *token_hash)
 {
     store_t *store = op->env->deliver.store;
     store_status_t st = STORE_OK;
     json_t *cached;
+    int begin_early = 0;
 
     /* Token and channel come from the worker's cache when it has them; whatever is missing is
      * asked for in one round trip (hiredis pipelines the commands). */
@@ -695,14 +713,18 @@ void op_resolve(op_t *op, const char *token_hash)
         op->channel_done = 1;
         op->channel_st = STORE_OK;
     }
-    /* Both from the cache and member order on: checked now, so that only an accepted request
-     * queues for the member's turn, which is taken with the member's read (and an
-     * Idempotency-Key's begin), one round trip */
-    if (op->token_done && op->channel_done && op->target.member_id != NULL &&
-        op->env->deliver.cfg->member_order) {
-        if (!resolve_refused(op))
+    /* Both from the cache: checked now, so that only an accepted request takes a slot of the
+     * channel's rate limit, and queues for the member's turn, in the round trip of the member's
+     * read, with an Idempotency-Key's begin */
+    if (op->token_done && op->channel_done && op->target.member_id != NULL) {
+        if (resolve_refused(op))
+            return;
+        slot_ahead(op);
+        if (op->env->deliver.cfg->member_order) {
             op_guard_take_member(op, on_member_taken, guard_stopped);
-        return;
+            return;
+        }
+        begin_early = op->keyed;
     }
     if (!op->token_done)
         op->calls[0] = store_get_token(store, token_hash, on_token, op, &st);
@@ -714,6 +736,11 @@ void op_resolve(op_t *op, const char *token_hash)
     if (st != STORE_OK) {
         op_cancel_all(op);
         op_fail_store(op, st);
+        return;
+    }
+    if (begin_early) {
+        op->begin_early = 1;
+        op_guard_begin(op, on_begun); /* it answers the request when it cannot run */
         return;
     }
     resolve_check(op); /* everything may have come from the cache */
