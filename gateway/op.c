@@ -562,17 +562,8 @@ static void resolve_check(op_t *op)
 {
     if (!op->token_done || !op->channel_done || !op->member_done || resolve_refused(op))
         return;
-    if (op->begin_early == 1)
-        return; /* its begin went with the member's read: on_begun goes on */
-    if (!op->keyed || op->begin_early == 2 || op_guard_begin(op, resolve_member))
+    if (!op->keyed || op_guard_begin(op, resolve_member))
         resolve_member(op);
-}
-
-/* The key's begin, sent with the member's read, let the request run. */
-static void on_begun(op_t *op)
-{
-    op->begin_early = 2;
-    resolve_check(op);
 }
 
 /* The member, once the token and the channel were accepted (and the Idempotency-Key let the
@@ -657,14 +648,20 @@ static void on_channel(void *arg, store_status_t st, json_t *value)
     resolve_check(op);
 }
 
+/* What the member's read found (the record taken). */
+static void member_read(op_t *op, store_status_t st, json_t *value)
+{
+    op->member_done = 1;
+    op->member_st = take_record(st, value, &op->member);
+    op->member_seq = store_write_seq(op->env->deliver.store);
+}
+
 static void on_member(void *arg, store_status_t st, json_t *value)
 {
     op_t *op = arg;
 
     op->calls[2] = NULL;
-    op->member_done = 1;
-    op->member_st = take_record(st, value, &op->member);
-    op->member_seq = store_write_seq(op->env->deliver.store);
+    member_read(op, st, value);
     resolve_check(op);
 }
 
@@ -672,10 +669,28 @@ static void on_member(void *arg, store_status_t st, json_t *value)
  * accepted before it was sent. */
 static void on_member_taken(op_t *op, store_status_t st, json_t *value)
 {
-    op->member_done = 1;
-    op->member_st = take_record(st, value, &op->member);
-    op->member_seq = store_write_seq(op->env->deliver.store);
+    member_read(op, st, value);
     resolve_member(op);
+}
+
+/* The member read, order off, once the token and the channel were accepted; with an
+ * Idempotency-Key its begin went with it, and the later of the two answers goes on. */
+static void on_member_accepted(void *arg, store_status_t st, json_t *value)
+{
+    op_t *op = arg;
+
+    op->calls[2] = NULL;
+    member_read(op, st, value);
+    if (op->begin_early != 1) /* else the begin has not let it run yet: on_begun goes on */
+        resolve_member(op);
+}
+
+/* The key's begin, sent with the member's read, let the request run. */
+static void on_begun(op_t *op)
+{
+    op->begin_early = 2;
+    if (op->member_done)
+        resolve_member(op);
 }
 
 /* The first message's slot of the channel's rate limit goes in the member's read's round trip
@@ -691,7 +706,7 @@ void op_resolve(op_t *op, const char *token_hash)
     store_t *store = op->env->deliver.store;
     store_status_t st = STORE_OK;
     json_t *cached;
-    int begin_early = 0;
+    int accepted = 0;
 
     /* Token and channel come from the worker's cache when it has them; whatever is missing is
      * asked for in one round trip (hiredis pipelines the commands). */
@@ -724,23 +739,29 @@ void op_resolve(op_t *op, const char *token_hash)
             op_guard_take_member(op, on_member_taken, guard_stopped);
             return;
         }
-        begin_early = op->keyed;
+        accepted = 1;
     }
     if (!op->token_done)
         op->calls[0] = store_get_token(store, token_hash, on_token, op, &st);
     if (st == STORE_OK && !op->channel_done)
         op->calls[1] = store_get_channel(store, op->target.channel_id, on_channel, op, &st);
+    /* accepted already (both cached): the member's answer goes on without checking again */
     if (st == STORE_OK && op->target.member_id != NULL)
         op->calls[2] = store_get_member(store, op->target.channel_id, op->target.member_id,
-                                        op->kind->route == METRICS_ROUTE_SEND, on_member, op, &st);
+                                        op->kind->route == METRICS_ROUTE_SEND,
+                                        accepted ? on_member_accepted : on_member, op, &st);
     if (st != STORE_OK) {
         op_cancel_all(op);
         op_fail_store(op, st);
         return;
     }
-    if (begin_early) {
-        op->begin_early = 1;
-        op_guard_begin(op, on_begun); /* it answers the request when it cannot run */
+    if (accepted) {
+        /* with an Idempotency-Key its begin goes with the read; it answers the request when
+         * it cannot run */
+        if (op->keyed) {
+            op->begin_early = 1;
+            op_guard_begin(op, on_begun);
+        }
         return;
     }
     resolve_check(op); /* everything may have come from the cache */

@@ -29,7 +29,8 @@
  *       -> {0 go | 1 wait | 2 too late | 3 retake, wait ms}
  * ahead: KEYS sender TAT, sender pause, member[, member's turn queue]; ARGV as take, with
  *       'ahead' -> {4} (no member, or the queue is not empty: nothing taken), else as take
- *       with the sender's new TAT a third when a slot was taken (the give-back's token).
+ *       with the sender's new TAT (an integer) a third when a slot was taken: the give-back's
+ *       token.
  * back: KEYS sender TAT; ARGV 'back', the TAT a take set, sender I: the slot goes back when
  *       nobody took one after it (the TAT is still that one).
  * pause: KEYS pause; ARGV 'pause', retry-after ms (0: the doubling one), first ms, max ms
@@ -79,7 +80,7 @@ static const char RATE_SCRIPT[] =
     "  if tat == nil then return end\n"
     "  local next_tat = math.max(tat, at) + interval\n"
     "  redis.call('SET', tat_key, us(next_tat), 'PX', ms(next_tat - now) + 1)\n"
-    "  return us(next_tat)\n"
+    "  return next_tat\n"
     "end\n"
     "local s_int, p_int = tonumber(ARGV[2]), tonumber(ARGV[4])\n"
     "local s_at, s_tat = limit(KEYS[1], KEYS[2], s_int, tonumber(ARGV[3]))\n"
@@ -110,8 +111,6 @@ static const char *board_channel(const store_t *st, char buf[BOARD_CHANNEL_MAX])
 
 typedef enum { RATE_TAKE, RATE_PAUSE, RATE_AHEAD, RATE_BACK } rate_kind_t;
 
-#define RATE_TOKEN_MAX 24 /* a TAT in microseconds, as the script prints it */
-
 /* Owned by the store's caller from creation until its callback has run or it is cancelled. A
  * slot taken ahead keeps its answer until it is used (store_rate_ahead_use) or let go; let go
  * before its answer came, it waits for that answer to give the slot back (orphan). */
@@ -127,8 +126,8 @@ struct store_rate_call {
     store_rate_verdict_t verdict;
     int64_t wait_ms, in_ms; /* in_ms: when the answer came (monotonic) */
     int64_t interval_us;
-    char token[RATE_TOKEN_MAX]; /* the TAT the slot set: "" when none was taken */
-    char key[];                 /* the sender's TAT key */
+    int64_t tat_us; /* the TAT the slot set: 0 when none was taken */
+    char key[];     /* the sender's TAT key */
 };
 
 static store_rate_call_t *rate_eval(store_t *st, rate_kind_t kind, const char *const *keys,
@@ -139,10 +138,11 @@ static store_rate_call_t *rate_eval(store_t *st, rate_kind_t kind, const char *c
 /* The slot taken ahead goes back (when one was taken), and the call with it. */
 static void ahead_give_back(store_rate_call_t *c)
 {
-    if (c->got == STORE_OK && c->token[0] != '\0') {
-        char interval[NUMFMT_DEC_SIZE];
+    if (c->got == STORE_OK && c->tat_us > 0) {
+        char tat[NUMFMT_DEC_SIZE], interval[NUMFMT_DEC_SIZE];
         const char *kv[1] = {c->key};
-        const char *args[3] = {"back", c->token, numfmt_dec(interval, c->interval_us)};
+        const char *args[3] = {"back", numfmt_dec(tat, c->tat_us),
+                               numfmt_dec(interval, c->interval_us)};
         store_status_t ignored;
         rate_eval(c->st, RATE_BACK, kv, 1, args, 3, NULL, NULL, 0, &ignored);
     }
@@ -170,9 +170,8 @@ static void rate_reply(redisReply *reply, void *arg)
         verdict = (store_rate_verdict_t)reply->element[0]->integer;
         wait_ms = reply->element[1]->integer;
         if (c->kind == RATE_AHEAD && reply->elements == 3 &&
-            reply->element[2]->type == REDIS_REPLY_STRING &&
-            reply->element[2]->len < RATE_TOKEN_MAX)
-            memcpy(c->token, reply->element[2]->str, reply->element[2]->len + 1);
+            reply->element[2]->type == REDIS_REPLY_INTEGER)
+            c->tat_us = reply->element[2]->integer;
     }
     if (c->kind == RATE_AHEAD && c->cb == NULL) {
         c->got = st;
