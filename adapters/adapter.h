@@ -91,6 +91,24 @@ typedef struct adapter_target {
     int64_t now_ms;       /* the current time, for expiry computations */
 } adapter_target_t;
 
+/* ---- webhooks in (contract.md section 14) ---- */
+
+#define ADAPTER_HOOK_EVENTS_MAX 100 /* events of one webhook body: more is refused */
+
+/* What a verified webhook body says, in the platform's own words normalised: each event is
+ * {"eventType":"INBOUND|POSTBACK|DELIVERED|READ|FAILED","from":"<the member's address on the
+ * platform>","id":"<the platform's id of what happened>","timestamp":<ms>,"data":{...},
+ * "platform":{...the platform's own object...}}. Owned by whoever called adapter_hook_init;
+ * adapter_hook_clear frees it. */
+typedef struct adapter_hook {
+    json_t *events;  /* array */
+    char *challenge; /* a handshake inside the body (slack url_verification), else NULL */
+    char error[ADAPTER_ERROR_MAX]; /* why the body was refused, never a secret */
+} adapter_hook_t;
+
+void adapter_hook_init(adapter_hook_t *h);
+void adapter_hook_clear(adapter_hook_t *h);
+
 typedef struct adapter_ops {
     const char *type;          /* channel type, as in contract.md section 2 */
     const char *api_version;   /* version reported in result.meta */
@@ -136,6 +154,12 @@ typedef struct adapter_ops {
                         const char *content_type, adapter_call_t *out, adapter_result_t *res);
     void (*parse_upload)(const adapter_target_t *t, const adapter_answer_t *a,
                          adapter_result_t *res);
+
+    /* The events of a webhook body whose signature was verified (content_type as sent, may be
+     * NULL): 0 with h->events (possibly empty: a body with nothing botgate reports) or
+     * h->challenge, or -1 with h->error naming what is wrong. NULL: the platform has no
+     * webhooks. */
+    int (*parse_hook)(const char *body, size_t len, const char *content_type, adapter_hook_t *h);
 } adapter_ops_t;
 
 /* The adapter for a channel type, NULL when botgate has none (117). */
@@ -273,5 +297,32 @@ int adapter_check_fail(int code, char *msg, size_t size, const char *fmt, ...)
 int adapter_whatsapp_check(unsigned kind, const json_t *response, char *msg, size_t size);
 json_t *adapter_whatsapp_body(const adapter_ops_t *ops, unsigned kind, const json_t *response,
                               const char *to, const char *ns, int cloud, adapter_result_t *res);
+
+/* Helpers of the parse_hook functions (hook.c). */
+int adapter_hook_fail(adapter_hook_t *h, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Appends an event; data is stolen, platform is borrowed (a reference is taken). -1 with
+ * h->error set when from or id is missing or empty, or past ADAPTER_HOOK_EVENTS_MAX. */
+int adapter_hook_add(adapter_hook_t *h, const char *type, const char *from, const char *id,
+                     int64_t timestamp_ms, json_t *data, json_t *platform);
+/* A tap (a quick reply, a button, a list row, a menu): a POSTBACK event whose data is
+ * {"payload":..,"title":..} (either null when absent). */
+int adapter_hook_tap(adapter_hook_t *h, const char *from, const char *id, int64_t timestamp_ms,
+                     const char *payload, const char *title, json_t *platform);
+/* A JSON webhook body, strictly: an object, valid UTF-8, no duplicate keys. NULL with h->error
+ * set. New reference. */
+json_t *adapter_hook_json(const char *body, size_t len, adapter_hook_t *h);
+/* The value of name in an application/x-www-form-urlencoded body, decoded; malloc'd, NULL
+ * when absent or badly encoded. */
+char *adapter_form_value(const char *body, size_t len, const char *name);
+/* A platform time as ms: a JSON integer of seconds (or of ms when ms is set), or a string of
+ * digits (with a fraction, slack's "1503435956.000247"). -1 when it is none of these. */
+int64_t adapter_hook_time(const json_t *v, int ms);
+/* The data of an inbound message that is not text: {"type":"<TYPE in capitals>","url":..}
+ * (document is FILE; url left out when NULL). New reference. */
+json_t *adapter_hook_media(const char *type, const char *url);
+/* whatsapp's webhook (on-premises and cloud share its objects). */
+int adapter_whatsapp_parse_hook(const char *body, size_t len, const char *content_type,
+                                adapter_hook_t *h);
 
 #endif

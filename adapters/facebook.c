@@ -4,6 +4,7 @@
 #include "../core/request.h"
 #include "../json/jscan.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -387,6 +388,93 @@ static void fb_parse_send(const adapter_target_t *t, const adapter_answer_t *a,
     json_decref(j);
 }
 
+/* ---- webhooks in (platforms.md: "facebook", Webhook) ---- */
+
+/* One messaging item of an entry: a message (a quick-reply tap is a postback), a postback, a
+ * delivery or a read. Echoes of the page's own messages and kinds botgate does not report are
+ * skipped. */
+static int fb_hook_item(adapter_hook_t *h, json_t *m)
+{
+    const char *from = json_string_value(json_object_get(json_object_get(m, "sender"), "id"));
+    int64_t ts = adapter_hook_time(json_object_get(m, "timestamp"), 1);
+    json_t *msg = json_object_get(m, "message"), *pb = json_object_get(m, "postback");
+    json_t *dl = json_object_get(m, "delivery"), *rd = json_object_get(m, "read");
+    char id[ADAPTER_ID_MAX];
+
+    if (!json_is_object(m))
+        return adapter_hook_fail(h, "facebook: a messaging item is not an object");
+    if (json_is_object(msg)) {
+        const char *mid = json_string_value(json_object_get(msg, "mid"));
+        json_t *qr = json_object_get(msg, "quick_reply"),
+               *att = json_object_get(msg, "attachments");
+        const char *text = json_string_value(json_object_get(msg, "text"));
+        if (json_is_true(json_object_get(msg, "is_echo")))
+            return 0;
+        if (json_is_object(qr))
+            return adapter_hook_tap(h, from, mid, ts,
+                                    json_string_value(json_object_get(qr, "payload")), text, m);
+        if (text != NULL)
+            return adapter_hook_add(h, "INBOUND", from, mid, ts,
+                                    json_pack("{s:s,s:s}", "type", "TEXT", "text", text), m);
+        if (json_array_size(att) > 0) {
+            json_t *a = json_array_get(att, 0);
+            const char *type = json_string_value(json_object_get(a, "type"));
+            const char *url =
+                json_string_value(json_object_get(json_object_get(a, "payload"), "url"));
+            return adapter_hook_add(h, "INBOUND", from, mid, ts,
+                                    adapter_hook_media(type ? type : "unknown", url), m);
+        }
+        return adapter_hook_add(h, "INBOUND", from, mid, ts, json_pack("{s:s}", "type", "UNKNOWN"),
+                                m);
+    }
+    if (json_is_object(pb)) {
+        const char *mid = json_string_value(json_object_get(pb, "mid"));
+        if (mid == NULL) { /* older postbacks carry no id: the sender and time name it */
+            snprintf(id, sizeof(id), "postback:%.100s:%lld", from ? from : "", (long long)ts);
+            mid = id;
+        }
+        return adapter_hook_tap(h, from, mid, ts, json_string_value(json_object_get(pb, "payload")),
+                                json_string_value(json_object_get(pb, "title")), m);
+    }
+    if (json_is_object(dl) || json_is_object(rd)) {
+        json_t *o = json_is_object(dl) ? dl : rd;
+        int64_t wm = adapter_hook_time(json_object_get(o, "watermark"), 1);
+        json_t *mids = json_object_get(o, "mids"), *data;
+        snprintf(id, sizeof(id), "%s:%lld", o == dl ? "delivery" : "read", (long long)wm);
+        data = json_pack("{s:I}", "watermark", (json_int_t)wm);
+        if (json_is_array(mids))
+            json_object_set(data, "messageIds", mids);
+        return adapter_hook_add(h, o == dl ? "DELIVERED" : "READ", from, id, ts, data, m);
+    }
+    return 0;
+}
+
+static int fb_parse_hook(const char *body, size_t len, const char *content_type, adapter_hook_t *h)
+{
+    json_t *j = adapter_hook_json(body, len, h), *entry;
+    size_t i, k;
+    int rc = 0;
+
+    (void)content_type;
+    if (j == NULL)
+        return -1;
+    entry = json_object_get(j, "entry");
+    if (!json_is_string(json_object_get(j, "object")) ||
+        strcmp(json_string_value(json_object_get(j, "object")), "page") != 0)
+        rc = adapter_hook_fail(h, "facebook: object is not \"page\"");
+    else if (!json_is_array(entry))
+        rc = adapter_hook_fail(h, "facebook: entry is not an array");
+    for (i = 0; rc == 0 && i < json_array_size(entry); i++) {
+        json_t *msgs = json_object_get(json_array_get(entry, i), "messaging");
+        if (msgs != NULL && !json_is_array(msgs))
+            rc = adapter_hook_fail(h, "facebook: entry[%zu].messaging is not an array", i);
+        for (k = 0; rc == 0 && k < json_array_size(msgs); k++)
+            rc = fb_hook_item(h, json_array_get(msgs, k));
+    }
+    json_decref(j);
+    return rc;
+}
+
 const adapter_ops_t adapter_facebook = {
     .type = "facebook",
     .api_version = "v19.0",
@@ -398,4 +486,5 @@ const adapter_ops_t adapter_facebook = {
     .check = fb_check,
     .build_send = fb_build_send,
     .parse_send = fb_parse_send,
+    .parse_hook = fb_parse_hook,
 };

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* The longest Retry-After that chat.postMessage's limit of about one message a second per
  * conversation asks for: Slack answers that limit and the app's per-workspace limits (counted
@@ -358,6 +359,116 @@ static void slack_parse_send(const adapter_target_t *t, const adapter_answer_t *
     json_decref(j);
 }
 
+/* ---- webhooks in (platforms.md: "slack", Events API and interactivity) ---- */
+
+/* The member's address on slack is the conversation botgate posts to (chat.postMessage's
+ * channel): a direct message's D..., else the user. */
+static const char *slack_hook_from(json_t *channel, json_t *user)
+{
+    const char *c = json_is_string(channel) ? json_string_value(channel)
+                                            : json_string_value(json_object_get(channel, "id"));
+    return c                      ? c
+           : json_is_string(user) ? json_string_value(user)
+                                  : json_string_value(json_object_get(user, "id"));
+}
+
+/* Interactivity: a block_actions payload, one POSTBACK per action (a button's value, a
+ * select's chosen option). Other payload types are not reported. */
+static int slack_hook_actions(adapter_hook_t *h, json_t *p)
+{
+    const char *type = json_string_value(json_object_get(p, "type"));
+    json_t *actions = json_object_get(p, "actions");
+    const char *from = slack_hook_from(json_object_get(p, "channel"), json_object_get(p, "user"));
+    int rc = 0;
+
+    if (type == NULL)
+        return adapter_hook_fail(h, "slack: interactivity payload without a type");
+    if (strcmp(type, "block_actions") != 0)
+        return 0;
+    if (!json_is_array(actions))
+        return adapter_hook_fail(h, "slack: block_actions without an actions array");
+    for (size_t i = 0; rc == 0 && i < json_array_size(actions); i++) {
+        json_t *a = json_array_get(actions, i);
+        const char *ts = json_string_value(json_object_get(a, "action_ts"));
+        const char *aid = json_string_value(json_object_get(a, "action_id"));
+        const char *value = json_string_value(json_object_get(a, "value"));
+        json_t *sel = json_object_get(a, "selected_option");
+        const char *title = json_string_value(json_object_get(json_object_get(a, "text"), "text"));
+        char id[ADAPTER_ID_MAX];
+        if (value == NULL && json_is_object(sel)) {
+            value = json_string_value(json_object_get(sel, "value"));
+            title = json_string_value(json_object_get(json_object_get(sel, "text"), "text"));
+        }
+        snprintf(id, sizeof(id), "action:%.40s:%.100s", ts ? ts : "", aid ? aid : "");
+        rc = adapter_hook_add(
+            h, "POSTBACK", from, ts ? id : NULL,
+            adapter_hook_time(json_object_get(a, "action_ts"), 0),
+            json_pack("{s:s?,s:s?,s:s?}", "payload", value, "title", title, "actionId", aid), p);
+    }
+    return rc;
+}
+
+/* The Events API: url_verification (a challenge) or an event_callback whose event is a user's
+ * message (the bot's own messages and edits carry bot_id or a subtype: not reported). */
+static int slack_hook_event(adapter_hook_t *h, json_t *j)
+{
+    const char *type = json_string_value(json_object_get(j, "type"));
+    json_t *ev = json_object_get(j, "event");
+    const char *etype = json_string_value(json_object_get(ev, "type"));
+    const char *id = json_string_value(json_object_get(j, "event_id"));
+
+    if (type == NULL)
+        return adapter_hook_fail(h, "slack: body without a type");
+    if (strcmp(type, "url_verification") == 0) {
+        const char *c = json_string_value(json_object_get(j, "challenge"));
+        if (c == NULL || *c == '\0' || strlen(c) > 512)
+            return adapter_hook_fail(h, "slack: url_verification without a usable challenge");
+        h->challenge = strdup(c);
+        return h->challenge ? 0 : adapter_hook_fail(h, "out of memory");
+    }
+    if (strcmp(type, "event_callback") != 0)
+        return 0;
+    if (!json_is_object(ev) || etype == NULL)
+        return adapter_hook_fail(h, "slack: event_callback without an event");
+    if (strcmp(etype, "message") != 0 || json_object_get(ev, "bot_id") != NULL ||
+        json_object_get(ev, "subtype") != NULL)
+        return 0;
+    if (id == NULL)
+        id = json_string_value(json_object_get(ev, "ts"));
+    return adapter_hook_add(
+        h, "INBOUND", slack_hook_from(json_object_get(ev, "channel"), json_object_get(ev, "user")),
+        id, adapter_hook_time(json_object_get(ev, "ts"), 0),
+        json_pack("{s:s,s:s?,s:s?}", "type", "TEXT", "text",
+                  json_string_value(json_object_get(ev, "text")), "user",
+                  json_string_value(json_object_get(ev, "user"))),
+        ev);
+}
+
+static int slack_parse_hook(const char *body, size_t len, const char *content_type,
+                            adapter_hook_t *h)
+{
+    json_t *j;
+    int rc;
+
+    if (content_type != NULL &&
+        strncasecmp(content_type, "application/x-www-form-urlencoded", 33) == 0) {
+        char *payload = adapter_form_value(body, len, "payload");
+        if (payload == NULL)
+            return adapter_hook_fail(h, "slack: form body without a payload field");
+        j = adapter_hook_json(payload, strlen(payload), h);
+        free(payload);
+        if (j == NULL)
+            return -1;
+        rc = slack_hook_actions(h, j);
+    } else {
+        if ((j = adapter_hook_json(body, len, h)) == NULL)
+            return -1;
+        rc = slack_hook_event(h, j);
+    }
+    json_decref(j);
+    return rc;
+}
+
 const adapter_ops_t adapter_slack = {
     .type = "slack",
     .api_version = "web-api",
@@ -368,4 +479,5 @@ const adapter_ops_t adapter_slack = {
     .check = slack_check,
     .build_send = slack_build_send,
     .parse_send = slack_parse_send,
+    .parse_hook = slack_parse_hook,
 };

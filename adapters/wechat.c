@@ -2,6 +2,8 @@
  * (images go by media_id only) and /cgi-bin/message/custom/send. */
 #include "adapter.h"
 
+#include <expat.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -408,6 +410,222 @@ static void wx_parse_upload(const adapter_target_t *t, const adapter_answer_t *a
     json_decref(j);
 }
 
+/* ---- webhooks in (platforms.md: "wechat", Webhook): XML read with expat ---- */
+
+#define WX_XML_FIELDS_MAX 64
+#define WX_XML_DEPTH_MAX  4
+
+/* The XML's fields as they are read: <xml><Name>text</Name>...</xml> into {"Name":"text"}.
+ * Nested elements (a few events carry them) are kept as objects of their fields. */
+typedef struct wx_xml {
+    XML_Parser p;
+    json_t *stack[WX_XML_DEPTH_MAX + 1]; /* borrowed: the objects open at each depth */
+    int depth;
+    char *text; /* the open element's text so far (malloc'd) */
+    size_t text_len;
+    size_t fields;
+    const char *error; /* the first refusal, or NULL */
+} wx_xml_t;
+
+static void wx_xml_stop(wx_xml_t *x, const char *why)
+{
+    if (x->error == NULL)
+        x->error = why;
+    XML_StopParser(x->p, XML_FALSE);
+}
+
+static void XMLCALL wx_xml_start(void *arg, const XML_Char *name, const XML_Char **attrs)
+{
+    wx_xml_t *x = arg;
+
+    (void)attrs;
+    if (x->error != NULL)
+        return;
+    if (x->depth == 0 && strcmp(name, "xml") != 0) {
+        wx_xml_stop(x, "the root element is not <xml>");
+        return;
+    }
+    if (x->depth >= WX_XML_DEPTH_MAX) {
+        wx_xml_stop(x, "elements nested too deep");
+        return;
+    }
+    if (++x->fields > WX_XML_FIELDS_MAX) {
+        wx_xml_stop(x, "too many elements");
+        return;
+    }
+    if (x->depth > 0 && json_object_get(x->stack[x->depth], name) != NULL) {
+        wx_xml_stop(x, "an element appears twice");
+        return;
+    }
+    if (x->depth > 0) {
+        /* an object for the children it may have; a leaf's text replaces it at its end */
+        json_t *o = json_object();
+        if (o == NULL || json_object_set_new(x->stack[x->depth], name, o) < 0) {
+            wx_xml_stop(x, "out of memory");
+            return;
+        }
+    }
+    if (x->depth > 0)
+        x->stack[x->depth + 1] = json_object_get(x->stack[x->depth], name);
+    x->depth++;
+    x->text_len = 0;
+}
+
+static void XMLCALL wx_xml_end(void *arg, const XML_Char *name)
+{
+    wx_xml_t *x = arg;
+    json_t *o;
+
+    if (x->error != NULL)
+        return;
+    o = x->stack[x->depth];
+    x->depth--;
+    /* an element without children: its text replaces the empty object made at its start */
+    if (x->depth > 0 && json_object_size(o) == 0) {
+        json_t *s = json_stringn(x->text ? x->text : "", x->text_len);
+        if (s == NULL || json_object_set_new(x->stack[x->depth], name, s) < 0) {
+            wx_xml_stop(x, "a field is not valid UTF-8");
+            return;
+        }
+    }
+    x->text_len = 0;
+}
+
+static void XMLCALL wx_xml_chars(void *arg, const XML_Char *s, int len)
+{
+    wx_xml_t *x = arg;
+    char *t;
+
+    if (x->error != NULL || len <= 0)
+        return;
+    t = realloc(x->text, x->text_len + (size_t)len + 1);
+    if (t == NULL) {
+        wx_xml_stop(x, "out of memory");
+        return;
+    }
+    memcpy(t + x->text_len, s, (size_t)len);
+    x->text = t;
+    x->text_len += (size_t)len;
+}
+
+/* A DOCTYPE may declare entities (amplification, external files): refused outright. */
+static void XMLCALL wx_xml_doctype(void *arg, const XML_Char *name, const XML_Char *sysid,
+                                   const XML_Char *pubid, int has_internal_subset)
+{
+    (void)name;
+    (void)sysid;
+    (void)pubid;
+    (void)has_internal_subset;
+    wx_xml_stop(arg, "a DOCTYPE is not accepted");
+}
+
+static void XMLCALL wx_xml_entity(void *arg, const XML_Char *name, int pe, const XML_Char *value,
+                                  int len, const XML_Char *base, const XML_Char *sysid,
+                                  const XML_Char *pubid, const XML_Char *notation)
+{
+    (void)name, (void)pe, (void)value, (void)len, (void)base, (void)sysid, (void)pubid;
+    (void)notation;
+    wx_xml_stop(arg, "an entity declaration is not accepted");
+}
+
+/* The fields of the <xml> document in body, NULL with h->error set. New reference. */
+static json_t *wx_xml_read(const char *body, size_t len, adapter_hook_t *h)
+{
+    wx_xml_t x;
+    json_t *root = json_object();
+    int ok;
+
+    memset(&x, 0, sizeof(x));
+    if (len > INT32_MAX || root == NULL || (x.p = XML_ParserCreate("UTF-8")) == NULL) {
+        json_decref(root);
+        adapter_hook_fail(h, "wechat: out of memory");
+        return NULL;
+    }
+    x.stack[1] = root;
+    XML_SetUserData(x.p, &x);
+    XML_SetElementHandler(x.p, wx_xml_start, wx_xml_end);
+    XML_SetCharacterDataHandler(x.p, wx_xml_chars);
+    XML_SetStartDoctypeDeclHandler(x.p, wx_xml_doctype);
+    XML_SetEntityDeclHandler(x.p, wx_xml_entity);
+    XML_SetParamEntityParsing(x.p, XML_PARAM_ENTITY_PARSING_NEVER);
+    ok = XML_Parse(x.p, body, (int)len, XML_TRUE) == XML_STATUS_OK && x.error == NULL;
+    if (!ok) {
+        if (x.error != NULL)
+            adapter_hook_fail(h, "wechat: body refused: %s", x.error);
+        else
+            adapter_hook_fail(h, "wechat: body is not XML: %s (line %lu)",
+                              XML_ErrorString(XML_GetErrorCode(x.p)),
+                              (unsigned long)XML_GetCurrentLineNumber(x.p));
+        json_decref(root);
+        root = NULL;
+    }
+    XML_ParserFree(x.p);
+    free(x.text);
+    return root;
+}
+
+static const char *wx_field(const json_t *x, const char *name)
+{
+    return json_string_value(json_object_get(x, name));
+}
+
+static int wx_parse_hook(const char *body, size_t len, const char *content_type, adapter_hook_t *h)
+{
+    json_t *x = wx_xml_read(body, len, h), *data = NULL;
+    const char *type, *from, *mid, *menu, *event;
+    const char *ev_type = "INBOUND";
+    char id[ADAPTER_ID_MAX];
+    int64_t ts;
+    int rc;
+
+    (void)content_type;
+    if (x == NULL)
+        return -1;
+    type = wx_field(x, "MsgType");
+    from = wx_field(x, "FromUserName");
+    mid = wx_field(x, "MsgId") ? wx_field(x, "MsgId") : wx_field(x, "MsgID");
+    menu = wx_field(x, "bizmsgmenuid");
+    event = wx_field(x, "Event");
+    ts = adapter_hook_time(json_object_get(x, "CreateTime"), 0);
+    if (type == NULL || from == NULL) {
+        json_decref(x);
+        return adapter_hook_fail(h, "wechat: a message without MsgType or FromUserName");
+    }
+    if (strcmp(type, "text") == 0 && menu != NULL) { /* a tap on a msgmenu */
+        ev_type = "POSTBACK";
+        data = json_pack("{s:s,s:s?}", "payload", menu, "title", wx_field(x, "Content"));
+    } else if (strcmp(type, "text") == 0) {
+        data = json_pack("{s:s,s:s?}", "type", "TEXT", "text", wx_field(x, "Content"));
+    } else if (strcmp(type, "location") == 0) {
+        data = json_pack("{s:s,s:s?,s:s?}", "type", "LOCATION", "latitude",
+                         wx_field(x, "Location_X"), "longitude", wx_field(x, "Location_Y"));
+    } else if (strcmp(type, "event") == 0) {
+        if (event != NULL && strcasecmp(event, "CLICK") == 0) {
+            ev_type = "POSTBACK";
+            data = json_pack("{s:s?}", "payload", wx_field(x, "EventKey"));
+        } else if (event != NULL && strcmp(event, "TEMPLATESENDJOBFINISH") == 0) {
+            const char *status = wx_field(x, "Status");
+            ev_type = status != NULL && strcmp(status, "success") == 0 ? "DELIVERED" : "FAILED";
+            data = json_pack("{s:s?,s:s?}", "messageId", mid, "status", status);
+        } else { /* subscribe, scans, menu views: not reported */
+            json_decref(x);
+            return 0;
+        }
+    } else {
+        data = adapter_hook_media(strcmp(type, "shortvideo") == 0 ? "video" : type,
+                                  wx_field(x, "PicUrl"));
+        if (data != NULL && wx_field(x, "MediaId") != NULL)
+            json_object_set_new(data, "mediaId", json_string(wx_field(x, "MediaId")));
+    }
+    if (mid == NULL) { /* events carry no MsgId: the sender, the time and the event name it */
+        snprintf(id, sizeof(id), "%.100s:%lld:%.40s", from, (long long)ts, event ? event : type);
+        mid = id;
+    }
+    rc = adapter_hook_add(h, ev_type, from, mid, ts, data, x);
+    json_decref(x);
+    return rc;
+}
+
 const adapter_ops_t adapter_wechat = {
     .type = "wechat",
     .api_version = "cgi-bin",
@@ -425,4 +643,5 @@ const adapter_ops_t adapter_wechat = {
     .parse_cred = wx_parse_cred,
     .build_upload = wx_build_upload,
     .parse_upload = wx_parse_upload,
+    .parse_hook = wx_parse_hook,
 };

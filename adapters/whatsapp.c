@@ -490,6 +490,132 @@ static void wa_parse_check(const adapter_target_t *t, const adapter_answer_t *a,
     json_decref(j);
 }
 
+/* ---- webhooks in (platforms.md: "whatsapp-cloud", Webhook; on-premises posts the value
+ * object alone) ---- */
+
+/* A message of the user: text, a tap (interactive button_reply / list_reply, or a template's
+ * quick-reply button) or media. */
+static int wa_hook_message(adapter_hook_t *h, json_t *m)
+{
+    const char *from = json_string_value(json_object_get(m, "from"));
+    const char *id = json_string_value(json_object_get(m, "id"));
+    const char *type = json_string_value(json_object_get(m, "type"));
+    int64_t ts = adapter_hook_time(json_object_get(m, "timestamp"), 0);
+    json_t *o = type ? json_object_get(m, type) : NULL;
+
+    if (!json_is_object(m) || type == NULL)
+        return adapter_hook_fail(h, "whatsapp: a message without a type");
+    if (strcmp(type, "text") == 0)
+        return adapter_hook_add(h, "INBOUND", from, id, ts,
+                                json_pack("{s:s,s:s?}", "type", "TEXT", "text",
+                                          json_string_value(json_object_get(o, "body"))),
+                                m);
+    if (strcmp(type, "interactive") == 0) {
+        const char *kind = json_string_value(json_object_get(o, "type"));
+        json_t *reply = kind ? json_object_get(o, kind) : NULL;
+        if (!json_is_object(reply))
+            return adapter_hook_fail(h, "whatsapp: an interactive message without its reply");
+        return adapter_hook_tap(h, from, id, ts, json_string_value(json_object_get(reply, "id")),
+                                json_string_value(json_object_get(reply, "title")), m);
+    }
+    if (strcmp(type, "button") == 0)
+        return adapter_hook_tap(h, from, id, ts, json_string_value(json_object_get(o, "payload")),
+                                json_string_value(json_object_get(o, "text")), m);
+    if (strcmp(type, "location") == 0)
+        return adapter_hook_add(h, "INBOUND", from, id, ts,
+                                json_pack("{s:s,s:O?,s:O?}", "type", "LOCATION", "latitude",
+                                          json_object_get(o, "latitude"), "longitude",
+                                          json_object_get(o, "longitude")),
+                                m);
+    {
+        json_t *data = adapter_hook_media(type, NULL);
+        const char *media = json_string_value(json_object_get(o, "id"));
+        if (data != NULL && media != NULL)
+            json_object_set_new(data, "mediaId", json_string(media));
+        return adapter_hook_add(h, "INBOUND", from, id, ts, data, m);
+    }
+}
+
+/* A receipt of a message botgate sent: delivered, read or failed ("sent" is not reported). */
+static int wa_hook_status(adapter_hook_t *h, json_t *s)
+{
+    const char *status = json_string_value(json_object_get(s, "status"));
+    const char *mid = json_string_value(json_object_get(s, "id"));
+    const char *type;
+    char id[ADAPTER_ID_MAX];
+    json_t *data, *errors = json_object_get(s, "errors");
+
+    if (status == NULL)
+        return adapter_hook_fail(h, "whatsapp: a status without its status");
+    if (strcmp(status, "delivered") == 0)
+        type = "DELIVERED";
+    else if (strcmp(status, "read") == 0)
+        type = "READ";
+    else if (strcmp(status, "failed") == 0)
+        type = "FAILED";
+    else
+        return 0;
+    snprintf(id, sizeof(id), "%s:%.150s", status, mid ? mid : "");
+    data = json_pack("{s:s?}", "messageId", mid);
+    if (json_is_array(errors) && data != NULL)
+        json_object_set(data, "errors", errors);
+    return adapter_hook_add(h, type, json_string_value(json_object_get(s, "recipient_id")),
+                            mid ? id : NULL, adapter_hook_time(json_object_get(s, "timestamp"), 0),
+                            data, s);
+}
+
+static int wa_hook_value(adapter_hook_t *h, json_t *v)
+{
+    json_t *msgs = json_object_get(v, "messages"), *sts = json_object_get(v, "statuses");
+    int rc = 0;
+
+    if ((msgs != NULL && !json_is_array(msgs)) || (sts != NULL && !json_is_array(sts)))
+        return adapter_hook_fail(h, "whatsapp: messages or statuses is not an array");
+    for (size_t i = 0; rc == 0 && i < json_array_size(msgs); i++)
+        rc = wa_hook_message(h, json_array_get(msgs, i));
+    for (size_t i = 0; rc == 0 && i < json_array_size(sts); i++)
+        rc = wa_hook_status(h, json_array_get(sts, i));
+    return rc;
+}
+
+int adapter_whatsapp_parse_hook(const char *body, size_t len, const char *content_type,
+                                adapter_hook_t *h)
+{
+    json_t *j = adapter_hook_json(body, len, h), *entry;
+    const char *object;
+    int rc = 0;
+
+    (void)content_type;
+    if (j == NULL)
+        return -1;
+    object = json_string_value(json_object_get(j, "object"));
+    entry = json_object_get(j, "entry");
+    if (object == NULL) {
+        rc = wa_hook_value(h, j); /* on-premises: the value object alone */
+    } else if (strcmp(object, "whatsapp_business_account") != 0 || !json_is_array(entry)) {
+        rc = adapter_hook_fail(h, "whatsapp: object is not \"whatsapp_business_account\" "
+                                  "with an entry array");
+    } else {
+        for (size_t i = 0; rc == 0 && i < json_array_size(entry); i++) {
+            json_t *changes = json_object_get(json_array_get(entry, i), "changes");
+            if (!json_is_array(changes))
+                rc = adapter_hook_fail(h, "whatsapp: entry[%zu].changes is not an array", i);
+            for (size_t k = 0; rc == 0 && k < json_array_size(changes); k++) {
+                json_t *c = json_array_get(changes, k), *v = json_object_get(c, "value");
+                const char *field = json_string_value(json_object_get(c, "field"));
+                if (field == NULL || strcmp(field, "messages") != 0)
+                    continue;
+                if (!json_is_object(v))
+                    rc = adapter_hook_fail(h, "whatsapp: a change without its value");
+                else
+                    rc = wa_hook_value(h, v);
+            }
+        }
+    }
+    json_decref(j);
+    return rc;
+}
+
 const adapter_ops_t adapter_whatsapp = {
     .type = "whatsapp",
     .api_version = "",
@@ -507,4 +633,5 @@ const adapter_ops_t adapter_whatsapp = {
     .parse_cred = wa_parse_cred,
     .build_check = wa_build_check,
     .parse_check = wa_parse_check,
+    .parse_hook = adapter_whatsapp_parse_hook,
 };

@@ -154,4 +154,5 @@ const adapter_ops_t adapter_whatsapp_cloud = {
     .phone_recipients = 1,
     .build_send = wc_build_send,
     .parse_send = wc_parse_send,
+    .parse_hook = adapter_whatsapp_parse_hook,
 };

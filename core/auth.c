@@ -75,6 +75,7 @@ unsigned auth_scope_bit(const char *name)
         {"bot:redirectMemberToNode", AUTH_SCOPE_REDIRECT},
         {"bot:admin", AUTH_SCOPE_BOT_ADMIN},
         {"api:admin", AUTH_SCOPE_API_ADMIN},
+        {"bot:broadcast", AUTH_SCOPE_BROADCAST},
     };
 
     for (size_t i = 0; name && i < sizeof(scopes) / sizeof(scopes[0]); i++)

@@ -11,9 +11,11 @@ enum {
     AUTH_SCOPE_REDIRECT = 1u << 1,  /* bot:redirectMemberToNode */
     AUTH_SCOPE_BOT_ADMIN = 1u << 2, /* bot:admin */
     AUTH_SCOPE_API_ADMIN = 1u << 3, /* api:admin */
+    AUTH_SCOPE_BROADCAST = 1u << 4, /* bot:broadcast */
 };
 
 #define AUTH_ACCEPT_SEND (AUTH_SCOPE_SEND | AUTH_SCOPE_BOT_ADMIN)
+#define AUTH_ACCEPT_BROADCAST (AUTH_SCOPE_BROADCAST | AUTH_SCOPE_BOT_ADMIN)
 #define AUTH_ACCEPT_REDIRECT (AUTH_SCOPE_REDIRECT | AUTH_SCOPE_BOT_ADMIN | AUTH_SCOPE_API_ADMIN)
 
 #define AUTH_HASH_HEX 65 /* 64 hex digits and the NUL */

@@ -29,6 +29,7 @@ enum {
     BG_ERR_WINDOW = 127,           /* outside the member's conversation window (core/window.h) */
     BG_ERR_EXPIRED = 128,          /* queued (Prefer: respond-async) past the outbox's TTL */
     BG_ERR_NOT_FOUND = 129,        /* no such queued request for this app */
+    BG_ERR_SIGNATURE = 130,        /* a webhook's signature or token is missing or wrong */
     BG_ERR_INTERNAL = BG_ERR_UNAVAILABLE, /* older name */
     /* Not an err_code on the wire: "User is not authorized" answers carry none. */
     BG_ERR_UNAUTHORIZED = -1,

@@ -1,6 +1,8 @@
 /* member.c - set paths, member deltas and new member records. */
 #include "member.h"
 
+#include "window.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -317,6 +319,20 @@ int member_mutate(json_t *record, const json_t *change, int64_t now_ms)
     if (!json_is_object(record) || !json_is_array(change))
         return -1;
     return apply_in_place(record, change, now_ms, &err);
+}
+
+int member_mark_inbound(json_t *record, const json_t *change, int64_t now_ms)
+{
+    json_t *at = json_object_get(change, "lastInboundAt");
+
+    if (!json_is_object(record) || !json_is_integer(at))
+        return -1;
+    /* what another writer stored (an ISO date included) counts as the windows read it; the
+     * field is then written as botgate writes it, in ms */
+    if (window_last_inbound(record) < json_integer_value(at))
+        json_object_set(record, "lastInboundAt", at);
+    json_object_set_new(record, "updatedAt", json_integer(now_ms));
+    return 0;
 }
 
 static json_t *str_or_empty(const char *s)

@@ -52,6 +52,12 @@ int member_apply_delta(json_t *member, const json_t *delta, int64_t now_ms, bg_e
  * the all-or-nothing copy: on -1 record may be half changed, and the caller discards it. */
 int member_mutate(json_t *record, const json_t *change, int64_t now_ms);
 
+/* In the shape of store.h's store_mutate_fn: change is {"lastInboundAt":<ms>}, when the member
+ * last wrote (a webhook's inbound message or tap); the later of it and the stored one (read as
+ * window_last_inbound reads it) is kept, so that webhooks that arrive out of order never move
+ * it back. -1 when change has none. */
+int member_mark_inbound(json_t *record, const json_t *change, int64_t now_ms);
+
 /* A new member record with every field of contract.md section 3; NULL strings become "".
  * New reference. */
 json_t *member_new(const char *id, const char *channel_id, const char *app, const char *external_id,

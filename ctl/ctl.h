@@ -20,8 +20,14 @@ typedef struct ctl_opts {
     const char *label;   /* --label */
     const char *expires; /* --expires-in */
     const char *hash;    /* --hash: a token by the hex SHA-256 it is stored under */
+    const char *url;     /* --url: a subscription's */
+    const char *events;  /* --events: a subscription's event types, comma-separated */
     int json;            /* --json: machine output */
     const char *group;   /* "token", "channel", ... for messages and help */
+    json_t *members;     /* broadcast create: --member ..., --recipient ..., --tag ... */
+    json_t *recipients;
+    json_t *tags;
+    int watch;           /* broadcast status --watch */
     char **args;         /* the operands, in order */
     int nargs;
 } ctl_opts_t;
@@ -91,6 +97,27 @@ int ctl_tree_get(const ctl_opts_t *o);
 int ctl_tree_delete(const ctl_opts_t *o);
 int ctl_get(const ctl_opts_t *o); /* get KIND ID...: routes to the commands above */
 
+/* ---- tags.c: the tag index of contract.md section 13 ---- */
+
+/* Lua that takes the member of KEYS[1] (its record as stored) out of the index of each of its
+ * tags: ARGV[1] the tag key base, ARGV[2] the member id. */
+#define CTL_UNTAG_LUA                                                                              \
+    "local old = redis.call('GET', KEYS[1]) if old then "                                          \
+    "local ok, m = pcall(cjson.decode, old) "                                                      \
+    "if ok and type(m) == 'table' and type(m.tags) == 'table' then for _, t in ipairs(m.tags) do " \
+    "if type(t) == 'string' then redis.call('SREM', ARGV[1] .. t, ARGV[2]) end end end end\n"
+
+/* Stores a member record (JSON text) at key, its tags' index with it: 0 or CTL_FAIL. */
+int ctl_member_write(const char *channel, const char *member_id, const char *key,
+                     const char *text);
+int ctl_member_reindex(const ctl_opts_t *o); /* member reindex --channel C */
+
+/* ---- broadcasts.c ---- */
+
+int ctl_broadcast_create(const ctl_opts_t *o); /* --channel C --member|--recipient|--tag FILE */
+int ctl_broadcast_status(const ctl_opts_t *o); /* ID [--watch] */
+int ctl_broadcast_cancel(const ctl_opts_t *o); /* ID */
+
 /* ---- tokens.c ---- */
 
 int ctl_token_create(const ctl_opts_t *o);
@@ -102,5 +129,11 @@ int ctl_token_delete(const ctl_opts_t *o);
 /* ---- apps.c ---- */
 
 int ctl_app_secret(const ctl_opts_t *o); /* app secret rotate --app A */
+
+/* ---- subscriptions.c ---- */
+
+int ctl_subscription_add(const ctl_opts_t *o);
+int ctl_subscription_list(const ctl_opts_t *o);
+int ctl_subscription_delete(const ctl_opts_t *o);
 
 #endif

@@ -37,14 +37,21 @@ static const char usage_text[] =
     "  member list [CHANNEL_ID]     the members of a channel, or of every channel\n"
     "  member get CHANNEL_ID MEMBER_ID\n"
     "  member delete CHANNEL_ID MEMBER_ID   the member and its recipient key\n"
+    "  member reindex --channel C   rebuild the channel's tag index from its members\n"
+    "  broadcast create --channel C (--member ID... | --recipient ID... | --tag T...) FILE.json\n"
+    "  broadcast status ID [--watch]   counts; --watch: a progress bar until it ends\n"
+    "  broadcast cancel ID          stop what is not sent\n"
     "  tree import FILE.json        validate a tree and replace it atomically\n"
     "  tree list [--app A]\n"
     "  tree get TREE_ID\n"
     "  tree delete TREE_ID\n"
     "  get KIND ID...               channel ID | member CHANNEL_ID ID | token HASH | tree ID\n"
-    "  app secret rotate --app A    a new signing secret for A's status callbacks\n"
+    "  app secret rotate --app A    a new signing secret for A's status callbacks and events\n"
+    "  subscription add --app A --url U [--events INBOUND,READ] [--channel C]\n"
+    "  subscription list --app A    where A's webhook events go\n"
+    "  subscription delete ID --app A\n"
     "  help [COMMAND]               this text, or a command's (as COMMAND --help)\n\n"
-    "Subscriptions are not managed by botgatectl yet: they come later.\n\n"
+
     "Options (before or after the command; --name=value or --name value):\n"
     "  -j, --json           get and list: JSON for scripts (list: an array)\n"
     "  -u, --redis-url URL  the Redis (default: BOTGATE_REDIS_URL, else\n"
@@ -63,7 +70,8 @@ static const char token_help[] =
     "       botgatectl token get LABEL | --hash SHA256_HEX [--app APP] [--json]\n"
     "       botgatectl token delete LABEL | --hash SHA256_HEX [--app APP]\n\n"
     "  -a, --app APP          create: the token's app; list, get, delete: only that app's\n"
-    "  -s, --scope SCOPE      bot:sendResponses, bot:redirectMemberToNode, bot:admin, api:admin\n"
+    "  -s, --scope SCOPE      bot:sendResponses, bot:redirectMemberToNode, bot:broadcast,\n"
+    "                         bot:admin, api:admin\n"
     "  -l, --label LABEL      a name to find the token by later\n"
     "  -e, --expires-in D     30d, 12h, 90m or 3600s; without it the token never expires\n"
     "  -c, --channel ID       limits the token to that channel of its app (repeatable)\n"
@@ -91,13 +99,16 @@ static const char member_help[] =
     "usage: botgatectl member put FILE.json\n"
     "       botgatectl member list [CHANNEL_ID] [--json]\n"
     "       botgatectl member get CHANNEL_ID MEMBER_ID [--json]\n"
-    "       botgatectl member delete CHANNEL_ID MEMBER_ID\n\n"
+    "       botgatectl member delete CHANNEL_ID MEMBER_ID\n"
+    "       botgatectl member reindex --channel CHANNEL_ID\n\n"
     "put validates the member record in FILE.json (- reads stdin) and stores it with its\n"
     "recipient key: _id and channel are required, the channel must exist and the member's\n"
     "app must be the channel's (an absent app or platform is taken from the channel); the\n"
     "fields botgate fills in for a member it creates (botMeta, tags, meta, locale, ...) are\n"
     "filled in the same way when absent, and botMeta's fields must have their types.\n"
     "delete removes the member and the recipient key that leads to it.\n"
+    "put and delete keep the tag index (a set per channel and tag, read by broadcasts to\n"
+    "tags); reindex rebuilds a channel's index from its member records, after other writers.\n"
     "  -j, --json, -u, --redis-url URL, -h, --help: see botgatectl --help\n";
 
 static const char tree_help[] =
@@ -112,11 +123,40 @@ static const char tree_help[] =
 
 static const char app_help[] =
     "usage: botgatectl app secret rotate --app APP\n\n"
-    "Makes a new signing secret for the app's status callbacks (Botgate-Signature: HMAC-SHA256\n"
-    "of \"<t>.<body>\" with it), stores it in place of the old one and prints it once.\n"
-    "Callbacks signed from then on use it; an app without one gets its callbacks unsigned.\n"
+    "Makes a new signing secret for the app's status callbacks and webhook events\n"
+    "(Botgate-Signature: HMAC-SHA256 of \"<t>.<body>\" with it), stores it in place of the old\n"
+    "one and prints it once. Posts signed from then on use it; an app without one gets them\n"
+    "unsigned.\n"
     "  -a, --app APP  the app\n"
     "  -u, --redis-url URL, -h, --help: see botgatectl --help\n";
+
+static const char broadcast_help[] =
+    "usage: botgatectl broadcast create --channel CHANNEL_ID (--member ID ... | --recipient ID ...\n"
+    "                                   | --tag TAG ...) FILE.json [--json]\n"
+    "       botgatectl broadcast status BROADCAST_ID [--watch] [--json]\n"
+    "       botgatectl broadcast cancel BROADCAST_ID [--json]\n\n"
+    "create sends the responses of FILE.json ({\"response\":[...]}; - reads stdin)\n"
+    "to members of the channel (by id, by recipient id: members created as a send creates them,\n"
+    "or every member with one of the tags), checked as POST /broadcasts checks them, and prints\n"
+    "the broadcast's id; the running botgate instances deliver it. status prints its counts;\n"
+    "--watch follows it to the end: a progress bar with the send rate, the counts and the time\n"
+    "left on a terminal, a line a second otherwise. cancel stops what is not sent and returns\n"
+    "once no message of it may still go out.\n"
+    "  -m, --member ID, -r, --recipient ID, -t, --tag TAG   the recipients (repeatable)\n"
+    "  -w, --watch            status: follow it until it ends\n";
+static const char subscription_help[] =
+    "usage: botgatectl subscription add --app APP --url URL [--events TYPE,...] [--channel ID]\n"
+    "       botgatectl subscription list --app APP [--json]\n"
+    "       botgatectl subscription delete SUBSCRIPTION_ID --app APP\n\n"
+    "The events of the platforms' webhooks (docs/webhooks.md) of APP's channels are POSTed to\n"
+    "every subscription of APP that matches, signed with the app's secret (app secret rotate).\n"
+    "add prints the new subscription's id; an app has at most 20.\n"
+    "  -a, --app APP        the app\n"
+    "  -U, --url URL        where the events are POSTed (http:// or https://)\n"
+    "  -E, --events LIST    only these event types: INBOUND, POSTBACK, DELIVERED, READ, FAILED\n"
+    "                       (comma-separated; default: all)\n"
+    "  -c, --channel ID     only the events of this channel (default: every channel of APP)\n"
+    "  -j, --json, -u, --redis-url URL, -h, --help: see botgatectl --help\n";
 
 static const char get_help[] =
     "usage: botgatectl get channel CHANNEL_ID\n"
@@ -150,12 +190,19 @@ static const ctl_cmd_t commands[] = {
     {"member", "list", ctl_member_list, "j", 0, 1, "at most CHANNEL_ID"},
     {"member", "get", ctl_member_get, "j", 2, 2, "CHANNEL_ID MEMBER_ID"},
     {"member", "delete", ctl_member_delete, "", 2, 2, "CHANNEL_ID MEMBER_ID"},
+    {"member", "reindex", ctl_member_reindex, "c", 0, 0, "no operand (--channel CHANNEL_ID)"},
     {"tree", "import", ctl_tree_import, "", 1, 1, "FILE.json"},
     {"tree", "list", ctl_tree_list, "aj", 0, 0, "no operand"},
     {"tree", "get", ctl_tree_get, "j", 1, 1, "TREE_ID"},
     {"tree", "delete", ctl_tree_delete, "", 1, 1, "TREE_ID"},
     {"get", NULL, ctl_get, "j", 2, 3, "KIND and its ids"},
     {"app", "secret", ctl_app_secret, "a", 1, 1, "rotate"},
+    {"broadcast", "create", ctl_broadcast_create, "cmrtj", 1, 1, "FILE.json"},
+    {"broadcast", "status", ctl_broadcast_status, "wj", 1, 1, "BROADCAST_ID"},
+    {"broadcast", "cancel", ctl_broadcast_cancel, "j", 1, 1, "BROADCAST_ID"},
+    {"subscription", "add", ctl_subscription_add, "aUEc", 0, 0, "no operand"},
+    {"subscription", "list", ctl_subscription_list, "aj", 0, 0, "no operand"},
+    {"subscription", "delete", ctl_subscription_delete, "a", 1, 1, "SUBSCRIPTION_ID"},
 };
 
 static const struct {
@@ -165,7 +212,10 @@ static const struct {
              {"member", member_help},
              {"tree", tree_help},
              {"get", get_help},
-             {"app", app_help}};
+             {"app", app_help},
+             {"broadcast", broadcast_help},
+
+             {"subscription", subscription_help}};
 
 static const struct option long_opts[] = {
     {"app", required_argument, NULL, 'a'},
@@ -174,7 +224,13 @@ static const struct option long_opts[] = {
     {"expires-in", required_argument, NULL, 'e'},
     {"channel", required_argument, NULL, 'c'},
     {"hash", required_argument, NULL, 'H'},
+    {"url", required_argument, NULL, 'U'},
+    {"events", required_argument, NULL, 'E'},
     {"json", no_argument, NULL, 'j'},
+    {"member", required_argument, NULL, 'm'},
+    {"recipient", required_argument, NULL, 'r'},
+    {"tag", required_argument, NULL, 't'},
+    {"watch", no_argument, NULL, 'w'},
     {"redis-url", required_argument, NULL, 'u'},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
@@ -207,7 +263,7 @@ static int parse(int argc, char **argv, int stop, ctl_opts_t *o, char *seen, int
 
     optind = 0; /* GNU getopt: start again, argv[0] being the program's name */
     opterr = 0;
-    while ((c = getopt_long(argc, argv, stop ? "+:a:s:l:e:c:H:ju:hV" : ":a:s:l:e:c:H:ju:hV",
+    while ((c = getopt_long(argc, argv, stop ? "+:a:s:l:e:c:H:U:E:jm:r:t:wu:hV" : ":a:s:l:e:c:H:U:E:jm:r:t:wu:hV",
                             long_opts, NULL)) != -1) {
         const char *typed = argv[optind - 1];
         switch (c) {
@@ -225,8 +281,15 @@ static int parse(int argc, char **argv, int stop, ctl_opts_t *o, char *seen, int
             o->app = optarg;
             break;
         case 's':
-        case 'c': {
-            json_t **list = c == 's' ? &o->scopes : &o->channels;
+        case 'c':
+        case 'm':
+        case 'r':
+        case 't': {
+            json_t **list = c == 's'   ? &o->scopes
+                            : c == 'c' ? &o->channels
+                            : c == 'm' ? &o->members
+                            : c == 'r' ? &o->recipients
+                                       : &o->tags;
             if (*list == NULL)
                 *list = json_array();
             json_array_append_new(*list, json_string(optarg));
@@ -241,8 +304,17 @@ static int parse(int argc, char **argv, int stop, ctl_opts_t *o, char *seen, int
         case 'H':
             o->hash = optarg;
             break;
+        case 'U':
+            o->url = optarg;
+            break;
+        case 'E':
+            o->events = optarg;
+            break;
         case 'j':
             o->json = 1;
+            break;
+        case 'w':
+            o->watch = 1;
             break;
         case 'u':
             ctl_redis_use(optarg);
@@ -348,6 +420,9 @@ int main(int argc, char **argv)
 out:
     json_decref(o.scopes);
     json_decref(o.channels);
+    json_decref(o.members);
+    json_decref(o.recipients);
+    json_decref(o.tags);
     ctl_redis_close();
     return rc;
 }

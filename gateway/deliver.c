@@ -27,15 +27,16 @@
 #define LOCK_TTL_MS 15000               /* a crashed refresher's lock expires after this */
 #define CONTACT_TTL_S (7 * 24 * 3600)   /* whatsapp: a valid number is checked once a week */
 #define MEDIA_TTL_S (2 * 24 * 3600)     /* wechat: media ids live 3 days; keep them 2 */
+/* A broadcast's message reserves a slot at most this far ahead: a conversational message
+ * waits at most this much longer than it would alone. Further away, nothing is taken and it
+ * asks again about when its turn may come. */
+#define BULK_AHEAD_MS 50
 #define CONNECT_RETRY_MS 100            /* pause before the one retry of a refused connection */
 #define RATE_PAUSE_UNKNOWN_MS 1000      /* retryAfterMs when the pause could not be set */
 /* A pause heard of with less left than this is over by the time the call arrives: it is the
  * end of one the slot was already given after, heard a publish's latency late. */
 #define PAUSE_HEARD_MIN_MS 20
 #define PAUSE_HEARD_MAX 3 /* times a delivery takes its slot again for pauses heard of */
-/* A slot taken ahead serves a call that goes at most this late (what a reply's trip adds to a
- * slot taken just before the call): a later one could crowd the next slots' calls. */
-#define SLOT_AHEAD_LATE_MS 10
 
 /* What only credential refreshes and media uploads need: kept out of deliver_t, which every
  * request in flight carries. Allocated when first needed, freed when the delivery ends. */
@@ -852,6 +853,16 @@ static void on_rate_wait(evutil_socket_t fd, short what, void *arg)
     deliver_step(d);
 }
 
+static void on_bulk_again(evutil_socket_t fd, short what, void *arg)
+{
+    deliver_t *d = arg;
+
+    (void)fd;
+    (void)what;
+    d->_timer_armed = 0;
+    rate_take(d);
+}
+
 static void on_rate_taken(void *arg, store_status_t st, store_rate_verdict_t verdict,
                           int64_t wait_ms)
 {
@@ -879,6 +890,16 @@ static void on_rate_taken(void *arg, store_status_t st, store_rate_verdict_t ver
         arm_timer(d, (long)wait_ms, on_rate_wait);
         return;
     default:
+        if (d->bulk && wait_ms < deliver_rate_max_wait_ms(d)) {
+            /* not taken: asked again when the slot may be within reach, spread over the
+             * horizon so that the broadcast's messages waiting do not all ask at once */
+            char hex[5];
+            rng_hex(&d->env->rng, hex, 4);
+            d->phase = DL_RATE_WAIT;
+            arm_timer(d, (long)(wait_ms - BULK_AHEAD_MS + (long)(strtoul(hex, NULL, 16) % BULK_AHEAD_MS)),
+                      on_bulk_again);
+            return;
+        }
         rate_refuse(d, wait_ms, "rate limit: the next slot comes after the request's deadline");
         return;
     }
@@ -895,19 +916,12 @@ static int rate_take(deliver_t *d)
     store_rate_verdict_t verdict;
     int64_t wait_ms;
 
-    if (d->phase == DL_IDLE && d->_ahead != NULL) { /* taken with the member's read */
-        store_rate_call_t *ahead = d->_ahead;
-        d->_ahead = NULL;
-        d->phase = DL_RATE_TAKE;
-        switch (store_rate_ahead_use(ahead, SLOT_AHEAD_LATE_MS, on_rate_taken, d, &verdict,
-                                     &wait_ms)) {
-        case 2:
-            d->_rate = ahead;
-            return 1;
-        case 1:
-            on_rate_taken(d, STORE_OK, verdict, wait_ms);
-            return 1;
-        }
+    switch (deliver_ahead_take(d, on_rate_taken, &verdict, &wait_ms)) {
+    case 1:
+        on_rate_taken(d, STORE_OK, verdict, wait_ms);
+        return 1;
+    case 2:
+        return 1;
     }
     deliver_rate_policy(d, &policy);
     if (ratelimit_is_off(&policy) && !d->_rate_retried && !d->_pair_held && !d->_pauses_heard) {
@@ -915,13 +929,18 @@ static int rate_take(deliver_t *d)
         return 0;
     }
     d->phase = DL_RATE_TAKE;
+    if (d->bulk && policy.sender.interval_us > 0)
+        policy.sender.burst = 1; /* the burst is left to conversational traffic */
     /* the pair's keys only where it has a limit, or the platform just paused it */
     d->_rate = store_rate_take(d->env->store, d->channel_id,
                                policy.pair.interval_us > 0 || d->_rate_retried ||
                                        d->_pauses_heard
                                    ? d->to
                                    : NULL,
-                               d->_pair_held, &policy, deliver_rate_max_wait_ms(d),
+                               d->_pair_held, &policy,
+                               d->bulk && deliver_rate_max_wait_ms(d) > BULK_AHEAD_MS
+                                   ? BULK_AHEAD_MS
+                                   : deliver_rate_max_wait_ms(d),
                                on_rate_taken, d, &st);
     d->_pair_held = 0;
     if (d->_rate == NULL)
@@ -1066,16 +1085,6 @@ static unsigned upload_kind(const deliver_t *d, const json_t *response)
            ADAPTER_UPLOADED;
 }
 
-/* A slot taken ahead goes back before a store call of another phase takes its place: the
- * calls before the message's (a credential, a contact) would make it late anyway. */
-static void ahead_drop(deliver_t *d)
-{
-    if (d->phase == DL_IDLE) {
-        store_rate_cancel(d->_ahead);
-        d->_ahead = NULL;
-    }
-}
-
 /* Decides what the delivery needs next. */
 static void deliver_step(deliver_t *d)
 {
@@ -1084,14 +1093,14 @@ static void deliver_step(deliver_t *d)
 
     if (!d->_cred_ready && a->cred_needs_refresh != NULL) {
         if (d->_cred_forced || a->cred_needs_refresh(info(d), clock_wall_ms())) {
-            ahead_drop(d);
+            deliver_ahead_drop(d);
             cred_begin(d);
             return;
         }
         d->_cred_ready = 1;
     }
     if (!d->_contact_ready && a->build_check != NULL) {
-        ahead_drop(d);
+        deliver_ahead_drop(d);
         contact_cache(d);
         return;
     }

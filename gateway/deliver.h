@@ -117,7 +117,12 @@ typedef struct deliver {
     };
     struct deliver_extra *_x;   /* state of the rare paths, allocated when first needed */
     uint16_t platform_calls;    /* calls started, for the request's log line */
-    uint16_t _delivered;        /* responses already through delivery */
+    uint16_t _delivered : 15;   /* responses already through delivery */
+    /* a broadcast's message (contract.md section 12, last point): it takes the sender's slots
+     * after everyone else, never more than BULK_AHEAD_MS ahead and never out of the burst, so
+     * that conversational traffic finds its slot almost as if it were alone. In the bits of
+     * _delivered: op_t stays in its size class. */
+    uint16_t bulk : 1;
     uint16_t failed;            /* of those, the ones that failed (the request's log line) */
     unsigned _timer_armed : 1, _cred_ready : 1, _cred_refreshed : 1, _cred_forced : 1,
         _lock_held : 1, _contact_ready : 1, _auth_retried : 2, _rate_retried : 1,

@@ -8,6 +8,10 @@
 
 #include <string.h>
 
+/* A slot taken ahead serves a call that goes at most this late (what a reply's trip adds to a
+ * slot taken just before the call): a later one could crowd the next slots' calls. */
+#define SLOT_AHEAD_LATE_MS 10
+
 deliver_channel_kept_t *deliver_kept(deliver_env_t *env, const json_t *channel)
 {
     return &env->_channels[hash_ptr(channel, DELIVER_CHANNELS_KEPT_BITS)];
@@ -65,7 +69,8 @@ void deliver_slot_ahead(deliver_t *d, const char *member_id, int turn)
     ratelimit_policy_t policy;
     store_status_t st;
 
-    if (d->phase != DL_IDLE || d->_ahead != NULL)
+    /* a broadcast's message takes its slot after everyone else's, just before its call */
+    if (d->phase != DL_IDLE || d->_ahead != NULL || d->bulk)
         return;
     deliver_rate_policy(d, &policy);
     /* a pair's limit needs the member's address, known once the member is read: its slot is
@@ -77,4 +82,31 @@ void deliver_slot_ahead(deliver_t *d, const char *member_id, int turn)
         d->env->_pauses = store_rate_board_new(d->env->store);
     d->_ahead = store_rate_take_ahead(d->env->store, d->channel_id, member_id, turn, &policy,
                                       deliver_rate_max_wait_ms(d), &st);
+}
+
+int deliver_ahead_take(deliver_t *d, store_rate_cb *cb, store_rate_verdict_t *verdict,
+                       int64_t *wait_ms)
+{
+    store_rate_call_t *ahead = d->_ahead;
+
+    if (d->phase != DL_IDLE || ahead == NULL)
+        return 0;
+    d->_ahead = NULL;
+    d->phase = DL_RATE_TAKE;
+    switch (store_rate_ahead_use(ahead, SLOT_AHEAD_LATE_MS, cb, d, verdict, wait_ms)) {
+    case 2:
+        d->_rate = ahead;
+        return 2;
+    case 1:
+        return 1;
+    }
+    return 0;
+}
+
+void deliver_ahead_drop(deliver_t *d)
+{
+    if (d->phase == DL_IDLE) {
+        store_rate_cancel(d->_ahead);
+        d->_ahead = NULL;
+    }
 }

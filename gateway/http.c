@@ -90,6 +90,8 @@ static void log_answer(const char *client, const http_answer_t *a, int64_t elaps
     jw_str(&w, a->request_id);
     jw_lit(&w, a->route == METRICS_ROUTE_SEND       ? ",\"route\":\"sendResponses\",\"status\":"
                : a->route == METRICS_ROUTE_REQUESTS ? ",\"route\":\"requests\",\"status\":"
+               : a->route == METRICS_ROUTE_BROADCASTS ? ",\"route\":\"broadcasts\",\"status\":"
+               : a->route == METRICS_ROUTE_WEBHOOKS ? ",\"route\":\"webhooks\",\"status\":"
                                                      : ",\"route\":\"redirectMemberToNode\",\"status\":");
     jw_int(&w, a->status);
     if (a->code > 0) {
@@ -217,8 +219,15 @@ int http_route(http_server_t *s, const http_route_t *r)
     return 0;
 }
 
-static const http_route_t *find_route(const http_server_t *s, const char *path, int on_admin)
+/* The route of path: the one of method when several share the path (GET and POST
+ * /webhooks/), else the first (answered 405). */
+static const http_route_t *find_route(const http_server_t *s, const char *path, int on_admin,
+                                      enum evhttp_cmd_type method)
 {
+    const http_route_t *first = NULL;
+
+    if (method == EVHTTP_REQ_HEAD)
+        method = EVHTTP_REQ_GET;
     for (unsigned i = 0; i < s->n_routes; i++) {
         const http_route_t *r = &s->routes[i];
         int here = on_admin ? r->where != HTTP_API
@@ -226,10 +235,14 @@ static const http_route_t *find_route(const http_server_t *s, const char *path, 
         /* a path ending in '/' is a prefix: the rest names a resource (/requests/<id>) */
         size_t n = strlen(r->path);
         if (here && (r->path[n - 1] == '/' ? strncmp(path, r->path, n) == 0 && path[n] != '\0'
-                                           : strcmp(path, r->path) == 0))
-            return r;
+                                           : strcmp(path, r->path) == 0)) {
+            if (r->method == method)
+                return r;
+            if (first == NULL)
+                first = r;
+        }
     }
-    return NULL;
+    return first;
 }
 
 static void serve(http_server_t *s, struct evhttp_request *req, int on_admin)
@@ -237,7 +250,7 @@ static void serve(http_server_t *s, struct evhttp_request *req, int on_admin)
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
-    const http_route_t *r = path ? find_route(s, path, on_admin) : NULL;
+    const http_route_t *r = path ? find_route(s, path, on_admin, cmd) : NULL;
     int allowed =
         r != NULL && (cmd == r->method || (cmd == EVHTTP_REQ_HEAD && r->method == EVHTTP_REQ_GET));
 
@@ -254,8 +267,16 @@ static void serve(http_server_t *s, struct evhttp_request *req, int on_admin)
         return;
     }
     if (r != NULL) {
+        int get = 0, post = 0; /* every route of the path (GET and POST /webhooks/) */
+        for (unsigned i = 0; i < s->n_routes; i++)
+            if (strcmp(s->routes[i].path, r->path) == 0) {
+                get |= s->routes[i].method == EVHTTP_REQ_GET;
+                post |= s->routes[i].method == EVHTTP_REQ_POST;
+            }
         evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
-                          r->method == EVHTTP_REQ_POST ? "POST" : "GET, HEAD");
+                          get && post ? "GET, HEAD, POST"
+                          : post      ? "POST"
+                                      : "GET, HEAD");
         http_send_json(req, 405, "Method Not Allowed",
                        "{\"ok\":0,\"err_code\":122,\"err\":\"method not allowed\","
                        "\"error\":\"method not allowed\"}");

@@ -21,7 +21,7 @@ struct evhttp_bound_socket;
  * passes REQUEST_MAX_BODY (conn.c), both with our JSON 413. */
 #define HTTP_TRANSPORT_MAX_BODY (2 * 1024 * 1024)
 #define HTTP_MAX_HEADERS_SIZE CONN_MAX_HEADERS_SIZE
-#define HTTP_ROUTES_MAX 8
+#define HTTP_ROUTES_MAX 14
 
 typedef void http_handler_fn(void *arg, struct evhttp_request *req);
 

@@ -13,7 +13,7 @@ static const double bounds[METRICS_BUCKETS] = {
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 };
 static const char *const route_names[METRICS_ROUTES] = {"sendResponses", "redirectMemberToNode",
-                                                        "requests"};
+                                                        "requests", "broadcasts", "webhooks"};
 static const int statuses[METRICS_STATUSES] = {200, 413, 500, 400, 401, 404, 409, 429, 502, 503, 202};
 static const char *const targets[METRICS_TARGETS] = {
     "facebook", "whatsapp", "whatsapp-cloud", "slack", "wechat", "teamwork", "media", "webhook",
@@ -136,6 +136,22 @@ void metrics_message(metrics_t *m, const char *platform, int err_code)
         counter_add(&m->messages[t][code_slot(err_code)], 1);
 }
 
+void metrics_hook_refused(metrics_t *m, const char *platform, metrics_hook_refusal_t why)
+{
+    int t = target_index(platform, METRICS_PLATFORMS);
+
+    if (t >= 0)
+        counter_add(&m->webhook_refused[t][why], 1);
+}
+
+void metrics_hook_events(metrics_t *m, const char *platform, unsigned n)
+{
+    int t = target_index(platform, METRICS_PLATFORMS);
+
+    if (t >= 0)
+        counter_add(&m->webhook_events[t], n);
+}
+
 void metrics_on_redis_command(void *arg, int ok, int64_t latency_us)
 {
     metrics_t *m = arg;
@@ -220,6 +236,7 @@ static void outbox_render(struct evbuffer *b, const metrics_t *const *all, int n
     static const char *const ended[2] = {"done", "failed"};
     static const char *const posted[2] = {"delivered", "failed"};
     uint64_t each[METRICS_RETRY_REASONS > 2 ? METRICS_RETRY_REASONS : 2];
+    uint64_t per_platform[METRICS_PLATFORMS];
     long long shards = 0;
     uint64_t v;
 
@@ -249,6 +266,37 @@ static void outbox_render(struct evbuffer *b, const metrics_t *const *all, int n
     SUM(v, callback_retries);
     scalar(b, "botgate_outbox_callback_retries_total", "counter",
            "Status callback posts not answered 2xx, tried again later.", (long long)v);
+    header(b, "botgate_broadcasts_total", "counter",
+           "Broadcasts by the state they reached: running (accepted), done, cancelled.");
+    for (int i = 0; i < 3; i++) {
+        static const char *const states[3] = {"running", "done", "cancelled"};
+        SUM(v, broadcasts[i]);
+        evbuffer_add_printf(b, "botgate_broadcasts_total{state=\"%s\"} %llu\n", states[i],
+                            (unsigned long long)v);
+    }
+    header(b, "botgate_webhooks_refused_total", "counter",
+           "Platform webhooks refused before anything of them was read: a signature or token "
+           "missing or wrong, or a replay (slack) or a timestamp outside 5 minutes (slack, WeChat).");
+    for (int p = 0; p < METRICS_PLATFORMS; p++)
+        for (int r = 0; r < METRICS_HOOK_REFUSALS; r++) {
+            SUM(v, webhook_refused[p][r]);
+            evbuffer_add_printf(b,
+                                "botgate_webhooks_refused_total{platform=\"%s\",reason=\"%s\"} "
+                                "%llu\n",
+                                targets[p], r == METRICS_HOOK_SIGNATURE ? "signature" : "replay",
+                                (unsigned long long)v);
+        }
+    SUM_EACH(per_platform, webhook_events, METRICS_PLATFORMS);
+    labelled(b, "botgate_webhook_events_total",
+             "Events of platform webhooks stored in Redis (inbound messages, taps, receipts).",
+             "platform", targets, per_platform, METRICS_PLATFORMS);
+    SUM_EACH(each, webhook_posts, 2);
+    labelled(b, "botgate_webhook_posts_total",
+             "Webhook events posted to subscriptions: delivered (a 2xx), failed (none in 24 h).",
+             "outcome", posted, each, 2);
+    SUM(v, webhook_post_retries);
+    scalar(b, "botgate_webhook_post_retries_total", "counter",
+           "Event posts to subscriptions not answered 2xx, tried again later.", (long long)v);
     SUM(shards, outbox_shards);
     if (shards > METRICS_SHARDS)
         shards = METRICS_SHARDS;

@@ -12,12 +12,14 @@ typedef enum {
     METRICS_ROUTE_SEND = 0,
     METRICS_ROUTE_REDIRECT,
     METRICS_ROUTE_REQUESTS, /* GET /requests/<id>: a queued request's status */
+    METRICS_ROUTE_BROADCASTS, /* POST /broadcasts, GET and DELETE /broadcasts/<id> */
+    METRICS_ROUTE_WEBHOOKS, /* GET|POST /webhooks/<channelId>: the platforms' own webhooks */
     METRICS_ROUTES
 } metrics_route_t;
 
-/* err_code slots: 0 = success, 1 = unauthorized, 2 = any other code, then 100..129 (contract
+/* err_code slots: 0 = success, 1 = unauthorized, 2 = any other code, then 100..130 (contract
  * section 5 and the codes sections 11-14 add). */
-#define METRICS_CODES 33
+#define METRICS_CODES 34
 /* HTTP status slots: 200, 413, 500, those of BOTGATE_HTTP_STATUS=conventional, and 202. */
 #define METRICS_STATUSES 11
 #define METRICS_BUCKETS 14
@@ -32,6 +34,12 @@ typedef enum {
     METRICS_RETRY_STORE,        /* Redis failed before anything was sent */
     METRICS_RETRY_REASONS
 } metrics_retry_t;
+/* Why a webhook was refused before anything of it was read. */
+typedef enum {
+    METRICS_HOOK_SIGNATURE, /* a signature or token missing or wrong: 401 */
+    METRICS_HOOK_REPLAY,    /* slack: a signature seen before, or a timestamp out of its window */
+    METRICS_HOOK_REFUSALS
+} metrics_hook_refusal_t;
 /* Outcome of an outbound call: 2xx, 4xx, 5xx, no answer (connect failure, timeout, refused). */
 #define METRICS_OUTCOMES 4
 
@@ -63,6 +71,14 @@ typedef struct metrics {
     atomic_uint_fast64_t outbox_retries[METRICS_RETRY_REASONS];   /* metrics_retry_t */
     atomic_uint_fast64_t callbacks[2];                            /* delivered, failed */
     atomic_uint_fast64_t callback_retries;
+    /* broadcasts (contract.md section 13): accepted here, cancelled here, seen done by this
+     * process's delivery (each once in all) */
+    atomic_uint_fast64_t broadcasts[3];
+    /* webhooks in (contract.md section 14), by platform */
+    atomic_uint_fast64_t webhook_refused[METRICS_PLATFORMS][METRICS_HOOK_REFUSALS];
+    atomic_uint_fast64_t webhook_events[METRICS_PLATFORMS];
+    atomic_uint_fast64_t webhook_posts[2]; /* events to subscriptions: delivered, failed */
+    atomic_uint_fast64_t webhook_post_retries;
     /* gauges of one worker's latest look at the streams (outbox_watch_depth) */
     atomic_int_fast64_t outbox_depth[METRICS_SHARDS], outbox_age_ms[METRICS_SHARDS];
     atomic_int_fast64_t outbox_shards;
@@ -84,6 +100,9 @@ void metrics_rate_answer(metrics_t *m, const char *platform);
 /* One message's end on platform (a channel type): err_code 0 when sent. A request answered
  * 200 can carry failed messages: this is what says whether anything was delivered. */
 void metrics_message(metrics_t *m, const char *platform, int err_code);
+/* A webhook of platform (a channel type) refused for why, or n of its events stored. */
+void metrics_hook_refused(metrics_t *m, const char *platform, metrics_hook_refusal_t why);
+void metrics_hook_events(metrics_t *m, const char *platform, unsigned n);
 /* The store's observer of Redis commands (store_set_observer), with the metrics as arg. */
 void metrics_on_redis_command(void *arg, int ok, int64_t latency_us);
 

@@ -946,6 +946,7 @@ int op_start_queued(op_env_t *env, const op_kind_t *kind, const char *body, size
     op->outbox = outbox;
     op->token.app = app;
     op->token.scopes = kind->scopes;
+    op->dl.bulk = kind->bulk;
     if (kind->parse(op, body, len, &err) < 0) {
         op_fail(op, &err);
         return 0;

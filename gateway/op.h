@@ -98,6 +98,7 @@ typedef struct op_kind {
      * what the operation needs, then calls op_resolve_recipient() or answers. NULL: none. */
     op_run_fn *before_recipient;
     unsigned async : 1; /* Prefer: respond-async: run checks it and queues it (outbox.c) */
+    unsigned bulk : 1;  /* a broadcast's message: low priority for the rate limits */
 } op_kind_t;
 
 typedef struct op {
@@ -178,6 +179,7 @@ typedef struct op {
 /* The kinds of the two operations, and sendResponses queued (Prefer: respond-async). */
 extern const op_kind_t op_send_kind;
 extern const op_kind_t op_send_async_kind;
+extern const op_kind_t op_send_bulk_kind;
 extern const op_kind_t op_redirect_kind;
 
 /* Macros, not functions: the synchronous path reads them on every request, and a call into

@@ -507,6 +507,17 @@ const op_kind_t op_send_kind = {.route = METRICS_ROUTE_SEND,
                                 .cleanup = send_cleanup,
                                 .drained = send_drained};
 
+/* A broadcast's message to one member, queued by the broadcast (broadcast.c): sent as
+ * above, its slots of the sender's limit after conversational traffic's (deliver_t.bulk). */
+const op_kind_t op_send_bulk_kind = {.route = METRICS_ROUTE_SEND,
+                                     .scopes = AUTH_ACCEPT_SEND,
+                                     .parse = send_parse,
+                                     .run = send_run,
+                                     .expired = send_expired,
+                                     .cleanup = send_cleanup,
+                                     .drained = send_drained,
+                                     .bulk = 1};
+
 const op_kind_t op_send_async_kind = {.route = METRICS_ROUTE_SEND,
                                       .scopes = AUTH_ACCEPT_SEND,
                                       .parse = send_parse,

@@ -10,7 +10,9 @@
  * platform (a rate limit's wait past the deadline, a 5xx, a refused connection) is tried again
  * after a jittered backoff, until the queue TTL (128). A request's status callback is an entry
  * of the same stream, written by the script that ends the request, and posted signed by
- * outbox_post.c; GET /requests/<id> is outbox_status.c's. */
+ * outbox_post.c; so is a webhook event (webhook.c queued it, one entry per subscription), once
+ * the member's previous event to that subscription is finished. GET /requests/<id> is
+ * outbox_status.c's. */
 #include "outbox.h"
 
 #include "../core/clock.h"
@@ -60,7 +62,8 @@ struct ob_job {
     outbox_t *ob;
     ob_job_t *prev, *next;
     unsigned shard;
-    unsigned callback : 1;    /* a status callback, else a request */
+    unsigned callback : 1;    /* a status callback */
+    unsigned event : 1;       /* a webhook event to a subscription; neither: a request */
     unsigned stale : 1;       /* woken while its start was out: start again */
     unsigned running : 1;     /* an attempt's op holds it */
     unsigned stop : 1;        /* the attempt stopped at a response to try again (stop_at) */
@@ -80,8 +83,11 @@ struct ob_job {
     int64_t attempts, retry_ms;
     metrics_retry_t reason;
     char *elements[STORE_OUTBOX_ELEMENTS_MAX]; /* of the responses before next */
-    /* a callback */
+    /* a callback or an event */
     outbox_post_t *post;
+    /* an event: posted to url (app: whose secret signs it) as number seq of its member's */
+    char *url, *body;
+    int64_t seq;
 };
 
 static metrics_t *metrics(const outbox_t *ob)
@@ -95,17 +101,10 @@ static void count(atomic_uint_fast64_t *c)
 }
 
 /* The shard of a member: all of its requests go to one stream, so that one script sees their
- * order (FNV-1a of channel and member). */
+ * order. */
 static unsigned shard_of(const outbox_t *ob, const char *channel_id, const char *member_id)
 {
-    uint32_t h = 2166136261u;
-
-    for (const char *p = channel_id; *p; p++)
-        h = (h ^ (unsigned char)*p) * 16777619u;
-    h = (h ^ 0xff) * 16777619u; /* a byte no id has between them */
-    for (const char *p = member_id; *p; p++)
-        h = (h ^ (unsigned char)*p) * 16777619u;
-    return h % ob->shards;
+    return store_outbox_shard(ob->shards, channel_id, member_id);
 }
 
 static void arm(struct event *ev, int64_t ms)
@@ -227,6 +226,7 @@ static void ob_accept(op_t *op)
 static void outbox_read(outbox_t *ob);
 static void job_start(ob_job_t *job);
 static void callback_start(ob_job_t *job);
+static void event_start(ob_job_t *job);
 
 static void job_free(ob_job_t *job)
 {
@@ -240,6 +240,8 @@ static void job_free(ob_job_t *job)
     for (unsigned i = 0; i < STORE_OUTBOX_ELEMENTS_MAX; i++)
         free(job->elements[i]);
     free(job->app);
+    free(job->url);
+    free(job->body);
     free(job->entry);
     DLIST_UNLINK(ob->jobs, ob->jobs_last, job);
     ob->n_jobs--;
@@ -262,6 +264,8 @@ static void job_wake(ob_job_t *job)
         return;
     if (job->callback)
         callback_start(job);
+    else if (job->event)
+        event_start(job);
     else
         job_start(job);
 }
@@ -319,6 +323,22 @@ static void job_add(outbox_t *ob, const store_outbox_entry_t *e)
     job->ob = ob;
     job->shard = e->shard;
     job->callback = e->callback != 0;
+    if (e->subscription != NULL) {
+        job->event = 1;
+        job->seq = e->seq;
+        job->app = strdup(e->app);
+        job->url = strdup(e->url);
+        job->body = strndup(e->body, e->body_len);
+        if (job->app == NULL || job->url == NULL || job->body == NULL) {
+            free(job->app);
+            free(job->url);
+            free(job->body);
+            free(job->entry);
+            event_free(job->timer);
+            free(job);
+            return; /* left pending: taken over later */
+        }
+    }
     DLIST_APPEND(ob->jobs, ob->jobs_last, job);
     ob->n_jobs++;
     job_wake(job);
@@ -385,8 +405,9 @@ static void on_start(void *arg, store_status_t st, const store_outbox_start_t *s
         log_msg(LOG_DEBUG, "outbox: request %s attempt %lld from response %u", job->id,
                 (long long)s->attempts, s->next);
     job->running = 1;
-    if (job->app == NULL ||
-        op_start_queued(ob->env, &op_send_kind, s->body, s->body_len, job->app, job) < 0) {
+    /* a broadcast's message (broadcast.c) takes its rate-limit slots after the others' */
+    if (job->app == NULL || op_start_queued(ob->env, s->bulk ? &op_send_bulk_kind : &op_send_kind,
+                                            s->body, s->body_len, job->app, job) < 0) {
         job->running = 0;
         job->abandon = 1; /* taken over as after a crash: nothing is sent twice */
         job->drop = 1;
@@ -829,6 +850,88 @@ static void callback_start(ob_job_t *job)
     job->stale = 0;
     job->call = store_outbox_status(job->ob->env->deliver.store, job->shard, job->id,
                                     on_callback_status, job, &st);
+    if (job->call == NULL)
+        job_later(job, READ_RETRY_MS);
+}
+
+/* ---- webhook events to subscriptions ---- */
+
+/* The job's entry as the store names it. */
+static store_outbox_entry_t event_entry(const ob_job_t *job)
+{
+    store_outbox_entry_t e;
+
+    memset(&e, 0, sizeof(e));
+    e.shard = job->shard;
+    e.entry_id = job->entry;
+    e.request_id = job->id;
+    e.order_key = job->order;
+    e.seq = job->seq;
+    return e;
+}
+
+static void on_event_posted(void *arg, int delivered)
+{
+    ob_job_t *job = arg;
+    store_outbox_entry_t e = event_entry(job);
+
+    job->post = NULL;
+    count(&metrics(job->ob)->webhook_posts[delivered ? 0 : 1]);
+    /* delivered, or given up after 24 h: either way the member's next event may go */
+    store_outbox_event_end(job->ob->env->deliver.store, &e);
+    job_free(job);
+}
+
+static void on_event_turn(void *arg, store_status_t st, int turn)
+{
+    ob_job_t *job = arg;
+    outbox_t *ob = job->ob;
+
+    job->call = NULL;
+    if (st != STORE_OK) {
+        job_later(job, READ_RETRY_MS);
+        return;
+    }
+    if (turn == 2) { /* posted before (its end was lost): only the entry is left */
+        store_outbox_entry_t e = event_entry(job);
+        store_outbox_event_end(ob->env->deliver.store, &e);
+        job_free(job);
+        return;
+    }
+    if (turn == 0) { /* the member's previous event to this subscription is not finished */
+        if (job->stale) {
+            event_start(job);
+            return;
+        }
+        if (job->sub == NULL)
+            job->sub = store_watch_key(ob->env->deliver.store, job->order, on_order, job);
+        job_later(job, ob->env->deliver.cfg->outbox_claim_ms);
+        return;
+    }
+    store_unwatch(job->sub);
+    job->sub = NULL;
+    evtimer_del(job->timer);
+    {
+        /* the 24 h are counted from the event's queuing: its entry id's milliseconds */
+        outbox_post_req_t req = {job->app,
+                                 job->url,
+                                 job->body,
+                                 job->id,
+                                 strtoll(job->entry, NULL, 10),
+                                 &metrics(ob)->webhook_post_retries};
+        job->post = outbox_post_start(ob->env, &req, on_event_posted, job);
+    }
+    if (job->post == NULL)
+        job_later(job, outbox_backoff_ms(ob->env, ++job->attempts));
+}
+
+static void event_start(ob_job_t *job)
+{
+    store_outbox_entry_t e = event_entry(job);
+    store_status_t st = STORE_OK;
+
+    job->stale = 0;
+    job->call = store_outbox_event_turn(job->ob->env->deliver.store, &e, on_event_turn, job, &st);
     if (job->call == NULL)
         job_later(job, READ_RETRY_MS);
 }

@@ -46,6 +46,35 @@ static int id_shard(const char *id)
     return (int)strtol((char[]){id[0], id[1], '\0'}, NULL, 16);
 }
 
+/* The receipts of the platforms' webhooks (contract.md section 14) into the elements of the
+ * status text: element i of sendResult.result gets "receipt":"delivered|read|failed". The text
+ * is taken over; the new one is returned (the old one when there is nothing to add). */
+static char *add_receipts(char *text, size_t *len, const char *receipts)
+{
+    json_t *rc = receipts[0] ? json_loads(receipts, 0, NULL) : NULL, *st, *results, *v;
+    const char *k;
+    char *out;
+
+    if (json_object_size(rc) == 0 || (st = json_loadb(text, *len, 0, NULL)) == NULL) {
+        json_decref(rc);
+        return text;
+    }
+    results = json_object_get(json_object_get(st, "sendResult"), "result");
+    json_object_foreach(rc, k, v)
+    {
+        json_t *el = json_array_get(results, (size_t)strtoul(k, NULL, 10));
+        if (json_is_object(el) && json_is_string(v))
+            json_object_set(el, "receipt", v);
+    }
+    if ((out = jw_dump(st, len)) != NULL) {
+        free(text);
+        text = out;
+    }
+    json_decref(st);
+    json_decref(rc);
+    return text;
+}
+
 char *outbox_status_text(const char *id, const store_outbox_status_t *s, const char *event_id,
                          size_t *len)
 {
@@ -97,7 +126,7 @@ char *outbox_status_text(const char *id, const store_outbox_status_t *s, const c
         jw_free(&w);
         return NULL;
     }
-    return text;
+    return s->receipts != NULL ? add_receipts(text, len, s->receipts) : text;
 }
 
 static void get_free(ob_get_t *g)

@@ -234,6 +234,11 @@ static int add_routes(worker_t *w)
         {"/readyz", EVHTTP_REQ_GET, on_ready, w, 0, HTTP_BOTH},
         {"/metrics", EVHTTP_REQ_GET, on_metrics, w, 0, HTTP_ADMIN},
         {"/requests/", EVHTTP_REQ_GET, outbox_status_route, w->outbox, 1, HTTP_API},
+        {"/broadcasts", EVHTTP_REQ_POST, broadcasts_post_route, w->broadcasts, 1, HTTP_API},
+        {"/broadcasts/", EVHTTP_REQ_GET, broadcasts_id_route, w->broadcasts, 1, HTTP_API},
+        {"/broadcasts/", EVHTTP_REQ_DELETE, broadcasts_id_route, w->broadcasts, 1, HTTP_API},
+        {"/webhooks/", EVHTTP_REQ_POST, webhook_route, w->webhook, 1, HTTP_API},
+        {"/webhooks/", EVHTTP_REQ_GET, webhook_route, w->webhook, 1, HTTP_API},
     };
 
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
@@ -324,6 +329,10 @@ int worker_init(worker_t *w, int id, const config_t *cfg)
         return -1;
     if (id == 0)
         outbox_watch_depth(w->outbox); /* the streams are the process's: one worker looks */
+    if ((w->broadcasts = broadcasts_new(&w->env)) == NULL)
+        return -1;
+    if ((w->webhook = webhook_new(&w->env)) == NULL)
+        return -1;
     if (add_routes(w) < 0)
         return -1;
     return http_start(&w->http);
@@ -353,8 +362,12 @@ void worker_cleanup(worker_t *w)
 {
     abort_all(w);
     w->env.draining = 1;
+    broadcasts_free(w->broadcasts); /* its accepts in flight answered 121 */
+    w->broadcasts = NULL;
     outbox_free(w->outbox); /* after the ops: what they held of it is let go */
     w->outbox = NULL;
+    webhook_free(w->webhook); /* before the server that holds their connections */
+    w->webhook = NULL;
     http_free(&w->http);
     if (w->ctl_ev != NULL)
         event_free(w->ctl_ev);

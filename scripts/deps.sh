@@ -6,7 +6,7 @@ set -eu
 purpose=${1:-build}
 # Named as needed, not as pulled in: gcc only recommends libc6-dev (crt files, libc headers), and
 # the installs below take no recommends, so without it cc cannot link on a fresh system.
-pkgs="gcc libc6-dev make cmake pkg-config libevent-dev libcurl4-openssl-dev libhiredis-dev libjansson-dev libssl-dev libnghttp2-dev libmimalloc-dev liblua5.4-dev redis-server curl"
+pkgs="gcc libc6-dev make cmake pkg-config libevent-dev libcurl4-openssl-dev libhiredis-dev libjansson-dev libssl-dev libnghttp2-dev libmimalloc-dev liblua5.4-dev libexpat1-dev redis-server curl"
 case "$purpose" in
   build) ;;
   test) pkgs="$pkgs libcmocka-dev python3 python3-h2 clang libclang-rt-14-dev prometheus redis-sentinel nginx-light openssl groff-base" ;;

@@ -675,6 +675,8 @@ cluster_t *cluster_new(struct event_base *base, const redisc_config_t *node,
     cl->node_cfg.n_sentinels = 0;
     cl->node_cfg.db = 0; /* a cluster has database 0 only */
     cl->node_cfg.unix_path[0] = '\0';
+    cl->node_cfg.n_addrs = 0; /* each connection is to its node's host alone (the seeds are a
+                                 list of their own, every address of a name included) */
     for (int i = 0; i < n_seeds; i++)
         addr_add(cl, seeds[i].host, seeds[i].port);
     cl->refresh_timer = evtimer_new(base, on_refresh_timer, cl);

@@ -133,6 +133,18 @@ int64_t store_eval_int(const redisReply *r)
     return -1;
 }
 
+const char *store_eval_str(const redisReply *r, size_t *len)
+{
+    if (r == NULL || r->type != REDIS_REPLY_STRING) {
+        if (len != NULL)
+            *len = 0;
+        return "";
+    }
+    if (len != NULL)
+        *len = r->len;
+    return r->str;
+}
+
 void store_eval_cancel(store_eval_t *ev)
 {
     if (ev != NULL)

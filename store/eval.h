@@ -45,5 +45,7 @@ void store_eval_cancel(store_eval_t *ev);
 /* A script's number in its reply: an integer, or a string of digits (Lua's tostring); -1 for
  * anything else (NULL included). */
 int64_t store_eval_int(const redisReply *r);
+/* A script's string in its reply ("" for anything else), its length in *len when not NULL. */
+const char *store_eval_str(const redisReply *r, size_t *len);
 
 #endif

@@ -12,21 +12,37 @@
 /* Redis's clock, in ms: the one every instance shares. */
 #define NOW_MS "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
 
-/* KEYS[1] the record; ARGV fp, owner, lease_ms, ttl_ms. */
+/* The record's lease is its own TTL: begin sets it to ttl + lease and 'held' to ttl, so the
+ * lease runs while the TTL is above 'held' (Redis's clock, without a TIME call), and an answer
+ * written before the lease ends is kept at least ttl (no PEXPIRE in the answer's script).
+ * Records written before 'held' carry 'lease', the lease's end on TIME's clock. ttl is the one
+ * its runner was configured with: another instance's may differ. */
+#define LEASE_LEFT(r_lease, r_held)                                                               \
+    "local function lease_left() "                                                                \
+    "if " r_held " then return redis.call('PTTL', KEYS[1]) - tonumber(" r_held ") end "           \
+    NOW_MS "return tonumber(" r_lease " or '0') - now end "
+
+/* KEYS[1] the record; ARGV fp, owner, ttl_ms (what 'held' says), ttl_ms + lease_ms. Its
+ * common case, a new key, is three calls: HMGET, HSET, PEXPIRE (each redis.call ~1.5 us of
+ * Redis CPU with its share of the script's; TIME was a fourth). A duplicate that is told to
+ * wait marks the record ('w'), so that the answer's script publishes only for a waiter: it
+ * asks again once subscribed, so an answer that came before the mark is seen then. */
 static const char BEGIN_SCRIPT[] =
-    NOW_MS "local r = redis.call('HMGET', KEYS[1], 'fp', 'status', 'code', 'body', 'lease') "
-           "if not r[1] then "
-           "redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'owner', ARGV[2], 'lease', now + ARGV[3]) "
-           "redis.call('PEXPIRE', KEYS[1], ARGV[4]) return {'run'} end "
-           "if r[1] ~= ARGV[1] then return {'conflict'} end "
-           "if r[2] then return {'done', r[2], r[3], r[4]} end "
-           "local left = tonumber(r[5]) - now "
-           "if left > 0 then return {'wait', tostring(left)} end "
-           "redis.call('HSET', KEYS[1], 'owner', ARGV[2], 'lease', now + ARGV[3]) "
-           "local at = tonumber(redis.call('HGET', KEYS[1], 'at') or '0') "
-           "local out = {'resume', at} "
-           "for i = 0, at - 1 do out[#out + 1] = redis.call('HGET', KEYS[1], 'e' .. i) end "
-           "return out";
+    "local r = redis.call('HMGET', KEYS[1], 'fp', 'status', 'code', 'body', 'lease', 'held') "
+    "if not r[1] then "
+    "redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'owner', ARGV[2], 'held', ARGV[3]) "
+    "redis.call('PEXPIRE', KEYS[1], ARGV[4]) return {'run'} end "
+    "if r[1] ~= ARGV[1] then return {'conflict'} end "
+    "if r[2] then return {'done', r[2], r[3], r[4]} end " LEASE_LEFT("r[5]", "r[6]")
+    "local left = lease_left() "
+    "if left > 0 then redis.call('HSET', KEYS[1], 'w', '1') return {'wait', tostring(left)} end "
+    "redis.call('HSET', KEYS[1], 'owner', ARGV[2], 'held', ARGV[3]) "
+    "if r[5] then redis.call('HDEL', KEYS[1], 'lease') end "
+    "redis.call('PEXPIRE', KEYS[1], ARGV[4]) "
+    "local at = tonumber(redis.call('HGET', KEYS[1], 'at') or '0') "
+    "local out = {'resume', at} "
+    "for i = 0, at - 1 do out[#out + 1] = redis.call('HGET', KEYS[1], 'e' .. i) end "
+    "return out";
 
 /* KEYS[1] the record; ARGV owner, the index delivered, its element. A response's call may go
  * out once 'at' names it: before it, the record says the earlier ones are done. A new record
@@ -36,26 +52,26 @@ static const char PROGRESS_SCRIPT[] =
     "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
     "redis.call('HSET', KEYS[1], 'e' .. ARGV[2], ARGV[3], 'at', ARGV[2] + 1) return 1";
 
-/* KEYS[1] the record; ARGV owner, status, code, body, ttl_ms. The progress ('at' and the
- * e<i> elements) goes with the same write: the answer holds every element again, and a record
+/* KEYS[1] the record; ARGV owner, status, code, body. The progress ('at' and the e<i>
+ * elements) goes with the same write: the answer holds every element again, and a record
  * answered is replayed, never resumed (a 1 MB request's record held 2.4 MB for a day). */
 static const char FINISH_SCRIPT[] =
-    /* one read of the three fields, and no HDEL for a record without progress (a request of
-     * one response has none): 4 redis.call for it, not 7 (each ~1.5 us of Redis CPU) */
-    "local r = redis.call('HMGET', KEYS[1], 'owner', 'status', 'at') "
+    /* one read, no HDEL for a record without progress (a request of one response has none),
+     * no PEXPIRE (begin's TTL covers ttl after the lease) and no PUBLISH unless a duplicate
+     * waits: 2 redis.call for it, not 7 */
+    "local r = redis.call('HMGET', KEYS[1], 'owner', 'status', 'at', 'w') "
     "if r[1] == ARGV[1] and not r[2] then "
     "if r[3] then local drop = {'at'} "
     "for i = 0, tonumber(r[3]) - 1 do drop[#drop + 1] = 'e' .. i end "
     "redis.call('HDEL', KEYS[1], unpack(drop)) end "
-    "redis.call('HSET', KEYS[1], 'status', ARGV[2], 'code', ARGV[3], 'body', ARGV[4]) "
-    "redis.call('PEXPIRE', KEYS[1], ARGV[5]) end "
-    "redis.call('PUBLISH', KEYS[1], 'done') return 1";
+    "redis.call('HSET', KEYS[1], 'status', ARGV[2], 'code', ARGV[3], 'body', ARGV[4]) end "
+    "if r[4] then redis.call('PUBLISH', KEYS[1], 'done') end return 1";
 
 /* KEYS[1] the record; ARGV owner. */
 static const char ABANDON_SCRIPT[] =
-    "if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] and "
-    "redis.call('HEXISTS', KEYS[1], 'status') == 0 then redis.call('DEL', KEYS[1]) end "
-    "redis.call('PUBLISH', KEYS[1], 'gone') return 1";
+    "local r = redis.call('HMGET', KEYS[1], 'owner', 'status', 'w') "
+    "if r[1] == ARGV[1] and not r[2] then redis.call('DEL', KEYS[1]) end "
+    "if r[3] then redis.call('PUBLISH', KEYS[1], 'gone') end return 1";
 
 /* Per-member order. KEYS[1] the member's queue: a list of turn ids in the order they reached
  * Redis, the first holds the turn; KEYS[2] its leases: a hash, turn id -> lease end (Redis's
@@ -241,12 +257,13 @@ store_idem_call_t *store_idem_begin(store_t *st, const char *key, const char *fp
                                     int lease_ms, int ttl_s, store_idem_cb *cb, void *arg,
                                     store_status_t *status)
 {
-    char lease[NUMFMT_DEC_SIZE], ttl[NUMFMT_DEC_SIZE];
-    /* the record outlives the lease of whoever runs it, answered or not */
-    long long keep = (long long)ttl_s * 1000 > lease_ms ? (long long)ttl_s * 1000 : lease_ms;
+    char held[NUMFMT_DEC_SIZE], keep[NUMFMT_DEC_SIZE];
+    long long ttl_ms = (long long)ttl_s * 1000;
 
     {
-        const char *words[] = {key, fp, owner, numfmt_dec(lease, lease_ms), numfmt_dec(ttl, keep)};
+        /* the record's TTL: the lease, then the answer's ttl (BEGIN_SCRIPT) */
+        const char *words[] = {key, fp, owner, numfmt_dec(held, ttl_ms),
+                               numfmt_dec(keep, ttl_ms + (lease_ms > 0 ? lease_ms : 1))};
         return run(st, &begin_script,
                    &(store_idem_call_t){.kind = IDEM_BEGIN, .idem_cb = cb, .arg = arg}, 1, 5, words,
                    NULL, status);
@@ -256,14 +273,14 @@ store_idem_call_t *store_idem_begin(store_t *st, const char *key, const char *fp
 void store_idem_finish(store_t *st, const char *key, const char *owner, int status, int code,
                        const char *body, size_t len, int ttl_s)
 {
-    char s[NUMFMT_DEC_SIZE], c[NUMFMT_DEC_SIZE], ttl[NUMFMT_DEC_SIZE];
-    const char *words[] = {key,          owner, numfmt_dec(s, status),
-                           numfmt_dec(c, code), body,  numfmt_dec(ttl, (long long)ttl_s * 1000)};
-    size_t lens[6];
+    char s[NUMFMT_DEC_SIZE], c[NUMFMT_DEC_SIZE];
+    const char *words[] = {key, owner, numfmt_dec(s, status), numfmt_dec(c, code), body};
+    size_t lens[5];
 
-    for (int i = 0; i < 6; i++)
+    (void)ttl_s; /* the begin's: the record's TTL already keeps the answer that long */
+    for (int i = 0; i < 5; i++)
         lens[i] = i == 4 ? len : strlen(words[i]);
-    run(st, &finish_script, NULL, 1, 6, words, lens, NULL);
+    run(st, &finish_script, NULL, 1, 5, words, lens, NULL);
 }
 
 store_idem_call_t *store_idem_progress(store_t *st, const char *key, const char *owner,

@@ -1,7 +1,8 @@
 /* idem.h - the Redis side of contract.md section 7: Idempotency-Key records and per-member
  * turns. Each call is one script under one hash tag; the record's and the queue's key names
  * are also the pub/sub channels their writers publish on (store_watch_key), so that a request
- * that waits polls nothing. Times are the Redis server's (TIME): every instance agrees. */
+ * that waits polls nothing. Times are the Redis server's (TIME, or a key's TTL): every
+ * instance agrees. */
 #ifndef BOTGATE_STORE_IDEM_H
 #define BOTGATE_STORE_IDEM_H
 
@@ -46,7 +47,8 @@ void store_idem_cancel(store_idem_call_t *call);
 int store_idem_key(store_t *st, char *buf, size_t size, const char *app, const char *route,
                    const char *key);
 /* Starts or joins the request of record key: fp is its fingerprint, owner who runs it,
- * lease_ms how long it may run, ttl_s how long the answer is kept. */
+ * lease_ms how long it may run, ttl_s how long the answer is kept (the record's TTL is set
+ * here to both: an answer stored within the lease is kept at least ttl_s). */
 store_idem_call_t *store_idem_begin(store_t *st, const char *key, const char *fp, const char *owner,
                                     int lease_ms, int ttl_s, store_idem_cb *cb, void *arg,
                                     store_status_t *status);
@@ -56,7 +58,8 @@ store_idem_call_t *store_idem_begin(store_t *st, const char *key, const char *fp
 #define STORE_IDEM_ANSWER_MAX (1024 * 1024 + 64 * 1024)
 
 /* Stores the answer (when owner still holds the record), drops the progress recorded for a
- * resume, and tells the waiters. */
+ * resume, and tells the waiters (those that marked the record). ttl_s is the begin's, whose
+ * TTL already covers it. */
 void store_idem_finish(store_t *st, const char *key, const char *owner, int status, int code,
                        const char *body, size_t len, int ttl_s);
 /* Records that response done was delivered (its result element) and that the call of the

@@ -257,7 +257,108 @@ int store_key_outbox_order(char *buf, size_t size, const char *prefix, unsigned 
                numfmt_dec(len, (long long)strlen(channel_id)), ":", channel_id, ":", member_id);
 }
 
+int store_key_outbox_event_seen(char *buf, size_t size, const char *prefix, unsigned shard,
+                                const char *event_id)
+{
+    char n[NUMFMT_DEC_SIZE];
+
+    return key(buf, size, prefix, "outbox:{", numfmt_dec(n, shard), "}:evseen:", event_id);
+}
+
+int store_key_outbox_event_order(char *buf, size_t size, const char *prefix, unsigned shard,
+                                 const char *subscription, const char *channel_id,
+                                 const char *member_id)
+{
+    char n[NUMFMT_DEC_SIZE], len[NUMFMT_DEC_SIZE];
+
+    if (channel_id == NULL || subscription == NULL || strchr(subscription, ':') != NULL)
+        return -1;
+    return key(buf, size, prefix, "outbox:{", numfmt_dec(n, shard), "}:evorder:", subscription, ":",
+               numfmt_dec(len, (long long)strlen(channel_id)), ":", channel_id, ":", member_id);
+}
+
+int store_key_outbox_message_base(char *buf, size_t size, const char *prefix, unsigned shard)
+{
+    char n[NUMFMT_DEC_SIZE];
+
+    return key(buf, size, prefix, "outbox:{", numfmt_dec(n, shard), "}:msg:");
+}
+
+int store_key_outbox_message(char *buf, size_t size, const char *prefix, unsigned shard,
+                             const char *channel_id, const char *message_id)
+{
+    char n[NUMFMT_DEC_SIZE], len[NUMFMT_DEC_SIZE];
+
+    if (channel_id == NULL)
+        return -1;
+    return key(buf, size, prefix, "outbox:{", numfmt_dec(n, shard), "}:msg:",
+               numfmt_dec(len, (long long)strlen(channel_id)), ":", channel_id, ":", message_id);
+}
+
 int store_key_app_secret(char *buf, size_t size, const char *prefix, const char *app)
 {
     return key(buf, size, prefix, "appsecret:", app);
+}
+
+int store_key_tag(char *buf, size_t size, const char *prefix, const char *channel_id,
+                  const char *tag)
+{
+    return channel_record(buf, size, prefix, "tag", channel_id, tag);
+}
+
+int store_key_tag_build(char *buf, size_t size, const char *prefix, const char *channel_id,
+                        const char *tag)
+{
+    return channel_record(buf, size, prefix, "tagbuild", channel_id, tag);
+}
+
+int store_key_tag_base(char *buf, size_t size, const char *prefix, const char *channel_id)
+{
+    return channel_record(buf, size, prefix, "tag", channel_id, "");
+}
+
+int store_key_broadcast(char *buf, size_t size, const char *prefix, const char *channel_id,
+                        const char *id)
+{
+    return channel_record(buf, size, prefix, "broadcast", channel_id, id);
+}
+
+int store_key_broadcast_set(char *buf, size_t size, const char *prefix, const char *channel_id,
+                            const char *id, const char *which)
+{
+    return key(buf, size, prefix, "broadcast:{", channel_id, "}:", id, ":", which);
+}
+
+int store_key_broadcasts_active(char *buf, size_t size, const char *prefix)
+{
+    return key(buf, size, prefix, "broadcasts");
+}
+
+int store_key_broadcast_channel(char *buf, size_t size, const char *prefix, const char *id)
+{
+    return key(buf, size, prefix, "broadcastch:", id);
+}
+
+int store_key_tag_pattern(char *buf, size_t size, const char *prefix, const char *channel_id)
+{
+    size_t n = 0;
+
+    if (size == 0)
+        return -1;
+    buf[0] = '\0';
+    if (glob_escaped(buf, size, &n, prefix) < 0 || key_append(buf, size, &n, "tag:{") < 0 ||
+        glob_escaped(buf, size, &n, channel_id) < 0 || key_append(buf, size, &n, "}:*") < 0)
+        return -1;
+    return (int)n;
+}
+
+int store_key_subscriptions(char *buf, size_t size, const char *prefix, const char *app)
+{
+    return key(buf, size, prefix, "subscriptions:", app);
+}
+
+int store_key_hook_seen(char *buf, size_t size, const char *prefix, const char *channel_id,
+                        const char *signature)
+{
+    return channel_record(buf, size, prefix, "hookseen", channel_id, signature);
 }

@@ -84,7 +84,52 @@ int store_key_outbox_request(char *buf, size_t size, const char *prefix, unsigne
                              const char *request_id);
 int store_key_outbox_order(char *buf, size_t size, const char *prefix, unsigned shard,
                            const char *channel_id, const char *member_id);
+/* Broadcasts (contract.md section 13). A tag's index: a set of the member ids of the channel
+ * whose record lists the tag, kept by every member write botgate makes ("tag:{<channel>}:");
+ * the base is what a Lua script appends a tag to. A broadcast's record (a hash: its body,
+ * state and counts) and its sets (which: "todo" the member ids not queued yet, "taking" those
+ * being queued, a hash of when; "sending" the outbox records of its attempts running), under
+ * the channel's hash tag so that one script reaches them and the channel's member keys; the
+ * index of broadcast ids to their channel (a string, "broadcastch:<id>"); and the set of the
+ * running broadcasts ("<channel>\t<id>"), which every instance's delivery reads. */
+#define STORE_TAG_MAX 256 /* bytes of a tag that is indexed: longer ones are not */
+int store_key_tag(char *buf, size_t size, const char *prefix, const char *channel_id,
+                  const char *tag);
+/* Where botgatectl rebuilds a tag's set before renaming it over the tag's key (same slot). */
+int store_key_tag_build(char *buf, size_t size, const char *prefix, const char *channel_id,
+                        const char *tag);
+int store_key_tag_base(char *buf, size_t size, const char *prefix, const char *channel_id);
+/* A SCAN MATCH pattern for every tag key of the channel (glob characters escaped). */
+int store_key_tag_pattern(char *buf, size_t size, const char *prefix, const char *channel_id);
+int store_key_broadcast(char *buf, size_t size, const char *prefix, const char *channel_id,
+                        const char *id);
+int store_key_broadcast_set(char *buf, size_t size, const char *prefix, const char *channel_id,
+                            const char *id, const char *which);
+int store_key_broadcasts_active(char *buf, size_t size, const char *prefix);
+int store_key_broadcast_channel(char *buf, size_t size, const char *prefix, const char *id);
+/* Webhook events in the outbox (contract.md section 14): an event already queued (its id, for
+ * the platform's retries), and the order of a member's events to one subscription (a hash: "n"
+ * the last sequence number given, "done" the last one posted). */
+int store_key_outbox_event_seen(char *buf, size_t size, const char *prefix, unsigned shard,
+                                const char *event_id);
+int store_key_outbox_event_order(char *buf, size_t size, const char *prefix, unsigned shard,
+                                 const char *subscription, const char *channel_id,
+                                 const char *member_id);
+/* Receipts: the queued request (and the index of its response) that sent a platform message, a
+ * string "<requestId> <index>", kept as long as the request's record. The base is the key
+ * without its channel and message id (a script appends "<length of channelId>:<channelId>:<id>"
+ * to it). */
+int store_key_outbox_message(char *buf, size_t size, const char *prefix, unsigned shard,
+                             const char *channel_id, const char *message_id);
+int store_key_outbox_message_base(char *buf, size_t size, const char *prefix, unsigned shard);
 /* An app's signing secret for status callbacks (a string, hex; botgatectl app secret). */
 int store_key_app_secret(char *buf, size_t size, const char *prefix, const char *app);
+/* An app's event subscriptions (contract.md section 14): a hash, subscription id -> its
+ * record {"_id","app","url","events":[..]|null,"channel":".."|null,"createdAt":ms}. */
+int store_key_subscriptions(char *buf, size_t size, const char *prefix, const char *app);
+/* Webhooks in: a slack signature already taken (replays refused), kept for the time its
+ * timestamp is accepted, under the channel's hash tag. */
+int store_key_hook_seen(char *buf, size_t size, const char *prefix, const char *channel_id,
+                        const char *signature);
 
 #endif

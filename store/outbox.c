@@ -10,6 +10,18 @@
 
 #define NOW_MS "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
 
+/* index_message(record, element, i, base, request id, ttl): the platform's message id of a
+ * sent element leads its receipts back to the request (store_outbox_receipt). An element is
+ * botgate's own JSON, only read. */
+#define INDEX_MESSAGE_FN                                                                           \
+    "local function index_message(rec, el, i, base, id, ttl) "                                    \
+    "local m = type(el) == 'table' and type(el.result) == 'table' and "                           \
+    "type(el.result.messages) == 'table' and el.result.messages[1] "                              \
+    "if type(m) ~= 'table' or type(m.id) ~= 'string' or m.id == '' then return end "              \
+    "local ch = redis.call('HGET', rec, 'ch') or '' "                                             \
+    "redis.call('SET', base .. string.len(ch) .. ':' .. ch .. ':' .. m.id, id .. ' ' .. i, "      \
+    "'PX', ttl) end "
+
 /* KEYS stream, record, order; ARGV id, app, body, channel, member, callback, keep_ms, ttl_ms
  * (the accepting instance's queue TTL: 'ends', when what is not sent expires). The entry
  * carries the order key: an attempt's script names it among its keys. */
@@ -22,12 +34,26 @@ static const char ACCEPT_SCRIPT[] =
            "redis.call('PEXPIRE', KEYS[2], ARGV[7]) "
            "redis.call('XADD', KEYS[1], '*', 'r', ARGV[1], 'o', KEYS[3]) return now";
 
+/* A request of a broadcast (store/broadcast.c) names the broadcast's keys in its record: its
+ * attempts running are in the set "bs"; its end counts in the broadcast's record "bc" as kind
+ * (sent, failed, unknown, cancelled), and the last one to end marks the broadcast done (its
+ * delivery then drops it from the running ones). */
+#define BC_END_FN                                                                                  \
+    "local function bc_end(rec, kind, now) "                                                       \
+    "local f = redis.call('HMGET', rec, 'bc', 'bs', 'bt') "                                        \
+    "if not f[1] then return end redis.call('SREM', f[2], rec) if not kind then return end "       \
+    "redis.call('HINCRBY', f[1], kind, 1) "                                                        \
+    "local left = redis.call('HINCRBY', f[1], 'inflight', -1) "                                    \
+    "if left <= 0 and redis.call('HGET', f[1], 'state') == 'running' and "                         \
+    "redis.call('SCARD', f[3]) == 0 then "                                                         \
+    "redis.call('HSET', f[1], 'state', 'done', 'updated', now) end end "
+
 /* KEYS record, order; ARGV owner, lease_ms. A member's requests start in the order of
  * their sequence numbers: the one before must be finished ('done' in the order hash). 'out'
  * stays set while an attempt may have a call out: found set with the lease over, the attempt
  * died, and response 'next' may have been delivered. */
 static const char START_SCRIPT[] =
-    NOW_MS "local r = redis.call('HMGET', KEYS[1], 'status', 'seq', 'due', 'lease', 'ends', "
+    NOW_MS BC_END_FN "local r = redis.call('HMGET', KEYS[1], 'status', 'seq', 'due', 'lease', 'ends', "
            "'next', 'out') "
            "if not r[1] then return {'gone'} end "
            "if r[1] == 'done' or r[1] == 'failed' then return {'final'} end "
@@ -35,32 +61,70 @@ static const char START_SCRIPT[] =
            "return {'order'} end "
            "if r[4] and tonumber(r[4]) > now then return {'wait', tostring(tonumber(r[4]) - now)} "
            "end "
+           /* a cancelled broadcast's request ends here, unsent (unknown when an attempt
+            * died with its call maybe out) */
+           "local bc = redis.call('HGET', KEYS[1], 'bc') "
+           "if bc and redis.call('HGET', bc, 'state') ~= 'running' then "
+           "redis.call('HDEL', KEYS[1], 'body', 'due', 'owner', 'lease', 'out') "
+           "redis.call('HSET', KEYS[1], 'status', 'failed', 'result', "
+           "'\"sendResult\":{\"ok\":0,\"result\":[]},\"error\":{\"err_code\":null,"
+           "\"err\":\"the broadcast was cancelled\"}', 'updated', now) "
+           "redis.call('HSET', KEYS[2], 'done', r[2]) redis.call('PUBLISH', KEYS[2], r[2]) "
+           "bc_end(KEYS[1], r[7] == '1' and 'unknown' or 'cancelled', now) return {'final'} end "
            "local ends = tonumber(r[5]) local expired = now >= ends "
            "if r[3] and tonumber(r[3]) > now and not expired then "
            "return {'wait', tostring(math.min(tonumber(r[3]), ends) - now)} end "
            "redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease', now + ARGV[2], 'out', '1', "
            "'status', 'sending', 'updated', now) "
+           "if bc then redis.call('SADD', redis.call('HGET', KEYS[1], 'bs'), KEYS[1]) end "
            "local n = tonumber(r[6] or '0') "
            "local f = redis.call('HMGET', KEYS[1], 'body', 'app') "
            "local out = {'run', n, r[7] == '1' and 1 or 0, expired and 1 or 0, "
-           "redis.call('HINCRBY', KEYS[1], 'attempts', 1), f[1], f[2]} "
+           "redis.call('HINCRBY', KEYS[1], 'attempts', 1), f[1], f[2], bc and 1 or 0} "
            "for i = 0, n - 1 do out[#out + 1] = redis.call('HGET', KEYS[1], 'e' .. i) or '' end "
            "return out";
 
 /* KEYS record; ARGV owner, index, element. */
 static const char PROGRESS_SCRIPT[] =
-    NOW_MS "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
-           "redis.call('HSET', KEYS[1], 'e' .. ARGV[2], ARGV[3], 'next', ARGV[2] + 1, 'updated', "
-           "now) return 1";
+    NOW_MS INDEX_MESSAGE_FN
+    "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
+    "redis.call('HSET', KEYS[1], 'e' .. ARGV[2], ARGV[3], 'next', ARGV[2] + 1, 'updated', now) "
+    /* ARGV[4] the message index's key base, ARGV[5] the request id */
+    "local ok, el = pcall(cjson.decode, ARGV[3]) "
+    "local ttl = redis.call('PTTL', KEYS[1]) if ttl < 1 then ttl = 86400000 end "
+    "if ok then index_message(KEYS[1], el, ARGV[2], ARGV[4], ARGV[5], ttl) end return 1";
+
+/* KEYS stream; ARGV the message's index key, the records' key base, the receipt (delivered,
+ * read, failed), group. The element's receipt moves forward only (delivered, then read; failed
+ * whenever), kept in the record's 'rc' (a JSON object: index -> receipt); the request's status
+ * callback, when it has one, is queued. 0 when no queued request sent that message. */
+static const char RECEIPT_SCRIPT[] =
+    NOW_MS "local v = redis.call('GET', ARGV[1]) if not v then return 0 end "
+           "local id, i = string.match(v, '^(%S+) (%d+)$') if not id then return 0 end "
+           "local rec = ARGV[2] .. id "
+           "if redis.call('EXISTS', rec) == 0 then return 0 end "
+           "local rc = {} local raw = redis.call('HGET', rec, 'rc') "
+           "if raw then local ok, t = pcall(cjson.decode, raw) if ok and type(t) == 'table' then "
+           "rc = t end end "
+           "local rank = {delivered = 1, read = 2, failed = 3} "
+           "local had = rc[i] "
+           "if had and (rank[had] or 0) >= rank[ARGV[3]] then return 1 end "
+           "rc[i] = ARGV[3] "
+           "redis.call('HSET', rec, 'rc', cjson.encode(rc), 'updated', now) "
+           "if (redis.call('HGET', rec, 'cb') or '') ~= '' then "
+           "redis.call('XADD', KEYS[1], '*', 'c', id) end return 1";
 
 /* KEYS record, order, stream; ARGV owner, entry, final, status, result, delay_ms, keep_ms,
- * group, request id. Final: the status is written, the member's order passes, the entry is
- * acknowledged and deleted, and the callback's entry added, in one step: a crash leaves either
- * all of it or none. */
+ * group, request id, the message index's key base. Final: the status is written, the
+ * member's order passes, the entry is acknowledged and deleted, and the callback's entry added,
+ * in one step: a crash leaves either all of it or none. The elements' message ids are indexed
+ * for their receipts (the last response's element is recorded only here). */
 static const char END_SCRIPT[] =
-    NOW_MS "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
+    NOW_MS BC_END_FN INDEX_MESSAGE_FN
+           "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
            "redis.call('HDEL', KEYS[1], 'owner', 'lease', 'out') "
-           "if ARGV[3] == '0' then redis.call('HSET', KEYS[1], 'status', 'queued', 'due', "
+           "if ARGV[3] == '0' then bc_end(KEYS[1], nil, now) "
+           "redis.call('HSET', KEYS[1], 'status', 'queued', 'due', "
            "now + ARGV[6], 'updated', now) return 1 end "
            "local drop = {'due', 'body'} "
            "for i = 0, tonumber(redis.call('HGET', KEYS[1], 'next') or '0') - 1 do "
@@ -68,8 +132,15 @@ static const char END_SCRIPT[] =
            "redis.call('HDEL', KEYS[1], unpack(drop)) "
            "redis.call('HSET', KEYS[1], 'status', ARGV[4], 'result', ARGV[5], 'updated', now) "
            "redis.call('PEXPIRE', KEYS[1], ARGV[7]) "
+           "local ok, res = pcall(cjson.decode, '{' .. ARGV[5] .. '}') "
+           "if ok and type(res) == 'table' and type(res.sendResult) == 'table' and "
+           "type(res.sendResult.result) == 'table' then "
+           "for i, el in ipairs(res.sendResult.result) do "
+           "index_message(KEYS[1], el, i - 1, ARGV[10], ARGV[9], ARGV[7]) end end "
            "local seq = redis.call('HGET', KEYS[1], 'seq') "
            "redis.call('HSET', KEYS[2], 'done', seq) redis.call('PUBLISH', KEYS[2], seq) "
+           "bc_end(KEYS[1], ARGV[4] == 'done' and 'sent' or "
+           "(string.find(ARGV[5], '\"err_code\":125', 1, true) and 'unknown' or 'failed'), now) "
            "redis.call('XACK', KEYS[3], ARGV[8], ARGV[2]) redis.call('XDEL', KEYS[3], ARGV[2]) "
            "if (redis.call('HGET', KEYS[1], 'cb') or '') ~= '' then "
            "redis.call('XADD', KEYS[3], '*', 'c', ARGV[9]) end return 1";
@@ -81,9 +152,9 @@ static const char ACK_SCRIPT[] =
 /* KEYS record. */
 static const char STATUS_SCRIPT[] =
     "local r = redis.call('HMGET', KEYS[1], 'app', 'status', 'attempts', 'created', 'updated', "
-    "'result', 'next', 'cb', 'mb') "
+    "'result', 'next', 'cb', 'mb', 'rc') "
     "if not r[1] then return {} end "
-    "local out = {r[1], r[2], r[3], r[4], r[5], r[6] or '', r[8] or '', r[9] or ''} "
+    "local out = {r[1], r[2], r[3], r[4], r[5], r[6] or '', r[8] or '', r[9] or '', r[10] or ''} "
     "if not r[6] then for i = 0, tonumber(r[7] or '0') - 1 do "
     "out[#out + 1] = redis.call('HGET', KEYS[1], 'e' .. i) or '' end end return out";
 
@@ -94,6 +165,35 @@ static const char DEPTH_SCRIPT[] =
            "age = now - tonumber(string.match(first[1], '^(%d+)')) end "
            "return {redis.call('XLEN', KEYS[1]), age}";
 
+/* KEYS stream, seen; ARGV event id, app, body, keep_ms, the order keys' base and suffix (a
+ * subscription's key is base .. id .. suffix, of the stream's slot), then the subscriptions as
+ * "id\nurl\n" pairs. An event the platform sends again (its id seen) adds nothing. */
+static const char EVENT_ADD_SCRIPT[] =
+    "if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[4]) then return 0 end "
+    "local parts = {} for p in string.gmatch(ARGV[7], '([^\\n]+)') do parts[#parts + 1] = p end "
+    "for i = 1, #parts - 1, 2 do "
+    "local order = ARGV[5] .. parts[i] .. ARGV[6] "
+    "local seq = redis.call('HINCRBY', order, 'n', 1) "
+    "redis.call('PEXPIRE', order, ARGV[4]) "
+    "redis.call('XADD', KEYS[1], '*', 'e', ARGV[1], 's', parts[i], 'u', parts[i + 1], "
+    "'a', ARGV[2], 'o', order, 'q', seq, 'b', ARGV[3]) end return 1";
+
+/* KEYS order; ARGV seq. 1: its turn; 0: an earlier one is not finished; 2: finished already. */
+static const char EVENT_TURN_SCRIPT[] =
+    "local done = tonumber(redis.call('HGET', KEYS[1], 'done') or '0') "
+    "local seq = tonumber(ARGV[1]) "
+    "if done >= seq then return 2 end if done == seq - 1 then return 1 end return 0";
+
+/* KEYS order, stream; ARGV seq, group, entry. */
+static const char EVENT_END_SCRIPT[] =
+    "if tonumber(redis.call('HGET', KEYS[1], 'done') or '0') < tonumber(ARGV[1]) then "
+    "redis.call('HSET', KEYS[1], 'done', ARGV[1]) redis.call('PUBLISH', KEYS[1], ARGV[1]) end "
+    "redis.call('XACK', KEYS[2], ARGV[2], ARGV[3]) redis.call('XDEL', KEYS[2], ARGV[3]) return 1";
+
+static _Thread_local store_script_t receipt_script = STORE_SCRIPT(RECEIPT_SCRIPT);
+static _Thread_local store_script_t event_add_script = STORE_SCRIPT(EVENT_ADD_SCRIPT);
+static _Thread_local store_script_t event_turn_script = STORE_SCRIPT(EVENT_TURN_SCRIPT);
+static _Thread_local store_script_t event_end_script = STORE_SCRIPT(EVENT_END_SCRIPT);
 static _Thread_local store_script_t accept_script = STORE_SCRIPT(ACCEPT_SCRIPT);
 static _Thread_local store_script_t start_script = STORE_SCRIPT(START_SCRIPT);
 static _Thread_local store_script_t progress_script = STORE_SCRIPT(PROGRESS_SCRIPT);
@@ -102,7 +202,17 @@ static _Thread_local store_script_t ack_script = STORE_SCRIPT(ACK_SCRIPT);
 static _Thread_local store_script_t status_script = STORE_SCRIPT(STATUS_SCRIPT);
 static _Thread_local store_script_t depth_script = STORE_SCRIPT(DEPTH_SCRIPT);
 
-typedef enum { C_ACCEPT, C_START, C_DONE, C_STATUS, C_CLAIM, C_DEPTH, C_SECRET } call_kind_t;
+typedef enum {
+    C_ACCEPT,
+    C_START,
+    C_DONE,
+    C_STATUS,
+    C_CLAIM,
+    C_DEPTH,
+    C_SECRET,
+    C_EVENT, /* an integer answer: store_outbox_event_cb and store_outbox_turn_cb */
+    C_SUBS,  /* HGETALL of an app's subscriptions */
+} call_kind_t;
 
 /* Owned by the store from its start until its callback has run or it is cancelled. */
 struct store_outbox_call {
@@ -126,18 +236,6 @@ void store_outbox_cancel(store_outbox_call_t *call)
     free(call);
 }
 
-static const char *reply_str(const redisReply *r, size_t *len)
-{
-    if (r == NULL || r->type != REDIS_REPLY_STRING) {
-        if (len != NULL)
-            *len = 0;
-        return "";
-    }
-    if (len != NULL)
-        *len = r->len;
-    return r->str;
-}
-
 /* The entries of one stream's reply ([[id, [field, value, ...]], ...]) into out. */
 static size_t decode_entries(const redisReply *list, unsigned shard, store_outbox_entry_t *out,
                              size_t room)
@@ -148,15 +246,15 @@ static size_t decode_entries(const redisReply *list, unsigned shard, store_outbo
         return 0;
     for (size_t i = 0; i < list->elements && n < room; i++) {
         const redisReply *e = list->element[i], *f;
-        store_outbox_entry_t en = {shard, NULL, NULL, "", 0};
+        store_outbox_entry_t en = {shard, NULL, NULL, "", 0, NULL, "", "", "", 0, 0};
         if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
             e->element[0]->type != REDIS_REPLY_STRING)
             continue;
         en.entry_id = e->element[0]->str;
         f = e->element[1];
         for (size_t k = 0; f->type == REDIS_REPLY_ARRAY && k + 1 < f->elements; k += 2) {
-            const char *name = reply_str(f->element[k], NULL);
-            const char *value = reply_str(f->element[k + 1], NULL);
+            const char *name = store_eval_str(f->element[k], NULL);
+            const char *value = store_eval_str(f->element[k + 1], NULL);
             if (strcmp(name, "r") == 0) {
                 en.request_id = value;
             } else if (strcmp(name, "c") == 0) {
@@ -164,6 +262,18 @@ static size_t decode_entries(const redisReply *list, unsigned shard, store_outbo
                 en.callback = 1;
             } else if (strcmp(name, "o") == 0) {
                 en.order_key = value;
+            } else if (strcmp(name, "e") == 0) {
+                en.request_id = value;
+            } else if (strcmp(name, "s") == 0) {
+                en.subscription = value;
+            } else if (strcmp(name, "u") == 0) {
+                en.url = value;
+            } else if (strcmp(name, "a") == 0) {
+                en.app = value;
+            } else if (strcmp(name, "b") == 0) {
+                en.body = store_eval_str(f->element[k + 1], &en.body_len);
+            } else if (strcmp(name, "q") == 0) {
+                en.seq = strtoll(value, NULL, 10);
             }
         }
         /* a deleted entry (a claim finds its id with no fields) has nothing left to do */
@@ -194,7 +304,7 @@ static void on_reply(redisReply *reply, void *arg)
     case C_START: {
         store_outbox_start_t *s = calloc(1, sizeof(*s));
         const char *what = st == STORE_OK && reply->type == REDIS_REPLY_ARRAY && reply->elements > 0
-                               ? reply_str(reply->element[0], NULL)
+                               ? store_eval_str(reply->element[0], NULL)
                                : "";
         if (s == NULL) {
             st = STORE_UNAVAILABLE;
@@ -208,19 +318,20 @@ static void on_reply(redisReply *reply, void *arg)
         } else if (strcmp(what, "wait") == 0 && reply->elements == 2) {
             s->state = STORE_OUTBOX_WAIT;
             s->wait_ms = store_eval_int(reply->element[1]);
-        } else if (strcmp(what, "run") == 0 && reply->elements >= 7 &&
+        } else if (strcmp(what, "run") == 0 && reply->elements >= 8 &&
                    store_eval_int(reply->element[1]) >= 0 &&
                    store_eval_int(reply->element[1]) < STORE_OUTBOX_ELEMENTS_MAX &&
-                   reply->elements == 7 + (size_t)store_eval_int(reply->element[1])) {
+                   reply->elements == 8 + (size_t)store_eval_int(reply->element[1])) {
             s->state = STORE_OUTBOX_RUN;
             s->next = (unsigned)store_eval_int(reply->element[1]);
             s->crashed = store_eval_int(reply->element[2]) == 1;
             s->expired = store_eval_int(reply->element[3]) == 1;
             s->attempts = store_eval_int(reply->element[4]);
-            s->body = reply_str(reply->element[5], &s->body_len);
-            s->app = reply_str(reply->element[6], NULL);
+            s->body = store_eval_str(reply->element[5], &s->body_len);
+            s->app = store_eval_str(reply->element[6], NULL);
+            s->bulk = store_eval_int(reply->element[7]) == 1;
             for (unsigned i = 0; i < s->next; i++)
-                s->elements[i] = reply_str(reply->element[7 + i], &s->element_lens[i]);
+                s->elements[i] = store_eval_str(reply->element[8 + i], &s->element_lens[i]);
         } else {
             st = STORE_BAD_RECORD;
         }
@@ -233,25 +344,26 @@ static void on_reply(redisReply *reply, void *arg)
         if (s == NULL)
             st = STORE_UNAVAILABLE;
         else if (st == STORE_OK && (reply->type != REDIS_REPLY_ARRAY ||
-                                    (reply->elements != 0 && reply->elements < 8) ||
-                                    reply->elements > 8 + STORE_OUTBOX_ELEMENTS_MAX))
+                                    (reply->elements != 0 && reply->elements < 9) ||
+                                    reply->elements > 9 + STORE_OUTBOX_ELEMENTS_MAX))
             st = STORE_BAD_RECORD;
         else if (st == STORE_OK && reply->elements == 0)
             st = STORE_NOT_FOUND;
         if (st == STORE_OK) {
-            s->app = reply_str(reply->element[0], NULL);
-            s->status = reply_str(reply->element[1], NULL);
+            s->app = store_eval_str(reply->element[0], NULL);
+            s->status = store_eval_str(reply->element[1], NULL);
             s->attempts = store_eval_int(reply->element[2]);
             s->created_ms = store_eval_int(reply->element[3]);
             s->updated_ms = store_eval_int(reply->element[4]);
-            s->result = reply_str(reply->element[5], &s->result_len);
+            s->result = store_eval_str(reply->element[5], &s->result_len);
             if (s->result_len == 0)
                 s->result = NULL;
-            s->callback = reply_str(reply->element[6], NULL);
-            s->member_id = reply_str(reply->element[7], NULL);
-            s->n_elements = (unsigned)(reply->elements - 8);
+            s->callback = store_eval_str(reply->element[6], NULL);
+            s->member_id = store_eval_str(reply->element[7], NULL);
+            s->receipts = store_eval_str(reply->element[8], NULL);
+            s->n_elements = (unsigned)(reply->elements - 9);
             for (unsigned i = 0; i < s->n_elements; i++)
-                s->elements[i] = reply_str(reply->element[8 + i], &s->element_lens[i]);
+                s->elements[i] = store_eval_str(reply->element[9 + i], &s->element_lens[i]);
         }
         ((store_outbox_status_cb *)c->cb)(c->arg, st, st == STORE_OK ? s : NULL);
         free(s);
@@ -275,6 +387,31 @@ static void on_reply(redisReply *reply, void *arg)
                                          st == STORE_OK ? store_eval_int(reply->element[0]) : 0,
                                          st == STORE_OK ? store_eval_int(reply->element[1]) : 0);
         break;
+    case C_EVENT:
+        if (st == STORE_OK && reply->type != REDIS_REPLY_INTEGER)
+            st = STORE_BAD_RECORD;
+        ((store_outbox_event_cb *)c->cb)(c->arg, st, st == STORE_OK ? (int)reply->integer : 0);
+        break;
+    case C_SUBS: {
+        json_t *subs = NULL;
+        if (st == STORE_OK && reply->type != REDIS_REPLY_ARRAY)
+            st = STORE_BAD_RECORD;
+        if (st == STORE_OK && (subs = json_array()) == NULL)
+            st = STORE_UNAVAILABLE;
+        for (size_t i = 0; st == STORE_OK && i + 1 < reply->elements; i += 2) {
+            const redisReply *v = reply->element[i + 1];
+            json_t *rec =
+                v->type == REDIS_REPLY_STRING ? json_loadb(v->str, v->len, 0, NULL) : NULL;
+            /* a record another writer broke is skipped: the others still get their events */
+            if (json_is_object(rec) && json_is_string(json_object_get(rec, "_id")) &&
+                json_is_string(json_object_get(rec, "url")))
+                json_array_append(subs, rec);
+            json_decref(rec);
+        }
+        ((store_outbox_subs_cb *)c->cb)(c->arg, st, subs);
+        json_decref(subs);
+        break;
+    }
     case C_SECRET:
         if (st == STORE_OK && reply->type != REDIS_REPLY_STRING)
             st = STORE_NOT_FOUND;
@@ -369,6 +506,129 @@ store_outbox_call_t *store_outbox_accept(store_t *st, unsigned shard, const char
     }
 }
 
+/* ---- webhook events ---- */
+
+unsigned store_outbox_shard(unsigned shards, const char *channel_id, const char *member_id)
+{
+    uint32_t h = 2166136261u;
+
+    for (const char *p = channel_id; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    h = (h ^ 0xff) * 16777619u; /* a byte no id has between them */
+    for (const char *p = member_id; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    return shards ? h % shards : 0;
+}
+
+store_outbox_call_t *store_outbox_event_add(store_t *st, unsigned shard,
+                                            const store_outbox_event_t *ev, int64_t keep_ms,
+                                            store_outbox_event_cb *cb, void *arg,
+                                            store_status_t *status)
+{
+    char stream[STORE_KEY_MAX], seen[STORE_KEY_MAX], order[STORE_KEY_MAX], keep[NUMFMT_DEC_SIZE];
+    const char *cut;
+    char *subs = NULL, *base = NULL;
+    size_t size = 1, at = 0;
+    store_outbox_call_t *c = NULL;
+
+    *status = STORE_BAD_RECORD;
+    /* the order key without a subscription, cut where its id goes */
+    if (ev->n_subs > STORE_OUTBOX_EVENT_SUBS_MAX ||
+        store_key_outbox(stream, sizeof(stream), store_prefix(st), shard) < 0 ||
+        store_key_outbox_event_seen(seen, sizeof(seen), store_prefix(st), shard, ev->event_id) <
+            0 ||
+        store_key_outbox_event_order(order, sizeof(order), store_prefix(st), shard, "",
+                                     ev->channel_id, ev->member_id) < 0 ||
+        (cut = strstr(order, "}:evorder::")) == NULL)
+        return NULL;
+    cut += strlen("}:evorder:");
+    for (unsigned i = 0; i < ev->n_subs; i++) {
+        if (strpbrk(ev->sub_ids[i], "\n:") != NULL || strchr(ev->urls[i], '\n') != NULL ||
+            *ev->sub_ids[i] == '\0' || *ev->urls[i] == '\0')
+            return NULL;
+        size += strlen(ev->sub_ids[i]) + strlen(ev->urls[i]) + 2;
+    }
+    if ((subs = malloc(size)) == NULL || (base = strndup(order, (size_t)(cut - order))) == NULL) {
+        *status = STORE_UNAVAILABLE;
+        goto out;
+    }
+    for (unsigned i = 0; i < ev->n_subs; i++)
+        at += (size_t)sprintf(subs + at, "%s\n%s\n", ev->sub_ids[i], ev->urls[i]);
+    subs[at] = '\0';
+    if ((c = NEW_CALL(C_EVENT, cb, arg, shard, status)) == NULL) {
+        *status = STORE_UNAVAILABLE;
+        goto out;
+    }
+    {
+        const char *words[] = {stream,  seen,     ev->event_id,
+                               ev->app, ev->body, numfmt_dec(keep, keep_ms),
+                               base,    cut,      subs};
+        size_t lens[9];
+        for (int i = 0; i < 9; i++)
+            lens[i] = i == 4 ? ev->body_len : strlen(words[i]);
+        c = run(st, &event_add_script, c, 2, 9, words, lens, status);
+    }
+out:
+    free(subs);
+    free(base);
+    return c;
+}
+
+store_outbox_call_t *store_outbox_receipt(store_t *st, unsigned shard, const char *channel_id,
+                                          const char *message_id, const char *receipt,
+                                          store_outbox_event_cb *cb, void *arg,
+                                          store_status_t *status)
+{
+    char stream[STORE_KEY_MAX], msg[STORE_KEY_MAX], base[STORE_KEY_MAX];
+    store_outbox_call_t *c;
+
+    if (store_key_outbox(stream, sizeof(stream), store_prefix(st), shard) < 0 ||
+        store_key_outbox_message(msg, sizeof(msg), store_prefix(st), shard, channel_id,
+                                 message_id) < 0 ||
+        record_key(st, base, shard, "") < 0) {
+        *status = STORE_BAD_RECORD;
+        return NULL;
+    }
+    if ((c = NEW_CALL(C_EVENT, cb, arg, shard, status)) == NULL) {
+        *status = STORE_UNAVAILABLE;
+        return NULL;
+    }
+    {
+        const char *words[] = {stream, msg, base, receipt};
+        return run(st, &receipt_script, c, 1, 4, words, NULL, status);
+    }
+}
+
+store_outbox_call_t *store_outbox_event_turn(store_t *st, const store_outbox_entry_t *e,
+                                             store_outbox_turn_cb *cb, void *arg,
+                                             store_status_t *status)
+{
+    char seq[NUMFMT_DEC_SIZE];
+    store_outbox_call_t *c = NEW_CALL(C_EVENT, cb, arg, e->shard, status);
+
+    if (c == NULL) {
+        *status = STORE_UNAVAILABLE;
+        return NULL;
+    }
+    {
+        const char *words[] = {e->order_key, numfmt_dec(seq, e->seq)};
+        return run(st, &event_turn_script, c, 1, 2, words, NULL, status);
+    }
+}
+
+void store_outbox_event_end(store_t *st, const store_outbox_entry_t *e)
+{
+    char stream[STORE_KEY_MAX], seq[NUMFMT_DEC_SIZE];
+
+    if (store_key_outbox(stream, sizeof(stream), store_prefix(st), e->shard) < 0)
+        return;
+    {
+        const char *words[] = {e->order_key, stream, numfmt_dec(seq, e->seq), STORE_OUTBOX_GROUP,
+                               e->entry_id};
+        run(st, &event_end_script, NULL, 2, 5, words, NULL, NULL);
+    }
+}
+
 /* ---- the consumers ---- */
 
 struct store_outbox_reader {
@@ -443,7 +703,7 @@ static void on_read(redisReply *reply, void *arg)
         unsigned shard;
         if (s->type != REDIS_REPLY_ARRAY || s->elements != 2)
             continue;
-        key = reply_str(s->element[0], NULL);
+        key = store_eval_str(s->element[0], NULL);
         /* the shard is the number between the braces of the stream's key */
         if ((key = strrchr(key, '{')) == NULL)
             continue;
@@ -586,18 +846,20 @@ store_outbox_call_t *store_outbox_progress(store_t *st, unsigned shard, const ch
                                            size_t len, store_outbox_done_cb *cb, void *arg,
                                            store_status_t *status)
 {
-    char record[STORE_KEY_MAX], index[NUMFMT_DEC_SIZE];
+    char record[STORE_KEY_MAX], index[NUMFMT_DEC_SIZE], base[STORE_KEY_MAX];
     store_outbox_call_t *c;
 
     if (record_key(st, record, shard, id) < 0 ||
+        store_key_outbox_message_base(base, sizeof(base), store_prefix(st), shard) < 0 ||
         (c = NEW_CALL(C_DONE, cb, arg, shard, status)) == NULL) {
         *status = STORE_UNAVAILABLE;
         return NULL;
     }
     {
-        const char *words[] = {record, owner, numfmt_dec(index, i), element};
-        size_t lens[] = {strlen(record), strlen(owner), strlen(words[2]), len};
-        return run(st, &progress_script, c, 1, 4, words, lens, status);
+        const char *words[] = {record, owner, numfmt_dec(index, i), element, base, id};
+        size_t lens[] = {strlen(record), strlen(owner), strlen(words[2]), len, strlen(base),
+                         strlen(id)};
+        return run(st, &progress_script, c, 1, 6, words, lens, status);
     }
 }
 
@@ -606,11 +868,12 @@ store_outbox_call_t *store_outbox_end(store_t *st, unsigned shard, const char *i
                                       store_outbox_done_cb *cb, void *arg, store_status_t *status)
 {
     char record[STORE_KEY_MAX], stream[STORE_KEY_MAX], delay[NUMFMT_DEC_SIZE],
-        keep[NUMFMT_DEC_SIZE];
+        keep[NUMFMT_DEC_SIZE], base[STORE_KEY_MAX];
     store_outbox_call_t *c;
 
     if (record_key(st, record, shard, id) < 0 ||
         store_key_outbox(stream, sizeof(stream), store_prefix(st), shard) < 0 ||
+        store_key_outbox_message_base(base, sizeof(base), store_prefix(st), shard) < 0 ||
         (c = NEW_CALL(C_DONE, cb, arg, shard, status)) == NULL) {
         *status = STORE_UNAVAILABLE;
         return NULL;
@@ -627,11 +890,12 @@ store_outbox_call_t *store_outbox_end(store_t *st, unsigned shard, const char *i
                                numfmt_dec(delay, end->delay_ms),
                                numfmt_dec(keep, end->keep_ms),
                                STORE_OUTBOX_GROUP,
-                               id};
-        size_t lens[12];
-        for (int i = 0; i < 12; i++)
+                               id,
+                               base};
+        size_t lens[13];
+        for (int i = 0; i < 13; i++)
             lens[i] = i == 7 && end->result ? end->result_len : strlen(words[i]);
-        return run(st, &end_script, c, 3, 12, words, lens, status);
+        return run(st, &end_script, c, 3, 13, words, lens, status);
     }
 }
 
@@ -653,20 +917,19 @@ store_outbox_call_t *store_outbox_status(store_t *st, unsigned shard, const char
     }
 }
 
-store_outbox_call_t *store_outbox_secret(store_t *st, const char *app, store_outbox_secret_cb *cb,
-                                         void *arg, store_status_t *status)
+/* One command on an app's key (cmd key) for call c: NULL with *status when nothing was sent. */
+static store_outbox_call_t *app_command(store_t *st, store_outbox_call_t *c, const char *cmd,
+                                        const char *key, int key_len, store_status_t *status)
 {
-    char key[STORE_KEY_MAX];
-    store_outbox_call_t *c;
     int rc;
 
-    if (store_key_app_secret(key, sizeof(key), store_prefix(st), app) < 0 ||
-        (c = NEW_CALL(C_SECRET, cb, arg, 0, status)) == NULL) {
+    if (c == NULL || key_len < 0) {
+        free(c);
         *status = STORE_UNAVAILABLE;
         return NULL;
     }
     {
-        const char *argv[] = {"GET", key};
+        const char *argv[] = {cmd, key};
         rc = store_command(st, key, on_reply, c, 2, argv, NULL, &c->cmd);
     }
     if (rc != REDISC_OK) {
@@ -675,4 +938,23 @@ store_outbox_call_t *store_outbox_secret(store_t *st, const char *app, store_out
         return NULL;
     }
     return c;
+}
+
+store_outbox_call_t *store_outbox_subscriptions(store_t *st, const char *app,
+                                                store_outbox_subs_cb *cb, void *arg,
+                                                store_status_t *status)
+{
+    char key[STORE_KEY_MAX];
+    int n = store_key_subscriptions(key, sizeof(key), store_prefix(st), app);
+
+    return app_command(st, NEW_CALL(C_SUBS, cb, arg, 0, status), "HGETALL", key, n, status);
+}
+
+store_outbox_call_t *store_outbox_secret(store_t *st, const char *app, store_outbox_secret_cb *cb,
+                                         void *arg, store_status_t *status)
+{
+    char key[STORE_KEY_MAX];
+    int n = store_key_app_secret(key, sizeof(key), store_prefix(st), app);
+
+    return app_command(st, NEW_CALL(C_SECRET, cb, arg, 0, status), "GET", key, n, status);
 }

@@ -42,14 +42,70 @@ store_outbox_call_t *store_outbox_accept(store_t *st, unsigned shard, const char
 
 /* ---- the consumers ---- */
 
-/* An entry read from a shard's stream: a request to deliver, or a status callback to post. */
+/* An entry read from a shard's stream: a request to deliver, a status callback to post, or a
+ * webhook event to post to a subscription. */
 typedef struct store_outbox_entry {
     unsigned shard;
-    const char *entry_id; /* the stream's id */
-    const char *request_id;
-    const char *order_key; /* a request's member order key ("" for a callback) */
-    int callback;          /* 1: post the status of request_id */
+    const char *entry_id;   /* the stream's id */
+    const char *request_id; /* a request's or a callback's; an event's id */
+    const char *order_key;  /* a request's or an event's member order key ("" for a callback) */
+    int callback;           /* 1: post the status of request_id */
+    /* an event (subscription not NULL): posted to url, signed with app's secret, as number
+     * seq of its member's events to that subscription */
+    const char *subscription, *url, *app, *body;
+    size_t body_len;
+    int64_t seq;
 } store_outbox_entry_t;
+
+/* ---- webhook events (contract.md section 14) ---- */
+
+/* The shard of a member's outbox entries (FNV-1a of channel and member): all of a member's
+ * requests and events go to one stream. */
+unsigned store_outbox_shard(unsigned shards, const char *channel_id, const char *member_id);
+
+#define STORE_OUTBOX_EVENT_SUBS_MAX 32
+
+typedef struct store_outbox_event {
+    const char *event_id; /* the platform's retries of one event have the same id */
+    const char *app, *channel_id, *member_id;
+    const char *body; /* the event as JSON text */
+    size_t body_len;
+    unsigned n_subs; /* the subscriptions it goes to, at most STORE_OUTBOX_EVENT_SUBS_MAX */
+    const char *sub_ids[STORE_OUTBOX_EVENT_SUBS_MAX], *urls[STORE_OUTBOX_EVENT_SUBS_MAX];
+} store_outbox_event_t;
+
+/* queued: 1, or 0 when the event was queued before (a platform's retry: nothing added). */
+typedef void store_outbox_event_cb(void *arg, store_status_t st, int queued);
+/* Queues ev once: an entry per subscription, each numbered in its member's order to that
+ * subscription. The event's id is remembered keep_ms (the platform's retries within it are
+ * taken once). */
+store_outbox_call_t *store_outbox_event_add(store_t *st, unsigned shard,
+                                            const store_outbox_event_t *ev, int64_t keep_ms,
+                                            store_outbox_event_cb *cb, void *arg,
+                                            store_status_t *status);
+/* An app's subscriptions (botgatectl subscription): subs is an array of their records, those
+ * that are not valid left out (borrowed: valid during the callback). */
+typedef void store_outbox_subs_cb(void *arg, store_status_t st, const json_t *subs);
+store_outbox_call_t *store_outbox_subscriptions(store_t *st, const char *app,
+                                                store_outbox_subs_cb *cb, void *arg,
+                                                store_status_t *status);
+/* A receipt (delivered, read, failed) of the platform message message_id of channel_id:
+ * recorded on the element of the queued request that sent it, whose status callback is queued
+ * again. queued (of store_outbox_event_cb): 1, or 0 when no queued request sent it. */
+store_outbox_call_t *store_outbox_receipt(store_t *st, unsigned shard, const char *channel_id,
+                                          const char *message_id, const char *receipt,
+                                          store_outbox_event_cb *cb, void *arg,
+                                          store_status_t *status);
+/* Whether entry e (an event) may be posted now: 1 yes, 0 an earlier event of its member to
+ * that subscription is not finished (watch e->order_key), 2 it was finished already. */
+typedef void store_outbox_turn_cb(void *arg, store_status_t st, int turn);
+store_outbox_call_t *store_outbox_event_turn(store_t *st, const store_outbox_entry_t *e,
+                                             store_outbox_turn_cb *cb, void *arg,
+                                             store_status_t *status);
+/* Entry e is finished (posted, or given up): the member's order passes to its next event, the
+ * entry is acknowledged and deleted, in one step. Fire and forget: a lost answer leaves the
+ * entry pending, and a later turn finds it finished. */
+void store_outbox_event_end(store_t *st, const store_outbox_entry_t *e);
 
 /* entries valid during the callback only; n 0 when there were none (or st is not OK). */
 typedef void store_outbox_entries_cb(void *arg, store_status_t st,
@@ -98,6 +154,7 @@ typedef struct store_outbox_start {
     int crashed;      /* an attempt died with the call of response next maybe out */
     int expired;      /* older than the queue TTL: what is not sent fails with 128 */
     int64_t attempts; /* counting this one */
+    int bulk;         /* a broadcast's message (store/broadcast.c): low priority */
     const char *body, *app;
     size_t body_len;
     /* the elements of the responses before next ("" where none was recorded) */
@@ -138,6 +195,7 @@ store_outbox_call_t *store_outbox_end(store_t *st, unsigned shard, const char *i
 
 typedef struct store_outbox_status {
     const char *app, *status, *callback, *member_id;
+    const char *receipts; /* "" or a JSON object: element index -> "delivered|read|failed" */
     int64_t attempts, created_ms, updated_ms;
     const char *result; /* the final result's JSON text, NULL until then */
     size_t result_len;

@@ -81,6 +81,8 @@ struct redisc {
     int master_port;
     char why[256];            /* the last failure reported, so that a loop reports it once */
     char addr[128];           /* host:port or socket path of the last connect, for messages */
+    int addr_at, addr_first;  /* cfg.addrs: the one tried, and the one each round starts with */
+    char failed[256];         /* the addresses that failed in this round, and why */
     redistls_t *relay;        /* TLS under ac (rediss://), NULL: none */
     int tls_wait;             /* ac is "connected" but the relay's handshake is not done */
     redisc_next_cb *next_cb;  /* where to reconnect; NULL: cfg's host and port again */
@@ -144,13 +146,43 @@ static void schedule_reconnect(redisc_t *r)
     r->backoff_ms = r->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : r->backoff_ms * 2;
 }
 
+/* The connect to r->addr failed (why names it and says why): 1 when another address of the
+ * URL's name is to be tried now (the failure is kept for the round's message), 0 when the
+ * round is over: all of them failed, and why says so for each (the next round starts with the
+ * address that last worked, the first one until then). */
+static int next_address(redisc_t *r, char *why, size_t size)
+{
+    size_t len = strlen(r->failed);
+
+    if (r->cfg.n_addrs < 2 || r->cfg.n_sentinels > 0 || r->next_cb != NULL ||
+        r->cfg.unix_path[0] != '\0')
+        return 0;
+    r->addr_at = (r->addr_at + 1) % r->cfg.n_addrs;
+    if (r->addr_at != r->addr_first) {
+        snprintf(r->failed + len, sizeof(r->failed) - len, "%s%.120s", len ? "; " : "", why);
+        return 1;
+    }
+    if (len > 0) { /* every address: the earlier ones' reasons before the last one's */
+        char last[160];
+        snprintf(last, sizeof(last), "%.150s", why);
+        snprintf(why, size, "%.120s; %.120s", r->failed, last);
+    }
+    r->failed[0] = '\0';
+    return 0;
+}
+
 /* A connection that could not be made is told like one lost (each new reason once), so that
- * a Redis unreachable from the start is said, not only retried in silence. */
+ * a Redis unreachable from the start is said, not only retried in silence; with another
+ * address of the URL's name left, that one is tried first. */
 static void connect_failed(redisc_t *r, const char *errstr)
 {
-    char why[160]; /* fits r->why, so that the same reason is told once */
+    char why[256]; /* fits r->why, so that the same reason is told once */
 
     snprintf(why, sizeof(why), "cannot connect to %.90s: %.48s", r->addr, errstr);
+    if (next_address(r, why, sizeof(why))) {
+        event_add_ms(r->retry, 0);
+        return;
+    }
     tell(r, 0, why);
     schedule_reconnect(r);
 }
@@ -162,6 +194,7 @@ static void connect_failed(redisc_t *r, const char *errstr)
 static void go_down(redisc_t *r, redisAsyncContext *ac, const char *why)
 {
     int elsewhere_now = r->next_cb != NULL && r->state == RC_UP;
+    int connecting = r->state == RC_CONNECTING || r->tls_wait;
 
     r->ac = NULL;
     r->state = RC_DOWN;
@@ -177,6 +210,20 @@ static void go_down(redisc_t *r, redisAsyncContext *ac, const char *why)
     r->relay = NULL;
     r->tls_wait = 0;
     trk_lost(r);
+    if (connecting) { /* a connect timed out, or its TLS handshake failed */
+        char told[256];
+        if (strncmp(why, "cannot connect to ", 18) == 0) /* a TLS handshake's (on_tls) */
+            snprintf(told, sizeof(told), "%s", why);
+        else
+            snprintf(told, sizeof(told), "cannot connect to %.90s: %.140s", r->addr, why);
+        if (next_address(r, told, sizeof(told))) {
+            event_add_ms(r->retry, 0);
+            return;
+        }
+        tell(r, 0, told);
+        schedule_reconnect(r);
+        return;
+    }
     tell(r, 0, why);
     if (elsewhere_now) /* another node, without the pause (backoff is at its least: up) */
         event_add_ms(r->retry, 0);
@@ -545,7 +592,15 @@ static void on_setup_reply(redisReply *reply, void *arg)
         subscribe_all(r);
     if (r->trk_sub != NULL)
         trk_start(r);
-    tell(r, 1, "connected");
+    if (r->failed[0] != '\0') { /* which addresses failed before this one, and why */
+        char why[256 + 128];
+        snprintf(why, sizeof(why), "connected to %.100s (%.250s)", r->addr, r->failed);
+        r->failed[0] = '\0';
+        tell(r, 1, why);
+    } else {
+        tell(r, 1, "connected");
+    }
+    r->addr_first = r->addr_at; /* a reconnect starts with the address that worked */
 }
 
 static void on_redis_connect(const redisAsyncContext *ac, int status)
@@ -722,6 +777,8 @@ static void connect_now(redisc_t *r)
     }
     if (r->cfg.unix_path[0] != '\0')
         connect_to(r, NULL, 0);
+    else if (r->cfg.n_addrs > 1 && r->next_cb == NULL)
+        connect_to(r, r->cfg.addrs[r->addr_at], r->cfg.port);
     else
         connect_to(r, r->cfg.host, r->cfg.port);
 }
@@ -1046,13 +1103,13 @@ int redisc_parse_url(const char *url, redisc_config_t *cfg, char *errbuf, size_t
         snprintf(errbuf, errlen, "cannot resolve Redis host %.100s", hostbuf);
         return -1;
     }
-    if (res->ai_family == AF_INET6)
-        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)res->ai_addr)->sin6_addr, cfg->host,
-                  sizeof(cfg->host));
-    else
-        inet_ntop(AF_INET, &((struct sockaddr_in *)res->ai_addr)->sin_addr, cfg->host,
-                  sizeof(cfg->host));
+    cfg->n_addrs = sentinel_addresses(res, 0, cfg->addrs, REDISC_ADDRS_MAX);
     freeaddrinfo(res);
+    if (cfg->n_addrs == 0) {
+        snprintf(errbuf, errlen, "Redis host %.100s has no IPv4 or IPv6 address", hostbuf);
+        return -1;
+    }
+    snprintf(cfg->host, sizeof(cfg->host), "%s", cfg->addrs[0]);
     return 0;
 }
 

@@ -20,9 +20,18 @@ typedef struct redisc_sub redisc_sub_t;
  * (connection lost, timed out); it is freed by hiredis after the call. */
 typedef void redisc_cb(redisReply *reply, void *arg);
 
+#define REDISC_ADDRS_MAX 8 /* addresses of the URL's host name tried in turn */
+
 typedef struct redisc_config {
     char host[256];          /* an IP address: hiredis resolves names with a blocking call */
     int port;
+    /* Every address the URL's host name resolved to, host (the first) included, in the
+     * resolver's order: a connect that fails (refused, unreachable, timed out) goes on to the
+     * next one at once, and the backoff starts only once all of them failed (localhost is ::1
+     * first on many systems, and a Redis bound to 127.0.0.1 refuses it). 0 or 1: host only;
+     * a Cluster node's and a sentinel-announced master's connections use host alone. */
+    char addrs[REDISC_ADDRS_MAX][46]; /* INET6_ADDRSTRLEN */
+    int n_addrs;
     char unix_path[256];     /* used instead of host:port when not empty */
     /* TLS (rediss://): with tls_ctx set (redisc_tls_setup), every connection to Redis and to
      * the sentinels is TLS, its certificate verified for tls_name, or for the address connected

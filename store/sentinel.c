@@ -34,6 +34,7 @@ struct sentinel_query {
     struct evdns_getaddrinfo_request *lookup; /* a name being looked up, or NULL */
     void (*found)(sentinel_query_t *q); /* what follows the lookup */
     char addr[64];                  /* what the lookup found ("" when nothing) */
+    int nth;                        /* the lookup's address to take (sentinel_addr_t) */
     int master_port;                /* the master's, while its name is looked up */
     struct event *timer;            /* runs then: the attempt's timeout, or the next step now */
     void (*then)(sentinel_query_t *q);
@@ -95,26 +96,44 @@ static int is_address(const char *host)
     return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
 }
 
-/* The first IPv4 address of res, else its first address, as text into out ("" when none). */
-static void first_address(const struct evutil_addrinfo *res, char *out, size_t size)
+int sentinel_addresses(const struct addrinfo *res, int ipv4_first, char out[][46], int max)
 {
-    const struct evutil_addrinfo *pick = res;
+    int n = 0;
+
+    for (int pass = ipv4_first ? 0 : 1; pass < 2; pass++)
+        for (const struct addrinfo *a = res; a != NULL && n < max; a = a->ai_next) {
+            char text[46];
+            int seen = 0;
+            /* with ipv4_first, pass 0 takes the IPv4 addresses and pass 1 the rest */
+            if (ipv4_first && (a->ai_family == AF_INET) != (pass == 0))
+                continue;
+            if (a->ai_family == AF_INET6)
+                inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)a->ai_addr)->sin6_addr, text,
+                          sizeof(text));
+            else if (a->ai_family == AF_INET)
+                inet_ntop(AF_INET, &((const struct sockaddr_in *)a->ai_addr)->sin_addr, text,
+                          sizeof(text));
+            else
+                continue;
+            for (int i = 0; i < n && !seen; i++) /* one per protocol when hints leave it open */
+                seen = strcmp(out[i], text) == 0;
+            if (!seen)
+                snprintf(out[n++], sizeof(out[0]), "%s", text);
+        }
+    return n;
+}
+
+/* The nth address of res (IPv4 first; round, for a name that has fewer now than at start-up)
+ * into out ("" when none); how many res has. */
+static int nth_address(const struct evutil_addrinfo *res, int nth, char *out, size_t size)
+{
+    char all[SENTINEL_MAX][46];
+    int n = sentinel_addresses(res, 1, all, SENTINEL_MAX);
 
     out[0] = '\0';
-    for (const struct evutil_addrinfo *a = res; a != NULL; a = a->ai_next) {
-        if (a->ai_family == AF_INET) {
-            pick = a;
-            break;
-        }
-    }
-    if (pick == NULL)
-        return;
-    if (pick->ai_family == AF_INET6)
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)pick->ai_addr)->sin6_addr, out,
-                  (socklen_t)size);
-    else if (pick->ai_family == AF_INET)
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)pick->ai_addr)->sin_addr, out,
-                  (socklen_t)size);
+    if (n > 0)
+        snprintf(out, size, "%.45s", all[nth % n]);
+    return n;
 }
 
 /* Records what the lookup found; found() runs from the timer, never from inside
@@ -131,7 +150,7 @@ static void on_lookup(int result, struct evutil_addrinfo *res, void *arg)
     q->lookup = NULL;
     q->addr[0] = '\0';
     if (result == 0)
-        first_address(res, q->addr, sizeof(q->addr));
+        nth_address(res, q->nth, q->addr, sizeof(q->addr));
     if (res != NULL)
         evutil_freeaddrinfo(res);
     query_arm(q, q->found, 0);
@@ -139,11 +158,13 @@ static void on_lookup(int result, struct evutil_addrinfo *res, void *arg)
 
 /* Looks name up on the loop (hosts file, then DNS); found() follows, or next_attempt() when
  * the attempt's time is up first. */
-static void look_up(sentinel_query_t *q, const char *name, void (*found)(sentinel_query_t *q))
+static void look_up(sentinel_query_t *q, const char *name, int nth,
+                    void (*found)(sentinel_query_t *q))
 {
     struct evutil_addrinfo hints;
     struct evdns_getaddrinfo_request *req;
 
+    q->nth = nth; /* which of its addresses */
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -245,7 +266,7 @@ static void on_master_addr(redisAsyncContext *ac, void *r, void *privdata)
         } else if (q->dns != NULL) {
             /* announced by name (announce-hostnames): looked up without blocking */
             q->master_port = port;
-            look_up(q, host, master_found);
+            look_up(q, host, 0, master_found);
         } else {
             query_arm(q, next_attempt, 0);
         }
@@ -301,7 +322,7 @@ static void try_next(sentinel_query_t *q)
     *q->next = (*q->next + 1) % q->n;
     q->tried++;
     if (q->dns != NULL && q->asking->name[0] != '\0' && !is_address(q->asking->name))
-        look_up(q, q->asking->name, ask_found);
+        look_up(q, q->asking->name, q->asking->nth, ask_found);
     else
         ask(q, q->asking->host);
 }
@@ -347,13 +368,16 @@ int sentinel_parse_list(const char *spec, sentinel_addr_t *out, int max, int *n,
                         unsigned long errlen)
 {
     char buf[1024], *save = NULL, *item;
+    /* the items' other addresses, as entries that follow every item's first */
+    sentinel_addr_t more[SENTINEL_MAX];
+    int n_more = 0;
 
     *n = 0;
     snprintf(buf, sizeof(buf), "%s", spec);
     for (item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
         char *colon = strrchr(item, ':');
         struct addrinfo hints, *res = NULL;
-        int port;
+        int port, found;
 
         while (*item == ' ')
             item++;
@@ -381,15 +405,28 @@ int sentinel_parse_list(const char *spec, sentinel_addr_t *out, int max, int *n,
             snprintf(errbuf, errlen, "cannot resolve %s", item);
             return -1;
         }
-        first_address(res, out[*n].host, sizeof(out[*n].host));
+        found = nth_address(res, 0, out[*n].host,
+                            sizeof(out[*n].host));
+        /* each other address of the name is one more entry, tried in turn like the others
+         * (localhost: 127.0.0.1, then ::1): a name is not one address that may be down */
+        for (int k = 1; k < found && n_more < SENTINEL_MAX; k++, n_more++) {
+            nth_address(res, k, more[n_more].host,
+                        sizeof(more[n_more].host));
+            snprintf(more[n_more].name, sizeof(more[n_more].name), "%s", item);
+            more[n_more].port = port;
+            more[n_more].nth = k;
+        }
         freeaddrinfo(res);
         snprintf(out[*n].name, sizeof(out[*n].name), "%s", item);
         out[*n].port = port;
+        out[*n].nth = 0;
         (*n)++;
     }
     if (*n == 0) {
         snprintf(errbuf, errlen, "no sentinel given");
         return -1;
     }
+    for (int k = 0; k < n_more && *n < max; k++)
+        out[(*n)++] = more[k];
     return 0;
 }

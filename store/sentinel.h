@@ -12,6 +12,7 @@ typedef struct sentinel_addr {
     char name[256]; /* as configured: a host name or an IP address */
     char host[64];  /* an IP address: name resolved at start-up, before any loop runs */
     int port;
+    int nth; /* which of name's addresses: the list has an entry for each (IPv4 first) */
 } sentinel_addr_t;
 
 /* ok 0 when no sentinel answered with an address; host is an IP address then, valid for the
@@ -38,8 +39,15 @@ void sentinel_cancel(sentinel_query_t *q);
 
 /* Parses "host:port,host:port". Names are resolved here, with a blocking call: only at
  * start-up, before any loop runs (a name that does not resolve is a configuration error);
- * queries look them up again without blocking. -1 with a message on failure. */
+ * queries look them up again without blocking. A name's first address is its entry; its other
+ * addresses follow every name's first, as entries of their own while max allows. -1 with a
+ * message on failure. */
 int sentinel_parse_list(const char *spec, sentinel_addr_t *out, int max, int *n, char *errbuf,
                         unsigned long errlen);
+
+/* The distinct IPv4 and IPv6 addresses of res (getaddrinfo's) as text, at most max, in its
+ * order, or its IPv4 ones first with ipv4_first: how many. */
+struct addrinfo;
+int sentinel_addresses(const struct addrinfo *res, int ipv4_first, char out[][46], int max);
 
 #endif

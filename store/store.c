@@ -9,6 +9,7 @@
 #include "../core/hash.h"
 #include "../json/jscan.h"
 #include "../json/jsonw.h"
+#include "../json/numfmt.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -29,6 +30,15 @@
 static const char CAS_SCRIPT[] =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then "
     "redis.call('SET', KEYS[1], ARGV[2]) return 1 end return 0";
+
+/* The same for a member record, and its tags' index (contract.md section 13) in the same step:
+ * ARGV[3] the tag key base, ARGV[4] the member id, ARGV[5] how many tags were added, then the
+ * added tags, then the removed ones. The tag keys carry the channel's hash tag: one slot. */
+static const char MEMBER_CAS_SCRIPT[] =
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end "
+    "redis.call('SET', KEYS[1], ARGV[2]) local n = tonumber(ARGV[5]) "
+    "for i = 6, 5 + n do redis.call('SADD', ARGV[3] .. ARGV[i], ARGV[4]) end "
+    "for i = 6 + n, #ARGV do redis.call('SREM', ARGV[3] .. ARGV[i], ARGV[4]) end return 1";
 
 /* Get-or-create of a member by recipient id, atomic so that two first messages from the same
  * user create one member. KEYS[1]: recipient key; ARGV: member key base, new id, new record.
@@ -93,6 +103,8 @@ struct store_call {
     int attempts;
     json_t *written;           /* the record the compare-and-set in flight writes */
     json_t *expected;          /* the record as the caller read it: tried without a GET */
+    char *tagging;             /* a member's: "<tag key base>\0<member id>", else NULL */
+    json_t *tags_added, *tags_removed; /* by the write in flight (arrays; NULL: none) */
     int optimistic;            /* the write in flight compares against expected */
     int cacheable;             /* a successful read (or write) refreshes the cache */
     uint64_t ticket;           /* store_cache_ticket when the read (or write) was sent */
@@ -304,6 +316,9 @@ static void call_free(store_call_t *c)
     json_decref(c->change);
     json_decref(c->written);
     json_decref(c->expected);
+    json_decref(c->tags_added);
+    json_decref(c->tags_removed);
+    free(c->tagging);
     if (c->pause != NULL)
         event_free(c->pause);
     free(c);
@@ -525,11 +540,47 @@ static store_call_t *call_for(store_t *st, call_kind_t kind, int key_len, const 
 /* mutate(record) as text in *next; takes record over (kept in c->written, for the callback:
  * what was written is what it gets). Returns STORE_OK, STORE_BAD_RECORD or
  * STORE_UNAVAILABLE. */
+/* The indexable tags of a member record in one array and not in the other: strings of at
+ * most STORE_TAG_MAX bytes (a longer one, or another value, is not indexed). New reference. */
+static json_t *tags_minus(const json_t *a, const json_t *b)
+{
+    json_t *out = json_array(), *t, *u;
+    size_t i, j;
+
+    json_array_foreach(a, i, t) {
+        int found = 0;
+        if (!json_is_string(t) || json_string_length(t) > STORE_TAG_MAX ||
+            json_string_length(t) != strlen(json_string_value(t)))
+            continue;
+        json_array_foreach(b, j, u) found |= json_equal(t, u);
+        if (!found)
+            json_array_append(out, t);
+    }
+    return out;
+}
+
 static store_status_t cas_next(store_call_t *c, json_t *record, char **next, size_t *next_len)
 {
-    if (!json_is_object(record) || c->mutate(record, c->change, c->now_ms) < 0) {
+    json_t *was = NULL;
+
+    if (!json_is_object(record)) {
         json_decref(record);
         return STORE_BAD_RECORD;
+    }
+    if (c->tagging != NULL)
+        was = json_deep_copy(json_object_get(record, "tags"));
+    if (c->mutate(record, c->change, c->now_ms) < 0) {
+        json_decref(was);
+        json_decref(record);
+        return STORE_BAD_RECORD;
+    }
+    if (c->tagging != NULL) {
+        const json_t *now = json_object_get(record, "tags");
+        json_decref(c->tags_added);
+        json_decref(c->tags_removed);
+        c->tags_added = tags_minus(now, was);
+        c->tags_removed = tags_minus(was, now);
+        json_decref(was);
     }
     if ((*next = jw_dump(record, next_len)) == NULL) {
         json_decref(record);
@@ -544,14 +595,50 @@ static store_status_t cas_next(store_call_t *c, json_t *record, char **next, siz
 static store_status_t cas_send(store_call_t *c, const char *raw, size_t len, char *next,
                                size_t next_len)
 {
-    const char *argv[] = {"EVAL", CAS_SCRIPT, "1", c->key, raw, next};
-    size_t lens[] = {4, sizeof(CAS_SCRIPT) - 1, 1, strlen(c->key), len, next_len};
+    size_t added = json_array_size(c->tags_added), removed = json_array_size(c->tags_removed);
+    size_t n = added + removed, argc = 6;
+    const char *stack_argv[6 + 3 + 16], **argv = stack_argv;
+    size_t stack_lens[6 + 3 + 16], *lens = stack_lens;
+    char count[NUMFMT_DEC_SIZE];
     store_status_t st;
 
     c->kind = CALL_CAS_WRITE;
     if (c->cacheable)
         c->ticket = store_cache_ticket(c->st->cache, c->key);
-    st = send_argv(c, 6, argv, lens); /* hiredis copies the arguments */
+    if (n > 16) {
+        argv = malloc((9 + n) * sizeof(*argv));
+        lens = malloc((9 + n) * sizeof(*lens));
+        if (argv == NULL || lens == NULL) {
+            free(argv);
+            free(lens);
+            free(next);
+            return STORE_BUSY;
+        }
+    }
+    argv[0] = "EVAL";
+    argv[1] = n > 0 ? MEMBER_CAS_SCRIPT : CAS_SCRIPT;
+    argv[2] = "1";
+    argv[3] = c->key;
+    argv[4] = raw;
+    argv[5] = next;
+    lens[4] = len;
+    lens[5] = next_len;
+    if (n > 0) { /* the write changes the member's tags: their index changes with it */
+        argv[argc++] = c->tagging;
+        argv[argc++] = c->tagging + strlen(c->tagging) + 1;
+        argv[argc++] = numfmt_dec(count, (long long)added);
+        for (size_t i = 0; i < n; i++)
+            argv[argc++] = json_string_value(i < added ? json_array_get(c->tags_added, i)
+                                                       : json_array_get(c->tags_removed, i - added));
+    }
+    for (size_t i = 0; i < argc; i++)
+        if (i != 4 && i != 5)
+            lens[i] = strlen(argv[i]);
+    st = send_argv(c, (int)argc, argv, lens); /* hiredis copies the arguments */
+    if (argv != stack_argv) {
+        free(argv);
+        free(lens);
+    }
     free(next);
     return st;
 }
@@ -963,8 +1050,20 @@ store_call_t *store_update_member(store_t *st, const char *channel_id, const cha
     int len = store_key_member(key, sizeof(key), st->prefix, channel_id, member_id);
     store_call_t *c = call_for(st, CALL_CAS_READ, len, key, cb, arg, status);
 
+    char base[STORE_KEY_MAX];
+    size_t lb, lm;
+
     if (c == NULL)
         return NULL;
+    if (store_key_tag_base(base, sizeof(base), st->prefix, channel_id) < 0 ||
+        (c->tagging = malloc((lb = strlen(base) + 1) + (lm = strlen(member_id) + 1))) == NULL) {
+        call_free(c);
+        if (status != NULL)
+            *status = STORE_BUSY;
+        return NULL;
+    }
+    memcpy(c->tagging, base, lb);
+    memcpy(c->tagging + lb, member_id, lm);
     /* Not when this worker wrote the key (or one of its bucket) since current was read: the
      * compare would surely fail, and cost a round trip where it should save one. */
     if (json_is_object(current) && st->bucket_seq[key_bucket(c->key)] <= current_seq)
@@ -1044,6 +1143,37 @@ store_call_t *store_lock_credential(store_t *st, const char *channel_id, const c
     {
         const char *argv[] = {"SET", c->key, owner, "NX", "PX", ttl};
         return call_start(c, 6, argv, NULL, status);
+    }
+}
+
+store_call_t *store_hook_seen(store_t *st, const char *channel_id, const char *signature,
+                              int ttl_ms, store_cb *cb, void *arg, store_status_t *status)
+{
+    char key[STORE_KEY_MAX];
+    char ttl[16];
+    int len = store_key_hook_seen(key, sizeof(key), st->prefix, channel_id, signature);
+    store_call_t *c = call_for(st, CALL_LOCK, len, key, cb, arg, status);
+
+    if (c == NULL)
+        return NULL;
+    snprintf(ttl, sizeof(ttl), "%d", ttl_ms);
+    {
+        const char *argv[] = {"SET", c->key, "1", "NX", "PX", ttl};
+        return call_start(c, 6, argv, NULL, status);
+    }
+}
+
+void store_hook_forget(store_t *st, const char *channel_id, const char *signature)
+{
+    char key[STORE_KEY_MAX];
+    int len = store_key_hook_seen(key, sizeof(key), st->prefix, channel_id, signature);
+    store_call_t *c = call_for(st, CALL_IGNORE, len, key, NULL, NULL, NULL);
+
+    if (c == NULL)
+        return;
+    {
+        const char *argv[] = {"DEL", c->key};
+        call_start(c, 2, argv, NULL, NULL);
     }
 }
 

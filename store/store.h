@@ -139,6 +139,13 @@ redisc_sub_t *store_watch_credential(store_t *st, const char *channel_id, redisc
 void store_unwatch(redisc_sub_t *sub); /* cb will not be called again */
 /* The same for the channel named key (a key of keys.h whose writers publish on it). */
 redisc_sub_t *store_watch_key(store_t *st, const char *key, redisc_message_cb *cb, void *arg);
+/* Webhooks in: remembers a slack signature for ttl_ms. STORE_OK when it is new, STORE_NOT_FOUND
+ * when it was seen before (a replay). */
+store_call_t *store_hook_seen(store_t *st, const char *channel_id, const char *signature,
+                              int ttl_ms, store_cb *cb, void *arg, store_status_t *status);
+/* Forgets a signature store_hook_seen remembered: the request it came with was not taken (a 5xx),
+ * so the platform's retry, which may carry the same signature, is not a replay. */
+void store_hook_forget(store_t *st, const char *channel_id, const char *signature);
 /* wechat media cache: value is the media_id as a JSON string. */
 store_call_t *store_get_media(store_t *st, const char *channel_id, const char *url_hash,
                               store_cb *cb, void *arg, store_status_t *status);

@@ -118,6 +118,8 @@ static const struct {
       sim_ctl_windows}},
     {"/_sim/expire-tokens", {SIM_PLATFORM_NONE, SIM_KIND_NONE, EVHTTP_REQ_POST, 0, sim_ctl_expire}},
     {"/_sim/health", {SIM_PLATFORM_NONE, SIM_KIND_NONE, EVHTTP_REQ_GET, 0, sim_ctl_health}},
+    {"/_sim/inbound",
+     {SIM_PLATFORM_NONE, SIM_KIND_NONE, EVHTTP_REQ_POST, SIM_EP_JSON, sim_hooks_inbound}},
 };
 
 const sim_endpoint_t *sim_control_route(const char *path)

@@ -171,6 +171,8 @@ const sim_endpoint_t *sim_platform_route(const char *path);
 int sim_shape_check(sim_platform_t platform, const json_t *body, char *msg, size_t size, int *code);
 const sim_endpoint_t *sim_media_route(const char *path);
 const sim_endpoint_t *sim_control_route(const char *path);
+/* POST /_sim/inbound (hooks.c): the simulator sends a platform's signed webhook to botgate. */
+void sim_hooks_inbound(sim_call_t *c, sim_reply_t *r);
 
 /* After a platform send answered with success: the configured rate limits (limits.c) of its
  * sender and pair; a refused send gets the platform's own rate-limit answer instead. */

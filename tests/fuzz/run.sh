@@ -21,7 +21,8 @@ repo=$(cd "$here/../.." && pwd)
 build=${1:-build-fuzz}
 seconds=${FUZZ_SECONDS:-10}
 clang=${CLANG:-clang}
-all_targets="fuzz_request fuzz_adapters fuzz_tmpl fuzz_records fuzz_jparse fuzz_script fuzz_h1resp"
+all_targets="fuzz_request fuzz_adapters fuzz_tmpl fuzz_records fuzz_jparse fuzz_script fuzz_h1resp
+             fuzz_hook_json fuzz_hook_xml"
 targets=${FUZZ_TARGETS:-$all_targets}
 ncpu=$(nproc 2>/dev/null || echo 2)
 jobs=${FUZZ_JOBS:-$((ncpu < 4 ? ncpu : 4))}
@@ -43,7 +44,7 @@ build=$(cd "$build" && pwd)
 cflags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
         -fno-omit-frame-pointer -std=c11 -D_GNU_SOURCE -Wall -Wextra -I"$repo"
         $(pkg-config --cflags lua5.4))
-libs=(-ljansson -lcrypto $(pkg-config --libs lua5.4))
+libs=(-ljansson -lcrypto -lexpat $(pkg-config --libs lua5.4))
 
 # libFuzzer lives in clang's runtime package, which can be missing while clang is there.
 probe="$build/probe"

@@ -131,6 +131,31 @@ class Guarantees(StackTest):
         again = self.post(self.urls[2], body, key="key-5")
         self.assertEqual(again.raw, first["a"].raw)
 
+    def test_5a_waiter_is_told_of_the_answer_at_once(self):
+        """A duplicate told to wait marks the record, and the answer's script publishes for it
+        (it publishes only then: a request alone has nobody to tell): the duplicate replays the
+        answer as soon as it is stored, not at the first one's lease end (9 s + 2 s away)."""
+        body = {"channelId": "fbi", "memberId": "mi",
+                "response": [{"type": "TEXT", "text": "k5a slow1500"}]}
+        record = idem_record(APP, "sendResponses", "key-5a")
+        first = {}
+
+        def run_first():
+            first["a"] = self.post(self.long_url, body, key="key-5a")
+            first["at"] = time.monotonic()
+        t = threading.Thread(target=run_first)
+        t.start()
+        wait_for(lambda: self.redis_at(record, "EXISTS", record) == 1, timeout=10,
+                 what="the key's record")
+        a = self.post(self.urls[0], body, key="key-5a")
+        done = time.monotonic()
+        t.join()
+        self.assertEqual((a.status, a.raw), (200, first["a"].raw))
+        self.assertEqual(a.headers.get("Idempotent-Replayed"), "true")
+        self.assertEqual(self.redis_at(record, "HGET", record, "w"), "1")
+        self.assertLess(done - first["at"], 2.0)
+        self.assertEqual(self.texts("k5a"), ["k5a slow1500"])
+
     def monitor(self, key):
         """Starts MONITOR on the server of key; returns (lines, stop): the commands it saw."""
         sock = socket.create_connection(("127.0.0.1", self.s.redis_port_of(key)), timeout=60)
@@ -407,7 +432,7 @@ class Guarantees(StackTest):
                  what="the answer stored")
         fields = s.redis("HGETALL", record)
         names = sorted(fields[0::2])
-        self.assertEqual(names, ["body", "code", "fp", "lease", "owner", "status"])
+        self.assertEqual(names, ["body", "code", "fp", "held", "owner", "status"])
         # the answer once, in an allocation that jemalloc rounds up to its size class (at most
         # a quarter more: 980 KB takes 1 MiB); with the progress kept, twice the answer
         used = self.redis_at(record, "MEMORY", "USAGE", record, "SAMPLES", "0")

@@ -1,0 +1,164 @@
+/* tags.c - botgatectl's side of the tag index (contract.md section 13): a member written with
+ * its tags' sets, and `member reindex --channel C`, which rebuilds a channel's index from its
+ * member records after writers that do not keep it. */
+#include "ctl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BATCH 1000 /* members per SADD when the index is rebuilt */
+
+/* KEYS[1] the member key; ARGV[1] the tag key base, ARGV[2] the member id, ARGV[3] the record,
+ * ARGV[4] the longest tag indexed. The old record's tags leave the index, the new one's enter
+ * it, with the record, in one step. */
+static const char member_write_lua[] =
+    CTL_UNTAG_LUA "redis.call('SET', KEYS[1], ARGV[3])\n"
+                  "local m = cjson.decode(ARGV[3])\n"
+                  "if type(m.tags) == 'table' then for _, t in ipairs(m.tags) do\n"
+                  "if type(t) == 'string' and #t <= tonumber(ARGV[4]) then "
+                  "redis.call('SADD', ARGV[1] .. t, ARGV[2]) end end end return 1";
+
+int ctl_member_write(const char *channel, const char *member_id, const char *key, const char *text)
+{
+    char base[STORE_KEY_MAX], max[16];
+    redisReply *r;
+
+    if (store_key_tag_base(base, sizeof(base), ctl_prefix, channel) < 0)
+        return ctl_die("channel id %s is too long for a key", channel);
+    snprintf(max, sizeof(max), "%d", STORE_TAG_MAX);
+    {
+        const char *argv[] = {"EVAL", member_write_lua, "1", key, base, member_id, text, max};
+        if ((r = ctl_redis_command(8, argv, NULL)) == NULL)
+            return CTL_FAIL;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+/* ---- member reindex ---- */
+
+/* The index as the member records say it: tag -> array of member ids. */
+typedef struct reindex {
+    const char *channel;
+    json_t *tags;
+    size_t members;
+} reindex_t;
+
+static int on_member(void *arg, const char *key, redisReply **replies)
+{
+    reindex_t *ri = arg;
+    char channel[STORE_KEY_MAX], id[STORE_KEY_MAX];
+    json_t *m, *t;
+    size_t i;
+
+    if (replies[0]->type != REDIS_REPLY_STRING ||
+        store_key_ids(key, ctl_prefix, STORE_REC_MEMBER, channel, sizeof(channel), id, sizeof(id)) <
+            0 ||
+        strcmp(channel, ri->channel) != 0)
+        return 0;
+    if ((m = json_loadb(replies[0]->str, replies[0]->len, 0, NULL)) == NULL)
+        return 0; /* not a member record: nothing of it is indexed */
+    ri->members++;
+    json_array_foreach(json_object_get(m, "tags"), i, t)
+    {
+        json_t *ids;
+        if (!json_is_string(t) || json_string_length(t) > STORE_TAG_MAX ||
+            json_string_length(t) != strlen(json_string_value(t)))
+            continue;
+        if ((ids = json_object_get(ri->tags, json_string_value(t))) == NULL) {
+            ids = json_array();
+            json_object_set_new(ri->tags, json_string_value(t), ids);
+        }
+        json_array_append_new(ids, json_string(id));
+    }
+    json_decref(m);
+    return 0;
+}
+
+/* Tag keys of the channel found in Redis: those the records no longer name are deleted. */
+static int on_tag_key(void *arg, const char *key, redisReply **replies)
+{
+    reindex_t *ri = arg;
+    char base[STORE_KEY_MAX];
+    size_t n = (size_t)store_key_tag_base(base, sizeof(base), ctl_prefix, ri->channel);
+
+    (void)replies;
+    if (strncmp(key, base, n) == 0 && json_object_get(ri->tags, key + n) == NULL) {
+        const char *argv[] = {"DEL", key};
+        redisReply *r = ctl_redis_command(2, argv, NULL);
+        if (r == NULL)
+            return CTL_FAIL;
+        freeReplyObject(r);
+    }
+    return 0;
+}
+
+/* One tag's set rebuilt aside (same slot: the channel's hash tag), then renamed over it: a
+ * broadcast by tag never sees it half-built. */
+static int write_tag(const char *channel, const char *tag, const json_t *ids)
+{
+    char key[STORE_KEY_MAX], tmp[STORE_KEY_MAX];
+    const char *argv[2 + BATCH];
+    size_t n = json_array_size(ids);
+    redisReply *r;
+
+    if (store_key_tag(key, sizeof(key), ctl_prefix, channel, tag) < 0 ||
+        store_key_tag_build(tmp, sizeof(tmp), ctl_prefix, channel, tag) < 0)
+        return ctl_die("tag %s of channel %s is too long for a key", tag, channel);
+    argv[0] = "DEL";
+    argv[1] = tmp;
+    if ((r = ctl_redis_command(2, argv, NULL)) == NULL)
+        return CTL_FAIL;
+    freeReplyObject(r);
+    for (size_t i = 0; i < n; i += BATCH) {
+        int argc = 2;
+        argv[0] = "SADD";
+        argv[1] = tmp;
+        for (size_t k = i; k < n && k < i + BATCH; k++)
+            argv[argc++] = json_string_value(json_array_get(ids, k));
+        if ((r = ctl_redis_command(argc, argv, NULL)) == NULL)
+            return CTL_FAIL;
+        freeReplyObject(r);
+    }
+    {
+        const char *rn[] = {"RENAME", tmp, key};
+        if ((r = ctl_redis_command(3, rn, NULL)) == NULL)
+            return CTL_FAIL;
+        freeReplyObject(r);
+    }
+    return 0;
+}
+
+int ctl_member_reindex(const ctl_opts_t *o)
+{
+    reindex_t ri = {0};
+    static const ctl_fetch_t fetch_get = {2, {"GET", NULL}};
+    char pattern[2 * STORE_KEY_MAX];
+    const char *tag;
+    json_t *ids;
+    int rc;
+
+    if (json_array_size(o->channels) != 1)
+        return ctl_die("member reindex needs one --channel CHANNEL_ID");
+    ri.channel = json_string_value(json_array_get(o->channels, 0));
+    if ((ri.tags = json_object()) == NULL)
+        return ctl_die("out of memory");
+    if (store_key_pattern(pattern, sizeof(pattern), ctl_prefix, STORE_REC_MEMBER, ri.channel) < 0) {
+        json_decref(ri.tags);
+        return ctl_die("channel id %s is too long for a key", ri.channel);
+    }
+    rc = ctl_redis_scan(pattern, &fetch_get, 1, on_member, &ri);
+    json_object_foreach(ri.tags, tag, ids)
+    {
+        if (rc == 0)
+            rc = write_tag(ri.channel, tag, ids);
+    }
+    if (rc == 0 && store_key_tag_pattern(pattern, sizeof(pattern), ctl_prefix, ri.channel) >= 0)
+        rc = ctl_redis_scan(pattern, NULL, 0, on_tag_key, &ri);
+    if (rc == 0)
+        fprintf(stderr, "channel %s: %zu members, %zu tags indexed\n", ri.channel, ri.members,
+                json_object_size(ri.tags));
+    json_decref(ri.tags);
+    return rc;
+}

@@ -1,0 +1,1265 @@
+/* broadcast.c - broadcasts (contract.md section 13) on one worker. Accepting: the body is
+ * checked at once with a send's codes (108, 112, 114-118, 119), then the recipients go to Redis
+ * a slice at a time (store/broadcast.c), each slice sent when the one before answered: the
+ * loop is held a slice's work at most, and Redis a script of a few thousand ids. Delivery: a
+ * timer takes members of the running broadcasts (every worker of every instance shares the
+ * work through Redis), renders the responses' {{member.*}} placeholders for each, and queues
+ * one outbox request per member (its order with the member's other traffic kept by the
+ * outbox's per-member sequence). Members taken stay in flight at most a window (two seconds
+ * of the channel's sender limit), so that a broadcast never floods the outbox's streams ahead
+ * of the conversational requests that share them; the outbox's scripts count each member's
+ * end in the broadcast's record and refuse to start one once it is cancelled. */
+#include "broadcast.h"
+
+#include "../core/clock.h"
+#include "../core/dlist.h"
+#include "../core/member.h"
+#include "../core/ratelimit.h"
+#include "../core/rng.h"
+#include "../core/tmpl.h"
+#include "../store/broadcast.h"
+#include "log.h"
+#include "outbox_post.h"
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RECIPIENTS_MAX    1000000 /* contract.md section 13 */
+#define SLICE             2000    /* ids per accepting script */
+#define TAG_COUNT         2000    /* SSCAN COUNT of a tag's slice */
+#define ID_LEN            24      /* broadcast ids: 24 hex */
+#define PATH              "/broadcasts/"
+#define TAKE_MAX          100 /* members rendered and queued per take: about a millisecond */
+#define WINDOW_MIN        16
+#define WINDOW_MAX        4000
+#define WINDOW_UNLIMITED  200   /* a channel without a sender limit */
+#define TAKE_LEASE_MS     30000 /* a member taken and not queued by then is taken again */
+#define PUMP_MS           100   /* between looks at the running broadcasts */
+#define PUMP_IDLE_MS      5000  /* when none runs: a new one is told (store_bc_watch) */
+#define CANCEL_POLL_MS    50    /* a DELETE waits for the attempts running to end */
+#define CANCEL_WAIT_EXTRA 5000  /* past an attempt's deadline: its lease (outbox.c) */
+
+typedef enum { BC_MEMBERS, BC_RECIPIENTS, BC_TAGS } bc_by_t;
+typedef enum { R_POST, R_GET, R_DELETE } bc_route_t;
+
+typedef struct bc_req bc_req_t;
+
+/* A status callback being posted (outbox_post.c), until it was taken or given up. */
+typedef struct bc_post {
+    struct broadcasts *b;
+    struct bc_post *prev, *next;
+    outbox_post_t *post;
+} bc_post_t;
+
+/* A take's enqueue call to one shard. */
+typedef struct bc_enqueue {
+    broadcasts_t *b;
+    store_bc_call_t *call;
+} bc_enqueue_t;
+
+/* Owned by the worker (broadcasts_new, broadcasts_free). */
+struct broadcasts {
+    op_env_t *env;
+    bc_req_t *reqs, *reqs_last; /* requests in flight */
+    /* delivery */
+    struct event *pump;
+    redisc_sub_t *sub;     /* told when a broadcast starts running */
+    int any;               /* the last look found a running broadcast */
+    store_bc_call_t *call; /* the active list or a take */
+    char *active, *next;   /* the running broadcasts' lines, and the next one to take from */
+    char channel[STORE_KEY_MAX], id[ID_LEN + 1]; /* the broadcast being taken from */
+    unsigned enqueues;                           /* enqueue calls in flight for the take */
+    int enqueue_failed;
+    const char **taken; /* the members of the take, confirmed once all enqueues answered */
+    char **taken_own;
+    size_t n_taken;
+    bc_enqueue_t *enqueue_calls;   /* one per shard */
+    bc_post_t *posts, *posts_last; /* status callbacks being posted */
+    store_bc_call_t *final_call;   /* the status of a broadcast seen ending, to post it */
+    char final_id[ID_LEN + 1];
+    unsigned shards;
+};
+
+/* One request in flight: a POST's accepting, or a GET or DELETE. Owned by the broadcasts from
+ * its route to its answer (req_answer frees it). */
+struct bc_req {
+    broadcasts_t *b;
+    bc_req_t *prev, *next;
+    struct evhttp_request *req;
+    bc_route_t route;
+    int64_t started_us;
+    char request_id[17];
+    char token_hash[AUTH_HASH_HEX];
+    auth_token_t token;
+    store_call_t *token_call, *channel_call;
+    store_bc_call_t *call;
+    /* POST */
+    json_t *root;           /* the body */
+    json_t *channel;        /* the channel record */
+    const char *channel_id; /* in root, or channel_buf */
+    bc_by_t by;
+    const json_t *list; /* the ids or tags */
+    const json_t *responses;
+    const char *callback;
+    const adapter_ops_t *ops;
+    size_t pos;      /* the next id or tag */
+    char cursor[32]; /* SSCAN's, within the tag at pos */
+    int created;     /* the record exists: a refusal deletes it */
+    /* GET and DELETE */
+    char id[ID_LEN + 1];
+    char channel_buf[STORE_KEY_MAX];
+    struct event *timer; /* DELETE: waits for the attempts running */
+    int64_t wait_until_us;
+    int cancelled_here; /* DELETE: this one cancelled it (its callback is posted) */
+};
+
+static metrics_t *metrics(const broadcasts_t *b)
+{
+    return b->env->deliver.metrics;
+}
+
+static void count(atomic_uint_fast64_t *c)
+{
+    atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+}
+
+static void arm(struct event *ev, int64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+
+    evtimer_add(ev, &tv);
+}
+
+static void pump_next(broadcasts_t *b);
+
+/* ---- answering ---- */
+
+static void req_free(bc_req_t *r)
+{
+    broadcasts_t *b = r->b;
+    op_env_t *env = b->env;
+
+    store_cancel(r->token_call);
+    store_cancel(r->channel_call);
+    store_bc_cancel(r->call);
+    if (r->timer != NULL)
+        event_free(r->timer);
+    auth_token_free(&r->token);
+    json_decref(r->root);
+    json_decref(r->channel);
+    DLIST_UNLINK(b->reqs, b->reqs_last, r);
+    free(r);
+    env->in_flight--;
+    if (env->draining && env->in_flight == 0 && env->done != NULL)
+        env->done(env->done_arg);
+}
+
+/* Answers (text taken over) and frees r. */
+static void req_answer(bc_req_t *r, int status, int code, char *text, size_t len)
+{
+    op_env_t *env = r->b->env;
+    http_answer_t a;
+
+    memset(&a, 0, sizeof(a));
+    a.status = status;
+    a.code = code;
+    a.route = METRICS_ROUTE_BROADCASTS;
+    a.request_id = r->request_id;
+    a.channel = r->channel_id;
+    a.app = r->token.record != NULL ? r->token.app : NULL;
+    a.started_us = r->started_us;
+    a.close = env->draining != 0;
+    http_answer(env->http, r->req, &a, text, len);
+    r->req = NULL;
+    req_free(r);
+}
+
+static void req_fail_err(bc_req_t *r, const bg_error_t *err)
+{
+    json_t *body = bg_error_to_json(err);
+    size_t len = 0;
+    char *text = body != NULL ? jw_dump(body, &len) : NULL;
+
+    json_decref(body);
+    if (r->created)
+        store_bc_abort(r->b->env->deliver.store, r->channel_id, r->id);
+    req_answer(r, err->http_status ? err->http_status : 500, err->code, text, len);
+}
+
+static void req_fail(bc_req_t *r, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void req_fail(bc_req_t *r, int code, const char *fmt, ...)
+{
+    bg_error_t err;
+    va_list ap;
+
+    memset(&err, 0, sizeof(err));
+    err.code = code;
+    va_start(ap, fmt);
+    vsnprintf(err.msg, sizeof(err.msg), fmt, ap);
+    va_end(ap);
+    req_fail_err(r, &err);
+}
+
+static void req_fail_store(bc_req_t *r, store_status_t st)
+{
+    if (st == STORE_BUSY)
+        req_fail(r, BG_ERR_STORE, "store busy: too many commands in flight");
+    else
+        req_fail(r, BG_ERR_STORE, "store unavailable");
+}
+
+/* The status object: {"ok":1,"broadcastId","state","total","queued","sent","failed",
+ * "unknown","cancelled","createdAt","updatedAt"}, with "eventId" first for a status callback.
+ * NULL when out of memory. */
+static char *status_text(const char *id, const store_bc_status_t *s, const char *event_id,
+                         size_t *len)
+{
+    int64_t queued = s->total - s->sent - s->failed - s->unknown - s->cancelled;
+    jsonw_t w;
+    char *text;
+
+    jw_init(&w);
+    jw_lit(&w, "{\"ok\":1,");
+    if (event_id != NULL) {
+        jw_lit(&w, "\"eventId\":");
+        jw_str(&w, event_id);
+        jw_lit(&w, ",");
+    }
+    jw_lit(&w, "\"broadcastId\":");
+    jw_str(&w, id);
+    jw_lit(&w, ",\"state\":");
+    jw_str(&w, strcmp(s->state, "accepting") == 0 ? "running" : s->state);
+    {
+        const struct {
+            const char *name;
+            int64_t v;
+        } n[] = {{",\"total\":", s->total},
+                 {",\"queued\":", queued > 0 ? queued : 0},
+                 {",\"sent\":", s->sent},
+                 {",\"failed\":", s->failed},
+                 {",\"unknown\":", s->unknown},
+                 {",\"cancelled\":", s->cancelled},
+                 {",\"createdAt\":", s->created_ms},
+                 {",\"updatedAt\":", s->updated_ms}};
+        for (size_t i = 0; i < sizeof(n) / sizeof(n[0]); i++) {
+            jw_lit(&w, n[i].name);
+            jw_int(&w, n[i].v);
+        }
+    }
+    jw_lit(&w, "}");
+    if (w.failed || (text = jw_steal(&w, len)) == NULL) {
+        jw_free(&w);
+        return NULL;
+    }
+    return text;
+}
+
+static void answer_status(bc_req_t *r, const store_bc_status_t *s)
+{
+    size_t len = 0;
+    char *text = status_text(r->id, s, NULL, &len);
+
+    if (text == NULL) {
+        req_fail(r, BG_ERR_UNAVAILABLE, "out of memory");
+        return;
+    }
+    req_answer(r, 200, 0, text, len);
+}
+
+/* ---- the status callback: the outbox's signed POST (outbox_post.c) ---- */
+
+static void on_posted(void *arg, int delivered)
+{
+    bc_post_t *p = arg;
+    broadcasts_t *b = p->b;
+
+    count(&metrics(b)->callbacks[delivered ? 0 : 1]);
+    DLIST_UNLINK(b->posts, b->posts_last, p);
+    free(p);
+}
+
+/* Posts the broadcast's final status to its statusCallback, if it has one. */
+static void post_status(broadcasts_t *b, const char *id, const store_bc_status_t *s)
+{
+    char event_id[64], *body;
+    size_t len = 0;
+    bc_post_t *p;
+
+    if (s->callback[0] == '\0')
+        return;
+    snprintf(event_id, sizeof(event_id), "%s.%s", id, s->state);
+    if ((body = status_text(id, s, event_id, &len)) == NULL ||
+        (p = calloc(1, sizeof(*p))) == NULL) {
+        free(body);
+        log_msg(LOG_WARN, "broadcast %s: out of memory: its status callback is not posted", id);
+        return;
+    }
+    {
+        outbox_post_req_t req = {s->app,   s->callback,     body,
+                                 event_id, clock_wall_ms(), &metrics(b)->callback_retries};
+        p->b = b;
+        p->post = outbox_post_start(b->env, &req, on_posted, p);
+    }
+    free(body);
+    if (p->post == NULL) {
+        free(p);
+        return;
+    }
+    DLIST_APPEND(b->posts, b->posts_last, p);
+}
+
+static void on_final_status(void *arg, store_status_t st, const store_bc_status_t *s)
+{
+    broadcasts_t *b = arg;
+
+    b->final_call = NULL;
+    if (st == STORE_OK)
+        post_status(b, b->final_id, s);
+    pump_next(b);
+}
+
+/* ---- checking a POST's body (nothing of it needs Redis) ---- */
+
+static int callback_ok(const char *url)
+{
+    return strlen(url) <= 2048 &&
+           (strncmp(url, "https://", 8) == 0 || strncmp(url, "http://", 7) == 0) &&
+           strcspn(url, " \t\r\n") == strlen(url);
+}
+
+/* recipients.<name>: a non-empty array of at most RECIPIENTS_MAX ids (max bytes each). */
+static int check_ids(const json_t *list, const char *name, size_t max, bg_error_t *err)
+{
+    const json_t *v;
+    size_t i;
+
+    if (!json_is_array(list))
+        return bg_error_set(err, BG_ERR_MISSING_PARAM, "parameter recipients.%s must be an array",
+                            name);
+    if (json_array_size(list) == 0)
+        return bg_error_set(err, BG_ERR_MISSING_PARAM, "parameter recipients.%s must not be empty",
+                            name);
+    if (json_array_size(list) > RECIPIENTS_MAX)
+        return bg_error_set(err, BG_ERR_LIMIT, "more than %d recipients in one broadcast",
+                            RECIPIENTS_MAX);
+    json_array_foreach(list, i, v) {
+        const char *s = json_string_value(v);
+        if (s == NULL || *s == '\0')
+            return bg_error_set(err, BG_ERR_MISSING_PARAM,
+                                "parameter recipients.%s[%zu] must be a non-empty string", name, i);
+        if (json_string_length(v) > max)
+            return bg_error_set(err, BG_ERR_LIMIT,
+                                "parameter recipients.%s[%zu] is longer than %zu "
+                                "bytes",
+                                name, i, max);
+        if (!request_id_chars_ok(s) || strlen(s) != json_string_length(v))
+            return bg_error_set(err, BG_ERR_MISSING_PARAM,
+                                "parameter recipients.%s[%zu] contains a character that is not "
+                                "allowed",
+                                name, i);
+    }
+    return 0;
+}
+
+static int check_body(bc_req_t *r, bg_error_t *err)
+{
+    static const char *const names[] = {"channelId", "recipients",     "response",
+                                        "responses", "statusCallback", NULL};
+    static const char *const by_names[] = {"memberIds", "recipientIds", "tags", NULL};
+    const json_t *vals[5], *by[3];
+    const char *extra = request_fields(r->root, names, vals), *name;
+    const json_t *resp;
+    size_t i;
+    int n = 0;
+
+    if (extra != NULL)
+        return bg_error_set(err, BG_ERR_MISSING_PARAM, "unknown parameter %.64s", extra);
+    r->channel_id = json_string_value(vals[0]);
+    if (vals[0] == NULL || r->channel_id == NULL || *r->channel_id == '\0')
+        return bg_error_set(err, BG_ERR_MISSING_PARAM,
+                            vals[0] ? "parameter channelId must be a non-empty string"
+                                    : "missing parameter: channelId");
+    if (json_string_length(vals[0]) > REQUEST_MAX_ID)
+        return bg_error_set(err, BG_ERR_LIMIT, "parameter channelId is longer than %d bytes",
+                            REQUEST_MAX_ID);
+    if (!request_id_chars_ok(r->channel_id) || strlen(r->channel_id) != json_string_length(vals[0]))
+        return bg_error_set(err, BG_ERR_MISSING_PARAM,
+                            "parameter channelId contains a character that is not allowed");
+    if (!json_is_object(vals[1]))
+        return bg_error_set(err, BG_ERR_MISSING_PARAM,
+                            vals[1] ? "parameter recipients must be an object"
+                                    : "missing parameter: recipients");
+    if ((extra = request_fields(vals[1], by_names, by)) != NULL)
+        return bg_error_set(err, BG_ERR_MISSING_PARAM, "unknown parameter recipients.%.64s", extra);
+    for (int k = 0; k < 3; k++)
+        if (by[k] != NULL) {
+            n++;
+            r->by = (bc_by_t)k;
+            r->list = by[k];
+        }
+    if (n != 1)
+        return bg_error_set(err, BG_ERR_MISSING_PARAM,
+                            "parameter recipients must hold one of memberIds, recipientIds, tags");
+    if (check_ids(r->list, by_names[r->by],
+                  r->by == BC_RECIPIENTS ? REQUEST_MAX_RECIPIENT
+                  : r->by == BC_TAGS     ? STORE_TAG_MAX
+                                         : REQUEST_MAX_ID,
+                  err) < 0)
+        return -1;
+    if (r->by == BC_TAGS && json_array_size(r->list) > 100)
+        return bg_error_set(err, BG_ERR_LIMIT, "more than 100 tags in one broadcast");
+    name = vals[2] != NULL ? "response" : "responses";
+    r->responses = vals[2] != NULL ? vals[2] : vals[3];
+    if (!json_is_array(r->responses))
+        return bg_error_set(
+            err, BG_ERR_MISSING_PARAM,
+            r->responses ? "parameter %s must be an array" : "missing parameter: %s", name);
+    if (json_array_size(r->responses) == 0)
+        return bg_error_set(err, BG_ERR_MISSING_PARAM, "parameter %s must not be empty", name);
+    if (json_array_size(r->responses) > REQUEST_MAX_RESPONSES)
+        return bg_error_set(err, BG_ERR_LIMIT, "more than %d responses in one request",
+                            REQUEST_MAX_RESPONSES);
+    json_array_foreach(r->responses, i, resp) {
+        char where[32];
+        snprintf(where, sizeof(where), "%s[%zu]", name, i);
+        /* strings with {{...}} are checked as rendered, for each member */
+        if (request_check_response_flags(resp, where, REQUEST_CHECK_TEMPLATED, err) < 0)
+            return -1;
+    }
+    if (vals[4] != NULL && !json_is_null(vals[4])) {
+        r->callback = json_string_value(vals[4]);
+        if (r->callback == NULL || !callback_ok(r->callback))
+            return bg_error_set(err, BG_ERR_MISSING_PARAM,
+                                "parameter statusCallback must be an http:// or https:// URL (at "
+                                "most 2048 characters)");
+    }
+    return 0;
+}
+
+/* ---- accepting: the recipients, a slice at a time ---- */
+
+static void accept_next(bc_req_t *r);
+
+static void on_finished(void *arg, store_status_t st, int64_t n, const char *text)
+{
+    bc_req_t *r = arg;
+    jsonw_t w;
+    char *out;
+    size_t len = 0;
+
+    (void)text;
+    r->call = NULL;
+    if (st != STORE_OK || n < 0) {
+        req_fail_store(r, st == STORE_OK ? STORE_UNAVAILABLE : st);
+        return;
+    }
+    r->created = 0; /* it is the caller's now */
+    count(&metrics(r->b)->broadcasts[0]);
+    log_msg(LOG_INFO, "broadcast %s of channel %s accepted: %lld members", r->id, r->channel_id,
+            (long long)n);
+    jw_init(&w);
+    jw_lit(&w, "{\"ok\":1,\"broadcastId\":");
+    jw_str(&w, r->id);
+    jw_lit(&w, ",\"total\":");
+    jw_int(&w, n);
+    jw_lit(&w, "}");
+    if (w.failed || (out = jw_steal(&w, &len)) == NULL) {
+        jw_free(&w);
+        req_fail(r, BG_ERR_UNAVAILABLE, "out of memory");
+        return;
+    }
+    req_answer(r, 202, 0, out, len);
+}
+
+static void on_slice(void *arg, store_status_t st, int64_t n, const char *text)
+{
+    bc_req_t *r = arg;
+
+    r->call = NULL;
+    if (st != STORE_OK || n < 0) {
+        req_fail_store(r, st == STORE_OK ? STORE_UNAVAILABLE : st);
+        return;
+    }
+    if (r->by == BC_MEMBERS && text[0] != '\0') {
+        req_fail(r, BG_ERR_NO_MEMBER, "member not found: recipients.memberIds has %.200s", text);
+        return;
+    }
+    if (r->by == BC_TAGS) {
+        /* the tag's next slice, or the next tag */
+        snprintf(r->cursor, sizeof(r->cursor), "%s", text);
+        if (strcmp(r->cursor, "0") == 0)
+            r->pos++;
+    } else {
+        r->pos += (size_t)n;
+    }
+    accept_next(r);
+}
+
+/* The slice of recipient ids from pos: each one's new member, made as a sendResponses by
+ * recipientId makes it (used only when the recipient has none). */
+static store_bc_call_t *add_recipients(bc_req_t *r, size_t n, store_status_t *st)
+{
+    op_env_t *env = r->b->env;
+    const char **rids = calloc(n, sizeof(*rids)), **ids = calloc(n, sizeof(*ids)),
+               **recs = calloc(n, sizeof(*recs));
+    char *idbuf = malloc(n * 25), *rbuf = malloc(n * (REQUEST_MAX_RECIPIENT + 1));
+    store_bc_call_t *c = NULL;
+    size_t i;
+
+    *st = STORE_BUSY;
+    if (rids == NULL || ids == NULL || recs == NULL || idbuf == NULL || rbuf == NULL)
+        goto out;
+    for (i = 0; i < n; i++) {
+        const char *rid = json_string_value(json_array_get(r->list, r->pos + i));
+        char *norm = rbuf + i * (REQUEST_MAX_RECIPIENT + 1);
+        json_t *fresh;
+        if (r->ops->phone_recipients) {
+            request_normalize_phone(rid, norm, REQUEST_MAX_RECIPIENT + 1);
+            if (norm[0] == '\0') {
+                *st = STORE_BAD_RECORD;
+                r->pos += i; /* names it */
+                goto out;
+            }
+            rid = norm;
+        }
+        rids[i] = rid;
+        rng_hex(&env->deliver.rng, idbuf + 25 * i, 24);
+        ids[i] = idbuf + 25 * i;
+        fresh = member_new(ids[i], r->channel_id, r->token.app, rid, r->ops->type, clock_wall_ms());
+        recs[i] = fresh != NULL ? json_dumps(fresh, JSON_COMPACT) : NULL;
+        json_decref(fresh);
+        if (recs[i] == NULL)
+            goto out;
+    }
+    c = store_bc_add_recipients(env->deliver.store, r->channel_id, r->id, rids, ids, recs, n,
+                                on_slice, r, st);
+out:
+    for (i = 0; recs != NULL && i < n; i++)
+        free((char *)recs[i]);
+    free(rids);
+    free(ids);
+    free(recs);
+    free(idbuf);
+    free(rbuf);
+    return c;
+}
+
+static void accept_next(bc_req_t *r)
+{
+    store_t *store = r->b->env->deliver.store;
+    size_t total = json_array_size(r->list), n = total - r->pos < SLICE ? total - r->pos : SLICE;
+    store_status_t st = STORE_OK;
+
+    if (r->b->env->draining) {
+        req_fail(r, BG_ERR_UNAVAILABLE, "server is shutting down");
+        return;
+    }
+    if (r->pos >= total) {
+        const config_t *cfg = r->b->env->deliver.cfg;
+        int64_t keep = ((int64_t)cfg->outbox_ttl_s + cfg->idempotency_ttl_s) * 1000;
+        r->call = store_bc_finish(store, r->channel_id, r->id, keep, on_finished, r, &st);
+    } else if (r->by == BC_MEMBERS) {
+        const char *ids[SLICE];
+        for (size_t i = 0; i < n; i++)
+            ids[i] = json_string_value(json_array_get(r->list, r->pos + i));
+        r->call = store_bc_add_members(store, r->channel_id, r->id, ids, n, on_slice, r, &st);
+    } else if (r->by == BC_TAGS) {
+        r->call = store_bc_add_tag(store, r->channel_id, r->id,
+                                   json_string_value(json_array_get(r->list, r->pos)), r->cursor,
+                                   TAG_COUNT, on_slice, r, &st);
+    } else {
+        r->call = add_recipients(r, n, &st);
+    }
+    if (r->call != NULL)
+        return;
+    if (st == STORE_BAD_RECORD && r->by == BC_RECIPIENTS)
+        req_fail(r, BG_ERR_MISSING_PARAM,
+                 "parameter recipients.recipientIds[%zu] is not a phone "
+                 "number",
+                 r->pos);
+    else
+        req_fail_store(r, st);
+}
+
+static void on_created(void *arg, store_status_t st, int64_t n, const char *text)
+{
+    bc_req_t *r = arg;
+
+    (void)n;
+    (void)text;
+    r->call = NULL;
+    if (st != STORE_OK) {
+        req_fail_store(r, st);
+        return;
+    }
+    r->created = 1;
+    strcpy(r->cursor, "0");
+    accept_next(r);
+}
+
+/* The token and the channel are known: the checks of a send against them. */
+static void post_checked(bc_req_t *r)
+{
+    op_env_t *env = r->b->env;
+    const char *type;
+    const json_t *resp;
+    size_t i, len = 0;
+    char *body;
+    store_status_t st = STORE_OK;
+
+    if (!auth_sees_channel(&r->token, r->channel_id,
+                           json_string_value(json_object_get(r->channel, "app")))) {
+        req_fail(r, BG_ERR_NO_CHANNEL, "channel not found");
+        return;
+    }
+    if (json_is_false(json_object_get(r->channel, "on"))) {
+        req_fail(r, BG_ERR_CHANNEL_OFF, "channel is not live");
+        return;
+    }
+    type = json_string_value(json_object_get(r->channel, "type"));
+    if ((r->ops = adapter_find(type)) == NULL) {
+        req_fail(r, BG_ERR_UNSUPPORTED, "channel type %.40s is not supported",
+                 type ? type : "(none)");
+        return;
+    }
+    json_array_foreach(r->responses, i, resp) {
+        const json_t *fallback, *checked = resp;
+        char msg[BG_ERROR_MSG_MAX - 32];
+        int code = adapter_check_response(r->ops, resp, NULL, 0);
+        const char *part = "";
+        if (code == BG_ERR_UNSUPPORTED && (fallback = json_object_get(resp, "fallback")) != NULL) {
+            part = ".fallback";
+            checked = fallback;
+            code = adapter_check_response(r->ops, fallback, NULL, 0);
+        }
+        if (code != 0) {
+            adapter_check_response(r->ops, checked, msg, sizeof(msg));
+            req_fail(r, code, "response[%zu]%s: %s", i, part, msg);
+            return;
+        }
+    }
+    /* what each member's request is made from (the recipients are the record's set) */
+    {
+        json_t *kept = json_pack("{s:O}", "response", r->responses);
+        body = kept != NULL ? jw_dump(kept, &len) : NULL;
+        json_decref(kept);
+    }
+    if (body == NULL) {
+        req_fail(r, BG_ERR_UNAVAILABLE, "out of memory");
+        return;
+    }
+    rng_hex(&env->deliver.rng, r->id, ID_LEN);
+    r->call =
+        store_bc_create(env->deliver.store, r->channel_id, r->id, r->token.app, body, len,
+                        r->callback != NULL ? r->callback : "", 3600 * 1000, on_created, r, &st);
+    free(body);
+    if (r->call == NULL)
+        req_fail_store(r, st);
+}
+
+/* ---- the token (every route) and the channel (POST) ---- */
+
+static void token_known(bc_req_t *r, store_status_t st, const json_t *record);
+
+static void post_channel(bc_req_t *r, store_status_t st, json_t *record)
+{
+    if (st == STORE_UNAVAILABLE || st == STORE_BUSY) {
+        json_decref(record);
+        req_fail_store(r, st);
+        return;
+    }
+    if (st != STORE_OK || !json_is_object(record)) {
+        json_decref(record);
+        req_fail(r, BG_ERR_NO_CHANNEL, "channel not found");
+        return;
+    }
+    r->channel = record;
+    post_checked(r);
+}
+
+static void on_channel(void *arg, store_status_t st, json_t *value)
+{
+    bc_req_t *r = arg;
+
+    r->channel_call = NULL;
+    post_channel(r, st, value);
+}
+
+static void on_status(void *arg, store_status_t st, const store_bc_status_t *s);
+static void on_cancelled(void *arg, store_status_t st, int64_t n, const char *text);
+
+/* GET or DELETE: the broadcast's channel is known. */
+static void on_id_channel(void *arg, store_status_t st, int64_t n, const char *text)
+{
+    bc_req_t *r = arg;
+    store_t *store = r->b->env->deliver.store;
+    store_status_t cst = STORE_OK;
+
+    (void)n;
+    r->call = NULL;
+    if (st == STORE_UNAVAILABLE || st == STORE_BUSY) {
+        req_fail_store(r, st);
+        return;
+    }
+    if (st != STORE_OK || strlen(text) >= sizeof(r->channel_buf)) {
+        req_fail(r, BG_ERR_NOT_FOUND, "not found");
+        return;
+    }
+    strcpy(r->channel_buf, text);
+    r->channel_id = r->channel_buf;
+    if (r->route == R_GET)
+        r->call = store_bc_status(store, r->channel_id, r->id, on_status, r, &cst);
+    else
+        r->call =
+            store_bc_cancel_run(store, r->channel_id, r->id, r->token.app, on_cancelled, r, &cst);
+    if (r->call == NULL)
+        req_fail_store(r, cst);
+}
+
+static void token_known(bc_req_t *r, store_status_t st, const json_t *record)
+{
+    store_t *store = r->b->env->deliver.store;
+    store_status_t cst = STORE_OK;
+    json_t *cached;
+
+    if (st == STORE_UNAVAILABLE || st == STORE_BUSY) {
+        req_fail_store(r, st);
+        return;
+    }
+    if (st != STORE_OK || auth_token_decode(record, &r->token) < 0 ||
+        !auth_allows(&r->token, AUTH_ACCEPT_BROADCAST, clock_wall_ms())) {
+        req_fail(r, BG_ERR_UNAUTHORIZED, "User is not authorized");
+        return;
+    }
+    if (r->route != R_POST) {
+        r->call = store_bc_channel(store, r->id, on_id_channel, r, &cst);
+        if (r->call == NULL)
+            req_fail_store(r, cst);
+        return;
+    }
+    if ((cached = store_cached_channel(store, r->channel_id)) != NULL) {
+        post_channel(r, STORE_OK, cached);
+        return;
+    }
+    r->channel_call = store_get_channel(store, r->channel_id, on_channel, r, &cst);
+    if (r->channel_call == NULL)
+        req_fail_store(r, cst);
+}
+
+static void on_token(void *arg, store_status_t st, json_t *value)
+{
+    bc_req_t *r = arg;
+
+    r->token_call = NULL;
+    token_known(r, st, value);
+    json_decref(value);
+}
+
+static void take_token(bc_req_t *r)
+{
+    store_t *store = r->b->env->deliver.store;
+    store_status_t st = STORE_OK;
+    json_t *cached = store_cached_token(store, r->token_hash);
+
+    if (cached != NULL) {
+        token_known(r, STORE_OK, cached);
+        json_decref(cached);
+        return;
+    }
+    r->token_call = store_get_token(store, r->token_hash, on_token, r, &st);
+    if (r->token_call == NULL)
+        req_fail_store(r, st);
+}
+
+/* A request of one of the routes: NULL when it was answered already. */
+static bc_req_t *req_new(broadcasts_t *b, struct evhttp_request *req, bc_route_t route)
+{
+    bc_req_t *r = calloc(1, sizeof(*r));
+
+    if (r == NULL) {
+        http_refuse(b->env->http, req);
+        return NULL;
+    }
+    r->b = b;
+    r->req = req;
+    r->route = route;
+    r->started_us = clock_mono_us();
+    rng_hex(&b->env->deliver.rng, r->request_id, 16);
+    DLIST_APPEND(b->reqs, b->reqs_last, r);
+    b->env->in_flight++;
+    if (b->env->outbox == NULL) {
+        req_fail(r, BG_ERR_UNAVAILABLE,
+                 "broadcasts need the outbox (a single Redis server or "
+                 "Sentinel, not a Redis Cluster)");
+        return NULL;
+    }
+    if (b->env->draining) {
+        req_fail(r, BG_ERR_UNAVAILABLE, "server is shutting down");
+        return NULL;
+    }
+    if (op_request_token(req, r->token_hash) < 0) {
+        req_fail(r, BG_ERR_UNAUTHORIZED, "User is not authorized");
+        return NULL;
+    }
+    return r;
+}
+
+void broadcasts_post_route(void *arg, struct evhttp_request *req)
+{
+    broadcasts_t *b = arg;
+    bc_req_t *r = req_new(b, req, R_POST);
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    bg_error_t err;
+
+    if (r == NULL)
+        return;
+    memset(&err, 0, sizeof(err));
+    if (request_parse_json(len ? (const char *)evbuffer_pullup(in, -1) : "", len, &r->root, &err) <
+            0 ||
+        check_body(r, &err) < 0) {
+        req_fail_err(r, &err);
+        return;
+    }
+    take_token(r);
+}
+
+/* ---- GET and DELETE /broadcasts/<id> ---- */
+
+static void on_status(void *arg, store_status_t st, const store_bc_status_t *s)
+{
+    bc_req_t *r = arg;
+    store_status_t cst = STORE_OK;
+
+    r->call = NULL;
+    if (st == STORE_UNAVAILABLE || st == STORE_BUSY) {
+        req_fail_store(r, st);
+        return;
+    }
+    /* another app's broadcast is answered exactly like one that does not exist */
+    if (st != STORE_OK || strcmp(s->app, r->token.app) != 0) {
+        req_fail(r, BG_ERR_NOT_FOUND, "not found");
+        return;
+    }
+    /* DELETE: answered once no attempt of the broadcast may still send */
+    if (r->route == R_DELETE && s->sending > 0 && clock_mono_us() < r->wait_until_us) {
+        arm(r->timer, CANCEL_POLL_MS);
+        return;
+    }
+    if (r->route == R_DELETE && s->sending > 0)
+        log_msg(LOG_WARN, "broadcast %s cancelled with %lld attempts still running", r->id,
+                (long long)s->sending);
+    if (r->route == R_DELETE && r->cancelled_here)
+        post_status(r->b, r->id, s);
+    (void)cst;
+    answer_status(r, s);
+}
+
+static void on_cancel_poll(evutil_socket_t fd, short what, void *arg)
+{
+    bc_req_t *r = arg;
+    store_status_t st = STORE_OK;
+
+    (void)fd;
+    (void)what;
+    r->call = store_bc_status(r->b->env->deliver.store, r->channel_id, r->id, on_status, r, &st);
+    if (r->call == NULL)
+        req_fail_store(r, st);
+}
+
+static void on_cancelled(void *arg, store_status_t st, int64_t n, const char *text)
+{
+    bc_req_t *r = arg;
+    const config_t *cfg = r->b->env->deliver.cfg;
+
+    r->call = NULL;
+    if (st != STORE_OK) {
+        req_fail_store(r, st);
+        return;
+    }
+    if (n < 0) {
+        req_fail(r, BG_ERR_NOT_FOUND, "not found");
+        return;
+    }
+    if (strcmp(text, "running") == 0) {
+        count(&metrics(r->b)->broadcasts[2]);
+        r->cancelled_here = 1;
+    }
+    r->wait_until_us =
+        clock_mono_us() + ((int64_t)cfg->request_timeout_ms + CANCEL_WAIT_EXTRA) * 1000;
+    if ((r->timer = evtimer_new(r->b->env->deliver.base, on_cancel_poll, r)) == NULL) {
+        req_fail(r, BG_ERR_UNAVAILABLE, "out of memory");
+        return;
+    }
+    on_cancel_poll(-1, 0, r);
+}
+
+void broadcasts_id_route(void *arg, struct evhttp_request *req)
+{
+    broadcasts_t *b = arg;
+    const char *id = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req)) + sizeof(PATH) - 1;
+    bc_route_t route = evhttp_request_get_command(req) == EVHTTP_REQ_DELETE ? R_DELETE : R_GET;
+    bc_req_t *r = req_new(b, req, route);
+
+    if (r == NULL)
+        return;
+    if (strlen(id) != ID_LEN || strspn(id, "0123456789abcdef") != ID_LEN) {
+        /* not one of ours: not found, once the token is known to be allowed */
+        memset(r->id, '0', ID_LEN);
+    } else {
+        memcpy(r->id, id, ID_LEN + 1);
+    }
+    take_token(r);
+}
+
+/* ---- delivery: members taken, rendered and queued ---- */
+
+static void pump_next(broadcasts_t *b);
+
+/* The shard of a member's outbox requests: FNV-1a of channel and member, as the outbox's own
+ * (outbox.c shard_of): all of a member's requests go to one stream, so one script sees their
+ * order. */
+static unsigned member_shard(const broadcasts_t *b, const char *channel_id, const char *member_id)
+{
+    uint32_t h = 2166136261u;
+
+    for (const char *p = channel_id; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    h = (h ^ 0xff) * 16777619u;
+    for (const char *p = member_id; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    return h % b->shards;
+}
+
+/* How many of a broadcast's members may be in flight: two seconds of the channel's sender
+ * limit, as the worker's cache has the channel (else the least). */
+static unsigned window_of(const broadcasts_t *b, const char *channel_id)
+{
+    json_t *ch = store_cached_channel(b->env->deliver.store, channel_id);
+    ratelimit_policy_t p;
+    bg_error_t err;
+    int64_t w = WINDOW_MIN;
+
+    if (ch != NULL && ratelimit_for_channel(ch, &p, &err) == 0)
+        w = p.sender.interval_us > 0 ? 2000000 / p.sender.interval_us : WINDOW_UNLIMITED;
+    json_decref(ch);
+    return (unsigned)(w < WINDOW_MIN ? WINDOW_MIN : w > WINDOW_MAX ? WINDOW_MAX : w);
+}
+
+/* Lets go of a take's members and calls (cancelling those in flight). */
+static void take_clear(broadcasts_t *b)
+{
+    for (unsigned i = 0; b->enqueue_calls != NULL && i < b->shards; i++)
+        store_bc_cancel(b->enqueue_calls[i].call);
+    for (size_t i = 0; i < b->n_taken; i++)
+        free(b->taken_own[i]);
+    free(b->taken_own);
+    free(b->taken);
+    free(b->enqueue_calls);
+    b->taken_own = NULL;
+    b->taken = NULL;
+    b->enqueue_calls = NULL;
+    b->n_taken = 0;
+}
+
+static void take_done(broadcasts_t *b)
+{
+    if (!b->enqueue_failed)
+        store_bc_taken(b->env->deliver.store, b->channel, b->id, b->taken, b->n_taken);
+    take_clear(b);
+    /* the same broadcast again: its window may have room for more */
+    pump_next(b);
+}
+
+static void on_enqueued(void *arg, store_status_t st, int64_t n, const char *text)
+{
+    bc_enqueue_t *e = arg;
+    broadcasts_t *b = e->b;
+
+    (void)n;
+    (void)text;
+    e->call = NULL;
+    if (st != STORE_OK)
+        b->enqueue_failed = 1; /* taken again after the lease */
+    if (--b->enqueues == 0)
+        take_done(b);
+}
+
+/* {"channelId":..,"memberId":..,"response":[...]} with the member's placeholders rendered. */
+static char *render(const broadcasts_t *b, const json_t *responses, const json_t *channel,
+                    const char *member_id, const char *record, size_t len, size_t *out_len)
+{
+    json_t *member = len > 0 ? json_loadb(record, len, 0, NULL) : NULL;
+    json_t *scope = tmpl_scope(NULL, member, channel);
+    json_t *body = json_object();
+    char *text = NULL;
+
+    if (scope != NULL && body != NULL &&
+        json_object_set_new(body, "channelId", json_string(b->channel)) == 0 &&
+        json_object_set_new(body, "memberId", json_string(member_id)) == 0 &&
+        json_object_set_new(body, "response", tmpl_render_json(responses, scope)) == 0)
+        text = jw_dump(body, out_len);
+    json_decref(member);
+    json_decref(scope);
+    json_decref(body);
+    return text;
+}
+
+/* The request id of a member's message: the same whoever takes it (a member taken again after
+ * its taker died is queued once): the shard, then 22 hex of SHA-256(broadcast id, member). */
+static void request_id(const broadcasts_t *b, unsigned shard, const char *member_id,
+                       char out[ID_LEN + 1])
+{
+    static const char hex[] = "0123456789abcdef";
+    char hash[AUTH_HASH_HEX];
+
+    auth_hash_parts(b->id, strlen(b->id), member_id, strlen(member_id) + 1, hash);
+    out[0] = hex[(shard >> 4) & 15]; /* shards are at most 256 (store/outbox.h) */
+    out[1] = hex[shard & 15];
+    memcpy(out + 2, hash, ID_LEN - 2);
+    out[ID_LEN] = '\0';
+}
+
+static void on_taken(void *arg, store_status_t st, const store_bc_take_t *t)
+{
+    broadcasts_t *b = arg;
+    const config_t *cfg = b->env->deliver.cfg;
+    json_t *root = NULL, *channel = NULL;
+    const json_t *responses;
+    store_bc_request_t *reqs = NULL;
+    char(*ids)[ID_LEN + 1] = NULL;
+    char **bodies = NULL;
+    unsigned *shard_of = NULL;
+
+    b->call = NULL;
+    if (st != STORE_OK || strcmp(t->state, "take") != 0) {
+        int done = st == STORE_OK && t->ended && strcmp(t->state, "done") == 0;
+        store_status_t sst = STORE_OK;
+        if (done) {
+            count(&metrics(b)->broadcasts[1]);
+            log_msg(LOG_INFO, "broadcast %s of channel %s done", b->id, b->channel);
+            /* this take dropped it from the running ones: its callback is this worker's */
+            memcpy(b->final_id, b->id, sizeof(b->final_id));
+            b->final_call =
+                store_bc_status(b->env->deliver.store, b->channel, b->id, on_final_status, b, &sst);
+        }
+        b->id[0] = '\0'; /* the next running broadcast */
+        if (b->final_call == NULL)
+            pump_next(b);
+        return;
+    }
+    root = json_loads(t->body, 0, NULL);
+    responses = json_object_get(root, "response");
+    channel = t->channel[0] ? json_loads(t->channel, 0, NULL) : NULL;
+    reqs = calloc(t->n, sizeof(*reqs));
+    ids = calloc(t->n, sizeof(*ids));
+    bodies = calloc(t->n, sizeof(*bodies));
+    shard_of = calloc(t->n, sizeof(*shard_of));
+    b->taken = calloc(t->n, sizeof(*b->taken));
+    b->taken_own = calloc(t->n, sizeof(*b->taken_own));
+    b->enqueue_calls = calloc(b->shards, sizeof(*b->enqueue_calls));
+    b->n_taken = 0;
+    b->enqueue_failed = 0;
+    b->enqueues = 1; /* held until every shard's call is out */
+    if (root == NULL || reqs == NULL || ids == NULL || bodies == NULL || shard_of == NULL ||
+        b->taken == NULL || b->taken_own == NULL || b->enqueue_calls == NULL) {
+        b->enqueue_failed = 1;
+        goto out;
+    }
+    for (size_t i = 0; i < t->n; i++) {
+        shard_of[i] = member_shard(b, b->channel, t->members[i]);
+        request_id(b, shard_of[i], t->members[i], ids[i]);
+        bodies[i] = render(b, responses, channel, t->members[i], t->records[i], t->record_lens[i],
+                           &reqs[i].body_len);
+        if (bodies[i] == NULL || (b->taken_own[i] = strdup(t->members[i])) == NULL) {
+            b->enqueue_failed = 1;
+            goto out;
+        }
+        b->taken[i] = b->taken_own[i];
+        b->n_taken++;
+        reqs[i].request_id = ids[i];
+        reqs[i].member_id = b->taken_own[i];
+        reqs[i].body = bodies[i];
+    }
+    /* one script per shard, with the members of that shard */
+    for (unsigned sh = 0; sh < b->shards; sh++) {
+        store_bc_request_t *part;
+        size_t n = 0, k = 0;
+        store_status_t est = STORE_OK;
+        for (size_t i = 0; i < t->n; i++)
+            n += shard_of[i] == sh;
+        if (n == 0)
+            continue;
+        if ((part = calloc(n, sizeof(*part))) == NULL) {
+            b->enqueue_failed = 1;
+            continue;
+        }
+        for (size_t i = 0; i < t->n; i++)
+            if (shard_of[i] == sh)
+                part[k++] = reqs[i];
+        b->enqueue_calls[sh].b = b;
+        b->enqueue_calls[sh].call = store_bc_enqueue(
+            b->env->deliver.store, sh, b->channel, b->id, t->app, part, n,
+            ((int64_t)cfg->outbox_ttl_s + cfg->idempotency_ttl_s) * 1000,
+            (int64_t)cfg->outbox_ttl_s * 1000, on_enqueued, &b->enqueue_calls[sh], &est);
+        free(part);
+        if (b->enqueue_calls[sh].call != NULL)
+            b->enqueues++;
+        else
+            b->enqueue_failed = 1;
+    }
+out:
+    for (size_t i = 0; bodies != NULL && i < t->n; i++)
+        free(bodies[i]);
+    free(bodies);
+    free(reqs);
+    free(ids);
+    free(shard_of);
+    json_decref(root);
+    json_decref(channel);
+    if (--b->enqueues == 0)
+        take_done(b);
+}
+
+/* The next take: from the broadcast taken from last while it has room, else the next line of
+ * the running ones; after the last, a pause. */
+static void pump_next(broadcasts_t *b)
+{
+    store_status_t st = STORE_OK;
+
+    if (b->env->draining || b->env->outbox == NULL)
+        return;
+    if (b->id[0] == '\0') {
+        char *tab, *end;
+        if (b->next == NULL || *b->next == '\0') {
+            free(b->active);
+            b->active = b->next = NULL;
+            arm(b->pump, b->any ? PUMP_MS : PUMP_IDLE_MS);
+            return;
+        }
+        end = b->next + strcspn(b->next, "\n");
+        tab = memchr(b->next, '\t', (size_t)(end - b->next));
+        if (tab != NULL && (size_t)(tab - b->next) < sizeof(b->channel) &&
+            (size_t)(end - tab - 1) == ID_LEN) {
+            memcpy(b->channel, b->next, (size_t)(tab - b->next));
+            b->channel[tab - b->next] = '\0';
+            memcpy(b->id, tab + 1, ID_LEN);
+            b->id[ID_LEN] = '\0';
+        }
+        b->next = *end ? end + 1 : end;
+        if (b->id[0] == '\0') {
+            pump_next(b);
+            return;
+        }
+    }
+    b->call = store_bc_take(b->env->deliver.store, b->channel, b->id, TAKE_MAX,
+                            window_of(b, b->channel), TAKE_LEASE_MS, on_taken, b, &st);
+    if (b->call == NULL) {
+        b->id[0] = '\0';
+        free(b->active);
+        b->active = b->next = NULL;
+        arm(b->pump, PUMP_MS * 10);
+    }
+}
+
+/* A take found the window full or nothing to take: the next broadcast. */
+static void on_active(void *arg, store_status_t st, int64_t n, const char *text)
+{
+    broadcasts_t *b = arg;
+
+    (void)n;
+    b->call = NULL;
+    if (st != STORE_OK || (b->active = strdup(text)) == NULL) {
+        arm(b->pump, PUMP_MS * 10);
+        return;
+    }
+    b->next = b->active;
+    b->id[0] = '\0';
+    b->any = n > 0;
+    pump_next(b);
+}
+
+static void on_started(void *arg, const char *msg, size_t len)
+{
+    broadcasts_t *b = arg;
+
+    (void)msg;
+    (void)len;
+    /* a look now, unless one is under way (it finds the new one, or the next look does) */
+    if (b->call == NULL && b->active == NULL && b->enqueue_calls == NULL && b->final_call == NULL) {
+        evtimer_del(b->pump);
+        event_active(b->pump, EV_TIMEOUT, 0);
+    }
+}
+
+static void on_pump(evutil_socket_t fd, short what, void *arg)
+{
+    broadcasts_t *b = arg;
+    store_status_t st = STORE_OK;
+
+    (void)fd;
+    (void)what;
+    /* one look at a time: a wake-up while one is under way is left to it */
+    if (b->env->draining || b->env->outbox == NULL || b->call != NULL || b->active != NULL ||
+        b->enqueue_calls != NULL || b->final_call != NULL)
+        return;
+    b->call = store_bc_active(b->env->deliver.store, on_active, b, &st);
+    if (b->call == NULL)
+        arm(b->pump, PUMP_MS * 10);
+}
+
+/* ---- the worker's broadcasts ---- */
+
+broadcasts_t *broadcasts_new(op_env_t *env)
+{
+    broadcasts_t *b = calloc(1, sizeof(*b));
+
+    if (b == NULL)
+        return NULL;
+    b->env = env;
+    b->shards = (unsigned)env->deliver.cfg->outbox_shards;
+    if ((b->pump = evtimer_new(env->deliver.base, on_pump, b)) == NULL) {
+        free(b);
+        return NULL;
+    }
+    if (env->outbox != NULL) {
+        b->sub = store_bc_watch(env->deliver.store, on_started, b);
+        arm(b->pump, PUMP_MS);
+    }
+    return b;
+}
+
+void broadcasts_free(broadcasts_t *b)
+{
+    if (b == NULL)
+        return;
+    while (b->reqs != NULL) {
+        bc_req_t *r = b->reqs;
+        if (r->req != NULL) {
+            r->created = r->route == R_POST && r->created;
+            req_fail(r, BG_ERR_UNAVAILABLE, "server is shutting down");
+        } else {
+            req_free(r);
+        }
+    }
+    store_unwatch(b->sub);
+    store_bc_cancel(b->call);
+    store_bc_cancel(b->final_call);
+    take_clear(b);
+    /* a callback not taken yet is not posted again (a broadcast's callback is this worker's
+     * alone: docs/api.md) */
+    while (b->posts != NULL) {
+        bc_post_t *p = b->posts;
+        outbox_post_cancel(p->post);
+        DLIST_UNLINK(b->posts, b->posts_last, p);
+        free(p);
+    }
+    free(b->active);
+    event_free(b->pump);
+    free(b);
+}

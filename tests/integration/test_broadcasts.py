@@ -1,0 +1,431 @@
+"""contract.md section 13, broadcasts: POST /broadcasts is checked at once with a send's codes
+and answered 202 with a total; its members are delivered through the outbox, each with the
+responses rendered for them; GET /broadcasts/<id> counts, DELETE cancels what is not sent;
+the tag index is kept by every member write and rebuilt by botgatectl member reindex. The
+simulator's record is the judge of what was delivered."""
+import json
+import os
+import time
+import unittest
+
+from harness import StackTest, facebook_channel, free_port, http, member, wait_for
+
+APP = "app-bc"
+
+
+class Case(StackTest):
+    stack_args = {"workers": 2, "env": {"BOTGATE_OUTBOX_CLAIM_MS": "2000"}}
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        s = cls.s
+        s.put("channel", facebook_channel("fbb", APP))
+        for i in range(5):
+            s.put("member", member("bm%d" % i, "fbb", APP, "psid-bm%d" % i,
+                                   firstName="Name%d" % i, tags=["vip"] if i % 2 == 0 else []))
+        s.put("channel", facebook_channel("fbo", "app-other"))
+        s.put("channel", facebook_channel("fboff", APP, on=False))
+        cls.tok = s.token(APP, "bot:broadcast")
+        cls.tok_admin = s.token(APP, "bot:admin")
+        cls.tok_send = s.token(APP, "bot:sendResponses")
+
+    def post(self, body, tok=None, url=None):
+        return http("POST", (url or self.s.url) + "/broadcasts", body,
+                    {"Authorization": "Bearer " + (tok or self.tok)})
+
+    def status(self, bid, tok=None, url=None, method="GET"):
+        return http(method, (url or self.s.url) + "/broadcasts/" + bid,
+                    headers={"Authorization": "Bearer " + (tok or self.tok)})
+
+    def wait_state(self, bid, states=("done",), timeout=60):
+        got = {}
+
+        def ended():
+            a = self.status(bid)
+            got["a"] = a
+            return a.status == 200 and a.json["state"] in states
+        wait_for(ended, timeout=timeout, what="broadcast %s to end" % bid)
+        return got["a"].json
+
+    def took(self, word):
+        """(text, recipient id, ts_ms) of each message whose text holds word, in order."""
+        out, since = [], 0
+        while True:
+            page = self.s.sim("GET", "/_sim/log?since=%d" % since)
+            for r in page["requests"]:
+                b = r.get("body") or {}
+                t = b.get("message", {}).get("text", "")
+                if word in t:
+                    out.append((t, b.get("recipient", {}).get("id"), r["ts_ms"]))
+            if not page["requests"]:
+                return out
+            since = page["next"]
+
+
+class Accept(Case):
+    def test_1_by_member_ids_rendered_per_member(self):
+        a = self.post({"channelId": "fbb", "recipients": {"memberIds": ["bm0", "bm1", "bm2"]},
+                       "response": [{"type": "TEXT", "text": "ids hello {{member.firstName}}"}]})
+        self.assertEqual(a.status, 202, a)
+        self.assertEqual(set(a.json), {"ok", "broadcastId", "total"})
+        self.assertEqual((a.json["ok"], a.json["total"]), (1, 3))
+        st = self.wait_state(a.json["broadcastId"])
+        self.assertEqual((st["total"], st["sent"], st["failed"], st["unknown"], st["queued"]),
+                         (3, 3, 0, 0, 0), st)
+        got = sorted((t, rid) for t, rid, _ in self.took("ids hello"))
+        self.assertEqual(got, [("ids hello Name%d" % i, "psid-bm%d" % i) for i in range(3)])
+
+    def test_2_checked_at_once(self):
+        ok = {"channelId": "fbb", "recipients": {"memberIds": ["bm0"]},
+              "response": [{"type": "TEXT", "text": "never"}]}
+
+        def with_(**kw):
+            b = json.loads(json.dumps(ok))
+            b.update(kw)
+            return b
+        self.assert_error(self.post(with_(recipients={"memberIds": ["bm0", 7]})), 108,
+                          mentions="recipients.memberIds[1]")
+        self.assert_error(self.post(with_(recipients={})), 108, mentions="recipients")
+        self.assert_error(self.post(with_(recipients={"memberIds": ["bm0"], "tags": ["x"]})), 108,
+                          mentions="recipients")
+        self.assert_error(self.post(with_(channelId=None)), 108, mentions="channelId")
+        self.assert_error(self.post(with_(response=[{"type": "TEXT"}])), 108,
+                          mentions="response[0]")
+        self.assert_error(self.post(with_(statusCallback="ftp://x")), 108,
+                          mentions="statusCallback")
+        self.assert_error(self.post(with_(response=[{"type": "TEXT", "text": "x"}] * 51)), 118)
+        self.assert_error(self.post(with_(recipients={"memberIds": ["bm0", "nobody"]})), 114,
+                          mentions="nobody")
+        self.assert_error(self.post(with_(channelId="fbo")), 112)
+        self.assert_error(self.post(with_(channelId="nochannel")), 112)
+        self.assert_error(self.post(with_(channelId="fboff")), 116)
+        self.assert_error(self.post(with_(response=[{"type": "LOCATION", "latitude": 1,
+                                                     "longitude": 2}])), 117)
+        self.assert_unauthorized(self.post(ok, tok=self.tok_send))
+        self.assertEqual(self.post(ok, tok=self.tok_admin).status, 202)
+        # nothing of the refused ones was sent
+        wait_for(lambda: len(self.took("never")) == 1, what="the one accepted")
+        time.sleep(0.5)
+        self.assertEqual(len(self.took("never")), 1)
+
+    def test_3_by_recipient_ids_members_created(self):
+        a = self.post({"channelId": "fbb",
+                       "recipients": {"recipientIds": ["psid-new1", "psid-new2", "psid-bm3"]},
+                       "response": [{"type": "TEXT", "text": "rids {{member.externalId}}"}]})
+        self.assertEqual(a.status, 202, a)
+        self.assertEqual(a.json["total"], 3)
+        st = self.wait_state(a.json["broadcastId"])
+        self.assertEqual(st["sent"], 3, st)
+        got = sorted(rid for _, rid, _ in self.took("rids "))
+        self.assertEqual(got, ["psid-bm3", "psid-new1", "psid-new2"])
+        self.assertEqual(sorted(t for t, _, _ in self.took("rids ")),
+                         ["rids psid-bm3", "rids psid-new1", "rids psid-new2"])
+        # the new members exist, found by their recipient key; the old one was reused
+        r = self.s.ctl("member", "list", "fbb", "--json").stdout
+        ext = [m["externalId"] for m in json.loads(r)]
+        self.assertEqual(ext.count("psid-new1"), 1)
+        self.assertEqual(ext.count("psid-bm3"), 1)
+
+    def test_4_by_tag(self):
+        a = self.post({"channelId": "fbb", "recipients": {"tags": ["vip", "nobody-has-it"]},
+                       "response": [{"type": "TEXT", "text": "tag {{member._id}}"}]})
+        self.assertEqual(a.status, 202, a)
+        self.assertEqual(a.json["total"], 3)
+        self.wait_state(a.json["broadcastId"])
+        self.assertEqual(sorted(t for t, _, _ in self.took("tag bm")),
+                         ["tag bm0", "tag bm2", "tag bm4"])
+
+    def test_5_status_is_the_apps_own(self):
+        a = self.post({"channelId": "fbb", "recipients": {"memberIds": ["bm1"]},
+                       "response": [{"type": "TEXT", "text": "own"}]})
+        bid = a.json["broadcastId"]
+        other = self.s.token("app-other", "bot:broadcast")
+        self.assert_error(self.status(bid, tok=other), 129)
+        self.assert_error(self.status(bid, tok=other, method="DELETE"), 129)
+        self.assert_error(self.status("0" * 24), 129)
+        self.assert_error(self.status("not-an-id"), 129)
+        self.assert_unauthorized(self.status(bid, tok=self.tok_send))
+        self.wait_state(bid)
+        self.assertGreaterEqual(self.s.metric('botgate_broadcasts_total{state="running"}'), 1)
+        wait_for(lambda: self.s.metric('botgate_broadcasts_total{state="done"}') >= 1,
+                 what="a done broadcast counted")
+
+
+class Cancel(Case):
+    def test_cancel_half_way_nothing_sent_after(self):
+        s = self.s
+        # five a second: the broadcast takes about 8 s, the cancel comes after about one
+        s.put("channel", facebook_channel("fbslow", APP, rateLimit={"perSecond": 5}))
+        ids = ["cm%02d" % i for i in range(40)]
+        for m in ids:
+            s.put("member", member(m, "fbslow", APP, "psid-" + m))
+        a = self.post({"channelId": "fbslow", "recipients": {"memberIds": ids},
+                       "response": [{"type": "TEXT", "text": "slow {{member._id}}"}]})
+        self.assertEqual(a.status, 202, a)
+        bid = a.json["broadcastId"]
+        wait_for(lambda: self.status(bid).json["sent"] >= 5, timeout=60, what="5 sent")
+        d = self.status(bid, method="DELETE")
+        answered_ms = time.time() * 1000
+        self.assertEqual(d.status, 200, d)
+        self.assertEqual(d.json["state"], "cancelled", d)
+        st = self.wait_state(bid, states=("cancelled",))
+
+        def settled():
+            st.update(self.status(bid).json)
+            return st["queued"] == 0
+        wait_for(settled, timeout=60, what="every member ended")
+        took = self.took("slow cm")
+        self.assertEqual([t for t in took if t[2] > answered_ms], [],
+                         "sent after the cancel answered")
+        self.assertEqual(len(took), st["sent"], st)
+        self.assertLess(st["sent"], 40, st)
+        self.assertEqual(st["sent"] + st["cancelled"] + st["failed"] + st["unknown"], 40, st)
+        self.assertEqual((st["failed"], st["unknown"]), (0, 0), st)
+        self.assertEqual(len({t[0] for t in took}), len(took), "sent twice")
+        # cancelled already: a second DELETE changes nothing
+        self.assertEqual(self.status(bid, method="DELETE").json["state"], "cancelled")
+
+
+class Callback(Case):
+    stack_args = {"workers": 2, "env": {"BOTGATE_ALLOW_PRIVATE_MEDIA": "1"}}
+
+    def test_status_posted_signed_when_done_and_when_cancelled(self):
+        import hashlib
+        import hmac
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        got = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                got.append((dict(self.headers), raw))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+        srv = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        url = "http://127.0.0.1:%d/hook" % srv.server_address[1]
+        try:
+            secret = self.s.ctl("app", "secret", "rotate", "--app", APP).stdout.strip()
+            a = self.post({"channelId": "fbb", "recipients": {"memberIds": ["bm0", "bm1"]},
+                           "response": [{"type": "TEXT", "text": "cb"}], "statusCallback": url})
+            bid = a.json["broadcastId"]
+            self.wait_state(bid)
+            wait_for(lambda: len(got) >= 1, what="the status callback")
+            headers, raw = got[0]
+            body = json.loads(raw)
+            self.assertEqual((body["broadcastId"], body["state"], body["sent"]), (bid, "done", 2))
+            self.assertEqual(body["eventId"], bid + ".done")
+            parts = dict(p.split("=", 1) for p in headers["Botgate-Signature"].split(","))
+            mac = hmac.new(secret.encode(), parts["t"].encode() + b"." + raw,
+                           hashlib.sha256).hexdigest()
+            self.assertEqual(mac, parts["v1"])
+            # cancelled through DELETE: posted once the DELETE is answered
+            self.s.put("channel", facebook_channel("fbcb", APP, rateLimit={"perSecond": 2}))
+            ids = ["cb%02d" % i for i in range(10)]
+            for m in ids:
+                self.s.put("member", member(m, "fbcb", APP, "psid-" + m))
+            a = self.post({"channelId": "fbcb", "recipients": {"memberIds": ids},
+                           "response": [{"type": "TEXT", "text": "cb2"}], "statusCallback": url})
+            bid2 = a.json["broadcastId"]
+            self.assertEqual(self.status(bid2, method="DELETE").json["state"], "cancelled")
+            wait_for(lambda: len(got) >= 2, what="the cancel's callback")
+            body = json.loads(got[1][1])
+            self.assertEqual((body["broadcastId"], body["state"]), (bid2, "cancelled"))
+            time.sleep(1)
+            self.assertEqual(len(got), 2, "posted once each")
+        finally:
+            srv.shutdown()
+            srv.server_close()
+
+
+class Priority(Case):
+    def test_conversation_goes_ahead_of_the_broadcast(self):
+        """contract.md section 12, last point: a synchronous send to the sender of a running
+        broadcast takes the next slot of its limit, not one behind the broadcast's window
+        (two seconds of it: 20 messages here). Judged by the simulator's order, not by time:
+        how many broadcast messages it took between the send and the send's own message."""
+        s = self.s
+        s.put("channel", facebook_channel("fbprio", APP, rateLimit={"perSecond": 10}))
+        ids = ["pm%02d" % i for i in range(50)]
+        for m in ids + ["talker"]:
+            s.put("member", member(m, "fbprio", APP, "psid-" + m))
+        a = self.post({"channelId": "fbprio", "recipients": {"memberIds": ids},
+                       "response": [{"type": "TEXT", "text": "prio {{member._id}}"}]})
+        bid = a.json["broadcastId"]
+        wait_for(lambda: self.status(bid).json["sent"] >= 10, timeout=60, what="10 sent")
+        behind = []
+        for n in range(3):
+            before = len(self.took("prio pm"))
+            r = s.send({"channelId": "fbprio", "memberId": "talker",
+                        "response": [{"type": "TEXT", "text": "talk %d" % n}]}, self.tok_send)
+            self.assertEqual(r.json["sendResult"]["ok"], 1, r)
+            log = [t for t, _, _ in self.took("")]
+            at = log.index("talk %d" % n)
+            behind.append(len([t for t in log[:at] if t.startswith("prio pm")]) - before)
+        # and a single async send: queued beside the broadcast's messages, its slot first
+        before = len(self.took("prio pm"))
+        r = s.post("/sendResponses", {"channelId": "fbprio", "memberId": "talker",
+                                      "response": [{"type": "TEXT", "text": "talk async"}]},
+                   token=self.tok_send, headers={"Prefer": "respond-async"})
+        self.assertEqual(r.status, 202, r)
+        wait_for(lambda: "talk async" in [t for t, _, _ in self.took("talk")], timeout=30,
+                 what="the async send")
+        log = [t for t, _, _ in self.took("")]
+        at = log.index("talk async")
+        behind.append(len([t for t in log[:at] if t.startswith("prio pm")]) - before)
+        self.assertLess(self.status(bid).json["queued"], 50)
+        # a slot at most BULK_AHEAD_MS (50 ms) ahead is taken by the broadcast: one or two
+        # of its messages may go first; behind the window it would be about 20
+        self.assertTrue(all(b <= 5 for b in behind), behind)
+        self.wait_state(bid)
+        # never over the sender limit: 50 + 4 messages at 10/s (burst 1) take 5.3 s at least
+        took = [ts for t, _, ts in self.took("") if t.startswith(("prio pm", "talk "))]
+        span = (took[-1] - took[0]) / 1000
+        self.assertGreaterEqual(span, (len(took) - 1) / 10 * 0.95)
+
+
+class Kill(Case):
+    """Three instances deliver one broadcast; one is SIGKILLed while it delivers. Each member
+    gets the message once, or is counted unknown (125: its call was in flight); none is lost."""
+    stack_args = {"workers": 2, "env": {"BOTGATE_OUTBOX_CLAIM_MS": "1000"}}
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        s = cls.s
+        # 20 a second: the window (two seconds of it) keeps members coming over ~3 s
+        s.put("channel", facebook_channel("fbk", APP, rateLimit={"perSecond": 20}))
+        cls.ids = ["km%02d" % i for i in range(60)]
+        for m in cls.ids:
+            s.put("member", member(m, "fbk", APP, "psid-" + m))
+        cls.urls = [s.url]
+        for name in ("botgate2", "botgate3"):
+            s.start_gateway(port=free_port(), name=name)
+            cls.urls.append(s.url)
+        s.url = cls.urls[0]
+
+    def test_kill_one_mid_broadcast(self):
+        s = self.s
+        s.sim("POST", "/_sim/config", {"latency_ms": 300})
+        try:
+            a = self.post({"channelId": "fbk", "recipients": {"memberIds": self.ids},
+                           "response": [{"type": "TEXT", "text": "kill {{member._id}}"}]})
+            self.assertEqual(a.status, 202, a)
+            bid = a.json["broadcastId"]
+            names = ("botgate", "botgate2", "botgate3")
+            victim = []
+
+            def delivering():
+                for i, name in enumerate(names):
+                    with open(os.path.join(s.dir, name + ".log"), errors="replace") as f:
+                        if f.read().count("outbox: request") >= 3:
+                            victim.append(i)
+                            return True
+                return False
+            wait_for(delivering, timeout=60, what="an instance delivering")
+            p = s.procs.pop(names[victim[0]])
+            p.kill()
+            p.wait()
+            s.url = self.urls[(victim[0] + 1) % 3]
+            st = self.wait_state(bid, timeout=120)
+        finally:
+            s.sim("POST", "/_sim/config", {"latency_ms": 0})
+        took = [t for t, _, _ in self.took("kill km")]
+        self.assertEqual(len(set(took)), len(took), "sent twice")
+        self.assertEqual(st["failed"], 0, st)
+        self.assertEqual(st["sent"] + st["unknown"], 60, st)
+        # every member sent, or its call was out when the victim died (it may have arrived)
+        self.assertGreaterEqual(len(took), st["sent"], st)
+        self.assertLessEqual(len(took), 60)
+        missing = set("kill " + m for m in self.ids) - set(took)
+        self.assertLessEqual(len(missing), st["unknown"], (missing, st))
+
+
+class Ctl(Case):
+    def test_create_status_watch_cancel(self):
+        s = self.s
+        resp = json.dumps({"response": [{"type": "TEXT", "text": "ctl {{member.firstName}}"}]})
+        r = s.ctl("broadcast", "create", "--channel", "fbb", "--tag", "vip", "-", input=resp)
+        bid = r.stdout.strip()
+        self.assertEqual(len(bid), 24, r)
+        # followed to the end: plain lines when stdout is not a terminal
+        w = s.ctl("broadcast", "status", bid, "--watch")
+        last = w.stdout.strip().splitlines()[-1]
+        self.assertIn(" done total 3 queued 0 sent 3 ", last + " ")
+        st = json.loads(s.ctl("broadcast", "status", bid, "--json").stdout)
+        self.assertEqual((st["state"], st["sent"]), ("done", 3), st)
+        self.assertEqual(sorted(t for t, _, _ in self.took("ctl Name")),
+                         ["ctl Name0", "ctl Name2", "ctl Name4"])
+        # the API sees it too (the same app's token)
+        self.assertEqual(self.status(bid).json["sent"], 3)
+        # checked as the API checks it
+        bad = s.ctl("broadcast", "create", "--channel", "fbb", "--member", "nobody", "-",
+                    input=resp, check=False)
+        self.assertEqual(bad.returncode, 1, bad)
+        self.assertIn("114", bad.stderr)
+        bad = s.ctl("broadcast", "create", "--channel", "fbb", "--member", "bm0", "-",
+                    input=json.dumps({"response": [{"type": "LOCATION", "latitude": 1,
+                                                    "longitude": 1}]}),
+                    check=False)
+        self.assertIn("117", bad.stderr)
+        c = json.loads(s.ctl("broadcast", "cancel", bid, "--json").stdout)
+        self.assertEqual(c["state"], "done", c)  # done already: nothing to cancel
+
+
+class Tags(Case):
+    def test_index_kept_and_rebuilt(self):
+        s = self.s
+        key = "botgate:tag:{fbb}:"
+        self.assertEqual(sorted(s.redis("SMEMBERS", key + "vip")), ["bm0", "bm2", "bm4"])
+        # a member written again loses and gains its tags' entries
+        s.put("member", member("bm2", "fbb", APP, "psid-bm2", tags=["gold"]))
+        self.assertEqual(sorted(s.redis("SMEMBERS", key + "vip")), ["bm0", "bm4"])
+        self.assertEqual(s.redis("SMEMBERS", key + "gold"), ["bm2"])
+        s.ctl("member", "delete", "fbb", "bm4")
+        self.assertEqual(s.redis("SMEMBERS", key + "vip"), ["bm0"])
+        # another writer: the index is stale until reindex
+        rec = json.loads(s.redis("GET", "botgate:member:{fbb}:bm1"))
+        rec["tags"] = ["vip"]
+        s.redis("SET", "botgate:member:{fbb}:bm1", json.dumps(rec))
+        s.redis("SADD", key + "stale", "bm0")
+        s.ctl("member", "reindex", "--channel", "fbb")
+        self.assertEqual(sorted(s.redis("SMEMBERS", key + "vip")), ["bm0", "bm1"])
+        self.assertEqual(s.redis("EXISTS", key + "stale"), 0)
+        self.assertEqual(s.redis("SMEMBERS", key + "gold"), ["bm2"])
+        s.put("member", member("bm4", "fbb", APP, "psid-bm4", tags=["vip"]))
+
+    def test_index_kept_by_the_gateways_member_writes(self):
+        # addTags and removeTags of a node run by redirectMemberToNode: the member's
+        # compare-and-set changes the index with the record
+        s = self.s
+        t = {"_id": "TT", "app": APP, "name": "tags", "nodes": {
+            "ADD": {"postAction": [{"type": "addTags", "tags": ["node-added", "vip"]}]},
+            "DEL": {"postAction": [{"type": "removeTags", "tags": ["node-added"]}]}}}
+        path = os.path.join(s.dir, "tags-tree.json")
+        with open(path, "w") as f:
+            json.dump(t, f)
+        s.ctl("tree", "import", path)
+        tok = s.token(APP, "bot:redirectMemberToNode")
+        key = "botgate:tag:{fbb}:"
+
+        def go(node):
+            a = s.post("/redirectMemberToNode", {"channelId": "fbb", "memberId": "bm3",
+                                                 "redirect": {"tree": "TT", "nodeCompositeId": node}},
+                       token=tok)
+            self.assertEqual(a.json["ok"], 1, a)
+        go("ADD")
+        self.assertIn("bm3", s.redis("SMEMBERS", key + "node-added"))
+        self.assertIn("bm3", s.redis("SMEMBERS", key + "vip"))
+        go("DEL")
+        self.assertNotIn("bm3", s.redis("SMEMBERS", key + "node-added") or [])
+        self.assertIn("bm3", s.redis("SMEMBERS", key + "vip"))
+
+
+if __name__ == "__main__":
+    unittest.main()
