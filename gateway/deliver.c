@@ -889,6 +889,10 @@ static void on_rate_taken(void *arg, store_status_t st, store_rate_verdict_t ver
         d->phase = DL_RATE_WAIT;
         arm_timer(d, (long)wait_ms, on_rate_wait);
         return;
+    case STORE_RATE_SKIP: /* the slot ahead, used before its answer came, was none: one now */
+        if (!rate_take(d))
+            deliver_step(d);
+        return;
     default:
         if (d->bulk && wait_ms < deliver_rate_max_wait_ms(d)) {
             /* not taken: asked again when the slot may be within reach, spread over the

@@ -50,7 +50,8 @@ store_rate_call_t *store_rate_take_ahead(store_t *st, const char *channel_id, co
                                          int turn, const ratelimit_policy_t *policy,
                                          int64_t max_wait_ms, store_status_t *status);
 /* The delivery's slot, from a call of store_rate_take_ahead (taken over). 2: its answer is still
- * to come: cb gets it, as from store_rate_take, and call is the delivery's call in flight. 1: it
+ * to come: cb gets it, as from store_rate_take or STORE_RATE_SKIP (none taken: take one), and
+ * call is the delivery's call in flight. 1: it
  * came, in *verdict and *wait_ms (as from now; the call is gone). 0: no slot to use (none taken,
  * the call failed, or the slot's time passed more than late_ms ago: then it was given back):
  * take one now. */

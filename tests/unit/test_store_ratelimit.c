@@ -252,6 +252,13 @@ static void test_ahead(void **state)
     run_until(&a.calls, 2000);
     assert_int_equal(a.calls, 1);
     assert_int_equal(a.verdict, STORE_RATE_GO);
+    /* the same, none taken: the callback is told so */
+    answer_t none = {0};
+    c = store_rate_take_ahead(rt.store, ch, "M9", 1, &p, 5000, &st);
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &none, &v, &wait), 2);
+    run_until(&none.calls, 2000);
+    assert_int_equal(none.calls, 1);
+    assert_int_equal(none.verdict, STORE_RATE_SKIP);
 }
 
 /* Last: stops Redis. A call in flight gets STORE_UNAVAILABLE; later ones are not sent. */
