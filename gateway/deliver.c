@@ -11,6 +11,7 @@
 #include "../json/jparse.h"
 #include "../core/rng.h"
 #include "credwait.h"
+#include "deliver_rate.h"
 #include "log.h"
 
 #include <event2/event.h>
@@ -26,7 +27,6 @@
 #define LOCK_TTL_MS 15000               /* a crashed refresher's lock expires after this */
 #define CONTACT_TTL_S (7 * 24 * 3600)   /* whatsapp: a valid number is checked once a week */
 #define MEDIA_TTL_S (2 * 24 * 3600)     /* wechat: media ids live 3 days; keep them 2 */
-#define DEADLINE_MARGIN_MS 20           /* leave time to answer after a call times out */
 /* A broadcast's message reserves a slot at most this far ahead: a conversational message
  * waits at most this much longer than it would alone. Further away, nothing is taken and it
  * asks again about when its turn may come. */
@@ -94,15 +94,9 @@ static deliver_extra_t *extra(deliver_t *d)
     return d->_x;
 }
 
-/* The slot where what was read of a channel record is kept (rate_policy). */
-static deliver_channel_kept_t *kept(deliver_env_t *env, const json_t *channel)
-{
-    return &env->_channels[hash_ptr(channel, DELIVER_CHANNELS_KEPT_BITS)];
-}
-
 static const json_t *info(const deliver_t *d)
 {
-    const deliver_channel_kept_t *k = kept(d->env, d->channel);
+    const deliver_channel_kept_t *k = deliver_kept(d->env, d->channel);
 
     if (k->record == d->channel && d->channel != NULL)
         return k->info;
@@ -248,7 +242,8 @@ void deliver_cancel(deliver_t *d)
         net_cancel(d->_xfer);
         d->_xfer = NULL;
     }
-    if (d->phase == DL_RATE_TAKE || d->phase == DL_RATE_PAUSE)
+    /* idle: a slot taken ahead and not used goes back */
+    if (d->phase == DL_RATE_TAKE || d->phase == DL_RATE_PAUSE || d->phase == DL_IDLE)
         store_rate_cancel(d->_rate);
     else
         store_cancel(d->_call);
@@ -828,19 +823,6 @@ static void media_cache(deliver_t *d)
 
 /* ---- the shared rate limits (contract.md section 8) ---- */
 
-/* The longest a message may wait for its slot: the call that follows must still fit, with the
- * upstream timeout, or half the time left when that is shorter (a deployment whose upstream
- * timeout is longer than its request deadline would otherwise never wait). */
-static int64_t rate_max_wait_ms(const deliver_t *d)
-{
-    int64_t left = deliver_remaining_ms(d), call = d->env->cfg->upstream_timeout_ms;
-
-    if (call > left / 2)
-        call = left / 2;
-    left -= call + DEADLINE_MARGIN_MS;
-    return left > 0 ? left : 0;
-}
-
 /* The element fails with 120: its slot (or the pause's end) is wait_ms away, past the
  * deadline; nothing was sent for it. */
 static void rate_refuse(deliver_t *d, int64_t wait_ms, const char *msg)
@@ -907,8 +889,12 @@ static void on_rate_taken(void *arg, store_status_t st, store_rate_verdict_t ver
         d->phase = DL_RATE_WAIT;
         arm_timer(d, (long)wait_ms, on_rate_wait);
         return;
+    case STORE_RATE_SKIP: /* the slot ahead, used before its answer came, was none: one now */
+        if (!rate_take(d))
+            deliver_step(d);
+        return;
     default:
-        if (d->bulk && wait_ms < rate_max_wait_ms(d)) {
+        if (d->bulk && wait_ms < deliver_rate_max_wait_ms(d)) {
             /* not taken: asked again when the slot may be within reach, spread over the
              * horizon so that the broadcast's messages waiting do not all ask at once */
             char hex[5];
@@ -923,41 +909,6 @@ static void on_rate_taken(void *arg, store_status_t st, store_rate_verdict_t ver
     }
 }
 
-/* The rate limits of the delivery's channel record, read once per record object (and its
- * "info" found, for info()): the cache hands every request the same one until it changes in
- * Redis. Records that share a slot take turns in it. */
-static void rate_policy(deliver_t *d, ratelimit_policy_t *policy)
-{
-    deliver_channel_kept_t *k = kept(d->env, d->channel);
-    bg_error_t err;
-
-    if (k->record == d->channel && d->channel != NULL) {
-        *policy = k->rate;
-        return;
-    }
-    if (ratelimit_for_channel(d->channel, policy, &err) < 0) {
-        /* botgatectl refuses such a record; one written by hand keeps its type's limits (and
-         * is read again, and warned of, at every message) */
-        log_msg(LOG_WARN, "channel %s: %s; the type's defaults apply", d->channel_id, err.msg);
-        ratelimit_defaults(d->adapter->type, policy);
-        return;
-    }
-    json_decref(k->record);
-    k->record = json_incref(d->channel);
-    k->info = json_object_get(d->channel, "info");
-    k->rate = *policy;
-}
-
-void deliver_env_clear(deliver_env_t *env)
-{
-    store_rate_board_free(env->_pauses);
-    env->_pauses = NULL;
-    for (size_t i = 0; i < sizeof(env->_channels) / sizeof(env->_channels[0]); i++) {
-        json_decref(env->_channels[i].record);
-        memset(&env->_channels[i], 0, sizeof(env->_channels[i]));
-    }
-}
-
 /* Takes the message's slot of the sender's and the pair's limits, after any pause in force;
  * 1 when that is under way, 0 when the message needs no slot: its channel sets no limit at
  * all (then it skips the round trip), unless the platform just refused it (then it waits for
@@ -966,8 +917,17 @@ static int rate_take(deliver_t *d)
 {
     store_status_t st;
     ratelimit_policy_t policy;
+    store_rate_verdict_t verdict;
+    int64_t wait_ms;
 
-    rate_policy(d, &policy);
+    switch (deliver_ahead_take(d, on_rate_taken, &verdict, &wait_ms)) {
+    case 1:
+        on_rate_taken(d, STORE_OK, verdict, wait_ms);
+        return 1;
+    case 2:
+        return 1;
+    }
+    deliver_rate_policy(d, &policy);
     if (ratelimit_is_off(&policy) && !d->_rate_retried && !d->_pair_held && !d->_pauses_heard) {
         d->_slot_ready = 1;
         return 0;
@@ -982,9 +942,9 @@ static int rate_take(deliver_t *d)
                                    ? d->to
                                    : NULL,
                                d->_pair_held, &policy,
-                               d->bulk && rate_max_wait_ms(d) > BULK_AHEAD_MS
+                               d->bulk && deliver_rate_max_wait_ms(d) > BULK_AHEAD_MS
                                    ? BULK_AHEAD_MS
-                                   : rate_max_wait_ms(d),
+                                   : deliver_rate_max_wait_ms(d),
                                on_rate_taken, d, &st);
     d->_pair_held = 0;
     if (d->_rate == NULL)
@@ -1137,12 +1097,14 @@ static void deliver_step(deliver_t *d)
 
     if (!d->_cred_ready && a->cred_needs_refresh != NULL) {
         if (d->_cred_forced || a->cred_needs_refresh(info(d), clock_wall_ms())) {
+            deliver_ahead_drop(d);
             cred_begin(d);
             return;
         }
         d->_cred_ready = 1;
     }
     if (!d->_contact_ready && a->build_check != NULL) {
+        deliver_ahead_drop(d);
         contact_cache(d);
         return;
     }

@@ -200,7 +200,7 @@ static void op_free(op_t *op)
     cancel_store_calls(op);
     DLIST_UNLINK(env->ops, env->ops_last, op);
     auth_token_free(&op->token);
-    if (op->dl.phase != DL_IDLE)
+    if (deliver_holds(&op->dl))
         deliver_cancel(&op->dl); /* an idle delivery holds nothing of its own */
     json_decref(op->dl.channel);
     free(op->dl.to);
@@ -649,14 +649,20 @@ static void on_channel(void *arg, store_status_t st, json_t *value)
     resolve_check(op);
 }
 
+/* What the member's read found (the record taken). */
+static void member_read(op_t *op, store_status_t st, json_t *value)
+{
+    op->member_done = 1;
+    op->member_st = take_record(st, value, &op->member);
+    op->member_seq = store_write_seq(op->env->deliver.store);
+}
+
 static void on_member(void *arg, store_status_t st, json_t *value)
 {
     op_t *op = arg;
 
     op->calls[2] = NULL;
-    op->member_done = 1;
-    op->member_st = take_record(st, value, &op->member);
-    op->member_seq = store_write_seq(op->env->deliver.store);
+    member_read(op, st, value);
     resolve_check(op);
 }
 
@@ -664,10 +670,36 @@ static void on_member(void *arg, store_status_t st, json_t *value)
  * accepted before it was sent. */
 static void on_member_taken(op_t *op, store_status_t st, json_t *value)
 {
-    op->member_done = 1;
-    op->member_st = take_record(st, value, &op->member);
-    op->member_seq = store_write_seq(op->env->deliver.store);
+    member_read(op, st, value);
     resolve_member(op);
+}
+
+/* The member read, order off, once the token and the channel were accepted; with an
+ * Idempotency-Key its begin went with it, and the later of the two answers goes on. */
+static void on_member_accepted(void *arg, store_status_t st, json_t *value)
+{
+    op_t *op = arg;
+
+    op->calls[2] = NULL;
+    member_read(op, st, value);
+    if (op->begin_early != 1) /* else the begin has not let it run yet: on_begun goes on */
+        resolve_member(op);
+}
+
+/* The key's begin, sent with the member's read, let the request run. */
+static void on_begun(op_t *op)
+{
+    op->begin_early = 2;
+    if (op->member_done)
+        resolve_member(op);
+}
+
+/* The first message's slot of the channel's rate limit goes in the member's read's round trip
+ * (before the read and the turn's RPUSH), when the request delivers now. */
+static void slot_ahead(op_t *op)
+{
+    if (op->kind->route == METRICS_ROUTE_SEND && !op_is_async(op))
+        deliver_slot_ahead(&op->dl, op->target.member_id, op->env->deliver.cfg->member_order);
 }
 
 void op_resolve(op_t *op, const char *token_hash)
@@ -675,6 +707,7 @@ void op_resolve(op_t *op, const char *token_hash)
     store_t *store = op->env->deliver.store;
     store_status_t st = STORE_OK;
     json_t *cached;
+    int accepted = 0;
 
     /* Token and channel come from the worker's cache when it has them; whatever is missing is
      * asked for in one round trip (hiredis pipelines the commands). */
@@ -696,26 +729,43 @@ void op_resolve(op_t *op, const char *token_hash)
         op->channel_done = 1;
         op->channel_st = STORE_OK;
     }
-    /* Both from the cache and member order on: checked now, so that only an accepted request
-     * queues for the member's turn, which is taken with the member's read (and an
-     * Idempotency-Key's begin), one round trip. A request to queue takes its place when it is
-     * accepted, an attempt of a queued one holds it (outbox.c): neither takes a turn here. */
+    /* Both from the cache: checked now, so that only an accepted request takes a slot of the
+     * channel's rate limit, and queues for the member's turn, in the round trip of the member's
+     * read, with an Idempotency-Key's begin. A request to queue takes its place when it is
+     * accepted, an attempt of a queued one holds it (outbox.c): neither takes a turn or a slot
+     * here. */
     if (op->token_done && op->channel_done && op->target.member_id != NULL &&
-        op->env->deliver.cfg->member_order && !op_is_queued(op) && !op_is_async(op)) {
-        if (!resolve_refused(op))
+        !op_is_queued(op) && !op_is_async(op)) {
+        if (resolve_refused(op))
+            return;
+        slot_ahead(op);
+        if (op->env->deliver.cfg->member_order) {
             op_guard_take_member(op, on_member_taken, guard_stopped);
-        return;
+            return;
+        }
+        accepted = 1;
     }
     if (!op->token_done)
         op->calls[0] = store_get_token(store, token_hash, on_token, op, &st);
     if (st == STORE_OK && !op->channel_done)
         op->calls[1] = store_get_channel(store, op->target.channel_id, on_channel, op, &st);
+    /* accepted already (both cached): the member's answer goes on without checking again */
     if (st == STORE_OK && op->target.member_id != NULL)
         op->calls[2] = store_get_member(store, op->target.channel_id, op->target.member_id,
-                                        op->kind->route == METRICS_ROUTE_SEND, on_member, op, &st);
+                                        op->kind->route == METRICS_ROUTE_SEND,
+                                        accepted ? on_member_accepted : on_member, op, &st);
     if (st != STORE_OK) {
         op_cancel_all(op);
         op_fail_store(op, st);
+        return;
+    }
+    if (accepted) {
+        /* with an Idempotency-Key its begin goes with the read; it answers the request when
+         * it cannot run */
+        if (op->keyed) {
+            op->begin_early = 1;
+            op_guard_begin(op, on_begun);
+        }
         return;
     }
     resolve_check(op); /* everything may have come from the cache */

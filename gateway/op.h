@@ -111,6 +111,8 @@ typedef struct op {
     unsigned char token_st, channel_st;
     unsigned char member_st : 4; /* store_status_t fits */
     unsigned char turn_held : 1; /* the member's turn was taken with its read: nobody ahead */
+    /* order off: an Idempotency-Key's begin sent with the member's read (1), it said run (2) */
+    unsigned char begin_early : 2;
     /* One bit each, in the byte before started_us: every request in flight carries them. */
     _Bool token_done : 1, channel_done : 1, member_done : 1;
     _Bool send_ok : 1;            /* sendResponses: every response so far was delivered */
