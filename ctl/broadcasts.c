@@ -123,8 +123,7 @@ static int check_responses(const json_t *resp, const adapter_ops_t *ops)
     const json_t *r;
     size_t i;
 
-    json_array_foreach(resp, i, r)
-    {
+    json_array_foreach(resp, i, r) {
         char where[32], msg[BG_ERROR_MSG_MAX];
         bg_error_t err;
         const json_t *checked = r, *fb;

@@ -21,31 +21,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ANSWER_MAX (1024 * 1024)        /* a platform answer larger than this is an error */
-#define MEDIA_MAX             (10 * 1024 * 1024)   /* an image or a video to upload */
-#define VOICE_MAX             (2 * 1024 * 1024)    /* wechat: a voice message */
-#define LOCK_TTL_MS 15000               /* a crashed refresher's lock expires after this */
-#define CONTACT_TTL_S (7 * 24 * 3600)   /* whatsapp: a valid number is checked once a week */
-#define MEDIA_TTL_S (2 * 24 * 3600)     /* wechat: media ids live 3 days; keep them 2 */
+#define ANSWER_MAX    (1024 * 1024)      /* a platform answer larger than this is an error */
+#define MEDIA_MAX     (10 * 1024 * 1024) /* an image or a video to upload */
+#define VOICE_MAX     (2 * 1024 * 1024)  /* wechat: a voice message */
+#define LOCK_TTL_MS   15000              /* a crashed refresher's lock expires after this */
+#define CONTACT_TTL_S (7 * 24 * 3600)    /* whatsapp: a valid number is checked once a week */
+#define MEDIA_TTL_S   (2 * 24 * 3600)    /* wechat: media ids live 3 days; keep them 2 */
 /* A broadcast's message reserves a slot at most this far ahead: a conversational message
  * waits at most this much longer than it would alone. Further away, nothing is taken and it
  * asks again about when its turn may come. */
-#define BULK_AHEAD_MS 50
-#define CONNECT_RETRY_MS 100            /* pause before the one retry of a refused connection */
-#define RATE_PAUSE_UNKNOWN_MS 1000      /* retryAfterMs when the pause could not be set */
+#define BULK_AHEAD_MS         50
+#define CONNECT_RETRY_MS      100  /* pause before the one retry of a refused connection */
+#define RATE_PAUSE_UNKNOWN_MS 1000 /* retryAfterMs when the pause could not be set */
 /* A pause heard of with less left than this is over by the time the call arrives: it is the
  * end of one the slot was already given after, heard a publish's latency late. */
 #define PAUSE_HEARD_MIN_MS 20
-#define PAUSE_HEARD_MAX 3 /* times a delivery takes its slot again for pauses heard of */
+#define PAUSE_HEARD_MAX    3 /* times a delivery takes its slot again for pauses heard of */
 
 /* What only credential refreshes and media uploads need: kept out of deliver_t, which every
  * request in flight carries. Allocated when first needed, freed when the delivery ends. */
 typedef struct deliver_extra {
-    struct event timer;           /* a wait inside a delivery (Retry-After) */
+    struct event timer; /* a wait inside a delivery (Retry-After) */
     /* the hash of the credential that failed, to see a new one: a credential may be long */
     char stale_hash[AUTH_HASH_HEX];
-    credwait_waiter_t wait;       /* in a group while another holds the credential lock */
-    deliver_t *owner;             /* the delivery this is the state of */
+    credwait_waiter_t wait; /* in a group while another holds the credential lock */
+    deliver_t *owner;       /* the delivery this is the state of */
     char lock_owner[40];
     char media_id[ADAPTER_ID_MAX];
     char url_hash[AUTH_HASH_HEX];
@@ -176,8 +176,8 @@ static void deliver_finish(deliver_t *d, deliver_result_t *r)
     r->chat_id = deliver_chat_id(d, &r->res);
     d->failed += !r->ok;
     /* before its call, or answered "not taken" (5xx): nothing of it reached the platform */
-    d->last_unsent = !r->ok && (d->phase != DL_SEND || d->last_unsent ||
-                                r->err.code == BG_ERR_RATE_LIMITED);
+    d->last_unsent =
+        !r->ok && (d->phase != DL_SEND || d->last_unsent || r->err.code == BG_ERR_RATE_LIMITED);
     if (!r->ok && r->err.code != BG_ERR_RATE_LIMITED)
         d->failed_other = 1;
     metrics_message(d->env->metrics, d->adapter->type, r->ok ? 0 : r->err.code);
@@ -190,8 +190,7 @@ static void deliver_finish(deliver_t *d, deliver_result_t *r)
 
 /* Ends the delivery with a failure of class status. On the first response, failures that
  * concern the whole request abort it (contract.md section 5). */
-static void deliver_fail(deliver_t *d, adapter_status_t status, long platform_code,
-                         const char *msg)
+static void deliver_fail(deliver_t *d, adapter_status_t status, long platform_code, const char *msg)
 {
     deliver_result_t r;
     int code = adapter_err_code(d->adapter, status);
@@ -201,10 +200,10 @@ static void deliver_fail(deliver_t *d, adapter_status_t status, long platform_co
     r.res.status = status;
     r.res.platform_code = platform_code;
     bg_error_set(&r.err, code, "%s", msg);
-    r.abort = d->_delivered == 0 &&
-              (status == ADAPTER_RECIPIENT_INVALID || status == ADAPTER_AUTH_INVALID ||
-               status == ADAPTER_AUTH_EXPIRED ||
-               (status == ADAPTER_SERVER_ERROR && d->adapter->server_error_aborts));
+    r.abort =
+        d->_delivered == 0 && (status == ADAPTER_RECIPIENT_INVALID ||
+                               status == ADAPTER_AUTH_INVALID || status == ADAPTER_AUTH_EXPIRED ||
+                               (status == ADAPTER_SERVER_ERROR && d->adapter->server_error_aborts));
     deliver_finish(d, &r);
 }
 
@@ -288,8 +287,9 @@ typedef struct call_answer {
 net_xfer_t *deliver_net_start(net_t *net, adapter_call_t *call, long timeout_ms, size_t max_answer,
                               unsigned flags, net_cb *cb, void *arg)
 {
-    net_request_t req = {call->method, call->url, (const char *const *)call->headers, call->body,
-                         call->body_len, timeout_ms, max_answer, flags};
+    net_request_t req = {call->method, call->url,      (const char *const *)call->headers,
+                         call->body,   call->body_len, timeout_ms,
+                         max_answer,   flags};
     net_xfer_t *x;
 
     call->body = NULL; /* net's now */
@@ -302,7 +302,7 @@ net_xfer_t *deliver_net_start(net_t *net, adapter_call_t *call, long timeout_ms,
  * transport's (refused, timed out, a certificate refused...), which tell an operator where
  * to look. */
 static const char *failure_reason(const adapter_result_t *res, const call_answer_t *ans, char *buf,
-                       size_t size)
+                                  size_t size)
 {
     if (res->error[0] == '\0')
         return ans->error;
@@ -322,10 +322,14 @@ static void on_send_answer(deliver_t *d, const call_answer_t *ans);
 static void on_platform_answer(void *arg, const net_answer_t *net)
 {
     deliver_t *d = arg;
-    call_answer_t answer = {{net->status, net->body, net->body_len, net->retry_after,
-                             net->content_type},
-                            net->error, net->elapsed_us, net->not_sent,
-                            net->err == NET_ERR_BLOCKED, net->err == NET_ERR_TOO_LARGE, net->err};
+    call_answer_t answer = {
+        {net->status, net->body, net->body_len, net->retry_after, net->content_type},
+        net->error,
+        net->elapsed_us,
+        net->not_sent,
+        net->err == NET_ERR_BLOCKED,
+        net->err == NET_ERR_TOO_LARGE,
+        net->err};
     const call_answer_t *ans = &answer;
 
     d->_xfer = NULL;
@@ -474,8 +478,8 @@ static void on_cred_answer(deliver_t *d, const call_answer_t *ans)
     adopt_channel(d, json_deep_copy(d->channel));
     json_object_update(json_object_get(d->channel, "info"), fields);
     d->phase = DL_CRED_WRITE;
-    d->_call = store_update_channel_info(d->env->store, d->channel_id, fields, on_cred_written, d,
-                                         &st);
+    d->_call =
+        store_update_channel_info(d->env->store, d->channel_id, fields, on_cred_written, d, &st);
     json_decref(fields);
     if (d->_call == NULL)
         cred_done(d);
@@ -813,8 +817,8 @@ static void media_cache(deliver_t *d)
     auth_hash_token(url, strlen(url), extra(d)->url_hash);
     free(url);
     d->phase = DL_MEDIA_CACHE;
-    d->_call = store_get_media(d->env->store, d->channel_id, extra(d)->url_hash, on_media_cached,
-                               d, &st);
+    d->_call =
+        store_get_media(d->env->store, d->channel_id, extra(d)->url_hash, on_media_cached, d, &st);
     if (d->_call == NULL)
         media_fetch(d);
 }
@@ -900,8 +904,9 @@ static void on_rate_taken(void *arg, store_status_t st, store_rate_verdict_t ver
             char hex[5];
             rng_hex(&d->env->rng, hex, 4);
             d->phase = DL_RATE_WAIT;
-            arm_timer(d, (long)(wait_ms - BULK_AHEAD_MS + (long)(strtoul(hex, NULL, 16) % BULK_AHEAD_MS)),
-                      on_bulk_again);
+            arm_timer(
+                d, (long)(wait_ms - BULK_AHEAD_MS + (long)(strtoul(hex, NULL, 16) % BULK_AHEAD_MS)),
+                on_bulk_again);
             return;
         }
         rate_refuse(d, wait_ms, "rate limit: the next slot comes after the request's deadline");
@@ -936,16 +941,13 @@ static int rate_take(deliver_t *d)
     if (d->bulk && policy.sender.interval_us > 0)
         policy.sender.burst = 1; /* the burst is left to conversational traffic */
     /* the pair's keys only where it has a limit, or the platform just paused it */
-    d->_rate = store_rate_take(d->env->store, d->channel_id,
-                               policy.pair.interval_us > 0 || d->_rate_retried ||
-                                       d->_pauses_heard
-                                   ? d->to
-                                   : NULL,
-                               d->_pair_held, &policy,
-                               d->bulk && deliver_rate_max_wait_ms(d) > BULK_AHEAD_MS
-                                   ? BULK_AHEAD_MS
-                                   : deliver_rate_max_wait_ms(d),
-                               on_rate_taken, d, &st);
+    d->_rate = store_rate_take(
+        d->env->store, d->channel_id,
+        policy.pair.interval_us > 0 || d->_rate_retried || d->_pauses_heard ? d->to : NULL,
+        d->_pair_held, &policy,
+        d->bulk && deliver_rate_max_wait_ms(d) > BULK_AHEAD_MS ? BULK_AHEAD_MS
+                                                               : deliver_rate_max_wait_ms(d),
+        on_rate_taken, d, &st);
     d->_pair_held = 0;
     if (d->_rate == NULL)
         on_rate_taken(d, st, STORE_RATE_GO, 0);
@@ -1001,9 +1003,8 @@ static void rate_pause(deliver_t *d, const adapter_result_t *res)
     snprintf(extra(d)->rate_msg, sizeof(extra(d)->rate_msg), "%s",
              res->error[0] ? res->error : "rate limited by the platform");
     d->phase = DL_RATE_PAUSE;
-    d->_rate = store_rate_pause(d->env->store, d->channel_id,
-                                res->rate_recipient ? d->to : NULL, after_ms,
-                                on_rate_paused, d, &st);
+    d->_rate = store_rate_pause(d->env->store, d->channel_id, res->rate_recipient ? d->to : NULL,
+                                after_ms, on_rate_paused, d, &st);
     if (d->_rate == NULL)
         on_rate_paused(d, st, STORE_RATE_GO, after_ms);
 }
@@ -1070,7 +1071,8 @@ static void on_send_answer(deliver_t *d, const call_answer_t *ans)
     default:
         break;
     }
-    deliver_fail(d, r.res.status, r.res.platform_code, failure_reason(&r.res, ans, buf, sizeof(buf)));
+    deliver_fail(d, r.res.status, r.res.platform_code,
+                 failure_reason(&r.res, ans, buf, sizeof(buf)));
     adapter_result_clear(&r.res);
 }
 

@@ -40,12 +40,12 @@ typedef struct deliver_env {
     struct event_base *base;
     const config_t *cfg;
     store_t *store;
-    net_t *up;                    /* platform calls */
-    net_t *up_user;               /* URLs from users (media, webhooks): SSRF-guarded */
+    net_t *up;      /* platform calls */
+    net_t *up_user; /* URLs from users (media, webhooks): SSRF-guarded */
     metrics_t *metrics;
-    uint64_t rng;                 /* xorshift state for ids (core/rng.h) */
-    struct credwait *cred_waits;  /* deliveries waiting for a channel's credential (credwait.h) */
-    store_rate_board_t *_pauses;  /* the rate-limit pauses heard of, made at the first message */
+    uint64_t rng;                /* xorshift state for ids (core/rng.h) */
+    struct credwait *cred_waits; /* deliveries waiting for a channel's credential (credwait.h) */
+    store_rate_board_t *_pauses; /* the rate-limit pauses heard of, made at the first message */
     /* Channel records whose rate limits were read, a slot each by the record's address (the
      * last one read in that slot): a record is never changed in place (a refresh changes a
      * copy, and only the contents of its "info"), so while it is the same object its limits
@@ -81,7 +81,7 @@ typedef struct deliver_result {
     /* the response's messageEvent: from, to, timestamp, and on success its messageId (made up
      * when the platform gives none: every element has one); the caller adds the response */
     result_event_t event;
-    const char *chat_id;  /* the platform's chat id on success, else the member's address */
+    const char *chat_id;    /* the platform's chat id on success, else the member's address */
     int64_t retry_after_ms; /* a rate limit's failure (120): when to try again; else 0 */
 } deliver_result_t;
 
@@ -96,17 +96,17 @@ typedef void deliver_done_fn(struct deliver *d, const deliver_result_t *r, void 
 typedef struct deliver {
     deliver_env_t *env;
     const adapter_ops_t *adapter;
-    json_t *channel;            /* the channel record (owned; replaced after a refresh) */
-    const char *channel_id;     /* borrowed from the request, outlives the deliveries */
-    char *to;                   /* the member's address on the platform (the owner's) */
-    int64_t deadline_ms;        /* monotonic: nothing is started that cannot end before it */
+    json_t *channel;        /* the channel record (owned; replaced after a refresh) */
+    const char *channel_id; /* borrowed from the request, outlives the deliveries */
+    char *to;               /* the member's address on the platform (the owner's) */
+    int64_t deadline_ms;    /* monotonic: nothing is started that cannot end before it */
     deliver_phase_t phase;
     unsigned _text_len;
-    const char *_text;          /* the response being delivered (borrowed until done) */
-    json_t *_response;          /* the same parsed, until its call is built (deliver_start_parsed) */
+    const char *_text; /* the response being delivered (borrowed until done) */
+    json_t *_response; /* the same parsed, until its call is built (deliver_start_parsed) */
     deliver_done_fn *_done;
     void *_arg;
-    net_xfer_t *_xfer;          /* the call of phase in flight */
+    net_xfer_t *_xfer; /* the call of phase in flight */
     /* The store call of phase in flight: the rate limiter's in DL_RATE_TAKE and DL_RATE_PAUSE,
      * in DL_IDLE the slot taken ahead (deliver_slot_ahead) or NULL, else a record's (a delivery
      * waits for one thing at a time). */
@@ -115,15 +115,15 @@ typedef struct deliver {
         store_rate_call_t *_rate;
         store_rate_call_t *_ahead;
     };
-    struct deliver_extra *_x;   /* state of the rare paths, allocated when first needed */
-    uint16_t platform_calls;    /* calls started, for the request's log line */
-    uint16_t _delivered : 15;   /* responses already through delivery */
+    struct deliver_extra *_x; /* state of the rare paths, allocated when first needed */
+    uint16_t platform_calls;  /* calls started, for the request's log line */
+    uint16_t _delivered : 15; /* responses already through delivery */
     /* a broadcast's message (contract.md section 12, last point): it takes the sender's slots
      * after everyone else, never more than BULK_AHEAD_MS ahead and never out of the burst, so
      * that conversational traffic finds its slot almost as if it were alone. In the bits of
      * _delivered: op_t stays in its size class. */
     uint16_t bulk : 1;
-    uint16_t failed;            /* of those, the ones that failed (the request's log line) */
+    uint16_t failed; /* of those, the ones that failed (the request's log line) */
     unsigned _timer_armed : 1, _cred_ready : 1, _cred_refreshed : 1, _cred_forced : 1,
         _lock_held : 1, _contact_ready : 1, _auth_retried : 2, _rate_retried : 1,
         _connect_retried : 1, _slot_ready : 1, _pair_held : 1, _pauses_heard : 2,

@@ -139,8 +139,9 @@ static void take_request_id(op_t *op, const char *given)
 {
     size_t n = given ? strlen(given) : 0;
 
-    if (n > 0 && n < sizeof(op->id) && strspn(given, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN"
-                                                     "OPQRSTUVWXYZ0123456789-_.:") == n) {
+    if (n > 0 && n < sizeof(op->id) &&
+        strspn(given, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN"
+                      "OPQRSTUVWXYZ0123456789-_.:") == n) {
         memcpy(op->id, given, n + 1);
         return;
     }
@@ -360,7 +361,7 @@ void op_fail_text(op_t *op, int code, char *text, size_t len)
 static void fail_not_started(op_t *op)
 {
     op_fail_code(op, BG_ERR_UNAVAILABLE,
-              "server is shutting down: the request did not start, nothing was sent");
+                 "server is shutting down: the request did not start, nothing was sent");
 }
 
 int op_drain(op_t *op, int now)
@@ -507,8 +508,9 @@ void op_resolve_recipient(op_t *op)
     fresh = member_new(id, op->target.channel_id, op->token.app, rid, op->dl.adapter->type,
                        clock_wall_ms());
     op->phase = OP_RECIPIENT;
-    op->call = store_member_for_recipient(op->env->deliver.store, op->target.channel_id, rid, fresh,
-                                          op->kind->route == METRICS_ROUTE_SEND, on_recipient, op, &st);
+    op->call =
+        store_member_for_recipient(op->env->deliver.store, op->target.channel_id, rid, fresh,
+                                   op->kind->route == METRICS_ROUTE_SEND, on_recipient, op, &st);
     json_decref(fresh);
     if (op->call == NULL)
         op_fail_store(op, st);
@@ -527,8 +529,7 @@ static int resolve_refused(op_t *op)
         op_fail_store(op, op->token_st);
         return 1;
     }
-    if (op->token_st != STORE_OK ||
-        !auth_allows(&op->token, op->kind->scopes, clock_wall_ms())) {
+    if (op->token_st != STORE_OK || !auth_allows(&op->token, op->kind->scopes, clock_wall_ms())) {
         op_fail_code(op, BG_ERR_UNAUTHORIZED, "User is not authorized");
         return 1;
     }
@@ -734,8 +735,8 @@ void op_resolve(op_t *op, const char *token_hash)
      * read, with an Idempotency-Key's begin. A request to queue takes its place when it is
      * accepted, an attempt of a queued one holds it (outbox.c): neither takes a turn or a slot
      * here. */
-    if (op->token_done && op->channel_done && op->target.member_id != NULL &&
-        !op_is_queued(op) && !op_is_async(op)) {
+    if (op->token_done && op->channel_done && op->target.member_id != NULL && !op_is_queued(op) &&
+        !op_is_async(op)) {
         if (resolve_refused(op))
             return;
         slot_ahead(op);
@@ -830,8 +831,8 @@ static int token_hash_of(struct evhttp_request *req, const char *auth,
 
 int op_request_token(struct evhttp_request *req, char token_hash[AUTH_HASH_HEX])
 {
-    return token_hash_of(req, evhttp_find_header(evhttp_request_get_input_headers(req),
-                                                 "Authorization"),
+    return token_hash_of(req,
+                         evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization"),
                          token_hash);
 }
 

@@ -62,16 +62,15 @@ const char store_bc_add_recipients_script[] =
 
 /* KEYS record, todo, channel index, active, callback stream; ARGV keep_ms, channel, active
  * entry. */
-const char store_bc_finish_script[] =
-    NOW_MS CALLBACK_FN
-           "if redis.call('HGET', KEYS[1], 'state') ~= 'accepting' then return {-1, ''} end "
-           "local n = redis.call('SCARD', KEYS[2]) local state = n > 0 and 'running' or 'done' "
-           "redis.call('HSET', KEYS[1], 'state', state, 'total', n, 'updated', now) "
-           "redis.call('PEXPIRE', KEYS[1], ARGV[1]) "
-           "if n > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[1]) "
-           "redis.call('SADD', KEYS[4], ARGV[3]) redis.call('PUBLISH', KEYS[4], ARGV[3]) "
-           "else callback_entry(KEYS[1], KEYS[5], ARGV[3]) end "
-           "redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[1]) return {n, state}";
+const char store_bc_finish_script[] = NOW_MS CALLBACK_FN
+    "if redis.call('HGET', KEYS[1], 'state') ~= 'accepting' then return {-1, ''} end "
+    "local n = redis.call('SCARD', KEYS[2]) local state = n > 0 and 'running' or 'done' "
+    "redis.call('HSET', KEYS[1], 'state', state, 'total', n, 'updated', now) "
+    "redis.call('PEXPIRE', KEYS[1], ARGV[1]) "
+    "if n > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[1]) "
+    "redis.call('SADD', KEYS[4], ARGV[3]) redis.call('PUBLISH', KEYS[4], ARGV[3]) "
+    "else callback_entry(KEYS[1], KEYS[5], ARGV[3]) end "
+    "redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[1]) return {n, state}";
 
 /* KEYS record, todo, sending. */
 const char store_bc_status_script[] =
@@ -84,41 +83,40 @@ const char store_bc_status_script[] =
 /* KEYS record, todo, sending, active, callback stream; ARGV app, active entry. What is not
  * queued is cancelled at once; what is queued is refused when its attempt starts (the outbox's
  * start script). */
-const char store_bc_cancel_script[] =
-    NOW_MS CALLBACK_FN "local r = redis.call('HMGET', KEYS[1], 'app', 'state') "
-           "if not r[1] or r[1] ~= ARGV[1] then return {-1, ''} end "
-           "if r[2] == 'running' then local n = redis.call('SCARD', KEYS[2]) "
-           "redis.call('DEL', KEYS[2]) redis.call('HINCRBY', KEYS[1], 'cancelled', n) "
-           "redis.call('HSET', KEYS[1], 'state', 'cancelled', 'updated', now) "
-           "redis.call('SREM', KEYS[4], ARGV[2]) callback_entry(KEYS[1], KEYS[5], ARGV[2]) end "
-           "return {redis.call('SCARD', KEYS[3]), r[2]}";
+const char store_bc_cancel_script[] = NOW_MS CALLBACK_FN
+    "local r = redis.call('HMGET', KEYS[1], 'app', 'state') "
+    "if not r[1] or r[1] ~= ARGV[1] then return {-1, ''} end "
+    "if r[2] == 'running' then local n = redis.call('SCARD', KEYS[2]) "
+    "redis.call('DEL', KEYS[2]) redis.call('HINCRBY', KEYS[1], 'cancelled', n) "
+    "redis.call('HSET', KEYS[1], 'state', 'cancelled', 'updated', now) "
+    "redis.call('SREM', KEYS[4], ARGV[2]) callback_entry(KEYS[1], KEYS[5], ARGV[2]) end "
+    "return {redis.call('SCARD', KEYS[3]), r[2]}";
 
 /* KEYS record, todo, taking, channel, active, callback stream; ARGV max, window, lease_ms,
  * keep_ms, member key base, active entry. Members taken and not confirmed within the lease
  * (their taker died) are taken again first; then new ones while fewer than window are in
  * flight. A take that finds the broadcast done drops it from the running ones, once in all,
  * and queues its callback. */
-static const char TAKE_SCRIPT[] =
-    NOW_MS CALLBACK_FN
-           "local s = redis.call('HMGET', KEYS[1], 'state', 'inflight', 'body', 'app') "
-           "if s[1] ~= 'running' then local ended = redis.call('SREM', KEYS[5], ARGV[6]) "
-           "if ended == 1 and s[1] == 'done' then callback_entry(KEYS[1], KEYS[6], ARGV[6]) end "
-           "return {s[1] or 'gone', ended} end "
-           "redis.call('PEXPIRE', KEYS[1], ARGV[4]) redis.call('PEXPIRE', KEYS[2], ARGV[4]) "
-           "local ids, max = {}, tonumber(ARGV[1]) "
-           "local t = redis.call('HGETALL', KEYS[3]) "
-           "for i = 1, #t, 2 do if #ids < max and tonumber(t[i + 1]) < now - tonumber(ARGV[3]) "
-           "then ids[#ids + 1] = t[i] end end "
-           "local room = math.min(tonumber(ARGV[2]) - tonumber(s[2]), max - #ids) "
-           "if room > 0 then local more = redis.call('SPOP', KEYS[2], room) "
-           "for _, id in ipairs(more) do ids[#ids + 1] = id end "
-           "redis.call('HINCRBY', KEYS[1], 'inflight', #more) end "
-           "if #ids == 0 then return {room > 0 and 'empty' or 'full'} end "
-           "for _, id in ipairs(ids) do redis.call('HSET', KEYS[3], id, now) end "
-           "redis.call('PEXPIRE', KEYS[3], ARGV[4]) "
-           "local out = {'take', s[3], s[4], redis.call('GET', KEYS[4]) or ''} "
-           "for _, id in ipairs(ids) do out[#out + 1] = id "
-           "out[#out + 1] = redis.call('GET', ARGV[5] .. id) or '' end return out";
+static const char TAKE_SCRIPT[] = NOW_MS CALLBACK_FN
+    "local s = redis.call('HMGET', KEYS[1], 'state', 'inflight', 'body', 'app') "
+    "if s[1] ~= 'running' then local ended = redis.call('SREM', KEYS[5], ARGV[6]) "
+    "if ended == 1 and s[1] == 'done' then callback_entry(KEYS[1], KEYS[6], ARGV[6]) end "
+    "return {s[1] or 'gone', ended} end "
+    "redis.call('PEXPIRE', KEYS[1], ARGV[4]) redis.call('PEXPIRE', KEYS[2], ARGV[4]) "
+    "local ids, max = {}, tonumber(ARGV[1]) "
+    "local t = redis.call('HGETALL', KEYS[3]) "
+    "for i = 1, #t, 2 do if #ids < max and tonumber(t[i + 1]) < now - tonumber(ARGV[3]) "
+    "then ids[#ids + 1] = t[i] end end "
+    "local room = math.min(tonumber(ARGV[2]) - tonumber(s[2]), max - #ids) "
+    "if room > 0 then local more = redis.call('SPOP', KEYS[2], room) "
+    "for _, id in ipairs(more) do ids[#ids + 1] = id end "
+    "redis.call('HINCRBY', KEYS[1], 'inflight', #more) end "
+    "if #ids == 0 then return {room > 0 and 'empty' or 'full'} end "
+    "for _, id in ipairs(ids) do redis.call('HSET', KEYS[3], id, now) end "
+    "redis.call('PEXPIRE', KEYS[3], ARGV[4]) "
+    "local out = {'take', s[3], s[4], redis.call('GET', KEYS[4]) or ''} "
+    "for _, id in ipairs(ids) do out[#out + 1] = id "
+    "out[#out + 1] = redis.call('GET', ARGV[5] .. id) or '' end return out";
 
 /* KEYS stream, record; ARGV keep_ms, ttl_ms, app, channel, sending, todo, active, active
  * entry, then per request: its record, the member's order key, its id, the member id, its
@@ -472,8 +470,8 @@ store_bc_call_t *store_bc_finish(store_t *st, const char *channel_id, const char
         active_entry(entry, sizeof(entry), channel_id, id) < 0)
         FAIL_KEYS(status);
     {
-        const char *argv[] = {"EVAL", store_bc_finish_script,    "5",        k[0], k[1], idx,
-                              act,    stream, numfmt_dec(keep, keep_ms), channel_id, entry};
+        const char *argv[] = {"EVAL", store_bc_finish_script,    "5",        k[0], k[1], idx, act,
+                              stream, numfmt_dec(keep, keep_ms), channel_id, entry};
         return send(st, PLAIN(cb), arg, k[0], 11, argv, NULL, status);
     }
 }
@@ -535,8 +533,8 @@ store_bc_call_t *store_bc_cancel_run(store_t *st, const char *channel_id, const 
         active_entry(entry, sizeof(entry), channel_id, id) < 0)
         FAIL_KEYS(status);
     {
-        const char *argv[] = {"EVAL", store_bc_cancel_script, "5", k[0], k[1], k[3], act, stream,
-                              app, entry};
+        const char *argv[] = {
+            "EVAL", store_bc_cancel_script, "5", k[0], k[1], k[3], act, stream, app, entry};
         return send(st, PLAIN(cb), arg, k[0], 10, argv, NULL, status);
     }
 }

@@ -1,6 +1,7 @@
 /* redis_test.h - the store's unit tests against a real redis-server: redis_test_setup starts
  * one on a free loopback port and a store on a loop of its own (rt), run_until turns the loop,
- * raw sends a command of two words (raw_argv: up to four). Include after <cmocka.h>; one test file, one Redis. */
+ * raw sends a command of two words (raw_argv: up to four). Include after <cmocka.h>; one test file,
+ * one Redis. */
 #ifndef BOTGATE_TESTS_REDIS_TEST_H
 #define BOTGATE_TESTS_REDIS_TEST_H
 
