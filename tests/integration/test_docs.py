@@ -586,11 +586,11 @@ class Docs(StackTest):
                            ("REQUEST_MAX_DEPTH", "| nesting of the body | 64 levels"),
                            ("REQUEST_MAX_ID", "| 256 bytes | 118 |")):
             self.assertIn(text, self.api_md, name)
-        self.assertIn("#define REQUEST_MAX_RESPONSES 50", limits)
-        self.assertIn("#define REQUEST_MAX_DEPTH 64", limits)
-        self.assertIn("#define REQUEST_MAX_ID 256", limits)
-        self.assertIn("#define REQUEST_MAX_BODY (1024 * 1024)", limits)
-        self.assertIn("#define REQUEST_MAX_STRING (64 * 1024)", limits)
+        # (the macros' values are aligned by clang-format: any run of blanks between)
+        for define in ("REQUEST_MAX_RESPONSES 50", "REQUEST_MAX_DEPTH 64", "REQUEST_MAX_ID 256",
+                       "REQUEST_MAX_BODY (1024 * 1024)", "REQUEST_MAX_STRING (64 * 1024)"):
+            name, value = define.split(" ", 1)
+            self.assertRegex(limits, r"#define %s\s+%s" % (name, re.escape(value)), define)
         self.assertEqual(
             schemas["SendRequest"]["properties"]["response"]["maxItems"], 50)
 
