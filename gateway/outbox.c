@@ -21,6 +21,7 @@
 #include "../store/idem.h"
 #include "../store/outbox.h"
 #include "log.h"
+#include "outbox_feed.h"
 #include "outbox_post.h"
 #include "outbox_status.h"
 
@@ -29,13 +30,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BLOCK_MS        5000 /* a blocking read's wait: the connection shows it is alive */
 #define READ_RETRY_MS   1000 /* after a failed read or start */
 #define LEASE_MARGIN_MS 5000 /* an attempt's lease past its deadline */
 #define RETRY_AFTER_MS  1000 /* a 429 without Retry-After: as a first backoff */
-#define DEPTH_EVERY_MS  5000
-#define READ_COUNT      8   /* entries one read takes at most */
-#define CLAIM_WHEN_FULL 4   /* entries a full worker takes over at a time */
 #define SETTLE_AGAIN_MS 100 /* an accept not settled is asked about again after this */
 #define SETTLE_LAST_MS  100 /* ...while this much of the request's deadline is left */
 
@@ -46,13 +43,7 @@ struct outbox {
     op_env_t *env;
     op_outbox_t hooks;
     unsigned shards;
-    store_outbox_reader_t *reader; /* NULL with a cluster: nothing is queued nor read */
-    unsigned reading : 1, stopped : 1;
-    struct event *read_timer;  /* a read that could not be sent goes again */
-    struct event *claim_timer; /* takes over entries of dead consumers */
-    struct event *depth_timer; /* the depth gauges (one worker) */
-    unsigned claim_shard, depth_shard;
-    store_outbox_call_t *claim, *depth;
+    outbox_feed_t *feed; /* NULL with a cluster: nothing is queued nor read */
     ob_job_t *jobs, *jobs_last;
     unsigned n_jobs;
     outbox_status_t *status; /* GET /requests in flight */
@@ -114,17 +105,6 @@ static unsigned shard_of(const outbox_t *ob, const char *channel_id, const char 
     return store_outbox_shard(ob->shards, channel_id, member_id);
 }
 
-static void arm(struct event *ev, int64_t ms)
-{
-    struct timeval tv;
-
-    if (ms < 0)
-        ms = 0;
-    tv.tv_sec = (time_t)(ms / 1000);
-    tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
-    evtimer_add(ev, &tv);
-}
-
 /* ---- accepting ---- */
 
 /* An accept's state, op_outbox(op) of an async op. */
@@ -166,7 +146,7 @@ static void on_settled(void *arg, store_status_t st, int queued)
 
     a->call = NULL;
     if (st != STORE_OK)
-        arm(a->timer, SETTLE_AGAIN_MS);
+        outbox_arm(a->timer, SETTLE_AGAIN_MS);
     else if (queued)
         accepted(op);
     else
@@ -210,7 +190,7 @@ static void settle(op_t *op)
     a->call =
         store_outbox_settle(op->env->deliver.store, a->shard, a->id, keep_ms, on_settled, op, &st);
     if (a->call == NULL)
-        arm(a->timer, SETTLE_AGAIN_MS);
+        outbox_arm(a->timer, SETTLE_AGAIN_MS);
 }
 
 static void on_accepted(void *arg, store_status_t st, int64_t created_ms)
@@ -315,7 +295,6 @@ static void ob_accept(op_t *op)
 
 /* ---- jobs ---- */
 
-static void outbox_read(outbox_t *ob);
 static void job_start(ob_job_t *job);
 static void turn_ask(ob_job_t *job);
 static void callback_start(ob_job_t *job);
@@ -340,7 +319,7 @@ static void job_free(ob_job_t *job)
     DLIST_UNLINK(ob->jobs, ob->jobs_last, job);
     ob->n_jobs--;
     free(job);
-    outbox_read(ob); /* room for one more */
+    outbox_feed_read(ob->feed); /* room for one more */
 }
 
 static void job_wake(ob_job_t *job)
@@ -373,7 +352,7 @@ static void on_job_timer(evutil_socket_t fd, short what, void *arg)
 
 static void job_later(ob_job_t *job, int64_t ms)
 {
-    arm(job->timer, ms);
+    outbox_arm(job->timer, ms);
 }
 
 /* Entry ids are a stream's own: two shards have the same ids in the same millisecond. */
@@ -889,144 +868,6 @@ static void ob_answered(op_t *op, int status, int code, const char *text, size_t
     json_decref(answer);
 }
 
-/* ---- reading and taking over ---- */
-
-static void on_entries(void *arg, store_status_t st, const store_outbox_entry_t *e, size_t n)
-{
-    outbox_t *ob = arg;
-
-    ob->reading = 0;
-    if (ob->stopped)
-        return;
-    for (size_t i = 0; i < n; i++)
-        job_add(ob, &e[i]);
-    if (st != STORE_OK)
-        arm(ob->read_timer, READ_RETRY_MS);
-    else
-        outbox_read(ob);
-}
-
-static void outbox_read(outbox_t *ob)
-{
-    unsigned room = (unsigned)ob->env->deliver.cfg->outbox_jobs;
-
-    if (ob->reader == NULL || ob->reading || ob->stopped || ob->env->draining || ob->n_jobs >= room)
-        return;
-    /* a few at a time: a burst spreads over the workers and instances blocked beside */
-    if (store_outbox_read(ob->reader,
-                          room - ob->n_jobs < READ_COUNT ? room - ob->n_jobs : READ_COUNT,
-                          on_entries, ob) < 0) {
-        arm(ob->read_timer, READ_RETRY_MS);
-        return;
-    }
-    ob->reading = 1;
-}
-
-static void on_read_timer(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    outbox_read(arg);
-}
-
-static void claim_next(outbox_t *ob);
-
-static void on_claimed(void *arg, store_status_t st, const store_outbox_entry_t *e, size_t n)
-{
-    outbox_t *ob = arg;
-
-    ob->claim = NULL;
-    for (size_t i = 0; i < n; i++) {
-        if (e[i].request_id != NULL && job_find(ob, e[i].shard, e[i].entry_id) == NULL)
-            count(&metrics(ob)->outbox_claimed);
-        job_add(ob, &e[i]);
-    }
-    (void)st;
-    ob->claim_shard++;
-    claim_next(ob);
-}
-
-/* One shard after the other, then again after half the claim time. A worker whose every slot
- * holds a request waiting for its member's earlier one still takes a few over (up to twice its
- * slots): the earlier one may be what a dead instance left, and nobody else may have room. */
-static void claim_next(outbox_t *ob)
-{
-    const config_t *cfg = ob->env->deliver.cfg;
-    unsigned room = (unsigned)cfg->outbox_jobs;
-    unsigned count = ob->n_jobs < room ? room - ob->n_jobs : CLAIM_WHEN_FULL;
-    store_status_t st = STORE_OK;
-
-    if (ob->claim_shard < ob->shards && ob->n_jobs < 2 * room && !ob->env->draining)
-        ob->claim = store_outbox_claim(ob->env->deliver.store, ob->claim_shard, ob->consumer,
-                                       cfg->outbox_claim_ms, count, on_claimed, ob, &st);
-    if (ob->claim != NULL)
-        return;
-    ob->claim_shard = 0;
-    arm(ob->claim_timer, cfg->outbox_claim_ms / 2);
-}
-
-static void on_claim_timer(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    claim_next(arg);
-}
-
-/* ---- the depth gauges ---- */
-
-static void depth_next(outbox_t *ob);
-
-static int64_t prune_idle_ms(const outbox_t *ob)
-{
-    int64_t claim = 2 * (int64_t)ob->env->deliver.cfg->outbox_claim_ms;
-
-    return claim > 3 * BLOCK_MS ? claim : 3 * BLOCK_MS;
-}
-
-static void on_depth(void *arg, store_status_t st, int64_t pending, int64_t age_ms)
-{
-    outbox_t *ob = arg;
-
-    ob->depth = NULL;
-    /* the group's upkeep goes with it: consumers of workers that are gone (a restarted
-     * instance's) go once idle well past a live one's read and the claim time */
-    if (st == STORE_OK)
-        store_outbox_prune(ob->env->deliver.store, ob->depth_shard, prune_idle_ms(ob));
-    if (st == STORE_OK && ob->depth_shard < METRICS_SHARDS) {
-        atomic_store(&metrics(ob)->outbox_depth[ob->depth_shard], pending);
-        atomic_store(&metrics(ob)->outbox_age_ms[ob->depth_shard], age_ms);
-    }
-    ob->depth_shard++;
-    depth_next(ob);
-}
-
-static void depth_next(outbox_t *ob)
-{
-    store_status_t st = STORE_OK;
-
-    if (ob->depth_shard < ob->shards)
-        ob->depth = store_outbox_depth(ob->env->deliver.store, ob->depth_shard, on_depth, ob, &st);
-    if (ob->depth != NULL)
-        return;
-    ob->depth_shard = 0;
-    arm(ob->depth_timer, DEPTH_EVERY_MS);
-}
-
-static void on_depth_timer(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    depth_next(arg);
-}
-
-void outbox_watch_depth(outbox_t *ob)
-{
-    if (ob == NULL)
-        return;
-    atomic_store(&metrics(ob)->outbox_shards, ob->shards);
-    arm(ob->depth_timer, 0);
-}
-
 /* ---- status callbacks ---- */
 
 static void on_callback_posted(void *arg, int delivered)
@@ -1195,10 +1036,34 @@ void outbox_status_route(void *arg, struct evhttp_request *req)
     outbox_status_get(ob->status, req);
 }
 
+/* An entry the feed read or took over: a job, unless it is one already. */
+static void on_feed_entry(void *arg, const store_outbox_entry_t *e, int claimed)
+{
+    outbox_t *ob = arg;
+
+    if (claimed && e->request_id != NULL && job_find(ob, e->shard, e->entry_id) == NULL)
+        count(&metrics(ob)->outbox_claimed);
+    job_add(ob, e);
+}
+
+static unsigned feed_jobs(void *arg)
+{
+    const outbox_t *ob = arg;
+
+    return ob->n_jobs;
+}
+
+void outbox_watch_depth(outbox_t *ob)
+{
+    if (ob != NULL)
+        outbox_feed_watch_depth(ob->feed);
+}
+
 outbox_t *outbox_new(op_env_t *env, int worker_id)
 {
     outbox_t *ob = calloc(1, sizeof(*ob));
     char hex[17];
+    int no_reader = 0;
 
     if (ob == NULL)
         return NULL;
@@ -1210,18 +1075,14 @@ outbox_t *outbox_new(op_env_t *env, int worker_id)
     snprintf(ob->consumer, sizeof(ob->consumer), "%s-%d", hex, worker_id);
     ob->hooks =
         (op_outbox_t){ob, ob_accept, ob_answered, ob_progress, ob_resumed, ob_cancel, ob_release};
-    ob->status = outbox_status_new(env);
-    ob->read_timer = evtimer_new(env->deliver.base, on_read_timer, ob);
-    ob->claim_timer = evtimer_new(env->deliver.base, on_claim_timer, ob);
-    ob->depth_timer = evtimer_new(env->deliver.base, on_depth_timer, ob);
-    if (ob->status == NULL || ob->read_timer == NULL || ob->claim_timer == NULL ||
-        ob->depth_timer == NULL) {
+    if ((ob->status = outbox_status_new(env)) == NULL) {
         outbox_free(ob);
         return NULL;
     }
-    ob->reader = store_outbox_reader_new(env->deliver.store, ob->shards, ob->consumer, BLOCK_MS);
-    if (ob->reader == NULL) {
-        if (store_redis(env->deliver.store) != NULL) {
+    ob->feed =
+        outbox_feed_new(env, ob->shards, ob->consumer, on_feed_entry, feed_jobs, ob, &no_reader);
+    if (ob->feed == NULL) {
+        if (!no_reader) {
             outbox_free(ob);
             return NULL;
         }
@@ -1231,8 +1092,6 @@ outbox_t *outbox_new(op_env_t *env, int worker_id)
         return ob;
     }
     env->outbox = &ob->hooks;
-    arm(ob->read_timer, 0);
-    arm(ob->claim_timer, 0);
     return ob;
 }
 
@@ -1240,21 +1099,12 @@ void outbox_free(outbox_t *ob)
 {
     if (ob == NULL)
         return;
-    ob->stopped = 1;
     ob->env->outbox = NULL;
-    store_outbox_reader_free(ob->reader);
-    ob->reader = NULL;
-    store_outbox_cancel(ob->claim);
-    store_outbox_cancel(ob->depth);
+    outbox_feed_free(ob->feed);
+    ob->feed = NULL;
     outbox_status_free(ob->status);
     /* what is not finished stays pending in Redis: another consumer takes it over */
     while (ob->jobs != NULL)
         job_free(ob->jobs);
-    if (ob->read_timer != NULL)
-        event_free(ob->read_timer);
-    if (ob->claim_timer != NULL)
-        event_free(ob->claim_timer);
-    if (ob->depth_timer != NULL)
-        event_free(ob->depth_timer);
     free(ob);
 }
