@@ -35,6 +35,7 @@
 #define RETRY_AFTER_MS  1000 /* a 429 without Retry-After: as a first backoff */
 #define SETTLE_AGAIN_MS 100 /* an accept not settled is asked about again after this */
 #define SETTLE_LAST_MS  100 /* ...while this much of the request's deadline is left */
+#define END_TRIES       10  /* an attempt's end refused (a slot migrating): tried again */
 
 typedef struct ob_job ob_job_t;
 
@@ -66,6 +67,7 @@ struct ob_job {
     unsigned drop : 1;          /* freed at the next wake (after its op let it go) */
     unsigned sub_turn : 1;      /* sub is on the member's turn queue, else on its order */
     unsigned callback_turn : 1; /* a callback whose member's callbacks before it ended */
+    unsigned ending : 1;        /* its end is to be written again (end_*) */
     /* its strings in one block, e.entry_id's (an event's url, app and body: below) */
     store_outbox_entry_t e;
     store_outbox_call_t *call;
@@ -82,6 +84,9 @@ struct ob_job {
     int64_t attempts, retry_ms;
     metrics_retry_t reason;
     char *elements[STORE_OUTBOX_ELEMENTS_MAX]; /* of the responses before next */
+    char *end_status, *end_result;             /* the attempt's end while it is being written */
+    size_t end_len;
+    unsigned end_tries;
     /* a callback or an event */
     outbox_post_t *post;
     /* an event: posted to url (app: whose secret signs it) as number e.seq of its member's */
@@ -277,7 +282,11 @@ static void ob_accept(op_t *op)
         int64_t keep_ms = ((int64_t)cfg->outbox_ttl_s + cfg->idempotency_ttl_s) * 1000;
         if (req.callback == NULL)
             req.callback = "";
-        if (cfg->member_order) {
+        /* with a Redis Cluster the member's turn queue is in its channel's slot and the
+         * outbox in its shard's: no script holds both, so a queued request keeps its order
+         * among the member's queued ones (the order key) but not against its synchronous ones
+         * (docs/operations.md) */
+        if (cfg->member_order && store_redis(op->env->deliver.store) != NULL) {
             /* its place in the member's turn queue, held until it ends: nothing of it is sent
              * after the TTL, and an attempt begun before lasts a request's time at most */
             req.turn_lease_ms =
@@ -300,6 +309,8 @@ static void turn_ask(ob_job_t *job);
 static void callback_start(ob_job_t *job);
 static void event_start(ob_job_t *job);
 
+static void job_end_again(ob_job_t *job);
+
 static void job_free(ob_job_t *job)
 {
     outbox_t *ob = job->ob;
@@ -315,6 +326,8 @@ static void job_free(ob_job_t *job)
     free(job->app);
     free(job->url);
     free(job->body);
+    free(job->end_status);
+    free(job->end_result);
     free((char *)job->e.entry_id);
     DLIST_UNLINK(ob->jobs, ob->jobs_last, job);
     ob->n_jobs--;
@@ -330,6 +343,10 @@ static void job_wake(ob_job_t *job)
     }
     if (job->call != NULL || job->turn_call != NULL || job->post != NULL) {
         job->stale = 1;
+        return;
+    }
+    if (job->ending) {
+        job_end_again(job);
         return;
     }
     /* shutting down: nothing new starts; what is left is taken over elsewhere */
@@ -708,6 +725,16 @@ static void on_end(void *arg, store_status_t st)
     ob_job_t *job = arg;
 
     job->call = NULL;
+    /* not written (with a Redis Cluster: refused while the shard's slot migrates; the script
+     * then wrote nothing): again, while this attempt still holds the record (the script checks
+     * the owner) */
+    if (st != STORE_OK && st != STORE_NOT_FOUND && ++job->end_tries < END_TRIES &&
+        !job->ob->env->draining && (job->end_status == NULL || job->end_result != NULL)) {
+        job->ending = 1;
+        job_later(job, READ_RETRY_MS);
+        return;
+    }
+    job->ending = 0;
     if (st == STORE_OK && job->retry_ms >= 0) {
         job_later(job, job->retry_ms);
         return;
@@ -728,18 +755,32 @@ static void job_end(ob_job_t *job, const char *status, const char *result, size_
                               OUTBOX_POST_FOR_MS + (int64_t)cfg->outbox_claim_ms * 4};
     store_status_t st = STORE_OK;
 
-    if (status != NULL) {
-        job->retry_ms = -1;
-        count(&metrics(ob)->outbox_ended[strcmp(status, "done") == 0 ? 0 : 1]);
-    } else {
-        count(&metrics(ob)->outbox_retries[job->reason]);
+    if (!job->ending) {
+        if (status != NULL) {
+            job->retry_ms = -1;
+            count(&metrics(ob)->outbox_ended[strcmp(status, "done") == 0 ? 0 : 1]);
+        } else {
+            count(&metrics(ob)->outbox_retries[job->reason]);
+        }
+        free(job->end_status);
+        free(job->end_result);
+        job->end_status = status != NULL ? strdup(status) : NULL;
+        job->end_result = result != NULL ? strndup(result, len) : NULL;
+        job->end_len = len;
+        job->end_tries = 0;
     }
+    job->ending = 0;
     job->call = store_outbox_end(ob->env->deliver.store, job->shard, job->e.request_id, job->owner,
                                  &end, on_end, job, &st);
     if (job->call == NULL) {
         job->drop = 1;
         job_later(job, 0);
     }
+}
+
+static void job_end_again(ob_job_t *job)
+{
+    job_end(job, job->end_status, job->end_result, job->end_len);
 }
 
 /* The final result: what GET /requests/<id> and the callback show besides the status, as the
@@ -1063,7 +1104,6 @@ outbox_t *outbox_new(op_env_t *env, int worker_id)
 {
     outbox_t *ob = calloc(1, sizeof(*ob));
     char hex[17];
-    int no_reader = 0;
 
     if (ob == NULL)
         return NULL;
@@ -1079,17 +1119,10 @@ outbox_t *outbox_new(op_env_t *env, int worker_id)
         outbox_free(ob);
         return NULL;
     }
-    ob->feed =
-        outbox_feed_new(env, ob->shards, ob->consumer, on_feed_entry, feed_jobs, ob, &no_reader);
+    ob->feed = outbox_feed_new(env, ob->shards, ob->consumer, on_feed_entry, feed_jobs, ob);
     if (ob->feed == NULL) {
-        if (!no_reader) {
-            outbox_free(ob);
-            return NULL;
-        }
-        if (worker_id == 0)
-            log_msg(LOG_WARN, "outbox: not with a Redis Cluster yet: Prefer: respond-async is "
-                              "ignored (requests are answered synchronously)");
-        return ob;
+        outbox_free(ob);
+        return NULL;
     }
     env->outbox = &ob->hooks;
     return ob;

@@ -4,6 +4,8 @@
  * depth gauges and prunes the consumers of workers that are gone. */
 #include "outbox_feed.h"
 
+#include "../core/clock.h"
+
 #include "outbox_post.h"
 
 #include <event2/event.h>
@@ -12,9 +14,20 @@
 
 #define BLOCK_MS        5000 /* a blocking read's wait: the connection shows it is alive */
 #define READ_RETRY_MS   1000 /* after a failed read */
+#define SEND_RETRY_MS   100  /* after a read not sent (a cluster's slot map not read yet) */
 #define DEPTH_EVERY_MS  5000
 #define READ_COUNT      8 /* entries one read takes at most */
 #define CLAIM_WHEN_FULL 4 /* entries a full worker takes over at a time */
+
+typedef struct outbox_feed outbox_feed_t;
+
+/* One blocking reader: of every shard with one server, of one shard with a cluster. */
+typedef struct feed_reader {
+    outbox_feed_t *f;
+    store_outbox_reader_t *reader;
+    unsigned want;    /* entries asked for by its read in flight; 0: not reading */
+    int64_t retry_ms; /* after a failure, no read before this (clock_coarse_ms) */
+} feed_reader_t;
 
 /* Owned by the outbox (outbox_feed_new, outbox_feed_free). */
 struct outbox_feed {
@@ -23,8 +36,10 @@ struct outbox_feed {
     outbox_feed_jobs_fn *jobs;
     void *arg;
     unsigned shards;
-    store_outbox_reader_t *reader;
-    unsigned reading : 1, stopped : 1;
+    feed_reader_t readers[STORE_OUTBOX_SHARDS_MAX];
+    unsigned n_readers, next_reader;
+    unsigned asked; /* entries the reads in flight may bring */
+    unsigned stopped : 1;
     struct event *read_timer;  /* a read that could not be sent goes again */
     struct event *claim_timer; /* takes over entries of dead consumers */
     struct event *depth_timer; /* the depth gauges (one worker) */
@@ -42,35 +57,56 @@ static metrics_t *metrics(const outbox_feed_t *f)
 
 static void on_entries(void *arg, store_status_t st, const store_outbox_entry_t *e, size_t n)
 {
-    outbox_feed_t *f = arg;
+    feed_reader_t *fr = arg;
+    outbox_feed_t *f = fr->f;
 
-    f->reading = 0;
+    f->asked -= fr->want;
+    fr->want = 0;
     if (f->stopped)
         return;
     for (size_t i = 0; i < n; i++)
         f->entry(f->arg, &e[i], 0);
     if (st != STORE_OK)
-        outbox_arm(f->read_timer, READ_RETRY_MS);
-    else
-        outbox_feed_read(f);
+        fr->retry_ms = clock_coarse_ms() + READ_RETRY_MS; /* outbox_feed_read arms the timer */
+    outbox_feed_read(f);
 }
 
+/* Each idle reader reads while the outbox has room for what the reads in flight may bring; a
+ * few entries at a time, so that a burst spreads over the workers and instances blocked
+ * beside, and with many readers (a cluster's shards) a share of the room each, taken in turn. */
 void outbox_feed_read(outbox_feed_t *f)
 {
     unsigned room, jobs;
+    int64_t now = clock_coarse_ms(), wake = -1;
 
-    if (f == NULL || f->reading || f->stopped || f->env->draining)
+    if (f == NULL || f->stopped || f->env->draining)
         return;
     room = (unsigned)f->env->deliver.cfg->outbox_jobs;
-    if ((jobs = f->jobs(f->arg)) >= room)
-        return;
-    /* a few at a time: a burst spreads over the workers and instances blocked beside */
-    if (store_outbox_read(f->reader, room - jobs < READ_COUNT ? room - jobs : READ_COUNT,
-                          on_entries, f) < 0) {
-        outbox_arm(f->read_timer, READ_RETRY_MS);
-        return;
+    jobs = f->jobs(f->arg);
+    for (unsigned k = 0; k < f->n_readers && jobs + f->asked < room; k++) {
+        feed_reader_t *fr = &f->readers[(f->next_reader + k) % f->n_readers];
+        unsigned free_ = room - jobs - f->asked;
+        unsigned want = free_ / f->n_readers > 0 ? free_ / f->n_readers : 1;
+
+        if (fr->want > 0)
+            continue;
+        if (now < fr->retry_ms) { /* the timer wakes it then */
+            wake = wake < 0 || fr->retry_ms - now < wake ? fr->retry_ms - now : wake;
+            continue;
+        }
+        want = want < READ_COUNT ? want : READ_COUNT;
+        if (store_outbox_read(fr->reader, want, on_entries, fr) < 0) {
+            /* soon again: at start a cluster's readers wait for its slot map */
+            fr->retry_ms = now + SEND_RETRY_MS;
+            wake = wake < 0 || SEND_RETRY_MS < wake ? SEND_RETRY_MS : wake;
+            continue;
+        }
+        fr->want = want;
+        f->asked += want;
     }
-    f->reading = 1;
+    f->next_reader = (f->next_reader + 1) % f->n_readers;
+    if (wake >= 0)
+        outbox_arm(f->read_timer, wake + 1);
 }
 
 static void on_read_timer(evutil_socket_t fd, short what, void *arg)
@@ -181,12 +217,10 @@ void outbox_feed_watch_depth(outbox_feed_t *f)
 /* ---- the feed ---- */
 
 outbox_feed_t *outbox_feed_new(op_env_t *env, unsigned shards, const char *consumer,
-                               outbox_feed_entry_fn *entry, outbox_feed_jobs_fn *jobs, void *arg,
-                               int *no_reader)
+                               outbox_feed_entry_fn *entry, outbox_feed_jobs_fn *jobs, void *arg)
 {
     outbox_feed_t *f = calloc(1, sizeof(*f));
 
-    *no_reader = 0;
     if (f == NULL)
         return NULL;
     f->env = env;
@@ -202,11 +236,18 @@ outbox_feed_t *outbox_feed_new(op_env_t *env, unsigned shards, const char *consu
         outbox_feed_free(f);
         return NULL;
     }
-    f->reader = store_outbox_reader_new(env->deliver.store, shards, f->consumer, BLOCK_MS);
-    if (f->reader == NULL) {
-        *no_reader = store_redis(env->deliver.store) == NULL;
-        outbox_feed_free(f);
-        return NULL;
+    /* one server: one reader of every shard; a cluster: one per shard, on the connection to
+     * its slot's master (a blocking read names the streams of one slot only) */
+    f->n_readers = store_redis(env->deliver.store) != NULL ? 1 : shards;
+    for (unsigned i = 0; i < f->n_readers; i++) {
+        f->readers[i].f = f;
+        f->readers[i].reader =
+            store_outbox_reader_new(env->deliver.store, f->n_readers == 1 ? 0 : i,
+                                    f->n_readers == 1 ? shards : 1, f->consumer, BLOCK_MS);
+        if (f->readers[i].reader == NULL) {
+            outbox_feed_free(f);
+            return NULL;
+        }
     }
     outbox_arm(f->read_timer, 0);
     outbox_arm(f->claim_timer, 0);
@@ -218,7 +259,8 @@ void outbox_feed_free(outbox_feed_t *f)
     if (f == NULL)
         return;
     f->stopped = 1;
-    store_outbox_reader_free(f->reader);
+    for (unsigned i = 0; i < f->n_readers; i++)
+        store_outbox_reader_free(f->readers[i].reader);
     store_outbox_cancel(f->claim);
     store_outbox_cancel(f->depth);
     if (f->read_timer != NULL)

@@ -15,11 +15,11 @@ typedef void outbox_feed_entry_fn(void *arg, const store_outbox_entry_t *e, int 
 typedef unsigned outbox_feed_jobs_fn(void *arg);
 
 /* The feed of consumer (in env's worker) over shards streams; it starts reading and taking over
- * once the loop runs. NULL when out of memory, or when the store gives no reader (*no_reader
- * then 1: a Redis Cluster). */
+ * once the loop runs. With one server (or Sentinel) one blocking connection reads every
+ * shard; with a Redis Cluster there is one per shard, to its slot's master. NULL when out of
+ * memory. */
 outbox_feed_t *outbox_feed_new(op_env_t *env, unsigned shards, const char *consumer,
-                               outbox_feed_entry_fn *entry, outbox_feed_jobs_fn *jobs, void *arg,
-                               int *no_reader);
+                               outbox_feed_entry_fn *entry, outbox_feed_jobs_fn *jobs, void *arg);
 /* Stops what is in flight and frees it; no callback after. */
 void outbox_feed_free(outbox_feed_t *f);
 /* The outbox has room again: reads if it is not reading. */

@@ -12,7 +12,11 @@
 
 /* index_message(record, element, i, base, request id, ttl): the platform's message id of a
  * sent element leads its receipts back to the request (store_outbox_receipt). An element is
- * botgate's own JSON, only read. */
+ * botgate's own JSON, only read. MSG_INDEX_FIRST: its keys (as many as the elements) are not
+ * among the script's KEYS, and while their slot migrates a Redis Cluster refuses a write to a
+ * new one in the middle of the script, which stops there with what it wrote kept; so a script
+ * indexes before it writes anything else: refused, it leaves nothing but index entries (which
+ * a later try writes again) and is tried again or taken over whole. */
 #define INDEX_MESSAGE_FN                                                                           \
     "local function index_message(rec, el, i, base, id, ttl) "                                     \
     "local m = type(el) == 'table' and type(el.result) == 'table' and "                            \
@@ -119,11 +123,13 @@ static const char START_SCRIPT[] =
 /* KEYS record; ARGV owner, index, element. */
 static const char PROGRESS_SCRIPT[] = NOW_MS INDEX_MESSAGE_FN
     "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
-    "redis.call('HSET', KEYS[1], 'e' .. ARGV[2], ARGV[3], 'next', ARGV[2] + 1, 'updated', now) "
-    /* ARGV[4] the message index's key base, ARGV[5] the request id */
+    /* ARGV[4] the message index's key base, ARGV[5] the request id; the index first
+     * (MSG_INDEX_FIRST) */
     "local ok, el = pcall(cjson.decode, ARGV[3]) "
     "local ttl = redis.call('PTTL', KEYS[1]) if ttl < 1 then ttl = 86400000 end "
-    "if ok then index_message(KEYS[1], el, ARGV[2], ARGV[4], ARGV[5], ttl) end return 1";
+    "if ok then index_message(KEYS[1], el, ARGV[2], ARGV[4], ARGV[5], ttl) end "
+    "redis.call('HSET', KEYS[1], 'e' .. ARGV[2], ARGV[3], 'next', ARGV[2] + 1, 'updated', now) "
+    "return 1";
 
 /* KEYS stream; ARGV the message's index key, the records' key base, the receipt (delivered,
  * read, failed), group. The element's receipt moves forward only (delivered, then read; failed
@@ -156,6 +162,12 @@ static const char RECEIPT_SCRIPT[] =
  * broadcast (bc_end). */
 static const char END_SCRIPT[] = NOW_MS BC_END_FN INDEX_MESSAGE_FN
     "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
+    /* the index first (MSG_INDEX_FIRST) */
+    "if ARGV[3] ~= '0' then local ok, res = pcall(cjson.decode, '{' .. ARGV[5] .. '}') "
+    "if ok and type(res) == 'table' and type(res.sendResult) == 'table' and "
+    "type(res.sendResult.result) == 'table' then "
+    "for i, el in ipairs(res.sendResult.result) do "
+    "index_message(KEYS[1], el, i - 1, ARGV[10], ARGV[9], ARGV[7]) end end end "
     "redis.call('HDEL', KEYS[1], 'owner', 'lease', 'out') "
     "if ARGV[3] == '0' then bc_end(KEYS[1], nil, now) "
     "redis.call('HSET', KEYS[1], 'status', 'queued', 'due', "
@@ -166,11 +178,6 @@ static const char END_SCRIPT[] = NOW_MS BC_END_FN INDEX_MESSAGE_FN
     "redis.call('HDEL', KEYS[1], unpack(drop)) "
     "redis.call('HSET', KEYS[1], 'status', ARGV[4], 'result', ARGV[5], 'updated', now) "
     "redis.call('PEXPIRE', KEYS[1], ARGV[7]) "
-    "local ok, res = pcall(cjson.decode, '{' .. ARGV[5] .. '}') "
-    "if ok and type(res) == 'table' and type(res.sendResult) == 'table' and "
-    "type(res.sendResult.result) == 'table' then "
-    "for i, el in ipairs(res.sendResult.result) do "
-    "index_message(KEYS[1], el, i - 1, ARGV[10], ARGV[9], ARGV[7]) end end "
     "local seq = redis.call('HGET', KEYS[1], 'seq') "
     "redis.call('HSET', KEYS[2], 'done', seq) redis.call('PUBLISH', KEYS[2], seq) "
     "bc_end(KEYS[1], ARGV[4] == 'done' and 'sent' or "
@@ -233,16 +240,20 @@ static const char PRUNE_SCRIPT[] =
 static _Thread_local store_script_t prune_script = STORE_SCRIPT(PRUNE_SCRIPT);
 /* KEYS stream, seen; ARGV event id, app, body, keep_ms, the order keys' base and suffix (a
  * subscription's key is base .. id .. suffix, of the stream's slot), then the subscriptions as
- * "id\nurl\n" pairs. An event the platform sends again (its id seen) adds nothing. */
+ * "id\nurl\n" pairs. An event the platform sends again (its id seen) adds nothing. The order
+ * keys are not among KEYS (MSG_INDEX_FIRST): the event is marked seen last, so that a script
+ * stopped by a slot migration leaves it unseen (the platform's retry queues it; at least once)
+ * rather than seen and lost. */
 static const char EVENT_ADD_SCRIPT[] =
-    "if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[4]) then return 0 end "
+    "if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end "
     "local parts = {} for p in string.gmatch(ARGV[7], '([^\\n]+)') do parts[#parts + 1] = p end "
     "for i = 1, #parts - 1, 2 do "
     "local order = ARGV[5] .. parts[i] .. ARGV[6] "
     "local seq = redis.call('HINCRBY', order, 'n', 1) "
     "redis.call('PEXPIRE', order, ARGV[4]) "
     "redis.call('XADD', KEYS[1], '*', 'e', ARGV[1], 's', parts[i], 'u', parts[i + 1], "
-    "'a', ARGV[2], 'o', order, 'q', seq, 'b', ARGV[3]) end return 1";
+    "'a', ARGV[2], 'o', order, 'q', seq, 'b', ARGV[3]) end "
+    "redis.call('SET', KEYS[2], '1', 'PX', ARGV[4]) return 1";
 
 /* KEYS order; ARGV seq. 1: its turn; 0: an earlier one is not finished; 2: finished already. */
 static const char EVENT_TURN_SCRIPT[] =
@@ -770,36 +781,61 @@ void store_outbox_event_end(store_t *st, const store_outbox_entry_t *e)
 /* ---- the consumers ---- */
 
 struct store_outbox_reader {
-    redisc_t *redis;
+    redisc_t *redis; /* NULL while a new one is to be made (cluster: a MOVED, a lost node) */
     store_t *st;
-    unsigned shards;
+    unsigned first, shards; /* it reads shards first .. first + shards - 1 */
     int block_ms;
     int groups_made; /* XGROUP CREATE sent on this connection since it was (re)made */
+    int reconnect;   /* the connection is to be made again before the next read */
+    char moved_host[64]; /* where a MOVED pointed (empty: the slot's master in the map) */
+    int moved_port;
     char consumer[64];
     redisc_cmd_t *cmd;
     store_outbox_entries_cb *cb;
     void *arg;
 };
 
-store_outbox_reader_t *store_outbox_reader_new(store_t *st, unsigned shards, const char *consumer,
-                                               int block_ms)
+/* The reader's connection, made again when the last read said so: with a cluster, to the
+ * node a MOVED named, or to the master of the shard's slot in the map as known now. */
+static int reader_connect(store_outbox_reader_t *r)
+{
+    char key[STORE_KEY_MAX / 8];
+
+    if (r->redis != NULL && !r->reconnect)
+        return 0;
+    if (store_key_outbox(key, sizeof(key), store_prefix(r->st), r->first) < 0)
+        return -1;
+    redisc_free(r->redis);
+    r->groups_made = 0;
+    /* the command timeout is past the BLOCK time: an answer that takes longer is lost */
+    r->redis = store_new_connection_for(r->st, key, r->moved_host[0] ? r->moved_host : NULL,
+                                        r->moved_port, r->block_ms + 5000);
+    r->reconnect = 0;
+    r->moved_host[0] = '\0';
+    return r->redis != NULL ? 0 : -1;
+}
+
+store_outbox_reader_t *store_outbox_reader_new(store_t *st, unsigned first, unsigned shards,
+                                               const char *consumer, int block_ms)
 {
     store_outbox_reader_t *r;
 
-    if (shards == 0 || shards > STORE_OUTBOX_SHARDS_MAX || strlen(consumer) >= sizeof(r->consumer))
+    if (shards == 0 || first + shards > STORE_OUTBOX_SHARDS_MAX ||
+        strlen(consumer) >= sizeof(r->consumer))
         return NULL;
     if ((r = calloc(1, sizeof(*r))) == NULL)
         return NULL;
-    /* the command timeout is past the BLOCK time: an answer that takes longer is lost */
-    r->redis = store_new_connection(st, block_ms + 5000);
-    if (r->redis == NULL) {
-        free(r);
-        return NULL;
-    }
     r->st = st;
+    r->first = first;
     r->shards = shards;
     r->block_ms = block_ms;
     strcpy(r->consumer, consumer);
+    /* one server: connected now or never (out of memory); a cluster's slot may not be mapped
+     * yet: connected at the first read */
+    if (reader_connect(r) < 0 && store_redis(st) != NULL) {
+        free(r);
+        return NULL;
+    }
     return r;
 }
 
@@ -811,6 +847,29 @@ void store_outbox_reader_free(store_outbox_reader_t *r)
         redisc_cancel(r->cmd);
     redisc_free(r->redis);
     free(r);
+}
+
+/* A read's error with a cluster: MOVED (the shard's slot went to another node during a
+ * resharding or a failover) moves the reader there; ASK, TRYAGAIN and CLUSTERDOWN are read
+ * again later on the same node, which then answers MOVED or the entries. */
+static void reader_redirected(store_outbox_reader_t *r, const redisReply *reply)
+{
+    const char *addr, *colon;
+
+    if (reply == NULL) { /* the connection went: the node may have gone with it */
+        r->reconnect = store_redis(r->st) == NULL;
+        return;
+    }
+    if (reply->type != REDIS_REPLY_ERROR || strncmp(reply->str, "MOVED ", 6) != 0)
+        return;
+    /* MOVED <slot> <host>:<port> */
+    if ((addr = strchr(reply->str + 6, ' ')) == NULL || (colon = strrchr(addr, ':')) == NULL ||
+        (size_t)(colon - addr - 1) >= sizeof(r->moved_host))
+        return;
+    memcpy(r->moved_host, addr + 1, (size_t)(colon - addr - 1));
+    r->moved_host[colon - addr - 1] = '\0';
+    r->moved_port = atoi(colon + 1);
+    r->reconnect = 1;
 }
 
 static void on_group(redisReply *reply, void *arg)
@@ -830,6 +889,7 @@ static void on_read(redisReply *reply, void *arg)
     r->cmd = NULL;
     if (reply != NULL && reply->type == REDIS_REPLY_ERROR)
         r->groups_made = 0; /* NOGROUP: the stream or its group was deleted */
+    reader_redirected(r, reply);
     if (reply == NULL)
         r->groups_made = 0; /* the connection went: it may be a new server */
     if (entries == NULL)
@@ -860,8 +920,10 @@ int store_outbox_read(store_outbox_reader_t *r, unsigned count, store_outbox_ent
     char n[NUMFMT_DEC_SIZE], block[NUMFMT_DEC_SIZE];
     int argc = 0;
 
+    if (reader_connect(r) < 0)
+        return -1;
     for (unsigned s = 0; s < r->shards; s++)
-        if (store_key_outbox(keys[s], sizeof(keys[s]), store_prefix(r->st), s) < 0)
+        if (store_key_outbox(keys[s], sizeof(keys[s]), store_prefix(r->st), r->first + s) < 0)
             return -1;
     if (!r->groups_made) {
         for (unsigned s = 0; s < r->shards; s++) {
