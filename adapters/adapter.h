@@ -47,25 +47,25 @@ typedef enum {
 /* The header line of a JSON body (adapter_set_json_body): net/netcurl.c recognises it to use its
  * shared header list. */
 #define ADAPTER_JSON_HEADER "Content-Type: application/json"
-#define ADAPTER_ID_MAX 192
-#define ADAPTER_ERROR_MAX 200
+#define ADAPTER_ID_MAX      192
+#define ADAPTER_ERROR_MAX   200
 
 /* One HTTP call to make. Owns every string in it; adapter_call_free() releases them. */
 typedef struct adapter_call {
-    const char *method;                      /* "GET" or "POST" (static string) */
-    char *url;                               /* absolute URL, query already encoded */
-    char *headers[ADAPTER_MAX_HEADERS + 1];  /* "Name: value" lines, NULL-terminated */
-    char *body;                              /* NULL for none */
+    const char *method;                     /* "GET" or "POST" (static string) */
+    char *url;                              /* absolute URL, query already encoded */
+    char *headers[ADAPTER_MAX_HEADERS + 1]; /* "Name: value" lines, NULL-terminated */
+    char *body;                             /* NULL for none */
     size_t body_len;
 } adapter_call_t;
 
 /* The platform's answer, as the upstream client received it. Borrowed. */
 typedef struct adapter_answer {
-    long status;             /* HTTP status; 0 when no answer arrived */
-    const char *body;        /* NUL-terminated copy of the body ("" when none) */
+    long status;      /* HTTP status; 0 when no answer arrived */
+    const char *body; /* NUL-terminated copy of the body ("" when none) */
     size_t body_len;
-    const char *retry_after; /* Retry-After header value, NULL when absent */
-    const char *content_type;/* Content-Type header value, NULL when absent */
+    const char *retry_after;  /* Retry-After header value, NULL when absent */
+    const char *content_type; /* Content-Type header value, NULL when absent */
 } adapter_answer_t;
 
 /* Outcome of building a call or parsing an answer. */
@@ -110,17 +110,17 @@ void adapter_hook_init(adapter_hook_t *h);
 void adapter_hook_clear(adapter_hook_t *h);
 
 typedef struct adapter_ops {
-    const char *type;          /* channel type, as in contract.md section 2 */
-    const char *api_version;   /* version reported in result.meta */
-    const char *from_field;    /* info field that holds the bot's address (messageEvent.from) */
-    unsigned response_types;   /* the ADAPTER_<TYPE> bits of the types it sends */
-    int recipient_invalid_code;/* err_code for ADAPTER_RECIPIENT_INVALID: 100 or 104 */
-    int server_error_aborts;   /* 1: a server error on the first response aborts with 113 */
-    int phone_recipients;      /* 1: recipient ids are phone numbers, normalised before use */
-    int image_by_upload;       /* 1: media (ADAPTER_UPLOADED) is downloaded and uploaded first
-                                * (build_upload) */
-    const char *cred_field;    /* info field of the refreshable credential; NULL when static */
-    int message_tags;          /* 1: a response may carry a messageTag (facebook); else 108 */
+    const char *type;           /* channel type, as in contract.md section 2 */
+    const char *api_version;    /* version reported in result.meta */
+    const char *from_field;     /* info field that holds the bot's address (messageEvent.from) */
+    unsigned response_types;    /* the ADAPTER_<TYPE> bits of the types it sends */
+    int recipient_invalid_code; /* err_code for ADAPTER_RECIPIENT_INVALID: 100 or 104 */
+    int server_error_aborts;    /* 1: a server error on the first response aborts with 113 */
+    int phone_recipients;       /* 1: recipient ids are phone numbers, normalised before use */
+    int image_by_upload;        /* 1: media (ADAPTER_UPLOADED) is downloaded and uploaded first
+                                 * (build_upload) */
+    const char *cred_field;     /* info field of the refreshable credential; NULL when static */
+    int message_tags;           /* 1: a response may carry a messageTag (facebook); else 108 */
 
     /* What this platform refuses of a response of a type it has (response_types), beyond the
      * checks every platform shares (core/request.c): 0, or BG_ERR_UNSUPPORTED (117),
@@ -132,8 +132,7 @@ typedef struct adapter_ops {
     /* The message call for one response. media_id is NULL unless image_by_upload. */
     int (*build_send)(const adapter_target_t *t, const json_t *response, const char *media_id,
                       adapter_call_t *out, adapter_result_t *res);
-    void (*parse_send)(const adapter_target_t *t, const adapter_answer_t *a,
-                       adapter_result_t *res);
+    void (*parse_send)(const adapter_target_t *t, const adapter_answer_t *a, adapter_result_t *res);
 
     /* Credential refresh (whatsapp admin login, wechat access token); NULL when the
      * credential is static. parse_cred returns the fields to merge into info (new reference)
@@ -169,8 +168,9 @@ const adapter_ops_t *adapter_find(const char *type);
 unsigned adapter_response_type(const char *type);
 
 /* Whether ops can send response (already valid per request_check_response): 0, or 117/118
- * (or 108: a messageTag on a platform without tags) with msg saying why, naming the member. msg may be NULL with size 0: the code alone, the
- * reason not written (it is asked again when it is told). */
+ * (or 108: a messageTag on a platform without tags) with msg saying why, naming the member. msg may
+ * be NULL with size 0: the code alone, the reason not written (it is asked again when it is told).
+ */
 int adapter_check_response(const adapter_ops_t *ops, const json_t *response, char *msg,
                            size_t size);
 /* The err_code a failed status maps to on this platform. */
@@ -244,8 +244,7 @@ int adapter_retry_after(const char *value, int64_t now_ms);
 int64_t adapter_days_from_civil(int64_t y, int m, int d);
 /* What every answer parser does last: a rate-limit result takes the answer's Retry-After, unless
  * the platform's own parser read it already. */
-void adapter_rate_wait(const adapter_target_t *t, const adapter_answer_t *a,
-                       adapter_result_t *res);
+void adapter_rate_wait(const adapter_target_t *t, const adapter_answer_t *a, adapter_result_t *res);
 /* ops->parse_send, then adapter_rate_wait: how the gateway reads a message call's answer, so
  * that no platform can forget the header. */
 void adapter_parse_send(const adapter_ops_t *ops, const adapter_target_t *t,

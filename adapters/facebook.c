@@ -246,8 +246,8 @@ static int fb_native_body(jsonw_t *w, const json_t *r, const char *to, const cha
 }
 
 /* The body of a rich type, in w as text. */
-static int fb_rich_body(unsigned kind, const json_t *r, const char *to, const char *tag,
-                        jsonw_t *w, adapter_result_t *res)
+static int fb_rich_body(unsigned kind, const json_t *r, const char *to, const char *tag, jsonw_t *w,
+                        adapter_result_t *res)
 {
     if (kind == ADAPTER_NATIVE)
         return fb_native_body(w, r, to, tag, res);

@@ -38,22 +38,21 @@ static int slack_check(unsigned kind, const json_t *r, char *msg, size_t size)
     size_t i, j;
 
     if (kind == ADAPTER_BUTTON) {
-        json_array_foreach(json_object_get(r, "buttons"), i, item) if (
-            strcmp(adapter_str(item, "type"), "phone") ==
-            0) return adapter_check_fail(BG_ERR_UNSUPPORTED, msg, size,
-                                         "buttons[%zu]: phone buttons are not supported on slack "
-                                         "channels",
-                                         i);
+        json_array_foreach(json_object_get(r, "buttons"), i, item)
+            if (strcmp(adapter_str(item, "type"), "phone") == 0)
+                return adapter_check_fail(BG_ERR_UNSUPPORTED, msg, size,
+                                          "buttons[%zu]: phone buttons are not supported on slack "
+                                          "channels",
+                                          i);
     }
     json_array_foreach(cards, i, item) {
         const json_t *b;
-        json_array_foreach(
-            json_object_get(item, "buttons"), j,
-            b) if (strcmp(adapter_str(b, "type"), "phone") ==
-                   0) return adapter_check_fail(BG_ERR_UNSUPPORTED, msg, size,
-                                                "cards[%zu].buttons[%zu]: phone buttons are not "
-                                                "supported on slack channels",
-                                                i, j);
+        json_array_foreach(json_object_get(item, "buttons"), j, b)
+            if (strcmp(adapter_str(b, "type"), "phone") == 0)
+                return adapter_check_fail(BG_ERR_UNSUPPORTED, msg, size,
+                                          "cards[%zu].buttons[%zu]: phone buttons are not "
+                                          "supported on slack channels",
+                                          i, j);
     }
     if ((kind == ADAPTER_BUTTON || kind == ADAPTER_LIST ||
          (kind == ADAPTER_TEXT && json_object_get(r, "quickReplies"))) &&

@@ -17,11 +17,14 @@
 static const char *const secrets[] = {"accessToken", "appsecret", "JSAPITicket", NULL};
 
 static const adapter_code_t codes[] = {
-    {40001, ADAPTER_AUTH_EXPIRED}, {40014, ADAPTER_AUTH_EXPIRED},
-    {42001, ADAPTER_AUTH_EXPIRED}, {40003, ADAPTER_RECIPIENT_INVALID},
+    {40001, ADAPTER_AUTH_EXPIRED},
+    {40014, ADAPTER_AUTH_EXPIRED},
+    {42001, ADAPTER_AUTH_EXPIRED},
+    {40003, ADAPTER_RECIPIENT_INVALID},
     {45015, ADAPTER_WINDOW_CLOSED}, /* past 48 h since the user last wrote (section 14) */
     {45047, ADAPTER_RATE_LIMITED},
-    {-1, ADAPTER_SERVER_ERROR},    {0, ADAPTER_OK},
+    {-1, ADAPTER_SERVER_ERROR},
+    {0, ADAPTER_OK},
 };
 
 static int wx_needs_refresh(const json_t *info, int64_t now_ms)

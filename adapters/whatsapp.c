@@ -13,9 +13,12 @@
 static const char *const secrets[] = {"adminAuthToken", "adminPassword", NULL};
 
 static const adapter_code_t codes[] = {
-    {1013, ADAPTER_RECIPIENT_INVALID}, {1026, ADAPTER_RECIPIENT_INVALID},
-    {1015, ADAPTER_RATE_LIMITED},      {1014, ADAPTER_SERVER_ERROR},
-    {1016, ADAPTER_SERVER_ERROR},      {470, ADAPTER_WINDOW_CLOSED},
+    {1013, ADAPTER_RECIPIENT_INVALID},
+    {1026, ADAPTER_RECIPIENT_INVALID},
+    {1015, ADAPTER_RATE_LIMITED},
+    {1014, ADAPTER_SERVER_ERROR},
+    {1016, ADAPTER_SERVER_ERROR},
+    {470, ADAPTER_WINDOW_CLOSED},
     {0, ADAPTER_OK},
 };
 
@@ -50,8 +53,7 @@ int adapter_whatsapp_check(unsigned kind, const json_t *r, char *msg, size_t siz
             return adapter_check_fail(BG_ERR_LIMIT, msg, size,
                                       "%s has more than %d items on whatsapp channels", ids,
                                       WA_REPLY_BUTTONS);
-        json_array_foreach(list, i, item)
-        {
+        json_array_foreach(list, i, item) {
             if (adapter_chars(adapter_str(item, "payload")) > WA_REPLY_ID_MAX)
                 return adapter_check_fail(BG_ERR_LIMIT, msg, size,
                                           "%s[%zu].payload is longer than %d characters on "
@@ -60,11 +62,9 @@ int adapter_whatsapp_check(unsigned kind, const json_t *r, char *msg, size_t siz
         }
     }
     if (kind == ADAPTER_LIST) {
-        json_array_foreach(json_object_get(r, "sections"), i, item)
-        {
+        json_array_foreach(json_object_get(r, "sections"), i, item) {
             rows = json_object_get(item, "rows");
-            json_array_foreach(rows, j, row)
-            {
+            json_array_foreach(rows, j, row) {
                 if (adapter_chars(adapter_str(row, "title")) > WA_ROW_TITLE_MAX ||
                     adapter_chars(adapter_str(row, "description")) > WA_ROW_DESC_MAX)
                     return adapter_check_fail(
@@ -90,9 +90,10 @@ static json_t *wa_reply_buttons(const char *text, const json_t *list)
     const json_t *item;
     size_t i;
 
-    json_array_foreach(list, i, item) json_array_append_new(
-        buttons, json_pack("{s:s,s:{s:s,s:s}}", "type", "reply", "reply", "id",
-                           adapter_str(item, "payload"), "title", adapter_str(item, "title")));
+    json_array_foreach(list, i, item)
+        json_array_append_new(buttons, json_pack("{s:s,s:{s:s,s:s}}", "type", "reply", "reply",
+                                                 "id", adapter_str(item, "payload"), "title",
+                                                 adapter_str(item, "title")));
     return json_pack("{s:s,s:{s:s},s:{s:o}}", "type", "button", "body", "text", text, "action",
                      "buttons", buttons);
 }
@@ -103,11 +104,9 @@ static json_t *wa_list(const json_t *r)
     const json_t *section, *row;
     size_t i, j;
 
-    json_array_foreach(json_object_get(r, "sections"), i, section)
-    {
+    json_array_foreach(json_object_get(r, "sections"), i, section) {
         json_t *rows = json_array(), *s;
-        json_array_foreach(json_object_get(section, "rows"), j, row)
-        {
+        json_array_foreach(json_object_get(section, "rows"), j, row) {
             json_t *w = json_pack("{s:s,s:s}", "id", adapter_str(row, "id"), "title",
                                   adapter_str(row, "title"));
             adapter_copy_str(w, "description", row, "description");

@@ -12,14 +12,18 @@
 #
 #   BENCH_DURATION=10        seconds per wrk run
 #   BENCH_D_DURATION=30      seconds of each scenario-d run (its first second has no answers)
-#   BENCH_SCENARIOS="a a-off a-key b c c-lua a-tls a-tls-h1 d d-off d-tls e f h" scenarios to run
+#   BENCH_SCENARIOS="a a-off a-key b c c-lua a-tls a-tls-h1 d d-off d-tls e f g h" scenarios to run
 #                            (see bench/README.md; a-off and d-off are a and d on a botgate with
 #                            per-member order off, their twins; d-tls is bench/tls_memory.py:
 #                            d's memory per send in flight over TLS; e is bench/scenario_e.py:
 #                            three instances under one shared rate limit; f is
 #                            bench/scenario_f.py: 100,000 queued sends through three instances;
+#                            g is bench/scenario_g.py: broadcasts, 1,000,000 recipients
+#                            accepted and BENCH_G_MEMBERS delivered by three instances;
 #                            h: signed webhooks in, their events posted to a subscriber,
 #                            bench/webhooks.py)
+#   BENCH_G_MEMBERS=100000   members g delivers (at 1,000/s: BENCH_G_MEMBERS / 1000 seconds)
+#   BENCH_G_ACCEPTED=1000000 recipients g accepts by tag (then cancelled: not delivered)
 #   BENCH_H_RATE=20000       webhooks/s the bodies of h's maximum run are made for (each is
 #                            signed before the run; a run that uses them all reports wraps)
 #   BENCH_CONNECTIONS=64     wrk connections of a, b, c, a-tls and a-tls-h1
@@ -50,7 +54,7 @@ duration=${BENCH_DURATION:-10}
 # Scenario d's first second can have no answer (the upstream takes 1 s): over 10 s that
 # alone would cap it at 90 % of its Little's-law bound, over 30 s at 97 %.
 d_duration=${BENCH_D_DURATION:-30}
-scenarios=${BENCH_SCENARIOS:-a a-off a-key b c c-lua a-tls a-tls-h1 d d-off d-tls e f h}
+scenarios=${BENCH_SCENARIOS:-a a-off a-key b c c-lua a-tls a-tls-h1 d d-off d-tls e f g h}
 conns=${BENCH_CONNECTIONS:-64}
 wrk_threads=${BENCH_WRK_THREADS:-2}
 upstream_workers=${BENCH_UPSTREAM_WORKERS:-auto}
@@ -67,8 +71,8 @@ for tool in wrk nginx redis-server curl python3 openssl; do
 done
 for sc in $scenarios; do
   case $sc in
-    a | a-off | a-key | b | c | c-lua | a-tls | a-tls-h1 | d | d-off | d-tls | e | f | h) ;;
-    *) echo "bench: unknown scenario '$sc' (a a-off a-key b c c-lua a-tls a-tls-h1 d d-off d-tls e f h)" >&2; exit 2 ;;
+    a | a-off | a-key | b | c | c-lua | a-tls | a-tls-h1 | d | d-off | d-tls | e | f | g | h) ;;
+    *) echo "bench: unknown scenario '$sc' (a a-off a-key b c c-lua a-tls a-tls-h1 d d-off d-tls e f g h)" >&2; exit 2 ;;
   esac
 done
 has() { case " $scenarios " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -553,6 +557,20 @@ if has f; then
   [ -n "$f_line" ] || { echo "bench: scenario f failed (log: $tmp/scenario_f.log)" >&2; failed=1; }
 fi
 
+# g: broadcasts (issue 34): BENCH_G_ACCEPTED recipients by tag accepted (time, Redis memory per
+# queued message), then BENCH_G_MEMBERS delivered by three instances of their own to a
+# whatsapp-cloud number limited to 1,000/s, with conversational sync sends beside (their p99
+# against idle)
+g_line=""
+g_members=${BENCH_G_MEMBERS:-100000}
+g_accepted=${BENCH_G_ACCEPTED:-1000000}
+if has g; then
+  echo "bench: scenario g ($g_accepted accepted, $g_members broadcast members delivered, 3 instances, 1000/s)" >&2
+  g_line=$(python3 "$bench/scenario_g.py" "$bin" "$g_members" 1000 "$g_accepted" \
+    2>> "$tmp/scenario_g.log" | grep '^g ' || true)
+  [ -n "$g_line" ] || { echo "bench: scenario g failed (log: $tmp/scenario_g.log)" >&2; failed=1; }
+fi
+
 # h: signed Messenger webhooks to /webhooks/bench-hook, as many as one worker takes, then at
 # half that rate, paced; each one's event posted, signed, to a subscriber: a simulator of its
 # own answering 200 on /hook/status/200 and recording every post (its eventId). Each run's
@@ -628,13 +646,14 @@ python3 -c 'import json, sys; print(json.dumps(dict(a.split("=", 1) for a in sys
   "upstream_workers=$upstream_workers" "strace_count=$((strace_requests / wrk_threads))" \
   "tls_botgate_proto=$tls_botgate_proto" "tls_h1_botgate_proto=$tls_h1_botgate_proto" \
   "tls_nginx_proto=$tls_nginx_proto" \
-  "command=${BENCH_COMMAND:-bench/bench.sh} (BENCH_DURATION=$duration BENCH_D_DURATION=$d_duration BENCH_SCENARIOS=\"$scenarios\")" \
+  "command=${BENCH_COMMAND:-bench/bench.sh} (BENCH_DURATION=$duration BENCH_D_DURATION=$d_duration BENCH_SCENARIOS=\"$scenarios\" BENCH_G_MEMBERS=$g_members)" \
   > "$tmp/meta.json"
 mkdir -p "$(dirname "$out")"
 $report table "$results" "$tmp/meta.json" | tee "$out"
 [ -z "$dtls_lines" ] || { echo; echo "d-tls: $dtls_lines"; } | tee -a "$out"
 [ -z "$e_line" ] || { echo; echo "$e_line"; } | tee -a "$out"
 [ -z "$f_line" ] || { echo; echo "$f_line"; } | tee -a "$out"
+[ -z "$g_line" ] || { echo; echo "$g_line"; } | tee -a "$out"
 cp "$results" "${out%.txt}.jsonl"
 if grep -qi 'error\|fatal\|redis down' "$tmp/botgate.log" 2>/dev/null; then
   echo "bench: botgate logged errors (first lines):" >&2

@@ -71,10 +71,8 @@ unsigned auth_scope_bit(const char *name)
         const char *name;
         unsigned bit;
     } scopes[] = {
-        {"bot:sendResponses", AUTH_SCOPE_SEND},
-        {"bot:redirectMemberToNode", AUTH_SCOPE_REDIRECT},
-        {"bot:admin", AUTH_SCOPE_BOT_ADMIN},
-        {"api:admin", AUTH_SCOPE_API_ADMIN},
+        {"bot:sendResponses", AUTH_SCOPE_SEND},  {"bot:redirectMemberToNode", AUTH_SCOPE_REDIRECT},
+        {"bot:admin", AUTH_SCOPE_BOT_ADMIN},     {"api:admin", AUTH_SCOPE_API_ADMIN},
         {"bot:broadcast", AUTH_SCOPE_BROADCAST},
     };
 

@@ -14,11 +14,11 @@ enum {
     AUTH_SCOPE_BROADCAST = 1u << 4, /* bot:broadcast */
 };
 
-#define AUTH_ACCEPT_SEND (AUTH_SCOPE_SEND | AUTH_SCOPE_BOT_ADMIN)
+#define AUTH_ACCEPT_SEND      (AUTH_SCOPE_SEND | AUTH_SCOPE_BOT_ADMIN)
 #define AUTH_ACCEPT_BROADCAST (AUTH_SCOPE_BROADCAST | AUTH_SCOPE_BOT_ADMIN)
-#define AUTH_ACCEPT_REDIRECT (AUTH_SCOPE_REDIRECT | AUTH_SCOPE_BOT_ADMIN | AUTH_SCOPE_API_ADMIN)
+#define AUTH_ACCEPT_REDIRECT  (AUTH_SCOPE_REDIRECT | AUTH_SCOPE_BOT_ADMIN | AUTH_SCOPE_API_ADMIN)
 
-#define AUTH_HASH_HEX 65 /* 64 hex digits and the NUL */
+#define AUTH_HASH_HEX  65  /* 64 hex digits and the NUL */
 #define AUTH_TOKEN_MAX 512 /* longer tokens are refused without a lookup */
 
 #define AUTH_APP_MAX 128 /* a record with a longer app name is not a valid record */

@@ -34,8 +34,7 @@ static size_t utf8_valid_at(const unsigned char *p)
     }
     if (c >= 0xF0 && c <= 0xF4) {
         unsigned char lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-        return p[1] >= lo && p[1] <= hi && (p[2] & 0xC0) == 0x80 && (p[3] & 0xC0) == 0x80 ? 4
-                                                                                           : 0;
+        return p[1] >= lo && p[1] <= hi && (p[2] & 0xC0) == 0x80 && (p[3] & 0xC0) == 0x80 ? 4 : 0;
     }
     return 0;
 }

@@ -8,28 +8,28 @@
  * (contract.md section 5, docs/api.md). */
 enum {
     BG_OK = 0,
-    BG_ERR_PHONE_INVALID = 100,    /* whatsapp kinds: the number has no account */
+    BG_ERR_PHONE_INVALID = 100,     /* whatsapp kinds: the number has no account */
     BG_ERR_RECIPIENT_INVALID = 104, /* recipient invalid, or the channel's credential is */
-    BG_ERR_MISSING_PARAM = 108,    /* parameter missing or of the wrong type */
-    BG_ERR_NO_CHANNEL = 112,       /* no such channel (or not visible to this token) */
-    BG_ERR_PLATFORM = 113,         /* platform server error or unreachable */
-    BG_ERR_NO_MEMBER = 114,        /* memberId unknown in this channel */
-    BG_ERR_NO_TREE = 115,          /* tree or node not found */
-    BG_ERR_CHANNEL_OFF = 116,      /* channel is not live */
-    BG_ERR_UNSUPPORTED = 117,      /* channel type or response type not supported */
-    BG_ERR_LIMIT = 118,            /* over a limit */
-    BG_ERR_STORE = 119,            /* Redis down or timed out */
-    BG_ERR_RATE_LIMITED = 120,     /* the platform rate-limited the send */
-    BG_ERR_UNAVAILABLE = 121,      /* botgate cannot take it now: shutting down, out of memory */
-    BG_ERR_NO_ROUTE = 122,         /* no such endpoint, or not with this method */
-    BG_ERR_IDEM_RUNNING = 123,     /* a request with this Idempotency-Key is still running */
-    BG_ERR_IDEM_MISMATCH = 124,    /* the Idempotency-Key was used for another request */
-    BG_ERR_OUTCOME_UNKNOWN = 125,  /* an earlier attempt may have delivered this response */
-    BG_ERR_SCRIPT = 126,           /* node code failed: a Lua error, or over a limit */
-    BG_ERR_WINDOW = 127,           /* outside the member's conversation window (core/window.h) */
-    BG_ERR_EXPIRED = 128,          /* queued (Prefer: respond-async) past the outbox's TTL */
-    BG_ERR_NOT_FOUND = 129,        /* no such queued request for this app */
-    BG_ERR_SIGNATURE = 130,        /* a webhook's signature or token is missing or wrong */
+    BG_ERR_MISSING_PARAM = 108,     /* parameter missing or of the wrong type */
+    BG_ERR_NO_CHANNEL = 112,        /* no such channel (or not visible to this token) */
+    BG_ERR_PLATFORM = 113,          /* platform server error or unreachable */
+    BG_ERR_NO_MEMBER = 114,         /* memberId unknown in this channel */
+    BG_ERR_NO_TREE = 115,           /* tree or node not found */
+    BG_ERR_CHANNEL_OFF = 116,       /* channel is not live */
+    BG_ERR_UNSUPPORTED = 117,       /* channel type or response type not supported */
+    BG_ERR_LIMIT = 118,             /* over a limit */
+    BG_ERR_STORE = 119,             /* Redis down or timed out */
+    BG_ERR_RATE_LIMITED = 120,      /* the platform rate-limited the send */
+    BG_ERR_UNAVAILABLE = 121,       /* botgate cannot take it now: shutting down, out of memory */
+    BG_ERR_NO_ROUTE = 122,          /* no such endpoint, or not with this method */
+    BG_ERR_IDEM_RUNNING = 123,      /* a request with this Idempotency-Key is still running */
+    BG_ERR_IDEM_MISMATCH = 124,     /* the Idempotency-Key was used for another request */
+    BG_ERR_OUTCOME_UNKNOWN = 125,   /* an earlier attempt may have delivered this response */
+    BG_ERR_SCRIPT = 126,            /* node code failed: a Lua error, or over a limit */
+    BG_ERR_WINDOW = 127,            /* outside the member's conversation window (core/window.h) */
+    BG_ERR_EXPIRED = 128,           /* queued (Prefer: respond-async) past the outbox's TTL */
+    BG_ERR_NOT_FOUND = 129,         /* no such queued request for this app */
+    BG_ERR_SIGNATURE = 130,         /* a webhook's signature or token is missing or wrong */
     BG_ERR_INTERNAL = BG_ERR_UNAVAILABLE, /* older name */
     /* Not an err_code on the wire: "User is not authorized" answers carry none. */
     BG_ERR_UNAUTHORIZED = -1,
@@ -39,8 +39,8 @@ enum {
 
 /* An error value: filled by the function that fails, turned into an answer by the route. */
 typedef struct bg_error {
-    int code;                      /* one of the values above; BG_OK when no error */
-    int http_status;               /* 500 unless a limit asks for another (413) */
+    int code;        /* one of the values above; BG_OK when no error */
+    int http_status; /* 500 unless a limit asks for another (413) */
     char msg[BG_ERROR_MSG_MAX];
 } bg_error_t;
 

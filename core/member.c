@@ -62,8 +62,7 @@ static path_kind_t path_kind(const char *path, const char **rest)
 
     if (kind != PATH_META && kind != PATH_TEMP_DATA)
         return kind;
-    if (*rest == NULL || strlen(path) > MEMBER_PATH_MAX || (*rest)[0] == '\0' ||
-        (*rest)[0] == '.')
+    if (*rest == NULL || strlen(path) > MEMBER_PATH_MAX || (*rest)[0] == '\0' || (*rest)[0] == '.')
         return PATH_REFUSED;
     for (p = *rest; *p != '\0'; p++) {
         if (*p != '.')

@@ -460,8 +460,8 @@ static int run_responses(node_run_t *run, node_need_t *need)
         run->pending = run->responses == run->transformed ? json_deep_copy(resp)
                                                           : tmpl_render_json(resp, run->scope);
         if (run->pending == NULL) {
-            add_error(run, BG_ERR_UNAVAILABLE, "node %.64s response[%zu]: out of memory", run->node_id,
-                      at);
+            add_error(run, BG_ERR_UNAVAILABLE, "node %.64s response[%zu]: out of memory",
+                      run->node_id, at);
             continue;
         }
         run->wait = WAIT_SEND;

@@ -11,9 +11,9 @@
  * percent-encoded) and body. A set that is refused or a malformed action adds an error
  * element (108; 117 for an unknown type) and the run goes on.
  *
- * Node code (nodecode.h, run by script/): a {"type":"script","code":".."} action runs as a step of its list; a
- * node's "transform" code runs after the pre-action when the response is sent, and what it
- * returns (an array of responses, or nil for none) is sent instead of response /
+ * Node code (nodecode.h, run by script/): a {"type":"script","code":".."} action runs as a step of
+ * its list; a node's "transform" code runs after the pre-action when the response is sent, and what
+ * it returns (an array of responses, or nil for none) is sent instead of response /
  * responseByLocale, as returned (not rendered). A script's member changes are applied when it
  * ends; a script that fails adds an element 126 ("node N1 preAction[0]:3: ..."), changes
  * nothing and the run goes on (a failed transform sends nothing). */

@@ -56,8 +56,7 @@ static int ratelimit_known_keys(const json_t *o, const char *path, const char *c
 {
     const char *key;
     const json_t *v;
-    json_object_foreach((json_t *)o, key, v)
-    {
+    json_object_foreach((json_t *)o, key, v) {
         size_t i = 0;
         while (i < n && strcmp(key, names[i]) != 0)
             i++;

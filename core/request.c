@@ -113,8 +113,8 @@ int request_id_chars_ok(const char *s)
 /* An id used inside Redis keys: a non-empty string of at most max bytes without braces or
  * control characters, so that two different (channel, member) pairs can never build the same
  * key. Over max: limit_code (118, or 108 where the id could not be carried whole). */
-static int get_id(const json_t *obj, const char *key, const char *name, int required,
-                  int null_ok, size_t max, int limit_code, const char **out, bg_error_t *err)
+static int get_id(const json_t *obj, const char *key, const char *name, int required, int null_ok,
+                  size_t max, int limit_code, const char **out, bg_error_t *err)
 {
     json_t *v = json_object_get(obj, key);
     const char *s;
@@ -144,15 +144,16 @@ static int get_id(const json_t *obj, const char *key, const char *name, int requ
 
 static int parse_target(const json_t *root, request_target_t *t, bg_error_t *err)
 {
-    if (get_id(root, "channelId", "channelId", 1, 0, REQUEST_MAX_ID, BG_ERR_LIMIT,
-               &t->channel_id, err) < 0 ||
+    if (get_id(root, "channelId", "channelId", 1, 0, REQUEST_MAX_ID, BG_ERR_LIMIT, &t->channel_id,
+               err) < 0 ||
         get_id(root, "memberId", "memberId", 0, 1, REQUEST_MAX_ID, BG_ERR_LIMIT, &t->member_id,
                err) < 0 ||
         get_id(root, "recipientId", "recipientId", 0, 1, REQUEST_MAX_RECIPIENT,
                BG_ERR_MISSING_PARAM, &t->recipient_id, err) < 0)
         return -1;
     if (t->member_id == NULL && t->recipient_id == NULL)
-        return bg_error_set(err, BG_ERR_MISSING_PARAM, "missing parameter: memberId or recipientId");
+        return bg_error_set(err, BG_ERR_MISSING_PARAM,
+                            "missing parameter: memberId or recipientId");
     return 0;
 }
 
@@ -319,8 +320,8 @@ static int item_object(const json_t *item, const char *where, const char *const 
  * fails the same way), so that nothing is written for the items that pass. */
 typedef int item_check_fn(const json_t *item, const char *at, unsigned flags, bg_error_t *err);
 
-static int check_item(item_check_fn *check, const json_t *item, const char *where,
-                      const char *key, size_t i, unsigned flags, bg_error_t *err)
+static int check_item(item_check_fn *check, const json_t *item, const char *where, const char *key,
+                      size_t i, unsigned flags, bg_error_t *err)
 {
     char at[REQUEST_WHERE_MAX];
 
@@ -781,8 +782,7 @@ static int get_flag(const json_t *redirect, const char *name, unsigned char *out
     return 0;
 }
 
-int request_parse_redirect(const char *body, size_t len, redirect_request_t *out,
-                           bg_error_t *err)
+int request_parse_redirect(const char *body, size_t len, redirect_request_t *out, bg_error_t *err)
 {
     const json_t *redirect, *meta;
 

@@ -7,11 +7,11 @@
 #include <jansson.h>
 #include <stddef.h>
 
-#define REQUEST_MAX_BODY (1024 * 1024) /* bytes; over it: HTTP 413, err_code 118 */
-#define REQUEST_MAX_RESPONSES 50       /* responses per request */
-#define REQUEST_MAX_STRING (64 * 1024) /* bytes in any one string of the body */
-#define REQUEST_MAX_DEPTH 64           /* nesting of the body */
-#define REQUEST_MAX_ID 256             /* bytes in channelId, memberId, tree, node */
+#define REQUEST_MAX_BODY      (1024 * 1024) /* bytes; over it: HTTP 413, err_code 118 */
+#define REQUEST_MAX_RESPONSES 50            /* responses per request */
+#define REQUEST_MAX_STRING    (64 * 1024)   /* bytes in any one string of the body */
+#define REQUEST_MAX_DEPTH     64            /* nesting of the body */
+#define REQUEST_MAX_ID        256           /* bytes in channelId, memberId, tree, node */
 /* bytes in recipientId: it becomes the member's address, and a platform call carries at most
  * ADAPTER_ID_MAX - 1 bytes of it (gateway/op.c checks the two agree). Over it: 108. */
 #define REQUEST_MAX_RECIPIENT 191
@@ -48,8 +48,7 @@ int request_parse_json(const char *body, size_t len, json_t **out, bg_error_t *e
 int request_parse_send(const char *body, size_t len, send_request_t *out, bg_error_t *err);
 void request_send_free(send_request_t *req);
 
-int request_parse_redirect(const char *body, size_t len, redirect_request_t *out,
-                           bg_error_t *err);
+int request_parse_redirect(const char *body, size_t len, redirect_request_t *out, bg_error_t *err);
 void request_redirect_free(redirect_request_t *req);
 
 /* Response objects (contract.md section 11): limits every platform shares. A platform's own

@@ -123,8 +123,7 @@ static int check_responses(const json_t *resp, const adapter_ops_t *ops)
     const json_t *r;
     size_t i;
 
-    json_array_foreach(resp, i, r)
-    {
+    json_array_foreach(resp, i, r) {
         char where[32], msg[BG_ERROR_MSG_MAX];
         bg_error_t err;
         const json_t *checked = r, *fb;
@@ -304,9 +303,13 @@ int ctl_broadcast_create(const ctl_opts_t *o)
         goto out;
     }
     {
+        char stream[STORE_KEY_MAX];
         const char *argv[] = {
-            "EVAL", store_bc_finish_script, "4", k[0], k[1], idx, act, KEEP_MS, channel, entry};
-        long long total = eval_pair(10, argv, text, sizeof(text));
+            "EVAL", store_bc_finish_script, "5", k[0], k[1], idx, act, stream, KEEP_MS, channel,
+            entry};
+        long long total = store_bc_callback_stream(stream, sizeof(stream), ctl_prefix) < 0
+                              ? -1
+                              : eval_pair(11, argv, text, sizeof(text));
         if (total < 0)
             goto out;
         if (o->json)
@@ -476,12 +479,13 @@ int ctl_broadcast_cancel(const ctl_opts_t *o)
 {
     const char *id = o->args[0];
     char channel[STORE_KEY_MAX], k[4][STORE_KEY_MAX], act[STORE_KEY_MAX], entry[2 * STORE_KEY_MAX],
-        app[256], text[64];
+        stream[STORE_KEY_MAX], app[256], text[64];
     bc_counts_t c;
     redisReply *r;
 
     if (find_channel(id, channel, sizeof(channel)) != 0 || bc_keys(channel, id, k) < 0 ||
-        store_key_broadcasts_active(act, sizeof(act), ctl_prefix) < 0)
+        store_key_broadcasts_active(act, sizeof(act), ctl_prefix) < 0 ||
+        store_bc_callback_stream(stream, sizeof(stream), ctl_prefix) < 0)
         return CTL_FAIL;
     {
         const char *argv[] = {"HGET", k[0], "app"};
@@ -492,9 +496,10 @@ int ctl_broadcast_cancel(const ctl_opts_t *o)
     }
     snprintf(entry, sizeof(entry), "%s\t%s", channel, id);
     {
-        const char *argv[] = {"EVAL", store_bc_cancel_script, "4", k[0], k[1], k[3], act, app,
-                              entry};
-        if (eval_pair(9, argv, text, sizeof(text)) < -1)
+        /* its statusCallback is queued by the script, as a DELETE's is */
+        const char *argv[] = {
+            "EVAL", store_bc_cancel_script, "5", k[0], k[1], k[3], act, stream, app, entry};
+        if (eval_pair(10, argv, text, sizeof(text)) < -1)
             return CTL_FAIL;
     }
     /* as DELETE /broadcasts/<id>: done once no attempt of it may still send */

@@ -27,8 +27,8 @@ typedef struct ctl_opts {
     json_t *members;     /* broadcast create: --member ..., --recipient ..., --tag ... */
     json_t *recipients;
     json_t *tags;
-    int watch;           /* broadcast status --watch */
-    char **args;         /* the operands, in order */
+    int watch;   /* broadcast status --watch */
+    char **args; /* the operands, in order */
     int nargs;
 } ctl_opts_t;
 
@@ -108,8 +108,7 @@ int ctl_get(const ctl_opts_t *o); /* get KIND ID...: routes to the commands abov
     "if type(t) == 'string' then redis.call('SREM', ARGV[1] .. t, ARGV[2]) end end end end\n"
 
 /* Stores a member record (JSON text) at key, its tags' index with it: 0 or CTL_FAIL. */
-int ctl_member_write(const char *channel, const char *member_id, const char *key,
-                     const char *text);
+int ctl_member_write(const char *channel, const char *member_id, const char *key, const char *text);
 int ctl_member_reindex(const ctl_opts_t *o); /* member reindex --channel C */
 
 /* ---- broadcasts.c ---- */

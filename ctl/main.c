@@ -131,7 +131,8 @@ static const char app_help[] =
     "  -u, --redis-url URL, -h, --help: see botgatectl --help\n";
 
 static const char broadcast_help[] =
-    "usage: botgatectl broadcast create --channel CHANNEL_ID (--member ID ... | --recipient ID ...\n"
+    "usage: botgatectl broadcast create --channel CHANNEL_ID (--member ID ... | --recipient ID "
+    "...\n"
     "                                   | --tag TAG ...) FILE.json [--json]\n"
     "       botgatectl broadcast status BROADCAST_ID [--watch] [--json]\n"
     "       botgatectl broadcast cancel BROADCAST_ID [--json]\n\n"
@@ -263,8 +264,10 @@ static int parse(int argc, char **argv, int stop, ctl_opts_t *o, char *seen, int
 
     optind = 0; /* GNU getopt: start again, argv[0] being the program's name */
     opterr = 0;
-    while ((c = getopt_long(argc, argv, stop ? "+:a:s:l:e:c:H:U:E:jm:r:t:wu:hV" : ":a:s:l:e:c:H:U:E:jm:r:t:wu:hV",
-                            long_opts, NULL)) != -1) {
+    while (
+        (c = getopt_long(argc, argv,
+                         stop ? "+:a:s:l:e:c:H:U:E:jm:r:t:wu:hV" : ":a:s:l:e:c:H:U:E:jm:r:t:wu:hV",
+                         long_opts, NULL)) != -1) {
         const char *typed = argv[optind - 1];
         switch (c) {
         case '?':

@@ -140,8 +140,7 @@ static void mask_secrets(json_t *o)
     const char *k;
     json_t *v;
 
-    json_object_foreach(o, k, v)
-    {
+    json_object_foreach(o, k, v) {
         if (json_is_object(v))
             mask_secrets(v);
         else if (secret_name(k) && !json_is_null(v) && !json_is_boolean(v) &&
@@ -380,8 +379,7 @@ static int member_check(const char *path, const json_t *m)
                            member_fields[i].parent ? "." : "", member_fields[i].name,
                            member_fields[i].what);
     }
-    json_array_foreach(json_object_get(m, "tags"), i, tag)
-    {
+    json_array_foreach(json_object_get(m, "tags"), i, tag) {
         if (!json_is_string(tag))
             return ctl_die("%s: tags[%zu] must be a string", path, i);
     }
@@ -401,8 +399,7 @@ static json_t *member_filled(const json_t *m, const json_t *channel)
                       app ? app : str_field(channel, "app"), str_field(m, "externalId"),
                       platform ? platform : str_field(channel, "type"), clock_wall_ms());
     bot_default = json_incref(json_object_get(full, "botMeta"));
-    json_object_foreach((json_t *)m, k, v)
-    {
+    json_object_foreach((json_t *)m, k, v) {
         if ((strcmp(k, "app") == 0 && app == NULL) || (strcmp(k, "platform") == 0 && !platform))
             continue; /* "" or null: the channel's */
         if (strcmp(k, "botMeta") == 0 && json_is_object(v)) {
@@ -541,8 +538,8 @@ int ctl_member_get(const ctl_opts_t *o)
 
 /* The member and the recipient key that leads to it, in one script (both share the channel's
  * slot): a recipient key that botgate has meanwhile given to another member stays. */
-static const char member_delete_lua[] =
-    CTL_UNTAG_LUA "local n = redis.call('DEL', KEYS[1])\n"
+static const char member_delete_lua[] = CTL_UNTAG_LUA
+    "local n = redis.call('DEL', KEYS[1])\n"
     "if KEYS[2] and redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) end\n"
     "return n";
 
@@ -651,8 +648,7 @@ int ctl_tree_import(const ctl_opts_t *o)
     json_decref(meta);
     argv[2] = "_tree";
     argv[3] = texts[0];
-    json_object_foreach(nodes, name, node)
-    {
+    json_object_foreach(nodes, name, node) {
         texts[++i] = json_dumps(node, JSON_COMPACT);
         argv[2 + 2 * i] = name;
         argv[3 + 2 * i] = texts[i];

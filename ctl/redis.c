@@ -117,11 +117,10 @@ int ctl_redis_connect(void)
     if (redisc_parse_url(url ? url : "redis://127.0.0.1:6379/0", &redis_cfg, err, sizeof(err)) < 0)
         return ctl_die("%s: %s", url_option ? "--redis-url" : "BOTGATE_REDIS_URL", err);
 #define ENV_OR_EMPTY(name) (getenv(name) ? getenv(name) : "")
-    if (redisc_tls_setup(&redis_cfg, ENV_OR_EMPTY("BOTGATE_REDIS_CA_FILE"),
-                         ENV_OR_EMPTY("BOTGATE_REDIS_TLS_CERT_FILE"),
-                         ENV_OR_EMPTY("BOTGATE_REDIS_TLS_KEY_FILE"),
-                         ENV_OR_EMPTY("BOTGATE_REDIS_TLS_NAME"), cluster && cluster[0], err,
-                         sizeof(err)) < 0)
+    if (redisc_tls_setup(
+            &redis_cfg, ENV_OR_EMPTY("BOTGATE_REDIS_CA_FILE"),
+            ENV_OR_EMPTY("BOTGATE_REDIS_TLS_CERT_FILE"), ENV_OR_EMPTY("BOTGATE_REDIS_TLS_KEY_FILE"),
+            ENV_OR_EMPTY("BOTGATE_REDIS_TLS_NAME"), cluster && cluster[0], err, sizeof(err)) < 0)
         return ctl_die("Redis TLS: %s", err);
 #undef ENV_OR_EMPTY
     if (cluster != NULL && cluster[0] != '\0')

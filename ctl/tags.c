@@ -60,8 +60,7 @@ static int on_member(void *arg, const char *key, redisReply **replies)
     if ((m = json_loadb(replies[0]->str, replies[0]->len, 0, NULL)) == NULL)
         return 0; /* not a member record: nothing of it is indexed */
     ri->members++;
-    json_array_foreach(json_object_get(m, "tags"), i, t)
-    {
+    json_array_foreach(json_object_get(m, "tags"), i, t) {
         json_t *ids;
         if (!json_is_string(t) || json_string_length(t) > STORE_TAG_MAX ||
             json_string_length(t) != strlen(json_string_value(t)))
@@ -149,8 +148,7 @@ int ctl_member_reindex(const ctl_opts_t *o)
         return ctl_die("channel id %s is too long for a key", ri.channel);
     }
     rc = ctl_redis_scan(pattern, &fetch_get, 1, on_member, &ri);
-    json_object_foreach(ri.tags, tag, ids)
-    {
+    json_object_foreach(ri.tags, tag, ids) {
         if (rc == 0)
             rc = write_tag(ri.channel, tag, ids);
     }

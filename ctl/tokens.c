@@ -68,8 +68,7 @@ int ctl_token_create(const ctl_opts_t *o)
                        "token)");
     if (!auth_app_valid(o->app))
         return ctl_die("--app must be 1-%d bytes without ':' or control characters", AUTH_APP_MAX);
-    json_array_foreach(o->scopes, i, scope)
-    {
+    json_array_foreach(o->scopes, i, scope) {
         if (auth_scope_bit(json_string_value(scope)) == 0)
             return ctl_die("unknown scope %s (see botgatectl help token)",
                            json_string_value(scope));
@@ -219,8 +218,7 @@ static int token_seen(void *arg, const char *key, redisReply **replies)
         ctl_print_cell(json_string_value(json_object_get(view, "hash")), 0);
         ctl_print_cell(app, 0);
         ctl_print_cell(label, 0);
-        json_array_foreach(json_object_get(view, "scopes"), i, scope)
-        {
+        json_array_foreach(json_object_get(view, "scopes"), i, scope) {
             printf("%s%s", i ? "," : "", str_or(json_string_value(scope), "?"));
         }
         putchar('\t');
@@ -306,8 +304,7 @@ static json_t *find_token(const ctl_opts_t *o, const char *verb)
         size_t i;
         ctl_die("%zu tokens are labelled %s; choose one with --hash (or narrow with --app):", ts.n,
                 ts.label);
-        json_array_foreach(ts.found, i, t)
-        {
+        json_array_foreach(ts.found, i, t) {
             fprintf(stderr, "  %s  app %s\n", json_string_value(json_object_get(t, "hash")),
                     str_or(json_string_value(json_object_get(t, "app")), "?"));
         }

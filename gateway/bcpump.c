@@ -37,8 +37,6 @@ typedef struct bc_enqueue {
 /* Owned by the worker's broadcasts (bcpump_new, bcpump_free). */
 struct bcpump {
     op_env_t *env;
-    bcpump_ended_fn *ended;
-    void *ended_arg;
     struct event *pump;
     redisc_sub_t *sub;     /* told when a broadcast starts running */
     int any;               /* the last look found a running broadcast */
@@ -178,8 +176,7 @@ static void on_taken(void *arg, store_status_t st, const store_bc_take_t *t)
         if (st == STORE_OK && t->ended && strcmp(t->state, "done") == 0) {
             count(&metrics(b)->broadcasts[1]);
             log_msg(LOG_INFO, "broadcast %s of channel %s done", b->id, b->channel);
-            /* this take dropped it from the running ones: its callback is this worker's */
-            b->ended(b->ended_arg, b->channel, b->id);
+            /* this take dropped it from the running ones, and queued its callback */
         }
         b->id[0] = '\0'; /* the next running broadcast */
         pump_next(b);
@@ -345,15 +342,13 @@ static void on_pump(evutil_socket_t fd, short what, void *arg)
         arm(b->pump, PUMP_MS * 10);
 }
 
-bcpump_t *bcpump_new(op_env_t *env, bcpump_ended_fn *ended, void *arg)
+bcpump_t *bcpump_new(op_env_t *env)
 {
     bcpump_t *b = calloc(1, sizeof(*b));
 
     if (b == NULL)
         return NULL;
     b->env = env;
-    b->ended = ended;
-    b->ended_arg = arg;
     b->shards = (unsigned)env->deliver.cfg->outbox_shards;
     if ((b->pump = evtimer_new(env->deliver.base, on_pump, b)) == NULL) {
         free(b);

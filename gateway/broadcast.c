@@ -2,55 +2,54 @@
  * checked at once with a send's codes (108, 112, 114-118, 119), then the recipients go to Redis
  * a slice at a time (store/broadcast.c), each slice sent when the one before answered: the
  * loop is held a slice's work at most, and Redis a script of a few thousand ids. GET and
- * DELETE /broadcasts/<id> tell and cancel one; a broadcast's status callback is posted when it
- * ends. Its delivery is bcpump.c's. */
+ * DELETE /broadcasts/<id> tell and cancel one. Its delivery is bcpump.c's; its status callback
+ * is an outbox entry, queued by the script that ends it and posted by outbox.c. */
 #include "broadcast.h"
 
 #include "../core/clock.h"
 #include "../core/dlist.h"
+#include "../core/idem.h"
 #include "../core/member.h"
 #include "../core/rng.h"
 #include "../store/broadcast.h"
+#include "../store/idem.h"
 #include "bcpump.h"
 #include "log.h"
 #include "outbox_post.h"
+#include "outbox_status.h"
 
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <event2/keyvalq_struct.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 
 #define RECIPIENTS_MAX    1000000 /* contract.md section 13 */
 #define SLICE             2000    /* ids per accepting script */
 #define TAG_COUNT         2000    /* SSCAN COUNT of a tag's slice */
 #define ID_LEN            BCPUMP_ID_LEN
 #define PATH              "/broadcasts/"
-#define CANCEL_POLL_MS    50    /* a DELETE waits for the attempts running to end */
-#define CANCEL_WAIT_EXTRA 5000  /* past an attempt's deadline: its lease (outbox.c) */
+#define CANCEL_POLL_MS    50           /* a DELETE waits for the attempts running to end */
+#define CANCEL_WAIT_EXTRA 5000         /* past an attempt's deadline: its lease (outbox.c) */
+#define IDEM_ROUTE        "broadcasts" /* an Idempotency-Key's scope: app, this route, key */
+/* How long a keyed POST's accepting may run before a retry takes it over as dead: a million
+ * recipients take seconds (docs/api.md), and a live accepting taken over is refused, so the
+ * lease is far above the slowest seen. */
+#define IDEM_LEASE_MS 300000
 
 typedef enum { BC_MEMBERS, BC_RECIPIENTS, BC_TAGS } bc_by_t;
 typedef enum { R_POST, R_GET, R_DELETE } bc_route_t;
 
 typedef struct bc_req bc_req_t;
 
-/* A status callback: the broadcast's status read (a broadcast seen ending), then posted
- * (outbox_post.c), until it was taken or given up. */
-typedef struct bc_post {
-    struct broadcasts *b;
-    struct bc_post *prev, *next;
-    store_bc_call_t *status; /* the status being read, or NULL */
-    outbox_post_t *post;
-    char id[ID_LEN + 1];
-} bc_post_t;
-
 /* Owned by the worker (broadcasts_new, broadcasts_free). */
 struct broadcasts {
     op_env_t *env;
-    bc_req_t *reqs, *reqs_last;    /* requests in flight */
-    bcpump_t *pump;                /* the delivery */
-    bc_post_t *posts, *posts_last; /* status callbacks being read or posted */
+    bc_req_t *reqs, *reqs_last; /* requests in flight */
+    bcpump_t *pump;             /* the delivery */
 };
 
 /* One request in flight: a POST's accepting, or a GET or DELETE. Owned by the broadcasts from
@@ -78,12 +77,25 @@ struct bc_req {
     size_t pos;      /* the next id or tag */
     char cursor[32]; /* SSCAN's, within the tag at pos */
     int created;     /* the record exists: a refusal deletes it */
+    char *kept;      /* what each member's request is made from */
+    size_t kept_len;
     /* GET and DELETE */
     char id[ID_LEN + 1];
     char channel_buf[STORE_KEY_MAX];
     struct event *timer; /* DELETE: waits for the attempts running */
     int64_t wait_until_us;
-    int cancelled_here; /* DELETE: this one cancelled it (its callback is posted) */
+    /* POST with an Idempotency-Key (contract.md section 7) */
+    char *idem_key;             /* the header's value, until the record's name is made */
+    char *idem_record;          /* the record's name (store_idem_key), also its channel */
+    store_idem_call_t *idem;    /* the record's call in flight */
+    redisc_sub_t *idem_sub;     /* waiting for the first request's answer */
+    struct event *idem_timer;   /* ... or for its lease's end */
+    unsigned idem_owner : 1;    /* it runs the key's request: it stores or drops the answer */
+    unsigned idem_begun : 1;    /* a begin is in flight: it may have made this one the owner */
+    unsigned idem_stale : 1;    /* told of a change while a begin was out */
+    unsigned idem_replayed : 1; /* the answer is the stored one */
+    char idem_fp[IDEM_HEX];
+    char idem_owner_id[17];
 };
 
 static metrics_t *metrics(const broadcasts_t *b)
@@ -115,9 +127,16 @@ static void req_free(bc_req_t *r)
     store_bc_cancel(r->call);
     if (r->timer != NULL)
         event_free(r->timer);
+    store_idem_cancel(r->idem);
+    store_unwatch(r->idem_sub);
+    if (r->idem_timer != NULL)
+        event_free(r->idem_timer);
+    free(r->idem_key);
+    free(r->idem_record);
     auth_token_free(&r->token);
     json_decref(r->root);
     json_decref(r->channel);
+    free(r->kept);
     DLIST_UNLINK(b->reqs, b->reqs_last, r);
     free(r);
     env->in_flight--;
@@ -140,6 +159,17 @@ static void req_answer(bc_req_t *r, int status, int code, char *text, size_t len
     a.app = r->token.record != NULL ? r->token.app : NULL;
     a.started_us = r->started_us;
     a.close = env->draining != 0;
+    a.replayed = r->idem_replayed;
+    if (r->idem_record != NULL && (r->idem_owner || r->idem_begun)) {
+        /* only an accepted broadcast is kept for a retry; a refusal is dropped, so that the
+         * retry runs afresh (as a send's refusal before it ran) */
+        if (r->idem_owner && status == 202)
+            store_idem_finish(env->deliver.store, r->idem_record, r->idem_owner_id, status, code,
+                              text, len, env->deliver.cfg->idempotency_ttl_s);
+        else
+            store_idem_abandon(env->deliver.store, r->idem_record, r->idem_owner_id);
+        r->idem_owner = r->idem_begun = 0;
+    }
     http_answer(env->http, r->req, &a, text, len);
     r->req = NULL;
     req_free(r);
@@ -180,145 +210,16 @@ static void req_fail_store(bc_req_t *r, store_status_t st)
         req_fail(r, BG_ERR_STORE, "store unavailable");
 }
 
-/* The status object: {"ok":1,"broadcastId","state","total","queued","sent","failed",
- * "unknown","cancelled","createdAt","updatedAt"}, with "eventId" first for a status callback.
- * NULL when out of memory. */
-static char *status_text(const char *id, const store_bc_status_t *s, const char *event_id,
-                         size_t *len)
-{
-    int64_t queued = s->total - s->sent - s->failed - s->unknown - s->cancelled;
-    jsonw_t w;
-    char *text;
-
-    jw_init(&w);
-    jw_lit(&w, "{\"ok\":1,");
-    if (event_id != NULL) {
-        jw_lit(&w, "\"eventId\":");
-        jw_str(&w, event_id);
-        jw_lit(&w, ",");
-    }
-    jw_lit(&w, "\"broadcastId\":");
-    jw_str(&w, id);
-    jw_lit(&w, ",\"state\":");
-    jw_str(&w, strcmp(s->state, "accepting") == 0 ? "running" : s->state);
-    {
-        const struct {
-            const char *name;
-            int64_t v;
-        } n[] = {{",\"total\":", s->total},
-                 {",\"queued\":", queued > 0 ? queued : 0},
-                 {",\"sent\":", s->sent},
-                 {",\"failed\":", s->failed},
-                 {",\"unknown\":", s->unknown},
-                 {",\"cancelled\":", s->cancelled},
-                 {",\"createdAt\":", s->created_ms},
-                 {",\"updatedAt\":", s->updated_ms}};
-        for (size_t i = 0; i < sizeof(n) / sizeof(n[0]); i++) {
-            jw_lit(&w, n[i].name);
-            jw_int(&w, n[i].v);
-        }
-    }
-    jw_lit(&w, "}");
-    if (w.failed || (text = jw_steal(&w, len)) == NULL) {
-        jw_free(&w);
-        return NULL;
-    }
-    return text;
-}
-
 static void answer_status(bc_req_t *r, const store_bc_status_t *s)
 {
     size_t len = 0;
-    char *text = status_text(r->id, s, NULL, &len);
+    char *text = outbox_broadcast_status_text(r->id, s, NULL, &len);
 
     if (text == NULL) {
         req_fail(r, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
     req_answer(r, 200, 0, text, len);
-}
-
-/* ---- the status callback: the outbox's signed POST (outbox_post.c) ---- */
-
-static void post_free(bc_post_t *p)
-{
-    DLIST_UNLINK(p->b->posts, p->b->posts_last, p);
-    store_bc_cancel(p->status);
-    outbox_post_cancel(p->post);
-    free(p);
-}
-
-static void on_posted(void *arg, int delivered)
-{
-    bc_post_t *p = arg;
-
-    count(&metrics(p->b)->callbacks[delivered ? 0 : 1]);
-    p->post = NULL;
-    post_free(p);
-}
-
-static bc_post_t *post_new(broadcasts_t *b, const char *id)
-{
-    bc_post_t *p = calloc(1, sizeof(*p));
-
-    if (p == NULL) {
-        log_msg(LOG_WARN, "broadcast %s: out of memory: its status callback is not posted", id);
-        return NULL;
-    }
-    p->b = b;
-    snprintf(p->id, sizeof(p->id), "%s", id);
-    DLIST_APPEND(b->posts, b->posts_last, p);
-    return p;
-}
-
-/* Posts the broadcast's final status to its statusCallback, if it has one; p goes with it. */
-static void post_status(bc_post_t *p, const store_bc_status_t *s)
-{
-    char event_id[64], *body;
-    size_t len = 0;
-
-    if (s->callback[0] == '\0') {
-        post_free(p);
-        return;
-    }
-    snprintf(event_id, sizeof(event_id), "%s.%s", p->id, s->state);
-    if ((body = status_text(p->id, s, event_id, &len)) == NULL) {
-        log_msg(LOG_WARN, "broadcast %s: out of memory: its status callback is not posted", p->id);
-        post_free(p);
-        return;
-    }
-    {
-        outbox_post_req_t req = {s->app,   s->callback,     body,
-                                 event_id, clock_wall_ms(), &metrics(p->b)->callback_retries};
-        p->post = outbox_post_start(p->b->env, &req, on_posted, p);
-    }
-    free(body);
-    if (p->post == NULL)
-        post_free(p);
-}
-
-static void on_final_status(void *arg, store_status_t st, const store_bc_status_t *s)
-{
-    bc_post_t *p = arg;
-
-    p->status = NULL;
-    if (st == STORE_OK)
-        post_status(p, s);
-    else
-        post_free(p);
-}
-
-/* bcpump_ended_fn: the delivery saw a broadcast end; its status is read, then posted. */
-static void on_ended(void *arg, const char *channel_id, const char *id)
-{
-    broadcasts_t *b = arg;
-    bc_post_t *p = post_new(b, id);
-    store_status_t st = STORE_OK;
-
-    if (p != NULL &&
-        (p->status = store_bc_status(b->env->deliver.store, channel_id, id, on_final_status, p,
-                                     &st)) == NULL)
-        post_free(p);
 }
 
 /* ---- checking a POST's body (nothing of it needs Redis) ---- */
@@ -442,13 +343,33 @@ static int check_body(bc_req_t *r, bg_error_t *err)
 /* ---- accepting: the recipients, a slice at a time ---- */
 
 static void accept_next(bc_req_t *r);
+static void on_id_recorded(void *arg, store_status_t st);
+static void create(bc_req_t *r);
+
+/* 202 {"ok":1,"broadcastId","total"}: the answer a key's retry gets again. */
+static void answer_accepted(bc_req_t *r, const char *id, int64_t total)
+{
+    jsonw_t w;
+    char *out;
+    size_t len = 0;
+
+    jw_init(&w);
+    jw_lit(&w, "{\"ok\":1,\"broadcastId\":");
+    jw_str(&w, id);
+    jw_lit(&w, ",\"total\":");
+    jw_int(&w, total);
+    jw_lit(&w, "}");
+    if (w.failed || (out = jw_steal(&w, &len)) == NULL) {
+        jw_free(&w);
+        req_fail(r, BG_ERR_UNAVAILABLE, "out of memory");
+        return;
+    }
+    req_answer(r, 202, 0, out, len);
+}
 
 static void on_finished(void *arg, store_status_t st, int64_t n, const char *text)
 {
     bc_req_t *r = arg;
-    jsonw_t w;
-    char *out;
-    size_t len = 0;
 
     (void)text;
     r->call = NULL;
@@ -460,18 +381,7 @@ static void on_finished(void *arg, store_status_t st, int64_t n, const char *tex
     count(&metrics(r->b)->broadcasts[0]);
     log_msg(LOG_INFO, "broadcast %s of channel %s accepted: %lld members", r->id, r->channel_id,
             (long long)n);
-    jw_init(&w);
-    jw_lit(&w, "{\"ok\":1,\"broadcastId\":");
-    jw_str(&w, r->id);
-    jw_lit(&w, ",\"total\":");
-    jw_int(&w, n);
-    jw_lit(&w, "}");
-    if (w.failed || (out = jw_steal(&w, &len)) == NULL) {
-        jw_free(&w);
-        req_fail(r, BG_ERR_UNAVAILABLE, "out of memory");
-        return;
-    }
-    req_answer(r, 202, 0, out, len);
+    answer_accepted(r, r->id, n);
 }
 
 static void on_slice(void *arg, store_status_t st, int64_t n, const char *text)
@@ -600,6 +510,35 @@ static void on_created(void *arg, store_status_t st, int64_t n, const char *text
     accept_next(r);
 }
 
+/* The broadcast's record, made from the body kept. */
+static void create(bc_req_t *r)
+{
+    store_status_t st = STORE_OK;
+
+    r->call = store_bc_create(r->b->env->deliver.store, r->channel_id, r->id, r->token.app, r->kept,
+                              r->kept_len, r->callback != NULL ? r->callback : "", 3600 * 1000,
+                              on_created, r, &st);
+    if (r->call == NULL)
+        req_fail_store(r, st);
+}
+
+static void on_id_recorded(void *arg, store_status_t st)
+{
+    bc_req_t *r = arg;
+
+    r->idem = NULL;
+    if (st == STORE_CONFLICT) { /* taken over as dead: the one that took it answers */
+        r->idem_owner = 0;
+        req_fail(r, BG_ERR_IDEM_RUNNING, "a request with this Idempotency-Key is still running");
+        return;
+    }
+    if (st != STORE_OK) {
+        req_fail_store(r, st);
+        return;
+    }
+    create(r);
+}
+
 /* The token and the channel are known: the checks of a send against them. */
 static void post_checked(bc_req_t *r)
 {
@@ -651,13 +590,183 @@ static void post_checked(bc_req_t *r)
         req_fail(r, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
+    free(r->kept);
+    r->kept = body;
+    r->kept_len = len;
     rng_hex(&env->deliver.rng, r->id, ID_LEN);
-    r->call =
-        store_bc_create(env->deliver.store, r->channel_id, r->id, r->token.app, body, len,
-                        r->callback != NULL ? r->callback : "", 3600 * 1000, on_created, r, &st);
-    free(body);
-    if (r->call == NULL)
+    if (r->idem_owner) {
+        /* the id goes to the key's record before the broadcast exists: a retry that finds the
+         * record's holder dead knows which broadcast it may have made (idem_resumed) */
+        r->idem = store_idem_progress(env->deliver.store, r->idem_record, r->idem_owner_id, 0,
+                                      r->id, ID_LEN, on_id_recorded, r, &st);
+        if (r->idem == NULL)
+            req_fail_store(r, st);
+        return;
+    }
+    create(r);
+}
+
+/* ---- Idempotency-Key (contract.md section 7): the same key and body, the same broadcast ---- */
+
+static void idem_begin(bc_req_t *r);
+static void post_channel_read(bc_req_t *r);
+
+static void idem_ask_again(bc_req_t *r)
+{
+    if (r->idem != NULL) {
+        r->idem_stale = 1; /* asked again when its answer says "wait" */
+        return;
+    }
+    idem_begin(r);
+}
+
+static void on_idem_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    idem_ask_again(arg);
+}
+
+static void on_idem_message(void *arg, const char *msg, size_t len)
+{
+    (void)msg; /* (re)subscribed, or the record changed */
+    (void)len;
+    idem_ask_again(arg);
+}
+
+/* The first request with the key is still accepting: wait for its answer on the record's
+ * channel (a dead instance never publishes: the timer asks again at its lease's end), until
+ * this request's own deadline. */
+static void idem_wait(bc_req_t *r, int64_t wait_ms)
+{
+    const config_t *cfg = r->b->env->deliver.cfg;
+    int64_t left_ms = (r->started_us - clock_mono_us()) / 1000 + cfg->request_timeout_ms;
+
+    if (left_ms <= 0) {
+        req_fail(r, BG_ERR_IDEM_RUNNING, "a request with this Idempotency-Key is still running");
+        return;
+    }
+    if (r->idem_timer == NULL &&
+        (r->idem_timer = evtimer_new(r->b->env->deliver.base, on_idem_timer, r)) == NULL) {
+        req_fail(r, BG_ERR_UNAVAILABLE, "out of memory");
+        return;
+    }
+    arm(r->idem_timer, wait_ms < left_ms ? (wait_ms > 0 ? wait_ms : 1) : left_ms);
+    if (r->idem_sub != NULL)
+        return;
+    r->idem_sub = store_watch_key(r->b->env->deliver.store, r->idem_record, on_idem_message, r);
+    if (r->idem_sub == NULL)
+        req_fail(r, BG_ERR_UNAVAILABLE, "out of memory");
+    /* an answer published before the subscription took: the subscription's confirmation
+     * (on_idem_message with no message) asks again */
+}
+
+static void answer_accepted(bc_req_t *r, const char *id, int64_t total);
+
+/* A retry found the key's first request dead with broadcast id recorded: that broadcast is
+ * the answer once it was accepted; one still accepting (its accepting died with it) is
+ * dropped and this request accepts afresh. */
+static void on_resumed_status(void *arg, store_status_t st, const store_bc_status_t *s)
+{
+    bc_req_t *r = arg;
+
+    r->call = NULL;
+    if (st == STORE_UNAVAILABLE || st == STORE_BUSY) {
         req_fail_store(r, st);
+        return;
+    }
+    if (st == STORE_OK && strcmp(s->state, "accepting") != 0) {
+        answer_accepted(r, r->id, s->total);
+        return;
+    }
+    if (st == STORE_OK)
+        store_bc_abort(r->b->env->deliver.store, r->channel_id, r->id);
+    post_channel_read(r);
+}
+
+static void on_idem(void *arg, store_status_t st, const store_idem_t *res)
+{
+    bc_req_t *r = arg;
+    store_status_t cst = STORE_OK;
+
+    r->idem = NULL;
+    r->idem_begun = 0;
+    if (st != STORE_OK) {
+        req_fail_store(r, st == STORE_BAD_RECORD ? STORE_UNAVAILABLE : st);
+        return;
+    }
+    switch (res->state) {
+    case STORE_IDEM_RUN:
+        r->idem_owner = 1;
+        post_channel_read(r);
+        return;
+    case STORE_IDEM_RESUME:
+        r->idem_owner = 1;
+        if (res->n_elements == 0 || res->elements[0] == NULL || res->element_lens[0] != ID_LEN) {
+            post_channel_read(r); /* it died before it named a broadcast */
+            return;
+        }
+        memcpy(r->id, res->elements[0], ID_LEN);
+        r->id[ID_LEN] = '\0';
+        r->call = store_bc_status(r->b->env->deliver.store, r->channel_id, r->id, on_resumed_status,
+                                  r, &cst);
+        if (r->call == NULL)
+            req_fail_store(r, cst);
+        return;
+    case STORE_IDEM_CONFLICT:
+        req_fail(r, BG_ERR_IDEM_MISMATCH,
+                 "Idempotency-Key was used for another request: nothing was run");
+        return;
+    case STORE_IDEM_DONE: {
+        char *text = malloc(res->len + 1);
+        if (text == NULL) {
+            req_fail(r, BG_ERR_UNAVAILABLE, "out of memory");
+            return;
+        }
+        memcpy(text, res->body, res->len);
+        text[res->len] = '\0';
+        r->idem_replayed = 1;
+        req_answer(r, res->status, res->code, text, res->len);
+        return;
+    }
+    case STORE_IDEM_WAIT:
+        if (r->idem_stale) {
+            r->idem_stale = 0;
+            idem_begin(r);
+        } else {
+            idem_wait(r, res->wait_ms);
+        }
+        return;
+    }
+}
+
+static void idem_begin(bc_req_t *r)
+{
+    store_status_t st = STORE_OK;
+
+    r->idem_stale = 0;
+    r->idem =
+        store_idem_begin(r->b->env->deliver.store, r->idem_record, r->idem_fp, r->idem_owner_id,
+                         IDEM_LEASE_MS, r->b->env->deliver.cfg->idempotency_ttl_s, on_idem, r, &st);
+    if (r->idem == NULL)
+        req_fail_store(r, st);
+    else
+        r->idem_begun = 1;
+}
+
+/* The token is known (the key's scope is its app): the key's record decides. */
+static void idem_start(bc_req_t *r)
+{
+    char record[STORE_KEY_MAX];
+    int n = store_idem_key(r->b->env->deliver.store, record, sizeof(record), r->token.app,
+                           IDEM_ROUTE, r->idem_key);
+
+    if (n < 0 || (r->idem_record = strndup(record, (size_t)n)) == NULL) {
+        req_fail(r, BG_ERR_UNAVAILABLE, "out of memory");
+        return;
+    }
+    rng_hex(&r->b->env->deliver.rng, r->idem_owner_id, 16);
+    idem_begin(r);
 }
 
 /* ---- the token (every route) and the channel (POST) ---- */
@@ -719,11 +828,12 @@ static void on_id_channel(void *arg, store_status_t st, int64_t n, const char *t
         req_fail_store(r, cst);
 }
 
+static void idem_start(bc_req_t *r);
+
 static void token_known(bc_req_t *r, store_status_t st, const json_t *record)
 {
     store_t *store = r->b->env->deliver.store;
     store_status_t cst = STORE_OK;
-    json_t *cached;
 
     if (st == STORE_UNAVAILABLE || st == STORE_BUSY) {
         req_fail_store(r, st);
@@ -740,6 +850,20 @@ static void token_known(bc_req_t *r, store_status_t st, const json_t *record)
             req_fail_store(r, cst);
         return;
     }
+    if (r->idem_key != NULL) {
+        idem_start(r);
+        return;
+    }
+    post_channel_read(r);
+}
+
+/* POST: the channel's record, cached or read. */
+static void post_channel_read(bc_req_t *r)
+{
+    store_t *store = r->b->env->deliver.store;
+    store_status_t cst = STORE_OK;
+    json_t *cached;
+
     if ((cached = store_cached_channel(store, r->channel_id)) != NULL) {
         post_channel(r, STORE_OK, cached);
         return;
@@ -809,6 +933,35 @@ static bc_req_t *req_new(broadcasts_t *b, struct evhttp_request *req, bc_route_t
     return r;
 }
 
+/* The request's Idempotency-Key, if it has one (given once, valid), and its fingerprint: the
+ * route and the body as received. */
+static int idem_take(bc_req_t *r, struct evhttp_request *req, size_t len, bg_error_t *err)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    struct evkeyval *kv;
+    const char *key = NULL;
+
+    TAILQ_FOREACH(kv, evhttp_request_get_input_headers(req), next)
+    {
+        if (evutil_ascii_strcasecmp(kv->key, "Idempotency-Key") != 0)
+            continue;
+        if (key != NULL)
+            return bg_error_set(err, BG_ERR_MISSING_PARAM,
+                                "parameter Idempotency-Key must be given once: the request has "
+                                "two");
+        key = kv->value;
+    }
+    if (key == NULL)
+        return 0;
+    if (!idem_key_valid(key))
+        return bg_error_set(err, BG_ERR_MISSING_PARAM,
+                            "parameter Idempotency-Key must be 1-255 printable ASCII characters");
+    if ((r->idem_key = strdup(key)) == NULL)
+        return bg_error_set(err, BG_ERR_UNAVAILABLE, "out of memory");
+    idem_fingerprint(IDEM_ROUTE, len ? (const char *)evbuffer_pullup(in, -1) : "", len, r->idem_fp);
+    return 0;
+}
+
 void broadcasts_post_route(void *arg, struct evhttp_request *req)
 {
     broadcasts_t *b = arg;
@@ -822,7 +975,7 @@ void broadcasts_post_route(void *arg, struct evhttp_request *req)
     memset(&err, 0, sizeof(err));
     if (request_parse_json(len ? (const char *)evbuffer_pullup(in, -1) : "", len, &r->root, &err) <
             0 ||
-        check_body(r, &err) < 0) {
+        check_body(r, &err) < 0 || idem_take(r, req, len, &err) < 0) {
         req_fail_err(r, &err);
         return;
     }
@@ -854,11 +1007,6 @@ static void on_status(void *arg, store_status_t st, const store_bc_status_t *s)
     if (r->route == R_DELETE && s->sending > 0)
         log_msg(LOG_WARN, "broadcast %s cancelled with %lld attempts still running", r->id,
                 (long long)s->sending);
-    if (r->route == R_DELETE && r->cancelled_here) {
-        bc_post_t *p = post_new(r->b, r->id);
-        if (p != NULL)
-            post_status(p, s);
-    }
     (void)cst;
     answer_status(r, s);
 }
@@ -889,10 +1037,8 @@ static void on_cancelled(void *arg, store_status_t st, int64_t n, const char *te
         req_fail(r, BG_ERR_NOT_FOUND, "not found");
         return;
     }
-    if (strcmp(text, "running") == 0) {
+    if (strcmp(text, "running") == 0) /* this one cancelled it (its callback is queued) */
         count(&metrics(r->b)->broadcasts[2]);
-        r->cancelled_here = 1;
-    }
     r->wait_until_us =
         clock_mono_us() + ((int64_t)cfg->request_timeout_ms + CANCEL_WAIT_EXTRA) * 1000;
     if ((r->timer = evtimer_new(r->b->env->deliver.base, on_cancel_poll, r)) == NULL) {
@@ -929,7 +1075,7 @@ broadcasts_t *broadcasts_new(op_env_t *env)
     if (b == NULL)
         return NULL;
     b->env = env;
-    if ((b->pump = bcpump_new(env, on_ended, b)) == NULL) {
+    if ((b->pump = bcpump_new(env)) == NULL) {
         free(b);
         return NULL;
     }
@@ -950,9 +1096,5 @@ void broadcasts_free(broadcasts_t *b)
         }
     }
     bcpump_free(b->pump);
-    /* a callback not taken yet is not posted again (a broadcast's callback is this worker's
-     * alone: docs/api.md) */
-    while (b->posts != NULL)
-        post_free(b->posts);
     free(b);
 }

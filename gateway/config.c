@@ -24,8 +24,14 @@ typedef struct option_def {
     const char *help;
 } option_def_t;
 
-#define STR(field, env, def, help) {env, T_STR, offsetof(config_t, field), sizeof(((config_t *)0)->field), def, 0, 0, help}
-#define INT(field, env, def, lo, hi, help) {env, T_INT, offsetof(config_t, field), 0, def, lo, hi, help}
+#define STR(field, env, def, help)                                                                 \
+    {                                                                                              \
+        env, T_STR, offsetof(config_t, field), sizeof(((config_t *)0)->field), def, 0, 0, help     \
+    }
+#define INT(field, env, def, lo, hi, help)                                                         \
+    {                                                                                              \
+        env, T_INT, offsetof(config_t, field), 0, def, lo, hi, help                                \
+    }
 
 static const option_def_t options[] = {
     STR(listen, "BOTGATE_LISTEN", "0.0.0.0:8080", "address:port of the HTTP API"),
@@ -338,11 +344,14 @@ int config_load(config_t *cfg, int argc, char **argv)
                          cfg->redis_tls_key, cfg->redis_tls_name,
                          cfg->redis_cluster[0] != '\0' || cfg->redis_sentinels[0] != '\0', err,
                          sizeof(err)) < 0) {
-        fprintf(stderr, "botgate: Redis TLS (BOTGATE_REDIS_URL, BOTGATE_REDIS_CA_FILE, "
-                        "BOTGATE_REDIS_TLS_*): %s\n", err);
+        fprintf(stderr,
+                "botgate: Redis TLS (BOTGATE_REDIS_URL, BOTGATE_REDIS_CA_FILE, "
+                "BOTGATE_REDIS_TLS_*): %s\n",
+                err);
         return -1;
     }
-    if (strcmp(cfg->http_status, "interface") != 0 && strcmp(cfg->http_status, "conventional") != 0) {
+    if (strcmp(cfg->http_status, "interface") != 0 &&
+        strcmp(cfg->http_status, "conventional") != 0) {
         fprintf(stderr, "botgate: BOTGATE_HTTP_STATUS must be interface or conventional\n");
         return -1;
     }

@@ -8,7 +8,7 @@
 #define CONFIG_URL_MAX 512
 
 typedef struct config {
-    char listen[300];        /* as given: host:port */
+    char listen[300]; /* as given: host:port */
     char listen_host[300];
     int listen_port;
     char admin_listen[300]; /* /metrics, /healthz, /readyz; empty: on the API listener */
@@ -20,8 +20,8 @@ typedef struct config {
     char redis_ca_file[CONFIG_URL_MAX];   /* rediss://: CA bundle; empty: the system's */
     char redis_tls_cert[CONFIG_URL_MAX];  /* rediss://: client certificate (mutual TLS) */
     char redis_tls_key[CONFIG_URL_MAX];
-    char redis_tls_name[256];             /* rediss://: name the certificates must hold */
-    store_config_t store;   /* parsed Redis URL, timeouts, key prefix */
+    char redis_tls_name[256]; /* rediss://: name the certificates must hold */
+    store_config_t store;     /* parsed Redis URL, timeouts, key prefix */
     int workers;
     char facebook_url[CONFIG_URL_MAX];
     char whatsapp_cloud_url[CONFIG_URL_MAX];
@@ -40,16 +40,16 @@ typedef struct config {
     int http_timeout_s;      /* reading a request, idle keep-alive */
     int max_reading_mb;      /* bytes of requests being read (not yet complete) per worker */
     int idempotency_ttl_s;   /* an Idempotency-Key's answer is replayed this long */
-    char http_status[16];         /* BOTGATE_HTTP_STATUS as given */
+    char http_status[16];    /* BOTGATE_HTTP_STATUS as given */
     int http_status_conventional; /* BOTGATE_HTTP_STATUS=conventional: 4xx/5xx by err_code */
-    int member_order;        /* 1: one member's requests run one at a time, in order */
-    int outbox_shards;       /* streams of the outbox (Prefer: respond-async) */
-    int outbox_claim_ms;     /* an entry of a dead consumer is taken over after this */
-    int outbox_ttl_s;        /* a queued response not sent by then fails with 128 */
-    int outbox_jobs;         /* queued requests one worker holds at once */
-    int script_max_instructions; /* VM instructions of one node script run */
-    int script_max_memory_kb;    /* memory of one node script run, KiB */
-    int script_max_ms;           /* computing time of one node script run, ms */
+    int member_order;             /* 1: one member's requests run one at a time, in order */
+    int outbox_shards;            /* streams of the outbox (Prefer: respond-async) */
+    int outbox_claim_ms;          /* an entry of a dead consumer is taken over after this */
+    int outbox_ttl_s;             /* a queued response not sent by then fails with 128 */
+    int outbox_jobs;              /* queued requests one worker holds at once */
+    int script_max_instructions;  /* VM instructions of one node script run */
+    int script_max_memory_kb;     /* memory of one node script run, KiB */
+    int script_max_ms;            /* computing time of one node script run, ms */
 } config_t;
 
 /* Fills cfg from defaults, the environment, then argv. Returns 0, 1 when --help was printed,

@@ -11,6 +11,7 @@
 #include "../json/jparse.h"
 #include "../core/rng.h"
 #include "credwait.h"
+#include "deliver_rate.h"
 #include "log.h"
 
 #include <event2/event.h>
@@ -20,32 +21,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ANSWER_MAX (1024 * 1024)        /* a platform answer larger than this is an error */
-#define MEDIA_MAX             (10 * 1024 * 1024)   /* an image or a video to upload */
-#define VOICE_MAX             (2 * 1024 * 1024)    /* wechat: a voice message */
-#define LOCK_TTL_MS 15000               /* a crashed refresher's lock expires after this */
-#define CONTACT_TTL_S (7 * 24 * 3600)   /* whatsapp: a valid number is checked once a week */
-#define MEDIA_TTL_S (2 * 24 * 3600)     /* wechat: media ids live 3 days; keep them 2 */
-#define DEADLINE_MARGIN_MS 20           /* leave time to answer after a call times out */
+#define ANSWER_MAX    (1024 * 1024)      /* a platform answer larger than this is an error */
+#define MEDIA_MAX     (10 * 1024 * 1024) /* an image or a video to upload */
+#define VOICE_MAX     (2 * 1024 * 1024)  /* wechat: a voice message */
+#define LOCK_TTL_MS   15000              /* a crashed refresher's lock expires after this */
+#define CONTACT_TTL_S (7 * 24 * 3600)    /* whatsapp: a valid number is checked once a week */
+#define MEDIA_TTL_S   (2 * 24 * 3600)    /* wechat: media ids live 3 days; keep them 2 */
 /* A broadcast's message reserves a slot at most this far ahead: a conversational message
  * waits at most this much longer than it would alone. Further away, nothing is taken and it
  * asks again about when its turn may come. */
-#define BULK_AHEAD_MS 50
-#define CONNECT_RETRY_MS 100            /* pause before the one retry of a refused connection */
-#define RATE_PAUSE_UNKNOWN_MS 1000      /* retryAfterMs when the pause could not be set */
+#define BULK_AHEAD_MS         50
+#define CONNECT_RETRY_MS      100  /* pause before the one retry of a refused connection */
+#define RATE_PAUSE_UNKNOWN_MS 1000 /* retryAfterMs when the pause could not be set */
 /* A pause heard of with less left than this is over by the time the call arrives: it is the
  * end of one the slot was already given after, heard a publish's latency late. */
 #define PAUSE_HEARD_MIN_MS 20
-#define PAUSE_HEARD_MAX 3 /* times a delivery takes its slot again for pauses heard of */
+#define PAUSE_HEARD_MAX    3 /* times a delivery takes its slot again for pauses heard of */
 
 /* What only credential refreshes and media uploads need: kept out of deliver_t, which every
  * request in flight carries. Allocated when first needed, freed when the delivery ends. */
 typedef struct deliver_extra {
-    struct event timer;           /* a wait inside a delivery (Retry-After) */
+    struct event timer; /* a wait inside a delivery (Retry-After) */
     /* the hash of the credential that failed, to see a new one: a credential may be long */
     char stale_hash[AUTH_HASH_HEX];
-    credwait_waiter_t wait;       /* in a group while another holds the credential lock */
-    deliver_t *owner;             /* the delivery this is the state of */
+    credwait_waiter_t wait; /* in a group while another holds the credential lock */
+    deliver_t *owner;       /* the delivery this is the state of */
     char lock_owner[40];
     char media_id[ADAPTER_ID_MAX];
     char url_hash[AUTH_HASH_HEX];
@@ -94,15 +94,9 @@ static deliver_extra_t *extra(deliver_t *d)
     return d->_x;
 }
 
-/* The slot where what was read of a channel record is kept (rate_policy). */
-static deliver_channel_kept_t *kept(deliver_env_t *env, const json_t *channel)
-{
-    return &env->_channels[hash_ptr(channel, DELIVER_CHANNELS_KEPT_BITS)];
-}
-
 static const json_t *info(const deliver_t *d)
 {
-    const deliver_channel_kept_t *k = kept(d->env, d->channel);
+    const deliver_channel_kept_t *k = deliver_kept(d->env, d->channel);
 
     if (k->record == d->channel && d->channel != NULL)
         return k->info;
@@ -182,8 +176,8 @@ static void deliver_finish(deliver_t *d, deliver_result_t *r)
     r->chat_id = deliver_chat_id(d, &r->res);
     d->failed += !r->ok;
     /* before its call, or answered "not taken" (5xx): nothing of it reached the platform */
-    d->last_unsent = !r->ok && (d->phase != DL_SEND || d->last_unsent ||
-                                r->err.code == BG_ERR_RATE_LIMITED);
+    d->last_unsent =
+        !r->ok && (d->phase != DL_SEND || d->last_unsent || r->err.code == BG_ERR_RATE_LIMITED);
     if (!r->ok && r->err.code != BG_ERR_RATE_LIMITED)
         d->failed_other = 1;
     metrics_message(d->env->metrics, d->adapter->type, r->ok ? 0 : r->err.code);
@@ -196,8 +190,7 @@ static void deliver_finish(deliver_t *d, deliver_result_t *r)
 
 /* Ends the delivery with a failure of class status. On the first response, failures that
  * concern the whole request abort it (contract.md section 5). */
-static void deliver_fail(deliver_t *d, adapter_status_t status, long platform_code,
-                         const char *msg)
+static void deliver_fail(deliver_t *d, adapter_status_t status, long platform_code, const char *msg)
 {
     deliver_result_t r;
     int code = adapter_err_code(d->adapter, status);
@@ -207,10 +200,10 @@ static void deliver_fail(deliver_t *d, adapter_status_t status, long platform_co
     r.res.status = status;
     r.res.platform_code = platform_code;
     bg_error_set(&r.err, code, "%s", msg);
-    r.abort = d->_delivered == 0 &&
-              (status == ADAPTER_RECIPIENT_INVALID || status == ADAPTER_AUTH_INVALID ||
-               status == ADAPTER_AUTH_EXPIRED ||
-               (status == ADAPTER_SERVER_ERROR && d->adapter->server_error_aborts));
+    r.abort =
+        d->_delivered == 0 && (status == ADAPTER_RECIPIENT_INVALID ||
+                               status == ADAPTER_AUTH_INVALID || status == ADAPTER_AUTH_EXPIRED ||
+                               (status == ADAPTER_SERVER_ERROR && d->adapter->server_error_aborts));
     deliver_finish(d, &r);
 }
 
@@ -248,7 +241,8 @@ void deliver_cancel(deliver_t *d)
         net_cancel(d->_xfer);
         d->_xfer = NULL;
     }
-    if (d->phase == DL_RATE_TAKE || d->phase == DL_RATE_PAUSE)
+    /* idle: a slot taken ahead and not used goes back */
+    if (d->phase == DL_RATE_TAKE || d->phase == DL_RATE_PAUSE || d->phase == DL_IDLE)
         store_rate_cancel(d->_rate);
     else
         store_cancel(d->_call);
@@ -293,8 +287,9 @@ typedef struct call_answer {
 net_xfer_t *deliver_net_start(net_t *net, adapter_call_t *call, long timeout_ms, size_t max_answer,
                               unsigned flags, net_cb *cb, void *arg)
 {
-    net_request_t req = {call->method, call->url, (const char *const *)call->headers, call->body,
-                         call->body_len, timeout_ms, max_answer, flags};
+    net_request_t req = {call->method, call->url,      (const char *const *)call->headers,
+                         call->body,   call->body_len, timeout_ms,
+                         max_answer,   flags};
     net_xfer_t *x;
 
     call->body = NULL; /* net's now */
@@ -307,7 +302,7 @@ net_xfer_t *deliver_net_start(net_t *net, adapter_call_t *call, long timeout_ms,
  * transport's (refused, timed out, a certificate refused...), which tell an operator where
  * to look. */
 static const char *failure_reason(const adapter_result_t *res, const call_answer_t *ans, char *buf,
-                       size_t size)
+                                  size_t size)
 {
     if (res->error[0] == '\0')
         return ans->error;
@@ -327,10 +322,14 @@ static void on_send_answer(deliver_t *d, const call_answer_t *ans);
 static void on_platform_answer(void *arg, const net_answer_t *net)
 {
     deliver_t *d = arg;
-    call_answer_t answer = {{net->status, net->body, net->body_len, net->retry_after,
-                             net->content_type},
-                            net->error, net->elapsed_us, net->not_sent,
-                            net->err == NET_ERR_BLOCKED, net->err == NET_ERR_TOO_LARGE, net->err};
+    call_answer_t answer = {
+        {net->status, net->body, net->body_len, net->retry_after, net->content_type},
+        net->error,
+        net->elapsed_us,
+        net->not_sent,
+        net->err == NET_ERR_BLOCKED,
+        net->err == NET_ERR_TOO_LARGE,
+        net->err};
     const call_answer_t *ans = &answer;
 
     d->_xfer = NULL;
@@ -479,8 +478,8 @@ static void on_cred_answer(deliver_t *d, const call_answer_t *ans)
     adopt_channel(d, json_deep_copy(d->channel));
     json_object_update(json_object_get(d->channel, "info"), fields);
     d->phase = DL_CRED_WRITE;
-    d->_call = store_update_channel_info(d->env->store, d->channel_id, fields, on_cred_written, d,
-                                         &st);
+    d->_call =
+        store_update_channel_info(d->env->store, d->channel_id, fields, on_cred_written, d, &st);
     json_decref(fields);
     if (d->_call == NULL)
         cred_done(d);
@@ -818,8 +817,8 @@ static void media_cache(deliver_t *d)
     auth_hash_token(url, strlen(url), extra(d)->url_hash);
     free(url);
     d->phase = DL_MEDIA_CACHE;
-    d->_call = store_get_media(d->env->store, d->channel_id, extra(d)->url_hash, on_media_cached,
-                               d, &st);
+    d->_call =
+        store_get_media(d->env->store, d->channel_id, extra(d)->url_hash, on_media_cached, d, &st);
     if (d->_call == NULL)
         media_fetch(d);
 }
@@ -827,19 +826,6 @@ static void media_cache(deliver_t *d)
 /* ---- the message ---- */
 
 /* ---- the shared rate limits (contract.md section 8) ---- */
-
-/* The longest a message may wait for its slot: the call that follows must still fit, with the
- * upstream timeout, or half the time left when that is shorter (a deployment whose upstream
- * timeout is longer than its request deadline would otherwise never wait). */
-static int64_t rate_max_wait_ms(const deliver_t *d)
-{
-    int64_t left = deliver_remaining_ms(d), call = d->env->cfg->upstream_timeout_ms;
-
-    if (call > left / 2)
-        call = left / 2;
-    left -= call + DEADLINE_MARGIN_MS;
-    return left > 0 ? left : 0;
-}
 
 /* The element fails with 120: its slot (or the pause's end) is wait_ms away, past the
  * deadline; nothing was sent for it. */
@@ -907,54 +893,24 @@ static void on_rate_taken(void *arg, store_status_t st, store_rate_verdict_t ver
         d->phase = DL_RATE_WAIT;
         arm_timer(d, (long)wait_ms, on_rate_wait);
         return;
+    case STORE_RATE_SKIP: /* the slot ahead, used before its answer came, was none: one now */
+        if (!rate_take(d))
+            deliver_step(d);
+        return;
     default:
-        if (d->bulk && wait_ms < rate_max_wait_ms(d)) {
+        if (d->bulk && wait_ms < deliver_rate_max_wait_ms(d)) {
             /* not taken: asked again when the slot may be within reach, spread over the
              * horizon so that the broadcast's messages waiting do not all ask at once */
             char hex[5];
             rng_hex(&d->env->rng, hex, 4);
             d->phase = DL_RATE_WAIT;
-            arm_timer(d, (long)(wait_ms - BULK_AHEAD_MS + (long)(strtoul(hex, NULL, 16) % BULK_AHEAD_MS)),
-                      on_bulk_again);
+            arm_timer(
+                d, (long)(wait_ms - BULK_AHEAD_MS + (long)(strtoul(hex, NULL, 16) % BULK_AHEAD_MS)),
+                on_bulk_again);
             return;
         }
         rate_refuse(d, wait_ms, "rate limit: the next slot comes after the request's deadline");
         return;
-    }
-}
-
-/* The rate limits of the delivery's channel record, read once per record object (and its
- * "info" found, for info()): the cache hands every request the same one until it changes in
- * Redis. Records that share a slot take turns in it. */
-static void rate_policy(deliver_t *d, ratelimit_policy_t *policy)
-{
-    deliver_channel_kept_t *k = kept(d->env, d->channel);
-    bg_error_t err;
-
-    if (k->record == d->channel && d->channel != NULL) {
-        *policy = k->rate;
-        return;
-    }
-    if (ratelimit_for_channel(d->channel, policy, &err) < 0) {
-        /* botgatectl refuses such a record; one written by hand keeps its type's limits (and
-         * is read again, and warned of, at every message) */
-        log_msg(LOG_WARN, "channel %s: %s; the type's defaults apply", d->channel_id, err.msg);
-        ratelimit_defaults(d->adapter->type, policy);
-        return;
-    }
-    json_decref(k->record);
-    k->record = json_incref(d->channel);
-    k->info = json_object_get(d->channel, "info");
-    k->rate = *policy;
-}
-
-void deliver_env_clear(deliver_env_t *env)
-{
-    store_rate_board_free(env->_pauses);
-    env->_pauses = NULL;
-    for (size_t i = 0; i < sizeof(env->_channels) / sizeof(env->_channels[0]); i++) {
-        json_decref(env->_channels[i].record);
-        memset(&env->_channels[i], 0, sizeof(env->_channels[i]));
     }
 }
 
@@ -966,8 +922,17 @@ static int rate_take(deliver_t *d)
 {
     store_status_t st;
     ratelimit_policy_t policy;
+    store_rate_verdict_t verdict;
+    int64_t wait_ms;
 
-    rate_policy(d, &policy);
+    switch (deliver_ahead_take(d, on_rate_taken, &verdict, &wait_ms)) {
+    case 1:
+        on_rate_taken(d, STORE_OK, verdict, wait_ms);
+        return 1;
+    case 2:
+        return 1;
+    }
+    deliver_rate_policy(d, &policy);
     if (ratelimit_is_off(&policy) && !d->_rate_retried && !d->_pair_held && !d->_pauses_heard) {
         d->_slot_ready = 1;
         return 0;
@@ -976,16 +941,13 @@ static int rate_take(deliver_t *d)
     if (d->bulk && policy.sender.interval_us > 0)
         policy.sender.burst = 1; /* the burst is left to conversational traffic */
     /* the pair's keys only where it has a limit, or the platform just paused it */
-    d->_rate = store_rate_take(d->env->store, d->channel_id,
-                               policy.pair.interval_us > 0 || d->_rate_retried ||
-                                       d->_pauses_heard
-                                   ? d->to
-                                   : NULL,
-                               d->_pair_held, &policy,
-                               d->bulk && rate_max_wait_ms(d) > BULK_AHEAD_MS
-                                   ? BULK_AHEAD_MS
-                                   : rate_max_wait_ms(d),
-                               on_rate_taken, d, &st);
+    d->_rate = store_rate_take(
+        d->env->store, d->channel_id,
+        policy.pair.interval_us > 0 || d->_rate_retried || d->_pauses_heard ? d->to : NULL,
+        d->_pair_held, &policy,
+        d->bulk && deliver_rate_max_wait_ms(d) > BULK_AHEAD_MS ? BULK_AHEAD_MS
+                                                               : deliver_rate_max_wait_ms(d),
+        on_rate_taken, d, &st);
     d->_pair_held = 0;
     if (d->_rate == NULL)
         on_rate_taken(d, st, STORE_RATE_GO, 0);
@@ -1041,9 +1003,8 @@ static void rate_pause(deliver_t *d, const adapter_result_t *res)
     snprintf(extra(d)->rate_msg, sizeof(extra(d)->rate_msg), "%s",
              res->error[0] ? res->error : "rate limited by the platform");
     d->phase = DL_RATE_PAUSE;
-    d->_rate = store_rate_pause(d->env->store, d->channel_id,
-                                res->rate_recipient ? d->to : NULL, after_ms,
-                                on_rate_paused, d, &st);
+    d->_rate = store_rate_pause(d->env->store, d->channel_id, res->rate_recipient ? d->to : NULL,
+                                after_ms, on_rate_paused, d, &st);
     if (d->_rate == NULL)
         on_rate_paused(d, st, STORE_RATE_GO, after_ms);
 }
@@ -1110,7 +1071,8 @@ static void on_send_answer(deliver_t *d, const call_answer_t *ans)
     default:
         break;
     }
-    deliver_fail(d, r.res.status, r.res.platform_code, failure_reason(&r.res, ans, buf, sizeof(buf)));
+    deliver_fail(d, r.res.status, r.res.platform_code,
+                 failure_reason(&r.res, ans, buf, sizeof(buf)));
     adapter_result_clear(&r.res);
 }
 
@@ -1137,12 +1099,14 @@ static void deliver_step(deliver_t *d)
 
     if (!d->_cred_ready && a->cred_needs_refresh != NULL) {
         if (d->_cred_forced || a->cred_needs_refresh(info(d), clock_wall_ms())) {
+            deliver_ahead_drop(d);
             cred_begin(d);
             return;
         }
         d->_cred_ready = 1;
     }
     if (!d->_contact_ready && a->build_check != NULL) {
+        deliver_ahead_drop(d);
         contact_cache(d);
         return;
     }

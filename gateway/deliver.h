@@ -27,7 +27,7 @@ struct deliver_extra;
 #define DELIVER_CHANNELS_KEPT_BITS 5 /* 32 slots in deliver_env_t._channels */
 
 /* A channel record whose rate limits were read, held, with those limits and its "info" object
- * (deliver.c rate_policy, info). */
+ * (deliver_rate.c deliver_rate_policy, deliver.c info). */
 typedef struct deliver_channel_kept {
     json_t *record;
     const json_t *info;
@@ -40,12 +40,12 @@ typedef struct deliver_env {
     struct event_base *base;
     const config_t *cfg;
     store_t *store;
-    net_t *up;                    /* platform calls */
-    net_t *up_user;               /* URLs from users (media, webhooks): SSRF-guarded */
+    net_t *up;      /* platform calls */
+    net_t *up_user; /* URLs from users (media, webhooks): SSRF-guarded */
     metrics_t *metrics;
-    uint64_t rng;                 /* xorshift state for ids (core/rng.h) */
-    struct credwait *cred_waits;  /* deliveries waiting for a channel's credential (credwait.h) */
-    store_rate_board_t *_pauses;  /* the rate-limit pauses heard of, made at the first message */
+    uint64_t rng;                /* xorshift state for ids (core/rng.h) */
+    struct credwait *cred_waits; /* deliveries waiting for a channel's credential (credwait.h) */
+    store_rate_board_t *_pauses; /* the rate-limit pauses heard of, made at the first message */
     /* Channel records whose rate limits were read, a slot each by the record's address (the
      * last one read in that slot): a record is never changed in place (a refresh changes a
      * copy, and only the contents of its "info"), so while it is the same object its limits
@@ -81,7 +81,7 @@ typedef struct deliver_result {
     /* the response's messageEvent: from, to, timestamp, and on success its messageId (made up
      * when the platform gives none: every element has one); the caller adds the response */
     result_event_t event;
-    const char *chat_id;  /* the platform's chat id on success, else the member's address */
+    const char *chat_id;    /* the platform's chat id on success, else the member's address */
     int64_t retry_after_ms; /* a rate limit's failure (120): when to try again; else 0 */
 } deliver_result_t;
 
@@ -90,37 +90,40 @@ typedef void deliver_done_fn(struct deliver *d, const deliver_result_t *r, void 
 
 /* One request's deliveries, one response at a time. The owner (the request) sets env, adapter,
  * channel, channel_id, to and deadline_ms before the first deliver_start, and frees channel
- * and to. An idle delivery (phase DL_IDLE: finished or cancelled) holds nothing else: only one
- * in flight needs deliver_cancel. Fields with a leading '_' are deliver.c's own. */
+ * and to. An idle delivery (phase DL_IDLE: finished or cancelled) holds nothing else but a slot
+ * taken ahead: only one that deliver_holds needs deliver_cancel. Fields with a leading '_' are
+ * deliver.c's own. */
 typedef struct deliver {
     deliver_env_t *env;
     const adapter_ops_t *adapter;
-    json_t *channel;            /* the channel record (owned; replaced after a refresh) */
-    const char *channel_id;     /* borrowed from the request, outlives the deliveries */
-    char *to;                   /* the member's address on the platform (the owner's) */
-    int64_t deadline_ms;        /* monotonic: nothing is started that cannot end before it */
+    json_t *channel;        /* the channel record (owned; replaced after a refresh) */
+    const char *channel_id; /* borrowed from the request, outlives the deliveries */
+    char *to;               /* the member's address on the platform (the owner's) */
+    int64_t deadline_ms;    /* monotonic: nothing is started that cannot end before it */
     deliver_phase_t phase;
     unsigned _text_len;
-    const char *_text;          /* the response being delivered (borrowed until done) */
-    json_t *_response;          /* the same parsed, until its call is built (deliver_start_parsed) */
+    const char *_text; /* the response being delivered (borrowed until done) */
+    json_t *_response; /* the same parsed, until its call is built (deliver_start_parsed) */
     deliver_done_fn *_done;
     void *_arg;
-    net_xfer_t *_xfer;          /* the call of phase in flight */
+    net_xfer_t *_xfer; /* the call of phase in flight */
     /* The store call of phase in flight: the rate limiter's in DL_RATE_TAKE and DL_RATE_PAUSE,
-     * else a record's (a delivery waits for one thing at a time). */
+     * in DL_IDLE the slot taken ahead (deliver_slot_ahead) or NULL, else a record's (a delivery
+     * waits for one thing at a time). */
     union {
         store_call_t *_call;
         store_rate_call_t *_rate;
+        store_rate_call_t *_ahead;
     };
-    struct deliver_extra *_x;   /* state of the rare paths, allocated when first needed */
-    uint16_t platform_calls;    /* calls started, for the request's log line */
-    uint16_t _delivered : 15;   /* responses already through delivery */
+    struct deliver_extra *_x; /* state of the rare paths, allocated when first needed */
+    uint16_t platform_calls;  /* calls started, for the request's log line */
+    uint16_t _delivered : 15; /* responses already through delivery */
     /* a broadcast's message (contract.md section 12, last point): it takes the sender's slots
      * after everyone else, never more than BULK_AHEAD_MS ahead and never out of the burst, so
      * that conversational traffic finds its slot almost as if it were alone. In the bits of
      * _delivered: op_t stays in its size class. */
     uint16_t bulk : 1;
-    uint16_t failed;            /* of those, the ones that failed (the request's log line) */
+    uint16_t failed; /* of those, the ones that failed (the request's log line) */
     unsigned _timer_armed : 1, _cred_ready : 1, _cred_refreshed : 1, _cred_forced : 1,
         _lock_held : 1, _contact_ready : 1, _auth_retried : 2, _rate_retried : 1,
         _connect_retried : 1, _slot_ready : 1, _pair_held : 1, _pauses_heard : 2,
@@ -147,9 +150,20 @@ void deliver_refuse(deliver_t *d, const bg_error_t *err, deliver_done_fn *done, 
  * once); a later build (a retry) reads the text. */
 void deliver_start_parsed(deliver_t *d, json_t *response, const char *text, size_t len,
                           deliver_done_fn *done, void *arg);
-/* Stops what is in flight (no callback) and frees what it held: the delivery is idle and can
- * be started again. */
+/* Before the first deliver_start, with adapter, channel, channel_id and deadline_ms set, in the
+ * loop pass that sends the member's read (before it, and before the turn's RPUSH): the first
+ * message's slot of the channel's sender limit goes in that round trip (store_rate_take_ahead),
+ * when the channel limits its sender alone. The first message uses it when its call goes at the
+ * slot's time; else, and when no message uses it, it goes back (deliver_cancel). */
+void deliver_slot_ahead(deliver_t *d, const char *member_id, int turn);
+/* Stops what is in flight (no callback) and frees what it held, a slot taken ahead too: the
+ * delivery is idle and can be started again. */
 void deliver_cancel(deliver_t *d);
+/* 1 when the delivery holds anything (deliver_cancel lets it go). */
+static inline int deliver_holds(const deliver_t *d)
+{
+    return d->phase != DL_IDLE || d->_ahead != NULL;
+}
 /* 1 when messages ended and every one was rate limited (120): nothing was sent, and the same
  * request may be sent again (after the retryAfterMs its elements carry). */
 static inline int deliver_only_rate_limited(const deliver_t *d)

@@ -58,8 +58,7 @@ void http_send(struct evhttp_request *req, int status, const char *reason)
     bufferevent_trigger(bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS);
 }
 
-void http_send_json(struct evhttp_request *req, int status, const char *reason,
-                    const char *body)
+void http_send_json(struct evhttp_request *req, int status, const char *reason, const char *body)
 {
     struct evbuffer *buf = evhttp_request_get_output_buffer(req);
 
@@ -88,11 +87,12 @@ static void log_answer(const char *client, const http_answer_t *a, int64_t elaps
     jw_init_size(&w, 256);
     jw_lit(&w, "\"msg\":\"request\",\"request_id\":");
     jw_str(&w, a->request_id);
-    jw_lit(&w, a->route == METRICS_ROUTE_SEND       ? ",\"route\":\"sendResponses\",\"status\":"
-               : a->route == METRICS_ROUTE_REQUESTS ? ",\"route\":\"requests\",\"status\":"
+    jw_lit(&w, a->route == METRICS_ROUTE_SEND         ? ",\"route\":\"sendResponses\",\"status\":"
+               : a->route == METRICS_ROUTE_REQUESTS   ? ",\"route\":\"requests\",\"status\":"
                : a->route == METRICS_ROUTE_BROADCASTS ? ",\"route\":\"broadcasts\",\"status\":"
-               : a->route == METRICS_ROUTE_WEBHOOKS ? ",\"route\":\"webhooks\",\"status\":"
-                                                     : ",\"route\":\"redirectMemberToNode\",\"status\":");
+               : a->route == METRICS_ROUTE_WEBHOOKS
+                   ? ",\"route\":\"webhooks\",\"status\":"
+                   : ",\"route\":\"redirectMemberToNode\",\"status\":");
     jw_int(&w, a->status);
     if (a->code > 0) {
         jw_lit(&w, ",\"err_code\":");
@@ -164,8 +164,8 @@ static const char *status_reason(int status)
     }
 }
 
-void http_answer(http_server_t *s, struct evhttp_request *req, const http_answer_t *a,
-                 char *text, size_t len)
+void http_answer(http_server_t *s, struct evhttp_request *req, const http_answer_t *a, char *text,
+                 size_t len)
 {
     struct evkeyvalq *headers = evhttp_request_get_output_headers(req);
     int64_t elapsed = clock_mono_us() - a->started_us;
@@ -184,8 +184,7 @@ void http_answer(http_server_t *s, struct evhttp_request *req, const http_answer
     }
 
     if (text != NULL)
-        evbuffer_add_reference(evhttp_request_get_output_buffer(req), text, len, free_buffer,
-                               NULL);
+        evbuffer_add_reference(evhttp_request_get_output_buffer(req), text, len, free_buffer, NULL);
     conn_request_done(s->conns, req);
     evhttp_add_header(headers, "X-Request-Id", a->request_id);
     if (a->close)

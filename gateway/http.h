@@ -20,8 +20,8 @@ struct evhttp_bound_socket;
  * REQUEST_MAX_BODY is refused before the body is read, and a chunked body soon after it
  * passes REQUEST_MAX_BODY (conn.c), both with our JSON 413. */
 #define HTTP_TRANSPORT_MAX_BODY (2 * 1024 * 1024)
-#define HTTP_MAX_HEADERS_SIZE CONN_MAX_HEADERS_SIZE
-#define HTTP_ROUTES_MAX 14
+#define HTTP_MAX_HEADERS_SIZE   CONN_MAX_HEADERS_SIZE
+#define HTTP_ROUTES_MAX         14
 
 typedef void http_handler_fn(void *arg, struct evhttp_request *req);
 
@@ -44,8 +44,8 @@ typedef struct http_server {
     struct event_base *base;
     const config_t *cfg;
     metrics_t *metrics;
-    uint64_t *rng;                     /* ids of refused requests (conn.c) */
-    int first;                         /* the process's first: refuses addresses in use */
+    uint64_t *rng; /* ids of refused requests (conn.c) */
+    int first;     /* the process's first: refuses addresses in use */
     struct evhttp *http;
     struct evhttp *admin_http;         /* BOTGATE_ADMIN_LISTEN's server, or NULL */
     struct evhttp_bound_socket *bound; /* NULL once the server stopped listening */
@@ -56,19 +56,19 @@ typedef struct http_server {
 
 /* The answer of an API request: what its log line and metrics say besides the body. */
 typedef struct http_answer {
-    int status;            /* 200, 413 or 500; with BOTGATE_HTTP_STATUS=conventional also 400,
-                            * 401, 404, 409, 429, 502, 503 */
-    int code;              /* err_code, 0 on success */
+    int status; /* 200, 413 or 500; with BOTGATE_HTTP_STATUS=conventional also 400,
+                 * 401, 404, 409, 429, 502, 503 */
+    int code;   /* err_code, 0 on success */
     metrics_route_t route;
     const char *request_id;
-    const char *channel;   /* or NULL */
-    const char *member;    /* or NULL */
-    const char *app;       /* the token's app, or NULL before it is known */
+    const char *channel; /* or NULL */
+    const char *member;  /* or NULL */
+    const char *app;     /* the token's app, or NULL before it is known */
     int platform_calls;
-    int sent, failed;      /* messages sent and failed (a 200 may carry failed ones) */
-    int64_t started_us;    /* monotonic (clock_mono_us) */
-    int close;             /* Connection: close (the server is draining) */
-    int replayed;          /* Idempotent-Replayed: true (an Idempotency-Key's stored answer) */
+    int sent, failed;   /* messages sent and failed (a 200 may carry failed ones) */
+    int64_t started_us; /* monotonic (clock_mono_us) */
+    int close;          /* Connection: close (the server is draining) */
+    int replayed;       /* Idempotent-Replayed: true (an Idempotency-Key's stored answer) */
 } http_answer_t;
 
 /* Adds a route; -1 when the table is full. */
@@ -83,12 +83,11 @@ void http_free(http_server_t *s);
  * the next turn of the loop to find the socket writable. What the kernel does not take at once
  * is written the usual way. */
 void http_send(struct evhttp_request *req, int status, const char *reason);
-void http_send_json(struct evhttp_request *req, int status, const char *reason,
-                    const char *body);
+void http_send_json(struct evhttp_request *req, int status, const char *reason, const char *body);
 /* Answers an API request with text (taken over; NULL: no body): X-Request-Id, Connection:
  * close while draining, counted in metrics before it leaves, and its log line. */
-void http_answer(http_server_t *s, struct evhttp_request *req, const http_answer_t *a,
-                 char *text, size_t len);
+void http_answer(http_server_t *s, struct evhttp_request *req, const http_answer_t *a, char *text,
+                 size_t len);
 /* An API request that could not even be taken on (out of memory): a bare 500. */
 void http_refuse(http_server_t *s, struct evhttp_request *req);
 

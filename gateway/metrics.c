@@ -14,7 +14,8 @@ static const double bounds[METRICS_BUCKETS] = {
 };
 static const char *const route_names[METRICS_ROUTES] = {"sendResponses", "redirectMemberToNode",
                                                         "requests", "broadcasts", "webhooks"};
-static const int statuses[METRICS_STATUSES] = {200, 413, 500, 400, 401, 404, 409, 429, 502, 503, 202};
+static const int statuses[METRICS_STATUSES] = {200, 413, 500, 400, 401, 404,
+                                               409, 429, 502, 503, 202};
 static const char *const targets[METRICS_TARGETS] = {
     "facebook", "whatsapp", "whatsapp-cloud", "slack", "wechat", "teamwork", "media", "webhook",
 };
@@ -231,8 +232,7 @@ static void labelled(struct evbuffer *b, const char *name, const char *help, con
 /* The outbox (contract.md section 12): its counters, and the gauges one worker refreshes. */
 static void outbox_render(struct evbuffer *b, const metrics_t *const *all, int n)
 {
-    static const char *const reasons[METRICS_RETRY_REASONS] = {"rate_limited", "platform",
-                                                               "store"};
+    static const char *const reasons[METRICS_RETRY_REASONS] = {"rate_limited", "platform", "store"};
     static const char *const ended[2] = {"done", "failed"};
     static const char *const posted[2] = {"delivered", "failed"};
     uint64_t each[METRICS_RETRY_REASONS > 2 ? METRICS_RETRY_REASONS : 2];
@@ -274,9 +274,10 @@ static void outbox_render(struct evbuffer *b, const metrics_t *const *all, int n
         evbuffer_add_printf(b, "botgate_broadcasts_total{state=\"%s\"} %llu\n", states[i],
                             (unsigned long long)v);
     }
-    header(b, "botgate_webhooks_refused_total", "counter",
-           "Platform webhooks refused before anything of them was read: a signature or token "
-           "missing or wrong, or a replay (slack) or a timestamp outside 5 minutes (slack, WeChat).");
+    header(
+        b, "botgate_webhooks_refused_total", "counter",
+        "Platform webhooks refused before anything of them was read: a signature or token "
+        "missing or wrong, or a replay (slack) or a timestamp outside 5 minutes (slack, WeChat).");
     for (int p = 0; p < METRICS_PLATFORMS; p++)
         for (int r = 0; r < METRICS_HOOK_REFUSALS; r++) {
             SUM(v, webhook_refused[p][r]);

@@ -11,9 +11,9 @@ struct evbuffer;
 typedef enum {
     METRICS_ROUTE_SEND = 0,
     METRICS_ROUTE_REDIRECT,
-    METRICS_ROUTE_REQUESTS, /* GET /requests/<id>: a queued request's status */
+    METRICS_ROUTE_REQUESTS,   /* GET /requests/<id>: a queued request's status */
     METRICS_ROUTE_BROADCASTS, /* POST /broadcasts, GET and DELETE /broadcasts/<id> */
-    METRICS_ROUTE_WEBHOOKS, /* GET|POST /webhooks/<channelId>: the platforms' own webhooks */
+    METRICS_ROUTE_WEBHOOKS,   /* GET|POST /webhooks/<channelId>: the platforms' own webhooks */
     METRICS_ROUTES
 } metrics_route_t;
 
@@ -22,11 +22,11 @@ typedef enum {
 #define METRICS_CODES 34
 /* HTTP status slots: 200, 413, 500, those of BOTGATE_HTTP_STATUS=conventional, and 202. */
 #define METRICS_STATUSES 11
-#define METRICS_BUCKETS 14
+#define METRICS_BUCKETS  14
 /* Outbound call targets: the six platforms, then media downloads and webhooks. */
-#define METRICS_TARGETS 8
+#define METRICS_TARGETS   8
 #define METRICS_PLATFORMS 6
-#define METRICS_SHARDS 256 /* outbox streams (BOTGATE_OUTBOX_SHARDS) */
+#define METRICS_SHARDS    256 /* outbox streams (BOTGATE_OUTBOX_SHARDS) */
 /* Why a queued request is tried again. */
 typedef enum {
     METRICS_RETRY_RATE_LIMITED, /* its slot is later than an attempt's deadline, or a 429 */
@@ -67,9 +67,9 @@ typedef struct metrics {
     atomic_uint_fast64_t accept_pauses;
     /* the outbox (contract.md section 12) */
     atomic_uint_fast64_t outbox_accepted, outbox_attempts, outbox_claimed;
-    atomic_uint_fast64_t outbox_ended[2];                         /* done, failed */
-    atomic_uint_fast64_t outbox_retries[METRICS_RETRY_REASONS];   /* metrics_retry_t */
-    atomic_uint_fast64_t callbacks[2];                            /* delivered, failed */
+    atomic_uint_fast64_t outbox_ended[2];                       /* done, failed */
+    atomic_uint_fast64_t outbox_retries[METRICS_RETRY_REASONS]; /* metrics_retry_t */
+    atomic_uint_fast64_t callbacks[2];                          /* delivered, failed */
     atomic_uint_fast64_t callback_retries;
     /* broadcasts (contract.md section 13): accepted here, cancelled here, seen done by this
      * process's delivery (each once in all) */

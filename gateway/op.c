@@ -139,8 +139,9 @@ static void take_request_id(op_t *op, const char *given)
 {
     size_t n = given ? strlen(given) : 0;
 
-    if (n > 0 && n < sizeof(op->id) && strspn(given, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN"
-                                                     "OPQRSTUVWXYZ0123456789-_.:") == n) {
+    if (n > 0 && n < sizeof(op->id) &&
+        strspn(given, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN"
+                      "OPQRSTUVWXYZ0123456789-_.:") == n) {
         memcpy(op->id, given, n + 1);
         return;
     }
@@ -200,7 +201,7 @@ static void op_free(op_t *op)
     cancel_store_calls(op);
     DLIST_UNLINK(env->ops, env->ops_last, op);
     auth_token_free(&op->token);
-    if (op->dl.phase != DL_IDLE)
+    if (deliver_holds(&op->dl))
         deliver_cancel(&op->dl); /* an idle delivery holds nothing of its own */
     json_decref(op->dl.channel);
     free(op->dl.to);
@@ -360,7 +361,7 @@ void op_fail_text(op_t *op, int code, char *text, size_t len)
 static void fail_not_started(op_t *op)
 {
     op_fail_code(op, BG_ERR_UNAVAILABLE,
-              "server is shutting down: the request did not start, nothing was sent");
+                 "server is shutting down: the request did not start, nothing was sent");
 }
 
 int op_drain(op_t *op, int now)
@@ -507,8 +508,9 @@ void op_resolve_recipient(op_t *op)
     fresh = member_new(id, op->target.channel_id, op->token.app, rid, op->dl.adapter->type,
                        clock_wall_ms());
     op->phase = OP_RECIPIENT;
-    op->call = store_member_for_recipient(op->env->deliver.store, op->target.channel_id, rid, fresh,
-                                          op->kind->route == METRICS_ROUTE_SEND, on_recipient, op, &st);
+    op->call =
+        store_member_for_recipient(op->env->deliver.store, op->target.channel_id, rid, fresh,
+                                   op->kind->route == METRICS_ROUTE_SEND, on_recipient, op, &st);
     json_decref(fresh);
     if (op->call == NULL)
         op_fail_store(op, st);
@@ -527,8 +529,7 @@ static int resolve_refused(op_t *op)
         op_fail_store(op, op->token_st);
         return 1;
     }
-    if (op->token_st != STORE_OK ||
-        !auth_allows(&op->token, op->kind->scopes, clock_wall_ms())) {
+    if (op->token_st != STORE_OK || !auth_allows(&op->token, op->kind->scopes, clock_wall_ms())) {
         op_fail_code(op, BG_ERR_UNAUTHORIZED, "User is not authorized");
         return 1;
     }
@@ -649,14 +650,20 @@ static void on_channel(void *arg, store_status_t st, json_t *value)
     resolve_check(op);
 }
 
+/* What the member's read found (the record taken). */
+static void member_read(op_t *op, store_status_t st, json_t *value)
+{
+    op->member_done = 1;
+    op->member_st = take_record(st, value, &op->member);
+    op->member_seq = store_write_seq(op->env->deliver.store);
+}
+
 static void on_member(void *arg, store_status_t st, json_t *value)
 {
     op_t *op = arg;
 
     op->calls[2] = NULL;
-    op->member_done = 1;
-    op->member_st = take_record(st, value, &op->member);
-    op->member_seq = store_write_seq(op->env->deliver.store);
+    member_read(op, st, value);
     resolve_check(op);
 }
 
@@ -664,10 +671,36 @@ static void on_member(void *arg, store_status_t st, json_t *value)
  * accepted before it was sent. */
 static void on_member_taken(op_t *op, store_status_t st, json_t *value)
 {
-    op->member_done = 1;
-    op->member_st = take_record(st, value, &op->member);
-    op->member_seq = store_write_seq(op->env->deliver.store);
+    member_read(op, st, value);
     resolve_member(op);
+}
+
+/* The member read, order off, once the token and the channel were accepted; with an
+ * Idempotency-Key its begin went with it, and the later of the two answers goes on. */
+static void on_member_accepted(void *arg, store_status_t st, json_t *value)
+{
+    op_t *op = arg;
+
+    op->calls[2] = NULL;
+    member_read(op, st, value);
+    if (op->begin_early != 1) /* else the begin has not let it run yet: on_begun goes on */
+        resolve_member(op);
+}
+
+/* The key's begin, sent with the member's read, let the request run. */
+static void on_begun(op_t *op)
+{
+    op->begin_early = 2;
+    if (op->member_done)
+        resolve_member(op);
+}
+
+/* The first message's slot of the channel's rate limit goes in the member's read's round trip
+ * (before the read and the turn's RPUSH), when the request delivers now. */
+static void slot_ahead(op_t *op)
+{
+    if (op->kind->route == METRICS_ROUTE_SEND && !op_is_async(op))
+        deliver_slot_ahead(&op->dl, op->target.member_id, op->env->deliver.cfg->member_order);
 }
 
 void op_resolve(op_t *op, const char *token_hash)
@@ -675,6 +708,7 @@ void op_resolve(op_t *op, const char *token_hash)
     store_t *store = op->env->deliver.store;
     store_status_t st = STORE_OK;
     json_t *cached;
+    int accepted = 0;
 
     /* Token and channel come from the worker's cache when it has them; whatever is missing is
      * asked for in one round trip (hiredis pipelines the commands). */
@@ -696,26 +730,43 @@ void op_resolve(op_t *op, const char *token_hash)
         op->channel_done = 1;
         op->channel_st = STORE_OK;
     }
-    /* Both from the cache and member order on: checked now, so that only an accepted request
-     * queues for the member's turn, which is taken with the member's read (and an
-     * Idempotency-Key's begin), one round trip. A request to queue takes its place when it is
-     * accepted, an attempt of a queued one holds it (outbox.c): neither takes a turn here. */
-    if (op->token_done && op->channel_done && op->target.member_id != NULL &&
-        op->env->deliver.cfg->member_order && !op_is_queued(op) && !op_is_async(op)) {
-        if (!resolve_refused(op))
+    /* Both from the cache: checked now, so that only an accepted request takes a slot of the
+     * channel's rate limit, and queues for the member's turn, in the round trip of the member's
+     * read, with an Idempotency-Key's begin. A request to queue takes its place when it is
+     * accepted, an attempt of a queued one holds it (outbox.c): neither takes a turn or a slot
+     * here. */
+    if (op->token_done && op->channel_done && op->target.member_id != NULL && !op_is_queued(op) &&
+        !op_is_async(op)) {
+        if (resolve_refused(op))
+            return;
+        slot_ahead(op);
+        if (op->env->deliver.cfg->member_order) {
             op_guard_take_member(op, on_member_taken, guard_stopped);
-        return;
+            return;
+        }
+        accepted = 1;
     }
     if (!op->token_done)
         op->calls[0] = store_get_token(store, token_hash, on_token, op, &st);
     if (st == STORE_OK && !op->channel_done)
         op->calls[1] = store_get_channel(store, op->target.channel_id, on_channel, op, &st);
+    /* accepted already (both cached): the member's answer goes on without checking again */
     if (st == STORE_OK && op->target.member_id != NULL)
         op->calls[2] = store_get_member(store, op->target.channel_id, op->target.member_id,
-                                        op->kind->route == METRICS_ROUTE_SEND, on_member, op, &st);
+                                        op->kind->route == METRICS_ROUTE_SEND,
+                                        accepted ? on_member_accepted : on_member, op, &st);
     if (st != STORE_OK) {
         op_cancel_all(op);
         op_fail_store(op, st);
+        return;
+    }
+    if (accepted) {
+        /* with an Idempotency-Key its begin goes with the read; it answers the request when
+         * it cannot run */
+        if (op->keyed) {
+            op->begin_early = 1;
+            op_guard_begin(op, on_begun);
+        }
         return;
     }
     resolve_check(op); /* everything may have come from the cache */
@@ -780,8 +831,8 @@ static int token_hash_of(struct evhttp_request *req, const char *auth,
 
 int op_request_token(struct evhttp_request *req, char token_hash[AUTH_HASH_HEX])
 {
-    return token_hash_of(req, evhttp_find_header(evhttp_request_get_input_headers(req),
-                                                 "Authorization"),
+    return token_hash_of(req,
+                         evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization"),
                          token_hash);
 }
 

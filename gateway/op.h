@@ -57,7 +57,7 @@ typedef struct op_env {
     void (*done)(void *arg);      /* the last request in flight of a drain was freed */
     void *done_arg;
     op_route_t send_route, redirect_route; /* the route arguments of the two operations */
-    const struct op_outbox *outbox; /* the outbox's part (outbox.c); NULL: it is off */
+    const struct op_outbox *outbox;        /* the outbox's part (outbox.c); NULL: it is off */
     /* Token records decoded, a slot each by the record's address (the last one decoded in that
      * slot), each holding its record (op.c token_decode): a record is never changed in place,
      * so while the cache hands out the same object its decoding holds. */
@@ -85,9 +85,9 @@ typedef struct op_kind {
     unsigned scopes; /* the token scopes that allow it (AUTH_ACCEPT_*) */
     /* Parses the body into the operation's part of op and sets op->target; -1 with err. */
     int (*parse)(struct op *op, const char *body, size_t len, bg_error_t *err);
-    op_run_fn *run;       /* the operation's own machine, started after resolve */
-    op_run_fn *expired;   /* the deadline passed while running (NULL: answer 113) */
-    op_run_fn *cancel;    /* stops the operation's own calls in flight (NULL: none) */
+    op_run_fn *run;     /* the operation's own machine, started after resolve */
+    op_run_fn *expired; /* the deadline passed while running (NULL: answer 113) */
+    op_run_fn *cancel;  /* stops the operation's own calls in flight (NULL: none) */
     /* Frees what the operation added (NULL: nothing); not called when the operation did so
      * itself as it answered (op->kind_freed). */
     op_run_fn *cleanup;
@@ -106,20 +106,22 @@ typedef struct op {
     struct evhttp_request *req;
     const op_kind_t *kind;
     op_phase_t phase;
-    char id[40];                  /* request id (X-Request-Id) */
+    char id[40]; /* request id (X-Request-Id) */
     /* what resolve found of each record (store_status_t) */
     unsigned char token_st, channel_st;
     unsigned char member_st : 4; /* store_status_t fits */
     unsigned char turn_held : 1; /* the member's turn was taken with its read: nobody ahead */
+    /* order off: an Idempotency-Key's begin sent with the member's read (1), it said run (2) */
+    unsigned char begin_early : 2;
     /* One bit each, in the byte before started_us: every request in flight carries them. */
     _Bool token_done : 1, channel_done : 1, member_done : 1;
-    _Bool send_ok : 1;            /* sendResponses: every response so far was delivered */
-    _Bool drain_cut : 1;          /* the drain time is over: nothing new starts (op_drain) */
-    _Bool keyed : 1;              /* it carries an Idempotency-Key (op_guard.c) */
-    _Bool resuming : 1;           /* it took over a keyed request whose instance died */
-    _Bool kind_freed : 1;         /* the kind freed its part as it answered (op_free) */
-    int64_t started_us;           /* monotonic */
-    struct op *prev, *next;       /* env->ops */
+    _Bool send_ok : 1;      /* sendResponses: every response so far was delivered */
+    _Bool drain_cut : 1;    /* the drain time is over: nothing new starts (op_drain) */
+    _Bool keyed : 1;        /* it carries an Idempotency-Key (op_guard.c) */
+    _Bool resuming : 1;     /* it took over a keyed request whose instance died */
+    _Bool kind_freed : 1;   /* the kind freed its part as it answered (op_free) */
+    int64_t started_us;     /* monotonic */
+    struct op *prev, *next; /* env->ops */
 
     /* what the request asked: its ids copied from the parsed body into one block of the op's,
      * channel id first (freed by op_free), read until the answer's log line */
@@ -127,12 +129,12 @@ typedef struct op {
 
     /* resolve */
     auth_token_t token;
-    json_t *member;               /* owned */
-    uint64_t member_seq;          /* store_write_seq() when the member was read */
-    store_call_t *calls[3];       /* token, channel, member: in flight during resolve */
-    store_call_t *call;           /* the op's one store call in flight after resolve */
-    const char *member_id;        /* borrowed from member, or from target */
-    op_guard_t *guard;            /* Idempotency-Key and member turn (op_guard.c), or NULL */
+    json_t *member;         /* owned */
+    uint64_t member_seq;    /* store_write_seq() when the member was read */
+    store_call_t *calls[3]; /* token, channel, member: in flight during resolve */
+    store_call_t *call;     /* the op's one store call in flight after resolve */
+    const char *member_id;  /* borrowed from member, or from target */
+    op_guard_t *guard;      /* Idempotency-Key and member turn (op_guard.c), or NULL */
 
     /* delivery: the adapter, the channel record, the member's address and the deadline
      * (monotonic ms) live in it */
@@ -142,15 +144,15 @@ typedef struct op {
     union {
         struct {
             send_request_t send;
-            jsonw_t results;      /* the elements written so far, comma-separated */
+            jsonw_t results; /* the elements written so far, comma-separated */
             /* once resolved, each response as its JSON text, type first (op_send.c); each
              * let go once delivered */
             char **texts;
             /* at most REQUEST_MAX_RESPONSES (50) each: 16 bits keep op_t in its size class
              * with the outbox's pointer below */
-            uint16_t count;       /* responses */
-            uint16_t index;       /* the response being delivered */
-            uint16_t sent;        /* responses delivered (for a 121 answer's message) */
+            uint16_t count; /* responses */
+            uint16_t index; /* the response being delivered */
+            uint16_t sent;  /* responses delivered (for a 121 answer's message) */
             /* 0: the member's conversation window is open (or the platform has none, or
              * botgate never saw the member write); else 1 + the hours since the member last
              * wrote, at most UINT16_MAX (op_send.c send_windows) */
@@ -168,8 +170,8 @@ typedef struct op {
                 json_t *target_node; /* loaded by before_recipient, until the run takes it */
                 json_t *sending;     /* the response being delivered (a reference of our own) */
             };
-            char *sending_text;   /* the same as JSON text, delivery's input */
-            net_xfer_t *webhook; /* the webhook call in flight */
+            char *sending_text;    /* the same as JSON text, delivery's input */
+            net_xfer_t *webhook;   /* the webhook call in flight */
             void *redirect_outbox; /* as outbox above, for a redirect */
         };
     };
@@ -186,7 +188,7 @@ extern const op_kind_t op_redirect_async_kind;
  * another file would count as a crossing (docs/architecture.md). A request to queue: answered
  * 202 once it is in the outbox. An attempt of a queued request: no HTTP request, it answers to
  * the outbox. The outbox's state of op (an lvalue, in the operation's own part of op). */
-#define op_is_async(op) ((op)->kind->async)
+#define op_is_async(op)  ((op)->kind->async)
 #define op_is_queued(op) ((op)->req == NULL)
 #define op_outbox(op)                                                                              \
     (*((op)->kind->route == METRICS_ROUTE_SEND ? &(op)->outbox : &(op)->redirect_outbox))
@@ -300,8 +302,7 @@ typedef struct op_outbox {
     void (*answered)(op_t *op, int status, int code, const char *text, size_t len);
     /* op_guard_progress and op_guard_resumed of a queued request: its record is the
      * outbox's, across attempts and instances. */
-    int (*progress)(op_t *op, unsigned done, const char *element, size_t len,
-                    op_progress_fn *then);
+    int (*progress)(op_t *op, unsigned done, const char *element, size_t len, op_progress_fn *then);
     op_resumed_t (*resumed)(const op_t *op, unsigned i, const char **element);
     void (*cancel)(op_t *op);  /* stops the outbox's call in flight for op */
     void (*release)(op_t *op); /* op is freed: op->outbox is let go */

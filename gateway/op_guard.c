@@ -39,7 +39,7 @@ struct op_guard {
     struct event *timer;           /* at the lease end of the request ahead */
     unsigned owner : 1;            /* it runs the key's request: it stores or drops the answer */
     unsigned waiting_turn : 1;     /* waiting for the member's turn (else for the key's answer) */
-    unsigned stale : 1; /* told of a change while a call was out: its answer may be old */
+    unsigned stale : 1;      /* told of a change while a call was out: its answer may be old */
     unsigned queued : 1;     /* turn_id went to the member's queue: it leaves it at the end */
     unsigned taken : 1;      /* the take's answer came: ahead says the rest */
     unsigned ahead : 1;      /* someone was ahead in the queue when it was taken */
@@ -48,8 +48,8 @@ struct op_guard {
     char turn_id[17];        /* in the member's queue */
     const char *turn_member; /* the member id of the queue: the target's, or turn_member_copy */
     char *turn_member_copy;  /* the record's id (found by recipientId): the record may go first */
-    unsigned resume_at; /* resuming: the response whose call may have gone out */
-    char **resumed;     /* resuming: the elements recorded before it (NULL: none) */
+    unsigned resume_at;      /* resuming: the response whose call may have gone out */
+    char **resumed;          /* resuming: the elements recorded before it (NULL: none) */
     char owner_id[17];
     char fp[IDEM_HEX];
     char *key;    /* the Idempotency-Key, until the record's name is made */
@@ -255,7 +255,7 @@ static void on_idem(void *arg, store_status_t st, const store_idem_t *res)
         return;
     case STORE_IDEM_CONFLICT:
         stop_code(op, BG_ERR_IDEM_MISMATCH,
-                     "Idempotency-Key was used for another request: nothing was run");
+                  "Idempotency-Key was used for another request: nothing was run");
         return;
     case STORE_IDEM_DONE: {
         char *text = malloc(res->len + 1);
@@ -619,7 +619,8 @@ void op_guard_end(op_t *op, int status, int code, const char *text, size_t len)
          * so that a retry runs afresh instead of replaying a refusal. So is a send whose every
          * message was rate limited: nothing went out, and a retry after the wait should send
          * (a redirect's actions ran, so its answer stays). */
-        int sent_nothing = op->kind->route == METRICS_ROUTE_SEND && deliver_only_rate_limited(&op->dl);
+        int sent_nothing =
+            op->kind->route == METRICS_ROUTE_SEND && deliver_only_rate_limited(&op->dl);
         if ((op->phase == OP_RUN || op->phase == OP_WRITEBACK) && !sent_nothing)
             keep_answer(op, status, code, text ? text : "", text ? len : 0);
         else

@@ -408,9 +408,9 @@ static void redirect_done(op_t *op)
         return;
     }
     op->phase = OP_WRITEBACK;
-    op->call = store_update_member(op->env->deliver.store, op->target.channel_id, op->member_id, op->member,
-                                   op->member_seq, member_mutate, node_run_delta(op->node),
-                                   clock_wall_ms(), on_member_written, op, &st);
+    op->call = store_update_member(
+        op->env->deliver.store, op->target.channel_id, op->member_id, op->member, op->member_seq,
+        member_mutate, node_run_delta(op->node), clock_wall_ms(), on_member_written, op, &st);
     if (op->call == NULL)
         redirect_answer(op, 0);
 }
@@ -496,8 +496,8 @@ static void redirect_drained(op_t *op, int call_cut)
         bg_error_set(&err, BG_ERR_PLATFORM,
                      "the server stopped before the platform answered: it may have been "
                      "delivered");
-        json_array_append_new(results,
-                              result_node_element(deliver_event_json(&op->dl, op->sending, NULL), &err));
+        json_array_append_new(
+            results, result_node_element(deliver_event_json(&op->dl, op->sending, NULL), &err));
     }
     if (op->phase == OP_WRITEBACK)
         bg_error_set(&err, BG_ERR_STORE,

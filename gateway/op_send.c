@@ -35,8 +35,7 @@ static void text_split(char *text, const char **type, const char **data)
 }
 
 /* The messageEvent of response i, from its text. */
-static result_event_t send_event(const op_t *op, unsigned i, const char *message_id,
-                                 char buf[32])
+static result_event_t send_event(const op_t *op, unsigned i, const char *message_id, char buf[32])
 {
     result_event_t ev = deliver_event(&op->dl, message_id, buf);
 
@@ -173,8 +172,7 @@ static void send_on_delivered(deliver_t *d, const deliver_result_t *r, void *arg
     ev = r->event;
     text_split(op->texts[op->index], &ev.type, &ev.data);
     if (r->ok) {
-        result_write_sent(&op->results, &ev, r->chat_id, r->res.meta,
-                          op->dl.adapter->api_version);
+        result_write_sent(&op->results, &ev, r->chat_id, r->res.meta, op->dl.adapter->api_version);
         op->sent++;
     } else {
         result_write_failed_after(&op->results, &ev, r->chat_id, &r->err, r->retry_after_ms);
@@ -348,9 +346,10 @@ static int make_texts(op_t *op, const char *body, size_t len)
 
 /* What is read again once the request is resolved: its responses, as validated (each handed
  * to its delivery, which lets it go once its call is built) and as text for the result
- * elements (made by send_parse, each let go once delivered), and the ids, which the op keeps (keep_target). The rest, the member's record and the parsed
- * body around the responses, goes before the platform calls rather than after their answers:
- * thousands of requests may wait for them at once. */
+ * elements (made by send_parse, each let go once delivered), and the ids, which the op keeps
+ * (keep_target). The rest, the member's record and the parsed body around the responses, goes
+ * before the platform calls rather than after their answers: thousands of requests may wait for
+ * them at once. */
 static void let_go(op_t *op)
 {
     json_t *responses = json_incref((json_t *)op->send.responses);
@@ -444,8 +443,8 @@ static int send_windows(op_t *op)
         return 0;
     op->window_closed = hours < UINT16_MAX - 1 ? (uint16_t)(hours + 1) : UINT16_MAX;
     tmpl = window_channel_template(json_object_get(op->dl.channel, "info"), &err);
-    if (tmpl != NULL && (!window_exempt(type, tmpl) ||
-                         adapter_check_response(op->dl.adapter, tmpl, NULL, 0) != 0))
+    if (tmpl != NULL &&
+        (!window_exempt(type, tmpl) || adapter_check_response(op->dl.adapter, tmpl, NULL, 0) != 0))
         tmpl = NULL;
     json_array_foreach(op->send.responses, i, response) {
         const json_t *fallback = json_object_get(response, "fallback");

@@ -18,6 +18,7 @@
 #include "../core/clock.h"
 #include "../core/dlist.h"
 #include "../core/rng.h"
+#include "../store/broadcast.h"
 #include "../store/idem.h"
 #include "../store/outbox.h"
 #include "log.h"
@@ -58,7 +59,7 @@ struct ob_job {
     outbox_t *ob;
     ob_job_t *prev, *next;
     unsigned shard;
-    unsigned callback : 1;      /* a status callback */
+    unsigned callback : 1;      /* a status callback (a broadcast's: e.broadcast_channel) */
     unsigned event : 1;         /* a webhook event to a subscription; neither: a request */
     unsigned stale : 1;         /* woken while its start was out: start again */
     unsigned running : 1;       /* an attempt's op holds it */
@@ -89,6 +90,7 @@ struct ob_job {
     unsigned end_tries;
     /* a callback or an event */
     outbox_post_t *post;
+    store_bc_call_t *bc_call; /* a broadcast's status being read */
     /* an event: posted to url (app: whose secret signs it) as number e.seq of its member's */
     char *url, *body;
 };
@@ -317,6 +319,7 @@ static void job_free(ob_job_t *job)
 
     store_outbox_cancel(job->call);
     store_idem_cancel(job->turn_call);
+    store_bc_cancel(job->bc_call);
     if (job->timer != NULL)
         event_free(job->timer);
     store_unwatch(job->sub);
@@ -341,7 +344,7 @@ static void job_wake(ob_job_t *job)
         job_free(job);
         return;
     }
-    if (job->call != NULL || job->turn_call != NULL || job->post != NULL) {
+    if (job->call != NULL || job->turn_call != NULL || job->post != NULL || job->bc_call != NULL) {
         job->stale = 1;
         return;
     }
@@ -398,8 +401,8 @@ static const char *copy_str(char **p, const char *s)
 /* A job for entry e (the request's or the callback's), started at once. */
 static void job_add(outbox_t *ob, const store_outbox_entry_t *e)
 {
-    const char *strs[] = {e->entry_id, e->request_id, e->order_key, e->turn_channel,
-                          e->turn_member};
+    const char *strs[] = {e->entry_id,     e->request_id,  e->order_key,
+                          e->turn_channel, e->turn_member, e->broadcast_channel};
     size_t len = 0;
     ob_job_t *job;
     char *p;
@@ -429,6 +432,7 @@ static void job_add(outbox_t *ob, const store_outbox_entry_t *e)
     job->e.order_key = copy_str(&p, e->order_key);
     job->e.turn_channel = copy_str(&p, e->turn_channel);
     job->e.turn_member = copy_str(&p, e->turn_member);
+    job->e.broadcast_channel = copy_str(&p, e->broadcast_channel);
     /* an event's own strings are the job's (url, app, body), not the entry's */
     job->e.subscription = job->e.url = job->e.app = job->e.body = NULL;
     job->e.body_len = 0;
@@ -921,10 +925,26 @@ static void on_callback_posted(void *arg, int delivered)
     job_free(job);
 }
 
+/* Posts body (taken over; NULL: the status was not read, or out of memory: tried again after
+ * a backoff). */
+static void callback_post(ob_job_t *job, const char *app, const char *url, char *body,
+                          const char *event_id, int64_t since_ms)
+{
+    outbox_t *ob = job->ob;
+
+    if (body != NULL) {
+        outbox_post_req_t req = {app,      url,      body,
+                                 event_id, since_ms, &metrics(ob)->callback_retries};
+        job->post = outbox_post_start(ob->env, &req, on_callback_posted, job);
+        free(body);
+    }
+    if (job->post == NULL)
+        job_later(job, outbox_backoff_ms(ob->env, ++job->attempts));
+}
+
 static void on_callback_status(void *arg, store_status_t st, const store_outbox_status_t *s)
 {
     ob_job_t *job = arg;
-    outbox_t *ob = job->ob;
     char event_id[80];
     char *body;
     size_t len = 0;
@@ -937,14 +957,8 @@ static void on_callback_status(void *arg, store_status_t st, const store_outbox_
     /* one per callback, the same on each try: the receiver's de-duplication key */
     snprintf(event_id, sizeof(event_id), "%s.%s", job->e.request_id, job->e.entry_id);
     body = st == STORE_OK ? outbox_status_text(job->e.request_id, s, event_id, &len) : NULL;
-    if (body != NULL) {
-        outbox_post_req_t req = {s->app,   s->callback,   body,
-                                 event_id, s->updated_ms, &metrics(ob)->callback_retries};
-        job->post = outbox_post_start(ob->env, &req, on_callback_posted, job);
-        free(body);
-    }
-    if (job->post == NULL) /* the status not read, or out of memory */
-        job_later(job, outbox_backoff_ms(ob->env, ++job->attempts));
+    callback_post(job, st == STORE_OK ? s->app : NULL, st == STORE_OK ? s->callback : NULL, body,
+                  event_id, st == STORE_OK ? s->updated_ms : 0);
 }
 
 static void on_callback_turn(void *arg, store_status_t st, int turn)
@@ -974,13 +988,49 @@ static void on_callback_turn(void *arg, store_status_t st, int turn)
     callback_start(job);
 }
 
+/* A broadcast's: its status as GET /broadcasts/<id> tells it, with eventId "<id>.<state>". A
+ * cancelled one's waits (as the DELETE's answer does) until no attempt of it may still send. */
+static void on_broadcast_status(void *arg, store_status_t st, const store_bc_status_t *s)
+{
+    ob_job_t *job = arg;
+    outbox_t *ob = job->ob;
+    const config_t *cfg = ob->env->deliver.cfg;
+    char event_id[80], *body = NULL;
+    size_t len = 0;
+
+    job->bc_call = NULL;
+    if (st == STORE_NOT_FOUND || (st == STORE_OK && s->callback[0] == '\0')) {
+        on_callback_posted(job, 0); /* the record is gone: nothing to tell */
+        return;
+    }
+    if (st == STORE_OK && s->sending > 0 &&
+        clock_wall_ms() < strtoll(job->e.entry_id, NULL, 10) + cfg->request_timeout_ms + 5000) {
+        job_later(job, 100);
+        return;
+    }
+    if (st == STORE_OK) {
+        snprintf(event_id, sizeof(event_id), "%s.%s", job->e.request_id, s->state);
+        body = outbox_broadcast_status_text(job->e.request_id, s, event_id, &len);
+    }
+    callback_post(job, st == STORE_OK ? s->app : NULL, st == STORE_OK ? s->callback : NULL, body,
+                  event_id, st == STORE_OK ? s->updated_ms : 0);
+}
+
 /* A member's callbacks go out in the order their requests ended: each waits for the one
- * before to be taken (or given up), then reads the status and posts it. */
+ * before to be taken (or given up), then reads the status and posts it. A broadcast's has no
+ * member: it is posted at once. */
 static void callback_start(ob_job_t *job)
 {
     store_status_t st = STORE_OK;
 
     job->stale = 0;
+    if (job->e.broadcast_channel != NULL) {
+        job->bc_call = store_bc_status(job->ob->env->deliver.store, job->e.broadcast_channel,
+                                       job->e.request_id, on_broadcast_status, job, &st);
+        if (job->bc_call == NULL)
+            job_later(job, READ_RETRY_MS);
+        return;
+    }
     if (job->e.callback_seq > 0 && !job->callback_turn) {
         job->call = store_outbox_callback_turn(job->ob->env->deliver.store, &job->e,
                                                on_callback_turn, job, &st);

@@ -75,21 +75,27 @@ static char *add_receipts(char *text, size_t *len, const char *receipts)
     return text;
 }
 
+/* A status object's start: {"ok":1, then "eventId" for a callback, then its id as name. */
+static void status_head(jsonw_t *w, const char *event_id, const char *name, const char *id)
+{
+    jw_init(w);
+    jw_lit(w, "{\"ok\":1,");
+    if (event_id != NULL) {
+        jw_lit(w, "\"eventId\":");
+        jw_str(w, event_id);
+        jw_lit(w, ",");
+    }
+    jw_lit(w, name);
+    jw_str(w, id);
+}
+
 char *outbox_status_text(const char *id, const store_outbox_status_t *s, const char *event_id,
                          size_t *len)
 {
     jsonw_t w;
     char *text;
 
-    jw_init(&w);
-    jw_lit(&w, "{\"ok\":1,");
-    if (event_id != NULL) {
-        jw_lit(&w, "\"eventId\":");
-        jw_str(&w, event_id);
-        jw_lit(&w, ",");
-    }
-    jw_lit(&w, "\"requestId\":");
-    jw_str(&w, id);
+    status_head(&w, event_id, "\"requestId\":", id);
     jw_lit(&w, ",\"status\":");
     jw_str(&w, s->status);
     jw_lit(&w, ",\"attempts\":");
@@ -280,4 +286,39 @@ void outbox_status_free(outbox_status_t *os)
     while (os->gets != NULL)
         get_free(os->gets);
     free(os);
+}
+
+char *outbox_broadcast_status_text(const char *id, const store_bc_status_t *s, const char *event_id,
+                                   size_t *len)
+{
+    int64_t queued = s->total - s->sent - s->failed - s->unknown - s->cancelled;
+    jsonw_t w;
+    char *text;
+
+    status_head(&w, event_id, "\"broadcastId\":", id);
+    jw_lit(&w, ",\"state\":");
+    jw_str(&w, strcmp(s->state, "accepting") == 0 ? "running" : s->state);
+    {
+        const struct {
+            const char *name;
+            int64_t v;
+        } n[] = {{",\"total\":", s->total},
+                 {",\"queued\":", queued > 0 ? queued : 0},
+                 {",\"sent\":", s->sent},
+                 {",\"failed\":", s->failed},
+                 {",\"unknown\":", s->unknown},
+                 {",\"cancelled\":", s->cancelled},
+                 {",\"createdAt\":", s->created_ms},
+                 {",\"updatedAt\":", s->updated_ms}};
+        for (size_t i = 0; i < sizeof(n) / sizeof(n[0]); i++) {
+            jw_lit(&w, n[i].name);
+            jw_int(&w, n[i].v);
+        }
+    }
+    jw_lit(&w, "}");
+    if (w.failed || (text = jw_steal(&w, len)) == NULL) {
+        jw_free(&w);
+        return NULL;
+    }
+    return text;
 }

@@ -3,6 +3,7 @@
 #ifndef BOTGATE_GATEWAY_OUTBOX_STATUS_H
 #define BOTGATE_GATEWAY_OUTBOX_STATUS_H
 
+#include "../store/broadcast.h"
 #include "../store/outbox.h"
 #include "op.h"
 
@@ -24,5 +25,11 @@ void outbox_status_get(outbox_status_t *os, struct evhttp_request *req);
  * with "eventId" first when event_id is not NULL (a callback). NULL when out of memory. */
 char *outbox_status_text(const char *id, const store_outbox_status_t *s, const char *event_id,
                          size_t *len);
+/* A broadcast's (GET /broadcasts/<id>, and its status callback, which outbox.c posts):
+ * {"ok":1,"broadcastId","state","total","queued","sent","failed","unknown","cancelled",
+ * "createdAt","updatedAt"}, with "eventId" first when event_id is not NULL. NULL when out of
+ * memory. */
+char *outbox_broadcast_status_text(const char *id, const store_bc_status_t *s,
+                                   const char *event_id, size_t *len);
 
 #endif

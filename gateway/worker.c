@@ -15,8 +15,8 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#define DRAIN_FLUSH_MS 200 /* after the last answer, time for it to leave the socket buffers */
-#define DRAIN_CALL_MARGIN_MS 100 /* past the upstream timeout: a call left to finish is overdue */
+#define DRAIN_FLUSH_MS       200 /* after the last answer, time for it to leave the socket buffers */
+#define DRAIN_CALL_MARGIN_MS 100  /* past the upstream timeout: a call left to finish is overdue */
 #define WORKER_SCRIPTS_MAX   1024 /* compiled node scripts kept per worker (script_cache_t) */
 
 static worker_t *all_workers;

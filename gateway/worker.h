@@ -24,11 +24,11 @@ typedef struct worker {
     int id;
     const config_t *cfg;
     struct event_base *base;
-    op_env_t env;       /* what its requests share: store, upstream clients, in-flight */
-    outbox_t *outbox;   /* its part of the outbox (Prefer: respond-async) */
+    op_env_t env;             /* what its requests share: store, upstream clients, in-flight */
+    outbox_t *outbox;         /* its part of the outbox (Prefer: respond-async) */
     broadcasts_t *broadcasts; /* its part of the broadcasts (contract.md section 13) */
-    webhook_t *webhook; /* its webhook requests in flight (GET|POST /webhooks/<channelId>) */
-    http_server_t http; /* the listeners and the routes */
+    webhook_t *webhook;       /* its webhook requests in flight (GET|POST /webhooks/<channelId>) */
+    http_server_t http;       /* the listeners and the routes */
     pthread_t thread;
     int ctl[2]; /* main thread -> worker: 'd' drain, 'q' stop now */
     struct event *ctl_ev;

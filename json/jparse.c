@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEPTH_MAX 64
+#define DEPTH_MAX  64
 #define NUMBER_MAX 64
 
 typedef struct reader {
@@ -55,14 +55,30 @@ static ssize_t unescape(const char *s, const char *end, char *out)
         if (++s >= end)
             return -1;
         switch (*s++) {
-        case '"': *o++ = '"'; break;
-        case '\\': *o++ = '\\'; break;
-        case '/': *o++ = '/'; break;
-        case 'b': *o++ = '\b'; break;
-        case 'f': *o++ = '\f'; break;
-        case 'n': *o++ = '\n'; break;
-        case 'r': *o++ = '\r'; break;
-        case 't': *o++ = '\t'; break;
+        case '"':
+            *o++ = '"';
+            break;
+        case '\\':
+            *o++ = '\\';
+            break;
+        case '/':
+            *o++ = '/';
+            break;
+        case 'b':
+            *o++ = '\b';
+            break;
+        case 'f':
+            *o++ = '\f';
+            break;
+        case 'n':
+            *o++ = '\n';
+            break;
+        case 'r':
+            *o++ = '\r';
+            break;
+        case 't':
+            *o++ = '\t';
+            break;
         case 'u': {
             int n = jutf8_escape(s, end, &cp);
             if (n < 0)

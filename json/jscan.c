@@ -92,12 +92,26 @@ static long scan_string(scan_t *s, unsigned char *dst)
             c = s->p[1];
             s->p += 2;
             switch (c) {
-            case '"': case '\\': case '/': cp = c; break;
-            case 'b': cp = '\b'; break;
-            case 'f': cp = '\f'; break;
-            case 'n': cp = '\n'; break;
-            case 'r': cp = '\r'; break;
-            case 't': cp = '\t'; break;
+            case '"':
+            case '\\':
+            case '/':
+                cp = c;
+                break;
+            case 'b':
+                cp = '\b';
+                break;
+            case 'f':
+                cp = '\f';
+                break;
+            case 'n':
+                cp = '\n';
+                break;
+            case 'r':
+                cp = '\r';
+                break;
+            case 't':
+                cp = '\t';
+                break;
             case 'u': {
                 int n = jutf8_escape((const char *)s->p, (const char *)s->end, &cp);
                 if (n < 0)

@@ -74,7 +74,6 @@ void jw_raw(jsonw_t *w, const char *s, size_t n)
     w->len += n;
 }
 
-
 void jw_str(jsonw_t *w, const char *s)
 {
     static const char hex[] = "0123456789ABCDEF"; /* upper case, as jansson writes it */
@@ -123,13 +122,27 @@ void jw_str(jsonw_t *w, const char *s)
         w->len += (size_t)(p - run);
         run = p + 1;
         switch (c) {
-        case '"': esc = "\\\""; break;
-        case '\\': esc = "\\\\"; break;
-        case '\b': esc = "\\b"; break;
-        case '\f': esc = "\\f"; break;
-        case '\n': esc = "\\n"; break;
-        case '\r': esc = "\\r"; break;
-        case '\t': esc = "\\t"; break;
+        case '"':
+            esc = "\\\"";
+            break;
+        case '\\':
+            esc = "\\\\";
+            break;
+        case '\b':
+            esc = "\\b";
+            break;
+        case '\f':
+            esc = "\\f";
+            break;
+        case '\n':
+            esc = "\\n";
+            break;
+        case '\r':
+            esc = "\\r";
+            break;
+        case '\t':
+            esc = "\\t";
+            break;
         default:
             memcpy(w->buf + w->len, "\\u00", 4);
             w->buf[w->len + 4] = hex[c >> 4];

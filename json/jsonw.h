@@ -33,10 +33,10 @@ static inline void jw_lit(jsonw_t *w, const char *s)
 {
     jw_raw(w, s, strlen(s));
 }
-void jw_str(jsonw_t *w, const char *s);          /* a string, quoted and escaped; NULL: null */
+void jw_str(jsonw_t *w, const char *s); /* a string, quoted and escaped; NULL: null */
 void jw_int(jsonw_t *w, long long v);
-void jw_real(jsonw_t *w, double d);              /* a real as jansson writes it */
-void jw_json(jsonw_t *w, const json_t *v);       /* any jansson value, compact */
+void jw_real(jsonw_t *w, double d);        /* a real as jansson writes it */
+void jw_json(jsonw_t *w, const json_t *v); /* any jansson value, compact */
 /* Any jansson value as compact text, the same text json_dumps(v, JSON_COMPACT |
  * JSON_ENCODE_ANY) gives, in one call: a malloc'd string, NULL on failure. */
 char *jw_dump(const json_t *v, size_t *len);

@@ -13,6 +13,17 @@
 
 #define NOW_MS "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
 
+/* A broadcast that ended (done, or cancelled) with a statusCallback: an entry of the outbox's
+ * stream (shard 0's: store_bc_callback_stream) names it, 'k' its id and 'h' its channel, in
+ * the script that ended it; whichever instance reads the entry posts the callback
+ * (gateway/outbox.c), and another takes it over when that one dies. ARGV entry: the active
+ * entry, "<channel>\t<id>". */
+#define CALLBACK_FN                                                                                \
+    "local function callback_entry(rec, stream, entry) "                                           \
+    "if (redis.call('HGET', rec, 'cb') or '') == '' then return end "                              \
+    "local ch, id = string.match(entry, '^(.*)\t(.*)$') "                                          \
+    "redis.call('XADD', stream, '*', 'k', id, 'h', ch) end "
+
 /* KEYS record, todo, taking, sending; ARGV app, body, callback, channel, keep_ms. */
 const char store_bc_create_script[] =
     NOW_MS "redis.call('DEL', KEYS[2], KEYS[3], KEYS[4]) "
@@ -49,15 +60,17 @@ const char store_bc_add_recipients_script[] =
     "redis.call('SADD', KEYS[2], id) n = n + 1 end "
     "redis.call('PEXPIRE', KEYS[2], ARGV[1]) return {n, ''}";
 
-/* KEYS record, todo, channel index, active; ARGV keep_ms, channel, active entry. */
-const char store_bc_finish_script[] =
-    NOW_MS "if redis.call('HGET', KEYS[1], 'state') ~= 'accepting' then return {-1, ''} end "
-           "local n = redis.call('SCARD', KEYS[2]) local state = n > 0 and 'running' or 'done' "
-           "redis.call('HSET', KEYS[1], 'state', state, 'total', n, 'updated', now) "
-           "redis.call('PEXPIRE', KEYS[1], ARGV[1]) "
-           "if n > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[1]) "
-           "redis.call('SADD', KEYS[4], ARGV[3]) redis.call('PUBLISH', KEYS[4], ARGV[3]) end "
-           "redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[1]) return {n, state}";
+/* KEYS record, todo, channel index, active, callback stream; ARGV keep_ms, channel, active
+ * entry. */
+const char store_bc_finish_script[] = NOW_MS CALLBACK_FN
+    "if redis.call('HGET', KEYS[1], 'state') ~= 'accepting' then return {-1, ''} end "
+    "local n = redis.call('SCARD', KEYS[2]) local state = n > 0 and 'running' or 'done' "
+    "redis.call('HSET', KEYS[1], 'state', state, 'total', n, 'updated', now) "
+    "redis.call('PEXPIRE', KEYS[1], ARGV[1]) "
+    "if n > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[1]) "
+    "redis.call('SADD', KEYS[4], ARGV[3]) redis.call('PUBLISH', KEYS[4], ARGV[3]) "
+    "else callback_entry(KEYS[1], KEYS[5], ARGV[3]) end "
+    "redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[1]) return {n, state}";
 
 /* KEYS record, todo, sending. */
 const char store_bc_status_script[] =
@@ -67,39 +80,43 @@ const char store_bc_status_script[] =
     "for i = 1, 10 do r[i] = r[i] or '' end "
     "r[11] = redis.call('SCARD', KEYS[3]) return r";
 
-/* KEYS record, todo, sending, active; ARGV app, active entry. What is not queued is cancelled
- * at once; what is queued is refused when its attempt starts (the outbox's start script). */
-const char store_bc_cancel_script[] =
-    NOW_MS "local r = redis.call('HMGET', KEYS[1], 'app', 'state') "
-           "if not r[1] or r[1] ~= ARGV[1] then return {-1, ''} end "
-           "if r[2] == 'running' then local n = redis.call('SCARD', KEYS[2]) "
-           "redis.call('DEL', KEYS[2]) redis.call('HINCRBY', KEYS[1], 'cancelled', n) "
-           "redis.call('HSET', KEYS[1], 'state', 'cancelled', 'updated', now) "
-           "redis.call('SREM', KEYS[4], ARGV[2]) end "
-           "return {redis.call('SCARD', KEYS[3]), r[2]}";
+/* KEYS record, todo, sending, active, callback stream; ARGV app, active entry. What is not
+ * queued is cancelled at once; what is queued is refused when its attempt starts (the outbox's
+ * start script). */
+const char store_bc_cancel_script[] = NOW_MS CALLBACK_FN
+    "local r = redis.call('HMGET', KEYS[1], 'app', 'state') "
+    "if not r[1] or r[1] ~= ARGV[1] then return {-1, ''} end "
+    "if r[2] == 'running' then local n = redis.call('SCARD', KEYS[2]) "
+    "redis.call('DEL', KEYS[2]) redis.call('HINCRBY', KEYS[1], 'cancelled', n) "
+    "redis.call('HSET', KEYS[1], 'state', 'cancelled', 'updated', now) "
+    "redis.call('SREM', KEYS[4], ARGV[2]) callback_entry(KEYS[1], KEYS[5], ARGV[2]) end "
+    "return {redis.call('SCARD', KEYS[3]), r[2]}";
 
-/* KEYS record, todo, taking, channel, active; ARGV max, window, lease_ms, keep_ms, member key
- * base, active entry. Members taken and not confirmed within the lease (their taker died) are
- * taken again first; then new ones while fewer than window are in flight. */
-static const char TAKE_SCRIPT[] =
-    NOW_MS "local s = redis.call('HMGET', KEYS[1], 'state', 'inflight', 'body', 'app') "
-           "if s[1] ~= 'running' then "
-           "return {s[1] or 'gone', redis.call('SREM', KEYS[5], ARGV[6])} end "
-           "redis.call('PEXPIRE', KEYS[1], ARGV[4]) redis.call('PEXPIRE', KEYS[2], ARGV[4]) "
-           "local ids, max = {}, tonumber(ARGV[1]) "
-           "local t = redis.call('HGETALL', KEYS[3]) "
-           "for i = 1, #t, 2 do if #ids < max and tonumber(t[i + 1]) < now - tonumber(ARGV[3]) "
-           "then ids[#ids + 1] = t[i] end end "
-           "local room = math.min(tonumber(ARGV[2]) - tonumber(s[2]), max - #ids) "
-           "if room > 0 then local more = redis.call('SPOP', KEYS[2], room) "
-           "for _, id in ipairs(more) do ids[#ids + 1] = id end "
-           "redis.call('HINCRBY', KEYS[1], 'inflight', #more) end "
-           "if #ids == 0 then return {room > 0 and 'empty' or 'full'} end "
-           "for _, id in ipairs(ids) do redis.call('HSET', KEYS[3], id, now) end "
-           "redis.call('PEXPIRE', KEYS[3], ARGV[4]) "
-           "local out = {'take', s[3], s[4], redis.call('GET', KEYS[4]) or ''} "
-           "for _, id in ipairs(ids) do out[#out + 1] = id "
-           "out[#out + 1] = redis.call('GET', ARGV[5] .. id) or '' end return out";
+/* KEYS record, todo, taking, channel, active, callback stream; ARGV max, window, lease_ms,
+ * keep_ms, member key base, active entry. Members taken and not confirmed within the lease
+ * (their taker died) are taken again first; then new ones while fewer than window are in
+ * flight. A take that finds the broadcast done drops it from the running ones, once in all,
+ * and queues its callback. */
+static const char TAKE_SCRIPT[] = NOW_MS CALLBACK_FN
+    "local s = redis.call('HMGET', KEYS[1], 'state', 'inflight', 'body', 'app') "
+    "if s[1] ~= 'running' then local ended = redis.call('SREM', KEYS[5], ARGV[6]) "
+    "if ended == 1 and s[1] == 'done' then callback_entry(KEYS[1], KEYS[6], ARGV[6]) end "
+    "return {s[1] or 'gone', ended} end "
+    "redis.call('PEXPIRE', KEYS[1], ARGV[4]) redis.call('PEXPIRE', KEYS[2], ARGV[4]) "
+    "local ids, max = {}, tonumber(ARGV[1]) "
+    "local t = redis.call('HGETALL', KEYS[3]) "
+    "for i = 1, #t, 2 do if #ids < max and tonumber(t[i + 1]) < now - tonumber(ARGV[3]) "
+    "then ids[#ids + 1] = t[i] end end "
+    "local room = math.min(tonumber(ARGV[2]) - tonumber(s[2]), max - #ids) "
+    "if room > 0 then local more = redis.call('SPOP', KEYS[2], room) "
+    "for _, id in ipairs(more) do ids[#ids + 1] = id end "
+    "redis.call('HINCRBY', KEYS[1], 'inflight', #more) end "
+    "if #ids == 0 then return {room > 0 and 'empty' or 'full'} end "
+    "for _, id in ipairs(ids) do redis.call('HSET', KEYS[3], id, now) end "
+    "redis.call('PEXPIRE', KEYS[3], ARGV[4]) "
+    "local out = {'take', s[3], s[4], redis.call('GET', KEYS[4]) or ''} "
+    "for _, id in ipairs(ids) do out[#out + 1] = id "
+    "out[#out + 1] = redis.call('GET', ARGV[5] .. id) or '' end return out";
 
 /* KEYS stream, record; ARGV keep_ms, ttl_ms, app, channel, sending, todo, active, active
  * entry, then per request: its record, the member's order key, its id, the member id, its
@@ -422,6 +439,11 @@ store_bc_call_t *store_bc_add_recipients(store_t *st, const char *channel_id, co
 }
 
 /* "<channel>\t<id>": a running broadcast's line in the active set. */
+int store_bc_callback_stream(char *buf, size_t size, const char *prefix)
+{
+    return store_key_outbox(buf, size, prefix, 0);
+}
+
 static int active_entry(char *buf, size_t size, const char *channel_id, const char *id)
 {
     size_t lc = strlen(channel_id), li = strlen(id);
@@ -439,17 +461,18 @@ store_bc_call_t *store_bc_finish(store_t *st, const char *channel_id, const char
                                  store_status_t *status)
 {
     char k[4][STORE_KEY_MAX], idx[STORE_KEY_MAX], act[STORE_KEY_MAX], entry[STORE_KEY_MAX],
-        keep[NUMFMT_DEC_SIZE];
+        stream[STORE_KEY_MAX], keep[NUMFMT_DEC_SIZE];
 
     if (bc_keys(st, channel_id, id, k) < 0 ||
         store_key_broadcast_channel(idx, sizeof(idx), store_prefix(st), id) < 0 ||
         store_key_broadcasts_active(act, sizeof(act), store_prefix(st)) < 0 ||
+        store_bc_callback_stream(stream, sizeof(stream), store_prefix(st)) < 0 ||
         active_entry(entry, sizeof(entry), channel_id, id) < 0)
         FAIL_KEYS(status);
     {
-        const char *argv[] = {"EVAL", store_bc_finish_script,    "4",        k[0], k[1], idx,
-                              act,    numfmt_dec(keep, keep_ms), channel_id, entry};
-        return send(st, PLAIN(cb), arg, k[0], 10, argv, NULL, status);
+        const char *argv[] = {"EVAL", store_bc_finish_script,    "5",        k[0], k[1], idx, act,
+                              stream, numfmt_dec(keep, keep_ms), channel_id, entry};
+        return send(st, PLAIN(cb), arg, k[0], 11, argv, NULL, status);
     }
 }
 
@@ -502,16 +525,17 @@ store_bc_call_t *store_bc_cancel_run(store_t *st, const char *channel_id, const 
                                      const char *app, store_bc_cb *cb, void *arg,
                                      store_status_t *status)
 {
-    char k[4][STORE_KEY_MAX], act[STORE_KEY_MAX], entry[STORE_KEY_MAX];
+    char k[4][STORE_KEY_MAX], act[STORE_KEY_MAX], entry[STORE_KEY_MAX], stream[STORE_KEY_MAX];
 
     if (bc_keys(st, channel_id, id, k) < 0 ||
         store_key_broadcasts_active(act, sizeof(act), store_prefix(st)) < 0 ||
+        store_bc_callback_stream(stream, sizeof(stream), store_prefix(st)) < 0 ||
         active_entry(entry, sizeof(entry), channel_id, id) < 0)
         FAIL_KEYS(status);
     {
-        const char *argv[] = {"EVAL", store_bc_cancel_script, "4", k[0], k[1], k[3], act, app,
-                              entry};
-        return send(st, PLAIN(cb), arg, k[0], 9, argv, NULL, status);
+        const char *argv[] = {
+            "EVAL", store_bc_cancel_script, "5", k[0], k[1], k[3], act, stream, app, entry};
+        return send(st, PLAIN(cb), arg, k[0], 10, argv, NULL, status);
     }
 }
 
@@ -532,30 +556,33 @@ store_bc_call_t *store_bc_take(store_t *st, const char *channel_id, const char *
                                store_status_t *status)
 {
     char k[4][STORE_KEY_MAX], ch[STORE_KEY_MAX], act[STORE_KEY_MAX], entry[STORE_KEY_MAX],
-        base[STORE_KEY_MAX], n1[NUMFMT_DEC_SIZE], n2[NUMFMT_DEC_SIZE], n3[NUMFMT_DEC_SIZE];
+        base[STORE_KEY_MAX], stream[STORE_KEY_MAX], n1[NUMFMT_DEC_SIZE], n2[NUMFMT_DEC_SIZE],
+        n3[NUMFMT_DEC_SIZE];
 
     if (bc_keys(st, channel_id, id, k) < 0 ||
         store_key_channel(ch, sizeof(ch), store_prefix(st), channel_id) < 0 ||
         store_key_broadcasts_active(act, sizeof(act), store_prefix(st)) < 0 ||
+        store_bc_callback_stream(stream, sizeof(stream), store_prefix(st)) < 0 ||
         store_key_member_base(base, sizeof(base), store_prefix(st), channel_id) < 0 ||
         active_entry(entry, sizeof(entry), channel_id, id) < 0)
         FAIL_KEYS(status);
     {
         const char *argv[] = {"EVAL",
                               TAKE_SCRIPT,
-                              "5",
+                              "6",
                               k[0],
                               k[1],
                               k[2],
                               ch,
                               act,
+                              stream,
                               numfmt_dec(n1, max),
                               numfmt_dec(n2, window),
                               numfmt_dec(n3, lease_ms),
                               "3600000",
                               base,
                               entry};
-        return send(st, C_TAKE, (void (*)(void))cb, arg, k[0], 14, argv, NULL, status);
+        return send(st, C_TAKE, (void (*)(void))cb, arg, k[0], 15, argv, NULL, status);
     }
 }
 

@@ -21,6 +21,11 @@ extern const char store_bc_create_script[], store_bc_add_members_script[],
     store_bc_add_tag_script[], store_bc_add_recipients_script[], store_bc_finish_script[],
     store_bc_status_script[], store_bc_cancel_script[];
 
+/* The stream a broadcast's status callback is queued to (its entry: store/outbox.h's
+ * broadcast_channel), written by the script that ends the broadcast; into buf, -1 when it
+ * does not fit. */
+int store_bc_callback_stream(char *buf, size_t size, const char *prefix);
+
 typedef struct store_bc_call store_bc_call_t;
 /* The callback will not run. */
 void store_bc_cancel(store_bc_call_t *call);
@@ -94,7 +99,8 @@ store_bc_call_t *store_bc_active(store_t *st, store_bc_cb *cb, void *arg, store_
 typedef struct store_bc_take {
     const char *state; /* "take"; or "full", "empty" (nothing to take now), "gone", or the
                         * state when it is not running */
-    int ended;         /* not running: this take dropped it from the running ones (once in all) */
+    int ended;         /* not running: this take dropped it from the running ones (once in all;
+                        * a done one's callback was queued with it) */
     const char *body, *app, *channel; /* the request, its app, the channel record ("" none) */
     size_t n;
     const char *const *members; /* member ids, and each one's record ("" when none) */

@@ -17,16 +17,17 @@
  * written before the lease ends is kept at least ttl (no PEXPIRE in the answer's script).
  * Records written before 'held' carry 'lease', the lease's end on TIME's clock. ttl is the one
  * its runner was configured with: another instance's may differ. */
-#define LEASE_LEFT(r_lease, r_held)                                                               \
-    "local function lease_left() "                                                                \
-    "if " r_held " then return redis.call('PTTL', KEYS[1]) - tonumber(" r_held ") end "           \
-    NOW_MS "return tonumber(" r_lease " or '0') - now end "
+#define LEASE_LEFT(r_lease, r_held)                                                                \
+    "local function lease_left() "                                                                 \
+    "if " r_held " then return redis.call('PTTL', KEYS[1]) - tonumber(" r_held ") end " NOW_MS     \
+    "return tonumber(" r_lease " or '0') - now end "
 
 /* KEYS[1] the record; ARGV fp, owner, ttl_ms (what 'held' says), ttl_ms + lease_ms. Its
  * common case, a new key, is three calls: HMGET, HSET, PEXPIRE (each redis.call ~1.5 us of
  * Redis CPU with its share of the script's; TIME was a fourth). A duplicate that is told to
  * wait marks the record ('w'), so that the answer's script publishes only for a waiter: it
  * asks again once subscribed, so an answer that came before the mark is seen then. */
+/* clang-format off */ /* the lease macro sits in the script where it runs */
 static const char BEGIN_SCRIPT[] =
     "local r = redis.call('HMGET', KEYS[1], 'fp', 'status', 'code', 'body', 'lease', 'held') "
     "if not r[1] then "
@@ -43,6 +44,7 @@ static const char BEGIN_SCRIPT[] =
     "local out = {'resume', at} "
     "for i = 0, at - 1 do out[#out + 1] = redis.call('HGET', KEYS[1], 'e' .. i) end "
     "return out";
+/* clang-format on */
 
 /* KEYS[1] the record; ARGV owner, the index delivered, its element. A response's call may go
  * out once 'at' names it: before it, the record says the earlier ones are done. A new record
@@ -83,36 +85,36 @@ static const char ABANDON_SCRIPT[] =
  * drops the heads whose lease ran out (their instance died) and tells the queue's channel the
  * new head. ARGV id, lease_ms, first. -> {0} its turn (or it was dropped: its own lease ran
  * out), {ms} the lease left of the one ahead. */
-static const char JOIN_SCRIPT[] = NOW_MS
-    "local q, w, me, left = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]) "
-    "local ttl = redis.call('PTTL', q) "
-    "local function lease(id) local l = redis.call('HGET', w, id) "
-    "if l then return tonumber(l) end "
-    /* not recorded: the queue's TTL is its lease; none yet (its PEXPIRE follows its RPUSH). A
-     * queue that holds a queued request's place (the outbox) lives for hours: an id that never
-     * recorded its lease there (its instance died before it joined) holds it no longer than a
-     * request's deadline (it came before this one: its deadline is before ours) */
-    "if ttl > 0 then return now + math.min(ttl, left) end return now + left end "
-    "local h = redis.call('LINDEX', q, 0) "
-    "if h and h ~= me and redis.call('HEXISTS', w, h) == 0 then "
-    "redis.call('HSET', w, h, lease(h)) end "
-    "if not redis.call('LPOS', q, me) then "
-    "if ARGV[3] ~= '1' then return {0} end "
-    "redis.call('RPUSH', q, me) end "
-    "if ARGV[3] == '1' then redis.call('HSET', w, me, now + left) "
-    /* fields of ids that left without a word (their own lease ran out) */
-    "if redis.call('HLEN', w) > 2 * redis.call('LLEN', q) + 16 then "
-    "for _, id in ipairs(redis.call('HKEYS', w)) do "
-    "if not redis.call('LPOS', q, id) then redis.call('HDEL', w, id) end end end end "
-    "if left > ttl then redis.call('PEXPIRE', q, left) redis.call('PEXPIRE', w, left) "
-    "else redis.call('PEXPIRE', w, ttl) end "
-    "local dropped = false "
-    "while true do h = redis.call('LINDEX', q, 0) "
-    "if not h or h == me or lease(h) > now then break end "
-    "redis.call('LPOP', q) redis.call('HDEL', w, h) dropped = true end "
-    "if dropped and h then redis.call('PUBLISH', q, h) end "
-    "if not h or h == me then return {0} end "
-    "return {lease(h) - now}";
+static const char JOIN_SCRIPT[] =
+    NOW_MS "local q, w, me, left = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]) "
+           "local ttl = redis.call('PTTL', q) "
+           "local function lease(id) local l = redis.call('HGET', w, id) "
+           "if l then return tonumber(l) end "
+           /* not recorded: the queue's TTL is its lease; none yet (its PEXPIRE follows its RPUSH).
+            * A queue that holds a queued request's place (the outbox) lives for hours: an id that
+            * never recorded its lease there (its instance died before it joined) holds it no longer
+            * than a request's deadline (it came before this one: its deadline is before ours) */
+           "if ttl > 0 then return now + math.min(ttl, left) end return now + left end "
+           "local h = redis.call('LINDEX', q, 0) "
+           "if h and h ~= me and redis.call('HEXISTS', w, h) == 0 then "
+           "redis.call('HSET', w, h, lease(h)) end "
+           "if not redis.call('LPOS', q, me) then "
+           "if ARGV[3] ~= '1' then return {0} end "
+           "redis.call('RPUSH', q, me) end "
+           "if ARGV[3] == '1' then redis.call('HSET', w, me, now + left) "
+           /* fields of ids that left without a word (their own lease ran out) */
+           "if redis.call('HLEN', w) > 2 * redis.call('LLEN', q) + 16 then "
+           "for _, id in ipairs(redis.call('HKEYS', w)) do "
+           "if not redis.call('LPOS', q, id) then redis.call('HDEL', w, id) end end end end "
+           "if left > ttl then redis.call('PEXPIRE', q, left) redis.call('PEXPIRE', w, left) "
+           "else redis.call('PEXPIRE', w, ttl) end "
+           "local dropped = false "
+           "while true do h = redis.call('LINDEX', q, 0) "
+           "if not h or h == me or lease(h) > now then break end "
+           "redis.call('LPOP', q) redis.call('HDEL', w, h) dropped = true end "
+           "if dropped and h then redis.call('PUBLISH', q, h) end "
+           "if not h or h == me then return {0} end "
+           "return {lease(h) - now}";
 
 static _Thread_local store_script_t begin_script = STORE_SCRIPT(BEGIN_SCRIPT);
 static _Thread_local store_script_t progress_script = STORE_SCRIPT(PROGRESS_SCRIPT);

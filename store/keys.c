@@ -31,8 +31,8 @@ static int join(char *buf, size_t size, const char *const *parts, size_t nparts)
     return (int)n;
 }
 
-#define key(buf, size, ...)                                                                  \
-    join((buf), (size), (const char *const[]){__VA_ARGS__},                                  \
+#define key(buf, size, ...)                                                                        \
+    join((buf), (size), (const char *const[]){__VA_ARGS__},                                        \
          sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *))
 
 /* A key of one record of a channel: <prefix><kind>:{<channel>}:<id>. */
@@ -253,8 +253,9 @@ int store_key_outbox_order(char *buf, size_t size, const char *prefix, unsigned 
 
     if (channel_id == NULL)
         return -1;
-    return key(buf, size, prefix, "outbox:{", numfmt_dec(n, shard), "}:order:",
-               numfmt_dec(len, (long long)strlen(channel_id)), ":", channel_id, ":", member_id);
+    return key(buf, size, prefix, "outbox:{", numfmt_dec(n, shard),
+               "}:order:", numfmt_dec(len, (long long)strlen(channel_id)), ":", channel_id, ":",
+               member_id);
 }
 
 int store_key_outbox_event_seen(char *buf, size_t size, const char *prefix, unsigned shard,
@@ -291,8 +292,9 @@ int store_key_outbox_message(char *buf, size_t size, const char *prefix, unsigne
 
     if (channel_id == NULL)
         return -1;
-    return key(buf, size, prefix, "outbox:{", numfmt_dec(n, shard), "}:msg:",
-               numfmt_dec(len, (long long)strlen(channel_id)), ":", channel_id, ":", message_id);
+    return key(buf, size, prefix, "outbox:{", numfmt_dec(n, shard),
+               "}:msg:", numfmt_dec(len, (long long)strlen(channel_id)), ":", channel_id, ":",
+               message_id);
 }
 
 int store_key_app_secret(char *buf, size_t size, const char *prefix, const char *app)

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#define STORE_KEY_MAX 1024
+#define STORE_KEY_MAX    1024
 #define STORE_PREFIX_MAX 64
 
 int store_key_token(char *buf, size_t size, const char *prefix, const char *hash_hex);

@@ -343,6 +343,11 @@ size_t store_outbox_decode_entries(const redisReply *list, unsigned shard,
             } else if (strcmp(name, "c") == 0) {
                 en.request_id = value;
                 en.callback = 1;
+            } else if (strcmp(name, "k") == 0) {
+                en.request_id = value;
+                en.callback = 1;
+            } else if (strcmp(name, "h") == 0) {
+                en.broadcast_channel = value;
             } else if (strcmp(name, "o") == 0) {
                 en.order_key = value;
             } else if (strcmp(name, "tc") == 0) {

@@ -73,6 +73,9 @@ typedef struct store_outbox_entry {
     const char *subscription, *url, *app, *body;
     size_t body_len;
     int64_t seq;
+    /* a broadcast's status callback (callback 1, request_id the broadcast's id): its channel,
+     * else NULL (store/broadcast.c's scripts write the entry) */
+    const char *broadcast_channel;
 } store_outbox_entry_t;
 
 /* ---- webhook events (contract.md section 14) ---- */

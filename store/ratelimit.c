@@ -27,6 +27,12 @@
  * take: KEYS sender TAT, sender pause[, pair TAT, pair pause];
  *       ARGV 'take', sender I, sender B, pair I, pair B, max wait ms
  *       -> {0 go | 1 wait | 2 too late | 3 retake, wait ms}
+ * ahead: KEYS sender TAT, sender pause, member[, member's turn queue]; ARGV as take, with
+ *       'ahead' -> {4} (no member, or the queue is not empty: nothing taken), else as take
+ *       with the sender's new TAT (an integer) a third when a slot was taken: the give-back's
+ *       token.
+ * back: KEYS sender TAT; ARGV 'back', the TAT a take set, sender I: the slot goes back when
+ *       nobody took one after it (the TAT is still that one).
  * pause: KEYS pause; ARGV 'pause', retry-after ms (0: the doubling one), first ms, max ms
  *       [, board channel] -> pause left in ms. A given Retry-After counts up to max ms. With a
  *       board channel, "<pause key> <ms left>" is published there (store_rate_board_new). */
@@ -49,6 +55,18 @@ static const char RATE_SCRIPT[] =
     "  if ARGV[5] then redis.call('PUBLISH', ARGV[5], KEYS[1] .. ' ' .. ms(till - now)) end\n"
     "  return ms(till - now)\n"
     "end\n"
+    "if ARGV[1] == 'back' then\n"
+    "  if redis.call('GET', KEYS[1]) == ARGV[2] then\n"
+    "    local tat = tonumber(ARGV[2]) - tonumber(ARGV[3])\n"
+    "    if tat > now then redis.call('SET', KEYS[1], us(tat), 'PX', ms(tat - now) + 1)\n"
+    "    else redis.call('DEL', KEYS[1]) end\n"
+    "  end\n"
+    "  return 0\n"
+    "end\n"
+    "local ahead = ARGV[1] == 'ahead'\n"
+    "if ahead and (redis.call('EXISTS', KEYS[3]) == 0 or\n"
+    "              (KEYS[4] and redis.call('LLEN', KEYS[4]) > 0)) then return {4, 0} end\n"
+    "local pair = not ahead and #KEYS >= 4\n"
     "local function limit(tat_key, pause_key, interval, burst)\n"
     "  local t0 = now\n"
     "  local p = tonumber(redis.call('HGET', pause_key, 'until') or '0')\n"
@@ -62,19 +80,21 @@ static const char RATE_SCRIPT[] =
     "  if tat == nil then return end\n"
     "  local next_tat = math.max(tat, at) + interval\n"
     "  redis.call('SET', tat_key, us(next_tat), 'PX', ms(next_tat - now) + 1)\n"
+    "  return next_tat\n"
     "end\n"
     "local s_int, p_int = tonumber(ARGV[2]), tonumber(ARGV[4])\n"
     "local s_at, s_tat = limit(KEYS[1], KEYS[2], s_int, tonumber(ARGV[3]))\n"
     "local p_at, p_tat = now, nil\n"
-    "if #KEYS >= 4 then p_at, p_tat = limit(KEYS[3], KEYS[4], p_int, tonumber(ARGV[5])) end\n"
+    "if pair then p_at, p_tat = limit(KEYS[3], KEYS[4], p_int, tonumber(ARGV[5])) end\n"
     "local at = math.max(s_at, p_at)\n"
     "local wait = ms(at - now)\n"
     "if wait > tonumber(ARGV[6]) then return {2, wait} end\n"
-    "if #KEYS >= 4 then take(KEYS[3], p_tat, p_int, at) end\n"
+    "if pair then take(KEYS[3], p_tat, p_int, at) end\n"
     "if p_at > s_at and s_tat ~= nil then return {3, wait} end\n"
-    "take(KEYS[1], s_tat, s_int, at)\n"
-    "if wait > 0 then return {1, wait} end\n"
-    "return {0, 0}\n"
+    "local token = take(KEYS[1], s_tat, s_int, at)\n"
+    "if not ahead then token = nil end\n"
+    "if wait > 0 then return {1, wait, token} end\n"
+    "return {0, 0, token}\n"
     /* END RATE_SCRIPT */
     ;
 
@@ -89,13 +109,45 @@ static const char *board_channel(const store_t *st, char buf[BOARD_CHANNEL_MAX])
     return buf;
 }
 
-/* Owned by the store's caller from creation until its callback has run or it is cancelled. */
+typedef enum { RATE_TAKE, RATE_PAUSE, RATE_AHEAD, RATE_BACK } rate_kind_t;
+
+/* Owned by the store's caller from creation until its callback has run or it is cancelled. A
+ * slot taken ahead keeps its answer until it is used (store_rate_ahead_use) or let go; let go
+ * before its answer came, it waits for that answer to give the slot back (orphan). */
 struct store_rate_call {
     store_rate_cb *cb;
     void *arg;
     store_eval_t *ev;
-    int pause; /* a store_rate_pause: the reply is one integer */
+    rate_kind_t kind; /* RATE_PAUSE: the reply is one integer */
+    /* RATE_AHEAD: */
+    store_t *st;
+    unsigned in : 1, orphan : 1;
+    store_status_t got;
+    store_rate_verdict_t verdict;
+    int64_t wait_ms, in_ms; /* in_ms: when the answer came (monotonic) */
+    int64_t interval_us;
+    int64_t tat_us; /* the TAT the slot set: 0 when none was taken */
+    char key[];     /* the sender's TAT key */
 };
+
+static store_rate_call_t *rate_eval(store_t *st, rate_kind_t kind, const char *const *keys,
+                                    int nkeys, const char *const *args, int nargs,
+                                    store_rate_cb *cb, void *arg, size_t extra,
+                                    store_status_t *status);
+
+/* The slot taken ahead goes back (when one was taken), and the call with it. */
+static void ahead_give_back(store_rate_call_t *c)
+{
+    if (c->got == STORE_OK && c->tat_us > 0) {
+        char tat[NUMFMT_DEC_SIZE], interval[NUMFMT_DEC_SIZE];
+        const char *kv[1] = {c->key};
+        const char *args[3] = {"back", numfmt_dec(tat, c->tat_us),
+                               numfmt_dec(interval, c->interval_us)};
+        store_status_t ignored;
+        rate_eval(c->st, RATE_BACK, kv, 1, args, 3, NULL, NULL, 0, &ignored);
+    }
+    free(c);
+}
 
 static void rate_reply(redisReply *reply, void *arg)
 {
@@ -104,17 +156,34 @@ static void rate_reply(redisReply *reply, void *arg)
     store_rate_verdict_t verdict = STORE_RATE_TOO_LATE;
     int64_t wait_ms = 0;
 
-    if (reply != NULL && c->pause && reply->type == REDIS_REPLY_INTEGER) {
+    c->ev = NULL;
+    if (reply != NULL && c->kind == RATE_PAUSE && reply->type == REDIS_REPLY_INTEGER) {
         st = STORE_OK;
         wait_ms = reply->integer;
-    } else if (reply != NULL && !c->pause && reply->type == REDIS_REPLY_ARRAY &&
-               reply->elements == 2 && reply->element[0]->type == REDIS_REPLY_INTEGER &&
+    } else if (reply != NULL && c->kind != RATE_PAUSE && reply->type == REDIS_REPLY_ARRAY &&
+               reply->elements >= 2 && reply->elements <= 3 &&
+               reply->element[0]->type == REDIS_REPLY_INTEGER &&
                reply->element[1]->type == REDIS_REPLY_INTEGER &&
                reply->element[0]->integer >= STORE_RATE_GO &&
-               reply->element[0]->integer <= STORE_RATE_RETAKE) {
+               reply->element[0]->integer <= STORE_RATE_SKIP) {
         st = STORE_OK;
         verdict = (store_rate_verdict_t)reply->element[0]->integer;
         wait_ms = reply->element[1]->integer;
+        if (c->kind == RATE_AHEAD && reply->elements == 3 &&
+            reply->element[2]->type == REDIS_REPLY_INTEGER)
+            c->tat_us = reply->element[2]->integer;
+    }
+    if (c->kind == RATE_AHEAD && c->cb == NULL) {
+        c->got = st;
+        if (c->orphan) {
+            ahead_give_back(c);
+            return;
+        }
+        c->in = 1; /* kept for store_rate_ahead_use */
+        c->verdict = verdict;
+        c->wait_ms = wait_ms;
+        c->in_ms = clock_mono_us() / 1000;
+        return;
     }
     if (c->cb != NULL)
         c->cb(c->arg, st, verdict, wait_ms);
@@ -122,13 +191,14 @@ static void rate_reply(redisReply *reply, void *arg)
 }
 
 /* Sends the script with keys and args; NULL with *status when nothing was sent. Every key
- * shares the channel's hash tag: one slot in a cluster. */
-static store_rate_call_t *rate_eval(store_t *st, int pause, const char *const *keys, int nkeys,
-                                    const char *const *args, int nargs, store_rate_cb *cb,
-                                    void *arg, store_status_t *status)
+ * shares the channel's hash tag: one slot in a cluster. extra: bytes after the call (its key). */
+static store_rate_call_t *rate_eval(store_t *st, rate_kind_t kind, const char *const *keys,
+                                    int nkeys, const char *const *args, int nargs,
+                                    store_rate_cb *cb, void *arg, size_t extra,
+                                    store_status_t *status)
 {
     const char *words[4 + 6];
-    store_rate_call_t *c = malloc(sizeof(*c));
+    store_rate_call_t *c = calloc(1, sizeof(*c) + extra);
     int n = 0, rc;
 
     if (c == NULL) {
@@ -139,7 +209,10 @@ static store_rate_call_t *rate_eval(store_t *st, int pause, const char *const *k
         words[n++] = keys[i];
     for (int i = 0; i < nargs; i++)
         words[n++] = args[i];
-    *c = (store_rate_call_t){.cb = cb, .arg = arg, .pause = pause};
+    c->cb = cb;
+    c->arg = arg;
+    c->kind = kind;
+    c->st = st;
     if ((rc = store_eval(st, &rate_script, nkeys, n, words, NULL, rate_reply, c, &c->ev)) !=
         REDISC_OK) {
         *status = rc == REDISC_BUSY ? STORE_BUSY : STORE_UNAVAILABLE;
@@ -148,6 +221,17 @@ static store_rate_call_t *rate_eval(store_t *st, int pause, const char *const *k
     }
     *status = STORE_OK;
     return c;
+}
+
+/* The take's ARGV after its word: the policy's numbers and the longest wait. */
+static void take_args(const char *args[6], char nums[5][NUMFMT_DEC_SIZE],
+                      const ratelimit_policy_t *policy, int64_t max_wait_ms)
+{
+    args[1] = numfmt_dec(nums[0], policy->sender.interval_us);
+    args[2] = numfmt_dec(nums[1], policy->sender.burst);
+    args[3] = numfmt_dec(nums[2], policy->pair.interval_us);
+    args[4] = numfmt_dec(nums[3], policy->pair.burst);
+    args[5] = numfmt_dec(nums[4], max_wait_ms < 0 ? 0 : max_wait_ms);
 }
 
 store_rate_call_t *store_rate_take(store_t *st, const char *channel_id, const char *recipient_id,
@@ -169,12 +253,62 @@ store_rate_call_t *store_rate_take(store_t *st, const char *channel_id, const ch
         *status = STORE_BAD_RECORD; /* an id too long for a key */
         return NULL;
     }
-    args[1] = numfmt_dec(nums[0], policy->sender.interval_us);
-    args[2] = numfmt_dec(nums[1], policy->sender.burst);
-    args[3] = numfmt_dec(nums[2], policy->pair.interval_us);
-    args[4] = numfmt_dec(nums[3], policy->pair.burst);
-    args[5] = numfmt_dec(nums[4], max_wait_ms < 0 ? 0 : max_wait_ms);
-    return rate_eval(st, 0, kv, nkeys, args, 6, cb, arg, status);
+    take_args(args, nums, policy, max_wait_ms);
+    return rate_eval(st, RATE_TAKE, kv, nkeys, args, 6, cb, arg, 0, status);
+}
+
+store_rate_call_t *store_rate_take_ahead(store_t *st, const char *channel_id, const char *member_id,
+                                         int turn, const ratelimit_policy_t *policy,
+                                         int64_t max_wait_ms, store_status_t *status)
+{
+    const char *prefix = store_prefix(st);
+    char keys[4][STORE_KEY_MAX], nums[5][NUMFMT_DEC_SIZE];
+    const char *kv[4] = {keys[0], keys[1], keys[2], keys[3]};
+    const char *args[6] = {"ahead"};
+    int len = store_key_rate(keys[0], STORE_KEY_MAX, prefix, channel_id, NULL);
+    store_rate_call_t *c;
+
+    if (len < 0 || store_key_rate_pause(keys[1], STORE_KEY_MAX, prefix, channel_id, NULL) < 0 ||
+        store_key_member(keys[2], STORE_KEY_MAX, prefix, channel_id, member_id) < 0 ||
+        (turn && store_key_turns(keys[3], STORE_KEY_MAX, prefix, channel_id, member_id) < 0)) {
+        *status = STORE_BAD_RECORD;
+        return NULL;
+    }
+    take_args(args, nums, policy, max_wait_ms);
+    c = rate_eval(st, RATE_AHEAD, kv, turn ? 4 : 3, args, 6, NULL, NULL, (size_t)len + 1, status);
+    if (c != NULL) {
+        c->interval_us = policy->sender.interval_us;
+        memcpy(c->key, keys[0], (size_t)len + 1);
+    }
+    return c;
+}
+
+int store_rate_ahead_use(store_rate_call_t *c, int64_t late_ms, store_rate_cb *cb, void *arg,
+                         store_rate_verdict_t *verdict, int64_t *wait_ms)
+{
+    int64_t left;
+
+    if (!c->in) {
+        c->cb = cb; /* its answer goes to cb as a take's */
+        c->arg = arg;
+        return 2;
+    }
+    if (c->got != STORE_OK || c->verdict == STORE_RATE_SKIP) {
+        free(c);
+        return 0;
+    }
+    /* the slot's time (or, too late, the time it was refused), as from now */
+    left = c->wait_ms - (clock_mono_us() / 1000 - c->in_ms);
+    if (left < -late_ms) { /* a send this late could crowd the next slots' sends */
+        ahead_give_back(c);
+        return 0;
+    }
+    *verdict = c->verdict == STORE_RATE_TOO_LATE ? c->verdict
+               : left > 0                        ? STORE_RATE_WAIT
+                                                 : STORE_RATE_GO;
+    *wait_ms = c->verdict == STORE_RATE_TOO_LATE ? c->wait_ms : left > 0 ? left : 0;
+    free(c);
+    return 1;
 }
 
 store_rate_call_t *store_rate_pause(store_t *st, const char *channel_id, const char *recipient_id,
@@ -194,13 +328,22 @@ store_rate_call_t *store_rate_pause(store_t *st, const char *channel_id, const c
     args[2] = numfmt_dec(first, RATE_PAUSE_FIRST_MS);
     args[3] = numfmt_dec(max, RATE_PAUSE_MAX_MS);
     args[4] = board_channel(st, board);
-    return rate_eval(st, 1, kv, 1, args, 5, cb, arg, status);
+    return rate_eval(st, RATE_PAUSE, kv, 1, args, 5, cb, arg, 0, status);
 }
 
 void store_rate_cancel(store_rate_call_t *call)
 {
     if (call == NULL)
         return;
+    if (call->kind == RATE_AHEAD) {
+        if (call->in) {
+            ahead_give_back(call);
+        } else { /* its answer says what to give back */
+            call->cb = NULL;
+            call->orphan = 1;
+        }
+        return;
+    }
     store_eval_cancel(call->ev);
     free(call);
 }

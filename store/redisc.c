@@ -24,11 +24,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#define BACKOFF_MIN_MS 50
+#define BACKOFF_MIN_MS     50
 #define REDISC_ARGV_MAX    32 /* words of a command written on the stack; longer: resp_format */
-#define BACKOFF_MAX_MS 2000
-#define SENTINEL_CHECK_MS 1000 /* how often a connected worker asks where the master is */
-#define SUB_BUCKETS 64          /* a subscriber's channels, by hash of the name */
+#define BACKOFF_MAX_MS     2000
+#define SENTINEL_CHECK_MS  1000 /* how often a connected worker asks where the master is */
+#define SUB_BUCKETS        64   /* a subscriber's channels, by hash of the name */
 #define INVALIDATE_CHANNEL "__redis__:invalidate" /* where Redis sends tracking messages */
 
 struct redisc_cmd {
@@ -60,51 +60,51 @@ typedef enum { RC_DOWN, RC_CONNECTING, RC_SETUP, RC_UP } redisc_state_t;
 struct redisc {
     struct event_base *base;
     redisc_config_t cfg;
-    redisAsyncContext *ac;  /* NULL while down */
+    redisAsyncContext *ac; /* NULL while down */
     redisc_state_t state;
-    struct event *timer;    /* connect timeout, then the oldest command's deadline */
-    struct event *retry;    /* reconnect after backoff */
+    struct event *timer; /* connect timeout, then the oldest command's deadline */
+    struct event *retry; /* reconnect after backoff */
     int backoff_ms;
     redisc_cmd_t *head, *tail; /* in flight, oldest first */
     size_t n;
-    redisc_cmd_t *spare;    /* free list, so that a command costs no malloc */
+    redisc_cmd_t *spare; /* free list, so that a command costs no malloc */
     redisc_state_cb *state_cb;
     void *state_arg;
     redisc_observe_cb *observe;
     void *observe_arg;
     /* Sentinel */
-    sentinel_query_t *query;  /* a question to the sentinels in flight */
-    struct evdns_base *dns;   /* looks sentinel and master names up on base; NULL: none */
-    struct event *check;      /* the periodic "is the master still there?" */
+    sentinel_query_t *query; /* a question to the sentinels in flight */
+    struct evdns_base *dns;  /* looks sentinel and master names up on base; NULL: none */
+    struct event *check;     /* the periodic "is the master still there?" */
     int next_sentinel;
-    char master_host[64];     /* the master currently used */
+    char master_host[64]; /* the master currently used */
     int master_port;
-    char why[256];            /* the last failure reported, so that a loop reports it once */
-    char addr[128];           /* host:port or socket path of the last connect, for messages */
-    int addr_at, addr_first;  /* cfg.addrs: the one tried, and the one each round starts with */
-    char failed[256];         /* the addresses that failed in this round, and why */
-    redistls_t *relay;        /* TLS under ac (rediss://), NULL: none */
-    int tls_wait;             /* ac is "connected" but the relay's handshake is not done */
-    redisc_next_cb *next_cb;  /* where to reconnect; NULL: cfg's host and port again */
+    char why[256];           /* the last failure reported, so that a loop reports it once */
+    char addr[128];          /* host:port or socket path of the last connect, for messages */
+    int addr_at, addr_first; /* cfg.addrs: the one tried, and the one each round starts with */
+    char failed[256];        /* the addresses that failed in this round, and why */
+    redistls_t *relay;       /* TLS under ac (rediss://), NULL: none */
+    int tls_wait;            /* ac is "connected" but the relay's handshake is not done */
+    redisc_next_cb *next_cb; /* where to reconnect; NULL: cfg's host and port again */
     void *next_arg;
     /* a subscriber (redisc_new_subscriber) only */
-    char *anchor;             /* NULL: not a subscriber */
+    char *anchor;                                             /* NULL: not a subscriber */
     redisc_sub_t *subs[SUB_BUCKETS], *subs_last[SUB_BUCKETS]; /* oldest first */
     unsigned dispatches;
     /* client-side caching (redisc_track): on the command connection */
-    redisc_t *trk_sub;        /* where its invalidations arrive; NULL: not tracking */
+    redisc_t *trk_sub; /* where its invalidations arrive; NULL: not tracking */
     char **trk_prefixes;
     int trk_n;
     redisc_tracking_cb *trk_cb;
     redisc_invalidate_cb *trk_invalidate;
     void *trk_arg;
-    int trk_on;               /* Redis confirmed tracking towards the current subscriber */
-    int trk_pending;          /* CLIENT TRACKING on ... in flight */
-    int trk_stale;            /* a connection of the pair went since the last one was sent */
+    int trk_on;      /* Redis confirmed tracking towards the current subscriber */
+    int trk_pending; /* CLIENT TRACKING on ... in flight */
+    int trk_stale;   /* a connection of the pair went since the last one was sent */
     /* ... and on its subscriber */
-    redisc_t *trk_owner;      /* the command connection it listens for; NULL: none */
-    long long client_id;      /* CLIENT ID of the current connection; -1: not known yet */
-    int trk_listening;        /* subscribed to INVALIDATE_CHANNEL on the current connection */
+    redisc_t *trk_owner; /* the command connection it listens for; NULL: none */
+    long long client_id; /* CLIENT ID of the current connection; -1: not known yet */
+    int trk_listening;   /* subscribed to INVALIDATE_CHANNEL on the current connection */
 };
 
 static void event_add_ms(struct event *ev, int64_t ms)
@@ -387,8 +387,7 @@ static void subscribe_all(redisc_t *r)
 
 /* Calls every subscription of the channel once, whatever the callbacks subscribe or
  * unsubscribe meanwhile (each call starts again from the bucket's head). */
-static void sub_dispatch(redisc_t *r, const char *name, size_t len, const char *msg,
-                         size_t msg_len)
+static void sub_dispatch(redisc_t *r, const char *name, size_t len, const char *msg, size_t msg_len)
 {
     unsigned epoch = ++r->dispatches;
     redisc_sub_t *s;
@@ -806,9 +805,9 @@ static void on_check(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (r->state != RC_UP || r->query != NULL)
         return;
-    r->query = sentinel_ask(r->base, r->dns, r->cfg.tls_ctx, r->cfg.sentinels,
-                            r->cfg.n_sentinels, &r->next_sentinel, r->cfg.master_name,
-                            r->cfg.connect_timeout_ms, on_master_checked, r);
+    r->query = sentinel_ask(r->base, r->dns, r->cfg.tls_ctx, r->cfg.sentinels, r->cfg.n_sentinels,
+                            &r->next_sentinel, r->cfg.master_name, r->cfg.connect_timeout_ms,
+                            on_master_checked, r);
     if (r->query == NULL)
         event_add_ms(r->check, SENTINEL_CHECK_MS);
 }
@@ -861,8 +860,7 @@ redisc_t *redisc_new_subscriber(struct event_base *base, const redisc_config_t *
     return r;
 }
 
-redisc_sub_t *redisc_subscribe(redisc_t *r, const char *channel, redisc_message_cb *cb,
-                               void *arg)
+redisc_sub_t *redisc_subscribe(redisc_t *r, const char *channel, redisc_message_cb *cb, void *arg)
 {
     size_t len = strlen(channel);
     redisc_sub_t *s = malloc(sizeof(*s) + len + 1);
@@ -1061,8 +1059,9 @@ int redisc_parse_url(const char *url, redisc_config_t *cfg, char *errbuf, size_t
         if ((colon != NULL &&
              url_decode(rest, (size_t)(colon - rest), cfg->user, sizeof(cfg->user)) < 0) ||
             url_decode(pw, (size_t)(p - pw), cfg->password, sizeof(cfg->password)) < 0) {
-            snprintf(errbuf, errlen, "bad user or password in Redis URL (too long, or a bad "
-                                     "%%-escape)");
+            snprintf(errbuf, errlen,
+                     "bad user or password in Redis URL (too long, or a bad "
+                     "%%-escape)");
             return -1;
         }
         if (cfg->user[0] != '\0' && cfg->password[0] == '\0') {
@@ -1138,8 +1137,7 @@ int redisc_tls_setup(redisc_config_t *cfg, const char *ca_file, const char *cert
 }
 
 /* One setup command of a blocking connection; -1 with why when refused. */
-static int blocking_setup(redisContext *c, int argc, const char **argv, char *errbuf,
-                          size_t errlen)
+static int blocking_setup(redisContext *c, int argc, const char **argv, char *errbuf, size_t errlen)
 {
     redisReply *reply = redisCommandArgv(c, argc, argv, NULL);
     int ok = reply != NULL && reply->type != REDIS_REPLY_ERROR;
@@ -1163,8 +1161,8 @@ redisContext *redisc_connect_blocking(const redisc_config_t *cfg, const char *ho
     if (host == NULL) {
         c = redisConnectUnixWithTimeout(cfg->unix_path, tv);
     } else if (cfg->tls_ctx != NULL) {
-        fd = redistls_connect_blocking(cfg->tls_ctx, cfg->tls_name[0] ? cfg->tls_name : host,
-                                       host, port, timeout_ms, err, sizeof(err));
+        fd = redistls_connect_blocking(cfg->tls_ctx, cfg->tls_name[0] ? cfg->tls_name : host, host,
+                                       port, timeout_ms, err, sizeof(err));
         if (fd < 0) {
             snprintf(errbuf, errlen, "cannot connect to Redis at %.100s:%d: %s", host, port, err);
             return NULL;

@@ -23,7 +23,7 @@ typedef void redisc_cb(redisReply *reply, void *arg);
 #define REDISC_ADDRS_MAX 8 /* addresses of the URL's host name tried in turn */
 
 typedef struct redisc_config {
-    char host[256];          /* an IP address: hiredis resolves names with a blocking call */
+    char host[256]; /* an IP address: hiredis resolves names with a blocking call */
     int port;
     /* Every address the URL's host name resolved to, host (the first) included, in the
      * resolver's order: a connect that fails (refused, unreachable, timed out) goes on to the
@@ -32,19 +32,19 @@ typedef struct redisc_config {
      * a Cluster node's and a sentinel-announced master's connections use host alone. */
     char addrs[REDISC_ADDRS_MAX][46]; /* INET6_ADDRSTRLEN */
     int n_addrs;
-    char unix_path[256];     /* used instead of host:port when not empty */
+    char unix_path[256]; /* used instead of host:port when not empty */
     /* TLS (rediss://): with tls_ctx set (redisc_tls_setup), every connection to Redis and to
      * the sentinels is TLS, its certificate verified for tls_name, or for the address connected
      * to when tls_name is empty (a Cluster node, a master announced by the sentinels). */
-    int tls;                     /* the URL is rediss:// */
-    struct ssl_ctx_st *tls_ctx;  /* shared by every connection, kept until exit */
+    int tls;                    /* the URL is rediss:// */
+    struct ssl_ctx_st *tls_ctx; /* shared by every connection, kept until exit */
     char tls_name[256];
-    char user[128];          /* an ACL user: AUTH user password (Redis 6+); "": AUTH password */
-    char password[256];      /* AUTH on connect when not empty */
-    int db;                  /* SELECT on connect when not 0 */
+    char user[128];     /* an ACL user: AUTH user password (Redis 6+); "": AUTH password */
+    char password[256]; /* AUTH on connect when not empty */
+    int db;             /* SELECT on connect when not 0 */
     int connect_timeout_ms;
     int command_timeout_ms;
-    int max_in_flight;       /* commands in flight on the connection; past it: REDISC_BUSY */
+    int max_in_flight; /* commands in flight on the connection; past it: REDISC_BUSY */
     /* Redis Sentinel: when n_sentinels > 0 the master of master_name is asked for before
      * every connect, checked every SENTINEL_CHECK_MS, and host/port above are ignored. */
     sentinel_addr_t sentinels[SENTINEL_MAX];

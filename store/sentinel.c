@@ -29,14 +29,14 @@ struct sentinel_query {
     int timeout_ms;
     sentinel_cb *cb;
     void *arg;
-    const sentinel_addr_t *asking;  /* the sentinel of this attempt */
-    redisAsyncContext *ac;          /* the sentinel being asked, NULL between attempts */
+    const sentinel_addr_t *asking;            /* the sentinel of this attempt */
+    redisAsyncContext *ac;                    /* the sentinel being asked, NULL between attempts */
     struct evdns_getaddrinfo_request *lookup; /* a name being looked up, or NULL */
-    void (*found)(sentinel_query_t *q); /* what follows the lookup */
-    char addr[64];                  /* what the lookup found ("" when nothing) */
-    int nth;                        /* the lookup's address to take (sentinel_addr_t) */
-    int master_port;                /* the master's, while its name is looked up */
-    struct event *timer;            /* runs then: the attempt's timeout, or the next step now */
+    void (*found)(sentinel_query_t *q);       /* what follows the lookup */
+    char addr[64];                            /* what the lookup found ("" when nothing) */
+    int nth;                                  /* the lookup's address to take (sentinel_addr_t) */
+    int master_port;                          /* the master's, while its name is looked up */
+    struct event *timer; /* runs then: the attempt's timeout, or the next step now */
     void (*then)(sentinel_query_t *q);
 };
 
@@ -200,9 +200,9 @@ static void ask(sentinel_query_t *q, const char *host)
     /* host is an IP address: hiredis would resolve a name with a blocking call */
     ac = redisAsyncConnect(host, q->asking->port);
     if (ac != NULL && !ac->err && q->tls != NULL)
-        q->relay = redistls_wrap(ac, q->base, q->tls,
-                                 q->asking->name[0] != '\0' ? q->asking->name : host,
-                                 on_sentinel_tls, q, err, sizeof(err));
+        q->relay =
+            redistls_wrap(ac, q->base, q->tls, q->asking->name[0] != '\0' ? q->asking->name : host,
+                          on_sentinel_tls, q, err, sizeof(err));
     if (ac == NULL || ac->err || (q->tls != NULL && q->relay == NULL) ||
         redisLibeventAttach(ac, q->base) != REDIS_OK) {
         if (ac != NULL)
@@ -252,8 +252,7 @@ static void on_master_addr(redisAsyncContext *ac, void *r, void *privdata)
         return; /* an attempt we already gave up */
     if (reply != NULL && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
         reply->element[0]->type == REDIS_REPLY_STRING &&
-        reply->element[1]->type == REDIS_REPLY_STRING &&
-        reply->element[0]->len < sizeof(host) &&
+        reply->element[1]->type == REDIS_REPLY_STRING && reply->element[0]->len < sizeof(host) &&
         (port = atoi(reply->element[1]->str)) > 0 && port < 65536) {
         memcpy(host, reply->element[0]->str, reply->element[0]->len + 1);
         q->ac = NULL;
@@ -405,13 +404,11 @@ int sentinel_parse_list(const char *spec, sentinel_addr_t *out, int max, int *n,
             snprintf(errbuf, errlen, "cannot resolve %s", item);
             return -1;
         }
-        found = nth_address(res, 0, out[*n].host,
-                            sizeof(out[*n].host));
+        found = nth_address(res, 0, out[*n].host, sizeof(out[*n].host));
         /* each other address of the name is one more entry, tried in turn like the others
          * (localhost: 127.0.0.1, then ::1): a name is not one address that may be down */
         for (int k = 1; k < found && n_more < SENTINEL_MAX; k++, n_more++) {
-            nth_address(res, k, more[n_more].host,
-                        sizeof(more[n_more].host));
+            nth_address(res, k, more[n_more].host, sizeof(more[n_more].host));
             snprintf(more[n_more].name, sizeof(more[n_more].name), "%s", item);
             more[n_more].port = port;
             more[n_more].nth = k;

@@ -31,8 +31,8 @@ typedef struct sentinel_query sentinel_query_t;
  * configured. NULL when nothing could be started (cb is then never called). */
 sentinel_query_t *sentinel_ask(struct event_base *base, struct evdns_base *dns,
                                struct ssl_ctx_st *tls, const sentinel_addr_t *sentinels, int n,
-                               int *next,
-                               const char *master, int timeout_ms, sentinel_cb *cb, void *arg);
+                               int *next, const char *master, int timeout_ms, sentinel_cb *cb,
+                               void *arg);
 
 /* Stops the query; its callback will not run. */
 void sentinel_cancel(sentinel_query_t *q);

@@ -1,9 +1,11 @@
 /* store.c - the records of contract.md section 3 over the async client. A store_call_t carries
  * one logical operation (one command, or a GET + compare-and-set loop) and decodes replies
- * into JSON for its callback. */
+ * into JSON for its callback. The small records (contacts, media, nodes, locks, webhook
+ * signatures) and the watches are store_records.c's, on the calls made here (store_call.h). */
 #include "store.h"
 
 #include "cache.h"
+#include "store_call.h"
 
 #include "../core/clock.h"
 #include "../core/hash.h"
@@ -49,12 +51,6 @@ static const char RESOLVE_SCRIPT[] =
     "redis.call('SET', KEYS[1], ARGV[2]) redis.call('SET', ARGV[1] .. ARGV[2], ARGV[3]) "
     "return ARGV[3]";
 
-/* Releases a lock only if the caller still owns it, and tells those who wait for it on the
- * channel of the key's name (store_watch_credential). */
-static const char UNLOCK_SCRIPT[] =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) "
-    "redis.call('PUBLISH', KEYS[1], '') return 1 end return 0";
-
 #define CACHE_MAX 20000 /* entries per worker */
 
 struct store {
@@ -78,21 +74,11 @@ struct store {
     uint64_t rng;
 };
 
-typedef enum {
-    CALL_GET_JSON,  /* GET, value parsed as JSON */
-    CALL_GET_STRING,/* GET, value returned as a JSON string */
-    CALL_RESOLVE,   /* EVAL RESOLVE_SCRIPT */
-    CALL_CAS_READ,  /* GET before a compare-and-set */
-    CALL_CAS_WRITE, /* EVAL CAS_SCRIPT */
-    CALL_NODE,      /* HMGET tree _tree node */
-    CALL_LOCK,      /* SET NX PX */
-    CALL_IGNORE,    /* fire and forget */
-} call_kind_t;
 
 /* Owned by the store from creation until its callback has run or it is cancelled. */
 struct store_call {
     store_t *st;
-    call_kind_t kind;
+    store_call_kind_t kind;
     store_cb *cb;
     void *arg;
     store_cmd_t *cmd;
@@ -128,7 +114,7 @@ enum { CAS_NONE = 0, CAS_WAITING, CAS_HOLDING };
 
 /* The worker's subscriber connection, made at the first call; NULL when out of memory. In a
  * cluster, on any node (a PUBLISH reaches every node), and on another when that one goes. */
-static redisc_t *subscriber(store_t *st)
+redisc_t *store_subscriber(store_t *st)
 {
     char anchor[STORE_KEY_MAX];
 
@@ -419,7 +405,7 @@ void store_cancel(store_call_t *call)
     call_free(call);
 }
 
-static store_call_t *call_new(store_t *st, call_kind_t kind, const char *key, store_cb *cb,
+store_call_t *store_call_new(store_t *st, store_call_kind_t kind, const char *key, store_cb *cb,
                               void *arg)
 {
     size_t n = strlen(key);
@@ -474,7 +460,7 @@ static store_status_t send_argv(store_call_t *c, int argc, const char **argv,
 }
 
 /* Sends and returns the call, or frees it and reports why nothing was sent. */
-static store_call_t *call_start(store_call_t *c, int argc, const char **argv, const size_t *lens,
+store_call_t *store_call_start(store_call_t *c, int argc, const char **argv, const size_t *lens,
                                 store_status_t *status)
 {
     store_status_t st = send_argv(c, argc, argv, lens);
@@ -488,11 +474,11 @@ static store_call_t *call_start(store_call_t *c, int argc, const char **argv, co
     return c;
 }
 
-static store_call_t *start_get(store_call_t *c, store_status_t *status)
+store_call_t *store_call_get(store_call_t *c, store_status_t *status)
 {
     const char *argv[] = {"GET", c->key};
 
-    return call_start(c, 2, argv, NULL, status);
+    return store_call_start(c, 2, argv, NULL, status);
 }
 
 /* A GET that a read of the same key already in flight answers: c joins it and sends nothing.
@@ -506,7 +492,7 @@ static store_call_t *start_shared_get(store_call_t *c, store_status_t *status)
 
     /* no cache, or no word from Redis of changes: every read sees what was written before it */
     if (c->st->cache == NULL || !c->st->tracking)
-        return start_get(c, status);
+        return store_call_get(c, status);
     for (store_call_t *l = *slot; l != NULL; l = l->read_next)
         if (l->ticket == c->ticket && strcmp(l->key, c->key) == 0) { /* not changed since */
             c->leader = l;
@@ -516,7 +502,7 @@ static store_call_t *start_shared_get(store_call_t *c, store_status_t *status)
                 *status = STORE_OK;
             return c;
         }
-    if ((c = start_get(c, status)) != NULL) {
+    if ((c = store_call_get(c, status)) != NULL) {
         c->shared = 1;
         c->read_next = *slot;
         *slot = c;
@@ -535,10 +521,10 @@ static store_status_t send_get(store_call_t *c)
 /* The call for the key the caller built (key_len, what store_key_* returned), or NULL with
  * *status set: the key did not fit (ids are bounded before this, so it means a bad record),
  * or memory ran out. */
-static store_call_t *call_for(store_t *st, call_kind_t kind, int key_len, const char *key,
+store_call_t *store_call_for(store_t *st, store_call_kind_t kind, int key_len, const char *key,
                               store_cb *cb, void *arg, store_status_t *status)
 {
-    store_call_t *c = key_len < 0 ? NULL : call_new(st, kind, key, cb, arg);
+    store_call_t *c = key_len < 0 ? NULL : store_call_new(st, kind, key, cb, arg);
 
     if (c == NULL && status != NULL)
         *status = key_len < 0 ? STORE_BAD_RECORD : STORE_BUSY;
@@ -902,13 +888,13 @@ json_t *store_cached_channel(store_t *st, const char *channel_id)
 static store_call_t *cached_get(store_t *st, int key_len, const char *key, int shared,
                                 store_cb *cb, void *arg, store_status_t *status)
 {
-    store_call_t *c = call_for(st, CALL_GET_JSON, key_len, key, cb, arg, status);
+    store_call_t *c = store_call_for(st, CALL_GET_JSON, key_len, key, cb, arg, status);
 
     if (c == NULL)
         return NULL;
     c->cacheable = 1;
     c->ticket = store_cache_ticket(st->cache, c->key);
-    return shared ? start_shared_get(c, status) : start_get(c, status);
+    return shared ? start_shared_get(c, status) : store_call_get(c, status);
 }
 
 store_call_t *store_get_token(store_t *st, const char *hash_hex, store_cb *cb, void *arg,
@@ -946,12 +932,12 @@ store_call_t *store_get_member(store_t *st, const char *channel_id, const char *
 {
     char key[STORE_KEY_MAX];
     int len = store_key_member(key, sizeof(key), st->prefix, channel_id, member_id);
-    store_call_t *c = call_for(st, CALL_GET_JSON, len, key, cb, arg, status);
+    store_call_t *c = store_call_for(st, CALL_GET_JSON, len, key, cb, arg, status);
 
     if (c == NULL)
         return NULL;
     c->brief = brief;
-    return start_get(c, status);
+    return store_call_get(c, status);
 }
 
 store_call_t *store_member_for_recipient(store_t *st, const char *channel_id,
@@ -964,7 +950,7 @@ store_call_t *store_member_for_recipient(store_t *st, const char *channel_id,
     int len = id == NULL || store_key_member_base(base, sizeof(base), st->prefix, channel_id) < 0
                   ? -1
                   : store_key_recipient(key, sizeof(key), st->prefix, channel_id, recipient_id);
-    store_call_t *c = call_for(st, CALL_RESOLVE, len, key, cb, arg, status);
+    store_call_t *c = store_call_for(st, CALL_RESOLVE, len, key, cb, arg, status);
 
     if (c == NULL)
         return NULL;
@@ -977,7 +963,7 @@ store_call_t *store_member_for_recipient(store_t *st, const char *channel_id,
     }
     {
         const char *argv[] = {"EVAL", RESOLVE_SCRIPT, "1", c->key, base, id, record};
-        c = call_start(c, 7, argv, NULL, status);
+        c = store_call_start(c, 7, argv, NULL, status);
     }
     free(record);
     return c;
@@ -1036,7 +1022,7 @@ store_call_t *store_update_channel_info(store_t *st, const char *channel_id,
 {
     char key[STORE_KEY_MAX];
     int len = store_key_channel(key, sizeof(key), st->prefix, channel_id);
-    store_call_t *c = call_for(st, CALL_CAS_READ, len, key, cb, arg, status);
+    store_call_t *c = store_call_for(st, CALL_CAS_READ, len, key, cb, arg, status);
 
     if (c == NULL)
         return NULL;
@@ -1056,7 +1042,7 @@ store_call_t *store_update_member(store_t *st, const char *channel_id, const cha
 {
     char key[STORE_KEY_MAX];
     int len = store_key_member(key, sizeof(key), st->prefix, channel_id, member_id);
-    store_call_t *c = call_for(st, CALL_CAS_READ, len, key, cb, arg, status);
+    store_call_t *c = store_call_for(st, CALL_CAS_READ, len, key, cb, arg, status);
 
     char base[STORE_KEY_MAX];
     size_t lb, lm;
@@ -1081,161 +1067,3 @@ store_call_t *store_update_member(store_t *st, const char *channel_id, const cha
 
 /* The remembered strings of a channel (a contact's wa_id, an upload's media_id): a plain GET
  * of the key key_of builds, answered as a JSON string, and a SET with a time to live. */
-typedef int channel_key_fn(char *buf, size_t size, const char *prefix, const char *channel_id,
-                           const char *id);
-
-static store_call_t *get_remembered(store_t *st, channel_key_fn *key_of, const char *channel_id,
-                                    const char *id, store_cb *cb, void *arg, store_status_t *status)
-{
-    char key[STORE_KEY_MAX];
-    int len = key_of(key, sizeof(key), st->prefix, channel_id, id);
-    store_call_t *c = call_for(st, CALL_GET_STRING, len, key, cb, arg, status);
-
-    if (c == NULL)
-        return NULL;
-    return start_get(c, status);
-}
-
-static void put_remembered(store_t *st, channel_key_fn *key_of, const char *channel_id,
-                           const char *id, const char *value, int ttl_s)
-{
-    char key[STORE_KEY_MAX], ttl[16];
-    const char *argv[] = {"SET", key, value, "EX", ttl};
-    store_call_t *c;
-
-    if (key_of(key, sizeof(key), st->prefix, channel_id, id) < 0 ||
-        (c = call_new(st, CALL_IGNORE, key, NULL, NULL)) == NULL)
-        return;
-    snprintf(ttl, sizeof(ttl), "%d", ttl_s);
-    call_start(c, 5, argv, NULL, NULL);
-}
-
-store_call_t *store_get_contact(store_t *st, const char *channel_id, const char *number,
-                                store_cb *cb, void *arg, store_status_t *status)
-{
-    return get_remembered(st, store_key_contact, channel_id, number, cb, arg, status);
-}
-
-void store_put_contact(store_t *st, const char *channel_id, const char *number,
-                       const char *wa_id, int ttl_s)
-{
-    put_remembered(st, store_key_contact, channel_id, number, wa_id, ttl_s);
-}
-
-store_call_t *store_get_node(store_t *st, const char *tree_id, const char *node_id,
-                             store_cb *cb, void *arg, store_status_t *status)
-{
-    char key[STORE_KEY_MAX];
-    int len = store_key_tree(key, sizeof(key), st->prefix, tree_id);
-    store_call_t *c = call_for(st, CALL_NODE, len, key, cb, arg, status);
-
-    if (c == NULL)
-        return NULL;
-    {
-        const char *argv[] = {"HMGET", c->key, "_tree", node_id};
-        return call_start(c, 4, argv, NULL, status);
-    }
-}
-
-store_call_t *store_lock_credential(store_t *st, const char *channel_id, const char *owner,
-                                    int ttl_ms, store_cb *cb, void *arg, store_status_t *status)
-{
-    char key[STORE_KEY_MAX];
-    char ttl[16];
-    int len = store_key_cred_lock(key, sizeof(key), st->prefix, channel_id);
-    store_call_t *c = call_for(st, CALL_LOCK, len, key, cb, arg, status);
-
-    if (c == NULL)
-        return NULL;
-    snprintf(ttl, sizeof(ttl), "%d", ttl_ms);
-    {
-        const char *argv[] = {"SET", c->key, owner, "NX", "PX", ttl};
-        return call_start(c, 6, argv, NULL, status);
-    }
-}
-
-store_call_t *store_hook_seen(store_t *st, const char *channel_id, const char *signature,
-                              int ttl_ms, store_cb *cb, void *arg, store_status_t *status)
-{
-    char key[STORE_KEY_MAX];
-    char ttl[16];
-    int len = store_key_hook_seen(key, sizeof(key), st->prefix, channel_id, signature);
-    store_call_t *c = call_for(st, CALL_LOCK, len, key, cb, arg, status);
-
-    if (c == NULL)
-        return NULL;
-    snprintf(ttl, sizeof(ttl), "%d", ttl_ms);
-    {
-        const char *argv[] = {"SET", c->key, "1", "NX", "PX", ttl};
-        return call_start(c, 6, argv, NULL, status);
-    }
-}
-
-void store_hook_forget(store_t *st, const char *channel_id, const char *signature)
-{
-    char key[STORE_KEY_MAX];
-    int len = store_key_hook_seen(key, sizeof(key), st->prefix, channel_id, signature);
-    store_call_t *c = call_for(st, CALL_IGNORE, len, key, NULL, NULL, NULL);
-
-    if (c == NULL)
-        return;
-    {
-        const char *argv[] = {"DEL", c->key};
-        call_start(c, 2, argv, NULL, NULL);
-    }
-}
-
-void store_unlock_credential(store_t *st, const char *channel_id, const char *owner)
-{
-    char key[STORE_KEY_MAX];
-    store_call_t *c = call_for(st, CALL_IGNORE,
-                               store_key_cred_lock(key, sizeof(key), st->prefix, channel_id), key,
-                               NULL, NULL, NULL);
-
-    if (c == NULL)
-        return;
-    {
-        const char *argv[] = {"EVAL", UNLOCK_SCRIPT, "1", c->key, owner};
-        call_start(c, 5, argv, NULL, NULL);
-    }
-}
-
-/* A subscription to the channel named like key, on the worker's subscriber connection. */
-static redisc_sub_t *watch(store_t *st, int len, const char *key, redisc_message_cb *cb,
-                           void *arg)
-{
-    if (len < 0 || subscriber(st) == NULL)
-        return NULL;
-    return redisc_subscribe(st->sub, key, cb, arg);
-}
-
-redisc_sub_t *store_watch_credential(store_t *st, const char *channel_id, redisc_message_cb *cb,
-                                     void *arg)
-{
-    char key[STORE_KEY_MAX];
-
-    return watch(st, store_key_cred_lock(key, sizeof(key), st->prefix, channel_id), key, cb,
-                 arg);
-}
-
-redisc_sub_t *store_watch_key(store_t *st, const char *key, redisc_message_cb *cb, void *arg)
-{
-    return watch(st, (int)strlen(key), key, cb, arg);
-}
-
-void store_unwatch(redisc_sub_t *sub)
-{
-    redisc_unsubscribe(sub);
-}
-
-store_call_t *store_get_media(store_t *st, const char *channel_id, const char *url_hash,
-                              store_cb *cb, void *arg, store_status_t *status)
-{
-    return get_remembered(st, store_key_media, channel_id, url_hash, cb, arg, status);
-}
-
-void store_put_media(store_t *st, const char *channel_id, const char *url_hash,
-                     const char *media_id, int ttl_s)
-{
-    put_remembered(st, store_key_media, channel_id, url_hash, media_id, ttl_s);
-}

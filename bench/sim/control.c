@@ -79,9 +79,9 @@ static void sim_ctl_windows(sim_call_t *c, sim_reply_t *r)
     char err[256];
     if (strcmp(c->method, "POST") == 0 &&
         (!json_is_object(c->body) || sim_windows_configure(c->body, err, sizeof(err)) < 0)) {
-        sim_reply_json(r, 400, json_pack("{s:s}", "error",
-                                         json_is_object(c->body) ? err
-                                                                 : "body is not a JSON object"));
+        sim_reply_json(r, 400,
+                       json_pack("{s:s}", "error",
+                                 json_is_object(c->body) ? err : "body is not a JSON object"));
         return;
     }
     sim_reply_json(r, 200, sim_windows_get());

@@ -197,8 +197,7 @@ static void sim_limit_prune(int64_t now)
     const char *k;
     json_t *v;
     void *tmp;
-    json_object_foreach_safe(sim_lim.tat, tmp, k, v)
-    {
+    json_object_foreach_safe(sim_lim.tat, tmp, k, v) {
         if (json_integer_value(v) <= now)
             json_object_del(sim_lim.tat, k);
     }

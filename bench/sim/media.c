@@ -171,8 +171,7 @@ static const sim_endpoint_t sim_ep_status = {SIM_PLATFORM_HOOK, SIM_KIND_WEBHOOK
 static const sim_endpoint_t sim_ep_slow = {SIM_PLATFORM_HOOK, SIM_KIND_WEBHOOK, SIM_GET_POST,
                                            SIM_EP_HOOK, sim_hook_slow};
 static const sim_endpoint_t sim_ep_hook_redirect = {SIM_PLATFORM_HOOK, SIM_KIND_WEBHOOK,
-                                                    SIM_GET_POST, SIM_EP_HOOK,
-                                                    sim_hook_redirect};
+                                                    SIM_GET_POST, SIM_EP_HOOK, sim_hook_redirect};
 static const sim_endpoint_t sim_ep_text = {SIM_PLATFORM_HOOK, SIM_KIND_WEBHOOK, SIM_GET_POST,
                                            SIM_EP_HOOK, sim_hook_text};
 

@@ -775,7 +775,7 @@ static int sim_shape_refused(sim_call_t *c, sim_reply_t *r, sim_platform_t p)
 /* ---- conversation windows (windows.c) ---- */
 
 #define SIM_WINDOW_WHY                                                                             \
-    "Message failed to send because more than 24 hours have passed since the customer last "     \
+    "Message failed to send because more than 24 hours have passed since the customer last "       \
     "replied to this number."
 
 /* A send to a user whose window is closed (POST /_sim/windows), answered as the platform
@@ -898,7 +898,9 @@ static void sim_retry_after(sim_reply_t *r, int64_t ms)
 {
     int64_t s = (ms + 999) / 1000;
     snprintf(r->retry_after, sizeof(r->retry_after), "%lld",
-             (long long)(s < 1 ? 1 : s > SIM_RETRY_AFTER_MAX ? SIM_RETRY_AFTER_MAX : s));
+             (long long)(s < 1                     ? 1
+                         : s > SIM_RETRY_AFTER_MAX ? SIM_RETRY_AFTER_MAX
+                                                   : s));
 }
 
 /* Segment n (from 0) of path ("/graph/v19.0/<id>/messages": <id> is 2), into buf. */
@@ -987,8 +989,8 @@ void sim_platform_limit(sim_call_t *c, sim_reply_t *r)
         r->status > 299 || r->action != SIM_ACT_ANSWER ||
         (c->fault.kind != SIM_FAULT_NONE && c->fault.kind != SIM_FAULT_SLOW))
         return;
-    c->limit = sim_limits_check(c->platform, sim_platform_sender(c, buf, sizeof(buf)),
-                                c->recipient, c->ts_us, &retry_ms);
+    c->limit = sim_limits_check(c->platform, sim_platform_sender(c, buf, sizeof(buf)), c->recipient,
+                                c->ts_us, &retry_ms);
     if (c->limit != SIM_LIMIT_NONE)
         sim_platform_ratelimited(c, r, retry_ms);
 }

@@ -132,9 +132,10 @@ void sim_record_add(const sim_entry_t *e)
     json_object_set_new(o, "fault", sim_str_or_null(e->fault));
     json_object_set_new(o, "ts_ms", json_integer(e->ts_us / 1000));
     json_object_set_new(o, "ts_us", json_integer(e->ts_us));
-    json_object_set_new(o, "limit", e->limit == SIM_LIMIT_SENDER ? json_string("sender")
-                                    : e->limit == SIM_LIMIT_PAIR ? json_string("pair")
-                                                                 : json_null());
+    json_object_set_new(o, "limit",
+                        e->limit == SIM_LIMIT_SENDER ? json_string("sender")
+                        : e->limit == SIM_LIMIT_PAIR ? json_string("pair")
+                                                     : json_null());
 
     json_t *evicted = NULL;
     pthread_mutex_lock(&sim_rec.lock);

@@ -141,8 +141,8 @@ typedef struct {
     sim_kind_t kind;
     const char *recipient; /* points into body or params */
     sim_fault_t fault;
-    json_t *record_body; /* replaces body in the record (uploads); owned */
-    int64_t ts_us;       /* arrival, wall clock */
+    json_t *record_body;   /* replaces body in the record (uploads); owned */
+    int64_t ts_us;         /* arrival, wall clock */
     sim_limit_hit_t limit; /* refused by a rate limit (sim_platform_limit) */
 } sim_call_t;
 

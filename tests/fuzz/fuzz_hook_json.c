@@ -26,8 +26,7 @@ static void check_hook(const adapter_hook_t *h, int rc)
     FUZZ_CHECK(json_is_array(h->events), "no events array");
     FUZZ_CHECK(json_array_size(h->events) <= ADAPTER_HOOK_EVENTS_MAX, "%zu events",
                json_array_size(h->events));
-    json_array_foreach(h->events, i, ev)
-    {
+    json_array_foreach(h->events, i, ev) {
         const char *type = json_string_value(json_object_get(ev, "eventType"));
         const char *from = json_string_value(json_object_get(ev, "from"));
         const char *id = json_string_value(json_object_get(ev, "id"));
@@ -38,8 +37,7 @@ static void check_hook(const adapter_hook_t *h, int rc)
         FUZZ_CHECK(from != NULL && *from != '\0' && strlen(from) < ADAPTER_ID_MAX,
                    "event %zu: sender", i);
         FUZZ_CHECK(id != NULL && *id != '\0' && strlen(id) < ADAPTER_ID_MAX, "event %zu: id", i);
-        FUZZ_CHECK(json_integer_value(json_object_get(ev, "timestamp")) >= 0, "event %zu: time",
-                   i);
+        FUZZ_CHECK(json_integer_value(json_object_get(ev, "timestamp")) >= 0, "event %zu: time", i);
         FUZZ_CHECK(json_is_object(json_object_get(ev, "data")), "event %zu: data", i);
         FUZZ_CHECK(json_object_get(ev, "platform") != NULL, "event %zu: platform", i);
     }

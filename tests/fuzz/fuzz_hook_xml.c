@@ -21,8 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         FUZZ_CHECK(rc == 0 && json_array_size(h.events) <= 1, "rc %d, %zu events", rc,
                    json_array_size(h.events));
-        json_array_foreach(h.events, i, ev)
-        {
+        json_array_foreach(h.events, i, ev) {
             const char *from = json_string_value(json_object_get(ev, "from"));
             FUZZ_CHECK(from != NULL && *from != '\0', "a sender");
             FUZZ_CHECK(json_string_value(json_object_get(ev, "id")) != NULL, "an id");

@@ -520,7 +520,8 @@ static void check_jscan(const uint8_t *data, size_t size, const json_t *rec)
 
     if (ok)
         for (int i = 0; i < 3; i++)
-            FUZZ_CHECK(out[i] == NULL || fuzz_utf8_valid(out[i], strlen(out[i])), "jscan %s", keys[i]);
+            FUZZ_CHECK(out[i] == NULL || fuzz_utf8_valid(out[i], strlen(out[i])), "jscan %s",
+                       keys[i]);
     /* keys are matched on their raw bytes (botgate's records never escape keys): compare only
      * texts without \u escapes, where jansson's keys are the raw ones too */
     if (json_is_object(rec) && count_braces((const char *)data, size) < 60 &&

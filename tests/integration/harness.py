@@ -316,8 +316,8 @@ class Stack:
                 self.cluster_ports.append(port)
         for port in self.cluster_ports:
             self.start_cluster_node(port)
-        for port in self.cluster_ports:
-            wait_for(lambda: self.cluster_info(port) is not None, what="cluster node %d" % port)
+        for i in range(len(self.cluster_ports)):
+            self.wait_cluster_node(i)
         subprocess.run([REDIS_CLI, "--cluster", "create"] +
                        ["127.0.0.1:%d" % p for p in self.cluster_ports] +
                        ["--cluster-replicas", "1", "--cluster-yes"],
@@ -326,6 +326,31 @@ class Stack:
         wait_for(self.replicas_in_sync, what="replicas in sync")
         self.redis = ClusterRedis(self.cluster_ports)
         self.redis_port = self.redis.masters()[0]
+
+    def wait_cluster_node(self, i):
+        """Node i answers. A free port can be taken between the check and redis-server's bind
+        (an outgoing connection's ephemeral port, on a busy machine): the node then exits, and
+        is started again on another port."""
+        for _ in range(5):
+            port = self.cluster_ports[i]
+            proc = self.procs["redis-%d" % port]
+            end = time.time() + 15
+            while time.time() < end and proc.poll() is None:
+                try:
+                    if self.cluster_info(port) is not None:
+                        return
+                except OSError:
+                    pass
+                time.sleep(0.02)
+            if proc.poll() is None:
+                break
+            proc.wait()
+            del self.procs["redis-%d" % port]
+            while port in self.cluster_ports:
+                port = free_cluster_port()
+            self.cluster_ports[i] = port
+            self.start_cluster_node(port)
+        raise AssertionError("timed out waiting for cluster node %d" % self.cluster_ports[i])
 
     def cluster_info(self, port):
         conn = Redis(port)

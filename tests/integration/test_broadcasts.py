@@ -244,6 +244,65 @@ class Callback(Case):
             srv.server_close()
 
 
+class CallbackDurable(Case):
+    """A broadcast's statusCallback is an outbox entry, queued by the script that ended the
+    broadcast: when the instance that was posting it dies during the retries, another posts
+    it, signed, with the same eventId (before, it was held in the dead worker's memory)."""
+    stack_args = {"workers": 2, "env": {"BOTGATE_ALLOW_PRIVATE_MEDIA": "1",
+                                        "BOTGATE_OUTBOX_CLAIM_MS": "2000"}}
+
+    def test_callback_posted_by_another_instance(self):
+        import hashlib
+        import hmac
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        got, refuse = [], [True]
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                got.append((dict(self.headers), raw, not refuse[0]))
+                self.send_response(503 if refuse[0] else 200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+        srv = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        url = "http://127.0.0.1:%d/hook" % srv.server_address[1]
+        s = self.s
+        try:
+            secret = s.ctl("app", "secret", "rotate", "--app", APP).stdout.strip()
+            a = self.post({"channelId": "fbb", "recipients": {"memberIds": ["bm0", "bm1"]},
+                           "response": [{"type": "TEXT", "text": "durable cb"}],
+                           "statusCallback": url})
+            self.assertEqual(a.status, 202, a)
+            bid = a.json["broadcastId"]
+            self.wait_state(bid)
+            wait_for(lambda: len(got) >= 1, timeout=30, what="the first, refused, try")
+            # the only instance, which ended the broadcast and holds its callback, dies
+            p = s.procs.pop("botgate")
+            p.kill()
+            p.wait()
+            refuse[0] = False
+            s.start_gateway(port=free_port(), name="botgate2")
+            wait_for(lambda: any(ok for _, _, ok in got), timeout=60,
+                     what="the callback posted by the other instance")
+            headers, raw, _ = [g for g in got if g[2]][0]
+            body = json.loads(raw)
+            self.assertEqual((body["broadcastId"], body["state"], body["sent"], body["eventId"]),
+                             (bid, "done", 2, bid + ".done"))
+            self.assertEqual({json.loads(r)["eventId"] for _, r, _ in got}, {bid + ".done"})
+            parts = dict(p.split("=", 1) for p in headers["Botgate-Signature"].split(","))
+            mac = hmac.new(secret.encode(), parts["t"].encode() + b"." + raw,
+                           hashlib.sha256).hexdigest()
+            self.assertEqual(mac, parts["v1"])
+        finally:
+            srv.shutdown()
+            srv.server_close()
+
+
 class Priority(Case):
     def test_conversation_goes_ahead_of_the_broadcast(self):
         """contract.md section 12, last point: a synchronous send to the sender of a running
@@ -345,6 +404,68 @@ class Kill(Case):
         self.assertLessEqual(len(took), 60)
         missing = set("kill " + m for m in self.ids) - set(took)
         self.assertLessEqual(len(missing), st["unknown"], (missing, st))
+
+
+class Idempotency(Case):
+    """contract.md section 7 on POST /broadcasts: a caller's retry with the same
+    Idempotency-Key (its first POST timed out on its side) gets the same broadcast, and its
+    members the message once."""
+
+    def keyed(self, body, key):
+        return http("POST", self.s.url + "/broadcasts", body,
+                    {"Authorization": "Bearer " + self.tok, "Idempotency-Key": key})
+
+    def test_same_key_same_broadcast_members_messaged_once(self):
+        body = {"channelId": "fbb", "recipients": {"memberIds": ["bm0", "bm1", "bm2"]},
+                "response": [{"type": "TEXT", "text": "idem once {{member._id}}"}]}
+        a = self.keyed(body, "campaign-1")
+        self.assertEqual(a.status, 202, a)
+        b = self.keyed(body, "campaign-1")
+        self.assertEqual(b.status, 202, b)
+        self.assertEqual(b.raw, a.raw, "the original 202, byte for byte")
+        self.assertEqual(b.headers.get("Idempotent-Replayed"), "true")
+        self.assertEqual((b.json["broadcastId"], b.json["total"]), (a.json["broadcastId"], 3))
+        self.wait_state(a.json["broadcastId"])
+        # two at once with a new key: the second waits for the first's answer
+        import threading
+        body2 = dict(body, response=[{"type": "TEXT", "text": "idem race {{member._id}}"}])
+        got = []
+        ts = [threading.Thread(target=lambda: got.append(self.keyed(body2, "campaign-2")))
+              for _ in range(2)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        self.assertEqual([g.status for g in got], [202, 202], got)
+        self.assertEqual(got[0].json["broadcastId"], got[1].json["broadcastId"])
+        self.wait_state(got[0].json["broadcastId"])
+        time.sleep(0.5)  # a second broadcast, had there been one, would be sending by now
+        self.assertEqual(sorted(t for t, _, _ in self.took("idem once")),
+                         ["idem once bm0", "idem once bm1", "idem once bm2"])
+        self.assertEqual(sorted(t for t, _, _ in self.took("idem race")),
+                         ["idem race bm0", "idem race bm1", "idem race bm2"])
+
+    def test_same_key_other_body_is_124(self):
+        body = {"channelId": "fbb", "recipients": {"memberIds": ["bm3"]},
+                "response": [{"type": "TEXT", "text": "idem other"}]}
+        self.assertEqual(self.keyed(body, "campaign-3").status, 202)
+        other = dict(body, recipients={"memberIds": ["bm3", "bm4"]})
+        self.assert_error(self.keyed(other, "campaign-3"), 124)
+        # the key is the app's and the route's: a send may use it for its own request
+        r = self.s.post("/sendResponses", {"channelId": "fbb", "memberId": "bm4",
+                                           "response": [{"type": "TEXT", "text": "idem send"}]},
+                        token=self.tok_send, headers={"Idempotency-Key": "campaign-3"})
+        self.assertEqual(r.json["sendResult"]["ok"], 1, r)
+        self.assert_error(self.keyed(body, "k" * 256), 108, mentions="Idempotency-Key")
+
+    def test_without_a_key_two_posts_are_two_broadcasts(self):
+        body = {"channelId": "fbb", "recipients": {"memberIds": ["bm1"]},
+                "response": [{"type": "TEXT", "text": "idem twice"}]}
+        a, b = self.post(body), self.post(body)
+        self.assertNotEqual(a.json["broadcastId"], b.json["broadcastId"])
+        self.wait_state(a.json["broadcastId"])
+        self.wait_state(b.json["broadcastId"])
+        self.assertEqual(len(self.took("idem twice")), 2)
 
 
 class Ctl(Case):

@@ -408,20 +408,22 @@ static inline void run_check_case(const case_fixture_t *fx, const char *row, con
 
 /* Rows shared by the platforms' check tables. */
 #define CHECK_QR(n) /* TEXT with n quick replies */                                                \
-    "{\"type\":\"TEXT\",\"text\":\"t\",\"quickReplies\":[", "{\"title\":\"T%d\",\"payload\":\"P\"}", n,    \
-        ",", "]}"
+    "{\"type\":\"TEXT\",\"text\":\"t\",\"quickReplies\":[",                                        \
+        "{\"title\":\"T%d\",\"payload\":\"P\"}", n, ",", "]}"
 #define CHECK_ONE(json) json, NULL, 0, NULL, NULL /* a response written out */
 #define CHECK_PB        "{\"type\":\"postback\",\"title\":\"a\",\"payload\":\"A\"}"
 #define CHECK_URL       "{\"type\":\"url\",\"title\":\"u\",\"url\":\"https://x\"}"
 #define CHECK_PHONE     "{\"type\":\"phone\",\"title\":\"p\",\"phone\":\"+852\"}"
-#define CHECK_BUTTONS(...) CHECK_ONE("{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[" __VA_ARGS__ "]}")
-#define CHECK_LOCATION     CHECK_ONE("{\"type\":\"LOCATION\",\"latitude\":1,\"longitude\":2}")
+#define CHECK_BUTTONS(...)                                                                         \
+    CHECK_ONE("{\"type\":\"BUTTON\",\"text\":\"t\",\"buttons\":[" __VA_ARGS__ "]}")
+#define CHECK_LOCATION CHECK_ONE("{\"type\":\"LOCATION\",\"latitude\":1,\"longitude\":2}")
 /* n cards, each with the members in more */
-#define CHECK_CARDS(n, more)                                                                        \
+#define CHECK_CARDS(n, more)                                                                       \
     "{\"type\":\"CAROUSEL\",\"cards\":[", "{\"title\":\"c%d\"" more "}", n, ",", "]}"
 /* a LIST row whose member key is n characters and whose other member is short */
-#define CHECK_ROW(key, other, n)                                                                    \
-    "{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"b\",\"sections\":[{\"rows\":[{\"id\":\"1\",\"" key "\":\"", \
+#define CHECK_ROW(key, other, n)                                                                   \
+    "{\"type\":\"LIST\",\"text\":\"t\",\"button\":\"b\",\"sections\":[{\"rows\":[{\"id\":\"1\","   \
+    "\"" key "\":\"",                                                                              \
         "x", n, "", "\",\"" other "\":\"r\"}]}]}"
 
 /* Runs every row of a table (an array) through run, one of the run_*_case functions; a failure

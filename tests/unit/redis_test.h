@@ -1,6 +1,7 @@
 /* redis_test.h - the store's unit tests against a real redis-server: redis_test_setup starts
  * one on a free loopback port and a store on a loop of its own (rt), run_until turns the loop,
- * raw sends a command of two words. Include after <cmocka.h>; one test file, one Redis. */
+ * raw sends a command of two words (raw_argv: up to four). Include after <cmocka.h>; one test file,
+ * one Redis. */
 #ifndef BOTGATE_TESTS_REDIS_TEST_H
 #define BOTGATE_TESTS_REDIS_TEST_H
 
@@ -114,17 +115,25 @@ static void on_raw(redisReply *reply, void *arg)
         snprintf(r->text, sizeof(r->text), "%s", reply->str);
 }
 
-/* One command of two words on the store's connection; its reply's text. */
-static void raw(const char *a, const char *b, raw_reply_t *r)
+/* One command of argc (at most 4) words on the store's connection; its reply's text. */
+static void raw_argv(int argc, const char **argv, raw_reply_t *r)
 {
-    const char *argv[2] = {a, b};
-    size_t lens[2] = {strlen(a), strlen(b)};
+    size_t lens[4];
     redisc_cmd_t *cmd;
+    for (int i = 0; i < argc; i++)
+        lens[i] = strlen(argv[i]);
     memset(r, 0, sizeof(*r));
-    assert_int_equal(redisc_command(store_redis(rt.store), on_raw, r, 2, argv, lens, &cmd),
+    assert_int_equal(redisc_command(store_redis(rt.store), on_raw, r, argc, argv, lens, &cmd),
                      REDISC_OK);
     run_until(&r->calls, 2000);
     assert_int_equal(r->calls, 1);
+}
+
+/* One command of two words. */
+static void raw(const char *a, const char *b, raw_reply_t *r)
+{
+    const char *argv[2] = {a, b};
+    raw_argv(2, argv, r);
 }
 
 #endif

@@ -79,7 +79,8 @@ static void test_build(void **state)
          .body = "{\"messaging_type\":\"MESSAGE_TAG\",\"tag\":\"ACCOUNT_UPDATE\","
                  "\"recipient\":{\"id\":\"" TO "\"},\"message\":{\"text\":\"a\"}}",
          .body_exact = 1},
-        {.response = "{\"type\":\"IMAGE\",\"url\":\"https://i/a.png\",\"messageTag\":\"HUMAN_AGENT\"}",
+        {.response =
+             "{\"type\":\"IMAGE\",\"url\":\"https://i/a.png\",\"messageTag\":\"HUMAN_AGENT\"}",
          .method = "POST",
          .url = URL,
          .headers = {ADAPTER_JSON_HEADER},
@@ -278,9 +279,12 @@ static void test_check(void **state)
     static const check_case_t cases[] = {
         {CHECK_QR(13), 0, NULL},
         {CHECK_ONE("{\"type\":\"VIDEO\",\"url\":\"https://x\",\"caption\":\"c\"}"), 117, "caption"},
-        {CHECK_ONE("{\"type\":\"FILE\",\"url\":\"https://x\",\"filename\":\"f\"}"), 117, "filename"},
-        {"{\"type\":\"BUTTON\",\"buttons\":[" CHECK_PB "],\"text\":\"", "x", 640, "", "\"}", 0, NULL},
-        {"{\"type\":\"BUTTON\",\"buttons\":[" CHECK_PB "],\"text\":\"", "x", 641, "", "\"}", 118, "640"},
+        {CHECK_ONE("{\"type\":\"FILE\",\"url\":\"https://x\",\"filename\":\"f\"}"), 117,
+         "filename"},
+        {"{\"type\":\"BUTTON\",\"buttons\":[" CHECK_PB "],\"text\":\"", "x", 640, "", "\"}", 0,
+         NULL},
+        {"{\"type\":\"BUTTON\",\"buttons\":[" CHECK_PB "],\"text\":\"", "x", 641, "", "\"}", 118,
+         "640"},
         {CHECK_BUTTONS(CHECK_PB "," CHECK_URL "," CHECK_PHONE), 0, NULL},
         {CHECK_LOCATION, 117, "LOCATION"},
         {CHECK_CARDS(10, ""), 0, NULL},
@@ -293,7 +297,8 @@ static void test_check(void **state)
                    "\"message\":{\"text\":\"n\"}},\"messageTag\":\"HUMAN_AGENT\"}"),
          108, "tag"},
         {CHECK_ONE("{\"type\":\"NATIVE\",\"message\":{\"messaging_type\":\"MESSAGE_TAG\","
-                   "\"tag\":\"HUMAN_AGENT\",\"message\":{\"text\":\"n\"}}}"), 0, NULL},
+                   "\"tag\":\"HUMAN_AGENT\",\"message\":{\"text\":\"n\"}}}"),
+         0, NULL},
     };
 
     (void)state;
@@ -305,8 +310,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table),      cmocka_unit_test(test_check),
         cmocka_unit_test(test_build),      cmocka_unit_test(test_parse),
-        cmocka_unit_test(test_error_text),
-        cmocka_unit_test(test_retry_after),
+        cmocka_unit_test(test_error_text), cmocka_unit_test(test_retry_after),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -144,7 +144,7 @@ static void test_parse_error_names(void **state)
 #define WAIT(header, s, conv)                                                                      \
     {                                                                                              \
         ANSWER(429, "", ADAPTER_RATE_LIMITED, 0), .retry_after = header, .retry_after_s = s,       \
-        .rate_recipient = conv                                                                     \
+                                                  .rate_recipient = conv                           \
     }
 
 static void test_retry_after(void **state)

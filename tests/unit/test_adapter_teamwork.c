@@ -129,7 +129,8 @@ static void test_check(void **state)
         {CHECK_ONE("{\"type\":\"TEXT\",\"text\":\"t\"}"), 0, NULL},
         {CHECK_QR(1), 117, "quickReplies"},
         {CHECK_ONE("{\"type\":\"IMAGE\",\"url\":\"https://x\",\"caption\":\"c\"}"), 117, "caption"},
-        {CHECK_ONE("{\"type\":\"NATIVE\",\"message\":{\"messageType\":\"text\",\"text\":\"t\"}}"), 0, NULL},
+        {CHECK_ONE("{\"type\":\"NATIVE\",\"message\":{\"messageType\":\"text\",\"text\":\"t\"}}"),
+         0, NULL},
         {CHECK_BUTTONS(CHECK_PB), 117, "BUTTON"},
     };
 

@@ -207,10 +207,8 @@ static void test_check(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_table),
-        cmocka_unit_test(test_check),
-        cmocka_unit_test(test_build),
-        cmocka_unit_test(test_parse),
+        cmocka_unit_test(test_table),       cmocka_unit_test(test_check),
+        cmocka_unit_test(test_build),       cmocka_unit_test(test_parse),
         cmocka_unit_test(test_retry_after),
     };
 

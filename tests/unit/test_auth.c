@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* Decodes a record given as JSON text; fails the test when it is refused. */
 static void decode_ok(const char *text, auth_token_t *t)
 {

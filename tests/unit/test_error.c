@@ -46,7 +46,8 @@ static int utf8_valid(const char *s)
     return 1;
 }
 
-static const int wire_codes[] = {100, 104, 108, 112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122};
+static const int wire_codes[] = {100, 104, 108, 112, 113, 114, 115,
+                                 116, 117, 118, 119, 120, 121, 122};
 
 static void test_set_and_clear(void **state)
 {
@@ -210,7 +211,10 @@ static void test_sanitize_cut_in_the_middle(void **state)
     assert_non_null(json_object_get(j, "err"));
     json_decref(j);
     /* overlong forms and surrogates are not UTF-8 either */
-    snprintf(buf, sizeof(buf), "a\xc0\xaf" "b\xed\xa0\x80" "c");
+    snprintf(buf, sizeof(buf),
+             "a\xc0\xaf"
+             "b\xed\xa0\x80"
+             "c");
     bg_utf8_sanitize(buf);
     assert_string_equal(buf, "a??b???c");
     snprintf(buf, sizeof(buf), "ok \xf0\x9f\x98\x80 ok");

@@ -23,12 +23,14 @@ static void test_same_values(void **state)
         "{\"type\":\"TEXT\",\"text\":\"hello\"}",
         "[1,-2,0,-0,3.25,-1e-3,6.02E+23,true,false,null]",
         "\"caf\\u00e9 \\ud83d\\ude00 \\n\\t\\\\\\\"\\/\"",
-        "  {\"a\":1,\"a\":2}  ",                    /* the last duplicate wins */
+        "  {\"a\":1,\"a\":2}  ", /* the last duplicate wins */
         "{\"deep\":{\"er\":[[[{\"x\":\"\xc3\xa9\"}]]]}}",
         "9223372036854775807",
         "-9223372036854775808",
         "1.00000000000000000000000000000000000000000000000000000000000000000000001",
-        "{}", "[]", "\"\"",
+        "{}",
+        "[]",
+        "\"\"",
     };
     (void)state;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -45,9 +47,31 @@ static void test_same_values(void **state)
 static void test_same_refusals(void **state)
 {
     static const char *const cases[] = {
-        "", "   ", "{", "[1,]", "{\"a\"}", "{\"a\":1,}", "01", "1.", ".5", "-", "1e", "+1",
-        "tru", "nul", "\"\\x\"", "\"\\ud800\"", "\"\\u0000\"", "\"a\x01\"", "\"\xc3\"",
-        "\"\xed\xa0\x80\"", "{} []", "9223372036854775808", "1e400", "'a'", "NaN",
+        "",
+        "   ",
+        "{",
+        "[1,]",
+        "{\"a\"}",
+        "{\"a\":1,}",
+        "01",
+        "1.",
+        ".5",
+        "-",
+        "1e",
+        "+1",
+        "tru",
+        "nul",
+        "\"\\x\"",
+        "\"\\ud800\"",
+        "\"\\u0000\"",
+        "\"a\x01\"",
+        "\"\xc3\"",
+        "\"\xed\xa0\x80\"",
+        "{} []",
+        "9223372036854775808",
+        "1e400",
+        "'a'",
+        "NaN",
     };
     (void)state;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

@@ -364,9 +364,9 @@ static void test_patterns_and_ids(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_exact_keys),   cmocka_unit_test(test_hash_tags),
-        cmocka_unit_test(test_idem_spreads), cmocka_unit_test(test_idem_scopes_never_collide),
-        cmocka_unit_test(test_does_not_fit), cmocka_unit_test(test_missing_part),
+        cmocka_unit_test(test_exact_keys),       cmocka_unit_test(test_hash_tags),
+        cmocka_unit_test(test_idem_spreads),     cmocka_unit_test(test_idem_scopes_never_collide),
+        cmocka_unit_test(test_does_not_fit),     cmocka_unit_test(test_missing_part),
         cmocka_unit_test(test_patterns_and_ids),
     };
 

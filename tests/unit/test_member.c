@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 static json_t *base_member(void)
 {
     return member_new("M1", "C1", "A1", "1234", "facebook", 1000);

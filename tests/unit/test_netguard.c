@@ -52,9 +52,9 @@ static const char *const blocked[] = {
     "ff05::2",
     "fec0::1",
     "100::1",
-    "2001:db8::1",              /* documentation (RFC 3849) */
+    "2001:db8::1", /* documentation (RFC 3849) */
     "2001:db8:ffff:ffff::1",
-    "2001::1",                  /* Teredo (RFC 4380) */
+    "2001::1", /* Teredo (RFC 4380) */
     "2001:0:4136:e378:8000:63bf:3fff:fdd2",
     "2001:0:ffff::1",
     /* IPv4 inside IPv6: mapped, NAT64, 6to4, compatible */

@@ -19,7 +19,6 @@
 
 #define NOW 1700000000000LL
 
-
 static const json_t *at(const json_t *v, const char *path)
 {
     char buf[256], *seg, *save = NULL;

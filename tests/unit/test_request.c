@@ -286,19 +286,35 @@ static void test_send_id_characters(void **state)
 {
     static const char *const keys[] = {"channelId", "memberId", "recipientId"};
     static const char *const refused[] = {
-        "\"a{b\"",       "\"a}b\"",       "\"{C1}\"",        "\"}\"",
-        "\"a\\nb\"",     "\"a\\tb\"",     "\"a\\rb\"",       "\"\\u0001\"",
-        "\"a\\u001fb\"", "\"a\\u007fb\"", "\"x\\u001b[0m\"",
+        "\"a{b\"",
+        "\"a}b\"",
+        "\"{C1}\"",
+        "\"}\"",
+        "\"a\\nb\"",
+        "\"a\\tb\"",
+        "\"a\\rb\"",
+        "\"\\u0001\"",
+        "\"a\\u001fb\"",
+        "\"a\\u007fb\"",
+        "\"x\\u001b[0m\"",
         /* C1 controls (NEL among them) and the Unicode line and paragraph separators, escaped
          * and as raw UTF-8 */
-        "\"a\\u0080b\"", "\"a\\u0085b\"", "\"\\u009f\"", "\"a\\u2028b\"", "\"a\\u2029\"",
-        "\"a\xc2\x85\"", "\"\xc2\x80\"", "\"a\xc2\x9f\"", "\"a\xe2\x80\xa8\"",
+        "\"a\\u0080b\"",
+        "\"a\\u0085b\"",
+        "\"\\u009f\"",
+        "\"a\\u2028b\"",
+        "\"a\\u2029\"",
+        "\"a\xc2\x85\"",
+        "\"\xc2\x80\"",
+        "\"a\xc2\x9f\"",
+        "\"a\xe2\x80\xa8\"",
         "\"\xe2\x80\xa9z\"",
     };
     /* their neighbours are printable: no-break space, U+00A9, U+2027, U+202A, U+20AC */
-    static const char *const allowed[] = {"\"a b\"", "\"a:b\"", "\"~!@#$%^&*()[]\"",
-                                          "\"\\u00e9\\u20ac\"", "\"a\\u00a0b\"", "\"\\u00a9\"",
-                                          "\"\xe2\x80\xa7\"", "\"\\u202a\"", "\"\xc2\xa0\""};
+    static const char *const allowed[] = {
+        "\"a b\"",       "\"a:b\"",     "\"~!@#$%^&*()[]\"", "\"\\u00e9\\u20ac\"",
+        "\"a\\u00a0b\"", "\"\\u00a9\"", "\"\xe2\x80\xa7\"",  "\"\\u202a\"",
+        "\"\xc2\xa0\""};
 
     (void)state;
     for (size_t k = 0; k < 3; k++) {
@@ -710,8 +726,7 @@ static void test_response_types(void **state)
          "response[0].messageTag must be ACCOUNT_UPDATE"},
         {"{\"type\":\"TEXT\",\"text\":\"a\",\"messageTag\":7}", 108,
          "response[0].messageTag must be a string"},
-        {"{\"type\":\"TEXT\",\"text\":\"a\",\"messageTag\":\"\"}", 108,
-         "response[0].messageTag"},
+        {"{\"type\":\"TEXT\",\"text\":\"a\",\"messageTag\":\"\"}", 108, "response[0].messageTag"},
     };
     char *list;
     buf_t b = {0};
@@ -1320,7 +1335,7 @@ static void test_redirect_id_characters(void **state)
 {
     static const char *const fields[] = {"tree", "nodeCompositeId"};
     static const char *const names[] = {"redirect.tree", "redirect.nodeCompositeId"};
-    static const char *const refused[] = {"a\\u0085b", "\\u0080", "a\xc2\x9f", "\\u2028",
+    static const char *const refused[] = {"a\\u0085b",     "\\u0080",   "a\xc2\x9f", "\\u2028",
                                           "a\xe2\x80\xa9", "a\\u001fb", "{x}"};
 
     (void)state;
@@ -1328,8 +1343,8 @@ static void test_redirect_id_characters(void **state)
         for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
             buf_t b = {0};
 
-            buf_add(&b, "{" TARGET ",\"redirect\":{\"%s\":\"X\",\"%s\":\"%s\"}}",
-                    fields[1 - f], fields[f], refused[i]);
+            buf_add(&b, "{" TARGET ",\"redirect\":{\"%s\":\"X\",\"%s\":\"%s\"}}", fields[1 - f],
+                    fields[f], refused[i]);
             redirect_fails(b.s, BG_ERR_MISSING_PARAM, names[f]);
             buf_free(&b);
         }

@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* v equals the JSON text want (exactly: an integer is not a real, a number not a string). */
 static void assert_json(const json_t *v, const char *want)
 {
@@ -132,8 +131,8 @@ static void test_send_element(void **state)
 {
     json_t *resp = load("{\"type\":\"TEXT\",\"text\":\"hi\"}");
     json_t *meta = load("{\"api_status\":\"deprecated\",\"version\":\"2.45.1\",\"x\":[1]}");
-    result_event_t ev = {.from = "111", .to = "222", .response = resp, .timestamp_ms = 9,
-                         .message_id = "mid.1"};
+    result_event_t ev = {
+        .from = "111", .to = "222", .response = resp, .timestamp_ms = 9, .message_id = "mid.1"};
     jsonw_t w;
     json_t *el;
 
@@ -187,8 +186,11 @@ static void test_written_event_matches_jansson(void **state)
     (void)state;
     for (size_t i = 0; i < sizeof(responses) / sizeof(responses[0]); i++) {
         json_t *resp = load(responses[i]), *got, *want;
-        result_event_t ev = {.from = "0123", .to = "-9", .response = resp,
-                             .timestamp_ms = 1700000000123LL, .message_id = i ? "m\"1" : NULL};
+        result_event_t ev = {.from = "0123",
+                             .to = "-9",
+                             .response = resp,
+                             .timestamp_ms = 1700000000123LL,
+                             .message_id = i ? "m\"1" : NULL};
         jsonw_t w;
         bg_error_t err;
 
@@ -200,8 +202,8 @@ static void test_written_event_matches_jansson(void **state)
         if (!json_equal(json_object_get(got, "messageEvent"), want))
             fail_msg("event %zu differs", i);
         assert_string_equal(json_string_value(json_object_get(got, "chatId")), "c\n");
-        assert_string_equal(json_string_value(json_object_get(json_object_get(got, "error"), "err")),
-                            err.msg);
+        assert_string_equal(
+            json_string_value(json_object_get(json_object_get(got, "error"), "err")), err.msg);
         json_decref(got);
 
         /* the same from what a response set aside keeps: its type and result_write_data */
@@ -304,8 +306,8 @@ static void test_written_cut_answer(void **state)
 
 static void test_jw_scalars(void **state)
 {
-    static const long long ints[] = {0, 7, -7, 1700000000123LL, 9223372036854775807LL,
-                                     -9223372036854775807LL - 1};
+    static const long long ints[] = {
+        0, 7, -7, 1700000000123LL, 9223372036854775807LL, -9223372036854775807LL - 1};
     jsonw_t w;
     char *text;
 
@@ -583,14 +585,19 @@ static void test_answer(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_address),      cmocka_unit_test(test_message_event),
-        cmocka_unit_test(test_send_element), cmocka_unit_test(test_send_failed),
+        cmocka_unit_test(test_address),
+        cmocka_unit_test(test_message_event),
+        cmocka_unit_test(test_send_element),
+        cmocka_unit_test(test_send_failed),
         cmocka_unit_test(test_written_event_matches_jansson),
         cmocka_unit_test(test_written_answer),
-        cmocka_unit_test(test_written_cut_answer), cmocka_unit_test(test_jw_scalars),
-        cmocka_unit_test(test_jw_str_escapes), cmocka_unit_test(test_jw_reals),
+        cmocka_unit_test(test_written_cut_answer),
+        cmocka_unit_test(test_jw_scalars),
+        cmocka_unit_test(test_jw_str_escapes),
+        cmocka_unit_test(test_jw_reals),
         cmocka_unit_test(test_body_texts),
-        cmocka_unit_test(test_node_element), cmocka_unit_test(test_answer),
+        cmocka_unit_test(test_node_element),
+        cmocka_unit_test(test_answer),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

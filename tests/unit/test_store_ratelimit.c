@@ -1,6 +1,7 @@
 /* test_store_ratelimit.c - store/ratelimit.c's async calls through the worker's Redis client,
  * against a redis-server this test starts on a free loopback port: verdicts and waits as the
- * script gives them, the retake of a pair, a pause, cancel, and Redis down. */
+ * script gives them, the retake of a pair, a pause, cancel, a slot taken ahead (used, stale,
+ * given back), and Redis down. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -156,6 +157,110 @@ static void test_script_by_hash(void **state)
     assert_non_null(strstr(r.text, "cmdstat_eval:calls=1,"));
 }
 
+/* A command of three words. */
+static void raw3(const char *a, const char *b, const char *c, raw_reply_t *r)
+{
+    const char *argv[3] = {a, b, c};
+    raw_argv(3, argv, r);
+}
+
+/* The sender's TAT of ch, "" when none. */
+static const char *tat(const char *ch, raw_reply_t *r)
+{
+    char key[STORE_KEY_MAX];
+    store_key_rate(key, sizeof(key), store_prefix(rt.store), ch, NULL);
+    raw("GET", key, r);
+    return r->text;
+}
+
+/* A channel with member M1 (and M1's turn held by someone when held). */
+static const char *ahead_channel(char *ch, size_t len, int held)
+{
+    char key[STORE_KEY_MAX];
+    raw_reply_t r;
+    new_channel(ch, len);
+    store_key_member(key, sizeof(key), store_prefix(rt.store), ch, "M1");
+    raw3("SET", key, "{}", &r);
+    if (held) {
+        store_key_turns(key, sizeof(key), store_prefix(rt.store), ch, "M1");
+        raw3("RPUSH", key, "someone", &r);
+    }
+    return ch;
+}
+
+/* A slot taken ahead, its answer in (a round trip on the same connection after it). */
+static store_rate_call_t *ahead(const char *ch, const char *member, int turn,
+                                const ratelimit_policy_t *p)
+{
+    store_status_t st;
+    raw_reply_t r;
+    store_rate_call_t *c = store_rate_take_ahead(rt.store, ch, member, turn, p, 5000, &st);
+    assert_non_null(c);
+    raw("PING", "x", &r);
+    return c;
+}
+
+static void test_ahead(void **state)
+{
+    (void)state;
+    raw_reply_t r;
+    char ch[16], before[sizeof(r.text)];
+    answer_t a = {0};
+    store_rate_verdict_t v;
+    int64_t wait;
+    ratelimit_policy_t p = {.sender = {1000000, 1}}; /* 1/s */
+
+    /* no member, or its turn held: nothing taken */
+    ahead_channel(ch, sizeof(ch), 1);
+    assert_int_equal(store_rate_ahead_use(ahead(ch, "M2", 0, &p), 10, on_answer, &a, &v, &wait), 0);
+    assert_int_equal(store_rate_ahead_use(ahead(ch, "M1", 1, &p), 10, on_answer, &a, &v, &wait), 0);
+    assert_string_equal(tat(ch, &r), "");
+    /* used at once: go; the next one waits a second */
+    assert_int_equal(store_rate_ahead_use(ahead(ch, "M1", 0, &p), 10, on_answer, &a, &v, &wait), 1);
+    assert_int_equal(v, STORE_RATE_GO);
+    snprintf(before, sizeof(before), "%s", tat(ch, &r));
+    assert_int_equal(store_rate_ahead_use(ahead(ch, "M1", 0, &p), 10, on_answer, &a, &v, &wait), 1);
+    assert_int_equal(v, STORE_RATE_WAIT);
+    assert_true(wait > 900 && wait <= 1000);
+    /* let go, answered or not yet: the slot goes back */
+    snprintf(before, sizeof(before), "%s", tat(ch, &r));
+    store_rate_cancel(ahead(ch, "M1", 0, &p));
+    assert_string_equal(tat(ch, &r), before);
+    store_status_t st;
+    store_rate_cancel(store_rate_take_ahead(rt.store, ch, "M1", 0, &p, 5000, &st));
+    raw("PING", "x", &r);
+    assert_string_equal(tat(ch, &r), before);
+    /* a slot taken after it: it stays taken (the TAT is the later one's) */
+    store_rate_call_t *c = ahead(ch, "M1", 0, &p);
+    answer_t later = take(ch, NULL, 0, &p, 5000);
+    assert_int_equal(later.verdict, STORE_RATE_WAIT);
+    snprintf(before, sizeof(before), "%s", tat(ch, &r));
+    store_rate_cancel(c);
+    assert_string_equal(tat(ch, &r), before);
+    /* too late to use (the slot's time passed): given back, take another */
+    ahead_channel(ch, sizeof(ch), 0);
+    c = ahead(ch, "M1", 0, &p);
+    assert_string_not_equal(tat(ch, &r), "");
+    run_until(NULL, 50);
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 0);
+    raw("PING", "x", &r);
+    assert_string_equal(tat(ch, &r), "");
+    /* used before its answer came: the answer goes to the callback */
+    ahead_channel(ch, sizeof(ch), 0);
+    c = store_rate_take_ahead(rt.store, ch, "M1", 1, &p, 5000, &st);
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 2);
+    run_until(&a.calls, 2000);
+    assert_int_equal(a.calls, 1);
+    assert_int_equal(a.verdict, STORE_RATE_GO);
+    /* the same, none taken: the callback is told so */
+    answer_t none = {0};
+    c = store_rate_take_ahead(rt.store, ch, "M9", 1, &p, 5000, &st);
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &none, &v, &wait), 2);
+    run_until(&none.calls, 2000);
+    assert_int_equal(none.calls, 1);
+    assert_int_equal(none.verdict, STORE_RATE_SKIP);
+}
+
 /* Last: stops Redis. A call in flight gets STORE_UNAVAILABLE; later ones are not sent. */
 static void test_redis_down(void **state)
 {
@@ -186,6 +291,7 @@ int main(void)
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_id_too_long),
         cmocka_unit_test(test_script_by_hash),
+        cmocka_unit_test(test_ahead),
         cmocka_unit_test(test_redis_down),
     };
     signal(SIGPIPE, SIG_IGN);

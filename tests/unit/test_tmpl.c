@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 static json_t *test_scope(void)
 {
     json_t *meta = load("{\"orderId\":\"A-17\",\"n\":42,\"neg\":-7,\"price\":9.99,\"whole\":3.0,"

@@ -1,0 +1,26 @@
+/* deliver_rate.h - deliver.c's own view of the parts of the shared rate limits (contract.md
+ * section 8) that need no delivery in flight: a channel's limits, read once per record, and the
+ * longest a message may wait for its slot (deliver_rate.c). */
+#ifndef BOTGATE_GATEWAY_DELIVER_RATE_H
+#define BOTGATE_GATEWAY_DELIVER_RATE_H
+
+#include "deliver.h"
+
+#define DEADLINE_MARGIN_MS 20 /* leave time to answer after a call times out */
+
+/* The slot where what was read of a channel record is kept (deliver_rate_policy, info). */
+deliver_channel_kept_t *deliver_kept(deliver_env_t *env, const json_t *channel);
+/* The rate limits of the delivery's channel record. */
+void deliver_rate_policy(deliver_t *d, ratelimit_policy_t *policy);
+/* The longest a message may wait for its slot. */
+int64_t deliver_rate_max_wait_ms(const deliver_t *d);
+/* The message's slot from the one taken ahead (deliver_slot_ahead), when there is one on time:
+ * 1 with *verdict and *wait_ms; 2 when its answer is still to come (cb gets it, d->_rate is
+ * it, in DL_RATE_TAKE); 0: none, take one. */
+int deliver_ahead_take(deliver_t *d, store_rate_cb *cb, store_rate_verdict_t *verdict,
+                       int64_t *wait_ms);
+/* A slot taken ahead goes back before a store call of another phase takes its place: the calls
+ * before the message's (a credential, a contact) would make it late anyway. */
+void deliver_ahead_drop(deliver_t *d);
+
+#endif
