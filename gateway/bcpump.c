@@ -261,7 +261,7 @@ static void pump_next(bcpump_t *b)
 {
     store_status_t st = STORE_OK;
 
-    if (b->env->draining || b->env->outbox == NULL)
+    if (b->env->draining || b->env->outbox == NULL || store_redis(b->env->deliver.store) == NULL)
         return;
     if (b->id[0] == '\0') {
         char *tab, *end;
@@ -354,7 +354,7 @@ bcpump_t *bcpump_new(op_env_t *env)
         free(b);
         return NULL;
     }
-    if (env->outbox != NULL) {
+    if (env->outbox != NULL && store_redis(env->deliver.store) != NULL) {
         b->sub = store_bc_watch(env->deliver.store, on_started, b);
         arm(b->pump, PUMP_MS);
     }

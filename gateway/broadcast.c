@@ -914,7 +914,9 @@ static bc_req_t *req_new(broadcasts_t *b, struct evhttp_request *req, bc_route_t
     rng_hex(&b->env->deliver.rng, r->request_id, 16);
     DLIST_APPEND(b->reqs, b->reqs_last, r);
     b->env->in_flight++;
-    if (b->env->outbox == NULL) {
+    /* a broadcast's keys are in its channel's slot, its requests' in their shards': the
+     * scripts that end a request count it in its broadcast, so one server (or Sentinel) only */
+    if (b->env->outbox == NULL || store_redis(b->env->deliver.store) == NULL) {
         req_fail(r, BG_ERR_UNAVAILABLE,
                  "broadcasts need the outbox (a single Redis server or "
                  "Sentinel, not a Redis Cluster)");

@@ -22,6 +22,7 @@
 #include "../store/idem.h"
 #include "../store/outbox.h"
 #include "log.h"
+#include "outbox_feed.h"
 #include "outbox_post.h"
 #include "outbox_status.h"
 
@@ -30,15 +31,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BLOCK_MS        5000 /* a blocking read's wait: the connection shows it is alive */
 #define READ_RETRY_MS   1000 /* after a failed read or start */
 #define LEASE_MARGIN_MS 5000 /* an attempt's lease past its deadline */
 #define RETRY_AFTER_MS  1000 /* a 429 without Retry-After: as a first backoff */
-#define DEPTH_EVERY_MS  5000
-#define READ_COUNT      8   /* entries one read takes at most */
-#define CLAIM_WHEN_FULL 4   /* entries a full worker takes over at a time */
 #define SETTLE_AGAIN_MS 100 /* an accept not settled is asked about again after this */
 #define SETTLE_LAST_MS  100 /* ...while this much of the request's deadline is left */
+#define END_TRIES       10  /* an attempt's end refused (a slot migrating): tried again */
 
 typedef struct ob_job ob_job_t;
 
@@ -47,13 +45,7 @@ struct outbox {
     op_env_t *env;
     op_outbox_t hooks;
     unsigned shards;
-    store_outbox_reader_t *reader; /* NULL with a cluster: nothing is queued nor read */
-    unsigned reading : 1, stopped : 1;
-    struct event *read_timer;  /* a read that could not be sent goes again */
-    struct event *claim_timer; /* takes over entries of dead consumers */
-    struct event *depth_timer; /* the depth gauges (one worker) */
-    unsigned claim_shard, depth_shard;
-    store_outbox_call_t *claim, *depth;
+    outbox_feed_t *feed; /* NULL with a cluster: nothing is queued nor read */
     ob_job_t *jobs, *jobs_last;
     unsigned n_jobs;
     outbox_status_t *status; /* GET /requests in flight */
@@ -76,6 +68,7 @@ struct ob_job {
     unsigned drop : 1;          /* freed at the next wake (after its op let it go) */
     unsigned sub_turn : 1;      /* sub is on the member's turn queue, else on its order */
     unsigned callback_turn : 1; /* a callback whose member's callbacks before it ended */
+    unsigned ending : 1;        /* its end is to be written again (end_*) */
     /* its strings in one block, e.entry_id's (an event's url, app and body: below) */
     store_outbox_entry_t e;
     store_outbox_call_t *call;
@@ -92,6 +85,9 @@ struct ob_job {
     int64_t attempts, retry_ms;
     metrics_retry_t reason;
     char *elements[STORE_OUTBOX_ELEMENTS_MAX]; /* of the responses before next */
+    char *end_status, *end_result;             /* the attempt's end while it is being written */
+    size_t end_len;
+    unsigned end_tries;
     /* a callback or an event */
     outbox_post_t *post;
     store_bc_call_t *bc_call; /* a broadcast's status being read */
@@ -114,17 +110,6 @@ static void count(atomic_uint_fast64_t *c)
 static unsigned shard_of(const outbox_t *ob, const char *channel_id, const char *member_id)
 {
     return store_outbox_shard(ob->shards, channel_id, member_id);
-}
-
-static void arm(struct event *ev, int64_t ms)
-{
-    struct timeval tv;
-
-    if (ms < 0)
-        ms = 0;
-    tv.tv_sec = (time_t)(ms / 1000);
-    tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
-    evtimer_add(ev, &tv);
 }
 
 /* ---- accepting ---- */
@@ -168,7 +153,7 @@ static void on_settled(void *arg, store_status_t st, int queued)
 
     a->call = NULL;
     if (st != STORE_OK)
-        arm(a->timer, SETTLE_AGAIN_MS);
+        outbox_arm(a->timer, SETTLE_AGAIN_MS);
     else if (queued)
         accepted(op);
     else
@@ -212,7 +197,7 @@ static void settle(op_t *op)
     a->call =
         store_outbox_settle(op->env->deliver.store, a->shard, a->id, keep_ms, on_settled, op, &st);
     if (a->call == NULL)
-        arm(a->timer, SETTLE_AGAIN_MS);
+        outbox_arm(a->timer, SETTLE_AGAIN_MS);
 }
 
 static void on_accepted(void *arg, store_status_t st, int64_t created_ms)
@@ -299,7 +284,11 @@ static void ob_accept(op_t *op)
         int64_t keep_ms = ((int64_t)cfg->outbox_ttl_s + cfg->idempotency_ttl_s) * 1000;
         if (req.callback == NULL)
             req.callback = "";
-        if (cfg->member_order) {
+        /* with a Redis Cluster the member's turn queue is in its channel's slot and the
+         * outbox in its shard's: no script holds both, so a queued request keeps its order
+         * among the member's queued ones (the order key) but not against its synchronous ones
+         * (docs/operations.md) */
+        if (cfg->member_order && store_redis(op->env->deliver.store) != NULL) {
             /* its place in the member's turn queue, held until it ends: nothing of it is sent
              * after the TTL, and an attempt begun before lasts a request's time at most */
             req.turn_lease_ms =
@@ -317,11 +306,12 @@ static void ob_accept(op_t *op)
 
 /* ---- jobs ---- */
 
-static void outbox_read(outbox_t *ob);
 static void job_start(ob_job_t *job);
 static void turn_ask(ob_job_t *job);
 static void callback_start(ob_job_t *job);
 static void event_start(ob_job_t *job);
+
+static void job_end_again(ob_job_t *job);
 
 static void job_free(ob_job_t *job)
 {
@@ -339,11 +329,13 @@ static void job_free(ob_job_t *job)
     free(job->app);
     free(job->url);
     free(job->body);
+    free(job->end_status);
+    free(job->end_result);
     free((char *)job->e.entry_id);
     DLIST_UNLINK(ob->jobs, ob->jobs_last, job);
     ob->n_jobs--;
     free(job);
-    outbox_read(ob); /* room for one more */
+    outbox_feed_read(ob->feed); /* room for one more */
 }
 
 static void job_wake(ob_job_t *job)
@@ -354,6 +346,10 @@ static void job_wake(ob_job_t *job)
     }
     if (job->call != NULL || job->turn_call != NULL || job->post != NULL || job->bc_call != NULL) {
         job->stale = 1;
+        return;
+    }
+    if (job->ending) {
+        job_end_again(job);
         return;
     }
     /* shutting down: nothing new starts; what is left is taken over elsewhere */
@@ -376,7 +372,7 @@ static void on_job_timer(evutil_socket_t fd, short what, void *arg)
 
 static void job_later(ob_job_t *job, int64_t ms)
 {
-    arm(job->timer, ms);
+    outbox_arm(job->timer, ms);
 }
 
 /* Entry ids are a stream's own: two shards have the same ids in the same millisecond. */
@@ -733,6 +729,16 @@ static void on_end(void *arg, store_status_t st)
     ob_job_t *job = arg;
 
     job->call = NULL;
+    /* not written (with a Redis Cluster: refused while the shard's slot migrates; the script
+     * then wrote nothing): again, while this attempt still holds the record (the script checks
+     * the owner) */
+    if (st != STORE_OK && st != STORE_NOT_FOUND && ++job->end_tries < END_TRIES &&
+        !job->ob->env->draining && (job->end_status == NULL || job->end_result != NULL)) {
+        job->ending = 1;
+        job_later(job, READ_RETRY_MS);
+        return;
+    }
+    job->ending = 0;
     if (st == STORE_OK && job->retry_ms >= 0) {
         job_later(job, job->retry_ms);
         return;
@@ -753,18 +759,32 @@ static void job_end(ob_job_t *job, const char *status, const char *result, size_
                               OUTBOX_POST_FOR_MS + (int64_t)cfg->outbox_claim_ms * 4};
     store_status_t st = STORE_OK;
 
-    if (status != NULL) {
-        job->retry_ms = -1;
-        count(&metrics(ob)->outbox_ended[strcmp(status, "done") == 0 ? 0 : 1]);
-    } else {
-        count(&metrics(ob)->outbox_retries[job->reason]);
+    if (!job->ending) {
+        if (status != NULL) {
+            job->retry_ms = -1;
+            count(&metrics(ob)->outbox_ended[strcmp(status, "done") == 0 ? 0 : 1]);
+        } else {
+            count(&metrics(ob)->outbox_retries[job->reason]);
+        }
+        free(job->end_status);
+        free(job->end_result);
+        job->end_status = status != NULL ? strdup(status) : NULL;
+        job->end_result = result != NULL ? strndup(result, len) : NULL;
+        job->end_len = len;
+        job->end_tries = 0;
     }
+    job->ending = 0;
     job->call = store_outbox_end(ob->env->deliver.store, job->shard, job->e.request_id, job->owner,
                                  &end, on_end, job, &st);
     if (job->call == NULL) {
         job->drop = 1;
         job_later(job, 0);
     }
+}
+
+static void job_end_again(ob_job_t *job)
+{
+    job_end(job, job->end_status, job->end_result, job->end_len);
 }
 
 /* The final result: what GET /requests/<id> and the callback show besides the status, as the
@@ -891,144 +911,6 @@ static void ob_answered(op_t *op, int status, int code, const char *text, size_t
         job_final(job, op, answer, status, code);
     }
     json_decref(answer);
-}
-
-/* ---- reading and taking over ---- */
-
-static void on_entries(void *arg, store_status_t st, const store_outbox_entry_t *e, size_t n)
-{
-    outbox_t *ob = arg;
-
-    ob->reading = 0;
-    if (ob->stopped)
-        return;
-    for (size_t i = 0; i < n; i++)
-        job_add(ob, &e[i]);
-    if (st != STORE_OK)
-        arm(ob->read_timer, READ_RETRY_MS);
-    else
-        outbox_read(ob);
-}
-
-static void outbox_read(outbox_t *ob)
-{
-    unsigned room = (unsigned)ob->env->deliver.cfg->outbox_jobs;
-
-    if (ob->reader == NULL || ob->reading || ob->stopped || ob->env->draining || ob->n_jobs >= room)
-        return;
-    /* a few at a time: a burst spreads over the workers and instances blocked beside */
-    if (store_outbox_read(ob->reader,
-                          room - ob->n_jobs < READ_COUNT ? room - ob->n_jobs : READ_COUNT,
-                          on_entries, ob) < 0) {
-        arm(ob->read_timer, READ_RETRY_MS);
-        return;
-    }
-    ob->reading = 1;
-}
-
-static void on_read_timer(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    outbox_read(arg);
-}
-
-static void claim_next(outbox_t *ob);
-
-static void on_claimed(void *arg, store_status_t st, const store_outbox_entry_t *e, size_t n)
-{
-    outbox_t *ob = arg;
-
-    ob->claim = NULL;
-    for (size_t i = 0; i < n; i++) {
-        if (e[i].request_id != NULL && job_find(ob, e[i].shard, e[i].entry_id) == NULL)
-            count(&metrics(ob)->outbox_claimed);
-        job_add(ob, &e[i]);
-    }
-    (void)st;
-    ob->claim_shard++;
-    claim_next(ob);
-}
-
-/* One shard after the other, then again after half the claim time. A worker whose every slot
- * holds a request waiting for its member's earlier one still takes a few over (up to twice its
- * slots): the earlier one may be what a dead instance left, and nobody else may have room. */
-static void claim_next(outbox_t *ob)
-{
-    const config_t *cfg = ob->env->deliver.cfg;
-    unsigned room = (unsigned)cfg->outbox_jobs;
-    unsigned count = ob->n_jobs < room ? room - ob->n_jobs : CLAIM_WHEN_FULL;
-    store_status_t st = STORE_OK;
-
-    if (ob->claim_shard < ob->shards && ob->n_jobs < 2 * room && !ob->env->draining)
-        ob->claim = store_outbox_claim(ob->env->deliver.store, ob->claim_shard, ob->consumer,
-                                       cfg->outbox_claim_ms, count, on_claimed, ob, &st);
-    if (ob->claim != NULL)
-        return;
-    ob->claim_shard = 0;
-    arm(ob->claim_timer, cfg->outbox_claim_ms / 2);
-}
-
-static void on_claim_timer(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    claim_next(arg);
-}
-
-/* ---- the depth gauges ---- */
-
-static void depth_next(outbox_t *ob);
-
-static int64_t prune_idle_ms(const outbox_t *ob)
-{
-    int64_t claim = 2 * (int64_t)ob->env->deliver.cfg->outbox_claim_ms;
-
-    return claim > 3 * BLOCK_MS ? claim : 3 * BLOCK_MS;
-}
-
-static void on_depth(void *arg, store_status_t st, int64_t pending, int64_t age_ms)
-{
-    outbox_t *ob = arg;
-
-    ob->depth = NULL;
-    /* the group's upkeep goes with it: consumers of workers that are gone (a restarted
-     * instance's) go once idle well past a live one's read and the claim time */
-    if (st == STORE_OK)
-        store_outbox_prune(ob->env->deliver.store, ob->depth_shard, prune_idle_ms(ob));
-    if (st == STORE_OK && ob->depth_shard < METRICS_SHARDS) {
-        atomic_store(&metrics(ob)->outbox_depth[ob->depth_shard], pending);
-        atomic_store(&metrics(ob)->outbox_age_ms[ob->depth_shard], age_ms);
-    }
-    ob->depth_shard++;
-    depth_next(ob);
-}
-
-static void depth_next(outbox_t *ob)
-{
-    store_status_t st = STORE_OK;
-
-    if (ob->depth_shard < ob->shards)
-        ob->depth = store_outbox_depth(ob->env->deliver.store, ob->depth_shard, on_depth, ob, &st);
-    if (ob->depth != NULL)
-        return;
-    ob->depth_shard = 0;
-    arm(ob->depth_timer, DEPTH_EVERY_MS);
-}
-
-static void on_depth_timer(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    depth_next(arg);
-}
-
-void outbox_watch_depth(outbox_t *ob)
-{
-    if (ob == NULL)
-        return;
-    atomic_store(&metrics(ob)->outbox_shards, ob->shards);
-    arm(ob->depth_timer, 0);
 }
 
 /* ---- status callbacks ---- */
@@ -1245,6 +1127,29 @@ void outbox_status_route(void *arg, struct evhttp_request *req)
     outbox_status_get(ob->status, req);
 }
 
+/* An entry the feed read or took over: a job, unless it is one already. */
+static void on_feed_entry(void *arg, const store_outbox_entry_t *e, int claimed)
+{
+    outbox_t *ob = arg;
+
+    if (claimed && e->request_id != NULL && job_find(ob, e->shard, e->entry_id) == NULL)
+        count(&metrics(ob)->outbox_claimed);
+    job_add(ob, e);
+}
+
+static unsigned feed_jobs(void *arg)
+{
+    const outbox_t *ob = arg;
+
+    return ob->n_jobs;
+}
+
+void outbox_watch_depth(outbox_t *ob)
+{
+    if (ob != NULL)
+        outbox_feed_watch_depth(ob->feed);
+}
+
 outbox_t *outbox_new(op_env_t *env, int worker_id)
 {
     outbox_t *ob = calloc(1, sizeof(*ob));
@@ -1260,29 +1165,16 @@ outbox_t *outbox_new(op_env_t *env, int worker_id)
     snprintf(ob->consumer, sizeof(ob->consumer), "%s-%d", hex, worker_id);
     ob->hooks =
         (op_outbox_t){ob, ob_accept, ob_answered, ob_progress, ob_resumed, ob_cancel, ob_release};
-    ob->status = outbox_status_new(env);
-    ob->read_timer = evtimer_new(env->deliver.base, on_read_timer, ob);
-    ob->claim_timer = evtimer_new(env->deliver.base, on_claim_timer, ob);
-    ob->depth_timer = evtimer_new(env->deliver.base, on_depth_timer, ob);
-    if (ob->status == NULL || ob->read_timer == NULL || ob->claim_timer == NULL ||
-        ob->depth_timer == NULL) {
+    if ((ob->status = outbox_status_new(env)) == NULL) {
         outbox_free(ob);
         return NULL;
     }
-    ob->reader = store_outbox_reader_new(env->deliver.store, ob->shards, ob->consumer, BLOCK_MS);
-    if (ob->reader == NULL) {
-        if (store_redis(env->deliver.store) != NULL) {
-            outbox_free(ob);
-            return NULL;
-        }
-        if (worker_id == 0)
-            log_msg(LOG_WARN, "outbox: not with a Redis Cluster yet: Prefer: respond-async is "
-                              "ignored (requests are answered synchronously)");
-        return ob;
+    ob->feed = outbox_feed_new(env, ob->shards, ob->consumer, on_feed_entry, feed_jobs, ob);
+    if (ob->feed == NULL) {
+        outbox_free(ob);
+        return NULL;
     }
     env->outbox = &ob->hooks;
-    arm(ob->read_timer, 0);
-    arm(ob->claim_timer, 0);
     return ob;
 }
 
@@ -1290,21 +1182,12 @@ void outbox_free(outbox_t *ob)
 {
     if (ob == NULL)
         return;
-    ob->stopped = 1;
     ob->env->outbox = NULL;
-    store_outbox_reader_free(ob->reader);
-    ob->reader = NULL;
-    store_outbox_cancel(ob->claim);
-    store_outbox_cancel(ob->depth);
+    outbox_feed_free(ob->feed);
+    ob->feed = NULL;
     outbox_status_free(ob->status);
     /* what is not finished stays pending in Redis: another consumer takes it over */
     while (ob->jobs != NULL)
         job_free(ob->jobs);
-    if (ob->read_timer != NULL)
-        event_free(ob->read_timer);
-    if (ob->claim_timer != NULL)
-        event_free(ob->claim_timer);
-    if (ob->depth_timer != NULL)
-        event_free(ob->depth_timer);
     free(ob);
 }

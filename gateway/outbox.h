@@ -10,9 +10,8 @@ struct evhttp_request;
 typedef struct outbox outbox_t;
 
 /* The outbox of env's worker (its consumer name made from worker_id): installs env->outbox
- * and starts reading, once the loop runs. With a Redis Cluster it only answers the status
- * route (respond-async is then ignored: the blocking read needs one server). NULL when out of
- * memory. */
+ * and starts reading, once the loop runs (with a Redis Cluster, a blocking read per shard on
+ * its slot's master). NULL when out of memory. */
 outbox_t *outbox_new(op_env_t *env, int worker_id);
 /* Stops what is in flight and frees it all; the ops must have been answered before (what is
  * not finished stays in Redis for another consumer). */

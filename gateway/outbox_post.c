@@ -46,7 +46,7 @@ int64_t outbox_backoff_ms(op_env_t *env, int64_t attempts)
     return ms / 2 + (int64_t)(strtoul(hex, NULL, 16) % (uint64_t)(ms / 2 + 1));
 }
 
-static void arm(struct event *ev, int64_t ms)
+void outbox_arm(struct event *ev, int64_t ms)
 {
     struct timeval tv;
 
@@ -82,7 +82,7 @@ static void post_end(outbox_post_t *p, int delivered)
 {
     p->ended = 1;
     p->delivered = delivered;
-    arm(p->timer, 0);
+    outbox_arm(p->timer, 0);
 }
 
 /* Not answered 2xx: again after a backoff, for 24 h after the event. */
@@ -95,7 +95,7 @@ static void post_again(outbox_post_t *p)
     }
     if (p->retries != NULL)
         atomic_fetch_add_explicit(p->retries, 1, memory_order_relaxed);
-    arm(p->timer, outbox_backoff_ms(p->env, ++p->tries));
+    outbox_arm(p->timer, outbox_backoff_ms(p->env, ++p->tries));
 }
 
 static void on_answer(void *arg, const net_answer_t *ans)
@@ -210,6 +210,6 @@ outbox_post_t *outbox_post_start(op_env_t *env, const outbox_post_req_t *req,
     p->retries = req->retries;
     p->done = done;
     p->arg = arg;
-    arm(p->timer, 0);
+    outbox_arm(p->timer, 0);
     return p;
 }

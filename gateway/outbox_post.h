@@ -35,5 +35,8 @@ void outbox_post_cancel(outbox_post_t *p);
 /* The outbox's backoff before try attempts + 1: 1 s doubling, at most 5 min, each a random time
  * between half and all of it, so that instances that failed together spread out. */
 int64_t outbox_backoff_ms(op_env_t *env, int64_t attempts);
+/* Arms timer ev for ms from now (at once when ms <= 0): the outbox files' one way to wait. */
+struct event;
+void outbox_arm(struct event *ev, int64_t ms);
 
 #endif

@@ -668,8 +668,8 @@ static void hk_store(hook_req_t *h)
 {
     store_status_t st;
 
-    /* the outbox is off with a Redis Cluster (nobody would read the streams): the members are
-     * kept, the events not queued */
+    /* a worker without its outbox (none was made): the members are kept, the events not
+     * queued */
     if (json_array_size(h->hook.events) == 0 || h->wh->env->outbox == NULL) {
         hk_done(h);
         return;

@@ -789,6 +789,24 @@ redisc_t *cluster_new_subscriber(cluster_t *cl, const char *anchor)
     return sub;
 }
 
+redisc_t *cluster_new_connection(cluster_t *cl, const char *key, const char *host, int port,
+                                 int command_timeout_ms)
+{
+    redisc_config_t cfg = cl->node_cfg;
+    const cluster_node_t *n = cl->slots[cluster_keyslot(key, strlen(key))];
+
+    if (host == NULL && n == NULL) {
+        refresh(cl); /* the slot's master may be known after it */
+        return NULL;
+    }
+    if (host != NULL)
+        refresh(cl); /* a MOVED: the map is behind */
+    snprintf(cfg.host, sizeof(cfg.host), "%s", host != NULL ? host : n->host);
+    cfg.port = host != NULL ? port : n->port;
+    cfg.command_timeout_ms = command_timeout_ms;
+    return redisc_new(cl->base, &cfg);
+}
+
 int cluster_track(cluster_t *cl, const char *anchor, const char *const *prefixes, int n_prefixes,
                   redisc_tracking_cb *tracking, redisc_invalidate_cb *invalidate, void *arg)
 {

@@ -56,6 +56,14 @@ void cluster_cancel(cluster_cmd_t *cmd);
  * freed (redisc_free) before the cluster. */
 redisc_t *cluster_new_subscriber(cluster_t *cl, const char *anchor);
 
+/* A connection of its own (the template's settings, command_timeout_ms) to the master of
+ * key's slot in the map known now, or to host:port when host is not NULL (where a MOVED
+ * points; the map is then read again). For a command that holds its connection (a blocking
+ * read), which the shared connections must not carry. NULL when the slot has no master known
+ * (the map is read again) or out of memory. Owned by the caller, freed before the cluster. */
+redisc_t *cluster_new_connection(cluster_t *cl, const char *key, const char *host, int port,
+                                 int command_timeout_ms);
+
 /* Client-side caching on every master (redisc_track per node: each master's connection
  * paired with a subscriber on the same node). tracking is told 1 once every master's pair
  * tracks, 0 as soon as one does not (a pair down, a new master not yet tracked).

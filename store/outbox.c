@@ -1,6 +1,7 @@
 /* outbox.c - the outbox's streams and records in Redis (outbox.h). Every script touches the
  * keys of one shard (hash tag {outbox:<n>}); times are Redis's (TIME): every instance agrees. */
 #include "outbox.h"
+#include "outbox_entries.h"
 
 #include "../json/numfmt.h"
 #include "eval.h"
@@ -12,7 +13,11 @@
 
 /* index_message(record, element, i, base, request id, ttl): the platform's message id of a
  * sent element leads its receipts back to the request (store_outbox_receipt). An element is
- * botgate's own JSON, only read. */
+ * botgate's own JSON, only read. MSG_INDEX_FIRST: its keys (as many as the elements) are not
+ * among the script's KEYS, and while their slot migrates a Redis Cluster refuses a write to a
+ * new one in the middle of the script, which stops there with what it wrote kept; so a script
+ * indexes before it writes anything else: refused, it leaves nothing but index entries (which
+ * a later try writes again) and is tried again or taken over whole. */
 #define INDEX_MESSAGE_FN                                                                           \
     "local function index_message(rec, el, i, base, id, ttl) "                                     \
     "local m = type(el) == 'table' and type(el.result) == 'table' and "                            \
@@ -119,11 +124,13 @@ static const char START_SCRIPT[] =
 /* KEYS record; ARGV owner, index, element. */
 static const char PROGRESS_SCRIPT[] = NOW_MS INDEX_MESSAGE_FN
     "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
-    "redis.call('HSET', KEYS[1], 'e' .. ARGV[2], ARGV[3], 'next', ARGV[2] + 1, 'updated', now) "
-    /* ARGV[4] the message index's key base, ARGV[5] the request id */
+    /* ARGV[4] the message index's key base, ARGV[5] the request id; the index first
+     * (MSG_INDEX_FIRST) */
     "local ok, el = pcall(cjson.decode, ARGV[3]) "
     "local ttl = redis.call('PTTL', KEYS[1]) if ttl < 1 then ttl = 86400000 end "
-    "if ok then index_message(KEYS[1], el, ARGV[2], ARGV[4], ARGV[5], ttl) end return 1";
+    "if ok then index_message(KEYS[1], el, ARGV[2], ARGV[4], ARGV[5], ttl) end "
+    "redis.call('HSET', KEYS[1], 'e' .. ARGV[2], ARGV[3], 'next', ARGV[2] + 1, 'updated', now) "
+    "return 1";
 
 /* KEYS stream; ARGV the message's index key, the records' key base, the receipt (delivered,
  * read, failed), group. The element's receipt moves forward only (delivered, then read; failed
@@ -156,6 +163,12 @@ static const char RECEIPT_SCRIPT[] =
  * broadcast (bc_end). */
 static const char END_SCRIPT[] = NOW_MS BC_END_FN INDEX_MESSAGE_FN
     "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
+    /* the index first (MSG_INDEX_FIRST) */
+    "if ARGV[3] ~= '0' then local ok, res = pcall(cjson.decode, '{' .. ARGV[5] .. '}') "
+    "if ok and type(res) == 'table' and type(res.sendResult) == 'table' and "
+    "type(res.sendResult.result) == 'table' then "
+    "for i, el in ipairs(res.sendResult.result) do "
+    "index_message(KEYS[1], el, i - 1, ARGV[10], ARGV[9], ARGV[7]) end end end "
     "redis.call('HDEL', KEYS[1], 'owner', 'lease', 'out') "
     "if ARGV[3] == '0' then bc_end(KEYS[1], nil, now) "
     "redis.call('HSET', KEYS[1], 'status', 'queued', 'due', "
@@ -166,11 +179,6 @@ static const char END_SCRIPT[] = NOW_MS BC_END_FN INDEX_MESSAGE_FN
     "redis.call('HDEL', KEYS[1], unpack(drop)) "
     "redis.call('HSET', KEYS[1], 'status', ARGV[4], 'result', ARGV[5], 'updated', now) "
     "redis.call('PEXPIRE', KEYS[1], ARGV[7]) "
-    "local ok, res = pcall(cjson.decode, '{' .. ARGV[5] .. '}') "
-    "if ok and type(res) == 'table' and type(res.sendResult) == 'table' and "
-    "type(res.sendResult.result) == 'table' then "
-    "for i, el in ipairs(res.sendResult.result) do "
-    "index_message(KEYS[1], el, i - 1, ARGV[10], ARGV[9], ARGV[7]) end end "
     "local seq = redis.call('HGET', KEYS[1], 'seq') "
     "redis.call('HSET', KEYS[2], 'done', seq) redis.call('PUBLISH', KEYS[2], seq) "
     "bc_end(KEYS[1], ARGV[4] == 'done' and 'sent' or "
@@ -233,16 +241,20 @@ static const char PRUNE_SCRIPT[] =
 static _Thread_local store_script_t prune_script = STORE_SCRIPT(PRUNE_SCRIPT);
 /* KEYS stream, seen; ARGV event id, app, body, keep_ms, the order keys' base and suffix (a
  * subscription's key is base .. id .. suffix, of the stream's slot), then the subscriptions as
- * "id\nurl\n" pairs. An event the platform sends again (its id seen) adds nothing. */
+ * "id\nurl\n" pairs. An event the platform sends again (its id seen) adds nothing. The order
+ * keys are not among KEYS (MSG_INDEX_FIRST): the event is marked seen last, so that a script
+ * stopped by a slot migration leaves it unseen (the platform's retry queues it; at least once)
+ * rather than seen and lost. */
 static const char EVENT_ADD_SCRIPT[] =
-    "if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[4]) then return 0 end "
+    "if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end "
     "local parts = {} for p in string.gmatch(ARGV[7], '([^\\n]+)') do parts[#parts + 1] = p end "
     "for i = 1, #parts - 1, 2 do "
     "local order = ARGV[5] .. parts[i] .. ARGV[6] "
     "local seq = redis.call('HINCRBY', order, 'n', 1) "
     "redis.call('PEXPIRE', order, ARGV[4]) "
     "redis.call('XADD', KEYS[1], '*', 'e', ARGV[1], 's', parts[i], 'u', parts[i + 1], "
-    "'a', ARGV[2], 'o', order, 'q', seq, 'b', ARGV[3]) end return 1";
+    "'a', ARGV[2], 'o', order, 'q', seq, 'b', ARGV[3]) end "
+    "redis.call('SET', KEYS[2], '1', 'PX', ARGV[4]) return 1";
 
 /* KEYS order; ARGV seq. 1: its turn; 0: an earlier one is not finished; 2: finished already. */
 static const char EVENT_TURN_SCRIPT[] =
@@ -307,9 +319,8 @@ void store_outbox_cancel(store_outbox_call_t *call)
     free(call);
 }
 
-/* The entries of one stream's reply ([[id, [field, value, ...]], ...]) into out. */
-static size_t decode_entries(const redisReply *list, unsigned shard, store_outbox_entry_t *out,
-                             size_t room)
+size_t store_outbox_decode_entries(const redisReply *list, unsigned shard,
+                                   store_outbox_entry_t *out, size_t room)
 {
     size_t n = 0;
 
@@ -365,7 +376,7 @@ static size_t decode_entries(const redisReply *list, unsigned shard, store_outbo
     return n;
 }
 
-#define ENTRIES_MAX 256
+#define ENTRIES_MAX STORE_OUTBOX_ENTRIES_MAX
 
 static void on_reply(redisReply *reply, void *arg)
 {
@@ -463,7 +474,7 @@ static void on_reply(redisReply *reply, void *arg)
         if (entries == NULL)
             st = STORE_UNAVAILABLE;
         else if (st == STORE_OK && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 2)
-            n = decode_entries(reply->element[1], c->shard, entries, ENTRIES_MAX);
+            n = store_outbox_decode_entries(reply->element[1], c->shard, entries, ENTRIES_MAX);
         ((store_outbox_entries_cb *)c->cb)(c->arg, st, entries, n);
         free(entries);
         break;
@@ -772,134 +783,7 @@ void store_outbox_event_end(store_t *st, const store_outbox_entry_t *e)
     }
 }
 
-/* ---- the consumers ---- */
-
-struct store_outbox_reader {
-    redisc_t *redis;
-    store_t *st;
-    unsigned shards;
-    int block_ms;
-    int groups_made; /* XGROUP CREATE sent on this connection since it was (re)made */
-    char consumer[64];
-    redisc_cmd_t *cmd;
-    store_outbox_entries_cb *cb;
-    void *arg;
-};
-
-store_outbox_reader_t *store_outbox_reader_new(store_t *st, unsigned shards, const char *consumer,
-                                               int block_ms)
-{
-    store_outbox_reader_t *r;
-
-    if (shards == 0 || shards > STORE_OUTBOX_SHARDS_MAX || strlen(consumer) >= sizeof(r->consumer))
-        return NULL;
-    if ((r = calloc(1, sizeof(*r))) == NULL)
-        return NULL;
-    /* the command timeout is past the BLOCK time: an answer that takes longer is lost */
-    r->redis = store_new_connection(st, block_ms + 5000);
-    if (r->redis == NULL) {
-        free(r);
-        return NULL;
-    }
-    r->st = st;
-    r->shards = shards;
-    r->block_ms = block_ms;
-    strcpy(r->consumer, consumer);
-    return r;
-}
-
-void store_outbox_reader_free(store_outbox_reader_t *r)
-{
-    if (r == NULL)
-        return;
-    if (r->cmd != NULL)
-        redisc_cancel(r->cmd);
-    redisc_free(r->redis);
-    free(r);
-}
-
-static void on_group(redisReply *reply, void *arg)
-{
-    (void)reply; /* made, or BUSYGROUP: there already */
-    (void)arg;
-}
-
-static void on_read(redisReply *reply, void *arg)
-{
-    store_outbox_reader_t *r = arg;
-    store_outbox_entry_t *entries = calloc(ENTRIES_MAX, sizeof(*entries));
-    store_status_t st =
-        reply == NULL || (reply->type == REDIS_REPLY_ERROR) ? STORE_UNAVAILABLE : STORE_OK;
-    size_t n = 0;
-
-    r->cmd = NULL;
-    if (reply != NULL && reply->type == REDIS_REPLY_ERROR)
-        r->groups_made = 0; /* NOGROUP: the stream or its group was deleted */
-    if (reply == NULL)
-        r->groups_made = 0; /* the connection went: it may be a new server */
-    if (entries == NULL)
-        st = STORE_UNAVAILABLE;
-    for (size_t i = 0; st == STORE_OK && reply->type == REDIS_REPLY_ARRAY && i < reply->elements;
-         i++) {
-        const redisReply *s = reply->element[i];
-        const char *key;
-        unsigned shard;
-        if (s->type != REDIS_REPLY_ARRAY || s->elements != 2)
-            continue;
-        key = store_eval_str(s->element[0], NULL);
-        /* the shard is the number between the braces of the stream's key */
-        if ((key = strrchr(key, '{')) == NULL)
-            continue;
-        shard = (unsigned)strtoul(key + 1, NULL, 10);
-        n += decode_entries(s->element[1], shard, entries + n, ENTRIES_MAX - n);
-    }
-    r->cb(r->arg, st, entries, n);
-    free(entries);
-}
-
-int store_outbox_read(store_outbox_reader_t *r, unsigned count, store_outbox_entries_cb *cb,
-                      void *arg)
-{
-    const char *argv[8 + 2 * STORE_OUTBOX_SHARDS_MAX];
-    char keys[STORE_OUTBOX_SHARDS_MAX][STORE_KEY_MAX / 8];
-    char n[NUMFMT_DEC_SIZE], block[NUMFMT_DEC_SIZE];
-    int argc = 0;
-
-    for (unsigned s = 0; s < r->shards; s++)
-        if (store_key_outbox(keys[s], sizeof(keys[s]), store_prefix(r->st), s) < 0)
-            return -1;
-    if (!r->groups_made) {
-        for (unsigned s = 0; s < r->shards; s++) {
-            const char *g[] = {"XGROUP", "CREATE", keys[s], STORE_OUTBOX_GROUP, "0", "MKSTREAM"};
-            redisc_cmd_t *cmd;
-            if (redisc_command(r->redis, on_group, NULL, 6, g, NULL, &cmd) != REDISC_OK)
-                return -1;
-        }
-        r->groups_made = 1;
-    }
-    if (count > ENTRIES_MAX)
-        count = ENTRIES_MAX;
-    argv[argc++] = "XREADGROUP";
-    argv[argc++] = "GROUP";
-    argv[argc++] = STORE_OUTBOX_GROUP;
-    argv[argc++] = r->consumer;
-    argv[argc++] = "COUNT";
-    argv[argc++] = numfmt_dec(n, count);
-    argv[argc++] = "BLOCK";
-    argv[argc++] = numfmt_dec(block, r->block_ms);
-    argv[argc++] = "STREAMS";
-    for (unsigned s = 0; s < r->shards; s++)
-        argv[argc++] = keys[s];
-    for (unsigned s = 0; s < r->shards; s++)
-        argv[argc++] = ">";
-    r->cb = cb;
-    r->arg = arg;
-    if (redisc_command(r->redis, on_read, r, argc, argv, NULL, &r->cmd) != REDISC_OK) {
-        r->cmd = NULL;
-        return -1;
-    }
-    return 0;
-}
+/* ---- the consumers (the blocking reader: outbox_read.c) ---- */
 
 store_outbox_call_t *store_outbox_claim(store_t *st, unsigned shard, const char *consumer,
                                         int min_idle_ms, unsigned count,

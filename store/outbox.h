@@ -132,12 +132,14 @@ void store_outbox_event_end(store_t *st, const store_outbox_entry_t *e);
 typedef void store_outbox_entries_cb(void *arg, store_status_t st,
                                      const store_outbox_entry_t *entries, size_t n);
 
-/* A connection of its own that waits in XREADGROUP ... BLOCK for new entries of every shard
- * (a blocking read holds its connection: never the one requests use). NULL with a cluster or
- * when out of memory. */
+/* A connection of its own that waits in XREADGROUP ... BLOCK for new entries of shards first
+ * .. first + shards - 1 (a blocking read holds its connection: never the one requests use).
+ * With a Redis Cluster one blocking read names streams of one slot only, so a reader reads
+ * one shard (shards 1), on a connection to the master of its slot, made at the first read,
+ * moved where a MOVED points and made again when it is lost. NULL when out of memory. */
 typedef struct store_outbox_reader store_outbox_reader_t;
-store_outbox_reader_t *store_outbox_reader_new(store_t *st, unsigned shards, const char *consumer,
-                                               int block_ms);
+store_outbox_reader_t *store_outbox_reader_new(store_t *st, unsigned first, unsigned shards,
+                                               const char *consumer, int block_ms);
 void store_outbox_reader_free(store_outbox_reader_t *r);
 /* Reads up to count new entries, waiting block_ms at most; cb runs once (n 0: none came).
  * The consumer group is made first when the stream has none. -1 when nothing was sent. */

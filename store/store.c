@@ -292,6 +292,14 @@ redisc_t *store_new_connection(store_t *st, int command_timeout_ms)
     return redisc_new(st->base, &cfg);
 }
 
+redisc_t *store_new_connection_for(store_t *st, const char *key, const char *host, int port,
+                                   int command_timeout_ms)
+{
+    if (st->cluster == NULL)
+        return store_new_connection(st, command_timeout_ms);
+    return cluster_new_connection(st->cluster, key, host, port, command_timeout_ms);
+}
+
 const char *store_prefix(const store_t *st)
 {
     return st->prefix;

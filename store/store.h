@@ -50,6 +50,11 @@ const char *store_prefix(const store_t *st);
  * for each command: for a command that holds its connection (a blocking read). NULL with a
  * cluster or when out of memory; the caller frees it (redisc_free). */
 redisc_t *store_new_connection(store_t *st, int command_timeout_ms);
+/* The same for commands on key alone, in every mode: with a cluster, to the master of key's
+ * slot, or to host:port when host is not NULL (where a MOVED pointed). NULL when that master
+ * is not known yet or out of memory. */
+redisc_t *store_new_connection_for(store_t *st, const char *key, const char *host, int port,
+                                   int command_timeout_ms);
 /* Told when Redis (a single server, or every master of the cluster) comes up or goes down, and
  * of every command that ends: see redisc_set_state_cb and redisc_set_observer. */
 void store_set_state_cb(store_t *st, redisc_state_cb *cb, void *arg);
