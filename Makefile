@@ -3,7 +3,7 @@
 #   make test   build with AddressSanitizer + UBSan and run every test
 #   make bench  Release build; botgate and nginx side by side against the same upstreams (bench/README.md)
 #   make soak   normal build; SOAK_SECONDS (default 600) of mixed traffic and faults, then a summary
-.PHONY: all build run test test-asan bench soak install test-deploy clean
+.PHONY: all build run test test-asan bench soak install test-deploy format clean
 
 JOBS ?= $(shell nproc)
 MAKEFLAGS += --no-print-directory
@@ -55,6 +55,10 @@ install:
 		cp -R docs/. "$(DESTDIR)$(PREFIX)/share/doc/botgate/" && \
 		echo "docs installed in $(DESTDIR)$(PREFIX)/share/doc/botgate"; \
 	fi
+
+# The C files rewritten to .clang-format (make test checks them: ctest style.format).
+format:
+	@scripts/format.sh --fix
 
 # Deployment files (deploy/) checked and run: image, compose, rolling restart behind haproxy.
 test-deploy:

@@ -9,7 +9,7 @@ purpose=${1:-build}
 pkgs="gcc libc6-dev make cmake pkg-config libevent-dev libcurl4-openssl-dev libhiredis-dev libjansson-dev libssl-dev libnghttp2-dev libmimalloc-dev liblua5.4-dev libexpat1-dev redis-server curl"
 case "$purpose" in
   build) ;;
-  test) pkgs="$pkgs libcmocka-dev python3 python3-h2 clang libclang-rt-14-dev prometheus redis-sentinel nginx-light openssl groff-base" ;;
+  test) pkgs="$pkgs libcmocka-dev python3 python3-h2 clang libclang-rt-14-dev prometheus redis-sentinel nginx-light openssl groff-base clang-format" ;;
   bench) pkgs="$pkgs python3 wrk nginx-light openssl strace valgrind" ;;
   deploy) pkgs="$pkgs python3 podman buildah runc debootstrap haproxy docker-compose podman-compose golang-github-containernetworking-plugin-dnsname yamllint systemd iproute2 nodejs" ;;
   *) echo "usage: $0 build|test|bench|deploy" >&2; exit 2 ;;
