@@ -34,9 +34,9 @@
 #define READ_RETRY_MS   1000 /* after a failed read or start */
 #define LEASE_MARGIN_MS 5000 /* an attempt's lease past its deadline */
 #define RETRY_AFTER_MS  1000 /* a 429 without Retry-After: as a first backoff */
-#define SETTLE_AGAIN_MS 100 /* an accept not settled is asked about again after this */
-#define SETTLE_LAST_MS  100 /* ...while this much of the request's deadline is left */
-#define END_TRIES       10  /* an attempt's end refused (a slot migrating): tried again */
+#define SETTLE_AGAIN_MS 100  /* an accept not settled is asked about again after this */
+#define SETTLE_LAST_MS  100  /* ...while this much of the request's deadline is left */
+#define END_TRIES       10   /* an attempt's end refused (a slot migrating): tried again */
 
 typedef struct ob_job ob_job_t;
 
@@ -533,12 +533,11 @@ static void on_start(void *arg, store_status_t st, const store_outbox_start_t *s
                 (long long)s->attempts, s->next);
     job->running = 1;
     /* a broadcast's message (broadcast.c) takes its rate-limit slots after the others' */
-    if (job->app == NULL ||
-        op_start_queued(ob->env,
-                        strcmp(s->kind, "redirect") == 0 ? &op_redirect_kind
-                        : s->bulk                        ? &op_send_bulk_kind
-                                                         : &op_send_kind,
-                        s->body, s->body_len, job->app, job) < 0) {
+    if (job->app == NULL || op_start_queued(ob->env,
+                                            strcmp(s->kind, "redirect") == 0 ? &op_redirect_kind
+                                            : s->bulk                        ? &op_send_bulk_kind
+                                                                             : &op_send_kind,
+                                            s->body, s->body_len, job->app, job) < 0) {
         job->running = 0;
         job->abandon = 1; /* taken over as after a crash: nothing is sent twice */
         job->drop = 1;

@@ -60,8 +60,7 @@ static char *add_receipts(char *text, size_t *len, const char *receipts)
         return text;
     }
     results = json_object_get(json_object_get(st, "sendResult"), "result");
-    json_object_foreach(rc, k, v)
-    {
+    json_object_foreach(rc, k, v) {
         json_t *el = json_array_get(results, (size_t)strtoul(k, NULL, 10));
         if (json_is_object(el) && json_is_string(v))
             json_object_set(el, "receipt", v);

@@ -29,7 +29,7 @@ char *outbox_status_text(const char *id, const store_outbox_status_t *s, const c
  * {"ok":1,"broadcastId","state","total","queued","sent","failed","unknown","cancelled",
  * "createdAt","updatedAt"}, with "eventId" first when event_id is not NULL. NULL when out of
  * memory. */
-char *outbox_broadcast_status_text(const char *id, const store_bc_status_t *s,
-                                   const char *event_id, size_t *len);
+char *outbox_broadcast_status_text(const char *id, const store_bc_status_t *s, const char *event_id,
+                                   size_t *len);
 
 #endif

@@ -86,40 +86,40 @@ static const char SETTLE_SCRIPT[] =
  * request that came before it; dead ones are dropped by store_turn_join), unless it expired:
  * then it sends nothing. 'out' stays set while an attempt may have a call out: found set with
  * the lease over, the attempt died, and response 'next' may have been delivered. */
-static const char START_SCRIPT[] =
-    NOW_MS BC_END_FN "local r = redis.call('HMGET', KEYS[1], 'status', 'seq', 'due', 'lease', 'ends', "
-           "'next', 'out') "
-           "if not r[1] then return {'gone'} end "
-           "if r[1] == 'done' or r[1] == 'failed' then return {'final'} end "
-           "if tonumber(redis.call('HGET', KEYS[2], 'done') or '0') < tonumber(r[2]) - 1 then "
-           "return {'order'} end "
-           "if r[4] and tonumber(r[4]) > now then return {'wait', tostring(tonumber(r[4]) - now)} "
-           "end "
-           /* a cancelled broadcast's request ends here, unsent (unknown when an attempt
-            * died with its call maybe out) */
-           "local bc = redis.call('HGET', KEYS[1], 'bc') "
-           "if bc and redis.call('HGET', bc, 'state') ~= 'running' then "
-           "redis.call('HDEL', KEYS[1], 'body', 'due', 'owner', 'lease', 'out') "
-           "redis.call('HSET', KEYS[1], 'status', 'failed', 'result', "
-           "'\"sendResult\":{\"ok\":0,\"result\":[]},\"error\":{\"err_code\":null,"
-           "\"err\":\"the broadcast was cancelled\"}', 'updated', now) "
-           "redis.call('HSET', KEYS[2], 'done', r[2]) redis.call('PUBLISH', KEYS[2], r[2]) "
-           "bc_end(KEYS[1], r[7] == '1' and 'unknown' or 'cancelled', now) return {'final'} end "
-           "local ends = tonumber(r[5]) local expired = now >= ends "
-           "if r[3] and tonumber(r[3]) > now and not expired then "
-           "return {'wait', tostring(math.min(tonumber(r[3]), ends) - now)} end "
-           "if KEYS[3] and not expired then local h = redis.call('LINDEX', KEYS[3], 0) "
-           "if h and h ~= ARGV[3] and redis.call('LPOS', KEYS[3], ARGV[3]) then "
-           "return {'turn'} end end "
-           "redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease', now + ARGV[2], 'out', '1', "
-           "'status', 'sending', 'updated', now) "
-           "if bc then redis.call('SADD', redis.call('HGET', KEYS[1], 'bs'), KEYS[1]) end "
-           "local n = tonumber(r[6] or '0') "
-           "local f = redis.call('HMGET', KEYS[1], 'body', 'app', 'kind') "
-           "local out = {'run', n, r[7] == '1' and 1 or 0, expired and 1 or 0, "
-           "redis.call('HINCRBY', KEYS[1], 'attempts', 1), f[1], f[2], bc and 1 or 0, f[3] or ''} "
-           "for i = 0, n - 1 do out[#out + 1] = redis.call('HGET', KEYS[1], 'e' .. i) or '' end "
-           "return out";
+static const char START_SCRIPT[] = NOW_MS BC_END_FN
+    "local r = redis.call('HMGET', KEYS[1], 'status', 'seq', 'due', 'lease', 'ends', "
+    "'next', 'out') "
+    "if not r[1] then return {'gone'} end "
+    "if r[1] == 'done' or r[1] == 'failed' then return {'final'} end "
+    "if tonumber(redis.call('HGET', KEYS[2], 'done') or '0') < tonumber(r[2]) - 1 then "
+    "return {'order'} end "
+    "if r[4] and tonumber(r[4]) > now then return {'wait', tostring(tonumber(r[4]) - now)} "
+    "end "
+    /* a cancelled broadcast's request ends here, unsent (unknown when an attempt
+     * died with its call maybe out) */
+    "local bc = redis.call('HGET', KEYS[1], 'bc') "
+    "if bc and redis.call('HGET', bc, 'state') ~= 'running' then "
+    "redis.call('HDEL', KEYS[1], 'body', 'due', 'owner', 'lease', 'out') "
+    "redis.call('HSET', KEYS[1], 'status', 'failed', 'result', "
+    "'\"sendResult\":{\"ok\":0,\"result\":[]},\"error\":{\"err_code\":null,"
+    "\"err\":\"the broadcast was cancelled\"}', 'updated', now) "
+    "redis.call('HSET', KEYS[2], 'done', r[2]) redis.call('PUBLISH', KEYS[2], r[2]) "
+    "bc_end(KEYS[1], r[7] == '1' and 'unknown' or 'cancelled', now) return {'final'} end "
+    "local ends = tonumber(r[5]) local expired = now >= ends "
+    "if r[3] and tonumber(r[3]) > now and not expired then "
+    "return {'wait', tostring(math.min(tonumber(r[3]), ends) - now)} end "
+    "if KEYS[3] and not expired then local h = redis.call('LINDEX', KEYS[3], 0) "
+    "if h and h ~= ARGV[3] and redis.call('LPOS', KEYS[3], ARGV[3]) then "
+    "return {'turn'} end end "
+    "redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease', now + ARGV[2], 'out', '1', "
+    "'status', 'sending', 'updated', now) "
+    "if bc then redis.call('SADD', redis.call('HGET', KEYS[1], 'bs'), KEYS[1]) end "
+    "local n = tonumber(r[6] or '0') "
+    "local f = redis.call('HMGET', KEYS[1], 'body', 'app', 'kind') "
+    "local out = {'run', n, r[7] == '1' and 1 or 0, expired and 1 or 0, "
+    "redis.call('HINCRBY', KEYS[1], 'attempts', 1), f[1], f[2], bc and 1 or 0, f[3] or ''} "
+    "for i = 0, n - 1 do out[#out + 1] = redis.call('HGET', KEYS[1], 'e' .. i) or '' end "
+    "return out";
 
 /* KEYS record; ARGV owner, index, element. */
 static const char PROGRESS_SCRIPT[] = NOW_MS INDEX_MESSAGE_FN

@@ -26,12 +26,11 @@
  * other on its one connection); what is left are races with other workers and instances,
  * retried after a short random pause. */
 #define CAS_ATTEMPTS 64
-#define CAS_BUCKETS 256
+#define CAS_BUCKETS  256
 
 /* Compare-and-set: writes ARGV[2] only if the key still holds ARGV[1]. */
-static const char CAS_SCRIPT[] =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then "
-    "redis.call('SET', KEYS[1], ARGV[2]) return 1 end return 0";
+static const char CAS_SCRIPT[] = "if redis.call('GET', KEYS[1]) == ARGV[1] then "
+                                 "redis.call('SET', KEYS[1], ARGV[2]) return 1 end return 0";
 
 /* The same for a member record, and its tags' index (contract.md section 13) in the same step:
  * ARGV[3] the tag key base, ARGV[4] the member id, ARGV[5] how many tags were added, then the
@@ -54,9 +53,9 @@ static const char RESOLVE_SCRIPT[] =
 #define CACHE_MAX 20000 /* entries per worker */
 
 struct store {
-    redisc_t *redis;          /* one server; NULL with a cluster */
-    cluster_t *cluster;       /* NULL: one server */
-    redisc_t *sub;            /* subscriptions, made at the first one */
+    redisc_t *redis;    /* one server; NULL with a cluster */
+    cluster_t *cluster; /* NULL: one server */
+    redisc_t *sub;      /* subscriptions, made at the first one */
     /* One server, with the cache: a subscriber that carries the invalidations only. Sharing
      * sub, an invalidation could queue behind another message (a member's turn, a credential)
      * in Redis's output to it, and reach the worker after the writer had its answer (Redis
@@ -74,7 +73,6 @@ struct store {
     uint64_t rng;
 };
 
-
 /* Owned by the store from creation until its callback has run or it is cancelled. */
 struct store_call {
     store_t *st;
@@ -87,27 +85,27 @@ struct store_call {
     json_t *change;
     int64_t now_ms;
     int attempts;
-    json_t *written;           /* the record the compare-and-set in flight writes */
-    json_t *expected;          /* the record as the caller read it: tried without a GET */
-    char *tagging;             /* a member's: "<tag key base>\0<member id>", else NULL */
+    json_t *written;                   /* the record the compare-and-set in flight writes */
+    json_t *expected;                  /* the record as the caller read it: tried without a GET */
+    char *tagging;                     /* a member's: "<tag key base>\0<member id>", else NULL */
     json_t *tags_added, *tags_removed; /* by the write in flight (arrays; NULL: none) */
-    int optimistic;            /* the write in flight compares against expected */
-    int cacheable;             /* a successful read (or write) refreshes the cache */
-    uint64_t ticket;           /* store_cache_ticket when the read (or write) was sent */
-    int brief;                 /* decode only _id and externalId of a member record */
+    int optimistic;                    /* the write in flight compares against expected */
+    int cacheable;                     /* a successful read (or write) refreshes the cache */
+    uint64_t ticket;                   /* store_cache_ticket when the read (or write) was sent */
+    int brief;                         /* decode only _id and externalId of a member record */
     unsigned bucket;
     int cas_state;             /* CAS_NONE, CAS_WAITING (queued behind the holder), CAS_HOLDING */
     store_call_t *bucket_next; /* next holder in the same bucket */
     store_call_t *queue_next;  /* the next call waiting for the same key */
     /* shared reads (start_shared_get) */
-    int shared;                /* in st->reading: later reads of the key join it */
-    int dispatching;           /* its answer is being handed to the joined reads */
-    store_call_t *read_next;   /* next shared read in the same bucket */
-    store_call_t *joiners;     /* reads waiting for this one's answer */
-    store_call_t *leader;      /* the read this one waits for (a joiner) */
-    store_call_t *join_next;   /* next joiner of the same leader */
-    struct event *pause;       /* the random pause before retrying a lost race */
-    char key[]; /* as long as it is: thousands of calls may wait at once */
+    int shared;              /* in st->reading: later reads of the key join it */
+    int dispatching;         /* its answer is being handed to the joined reads */
+    store_call_t *read_next; /* next shared read in the same bucket */
+    store_call_t *joiners;   /* reads waiting for this one's answer */
+    store_call_t *leader;    /* the read this one waits for (a joiner) */
+    store_call_t *join_next; /* next joiner of the same leader */
+    struct event *pause;     /* the random pause before retrying a lost race */
+    char key[];              /* as long as it is: thousands of calls may wait at once */
 };
 
 enum { CAS_NONE = 0, CAS_WAITING, CAS_HOLDING };
@@ -406,7 +404,7 @@ void store_cancel(store_call_t *call)
 }
 
 store_call_t *store_call_new(store_t *st, store_call_kind_t kind, const char *key, store_cb *cb,
-                              void *arg)
+                             void *arg)
 {
     size_t n = strlen(key);
     store_call_t *c = calloc(1, sizeof(*c) + n + 1);
@@ -449,8 +447,7 @@ static void store_call_finish(store_call_t *c, store_status_t status, json_t *va
 
 static void store_call_on_reply(redisReply *reply, void *arg);
 
-static store_status_t send_argv(store_call_t *c, int argc, const char **argv,
-                                const size_t *lens)
+static store_status_t send_argv(store_call_t *c, int argc, const char **argv, const size_t *lens)
 {
     int rc = store_command(c->st, c->key, store_call_on_reply, c, argc, argv, lens, &c->cmd);
 
@@ -461,7 +458,7 @@ static store_status_t send_argv(store_call_t *c, int argc, const char **argv,
 
 /* Sends and returns the call, or frees it and reports why nothing was sent. */
 store_call_t *store_call_start(store_call_t *c, int argc, const char **argv, const size_t *lens,
-                                store_status_t *status)
+                               store_status_t *status)
 {
     store_status_t st = send_argv(c, argc, argv, lens);
 
@@ -522,7 +519,7 @@ static store_status_t send_get(store_call_t *c)
  * *status set: the key did not fit (ids are bounded before this, so it means a bad record),
  * or memory ran out. */
 store_call_t *store_call_for(store_t *st, store_call_kind_t kind, int key_len, const char *key,
-                              store_cb *cb, void *arg, store_status_t *status)
+                             store_cb *cb, void *arg, store_status_t *status)
 {
     store_call_t *c = key_len < 0 ? NULL : store_call_new(st, kind, key, cb, arg);
 
@@ -546,7 +543,8 @@ static json_t *tags_minus(const json_t *a, const json_t *b)
         if (!json_is_string(t) || json_string_length(t) > STORE_TAG_MAX ||
             json_string_length(t) != strlen(json_string_value(t)))
             continue;
-        json_array_foreach(b, j, u) found |= json_equal(t, u);
+        json_array_foreach(b, j, u)
+            found |= json_equal(t, u);
         if (!found)
             json_array_append(out, t);
     }
@@ -622,8 +620,9 @@ static store_status_t cas_send(store_call_t *c, const char *raw, size_t len, cha
         argv[argc++] = c->tagging + strlen(c->tagging) + 1;
         argv[argc++] = numfmt_dec(count, (long long)added);
         for (size_t i = 0; i < n; i++)
-            argv[argc++] = json_string_value(i < added ? json_array_get(c->tags_added, i)
-                                                       : json_array_get(c->tags_removed, i - added));
+            argv[argc++] =
+                json_string_value(i < added ? json_array_get(c->tags_added, i)
+                                            : json_array_get(c->tags_removed, i - added));
     }
     for (size_t i = 0; i < argc; i++)
         if (i != 4 && i != 5)
@@ -885,8 +884,8 @@ json_t *store_cached_channel(store_t *st, const char *channel_id)
 
 /* A GET of a record the worker caches (token, channel): its answer refreshes the cache, and a
  * shared one may join a read of the key already in flight (start_shared_get). */
-static store_call_t *cached_get(store_t *st, int key_len, const char *key, int shared,
-                                store_cb *cb, void *arg, store_status_t *status)
+static store_call_t *cached_get(store_t *st, int key_len, const char *key, int shared, store_cb *cb,
+                                void *arg, store_status_t *status)
 {
     store_call_t *c = store_call_for(st, CALL_GET_JSON, key_len, key, cb, arg, status);
 
@@ -942,8 +941,7 @@ store_call_t *store_get_member(store_t *st, const char *channel_id, const char *
 
 store_call_t *store_member_for_recipient(store_t *st, const char *channel_id,
                                          const char *recipient_id, const json_t *new_member,
-                                         int brief, store_cb *cb, void *arg,
-                                         store_status_t *status)
+                                         int brief, store_cb *cb, void *arg, store_status_t *status)
 {
     char key[STORE_KEY_MAX], base[STORE_KEY_MAX], *record;
     const char *id = json_string_value(json_object_get(new_member, "_id"));
@@ -1016,9 +1014,8 @@ static int merge_info(json_t *channel, const json_t *fields, int64_t now_ms)
     return json_object_update(info, (json_t *)fields);
 }
 
-store_call_t *store_update_channel_info(store_t *st, const char *channel_id,
-                                        const json_t *fields, store_cb *cb, void *arg,
-                                        store_status_t *status)
+store_call_t *store_update_channel_info(store_t *st, const char *channel_id, const json_t *fields,
+                                        store_cb *cb, void *arg, store_status_t *status)
 {
     char key[STORE_KEY_MAX];
     int len = store_key_channel(key, sizeof(key), st->prefix, channel_id);

@@ -107,9 +107,8 @@ store_call_t *store_member_for_recipient(store_t *st, const char *channel_id,
                                          store_status_t *status);
 /* Merges fields into the channel's info, compare-and-set against concurrent writers. The
  * callback gets the updated channel record. */
-store_call_t *store_update_channel_info(store_t *st, const char *channel_id,
-                                        const json_t *fields, store_cb *cb, void *arg,
-                                        store_status_t *status);
+store_call_t *store_update_channel_info(store_t *st, const char *channel_id, const json_t *fields,
+                                        store_cb *cb, void *arg, store_status_t *status);
 /* The count of this worker's compare-and-set writes so far: taken when a member is read, it
  * tells store_update_member whether this worker has written that member since. */
 uint64_t store_write_seq(const store_t *st);
@@ -124,12 +123,12 @@ store_call_t *store_update_member(store_t *st, const char *channel_id, const cha
 /* whatsapp contacts seen valid: value is the wa_id as a JSON string. */
 store_call_t *store_get_contact(store_t *st, const char *channel_id, const char *number,
                                 store_cb *cb, void *arg, store_status_t *status);
-void store_put_contact(store_t *st, const char *channel_id, const char *number,
-                       const char *wa_id, int ttl_s);
+void store_put_contact(store_t *st, const char *channel_id, const char *number, const char *wa_id,
+                       int ttl_s);
 /* A node of a tree: value is {"tree": <_tree field>, "node": <node>}; STORE_NOT_FOUND when the
  * tree or the node is missing. */
-store_call_t *store_get_node(store_t *st, const char *tree_id, const char *node_id,
-                             store_cb *cb, void *arg, store_status_t *status);
+store_call_t *store_get_node(store_t *st, const char *tree_id, const char *node_id, store_cb *cb,
+                             void *arg, store_status_t *status);
 /* The credential lock of a channel: STORE_OK when taken by owner, STORE_NOT_FOUND when held
  * by another. Released only by its owner. */
 store_call_t *store_lock_credential(store_t *st, const char *channel_id, const char *owner,
