@@ -15,6 +15,7 @@
 #include "../store/broadcast.h"
 #include "../store/outbox.h"
 #include "log.h"
+#include "outbox_post.h"
 
 #include <event2/event.h>
 #include <stdlib.h>
@@ -55,18 +56,6 @@ struct bcpump {
 static metrics_t *metrics(const bcpump_t *b)
 {
     return b->env->deliver.metrics;
-}
-
-static void count(atomic_uint_fast64_t *c)
-{
-    atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
-}
-
-static void arm(struct event *ev, int64_t ms)
-{
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
-
-    evtimer_add(ev, &tv);
 }
 
 static void pump_next(bcpump_t *b);
@@ -174,7 +163,7 @@ static void on_taken(void *arg, store_status_t st, const store_bc_take_t *t)
     b->call = NULL;
     if (st != STORE_OK || strcmp(t->state, "take") != 0) {
         if (st == STORE_OK && t->ended && strcmp(t->state, "done") == 0) {
-            count(&metrics(b)->broadcasts[1]);
+            metrics_count(&metrics(b)->broadcasts[1]);
             log_msg(LOG_INFO, "broadcast %s of channel %s done", b->id, b->channel);
             /* this take dropped it from the running ones, and queued its callback */
         }
@@ -268,7 +257,7 @@ static void pump_next(bcpump_t *b)
         if (b->next == NULL || *b->next == '\0') {
             free(b->active);
             b->active = b->next = NULL;
-            arm(b->pump, b->any ? PUMP_MS : PUMP_IDLE_MS);
+            outbox_arm(b->pump, b->any ? PUMP_MS : PUMP_IDLE_MS);
             return;
         }
         end = b->next + strcspn(b->next, "\n");
@@ -292,7 +281,7 @@ static void pump_next(bcpump_t *b)
         b->id[0] = '\0';
         free(b->active);
         b->active = b->next = NULL;
-        arm(b->pump, PUMP_MS * 10);
+        outbox_arm(b->pump, PUMP_MS * 10);
     }
 }
 
@@ -304,7 +293,7 @@ static void on_active(void *arg, store_status_t st, int64_t n, const char *text)
     (void)n;
     b->call = NULL;
     if (st != STORE_OK || (b->active = strdup(text)) == NULL) {
-        arm(b->pump, PUMP_MS * 10);
+        outbox_arm(b->pump, PUMP_MS * 10);
         return;
     }
     b->next = b->active;
@@ -339,7 +328,7 @@ static void on_pump(evutil_socket_t fd, short what, void *arg)
         return;
     b->call = store_bc_active(b->env->deliver.store, on_active, b, &st);
     if (b->call == NULL)
-        arm(b->pump, PUMP_MS * 10);
+        outbox_arm(b->pump, PUMP_MS * 10);
 }
 
 bcpump_t *bcpump_new(op_env_t *env)
@@ -356,7 +345,7 @@ bcpump_t *bcpump_new(op_env_t *env)
     }
     if (env->outbox != NULL && store_redis(env->deliver.store) != NULL) {
         b->sub = store_bc_watch(env->deliver.store, on_started, b);
-        arm(b->pump, PUMP_MS);
+        outbox_arm(b->pump, PUMP_MS);
     }
     return b;
 }

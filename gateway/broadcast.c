@@ -103,18 +103,6 @@ static metrics_t *metrics(const broadcasts_t *b)
     return b->env->deliver.metrics;
 }
 
-static void count(atomic_uint_fast64_t *c)
-{
-    atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
-}
-
-static void arm(struct event *ev, int64_t ms)
-{
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
-
-    evtimer_add(ev, &tv);
-}
-
 /* ---- answering ---- */
 
 static void req_free(bc_req_t *r)
@@ -378,7 +366,7 @@ static void on_finished(void *arg, store_status_t st, int64_t n, const char *tex
         return;
     }
     r->created = 0; /* it is the caller's now */
-    count(&metrics(r->b)->broadcasts[0]);
+    metrics_count(&metrics(r->b)->broadcasts[0]);
     log_msg(LOG_INFO, "broadcast %s of channel %s accepted: %lld members", r->id, r->channel_id,
             (long long)n);
     answer_accepted(r, r->id, n);
@@ -651,7 +639,7 @@ static void idem_wait(bc_req_t *r, int64_t wait_ms)
         req_fail(r, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
-    arm(r->idem_timer, wait_ms < left_ms ? (wait_ms > 0 ? wait_ms : 1) : left_ms);
+    outbox_arm(r->idem_timer, wait_ms < left_ms ? (wait_ms > 0 ? wait_ms : 1) : left_ms);
     if (r->idem_sub != NULL)
         return;
     r->idem_sub = store_watch_key(r->b->env->deliver.store, r->idem_record, on_idem_message, r);
@@ -1001,7 +989,7 @@ static void on_status(void *arg, store_status_t st, const store_bc_status_t *s)
     }
     /* DELETE: answered once no attempt of the broadcast may still send */
     if (r->route == R_DELETE && s->sending > 0 && clock_mono_us() < r->wait_until_us) {
-        arm(r->timer, CANCEL_POLL_MS);
+        outbox_arm(r->timer, CANCEL_POLL_MS);
         return;
     }
     if (r->route == R_DELETE && s->sending > 0)
@@ -1038,7 +1026,7 @@ static void on_cancelled(void *arg, store_status_t st, int64_t n, const char *te
         return;
     }
     if (strcmp(text, "running") == 0) /* this one cancelled it (its callback is queued) */
-        count(&metrics(r->b)->broadcasts[2]);
+        metrics_count(&metrics(r->b)->broadcasts[2]);
     r->wait_until_us =
         clock_mono_us() + ((int64_t)cfg->request_timeout_ms + CANCEL_WAIT_EXTRA) * 1000;
     if ((r->timer = evtimer_new(r->b->env->deliver.base, on_cancel_poll, r)) == NULL) {

@@ -109,4 +109,10 @@ void metrics_on_redis_command(void *arg, int ok, int64_t latency_us);
 /* Sums every worker's counters into buf, in the Prometheus text format (version 0.0.4). */
 void metrics_render(struct evbuffer *buf, const metrics_t *const *all, int n);
 
+/* One more of counter c (relaxed: a counter orders nothing). */
+static inline void metrics_count(atomic_uint_fast64_t *c)
+{
+    atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+}
+
 #endif

@@ -100,11 +100,6 @@ static metrics_t *metrics(const outbox_t *ob)
     return ob->env->deliver.metrics;
 }
 
-static void count(atomic_uint_fast64_t *c)
-{
-    atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
-}
-
 /* The shard of a member: all of its requests go to one stream, so that one script sees their
  * order. */
 static unsigned shard_of(const outbox_t *ob, const char *channel_id, const char *member_id)
@@ -129,7 +124,7 @@ static void accepted(op_t *op)
     char *text;
     size_t len;
 
-    count(&metrics(op->env->outbox->ob)->outbox_accepted);
+    metrics_count(&metrics(op->env->outbox->ob)->outbox_accepted);
     jw_init(&w);
     jw_lit(&w, "{\"ok\":1,\"requestId\":");
     jw_str(&w, a->id);
@@ -527,7 +522,7 @@ static void on_start(void *arg, store_status_t st, const store_outbox_start_t *s
     job->attempts = s->attempts;
     job->stop = job->abandon = 0;
     job->resumed = 0;
-    count(&metrics(ob)->outbox_attempts);
+    metrics_count(&metrics(ob)->outbox_attempts);
     if (log_enabled(LOG_DEBUG))
         log_msg(LOG_DEBUG, "outbox: request %s attempt %lld from response %u", job->e.request_id,
                 (long long)s->attempts, s->next);
@@ -761,9 +756,9 @@ static void job_end(ob_job_t *job, const char *status, const char *result, size_
     if (!job->ending) {
         if (status != NULL) {
             job->retry_ms = -1;
-            count(&metrics(ob)->outbox_ended[strcmp(status, "done") == 0 ? 0 : 1]);
+            metrics_count(&metrics(ob)->outbox_ended[strcmp(status, "done") == 0 ? 0 : 1]);
         } else {
-            count(&metrics(ob)->outbox_retries[job->reason]);
+            metrics_count(&metrics(ob)->outbox_retries[job->reason]);
         }
         free(job->end_status);
         free(job->end_result);
@@ -919,7 +914,7 @@ static void on_callback_posted(void *arg, int delivered)
     ob_job_t *job = arg;
 
     job->post = NULL;
-    count(&metrics(job->ob)->callbacks[delivered ? 0 : 1]);
+    metrics_count(&metrics(job->ob)->callbacks[delivered ? 0 : 1]);
     store_outbox_callback_done(job->ob->env->deliver.store, &job->e); /* the next one's turn */
     job_free(job);
 }
@@ -1057,7 +1052,7 @@ static void on_event_posted(void *arg, int delivered)
     store_outbox_entry_t e = event_entry(job);
 
     job->post = NULL;
-    count(&metrics(job->ob)->webhook_posts[delivered ? 0 : 1]);
+    metrics_count(&metrics(job->ob)->webhook_posts[delivered ? 0 : 1]);
     /* delivered, or given up after 24 h: either way the member's next event may go */
     store_outbox_event_end(job->ob->env->deliver.store, &e);
     job_free(job);
@@ -1132,7 +1127,7 @@ static void on_feed_entry(void *arg, const store_outbox_entry_t *e, int claimed)
     outbox_t *ob = arg;
 
     if (claimed && e->request_id != NULL && job_find(ob, e->shard, e->entry_id) == NULL)
-        count(&metrics(ob)->outbox_claimed);
+        metrics_count(&metrics(ob)->outbox_claimed);
     job_add(ob, e);
 }
 
