@@ -28,12 +28,13 @@ NUMBER = "1055551000"
 harness.BIN = BIN
 
 
-def arrivals(s):
+def arrivals(s, number):
+    """The message calls the simulator took for the phone number id, in arrival order."""
     out, since = [], 0
     while True:
         page = s.sim("GET", "/_sim/log?since=%d" % since)
         out += [e for e in page["requests"]
-                if e["kind"] == "messages" and "/%s/" % NUMBER in (e["path"] or "")]
+                if e["kind"] == "messages" and "/%s/" % number in (e["path"] or "")]
         if not page["requests"]:
             return sorted(out, key=lambda e: e["ts_us"])
         since = page["next"]
@@ -73,7 +74,7 @@ def main():
             for line in o.splitlines():
                 if line.startswith("BENCH_JSON "):
                     answered += json.loads(line[len("BENCH_JSON "):])["requests"]
-        got = arrivals(s)
+        got = arrivals(s, NUMBER)
         ts = [e["ts_us"] for e in got]
         refused_sim = sum(1 for e in got if e["limit"] is not None)
         refused_120 = sum(metric(u, 'botgate_rate_limit_refused_total{platform="whatsapp-cloud"}')

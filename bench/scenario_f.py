@@ -28,7 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
 import harness  # noqa: E402
 from test_sim_limits import max_in_window  # noqa: E402
-from scenario_e import metric  # noqa: E402
+from scenario_e import arrivals, metric  # noqa: E402
 
 BIN = os.path.abspath(sys.argv[1] if len(sys.argv) > 1
                       else os.path.join(HERE, "..", "build-release", "bin"))
@@ -46,17 +46,6 @@ def cpu_s(pid):
     with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def arrivals(s, number):
-    out, since = [], 0
-    while True:
-        page = s.sim("GET", "/_sim/log?since=%d" % since)
-        out += [e for e in page["requests"]
-                if e["kind"] == "messages" and "/%s/" % number in (e["path"] or "")]
-        if not page["requests"]:
-            return sorted(out, key=lambda e: e["ts_us"])
-        since = page["next"]
 
 
 def run_wrk(urls, mode, tok, channel, count):
