@@ -242,13 +242,78 @@ static void test_silence_after_late_commands_gives_up(void **state)
     redisc_free(r);
 }
 
+typedef struct tracked {
+    int on, offs;
+    char key[64]; /* the last key told changed */
+} tracked_t;
+
+static void on_tracking(void *arg, int on)
+{
+    tracked_t *k = arg;
+
+    k->on = on;
+    k->offs += !on;
+}
+
+static void on_invalidate(void *arg, const char *key, size_t len)
+{
+    tracked_t *k = arg;
+
+    snprintf(k->key, sizeof(k->key), "%.*s", (int)len, key != NULL ? key : "");
+}
+
+/* Client-side caching enabled while the server answers late: the CLIENT TRACKING sent behind
+ * 2.4 s of sleeps times out, and is sent again on the connection that stayed (it was left
+ * off until a reconnect, and before that the connection was given up); then a write by
+ * another connection is told. */
+static void test_tracking_that_times_out_is_asked_again(void **state)
+{
+    (void)state;
+    told_t t, ts;
+    tracked_t k = {0};
+    redisc_t *r = client(&t), *sub;
+    redisc_config_t cfg;
+    sent_t s[8];
+    raw_reply_t set;
+    const char *prefix[] = {"redisc-timeout:"};
+    const char *set_argv[] = {"SET", "redisc-timeout:k", "v"};
+
+    memset(&cfg, 0, sizeof(cfg));
+    snprintf(cfg.host, sizeof(cfg.host), "127.0.0.1");
+    cfg.port = rt.port;
+    cfg.connect_timeout_ms = 1000;
+    cfg.command_timeout_ms = TIMEOUT_MS;
+    cfg.max_in_flight = CAP;
+    memset(&ts, 0, sizeof(ts));
+    sub = redisc_new_subscriber(rt.base, &cfg, "redisc-timeout-anchor");
+    assert_non_null(sub);
+    redisc_set_state_cb(sub, on_state, &ts);
+    run_until(&ts.ups, 3000);
+    for (int i = 0; i < 8; i++)
+        send_sleep(r, &s[i], "0.3");
+    /* the subscriber connects again for its CLIENT ID, subscribes, then tracking is sent */
+    assert_int_equal(redisc_track(r, sub, prefix, 1, on_tracking, on_invalidate, &k), 0);
+    while (!k.on && clock_coarse_ms() - s[0].sent_ms < 6000)
+        run_until(NULL, 50);
+    assert_int_equal(k.on, 1);
+    assert_int_equal(t.downs, 0);
+    raw_argv(3, set_argv, &set); /* on another connection: r's own writes are not told */
+    for (int i = 0; i < 200 && k.key[0] == '\0'; i++)
+        run_until(NULL, 10);
+    assert_string_equal(k.key, "redisc-timeout:k");
+    assert_int_equal(t.downs, 0);
+    redisc_free(r);
+    redisc_free(sub);
+}
+
 int main(void)
 {
-    (void)raw; /* redis_test.h's, for the tests that read the store's replies */
+    (void)raw; /* redis_test.h's two-word form; the tests here use raw_argv */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_late_commands_fail_alone_and_the_connection_stays),
         cmocka_unit_test(test_silent_server_is_given_up),
         cmocka_unit_test(test_silence_after_late_commands_gives_up),
+        cmocka_unit_test(test_tracking_that_times_out_is_asked_again),
     };
     return cmocka_run_group_tests(tests, redis_test_setup, redis_test_teardown);
 }
