@@ -173,8 +173,9 @@ static const char TAKE_SCRIPT[] =
 /* KEYS stream, the broadcast's hash of the shard; ARGV keep_ms, ttl_ms, app, channel, the
  * broadcast's record, then per request: its record, the member's order key, its id, the member
  * id, its body. The outbox's accept for each (store/outbox.c ACCEPT_SCRIPT), the hash named in
- * the record ('bq'; 'bc' says whose it is); a request queued already (its member taken again)
- * is skipped; once the broadcast was cancelled (the hash's 'x') a request is recorded ended,
+ * the record ('bq'; 'bk' says whose it is: not 'bc', which the scripts of versions whose broadcasts
+ * needed one server took for the record they count in); a request queued already (its member taken
+ * again) is skipped; once the broadcast was cancelled (the hash's 'x') a request is recorded ended,
  * cancelled, and counted there instead of queued. */
 static const char ENQUEUE_SCRIPT[] =
     NOW_MS "local x = redis.call('HEXISTS', KEYS[2], 'x') == 1 local n = 0 "
@@ -183,13 +184,13 @@ static const char ENQUEUE_SCRIPT[] =
            "ARGV[i + 3], 'status', 'failed', 'result', "
            "'\"sendResult\":{\"ok\":0,\"result\":[]},\"error\":{\"err_code\":null,"
            "\"err\":\"the broadcast was cancelled\"}', 'attempts', 0, 'created', now, "
-           "'updated', now, 'bc', ARGV[5], 'bq', KEYS[2]) "
+           "'updated', now, 'bk', ARGV[5], 'bq', KEYS[2]) "
            "redis.call('HINCRBY', KEYS[2], 'cancelled', 1) else "
            "local seq = redis.call('HINCRBY', ARGV[i + 1], 'n', 1) "
            "redis.call('PEXPIRE', ARGV[i + 1], ARGV[1]) "
            "redis.call('HSET', ARGV[i], 'app', ARGV[3], 'body', ARGV[i + 4], 'ch', ARGV[4], "
            "'mb', ARGV[i + 3], 'cb', '', 'seq', seq, 'status', 'queued', 'attempts', 0, "
-           "'created', now, 'updated', now, 'next', 0, 'ends', now + ARGV[2], 'bc', ARGV[5], "
+           "'created', now, 'updated', now, 'next', 0, 'ends', now + ARGV[2], 'bk', ARGV[5], "
            "'bq', KEYS[2]) "
            "redis.call('XADD', KEYS[1], '*', 'r', ARGV[i + 2], 'o', ARGV[i + 1]) n = n + 1 end "
            "redis.call('PEXPIRE', ARGV[i], ARGV[1]) end end "
