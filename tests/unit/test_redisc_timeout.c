@@ -55,8 +55,9 @@ static void on_reply(redisReply *reply, void *arg)
         snprintf(s->text, sizeof(s->text), "%s", reply->str);
 }
 
-/* A client of the test's Redis, connected. */
-static redisc_t *client(told_t *t)
+/* A client of the test's Redis, connected: a subscriber staying subscribed to anchor, or
+ * with anchor NULL a command connection. */
+static redisc_t *connection(told_t *t, const char *anchor)
 {
     redisc_config_t cfg;
     redisc_t *r;
@@ -68,12 +69,17 @@ static redisc_t *client(told_t *t)
     cfg.command_timeout_ms = TIMEOUT_MS;
     cfg.max_in_flight = CAP;
     memset(t, 0, sizeof(*t));
-    r = redisc_new(rt.base, &cfg);
+    r = anchor != NULL ? redisc_new_subscriber(rt.base, &cfg, anchor) : redisc_new(rt.base, &cfg);
     assert_non_null(r);
     redisc_set_state_cb(r, on_state, t);
     run_until(&t->ups, 3000);
     assert_int_equal(t->ups, 1);
     return r;
+}
+
+static redisc_t *client(told_t *t)
+{
+    return connection(t, NULL);
 }
 
 /* Sends argv (argc words) as s's command. */
@@ -271,24 +277,12 @@ static void test_tracking_that_times_out_is_asked_again(void **state)
     (void)state;
     told_t t, ts;
     tracked_t k = {0};
-    redisc_t *r = client(&t), *sub;
-    redisc_config_t cfg;
+    redisc_t *r = client(&t), *sub = connection(&ts, "redisc-timeout-anchor");
     sent_t s[8];
     raw_reply_t set;
     const char *prefix[] = {"redisc-timeout:"};
     const char *set_argv[] = {"SET", "redisc-timeout:k", "v"};
 
-    memset(&cfg, 0, sizeof(cfg));
-    snprintf(cfg.host, sizeof(cfg.host), "127.0.0.1");
-    cfg.port = rt.port;
-    cfg.connect_timeout_ms = 1000;
-    cfg.command_timeout_ms = TIMEOUT_MS;
-    cfg.max_in_flight = CAP;
-    memset(&ts, 0, sizeof(ts));
-    sub = redisc_new_subscriber(rt.base, &cfg, "redisc-timeout-anchor");
-    assert_non_null(sub);
-    redisc_set_state_cb(sub, on_state, &ts);
-    run_until(&ts.ups, 3000);
     for (int i = 0; i < 8; i++)
         send_sleep(r, &s[i], "0.3");
     /* the subscriber connects again for its CLIENT ID, subscribes, then tracking is sent */
