@@ -5,11 +5,15 @@ oversized body are refused (401 / 413, counted) and change nothing in Redis."""
 import hashlib
 import hmac
 import json
+import re
+import socket
+import threading
 import time
 import unittest
 import urllib.parse
 
-from harness import StackTest, cloud_channel, facebook_channel, http, wait_for, whatsapp_channel
+from harness import (CLUSTER, Redis, StackTest, cloud_channel, facebook_channel, http, wait_for,
+                     whatsapp_channel)
 from test_outbox import Receiver, verify
 
 APP = "app-hook"
@@ -59,6 +63,51 @@ def wechat_xml(openid, msgid, text="hi"):
             "<FromUserName><![CDATA[%s]]></FromUserName><CreateTime>%d</CreateTime>"
             "<MsgType><![CDATA[text]]></MsgType><Content><![CDATA[%s]]></Content>"
             "<MsgId>%s</MsgId></xml>" % (openid, int(time.time()) - 1, text, msgid)).encode()
+
+
+class Monitor:
+    """Redis's MONITOR of one server, read by a thread until stop(), which returns each script
+    run (EVALSHA, EVAL) as (its KEYS, the set of (command, key) its commands named)."""
+    ARG = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+    def __init__(self, port):
+        self.r = Redis(port)
+        self.lines = []
+        self.r("MONITOR")
+        self.r.sock.settimeout(None)  # read until stop()
+        self.thread = threading.Thread(target=self.read, daemon=True)
+        self.thread.start()
+
+    def read(self):
+        try:
+            while True:
+                self.lines.append(self.r._reply())
+        except (OSError, RuntimeError):
+            pass
+
+    def stop(self):
+        self.r.sock.shutdown(socket.SHUT_RDWR)  # wakes the thread's read
+        self.thread.join(5)
+        self.r.close()
+        # a script's line comes first, then the commands it ran (nothing runs between them:
+        # a script is atomic)
+        scripts, current = [], None
+        for line in self.lines:
+            if not isinstance(line, str) or "]" not in line:
+                continue
+            who, rest = line.split("]", 1)
+            args = self.ARG.findall(rest)
+            if not args:
+                continue
+            if who.endswith(" lua"):
+                if current is not None and args[0].lower() != "time":
+                    current[1].add((args[0].lower(), args[1]))
+                continue
+            current = None
+            if args[0].lower() in ("evalsha", "eval"):
+                current = (args[3:3 + int(args[2])], set())
+                scripts.append(current)
+        return scripts
 
 
 def put_channels(s):
@@ -262,6 +311,39 @@ class Webhooks(HookCase):
                           401, mentions="5 minutes")
         self.assertIsNone(self.member_of("hwx", "openid-old"))
 
+    def test_last_inbound_whatever_the_record_holds(self):
+        """lastInboundAt moves up on every inbound message whatever form the stored record has:
+        compact (written in the member's script), another writer's spacing, an ISO date, a
+        field of the same name inside another field (by compare-and-set, where the script
+        cannot be sure); nothing else of the record changes."""
+        old = int(time.time() * 1000) - 48 * 3600 * 1000
+        cases = {
+            "compact": '{"_id":"%s","externalId":"%s","tags":[],"lastInboundAt":%d}' % (
+                "{id}", "{ext}", old),
+            "spaced": '{"_id": "%s", "externalId": "%s", "tags": [], "lastInboundAt": %d}' % (
+                "{id}", "{ext}", old),
+            "iso": '{"_id":"%s","externalId":"%s","tags":[],"lastInboundAt":"%s"}' % (
+                "{id}", "{ext}", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(old / 1000))),
+            "nested": '{"_id":"%s","externalId":"%s","tags":[],"meta":{"lastInboundAt":7}}' % (
+                "{id}", "{ext}"),
+        }
+        for name, text in cases.items():
+            with self.subTest(record=name):
+                ext, mid = "psid-rec-" + name, "mrec" + name
+                self.s.redis("SET", "botgate:recipient:{hfb}:" + ext, mid)
+                self.s.redis("SET", "botgate:member:{hfb}:" + mid,
+                             text.replace("{id}", mid).replace("{ext}", ext))
+                raw = json.dumps(fb_body(ext, "m_rec_" + name)).encode()
+                a = self.hook("POST", "hfb", raw, {"X-Hub-Signature-256": meta_sig(FB_SECRET, raw)})
+                self.assertEqual(a.status, 200, a)
+                m = self.member_of("hfb", ext)
+                self.assertEqual(m["_id"], mid)
+                self.assertIsInstance(m["lastInboundAt"], int)
+                self.assertGreater(m["lastInboundAt"], int(time.time() * 1000) - 60000)
+                self.assertEqual(m["tags"], [])
+                if name == "nested":
+                    self.assertEqual(m["meta"], {"lastInboundAt": 7})
+
     def test_wechat_inbound(self):
         raw = wechat_xml("openid-in-1", "6001")
         a = self.hook("POST", "hwx", raw, {"Content-Type": "text/xml"},
@@ -427,29 +509,36 @@ class EndToEnd(HookCase):
         ev, = self.wait_event(self.rx_read, eventType="READ", memberId=m["_id"])
         self.wait_event(eventType="READ", memberId=m["_id"])  # and the subscription of all
 
+    def queued_message(self, sender, callback):
+        """The whatsapp-cloud member of sender (made by an inbound message, which opens its
+        window) and a queued request to it, done: its status URL, the headers that read it,
+        the member and the platform's id of the message it sent."""
+        tok = self.s.token(APP, "bot:sendResponses")
+        self.send("whatsapp-cloud", sender, text="hi")
+        m = self.member_of("hwc", sender)
+        body = {"channelId": "hwc", "memberId": m["_id"],
+                "response": [{"type": "TEXT", "text": "to be read"}]}
+        if callback:
+            body["statusCallback"] = callback
+        a = http("POST", self.s.url + "/sendResponses", body,
+                 {"Authorization": "Bearer " + tok, "Prefer": "respond-async"})
+        self.assertEqual(a.status, 202, a)
+        url = self.s.url + "/requests/" + a.json["requestId"]
+        auth = {"Authorization": "Bearer " + tok}
+        wait_for(lambda: http("GET", url, headers=auth).json["status"] == "done",
+                 timeout=30, what="the request done")
+        el = http("GET", url, headers=auth).json["sendResult"]["result"][0]
+        self.assertNotIn("receipt", el)
+        return url, auth, m, el["result"]["messages"][0]["id"]
+
     def test_receipt_marks_the_queued_element(self):
         """A receipt of a message a queued request sent marks that element (GET /requests/<id>
         and a new status callback show "receipt"), forward only: delivered after read stays
         read."""
-        tok = self.s.token(APP, "bot:sendResponses")
         sender = "85291112301"
-        self.send("whatsapp-cloud", sender, text="hi")  # the member, and its window open
-        m = self.member_of("hwc", sender)
         cb = Receiver()
         try:
-            a = http("POST", self.s.url + "/sendResponses",
-                     {"channelId": "hwc", "memberId": m["_id"], "statusCallback": cb.url,
-                      "response": [{"type": "TEXT", "text": "to be read"}]},
-                     {"Authorization": "Bearer " + tok, "Prefer": "respond-async"})
-            self.assertEqual(a.status, 202, a)
-            rid = a.json["requestId"]
-            url = self.s.url + "/requests/" + rid
-            auth = {"Authorization": "Bearer " + tok}
-            wait_for(lambda: http("GET", url, headers=auth).json["status"] == "done",
-                     timeout=30, what="the request done")
-            el = http("GET", url, headers=auth).json["sendResult"]["result"][0]
-            mid = el["result"]["messages"][0]["id"]
-            self.assertNotIn("receipt", el)
+            url, auth, m, mid = self.queued_message(sender, cb.url)
             self.send("whatsapp-cloud", sender, receipt={"status": "read", "messageId": mid})
             wait_for(lambda: http("GET", url, headers=auth).json["sendResult"]["result"][0]
                      .get("receipt") == "read", timeout=30, what="the element read")
@@ -463,6 +552,33 @@ class EndToEnd(HookCase):
                 self.assertTrue(verify(self.secret, headers["Botgate-Signature"], raw))
         finally:
             cb.stop()
+
+    def test_scripts_name_every_key_they_touch(self):
+        """Every key a webhook's script touches is among its KEYS (on a Redis Cluster a key
+        outside them fails the script in its middle while its slot migrates): the member's
+        script, and the event's, with a receipt of a queued request's message. Seen by MONITOR
+        on one server: each script with the commands it ran."""
+        if CLUSTER:
+            self.skipTest("MONITOR of one server")
+        mon = Monitor(self.s.redis_port)
+        try:
+            _, _, m, mid = self.queued_message("85291112501", None)
+            self.send("whatsapp-cloud", "85291112501", text="again")  # a known member
+            self.send("whatsapp-cloud", "85291112501",
+                      receipt={"status": "read", "messageId": mid})
+            self.wait_event(eventType="READ", channelId="hwc", memberId=m["_id"])
+        finally:
+            scripts = mon.stop()
+        # the member's (by its recipient key), the event's (it remembers the event's id) and
+        # the receipt's (it reads the message index)
+        member = [sc for sc in scripts if any(":recipient:{hwc}:" in k for _, k in sc[1])]
+        events = [sc for sc in scripts if any(":evseen:" in k for _, k in sc[1])]
+        receipts = [sc for sc in scripts if any(c == "get" and ":msg:" in k for c, k in sc[1])]
+        for keys, touched in member + events + receipts:
+            self.assertLessEqual({k for _, k in touched}, set(keys), keys)
+        self.assertGreaterEqual(len(member), 3, scripts)
+        self.assertGreaterEqual(len(events), 3, scripts)
+        self.assertTrue(receipts, scripts)
 
     def test_webhook_opens_the_window(self):
         """The conversation window (contract section 14) counts from the lastInboundAt the
