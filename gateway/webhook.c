@@ -181,10 +181,31 @@ static void hk_fail(hook_req_t *h, int status, int code, const char *fmt, ...)
     json_decref(j);
 }
 
+/* The challenge of a webhook's 401 (RFC 9110 section 11.6.1 wants one on every 401). Its
+ * credential is the platform's signature (or whatsapp's token, or Meta's verify token in a
+ * handshake), never a Bearer token: the API's "Bearer" would send whoever reads the answer
+ * looking for a token to get. No registered scheme names a signature over the request, so
+ * "Signature", with where the platform puts it. */
+static const char *hk_challenge(const hook_req_t *h)
+{
+    const char *type = h->ops->type;
+
+    if (strcmp(type, "slack") == 0)
+        return "Signature realm=\"webhooks\", header=\"X-Slack-Signature\"";
+    if (strcmp(type, "wechat") == 0)
+        return "Signature realm=\"webhooks\", param=\"signature\"";
+    if (strcmp(type, "whatsapp") == 0)
+        return "Signature realm=\"webhooks\", param=\"token\"";
+    return h->post ? "Signature realm=\"webhooks\", header=\"X-Hub-Signature-256\""
+                   : "Signature realm=\"webhooks\", param=\"hub.verify_token\"";
+}
+
 /* A signature or token missing or wrong: 401, counted; nothing of the request is read. */
 static void hk_refuse(hook_req_t *h, metrics_hook_refusal_t why, const char *msg)
 {
     metrics_hook_refused(h->wh->env->deliver.metrics, h->ops->type, why);
+    evhttp_add_header(evhttp_request_get_output_headers(h->req), "WWW-Authenticate",
+                      hk_challenge(h));
     hk_fail(h, 401, BG_ERR_SIGNATURE, "%s", msg);
 }
 

@@ -344,6 +344,30 @@ class Webhooks(HookCase):
                 if name == "nested":
                     self.assertEqual(m["meta"], {"lastInboundAt": 7})
 
+    def test_refusal_names_the_signature_not_a_bearer_token(self):
+        """A webhook's 401 carries a challenge (RFC 9110 requires one) that names where the
+        platform's credential goes, never the API's Bearer."""
+        raw = json.dumps(fb_body("psid-401", "m_401")).encode()
+        xml = {"Content-Type": "text/xml"}
+        cases = [
+            ("POST", "hfb", raw, {"X-Hub-Signature-256": meta_sig("wrong", raw)}, None,
+             'header="X-Hub-Signature-256"'),
+            ("GET", "hwc", None, None, {"hub.mode": "subscribe", "hub.verify_token": "wrong",
+                                        "hub.challenge": "1"}, 'param="hub.verify_token"'),
+            ("POST", "hsl", raw, slack_headers("wrong", raw), None, 'header="X-Slack-Signature"'),
+            ("POST", "hwx", wechat_xml("openid-401", "6301"), xml, wechat_query("wrong"),
+             'param="signature"'),
+            ("GET", "hwx", None, None, wechat_query("wrong"), 'param="signature"'),
+            ("POST", "hwa", b"{}", None, {"token": "wrong"}, 'param="token"'),
+        ]
+        for method, cid, body, hdrs, q, where in cases:
+            with self.subTest(cid=cid, method=method):
+                a = self.hook(method, cid, body, hdrs, q)
+                self.assert_error(a, 130, 401)
+                self.assertEqual([v for k, v in a.header_items
+                                  if k.lower() == "www-authenticate"],
+                                 ['Signature realm="webhooks", ' + where], a.header_items)
+
     def test_wechat_inbound(self):
         raw = wechat_xml("openid-in-1", "6001")
         a = self.hook("POST", "hwx", raw, {"Content-Type": "text/xml"},
