@@ -1,6 +1,6 @@
 /* webhook.c - GET|POST /webhooks/<channelId>: the platforms' own webhooks verified, parsed by
  * the channel's adapter and stored as events (contract.md section 14). One request is a small
- * machine: CHANNEL -> (slack: REPLAY) -> for each event: MEMBER (the first beside the
+ * machine: CHANNEL -> (slack, wechat: REPLAY) -> for each event: MEMBER (the first beside the
  * app's subscriptions; INBOUND when lastInboundAt is left to a compare-and-set) -> for each
  * event: STORE -> the answer. Nothing of a request is parsed before its signature or token has
  * been checked. */
@@ -56,7 +56,7 @@ typedef struct hook_req {
     const char *app;          /* the channel's app (in channel) */
     char *body;               /* the raw body, NUL-terminated (POST) */
     size_t len;
-    char signature[65];           /* slack: the hex signature, remembered against replays */
+    char signature[65];           /* slack, wechat: the hex signature, remembered against replays */
     int seen;                     /* ...remembered now: forgotten again if the request fails */
     adapter_hook_t hook;          /* the events, parsed once verified */
     size_t next_event;            /* the event whose member is being found, then stored */
@@ -847,7 +847,10 @@ static void on_replay_checked(void *arg, store_status_t st, json_t *value)
     h->call = NULL;
     json_decref(value);
     if (st == STORE_NOT_FOUND) {
-        hk_refuse(h, METRICS_HOOK_REPLAY, "this X-Slack-Signature was seen before: a replay");
+        hk_refuse(h, METRICS_HOOK_REPLAY,
+                  strcmp(h->ops->type, "slack") == 0
+                      ? "this X-Slack-Signature was seen before: a replay"
+                      : "this signature (timestamp and nonce) was seen before: a replay");
         return;
     }
     if (st != STORE_OK) {
@@ -858,8 +861,11 @@ static void on_replay_checked(void *arg, store_status_t st, json_t *value)
     hk_parse(h);
 }
 
-/* slack: a signature verified is remembered for as long as its timestamp is accepted: the
- * same one again is a replay, refused. */
+/* A signature verified (hex; slack's, wechat's) is remembered for as long as its timestamp is
+ * accepted: the same one again is a replay, refused. WeChat's signs no body, so without this a
+ * POST seen once could be sent again with any body for 5 minutes. The signature alone is the
+ * key: it commits to the timestamp and the nonce (and a sorted concatenation that reads the
+ * same with the two cut elsewhere gives the same key, refused too). */
 static void hk_remember(hook_req_t *h, const char *sig)
 {
     store_status_t st;
@@ -900,7 +906,7 @@ static void hk_receive(hook_req_t *h, const struct evkeyvalq *q)
             return;
         }
         /* the signature covers the query, not the body: a URL seen once is good for any body,
-         * so its time bounds how long (WeChat retries within seconds) */
+         * so its time bounds how long, and hk_remember takes it once within that time */
         if (fresh_time(evhttp_find_header(q, "timestamp")) != 1) {
             hk_refuse(h, METRICS_HOOK_REPLAY, "timestamp is more than 5 minutes from now");
             return;
@@ -912,6 +918,8 @@ static void hk_receive(hook_req_t *h, const struct evkeyvalq *q)
                     enc);
             return;
         }
+        hk_remember(h, evhttp_find_header(q, "signature"));
+        return;
     } else if (strcmp(type, "slack") == 0) {
         if (!slack_signed(h, &why, &replay)) {
             hk_refuse(h, replay ? METRICS_HOOK_REPLAY : METRICS_HOOK_SIGNATURE, why);

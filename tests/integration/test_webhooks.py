@@ -4,6 +4,7 @@ made when new and keeps lastInboundAt; a wrong or missing signature, a slack rep
 oversized body are refused (401 / 413, counted) and change nothing in Redis."""
 import hashlib
 import hmac
+import itertools
 import json
 import re
 import socket
@@ -34,8 +35,14 @@ def slack_headers(secret, raw, ts=None):
     return {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": "v0=" + mac.hexdigest()}
 
 
-def wechat_query(token, ts=None, nonce="n0nce"):
+NONCES = itertools.count()
+
+
+def wechat_query(token, ts=None, nonce=None):
+    """A signed WeChat query; a nonce of its own unless given (as WeChat does: the same
+    signature again is a replay)."""
     ts = str(int(time.time())) if ts is None else ts
+    nonce = "n0nce%d" % next(NONCES) if nonce is None else nonce
     sig = hashlib.sha1("".join(sorted([token, ts, nonce])).encode()).hexdigest()
     return {"signature": sig, "timestamp": ts, "nonce": nonce}
 
@@ -343,6 +350,49 @@ class Webhooks(HookCase):
                 self.assertEqual(m["tags"], [])
                 if name == "nested":
                     self.assertEqual(m["meta"], {"lastInboundAt": 7})
+
+    def test_wechat_replay(self):
+        """WeChat signs the query, not the body: the same signed URL again within its 5 minutes
+        is a replay, whatever body it carries, refused (401, counted) with nothing of it
+        processed; a new nonce signs a new request."""
+        q = wechat_query(WX_TOKEN, nonce="n-replay")
+        xml = {"Content-Type": "text/xml"}
+        a = self.hook("POST", "hwx", wechat_xml("openid-rp-1", "6101"), xml, q)
+        self.assertEqual((a.status, a.raw), (200, "success"), a)
+        self.assert_new_member("hwx", "openid-rp-1", "wechat")
+        metric = 'botgate_webhooks_refused_total{platform="wechat",reason="replay"}'
+        before = self.s.metric(metric) or 0
+        for body in (wechat_xml("openid-rp-2", "6102"), wechat_xml("openid-rp-1", "6101")):
+            a = self.hook("POST", "hwx", body, xml, q)
+            self.assert_error(a, 130, 401, mentions="replay")
+        self.assertEqual(self.s.metric(metric), before + 2)
+        self.assertIsNone(self.member_of("hwx", "openid-rp-2"))
+        a = self.hook("POST", "hwx", wechat_xml("openid-rp-2", "6102"), xml,
+                      wechat_query(WX_TOKEN, nonce="n-replay-2"))
+        self.assertEqual((a.status, a.raw), (200, "success"), a)
+        self.assert_new_member("hwx", "openid-rp-2", "wechat")
+
+    def test_wechat_retry_after_a_failure_is_no_replay(self):
+        """As slack's: a request answered 5xx leaves its signature forgotten, so WeChat's retry
+        of the same URL is taken."""
+        q = wechat_query(WX_TOKEN, nonce="n-retry")
+        xml = {"Content-Type": "text/xml"}
+        key = "botgate:subscriptions:" + APP
+        saved = self.s.redis("EXISTS", key) == 1
+        if saved:
+            self.s.redis("RENAME", key, key + ":saved")
+        self.s.redis("SET", key, "not a hash")  # the subscriptions cannot be read: 503
+        try:
+            a = self.hook("POST", "hwx", wechat_xml("openid-retry", "6201"), xml, q)
+            self.assertGreaterEqual(a.status, 500, a)
+        finally:
+            self.s.redis("DEL", key)
+            if saved:
+                self.s.redis("RENAME", key + ":saved", key)
+        a = self.hook("POST", "hwx", wechat_xml("openid-retry", "6201"), xml, q)
+        self.assertEqual((a.status, a.raw), (200, "success"), a)
+        self.assert_error(self.hook("POST", "hwx", wechat_xml("openid-retry", "6201"), xml, q),
+                          130, 401, mentions="replay")
 
     def test_refusal_names_the_signature_not_a_bearer_token(self):
         """A webhook's 401 carries a challenge (RFC 9110 requires one) that names where the
