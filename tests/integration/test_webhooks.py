@@ -2,6 +2,7 @@
 verification handshakes; a correctly signed inbound message becomes an event whose member is
 made when new and keeps lastInboundAt; a wrong or missing signature, a slack replay and an
 oversized body are refused (401 / 413, counted) and change nothing in Redis."""
+import contextlib
 import hashlib
 import hmac
 import itertools
@@ -179,6 +180,21 @@ class HookCase(StackTest):
         self.assertGreater(m["lastInboundAt"], int(time.time() * 1000) - 60000)
         return m
 
+    @contextlib.contextmanager
+    def subscriptions_unreadable(self):
+        """The app's subscriptions cannot be read inside: a webhook with events gets 503."""
+        key = "botgate:subscriptions:" + APP
+        saved = self.s.redis("EXISTS", key) == 1
+        if saved:
+            self.s.redis("RENAME", key, key + ":saved")
+        self.s.redis("SET", key, "not a hash")
+        try:
+            yield
+        finally:
+            self.s.redis("DEL", key)
+            if saved:
+                self.s.redis("RENAME", key + ":saved", key)
+
     def sim_inbound(self, platform, cid, secret, sender, **what):
         body = {"platform": platform, "url": self.s.url + "/webhooks/" + cid, "secret": secret,
                 "from": sender}
@@ -279,18 +295,9 @@ class Webhooks(HookCase):
                           "event": {"type": "message", "channel": "D779", "user": "U9",
                                     "text": "hi", "ts": "%d.000100" % (time.time() - 1)}}).encode()
         hdrs = slack_headers(SLACK_SECRET, raw)
-        key = "botgate:subscriptions:" + APP
-        saved = self.s.redis("EXISTS", key) == 1
-        if saved:
-            self.s.redis("RENAME", key, key + ":saved")
-        self.s.redis("SET", key, "not a hash")  # the subscriptions cannot be read: 503
-        try:
+        with self.subscriptions_unreadable():
             a = self.hook("POST", "hsl", raw, hdrs)
             self.assertGreaterEqual(a.status, 500, a)
-        finally:
-            self.s.redis("DEL", key)
-            if saved:
-                self.s.redis("RENAME", key + ":saved", key)
         a = self.hook("POST", "hsl", raw, hdrs)
         self.assertEqual(a.status, 200, a)
         self.assert_new_member("hsl", "D779", "slack")
@@ -377,18 +384,9 @@ class Webhooks(HookCase):
         of the same URL is taken."""
         q = wechat_query(WX_TOKEN, nonce="n-retry")
         xml = {"Content-Type": "text/xml"}
-        key = "botgate:subscriptions:" + APP
-        saved = self.s.redis("EXISTS", key) == 1
-        if saved:
-            self.s.redis("RENAME", key, key + ":saved")
-        self.s.redis("SET", key, "not a hash")  # the subscriptions cannot be read: 503
-        try:
+        with self.subscriptions_unreadable():
             a = self.hook("POST", "hwx", wechat_xml("openid-retry", "6201"), xml, q)
             self.assertGreaterEqual(a.status, 500, a)
-        finally:
-            self.s.redis("DEL", key)
-            if saved:
-                self.s.redis("RENAME", key + ":saved", key)
         a = self.hook("POST", "hwx", wechat_xml("openid-retry", "6201"), xml, q)
         self.assertEqual((a.status, a.raw), (200, "success"), a)
         self.assert_error(self.hook("POST", "hwx", wechat_xml("openid-retry", "6201"), xml, q),
