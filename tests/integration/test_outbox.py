@@ -6,12 +6,13 @@ import hashlib
 import hmac
 import json
 import os
+import subprocess
 import threading
 import time
 import unittest
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from harness import StackTest, facebook_channel, free_port, http, member, wait_for
+from harness import REDIS_CLI, StackTest, facebook_channel, free_port, http, member, wait_for
 
 APP = "app-ob"
 ASYNC = {"Prefer": "respond-async"}
@@ -731,6 +732,59 @@ class FullOfWaiters(Case):
         self.assertEqual(st["sendResult"]["result"][0]["error"]["err_code"], 125, st)
         self.assertEqual([self.wait_final(r)["status"] for r in rids], ["done", "done"])
         self.assertEqual(self.texts("full-")[-2:], ["full-1", "full-2"])
+
+
+class EndWrites(Case):
+    """Redis stalls (DEBUG SLEEP, longer than BOTGATE_REDIS_TIMEOUT_MS) while a queued
+    request's call is out on the platform (the simulator's slow answer), so that the write
+    recording what the call gave fails: the attempt knows the outcome, so it writes it again
+    once Redis takes it. The request ends done with the platform's message id, in one attempt,
+    the platform called once per response, not reported 125 by a takeover."""
+    stack_args = {"workers": 2, "env": {"BOTGATE_MEMBER_ORDER": None,
+                                        "BOTGATE_OUTBOX_CLAIM_MS": "2000",
+                                        "BOTGATE_UPSTREAM_TIMEOUT_MS": "8000",
+                                        "BOTGATE_REQUEST_TIMEOUT_MS": "10000"}}
+
+    def stalled_around_the_call(self, word, texts):
+        """Queues texts for mq; once the first one's call (answered after 3 s) reached the
+        platform, Redis sleeps 6 s: its record is written while Redis sleeps."""
+        s = self.s
+        a = self.post({"channelId": "fbq", "memberId": "mq",
+                       "response": [{"type": "TEXT", "text": t} for t in texts]})
+        self.assertEqual(a.status, 202, a)
+        arrived = []
+
+        def call_out():
+            arrived.extend(r["ts_ms"] for r in s.sim_log()
+                           if word in (r.get("body") or {}).get("message", {}).get("text", ""))
+            return arrived
+        wait_for(call_out, what="the call on the platform")
+        slept_ms = time.time() * 1000
+        subprocess.run([REDIS_CLI, "-p", str(s.redis_port), "DEBUG", "SLEEP", "6"], check=True,
+                       capture_output=True, timeout=30)
+        # the stall began before the platform answered, and outlasted a write's timeout
+        self.assertLess(slept_ms, arrived[0] + 3000 - 200, "the stall came after the answer")
+        return a.json["requestId"]
+
+    def test_end_written_again(self):
+        rid = self.stalled_around_the_call("endw", ["endw slow3000"])
+        st = self.wait_final(rid, timeout=60)
+        self.assertEqual((st["status"], st["attempts"]), ("done", 1), st)
+        el = st["sendResult"]["result"][0]
+        self.assertNotIn("error", el, st)
+        self.assertTrue(el["result"]["messages"][0]["id"], st)
+        self.assertEqual(self.texts("endw"), ["endw slow3000"])
+
+    def test_progress_written_again(self):
+        """Two responses: the first one's progress record fails; the attempt stops there (the
+        second is not sent), writes that record again, and the next attempt sends the second."""
+        rid = self.stalled_around_the_call("progw", ["progw-a slow3000", "progw-b"])
+        st = self.wait_final(rid, timeout=60)
+        self.assertEqual(st["status"], "done", st)
+        for el in st["sendResult"]["result"]:
+            self.assertNotIn("error", el, st)
+            self.assertTrue(el["result"]["messages"][0]["id"], st)
+        self.assertEqual(self.texts("progw"), ["progw-a slow3000", "progw-b"])
 
 
 class Receiver:
