@@ -27,6 +27,7 @@
 #include "outbox_status.h"
 
 #include <event2/event.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,6 +152,33 @@ static void accepted(op_t *op)
 
 static void settle(op_t *op);
 
+/* The accept's script was sent and its answer did not come (Redis silent, or settling took
+ * until now): the request may be queued, or be queued when Redis runs the script late. The
+ * 119 says by which id, for GET /requests/<id> to tell (the body keeps section 5's shape). */
+static void maybe_queued(op_t *op)
+{
+    ob_accept_t *a = op_outbox(op);
+    char msg[160 + 2 * OUTBOX_REQUEST_ID_LEN];
+
+    store_outbox_cancel(a->call);
+    a->call = NULL;
+    snprintf(msg, sizeof(msg),
+             "store unavailable (Redis timed out): the request may have been queued as "
+             "requestId %s (GET /requests/%s tells)",
+             a->id, a->id);
+    op_fail_code(op, BG_ERR_STORE, msg);
+}
+
+/* The accept's timer: ms from now, but never past the last moment before the request's
+ * deadline, when maybe_queued answers (the op's own deadline would answer a plain 119). */
+static void settle_arm(op_t *op, int64_t ms)
+{
+    ob_accept_t *a = op_outbox(op);
+    int64_t last = deliver_remaining_ms(&op->dl) - SETTLE_LAST_MS;
+
+    outbox_arm(a->timer, ms < last ? ms : last);
+}
+
 static void on_settled(void *arg, store_status_t st, int queued)
 {
     op_t *op = arg;
@@ -158,7 +186,7 @@ static void on_settled(void *arg, store_status_t st, int queued)
 
     a->call = NULL;
     if (st != STORE_OK)
-        outbox_arm(a->timer, SETTLE_AGAIN_MS);
+        settle_arm(op, SETTLE_AGAIN_MS);
     else if (queued)
         accepted(op);
     else
@@ -167,11 +195,18 @@ static void on_settled(void *arg, store_status_t st, int queued)
                      "queued");
 }
 
+/* Asked again, or the last moment came with the accept's or a settle's script still out. */
 static void on_settle_timer(evutil_socket_t fd, short what, void *arg)
 {
+    op_t *op = arg;
+    ob_accept_t *a = op_outbox(op);
+
     (void)fd;
     (void)what;
-    settle(arg);
+    if (a->call != NULL)
+        maybe_queued(op);
+    else
+        settle(op);
 }
 
 /* The accept got no answer (Redis timed out, the connection went): its script may have run,
@@ -184,25 +219,15 @@ static void settle(op_t *op)
     const config_t *cfg = op->env->deliver.cfg;
     int64_t keep_ms = ((int64_t)cfg->outbox_ttl_s + cfg->idempotency_ttl_s) * 1000;
     store_status_t st = STORE_OK;
-    char msg[160];
 
     if (deliver_remaining_ms(&op->dl) < SETTLE_LAST_MS) {
-        snprintf(msg, sizeof(msg),
-                 "store unavailable (Redis timed out): the request may have been queued as "
-                 "requestId %s (GET /requests/%s tells)",
-                 a->id, a->id);
-        op_fail_code(op, BG_ERR_STORE, msg);
-        return;
-    }
-    if (a->timer == NULL &&
-        (a->timer = evtimer_new(op->env->deliver.base, on_settle_timer, op)) == NULL) {
-        op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+        maybe_queued(op);
         return;
     }
     a->call =
         store_outbox_settle(op->env->deliver.store, a->shard, a->id, keep_ms, on_settled, op, &st);
-    if (a->call == NULL)
-        outbox_arm(a->timer, SETTLE_AGAIN_MS);
+    /* not sent: asked again soon; sent: answered by the last moment at the latest */
+    settle_arm(op, a->call == NULL ? SETTLE_AGAIN_MS : INT64_MAX);
 }
 
 static void on_accepted(void *arg, store_status_t st, int64_t created_ms)
@@ -212,6 +237,7 @@ static void on_accepted(void *arg, store_status_t st, int64_t created_ms)
 
     (void)created_ms;
     a->call = NULL;
+    evtimer_del(a->timer);
     if (st == STORE_OK)
         accepted(op);
     else if (st == STORE_BUSY) /* not sent: nothing ran */
@@ -258,6 +284,10 @@ static void ob_accept(op_t *op)
         return;
     }
     op_outbox(op) = a;
+    if ((a->timer = evtimer_new(op->env->deliver.base, on_settle_timer, op)) == NULL) {
+        op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+        return;
+    }
     a->shard = shard = shard_of(ob, op->target.channel_id, op->member_id);
     snprintf(a->id, sizeof(a->id), "%02x", shard);
     rng_hex(&op->env->deliver.rng, a->id + 2, OUTBOX_REQUEST_ID_LEN - 2);
@@ -307,6 +337,8 @@ static void ob_accept(op_t *op)
     free(text);
     if (a->call == NULL)
         op_fail_store(op, st == STORE_BAD_RECORD ? STORE_UNAVAILABLE : st);
+    else /* still out at the last moment: maybe_queued */
+        settle_arm(op, INT64_MAX);
 }
 
 /* ---- jobs ---- */

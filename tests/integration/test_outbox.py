@@ -787,6 +787,35 @@ class EndWrites(Case):
         self.assertEqual(self.texts("progw"), ["progw-a slow3000", "progw-b"])
 
 
+class AcceptAtDeadline(Case):
+    """Redis holds writes (CLIENT PAUSE WRITE) longer than the request's deadline, and botgate
+    waits for a command longer than that (BOTGATE_REDIS_TIMEOUT_MS): the accept's script is
+    still out when the deadline comes, and Redis runs it later. The 119 names the requestId it
+    may be queued as (docs/api.md), and GET /requests/<id> then tells: queued, and sent once."""
+    # no taking over meanwhile (XAUTOCLAIM is a write: paused, it would hold up the reads
+    # queued behind it on the worker's connection)
+    stack_args = {"workers": 1, "env": {"BOTGATE_MEMBER_ORDER": None,
+                                        "BOTGATE_OUTBOX_CLAIM_MS": "600000",
+                                        "BOTGATE_REDIS_TIMEOUT_MS": "3000",
+                                        "BOTGATE_REQUEST_TIMEOUT_MS": "1500",
+                                        "BOTGATE_UPSTREAM_TIMEOUT_MS": "1000"}}
+
+    def test_119_names_the_request_id(self):
+        body = {"channelId": "fbq", "memberId": "mq", "response": [{"type": "TEXT", "text": "late"}]}
+        # the token and channel in the worker's cache, and its delivery over: the request's
+        # reads go through the pause, its accept is held
+        warm = self.post(dict(body, response=[{"type": "TEXT", "text": "warm"}]))
+        self.wait_final(warm.json["requestId"])
+        self.s.redis("CLIENT", "PAUSE", "2500", "WRITE")
+        a = self.post(body)
+        self.assert_error(a, 119, mentions="may have been queued as requestId ")
+        rid = a.json["err"].split("requestId ", 1)[1].split(" ", 1)[0]
+        self.assertIn("GET /requests/%s tells" % rid, a.json["err"])
+        st = self.wait_final(rid)
+        self.assertEqual(st["status"], "done", st)
+        self.assertEqual(self.texts("late"), ["late"])
+
+
 class Receiver:
     """An HTTP server that takes status callbacks: the first `refuse` get 500, the rest 200."""
 
