@@ -829,6 +829,8 @@ static void end_failed(ob_job_t *job)
     job_drop(job);
 }
 
+/* A write of the attempt's end answered: the lost progress record (then the end), or the
+ * end. */
 static void on_end(void *arg, store_status_t st)
 {
     ob_job_t *job = arg;
@@ -839,34 +841,22 @@ static void on_end(void *arg, store_status_t st)
         return;
     }
     job->ending = 0;
-    /* to be tried again: also when the script found another owner, which is this end's
-     * earlier try whose answer was lost, or an attempt that took over; the start tells */
-    if ((st == STORE_OK || st == STORE_CONFLICT) && job->retry_ms >= 0) {
+    if (job->lost != NULL) {
+        free(job->lost);
+        job->lost = NULL;
+        if (st == STORE_OK) {
+            end_write(job);
+            return;
+        }
+    } else if ((st == STORE_OK || st == STORE_CONFLICT) && job->retry_ms >= 0) {
+        /* to be tried again: also when the script found another owner, which is this end's
+         * earlier try whose answer was lost, or an attempt that took over; the start tells */
         job_later(job, job->retry_ms);
         return;
     }
-    /* final (the entry was acknowledged with it, now or by an earlier try) */
+    /* final (the entry was acknowledged with it, now or by an earlier try), or another
+     * attempt owns the record */
     job_free(job);
-}
-
-/* The lost progress record written again: then the end. */
-static void on_lost_written(void *arg, store_status_t st)
-{
-    ob_job_t *job = arg;
-
-    job->call = NULL;
-    if (st == STORE_UNAVAILABLE || st == STORE_BUSY) {
-        end_failed(job);
-        return;
-    }
-    free(job->lost);
-    job->lost = NULL;
-    if (st != STORE_OK) { /* another attempt owns the record */
-        job->ending = 0;
-        job_free(job);
-        return;
-    }
-    end_write(job);
 }
 
 /* The attempt's end as job_end recorded it: first a delivered element whose progress record
@@ -883,9 +873,9 @@ static void end_write(ob_job_t *job)
 
     job->ending = 0;
     if (job->lost != NULL)
-        job->call = store_outbox_progress(ob->env->deliver.store, job->shard, job->e.request_id,
-                                          job->owner, job->lost_at, job->lost, job->lost_len,
-                                          on_lost_written, job, &st);
+        job->call =
+            store_outbox_progress(ob->env->deliver.store, job->shard, job->e.request_id, job->owner,
+                                  job->lost_at, job->lost, job->lost_len, on_end, job, &st);
     else
         job->call = store_outbox_end(ob->env->deliver.store, job->shard, job->e.request_id,
                                      job->owner, &end, on_end, job, &st);
