@@ -5,7 +5,7 @@
  * per-member sequence). Members taken stay in flight at most a window (two seconds of the
  * channel's sender limit), so that a broadcast never floods the outbox's streams ahead of the
  * conversational requests that share them; the outbox's scripts count each member's end in
- * the broadcast's record and refuse to start one once it is cancelled. */
+ * the broadcast's hash of its shard and refuse to start one once the cancel reached it. */
 #include "bcpump.h"
 
 #include "../core/auth.h"
@@ -250,7 +250,7 @@ static void pump_next(bcpump_t *b)
 {
     store_status_t st = STORE_OK;
 
-    if (b->env->draining || b->env->outbox == NULL || store_redis(b->env->deliver.store) == NULL)
+    if (b->env->draining || b->env->outbox == NULL)
         return;
     if (b->id[0] == '\0') {
         char *tab, *end;
@@ -343,7 +343,7 @@ bcpump_t *bcpump_new(op_env_t *env)
         free(b);
         return NULL;
     }
-    if (env->outbox != NULL && store_redis(env->deliver.store) != NULL) {
+    if (env->outbox != NULL) {
         b->sub = store_bc_watch(env->deliver.store, on_started, b);
         outbox_arm(b->pump, PUMP_MS);
     }
