@@ -39,6 +39,7 @@
 #define SETTLE_LAST_MS  100  /* ...while this much of the request's deadline is left */
 #define END_AGAIN_MS    100  /* an attempt's end Redis did not take: again after this, doubled */
 #define END_AGAIN_MAX   2000 /* ...up to this (redisc's reconnect backoff at its longest) */
+#define KEEP_IDS        64   /* entry ids one XCLAIM of keep_held names at most */
 
 typedef struct ob_job ob_job_t;
 
@@ -50,7 +51,8 @@ struct outbox {
     outbox_feed_t *feed; /* NULL with a cluster: nothing is queued nor read */
     ob_job_t *jobs, *jobs_last;
     unsigned n_jobs;
-    outbox_status_t *status; /* GET /requests in flight */
+    outbox_status_t *status;  /* GET /requests in flight */
+    struct event *keep_timer; /* keep_held */
     char consumer[48];
 };
 
@@ -1245,6 +1247,34 @@ static void event_start(ob_job_t *job)
 
 /* ---- the worker's outbox ---- */
 
+/* The entries this worker's jobs hold stay its consumer's: each third of the claim time their
+ * idle time goes back to 0, so that no other instance takes over an entry whose job is alive
+ * but waits longer than the claim time (a member's earlier request, a retry's backoff, a
+ * status callback or an event retried for hours): taken over, it would be posted twice, or a
+ * second job would wait beside the first. A job being dropped is left to be taken over. */
+static void keep_held(evutil_socket_t fd, short what, void *arg)
+{
+    outbox_t *ob = arg;
+    const char *ids[KEEP_IDS];
+
+    (void)fd;
+    (void)what;
+    for (unsigned shard = 0; shard < ob->shards && !ob->env->draining; shard++) {
+        unsigned n = 0;
+        for (ob_job_t *j = ob->jobs; j != NULL; j = j->next) {
+            if (j->shard != shard || j->drop)
+                continue;
+            ids[n++] = j->e.entry_id;
+            if (n == KEEP_IDS) {
+                store_outbox_keep(ob->env->deliver.store, shard, ob->consumer, ids, n);
+                n = 0;
+            }
+        }
+        store_outbox_keep(ob->env->deliver.store, shard, ob->consumer, ids, n);
+    }
+    outbox_arm(ob->keep_timer, ob->env->deliver.cfg->outbox_claim_ms / 3);
+}
+
 void outbox_status_route(void *arg, struct evhttp_request *req)
 {
     outbox_t *ob = arg;
@@ -1290,10 +1320,12 @@ outbox_t *outbox_new(op_env_t *env, int worker_id)
     snprintf(ob->consumer, sizeof(ob->consumer), "%s-%d", hex, worker_id);
     ob->hooks =
         (op_outbox_t){ob, ob_accept, ob_answered, ob_progress, ob_resumed, ob_cancel, ob_release};
-    if ((ob->status = outbox_status_new(env)) == NULL) {
+    if ((ob->status = outbox_status_new(env)) == NULL ||
+        (ob->keep_timer = evtimer_new(env->deliver.base, keep_held, ob)) == NULL) {
         outbox_free(ob);
         return NULL;
     }
+    outbox_arm(ob->keep_timer, env->deliver.cfg->outbox_claim_ms / 3);
     ob->feed = outbox_feed_new(env, ob->shards, ob->consumer, on_feed_entry, feed_jobs, ob);
     if (ob->feed == NULL) {
         outbox_free(ob);
@@ -1311,6 +1343,8 @@ void outbox_free(outbox_t *ob)
     outbox_feed_free(ob->feed);
     ob->feed = NULL;
     outbox_status_free(ob->status);
+    if (ob->keep_timer != NULL)
+        event_free(ob->keep_timer);
     /* what is not finished stays pending in Redis: another consumer takes it over */
     while (ob->jobs != NULL)
         job_free(ob->jobs);

@@ -917,5 +917,30 @@ class Callbacks(Case):
         self.assertEqual(self.texts("cb2"), [])
 
 
+
+class KeptWhileAlive(Case):
+    """An entry whose job is alive stays its worker's however long the job waits: a status
+    callback retried for longer than BOTGATE_OUTBOX_CLAIM_MS is not taken over by the other
+    worker (which would post it a second time beside the first)."""
+    stack_args = {"workers": 2, "env": {"BOTGATE_MEMBER_ORDER": None,
+                                        "BOTGATE_OUTBOX_CLAIM_MS": "1000",
+                                        "BOTGATE_ALLOW_PRIVATE_MEDIA": "1"}}
+
+    def test_callback_retried_past_the_claim_time(self):
+        claimed = self.s.metric("botgate_outbox_claimed_total")
+        rx = Receiver(refuse=4)  # tries 1 s, 2 s, 4 s, 8 s apart (halves at least)
+        try:
+            a = self.post({"channelId": "fbq", "memberId": "mq", "statusCallback": rx.url,
+                           "response": [{"type": "TEXT", "text": "kept"}]})
+            self.assertEqual(a.status, 202, a)
+            wait_for(lambda: [g for g in rx.got if g[2] == 200], timeout=60,
+                     what="the callback taken")
+        finally:
+            rx.stop()
+        self.assertEqual([g[2] for g in rx.got], [500] * 4 + [200])
+        self.assertEqual(len({json.loads(raw)["eventId"] for _, raw, _ in rx.got}), 1)
+        self.assertEqual(self.s.metric("botgate_outbox_claimed_total"), claimed,
+                         "the entry was taken over while its job was alive")
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
