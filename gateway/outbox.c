@@ -125,7 +125,7 @@ static unsigned shard_of(const outbox_t *ob, const char *channel_id, const char 
 /* An accept's state, op_outbox(op) of an async op. */
 typedef struct ob_accept {
     store_outbox_call_t *call;
-    struct event *timer; /* settling: asked again */
+    struct event *timer; /* the last moment before the deadline; settling: asked again */
     unsigned shard;
     char id[OUTBOX_REQUEST_ID_LEN + 1];
 } ob_accept_t;
@@ -579,9 +579,9 @@ static void on_start(void *arg, store_status_t st, const store_outbox_start_t *s
     /* While Redis does not take this attempt's end, the end is written again (end_failed)
      * until another attempt may have begun: none starts before this one's lease is over, nor
      * before another instance took the entry over, which it may once the entry was idle for
-     * the claim time (it was read before now). Past the later of the two, one may have begun
-     * and reported the unknown (125) for what this attempt knew; the end's script would then
-     * refuse this one's (it checks the owner), so the job gives its slot back. */
+     * the claim time (it was read, or last kept by keep_held, before now). Past the later of the
+     * two, one may have begun and reported the unknown (125) for what this attempt knew; the end's
+     * script would then refuse this one's (it checks the owner), so the job gives its slot back. */
     {
         const config_t *cfg = ob->env->deliver.cfg;
         int64_t lease = (int64_t)cfg->request_timeout_ms + LEASE_MARGIN_MS;
