@@ -992,16 +992,40 @@ static void redirect_answered(op_t *op, ob_job_t *job, const json_t *answer, int
     }
 }
 
+/* The common end of a send, every response delivered by this attempt: final, done, with the
+ * answer's "sendResult" member as the op wrote it (result.c: {"ok":1,"member":..,"sendResult":
+ * {"ok":1,...}}), neither parsed nor written again (that was about 5 % of a delivery's CPU in
+ * bench scenario f). 0 when the answer is another one. */
+static int delivered_whole(ob_job_t *job, const op_t *op, int status, const char *text, size_t len)
+{
+    static const char key[] = ",\"sendResult\":{\"ok\":1,";
+    const char *at;
+
+    if (status != 200 || text == NULL || len < 2 || text[len - 1] != '}' || job->abandon ||
+        job->stop || job->resumed > 0 || op->drain_cut || op->dl.failed > 0 ||
+        op->kind->route != METRICS_ROUTE_SEND || strncmp(text, "{\"ok\":1,", 8) != 0 ||
+        (at = memmem(text, len, key, sizeof(key) - 1)) == NULL)
+        return 0;
+    at++; /* past the comma; a string's quotes are escaped: the first match is the member */
+    job_end(job, "done", at, (size_t)(text + len - 1 - at));
+    return 1;
+}
+
 static void ob_answered(op_t *op, int status, int code, const char *text, size_t len)
 {
     ob_job_t *job = op_outbox(op);
     outbox_t *ob = job->ob;
-    json_t *answer = text != NULL ? json_loadb(text, len, 0, NULL) : NULL;
-    const json_t *results = json_object_get(json_object_get(answer, "sendResult"), "result");
-    size_t n = json_array_size(results);
+    json_t *answer;
+    const json_t *results;
+    size_t n;
     /* the first response this attempt did not finish */
     size_t at = job->resumed + (size_t)(deliver_sent(&op->dl) + op->dl.failed);
 
+    if (delivered_whole(job, op, status, text, len))
+        return;
+    answer = text != NULL ? json_loadb(text, len, 0, NULL) : NULL;
+    results = json_object_get(json_object_get(answer, "sendResult"), "result");
+    n = json_array_size(results);
     if (op->kind->route == METRICS_ROUTE_REDIRECT && !job->abandon) {
         redirect_answered(op, job, answer, status, code);
     } else if (job->abandon && job->lost != NULL) {
