@@ -690,6 +690,29 @@ void store_outbox_ack(store_t *st, unsigned shard, const char *entry_id)
     }
 }
 
+void store_outbox_keep(store_t *st, unsigned shard, const char *consumer, const char *const *ids,
+                       unsigned n)
+{
+    char stream[STORE_KEY_MAX];
+    const char **argv;
+    store_cmd_t *cmd;
+    int argc = 0;
+
+    if (n == 0 || store_key_outbox(stream, sizeof(stream), store_prefix(st), shard) < 0 ||
+        (argv = malloc((n + 7) * sizeof(*argv))) == NULL)
+        return;
+    argv[argc++] = "XCLAIM";
+    argv[argc++] = stream;
+    argv[argc++] = STORE_OUTBOX_GROUP;
+    argv[argc++] = consumer;
+    argv[argc++] = "0";
+    for (unsigned i = 0; i < n; i++)
+        argv[argc++] = ids[i];
+    argv[argc++] = "JUSTID";
+    store_command(st, stream, NULL, NULL, argc, argv, NULL, &cmd);
+    free(argv);
+}
+
 void store_outbox_prune(store_t *st, unsigned shard, int64_t min_idle_ms)
 {
     char stream[STORE_KEY_MAX], idle[NUMFMT_DEC_SIZE];

@@ -130,6 +130,10 @@ store_outbox_call_t *store_outbox_callback_turn(store_t *st, const store_outbox_
 void store_outbox_callback_done(store_t *st, const store_outbox_entry_t *e);
 /* Acknowledges and deletes an entry that has nothing left to do. */
 void store_outbox_ack(store_t *st, unsigned shard, const char *entry_id);
+/* The n entries of shard (ids) stay consumer's, their idle time back to 0 (XCLAIM ... JUSTID):
+ * entries a live job holds are not taken over. Entries acknowledged meanwhile are left so. */
+void store_outbox_keep(store_t *st, unsigned shard, const char *consumer, const char *const *ids,
+                       unsigned n);
 /* Removes the consumers of a shard's group that hold no entry and have not read for
  * min_idle_ms: those of workers that are gone (each worker of each process is a consumer of
  * its own; a live one reads at least every few seconds). */

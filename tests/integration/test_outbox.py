@@ -6,12 +6,13 @@ import hashlib
 import hmac
 import json
 import os
+import subprocess
 import threading
 import time
 import unittest
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from harness import StackTest, facebook_channel, free_port, http, member, wait_for
+from harness import REDIS_CLI, StackTest, facebook_channel, free_port, http, member, wait_for
 
 APP = "app-ob"
 ASYNC = {"Prefer": "respond-async"}
@@ -197,7 +198,10 @@ class Outbox(Case):
         """Redis stalls (DEBUG SLEEP 1.6 s; the harness's BOTGATE_REDIS_TIMEOUT_MS is 500) while
         requests are being accepted: an accept script may run after botgate stopped waiting for
         it. Each answer is what Redis holds: a 202 is delivered at most once (reported 125 when
-        the stall cut its attempt: never lost), any other answer never."""
+        the stall cut its attempt: never lost), any other answer never. Accepting resumes as
+        soon as Redis answers again (measured: the first 202 within 5 ms of the stall's end);
+        while the worker's connection is down, a request gets its 119 at once, so the clients
+        post until told to stop (a fixed number of posts could all be spent on those)."""
         s = self.s
         answers = {}
         stop = threading.Event()
@@ -206,12 +210,15 @@ class Outbox(Case):
             return len([a for a in list(answers.values()) if a.status == 202])
 
         def client(k):
-            for n in range(400):
-                if stop.is_set():
-                    return
-                t = "stall-%d-%03d" % (k, n)
-                answers[t] = self.post({"channelId": "fbq", "memberId": "mq" if k % 2 else "mr",
-                                        "response": [{"type": "TEXT", "text": t}]})
+            n = 0
+            while not stop.is_set():
+                t = "stall-%d-%05d" % (k, n)
+                n += 1
+                a = self.post({"channelId": "fbq", "memberId": "mq" if k % 2 else "mr",
+                               "response": [{"type": "TEXT", "text": t}]})
+                answers[t] = a
+                if a.status != 202:
+                    time.sleep(0.01)  # not a busy loop of refusals while the stall lasts
         threads = [threading.Thread(target=client, args=(k,)) for k in range(6)]
         for t in threads:
             t.start()
@@ -219,7 +226,8 @@ class Outbox(Case):
             wait_for(lambda: len(answers) >= 30, what="requests flowing")
             s.redis("DEBUG", "SLEEP", "1.6")
             resumed = accepted_count()
-            wait_for(lambda: accepted_count() >= resumed + 30, what="requests accepted again")
+            wait_for(lambda: accepted_count() >= resumed + 30, timeout=60,
+                     what="requests accepted again")
         finally:
             stop.set()
             for t in threads:
@@ -733,6 +741,88 @@ class FullOfWaiters(Case):
         self.assertEqual(self.texts("full-")[-2:], ["full-1", "full-2"])
 
 
+class EndWrites(Case):
+    """Redis stalls (DEBUG SLEEP, longer than BOTGATE_REDIS_TIMEOUT_MS) while a queued
+    request's call is out on the platform (the simulator's slow answer), so that the write
+    recording what the call gave fails: the attempt knows the outcome, so it writes it again
+    once Redis takes it. The request ends done with the platform's message id, in one attempt,
+    the platform called once per response, not reported 125 by a takeover."""
+    stack_args = {"workers": 2, "env": {"BOTGATE_MEMBER_ORDER": None,
+                                        "BOTGATE_OUTBOX_CLAIM_MS": "2000",
+                                        "BOTGATE_UPSTREAM_TIMEOUT_MS": "8000",
+                                        "BOTGATE_REQUEST_TIMEOUT_MS": "10000"}}
+
+    def stalled_around_the_call(self, word, texts):
+        """Queues texts for mq; once the first one's call (answered after 3 s) reached the
+        platform, Redis sleeps 6 s: its record is written while Redis sleeps."""
+        s = self.s
+        a = self.post({"channelId": "fbq", "memberId": "mq",
+                       "response": [{"type": "TEXT", "text": t} for t in texts]})
+        self.assertEqual(a.status, 202, a)
+        arrived = []
+
+        def call_out():
+            arrived.extend(r["ts_ms"] for r in s.sim_log()
+                           if word in (r.get("body") or {}).get("message", {}).get("text", ""))
+            return arrived
+        wait_for(call_out, what="the call on the platform")
+        slept_ms = time.time() * 1000
+        subprocess.run([REDIS_CLI, "-p", str(s.redis_port), "DEBUG", "SLEEP", "6"], check=True,
+                       capture_output=True, timeout=30)
+        # the stall began before the platform answered, and outlasted a write's timeout
+        self.assertLess(slept_ms, arrived[0] + 3000 - 200, "the stall came after the answer")
+        return a.json["requestId"]
+
+    def test_end_written_again(self):
+        rid = self.stalled_around_the_call("endw", ["endw slow3000"])
+        st = self.wait_final(rid, timeout=60)
+        self.assertEqual((st["status"], st["attempts"]), ("done", 1), st)
+        el = st["sendResult"]["result"][0]
+        self.assertNotIn("error", el, st)
+        self.assertTrue(el["result"]["messages"][0]["id"], st)
+        self.assertEqual(self.texts("endw"), ["endw slow3000"])
+
+    def test_progress_written_again(self):
+        """Two responses: the first one's progress record fails; the attempt stops there (the
+        second is not sent), writes that record again, and the next attempt sends the second."""
+        rid = self.stalled_around_the_call("progw", ["progw-a slow3000", "progw-b"])
+        st = self.wait_final(rid, timeout=60)
+        self.assertEqual(st["status"], "done", st)
+        for el in st["sendResult"]["result"]:
+            self.assertNotIn("error", el, st)
+            self.assertTrue(el["result"]["messages"][0]["id"], st)
+        self.assertEqual(self.texts("progw"), ["progw-a slow3000", "progw-b"])
+
+
+class AcceptAtDeadline(Case):
+    """Redis holds writes (CLIENT PAUSE WRITE) longer than the request's deadline, and botgate
+    waits for a command longer than that (BOTGATE_REDIS_TIMEOUT_MS): the accept's script is
+    still out when the deadline comes, and Redis runs it later. The 119 names the requestId it
+    may be queued as (docs/api.md), and GET /requests/<id> then tells: queued, and sent once."""
+    # no taking over meanwhile (XAUTOCLAIM is a write: paused, it would hold up the reads
+    # queued behind it on the worker's connection)
+    stack_args = {"workers": 1, "env": {"BOTGATE_MEMBER_ORDER": None,
+                                        "BOTGATE_OUTBOX_CLAIM_MS": "600000",
+                                        "BOTGATE_REDIS_TIMEOUT_MS": "3000",
+                                        "BOTGATE_REQUEST_TIMEOUT_MS": "1500",
+                                        "BOTGATE_UPSTREAM_TIMEOUT_MS": "1000"}}
+
+    def test_119_names_the_request_id(self):
+        body = {"channelId": "fbq", "memberId": "mq", "response": [{"type": "TEXT", "text": "late"}]}
+        # the token and channel in the worker's cache, and its delivery over: the request's
+        # reads go through the pause, its accept is held
+        warm = self.post(dict(body, response=[{"type": "TEXT", "text": "warm"}]))
+        self.wait_final(warm.json["requestId"])
+        self.s.redis("CLIENT", "PAUSE", "2500", "WRITE")
+        a = self.post(body)
+        self.assert_error(a, 119, mentions="may have been queued as requestId ")
+        rid = a.json["err"].split("requestId ", 1)[1].split(" ", 1)[0]
+        self.assertIn("GET /requests/%s tells" % rid, a.json["err"])
+        st = self.wait_final(rid)
+        self.assertEqual(st["status"], "done", st)
+        self.assertEqual(self.texts("late"), ["late"])
+
+
 class Receiver:
     """An HTTP server that takes status callbacks: the first `refuse` get 500, the rest 200."""
 
@@ -826,6 +916,31 @@ class Callbacks(Case):
         self.assert_error(self.post(body), 108, mentions="statusCallback")
         self.assertEqual(self.texts("cb2"), [])
 
+
+
+class KeptWhileAlive(Case):
+    """An entry whose job is alive stays its worker's however long the job waits: a status
+    callback retried for longer than BOTGATE_OUTBOX_CLAIM_MS is not taken over by the other
+    worker (which would post it a second time beside the first)."""
+    stack_args = {"workers": 2, "env": {"BOTGATE_MEMBER_ORDER": None,
+                                        "BOTGATE_OUTBOX_CLAIM_MS": "1000",
+                                        "BOTGATE_ALLOW_PRIVATE_MEDIA": "1"}}
+
+    def test_callback_retried_past_the_claim_time(self):
+        claimed = self.s.metric("botgate_outbox_claimed_total")
+        rx = Receiver(refuse=4)  # tries 1 s, 2 s, 4 s, 8 s apart (halves at least)
+        try:
+            a = self.post({"channelId": "fbq", "memberId": "mq", "statusCallback": rx.url,
+                           "response": [{"type": "TEXT", "text": "kept"}]})
+            self.assertEqual(a.status, 202, a)
+            wait_for(lambda: [g for g in rx.got if g[2] == 200], timeout=60,
+                     what="the callback taken")
+        finally:
+            rx.stop()
+        self.assertEqual([g[2] for g in rx.got], [500] * 4 + [200])
+        self.assertEqual(len({json.loads(raw)["eventId"] for _, raw, _ in rx.got}), 1)
+        self.assertEqual(self.s.metric("botgate_outbox_claimed_total"), claimed,
+                         "the entry was taken over while its job was alive")
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
