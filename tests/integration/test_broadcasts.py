@@ -349,6 +349,72 @@ class Priority(Case):
         self.assertGreaterEqual(span, (len(took) - 1) / 10 * 0.95)
 
 
+class Latency(Case):
+    """contract.md section 12, last point, and issue 34: conversational sends to the sender of
+    a running broadcast keep their latency. Measured by what the limiter answered each slot
+    (botgate_rate_limit_wait_seconds), not by wall-clock latencies that depend on the
+    machine's load."""
+
+    WAIT = 'botgate_rate_limit_wait_seconds_bucket{platform="facebook",le="0.025"}'
+    COUNT = 'botgate_rate_limit_wait_seconds_count{platform="facebook"}'
+
+    def waits(self):
+        """(slots that waited at most 25 ms, slots) from one read of /metrics."""
+        got = {}
+        for line in http("GET", self.s.url + "/metrics").raw.splitlines():
+            name, _, value = line.rpartition(" ")
+            if name in (self.WAIT, self.COUNT):
+                got[name] = float(value)
+        return got.get(self.WAIT, 0.0), got.get(self.COUNT, 0.0)
+
+    def test_conversation_waits_at_most_a_slot_beside_a_broadcast(self):
+        """50/s: a slot every 20 ms. While a broadcast of 300 members runs, ten synchronous
+        sends, one at a time, to other members of the channel. Every slot taken meanwhile, the
+        broadcast's and the conversation's, came at most 25 ms after it was asked for (one
+        slot interval and the broadcast lane's lead of 4 ms): the broadcast takes a slot only
+        when it is due, so a conversational send takes the next one. Before, the broadcast
+        kept slots reserved 50 ms ahead and a conversational send waited behind them: 50 to
+        70 ms. The broadcast still runs at 90 % of the limit or more."""
+        s = self.s
+        s.put("channel", facebook_channel("fblat", APP, rateLimit={"perSecond": 50}))
+        s.put("member", member("lm0", "fblat", APP, "psid-lm0"))
+        with open(os.path.join(os.path.dirname(__file__), "..", "..", "bench",
+                               "members.lua")) as f:
+            s.redis("EVAL", f.read(), "2", "botgate:member:{fblat}:lm0",
+                    "botgate:recipient:{fblat}:psid-lm0", "300", "lm0", "psid-lm0", "lm",
+                    "psid-lm", "3")
+        for i in range(3):
+            s.put("member", member("lt%d" % i, "fblat", APP, "psid-lt%d" % i))
+        ids = ["lm%d" % i for i in range(300)]
+        a = self.post({"channelId": "fblat", "recipients": {"memberIds": ids},
+                       "response": [{"type": "TEXT", "text": "lat {{member._id}}"}]})
+        self.assertEqual(a.status, 202, a)
+        bid = a.json["broadcastId"]
+        wait_for(lambda: self.status(bid).json["sent"] >= 20, timeout=60, what="20 sent")
+        quick0, all0 = self.waits()
+        for n in range(10):
+            r = s.send({"channelId": "fblat", "memberId": "lt%d" % (n % 3),
+                        "response": [{"type": "TEXT", "text": "latalk %d" % n}]}, self.tok_send)
+            self.assertEqual(r.json["sendResult"]["ok"], 1, r)
+            time.sleep(0.1)
+        quick1, all1 = self.waits()
+        self.assertGreater(self.status(bid).json["queued"], 0, "the broadcast ran throughout")
+        self.assertGreaterEqual(all1 - all0, 10)
+        self.assertEqual(quick1 - quick0, all1 - all0,
+                         "slots that waited more than 25 ms: %d of %d"
+                         % (all1 - all0 - (quick1 - quick0), all1 - all0))
+        st = self.wait_state(bid)
+        self.assertEqual((st["sent"], st["failed"]), (300, 0), st)
+        took = [(t, ts) for t, _, ts in self.took("lat")]
+        self.assertEqual(len([t for t, _ in took if t.startswith("latalk")]), 10)
+        bc = [ts for t, ts in took if t.startswith("lat lm")]
+        # the platform's rate over the broadcast's span, the conversation's messages included
+        span = [ts for _, ts in took if bc[0] <= ts <= bc[-1]]
+        rate = (len(span) - 1) / ((span[-1] - span[0]) / 1000)
+        self.assertGreaterEqual(rate, 50 * 0.9, rate)
+        self.assertLessEqual(rate, 50 * 1.05, rate)
+
+
 class Kill(Case):
     """Three instances deliver one broadcast; one is SIGKILLed while it delivers. Each member
     gets the message once, or is counted unknown (125: its call was in flight); none is lost."""
