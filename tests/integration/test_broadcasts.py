@@ -48,6 +48,20 @@ class Case(StackTest):
         wait_for(ended, timeout=timeout, what="broadcast %s to end" % bid)
         return got["a"].json
 
+    def running(self, cid, per_second, ids, talkers, text):
+        """A channel limited to per_second, its members ids and talkers, and a broadcast of
+        text to ids that has sent 10: its id."""
+        s = self.s
+        s.put("channel", facebook_channel(cid, APP, rateLimit={"perSecond": per_second}))
+        for m in ids + talkers:
+            s.put("member", member(m, cid, APP, "psid-" + m))
+        a = self.post({"channelId": cid, "recipients": {"memberIds": ids},
+                       "response": [{"type": "TEXT", "text": text}]})
+        self.assertEqual(a.status, 202, a)
+        bid = a.json["broadcastId"]
+        wait_for(lambda: self.status(bid).json["sent"] >= 10, timeout=60, what="10 sent")
+        return bid
+
     def took(self, word):
         """(text, recipient id, ts_ms) of each message whose text holds word, in order."""
         out, since = [], 0
@@ -310,14 +324,8 @@ class Priority(Case):
         (two seconds of it: 20 messages here). Judged by the simulator's order, not by time:
         how many broadcast messages it took between the send and the send's own message."""
         s = self.s
-        s.put("channel", facebook_channel("fbprio", APP, rateLimit={"perSecond": 10}))
-        ids = ["pm%02d" % i for i in range(50)]
-        for m in ids + ["talker"]:
-            s.put("member", member(m, "fbprio", APP, "psid-" + m))
-        a = self.post({"channelId": "fbprio", "recipients": {"memberIds": ids},
-                       "response": [{"type": "TEXT", "text": "prio {{member._id}}"}]})
-        bid = a.json["broadcastId"]
-        wait_for(lambda: self.status(bid).json["sent"] >= 10, timeout=60, what="10 sent")
+        bid = self.running("fbprio", 10, ["pm%02d" % i for i in range(50)], ["talker"],
+                           "prio {{member._id}}")
         behind = []
         for n in range(3):
             before = len(self.took("prio pm"))
@@ -424,14 +432,8 @@ class Jobs(Case):
     def test_async_send_not_held_behind_the_broadcast(self):
         s = self.s
         # 20/s: a window of two seconds (the old one) would be 40 entries, against 16 jobs
-        s.put("channel", facebook_channel("fbjobs", APP, rateLimit={"perSecond": 20}))
-        ids = ["jm%02d" % i for i in range(80)]
-        for m in ids + ["jtalker"]:
-            s.put("member", member(m, "fbjobs", APP, "psid-" + m))
-        a = self.post({"channelId": "fbjobs", "recipients": {"memberIds": ids},
-                       "response": [{"type": "TEXT", "text": "jobs {{member._id}}"}]})
-        bid = a.json["broadcastId"]
-        wait_for(lambda: self.status(bid).json["sent"] >= 10, timeout=60, what="10 sent")
+        bid = self.running("fbjobs", 20, ["jm%02d" % i for i in range(80)], ["jtalker"],
+                           "jobs {{member._id}}")
         before = len(self.took("jobs jm"))
         r = s.post("/sendResponses", {"channelId": "fbjobs", "memberId": "jtalker",
                                       "response": [{"type": "TEXT", "text": "jobs async"}]},
