@@ -12,7 +12,7 @@
 #
 #   BENCH_DURATION=10        seconds per wrk run
 #   BENCH_D_DURATION=30      seconds of each scenario-d run (its first second has no answers)
-#   BENCH_SCENARIOS="a a-off a-key b c c-lua a-tls a-tls-h1 d d-off d-tls e f g h" scenarios to run
+#   BENCH_SCENARIOS="a a-off a-key b c c-lua a-tls a-tls-off a-tls-h1 d d-off d-tls e f g h" scenarios to run
 #                            (see bench/README.md; a-off and d-off are a and d on a botgate with
 #                            per-member order off, their twins; d-tls is bench/tls_memory.py:
 #                            d's memory per send in flight over TLS; e is bench/scenario_e.py:
@@ -54,7 +54,7 @@ duration=${BENCH_DURATION:-10}
 # Scenario d's first second can have no answer (the upstream takes 1 s): over 10 s that
 # alone would cap it at 90 % of its Little's-law bound, over 30 s at 97 %.
 d_duration=${BENCH_D_DURATION:-30}
-scenarios=${BENCH_SCENARIOS:-a a-off a-key b c c-lua a-tls a-tls-h1 d d-off d-tls e f g h}
+scenarios=${BENCH_SCENARIOS:-a a-off a-key b c c-lua a-tls a-tls-off a-tls-h1 d d-off d-tls e f g h}
 conns=${BENCH_CONNECTIONS:-64}
 wrk_threads=${BENCH_WRK_THREADS:-2}
 upstream_workers=${BENCH_UPSTREAM_WORKERS:-auto}
@@ -71,8 +71,8 @@ for tool in wrk nginx redis-server curl python3 openssl; do
 done
 for sc in $scenarios; do
   case $sc in
-    a | a-off | a-key | b | c | c-lua | a-tls | a-tls-h1 | d | d-off | d-tls | e | f | g | h) ;;
-    *) echo "bench: unknown scenario '$sc' (a a-off a-key b c c-lua a-tls a-tls-h1 d d-off d-tls e f g h)" >&2; exit 2 ;;
+    a | a-off | a-key | b | c | c-lua | a-tls | a-tls-off | a-tls-h1 | d | d-off | d-tls | e | f | g | h) ;;
+    *) echo "bench: unknown scenario '$sc' (a a-off a-key b c c-lua a-tls a-tls-off a-tls-h1 d d-off d-tls e f g h)" >&2; exit 2 ;;
   esac
 done
 has() { case " $scenarios " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -268,7 +268,7 @@ check "nginx, simulator" "$nginx_sim" "$fb_path" "$fb"
 
 # ---- botgate: one process per upstream (it has one Facebook URL) ----
 member_order=${BOTGATE_MEMBER_ORDER:-1}
-knobs="BOTGATE_WORKERS=$workers BOTGATE_MAX_CONNECTIONS=$max_conn BOTGATE_REDIS_MAX_IN_FLIGHT=$redis_inflight BOTGATE_LOG_LEVEL=warn BOTGATE_MEMBER_ORDER=$member_order (a-off, d-off: 0), requests over BENCH_MEMBERS=$members members"
+knobs="BOTGATE_WORKERS=$workers BOTGATE_MAX_CONNECTIONS=$max_conn BOTGATE_REDIS_MAX_IN_FLIGHT=$redis_inflight BOTGATE_LOG_LEVEL=warn BOTGATE_MEMBER_ORDER=$member_order (a-off, a-tls-off, d-off: 0), requests over BENCH_MEMBERS=$members members"
 botgate="http://127.0.0.1:$botgate_port"
 twin="http://127.0.0.1:$twin_port"   # the order-off twin of a and d
 twin_pid=""
@@ -351,7 +351,7 @@ target_of() { # scenario target: sets url, mode, pidlist, aux, counter (report.p
   case $sc in
     d | d-off | sim) counter=(--sim "$sim"); ports="" ;;   # 10 000 sockets: too costly to sample
     h | h-*) counter=(); ports="" ;;
-    a-tls | a-tls-h1 | up-tls) ports=$up_tls_port ;;
+    a-tls | a-tls-off | a-tls-h1 | up-tls) ports=$up_tls_port ;;
   esac
   case $target in
     botgate) url=$botgate; mode=botgate; pidlist=$botgate_pid; aux="redis=$redis_pid"
@@ -470,13 +470,16 @@ fi
 
 # a-tls: the static upstream over HTTPS, h2 and http/1.1 offered by ALPN; botgate calls it over
 # its own HTTP/2 (BOTGATE_UPSTREAM_HTTP=2, its default), the calls in flight as streams
+# (a-tls-off: its order-off twin, run right after it, as a-off is a's)
 tls_botgate_proto=""
-if has a-tls; then
+if has a-tls || has a-tls-off; then
   start_botgate "$upstream_tls/graph/v19.0" BOTGATE_CA_FILE="$cert" BOTGATE_UPSTREAM_HTTP=2
+  has a-tls-off && start_twin "$upstream_tls/graph/v19.0" BOTGATE_CA_FILE="$cert" BOTGATE_UPSTREAM_HTTP=2
   tls_botgate_proto=$botgate_proto
   echo "bench: scenario a-tls (botgate's upstream calls: $tls_botgate_proto, nginx's: $tls_nginx_proto)" >&2
   run up-tls upstream "$conns"
-  run a-tls botgate "$conns"
+  has a-tls && run a-tls botgate "$conns"
+  has a-tls-off && { echo "bench: scenario a-tls-off" >&2; run a-tls-off botgate "$conns"; }
   run a-tls nginx "$conns"
   strace_phase a-tls
   stop_botgate

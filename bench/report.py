@@ -49,6 +49,7 @@ SCENARIOS = {
     "a-off": "a-off  a, member order off",
     "a-key": "a-key  a + Idempotency-Key",
     "a-tls": "a-tls  a over TLS, botgate HTTP/2",
+    "a-tls-off": "a-tls-off  a-tls, member order off",
     "a-tls-h1": "a-tls-h1  a over TLS, botgate HTTP/1.1",
     "sim": "simulator alone (d's upstream)",
     "d": "d  5000 conn., upstream 1 s",
@@ -56,7 +57,7 @@ SCENARIOS = {
     "h-gen": "webhook generator alone (static nginx)",
     "h": "h  signed webhooks in, events out",
 }
-ORDER = ["up", "a", "a-off", "a-key", "b", "c", "c-lua", "up-tls", "a-tls", "a-tls-h1", "sim", "d",
+ORDER = ["up", "a", "a-off", "a-key", "b", "c", "c-lua", "up-tls", "a-tls", "a-tls-off", "a-tls-h1", "sim", "d",
          "d-off", "h-gen", "h"]
 # scenario h's load generator (bench/webhook.lua) sent to the static upstream alone: its req/s
 # must be at least UPSTREAM_MARGIN times botgate's, or wrk, not botgate, sets the pace
@@ -64,7 +65,7 @@ GENERATOR_OF = {"h-gen": "h"}
 H_GOAL_P99_MS = 5.0  # issue 32: ack p99 under 5 ms at half load
 # the order-off twins (a botgate with BOTGATE_MEMBER_ORDER=0 beside the default one): their
 # ratio is to the nginx run of the scenario they twin, and a section sets each beside it
-TWIN_OF = {"a-off": "a", "d-off": "d"}
+TWIN_OF = {"a-off": "a", "a-tls-off": "a-tls", "d-off": "d"}
 # the delivery guarantees' rows (contract section 7): botgate alone (nginx has no such thing),
 # compared with botgate's scenario a
 GUARANTEES = {"a-key": "a with a new Idempotency-Key on every request"}
@@ -714,9 +715,9 @@ def cmd_table(args):
     w("ratio: botgate rows, botgate's req/s / nginx-proxy's; upstream-alone rows, the upstream's")
     w("req/s / nginx-proxy's in the scenario it serves (a, or a-tls): at least %.0fx, or the"
       % UPSTREAM_MARGIN)
-    w("upstream is not clearly out of the way. a-off, d-off: botgate's req/s with member order")
-    w("off / nginx's in a, d. a-key: botgate's req/s / its scenario a's (\"x a\"; nginx has")
-    w("nothing like an Idempotency-Key).")
+    w("upstream is not clearly out of the way. a-off, a-tls-off, d-off: botgate's req/s with")
+    w("member order off / nginx's in a, a-tls, d. a-key: botgate's req/s / its scenario a's")
+    w("(\"x a\"; nginx has nothing like an Idempotency-Key).")
     if any(r["scenario"] in GENERATOR_OF for r in recs):
         w("h: a request is a webhook; upstr/req: posts the subscriber got per webhook during the")
         w("run; upstr CPU s: the subscriber (a botgate-sim of its own). webhook generator alone:")
@@ -729,7 +730,7 @@ def cmd_table(args):
              and rps(on) > 0 and rps(off) > 0]
     if twins:
         w("")
-        w("Per-member order, on (the product's default, every row above but a-off and d-off) against")
+        w("Per-member order, on (the product's default, every row above but the -off ones) against")
         w("off (the twins, a botgate of their own started beside it, run right after it): on / off.")
         for off, on in twins:
             n_on, n_off = float(on["requests"] or 1), float(off["requests"] or 1)
@@ -739,7 +740,7 @@ def cmd_table(args):
             if "redis_commands" in on and "redis_commands" in off:
                 cmd = ", Redis commands %.2f / %.2f per request" % (
                     on["redis_commands"] / n_on, off["redis_commands"] / n_off)
-            w("  %-6s req/s %.0f / %.0f = %.2fx; botgate CPU %.0f / %.0f us/req = %.2fx; Redis CPU "
+            w("  %-7s req/s %.0f / %.0f = %.2fx; botgate CPU %.0f / %.0f us/req = %.2fx; Redis CPU "
               "%.1f / %.1f us/req = %s%s"
               % (on["scenario"], rps(on), rps(off), rps(on) / rps(off), per_req_us(on),
                  per_req_us(off), per_req_us(on) / per_req_us(off) if per_req_us(off) else 0,

@@ -9,6 +9,7 @@
 #include "../core/member.h"
 #include "../core/request.h"
 #include "../store/broadcast.h"
+#include "../store/outbox.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -35,14 +36,14 @@ static void random_hex(char *out, size_t n)
     out[n] = '\0';
 }
 
-/* The keys of broadcast id of channel: record, todo, taking, sending. */
-static int bc_keys(const char *channel, const char *id, char keys[4][STORE_KEY_MAX])
+/* The keys of broadcast id of channel: record, todo, taking. */
+static int bc_keys(const char *channel, const char *id, char keys[3][STORE_KEY_MAX])
 {
-    static const char *const sets[] = {"todo", "taking", "sending"};
+    static const char *const sets[] = {"todo", "taking"};
 
     if (store_key_broadcast(keys[0], STORE_KEY_MAX, ctl_prefix, channel, id) < 0)
         return -1;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 2; i++)
         if (store_key_broadcast_set(keys[i + 1], STORE_KEY_MAX, ctl_prefix, channel, id, sets[i]) <
             0)
             return -1;
@@ -145,7 +146,7 @@ static int check_responses(const json_t *resp, const adapter_ops_t *ops)
 }
 
 /* Adds the recipients a slice at a time; 0, or CTL_FAIL after printing why. */
-static int add_recipients(const char *channel, char k[4][STORE_KEY_MAX], const char *kind,
+static int add_recipients(const char *channel, char k[3][STORE_KEY_MAX], const char *kind,
                           const json_t *list, const char *app, const adapter_ops_t *ops)
 {
     size_t n = json_array_size(list);
@@ -240,8 +241,8 @@ int ctl_broadcast_create(const ctl_opts_t *o)
     const json_t *list = NULL;
     json_t *resp = NULL, *ch = NULL, *body = NULL;
     const adapter_ops_t *ops;
-    char k[4][STORE_KEY_MAX], key[STORE_KEY_MAX], idx[STORE_KEY_MAX], act[STORE_KEY_MAX],
-        entry[2 * STORE_KEY_MAX], id[25], text[64], *btext = NULL;
+    char k[3][STORE_KEY_MAX], key[STORE_KEY_MAX], idx[STORE_KEY_MAX], act[STORE_KEY_MAX],
+        entry[2 * STORE_KEY_MAX], id[25], text[64], shards[16], *btext = NULL;
     int rc = CTL_FAIL, n = 0;
     redisReply *r;
 
@@ -289,10 +290,16 @@ int ctl_broadcast_create(const ctl_opts_t *o)
         goto out;
     }
     snprintf(entry, sizeof(entry), "%s\t%s", channel, id);
+    /* the outbox's shards, where the status sums the counts: the instances' setting */
+    snprintf(shards, sizeof(shards), "%s",
+             getenv("BOTGATE_OUTBOX_SHARDS") ? getenv("BOTGATE_OUTBOX_SHARDS") : "16");
     {
-        const char *argv[] = {
-            "EVAL",   store_bc_create_script, "4", k[0], k[1], k[2], k[3], app, btext, "", channel,
-            "3600000"};
+        const char *argv[] = {"EVAL",    store_bc_create_script,
+                              "3",       k[0],
+                              k[1],      k[2],
+                              app,       btext,
+                              "",        channel,
+                              "3600000", shards};
         if (eval_pair(12, argv, NULL, 0) < 0)
             goto out;
     }
@@ -303,15 +310,22 @@ int ctl_broadcast_create(const ctl_opts_t *o)
         goto out;
     }
     {
-        char stream[STORE_KEY_MAX];
-        const char *argv[] = {
-            "EVAL", store_bc_finish_script, "5", k[0], k[1], idx, act, stream, KEEP_MS, channel,
-            entry};
-        long long total = store_bc_callback_stream(stream, sizeof(stream), ctl_prefix) < 0
-                              ? -1
-                              : eval_pair(11, argv, text, sizeof(text));
+        /* as store_bc_finish: its index and its running line first, each in its own slot */
+        const char *set[] = {"SET", idx, channel, "PX", KEEP_MS}, *add[] = {"SADD", act, entry},
+                   *fin[] = {"EVAL", store_bc_finish_script, "2", k[0], k[1], KEEP_MS},
+                   *pub[] = {"PUBLISH", act, entry};
+        long long total = -1;
+        if ((r = ctl_redis_command(5, set, NULL)) != NULL) {
+            freeReplyObject(r);
+            if ((r = ctl_redis_command(3, add, NULL)) != NULL) {
+                freeReplyObject(r);
+                total = eval_pair(6, fin, text, sizeof(text));
+            }
+        }
         if (total < 0)
             goto out;
+        if ((r = ctl_redis_command(3, pub, NULL)) != NULL)
+            freeReplyObject(r);
         if (o->json)
             printf("{\"broadcastId\":\"%s\",\"total\":%lld}\n", id, total);
         else
@@ -365,19 +379,62 @@ static long long num(const redisReply *r)
                                            : 0;
 }
 
+/* Every shard's hash of broadcast id (store_bc_shard_script; cancel: told of the cancel): the
+ * counts summed into sum (sent, failed, unknown, cancelled, attempts running). */
+static int sum_shards(const char *id, long long shards, int cancel, long long sum[5])
+{
+    char key[STORE_KEY_MAX];
+
+    if (shards <= 0 || shards > STORE_OUTBOX_SHARDS_MAX)
+        shards = 16;
+    memset(sum, 0, 5 * sizeof(*sum));
+    for (long long k = 0; k < shards; k++) {
+        const char *argv[] = {"EVAL", store_bc_shard_script, "1",
+                              key,    cancel ? "1" : "0",    "100800000"};
+        redisReply *r;
+        if (store_key_outbox_broadcast(key, sizeof(key), ctl_prefix, (unsigned)k, id) < 0)
+            return ctl_die("no broadcast %s", id);
+        if ((r = ctl_redis_command(6, argv, NULL)) == NULL)
+            return CTL_FAIL;
+        for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements && i < 5; i++)
+            sum[i] += num(r->element[i]);
+        freeReplyObject(r);
+    }
+    return 0;
+}
+
+/* The counts as GET /broadcasts/<id> has them: unless it is done, every shard's summed into
+ * the record first (store_bc_status). */
 static int read_counts(const char *channel, const char *id, bc_counts_t *c)
 {
-    char k[4][STORE_KEY_MAX];
+    char k[3][STORE_KEY_MAX], n[4][24];
+    long long sum[5] = {0};
     redisReply *r;
 
     if (bc_keys(channel, id, k) < 0)
         return ctl_die("no broadcast %s", id);
     {
-        const char *argv[] = {"EVAL", store_bc_status_script, "3", k[0], k[1], k[3]};
-        if ((r = ctl_redis_command(6, argv, NULL)) == NULL)
+        const char *argv[] = {"EVAL", store_bc_status_script, "1", k[0]};
+        if ((r = ctl_redis_command(4, argv, NULL)) == NULL)
             return CTL_FAIL;
     }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 11) {
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 12 &&
+        r->element[1]->type == REDIS_REPLY_STRING && strcmp(r->element[1]->str, "done") != 0 &&
+        strcmp(r->element[1]->str, "accepting") != 0) {
+        long long shards = num(r->element[11]);
+        freeReplyObject(r);
+        if (sum_shards(id, shards, 0, sum) != 0)
+            return CTL_FAIL;
+        for (int i = 0; i < 4; i++)
+            snprintf(n[i], sizeof(n[i]), "%lld", sum[i]);
+        {
+            const char *argv[] = {"EVAL", store_bc_merge_script, "2", k[0], k[1], n[0], n[1], n[2],
+                                  n[3]};
+            if ((r = ctl_redis_command(9, argv, NULL)) == NULL)
+                return CTL_FAIL;
+        }
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 12) {
         freeReplyObject(r);
         return ctl_die("no broadcast %s", id);
     }
@@ -389,8 +446,8 @@ static int read_counts(const char *channel, const char *id, bc_counts_t *c)
     c->sent = num(r->element[3]);
     c->failed = num(r->element[4]);
     c->unknown = num(r->element[5]);
-    c->cancelled = num(r->element[6]);
-    c->sending = num(r->element[10]);
+    c->cancelled = num(r->element[6]) + num(r->element[10]);
+    c->sending = sum[4];
     freeReplyObject(r);
     return 0;
 }
@@ -478,14 +535,12 @@ int ctl_broadcast_status(const ctl_opts_t *o)
 int ctl_broadcast_cancel(const ctl_opts_t *o)
 {
     const char *id = o->args[0];
-    char channel[STORE_KEY_MAX], k[4][STORE_KEY_MAX], act[STORE_KEY_MAX], entry[2 * STORE_KEY_MAX],
-        stream[STORE_KEY_MAX], app[256], text[64];
+    char channel[STORE_KEY_MAX], k[3][STORE_KEY_MAX], app[256], text[64];
+    long long shards, sum[5];
     bc_counts_t c;
     redisReply *r;
 
-    if (find_channel(id, channel, sizeof(channel)) != 0 || bc_keys(channel, id, k) < 0 ||
-        store_key_broadcasts_active(act, sizeof(act), ctl_prefix) < 0 ||
-        store_bc_callback_stream(stream, sizeof(stream), ctl_prefix) < 0)
+    if (find_channel(id, channel, sizeof(channel)) != 0 || bc_keys(channel, id, k) < 0)
         return CTL_FAIL;
     {
         const char *argv[] = {"HGET", k[0], "app"};
@@ -494,14 +549,16 @@ int ctl_broadcast_cancel(const ctl_opts_t *o)
         snprintf(app, sizeof(app), "%s", r->type == REDIS_REPLY_STRING ? r->str : "");
         freeReplyObject(r);
     }
-    snprintf(entry, sizeof(entry), "%s\t%s", channel, id);
     {
-        /* its statusCallback is queued by the script, as a DELETE's is */
-        const char *argv[] = {
-            "EVAL", store_bc_cancel_script, "5", k[0], k[1], k[3], act, stream, app, entry};
-        if (eval_pair(10, argv, text, sizeof(text)) < -1)
+        /* its statusCallback is queued by the delivery, as a DELETE's is */
+        const char *argv[] = {"EVAL", store_bc_cancel_script, "2", k[0], k[1], app};
+        if ((shards = eval_pair(6, argv, text, sizeof(text))) < -1)
             return CTL_FAIL;
     }
+    /* every shard told: no queued member of it starts there from now on */
+    if (shards >= 0 && (strcmp(text, "running") == 0 || strcmp(text, "cancelled") == 0) &&
+        sum_shards(id, shards, 1, sum) != 0)
+        return CTL_FAIL;
     /* as DELETE /broadcasts/<id>: done once no attempt of it may still send */
     for (int i = 0; i < CANCEL_WAIT_S * 10; i++) {
         if (read_counts(channel, id, &c) != 0)

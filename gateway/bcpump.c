@@ -3,10 +3,10 @@
  * Redis), renders the responses' {{member.*}} placeholders for each, and queues one outbox
  * request per member (its order with the member's other traffic kept by the outbox's
  * per-member sequence). Members taken stay in flight at most a window (half a second of the
- * channel's sender limit, and at most half a worker's outbox jobs), so that a broadcast never
- * floods the outbox's streams nor fills a worker's jobs ahead of the conversational requests
- * that share them; the outbox's scripts count each member's end in the broadcast's record and
- * refuse to start one once it is cancelled. */
+ * channel's sender limit), so that a broadcast never floods the outbox's streams nor the
+ * workers' jobs ahead of the conversational requests that share them; the outbox's scripts count
+ * each member's end in the broadcast's hash of its shard and refuse to start one once the cancel
+ * reached it. */
 #include "bcpump.h"
 
 #include "../core/auth.h"
@@ -23,8 +23,9 @@
 #include <string.h>
 
 #define TAKE_MAX         100 /* members rendered and queued per take: about a millisecond */
-#define WINDOW_MS        500 /* of the sender limit in flight: the pace survives a slow look */
+#define WINDOW_MS        500 /* of the sender limit in flight */
 #define WINDOW_MIN       16
+#define WINDOW_MAX       4000
 #define WINDOW_UNLIMITED 200   /* a channel without a sender limit */
 #define TAKE_LEASE_MS    30000 /* a member taken and not queued by then is taken again */
 #define PUMP_MS          25    /* between looks at the running broadcasts (a window refilled) */
@@ -63,24 +64,23 @@ static metrics_t *metrics(const bcpump_t *b)
 static void pump_next(bcpump_t *b);
 
 /* How many of a broadcast's members may be in flight (in every instance): WINDOW_MS of the
- * channel's sender limit, as the worker's cache has the channel (else the least), and at most
- * half a worker's outbox jobs. A member in flight is an outbox job, most of the time one that
- * waits for its slot in its worker's lane (deliver_lane_join): a window larger than the jobs
- * would fill them, and a conversational async send, read only when a job is free, would wait
- * behind the broadcast's entries in the stream. */
+ * channel's sender limit, as the worker's cache has the channel (else the least). Enough to
+ * keep the pace: the ends of members free the window when the shards' counts are summed, every
+ * 200 ms (store/broadcast.c), and a look comes every PUMP_MS. Not more: a member in flight is
+ * an outbox job, most of the time one that waits for its slot in its worker's lane
+ * (deliver_lane_join), and a single async send is read from the stream only when a worker has
+ * a job free (BOTGATE_OUTBOX_JOBS): behind the window's entries, it would wait for them. */
 static unsigned window_of(const bcpump_t *b, const char *channel_id)
 {
     json_t *ch = store_cached_channel(b->env->deliver.store, channel_id);
     ratelimit_policy_t p;
     bg_error_t err;
-    int64_t w = WINDOW_MIN, most = b->env->deliver.cfg->outbox_jobs / 2;
+    int64_t w = WINDOW_MIN;
 
     if (ch != NULL && ratelimit_for_channel(ch, &p, &err) == 0)
         w = p.sender.interval_us > 0 ? WINDOW_MS * 1000 / p.sender.interval_us : WINDOW_UNLIMITED;
     json_decref(ch);
-    w = w < WINDOW_MIN ? WINDOW_MIN : w;
-    w = w > most ? most : w;
-    return (unsigned)(w < 1 ? 1 : w);
+    return (unsigned)(w < WINDOW_MIN ? WINDOW_MIN : w > WINDOW_MAX ? WINDOW_MAX : w);
 }
 
 /* Lets go of a take's members and calls (cancelling those in flight). */
@@ -258,7 +258,7 @@ static void pump_next(bcpump_t *b)
 {
     store_status_t st = STORE_OK;
 
-    if (b->env->draining || b->env->outbox == NULL || store_redis(b->env->deliver.store) == NULL)
+    if (b->env->draining || b->env->outbox == NULL)
         return;
     if (b->id[0] == '\0') {
         char *tab, *end;
@@ -351,7 +351,7 @@ bcpump_t *bcpump_new(op_env_t *env)
         free(b);
         return NULL;
     }
-    if (env->outbox != NULL && store_redis(env->deliver.store) != NULL) {
+    if (env->outbox != NULL) {
         b->sub = store_bc_watch(env->deliver.store, on_started, b);
         outbox_arm(b->pump, PUMP_MS);
     }

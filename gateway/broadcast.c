@@ -3,7 +3,7 @@
  * a slice at a time (store/broadcast.c), each slice sent when the one before answered: the
  * loop is held a slice's work at most, and Redis a script of a few thousand ids. GET and
  * DELETE /broadcasts/<id> tell and cancel one. Its delivery is bcpump.c's; its status callback
- * is an outbox entry, queued by the script that ends it and posted by outbox.c. */
+ * is an outbox entry, queued once by the delivery when it ended and posted by outbox.c. */
 #include "broadcast.h"
 
 #include "../core/clock.h"
@@ -505,7 +505,7 @@ static void create(bc_req_t *r)
 
     r->call = store_bc_create(r->b->env->deliver.store, r->channel_id, r->id, r->token.app, r->kept,
                               r->kept_len, r->callback != NULL ? r->callback : "", 3600 * 1000,
-                              on_created, r, &st);
+                              (unsigned)r->b->env->deliver.cfg->outbox_shards, on_created, r, &st);
     if (r->call == NULL)
         req_fail_store(r, st);
 }
@@ -902,12 +902,8 @@ static bc_req_t *req_new(broadcasts_t *b, struct evhttp_request *req, bc_route_t
     rng_hex(&b->env->deliver.rng, r->request_id, 16);
     DLIST_APPEND(b->reqs, b->reqs_last, r);
     b->env->in_flight++;
-    /* a broadcast's keys are in its channel's slot, its requests' in their shards': the
-     * scripts that end a request count it in its broadcast, so one server (or Sentinel) only */
-    if (b->env->outbox == NULL || store_redis(b->env->deliver.store) == NULL) {
-        req_fail(r, BG_ERR_UNAVAILABLE,
-                 "broadcasts need the outbox (a single Redis server or "
-                 "Sentinel, not a Redis Cluster)");
+    if (b->env->outbox == NULL) {
+        req_fail(r, BG_ERR_UNAVAILABLE, "broadcasts need the outbox");
         return NULL;
     }
     if (b->env->draining) {
@@ -982,8 +978,9 @@ static void on_status(void *arg, store_status_t st, const store_bc_status_t *s)
         req_fail_store(r, st);
         return;
     }
-    /* another app's broadcast is answered exactly like one that does not exist */
-    if (st != STORE_OK || strcmp(s->app, r->token.app) != 0) {
+    /* another app's broadcast is answered exactly like one that does not exist, and so is
+     * one still being accepted (its id is not given out yet) */
+    if (st != STORE_OK || strcmp(s->app, r->token.app) != 0 || strcmp(s->state, "accepting") == 0) {
         req_fail(r, BG_ERR_NOT_FOUND, "not found");
         return;
     }
@@ -1021,11 +1018,11 @@ static void on_cancelled(void *arg, store_status_t st, int64_t n, const char *te
         req_fail_store(r, st);
         return;
     }
-    if (n < 0) {
+    if (n < 0 || strcmp(text, "accepting") == 0) {
         req_fail(r, BG_ERR_NOT_FOUND, "not found");
         return;
     }
-    if (strcmp(text, "running") == 0) /* this one cancelled it (its callback is queued) */
+    if (strcmp(text, "running") == 0) /* this one cancelled it (the delivery queues its callback) */
         metrics_count(&metrics(r->b)->broadcasts[2]);
     r->wait_until_us =
         clock_mono_us() + ((int64_t)cfg->request_timeout_ms + CANCEL_WAIT_EXTRA) * 1000;

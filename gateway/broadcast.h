@@ -12,7 +12,7 @@ struct evhttp_request;
 typedef struct broadcasts broadcasts_t;
 
 /* The broadcasts of env's worker; delivery runs where the outbox does (env->outbox), and the
- * routes answer 121 where it does not (a Redis Cluster). NULL when out of memory. */
+ * routes answer 121 where it does not. NULL when out of memory. */
 broadcasts_t *broadcasts_new(op_env_t *env);
 /* Answers what is in flight (121) and frees it all: what is not queued stays in Redis. */
 void broadcasts_free(broadcasts_t *b);

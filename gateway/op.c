@@ -400,6 +400,20 @@ size_t op_drain_all(op_env_t *env, int now)
 
 /* ---- resolve ---- */
 
+int op_refuse_sync_callback(const op_t *op, const json_t *root, bg_error_t *err)
+{
+    const json_t *cb = json_object_get(root, "statusCallback");
+
+    /* a queued request runs without an HTTP request and without its callback (outbox.c keeps
+     * it in the request's record) */
+    if (op->req == NULL || op->kind->async || cb == NULL || json_is_null(cb))
+        return 0;
+    return bg_error_set(err, BG_ERR_MISSING_PARAM,
+                        "parameter statusCallback needs Prefer: respond-async (a synchronous "
+                        "request's answer is its status; receipts of its messages reach "
+                        "subscriptions as events)");
+}
+
 void op_fail_code(op_t *op, int code, const char *msg)
 {
     bg_error_t err;

@@ -200,6 +200,9 @@ void op_start(void *route, struct evhttp_request *req);
 void op_resolve(op_t *op, const char *token_hash);
 /* The member of op->target.recipient_id, created when it is new; then op->kind->run. */
 void op_resolve_recipient(op_t *op);
+/* -1 with a 108 in err when a synchronous request's body (root) names a statusCallback: only a
+ * request sent with Prefer: respond-async has a status to call back with; else 0. */
+int op_refuse_sync_callback(const op_t *op, const json_t *root, bg_error_t *err);
 /* Answers with err (or answer when err is NULL) and frees the op. */
 void op_fail(op_t *op, const bg_error_t *err);
 void op_fail_code(op_t *op, int code, const char *msg);

@@ -564,7 +564,8 @@ static void redirect_run(op_t *op)
 
 static int redirect_parse(op_t *op, const char *body, size_t len, bg_error_t *err)
 {
-    if (request_parse_redirect(body, len, &op->redirect, err) < 0)
+    if (request_parse_redirect(body, len, &op->redirect, err) < 0 ||
+        op_refuse_sync_callback(op, op->redirect.root, err) < 0)
         return -1;
     op->target = op->redirect.target;
     return 0;

@@ -489,7 +489,8 @@ static void send_queue_expired(op_t *op)
 
 static int send_parse(op_t *op, const char *body, size_t len, bg_error_t *err)
 {
-    if (request_parse_send(body, len, &op->send, err) < 0)
+    if (request_parse_send(body, len, &op->send, err) < 0 ||
+        op_refuse_sync_callback(op, op->send.root, err) < 0)
         return -1;
     op->target = op->send.target;
     /* the texts now, while the body is there to copy them from (op.c lets it go next) */

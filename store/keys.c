@@ -341,6 +341,14 @@ int store_key_broadcast_channel(char *buf, size_t size, const char *prefix, cons
     return key(buf, size, prefix, "broadcastch:", id);
 }
 
+int store_key_outbox_broadcast(char *buf, size_t size, const char *prefix, unsigned shard,
+                               const char *id)
+{
+    char n[NUMFMT_DEC_SIZE];
+
+    return key(buf, size, prefix, "outbox:{", numfmt_dec(n, shard), "}:bc:", id);
+}
+
 int store_key_tag_pattern(char *buf, size_t size, const char *prefix, const char *channel_id)
 {
     size_t n = 0;

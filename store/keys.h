@@ -88,10 +88,10 @@ int store_key_outbox_order(char *buf, size_t size, const char *prefix, unsigned 
  * whose record lists the tag, kept by every member write botgate makes ("tag:{<channel>}:");
  * the base is what a Lua script appends a tag to. A broadcast's record (a hash: its body,
  * state and counts) and its sets (which: "todo" the member ids not queued yet, "taking" those
- * being queued, a hash of when; "sending" the outbox records of its attempts running), under
- * the channel's hash tag so that one script reaches them and the channel's member keys; the
- * index of broadcast ids to their channel (a string, "broadcastch:<id>"); and the set of the
- * running broadcasts ("<channel>\t<id>"), which every instance's delivery reads. */
+ * being queued, a hash of when), under the channel's hash tag so that one script reaches them
+ * and the channel's member keys; the index of broadcast ids to their channel (a string,
+ * "broadcastch:<id>"); and the set of the running broadcasts ("<channel>\t<id>"), which every
+ * instance's delivery reads. */
 #define STORE_TAG_MAX 256 /* bytes of a tag that is indexed: longer ones are not */
 int store_key_tag(char *buf, size_t size, const char *prefix, const char *channel_id,
                   const char *tag);
@@ -107,6 +107,12 @@ int store_key_broadcast_set(char *buf, size_t size, const char *prefix, const ch
                             const char *id, const char *which);
 int store_key_broadcasts_active(char *buf, size_t size, const char *prefix);
 int store_key_broadcast_channel(char *buf, size_t size, const char *prefix, const char *id);
+/* A broadcast's part in one outbox shard (a hash in the shard's slot, so that the outbox's
+ * scripts reach it with the request's record): its requests' ends counted ("sent", "failed",
+ * "unknown", "cancelled"), the attempts running ("r:<record key>" -> lease end), "x" once it
+ * was cancelled (no attempt starts then), "cbq" once its status callback was queued (shard 0). */
+int store_key_outbox_broadcast(char *buf, size_t size, const char *prefix, unsigned shard,
+                               const char *id);
 /* Webhook events in the outbox (contract.md section 14): an event already queued (its id, for
  * the platform's retries), and the order of a member's events to one subscription (a hash: "n"
  * the last sequence number given, "done" the last one posted). */

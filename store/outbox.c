@@ -58,19 +58,15 @@ static const char ACCEPT_SCRIPT[] =
            "redis.call('XADD', KEYS[1], '*', 'r', ARGV[1], 'o', KEYS[3], 'tc', ARGV[4], 'tm', "
            "ARGV[5]) return now";
 
-/* A request of a broadcast (store/broadcast.c) names the broadcast's keys in its record: its
- * attempts running are in the set "bs"; its end counts in the broadcast's record "bc" as kind
- * (sent, failed, unknown, cancelled), and the last one to end marks the broadcast done (its
- * delivery then drops it from the running ones). */
+/* A request of a broadcast (store/broadcast.c) names in its record ("bq") the broadcast's hash of
+ * its shard (keys.h), of the record's slot: an attempt running is written there with its lease
+ * end (a cancel waits for those), and the request's end is counted there as kind (sent, failed,
+ * unknown, cancelled), in the step that ends it. The broadcast's record, in its channel's slot,
+ * sums the shards' counts (store_bc_status). */
 #define BC_END_FN                                                                                  \
-    "local function bc_end(rec, kind, now) "                                                       \
-    "local f = redis.call('HMGET', rec, 'bc', 'bs', 'bt') "                                        \
-    "if not f[1] then return end redis.call('SREM', f[2], rec) if not kind then return end "       \
-    "redis.call('HINCRBY', f[1], kind, 1) "                                                        \
-    "local left = redis.call('HINCRBY', f[1], 'inflight', -1) "                                    \
-    "if left <= 0 and redis.call('HGET', f[1], 'state') == 'running' and "                         \
-    "redis.call('SCARD', f[3]) == 0 then "                                                         \
-    "redis.call('HSET', f[1], 'state', 'done', 'updated', now) end end "
+    "local function bc_end(rec, kind) "                                                            \
+    "local q = redis.call('HGET', rec, 'bq') if not q then return end "                            \
+    "redis.call('HDEL', q, 'r:' .. rec) if kind then redis.call('HINCRBY', q, kind, 1) end end "
 
 /* KEYS record; ARGV keep_ms. An accept whose answer was lost (a timeout: it may run later, or
  * have run): 1 when it was queued; else 0, and a record without an app marks the id, so that
@@ -96,28 +92,29 @@ static const char START_SCRIPT[] = NOW_MS BC_END_FN
     "if r[4] and tonumber(r[4]) > now then return {'wait', tostring(tonumber(r[4]) - now)} "
     "end "
     /* a cancelled broadcast's request ends here, unsent (unknown when an attempt
-     * died with its call maybe out) */
-    "local bc = redis.call('HGET', KEYS[1], 'bc') "
-    "if bc and redis.call('HGET', bc, 'state') ~= 'running' then "
+     * died with its call maybe out); its hash is read before anything is written (as
+     * MSG_INDEX_FIRST: a migrating slot refuses it while nothing is half-written) */
+    "local bq = redis.call('HGET', KEYS[1], 'bq') "
+    "if bq and redis.call('HEXISTS', bq, 'x') == 1 then "
     "redis.call('HDEL', KEYS[1], 'body', 'due', 'owner', 'lease', 'out') "
     "redis.call('HSET', KEYS[1], 'status', 'failed', 'result', "
     "'\"sendResult\":{\"ok\":0,\"result\":[]},\"error\":{\"err_code\":null,"
     "\"err\":\"the broadcast was cancelled\"}', 'updated', now) "
     "redis.call('HSET', KEYS[2], 'done', r[2]) redis.call('PUBLISH', KEYS[2], r[2]) "
-    "bc_end(KEYS[1], r[7] == '1' and 'unknown' or 'cancelled', now) return {'final'} end "
+    "bc_end(KEYS[1], r[7] == '1' and 'unknown' or 'cancelled') return {'final'} end "
     "local ends = tonumber(r[5]) local expired = now >= ends "
     "if r[3] and tonumber(r[3]) > now and not expired then "
     "return {'wait', tostring(math.min(tonumber(r[3]), ends) - now)} end "
     "if KEYS[3] and not expired then local h = redis.call('LINDEX', KEYS[3], 0) "
     "if h and h ~= ARGV[3] and redis.call('LPOS', KEYS[3], ARGV[3]) then "
     "return {'turn'} end end "
+    "if bq then redis.call('HSET', bq, 'r:' .. KEYS[1], now + ARGV[2]) end "
     "redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease', now + ARGV[2], 'out', '1', "
     "'status', 'sending', 'updated', now) "
-    "if bc then redis.call('SADD', redis.call('HGET', KEYS[1], 'bs'), KEYS[1]) end "
     "local n = tonumber(r[6] or '0') "
     "local f = redis.call('HMGET', KEYS[1], 'body', 'app', 'kind') "
     "local out = {'run', n, r[7] == '1' and 1 or 0, expired and 1 or 0, "
-    "redis.call('HINCRBY', KEYS[1], 'attempts', 1), f[1], f[2], bc and 1 or 0, f[3] or ''} "
+    "redis.call('HINCRBY', KEYS[1], 'attempts', 1), f[1], f[2], bq and 1 or 0, f[3] or ''} "
     "for i = 0, n - 1 do out[#out + 1] = redis.call('HGET', KEYS[1], 'e' .. i) or '' end "
     "return out";
 
@@ -163,6 +160,8 @@ static const char RECEIPT_SCRIPT[] =
  * broadcast (bc_end). */
 static const char END_SCRIPT[] = NOW_MS BC_END_FN INDEX_MESSAGE_FN
     "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
+    /* a broadcast's hash read first (START_SCRIPT says why) */
+    "local bq = redis.call('HGET', KEYS[1], 'bq') if bq then redis.call('EXISTS', bq) end "
     /* the index first (MSG_INDEX_FIRST) */
     "if ARGV[3] ~= '0' then local ok, res = pcall(cjson.decode, '{' .. ARGV[5] .. '}') "
     "if ok and type(res) == 'table' and type(res.sendResult) == 'table' and "
@@ -170,7 +169,7 @@ static const char END_SCRIPT[] = NOW_MS BC_END_FN INDEX_MESSAGE_FN
     "for i, el in ipairs(res.sendResult.result) do "
     "index_message(KEYS[1], el, i - 1, ARGV[10], ARGV[9], ARGV[7]) end end end "
     "redis.call('HDEL', KEYS[1], 'owner', 'lease', 'out') "
-    "if ARGV[3] == '0' then bc_end(KEYS[1], nil, now) "
+    "if ARGV[3] == '0' then bc_end(KEYS[1], nil) "
     "redis.call('HSET', KEYS[1], 'status', 'queued', 'due', "
     "now + ARGV[6], 'updated', now) return 1 end "
     "local drop = {'due', 'body'} "
@@ -182,7 +181,7 @@ static const char END_SCRIPT[] = NOW_MS BC_END_FN INDEX_MESSAGE_FN
     "local seq = redis.call('HGET', KEYS[1], 'seq') "
     "redis.call('HSET', KEYS[2], 'done', seq) redis.call('PUBLISH', KEYS[2], seq) "
     "bc_end(KEYS[1], ARGV[4] == 'done' and 'sent' or "
-    "(string.find(ARGV[5], '\"err_code\":125', 1, true) and 'unknown' or 'failed'), now) "
+    "(string.find(ARGV[5], '\"err_code\":125', 1, true) and 'unknown' or 'failed')) "
     "if KEYS[4] then redis.call('LREM', KEYS[4], 1, ARGV[9]) "
     "redis.call('HDEL', KEYS[5], ARGV[9]) local h = redis.call('LINDEX', KEYS[4], 0) "
     "if h then redis.call('PUBLISH', KEYS[4], h) end end "

@@ -115,7 +115,12 @@ class DeliveryGuarantees(unittest.TestCase):
                 timed("a-off", "botgate", 21000, cpu_s=4.2, redis_scripts=210000,
                       redis_commands=1260000, aux_cpu_s={"redis": 0.84}),
                 timed("a-key", "botgate", 18000, cpu_s=3.96, redis_scripts=540000,
-                      redis_commands=3060000, aux_cpu_s={"redis": 1.8})]
+                      redis_commands=3060000, aux_cpu_s={"redis": 1.8}),
+                timed("a-tls", "botgate", 15000, cpu_s=4.5, redis_commands=1800000,
+                      aux_cpu_s={"redis": 1.2}),
+                timed("a-tls-off", "botgate", 16000, cpu_s=4.0, redis_commands=1120000,
+                      aux_cpu_s={"redis": 0.8}),
+                timed("a-tls", "nginx", 32000)]
 
     def test_rows_carry_req_s_cpu_and_the_ratios(self):
         out = table(self.records())
@@ -134,8 +139,14 @@ class DeliveryGuarantees(unittest.TestCase):
 
     def test_the_twin_section_sets_order_on_beside_off(self):
         out = table(self.records())
-        line = [x for x in out.splitlines() if x.startswith("  a      req/s")][0]
-        self.assertEqual(line, "  a      req/s 20000 / 21000 = 0.95x; botgate CPU 22 / 20 us/req = "
+        line = [x for x in out.splitlines() if x.startswith("  a       req/s")][0]
+        tls = [x for x in out.splitlines() if x.startswith("  a-tls   req/s")][0]
+        self.assertEqual(tls, "  a-tls   req/s 15000 / 16000 = 0.94x; botgate CPU 30 / 25 us/req = "
+                              "1.20x; Redis CPU 8.0 / 5.0 us/req = 1.60x, Redis commands 12.00 / "
+                              "7.00 per request")
+        # a-tls-off's ratio is to nginx's a-tls
+        self.assertTrue(row(out, "a-tls-off  a-tls, member order off", "botgate").endswith("0.50x"))
+        self.assertEqual(line, "  a       req/s 20000 / 21000 = 0.95x; botgate CPU 22 / 20 us/req = "
                                "1.10x; Redis CPU 5.0 / 4.0 us/req = 1.25x, Redis commands 10.00 / "
                                "6.00 per request")
 
@@ -147,7 +158,7 @@ class DeliveryGuarantees(unittest.TestCase):
         self.assertIn("Redis CPU per request 2.00x a's", out)
 
     def test_without_scenario_a_there_is_no_comparison(self):
-        out = table(self.records()[2:])
+        out = table(self.records()[2:4])
         self.assertFalse(row(out, "a-key  a + Idempotency-Key", "botgate").endswith("x a"))
         self.assertNotIn("Idempotency-Key: what it costs", out)
         self.assertNotIn("Per-member order, on", out)

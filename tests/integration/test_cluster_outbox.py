@@ -1,15 +1,14 @@
 """contract.md sections 9, 12 and 14 on a Redis Cluster: the outbox's shards spread over the
 masters, each read by a blocking connection to its slot's master; 202 then delivered, in order
-per member, across three instances with one killed; webhook events through the outbox; a
-shard's slot moved while its requests are queued (none lost, none twice, still in order); and
-broadcasts refused with 121 (their counts and their requests' ends are in different slots).
-Cluster only (BOTGATE_TEST_REDIS=cluster, tests/CMakeLists.txt)."""
+per member, across three instances with one killed; webhook events through the outbox; and a
+shard's slot moved while its requests are queued (none lost, none twice, still in order)
+(broadcasts: test_cluster_broadcasts.py). Cluster only (BOTGATE_TEST_REDIS=cluster, tests/CMakeLists.txt)."""
 import time
 import unittest
 
 import test_outbox
 import test_webhooks
-from harness import CLUSTER, Redis, http, keyslot, member, wait_for
+from harness import CLUSTER, Redis, keyslot, member, wait_for
 
 APP = test_outbox.APP
 
@@ -45,15 +44,6 @@ class ClusterOutbox(test_outbox.Case):
         for i in range(self.MEMBERS):
             mine = [t for t in took if int(t[2:]) % self.MEMBERS == i]
             self.assertEqual(mine, sorted(mine), "member cm%d out of order" % i)
-
-    def test_2_broadcasts_refused(self):
-        tok = self.s.token(APP, "bot:broadcast")
-        a = http("POST", self.s.url + "/broadcasts",
-                 {"channelId": "fbq", "recipients": {"memberIds": ["mq"]},
-                  "response": [{"type": "TEXT", "text": "bc"}]},
-                 {"Authorization": "Bearer " + tok})
-        self.assertEqual((a.json["ok"], a.json["err_code"]), (0, 121), a)
-        self.assertIn("Redis Cluster", a.json["err"])
 
     def test_3_shard_slot_moved_while_queued(self):
         """The slot of the member's shard moves to another master, key by key as redis-cli

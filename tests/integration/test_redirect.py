@@ -344,6 +344,14 @@ class RedirectApi(RedirectBase):
         expected["updatedAt"] = rec["updatedAt"]
         self.assertEqual(rec, expected)
 
+    def test_status_callback_needs_respond_async(self):
+        # as for sendResponses: a synchronous redirect's answer is its status
+        self.new_member("mcb")
+        body = {"channelId": "fb1", "memberId": "mcb", "statusCallback": "https://example.com/cb",
+                "redirect": {"tree": "T1", "nodeCompositeId": "MISS"}}
+        self.assert_error(self.redirect(body), 108, mentions="statusCallback")
+        self.assertEqual(self.texts(), [])
+
     def test_flags_all_eight_combinations(self):
         for pre, send, post in itertools.product([True, False], repeat=3):
             k = "c%d%d%d" % (pre, send, post)

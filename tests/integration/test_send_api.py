@@ -228,6 +228,18 @@ class SendApi(StackTest):
                          "response": [{"type": "TEXT", "text": "a"}]}, token=self.admin)
         self.assertEqual(ans.status, 200, ans)
 
+    def test_status_callback_needs_respond_async(self):
+        """A synchronous request's answer is its status: a statusCallback on it would never be
+        called, so it is refused by name rather than dropped in silence; null is no callback."""
+        body = {"channelId": "fb1", "memberId": "m1", "response": [{"type": "TEXT", "text": "cb"}],
+                "statusCallback": "https://example.com/cb"}
+        self.assert_error(self.send(body), 108, mentions="statusCallback")
+        self.assertIn("Prefer: respond-async", self.send(body).json["err"])
+        self.assertEqual(self.s.sim_log(), [])
+        ans = self.send(dict(body, statusCallback=None))
+        self.assertEqual(ans.status, 200, ans)
+        self.assertEqual(len(self.s.sim_log()), 1)
+
     # ---- authentication and tenancy ----
     def test_no_token(self):
         self.assert_unauthorized(self.send({"channelId": "fb1", "memberId": "m1",
