@@ -105,10 +105,10 @@ void deliver_ahead_drop(deliver_t *d)
 
 /* ---- the broadcasts' lanes ---- */
 
-/* A lane's take is for a slot at most this far ahead: about a reply's trip and a timer's
- * lateness, so that the message still goes at its slot's time (a slot taken late is lost to
- * the pace), while a conversational message that comes meanwhile waits at most this (and the
- * slot interval) for its own. */
+/* A lane's take is for a slot at most this far ahead (two slot intervals for a faster limit):
+ * about a reply's trip and a timer's lateness, so that the message still goes at its slot's
+ * time (a slot taken late is lost to the pace), while a conversational message that comes
+ * meanwhile waits at most this (and the slot interval) for its own. */
 #define LANE_LEAD_MS 4
 
 /* The broadcasts' messages of one worker and channel waiting for a slot, first first. Owned by
@@ -127,6 +127,7 @@ typedef struct deliver_lane {
     unsigned timed : 1;      /* the timer is armed: the next ask then */
     unsigned in_cb;          /* answers being handed out: the lane stays */
     int64_t interval_us;     /* of the sender's limit, at the last take */
+    int64_t lead_ms;         /* the takes' lead (LANE_LEAD_MS, less for a fast limit) */
     int64_t due_ms;          /* monotonic: no slot before this (0: unknown) */
     struct event *timer;
     char channel_id[];
@@ -210,11 +211,11 @@ static void on_lane_answer(void *arg, store_status_t st, store_rate_verdict_t ve
         wait_ms > deliver_rate_max_wait_ms(d)) {
         lane_answer(l, d, st, verdict, wait_ms); /* too late for it (its pair's, maybe): 120 */
     } else if (st == STORE_OK && verdict == STORE_RATE_TOO_LATE) {
-        /* nothing taken: the sender's next slot is wait_ms away; asked again LANE_LEAD_MS
-         * before it (a message whose longest wait ends before, fails with 120: lane_ask) */
+        /* nothing taken: the sender's next slot is wait_ms away; asked again the lead before
+         * it (a message whose longest wait ends before, fails with 120: lane_ask) */
         if (d != NULL) {
             l->due_ms = now + wait_ms;
-            next = wait_ms - LANE_LEAD_MS > 0 ? wait_ms - LANE_LEAD_MS : 1;
+            next = wait_ms - l->lead_ms > 0 ? wait_ms - l->lead_ms : 1;
         }
     } else {
         int taken = st == STORE_OK && (verdict == STORE_RATE_GO || verdict == STORE_RATE_WAIT);
@@ -228,10 +229,10 @@ static void on_lane_answer(void *arg, store_status_t st, store_rate_verdict_t ve
         if (d != NULL)
             lane_answer(l, d, st, verdict, wait_ms);
         l->due_ms = 0;
-        /* the next slot is one interval later: asked for LANE_LEAD_MS before it, unless
+        /* the next slot is one interval later: asked for the lead before it, unless
          * conversational calls take it meanwhile (then the answer says when) */
         if (taken)
-            next = wait_ms + l->interval_us / 1000 - LANE_LEAD_MS;
+            next = wait_ms + l->interval_us / 1000 - l->lead_ms;
     }
     l->in_cb--;
     if (next > 0 && l->n > 0 && l->ask == NULL) /* (an answer handed out may have asked) */
@@ -270,6 +271,10 @@ static void lane_ask(deliver_lane_t *l)
         deliver_rate_policy(d, &policy);
         policy.sender.burst = 1; /* the burst is left to conversational traffic */
         l->interval_us = policy.sender.interval_us;
+        /* two slots at most: a fast limit needs no more to keep its pace */
+        l->lead_ms =
+            2 * l->interval_us / 1000 < LANE_LEAD_MS ? 2 * l->interval_us / 1000 : LANE_LEAD_MS;
+        l->lead_ms = l->lead_ms < 1 ? 1 : l->lead_ms;
         l->pair_limit = policy.pair.interval_us > 0;
         /* the pair's keys only where it has a limit, or the platform just paused it */
         pair =
@@ -278,7 +283,7 @@ static void lane_ask(deliver_lane_t *l)
         l->ask_pair = pair;
         l->ask =
             store_rate_take_bulk(d->env->store, d->channel_id, pair ? d->to : NULL, d->_pair_held,
-                                 &policy, max_wait, LANE_LEAD_MS, on_lane_answer, l, &st);
+                                 &policy, max_wait, l->lead_ms, on_lane_answer, l, &st);
         d->_pair_held = 0;
         if (l->ask == NULL) {
             l->asker = NULL;
