@@ -195,7 +195,9 @@ void http_answer(http_server_t *s, struct evhttp_request *req, const http_answer
     metrics_request(s->metrics, a->route, a->status, a->code, elapsed);
     if (a->status == 503) /* store down or shutting down: a moment later, or another instance */
         evhttp_add_header(headers, "Retry-After", "1");
-    else if (a->status == 401) /* RFC 9110 15.5.2: a 401 names its scheme */
+    /* RFC 9110 15.5.2: a 401 names its scheme: the API's tokens, unless the route named its
+     * own (the webhooks' signatures) */
+    else if (a->status == 401 && evhttp_find_header(headers, "WWW-Authenticate") == NULL)
         evhttp_add_header(headers, "WWW-Authenticate", "Bearer");
     http_send(req, a->status, status_reason(a->status));
     log_answer(client, a, elapsed);

@@ -1,12 +1,16 @@
 /* webhook.c - GET|POST /webhooks/<channelId>: the platforms' own webhooks verified, parsed by
  * the channel's adapter and stored as events (contract.md section 14). One request is a small
- * machine: CHANNEL -> (slack: REPLAY) -> for each event: MEMBER -> INBOUND -> then STORE -> the
- * answer. Nothing of a request is parsed before its signature or token has been checked. */
+ * machine: CHANNEL -> (slack, wechat: REPLAY) -> for each event: MEMBER (the first beside the
+ * app's subscriptions; INBOUND when lastInboundAt is left to a compare-and-set) -> for each
+ * event: STORE -> the answer. Nothing of a request is parsed before its signature or token has
+ * been checked. */
 #include "webhook.h"
 
 #include "../core/clock.h"
+#include "../core/hash.h"
 #include "../core/member.h"
 #include "../core/rng.h"
+#include "../store/hook.h"
 #include "../store/outbox.h"
 #include "../store/store.h"
 #include "log.h"
@@ -25,12 +29,15 @@
 #define HOOK_PREFIX        "/webhooks/"
 #define HOOK_CHANNEL_MAX   128 /* bytes of a channel id in the path */
 #define HOOK_SKEW_S        300 /* slack, wechat: a timestamp further from now is refused */
-#define SLACK_SEEN_MS      (2 * HOOK_SKEW_S * 1000) /* a signature is remembered this long */
+#define HOOK_SEEN_MS       (2 * HOOK_SKEW_S * 1000) /* a signature is remembered this long */
 #define HOOK_CHALLENGE_MAX 512
 /* an event's id is remembered this long (a platform's retries are taken once), and its
  * member's order to a subscription kept: past the 24 h its posts are tried */
-#define HOOK_KEEP_MS         (25LL * 3600 * 1000)
-#define HOOK_RECEIPT_IDS_MAX 16 /* message ids of one receipt looked up (a delivery's mids) */
+#define HOOK_KEEP_MS (25LL * 3600 * 1000)
+/* senders whose member id a worker remembers: HINT_SETS sets of two (about 0.5 MiB, made at
+ * the first webhook); longer ids than HINT_ID_MAX - 1 are not remembered */
+#define HINT_SETS   8192
+#define HINT_ID_MAX 28
 
 typedef enum { HK_CHANNEL, HK_REPLAY, HK_MEMBER, HK_INBOUND, HK_STORE } hk_phase_t;
 
@@ -49,22 +56,35 @@ typedef struct hook_req {
     const char *app;          /* the channel's app (in channel) */
     char *body;               /* the raw body, NUL-terminated (POST) */
     size_t len;
-    char signature[65];         /* slack: the hex signature, remembered against replays */
-    int seen;                   /* ...remembered now: forgotten again if the request fails */
-    adapter_hook_t hook;        /* the events, parsed once verified */
-    size_t next_event;          /* the event whose member is being found, then stored */
-    size_t next_receipt;        /* the message id of its receipt being recorded */
-    char member_id[64];         /* its member */
-    store_call_t *call;         /* the store call in flight, or NULL */
-    store_outbox_call_t *ocall; /* or the outbox\'s */
-    json_t *subs;               /* the app\'s subscriptions (HK_STORE) */
+    char signature[65];           /* slack, wechat: the hex signature, remembered against replays */
+    int seen;                     /* ...remembered now: forgotten again if the request fails */
+    adapter_hook_t hook;          /* the events, parsed once verified */
+    size_t next_event;            /* the event whose member is being found, then stored */
+    char member_id[64];           /* its member */
+    uint64_t hint;                /* its sender's place among the member ids remembered */
+    int64_t inbound_at;           /* its lastInboundAt (0: a receipt) */
+    int64_t now_ms;               /* the wall clock when it was looked for */
+    uint64_t member_seq;          /* store_write_seq when the member was read */
+    store_call_t *call;           /* the store call in flight, or NULL */
+    store_hook_call_t *hcall;     /* or the member's or an event's script */
+    store_hook_call_t *subs_call; /* the subscriptions' read, beside the first member's */
+    json_t *subs;                 /* the app's subscriptions, once read */
+    int members_done;             /* every event has its member: stored once subs is in */
     int64_t started_us;
 } hook_req_t;
 
+/* The member ids of senders a worker found last (hint_get): a set of two ways, tag 0 unused. */
+typedef struct hint_set {
+    uint32_t tag[2];
+    char id[2][HINT_ID_MAX];
+    unsigned char older; /* the way the next new sender takes */
+} hint_set_t;
+
 struct webhook {
     op_env_t *env;
-    hook_req_t *reqs; /* in flight */
-    int freeing;      /* webhook_free: the worker is past its drain */
+    hook_req_t *reqs;  /* in flight */
+    int freeing;       /* webhook_free: the worker is past its drain */
+    hint_set_t *hints; /* HINT_SETS, made at the first member found; NULL before */
 };
 
 webhook_t *webhook_new(op_env_t *env)
@@ -83,7 +103,8 @@ static void hk_free(hook_req_t *h)
 
     if (h->call != NULL)
         store_cancel(h->call);
-    store_outbox_cancel(h->ocall);
+    store_hook_cancel(h->hcall);
+    store_hook_cancel(h->subs_call);
     json_decref(h->subs);
     if (h->prev != NULL)
         h->prev->next = h->next;
@@ -107,6 +128,7 @@ void webhook_free(struct webhook *wh)
     wh->freeing = 1;
     while (wh->reqs != NULL)
         hk_free(wh->reqs);
+    free(wh->hints);
     free(wh);
 }
 
@@ -159,10 +181,31 @@ static void hk_fail(hook_req_t *h, int status, int code, const char *fmt, ...)
     json_decref(j);
 }
 
+/* The challenge of a webhook's 401 (RFC 9110 section 11.6.1 wants one on every 401). Its
+ * credential is the platform's signature (or whatsapp's token, or Meta's verify token in a
+ * handshake), never a Bearer token: the API's "Bearer" would send whoever reads the answer
+ * looking for a token to get. No registered scheme names a signature over the request, so
+ * "Signature", with where the platform puts it. */
+static const char *hk_challenge(const hook_req_t *h)
+{
+    const char *type = h->ops->type;
+
+    if (strcmp(type, "slack") == 0)
+        return "Signature realm=\"webhooks\", header=\"X-Slack-Signature\"";
+    if (strcmp(type, "wechat") == 0)
+        return "Signature realm=\"webhooks\", param=\"signature\"";
+    if (strcmp(type, "whatsapp") == 0)
+        return "Signature realm=\"webhooks\", param=\"token\"";
+    return h->post ? "Signature realm=\"webhooks\", header=\"X-Hub-Signature-256\""
+                   : "Signature realm=\"webhooks\", param=\"hub.verify_token\"";
+}
+
 /* A signature or token missing or wrong: 401, counted; nothing of the request is read. */
 static void hk_refuse(hook_req_t *h, metrics_hook_refusal_t why, const char *msg)
 {
     metrics_hook_refused(h->wh->env->deliver.metrics, h->ops->type, why);
+    evhttp_add_header(evhttp_request_get_output_headers(h->req), "WWW-Authenticate",
+                      hk_challenge(h));
     hk_fail(h, 401, BG_ERR_SIGNATURE, "%s", msg);
 }
 
@@ -310,10 +353,6 @@ static int slack_signed(hook_req_t *h, const char **why, int *replay)
         *replay = 1;
         return *why = "X-Slack-Request-Timestamp is more than 5 minutes from now", 0;
     }
-    snprintf(h->signature, sizeof(h->signature), "%s", sig + 3);
-    for (char *p = h->signature; *p; p++) /* one form per signature in the replay key */
-        if (*p >= 'A' && *p <= 'F')
-            *p = (char)(*p - 'A' + 'a');
     return 1;
 }
 
@@ -430,6 +469,69 @@ static void hk_done(hook_req_t *h)
         hk_answer(h, 200, 0, NULL, strdup("{\"ok\":1}"));
 }
 
+/* ---- the member ids of senders, remembered by the worker ---- */
+
+/* The member script names the member's key among its KEYS, so it must know the member's id
+ * before it runs: the worker remembers the id it last found for each sender (a guess: one that
+ * went wrong costs a round trip, never a wrong member). The hashes of channel and sender, mixed
+ * (a multiplication by an odd number: no two pairs the same), pick a set of two ways and tag
+ * the way; the older of the two makes room. */
+static uint64_t hint_hash(const char *channel_id, const char *recipient_id)
+{
+    uint64_t x = (uint64_t)hash_fnv1a(channel_id, strlen(channel_id)) << 32 |
+                 hash_fnv1a(recipient_id, strlen(recipient_id));
+
+    return x * 0x9E3779B97F4A7C15u;
+}
+
+static hint_set_t *hint_slot(const struct webhook *wh, uint64_t x, uint32_t *tag)
+{
+    *tag = (uint32_t)(x >> 32) | 1; /* 0 marks a way never used */
+    return wh->hints != NULL ? &wh->hints[x % HINT_SETS] : NULL;
+}
+
+static const char *hint_get(const struct webhook *wh, uint64_t x)
+{
+    uint32_t tag;
+    const hint_set_t *s = hint_slot(wh, x, &tag);
+
+    for (int i = 0; s != NULL && i < 2; i++)
+        if (s->tag[i] == tag)
+            return s->id[i];
+    return NULL;
+}
+
+static void hint_put(struct webhook *wh, uint64_t x, const char *id)
+{
+    uint32_t tag;
+    hint_set_t *s;
+    int way;
+
+    if (strlen(id) >= HINT_ID_MAX)
+        return;
+    if (wh->hints == NULL && (wh->hints = calloc(HINT_SETS, sizeof(*wh->hints))) == NULL)
+        return; /* no guesses: a round trip more for a known sender */
+    s = hint_slot(wh, x, &tag);
+    way = s->tag[0] == tag ? 0 : s->tag[1] == tag ? 1 : s->older;
+    s->tag[way] = tag;
+    memcpy(s->id[way], id, strlen(id) + 1);
+    s->older = (unsigned char)!way;
+}
+
+/* ---- each event's member ---- */
+
+/* The time a message or a tap moves member.lastInboundAt to: the platform's time of it, never
+ * later than now (a clock ahead would open a window that has not begun); 0 for a receipt. */
+static int64_t inbound_time(const json_t *ev, int64_t now)
+{
+    const char *type = json_string_value(json_object_get(ev, "eventType"));
+    int64_t at = json_integer_value(json_object_get(ev, "timestamp"));
+
+    if (strcmp(type, "INBOUND") != 0 && strcmp(type, "POSTBACK") != 0)
+        return 0;
+    return at <= 0 || at > now ? now : at;
+}
+
 static void on_inbound(void *arg, store_status_t st, json_t *value)
 {
     hook_req_t *h = arg;
@@ -443,46 +545,35 @@ static void on_inbound(void *arg, store_status_t st, json_t *value)
     hk_next(h);
 }
 
-/* The event now has its member: its id goes into the event, and a message or tap keeps
- * member.lastInboundAt (what the conversation windows count from), written against the record
- * just read: a round trip less than reading it again, unless this worker wrote the member in
- * between. */
-static void on_member(void *arg, store_status_t st, json_t *value)
+/* The event has its member: its id goes into the event. lastInboundAt was kept by the same
+ * script, unless the record holds it in a form only member_mark_inbound reads (record): then
+ * by compare-and-set against the record the script read, a round trip more. */
+static void on_member(void *arg, store_status_t st, const char *member_id, json_t *record)
 {
     hook_req_t *h = arg;
-    json_t *ev = json_array_get(h->hook.events, h->next_event);
-    const char *type = json_string_value(json_object_get(ev, "eventType"));
-    const char *id = json_string_value(json_object_get(value, "_id"));
-    int64_t now = clock_wall_ms(), at;
-    uint64_t seq = store_write_seq(h->wh->env->deliver.store);
+    json_t *ev = json_array_get(h->hook.events, h->next_event), *change;
     store_status_t sst;
-    json_t *change;
 
-    h->call = NULL;
-    if (st != STORE_OK || id == NULL) {
-        json_decref(value);
-        hk_fail_store(h, st == STORE_OK ? STORE_BAD_RECORD : st);
+    h->hcall = NULL;
+    if (st != STORE_OK) {
+        hk_fail_store(h, st);
         return;
     }
-    snprintf(h->member_id, sizeof(h->member_id), "%s", id);
-    json_object_set_new(ev, "memberId", json_string(id));
+    snprintf(h->member_id, sizeof(h->member_id), "%s", member_id);
+    json_object_set_new(ev, "memberId", json_string(member_id));
+    hint_put(h->wh, h->hint, member_id);
     h->next_event++;
-    if (strcmp(type, "INBOUND") != 0 && strcmp(type, "POSTBACK") != 0) {
-        json_decref(value);
+    if (record == NULL) {
         hk_next(h);
         return;
     }
-    /* the platform's time of the message, never later than now (a clock ahead would open a
-     * window that has not begun) */
-    at = json_integer_value(json_object_get(ev, "timestamp"));
-    if (at <= 0 || at > now)
-        at = now;
-    change = json_pack("{s:I}", "lastInboundAt", (json_int_t)at);
+    change = json_pack("{s:I}", "lastInboundAt", (json_int_t)h->inbound_at);
     h->phase = HK_INBOUND;
-    h->call = store_update_member(h->wh->env->deliver.store, h->channel_id, h->member_id, value,
-                                  seq, member_mark_inbound, change, now, on_inbound, h, &sst);
+    h->call = store_update_member(h->wh->env->deliver.store, h->channel_id, h->member_id, record,
+                                  h->member_seq, member_mark_inbound, change, h->now_ms, on_inbound,
+                                  h, &sst);
     json_decref(change);
-    json_decref(value);
+    json_decref(record);
     if (h->call == NULL)
         hk_fail_store(h, sst);
 }
@@ -534,26 +625,12 @@ static void on_event_added(void *arg, store_status_t st, int queued)
     hook_req_t *h = arg;
 
     (void)queued; /* 0: a retry of an event queued before: nothing more to do either */
-    h->ocall = NULL;
+    h->hcall = NULL;
     if (st != STORE_OK) {
         hk_fail_store(h, st);
         return;
     }
     h->next_event++;
-    h->next_receipt = 0;
-    hk_store_next(h);
-}
-
-static void on_receipt(void *arg, store_status_t st, int found)
-{
-    hook_req_t *h = arg;
-
-    (void)found; /* 0: not a message of a queued request (a synchronous send's) */
-    h->ocall = NULL;
-    if (st != STORE_OK) {
-        hk_fail_store(h, st);
-        return;
-    }
     hk_store_next(h);
 }
 
@@ -574,22 +651,22 @@ static const char *receipt_id(const json_t *ev, size_t k)
     const json_t *data = json_object_get(ev, "data");
     const char *one = json_string_value(json_object_get(data, "messageId"));
 
-    if (k >= HOOK_RECEIPT_IDS_MAX)
-        return NULL;
     if (one != NULL)
         return k == 0 ? one : NULL;
     return json_string_value(json_array_get(json_object_get(data, "messageIds"), k));
 }
 
-/* The next event, in the shape subscribers get, queued for every subscription it matches. */
+/* The next event, in the shape subscribers get, queued for every subscription it matches; a
+ * receipt also marks the elements of the queued requests that sent its messages (contract
+ * section 14), in the same script. */
 static void hk_store_next(hook_req_t *h)
 {
     json_t *ev = json_array_get(h->hook.events, h->next_event), *out, *sub;
     const char *type = json_string_value(json_object_get(ev, "eventType"));
     const char *member = json_string_value(json_object_get(ev, "memberId"));
-    store_outbox_event_t oe;
-    const char *id_of;
-    char id[33], *text;
+    store_hook_event_t he;
+    const char *msg;
+    char id[33], *text = NULL;
     store_status_t st;
     size_t i;
 
@@ -597,102 +674,95 @@ static void hk_store_next(hook_req_t *h)
         hk_done(h);
         return;
     }
-    /* a receipt first marks the element of the queued request that sent the message (contract
-     * section 14), one message id after the other */
-    if (receipt_word(type) != NULL && (id_of = receipt_id(ev, h->next_receipt)) != NULL &&
-        *id_of != '\0' && strlen(id_of) < ADAPTER_ID_MAX) {
-        unsigned shard = store_outbox_shard((unsigned)h->wh->env->deliver.cfg->outbox_shards,
-                                            h->channel_id, member);
-        h->next_receipt++;
-        h->ocall = store_outbox_receipt(h->wh->env->deliver.store, shard, h->channel_id, id_of,
-                                        receipt_word(type), on_receipt, h, &st);
-        if (h->ocall == NULL)
-            hk_fail_store(h, st);
-        return;
-    }
-    memset(&oe, 0, sizeof(oe));
+    memset(&he, 0, sizeof(he));
     json_array_foreach(h->subs, i, sub) {
-        if (oe.n_subs < STORE_OUTBOX_EVENT_SUBS_MAX && sub_matches(sub, h->channel_id, type)) {
-            oe.sub_ids[oe.n_subs] = json_string_value(json_object_get(sub, "_id"));
-            oe.urls[oe.n_subs++] = json_string_value(json_object_get(sub, "url"));
+        if (he.n_subs < STORE_HOOK_SUBS_MAX && sub_matches(sub, h->channel_id, type)) {
+            he.sub_ids[he.n_subs] = json_string_value(json_object_get(sub, "_id"));
+            he.urls[he.n_subs++] = json_string_value(json_object_get(sub, "url"));
         }
     }
-    if (oe.n_subs == 0) { /* nobody wants it */
+    he.receipt = receipt_word(type);
+    for (i = 0;
+         he.receipt != NULL && i < STORE_HOOK_MESSAGES_MAX && (msg = receipt_id(ev, i)) != NULL;
+         i++)
+        if (*msg != '\0' && strlen(msg) < ADAPTER_ID_MAX)
+            he.message_ids[he.n_messages++] = msg;
+    if (he.n_subs == 0 && he.n_messages == 0) { /* nobody wants it */
         h->next_event++;
-        h->next_receipt = 0;
         hk_store_next(h);
         return;
     }
     event_id(h->channel_id, ev, id);
-    out =
-        json_pack("{s:s,s:s,s:s,s:s,s:O,s:O,s:O}", "eventId", id, "eventType", type, "channelId",
-                  h->channel_id, "memberId", member, "timestamp", json_object_get(ev, "timestamp"),
-                  "data", json_object_get(ev, "data"), "platform", json_object_get(ev, "platform"));
-    text = out ? json_dumps(out, JSON_COMPACT) : NULL;
-    json_decref(out);
-    if (text == NULL) {
-        hk_fail(h, 503, BG_ERR_UNAVAILABLE, "out of memory");
-        return;
+    if (he.n_subs > 0) {
+        out = json_pack("{s:s,s:s,s:s,s:s,s:O,s:O,s:O}", "eventId", id, "eventType", type,
+                        "channelId", h->channel_id, "memberId", member, "timestamp",
+                        json_object_get(ev, "timestamp"), "data", json_object_get(ev, "data"),
+                        "platform", json_object_get(ev, "platform"));
+        text = out ? json_dumps(out, JSON_COMPACT) : NULL;
+        json_decref(out);
+        if (text == NULL) {
+            hk_fail(h, 503, BG_ERR_UNAVAILABLE, "out of memory");
+            return;
+        }
     }
-    oe.event_id = id;
-    oe.app = h->app;
-    oe.channel_id = h->channel_id;
-    oe.member_id = member;
-    oe.body = text;
-    oe.body_len = strlen(text);
-    h->ocall = store_outbox_event_add(
+    he.event_id = id;
+    he.app = h->app;
+    he.channel_id = h->channel_id;
+    he.member_id = member;
+    he.body = text ? text : "";
+    he.body_len = strlen(he.body);
+    h->hcall = store_hook_event(
         h->wh->env->deliver.store,
         store_outbox_shard((unsigned)h->wh->env->deliver.cfg->outbox_shards, h->channel_id, member),
-        &oe, HOOK_KEEP_MS, on_event_added, h, &st);
+        &he, HOOK_KEEP_MS, on_event_added, h, &st);
     free(text);
-    if (h->ocall == NULL)
+    if (h->hcall == NULL)
         hk_fail_store(h, st);
+}
+
+/* Every event has its member and the app's subscriptions are in: the events into the outbox.
+ * A worker without its outbox (none was made) keeps the members and queues nothing. */
+static void hk_store(hook_req_t *h)
+{
+    if (h->wh->env->outbox == NULL) {
+        hk_done(h);
+        return;
+    }
+    h->phase = HK_STORE;
+    h->next_event = 0;
+    hk_store_next(h);
 }
 
 static void on_subscriptions(void *arg, store_status_t st, const json_t *subs)
 {
     hook_req_t *h = arg;
 
-    h->ocall = NULL;
+    h->subs_call = NULL;
     if (st != STORE_OK) {
         hk_fail_store(h, st);
         return;
     }
     h->subs = json_incref((json_t *)subs);
-    h->next_event = 0;
-    hk_store_next(h);
+    if (h->members_done)
+        hk_store(h);
 }
 
-/* Every event has its member: the app's subscriptions, then the events into the outbox. */
-static void hk_store(hook_req_t *h)
-{
-    store_status_t st;
-
-    /* a worker without its outbox (none was made): the members are kept, the events not
-     * queued */
-    if (json_array_size(h->hook.events) == 0 || h->wh->env->outbox == NULL) {
-        hk_done(h);
-        return;
-    }
-    h->phase = HK_STORE;
-    h->ocall =
-        store_outbox_subscriptions(h->wh->env->deliver.store, h->app, on_subscriptions, h, &st);
-    if (h->ocall == NULL)
-        hk_fail_store(h, st);
-}
-
-/* The member of the next event, made when new (as a send by recipientId makes it); then the
- * events are stored. */
+/* The member of the next event, made when new (as a send by recipientId makes it), with its
+ * lastInboundAt; once every event has its member (and the subscriptions are in), the events
+ * are stored. */
 static void hk_next(hook_req_t *h)
 {
-    json_t *ev = json_array_get(h->hook.events, h->next_event), *fresh;
+    json_t *ev = json_array_get(h->hook.events, h->next_event), *fresh, *change;
     const char *from = json_string_value(json_object_get(ev, "from"));
     char rid[ADAPTER_ID_MAX], mid[25];
+    store_hook_member_t m;
     store_status_t st;
     op_env_t *env = h->wh->env;
 
     if (ev == NULL) {
-        hk_store(h);
+        h->members_done = 1;
+        if (h->subs_call == NULL)
+            hk_store(h);
         return;
     }
     snprintf(rid, sizeof(rid), "%s", from);
@@ -702,15 +772,56 @@ static void hk_next(hook_req_t *h)
         hk_fail(h, 400, BG_ERR_MISSING_PARAM, "an event's sender is not a phone number");
         return;
     }
+    h->now_ms = clock_wall_ms();
+    h->inbound_at = inbound_time(ev, h->now_ms);
     rng_hex(&env->deliver.rng, mid, 24);
-    fresh = member_new(mid, h->channel_id, h->app, rid, h->ops->type, clock_wall_ms());
+    fresh = member_new(mid, h->channel_id, h->app, rid, h->ops->type, h->now_ms);
+    change =
+        h->inbound_at > 0 ? json_pack("{s:I}", "lastInboundAt", (json_int_t)h->inbound_at) : NULL;
+    if (fresh == NULL || (h->inbound_at > 0 &&
+                          (change == NULL || member_mark_inbound(fresh, change, h->now_ms) < 0))) {
+        json_decref(fresh);
+        json_decref(change);
+        hk_fail(h, 503, BG_ERR_UNAVAILABLE, "out of memory");
+        return;
+    }
+    json_decref(change);
+    h->hint = hint_hash(h->channel_id, rid);
+    memset(&m, 0, sizeof(m));
+    m.channel_id = h->channel_id;
+    m.recipient_id = rid;
+    m.guess_id = hint_get(h->wh, h->hint);
+    m.fresh = fresh;
+    m.inbound_at = h->inbound_at;
+    m.now_ms = h->now_ms;
     h->phase = HK_MEMBER;
-    /* the whole record (not brief): on_member writes lastInboundAt against it */
-    h->call = store_member_for_recipient(env->deliver.store, h->channel_id, rid, fresh, 0,
-                                         on_member, h, &st);
+    h->member_seq = store_write_seq(env->deliver.store);
+    h->hcall = store_hook_member(env->deliver.store, &m, on_member, h, &st);
     json_decref(fresh);
-    if (h->call == NULL)
+    if (h->hcall == NULL)
         hk_fail_store(h, st);
+}
+
+/* The body's events: the app's subscriptions are read beside the first event's member (one
+ * round trip: both go in one write), then each event's member, then the events. */
+static void hk_events(hook_req_t *h)
+{
+    store_status_t st;
+
+    if (json_array_size(h->hook.events) == 0) {
+        hk_done(h);
+        return;
+    }
+    if (h->wh->env->outbox != NULL) {
+        h->subs_call =
+            store_hook_subscriptions(h->wh->env->deliver.store, h->app, on_subscriptions, h, &st);
+        if (h->subs_call == NULL) {
+            hk_fail_store(h, st);
+            return;
+        }
+    }
+    h->next_event = 0;
+    hk_next(h);
 }
 
 /* The body is verified: parsed by the adapter, then its events taken one by one. */
@@ -726,8 +837,7 @@ static void hk_parse(hook_req_t *h)
         json_decref(j);
         return;
     }
-    h->next_event = 0;
-    hk_next(h);
+    hk_events(h);
 }
 
 static void on_replay_checked(void *arg, store_status_t st, json_t *value)
@@ -737,7 +847,10 @@ static void on_replay_checked(void *arg, store_status_t st, json_t *value)
     h->call = NULL;
     json_decref(value);
     if (st == STORE_NOT_FOUND) {
-        hk_refuse(h, METRICS_HOOK_REPLAY, "this X-Slack-Signature was seen before: a replay");
+        hk_refuse(h, METRICS_HOOK_REPLAY,
+                  strcmp(h->ops->type, "slack") == 0
+                      ? "this X-Slack-Signature was seen before: a replay"
+                      : "this signature (timestamp and nonce) was seen before: a replay");
         return;
     }
     if (st != STORE_OK) {
@@ -748,12 +861,31 @@ static void on_replay_checked(void *arg, store_status_t st, json_t *value)
     hk_parse(h);
 }
 
+/* A signature verified (hex; slack's, wechat's) is remembered for as long as its timestamp is
+ * accepted: the same one again is a replay, refused. WeChat's signs no body, so without this a
+ * POST seen once could be sent again with any body for 5 minutes. The signature alone is the
+ * key: it commits to the timestamp and the nonce (and a sorted concatenation that reads the
+ * same with the two cut elsewhere gives the same key, refused too). */
+static void hk_remember(hook_req_t *h, const char *sig)
+{
+    store_status_t st;
+
+    snprintf(h->signature, sizeof(h->signature), "%s", sig);
+    for (char *p = h->signature; *p; p++) /* one form per signature in the replay key */
+        if (*p >= 'A' && *p <= 'F')
+            *p = (char)(*p - 'A' + 'a');
+    h->phase = HK_REPLAY;
+    h->call = store_hook_seen(h->wh->env->deliver.store, h->channel_id, h->signature, HOOK_SEEN_MS,
+                              on_replay_checked, h, &st);
+    if (h->call == NULL)
+        hk_fail_store(h, st);
+}
+
 /* POST: the signature (or whatsapp's token) first; nothing else of the body is read before. */
 static void hk_receive(hook_req_t *h, const struct evkeyvalq *q)
 {
     const char *type = h->ops->type, *why = NULL;
     int replay = 0;
-    store_status_t st;
 
     if (strcmp(type, "facebook") == 0 || strcmp(type, "whatsapp-cloud") == 0) {
         if (!meta_signed(h, &why)) {
@@ -774,7 +906,7 @@ static void hk_receive(hook_req_t *h, const struct evkeyvalq *q)
             return;
         }
         /* the signature covers the query, not the body: a URL seen once is good for any body,
-         * so its time bounds how long (WeChat retries within seconds) */
+         * so its time bounds how long, and hk_remember takes it once within that time */
         if (fresh_time(evhttp_find_header(q, "timestamp")) != 1) {
             hk_refuse(h, METRICS_HOOK_REPLAY, "timestamp is more than 5 minutes from now");
             return;
@@ -786,16 +918,14 @@ static void hk_receive(hook_req_t *h, const struct evkeyvalq *q)
                     enc);
             return;
         }
+        hk_remember(h, evhttp_find_header(q, "signature"));
+        return;
     } else if (strcmp(type, "slack") == 0) {
         if (!slack_signed(h, &why, &replay)) {
             hk_refuse(h, replay ? METRICS_HOOK_REPLAY : METRICS_HOOK_SIGNATURE, why);
             return;
         }
-        h->phase = HK_REPLAY;
-        h->call = store_hook_seen(h->wh->env->deliver.store, h->channel_id, h->signature,
-                                  SLACK_SEEN_MS, on_replay_checked, h, &st);
-        if (h->call == NULL)
-            hk_fail_store(h, st);
+        hk_remember(h, header(h, "X-Slack-Signature") + 3);
         return;
     }
     hk_parse(h);

@@ -12,7 +12,7 @@
 #define NOW_MS "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
 
 /* index_message(record, element, i, base, request id, ttl): the platform's message id of a
- * sent element leads its receipts back to the request (store_outbox_receipt). An element is
+ * sent element leads its receipts back to the request (store_hook_event). An element is
  * botgate's own JSON, only read. MSG_INDEX_FIRST: its keys (as many as the elements) are not
  * among the script's KEYS, and while their slot migrates a Redis Cluster refuses a write to a
  * new one in the middle of the script, which stops there with what it wrote kept; so a script
@@ -129,26 +129,6 @@ static const char PROGRESS_SCRIPT[] = NOW_MS INDEX_MESSAGE_FN
     "redis.call('HSET', KEYS[1], 'e' .. ARGV[2], ARGV[3], 'next', ARGV[2] + 1, 'updated', now) "
     "return 1";
 
-/* KEYS stream; ARGV the message's index key, the records' key base, the receipt (delivered,
- * read, failed), group. The element's receipt moves forward only (delivered, then read; failed
- * whenever), kept in the record's 'rc' (a JSON object: index -> receipt); the request's status
- * callback, when it has one, is queued. 0 when no queued request sent that message. */
-static const char RECEIPT_SCRIPT[] =
-    NOW_MS "local v = redis.call('GET', ARGV[1]) if not v then return 0 end "
-           "local id, i = string.match(v, '^(%S+) (%d+)$') if not id then return 0 end "
-           "local rec = ARGV[2] .. id "
-           "if redis.call('EXISTS', rec) == 0 then return 0 end "
-           "local rc = {} local raw = redis.call('HGET', rec, 'rc') "
-           "if raw then local ok, t = pcall(cjson.decode, raw) if ok and type(t) == 'table' then "
-           "rc = t end end "
-           "local rank = {delivered = 1, read = 2, failed = 3} "
-           "local had = rc[i] "
-           "if had and (rank[had] or 0) >= rank[ARGV[3]] then return 1 end "
-           "rc[i] = ARGV[3] "
-           "redis.call('HSET', rec, 'rc', cjson.encode(rc), 'updated', now) "
-           "if (redis.call('HGET', rec, 'cb') or '') ~= '' then "
-           "redis.call('XADD', KEYS[1], '*', 'c', id) end return 1";
-
 /* KEYS record, order, stream[, turns, leases]; ARGV owner, entry, final, status, result,
  * delay_ms, keep_ms, group, request id, the message index's key base, callback_keep_ms. Final: the
  * status is written, the member's order and turn pass (the next in the turn queue is told, as
@@ -238,23 +218,6 @@ static const char PRUNE_SCRIPT[] =
     "return gone";
 
 static _Thread_local store_script_t prune_script = STORE_SCRIPT(PRUNE_SCRIPT);
-/* KEYS stream, seen; ARGV event id, app, body, keep_ms, the order keys' base and suffix (a
- * subscription's key is base .. id .. suffix, of the stream's slot), then the subscriptions as
- * "id\nurl\n" pairs. An event the platform sends again (its id seen) adds nothing. The order
- * keys are not among KEYS (MSG_INDEX_FIRST): the event is marked seen last, so that a script
- * stopped by a slot migration leaves it unseen (the platform's retry queues it; at least once)
- * rather than seen and lost. */
-static const char EVENT_ADD_SCRIPT[] =
-    "if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end "
-    "local parts = {} for p in string.gmatch(ARGV[7], '([^\\n]+)') do parts[#parts + 1] = p end "
-    "for i = 1, #parts - 1, 2 do "
-    "local order = ARGV[5] .. parts[i] .. ARGV[6] "
-    "local seq = redis.call('HINCRBY', order, 'n', 1) "
-    "redis.call('PEXPIRE', order, ARGV[4]) "
-    "redis.call('XADD', KEYS[1], '*', 'e', ARGV[1], 's', parts[i], 'u', parts[i + 1], "
-    "'a', ARGV[2], 'o', order, 'q', seq, 'b', ARGV[3]) end "
-    "redis.call('SET', KEYS[2], '1', 'PX', ARGV[4]) return 1";
-
 /* KEYS order; ARGV seq. 1: its turn; 0: an earlier one is not finished; 2: finished already. */
 static const char EVENT_TURN_SCRIPT[] =
     "local done = tonumber(redis.call('HGET', KEYS[1], 'done') or '0') "
@@ -267,8 +230,6 @@ static const char EVENT_END_SCRIPT[] =
     "redis.call('HSET', KEYS[1], 'done', ARGV[1]) redis.call('PUBLISH', KEYS[1], ARGV[1]) end "
     "redis.call('XACK', KEYS[2], ARGV[2], ARGV[3]) redis.call('XDEL', KEYS[2], ARGV[3]) return 1";
 
-static _Thread_local store_script_t receipt_script = STORE_SCRIPT(RECEIPT_SCRIPT);
-static _Thread_local store_script_t event_add_script = STORE_SCRIPT(EVENT_ADD_SCRIPT);
 static _Thread_local store_script_t event_turn_script = STORE_SCRIPT(EVENT_TURN_SCRIPT);
 static _Thread_local store_script_t event_end_script = STORE_SCRIPT(EVENT_END_SCRIPT);
 static _Thread_local store_script_t accept_script = STORE_SCRIPT(ACCEPT_SCRIPT);
@@ -292,8 +253,7 @@ typedef enum {
     C_SECRET,
     C_TURN,
     C_SETTLE,
-    C_EVENT, /* an integer answer: store_outbox_event_cb and store_outbox_turn_cb */
-    C_SUBS,  /* HGETALL of an app's subscriptions */
+    C_EVENT, /* an integer answer: store_outbox_turn_cb */
 } call_kind_t;
 
 /* Owned by the store from its start until its callback has run or it is cancelled. */
@@ -498,28 +458,8 @@ static void on_reply(redisReply *reply, void *arg)
     case C_EVENT:
         if (st == STORE_OK && reply->type != REDIS_REPLY_INTEGER)
             st = STORE_BAD_RECORD;
-        ((store_outbox_event_cb *)c->cb)(c->arg, st, st == STORE_OK ? (int)reply->integer : 0);
+        ((store_outbox_turn_cb *)c->cb)(c->arg, st, st == STORE_OK ? (int)reply->integer : 0);
         break;
-    case C_SUBS: {
-        json_t *subs = NULL;
-        if (st == STORE_OK && reply->type != REDIS_REPLY_ARRAY)
-            st = STORE_BAD_RECORD;
-        if (st == STORE_OK && (subs = json_array()) == NULL)
-            st = STORE_UNAVAILABLE;
-        for (size_t i = 0; st == STORE_OK && i + 1 < reply->elements; i += 2) {
-            const redisReply *v = reply->element[i + 1];
-            json_t *rec =
-                v->type == REDIS_REPLY_STRING ? json_loadb(v->str, v->len, 0, NULL) : NULL;
-            /* a record another writer broke is skipped: the others still get their events */
-            if (json_is_object(rec) && json_is_string(json_object_get(rec, "_id")) &&
-                json_is_string(json_object_get(rec, "url")))
-                json_array_append(subs, rec);
-            json_decref(rec);
-        }
-        ((store_outbox_subs_cb *)c->cb)(c->arg, st, subs);
-        json_decref(subs);
-        break;
-    }
     case C_SECRET:
         if (st == STORE_OK && reply->type != REDIS_REPLY_STRING)
             st = STORE_NOT_FOUND;
@@ -671,85 +611,6 @@ unsigned store_outbox_shard(unsigned shards, const char *channel_id, const char 
     for (const char *p = member_id; *p; p++)
         h = (h ^ (unsigned char)*p) * 16777619u;
     return shards ? h % shards : 0;
-}
-
-store_outbox_call_t *store_outbox_event_add(store_t *st, unsigned shard,
-                                            const store_outbox_event_t *ev, int64_t keep_ms,
-                                            store_outbox_event_cb *cb, void *arg,
-                                            store_status_t *status)
-{
-    char stream[STORE_KEY_MAX], seen[STORE_KEY_MAX], order[STORE_KEY_MAX], keep[NUMFMT_DEC_SIZE];
-    const char *cut;
-    char *subs = NULL, *base = NULL;
-    size_t size = 1, at = 0;
-    store_outbox_call_t *c = NULL;
-
-    *status = STORE_BAD_RECORD;
-    /* the order key without a subscription, cut where its id goes */
-    if (ev->n_subs > STORE_OUTBOX_EVENT_SUBS_MAX ||
-        store_key_outbox(stream, sizeof(stream), store_prefix(st), shard) < 0 ||
-        store_key_outbox_event_seen(seen, sizeof(seen), store_prefix(st), shard, ev->event_id) <
-            0 ||
-        store_key_outbox_event_order(order, sizeof(order), store_prefix(st), shard, "",
-                                     ev->channel_id, ev->member_id) < 0 ||
-        (cut = strstr(order, "}:evorder::")) == NULL)
-        return NULL;
-    cut += strlen("}:evorder:");
-    for (unsigned i = 0; i < ev->n_subs; i++) {
-        if (strpbrk(ev->sub_ids[i], "\n:") != NULL || strchr(ev->urls[i], '\n') != NULL ||
-            *ev->sub_ids[i] == '\0' || *ev->urls[i] == '\0')
-            return NULL;
-        size += strlen(ev->sub_ids[i]) + strlen(ev->urls[i]) + 2;
-    }
-    if ((subs = malloc(size)) == NULL || (base = strndup(order, (size_t)(cut - order))) == NULL) {
-        *status = STORE_UNAVAILABLE;
-        goto out;
-    }
-    for (unsigned i = 0; i < ev->n_subs; i++)
-        at += (size_t)sprintf(subs + at, "%s\n%s\n", ev->sub_ids[i], ev->urls[i]);
-    subs[at] = '\0';
-    if ((c = NEW_CALL(C_EVENT, cb, arg, shard, status)) == NULL) {
-        *status = STORE_UNAVAILABLE;
-        goto out;
-    }
-    {
-        const char *words[] = {stream,  seen,     ev->event_id,
-                               ev->app, ev->body, numfmt_dec(keep, keep_ms),
-                               base,    cut,      subs};
-        size_t lens[9];
-        for (int i = 0; i < 9; i++)
-            lens[i] = i == 4 ? ev->body_len : strlen(words[i]);
-        c = run(st, &event_add_script, c, 2, 9, words, lens, status);
-    }
-out:
-    free(subs);
-    free(base);
-    return c;
-}
-
-store_outbox_call_t *store_outbox_receipt(store_t *st, unsigned shard, const char *channel_id,
-                                          const char *message_id, const char *receipt,
-                                          store_outbox_event_cb *cb, void *arg,
-                                          store_status_t *status)
-{
-    char stream[STORE_KEY_MAX], msg[STORE_KEY_MAX], base[STORE_KEY_MAX];
-    store_outbox_call_t *c;
-
-    if (store_key_outbox(stream, sizeof(stream), store_prefix(st), shard) < 0 ||
-        store_key_outbox_message(msg, sizeof(msg), store_prefix(st), shard, channel_id,
-                                 message_id) < 0 ||
-        record_key(st, base, shard, "") < 0) {
-        *status = STORE_BAD_RECORD;
-        return NULL;
-    }
-    if ((c = NEW_CALL(C_EVENT, cb, arg, shard, status)) == NULL) {
-        *status = STORE_UNAVAILABLE;
-        return NULL;
-    }
-    {
-        const char *words[] = {stream, msg, base, receipt};
-        return run(st, &receipt_script, c, 1, 4, words, NULL, status);
-    }
 }
 
 store_outbox_call_t *store_outbox_event_turn(store_t *st, const store_outbox_entry_t *e,
@@ -1030,16 +891,6 @@ void store_outbox_callback_done(store_t *st, const store_outbox_entry_t *e)
                                e->entry_id, numfmt_dec(n, e->callback_seq)};
         run(st, &cb_done_script, NULL, 2, 5, words, NULL, NULL);
     }
-}
-
-store_outbox_call_t *store_outbox_subscriptions(store_t *st, const char *app,
-                                                store_outbox_subs_cb *cb, void *arg,
-                                                store_status_t *status)
-{
-    char key[STORE_KEY_MAX];
-    int n = store_key_subscriptions(key, sizeof(key), store_prefix(st), app);
-
-    return app_command(st, NEW_CALL(C_SUBS, cb, arg, 0, status), "HGETALL", key, n, status);
 }
 
 store_outbox_call_t *store_outbox_secret(store_t *st, const char *app, store_outbox_secret_cb *cb,

@@ -84,39 +84,8 @@ typedef struct store_outbox_entry {
  * requests and events go to one stream. */
 unsigned store_outbox_shard(unsigned shards, const char *channel_id, const char *member_id);
 
-#define STORE_OUTBOX_EVENT_SUBS_MAX 32
+/* An event's entries (one per subscription) are queued by store_hook_event (hook.h). */
 
-typedef struct store_outbox_event {
-    const char *event_id; /* the platform's retries of one event have the same id */
-    const char *app, *channel_id, *member_id;
-    const char *body; /* the event as JSON text */
-    size_t body_len;
-    unsigned n_subs; /* the subscriptions it goes to, at most STORE_OUTBOX_EVENT_SUBS_MAX */
-    const char *sub_ids[STORE_OUTBOX_EVENT_SUBS_MAX], *urls[STORE_OUTBOX_EVENT_SUBS_MAX];
-} store_outbox_event_t;
-
-/* queued: 1, or 0 when the event was queued before (a platform's retry: nothing added). */
-typedef void store_outbox_event_cb(void *arg, store_status_t st, int queued);
-/* Queues ev once: an entry per subscription, each numbered in its member's order to that
- * subscription. The event's id is remembered keep_ms (the platform's retries within it are
- * taken once). */
-store_outbox_call_t *store_outbox_event_add(store_t *st, unsigned shard,
-                                            const store_outbox_event_t *ev, int64_t keep_ms,
-                                            store_outbox_event_cb *cb, void *arg,
-                                            store_status_t *status);
-/* An app's subscriptions (botgatectl subscription): subs is an array of their records, those
- * that are not valid left out (borrowed: valid during the callback). */
-typedef void store_outbox_subs_cb(void *arg, store_status_t st, const json_t *subs);
-store_outbox_call_t *store_outbox_subscriptions(store_t *st, const char *app,
-                                                store_outbox_subs_cb *cb, void *arg,
-                                                store_status_t *status);
-/* A receipt (delivered, read, failed) of the platform message message_id of channel_id:
- * recorded on the element of the queued request that sent it, whose status callback is queued
- * again. queued (of store_outbox_event_cb): 1, or 0 when no queued request sent it. */
-store_outbox_call_t *store_outbox_receipt(store_t *st, unsigned shard, const char *channel_id,
-                                          const char *message_id, const char *receipt,
-                                          store_outbox_event_cb *cb, void *arg,
-                                          store_status_t *status);
 /* Whether entry e (an event) may be posted now: 1 yes, 0 an earlier event of its member to
  * that subscription is not finished (watch e->order_key), 2 it was finished already. */
 typedef void store_outbox_turn_cb(void *arg, store_status_t st, int turn);

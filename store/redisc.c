@@ -1,8 +1,11 @@
 /* redisc.c - async Redis client: one connection per worker, commands pipelined on it.
  * hiredis 0.14 has no timeouts and no reconnect; this file adds both. Commands in flight are
- * kept oldest first (Redis answers in order), so one timer watching the oldest command is
- * enough to notice a stuck server; then the context is freed, every pending callback gets
- * NULL, and a new connection is tried with backoff. */
+ * kept oldest first (Redis answers in order), so one timer is enough for two deadlines: a
+ * command past its own is told NULL and left in flight, its reply dropped when it comes (a
+ * server that is slow but answering keeps its connection, and the commands behind it theirs);
+ * a connection that heard nothing for a whole timeout while commands wait is stuck: the
+ * context is freed, every pending callback gets NULL, and a new connection is tried with
+ * backoff. */
 #include "redisc.h"
 
 #include "../core/clock.h"
@@ -37,6 +40,7 @@ struct redisc_cmd {
     void *arg;
     int64_t deadline_ms;
     int64_t sent_us;
+    int late; /* past its deadline: told NULL already, its reply will be dropped */
     redisc_cmd_t *prev, *next;
 };
 
@@ -62,11 +66,15 @@ struct redisc {
     redisc_config_t cfg;
     redisAsyncContext *ac; /* NULL while down */
     redisc_state_t state;
-    struct event *timer; /* connect timeout, then the oldest command's deadline */
+    struct event *timer; /* connect timeout, then the next deadline (on_deadline) */
     struct event *retry; /* reconnect after backoff */
     int backoff_ms;
-    redisc_cmd_t *head, *tail; /* in flight, oldest first */
+    /* In flight, oldest first; n counts them all, the late ones too (max_in_flight bounds
+     * what a slow server makes us keep). live: the first one not late (the late ones are
+     * always the oldest: every command gets the same timeout), NULL when none is. */
+    redisc_cmd_t *head, *tail, *live;
     size_t n;
+    int64_t heard_ms;    /* the last reply, or when a command was sent with none in flight */
     redisc_cmd_t *spare; /* free list, so that a command costs no malloc */
     redisc_state_cb *state_cb;
     void *state_arg;
@@ -131,6 +139,8 @@ static void tell(redisc_t *r, int up, const char *why)
 
 static void unlink_cmd(redisc_t *r, redisc_cmd_t *c)
 {
+    if (r->live == c)
+        r->live = c->next;
     DLIST_UNLINK(r->head, r->tail, c);
     r->n--;
     c->next = r->spare;
@@ -245,7 +255,9 @@ static void cmd_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     void *arg = c->arg;
 
     (void)ac;
-    if (r->observe != NULL)
+    if (reply != NULL)
+        r->heard_ms = clock_coarse_ms();
+    if (r->observe != NULL && !c->late) /* a late one was counted when it timed out */
         r->observe(r->observe_arg,
                    reply != NULL && ((redisReply *)reply)->type != REDIS_REPLY_ERROR,
                    clock_mono_us() - c->sent_us);
@@ -258,6 +270,46 @@ static void cmd_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
         drop(r, "the server became a replica");
 }
 
+/* The timer at the next moment on_deadline may have something to do: the first command's
+ * deadline that has not passed, or a whole timeout after the connection last heard. */
+static void arm(redisc_t *r, int64_t now)
+{
+    int64_t at = r->heard_ms + r->cfg.command_timeout_ms;
+
+    if (r->live != NULL && r->live->deadline_ms < at)
+        at = r->live->deadline_ms;
+    event_add_ms(r->timer, at - now);
+}
+
+/* The commands at the head past their deadline: each is told NULL now (its request answers
+ * as on a lost connection) and stays in flight until its reply comes, dropped then, or the
+ * connection goes; it is never told again. 0, or -1 when a callback gave up the connection. */
+static int time_out_late(redisc_t *r, int64_t now)
+{
+    redisAsyncContext *ac = r->ac;
+    redisc_cmd_t *c;
+
+    while ((c = r->live) != NULL && c->deadline_ms <= now) {
+        redisc_cb *cb = c->cb;
+        r->live = c->next;
+        c->late = 1;
+        c->cb = NULL;
+        if (r->observe != NULL)
+            r->observe(r->observe_arg, 0, clock_mono_us() - c->sent_us);
+        if (cb != NULL)
+            cb(NULL, c->arg);
+        if (r->ac != ac)
+            return -1;
+    }
+    return 0;
+}
+
+/* A command's deadline or the silence's. Nothing heard for a whole timeout while commands
+ * wait (none heard since the oldest was sent, or since the last reply): the server is stuck,
+ * the connection is given up. Else only the commands past their own deadline time out: a
+ * server that answers late (loaded, or a slow command of someone else's) keeps the
+ * connection, and the thousands of commands in flight behind them that come in time. Before
+ * the connection is up, its setup commands give it up as before. */
 static void on_deadline(evutil_socket_t fd, short what, void *arg)
 {
     redisc_t *r = arg;
@@ -271,17 +323,19 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
     }
     if (r->head == NULL)
         return;
-    if (r->head->deadline_ms <= now) {
+    if (now - r->heard_ms >= r->cfg.command_timeout_ms ||
+        (r->state != RC_UP && r->head->deadline_ms <= now)) {
         drop(r, "command timed out");
         return;
     }
-    event_add_ms(r->timer, r->head->deadline_ms - now);
+    if (time_out_late(r, now) == 0 && r->head != NULL)
+        arm(r, now);
 }
 
-static void watch_head(redisc_t *r)
+static void watch_head(redisc_t *r, int64_t now)
 {
     if (r->head != NULL && !event_pending(r->timer, EV_TIMEOUT, NULL))
-        event_add_ms(r->timer, r->head->deadline_ms - clock_coarse_ms());
+        arm(r, now);
 }
 
 /* argv in its wire form, written by resp.c rather than by hiredis's formatter (sds and a printf
@@ -316,6 +370,7 @@ static int send_cmd(redisc_t *r, redisc_cb *cb, void *arg, int argc, const char 
                     const size_t *argvlen, redisc_cmd_t **out)
 {
     redisc_cmd_t *c = r->spare;
+    int64_t now = clock_coarse_ms();
     int rc;
 
     if (c != NULL)
@@ -325,8 +380,9 @@ static int send_cmd(redisc_t *r, redisc_cb *cb, void *arg, int argc, const char 
     c->r = r;
     c->cb = cb;
     c->arg = arg;
+    c->late = 0;
     c->sent_us = r->observe != NULL ? clock_mono_us() : 0;
-    c->deadline_ms = clock_coarse_ms() + r->cfg.command_timeout_ms;
+    c->deadline_ms = now + r->cfg.command_timeout_ms;
     if (argc < 0)
         rc = redisAsyncFormattedCommand(r->ac, cmd_on_reply, c, argv[0], argvlen[0]);
     else
@@ -336,9 +392,13 @@ static int send_cmd(redisc_t *r, redisc_cb *cb, void *arg, int argc, const char 
         r->spare = c;
         return REDISC_DOWN;
     }
+    if (r->n == 0) /* the silence counts from now: nothing was awaited before */
+        r->heard_ms = now;
     DLIST_APPEND(r->head, r->tail, c);
+    if (r->live == NULL)
+        r->live = c;
     r->n++;
-    watch_head(r);
+    watch_head(r, now);
     if (out != NULL)
         *out = c;
     return REDISC_OK;
@@ -411,11 +471,18 @@ static void on_tracking_off(redisReply *reply, void *arg)
     (void)arg; /* an error only means it was off already */
 }
 
+static void trk_start(redisc_t *r);
+
 static void on_tracking(redisReply *reply, void *arg)
 {
     redisc_t *r = arg;
 
     r->trk_pending--;
+    if (reply == NULL && r->state == RC_UP && r->trk_pending == 0) {
+        trk_start(r); /* the last one sent timed out on a slow server that kept the
+                       * connection: again, or the cache would stay off until a reconnect */
+        return;
+    }
     if (reply == NULL || reply->type == REDIS_REPLY_ERROR)
         return; /* refused (a server before Redis 6, or the subscriber went meanwhile): the
                  * cache stays off until the next reconnect of either connection tries again */
@@ -673,7 +740,7 @@ static void on_tls(void *arg, int up, const char *why)
 {
     redisc_t *r = arg;
     char msg[256];
-    int64_t deadline = clock_coarse_ms() + r->cfg.command_timeout_ms;
+    int64_t now = clock_coarse_ms();
 
     if (!up) {
         snprintf(msg, sizeof(msg), "cannot connect to %.90s: %.140s", r->addr, why);
@@ -683,8 +750,9 @@ static void on_tls(void *arg, int up, const char *why)
     r->tls_wait = 0;
     event_del(r->timer);
     for (redisc_cmd_t *c = r->head; c != NULL; c = c->next)
-        c->deadline_ms = deadline;
-    watch_head(r);
+        c->deadline_ms = now + r->cfg.command_timeout_ms;
+    r->heard_ms = now;
+    watch_head(r, now);
 }
 
 /* rediss://: TLS under ac before it is attached (see redistls.h). */

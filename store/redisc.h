@@ -17,7 +17,9 @@ typedef struct redisc_cmd redisc_cmd_t;
 typedef struct redisc_sub redisc_sub_t;
 
 /* Called once per command unless it was cancelled. reply is NULL when the command failed
- * (connection lost, timed out); it is freed by hiredis after the call. */
+ * (connection lost, timed out); it is freed by hiredis after the call. A command past its
+ * timeout is told NULL then, whether or not the connection stays (a server that answers, only
+ * late, keeps it): never again, its reply is dropped when it comes. */
 typedef void redisc_cb(redisReply *reply, void *arg);
 
 #define REDISC_ADDRS_MAX 8 /* addresses of the URL's host name tried in turn */
@@ -43,8 +45,12 @@ typedef struct redisc_config {
     char password[256]; /* AUTH on connect when not empty */
     int db;             /* SELECT on connect when not 0 */
     int connect_timeout_ms;
+    /* A command's own timeout; a connection that hears nothing for that long while commands
+     * wait is given up (stuck), one that answers late only fails the late commands. */
     int command_timeout_ms;
-    int max_in_flight; /* commands in flight on the connection; past it: REDISC_BUSY */
+    /* commands in flight on the connection, those timed out whose replies have not come yet
+     * included; past it: REDISC_BUSY */
+    int max_in_flight;
     /* Redis Sentinel: when n_sentinels > 0 the master of master_name is asked for before
      * every connect, checked every SENTINEL_CHECK_MS, and host/port above are ignored. */
     sentinel_addr_t sentinels[SENTINEL_MAX];

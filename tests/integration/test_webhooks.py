@@ -2,14 +2,20 @@
 verification handshakes; a correctly signed inbound message becomes an event whose member is
 made when new and keeps lastInboundAt; a wrong or missing signature, a slack replay and an
 oversized body are refused (401 / 413, counted) and change nothing in Redis."""
+import contextlib
 import hashlib
 import hmac
+import itertools
 import json
+import re
+import socket
+import threading
 import time
 import unittest
 import urllib.parse
 
-from harness import StackTest, cloud_channel, facebook_channel, http, wait_for, whatsapp_channel
+from harness import (CLUSTER, Redis, StackTest, cloud_channel, facebook_channel, http, wait_for,
+                     whatsapp_channel)
 from test_outbox import Receiver, verify
 
 APP = "app-hook"
@@ -30,8 +36,14 @@ def slack_headers(secret, raw, ts=None):
     return {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": "v0=" + mac.hexdigest()}
 
 
-def wechat_query(token, ts=None, nonce="n0nce"):
+NONCES = itertools.count()
+
+
+def wechat_query(token, ts=None, nonce=None):
+    """A signed WeChat query; a nonce of its own unless given (as WeChat does: the same
+    signature again is a replay)."""
     ts = str(int(time.time())) if ts is None else ts
+    nonce = "n0nce%d" % next(NONCES) if nonce is None else nonce
     sig = hashlib.sha1("".join(sorted([token, ts, nonce])).encode()).hexdigest()
     return {"signature": sig, "timestamp": ts, "nonce": nonce}
 
@@ -59,6 +71,51 @@ def wechat_xml(openid, msgid, text="hi"):
             "<FromUserName><![CDATA[%s]]></FromUserName><CreateTime>%d</CreateTime>"
             "<MsgType><![CDATA[text]]></MsgType><Content><![CDATA[%s]]></Content>"
             "<MsgId>%s</MsgId></xml>" % (openid, int(time.time()) - 1, text, msgid)).encode()
+
+
+class Monitor:
+    """Redis's MONITOR of one server, read by a thread until stop(), which returns each script
+    run (EVALSHA, EVAL) as (its KEYS, the set of (command, key) its commands named)."""
+    ARG = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+    def __init__(self, port):
+        self.r = Redis(port)
+        self.lines = []
+        self.r("MONITOR")
+        self.r.sock.settimeout(None)  # read until stop()
+        self.thread = threading.Thread(target=self.read, daemon=True)
+        self.thread.start()
+
+    def read(self):
+        try:
+            while True:
+                self.lines.append(self.r._reply())
+        except (OSError, RuntimeError):
+            pass
+
+    def stop(self):
+        self.r.sock.shutdown(socket.SHUT_RDWR)  # wakes the thread's read
+        self.thread.join(5)
+        self.r.close()
+        # a script's line comes first, then the commands it ran (nothing runs between them:
+        # a script is atomic)
+        scripts, current = [], None
+        for line in self.lines:
+            if not isinstance(line, str) or "]" not in line:
+                continue
+            who, rest = line.split("]", 1)
+            args = self.ARG.findall(rest)
+            if not args:
+                continue
+            if who.endswith(" lua"):
+                if current is not None and args[0].lower() != "time":
+                    current[1].add((args[0].lower(), args[1]))
+                continue
+            current = None
+            if args[0].lower() in ("evalsha", "eval"):
+                current = (args[3:3 + int(args[2])], set())
+                scripts.append(current)
+        return scripts
 
 
 def put_channels(s):
@@ -122,6 +179,21 @@ class HookCase(StackTest):
         self.assertLessEqual(m["lastInboundAt"], int(time.time() * 1000))
         self.assertGreater(m["lastInboundAt"], int(time.time() * 1000) - 60000)
         return m
+
+    @contextlib.contextmanager
+    def subscriptions_unreadable(self):
+        """The app's subscriptions cannot be read inside: a webhook with events gets 503."""
+        key = "botgate:subscriptions:" + APP
+        saved = self.s.redis("EXISTS", key) == 1
+        if saved:
+            self.s.redis("RENAME", key, key + ":saved")
+        self.s.redis("SET", key, "not a hash")
+        try:
+            yield
+        finally:
+            self.s.redis("DEL", key)
+            if saved:
+                self.s.redis("RENAME", key + ":saved", key)
 
     def sim_inbound(self, platform, cid, secret, sender, **what):
         body = {"platform": platform, "url": self.s.url + "/webhooks/" + cid, "secret": secret,
@@ -223,18 +295,9 @@ class Webhooks(HookCase):
                           "event": {"type": "message", "channel": "D779", "user": "U9",
                                     "text": "hi", "ts": "%d.000100" % (time.time() - 1)}}).encode()
         hdrs = slack_headers(SLACK_SECRET, raw)
-        key = "botgate:subscriptions:" + APP
-        saved = self.s.redis("EXISTS", key) == 1
-        if saved:
-            self.s.redis("RENAME", key, key + ":saved")
-        self.s.redis("SET", key, "not a hash")  # the subscriptions cannot be read: 503
-        try:
+        with self.subscriptions_unreadable():
             a = self.hook("POST", "hsl", raw, hdrs)
             self.assertGreaterEqual(a.status, 500, a)
-        finally:
-            self.s.redis("DEL", key)
-            if saved:
-                self.s.redis("RENAME", key + ":saved", key)
         a = self.hook("POST", "hsl", raw, hdrs)
         self.assertEqual(a.status, 200, a)
         self.assert_new_member("hsl", "D779", "slack")
@@ -261,6 +324,97 @@ class Webhooks(HookCase):
         self.assert_error(self.hook("POST", "hwx", raw, {"Content-Type": "text/xml"}, q), 130,
                           401, mentions="5 minutes")
         self.assertIsNone(self.member_of("hwx", "openid-old"))
+
+    def test_last_inbound_whatever_the_record_holds(self):
+        """lastInboundAt moves up on every inbound message whatever form the stored record has:
+        compact (written in the member's script), another writer's spacing, an ISO date, a
+        field of the same name inside another field (by compare-and-set, where the script
+        cannot be sure); nothing else of the record changes."""
+        old = int(time.time() * 1000) - 48 * 3600 * 1000
+        cases = {
+            "compact": '{"_id":"%s","externalId":"%s","tags":[],"lastInboundAt":%d}' % (
+                "{id}", "{ext}", old),
+            "spaced": '{"_id": "%s", "externalId": "%s", "tags": [], "lastInboundAt": %d}' % (
+                "{id}", "{ext}", old),
+            "iso": '{"_id":"%s","externalId":"%s","tags":[],"lastInboundAt":"%s"}' % (
+                "{id}", "{ext}", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(old / 1000))),
+            "nested": '{"_id":"%s","externalId":"%s","tags":[],"meta":{"lastInboundAt":7}}' % (
+                "{id}", "{ext}"),
+        }
+        for name, text in cases.items():
+            with self.subTest(record=name):
+                ext, mid = "psid-rec-" + name, "mrec" + name
+                self.s.redis("SET", "botgate:recipient:{hfb}:" + ext, mid)
+                self.s.redis("SET", "botgate:member:{hfb}:" + mid,
+                             text.replace("{id}", mid).replace("{ext}", ext))
+                raw = json.dumps(fb_body(ext, "m_rec_" + name)).encode()
+                a = self.hook("POST", "hfb", raw, {"X-Hub-Signature-256": meta_sig(FB_SECRET, raw)})
+                self.assertEqual(a.status, 200, a)
+                m = self.member_of("hfb", ext)
+                self.assertEqual(m["_id"], mid)
+                self.assertIsInstance(m["lastInboundAt"], int)
+                self.assertGreater(m["lastInboundAt"], int(time.time() * 1000) - 60000)
+                self.assertEqual(m["tags"], [])
+                if name == "nested":
+                    self.assertEqual(m["meta"], {"lastInboundAt": 7})
+
+    def test_wechat_replay(self):
+        """WeChat signs the query, not the body: the same signed URL again within its 5 minutes
+        is a replay, whatever body it carries, refused (401, counted) with nothing of it
+        processed; a new nonce signs a new request."""
+        q = wechat_query(WX_TOKEN, nonce="n-replay")
+        xml = {"Content-Type": "text/xml"}
+        a = self.hook("POST", "hwx", wechat_xml("openid-rp-1", "6101"), xml, q)
+        self.assertEqual((a.status, a.raw), (200, "success"), a)
+        self.assert_new_member("hwx", "openid-rp-1", "wechat")
+        metric = 'botgate_webhooks_refused_total{platform="wechat",reason="replay"}'
+        before = self.s.metric(metric) or 0
+        for body in (wechat_xml("openid-rp-2", "6102"), wechat_xml("openid-rp-1", "6101")):
+            a = self.hook("POST", "hwx", body, xml, q)
+            self.assert_error(a, 130, 401, mentions="replay")
+        self.assertEqual(self.s.metric(metric), before + 2)
+        self.assertIsNone(self.member_of("hwx", "openid-rp-2"))
+        a = self.hook("POST", "hwx", wechat_xml("openid-rp-2", "6102"), xml,
+                      wechat_query(WX_TOKEN, nonce="n-replay-2"))
+        self.assertEqual((a.status, a.raw), (200, "success"), a)
+        self.assert_new_member("hwx", "openid-rp-2", "wechat")
+
+    def test_wechat_retry_after_a_failure_is_no_replay(self):
+        """As slack's: a request answered 5xx leaves its signature forgotten, so WeChat's retry
+        of the same URL is taken."""
+        q = wechat_query(WX_TOKEN, nonce="n-retry")
+        xml = {"Content-Type": "text/xml"}
+        with self.subscriptions_unreadable():
+            a = self.hook("POST", "hwx", wechat_xml("openid-retry", "6201"), xml, q)
+            self.assertGreaterEqual(a.status, 500, a)
+        a = self.hook("POST", "hwx", wechat_xml("openid-retry", "6201"), xml, q)
+        self.assertEqual((a.status, a.raw), (200, "success"), a)
+        self.assert_error(self.hook("POST", "hwx", wechat_xml("openid-retry", "6201"), xml, q),
+                          130, 401, mentions="replay")
+
+    def test_refusal_names_the_signature_not_a_bearer_token(self):
+        """A webhook's 401 carries a challenge (RFC 9110 requires one) that names where the
+        platform's credential goes, never the API's Bearer."""
+        raw = json.dumps(fb_body("psid-401", "m_401")).encode()
+        xml = {"Content-Type": "text/xml"}
+        cases = [
+            ("POST", "hfb", raw, {"X-Hub-Signature-256": meta_sig("wrong", raw)}, None,
+             'header="X-Hub-Signature-256"'),
+            ("GET", "hwc", None, None, {"hub.mode": "subscribe", "hub.verify_token": "wrong",
+                                        "hub.challenge": "1"}, 'param="hub.verify_token"'),
+            ("POST", "hsl", raw, slack_headers("wrong", raw), None, 'header="X-Slack-Signature"'),
+            ("POST", "hwx", wechat_xml("openid-401", "6301"), xml, wechat_query("wrong"),
+             'param="signature"'),
+            ("GET", "hwx", None, None, wechat_query("wrong"), 'param="signature"'),
+            ("POST", "hwa", b"{}", None, {"token": "wrong"}, 'param="token"'),
+        ]
+        for method, cid, body, hdrs, q, where in cases:
+            with self.subTest(cid=cid, method=method):
+                a = self.hook(method, cid, body, hdrs, q)
+                self.assert_error(a, 130, 401)
+                self.assertEqual([v for k, v in a.header_items
+                                  if k.lower() == "www-authenticate"],
+                                 ['Signature realm="webhooks", ' + where], a.header_items)
 
     def test_wechat_inbound(self):
         raw = wechat_xml("openid-in-1", "6001")
@@ -427,29 +581,36 @@ class EndToEnd(HookCase):
         ev, = self.wait_event(self.rx_read, eventType="READ", memberId=m["_id"])
         self.wait_event(eventType="READ", memberId=m["_id"])  # and the subscription of all
 
+    def queued_message(self, sender, callback):
+        """The whatsapp-cloud member of sender (made by an inbound message, which opens its
+        window) and a queued request to it, done: its status URL, the headers that read it,
+        the member and the platform's id of the message it sent."""
+        tok = self.s.token(APP, "bot:sendResponses")
+        self.send("whatsapp-cloud", sender, text="hi")
+        m = self.member_of("hwc", sender)
+        body = {"channelId": "hwc", "memberId": m["_id"],
+                "response": [{"type": "TEXT", "text": "to be read"}]}
+        if callback:
+            body["statusCallback"] = callback
+        a = http("POST", self.s.url + "/sendResponses", body,
+                 {"Authorization": "Bearer " + tok, "Prefer": "respond-async"})
+        self.assertEqual(a.status, 202, a)
+        url = self.s.url + "/requests/" + a.json["requestId"]
+        auth = {"Authorization": "Bearer " + tok}
+        wait_for(lambda: http("GET", url, headers=auth).json["status"] == "done",
+                 timeout=30, what="the request done")
+        el = http("GET", url, headers=auth).json["sendResult"]["result"][0]
+        self.assertNotIn("receipt", el)
+        return url, auth, m, el["result"]["messages"][0]["id"]
+
     def test_receipt_marks_the_queued_element(self):
         """A receipt of a message a queued request sent marks that element (GET /requests/<id>
         and a new status callback show "receipt"), forward only: delivered after read stays
         read."""
-        tok = self.s.token(APP, "bot:sendResponses")
         sender = "85291112301"
-        self.send("whatsapp-cloud", sender, text="hi")  # the member, and its window open
-        m = self.member_of("hwc", sender)
         cb = Receiver()
         try:
-            a = http("POST", self.s.url + "/sendResponses",
-                     {"channelId": "hwc", "memberId": m["_id"], "statusCallback": cb.url,
-                      "response": [{"type": "TEXT", "text": "to be read"}]},
-                     {"Authorization": "Bearer " + tok, "Prefer": "respond-async"})
-            self.assertEqual(a.status, 202, a)
-            rid = a.json["requestId"]
-            url = self.s.url + "/requests/" + rid
-            auth = {"Authorization": "Bearer " + tok}
-            wait_for(lambda: http("GET", url, headers=auth).json["status"] == "done",
-                     timeout=30, what="the request done")
-            el = http("GET", url, headers=auth).json["sendResult"]["result"][0]
-            mid = el["result"]["messages"][0]["id"]
-            self.assertNotIn("receipt", el)
+            url, auth, m, mid = self.queued_message(sender, cb.url)
             self.send("whatsapp-cloud", sender, receipt={"status": "read", "messageId": mid})
             wait_for(lambda: http("GET", url, headers=auth).json["sendResult"]["result"][0]
                      .get("receipt") == "read", timeout=30, what="the element read")
@@ -463,6 +624,33 @@ class EndToEnd(HookCase):
                 self.assertTrue(verify(self.secret, headers["Botgate-Signature"], raw))
         finally:
             cb.stop()
+
+    def test_scripts_name_every_key_they_touch(self):
+        """Every key a webhook's script touches is among its KEYS (on a Redis Cluster a key
+        outside them fails the script in its middle while its slot migrates): the member's
+        script, and the event's, with a receipt of a queued request's message. Seen by MONITOR
+        on one server: each script with the commands it ran."""
+        if CLUSTER:
+            self.skipTest("MONITOR of one server")
+        mon = Monitor(self.s.redis_port)
+        try:
+            _, _, m, mid = self.queued_message("85291112501", None)
+            self.send("whatsapp-cloud", "85291112501", text="again")  # a known member
+            self.send("whatsapp-cloud", "85291112501",
+                      receipt={"status": "read", "messageId": mid})
+            self.wait_event(eventType="READ", channelId="hwc", memberId=m["_id"])
+        finally:
+            scripts = mon.stop()
+        # the member's (by its recipient key), the event's (it remembers the event's id) and
+        # the receipt's (it reads the message index)
+        member = [sc for sc in scripts if any(":recipient:{hwc}:" in k for _, k in sc[1])]
+        events = [sc for sc in scripts if any(":evseen:" in k for _, k in sc[1])]
+        receipts = [sc for sc in scripts if any(c == "get" and ":msg:" in k for c, k in sc[1])]
+        for keys, touched in member + events + receipts:
+            self.assertLessEqual({k for _, k in touched}, set(keys), keys)
+        self.assertGreaterEqual(len(member), 3, scripts)
+        self.assertGreaterEqual(len(events), 3, scripts)
+        self.assertTrue(receipts, scripts)
 
     def test_webhook_opens_the_window(self):
         """The conversation window (contract section 14) counts from the lastInboundAt the

@@ -67,8 +67,10 @@ static int redis_test_setup(void **state)
     const char *redis = getenv("REDIS_SERVER") ? getenv("REDIS_SERVER") : "redis-server";
     rt.port = redis_test_free_port();
     snprintf(port, sizeof(port), "%d", rt.port);
-    char *argv[] = {(char *)redis,  "--port", port,         "--bind",  "127.0.0.1", "--save", "",
-                    "--appendonly", "no",     "--loglevel", "warning", NULL};
+    char *argv[] = {(char *)redis, "--port", port, "--bind", "127.0.0.1", "--save", "",
+                    "--appendonly", "no", "--loglevel", "warning",
+                    /* DEBUG SLEEP makes the server slow (test_redisc_timeout.c) */
+                    "--enable-debug-command", "local", NULL};
     posix_spawn_file_actions_t quiet;
     posix_spawn_file_actions_init(&quiet);
     posix_spawn_file_actions_addopen(&quiet, 1, "/dev/null", O_WRONLY, 0);
