@@ -78,6 +78,15 @@ def load_members(s, channel, n):
     tag_ids(s, channel, "g", "bench-g", n)
 
 
+def redis_calls(s):
+    """Commands Redis has run (INFO commandstats): a script counts once."""
+    info = s.redis("INFO", "commandstats")
+    info = info.decode() if isinstance(info, bytes) else str(info)
+    return sum(int(part.split("=")[1]) for line in info.splitlines()
+               if line.startswith("cmdstat_")
+               for part in line.split(":", 1)[1].split(",") if part.startswith("calls="))
+
+
 def broadcast(s, tok, body):
     t0 = time.time()
     a = harness.http("POST", s.url + "/broadcasts", body, {"Authorization": "Bearer " + tok},
@@ -160,6 +169,7 @@ def main():
         idle.run()
         s.sim_reset()
         talk = Talker(s, tok, "bench-gw")
+        calls0 = redis_calls(s)
         bc, deliver_accept_s = broadcast(s, tok, {
             "channelId": "bench-gw", "recipients": {"tags": ["g"]},
             "response": [{"type": "TEXT", "text": "g {{member._id}}"}]})
@@ -176,6 +186,7 @@ def main():
             time.sleep(1)
         talk.stop.set()
         talk.join()
+        calls = redis_calls(s) - calls0
 
         got = arrivals(s, LIMITED)
         refused = sum(1 for e in got if e["limit"] is not None)
@@ -199,14 +210,17 @@ def main():
                "duplicates": len(bwords) - unique, "lost": bc["total"] - unique,
                "talk_idle_p99_ms": round(idle_p99, 1), "talk_busy_p99_ms": round(busy_p99, 1),
                "talk_sends": len(talk.lat), "talk_failed": talk.failed + idle.failed,
-               "talk_x_idle": round(busy_p99 / idle_p99, 2) if idle_p99 else None}
+               "talk_x_idle": round(busy_p99 / idle_p99, 2) if idle_p99 else None,
+               # every Redis command while it ran (the conversational sends' too, and the
+               # status polls), per member delivered
+               "redis_calls_per_member": round(calls / max(len(bwords), 1), 1)}
         print("g  3 instances: %d recipients by tag accepted in %.2f s, %.0f bytes of Redis per "
               "queued message; %d members delivered to one number limited to %d/s: %.1f/s at "
               "the platform (%.1f %%), refusals %d, duplicates %d, lost %d; conversational "
-              "p99 %.1f ms during it, %.1f ms idle (%.2fx)"
+              "p99 %.1f ms during it, %.1f ms idle (%.2fx); %.1f Redis commands per member"
               % (acc["total"], accept_s, per_msg, bc["total"], RATE, rate, res["percent"],
                  refused, res["duplicates"], res["lost"], busy_p99, idle_p99,
-                 res["talk_x_idle"] or 0))
+                 res["talk_x_idle"] or 0, res["redis_calls_per_member"]))
         print("BENCH_G_JSON " + json.dumps(res), flush=True)
     finally:
         s.close()

@@ -2,10 +2,11 @@
  * members of the running broadcasts (every worker of every instance shares the work through
  * Redis), renders the responses' {{member.*}} placeholders for each, and queues one outbox
  * request per member (its order with the member's other traffic kept by the outbox's
- * per-member sequence). Members taken stay in flight at most a window (two seconds of the
- * channel's sender limit), so that a broadcast never floods the outbox's streams ahead of the
- * conversational requests that share them; the outbox's scripts count each member's end in
- * the broadcast's hash of its shard and refuse to start one once the cancel reached it. */
+ * per-member sequence). Members taken stay in flight at most a window (half a second of the
+ * channel's sender limit), so that a broadcast never floods the outbox's streams nor the
+ * workers' jobs ahead of the conversational requests that share them; the outbox's scripts count
+ * each member's end in the broadcast's hash of its shard and refuse to start one once the cancel
+ * reached it. */
 #include "bcpump.h"
 
 #include "../core/auth.h"
@@ -22,12 +23,14 @@
 #include <string.h>
 
 #define TAKE_MAX         100 /* members rendered and queued per take: about a millisecond */
+#define WINDOW_MS        500 /* of the sender limit in flight */
 #define WINDOW_MIN       16
 #define WINDOW_MAX       4000
 #define WINDOW_UNLIMITED 200   /* a channel without a sender limit */
 #define TAKE_LEASE_MS    30000 /* a member taken and not queued by then is taken again */
-#define PUMP_MS          100   /* between looks at the running broadcasts */
+#define PUMP_MS          25    /* between looks at the running broadcasts (a window refilled) */
 #define PUMP_IDLE_MS     5000  /* when none runs: a new one is told (store_bc_watch) */
+#define PUMP_RETRY_MS    1000  /* after a failed look */
 
 /* A take's enqueue call to one shard. */
 typedef struct bc_enqueue {
@@ -60,8 +63,13 @@ static metrics_t *metrics(const bcpump_t *b)
 
 static void pump_next(bcpump_t *b);
 
-/* How many of a broadcast's members may be in flight: two seconds of the channel's sender
- * limit, as the worker's cache has the channel (else the least). */
+/* How many of a broadcast's members may be in flight (in every instance): WINDOW_MS of the
+ * channel's sender limit, as the worker's cache has the channel (else the least). Enough to
+ * keep the pace: the ends of members free the window when the shards' counts are summed, every
+ * 200 ms (store/broadcast.c), and a look comes every PUMP_MS. Not more: a member in flight is
+ * an outbox job, most of the time one that waits for its slot in its worker's lane
+ * (deliver_lane_join), and a single async send is read from the stream only when a worker has
+ * a job free (BOTGATE_OUTBOX_JOBS): behind the window's entries, it would wait for them. */
 static unsigned window_of(const bcpump_t *b, const char *channel_id)
 {
     json_t *ch = store_cached_channel(b->env->deliver.store, channel_id);
@@ -70,7 +78,7 @@ static unsigned window_of(const bcpump_t *b, const char *channel_id)
     int64_t w = WINDOW_MIN;
 
     if (ch != NULL && ratelimit_for_channel(ch, &p, &err) == 0)
-        w = p.sender.interval_us > 0 ? 2000000 / p.sender.interval_us : WINDOW_UNLIMITED;
+        w = p.sender.interval_us > 0 ? WINDOW_MS * 1000 / p.sender.interval_us : WINDOW_UNLIMITED;
     json_decref(ch);
     return (unsigned)(w < WINDOW_MIN ? WINDOW_MIN : w > WINDOW_MAX ? WINDOW_MAX : w);
 }
@@ -281,7 +289,7 @@ static void pump_next(bcpump_t *b)
         b->id[0] = '\0';
         free(b->active);
         b->active = b->next = NULL;
-        outbox_arm(b->pump, PUMP_MS * 10);
+        outbox_arm(b->pump, PUMP_RETRY_MS);
     }
 }
 
@@ -293,7 +301,7 @@ static void on_active(void *arg, store_status_t st, int64_t n, const char *text)
     (void)n;
     b->call = NULL;
     if (st != STORE_OK || (b->active = strdup(text)) == NULL) {
-        outbox_arm(b->pump, PUMP_MS * 10);
+        outbox_arm(b->pump, PUMP_RETRY_MS);
         return;
     }
     b->next = b->active;
@@ -328,7 +336,7 @@ static void on_pump(evutil_socket_t fd, short what, void *arg)
         return;
     b->call = store_bc_active(b->env->deliver.store, on_active, b, &st);
     if (b->call == NULL)
-        outbox_arm(b->pump, PUMP_MS * 10);
+        outbox_arm(b->pump, PUMP_RETRY_MS);
 }
 
 bcpump_t *bcpump_new(op_env_t *env)

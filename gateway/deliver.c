@@ -27,10 +27,7 @@
 #define LOCK_TTL_MS   15000              /* a crashed refresher's lock expires after this */
 #define CONTACT_TTL_S (7 * 24 * 3600)    /* whatsapp: a valid number is checked once a week */
 #define MEDIA_TTL_S   (2 * 24 * 3600)    /* wechat: media ids live 3 days; keep them 2 */
-/* A broadcast's message reserves a slot at most this far ahead: a conversational message
- * waits at most this much longer than it would alone. Further away, nothing is taken and it
- * asks again about when its turn may come. */
-#define BULK_AHEAD_MS         50
+
 #define CONNECT_RETRY_MS      100  /* pause before the one retry of a refused connection */
 #define RATE_PAUSE_UNKNOWN_MS 1000 /* retryAfterMs when the pause could not be set */
 /* A pause heard of with less left than this is over by the time the call arrives: it is the
@@ -237,6 +234,8 @@ static void arm_timer(deliver_t *d, long ms, event_callback_fn cb)
 
 void deliver_cancel(deliver_t *d)
 {
+    if (d->bulk && d->phase == DL_RATE_TAKE)
+        deliver_lane_leave(d); /* (when it waits in its lane) */
     if (d->_xfer != NULL) {
         net_cancel(d->_xfer);
         d->_xfer = NULL;
@@ -857,16 +856,6 @@ static void on_rate_wait(evutil_socket_t fd, short what, void *arg)
     deliver_step(d);
 }
 
-static void on_bulk_again(evutil_socket_t fd, short what, void *arg)
-{
-    deliver_t *d = arg;
-
-    (void)fd;
-    (void)what;
-    d->_timer_armed = 0;
-    rate_take(d);
-}
-
 static void on_rate_taken(void *arg, store_status_t st, store_rate_verdict_t verdict,
                           int64_t wait_ms)
 {
@@ -898,17 +887,6 @@ static void on_rate_taken(void *arg, store_status_t st, store_rate_verdict_t ver
             deliver_step(d);
         return;
     default:
-        if (d->bulk && wait_ms < deliver_rate_max_wait_ms(d)) {
-            /* not taken: asked again when the slot may be within reach, spread over the
-             * horizon so that the broadcast's messages waiting do not all ask at once */
-            char hex[5];
-            rng_hex(&d->env->rng, hex, 4);
-            d->phase = DL_RATE_WAIT;
-            arm_timer(
-                d, (long)(wait_ms - BULK_AHEAD_MS + (long)(strtoul(hex, NULL, 16) % BULK_AHEAD_MS)),
-                on_bulk_again);
-            return;
-        }
         rate_refuse(d, wait_ms, "rate limit: the next slot comes after the request's deadline");
         return;
     }
@@ -937,17 +915,18 @@ static int rate_take(deliver_t *d)
         d->_slot_ready = 1;
         return 0;
     }
+    /* a broadcast's message: in the lane, which takes its slot when it is due */
+    if (d->bulk && policy.sender.interval_us > 0) {
+        if (deliver_lane_join(d, on_rate_taken) == 0)
+            return 1;
+        policy.sender.burst = 1; /* out of memory: its slot now, still not from the burst */
+    }
     d->phase = DL_RATE_TAKE;
-    if (d->bulk && policy.sender.interval_us > 0)
-        policy.sender.burst = 1; /* the burst is left to conversational traffic */
     /* the pair's keys only where it has a limit, or the platform just paused it */
     d->_rate = store_rate_take(
         d->env->store, d->channel_id,
         policy.pair.interval_us > 0 || d->_rate_retried || d->_pauses_heard ? d->to : NULL,
-        d->_pair_held, &policy,
-        d->bulk && deliver_rate_max_wait_ms(d) > BULK_AHEAD_MS ? BULK_AHEAD_MS
-                                                               : deliver_rate_max_wait_ms(d),
-        on_rate_taken, d, &st);
+        d->_pair_held, &policy, deliver_rate_max_wait_ms(d), on_rate_taken, d, &st);
     d->_pair_held = 0;
     if (d->_rate == NULL)
         on_rate_taken(d, st, STORE_RATE_GO, 0);

@@ -46,6 +46,7 @@ typedef struct deliver_env {
     uint64_t rng;                /* xorshift state for ids (core/rng.h) */
     struct credwait *cred_waits; /* deliveries waiting for a channel's credential (credwait.h) */
     store_rate_board_t *_pauses; /* the rate-limit pauses heard of, made at the first message */
+    struct deliver_lane *_lanes; /* broadcasts' messages waiting for slots (deliver_rate.c) */
     /* Channel records whose rate limits were read, a slot each by the record's address (the
      * last one read in that slot): a record is never changed in place (a refresh changes a
      * copy, and only the contents of its "info"), so while it is the same object its limits
@@ -118,10 +119,11 @@ typedef struct deliver {
     struct deliver_extra *_x; /* state of the rare paths, allocated when first needed */
     uint16_t platform_calls;  /* calls started, for the request's log line */
     uint16_t _delivered : 15; /* responses already through delivery */
-    /* a broadcast's message (contract.md section 12, last point): it takes the sender's slots
-     * after everyone else, never more than BULK_AHEAD_MS ahead and never out of the burst, so
-     * that conversational traffic finds its slot almost as if it were alone. In the bits of
-     * _delivered: op_t stays in its size class. */
+    /* a broadcast's message (contract.md section 12, last point): it waits for the sender's
+     * slots in its worker's lane of the channel, which takes one only when it is due (never
+     * more than LANE_LEAD_MS ahead, never out of the burst), so that conversational traffic
+     * finds its slot almost as if it were alone. In the bits of _delivered: op_t stays in its
+     * size class. */
     uint16_t bulk : 1;
     uint16_t failed; /* of those, the ones that failed (the request's log line) */
     unsigned _timer_armed : 1, _cred_ready : 1, _cred_refreshed : 1, _cred_forced : 1,

@@ -6,6 +6,8 @@
 #include "../core/hash.h"
 #include "log.h"
 
+#include <event2/event.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* A slot taken ahead serves a call that goes at most this late (what a reply's trip adds to a
@@ -54,16 +56,6 @@ void deliver_rate_policy(deliver_t *d, ratelimit_policy_t *policy)
     k->rate = *policy;
 }
 
-void deliver_env_clear(deliver_env_t *env)
-{
-    store_rate_board_free(env->_pauses);
-    env->_pauses = NULL;
-    for (size_t i = 0; i < sizeof(env->_channels) / sizeof(env->_channels[0]); i++) {
-        json_decref(env->_channels[i].record);
-        memset(&env->_channels[i], 0, sizeof(env->_channels[i]));
-    }
-}
-
 void deliver_slot_ahead(deliver_t *d, const char *member_id, int turn)
 {
     ratelimit_policy_t policy;
@@ -108,5 +100,263 @@ void deliver_ahead_drop(deliver_t *d)
     if (d->phase == DL_IDLE) {
         store_rate_cancel(d->_ahead);
         d->_ahead = NULL;
+    }
+}
+
+/* ---- the broadcasts' lanes ---- */
+
+/* A lane's take is for a slot at most this far ahead (two slot intervals for a faster limit):
+ * about a reply's trip and a timer's lateness, so that the message still goes at its slot's
+ * time (a slot taken late is lost to the pace), while a conversational message that comes
+ * meanwhile waits at most this (and the slot interval) for its own. */
+#define LANE_LEAD_MS 4
+
+/* The broadcasts' messages of one worker and channel waiting for a slot, first first. Owned by
+ * the worker's env (a list from _lanes); freed when empty with no take in flight, and by
+ * deliver_env_clear. The deliveries in q are their requests'. */
+typedef struct deliver_lane {
+    struct deliver_lane *next;
+    deliver_env_t *env;
+    store_rate_cb *cb; /* a message's answer (deliver.c) */
+    deliver_t **q;
+    size_t n, cap;
+    store_rate_call_t *ask;  /* the take in flight, for asker */
+    deliver_t *asker;        /* NULL once it left: the slot goes to the next message */
+    unsigned ask_pair : 1;   /* the take had a pair's keys: its slot is only asker's */
+    unsigned pair_limit : 1; /* the channel limits pairs (at the last take) */
+    unsigned timed : 1;      /* the timer is armed: the next ask then */
+    unsigned in_cb;          /* answers being handed out: the lane stays */
+    int64_t interval_us;     /* of the sender's limit, at the last take */
+    int64_t lead_ms;         /* the takes' lead (LANE_LEAD_MS, less for a fast limit) */
+    int64_t due_ms;          /* monotonic: no slot before this (0: unknown) */
+    struct event *timer;
+    char channel_id[];
+} deliver_lane_t;
+
+static void lane_ask(deliver_lane_t *l);
+
+static deliver_lane_t *lane_find(deliver_env_t *env, const char *channel_id)
+{
+    for (deliver_lane_t *l = env->_lanes; l != NULL; l = l->next)
+        if (strcmp(l->channel_id, channel_id) == 0)
+            return l;
+    return NULL;
+}
+
+static void lane_free(deliver_lane_t *l)
+{
+    store_rate_cancel(l->ask);
+    if (l->timer != NULL)
+        event_free(l->timer);
+    free(l->q);
+    free(l);
+}
+
+/* An empty lane with nothing in flight goes. */
+static void lane_gc(deliver_lane_t *l)
+{
+    deliver_lane_t **p = &l->env->_lanes;
+
+    if (l->n > 0 || l->ask != NULL || l->in_cb > 0)
+        return;
+    while (*p != l)
+        p = &(*p)->next;
+    *p = l->next;
+    lane_free(l);
+}
+
+static void lane_remove(deliver_lane_t *l, deliver_t *d)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        if (l->q[i] == d) {
+            memmove(&l->q[i], &l->q[i + 1], (l->n - i - 1) * sizeof(*l->q));
+            l->n--;
+            break;
+        }
+    }
+    if (l->asker == d)
+        l->asker = NULL;
+}
+
+/* d leaves the lane and gets its answer. */
+static void lane_answer(deliver_lane_t *l, deliver_t *d, store_status_t st,
+                        store_rate_verdict_t verdict, int64_t wait_ms)
+{
+    lane_remove(l, d);
+    l->in_cb++;
+    l->cb(d, st, verdict, wait_ms);
+    l->in_cb--;
+}
+
+static void lane_arm(deliver_lane_t *l, int64_t ms)
+{
+    struct timeval tv;
+
+    tv.tv_sec = ms / 1000;
+    tv.tv_usec = (ms % 1000) * 1000;
+    l->timed = evtimer_add(l->timer, &tv) == 0;
+}
+
+static void on_lane_answer(void *arg, store_status_t st, store_rate_verdict_t verdict,
+                           int64_t wait_ms)
+{
+    deliver_lane_t *l = arg;
+    deliver_t *d = l->asker;
+    int64_t now = clock_mono_us() / 1000, next = 0;
+
+    l->ask = NULL;
+    l->asker = NULL;
+    l->in_cb++;
+    if (st == STORE_OK && verdict == STORE_RATE_TOO_LATE && d != NULL &&
+        wait_ms > deliver_rate_max_wait_ms(d)) {
+        lane_answer(l, d, st, verdict, wait_ms); /* too late for it (its pair's, maybe): 120 */
+    } else if (st == STORE_OK && verdict == STORE_RATE_TOO_LATE) {
+        /* nothing taken: the sender's next slot is wait_ms away; asked again the lead before
+         * it (a message whose longest wait ends before, fails with 120: lane_ask) */
+        if (d != NULL) {
+            l->due_ms = now + wait_ms;
+            next = wait_ms - l->lead_ms > 0 ? wait_ms - l->lead_ms : 1;
+        }
+    } else {
+        int taken = st == STORE_OK && (verdict == STORE_RATE_GO || verdict == STORE_RATE_WAIT);
+        /* a slot of the sender's taken for a message that left goes to the next one, when
+         * that one needs no pair's slot */
+        if (d == NULL && taken && !l->ask_pair && !l->pair_limit && l->n > 0 &&
+            !l->q[0]->_rate_retried && !l->q[0]->_pauses_heard) {
+            d = l->q[0];
+            d->_pair_held = 0;
+        }
+        if (d != NULL)
+            lane_answer(l, d, st, verdict, wait_ms);
+        l->due_ms = 0;
+        /* the next slot is one interval later: asked for the lead before it, unless
+         * conversational calls take it meanwhile (then the answer says when) */
+        if (taken)
+            next = wait_ms + l->interval_us / 1000 - l->lead_ms;
+    }
+    l->in_cb--;
+    if (next > 0 && l->n > 0 && l->ask == NULL) /* (an answer handed out may have asked) */
+        lane_arm(l, next);
+    lane_ask(l);
+    lane_gc(l);
+}
+
+static void on_lane_timer(evutil_socket_t fd, short what, void *arg)
+{
+    deliver_lane_t *l = arg;
+
+    (void)fd;
+    (void)what;
+    l->timed = 0;
+    lane_ask(l);
+    lane_gc(l);
+}
+
+/* The first message's take, when none is in flight nor timed. */
+static void lane_ask(deliver_lane_t *l)
+{
+    while (l->n > 0) {
+        deliver_t *d = l->q[0];
+        ratelimit_policy_t policy;
+        store_status_t st;
+        int64_t max_wait = deliver_rate_max_wait_ms(d), now = clock_mono_us() / 1000;
+        int pair;
+
+        if (l->due_ms > now + max_wait) { /* its slot comes too late for it: 120 */
+            lane_answer(l, d, STORE_OK, STORE_RATE_TOO_LATE, l->due_ms - now);
+            continue;
+        }
+        if (l->ask != NULL || l->timed)
+            return;
+        deliver_rate_policy(d, &policy);
+        policy.sender.burst = 1; /* the burst is left to conversational traffic */
+        l->interval_us = policy.sender.interval_us;
+        /* two slots at most: a fast limit needs no more to keep its pace */
+        l->lead_ms =
+            2 * l->interval_us / 1000 < LANE_LEAD_MS ? 2 * l->interval_us / 1000 : LANE_LEAD_MS;
+        l->lead_ms = l->lead_ms < 1 ? 1 : l->lead_ms;
+        l->pair_limit = policy.pair.interval_us > 0;
+        /* the pair's keys only where it has a limit, or the platform just paused it */
+        pair =
+            !d->_pair_held && (policy.pair.interval_us > 0 || d->_rate_retried || d->_pauses_heard);
+        l->asker = d;
+        l->ask_pair = pair;
+        l->ask =
+            store_rate_take_bulk(d->env->store, d->channel_id, pair ? d->to : NULL, d->_pair_held,
+                                 &policy, max_wait, l->lead_ms, on_lane_answer, l, &st);
+        d->_pair_held = 0;
+        if (l->ask == NULL) {
+            l->asker = NULL;
+            lane_answer(l, d, st, STORE_RATE_GO, 0);
+        }
+    }
+}
+
+int deliver_lane_join(deliver_t *d, store_rate_cb *cb)
+{
+    deliver_env_t *env = d->env;
+    deliver_lane_t *l = lane_find(env, d->channel_id);
+
+    if (l == NULL) {
+        size_t len = strlen(d->channel_id);
+        if ((l = calloc(1, sizeof(*l) + len + 1)) == NULL)
+            return -1;
+        memcpy(l->channel_id, d->channel_id, len + 1);
+        l->env = env;
+        l->cb = cb;
+        if ((l->timer = evtimer_new(env->base, on_lane_timer, l)) == NULL) {
+            free(l);
+            return -1;
+        }
+        l->next = env->_lanes;
+        env->_lanes = l;
+    }
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        deliver_t **q = realloc(l->q, cap * sizeof(*q));
+        if (q == NULL) {
+            lane_gc(l);
+            return -1;
+        }
+        l->q = q;
+        l->cap = cap;
+    }
+    /* a message whose pair's slot is held comes back first: that slot is passing */
+    if (d->_pair_held) {
+        memmove(&l->q[1], &l->q[0], l->n * sizeof(*l->q));
+        l->q[0] = d;
+    } else {
+        l->q[l->n] = d;
+    }
+    l->n++;
+    d->phase = DL_RATE_TAKE;
+    d->_rate = NULL;
+    lane_ask(l);
+    lane_gc(l);
+    return 0;
+}
+
+void deliver_lane_leave(deliver_t *d)
+{
+    deliver_lane_t *l = lane_find(d->env, d->channel_id);
+
+    if (l == NULL)
+        return;
+    lane_remove(l, d);
+    lane_gc(l);
+}
+
+void deliver_env_clear(deliver_env_t *env)
+{
+    store_rate_board_free(env->_pauses);
+    env->_pauses = NULL;
+    while (env->_lanes != NULL) {
+        deliver_lane_t *l = env->_lanes;
+        env->_lanes = l->next;
+        lane_free(l);
+    }
+    for (size_t i = 0; i < sizeof(env->_channels) / sizeof(env->_channels[0]); i++) {
+        json_decref(env->_channels[i].record);
+        memset(&env->_channels[i], 0, sizeof(env->_channels[i]));
     }
 }

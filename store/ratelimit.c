@@ -25,8 +25,11 @@
  * "until", and "next", the next pause's length in ms) holds the limit's clock until "until".
  *
  * take: KEYS sender TAT, sender pause[, pair TAT, pair pause];
- *       ARGV 'take', sender I, sender B, pair I, pair B, max wait ms
- *       -> {0 go | 1 wait | 2 too late | 3 retake, wait ms}
+ *       ARGV 'take', sender I, sender B, pair I, pair B, max wait ms[, lead ms]
+ *       -> {0 go | 1 wait | 2 too late | 3 retake, wait ms}. With a lead (a broadcast's
+ *       message), the sender's slot is taken only when it comes within lead ms: further
+ *       away nothing is taken (2, as too late), so that no slot waits reserved ahead of the
+ *       conversational calls that come meanwhile. A pair's later slot is taken as without.
  * ahead: KEYS sender TAT, sender pause, member[, member's turn queue]; ARGV as take, with
  *       'ahead' -> {4} (no member, or the queue is not empty: nothing taken), else as take
  *       with the sender's new TAT (an integer) a third when a slot was taken: the give-back's
@@ -89,6 +92,7 @@ static const char RATE_SCRIPT[] =
     "local at = math.max(s_at, p_at)\n"
     "local wait = ms(at - now)\n"
     "if wait > tonumber(ARGV[6]) then return {2, wait} end\n"
+    "if ARGV[7] and p_at <= s_at and wait > tonumber(ARGV[7]) then return {2, wait} end\n"
     "if pair then take(KEYS[3], p_tat, p_int, at) end\n"
     "if p_at > s_at and s_tat ~= nil then return {3, wait} end\n"
     "local token = take(KEYS[1], s_tat, s_int, at)\n"
@@ -197,7 +201,7 @@ static store_rate_call_t *rate_eval(store_t *st, rate_kind_t kind, const char *c
                                     store_rate_cb *cb, void *arg, size_t extra,
                                     store_status_t *status)
 {
-    const char *words[4 + 6];
+    const char *words[4 + 7];
     store_rate_call_t *c = calloc(1, sizeof(*c) + extra);
     int n = 0, rc;
 
@@ -234,15 +238,16 @@ static void take_args(const char *args[6], char nums[5][NUMFMT_DEC_SIZE],
     args[5] = numfmt_dec(nums[4], max_wait_ms < 0 ? 0 : max_wait_ms);
 }
 
-store_rate_call_t *store_rate_take(store_t *st, const char *channel_id, const char *recipient_id,
-                                   int pair_held, const ratelimit_policy_t *policy,
-                                   int64_t max_wait_ms, store_rate_cb *cb, void *arg,
-                                   store_status_t *status)
+/* store_rate_take, and with lead_ms >= 0 store_rate_take_bulk. */
+static store_rate_call_t *rate_take(store_t *st, const char *channel_id, const char *recipient_id,
+                                    int pair_held, const ratelimit_policy_t *policy,
+                                    int64_t max_wait_ms, int64_t lead_ms, store_rate_cb *cb,
+                                    void *arg, store_status_t *status)
 {
     const char *prefix = store_prefix(st);
-    char keys[4][STORE_KEY_MAX], nums[5][NUMFMT_DEC_SIZE];
+    char keys[4][STORE_KEY_MAX], nums[6][NUMFMT_DEC_SIZE];
     const char *kv[4] = {keys[0], keys[1], keys[2], keys[3]};
-    const char *args[6] = {"take"};
+    const char *args[7] = {"take"};
     int nkeys = recipient_id != NULL && !pair_held ? 4 : 2;
 
     if (store_key_rate(keys[0], STORE_KEY_MAX, prefix, channel_id, NULL) < 0 ||
@@ -254,7 +259,28 @@ store_rate_call_t *store_rate_take(store_t *st, const char *channel_id, const ch
         return NULL;
     }
     take_args(args, nums, policy, max_wait_ms);
-    return rate_eval(st, RATE_TAKE, kv, nkeys, args, 6, cb, arg, 0, status);
+    if (lead_ms >= 0)
+        args[6] = numfmt_dec(nums[5], lead_ms);
+    return rate_eval(st, RATE_TAKE, kv, nkeys, args, lead_ms >= 0 ? 7 : 6, cb, arg, 0, status);
+}
+
+store_rate_call_t *store_rate_take(store_t *st, const char *channel_id, const char *recipient_id,
+                                   int pair_held, const ratelimit_policy_t *policy,
+                                   int64_t max_wait_ms, store_rate_cb *cb, void *arg,
+                                   store_status_t *status)
+{
+    return rate_take(st, channel_id, recipient_id, pair_held, policy, max_wait_ms, -1, cb, arg,
+                     status);
+}
+
+store_rate_call_t *store_rate_take_bulk(store_t *st, const char *channel_id,
+                                        const char *recipient_id, int pair_held,
+                                        const ratelimit_policy_t *policy, int64_t max_wait_ms,
+                                        int64_t lead_ms, store_rate_cb *cb, void *arg,
+                                        store_status_t *status)
+{
+    return rate_take(st, channel_id, recipient_id, pair_held, policy, max_wait_ms,
+                     lead_ms > 0 ? lead_ms : 0, cb, arg, status);
 }
 
 store_rate_call_t *store_rate_take_ahead(store_t *st, const char *channel_id, const char *member_id,
