@@ -4,7 +4,7 @@
 #include "ctl.h"
 
 #include "../store/cluster.h"
-#include "../store/redisc.h"
+#include "../store/rediscfg.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +31,7 @@ static signed char slot_node[CLUSTER_SLOTS]; /* index in nodes; -1: unknown */
 static redisContext *open_redis(const char *host, int port)
 {
     char err[400];
-    redisContext *c = redisc_connect_blocking(&redis_cfg, host, port, 3000, err, sizeof(err));
+    redisContext *c = rediscfg_connect_blocking(&redis_cfg, host, port, 3000, err, sizeof(err));
 
     if (c == NULL)
         ctl_die("%s", err);
@@ -114,10 +114,11 @@ int ctl_redis_connect(void)
             return ctl_die("BOTGATE_REDIS_PREFIX is too long");
         snprintf(ctl_prefix, sizeof(ctl_prefix), "%s", p);
     }
-    if (redisc_parse_url(url ? url : "redis://127.0.0.1:6379/0", &redis_cfg, err, sizeof(err)) < 0)
+    if (rediscfg_parse_url(url ? url : "redis://127.0.0.1:6379/0", &redis_cfg, err, sizeof(err)) <
+        0)
         return ctl_die("%s: %s", url_option ? "--redis-url" : "BOTGATE_REDIS_URL", err);
 #define ENV_OR_EMPTY(name) (getenv(name) ? getenv(name) : "")
-    if (redisc_tls_setup(
+    if (rediscfg_tls_setup(
             &redis_cfg, ENV_OR_EMPTY("BOTGATE_REDIS_CA_FILE"),
             ENV_OR_EMPTY("BOTGATE_REDIS_TLS_CERT_FILE"), ENV_OR_EMPTY("BOTGATE_REDIS_TLS_KEY_FILE"),
             ENV_OR_EMPTY("BOTGATE_REDIS_TLS_NAME"), cluster && cluster[0], err, sizeof(err)) < 0)

@@ -3,6 +3,8 @@
 
 #include "log.h"
 
+#include "../store/rediscfg.h"
+
 #include <botgate_version.h> /* generated in the build tree */
 
 #include <ctype.h>
@@ -327,7 +329,7 @@ int config_load(config_t *cfg, int argc, char **argv)
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         cfg->workers = cpus > 0 ? (int)cpus : 1;
     }
-    if (redisc_parse_url(cfg->redis_url, &cfg->store.redis, err, sizeof(err)) < 0) {
+    if (rediscfg_parse_url(cfg->redis_url, &cfg->store.redis, err, sizeof(err)) < 0) {
         fprintf(stderr, "botgate: BOTGATE_REDIS_URL: %s\n", err);
         return -1;
     }
@@ -340,10 +342,10 @@ int config_load(config_t *cfg, int argc, char **argv)
     }
     if (cfg->redis_cluster[0] != '\0' && check_cluster(cfg) < 0)
         return -1;
-    if (redisc_tls_setup(&cfg->store.redis, cfg->redis_ca_file, cfg->redis_tls_cert,
-                         cfg->redis_tls_key, cfg->redis_tls_name,
-                         cfg->redis_cluster[0] != '\0' || cfg->redis_sentinels[0] != '\0', err,
-                         sizeof(err)) < 0) {
+    if (rediscfg_tls_setup(&cfg->store.redis, cfg->redis_ca_file, cfg->redis_tls_cert,
+                           cfg->redis_tls_key, cfg->redis_tls_name,
+                           cfg->redis_cluster[0] != '\0' || cfg->redis_sentinels[0] != '\0', err,
+                           sizeof(err)) < 0) {
         fprintf(stderr,
                 "botgate: Redis TLS (BOTGATE_REDIS_URL, BOTGATE_REDIS_CA_FILE, "
                 "BOTGATE_REDIS_TLS_*): %s\n",

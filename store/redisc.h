@@ -35,7 +35,7 @@ typedef struct redisc_config {
     char addrs[REDISC_ADDRS_MAX][46]; /* INET6_ADDRSTRLEN */
     int n_addrs;
     char unix_path[256]; /* used instead of host:port when not empty */
-    /* TLS (rediss://): with tls_ctx set (redisc_tls_setup), every connection to Redis and to
+    /* TLS (rediss://): with tls_ctx set (rediscfg_tls_setup), every connection to Redis and to
      * the sentinels is TLS, its certificate verified for tls_name, or for the address connected
      * to when tls_name is empty (a Cluster node, a master announced by the sentinels). */
     int tls;                    /* the URL is rediss:// */
@@ -125,25 +125,5 @@ typedef void redisc_tracking_cb(void *arg, int on);
 typedef void redisc_invalidate_cb(void *arg, const char *key, size_t len);
 int redisc_track(redisc_t *r, redisc_t *sub, const char *const *prefixes, int n_prefixes,
                  redisc_tracking_cb *tracking, redisc_invalidate_cb *invalidate, void *arg);
-
-/* Parses redis[s]://[[user]:password@]host[:port][/db] or unix:///path[?db=N]; user and
- * password may be percent-encoded (as redis-cli -u reads them); host names are resolved here,
- * once (rediss:// keeps the name as tls_name). -1 with a message in errbuf on failure. */
-int redisc_parse_url(const char *url, redisc_config_t *cfg, char *errbuf, size_t errlen);
-
-/* TLS for a rediss:// URL parsed into cfg: the shared context from ca_file, cert_file and
- * key_file ("": the system's CAs, no client certificate), and the name every server's
- * certificate must hold: name when given, else the URL's host for a single server
- * (by_address 0), else each server's address (Sentinel, Cluster). Any of them without
- * rediss:// is an error. -1 with a message in errbuf. */
-int redisc_tls_setup(redisc_config_t *cfg, const char *ca_file, const char *cert_file,
-                     const char *key_file, const char *name, int by_address, char *errbuf,
-                     size_t errlen);
-
-/* A blocking connection for botgatectl to host:port (an IP address; NULL: cfg's unix socket),
- * TLS when cfg says so, authenticated and on cfg's database, with timeout_ms for the connect
- * and every command. NULL with why in errbuf. */
-redisContext *redisc_connect_blocking(const redisc_config_t *cfg, const char *host, int port,
-                                      int timeout_ms, char *errbuf, size_t errlen);
 
 #endif

@@ -8,7 +8,7 @@
 #include <cmocka.h>
 
 #include "redis_test.h"
-#include "store/redisc.h"
+#include "store/rediscfg.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -127,10 +127,10 @@ static void test_url_keeps_every_address(void **state)
     redisc_config_t cfg;
     char err[128];
 
-    assert_int_equal(redisc_parse_url("redis://localhost:6390/2", &cfg, err, sizeof(err)), 0);
+    assert_int_equal(rediscfg_parse_url("redis://localhost:6390/2", &cfg, err, sizeof(err)), 0);
     assert_true(cfg.n_addrs >= 1);
     assert_string_equal(cfg.host, cfg.addrs[0]);
-    assert_int_equal(redisc_parse_url("redis://127.0.0.1:6390", &cfg, err, sizeof(err)), 0);
+    assert_int_equal(rediscfg_parse_url("redis://127.0.0.1:6390", &cfg, err, sizeof(err)), 0);
     assert_int_equal(cfg.n_addrs, 1);
     assert_string_equal(cfg.addrs[0], "127.0.0.1");
 }
