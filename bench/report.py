@@ -799,8 +799,11 @@ def cmd_table(args):
         w("System calls per request: strace -c -f -p PID (every thread of botgate; nginx-proxy's")
         w("worker) while wrk sends a fixed count (%s per wrk thread, %s connections), in a"
           % (meta.get("strace_count", "?"), sys_recs[0].get("connections", "?")))
-        w("separate phase after the timed runs (strace slows the process down). Total calls")
-        w("over the requests answered, then the commonest kinds per request:")
+        w("separate phase after the timed runs. strace slows the traced process until each loop")
+        w("turn handles about one event, so an event loop's epoll_wait, epoll_ctl and timer calls")
+        w("count several times more than at full speed (botgate's a: about 33 here, 4.5 measured")
+        w("with perf stat at full load: bench/README.md). Total calls over the requests")
+        w("answered, then the commonest kinds per request:")
         for r in sys_recs:
             if "error" in r:
                 w("  %-8s %-8s FAILED: %s" % (r["scenario"], r["target"], r["error"]))
