@@ -25,11 +25,13 @@
  * "until", and "next", the next pause's length in ms) holds the limit's clock until "until".
  *
  * take: KEYS sender TAT, sender pause[, pair TAT, pair pause];
- *       ARGV 'take', sender I, sender B, pair I, pair B, max wait ms[, lead ms]
- *       -> {0 go | 1 wait | 2 too late | 3 retake, wait ms}. With a lead (a broadcast's
- *       message), the sender's slot is taken only when it comes within lead ms: further
- *       away nothing is taken (2, as too late), so that no slot waits reserved ahead of the
- *       conversational calls that come meanwhile. A pair's later slot is taken as without.
+ *       ARGV 'take', sender I, sender B, pair I, pair B, max wait ms[, lag ms]
+ *       -> {0 go | 1 wait | 2 too late | 3 retake, wait ms}. With a lag (a broadcast's
+ *       message), the sender's slot is taken only when it is due: a later one is not taken
+ *       (2, as too late, with its distance), so that no slot waits reserved ahead of the
+ *       conversational calls that come meanwhile; a slot that passed at most lag ms ago is
+ *       still taken at its own time (the next one stays an interval after it), so that an
+ *       ask that comes late loses no pace. A pair's later slot is taken as without.
  * ahead: KEYS sender TAT, sender pause, member[, member's turn queue]; ARGV as take, with
  *       'ahead' -> {4} (no member, or the queue is not empty: nothing taken), else as take
  *       with the sender's new TAT (an integer) a third when a slot was taken: the give-back's
@@ -70,32 +72,33 @@ static const char RATE_SCRIPT[] =
     "if ahead and (redis.call('EXISTS', KEYS[3]) == 0 or\n"
     "              (KEYS[4] and redis.call('LLEN', KEYS[4]) > 0)) then return {4, 0} end\n"
     "local pair = not ahead and #KEYS >= 4\n"
-    "local function limit(tat_key, pause_key, interval, burst)\n"
+    "local function limit(tat_key, pause_key, interval, burst, lag)\n"
     "  local t0 = now\n"
     "  local p = tonumber(redis.call('HGET', pause_key, 'until') or '0')\n"
     "  if p > t0 then t0 = p end\n"
     "  if interval <= 0 then return t0, nil end\n"
     "  local tat = tonumber(redis.call('GET', tat_key) or '0')\n"
-    "  if tat < t0 then tat = t0 end\n"
+    "  if tat < t0 - lag then tat = t0 end\n"
     "  return math.max(t0, tat - (burst - 1) * interval), tat\n"
     "end\n"
     "local function take(tat_key, tat, interval, at)\n"
     "  if tat == nil then return end\n"
     "  local next_tat = math.max(tat, at) + interval\n"
-    "  redis.call('SET', tat_key, us(next_tat), 'PX', ms(next_tat - now) + 1)\n"
+    "  redis.call('SET', tat_key, us(next_tat), 'PX', math.max(ms(next_tat - now), 0) + 1)\n"
     "  return next_tat\n"
     "end\n"
     "local s_int, p_int = tonumber(ARGV[2]), tonumber(ARGV[4])\n"
-    "local s_at, s_tat = limit(KEYS[1], KEYS[2], s_int, tonumber(ARGV[3]))\n"
+    "local lag = ARGV[7] and tonumber(ARGV[7]) * 1000 or 0\n"
+    "local s_at, s_tat = limit(KEYS[1], KEYS[2], s_int, tonumber(ARGV[3]), lag)\n"
     "local p_at, p_tat = now, nil\n"
-    "if pair then p_at, p_tat = limit(KEYS[3], KEYS[4], p_int, tonumber(ARGV[5])) end\n"
+    "if pair then p_at, p_tat = limit(KEYS[3], KEYS[4], p_int, tonumber(ARGV[5]), 0) end\n"
     "local at = math.max(s_at, p_at)\n"
     "local wait = ms(at - now)\n"
     "if wait > tonumber(ARGV[6]) then return {2, wait} end\n"
-    "if ARGV[7] and p_at <= s_at and wait > tonumber(ARGV[7]) then return {2, wait} end\n"
+    "if ARGV[7] and p_at <= s_at and wait > 0 then return {2, wait} end\n"
     "if pair then take(KEYS[3], p_tat, p_int, at) end\n"
     "if p_at > s_at and s_tat ~= nil then return {3, wait} end\n"
-    "local token = take(KEYS[1], s_tat, s_int, at)\n"
+    "local token = take(KEYS[1], s_tat, s_int, s_tat ~= nil and s_tat < at and s_tat or at)\n"
     "if not ahead then token = nil end\n"
     "if wait > 0 then return {1, wait, token} end\n"
     "return {0, 0, token}\n"
@@ -238,10 +241,10 @@ static void take_args(const char *args[6], char nums[5][NUMFMT_DEC_SIZE],
     args[5] = numfmt_dec(nums[4], max_wait_ms < 0 ? 0 : max_wait_ms);
 }
 
-/* store_rate_take, and with lead_ms >= 0 store_rate_take_bulk. */
+/* store_rate_take, and with lag_ms >= 0 store_rate_take_bulk. */
 static store_rate_call_t *rate_take(store_t *st, const char *channel_id, const char *recipient_id,
                                     int pair_held, const ratelimit_policy_t *policy,
-                                    int64_t max_wait_ms, int64_t lead_ms, store_rate_cb *cb,
+                                    int64_t max_wait_ms, int64_t lag_ms, store_rate_cb *cb,
                                     void *arg, store_status_t *status)
 {
     const char *prefix = store_prefix(st);
@@ -259,9 +262,9 @@ static store_rate_call_t *rate_take(store_t *st, const char *channel_id, const c
         return NULL;
     }
     take_args(args, nums, policy, max_wait_ms);
-    if (lead_ms >= 0)
-        args[6] = numfmt_dec(nums[5], lead_ms);
-    return rate_eval(st, RATE_TAKE, kv, nkeys, args, lead_ms >= 0 ? 7 : 6, cb, arg, 0, status);
+    if (lag_ms >= 0)
+        args[6] = numfmt_dec(nums[5], lag_ms);
+    return rate_eval(st, RATE_TAKE, kv, nkeys, args, lag_ms >= 0 ? 7 : 6, cb, arg, 0, status);
 }
 
 store_rate_call_t *store_rate_take(store_t *st, const char *channel_id, const char *recipient_id,
@@ -276,11 +279,11 @@ store_rate_call_t *store_rate_take(store_t *st, const char *channel_id, const ch
 store_rate_call_t *store_rate_take_bulk(store_t *st, const char *channel_id,
                                         const char *recipient_id, int pair_held,
                                         const ratelimit_policy_t *policy, int64_t max_wait_ms,
-                                        int64_t lead_ms, store_rate_cb *cb, void *arg,
+                                        int64_t lag_ms, store_rate_cb *cb, void *arg,
                                         store_status_t *status)
 {
     return rate_take(st, channel_id, recipient_id, pair_held, policy, max_wait_ms,
-                     lead_ms > 0 ? lead_ms : 0, cb, arg, status);
+                     lag_ms > 0 ? lag_ms : 0, cb, arg, status);
 }
 
 store_rate_call_t *store_rate_take_ahead(store_t *st, const char *channel_id, const char *member_id,

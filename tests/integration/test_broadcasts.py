@@ -366,21 +366,22 @@ class Latency(Case):
     WAIT = 'botgate_rate_limit_wait_seconds_bucket{platform="facebook",le="0.025"}'
     COUNT = 'botgate_rate_limit_wait_seconds_count{platform="facebook"}'
 
-    def waits(self):
-        """(slots that waited at most 25 ms, slots) from one read of /metrics."""
-        got = {}
+    def waits(self, bucket=None):
+        """(slots that waited at most 25 ms (or bucket's time), slots) from one read of
+        /metrics."""
+        got, bucket = {}, bucket or self.WAIT
         for line in http("GET", self.s.url + "/metrics").raw.splitlines():
             name, _, value = line.rpartition(" ")
-            if name in (self.WAIT, self.COUNT):
+            if name in (bucket, self.COUNT):
                 got[name] = float(value)
-        return got.get(self.WAIT, 0.0), got.get(self.COUNT, 0.0)
+        return got.get(bucket, 0.0), got.get(self.COUNT, 0.0)
 
     def test_conversation_waits_at_most_a_slot_beside_a_broadcast(self):
         """50/s: a slot every 20 ms. While a broadcast of 300 members runs, ten synchronous
         sends, one at a time, to other members of the channel. Every slot taken meanwhile, the
         broadcast's and the conversation's, came at most 25 ms after it was asked for (one
-        slot interval and the broadcast lane's lead of 4 ms): the broadcast takes a slot only
-        when it is due, so a conversational send takes the next one. Before, the broadcast
+        slot interval, and a margin): the broadcast takes a slot only when it is due, so a
+        conversational send takes the next one. Before, the broadcast
         kept slots reserved 50 ms ahead and a conversational send waited behind them: 50 to
         70 ms. The broadcast still runs at 90 % of the limit or more."""
         s = self.s
@@ -421,6 +422,48 @@ class Latency(Case):
         rate = (len(span) - 1) / ((span[-1] - span[0]) / 1000)
         self.assertGreaterEqual(rate, 50 * 0.9, rate)
         self.assertLessEqual(rate, 50 * 1.05, rate)
+
+
+    def test_conversation_waits_one_slot_at_most_at_a_fast_limit(self):
+        """200/s: a slot every 5 ms. While a broadcast of 600 members keeps the limit busy,
+        ten synchronous sends to other members of the channel: every slot taken meanwhile
+        waited at most 5 ms (one slot interval; the limiter's waits are whole milliseconds).
+        The broadcast's lanes take a slot only when it is due (one that passed a little while
+        ago still at its own time, so the pace holds): the next slot is the conversation's.
+        Before, a lane took its slot up to 4 ms ahead, and a conversational send that came
+        meanwhile waited behind it: 4 to 9 ms."""
+        s = self.s
+        s.put("channel", facebook_channel("fbfast", APP, rateLimit={"perSecond": 200}))
+        s.put("member", member("fm0", "fbfast", APP, "psid-fm0"))
+        with open(os.path.join(os.path.dirname(__file__), "..", "..", "bench",
+                               "members.lua")) as f:
+            s.redis("EVAL", f.read(), "2", "botgate:member:{fbfast}:fm0",
+                    "botgate:recipient:{fbfast}:psid-fm0", "600", "fm0", "psid-fm0", "fm",
+                    "psid-fm", "3")
+        for i in range(3):
+            s.put("member", member("ft%d" % i, "fbfast", APP, "psid-ft%d" % i))
+        a = self.post({"channelId": "fbfast", "recipients": {"memberIds": [
+            "fm%d" % i for i in range(600)]},
+            "response": [{"type": "TEXT", "text": "fast {{member._id}}"}]})
+        self.assertEqual(a.status, 202, a)
+        bid = a.json["broadcastId"]
+        wait_for(lambda: self.status(bid).json["sent"] >= 50, timeout=60, what="50 sent")
+        quick = 'botgate_rate_limit_wait_seconds_bucket{platform="facebook",le="0.005"}'
+        quick0, all0 = self.waits(quick)
+        for n in range(10):
+            r = s.send({"channelId": "fbfast", "memberId": "ft%d" % (n % 3),
+                        "response": [{"type": "TEXT", "text": "fasttalk %d" % n}]},
+                       self.tok_send)
+            self.assertEqual(r.json["sendResult"]["ok"], 1, r)
+            time.sleep(0.05)
+        quick1, all1 = self.waits(quick)
+        self.assertGreater(self.status(bid).json["queued"], 0, "the broadcast ran throughout")
+        self.assertGreaterEqual(all1 - all0, 10)
+        self.assertEqual(quick1 - quick0, all1 - all0,
+                         "slots that waited more than 5 ms: %d of %d"
+                         % (all1 - all0 - (quick1 - quick0), all1 - all0))
+        st = self.wait_state(bid)
+        self.assertEqual((st["sent"], st["failed"]), (600, 0), st)
 
 
 class Jobs(Case):
