@@ -67,9 +67,10 @@ static void pump_next(bcpump_t *b);
  * channel's sender limit, as the worker's cache has the channel (else the least). Enough to
  * keep the pace: the ends of members free the window when the shards' counts are summed, every
  * 200 ms (store/broadcast.c), and a look comes every PUMP_MS. Not more: a member in flight is
- * an outbox job, most of the time one that waits for its slot in its worker's lane
- * (deliver_lane_join), and a single async send is read from the stream only when a worker has
- * a job free (BOTGATE_OUTBOX_JOBS): behind the window's entries, it would wait for them. */
+ * an outbox job, most of the time a started request that waits for its slot in its worker's
+ * lane (deliver_lane_join), against its deadline, holding its memory. Such jobs take no room
+ * of a worker's BOTGATE_OUTBOX_JOBS (outbox.c, up to its BULK_JOBS_MAX): the window's entries
+ * are read at once, and a single async send queued after them is not read after them. */
 static unsigned window_of(const bcpump_t *b, const char *channel_id)
 {
     json_t *ch = store_cached_channel(b->env->deliver.store, channel_id);

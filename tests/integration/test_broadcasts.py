@@ -494,6 +494,36 @@ class Jobs(Case):
         self.assertEqual((st["sent"], st["failed"]), (80, 0), st)
 
 
+class Backlog(Case):
+    """A broadcast's window larger than the jobs of the workers that deliver it (one worker
+    with 4 jobs here; at 1,000/s one worker's 256 jobs against a window of 500): its started
+    requests take no job's room, so its entries are all read and none waits in the stream,
+    and a single async send to the same sender is read at once and takes the next slot
+    (contract.md section 12, last point). Before, the send was read only after the
+    broadcast's entries queued before it: 12 of them went first here (250 at 1,000/s)."""
+    stack_args = {"workers": 1, "env": {"BOTGATE_OUTBOX_JOBS": "4"}}
+
+    def test_async_send_not_behind_a_window_larger_than_the_jobs(self):
+        s = self.s
+        # 20/s: a window of 16 (the least) against 4 jobs
+        bid = self.running("fbback", 20, ["km%02d" % i for i in range(80)], ["ktalker"],
+                           "back {{member._id}}")
+        before = len(self.took("back km"))
+        r = s.post("/sendResponses", {"channelId": "fbback", "memberId": "ktalker",
+                                      "response": [{"type": "TEXT", "text": "back async"}]},
+                   token=self.tok_send, headers={"Prefer": "respond-async"})
+        self.assertEqual(r.status, 202, r)
+        wait_for(lambda: "back async" in [t for t, _, _ in self.took("back async")],
+                 timeout=30, what="the async send")
+        log = [t for t, _, _ in self.took("back ")]
+        behind = len([t for t in log[:log.index("back async")] if t.startswith("back km")])
+        # read at once, its slot the next one: one or two of the broadcast's may go first
+        # (their slots were taken as it was read); behind the stream's backlog, 12 did
+        self.assertLessEqual(behind - before, 4, (before, behind))
+        st = self.wait_state(bid)
+        self.assertEqual((st["sent"], st["failed"]), (80, 0), st)
+
+
 class Kill(Case):
     """Three instances deliver one broadcast; one is SIGKILLed while it delivers. Each member
     gets the message once, or is counted unknown (125: its call was in flight); none is lost."""
