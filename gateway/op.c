@@ -58,12 +58,8 @@ static void op_expire(op_t *op)
 static void arm_deadlines(op_env_t *env, int64_t now_ms)
 {
     int64_t ms = env->ops->dl.deadline_ms - now_ms;
-    struct timeval tv;
+    struct timeval tv = clock_ms_timeval(ms < 1 ? 1 : ms);
 
-    if (ms < 1)
-        ms = 1;
-    tv.tv_sec = (time_t)(ms / 1000);
-    tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
     evtimer_add(env->deadline_timer, &tv);
 }
 

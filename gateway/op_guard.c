@@ -143,10 +143,7 @@ static void wait_on(op_t *op, const char *channel, int64_t wait_ms)
         stop_code(op, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
-    if (wait_ms < 1)
-        wait_ms = 1;
-    tv.tv_sec = (time_t)(wait_ms / 1000);
-    tv.tv_usec = (suseconds_t)(wait_ms % 1000) * 1000;
+    tv = clock_ms_timeval(wait_ms < 1 ? 1 : wait_ms);
     evtimer_add(g->timer, &tv);
     if (g->sub != NULL)
         return;

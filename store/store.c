@@ -709,12 +709,12 @@ static void on_cas_written(store_call_t *c, redisReply *reply)
      * writers spread out instead of colliding again. */
     {
         uint64_t x = c->st->rng;
-        struct timeval tv = {0, 0};
+        struct timeval tv;
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         c->st->rng = x;
-        tv.tv_usec = (suseconds_t)((x % (1u << (c->attempts < 5 ? c->attempts : 5))) * 1000);
+        tv = clock_ms_timeval((int64_t)(x % (1u << (c->attempts < 5 ? c->attempts : 5))));
         if (c->pause == NULL && (c->pause = evtimer_new(c->st->base, on_pause, c)) == NULL) {
             store_call_finish(c, STORE_UNAVAILABLE, NULL);
             return;
