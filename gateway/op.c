@@ -621,6 +621,7 @@ static int token_decode(op_t *op, const json_t *record)
 
 void op_env_clear(op_env_t *env)
 {
+    op_guard_clear(env);
     for (size_t i = 0; i < sizeof(env->_tokens) / sizeof(env->_tokens[0]); i++)
         auth_token_free(&env->_tokens[i]);
     deliver_env_clear(&env->deliver);
