@@ -191,13 +191,12 @@ static void lane_answer(deliver_lane_t *l, deliver_t *d, store_status_t st,
     l->in_cb--;
 }
 
-/* In microseconds: a fast limit's slots are less than a millisecond apart. */
+/* In microseconds (not clock_ms_timeval): a fast limit's slots are less than a millisecond
+ * apart. */
 static void lane_arm(deliver_lane_t *l, int64_t us)
 {
-    struct timeval tv;
+    struct timeval tv = {(time_t)(us / 1000000), (suseconds_t)(us % 1000000)};
 
-    tv.tv_sec = us / 1000000;
-    tv.tv_usec = us % 1000000;
     l->timed = evtimer_add(l->timer, &tv) == 0;
 }
 
