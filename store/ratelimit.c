@@ -31,7 +31,8 @@
  *       (2, as too late, with its distance), so that no slot waits reserved ahead of the
  *       conversational calls that come meanwhile; a slot that passed at most lag ms ago is
  *       still taken at its own time (the next one stays an interval after it), so that an
- *       ask that comes late loses no pace. A pair's later slot is taken as without.
+ *       ask that comes late loses no pace (its TAT key is kept that much longer for the next
+ *       one). A pair's later slot is taken as without.
  * ahead: KEYS sender TAT, sender pause, member[, member's turn queue]; ARGV as take, with
  *       'ahead' -> {4} (no member, or the queue is not empty: nothing taken), else as take
  *       with the sender's new TAT (an integer) a third when a slot was taken: the give-back's
@@ -81,10 +82,10 @@ static const char RATE_SCRIPT[] =
     "  if tat < t0 - lag then tat = t0 end\n"
     "  return math.max(t0, tat - (burst - 1) * interval), tat\n"
     "end\n"
-    "local function take(tat_key, tat, interval, at)\n"
+    "local function take(tat_key, tat, interval, at, lag)\n"
     "  if tat == nil then return end\n"
     "  local next_tat = math.max(tat, at) + interval\n"
-    "  redis.call('SET', tat_key, us(next_tat), 'PX', math.max(ms(next_tat - now), 0) + 1)\n"
+    "  redis.call('SET', tat_key, us(next_tat), 'PX', math.max(ms(next_tat - now + lag), 0) + 1)\n"
     "  return next_tat\n"
     "end\n"
     "local s_int, p_int = tonumber(ARGV[2]), tonumber(ARGV[4])\n"
@@ -96,9 +97,9 @@ static const char RATE_SCRIPT[] =
     "local wait = ms(at - now)\n"
     "if wait > tonumber(ARGV[6]) then return {2, wait} end\n"
     "if ARGV[7] and p_at <= s_at and wait > 0 then return {2, wait} end\n"
-    "if pair then take(KEYS[3], p_tat, p_int, at) end\n"
+    "if pair then take(KEYS[3], p_tat, p_int, at, 0) end\n"
     "if p_at > s_at and s_tat ~= nil then return {3, wait} end\n"
-    "local token = take(KEYS[1], s_tat, s_int, s_tat ~= nil and s_tat < at and s_tat or at)\n"
+    "local token = take(KEYS[1], s_tat, s_int, s_tat ~= nil and s_tat < at and s_tat or at, lag)\n"
     "if not ahead then token = nil end\n"
     "if wait > 0 then return {1, wait, token} end\n"
     "return {0, 0, token}\n"
