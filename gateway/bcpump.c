@@ -23,6 +23,8 @@
 #include <string.h>
 
 #define TAKE_MAX         100 /* members rendered and queued per take: about a millisecond */
+#define TAKE_MIN         16  /* ...and per look at least */
+#define LOOK_MS          50  /* of the sender limit taken per look at most: twice a look's share */
 #define WINDOW_MS        500 /* of the sender limit in flight */
 #define WINDOW_MIN       16
 #define WINDOW_MAX       4000
@@ -47,7 +49,8 @@ struct bcpump {
     store_bc_call_t *call; /* the active list or a take */
     char *active, *next;   /* the running broadcasts' lines, and the next one to take from */
     char channel[STORE_KEY_MAX], id[BCPUMP_ID_LEN + 1]; /* the broadcast being taken from */
-    unsigned enqueues;                                  /* enqueue calls in flight for the take */
+    unsigned budget;   /* members this look may still take from it (sizes_of) */
+    unsigned enqueues; /* enqueue calls in flight for the take */
     int enqueue_failed;
     const char **taken; /* the members of the take, confirmed once all enqueues answered */
     char **taken_own;
@@ -70,17 +73,27 @@ static void pump_next(bcpump_t *b);
  * an outbox job, most of the time a started request that waits for its slot in its worker's
  * lane (deliver_lane_join), against its deadline, holding its memory. Such jobs take no room
  * of a worker's BOTGATE_OUTBOX_JOBS (outbox.c, up to its BULK_JOBS_MAX): the window's entries
- * are read at once, and a single async send queued after them is not read after them. */
-static unsigned window_of(const bcpump_t *b, const char *channel_id)
+ * are read at once, and a single async send queued after them is not read after them.
+ * And how many one look takes at most (*look): LOOK_MS of the limit, twice what a look every
+ * PUMP_MS needs to keep the pace, so that the members an end of the window frees (a sum of
+ * the shards' counts frees up to 200 ms of them at once) are queued over a few looks, not in
+ * one burst of takes: each take queues its members with a script per shard, and their starts
+ * follow as they are read; all at once, they held Redis and the workers for milliseconds, and
+ * a conversational send that came then waited for them (the slowest of scenario g's came with
+ * 16 to 32 of these scripts in the 20 ms before them, against 3 on average). */
+static unsigned sizes_of(const bcpump_t *b, const char *channel_id, unsigned *look)
 {
     json_t *ch = store_cached_channel(b->env->deliver.store, channel_id);
     ratelimit_policy_t p;
     bg_error_t err;
-    int64_t w = WINDOW_MIN;
+    int64_t w = WINDOW_MIN, n = TAKE_MIN;
 
-    if (ch != NULL && ratelimit_for_channel(ch, &p, &err) == 0)
+    if (ch != NULL && ratelimit_for_channel(ch, &p, &err) == 0) {
         w = p.sender.interval_us > 0 ? WINDOW_MS * 1000 / p.sender.interval_us : WINDOW_UNLIMITED;
+        n = p.sender.interval_us > 0 ? LOOK_MS * 1000 / p.sender.interval_us : TAKE_MAX;
+    }
     json_decref(ch);
+    *look = (unsigned)(n < TAKE_MIN ? TAKE_MIN : n > TAKE_MAX ? TAKE_MAX : n);
     return (unsigned)(w < WINDOW_MIN ? WINDOW_MIN : w > WINDOW_MAX ? WINDOW_MAX : w);
 }
 
@@ -105,7 +118,9 @@ static void take_done(bcpump_t *b)
     if (!b->enqueue_failed)
         store_bc_taken(b->env->deliver.store, b->channel, b->id, b->taken, b->n_taken);
     take_clear(b);
-    /* the same broadcast again: its window may have room for more */
+    /* the same broadcast again: its window may have room for more, this look for its budget */
+    if (b->budget == 0)
+        b->id[0] = '\0';
     pump_next(b);
 }
 
@@ -170,6 +185,8 @@ static void on_taken(void *arg, store_status_t st, const store_bc_take_t *t)
     unsigned *shard_of = NULL;
 
     b->call = NULL;
+    if (st == STORE_OK && strcmp(t->state, "take") == 0)
+        b->budget -= t->n < b->budget ? (unsigned)t->n : b->budget;
     if (st != STORE_OK || strcmp(t->state, "take") != 0) {
         if (st == STORE_OK && t->ended && strcmp(t->state, "done") == 0) {
             metrics_count(&metrics(b)->broadcasts[1]);
@@ -258,6 +275,7 @@ out:
 static void pump_next(bcpump_t *b)
 {
     store_status_t st = STORE_OK;
+    unsigned look;
 
     if (b->env->draining || b->env->outbox == NULL)
         return;
@@ -283,9 +301,11 @@ static void pump_next(bcpump_t *b)
             pump_next(b);
             return;
         }
+        sizes_of(b, b->channel, &b->budget);
     }
-    b->call = store_bc_take(b->env->deliver.store, b->channel, b->id, TAKE_MAX,
-                            window_of(b, b->channel), TAKE_LEASE_MS, on_taken, b, &st);
+    b->call = store_bc_take(b->env->deliver.store, b->channel, b->id,
+                            b->budget < TAKE_MAX ? b->budget : TAKE_MAX,
+                            sizes_of(b, b->channel, &look), TAKE_LEASE_MS, on_taken, b, &st);
     if (b->call == NULL) {
         b->id[0] = '\0';
         free(b->active);
