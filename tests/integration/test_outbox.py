@@ -88,6 +88,8 @@ class Case(StackTest):
         request queued meanwhile goes out only once that turn passed, not beside it."""
         def text(t):
             return {"channelId": "fbq", "memberId": "mq", "response": [{"type": "TEXT", "text": t}]}
+        # an earlier request's turn goes after its answer (not awaited): gone before this starts
+        wait_for(lambda: not self.s.redis("KEYS", "*turnq*fbq*mq"), what="earlier turns passed")
         out = {}
         t = threading.Thread(target=lambda: out.update(a=self.post(text(word + "1 slow1500"), {})))
         t.start()
