@@ -190,10 +190,8 @@ static void lane_answer(deliver_lane_t *l, deliver_t *d, store_status_t st,
 
 static void lane_arm(deliver_lane_t *l, int64_t ms)
 {
-    struct timeval tv;
+    struct timeval tv = clock_ms_timeval(ms);
 
-    tv.tv_sec = ms / 1000;
-    tv.tv_usec = (ms % 1000) * 1000;
     l->timed = evtimer_add(l->timer, &tv) == 0;
 }
 
