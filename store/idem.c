@@ -389,8 +389,10 @@ void store_turn_take_cancel(store_turn_take_t *t)
 
 static void on_take_part(redisReply *reply, void *arg);
 
-/* The parts of one take: its replies come in this order on one connection, but each is
- * answered by itself (a cluster may redirect one), so the call ends with the last of them. */
+/* The parts of one take: on one server its replies come in this order on one connection, but
+ * each is answered by itself (with a cluster the member's read goes to its channel's master and
+ * the queue's commands to its outbox shard's, and one may be redirected), so the call ends with
+ * the last of them. */
 static void on_take_reply(store_turn_take_t *t, int part, redisReply *reply)
 {
     int failed = reply == NULL || reply->type == REDIS_REPLY_ERROR;
