@@ -294,6 +294,9 @@ store_rate_call_t *store_rate_take_ahead(store_t *st, const char *channel_id, co
     int len = store_key_rate(keys[0], STORE_KEY_MAX, prefix, channel_id, NULL);
     store_rate_call_t *c;
 
+    /* the member's turn queue shares the sender's slot on one server only (store_turn_keys) */
+    if (store_redis(st) == NULL)
+        turn = 0;
     if (len < 0 || store_key_rate_pause(keys[1], STORE_KEY_MAX, prefix, channel_id, NULL) < 0 ||
         store_key_member(keys[2], STORE_KEY_MAX, prefix, channel_id, member_id) < 0 ||
         (turn && store_key_turns(keys[3], STORE_KEY_MAX, prefix, channel_id, member_id) < 0)) {

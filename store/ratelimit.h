@@ -54,7 +54,9 @@ store_rate_call_t *store_rate_take_bulk(store_t *st, const char *channel_id,
 /* The sender's slot (a policy without a pair limit: the pair's key needs the member's address)
  * taken ahead of the delivery, in the round trip of the member's read (send it before that
  * read and the turn's RPUSH): only when member_id's record exists and, with turn 1, nobody holds
- * or waits for the member's turn (its queue is empty). No callback: the caller hands the call
+ * or waits for the member's turn (its queue is empty; on one server only: with a Redis Cluster
+ * the queue is in another slot, not looked at, and a request that finds someone ahead lets
+ * its slot go). No callback: the caller hands the call
  * to its delivery with store_rate_ahead_use, or lets it go with store_rate_cancel, which gives
  * back a slot taken and not used (when no other slot was taken after it: else it is lost, one
  * slot, as a send that failed would have used it). NULL when nothing was sent. */
