@@ -8,7 +8,8 @@ import os
 import time
 import unittest
 
-from harness import StackTest, facebook_channel, free_port, http, member, wait_for
+from harness import CLUSTER, StackTest, facebook_channel, free_port, http, member, wait_for
+from test_webhooks import Monitor
 
 APP = "app-bc"
 
@@ -140,6 +141,41 @@ class Accept(Case):
         ext = [m["externalId"] for m in json.loads(r)]
         self.assertEqual(ext.count("psid-new1"), 1)
         self.assertEqual(ext.count("psid-bm3"), 1)
+
+    def test_3_by_recipient_ids_names_every_key(self):
+        """The accepting script of a broadcast by recipient ids (store/broadcast.c) names every
+        key it touches among its KEYS (a Redis Cluster refuses others while their slot
+        migrates): a new recipient, one whose member the worker does not know (made by
+        botgatectl: the first run says whose it is, the second adds it), one named twice; and
+        botgatectl's broadcast create --recipient, which runs the same script. Seen by MONITOR
+        of the one server."""
+        if CLUSTER:
+            self.skipTest("MONITOR of one server")
+        s = self.s
+        resp = json.dumps({"response": [{"type": "TEXT", "text": "ctlkeys"}]})
+        mon = Monitor(s.redis_port)
+        try:
+            a = self.post({"channelId": "fbb",
+                           "recipients": {"recipientIds": ["psid-keys1", "psid-bm1", "psid-keys1"]},
+                           "response": [{"type": "TEXT", "text": "keys {{member.externalId}}"}]})
+            r = s.ctl("broadcast", "create", "--channel", "fbb", "--recipient", "psid-keys2",
+                      "--recipient", "psid-bm2", "-", input=resp)
+        finally:
+            scripts = mon.stop()
+        self.assertEqual(a.status, 202, a)
+        self.assertEqual(a.json["total"], 2)
+        adds = [sc for sc in scripts if any(":recipient:{fbb}:" in k for _, k in sc[1])]
+        self.assertTrue(adds, scripts)
+        for keys, touched in adds:
+            self.assertLessEqual({k for _, k in touched}, set(keys), keys)
+        # a slice's runs: one, then one for those whose member it did not know
+        self.assertEqual(len(adds), 4, adds)
+        bid = r.stdout.strip()
+        self.wait_state(a.json["broadcastId"])
+        self.assertEqual(self.wait_state(bid)["sent"], 2)
+        self.assertEqual(sorted(rid for _, rid, _ in self.took("keys ")), ["psid-bm1", "psid-keys1"])
+        self.assertEqual(sorted(rid for _, rid, _ in self.took("ctlkeys")),
+                         ["psid-bm2", "psid-keys2"])
 
     def test_4_by_tag(self):
         a = self.post({"channelId": "fbb", "recipients": {"tags": ["vip", "nobody-has-it"]},
