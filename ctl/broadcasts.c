@@ -206,13 +206,14 @@ static int add_recipients(const char *channel, char k[3][STORE_KEY_MAX], const c
             continue;
         }
         if (strcmp(kind, "member") == 0) {
-            char base[STORE_KEY_MAX];
-            const char *ids[SLICE], *head[] = {"3600000", base};
-            store_key_member_base(base, sizeof(base), ctl_prefix, channel);
+            const char *ids[SLICE], *head[] = {"3600000"}, **mkeys;
             for (size_t i = 0; i < m; i++)
                 ids[i] = json_string_value(json_array_get(list, pos + i));
-            got = eval_slice(store_bc_add_members_script, 2, keys, 2, head, m, ids, text,
-                             sizeof(text));
+            if ((mkeys = store_bc_member_keys(ctl_prefix, channel, k[0], k[1], ids, m)) == NULL)
+                return ctl_die("out of memory");
+            got = eval_slice(store_bc_add_members_script, (int)(2 + m), mkeys, 1, head, m, ids,
+                             text, sizeof(text));
+            free(mkeys);
             if (got >= 0 && text[0] != '\0')
                 return ctl_die("member %s of channel %s does not exist (err_code 114)", text,
                                channel);

@@ -35,14 +35,15 @@ const char store_bc_create_script[] =
            "'created', now, 'updated', now) "
            "redis.call('PEXPIRE', KEYS[1], ARGV[5]) return {1, ''}";
 
-/* KEYS record, todo; ARGV keep_ms, member key base, ids... Every id is checked before any is
- * added: a refused accept is deleted whole anyway. */
+/* KEYS record, todo, then each member's key (store_bc_member_keys); ARGV keep_ms, then the
+ * ids, in the keys' order. Every id is checked before any is added: a refused accept is
+ * deleted whole anyway. */
 const char store_bc_add_members_script[] =
     "if redis.call('HGET', KEYS[1], 'state') ~= 'accepting' then return {-1, ''} end "
-    "for i = 3, #ARGV do if redis.call('EXISTS', ARGV[2] .. ARGV[i]) == 0 then "
-    "return {0, ARGV[i]} end end "
-    "redis.call('SADD', KEYS[2], unpack(ARGV, 3)) redis.call('PEXPIRE', KEYS[2], ARGV[1]) "
-    "return {#ARGV - 2, ''}";
+    "for i = 3, #KEYS do if redis.call('EXISTS', KEYS[i]) == 0 then "
+    "return {0, ARGV[i - 1]} end end "
+    "redis.call('SADD', KEYS[2], unpack(ARGV, 2)) redis.call('PEXPIRE', KEYS[2], ARGV[1]) "
+    "return {#ARGV - 1, ''}";
 
 /* KEYS record, todo, tag; ARGV keep_ms, cursor, count. */
 const char store_bc_add_tag_script[] =
@@ -899,20 +900,50 @@ static store_bc_call_t *send_slice(store_t *st, call_kind_t kind, void (*cb)(voi
     return c;
 }
 
+const char **store_bc_member_keys(const char *prefix, const char *channel_id,
+                                  const char *record_key, const char *todo_key,
+                                  const char *const *members, size_t n)
+{
+    char base[STORE_KEY_MAX], *at;
+    size_t bl, len = 0;
+    const char **keys;
+
+    if (store_key_member_base(base, sizeof(base), prefix, channel_id) < 0)
+        return NULL;
+    bl = strlen(base);
+    for (size_t i = 0; i < n; i++)
+        len += bl + strlen(members[i]) + 1;
+    if ((keys = malloc((2 + n) * sizeof(*keys) + len)) == NULL)
+        return NULL;
+    at = (char *)(keys + 2 + n);
+    keys[0] = record_key;
+    keys[1] = todo_key;
+    for (size_t i = 0; i < n; i++) {
+        keys[2 + i] = at;
+        at += sprintf(at, "%s%s", base, members[i]) + 1;
+    }
+    return keys;
+}
+
 store_bc_call_t *store_bc_add_members(store_t *st, const char *channel_id, const char *id,
                                       const char *const *members, size_t n, store_bc_cb *cb,
                                       void *arg, store_status_t *status)
 {
-    char k[3][STORE_KEY_MAX], base[STORE_KEY_MAX];
+    char k[3][STORE_KEY_MAX];
+    const char **keys, *head[] = {"3600000"};
+    store_bc_call_t *c;
 
-    if (n == 0 || n > STORE_BROADCAST_SLICE_MAX || bc_keys(st, channel_id, id, k) < 0 ||
-        store_key_member_base(base, sizeof(base), store_prefix(st), channel_id) < 0)
+    if (n == 0 || n > STORE_BROADCAST_SLICE_MAX || bc_keys(st, channel_id, id, k) < 0)
         FAIL_KEYS(status);
-    {
-        const char *keys[] = {k[0], k[1]}, *head[] = {"3600000", base};
-        return send_slice(st, PLAIN(cb), arg, store_bc_add_members_script, 2, keys, 2, head, n,
-                          members, status);
+    if ((keys = store_bc_member_keys(store_prefix(st), channel_id, k[0], k[1], members, n)) ==
+        NULL) {
+        *status = STORE_BUSY;
+        return NULL;
     }
+    c = send_slice(st, PLAIN(cb), arg, store_bc_add_members_script, (int)(2 + n), keys, 1, head, n,
+                   members, status);
+    free(keys);
+    return c;
 }
 
 store_bc_call_t *store_bc_add_tag(store_t *st, const char *channel_id, const char *id,

@@ -47,6 +47,12 @@ store_bc_call_t *store_bc_create(store_t *st, const char *channel_id, const char
                                  const char *app, const char *body, size_t body_len,
                                  const char *callback, int64_t keep_ms, unsigned shards,
                                  store_bc_cb *cb, void *arg, store_status_t *status);
+/* The KEYS of store_bc_add_members_script: record_key, todo_key, then the key of each member
+ * id (the script checks them, so a Redis Cluster is told of each), in one block to free; NULL
+ * when out of memory or the base does not fit. */
+const char **store_bc_member_keys(const char *prefix, const char *channel_id,
+                                  const char *record_key, const char *todo_key,
+                                  const char *const *members, size_t n);
 /* Adds member ids (n <= STORE_BROADCAST_SLICE_MAX) after checking each one's record exists:
  * text is the first that does not ("": all added). */
 store_bc_call_t *store_bc_add_members(store_t *st, const char *channel_id, const char *id,

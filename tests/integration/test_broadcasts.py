@@ -142,13 +142,13 @@ class Accept(Case):
         self.assertEqual(ext.count("psid-new1"), 1)
         self.assertEqual(ext.count("psid-bm3"), 1)
 
-    def test_3_by_recipient_ids_names_every_key(self):
-        """The accepting script of a broadcast by recipient ids (store/broadcast.c) names every
-        key it touches among its KEYS (a Redis Cluster refuses others while their slot
-        migrates): a new recipient, one whose member the worker does not know (made by
-        botgatectl: the first run says whose it is, the second adds it), one named twice; and
-        botgatectl's broadcast create --recipient, which runs the same script. Seen by MONITOR
-        of the one server."""
+    def test_3_accepting_names_every_key(self):
+        """The accepting scripts of a broadcast (store/broadcast.c) name every key they touch
+        among their KEYS (a Redis Cluster refuses others while their slot migrates). By
+        recipient ids: a new recipient, one whose member the worker does not know (made by
+        botgatectl: the first run says whose it is, the second adds it), one named twice; by
+        member ids (each one's record checked); and botgatectl's broadcast create, which runs
+        the same scripts. Seen by MONITOR of the one server."""
         if CLUSTER:
             self.skipTest("MONITOR of one server")
         s = self.s
@@ -160,22 +160,34 @@ class Accept(Case):
                            "response": [{"type": "TEXT", "text": "keys {{member.externalId}}"}]})
             r = s.ctl("broadcast", "create", "--channel", "fbb", "--recipient", "psid-keys2",
                       "--recipient", "psid-bm2", "-", input=resp)
+            by_ids = self.post({"channelId": "fbb", "recipients": {"memberIds": ["bm0", "bm4"]},
+                                "response": [{"type": "TEXT", "text": "idkeys"}]})
+            r_ids = s.ctl("broadcast", "create", "--channel", "fbb", "--member", "bm1", "-",
+                          input=resp)
         finally:
             scripts = mon.stop()
         self.assertEqual(a.status, 202, a)
         self.assertEqual(a.json["total"], 2)
-        adds = [sc for sc in scripts if any(":recipient:{fbb}:" in k for _, k in sc[1])]
-        self.assertTrue(adds, scripts)
-        for keys, touched in adds:
+        self.assertEqual(by_ids.status, 202, by_ids)
+        # the broadcast's scripts but the delivery's take (its KEYS end with the channel's):
+        # it reads the members of the ids it pops, which no caller can name before
+        accepting = [sc for sc in scripts if any(":broadcast:{fbb}:" in k for k in sc[0])
+                     and not sc[0][-1].startswith("botgate:channel:")]
+        for keys, touched in accepting:
             self.assertLessEqual({k for _, k in touched}, set(keys), keys)
+        adds = [sc for sc in accepting if any(":recipient:{fbb}:" in k for _, k in sc[1])]
+        # by member ids: a script each (the API's, botgatectl's)
+        self.assertEqual(len([sc for sc in accepting if sc not in adds and
+                              any(":member:{fbb}:bm" in k for _, k in sc[1])]), 2, accepting)
         # a slice's runs: one, then one for those whose member it did not know
         self.assertEqual(len(adds), 4, adds)
-        bid = r.stdout.strip()
         self.wait_state(a.json["broadcastId"])
-        self.assertEqual(self.wait_state(bid)["sent"], 2)
-        self.assertEqual(sorted(rid for _, rid, _ in self.took("keys ")), ["psid-bm1", "psid-keys1"])
+        self.assertEqual(self.wait_state(r.stdout.strip())["sent"], 2)
+        self.assertEqual(self.wait_state(r_ids.stdout.strip())["sent"], 1)
+        self.assertEqual(sorted(rid for _, rid, _ in self.took("keys ")),
+                         ["psid-bm1", "psid-keys1"])
         self.assertEqual(sorted(rid for _, rid, _ in self.took("ctlkeys")),
-                         ["psid-bm2", "psid-keys2"])
+                         ["psid-bm1", "psid-bm2", "psid-keys2"])
 
     def test_4_by_tag(self):
         a = self.post({"channelId": "fbb", "recipients": {"tags": ["vip", "nobody-has-it"]},
