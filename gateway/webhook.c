@@ -7,7 +7,7 @@
 #include "webhook.h"
 
 #include "../core/clock.h"
-#include "../core/hash.h"
+#include "../core/guess.h"
 #include "../core/member.h"
 #include "../core/rng.h"
 #include "../store/hook.h"
@@ -34,10 +34,6 @@
 /* an event's id is remembered this long (a platform's retries are taken once), and its
  * member's order to a subscription kept: past the 24 h its posts are tried */
 #define HOOK_KEEP_MS (25LL * 3600 * 1000)
-/* senders whose member id a worker remembers: HINT_SETS sets of two (about 0.5 MiB, made at
- * the first webhook); longer ids than HINT_ID_MAX - 1 are not remembered */
-#define HINT_SETS   8192
-#define HINT_ID_MAX 28
 
 typedef enum { HK_CHANNEL, HK_REPLAY, HK_MEMBER, HK_INBOUND, HK_STORE } hk_phase_t;
 
@@ -73,18 +69,15 @@ typedef struct hook_req {
     int64_t started_us;
 } hook_req_t;
 
-/* The member ids of senders a worker found last (hint_get): a set of two ways, tag 0 unused. */
-typedef struct hint_set {
-    uint32_t tag[2];
-    char id[2][HINT_ID_MAX];
-    unsigned char older; /* the way the next new sender takes */
-} hint_set_t;
-
 struct webhook {
     op_env_t *env;
-    hook_req_t *reqs;  /* in flight */
-    int freeing;       /* webhook_free: the worker is past its drain */
-    hint_set_t *hints; /* HINT_SETS, made at the first member found; NULL before */
+    hook_req_t *reqs; /* in flight */
+    int freeing;      /* webhook_free: the worker is past its drain */
+    /* The member script names the member's key among its KEYS, so it must know the member's
+     * id before it runs: the worker remembers the id it last found for each sender, by channel
+     * and sender (a guess: one that went wrong costs a round trip, never a wrong member). Made
+     * at the first member found; NULL before. */
+    guess_table_t *hints;
 };
 
 webhook_t *webhook_new(op_env_t *env)
@@ -128,7 +121,7 @@ void webhook_free(struct webhook *wh)
     wh->freeing = 1;
     while (wh->reqs != NULL)
         hk_free(wh->reqs);
-    free(wh->hints);
+    guess_free(wh->hints);
     free(wh);
 }
 
@@ -469,55 +462,6 @@ static void hk_done(hook_req_t *h)
         hk_answer(h, 200, 0, NULL, strdup("{\"ok\":1}"));
 }
 
-/* ---- the member ids of senders, remembered by the worker ---- */
-
-/* The member script names the member's key among its KEYS, so it must know the member's id
- * before it runs: the worker remembers the id it last found for each sender (a guess: one that
- * went wrong costs a round trip, never a wrong member). The hashes of channel and sender, mixed
- * (a multiplication by an odd number: no two pairs the same), pick a set of two ways and tag
- * the way; the older of the two makes room. */
-static uint64_t hint_hash(const char *channel_id, const char *recipient_id)
-{
-    uint64_t x = (uint64_t)hash_fnv1a(channel_id, strlen(channel_id)) << 32 |
-                 hash_fnv1a(recipient_id, strlen(recipient_id));
-
-    return x * 0x9E3779B97F4A7C15u;
-}
-
-static hint_set_t *hint_slot(const struct webhook *wh, uint64_t x, uint32_t *tag)
-{
-    *tag = (uint32_t)(x >> 32) | 1; /* 0 marks a way never used */
-    return wh->hints != NULL ? &wh->hints[x % HINT_SETS] : NULL;
-}
-
-static const char *hint_get(const struct webhook *wh, uint64_t x)
-{
-    uint32_t tag;
-    const hint_set_t *s = hint_slot(wh, x, &tag);
-
-    for (int i = 0; s != NULL && i < 2; i++)
-        if (s->tag[i] == tag)
-            return s->id[i];
-    return NULL;
-}
-
-static void hint_put(struct webhook *wh, uint64_t x, const char *id)
-{
-    uint32_t tag;
-    hint_set_t *s;
-    int way;
-
-    if (strlen(id) >= HINT_ID_MAX)
-        return;
-    if (wh->hints == NULL && (wh->hints = calloc(HINT_SETS, sizeof(*wh->hints))) == NULL)
-        return; /* no guesses: a round trip more for a known sender */
-    s = hint_slot(wh, x, &tag);
-    way = s->tag[0] == tag ? 0 : s->tag[1] == tag ? 1 : s->older;
-    s->tag[way] = tag;
-    memcpy(s->id[way], id, strlen(id) + 1);
-    s->older = (unsigned char)!way;
-}
-
 /* ---- each event's member ---- */
 
 /* The time a message or a tap moves member.lastInboundAt to: the platform's time of it, never
@@ -561,7 +505,7 @@ static void on_member(void *arg, store_status_t st, const char *member_id, json_
     }
     snprintf(h->member_id, sizeof(h->member_id), "%s", member_id);
     json_object_set_new(ev, "memberId", json_string(member_id));
-    hint_put(h->wh, h->hint, member_id);
+    guess_put(&h->wh->hints, h->hint, member_id);
     h->next_event++;
     if (record == NULL) {
         hk_next(h);
@@ -786,11 +730,11 @@ static void hk_next(hook_req_t *h)
         return;
     }
     json_decref(change);
-    h->hint = hint_hash(h->channel_id, rid);
+    h->hint = guess_hash(h->channel_id, rid);
     memset(&m, 0, sizeof(m));
     m.channel_id = h->channel_id;
     m.recipient_id = rid;
-    m.guess_id = hint_get(h->wh, h->hint);
+    m.guess_id = guess_get(h->wh->hints, h->hint);
     m.fresh = fresh;
     m.inbound_at = h->inbound_at;
     m.now_ms = h->now_ms;
