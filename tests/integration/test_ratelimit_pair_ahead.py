@@ -9,6 +9,7 @@ worker, requests by memberId.
   took three: the pair's key needs the member's address, so the slots were taken after the read.
 - The pair's pace holds: a second send within the pair's interval waits for its slot; a member
   whose address changed is paced on the new one (the guess of the old one takes nothing).
+- A pair's slot past the request's deadline fails the element with 120, and nothing is taken.
 - A pair's slot taken ahead and not used goes back (a request refused before its call: the
   member's conversation window is closed), and none is taken while another request holds the
   member's turn: the next send is not held a pair interval.
@@ -32,6 +33,7 @@ APP = "PA"
 CLOUD = "pa-wc"   # whatsapp-cloud's defaults: 80/s, the pair 1 per 6 s with a burst of 45
 SLACK = "pa-sl"   # slack's: no sender's limit, the pair 1/s with a burst of 3
 PACED = "pa-wcp"  # the pair 1 per PAIR_MS, no burst
+SLOW = "pa-wcs"   # the pair 1 per 30 s: a second send's slot is past its deadline
 PAIR_MS = 2000
 N = 10
 REQUEST_TIMEOUT_MS = 8000
@@ -57,6 +59,8 @@ class PairAhead(StackTest):
         s.put("channel", slack_channel(SLACK))
         s.put("channel", cloud_channel(PACED, APP, rateLimit={
             "perSecond": 80, "burst": 1, "perRecipient": {"everyMs": PAIR_MS, "burst": 1}}))
+        s.put("channel", cloud_channel(SLOW, APP, rateLimit={
+            "perSecond": 80, "burst": 1, "perRecipient": {"everyMs": 30000, "burst": 1}}))
         cls.tok = s.token(APP, "bot:sendResponses")
         cls.next = 0
         cls.infos = 0
@@ -177,6 +181,20 @@ class PairAhead(StackTest):
         wait_for(lambda: self.pair_tat(PACED, addr) == before, timeout=10,
                  what="the pair's slot given back")
         self.assertEqual(self.sent("closed " + mid), [])
+
+    def test_5_past_the_deadline_120(self):
+        mid = self.new_member(SLOW)
+        addr = self.address(SLOW, self.next)
+        self.send(SLOW, mid, "learn " + mid)
+        before = self.pair_tat(SLOW, addr)
+        # its pair's slot, taken ahead, would come 30 s later: 120, nothing sent, nothing taken
+        a = self.post(SLOW, mid, "late " + mid)
+        self.assertEqual(a.status, 200, a)
+        el = a.json["sendResult"]["result"][0]
+        self.assertEqual(el["error"]["err_code"], 120, el)
+        self.assertTrue(25000 < el["error"]["retryAfterMs"] <= 30000, el)
+        self.assertEqual(self.sent("late " + mid), [])
+        self.assertEqual(self.pair_tat(SLOW, addr), before)
 
     @unittest.skipIf(CLUSTER, "a cluster may keep the turn queues in other slots than the script's")
     def test_4_no_pair_slot_while_the_turn_is_held(self):
