@@ -4,6 +4,7 @@
 #define BOTGATE_CORE_CLOCK_H
 
 #include <stdint.h>
+#include <sys/time.h>
 #include <time.h>
 
 /* Monotonic microseconds: durations and deadlines. */
@@ -32,6 +33,20 @@ static inline int64_t clock_wall_ms(void)
 
     clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A delay in milliseconds as the relative timeval that libevent's timers and hiredis's connect
+ * take. A delay already over (ms < 0) becomes 0: libevent fires both at its next turn, but a
+ * negative tv_usec is not a valid timeval. */
+static inline struct timeval clock_ms_timeval(int64_t ms)
+{
+    struct timeval tv = {0, 0};
+
+    if (ms > 0) {
+        tv.tv_sec = (time_t)(ms / 1000);
+        tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
+    }
+    return tv;
 }
 
 #endif

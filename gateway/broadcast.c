@@ -151,9 +151,9 @@ static void req_answer(bc_req_t *r, int status, int code, char *text, size_t len
     if (r->idem_record != NULL && (r->idem_owner || r->idem_begun)) {
         /* only an accepted broadcast is kept for a retry; a refusal is dropped, so that the
          * retry runs afresh (as a send's refusal before it ran) */
-        if (r->idem_owner && status == 202)
-            store_idem_finish(env->deliver.store, r->idem_record, r->idem_owner_id, status, code,
-                              text, len, env->deliver.cfg->idempotency_ttl_s);
+        if (r->idem_owner && status == 202) /* its lease began after the start */
+            op_guard_keep(env, r->request_id, r->idem_record, r->idem_owner_id, status, code, text,
+                          len, r->started_us / 1000 + IDEM_LEASE_MS);
         else
             store_idem_abandon(env->deliver.store, r->idem_record, r->idem_owner_id);
         r->idem_owner = r->idem_begun = 0;

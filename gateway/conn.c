@@ -633,7 +633,7 @@ static void sweep(evutil_socket_t fd, short what, void *arg)
 conn_table_t *conn_setup(struct event_base *base, struct evhttp *http, const config_t *cfg,
                          metrics_t *metrics, uint64_t *rng)
 {
-    struct timeval tv = {SWEEP_MS / 1000, (SWEEP_MS % 1000) * 1000};
+    struct timeval tv = clock_ms_timeval(SWEEP_MS);
     conn_table_t *t = calloc(1, sizeof(*t));
 
     if (t == NULL)

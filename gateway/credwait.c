@@ -2,6 +2,7 @@
  * so that a thousand waiters cost Redis what one does. */
 #include "credwait.h"
 
+#include "../core/clock.h"
 #include "../core/dlist.h"
 
 #include <event2/event.h>
@@ -79,7 +80,7 @@ static void on_group_news(void *arg, const char *msg, size_t len)
 static void on_group_timer(evutil_socket_t fd, short what, void *arg)
 {
     credwait_t *g = arg;
-    struct timeval tv = {WAIT_FALLBACK_MS / 1000, (WAIT_FALLBACK_MS % 1000) * 1000};
+    struct timeval tv = clock_ms_timeval(WAIT_FALLBACK_MS);
 
     (void)fd;
     (void)what;
@@ -136,7 +137,7 @@ static void group_read(credwait_t *g)
 int credwait_join(struct credwait **groups, struct event_base *base, store_t *store,
                   const char *channel_id, const credwait_ops_t *ops, credwait_waiter_t *w)
 {
-    struct timeval tv = {WAIT_FALLBACK_MS / 1000, (WAIT_FALLBACK_MS % 1000) * 1000};
+    struct timeval tv = clock_ms_timeval(WAIT_FALLBACK_MS);
     size_t len = strlen(channel_id);
     credwait_t *g, *unused_last = NULL;
 

@@ -219,14 +219,12 @@ static void deliver_fail_store(deliver_t *d, store_status_t st)
 
 static void arm_timer(deliver_t *d, long ms, event_callback_fn cb)
 {
-    struct timeval tv;
+    struct timeval tv = clock_ms_timeval(ms);
 
     if (extra(d) != d->_x) {
         cb(-1, EV_TIMEOUT, d); /* out of memory: no wait rather than none at all */
         return;
     }
-    tv.tv_sec = ms / 1000;
-    tv.tv_usec = (ms % 1000) * 1000;
     event_assign(&d->_x->timer, d->env->base, -1, 0, cb, d);
     event_add(&d->_x->timer, &tv);
     d->_timer_armed = 1;

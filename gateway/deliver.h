@@ -8,6 +8,7 @@
 
 #include "../adapters/adapter.h"
 #include "../core/error.h"
+#include "../core/hint.h"
 #include "../core/ratelimit.h"
 #include "../core/result.h"
 #include "../store/ratelimit.h"
@@ -23,7 +24,6 @@
 struct event_base;
 struct credwait;
 struct deliver_extra;
-struct guess_table;
 
 #define DELIVER_CHANNELS_KEPT_BITS 5 /* 32 slots in deliver_env_t._channels */
 
@@ -49,8 +49,8 @@ typedef struct deliver_env {
     store_rate_board_t *_pauses; /* the rate-limit pauses heard of, made at the first message */
     struct deliver_lane *_lanes; /* broadcasts' messages waiting for slots (deliver_rate.c) */
     /* the address each member was last read with, by channel and member id, where a pair's
-     * slot may go ahead (deliver_address_seen); made at the first, at most GUESS_SETS pairs */
-    struct guess_table *_addresses;
+     * slot may go ahead (deliver_address_seen); made at the first, at most 2 * HINT_SETS */
+    hint_table_t _addresses;
     /* Channel records whose rate limits were read, a slot each by the record's address (the
      * last one read in that slot): a record is never changed in place (a refresh changes a
      * copy, and only the contents of its "info"), so while it is the same object its limits

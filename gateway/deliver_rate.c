@@ -3,8 +3,8 @@
 #include "deliver_rate.h"
 
 #include "../core/clock.h"
-#include "../core/guess.h"
 #include "../core/hash.h"
+#include "../core/hint.h"
 #include "log.h"
 
 #include <event2/event.h>
@@ -74,7 +74,7 @@ void deliver_address_seen(deliver_t *d, const char *member_id, const char *exter
         return;
     deliver_rate_policy(d, &policy);
     if (pair_ahead(d, &policy))
-        guess_put(&d->env->_addresses, guess_hash(d->channel_id, member_id), external_id);
+        hint_put(&d->env->_addresses, hint_hash(d->channel_id, member_id), external_id);
 }
 
 void deliver_slot_ahead(deliver_t *d, const char *member_id, int turn)
@@ -92,7 +92,7 @@ void deliver_slot_ahead(deliver_t *d, const char *member_id, int turn)
      * cannot go ahead, the slots are taken before the call as without a slot ahead */
     if (policy.pair.interval_us != 0 &&
         (!pair_ahead(d, &policy) ||
-         (to = guess_get(d->env->_addresses, guess_hash(d->channel_id, member_id))) == NULL))
+         (to = hint_get(&d->env->_addresses, hint_hash(d->channel_id, member_id))) == NULL))
         return;
     if (policy.sender.interval_us == 0 && to == NULL)
         return;
@@ -228,10 +228,8 @@ static void lane_answer(deliver_lane_t *l, deliver_t *d, store_status_t st,
 
 static void lane_arm(deliver_lane_t *l, int64_t ms)
 {
-    struct timeval tv;
+    struct timeval tv = clock_ms_timeval(ms);
 
-    tv.tv_sec = ms / 1000;
-    tv.tv_usec = (ms % 1000) * 1000;
     l->timed = evtimer_add(l->timer, &tv) == 0;
 }
 
@@ -388,8 +386,7 @@ void deliver_env_clear(deliver_env_t *env)
 {
     store_rate_board_free(env->_pauses);
     env->_pauses = NULL;
-    guess_free(env->_addresses);
-    env->_addresses = NULL;
+    hint_free(&env->_addresses);
     while (env->_lanes != NULL) {
         deliver_lane_t *l = env->_lanes;
         env->_lanes = l->next;

@@ -58,12 +58,8 @@ static void op_expire(op_t *op)
 static void arm_deadlines(op_env_t *env, int64_t now_ms)
 {
     int64_t ms = env->ops->dl.deadline_ms - now_ms;
-    struct timeval tv;
+    struct timeval tv = clock_ms_timeval(ms < 1 ? 1 : ms);
 
-    if (ms < 1)
-        ms = 1;
-    tv.tv_sec = (time_t)(ms / 1000);
-    tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
     evtimer_add(env->deadline_timer, &tv);
 }
 
@@ -628,6 +624,7 @@ static int token_decode(op_t *op, const json_t *record)
 
 void op_env_clear(op_env_t *env)
 {
+    op_guard_clear(env);
     for (size_t i = 0; i < sizeof(env->_tokens) / sizeof(env->_tokens[0]); i++)
         auth_token_free(&env->_tokens[i]);
     deliver_env_clear(&env->deliver);

@@ -37,6 +37,7 @@ typedef struct op_guard op_guard_t;
 struct op_env;
 struct op_kind;
 struct op_outbox;
+struct op_kept;
 
 /* The argument of an operation's route (op_start): the worker's op_env_t and the kind. */
 typedef struct op_route {
@@ -58,6 +59,7 @@ typedef struct op_env {
     void *done_arg;
     op_route_t send_route, redirect_route; /* the route arguments of the two operations */
     const struct op_outbox *outbox;        /* the outbox's part (outbox.c); NULL: it is off */
+    struct op_kept *kept; /* Idempotency-Key answers Redis has not taken yet (op_guard_keep) */
     /* Token records decoded, a slot each by the record's address (the last one decoded in that
      * slot), each holding its record (op.c token_decode): a record is never changed in place,
      * so while the cache hands out the same object its decoding holds. */
@@ -277,9 +279,19 @@ void op_guard_take_member(op_t *op, op_member_fn *done, op_guard_stop_fn *stop);
 void op_guard_expired(const op_t *op, bg_error_t *err);
 /* Stops the guard's store call and waiting. */
 void op_guard_cancel(op_t *op);
-/* The request answers: its answer is stored for the key (or the key dropped when it did not
- * run), its turn passes, and the guard is freed (op->guard NULL). */
+/* The request answers: its answer is stored for the key (op_guard_keep; or the key dropped
+ * when it did not run), its turn passes, and the guard is freed (op->guard NULL). */
 void op_guard_end(op_t *op, int status, int code, const char *text, size_t len);
+/* Stores the answer (status, code, text: copied) in the Idempotency-Key record of owner_id
+ * (store_idem_finish) after the client has it, and while Redis does not take it (a stall, a
+ * lost connection) writes it again, the pause doubling from 100 ms to 2 s, until until_ms
+ * (clock_mono_us() / 1000): the record's lease end, past which a duplicate may take the record
+ * over. request_id names it in the log when it is given up. */
+void op_guard_keep(op_env_t *env, const char *request_id, const char *record, const char *owner_id,
+                   int status, int code, const char *text, size_t len, int64_t until_ms);
+/* The worker ends: the answers still to be written are given up (a retry with the key takes
+ * its record over at the lease end, as after a crash). */
+void op_guard_clear(op_env_t *env);
 /* A request that took over one whose instance died: what became of its response i. */
 typedef enum {
     OP_RESUMED_NO,        /* not resuming, or not reached: send it */

@@ -9,6 +9,7 @@
 #include "op.h"
 
 #include "../core/clock.h"
+#include "../core/dlist.h"
 #include "../core/idem.h"
 #include "../core/rng.h"
 #include "../store/idem.h"
@@ -23,7 +24,9 @@
  * over must not take it a moment before that write lands. A member's turn needs no margin: its
  * holder, alive, gives it back when it answers, at its deadline at the latest (no platform call
  * outlives the deadline); dead, it writes nothing more. */
-#define LEASE_MARGIN_MS 2000
+#define LEASE_MARGIN_MS   2000
+#define KEEP_AGAIN_MS     100  /* an answer Redis did not take: written again after this, doubled */
+#define KEEP_AGAIN_MAX_MS 2000 /* ...up to this (redisc's reconnect backoff at its longest) */
 
 /* Owned by its op from op_guard_take (or op_guard_turn) to op_guard_end or op_free. */
 struct op_guard {
@@ -143,10 +146,7 @@ static void wait_on(op_t *op, const char *channel, int64_t wait_ms)
         stop_code(op, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
-    if (wait_ms < 1)
-        wait_ms = 1;
-    tv.tv_sec = (time_t)(wait_ms / 1000);
-    tv.tv_usec = (suseconds_t)(wait_ms % 1000) * 1000;
+    tv = clock_ms_timeval(wait_ms < 1 ? 1 : wait_ms);
     evtimer_add(g->timer, &tv);
     if (g->sub != NULL)
         return;
@@ -576,20 +576,143 @@ static void guard_free(op_t *op)
     op->guard = NULL;
 }
 
+/* ---- an answer on its way to the record ---- */
+
+/* An Idempotency-Key's answer from the request's answer until Redis took it or the record's
+ * lease ended: the client does not wait for the write, and a write Redis did not take would
+ * leave the record answerless, so that a duplicate waited for the lease end and then resumed
+ * the request, reporting 125 for what had been delivered. At most one write or one timer is
+ * out. Owned by env->kept; kept_free frees it. */
+typedef struct op_kept {
+    op_env_t *env;
+    struct op_kept *prev, *next; /* env->kept */
+    store_idem_call_t *call;     /* the write in flight */
+    struct event *timer;         /* the next write (made at the first that failed) */
+    int64_t until_ms;            /* clock_mono_us() / 1000: the record's lease end */
+    unsigned tries;
+    int status, code;
+    size_t len;
+    char request_id[40], owner_id[17];
+    char *record; /* in buf, after the text */
+    char buf[];   /* the answer's text, then the record's name */
+} op_kept_t;
+
+static void kept_free(op_kept_t *k)
+{
+    op_kept_t *unused_last = NULL; /* the list is only prepended to */
+
+    store_idem_cancel(k->call);
+    if (k->timer != NULL)
+        event_free(k->timer);
+    DLIST_UNLINK(k->env->kept, unused_last, k);
+    (void)unused_last;
+    free(k);
+}
+
+static void kept_write(op_kept_t *k);
+
+static void on_kept_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    kept_write(arg);
+}
+
+/* Not taken: again after a pause, while the lease lasts. Past it another request may hold the
+ * record (the script would write nothing then), and a retry resumes the request as after a
+ * crash: it sends nothing again. */
+static void kept_failed(op_kept_t *k)
+{
+    unsigned shift = k->tries < 5 ? k->tries : 5;
+    int64_t ms = (int64_t)KEEP_AGAIN_MS << shift;
+    struct timeval tv;
+
+    if (ms > KEEP_AGAIN_MAX_MS)
+        ms = KEEP_AGAIN_MAX_MS;
+    k->tries++;
+    if (clock_mono_us() / 1000 + ms < k->until_ms &&
+        (k->timer != NULL ||
+         (k->timer = evtimer_new(k->env->deliver.base, on_kept_timer, k)) != NULL)) {
+        tv = clock_ms_timeval(ms);
+        evtimer_add(k->timer, &tv);
+        return;
+    }
+    log_msg(LOG_WARN,
+            "request %s: Redis did not take the answer for its Idempotency-Key (%u tries): a "
+            "retry with the key resumes the request",
+            k->request_id, k->tries);
+    kept_free(k);
+}
+
+static void on_kept(void *arg, store_status_t st)
+{
+    op_kept_t *k = arg;
+
+    k->call = NULL;
+    if (st == STORE_UNAVAILABLE || st == STORE_BUSY)
+        kept_failed(k);
+    else
+        kept_free(k);
+}
+
+static void kept_write(op_kept_t *k)
+{
+    store_status_t st = STORE_OK;
+
+    k->call = store_idem_finish(k->env->deliver.store, k->record, k->owner_id, k->status, k->code,
+                                k->buf, k->len, on_kept, k, &st);
+    if (k->call == NULL)
+        kept_failed(k);
+}
+
+void op_guard_keep(op_env_t *env, const char *request_id, const char *record, const char *owner_id,
+                   int status, int code, const char *text, size_t len, int64_t until_ms)
+{
+    size_t record_len = strlen(record);
+    op_kept_t *k = malloc(sizeof(*k) + len + record_len + 1), *unused_last = NULL;
+
+    if (k == NULL) { /* a retry with the key resumes the request, as after a crash */
+        log_msg(LOG_WARN, "request %s: out of memory: its Idempotency-Key's answer is not kept",
+                request_id);
+        return;
+    }
+    *k = (op_kept_t){.env = env, .until_ms = until_ms, .status = status, .code = code, .len = len};
+    snprintf(k->request_id, sizeof(k->request_id), "%s", request_id);
+    snprintf(k->owner_id, sizeof(k->owner_id), "%s", owner_id);
+    memcpy(k->buf, text, len);
+    k->record = memcpy(k->buf + len, record, record_len + 1);
+    DLIST_PREPEND(env->kept, unused_last, k);
+    (void)unused_last;
+    kept_write(k);
+}
+
+void op_guard_clear(op_env_t *env)
+{
+    size_t n = 0;
+
+    for (; env->kept != NULL; n++)
+        kept_free(env->kept);
+    if (n > 0)
+        log_msg(LOG_WARN,
+                "%zu Idempotency-Key answers not taken by Redis given up at exit: a retry with "
+                "such a key resumes its request",
+                n);
+}
+
 /* Stores the answer for replays, or, past STORE_IDEM_ANSWER_MAX, a 118 that says so: the
- * request is still never run again, and a replay says how it ended. */
+ * request is still never run again, and a replay says how it ended. The record's lease ends
+ * LEASE_MARGIN_MS after the deadline (idem_begin). */
 static void keep_answer(op_t *op, int status, int code, const char *text, size_t len)
 {
     op_guard_t *g = op->guard;
-    int ttl_s = op->env->deliver.cfg->idempotency_ttl_s;
+    int64_t until_ms = op->dl.deadline_ms + LEASE_MARGIN_MS;
     bg_error_t err;
     json_t *body;
     char *marker;
     size_t marker_len = 0;
 
     if (len <= STORE_IDEM_ANSWER_MAX) {
-        store_idem_finish(op->env->deliver.store, g->record, g->owner_id, status, code, text, len,
-                          ttl_s);
+        op_guard_keep(op->env, op->id, g->record, g->owner_id, status, code, text, len, until_ms);
         return;
     }
     bg_error_set(&err, BG_ERR_LIMIT,
@@ -602,8 +725,8 @@ static void keep_answer(op_t *op, int status, int code, const char *text, size_t
     /* out of memory: nothing is kept, and a retry resumes the record as after a crash (its
      * delivered responses are not sent again) */
     if (marker != NULL)
-        store_idem_finish(op->env->deliver.store, g->record, g->owner_id, 500, BG_ERR_LIMIT, marker,
-                          marker_len, ttl_s);
+        op_guard_keep(op->env, op->id, g->record, g->owner_id, 500, BG_ERR_LIMIT, marker,
+                      marker_len, until_ms);
     free(marker);
 }
 

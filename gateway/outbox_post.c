@@ -48,12 +48,8 @@ int64_t outbox_backoff_ms(op_env_t *env, int64_t attempts)
 
 void outbox_arm(struct event *ev, int64_t ms)
 {
-    struct timeval tv;
+    struct timeval tv = clock_ms_timeval(ms);
 
-    if (ms < 0)
-        ms = 0;
-    tv.tv_sec = (time_t)(ms / 1000);
-    tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
     evtimer_add(ev, &tv);
 }
 

@@ -7,7 +7,7 @@
 #include "webhook.h"
 
 #include "../core/clock.h"
-#include "../core/guess.h"
+#include "../core/hint.h"
 #include "../core/member.h"
 #include "../core/rng.h"
 #include "../store/hook.h"
@@ -74,10 +74,9 @@ struct webhook {
     hook_req_t *reqs; /* in flight */
     int freeing;      /* webhook_free: the worker is past its drain */
     /* The member script names the member's key among its KEYS, so it must know the member's
-     * id before it runs: the worker remembers the id it last found for each sender, by channel
-     * and sender (a guess: one that went wrong costs a round trip, never a wrong member). Made
-     * at the first member found; NULL before. */
-    guess_table_t *hints;
+     * id before it runs: the worker remembers the id it last found for each sender (a guess:
+     * one that went wrong costs a round trip, never a wrong member). */
+    hint_table_t hints;
 };
 
 webhook_t *webhook_new(op_env_t *env)
@@ -121,7 +120,7 @@ void webhook_free(struct webhook *wh)
     wh->freeing = 1;
     while (wh->reqs != NULL)
         hk_free(wh->reqs);
-    guess_free(wh->hints);
+    hint_free(&wh->hints);
     free(wh);
 }
 
@@ -505,7 +504,7 @@ static void on_member(void *arg, store_status_t st, const char *member_id, json_
     }
     snprintf(h->member_id, sizeof(h->member_id), "%s", member_id);
     json_object_set_new(ev, "memberId", json_string(member_id));
-    guess_put(&h->wh->hints, h->hint, member_id);
+    hint_put(&h->wh->hints, h->hint, member_id);
     h->next_event++;
     if (record == NULL) {
         hk_next(h);
@@ -730,11 +729,11 @@ static void hk_next(hook_req_t *h)
         return;
     }
     json_decref(change);
-    h->hint = guess_hash(h->channel_id, rid);
+    h->hint = hint_hash(h->channel_id, rid);
     memset(&m, 0, sizeof(m));
     m.channel_id = h->channel_id;
     m.recipient_id = rid;
-    m.guess_id = guess_get(h->wh->hints, h->hint);
+    m.guess_id = hint_get(&h->wh->hints, h->hint);
     m.fresh = fresh;
     m.inbound_at = h->inbound_at;
     m.now_ms = h->now_ms;

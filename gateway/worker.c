@@ -53,7 +53,7 @@ static void abort_all(worker_t *w)
 
 static void finish_drain(worker_t *w)
 {
-    struct timeval tv = {0, DRAIN_FLUSH_MS * 1000};
+    struct timeval tv = clock_ms_timeval(DRAIN_FLUSH_MS);
 
     event_base_loopexit(w->base, &tv);
 }
@@ -65,7 +65,7 @@ static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
     worker_t *w = arg;
     size_t before = w->env.in_flight, kept;
     int ms = w->cfg->upstream_timeout_ms + DRAIN_CALL_MARGIN_MS;
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    struct timeval tv = clock_ms_timeval(ms);
 
     (void)fd;
     (void)what;
@@ -97,15 +97,13 @@ static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
 /* New connections are refused from now on; the requests in flight get the drain time. */
 static void stop_listening(worker_t *w)
 {
-    struct timeval tv;
+    struct timeval tv = clock_ms_timeval(w->cfg->drain_timeout_ms);
 
     http_stop_listening(&w->http);
     if (w->env.in_flight == 0) {
         finish_drain(w);
         return;
     }
-    tv.tv_sec = w->cfg->drain_timeout_ms / 1000;
-    tv.tv_usec = (w->cfg->drain_timeout_ms % 1000) * 1000;
     evtimer_add(w->drain_timer, &tv);
 }
 
@@ -129,8 +127,7 @@ static void on_ctl(evutil_socket_t fd, short what, void *arg)
              * check to notice, then refused. */
             w->env.draining = 1;
             if (w->cfg->drain_delay_ms > 0) {
-                struct timeval tv = {w->cfg->drain_delay_ms / 1000,
-                                     (w->cfg->drain_delay_ms % 1000) * 1000};
+                struct timeval tv = clock_ms_timeval(w->cfg->drain_delay_ms);
                 evtimer_add(w->drain_delay, &tv);
             } else {
                 stop_listening(w);

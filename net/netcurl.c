@@ -13,6 +13,7 @@
 #include "neterr.h"
 #include "netguard.h"
 
+#include "../core/clock.h"
 #include "../core/hash.h"
 
 #include <curl/curl.h>
@@ -274,8 +275,7 @@ static int on_curl_timer(CURLM *multi, long timeout_ms, void *userp)
         event_active(sh->timer, EV_TIMEOUT, 0);
         return 0;
     }
-    tv.tv_sec = timeout_ms / 1000;
-    tv.tv_usec = (timeout_ms % 1000) * 1000;
+    tv = clock_ms_timeval(timeout_ms);
     event_add(sh->timer, &tv);
     return 0;
 }

@@ -131,12 +131,8 @@ unsigned cluster_keyslot(const char *key, size_t len)
 
 static void arm_ms(struct event *ev, int64_t ms)
 {
-    struct timeval tv = {0, 0};
+    struct timeval tv = clock_ms_timeval(ms);
 
-    if (ms > 0) {
-        tv.tv_sec = ms / 1000;
-        tv.tv_usec = (ms % 1000) * 1000;
-    }
     event_add(ev, &tv);
 }
 

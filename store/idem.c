@@ -275,17 +275,22 @@ store_idem_call_t *store_idem_begin(store_t *st, const char *key, const char *fp
     }
 }
 
-void store_idem_finish(store_t *st, const char *key, const char *owner, int status, int code,
-                       const char *body, size_t len, int ttl_s)
+store_idem_call_t *store_idem_finish(store_t *st, const char *key, const char *owner,
+                                     int http_status, int code, const char *body, size_t len,
+                                     store_idem_progress_cb *cb, void *arg, store_status_t *status)
 {
     char s[NUMFMT_DEC_SIZE], c[NUMFMT_DEC_SIZE];
-    const char *words[] = {key, owner, numfmt_dec(s, status), numfmt_dec(c, code), body};
+    const char *words[] = {key, owner, numfmt_dec(s, http_status), numfmt_dec(c, code), body};
     size_t lens[5];
 
-    (void)ttl_s; /* the begin's: the record's TTL already keeps the answer that long */
     for (int i = 0; i < 5; i++)
         lens[i] = i == 4 ? len : strlen(words[i]);
-    run(st, &finish_script, NULL, 1, 5, words, lens, NULL);
+    /* its script answers 1: read as a progress record's answer */
+    return run(st, &finish_script,
+               cb != NULL
+                   ? &(store_idem_call_t){.kind = IDEM_PROGRESS, .progress_cb = cb, .arg = arg}
+                   : NULL,
+               1, 5, words, lens, status);
 }
 
 store_idem_call_t *store_idem_progress(store_t *st, const char *key, const char *owner,

@@ -57,11 +57,14 @@ store_idem_call_t *store_idem_begin(store_t *st, const char *key, const char *fp
  * longer one's replacement instead (docs/api.md, Idempotency). */
 #define STORE_IDEM_ANSWER_MAX (1024 * 1024 + 64 * 1024)
 
-/* Stores the answer (when owner still holds the record), drops the progress recorded for a
- * resume, and tells the waiters (those that marked the record). ttl_s is the begin's, whose
- * TTL already covers it. */
-void store_idem_finish(store_t *st, const char *key, const char *owner, int status, int code,
-                       const char *body, size_t len, int ttl_s);
+/* Stores the answer (when owner still holds the record; the begin's TTL keeps it ttl_s), drops
+ * the progress recorded for a resume, and tells the waiters (those that marked the record).
+ * cb (NULL: nobody asks) is told STORE_OK once Redis ran it, also when another owner or an
+ * answer was there already; STORE_UNAVAILABLE or STORE_BUSY when Redis did not answer: it may
+ * have run or not, and running it again changes nothing once it did. */
+store_idem_call_t *store_idem_finish(store_t *st, const char *key, const char *owner,
+                                     int http_status, int code, const char *body, size_t len,
+                                     store_idem_progress_cb *cb, void *arg, store_status_t *status);
 /* Records that response done was delivered (its result element) and that the call of the
  * next one may go out: what a request that resumes this one must not send again. */
 store_idem_call_t *store_idem_progress(store_t *st, const char *key, const char *owner,

@@ -117,12 +117,8 @@ struct redisc {
 
 static void event_add_ms(struct event *ev, int64_t ms)
 {
-    struct timeval tv;
+    struct timeval tv = clock_ms_timeval(ms);
 
-    if (ms < 0)
-        ms = 0;
-    tv.tv_sec = ms / 1000;
-    tv.tv_usec = (ms % 1000) * 1000;
     event_add(ev, &tv);
 }
 

@@ -4,6 +4,8 @@
 
 #include "redistls.h"
 
+#include "../core/clock.h"
+
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <netdb.h>
@@ -172,7 +174,7 @@ static int blocking_setup(redisContext *c, int argc, const char **argv, char *er
 redisContext *rediscfg_connect_blocking(const redisc_config_t *cfg, const char *host, int port,
                                         int timeout_ms, char *errbuf, size_t errlen)
 {
-    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    struct timeval tv = clock_ms_timeval(timeout_ms);
     redisContext *c;
     char db[16], err[200];
     int fd;

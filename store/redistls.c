@@ -5,6 +5,8 @@
  * more read and write per batch each way, on the same loop, never blocking it. */
 #include "redistls.h"
 
+#include "../core/clock.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/buffer.h>
@@ -385,7 +387,7 @@ int redistls_connect_blocking(SSL_CTX *ctx, const char *name, const char *host, 
 {
     struct sockaddr_storage sa;
     socklen_t salen;
-    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    struct timeval tv = clock_ms_timeval(timeout_ms);
     blocking_wait_t w = {0};
     struct event *timer = NULL;
     redistls_t *t = NULL;

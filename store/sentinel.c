@@ -5,6 +5,8 @@
 
 #include "redistls.h"
 
+#include "../core/clock.h"
+
 #include <arpa/inet.h>
 #include <event2/dns.h>
 #include <event2/event.h>
@@ -44,7 +46,7 @@ static void try_next(sentinel_query_t *q);
 
 static void query_arm(sentinel_query_t *q, void (*then)(sentinel_query_t *q), int ms)
 {
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    struct timeval tv = clock_ms_timeval(ms);
 
     q->then = then;
     evtimer_add(q->timer, &tv);

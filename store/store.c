@@ -9,6 +9,7 @@
 
 #include "../core/clock.h"
 #include "../core/hash.h"
+#include "../core/hint.h"
 #include "../json/jscan.h"
 #include "../json/jsonw.h"
 #include "../json/numfmt.h"
@@ -42,13 +43,19 @@ static const char MEMBER_CAS_SCRIPT[] =
     "for i = 6 + n, #ARGV do redis.call('SREM', ARGV[3] .. ARGV[i], ARGV[4]) end return 1";
 
 /* Get-or-create of a member by recipient id, atomic so that two first messages from the same
- * user create one member. KEYS[1]: recipient key; ARGV: member key base, new id, new record.
- * The member keys it builds carry the channel's hash tag, as KEYS[1] does: one cluster slot. */
+ * user create one member. KEYS recipient, member (of the guess; the new one's without a
+ * guess), member (of the new id); ARGV guess ("" none), new id, new record. Every key it
+ * touches is among KEYS (a Redis Cluster refuses others while their slot migrates), so the
+ * caller guesses the member's id (the store's hints): -> the member's record (found, or the new
+ * one made), or {id}: the recipient is another member's than guessed, nothing was written (run
+ * again with that guess). The member keys carry the channel's hash tag, as KEYS[1] does. */
 static const char RESOLVE_SCRIPT[] =
     "local id = redis.call('GET', KEYS[1]) "
-    "if id then local m = redis.call('GET', ARGV[1] .. id) if m then return m end end "
-    "redis.call('SET', KEYS[1], ARGV[2]) redis.call('SET', ARGV[1] .. ARGV[2], ARGV[3]) "
+    "if id and id ~= ARGV[1] then return {id} end "
+    "local m = id and redis.call('GET', KEYS[2]) if m then return m end "
+    "redis.call('SET', KEYS[1], ARGV[2]) redis.call('SET', KEYS[3], ARGV[3]) "
     "return ARGV[3]";
+#define RESOLVE_RUNS 3 /* a guess that was wrong, then one the recipient moved from meanwhile */
 
 #define CACHE_MAX 20000 /* entries per worker */
 
@@ -71,7 +78,17 @@ struct store {
     uint64_t write_seq;                    /* compare-and-set writes done, counted */
     uint64_t bucket_seq[CAS_BUCKETS];      /* write_seq of the last one, by key bucket */
     uint64_t rng;
+    hint_table_t recipients; /* the member id last found for a (channel, recipient id) */
 };
+
+/* A resolve's words, kept for its next run (another guess). Owned by its call. */
+typedef struct resolve_words {
+    uint64_t hint; /* the pair's place in st->recipients */
+    int runs;
+    size_t base_len;
+    char *fresh, *record; /* in buf, after the member keys' base */
+    char buf[];
+} resolve_words_t;
 
 /* Owned by the store from creation until its callback has run or it is cancelled. */
 struct store_call {
@@ -105,6 +122,7 @@ struct store_call {
     store_call_t *leader;    /* the read this one waits for (a joiner) */
     store_call_t *join_next; /* next joiner of the same leader */
     struct event *pause;     /* the random pause before retrying a lost race */
+    resolve_words_t *words;  /* CALL_RESOLVE's, for its next run */
     char key[];              /* as long as it is: thousands of calls may wait at once */
 };
 
@@ -208,6 +226,7 @@ void store_free(store_t *st)
     redisc_free(st->redis);
     cluster_free(st->cluster);
     store_cache_free(st->cache);
+    hint_free(&st->recipients);
     free(st);
 }
 
@@ -311,6 +330,7 @@ static void call_free(store_call_t *c)
     json_decref(c->tags_added);
     json_decref(c->tags_removed);
     free(c->tagging);
+    free(c->words);
     if (c->pause != NULL)
         event_free(c->pause);
     free(c);
@@ -709,12 +729,12 @@ static void on_cas_written(store_call_t *c, redisReply *reply)
      * writers spread out instead of colliding again. */
     {
         uint64_t x = c->st->rng;
-        struct timeval tv = {0, 0};
+        struct timeval tv;
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         c->st->rng = x;
-        tv.tv_usec = (suseconds_t)((x % (1u << (c->attempts < 5 ? c->attempts : 5))) * 1000);
+        tv = clock_ms_timeval((int64_t)(x % (1u << (c->attempts < 5 ? c->attempts : 5))));
         if (c->pause == NULL && (c->pause = evtimer_new(c->st->base, on_pause, c)) == NULL) {
             store_call_finish(c, STORE_UNAVAILABLE, NULL);
             return;
@@ -810,6 +830,43 @@ store_status_t store_member_from_reply(const redisReply *reply, int brief, json_
     return STORE_OK;
 }
 
+/* Runs the resolve script with guess ("": none) as the member's id. */
+static store_status_t resolve_send(store_call_t *c, const char *guess)
+{
+    resolve_words_t *w = c->words;
+    char guessed[STORE_KEY_MAX], fresh[STORE_KEY_MAX];
+    const char *argv[] = {"EVAL", RESOLVE_SCRIPT, "3",      c->key,   guessed,
+                          fresh,  guess,          w->fresh, w->record};
+    int base = (int)w->base_len;
+
+    if (snprintf(guessed, sizeof(guessed), "%.*s%s", base, w->buf, *guess ? guess : w->fresh) >=
+            (int)sizeof(guessed) ||
+        snprintf(fresh, sizeof(fresh), "%.*s%s", base, w->buf, w->fresh) >= (int)sizeof(fresh))
+        return STORE_BAD_RECORD;
+    w->runs++;
+    return send_argv(c, 9, argv, NULL);
+}
+
+/* The recipient is another member's than guessed ({id}): remembered, and asked again. */
+static void resolve_moved(store_call_t *c, const redisReply *reply)
+{
+    const redisReply *id = reply->elements == 1 ? reply->element[0] : NULL;
+    store_status_t st;
+
+    if (id == NULL || id->type != REDIS_REPLY_STRING || id->len == 0 || id->len >= 64 ||
+        strlen(id->str) != id->len) {
+        store_call_finish(c, STORE_BAD_RECORD, NULL);
+        return;
+    }
+    hint_put(&c->st->recipients, c->words->hint, id->str);
+    if (c->words->runs >= RESOLVE_RUNS)
+        st = STORE_CONFLICT;
+    else
+        st = resolve_send(c, id->str);
+    if (st != STORE_OK)
+        store_call_finish(c, st, NULL);
+}
+
 static void store_call_on_reply(redisReply *reply, void *arg)
 {
     store_call_t *c = arg;
@@ -833,6 +890,12 @@ static void store_call_on_reply(redisReply *reply, void *arg)
     case CALL_CAS_WRITE:
         on_cas_written(c, reply);
         return;
+    case CALL_RESOLVE:
+        if (reply->type == REDIS_REPLY_ARRAY) {
+            resolve_moved(c, reply);
+            return;
+        }
+        break;
     default:
         break;
     }
@@ -861,6 +924,9 @@ static void store_call_on_reply(redisReply *reply, void *arg)
     }
     if (c->cacheable)
         store_cache_put(c->st->cache, c->key, value, clock_coarse_ms(), c->ticket);
+    if (c->kind == CALL_RESOLVE && json_is_string(json_object_get(value, "_id")))
+        hint_put(&c->st->recipients, c->words->hint,
+                 json_string_value(json_object_get(value, "_id")));
     store_call_finish(c, STORE_OK, value);
 }
 
@@ -949,21 +1015,41 @@ store_call_t *store_member_for_recipient(store_t *st, const char *channel_id,
                   ? -1
                   : store_key_recipient(key, sizeof(key), st->prefix, channel_id, recipient_id);
     store_call_t *c = store_call_for(st, CALL_RESOLVE, len, key, cb, arg, status);
+    size_t nb, ni, nr;
+    resolve_words_t *w;
+    const char *guess;
+    store_status_t sst;
 
     if (c == NULL)
-        return NULL;
+        return NULL; /* id is not NULL, base is made */
     c->brief = brief;
-    if ((record = json_dumps(new_member, JSON_COMPACT)) == NULL) {
+    nb = strlen(base);
+    ni = strlen(id);
+    if ((record = json_dumps(new_member, JSON_COMPACT)) == NULL ||
+        (w = c->words = malloc(sizeof(*w) + nb + ni + (nr = strlen(record)) + 2)) == NULL) {
+        free(record);
         call_free(c);
         if (status != NULL)
             *status = STORE_BUSY;
         return NULL;
     }
-    {
-        const char *argv[] = {"EVAL", RESOLVE_SCRIPT, "1", c->key, base, id, record};
-        c = store_call_start(c, 7, argv, NULL, status);
-    }
+    w->hint = hint_hash(channel_id, recipient_id);
+    w->runs = 0;
+    w->base_len = nb;
+    memcpy(w->buf, base, nb);
+    w->fresh = memcpy(w->buf + nb, id, ni + 1);
+    w->record = memcpy(w->buf + nb + ni + 1, record, nr + 1);
     free(record);
+    /* the member this worker found last for the recipient: one round trip when it still is,
+     * or when the recipient is new */
+    guess = hint_get(&st->recipients, w->hint);
+    sst = resolve_send(c, guess != NULL ? guess : "");
+    if (status != NULL)
+        *status = sst;
+    if (sst != STORE_OK) {
+        call_free(c);
+        return NULL;
+    }
     return c;
 }
 

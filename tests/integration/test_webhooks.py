@@ -652,6 +652,38 @@ class EndToEnd(HookCase):
         self.assertGreaterEqual(len(events), 3, scripts)
         self.assertTrue(receipts, scripts)
 
+    def test_send_by_recipient_names_every_key(self):
+        """A send by recipientId finds or makes its member in one script (store.c's
+        RESOLVE_SCRIPT) that names every key it touches among its KEYS: a new recipient, the
+        same one again, and one whose member the webhook made (the sending worker has no guess
+        of its id: the script says whose it is, and runs once more with that key)."""
+        if CLUSTER:
+            self.skipTest("MONITOR of one server")
+        tok = self.s.token(APP, "bot:sendResponses")
+        self.send("facebook", "psid-rcp-hook", text="hello")  # its member made by the webhook
+        made = self.member_of("hfb", "psid-rcp-hook")["_id"]
+        mon = Monitor(self.s.redis_port)
+        try:
+            answers = [http("POST", self.s.url + "/sendResponses",
+                            {"channelId": "hfb", "recipientId": rid,
+                             "response": [{"type": "TEXT", "text": "by recipient"}]},
+                            {"Authorization": "Bearer " + tok})
+                       for rid in ("psid-rcp-new", "psid-rcp-new", "psid-rcp-hook")]
+        finally:
+            scripts = mon.stop()
+        for a in answers:
+            self.assertEqual((a.status, a.json["sendResult"]["ok"]), (200, 1), a)
+        new = self.member_of("hfb", "psid-rcp-new")["_id"]
+        self.assertEqual([a.json["member"] for a in answers], [new, new, made])
+        resolves = [sc for sc in scripts
+                    if any(":recipient:{hfb}:psid-rcp-" in k for _, k in sc[1])]
+        for keys, touched in resolves:
+            self.assertLessEqual({k for _, k in touched}, set(keys), keys)
+        # one run each for the new member and itself again (when the same worker sent both,
+        # else two), two for the webhook's (the first says whose it is)
+        self.assertGreaterEqual(len(resolves), 4, resolves)
+        self.assertLessEqual(len(resolves), 5, resolves)
+
     def test_webhook_opens_the_window(self):
         """The conversation window (contract section 14) counts from the lastInboundAt the
         webhooks keep: a member who last wrote two days ago gets 127 and no platform call;
