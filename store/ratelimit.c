@@ -331,9 +331,8 @@ store_rate_call_t *store_rate_take_ahead(store_t *st, const char *channel_id, co
         bad = bad || plen <= 0 ||
               store_key_rate_pause(keys[4], STORE_KEY_MAX, prefix, channel_id, recipient_id) < 0;
     }
-    if (turn)
-        bad =
-            bad || store_key_turns(keys[nkeys++], STORE_KEY_MAX, prefix, channel_id, member_id) < 0;
+    if (turn && store_key_turns(keys[nkeys++], STORE_KEY_MAX, prefix, channel_id, member_id) < 0)
+        bad = 1;
     if (bad) {
         *status = STORE_BAD_RECORD;
         return NULL;
