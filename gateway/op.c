@@ -480,7 +480,16 @@ static void member_ready(op_t *op)
     /* an async request is only queued now, with its place in the member's turn queue, which
      * its attempts hold (the outbox waits for that turn before it starts one) */
     if (op_is_async(op) || op_is_queued(op) || !op->env->deliver.cfg->member_order ||
-        op->turn_held || op_guard_turn(op, run_kind, guard_stopped))
+        op->turn_held) {
+        run_kind(op);
+        return;
+    }
+    /* someone is ahead: a slot taken ahead (slot_ahead) would be stale by the turn; given back
+     * now, it is most likely still the last one taken (with a Redis Cluster the slot's script
+     * cannot see the member's queue, in another slot) */
+    if (deliver_holds(&op->dl))
+        deliver_cancel(&op->dl);
+    if (op_guard_turn(op, run_kind, guard_stopped))
         run_kind(op);
 }
 

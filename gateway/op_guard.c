@@ -13,6 +13,7 @@
 #include "../core/idem.h"
 #include "../core/rng.h"
 #include "../store/idem.h"
+#include "../store/outbox.h"
 #include "log.h"
 
 #include <event2/event.h>
@@ -51,6 +52,7 @@ struct op_guard {
     char turn_id[17];        /* in the member's queue */
     const char *turn_member; /* the member id of the queue: the target's, or turn_member_copy */
     char *turn_member_copy;  /* the record's id (found by recipientId): the record may go first */
+    unsigned turn_shard;     /* the member's outbox shard: where a cluster keeps its queue */
     unsigned resume_at;      /* resuming: the response whose call may have gone out */
     char **resumed;          /* resuming: the elements recorded before it (NULL: none) */
     char owner_id[17];
@@ -352,8 +354,8 @@ static void on_turn(void *arg, store_status_t st, int64_t wait_ms)
         ask_again(op);
         return;
     }
-    if (store_turn_key(op->env->deliver.store, queue, sizeof(queue), op->target.channel_id,
-                       g->turn_member) < 0) {
+    if (store_turn_key(op->env->deliver.store, queue, sizeof(queue), g->turn_shard,
+                       op->target.channel_id, g->turn_member) < 0) {
         stop_code(op, BG_ERR_LIMIT, "member key too long");
         return;
     }
@@ -366,8 +368,9 @@ static void turn_check(op_t *op)
     op_guard_t *g = op->guard;
     store_status_t st = STORE_OK;
 
-    g->call = store_turn_join(op->env->deliver.store, op->target.channel_id, g->turn_member,
-                              g->turn_id, turn_lease_ms(op), !g->joined, on_turn, op, &st);
+    g->call = store_turn_join(op->env->deliver.store, g->turn_shard, op->target.channel_id,
+                              g->turn_member, g->turn_id, turn_lease_ms(op), !g->joined, on_turn,
+                              op, &st);
     if (g->call == NULL)
         stop_store(op, st);
 }
@@ -441,8 +444,12 @@ static int turn_take(op_t *op, int brief, op_guard_stop_fn *stop)
         }
     }
     g->queued = 1; /* given back at the end whatever the answer: the RPUSH may have landed */
-    g->take = store_turn_take(op->env->deliver.store, op->target.channel_id, g->turn_member,
-                              g->turn_id, turn_lease_ms(op), brief, on_taken, op, &st);
+    /* the member's queued requests hold places in the same queue (outbox_accept.c) */
+    g->turn_shard = store_outbox_shard((unsigned)op->env->deliver.cfg->outbox_shards,
+                                       op->target.channel_id, g->turn_member);
+    g->take =
+        store_turn_take(op->env->deliver.store, g->turn_shard, op->target.channel_id,
+                        g->turn_member, g->turn_id, turn_lease_ms(op), brief, on_taken, op, &st);
     if (g->take == NULL) {
         stop_store(op, st);
         return -1;
@@ -468,8 +475,8 @@ static void turn_give_back(op_t *op)
     json_decref(g->member);
     g->member = NULL;
     if (g->queued)
-        store_turn_done(op->env->deliver.store, op->target.channel_id, g->turn_member, g->turn_id,
-                        0);
+        store_turn_done(op->env->deliver.store, g->turn_shard, op->target.channel_id,
+                        g->turn_member, g->turn_id, 0);
     g->queued = 0;
     g->taken = 0;
     g->ahead = 0;
@@ -756,7 +763,8 @@ void op_guard_end(op_t *op, int status, int code, const char *text, size_t len)
     }
     if (g->queued) {
         /* the member's id as the take used it: the target's, or the record's */
-        store_turn_done(store, op->target.channel_id, g->turn_member, g->turn_id, g->joined);
+        store_turn_done(store, g->turn_shard, op->target.channel_id, g->turn_member, g->turn_id,
+                        g->joined);
         g->queued = 0;
     }
     guard_free(op);

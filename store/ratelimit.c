@@ -326,6 +326,9 @@ store_rate_call_t *store_rate_take_ahead(store_t *st, const char *channel_id, co
               store_key_member(keys[2], STORE_KEY_MAX, prefix, channel_id, member_id) < 0;
     store_rate_call_t *c;
 
+    /* the member's turn queue shares the sender's slot on one server only (store_turn_keys) */
+    if (store_redis(st) == NULL)
+        turn = 0;
     if (pair) { /* the pair's keys after the member's, the turn queue's last */
         plen = store_key_rate(keys[3], STORE_KEY_MAX, prefix, channel_id, recipient_id) + 1;
         bad = bad || plen <= 0 ||

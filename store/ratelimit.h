@@ -57,7 +57,8 @@ store_rate_call_t *store_rate_take_bulk(store_t *st, const char *channel_id,
  * NULL, the pair's, only when member_id's record holds recipient_id as its externalId: both or
  * none, so that a wrong guess of the member's address takes nothing. Nothing either unless
  * member_id's record exists and, with turn 1, nobody holds or waits for the member's turn (its
- * queue is empty). No callback: the
+ * queue is empty; on one server only: with a Redis Cluster the queue is in another slot, not
+ * looked at, and a request that finds someone ahead lets its slots go). No callback: the
  * caller hands the call to its delivery with store_rate_ahead_use, or lets it go with
  * store_rate_cancel, which gives back the slots taken and not used (each when no other slot
  * was taken after it: else it is lost, one slot, as a send that failed would have used it).
