@@ -10,6 +10,7 @@
 #ifndef BOTGATE_STORE_BROADCAST_H
 #define BOTGATE_STORE_BROADCAST_H
 
+#include "../core/hint.h"
 #include "store.h"
 
 #include <stddef.h>
@@ -46,6 +47,12 @@ store_bc_call_t *store_bc_create(store_t *st, const char *channel_id, const char
                                  const char *app, const char *body, size_t body_len,
                                  const char *callback, int64_t keep_ms, unsigned shards,
                                  store_bc_cb *cb, void *arg, store_status_t *status);
+/* The KEYS of store_bc_add_members_script: record_key, todo_key, then the key of each member
+ * id (the script checks them, so a Redis Cluster is told of each), in one block to free; NULL
+ * when out of memory or the base does not fit. */
+const char **store_bc_member_keys(const char *prefix, const char *channel_id,
+                                  const char *record_key, const char *todo_key,
+                                  const char *const *members, size_t n);
 /* Adds member ids (n <= STORE_BROADCAST_SLICE_MAX) after checking each one's record exists:
  * text is the first that does not ("": all added). */
 store_bc_call_t *store_bc_add_members(store_t *st, const char *channel_id, const char *id,
@@ -58,11 +65,36 @@ store_bc_call_t *store_bc_add_tag(store_t *st, const char *channel_id, const cha
                                   store_bc_cb *cb, void *arg, store_status_t *status);
 /* Adds the members of recipient ids (n <= STORE_BROADCAST_SLICE_MAX), each made from
  * new_ids[i] and new_records[i] (JSON text) when its recipient key leads to no member, as a
- * sendResponses by recipientId makes it. */
+ * sendResponses by recipientId makes it: one script run for the slice when the store's guesses
+ * of the members (store_recipient_hints) hold or the recipients are new, a second one for
+ * those it did not know (store_bc_rslice_t). n: the members added. */
 store_bc_call_t *store_bc_add_recipients(store_t *st, const char *channel_id, const char *id,
                                          const char *const *recipients, const char *const *new_ids,
                                          const char *const *new_records, size_t n, store_bc_cb *cb,
                                          void *arg, store_status_t *status);
+/* A slice of recipient ids on its way to an accepting broadcast, for the caller that runs
+ * store_bc_add_recipients_script itself (botgatectl; store_bc_add_recipients runs it so). The
+ * script names every key it touches among its KEYS, the member's too, so each recipient goes
+ * with a guess of its member's id (from guesses, the ids a worker found last: NULL, none); one
+ * that turns out to be another member's is not added but named, and goes again with that id.
+ * The words are copied. NULL when out of memory, n is 0 or over STORE_BROADCAST_SLICE_MAX. */
+typedef struct store_bc_rslice store_bc_rslice_t;
+store_bc_rslice_t *store_bc_rslice_new(const char *prefix, const char *channel_id,
+                                       const char *record_key, const char *todo_key,
+                                       const char *const *recipients, const char *const *new_ids,
+                                       const char *const *new_records, size_t n,
+                                       const hint_table_t *guesses);
+/* The next run's words (EVAL, the script, ...; argv[3] is the record's key, which routes it),
+ * valid until the next call: their number, or -1 when out of memory. */
+int store_bc_rslice_words(store_bc_rslice_t *s, const char ***argv);
+/* Reads the run's reply; the ids it names are put in learn (NULL: nowhere). STORE_OK, with
+ * *again 1 when some recipients go again (store_bc_rslice_words); STORE_BAD_RECORD for a reply
+ * that is not the script's; STORE_CONFLICT when they still moved after 3 runs. */
+store_status_t store_bc_rslice_reply(store_bc_rslice_t *s, const redisReply *reply,
+                                     hint_table_t *learn, int *again);
+/* The members added by the runs so far; -1 when the broadcast was not accepting. */
+int64_t store_bc_rslice_added(const store_bc_rslice_t *s);
+void store_bc_rslice_free(store_bc_rslice_t *s);
 /* Ends accepting: n is the total (distinct members); the broadcast runs (or is done when there
  * are none), kept keep_ms, and its id leads to its channel. Its id's index and its line among
  * the running ones are written first (then a crash leaves an accepting one, which expires). */

@@ -252,6 +252,17 @@ static store_idem_call_t *run(store_t *st, store_script_t *script, const store_i
     return c;
 }
 
+/* Runs a script of one record that answers 1 when it did what it does (progress, finish,
+ * abandon); cb (NULL: nobody asks) is told so. */
+static store_idem_call_t *run_acked(store_t *st, store_script_t *script, store_idem_progress_cb *cb,
+                                    void *arg, int nwords, const char *const *words,
+                                    const size_t *lens, store_status_t *status)
+{
+    store_idem_call_t with = {.kind = IDEM_PROGRESS, .progress_cb = cb, .arg = arg};
+
+    return run(st, script, cb != NULL ? &with : NULL, 1, nwords, words, lens, status);
+}
+
 int store_idem_key(store_t *st, char *buf, size_t size, const char *app, const char *route,
                    const char *key)
 {
@@ -285,12 +296,7 @@ store_idem_call_t *store_idem_finish(store_t *st, const char *key, const char *o
 
     for (int i = 0; i < 5; i++)
         lens[i] = i == 4 ? len : strlen(words[i]);
-    /* its script answers 1: read as a progress record's answer */
-    return run(st, &finish_script,
-               cb != NULL
-                   ? &(store_idem_call_t){.kind = IDEM_PROGRESS, .progress_cb = cb, .arg = arg}
-                   : NULL,
-               1, 5, words, lens, status);
+    return run_acked(st, &finish_script, cb, arg, 5, words, lens, status);
 }
 
 store_idem_call_t *store_idem_progress(store_t *st, const char *key, const char *owner,
@@ -304,16 +310,15 @@ store_idem_call_t *store_idem_progress(store_t *st, const char *key, const char 
 
     for (int i = 0; i < 4; i++)
         lens[i] = i == 3 ? len : strlen(words[i]);
-    return run(st, &progress_script,
-               &(store_idem_call_t){.kind = IDEM_PROGRESS, .progress_cb = cb, .arg = arg}, 1, 4,
-               words, lens, status);
+    return run_acked(st, &progress_script, cb, arg, 4, words, lens, status);
 }
 
-void store_idem_abandon(store_t *st, const char *key, const char *owner)
+store_idem_call_t *store_idem_abandon(store_t *st, const char *key, const char *owner,
+                                      store_idem_progress_cb *cb, void *arg, store_status_t *status)
 {
     const char *words[] = {key, owner};
 
-    run(st, &abandon_script, NULL, 1, 2, words, NULL, NULL);
+    return run_acked(st, &abandon_script, cb, arg, 2, words, NULL, status);
 }
 
 /* On one server the names of before (an upgrade keeps every member's order); with a cluster in

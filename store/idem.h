@@ -71,8 +71,12 @@ store_idem_call_t *store_idem_progress(store_t *st, const char *key, const char 
                                        unsigned done, const char *element, size_t len,
                                        store_idem_progress_cb *cb, void *arg,
                                        store_status_t *status);
-/* Drops the record (the request did not run: a retry runs afresh) and tells the waiters. */
-void store_idem_abandon(store_t *st, const char *key, const char *owner);
+/* Drops the record (when owner still holds it unanswered: the request did not run, a retry
+ * runs afresh) and tells the waiters. cb (NULL: nobody asks) is told as store_idem_finish's:
+ * running it again changes nothing once it did, nor once another request took the key. */
+store_idem_call_t *store_idem_abandon(store_t *st, const char *key, const char *owner,
+                                      store_idem_progress_cb *cb, void *arg,
+                                      store_status_t *status);
 
 /* Per-member order (contract.md section 7). A member's queue is a list of turn ids (one per
  * request, random) in the order they reached Redis; the first holds the turn. Queued requests
