@@ -161,8 +161,10 @@ void deliver_start_parsed(deliver_t *d, json_t *response, const char *text, size
  * message's slot of the channel's sender limit goes in that round trip (store_rate_take_ahead),
  * and of its pair's limit, when it has one, for the address the worker last read for the
  * member (deliver_address_seen; none known: neither goes ahead), if the member's record still
- * holds it. The first message uses them when its call goes at the slot's time to that address;
- * else, and when no message uses them, they go back (deliver_cancel). */
+ * holds it. Where a number is checked first (whatsapp), only with that address, whose cached
+ * contact comes with them (deliver_ahead_contact; the slots only when it was seen valid). The
+ * first message uses them when its call goes at the slot's time to that address; else, and when
+ * no message uses them, they go back (deliver_cancel). */
 void deliver_slot_ahead(deliver_t *d, const char *member_id, int turn);
 /* The member's record was read with externalId, and d->to set from it (adapter and channel
  * set): the worker remembers it as the member's address for deliver_slot_ahead, where the

@@ -57,13 +57,6 @@ void deliver_rate_policy(deliver_t *d, ratelimit_policy_t *policy)
     k->rate = *policy;
 }
 
-/* A pair's slot may go ahead on this platform: its address is the member's (no contact check
- * that would make it another, and hold the message a round trip longer anyway). */
-static int pair_ahead(const deliver_t *d, const ratelimit_policy_t *policy)
-{
-    return policy->pair.interval_us != 0 && d->adapter->build_check == NULL;
-}
-
 void deliver_address_seen(deliver_t *d, const char *member_id, const char *external_id)
 {
     ratelimit_policy_t policy;
@@ -73,7 +66,7 @@ void deliver_address_seen(deliver_t *d, const char *member_id, const char *exter
     if (d->to == NULL || external_id == NULL || strcmp(d->to, external_id) != 0)
         return;
     deliver_rate_policy(d, &policy);
-    if (pair_ahead(d, &policy))
+    if (policy.pair.interval_us != 0)
         hint_put(&d->env->_addresses, hint_hash(d->channel_id, member_id), external_id);
 }
 
@@ -88,19 +81,33 @@ void deliver_slot_ahead(deliver_t *d, const char *member_id, int turn)
         return;
     deliver_rate_policy(d, &policy);
     /* a pair's limit needs the member's address, known once the member is read: the address
-     * this worker read last goes ahead (a guess the script checks); without one, or where it
-     * cannot go ahead, the slots are taken before the call as without a slot ahead */
+     * this worker read last goes ahead (a guess the script checks); without one the slots are
+     * taken before the call as without a slot ahead */
     if (policy.pair.interval_us != 0 &&
-        (!pair_ahead(d, &policy) ||
-         (to = hint_get(&d->env->_addresses, hint_hash(d->channel_id, member_id))) == NULL))
+        (to = hint_get(&d->env->_addresses, hint_hash(d->channel_id, member_id))) == NULL)
         return;
-    if (policy.sender.interval_us == 0 && to == NULL)
+    /* a number checked first (whatsapp): its cached contact is read with the slots, which are
+     * taken only when it was seen valid; without an address the check comes first, and a slot
+     * taken before it would only go back */
+    if ((policy.sender.interval_us == 0 || d->adapter->build_check != NULL) && to == NULL)
         return;
     /* the board listens before a slot given now is used (deliver_start) */
     if (d->env->_pauses == NULL)
         d->env->_pauses = store_rate_board_new(d->env->store);
-    d->_ahead = store_rate_take_ahead(d->env->store, d->channel_id, member_id, to, turn, &policy,
+    d->_ahead = store_rate_take_ahead(d->env->store, d->channel_id, member_id, to,
+                                      d->adapter->build_check != NULL, turn, &policy,
                                       deliver_rate_max_wait_ms(d), &st);
+}
+
+const char *deliver_ahead_contact(const deliver_t *d)
+{
+    const char *to;
+
+    if (d->phase != DL_IDLE || d->_ahead == NULL)
+        return NULL;
+    /* read for the address guessed: only a message to that very number uses it */
+    to = store_rate_ahead_recipient(d->_ahead);
+    return to != NULL && strcmp(to, d->to) == 0 ? store_rate_ahead_contact(d->_ahead) : NULL;
 }
 
 int deliver_ahead_take(deliver_t *d, store_rate_cb *cb, store_rate_verdict_t *verdict,

@@ -15,6 +15,9 @@
 #define RATE_PAUSE_MAX_MS   60000
 #define BOARD_CHANNEL       "ratepauses" /* after the prefix: where every pause is announced */
 #define BOARD_SLOTS         1024         /* a board's slots (8 KiB); power of 2 */
+/* A contact read with the slots ahead is handed over up to this long, its NUL included (a
+ * wa_id is a phone number): a longer one the delivery reads itself, as without. */
+#define AHEAD_CONTACT_MAX 48
 
 /* The only copy of the limiter script: tests/integration/test_ratelimit.py reads the C strings
  * between the two marker comments and runs them against a real redis-server.
@@ -30,11 +33,16 @@
  *       message), the sender's slot is taken only when it comes within lead ms: further
  *       away nothing is taken (2, as too late), so that no slot waits reserved ahead of the
  *       conversational calls that come meanwhile. A pair's later slot is taken as without.
- * ahead: KEYS sender TAT, sender pause, member[, pair TAT, pair pause][, member's turn queue];
- *       ARGV as take, with 'ahead'[, the pair's address: with the pair's keys] -> {4} (no
- *       member, its externalId is not that address, or the queue is not empty: nothing
+ * ahead: KEYS sender TAT, sender pause, member[, pair TAT, pair pause][, member's turn
+ *       queue]; ARGV as take, with 'ahead'[, the pair's address: with the pair's keys] -> {4}
+ *       (no member, its externalId is not that address, or the queue is not empty: nothing
  *       taken), else as take with the new TATs of the sender and of the pair (integers; nil
  *       where none was taken) a third and fourth: the give-back's tokens.
+ * contact: as ahead with the pair's keys, the address's contact's key after them (whatsapp:
+ *       its wa_id, cached once /v1/contacts saw the number valid): its value comes fifth, and
+ *       the slots are taken only when it is the address itself. A number not cached takes
+ *       nothing (it is checked first), one known by another wa_id neither (its pair is the
+ *       wa_id's): {4, 0, nil, nil, the value}.
  * back: KEYS TAT[, TAT]; ARGV 'back', then for each key the TAT a take set and the limit's I:
  *       a slot goes back when nobody took one after it (its TAT is still that one).
  * pause: KEYS pause; ARGV 'pause', retry-after ms (0: the doubling one), first ms, max ms
@@ -69,17 +77,23 @@ static const char RATE_SCRIPT[] =
     "  end\n"
     "  return 0\n"
     "end\n"
-    "local ahead, addr = ARGV[1] == 'ahead', ARGV[7]\n"
+    "local wa = ARGV[1] == 'contact' or nil\n"
+    "local ahead, addr = wa or ARGV[1] == 'ahead', ARGV[7]\n"
     /* the pair's keys: 3 and 4 for a take, 4 and 5 (after the member) for an ahead */
     "local pk, pair = 3, #KEYS >= 4\n"
     "if ahead then\n"
-    "  local q = KEYS[addr and 6 or 4]\n"
+    "  local q = KEYS[addr and (wa and 7 or 6) or 4]\n"
     "  local m = addr and redis.call('GET', KEYS[3]) or redis.call('EXISTS', KEYS[3]) == 1\n"
     "  if not m or (q and redis.call('LLEN', q) > 0) then return {4, 0} end\n"
     /* the address the pair's key was made from is still the member's */
     "  if addr then\n"
     "    local ok, rec = pcall(cjson.decode, m)\n"
     "    if not ok or type(rec) ~= 'table' or rec.externalId ~= addr then return {4, 0} end\n"
+    "  end\n"
+    /* the number's contact, as deliver.c's check reads it: seen valid (cached) or not */
+    "  if wa then\n"
+    "    wa = redis.call('GET', KEYS[6])\n"
+    "    if wa ~= addr then return {4, 0, false, false, wa} end\n"
     "  end\n"
     "  pk, pair = 4, addr ~= nil\n"
     "end\n"
@@ -104,7 +118,10 @@ static const char RATE_SCRIPT[] =
     "if pair then p_at, p_tat = limit(KEYS[pk], KEYS[pk + 1], p_int, tonumber(ARGV[5])) end\n"
     "local at = math.max(s_at, p_at)\n"
     "local wait = ms(at - now)\n"
-    "if wait > tonumber(ARGV[6]) then return {2, wait} end\n"
+    "if wait > tonumber(ARGV[6]) then\n"
+    "  if ahead then return {2, wait, false, false, wa} end\n"
+    "  return {2, wait}\n"
+    "end\n"
     "local lead = not ahead and tonumber(ARGV[7])\n"
     "if lead and p_at <= s_at and wait > lead then return {2, wait} end\n"
     "local p_token = false\n"
@@ -112,7 +129,7 @@ static const char RATE_SCRIPT[] =
     "local v, s_token = wait > 0 and 1 or 0, false\n"
     "if p_at > s_at and s_tat ~= nil then v = 3\n"
     "else s_token = take(KEYS[1], s_tat, s_int, at) or false end\n"
-    "if ahead then return {v, wait, s_token, p_token} end\n"
+    "if ahead then return {v, wait, s_token, p_token, wa} end\n"
     "return {v, wait}\n"
     /* END RATE_SCRIPT */
     ;
@@ -148,7 +165,10 @@ struct store_rate_call {
     int64_t tat_us[2];      /* the TATs the slots set: 0 where none was taken */
     /* the pair's TAT key and address (in keys), NULL when no pair's slot was asked for */
     const char *pair_key, *recipient;
-    char keys[]; /* the sender's TAT key, then the pair's and its address */
+    /* the address's contact read with the slots (AHEAD_CONTACT_MAX bytes in keys), NULL when
+     * not asked for; "" until one came */
+    char *contact;
+    char keys[]; /* the sender's TAT key, then the pair's, its address and the contact */
 };
 
 static store_rate_call_t *rate_eval(store_t *st, rate_kind_t kind, const char *const *keys,
@@ -191,7 +211,7 @@ static void rate_reply(redisReply *reply, void *arg)
         st = STORE_OK;
         wait_ms = reply->integer;
     } else if (reply != NULL && c->kind != RATE_PAUSE && reply->type == REDIS_REPLY_ARRAY &&
-               reply->elements >= 2 && reply->elements <= 4 &&
+               reply->elements >= 2 && reply->elements <= 5 &&
                reply->element[0]->type == REDIS_REPLY_INTEGER &&
                reply->element[1]->type == REDIS_REPLY_INTEGER &&
                reply->element[0]->integer >= STORE_RATE_GO &&
@@ -199,9 +219,15 @@ static void rate_reply(redisReply *reply, void *arg)
         st = STORE_OK;
         verdict = (store_rate_verdict_t)reply->element[0]->integer;
         wait_ms = reply->element[1]->integer;
-        for (size_t i = 2; c->kind == RATE_AHEAD && i < reply->elements; i++)
+        for (size_t i = 2; c->kind == RATE_AHEAD && i < reply->elements && i < 4; i++)
             if (reply->element[i]->type == REDIS_REPLY_INTEGER) /* else nil: none taken */
                 c->tat_us[i - 2] = reply->element[i]->integer;
+        if (c->kind == RATE_AHEAD && c->contact != NULL && reply->elements == 5 &&
+            reply->element[4]->type == REDIS_REPLY_STRING &&
+            reply->element[4]->len < AHEAD_CONTACT_MAX) {
+            memcpy(c->contact, reply->element[4]->str, reply->element[4]->len);
+            c->contact[reply->element[4]->len] = '\0';
+        }
     }
     if (c->kind == RATE_AHEAD && c->cb == NULL) {
         c->got = st;
@@ -227,7 +253,7 @@ static store_rate_call_t *rate_eval(store_t *st, rate_kind_t kind, const char *c
                                     store_rate_cb *cb, void *arg, size_t extra,
                                     store_status_t *status)
 {
-    const char *words[6 + 7];
+    const char *words[7 + 7];
     store_rate_call_t *c = calloc(1, sizeof(*c) + extra);
     int n = 0, rc;
 
@@ -310,17 +336,18 @@ store_rate_call_t *store_rate_take_bulk(store_t *st, const char *channel_id,
 }
 
 store_rate_call_t *store_rate_take_ahead(store_t *st, const char *channel_id, const char *member_id,
-                                         const char *recipient_id, int turn,
+                                         const char *recipient_id, int contact, int turn,
                                          const ratelimit_policy_t *policy, int64_t max_wait_ms,
                                          store_status_t *status)
 {
     const char *prefix = store_prefix(st);
-    char keys[6][STORE_KEY_MAX], nums[5][NUMFMT_DEC_SIZE];
-    const char *kv[6] = {keys[0], keys[1], keys[2], keys[3], keys[4], keys[5]};
+    char keys[7][STORE_KEY_MAX], nums[5][NUMFMT_DEC_SIZE];
+    const char *kv[7] = {keys[0], keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]};
     const char *args[7] = {"ahead"};
     int pair = recipient_id != NULL, nkeys = pair ? 5 : 3;
     int len = store_key_rate(keys[0], STORE_KEY_MAX, prefix, channel_id, NULL), plen = 0;
     size_t rlen = pair ? strlen(recipient_id) + 1 : 0;
+    size_t clen = pair && contact ? AHEAD_CONTACT_MAX : 0;
     int bad = len < 0 ||
               store_key_rate_pause(keys[1], STORE_KEY_MAX, prefix, channel_id, NULL) < 0 ||
               store_key_member(keys[2], STORE_KEY_MAX, prefix, channel_id, member_id) < 0;
@@ -333,6 +360,10 @@ store_rate_call_t *store_rate_take_ahead(store_t *st, const char *channel_id, co
         plen = store_key_rate(keys[3], STORE_KEY_MAX, prefix, channel_id, recipient_id) + 1;
         bad = bad || plen <= 0 ||
               store_key_rate_pause(keys[4], STORE_KEY_MAX, prefix, channel_id, recipient_id) < 0;
+        /* the contact's key (same channel's slot) after the pair's */
+        if (contact &&
+            store_key_contact(keys[nkeys++], STORE_KEY_MAX, prefix, channel_id, recipient_id) < 0)
+            bad = 1;
     }
     if (turn && store_key_turns(keys[nkeys++], STORE_KEY_MAX, prefix, channel_id, member_id) < 0)
         bad = 1;
@@ -342,8 +373,10 @@ store_rate_call_t *store_rate_take_ahead(store_t *st, const char *channel_id, co
     }
     take_args(args, nums, policy, max_wait_ms);
     args[6] = recipient_id;
+    if (clen > 0)
+        args[0] = "contact";
     c = rate_eval(st, RATE_AHEAD, kv, nkeys, args, pair ? 7 : 6, NULL, NULL,
-                  (size_t)len + 1 + (size_t)plen + rlen, status);
+                  (size_t)len + 1 + (size_t)plen + rlen + clen, status);
     if (c != NULL) {
         c->interval_us[0] = policy->sender.interval_us;
         c->interval_us[1] = policy->pair.interval_us;
@@ -351,6 +384,8 @@ store_rate_call_t *store_rate_take_ahead(store_t *st, const char *channel_id, co
         if (pair) {
             c->pair_key = memcpy(c->keys + len + 1, keys[3], (size_t)plen);
             c->recipient = memcpy(c->keys + len + 1 + plen, recipient_id, rlen);
+            if (clen > 0)
+                c->contact = c->keys + len + 1 + plen + rlen; /* "" (calloc) until it came */
         }
     }
     return c;
@@ -359,6 +394,13 @@ store_rate_call_t *store_rate_take_ahead(store_t *st, const char *channel_id, co
 const char *store_rate_ahead_recipient(const store_rate_call_t *call)
 {
     return call->recipient;
+}
+
+const char *store_rate_ahead_contact(const store_rate_call_t *call)
+{
+    return call->in && call->got == STORE_OK && call->contact != NULL && call->contact[0] != '\0'
+               ? call->contact
+               : NULL;
 }
 
 int store_rate_ahead_use(store_rate_call_t *c, int64_t late_ms, store_rate_cb *cb, void *arg,

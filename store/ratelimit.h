@@ -55,7 +55,11 @@ store_rate_call_t *store_rate_take_bulk(store_t *st, const char *channel_id,
 /* The first message's slots taken ahead of the delivery, in the round trip of the member's read
  * (send it before that read and the turn's RPUSH): the sender's and, when recipient_id is not
  * NULL, the pair's, only when member_id's record holds recipient_id as its externalId: both or
- * none, so that a wrong guess of the member's address takes nothing. Nothing either unless
+ * none, so that a wrong guess of the member's address takes nothing. With contact 1 (and a
+ * recipient_id), whatsapp's cached contact of recipient_id (store_get_contact) is read too and
+ * handed over (store_rate_ahead_contact), and the slots are taken only when it is recipient_id
+ * itself: a number not seen valid lately is checked before its slots are taken, and one the
+ * platform knows by another wa_id is paced on that wa_id's pair. Nothing either unless
  * member_id's record exists and, with turn 1, nobody holds or waits for the member's turn (its
  * queue is empty; on one server only: with a Redis Cluster the queue is in another slot, not
  * looked at, and a request that finds someone ahead lets its slots go). No callback: the
@@ -64,11 +68,15 @@ store_rate_call_t *store_rate_take_bulk(store_t *st, const char *channel_id,
  * was taken after it: else it is lost, one slot, as a send that failed would have used it).
  * NULL when nothing was sent. */
 store_rate_call_t *store_rate_take_ahead(store_t *st, const char *channel_id, const char *member_id,
-                                         const char *recipient_id, int turn,
+                                         const char *recipient_id, int contact, int turn,
                                          const ratelimit_policy_t *policy, int64_t max_wait_ms,
                                          store_status_t *status);
 /* The pair's address of a call of store_rate_take_ahead; NULL when it takes no pair's slot. */
 const char *store_rate_ahead_recipient(const store_rate_call_t *call);
+/* The contact read by a call of store_rate_take_ahead with contact 1, once its answer came (a
+ * round trip on the same connection after it): the wa_id cached for its recipient_id; NULL
+ * when none is cached (or an empty one), the call failed or its answer is still to come. */
+const char *store_rate_ahead_contact(const store_rate_call_t *call);
 /* The delivery's slot, from a call of store_rate_take_ahead (taken over). 2: its answer is still
  * to come: cb gets it, as from store_rate_take or STORE_RATE_SKIP (none taken: take one), and
  * call is the delivery's call in flight. 1: it came, in *verdict and *wait_ms (as from now; the

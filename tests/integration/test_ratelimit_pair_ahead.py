@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
-"""The pair's slot (contract.md section 8, per recipient: whatsapp-cloud, slack) taken ahead in
-the round trip of the member's read, for the address the worker read last for the member
-(issue 30): real redis-server, the simulator, botgate with member order on (the default), one
-worker, requests by memberId.
+"""The pair's slot (contract.md section 8, per recipient: whatsapp-cloud, slack, whatsapp)
+taken ahead in the round trip of the member's read, for the address the worker read last for
+the member (issue 30): real redis-server, the simulator, botgate with member order on (the
+default), one worker, requests by memberId.
 
 - A sync send to a member the worker has read before costs two Redis round trips (the member's
   read with its turn and both slots, then the turn given back after the call), one script. It
   took three: the pair's key needs the member's address, so the slots were taken after the read.
+  On whatsapp (on-premises) it took four: the number's contact (seen valid by /v1/contacts,
+  cached) was read on its own after the member's read; now the same script reads it.
+- whatsapp's contact check holds as it was: a number not cached (never checked, or its cache
+  expired) is checked with the platform again before the message, an invalid one fails the
+  request with 100 and takes no slot, and a cached wa_id other than the number is where the
+  message goes, paced on that wa_id's pair.
 - The pair's pace holds: a second send within the pair's interval waits for its slot; a member
   whose address changed is paced on the new one (the guess of the old one takes nothing).
 - A pair's slot past the request's deadline fails the element with 120, and nothing is taken.
@@ -27,13 +33,14 @@ import unittest
 sys.path.insert(0, os.path.dirname(__file__))
 import test_order_cost  # noqa: E402
 from harness import (CLUSTER, StackTest, cloud_channel, http as http_call,  # noqa: E402
-                     member, turn_queue, wait_for)
+                     member, turn_queue, wait_for, whatsapp_channel)
 
 APP = "PA"
 CLOUD = "pa-wc"   # whatsapp-cloud's defaults: 80/s, the pair 1 per 6 s with a burst of 45
 SLACK = "pa-sl"   # slack's: no sender's limit, the pair 1/s with a burst of 3
 PACED = "pa-wcp"  # the pair 1 per PAIR_MS, no burst
 SLOW = "pa-wcs"   # the pair 1 per 30 s: a second send's slot is past its deadline
+WA = "pa-wa"      # whatsapp (on-premises)'s defaults: 50/s, the pair as whatsapp-cloud's
 PAIR_MS = 2000
 N = 10
 REQUEST_TIMEOUT_MS = 8000
@@ -57,6 +64,7 @@ class PairAhead(StackTest):
         s = cls.s
         s.put("channel", cloud_channel(CLOUD, APP))
         s.put("channel", slack_channel(SLACK))
+        s.put("channel", whatsapp_channel(WA, APP, s.sim_url + "/wa"))
         s.put("channel", cloud_channel(PACED, APP, rateLimit={
             "perSecond": 80, "burst": 1, "perRecipient": {"everyMs": PAIR_MS, "burst": 1}}))
         s.put("channel", cloud_channel(SLOW, APP, rateLimit={
@@ -71,7 +79,7 @@ class PairAhead(StackTest):
     def put_member(self, cid, mid, address, inbound=True):
         """The record written straight into Redis (its window open unless inbound is False)."""
         over = {"lastInboundAt": int(time.time() * 1000) if inbound else 1700000000000}
-        platform = "slack" if cid == SLACK else "whatsapp-cloud"
+        platform = {SLACK: "slack", WA: "whatsapp"}.get(cid, "whatsapp-cloud")
         self.s.redis("SET", "botgate:member:{%s}:%s" % (cid, mid),
                      json.dumps(member(mid, cid, APP, address, platform, **over)))
 
@@ -125,10 +133,11 @@ class PairAhead(StackTest):
 
     @unittest.skipIf(CLUSTER, "round trips are counted on one server")
     def test_1_two_round_trips_for_a_member_read_before(self):
-        for cid in (CLOUD, SLACK):
+        for cid in (CLOUD, SLACK, WA):
             with self.subTest(channel=cid):
                 mids = [self.new_member(cid) for _ in range(N)]
-                # the token and the channel into the worker's cache, and each member read once
+                # the token and the channel into the worker's cache (whatsapp's login written
+                # back), and each member read once (on whatsapp its number checked and cached)
                 for _ in range(3):
                     self.send(cid, mids[0], "warm")
                 for mid in mids[1:]:
@@ -139,6 +148,57 @@ class PairAhead(StackTest):
                 self.assertEqual(per.get("evalsha"), 1.0, per)
                 self.assertEqual((per.get("rpush"), per.get("lrem")), (1.0, 1.0), per)
                 self.assertEqual(trips, 2.0, per)
+
+    def contact_key(self, number):
+        return "botgate:wacontact:{%s}:%s" % (WA, number)
+
+    def kinds_for(self, marker, number):
+        """The simulator's calls of one send: its contact check (by number) and its message."""
+        return sorted((e for e in self.s.sim_log()
+                       if marker in json.dumps(e.get("body")) or
+                       (e["kind"] == "contacts" and number in json.dumps(e.get("body")))),
+                      key=lambda e: e["ts_us"])
+
+    def test_6_whatsapp_contact_read_with_the_slots(self):
+        mid = self.new_member(WA)
+        number = self.address(WA, self.next)
+        self.send(WA, mid, "learn " + mid)  # checked with the platform, cached, address read
+        self.assertEqual(self.s.redis("GET", self.contact_key(number)), number)
+        # cached: no check, the message only (its contact came with the slots ahead)
+        self.s.sim_reset()
+        self.send(WA, mid, "cached " + mid)
+        self.assertEqual([e["kind"] for e in self.kinds_for(mid, number)], ["messages"])
+        # the cache expired: checked with the platform again, before the message, and cached
+        self.s.redis("DEL", self.contact_key(number))
+        self.s.sim_reset()
+        self.send(WA, mid, "expired " + mid)
+        self.assertEqual([e["kind"] for e in self.kinds_for(mid, number)],
+                         ["contacts", "messages"])
+        self.assertGreater(self.s.redis("TTL", self.contact_key(number)), 6 * 24 * 3600)
+        # the platform knows the number by another wa_id: the message goes there, paced on it
+        # (the number's pair's slot, taken ahead with the contact, is not the wa_id's)
+        other = "85299%06d" % self.next
+        self.s.redis("SET", self.contact_key(number), other, "EX", "600")
+        before = self.pair_tat(WA, number)
+        self.s.sim_reset()
+        self.send(WA, mid, "moved " + mid)
+        self.assertEqual([(e["kind"], e["body"]["to"]) for e in self.kinds_for(mid, number)],
+                         [("messages", other)])
+        self.assertEqual(self.pair_tat(WA, number), before)
+        self.assertIsNotNone(self.pair_tat(WA, other))
+
+    def test_7_whatsapp_invalid_number_fails_as_before(self):
+        self.__class__.next += 1
+        mid = "m%d" % self.next
+        number = "8529%07dinvalid" % self.next  # the simulator's word for a number not on it
+        self.put_member(WA, mid, number)
+        for n in range(2):  # the second with the address read: the same check, the same 100
+            self.s.sim_reset()
+            a = self.post(WA, mid, "invalid %d %s" % (n, mid))
+            self.assertEqual((a.status, a.json.get("err_code")), (500, 100), a)
+            self.assertEqual([e["kind"] for e in self.kinds_for(mid, number)], ["contacts"])
+            self.assertIsNone(self.s.redis("GET", self.contact_key(number)))
+            self.assertIsNone(self.pair_tat(WA, number))  # no slot taken
 
     def gap_us(self, first, second):
         return self.sent(second)[0]["ts_us"] - self.sent(first)[0]["ts_us"]

@@ -1,7 +1,7 @@
 /* test_store_ratelimit.c - store/ratelimit.c's async calls through the worker's Redis client,
  * against a redis-server this test starts on a free loopback port: verdicts and waits as the
  * script gives them, the retake of a pair, a pause, cancel, a slot taken ahead (used, stale,
- * given back), and Redis down. */
+ * given back; whatsapp's contact read with it), and Redis down. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -200,7 +200,7 @@ static store_rate_call_t *ahead_to(const char *ch, const char *member, const cha
 {
     store_status_t st;
     raw_reply_t r;
-    store_rate_call_t *c = store_rate_take_ahead(rt.store, ch, member, rcpt, turn, p, 5000, &st);
+    store_rate_call_t *c = store_rate_take_ahead(rt.store, ch, member, rcpt, 0, turn, p, 5000, &st);
     assert_non_null(c);
     raw("PING", "x", &r);
     return c;
@@ -239,7 +239,7 @@ static void test_ahead(void **state)
     store_rate_cancel(ahead(ch, "M1", 0, &p));
     assert_string_equal(tat(ch, &r), before);
     store_status_t st;
-    store_rate_cancel(store_rate_take_ahead(rt.store, ch, "M1", NULL, 0, &p, 5000, &st));
+    store_rate_cancel(store_rate_take_ahead(rt.store, ch, "M1", NULL, 0, 0, &p, 5000, &st));
     raw("PING", "x", &r);
     assert_string_equal(tat(ch, &r), before);
     /* a slot taken after it: it stays taken (the TAT is the later one's) */
@@ -259,14 +259,14 @@ static void test_ahead(void **state)
     assert_string_equal(tat(ch, &r), "");
     /* used before its answer came: the answer goes to the callback */
     ahead_channel(ch, sizeof(ch), 0);
-    c = store_rate_take_ahead(rt.store, ch, "M1", NULL, 1, &p, 5000, &st);
+    c = store_rate_take_ahead(rt.store, ch, "M1", NULL, 0, 1, &p, 5000, &st);
     assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 2);
     run_until(&a.calls, 2000);
     assert_int_equal(a.calls, 1);
     assert_int_equal(a.verdict, STORE_RATE_GO);
     /* the same, none taken: the callback is told so */
     answer_t none = {0};
-    c = store_rate_take_ahead(rt.store, ch, "M9", NULL, 1, &p, 5000, &st);
+    c = store_rate_take_ahead(rt.store, ch, "M9", NULL, 0, 1, &p, 5000, &st);
     assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &none, &v, &wait), 2);
     run_until(&none.calls, 2000);
     assert_int_equal(none.calls, 1);
@@ -352,6 +352,74 @@ static void test_pair_ahead(void **state)
     assert_string_equal(pair_tat(ch, "P1", &r), "");
 }
 
+/* M1's slots ahead with the contact of its address P1 read too (whatsapp), its answer in. */
+static store_rate_call_t *contact_ahead(const char *ch, const ratelimit_policy_t *p)
+{
+    store_status_t st;
+    raw_reply_t r;
+    store_rate_call_t *c = store_rate_take_ahead(rt.store, ch, "M1", "P1", 1, 0, p, 5000, &st);
+    assert_non_null(c);
+    raw("PING", "x", &r);
+    return c;
+}
+
+static void test_contact_ahead(void **state)
+{
+    (void)state;
+    raw_reply_t r;
+    char ch[16], key[STORE_KEY_MAX];
+    answer_t a = {0};
+    store_rate_verdict_t v;
+    int64_t wait;
+    ratelimit_policy_t p = {.sender = {100000, 1}, .pair = {1000000, 1}}; /* 10/s, 1/s */
+    ratelimit_policy_t slow = {.pair = {10000000, 1}};                    /* 1 per 10 s */
+    store_rate_call_t *c;
+
+    /* not cached (never checked, or expired): nothing read, nothing taken */
+    ahead_channel(ch, sizeof(ch), 0);
+    c = contact_ahead(ch, &p);
+    assert_null(store_rate_ahead_contact(c));
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 0);
+    assert_string_equal(tat(ch, &r), "");
+    assert_string_equal(pair_tat(ch, "P1", &r), "");
+    /* cached as an empty string: none, as deliver.c reads it */
+    store_key_contact(key, sizeof(key), store_prefix(rt.store), ch, "P1");
+    raw3("SET", key, "", &r);
+    c = contact_ahead(ch, &p);
+    assert_null(store_rate_ahead_contact(c));
+    store_rate_cancel(c);
+    assert_string_equal(pair_tat(ch, "P1", &r), "");
+    /* known by another wa_id: handed over, no slot taken (the pair is the wa_id's) */
+    raw3("SET", key, "P1-wa", &r);
+    c = contact_ahead(ch, &p);
+    assert_string_equal(store_rate_ahead_contact(c), "P1-wa");
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 0);
+    assert_string_equal(tat(ch, &r), "");
+    assert_string_equal(pair_tat(ch, "P1", &r), "");
+    /* seen valid as it is: handed over with both slots */
+    raw3("SET", key, "P1", &r);
+    c = contact_ahead(ch, &p);
+    assert_string_equal(store_rate_ahead_contact(c), "P1");
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 1);
+    assert_int_equal(v, STORE_RATE_GO);
+    assert_string_not_equal(tat(ch, &r), "");
+    assert_string_not_equal(pair_tat(ch, "P1", &r), "");
+    /* the pair's slot past the longest wait: too late, the contact handed over still */
+    ahead_channel(ch, sizeof(ch), 0);
+    store_key_contact(key, sizeof(key), store_prefix(rt.store), ch, "P1");
+    raw3("SET", key, "P1", &r);
+    take(ch, "P1", 0, &slow, 5000);
+    c = contact_ahead(ch, &slow);
+    assert_string_equal(store_rate_ahead_contact(c), "P1");
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 1);
+    assert_int_equal(v, STORE_RATE_TOO_LATE);
+    /* no member: nothing read */
+    c = store_rate_take_ahead(rt.store, ch, "M9", "P1", 1, 0, &p, 5000, &(store_status_t){0});
+    raw("PING", "x", &r);
+    assert_null(store_rate_ahead_contact(c));
+    store_rate_cancel(c);
+}
+
 /* Last: stops Redis. A call in flight gets STORE_UNAVAILABLE; later ones are not sent. */
 static void test_redis_down(void **state)
 {
@@ -384,6 +452,7 @@ int main(void)
         cmocka_unit_test(test_script_by_hash),
         cmocka_unit_test(test_ahead),
         cmocka_unit_test(test_pair_ahead),
+        cmocka_unit_test(test_contact_ahead),
         cmocka_unit_test(test_redis_down),
     };
     signal(SIGPIPE, SIG_IGN);
