@@ -145,6 +145,39 @@ static int check_responses(const json_t *resp, const adapter_ops_t *ops)
     return 0;
 }
 
+/* A slice of recipient ids added (store_bc_rslice_t: a second run for those whose member it
+ * did not guess; botgatectl guesses none): the members added, or -2 after printing why. */
+static long long add_rslice(const char *channel, char k[3][STORE_KEY_MAX], const char *const *rids,
+                            const char *const *nids, const char *const *recs, size_t m)
+{
+    store_bc_rslice_t *rs =
+        store_bc_rslice_new(ctl_prefix, channel, k[0], k[1], rids, nids, recs, m, NULL);
+    store_status_t st = STORE_OK;
+    long long got = -2;
+    int again = 1;
+
+    if (rs == NULL)
+        return ctl_die("out of memory"), -2;
+    while (st == STORE_OK && again) {
+        const char **argv;
+        int argc = store_bc_rslice_words(rs, &argv);
+        redisReply *r = argc < 0 ? NULL : ctl_redis_command(argc, argv, NULL);
+        if (r == NULL) {
+            if (argc < 0)
+                ctl_die("out of memory");
+            break;
+        }
+        st = store_bc_rslice_reply(rs, r, NULL, &again);
+        freeReplyObject(r);
+        if (st != STORE_OK)
+            ctl_die("Redis: unexpected answer to a broadcast script");
+        else if (!again)
+            got = store_bc_rslice_added(rs);
+    }
+    store_bc_rslice_free(rs);
+    return got;
+}
+
 /* Adds the recipients a slice at a time; 0, or CTL_FAIL after printing why. */
 static int add_recipients(const char *channel, char k[3][STORE_KEY_MAX], const char *kind,
                           const json_t *list, const char *app, const adapter_ops_t *ops)
@@ -173,27 +206,24 @@ static int add_recipients(const char *channel, char k[3][STORE_KEY_MAX], const c
             continue;
         }
         if (strcmp(kind, "member") == 0) {
-            char base[STORE_KEY_MAX];
-            const char *ids[SLICE], *head[] = {"3600000", base};
-            store_key_member_base(base, sizeof(base), ctl_prefix, channel);
+            const char *ids[SLICE], *head[] = {"3600000"}, **mkeys;
             for (size_t i = 0; i < m; i++)
                 ids[i] = json_string_value(json_array_get(list, pos + i));
-            got = eval_slice(store_bc_add_members_script, 2, keys, 2, head, m, ids, text,
-                             sizeof(text));
+            if ((mkeys = store_bc_member_keys(ctl_prefix, channel, k[0], k[1], ids, m)) == NULL)
+                return ctl_die("out of memory");
+            got = eval_slice(store_bc_add_members_script, (int)(2 + m), mkeys, 1, head, m, ids,
+                             text, sizeof(text));
+            free(mkeys);
             if (got >= 0 && text[0] != '\0')
                 return ctl_die("member %s of channel %s does not exist (err_code 114)", text,
                                channel);
         } else {
-            char rbase[STORE_KEY_MAX], mbase[STORE_KEY_MAX],
-                (*nid)[25] = malloc(m * 25),
-                (*num)[REQUEST_MAX_RECIPIENT + 1] = malloc(m * sizeof(*num));
-            const char **items = malloc(3 * m * sizeof(*items)),
-                       *head[] = {"3600000", rbase, mbase};
+            char(*nid)[25] = malloc(m * 25);
+            char(*num)[REQUEST_MAX_RECIPIENT + 1] = malloc(m * sizeof(*num));
+            const char **rids = malloc(m * sizeof(*rids)), **nids = malloc(m * sizeof(*nids));
             char **recs = calloc(m, sizeof(*recs));
             got = -2;
-            store_key_recipient(rbase, sizeof(rbase), ctl_prefix, channel, "");
-            store_key_member_base(mbase, sizeof(mbase), ctl_prefix, channel);
-            if (nid != NULL && num != NULL && items != NULL && recs != NULL) {
+            if (nid != NULL && num != NULL && rids != NULL && nids != NULL && recs != NULL) {
                 size_t i;
                 for (i = 0; i < m; i++) {
                     const char *rid = json_string_value(json_array_get(list, pos + i));
@@ -208,13 +238,11 @@ static int add_recipients(const char *channel, char k[3][STORE_KEY_MAX], const c
                     json_decref(fresh);
                     if (recs[i] == NULL || rid[0] == '\0')
                         break;
-                    items[3 * i] = rid;
-                    items[3 * i + 1] = nid[i];
-                    items[3 * i + 2] = recs[i];
+                    rids[i] = rid;
+                    nids[i] = nid[i];
                 }
                 if (i == m)
-                    got = eval_slice(store_bc_add_recipients_script, 2, keys, 3, head, 3 * m, items,
-                                     NULL, 0);
+                    got = add_rslice(channel, k, rids, nids, (const char *const *)recs, m);
                 else
                     ctl_die("recipient %s is not usable",
                             json_string_value(json_array_get(list, pos + i)));
@@ -222,7 +250,8 @@ static int add_recipients(const char *channel, char k[3][STORE_KEY_MAX], const c
             for (size_t i = 0; recs != NULL && i < m; i++)
                 free(recs[i]);
             free(recs);
-            free(items);
+            free(rids);
+            free(nids);
             free(nid);
             free(num);
         }

@@ -151,11 +151,12 @@ static void req_answer(bc_req_t *r, int status, int code, char *text, size_t len
     if (r->idem_record != NULL && (r->idem_owner || r->idem_begun)) {
         /* only an accepted broadcast is kept for a retry; a refusal is dropped, so that the
          * retry runs afresh (as a send's refusal before it ran) */
-        if (r->idem_owner && status == 202) /* its lease began after the start */
+        int64_t until_ms = r->started_us / 1000 + IDEM_LEASE_MS; /* it began after the start */
+        if (r->idem_owner && status == 202)
             op_guard_keep(env, r->request_id, r->idem_record, r->idem_owner_id, status, code, text,
-                          len, r->started_us / 1000 + IDEM_LEASE_MS);
+                          len, until_ms);
         else
-            store_idem_abandon(env->deliver.store, r->idem_record, r->idem_owner_id);
+            op_guard_drop(env, r->request_id, r->idem_record, r->idem_owner_id, until_ms);
         r->idem_owner = r->idem_begun = 0;
     }
     http_answer(env->http, r->req, &a, text, len);

@@ -1083,6 +1083,11 @@ static void deliver_step(deliver_t *d)
         d->_cred_ready = 1;
     }
     if (!d->_contact_ready && a->build_check != NULL) {
+        const char *wa_id = deliver_ahead_contact(d); /* saves the cache's round trip */
+        if (wa_id != NULL) {
+            contact_found(d, wa_id);
+            return;
+        }
         deliver_ahead_drop(d);
         contact_cache(d);
         return;

@@ -474,10 +474,22 @@ static void member_ready(op_t *op)
         op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
+    /* the member's next request takes its pair's slot with this read (deliver_slot_ahead) */
+    deliver_address_seen(&op->dl, op->member_id,
+                         json_string_value(json_object_get(op->member, "externalId")));
     /* an async request is only queued now, with its place in the member's turn queue, which
      * its attempts hold (the outbox waits for that turn before it starts one) */
     if (op_is_async(op) || op_is_queued(op) || !op->env->deliver.cfg->member_order ||
-        op->turn_held || op_guard_turn(op, run_kind, guard_stopped))
+        op->turn_held) {
+        run_kind(op);
+        return;
+    }
+    /* someone is ahead: a slot taken ahead (slot_ahead) would be stale by the turn; given back
+     * now, it is most likely still the last one taken (with a Redis Cluster the slot's script
+     * cannot see the member's queue, in another slot) */
+    if (deliver_holds(&op->dl))
+        deliver_cancel(&op->dl);
+    if (op_guard_turn(op, run_kind, guard_stopped))
         run_kind(op);
 }
 

@@ -289,6 +289,10 @@ void op_guard_end(op_t *op, int status, int code, const char *text, size_t len);
  * over. request_id names it in the log when it is given up. */
 void op_guard_keep(op_env_t *env, const char *request_id, const char *record, const char *owner_id,
                    int status, int code, const char *text, size_t len, int64_t until_ms);
+/* Drops the Idempotency-Key record of owner_id (store_idem_abandon: the request did not run,
+ * a retry runs afresh), written again as op_guard_keep's answer while Redis does not take it. */
+void op_guard_drop(op_env_t *env, const char *request_id, const char *record, const char *owner_id,
+                   int64_t until_ms);
 /* The worker ends: the answers still to be written are given up (a retry with the key takes
  * its record over at the lease end, as after a crash). */
 void op_guard_clear(op_env_t *env);

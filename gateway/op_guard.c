@@ -13,6 +13,7 @@
 #include "../core/idem.h"
 #include "../core/rng.h"
 #include "../store/idem.h"
+#include "../store/outbox.h"
 #include "log.h"
 
 #include <event2/event.h>
@@ -51,6 +52,7 @@ struct op_guard {
     char turn_id[17];        /* in the member's queue */
     const char *turn_member; /* the member id of the queue: the target's, or turn_member_copy */
     char *turn_member_copy;  /* the record's id (found by recipientId): the record may go first */
+    unsigned turn_shard;     /* the member's outbox shard: where a cluster keeps its queue */
     unsigned resume_at;      /* resuming: the response whose call may have gone out */
     char **resumed;          /* resuming: the elements recorded before it (NULL: none) */
     char owner_id[17];
@@ -352,8 +354,8 @@ static void on_turn(void *arg, store_status_t st, int64_t wait_ms)
         ask_again(op);
         return;
     }
-    if (store_turn_key(op->env->deliver.store, queue, sizeof(queue), op->target.channel_id,
-                       g->turn_member) < 0) {
+    if (store_turn_key(op->env->deliver.store, queue, sizeof(queue), g->turn_shard,
+                       op->target.channel_id, g->turn_member) < 0) {
         stop_code(op, BG_ERR_LIMIT, "member key too long");
         return;
     }
@@ -366,8 +368,9 @@ static void turn_check(op_t *op)
     op_guard_t *g = op->guard;
     store_status_t st = STORE_OK;
 
-    g->call = store_turn_join(op->env->deliver.store, op->target.channel_id, g->turn_member,
-                              g->turn_id, turn_lease_ms(op), !g->joined, on_turn, op, &st);
+    g->call = store_turn_join(op->env->deliver.store, g->turn_shard, op->target.channel_id,
+                              g->turn_member, g->turn_id, turn_lease_ms(op), !g->joined, on_turn,
+                              op, &st);
     if (g->call == NULL)
         stop_store(op, st);
 }
@@ -441,8 +444,12 @@ static int turn_take(op_t *op, int brief, op_guard_stop_fn *stop)
         }
     }
     g->queued = 1; /* given back at the end whatever the answer: the RPUSH may have landed */
-    g->take = store_turn_take(op->env->deliver.store, op->target.channel_id, g->turn_member,
-                              g->turn_id, turn_lease_ms(op), brief, on_taken, op, &st);
+    /* the member's queued requests hold places in the same queue (outbox_accept.c) */
+    g->turn_shard = store_outbox_shard((unsigned)op->env->deliver.cfg->outbox_shards,
+                                       op->target.channel_id, g->turn_member);
+    g->take =
+        store_turn_take(op->env->deliver.store, g->turn_shard, op->target.channel_id,
+                        g->turn_member, g->turn_id, turn_lease_ms(op), brief, on_taken, op, &st);
     if (g->take == NULL) {
         stop_store(op, st);
         return -1;
@@ -468,8 +475,8 @@ static void turn_give_back(op_t *op)
     json_decref(g->member);
     g->member = NULL;
     if (g->queued)
-        store_turn_done(op->env->deliver.store, op->target.channel_id, g->turn_member, g->turn_id,
-                        0);
+        store_turn_done(op->env->deliver.store, g->turn_shard, op->target.channel_id,
+                        g->turn_member, g->turn_id, 0);
     g->queued = 0;
     g->taken = 0;
     g->ahead = 0;
@@ -578,11 +585,12 @@ static void guard_free(op_t *op)
 
 /* ---- an answer on its way to the record ---- */
 
-/* An Idempotency-Key's answer from the request's answer until Redis took it or the record's
- * lease ended: the client does not wait for the write, and a write Redis did not take would
- * leave the record answerless, so that a duplicate waited for the lease end and then resumed
- * the request, reporting 125 for what had been delivered. At most one write or one timer is
- * out. Owned by env->kept; kept_free frees it. */
+/* An Idempotency-Key's answer (or, drop set, the drop of the record of a request that did not
+ * run) from the request's answer until Redis took it or the record's lease ended: the client
+ * does not wait for the write, and a write Redis did not take would leave the record
+ * answerless, so that a duplicate waited for the lease end and then resumed the request,
+ * reporting 125 for what had been delivered (or, for a drop, for what was never sent). At most
+ * one write or one timer is out. Owned by env->kept; kept_free frees it. */
 typedef struct op_kept {
     op_env_t *env;
     struct op_kept *prev, *next; /* env->kept */
@@ -590,6 +598,7 @@ typedef struct op_kept {
     struct event *timer;         /* the next write (made at the first that failed) */
     int64_t until_ms;            /* clock_mono_us() / 1000: the record's lease end */
     unsigned tries;
+    unsigned drop : 1; /* store_idem_abandon, not store_idem_finish */
     int status, code;
     size_t len;
     char request_id[40], owner_id[17];
@@ -638,9 +647,9 @@ static void kept_failed(op_kept_t *k)
         return;
     }
     log_msg(LOG_WARN,
-            "request %s: Redis did not take the answer for its Idempotency-Key (%u tries): a "
+            "request %s: Redis did not take the %s for its Idempotency-Key (%u tries): a "
             "retry with the key resumes the request",
-            k->request_id, k->tries);
+            k->request_id, k->drop ? "drop of the record" : "answer", k->tries);
     kept_free(k);
 }
 
@@ -659,31 +668,51 @@ static void kept_write(op_kept_t *k)
 {
     store_status_t st = STORE_OK;
 
-    k->call = store_idem_finish(k->env->deliver.store, k->record, k->owner_id, k->status, k->code,
-                                k->buf, k->len, on_kept, k, &st);
+    if (k->drop)
+        k->call =
+            store_idem_abandon(k->env->deliver.store, k->record, k->owner_id, on_kept, k, &st);
+    else
+        k->call = store_idem_finish(k->env->deliver.store, k->record, k->owner_id, k->status,
+                                    k->code, k->buf, k->len, on_kept, k, &st);
     if (k->call == NULL)
         kept_failed(k);
+}
+
+/* Writes k (its parts copied) until Redis takes it or until_ms. */
+static void kept_start(op_env_t *env, const op_kept_t *k, const char *request_id,
+                       const char *record, const char *owner_id, const char *text)
+{
+    size_t record_len = strlen(record);
+    op_kept_t *copy = malloc(sizeof(*k) + k->len + record_len + 1), *unused_last = NULL;
+
+    if (copy == NULL) { /* a retry with the key resumes the request, as after a crash */
+        log_msg(LOG_WARN, "request %s: out of memory: its Idempotency-Key's %s is not kept",
+                request_id, k->drop ? "drop" : "answer");
+        return;
+    }
+    *copy = *k;
+    copy->env = env;
+    snprintf(copy->request_id, sizeof(copy->request_id), "%s", request_id);
+    snprintf(copy->owner_id, sizeof(copy->owner_id), "%s", owner_id);
+    memcpy(copy->buf, text, k->len);
+    copy->record = memcpy(copy->buf + k->len, record, record_len + 1);
+    DLIST_PREPEND(env->kept, unused_last, copy);
+    (void)unused_last;
+    kept_write(copy);
 }
 
 void op_guard_keep(op_env_t *env, const char *request_id, const char *record, const char *owner_id,
                    int status, int code, const char *text, size_t len, int64_t until_ms)
 {
-    size_t record_len = strlen(record);
-    op_kept_t *k = malloc(sizeof(*k) + len + record_len + 1), *unused_last = NULL;
+    kept_start(env, &(op_kept_t){.until_ms = until_ms, .status = status, .code = code, .len = len},
+               request_id, record, owner_id, text);
+}
 
-    if (k == NULL) { /* a retry with the key resumes the request, as after a crash */
-        log_msg(LOG_WARN, "request %s: out of memory: its Idempotency-Key's answer is not kept",
-                request_id);
-        return;
-    }
-    *k = (op_kept_t){.env = env, .until_ms = until_ms, .status = status, .code = code, .len = len};
-    snprintf(k->request_id, sizeof(k->request_id), "%s", request_id);
-    snprintf(k->owner_id, sizeof(k->owner_id), "%s", owner_id);
-    memcpy(k->buf, text, len);
-    k->record = memcpy(k->buf + len, record, record_len + 1);
-    DLIST_PREPEND(env->kept, unused_last, k);
-    (void)unused_last;
-    kept_write(k);
+void op_guard_drop(op_env_t *env, const char *request_id, const char *record, const char *owner_id,
+                   int64_t until_ms)
+{
+    kept_start(env, &(op_kept_t){.until_ms = until_ms, .drop = 1}, request_id, record, owner_id,
+               "");
 }
 
 void op_guard_clear(op_env_t *env)
@@ -734,6 +763,7 @@ void op_guard_end(op_t *op, int status, int code, const char *text, size_t len)
 {
     op_guard_t *g = op->guard;
     store_t *store = op->env->deliver.store;
+    int64_t lease_end = op->dl.deadline_ms + LEASE_MARGIN_MS; /* the record's (idem_begin) */
 
     if (g == NULL)
         return;
@@ -747,16 +777,17 @@ void op_guard_end(op_t *op, int status, int code, const char *text, size_t len)
         if ((op->phase == OP_RUN || op->phase == OP_WRITEBACK) && !sent_nothing)
             keep_answer(op, status, code, text ? text : "", text ? len : 0);
         else
-            store_idem_abandon(store, g->record, g->owner_id);
+            op_guard_drop(op->env, op->id, g->record, g->owner_id, lease_end);
         g->owner = 0;
     } else if (g->begin_sent) {
         /* its begin was still out: it may have made this request the owner, and nobody would
          * give the record back before its lease ran out (the script checks the owner) */
-        store_idem_abandon(store, g->record, g->owner_id);
+        op_guard_drop(op->env, op->id, g->record, g->owner_id, lease_end);
     }
     if (g->queued) {
         /* the member's id as the take used it: the target's, or the record's */
-        store_turn_done(store, op->target.channel_id, g->turn_member, g->turn_id, g->joined);
+        store_turn_done(store, g->turn_shard, op->target.channel_id, g->turn_member, g->turn_id,
+                        g->joined);
         g->queued = 0;
     }
     guard_free(op);

@@ -424,8 +424,8 @@ static void on_turn(void *arg, store_status_t st, int64_t wait_ms)
         job_start(job);
         return;
     }
-    if (store_turn_key(ob->env->deliver.store, queue, sizeof(queue), job->e.turn_channel,
-                       job->e.turn_member) < 0) {
+    if (store_turn_key(ob->env->deliver.store, queue, sizeof(queue), job->e.shard,
+                       job->e.turn_channel, job->e.turn_member) < 0) {
         job_later(job, READ_RETRY_MS);
         return;
     }
@@ -443,8 +443,8 @@ static void turn_ask(ob_job_t *job)
     job->stale = 0;
     /* first 0: its place and lease were set when it was accepted */
     job->turn_call = store_turn_join(
-        ob->env->deliver.store, job->e.turn_channel, job->e.turn_member, job->e.request_id,
-        ob->env->deliver.cfg->request_timeout_ms, 0, on_turn, job, &st);
+        ob->env->deliver.store, job->e.shard, job->e.turn_channel, job->e.turn_member,
+        job->e.request_id, ob->env->deliver.cfg->request_timeout_ms, 0, on_turn, job, &st);
     if (job->turn_call == NULL)
         job_later(job, READ_RETRY_MS);
 }

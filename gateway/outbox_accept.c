@@ -217,11 +217,7 @@ void outbox_accept(op_t *op, unsigned shards)
         int64_t keep_ms = ((int64_t)cfg->outbox_ttl_s + cfg->idempotency_ttl_s) * 1000;
         if (req.callback == NULL)
             req.callback = "";
-        /* with a Redis Cluster the member's turn queue is in its channel's slot and the
-         * outbox in its shard's: no script holds both, so a queued request keeps its order
-         * among the member's queued ones (the order key) but not against its synchronous ones
-         * (docs/operations.md) */
-        if (cfg->member_order && store_redis(op->env->deliver.store) != NULL) {
+        if (cfg->member_order) {
             /* its place in the member's turn queue, held until it ends: nothing of it is sent
              * after the TTL, and an attempt begun before lasts a request's time at most */
             req.turn_lease_ms = (int64_t)cfg->outbox_ttl_s * 1000 + cfg->request_timeout_ms +

@@ -6,7 +6,9 @@
  * a crash between two leaves what the next one (or a take over) completes. Scripts that take a
  * slice of ids go as EVAL with every id a word (store_eval carries 16 words). */
 #include "broadcast.h"
+#include "bcslice.h"
 
+#include "../core/hint.h"
 #include "../json/numfmt.h"
 #include "eval.h"
 #include "outbox.h"
@@ -34,33 +36,12 @@ const char store_bc_create_script[] =
            "'created', now, 'updated', now) "
            "redis.call('PEXPIRE', KEYS[1], ARGV[5]) return {1, ''}";
 
-/* KEYS record, todo; ARGV keep_ms, member key base, ids... Every id is checked before any is
- * added: a refused accept is deleted whole anyway. */
-const char store_bc_add_members_script[] =
-    "if redis.call('HGET', KEYS[1], 'state') ~= 'accepting' then return {-1, ''} end "
-    "for i = 3, #ARGV do if redis.call('EXISTS', ARGV[2] .. ARGV[i]) == 0 then "
-    "return {0, ARGV[i]} end end "
-    "redis.call('SADD', KEYS[2], unpack(ARGV, 3)) redis.call('PEXPIRE', KEYS[2], ARGV[1]) "
-    "return {#ARGV - 2, ''}";
-
 /* KEYS record, todo, tag; ARGV keep_ms, cursor, count. */
 const char store_bc_add_tag_script[] =
     "if redis.call('HGET', KEYS[1], 'state') ~= 'accepting' then return {-1, ''} end "
     "local r = redis.call('SSCAN', KEYS[3], ARGV[2], 'COUNT', ARGV[3]) "
     "if #r[2] > 0 then redis.call('SADD', KEYS[2], unpack(r[2])) "
     "redis.call('PEXPIRE', KEYS[2], ARGV[1]) end return {#r[2], r[1]}";
-
-/* KEYS record, todo; ARGV keep_ms, recipient key base, member key base, then per recipient
- * its id, a new member id, a new member record: the get-or-create of a sendResponses by
- * recipientId (store.c), for each. */
-const char store_bc_add_recipients_script[] =
-    "if redis.call('HGET', KEYS[1], 'state') ~= 'accepting' then return {-1, ''} end "
-    "local n = 0 for i = 4, #ARGV, 3 do "
-    "local id = redis.call('GET', ARGV[2] .. ARGV[i]) "
-    "if not id or redis.call('EXISTS', ARGV[3] .. id) == 0 then id = ARGV[i + 1] "
-    "redis.call('SET', ARGV[2] .. ARGV[i], id) redis.call('SET', ARGV[3] .. id, ARGV[i + 2]) end "
-    "redis.call('SADD', KEYS[2], id) n = n + 1 end "
-    "redis.call('PEXPIRE', KEYS[2], ARGV[1]) return {n, ''}";
 
 /* KEYS record, todo; ARGV keep_ms. Its id's index and its line among the running broadcasts
  * are written before (store_bc_finish): an accept that dies before this leaves it accepting,
@@ -197,7 +178,7 @@ static const char ENQUEUE_SCRIPT[] =
            "redis.call('PEXPIRE', KEYS[2], ARGV[1]) return {n, ''}";
 
 /* A call of one step (C_PLAIN) or of several, one command in flight at a time. */
-typedef enum { C_PLAIN, C_STATUS, C_TAKE, C_FINISH, C_CANCEL } call_kind_t;
+typedef enum { C_PLAIN, C_STATUS, C_TAKE, C_FINISH, C_CANCEL, C_RECIPIENTS } call_kind_t;
 
 /* The steps of the calls of several. */
 typedef enum {
@@ -232,14 +213,21 @@ struct store_bc_call {
     char text[16];          /* a cancel: the state before; a take: the state that ended */
     unsigned max, window;   /* a take's */
     int64_t lease_ms, keep_ms;
+    store_bc_rslice_t *rslice; /* C_RECIPIENTS: the slice, kept for its next run */
 };
+
+static void call_free(store_bc_call_t *c)
+{
+    store_bc_rslice_free(c->rslice);
+    free(c);
+}
 
 void store_bc_cancel(store_bc_call_t *call)
 {
     if (call == NULL)
         return;
     store_command_cancel(call->st, call->cmd);
-    free(call);
+    call_free(call);
 }
 
 static void on_reply(redisReply *reply, void *arg);
@@ -690,6 +678,32 @@ static int take_next(store_bc_call_t *c, const redisReply *reply, int *rc)
     return take_notify(c, rc);
 }
 
+/* Sends the slice's next run (every recipient not added yet, each with its guess). */
+static int recipients_run(store_bc_call_t *c)
+{
+    const char **argv;
+    int argc = store_bc_rslice_words(c->rslice, &argv);
+
+    return argc < 0 ? REDISC_BUSY : issue(c, argv[3], argc, argv, NULL);
+}
+
+/* A run of the slice answered: the recipients it named go again, or the slice is in. */
+static int recipients_step(store_bc_call_t *c, const redisReply *reply, int *rc)
+{
+    int again = 0;
+    store_status_t st =
+        store_bc_rslice_reply(c->rslice, reply, store_recipient_hints(c->st), &again);
+
+    if (st != STORE_OK)
+        return fail(c, st), 1;
+    if (again) {
+        *rc = recipients_run(c);
+        return 0;
+    }
+    ((store_bc_cb *)c->cb)(c->arg, STORE_OK, store_bc_rslice_added(c->rslice), "");
+    return 1;
+}
+
 /* The next step of c after reply: 1 when c is done (its callback ran). */
 static int step(store_bc_call_t *c, store_status_t st, const redisReply *reply, int *rc)
 {
@@ -697,6 +711,8 @@ static int step(store_bc_call_t *c, store_status_t st, const redisReply *reply, 
         return fail(c, st), 1;
     switch (c->step) {
     case S_FIRST:
+        if (c->kind == C_RECIPIENTS)
+            return recipients_step(c, reply, rc);
         if (c->kind == C_STATUS) {
             const char *state;
             if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 12)
@@ -779,7 +795,7 @@ static void on_reply(redisReply *reply, void *arg)
             return; /* the next step is out */
         fail(c, status_of(rc));
     }
-    free(c);
+    call_free(c);
 }
 
 #define FAIL_KEYS(status)                                                                          \
@@ -862,16 +878,21 @@ store_bc_call_t *store_bc_add_members(store_t *st, const char *channel_id, const
                                       const char *const *members, size_t n, store_bc_cb *cb,
                                       void *arg, store_status_t *status)
 {
-    char k[3][STORE_KEY_MAX], base[STORE_KEY_MAX];
+    char k[3][STORE_KEY_MAX];
+    const char **keys, *head[] = {"3600000"};
+    store_bc_call_t *c;
 
-    if (n == 0 || n > STORE_BROADCAST_SLICE_MAX || bc_keys(st, channel_id, id, k) < 0 ||
-        store_key_member_base(base, sizeof(base), store_prefix(st), channel_id) < 0)
+    if (n == 0 || n > STORE_BROADCAST_SLICE_MAX || bc_keys(st, channel_id, id, k) < 0)
         FAIL_KEYS(status);
-    {
-        const char *keys[] = {k[0], k[1]}, *head[] = {"3600000", base};
-        return send_slice(st, PLAIN(cb), arg, store_bc_add_members_script, 2, keys, 2, head, n,
-                          members, status);
+    if ((keys = store_bc_member_keys(store_prefix(st), channel_id, k[0], k[1], members, n)) ==
+        NULL) {
+        *status = STORE_BUSY;
+        return NULL;
     }
+    c = send_slice(st, PLAIN(cb), arg, store_bc_add_members_script, (int)(2 + n), keys, 1, head, n,
+                   members, status);
+    free(keys);
+    return c;
 }
 
 store_bc_call_t *store_bc_add_tag(store_t *st, const char *channel_id, const char *id,
@@ -895,29 +916,26 @@ store_bc_call_t *store_bc_add_recipients(store_t *st, const char *channel_id, co
                                          const char *const *new_records, size_t n, store_bc_cb *cb,
                                          void *arg, store_status_t *status)
 {
-    char k[3][STORE_KEY_MAX], rbase[STORE_KEY_MAX], mbase[STORE_KEY_MAX];
-    const char **items;
+    char k[3][STORE_KEY_MAX];
     store_bc_call_t *c;
+    int rc;
 
-    if (n == 0 || n > STORE_BROADCAST_SLICE_MAX || bc_keys(st, channel_id, id, k) < 0 ||
-        store_key_recipient(rbase, sizeof(rbase), store_prefix(st), channel_id, "") < 0 ||
-        store_key_member_base(mbase, sizeof(mbase), store_prefix(st), channel_id) < 0)
+    if (n == 0 || n > STORE_BROADCAST_SLICE_MAX || bc_keys(st, channel_id, id, k) < 0)
         FAIL_KEYS(status);
-    if ((items = malloc(3 * n * sizeof(*items))) == NULL) {
+    if ((c = call_new(st, C_RECIPIENTS, (void (*)(void))cb, arg, channel_id, id, status)) == NULL)
+        return NULL;
+    c->rslice = store_bc_rslice_new(store_prefix(st), channel_id, k[0], k[1], recipients, new_ids,
+                                    new_records, n, store_recipient_hints(st));
+    if (c->rslice == NULL) {
+        call_free(c);
         *status = STORE_BUSY;
         return NULL;
     }
-    for (size_t i = 0; i < n; i++) {
-        items[3 * i] = recipients[i];
-        items[3 * i + 1] = new_ids[i];
-        items[3 * i + 2] = new_records[i];
+    if ((rc = recipients_run(c)) != REDISC_OK) {
+        call_free(c);
+        *status = status_of(rc);
+        return NULL;
     }
-    {
-        const char *keys[] = {k[0], k[1]}, *head[] = {"3600000", rbase, mbase};
-        c = send_slice(st, PLAIN(cb), arg, store_bc_add_recipients_script, 2, keys, 3, head, 3 * n,
-                       items, status);
-    }
-    free(items);
     return c;
 }
 

@@ -10,17 +10,16 @@
 #ifndef BOTGATE_STORE_BROADCAST_H
 #define BOTGATE_STORE_BROADCAST_H
 
+#include "../core/hint.h"
+#include "bcslice.h"
 #include "store.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_BROADCAST_SLICE_MAX 4096 /* ids one accepting call carries at most */
-
 /* The scripts of the calls below, for botgatectl's blocking client (their KEYS and ARGV are
  * written above each in broadcast.c). */
-extern const char store_bc_create_script[], store_bc_add_members_script[],
-    store_bc_add_tag_script[], store_bc_add_recipients_script[], store_bc_finish_script[],
+extern const char store_bc_create_script[], store_bc_add_tag_script[], store_bc_finish_script[],
     store_bc_status_script[], store_bc_shard_script[], store_bc_merge_script[],
     store_bc_cancel_script[];
 
@@ -58,7 +57,9 @@ store_bc_call_t *store_bc_add_tag(store_t *st, const char *channel_id, const cha
                                   store_bc_cb *cb, void *arg, store_status_t *status);
 /* Adds the members of recipient ids (n <= STORE_BROADCAST_SLICE_MAX), each made from
  * new_ids[i] and new_records[i] (JSON text) when its recipient key leads to no member, as a
- * sendResponses by recipientId makes it. */
+ * sendResponses by recipientId makes it: one script run for the slice when the store's guesses
+ * of the members (store_recipient_hints) hold or the recipients are new, a second one for
+ * those it did not know (store_bc_rslice_t). n: the members added. */
 store_bc_call_t *store_bc_add_recipients(store_t *st, const char *channel_id, const char *id,
                                          const char *const *recipients, const char *const *new_ids,
                                          const char *const *new_records, size_t n, store_bc_cb *cb,

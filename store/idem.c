@@ -252,6 +252,17 @@ static store_idem_call_t *run(store_t *st, store_script_t *script, const store_i
     return c;
 }
 
+/* Runs a script of one record that answers 1 when it did what it does (progress, finish,
+ * abandon); cb (NULL: nobody asks) is told so. */
+static store_idem_call_t *run_acked(store_t *st, store_script_t *script, store_idem_progress_cb *cb,
+                                    void *arg, int nwords, const char *const *words,
+                                    const size_t *lens, store_status_t *status)
+{
+    store_idem_call_t with = {.kind = IDEM_PROGRESS, .progress_cb = cb, .arg = arg};
+
+    return run(st, script, cb != NULL ? &with : NULL, 1, nwords, words, lens, status);
+}
+
 int store_idem_key(store_t *st, char *buf, size_t size, const char *app, const char *route,
                    const char *key)
 {
@@ -285,12 +296,7 @@ store_idem_call_t *store_idem_finish(store_t *st, const char *key, const char *o
 
     for (int i = 0; i < 5; i++)
         lens[i] = i == 4 ? len : strlen(words[i]);
-    /* its script answers 1: read as a progress record's answer */
-    return run(st, &finish_script,
-               cb != NULL
-                   ? &(store_idem_call_t){.kind = IDEM_PROGRESS, .progress_cb = cb, .arg = arg}
-                   : NULL,
-               1, 5, words, lens, status);
+    return run_acked(st, &finish_script, cb, arg, 5, words, lens, status);
 }
 
 store_idem_call_t *store_idem_progress(store_t *st, const char *key, const char *owner,
@@ -304,33 +310,40 @@ store_idem_call_t *store_idem_progress(store_t *st, const char *key, const char 
 
     for (int i = 0; i < 4; i++)
         lens[i] = i == 3 ? len : strlen(words[i]);
-    return run(st, &progress_script,
-               &(store_idem_call_t){.kind = IDEM_PROGRESS, .progress_cb = cb, .arg = arg}, 1, 4,
-               words, lens, status);
+    return run_acked(st, &progress_script, cb, arg, 4, words, lens, status);
 }
 
-void store_idem_abandon(store_t *st, const char *key, const char *owner)
+store_idem_call_t *store_idem_abandon(store_t *st, const char *key, const char *owner,
+                                      store_idem_progress_cb *cb, void *arg, store_status_t *status)
 {
     const char *words[] = {key, owner};
 
-    run(st, &abandon_script, NULL, 1, 2, words, NULL, NULL);
+    return run_acked(st, &abandon_script, cb, arg, 2, words, NULL, status);
 }
 
-int store_turn_key(store_t *st, char *buf, size_t size, const char *channel_id,
+/* On one server the names of before (an upgrade keeps every member's order); with a cluster in
+ * the member's outbox shard's slot. */
+int store_turn_key(store_t *st, char *buf, size_t size, unsigned shard, const char *channel_id,
                    const char *member_id)
 {
-    return store_key_turns(buf, size, store_prefix(st), channel_id, member_id);
+    return store_redis(st) != NULL
+               ? store_key_turns(buf, size, store_prefix(st), channel_id, member_id)
+               : store_key_outbox_turns(buf, size, store_prefix(st), shard, channel_id, member_id);
 }
 
-/* The member's two keys; -1 when they do not fit. */
-static int turn_keys(store_t *st, const char *channel_id, const char *member_id,
-                     char turns[STORE_KEY_MAX], char leases[STORE_KEY_MAX])
+int store_turn_keys(store_t *st, unsigned shard, const char *channel_id, const char *member_id,
+                    char turns[STORE_KEY_MAX], char leases[STORE_KEY_MAX])
 {
-    return store_key_turns(turns, STORE_KEY_MAX, store_prefix(st), channel_id, member_id) < 0 ||
-                   store_key_leases(leases, STORE_KEY_MAX, store_prefix(st), channel_id,
-                                    member_id) < 0
-               ? -1
-               : 0;
+    const char *prefix = store_prefix(st);
+    int n;
+
+    if (store_turn_key(st, turns, STORE_KEY_MAX, shard, channel_id, member_id) < 0)
+        return -1;
+    if (store_redis(st) != NULL)
+        n = store_key_leases(leases, STORE_KEY_MAX, prefix, channel_id, member_id);
+    else
+        n = store_key_outbox_leases(leases, STORE_KEY_MAX, prefix, shard, channel_id, member_id);
+    return n < 0 ? -1 : 0;
 }
 
 /* Sends one command on key's server; 0, or -1 with *status set. */
@@ -381,8 +394,10 @@ void store_turn_take_cancel(store_turn_take_t *t)
 
 static void on_take_part(redisReply *reply, void *arg);
 
-/* The parts of one take: its replies come in this order on one connection, but each is
- * answered by itself (a cluster may redirect one), so the call ends with the last of them. */
+/* The parts of one take: on one server its replies come in this order on one connection, but
+ * each is answered by itself (with a cluster the member's read goes to its channel's master and
+ * the queue's commands to its outbox shard's, and one may be redirected), so the call ends with
+ * the last of them. */
 static void on_take_reply(store_turn_take_t *t, int part, redisReply *reply)
 {
     int failed = reply == NULL || reply->type == REDIS_REPLY_ERROR;
@@ -408,14 +423,14 @@ static void on_take_reply(store_turn_take_t *t, int part, redisReply *reply)
     free(t);
 }
 
-store_turn_take_t *store_turn_take(store_t *st, const char *channel_id, const char *member_id,
-                                   const char *id, int lease_ms, int brief, store_turn_taken_cb *cb,
-                                   void *arg, store_status_t *status)
+store_turn_take_t *store_turn_take(store_t *st, unsigned shard, const char *channel_id,
+                                   const char *member_id, const char *id, int lease_ms, int brief,
+                                   store_turn_taken_cb *cb, void *arg, store_status_t *status)
 {
     char turns[STORE_KEY_MAX], leases[STORE_KEY_MAX], member[STORE_KEY_MAX], ms[NUMFMT_DEC_SIZE];
     store_turn_take_t *t;
 
-    if (turn_keys(st, channel_id, member_id, turns, leases) < 0 ||
+    if (store_turn_keys(st, shard, channel_id, member_id, turns, leases) < 0 ||
         (brief >= 0 &&
          store_key_member(member, sizeof(member), store_prefix(st), channel_id, member_id) < 0)) {
         if (status != NULL)
@@ -462,13 +477,13 @@ static void on_take_part(redisReply *reply, void *arg)
     on_take_reply(p->t, p->part, reply);
 }
 
-store_idem_call_t *store_turn_join(store_t *st, const char *channel_id, const char *member_id,
-                                   const char *id, int lease_ms, int first, store_turn_cb *cb,
-                                   void *arg, store_status_t *status)
+store_idem_call_t *store_turn_join(store_t *st, unsigned shard, const char *channel_id,
+                                   const char *member_id, const char *id, int lease_ms, int first,
+                                   store_turn_cb *cb, void *arg, store_status_t *status)
 {
     char turns[STORE_KEY_MAX], leases[STORE_KEY_MAX], ms[NUMFMT_DEC_SIZE];
 
-    if (turn_keys(st, channel_id, member_id, turns, leases) < 0) {
+    if (store_turn_keys(st, shard, channel_id, member_id, turns, leases) < 0) {
         if (status != NULL)
             *status = STORE_BAD_RECORD;
         return NULL;
@@ -531,14 +546,14 @@ static void on_done_head(redisReply *reply, void *arg)
     done_end(d);
 }
 
-void store_turn_done(store_t *st, const char *channel_id, const char *member_id, const char *id,
-                     int recorded)
+void store_turn_done(store_t *st, unsigned shard, const char *channel_id, const char *member_id,
+                     const char *id, int recorded)
 {
     char turns[STORE_KEY_MAX], leases[STORE_KEY_MAX];
     size_t nt, nl, ni = strlen(id);
     turn_done_t *d;
 
-    if (turn_keys(st, channel_id, member_id, turns, leases) < 0)
+    if (store_turn_keys(st, shard, channel_id, member_id, turns, leases) < 0)
         return;
     nt = strlen(turns);
     nl = strlen(leases);

@@ -71,15 +71,27 @@ store_idem_call_t *store_idem_progress(store_t *st, const char *key, const char 
                                        unsigned done, const char *element, size_t len,
                                        store_idem_progress_cb *cb, void *arg,
                                        store_status_t *status);
-/* Drops the record (the request did not run: a retry runs afresh) and tells the waiters. */
-void store_idem_abandon(store_t *st, const char *key, const char *owner);
+/* Drops the record (when owner still holds it unanswered: the request did not run, a retry
+ * runs afresh) and tells the waiters. cb (NULL: nobody asks) is told as store_idem_finish's:
+ * running it again changes nothing once it did, nor once another request took the key. */
+store_idem_call_t *store_idem_abandon(store_t *st, const char *key, const char *owner,
+                                      store_idem_progress_cb *cb, void *arg,
+                                      store_status_t *status);
 
 /* Per-member order (contract.md section 7). A member's queue is a list of turn ids (one per
- * request, random) in the order they reached Redis; the first holds the turn. */
+ * request, random) in the order they reached Redis; the first holds the turn. Queued requests
+ * (the outbox) hold places in it too, taken and given back by the outbox's scripts: with a
+ * Redis Cluster the queue is therefore in the slot of the member's outbox shard (shard below:
+ * store_outbox_shard of the channel and member, or a queued entry's own shard), on one server
+ * under the channel's hash tag as before. */
 
-/* The queue key of a member (store_key_turns) into buf; -1 when it does not fit. It is also the
- * channel told the id whose turn it is when a turn passes to a request that waits. */
-int store_turn_key(store_t *st, char *buf, size_t size, const char *channel_id,
+/* The member's queue and leases keys (keys.h) into turns and leases; -1 when they do not fit.
+ * For the store's own modules (the outbox's scripts name them). */
+int store_turn_keys(store_t *st, unsigned shard, const char *channel_id, const char *member_id,
+                    char turns[STORE_KEY_MAX], char leases[STORE_KEY_MAX]);
+/* The queue key of a member into buf; -1 when it does not fit. It is also the channel told the
+ * id whose turn it is when a turn passes to a request that waits. */
+int store_turn_key(store_t *st, char *buf, size_t size, unsigned shard, const char *channel_id,
                    const char *member_id);
 
 typedef struct store_turn_take store_turn_take_t;
@@ -90,21 +102,21 @@ typedef void store_turn_taken_cb(void *arg, store_status_t st, int queued, store
 /* Queues id, held lease_ms at most when it is first, in one round trip without a script, with
  * the member record read in it (brief as store_get_member; -1: not read). Once anything was
  * sent, the caller gives the turn back (store_turn_done) whatever the answer. */
-store_turn_take_t *store_turn_take(store_t *st, const char *channel_id, const char *member_id,
-                                   const char *id, int lease_ms, int brief, store_turn_taken_cb *cb,
-                                   void *arg, store_status_t *status);
+store_turn_take_t *store_turn_take(store_t *st, unsigned shard, const char *channel_id,
+                                   const char *member_id, const char *id, int lease_ms, int brief,
+                                   store_turn_taken_cb *cb, void *arg, store_status_t *status);
 void store_turn_take_cancel(store_turn_take_t *t); /* the callback will not run */
 /* STORE_OK: wait_ms 0 when it is id's turn, else how long the turn ahead may last. */
 typedef void store_turn_cb(void *arg, store_status_t st, int64_t wait_ms);
 /* For an id queued behind another: records its lease (lease_ms from now) when first, drops the
  * ids ahead whose lease ran out, and says whether it is id's turn. An id no longer queued (its
  * own lease ran out) is told it is its turn: its deadline has passed too. */
-store_idem_call_t *store_turn_join(store_t *st, const char *channel_id, const char *member_id,
-                                   const char *id, int lease_ms, int first, store_turn_cb *cb,
-                                   void *arg, store_status_t *status);
+store_idem_call_t *store_turn_join(store_t *st, unsigned shard, const char *channel_id,
+                                   const char *member_id, const char *id, int lease_ms, int first,
+                                   store_turn_cb *cb, void *arg, store_status_t *status);
 /* id leaves the queue; when someone waits, the queue's channel is told the next id. recorded:
  * id went through store_turn_join (its lease field goes too). */
-void store_turn_done(store_t *st, const char *channel_id, const char *member_id, const char *id,
-                     int recorded);
+void store_turn_done(store_t *st, unsigned shard, const char *channel_id, const char *member_id,
+                     const char *id, int recorded);
 
 #endif

@@ -246,16 +246,35 @@ int store_key_outbox_request(char *buf, size_t size, const char *prefix, unsigne
     return key(buf, size, prefix, "outbox:{", numfmt_dec(n, shard), "}:req:", request_id);
 }
 
-int store_key_outbox_order(char *buf, size_t size, const char *prefix, unsigned shard,
-                           const char *channel_id, const char *member_id)
+/* A key of a member in an outbox shard: <prefix>outbox:{<shard>}:<kind>:<length of
+ * channel>:<channel>:<member>. */
+static int outbox_member(char *buf, size_t size, const char *prefix, unsigned shard,
+                         const char *kind, const char *channel_id, const char *member_id)
 {
     char n[NUMFMT_DEC_SIZE], len[NUMFMT_DEC_SIZE];
 
     if (channel_id == NULL)
         return -1;
-    return key(buf, size, prefix, "outbox:{", numfmt_dec(n, shard),
-               "}:order:", numfmt_dec(len, (long long)strlen(channel_id)), ":", channel_id, ":",
-               member_id);
+    return key(buf, size, prefix, "outbox:{", numfmt_dec(n, shard), "}:", kind, ":",
+               numfmt_dec(len, (long long)strlen(channel_id)), ":", channel_id, ":", member_id);
+}
+
+int store_key_outbox_order(char *buf, size_t size, const char *prefix, unsigned shard,
+                           const char *channel_id, const char *member_id)
+{
+    return outbox_member(buf, size, prefix, shard, "order", channel_id, member_id);
+}
+
+int store_key_outbox_turns(char *buf, size_t size, const char *prefix, unsigned shard,
+                           const char *channel_id, const char *member_id)
+{
+    return outbox_member(buf, size, prefix, shard, "turnq", channel_id, member_id);
+}
+
+int store_key_outbox_leases(char *buf, size_t size, const char *prefix, unsigned shard,
+                            const char *channel_id, const char *member_id)
+{
+    return outbox_member(buf, size, prefix, shard, "turnlease", channel_id, member_id);
 }
 
 int store_key_outbox_event_seen(char *buf, size_t size, const char *prefix, unsigned shard,

@@ -65,9 +65,11 @@ int store_key_idem(char *buf, size_t size, const char *prefix, const char *app, 
                    const char *key);
 /* Per-member order: the member's queue of turn ids (a list, the first holds the turn; also the
  * pub/sub channel told when the turn passes to a request that waits) and its leases (a hash:
- * turn id -> lease end, kept only while someone waits), both under the channel's hash tag.
- * Named turnq/turnlease: the sorted set and hash of earlier versions (turns/leases) are other
- * keys, never read as these. */
+ * turn id -> lease end, kept only while someone waits). On one server both are under the
+ * channel's hash tag; with a Redis Cluster under the tag of the member's outbox shard
+ * (store_key_outbox_turns: the outbox's scripts name them with the shard's keys). Which one a
+ * member's are: store_turn_keys (idem.h). Named turnq/turnlease: the sorted set and hash of
+ * earlier versions (turns/leases) are other keys, never read as these. */
 int store_key_turns(char *buf, size_t size, const char *prefix, const char *channel_id,
                     const char *member_id);
 int store_key_leases(char *buf, size_t size, const char *prefix, const char *channel_id,
@@ -84,6 +86,12 @@ int store_key_outbox_request(char *buf, size_t size, const char *prefix, unsigne
                              const char *request_id);
 int store_key_outbox_order(char *buf, size_t size, const char *prefix, unsigned shard,
                            const char *channel_id, const char *member_id);
+/* A member's turn queue and leases (as store_key_turns) in its outbox shard's slot, for a Redis
+ * Cluster; the channel id behind its length, as the order key. */
+int store_key_outbox_turns(char *buf, size_t size, const char *prefix, unsigned shard,
+                           const char *channel_id, const char *member_id);
+int store_key_outbox_leases(char *buf, size_t size, const char *prefix, unsigned shard,
+                            const char *channel_id, const char *member_id);
 /* Broadcasts (contract.md section 13). A tag's index: a set of the member ids of the channel
  * whose record lists the tag, kept by every member write botgate makes ("tag:{<channel>}:");
  * the base is what a Lua script appends a tag to. A broadcast's record (a hash: its body,

@@ -5,6 +5,7 @@
 
 #include "../json/numfmt.h"
 #include "eval.h"
+#include "idem.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -35,9 +36,9 @@
  * it queues behind it. The one ahead gets its lease recorded first, while the queue's TTL is
  * still its lease (guess_ms when its PEXPIRE has not come yet, or when the TTL is an earlier
  * queued request's: a sync request holds the turn no longer than its deadline), as
- * JOIN_SCRIPT does. The turn
- * keys are another slot's: the outbox runs on one Redis server only (outbox.h). A record that
- * exists already was settled (SETTLE_SCRIPT): the request is not queued (-1). */
+ * JOIN_SCRIPT does. With a Redis Cluster the turn keys are in the shard's slot
+ * (store_turn_keys), here as in START_SCRIPT and END_SCRIPT. A record that exists already was
+ * settled (SETTLE_SCRIPT): the request is not queued (-1). */
 static const char ACCEPT_SCRIPT[] =
     NOW_MS "if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end " /* settled: not queued */
            "local seq = redis.call('HINCRBY', KEYS[3], 'n', 1) "
@@ -515,18 +516,6 @@ static int record_key(store_t *st, char *buf, unsigned shard, const char *id)
     return store_key_outbox_request(buf, STORE_KEY_MAX, store_prefix(st), shard, id);
 }
 
-/* The member's turn queue and its leases (idem.h): -1 when they do not fit. */
-static int turn_keys(store_t *st, const char *channel_id, const char *member_id,
-                     char turns[STORE_KEY_MAX], char leases[STORE_KEY_MAX])
-{
-    const char *prefix = store_prefix(st);
-
-    return store_key_turns(turns, STORE_KEY_MAX, prefix, channel_id, member_id) < 0 ||
-                   store_key_leases(leases, STORE_KEY_MAX, prefix, channel_id, member_id) < 0
-               ? -1
-               : 0;
-}
-
 store_outbox_call_t *store_outbox_accept(store_t *st, unsigned shard, const char *id,
                                          const store_outbox_new_t *req, int64_t keep_ms,
                                          int64_t ttl_ms, store_outbox_accept_cb *cb, void *arg,
@@ -542,7 +531,7 @@ store_outbox_call_t *store_outbox_accept(store_t *st, unsigned shard, const char
         record_key(st, record, shard, id) < 0 ||
         store_key_outbox_order(order, sizeof(order), store_prefix(st), shard, req->channel_id,
                                req->member_id) < 0 ||
-        (turn && turn_keys(st, req->channel_id, req->member_id, turns, leases) < 0)) {
+        (turn && store_turn_keys(st, shard, req->channel_id, req->member_id, turns, leases) < 0)) {
         *status = STORE_BAD_RECORD;
         return NULL;
     }
@@ -753,7 +742,8 @@ store_outbox_call_t *store_outbox_start(store_t *st, const store_outbox_entry_t 
     store_outbox_call_t *c;
 
     if (record_key(st, record, e->shard, e->request_id) < 0 ||
-        (turn && turn_keys(st, e->turn_channel, e->turn_member, turns, leases) < 0) ||
+        (turn &&
+         store_turn_keys(st, e->shard, e->turn_channel, e->turn_member, turns, leases) < 0) ||
         (c = NEW_CALL(C_START, cb, arg, e->shard, status)) == NULL) {
         *status = STORE_UNAVAILABLE;
         return NULL;
@@ -809,7 +799,7 @@ store_outbox_call_t *store_outbox_end(store_t *st, unsigned shard, const char *i
 
     if (record_key(st, record, shard, id) < 0 ||
         store_key_outbox(stream, sizeof(stream), store_prefix(st), shard) < 0 ||
-        (turn && turn_keys(st, e->turn_channel, e->turn_member, turns, leases) < 0) ||
+        (turn && store_turn_keys(st, shard, e->turn_channel, e->turn_member, turns, leases) < 0) ||
         store_key_outbox_message_base(base, sizeof(base), store_prefix(st), shard) < 0 ||
         (c = NEW_CALL(C_DONE, cb, arg, shard, status)) == NULL) {
         *status = STORE_UNAVAILABLE;

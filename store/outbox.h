@@ -64,7 +64,8 @@ typedef struct store_outbox_entry {
     const char *request_id; /* a request's or a callback's; an event's id */
     /* a request's or an event's member order key; a callback's when it is ordered ("" else) */
     const char *order_key;
-    /* the channel and member whose turn queue holds a request's place, NULL without one */
+    /* the channel and member whose turn queue holds a request's place, NULL without one (the
+     * queue of shard's slot with a cluster: store_turn_keys) */
     const char *turn_channel, *turn_member;
     int callback;         /* 1: post the status of request_id */
     int64_t callback_seq; /* its number among the member's callbacks (0: not ordered) */

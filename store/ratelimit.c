@@ -15,6 +15,9 @@
 #define RATE_PAUSE_MAX_MS   60000
 #define BOARD_CHANNEL       "ratepauses" /* after the prefix: where every pause is announced */
 #define BOARD_SLOTS         1024         /* a board's slots (8 KiB); power of 2 */
+/* A contact read with the slots ahead is handed over up to this long, its NUL included (a
+ * wa_id is a phone number): a longer one the delivery reads itself, as without. */
+#define AHEAD_CONTACT_MAX 48
 
 /* The only copy of the limiter script: tests/integration/test_ratelimit.py reads the C strings
  * between the two marker comments and runs them against a real redis-server.
@@ -33,12 +36,18 @@
  *       still taken at its own time (the next one stays an interval after it), so that an
  *       ask that comes late loses no pace (its TAT key is kept that much longer for the next
  *       one). A pair's later slot is taken as without.
- * ahead: KEYS sender TAT, sender pause, member[, member's turn queue]; ARGV as take, with
- *       'ahead' -> {4} (no member, or the queue is not empty: nothing taken), else as take
- *       with the sender's new TAT (an integer) a third when a slot was taken: the give-back's
- *       token.
- * back: KEYS sender TAT; ARGV 'back', the TAT a take set, sender I: the slot goes back when
- *       nobody took one after it (the TAT is still that one).
+ * ahead: KEYS sender TAT, sender pause, member[, pair TAT, pair pause][, member's turn
+ *       queue]; ARGV as take, with 'ahead'[, the pair's address: with the pair's keys] -> {4}
+ *       (no member, its externalId is not that address, or the queue is not empty: nothing
+ *       taken), else as take with the new TATs of the sender and of the pair (integers; nil
+ *       where none was taken) a third and fourth: the give-back's tokens.
+ * contact: as ahead with the pair's keys, the address's contact's key after them (whatsapp:
+ *       its wa_id, cached once /v1/contacts saw the number valid): its value comes fifth, and
+ *       the slots are taken only when it is the address itself. A number not cached takes
+ *       nothing (it is checked first), one known by another wa_id neither (its pair is the
+ *       wa_id's): {4, 0, nil, nil, the value}.
+ * back: KEYS TAT[, TAT]; ARGV 'back', then for each key the TAT a take set and the limit's I:
+ *       a slot goes back when nobody took one after it (its TAT is still that one).
  * pause: KEYS pause; ARGV 'pause', retry-after ms (0: the doubling one), first ms, max ms
  *       [, board channel] -> pause left in ms. A given Retry-After counts up to max ms. With a
  *       board channel, "<pause key> <ms left>" is published there (store_rate_board_new). */
@@ -62,17 +71,35 @@ static const char RATE_SCRIPT[] =
     "  return ms(till - now)\n"
     "end\n"
     "if ARGV[1] == 'back' then\n"
-    "  if redis.call('GET', KEYS[1]) == ARGV[2] then\n"
-    "    local tat = tonumber(ARGV[2]) - tonumber(ARGV[3])\n"
-    "    if tat > now then redis.call('SET', KEYS[1], us(tat), 'PX', ms(tat - now) + 1)\n"
-    "    else redis.call('DEL', KEYS[1]) end\n"
+    "  for i, k in ipairs(KEYS) do\n"
+    "    if redis.call('GET', k) == ARGV[2 * i] then\n"
+    "      local tat = tonumber(ARGV[2 * i]) - tonumber(ARGV[2 * i + 1])\n"
+    "      if tat > now then redis.call('SET', k, us(tat), 'PX', ms(tat - now) + 1)\n"
+    "      else redis.call('DEL', k) end\n"
+    "    end\n"
     "  end\n"
     "  return 0\n"
     "end\n"
-    "local ahead = ARGV[1] == 'ahead'\n"
-    "if ahead and (redis.call('EXISTS', KEYS[3]) == 0 or\n"
-    "              (KEYS[4] and redis.call('LLEN', KEYS[4]) > 0)) then return {4, 0} end\n"
-    "local pair = not ahead and #KEYS >= 4\n"
+    "local wa = ARGV[1] == 'contact' or nil\n"
+    "local ahead, addr = wa or ARGV[1] == 'ahead', ARGV[7]\n"
+    /* the pair's keys: 3 and 4 for a take, 4 and 5 (after the member) for an ahead */
+    "local pk, pair = 3, #KEYS >= 4\n"
+    "if ahead then\n"
+    "  local q = KEYS[addr and (wa and 7 or 6) or 4]\n"
+    "  local m = addr and redis.call('GET', KEYS[3]) or redis.call('EXISTS', KEYS[3]) == 1\n"
+    "  if not m or (q and redis.call('LLEN', q) > 0) then return {4, 0} end\n"
+    /* the address the pair's key was made from is still the member's */
+    "  if addr then\n"
+    "    local ok, rec = pcall(cjson.decode, m)\n"
+    "    if not ok or type(rec) ~= 'table' or rec.externalId ~= addr then return {4, 0} end\n"
+    "  end\n"
+    /* the number's contact, as deliver.c's check reads it: seen valid (cached) or not */
+    "  if wa then\n"
+    "    wa = redis.call('GET', KEYS[6])\n"
+    "    if wa ~= addr then return {4, 0, false, false, wa} end\n"
+    "  end\n"
+    "  pk, pair = 4, addr ~= nil\n"
+    "end\n"
     "local function limit(tat_key, pause_key, interval, burst, lag)\n"
     "  local t0 = now\n"
     "  local p = tonumber(redis.call('HGET', pause_key, 'until') or '0')\n"
@@ -89,20 +116,26 @@ static const char RATE_SCRIPT[] =
     "  return next_tat\n"
     "end\n"
     "local s_int, p_int = tonumber(ARGV[2]), tonumber(ARGV[4])\n"
-    "local lag = ARGV[7] and tonumber(ARGV[7]) * 1000 or 0\n"
+    "local bulk = not ahead and ARGV[7]\n"
+    "local lag = bulk and tonumber(bulk) * 1000 or 0\n"
     "local s_at, s_tat = limit(KEYS[1], KEYS[2], s_int, tonumber(ARGV[3]), lag)\n"
     "local p_at, p_tat = now, nil\n"
-    "if pair then p_at, p_tat = limit(KEYS[3], KEYS[4], p_int, tonumber(ARGV[5]), 0) end\n"
+    "if pair then p_at, p_tat = limit(KEYS[pk], KEYS[pk + 1], p_int, tonumber(ARGV[5]), 0) end\n"
     "local at = math.max(s_at, p_at)\n"
     "local wait = ms(at - now)\n"
-    "if wait > tonumber(ARGV[6]) then return {2, wait} end\n"
-    "if ARGV[7] and p_at <= s_at and wait > 0 then return {2, wait} end\n"
-    "if pair then take(KEYS[3], p_tat, p_int, at, 0) end\n"
-    "if p_at > s_at and s_tat ~= nil then return {3, wait} end\n"
-    "local token = take(KEYS[1], s_tat, s_int, s_tat ~= nil and s_tat < at and s_tat or at, lag)\n"
-    "if not ahead then token = nil end\n"
-    "if wait > 0 then return {1, wait, token} end\n"
-    "return {0, 0, token}\n"
+    "if wait > tonumber(ARGV[6]) then\n"
+    "  if ahead then return {2, wait, false, false, wa} end\n"
+    "  return {2, wait}\n"
+    "end\n"
+    "if bulk and p_at <= s_at and wait > 0 then return {2, wait} end\n"
+    "local p_token = false\n"
+    "if pair then p_token = take(KEYS[pk], p_tat, p_int, at, 0) or false end\n"
+    "local v, s_token = wait > 0 and 1 or 0, false\n"
+    "if p_at > s_at and s_tat ~= nil then v = 3\n"
+    "else s_token = take(KEYS[1], s_tat, s_int, s_tat ~= nil and s_tat < at and s_tat or at, lag)\n"
+    "  or false end\n"
+    "if ahead then return {v, wait, s_token, p_token, wa} end\n"
+    "return {v, wait}\n"
     /* END RATE_SCRIPT */
     ;
 
@@ -133,9 +166,14 @@ struct store_rate_call {
     store_status_t got;
     store_rate_verdict_t verdict;
     int64_t wait_ms, in_ms; /* in_ms: when the answer came (monotonic) */
-    int64_t interval_us;
-    int64_t tat_us; /* the TAT the slot set: 0 when none was taken */
-    char key[];     /* the sender's TAT key */
+    int64_t interval_us[2]; /* of the sender's limit and the pair's */
+    int64_t tat_us[2];      /* the TATs the slots set: 0 where none was taken */
+    /* the pair's TAT key and address (in keys), NULL when no pair's slot was asked for */
+    const char *pair_key, *recipient;
+    /* the address's contact read with the slots (AHEAD_CONTACT_MAX bytes in keys), NULL when
+     * not asked for; "" until one came */
+    char *contact;
+    char keys[]; /* the sender's TAT key, then the pair's, its address and the contact */
 };
 
 static store_rate_call_t *rate_eval(store_t *st, rate_kind_t kind, const char *const *keys,
@@ -143,16 +181,25 @@ static store_rate_call_t *rate_eval(store_t *st, rate_kind_t kind, const char *c
                                     store_rate_cb *cb, void *arg, size_t extra,
                                     store_status_t *status);
 
-/* The slot taken ahead goes back (when one was taken), and the call with it. */
+/* The slots taken ahead go back (those taken: the sender's, the pair's), and the call with
+ * them. A pair's slot lost would hold its user a whole pair interval (6 s on WhatsApp). */
 static void ahead_give_back(store_rate_call_t *c)
 {
-    if (c->got == STORE_OK && c->tat_us > 0) {
-        char tat[NUMFMT_DEC_SIZE], interval[NUMFMT_DEC_SIZE];
-        const char *kv[1] = {c->key};
-        const char *args[3] = {"back", numfmt_dec(tat, c->tat_us),
-                               numfmt_dec(interval, c->interval_us)};
+    char nums[4][NUMFMT_DEC_SIZE];
+    const char *kv[2], *args[5] = {"back"}, *tat_keys[2] = {c->keys, c->pair_key};
+    int n = 0;
+
+    for (int i = 0; c->got == STORE_OK && i < 2; i++) {
+        if (c->tat_us[i] <= 0 || tat_keys[i] == NULL)
+            continue;
+        kv[n] = tat_keys[i];
+        args[1 + 2 * n] = numfmt_dec(nums[2 * n], c->tat_us[i]);
+        args[2 + 2 * n] = numfmt_dec(nums[2 * n + 1], c->interval_us[i]);
+        n++;
+    }
+    if (n > 0) {
         store_status_t ignored;
-        rate_eval(c->st, RATE_BACK, kv, 1, args, 3, NULL, NULL, 0, &ignored);
+        rate_eval(c->st, RATE_BACK, kv, n, args, 1 + 2 * n, NULL, NULL, 0, &ignored);
     }
     free(c);
 }
@@ -169,7 +216,7 @@ static void rate_reply(redisReply *reply, void *arg)
         st = STORE_OK;
         wait_ms = reply->integer;
     } else if (reply != NULL && c->kind != RATE_PAUSE && reply->type == REDIS_REPLY_ARRAY &&
-               reply->elements >= 2 && reply->elements <= 3 &&
+               reply->elements >= 2 && reply->elements <= 5 &&
                reply->element[0]->type == REDIS_REPLY_INTEGER &&
                reply->element[1]->type == REDIS_REPLY_INTEGER &&
                reply->element[0]->integer >= STORE_RATE_GO &&
@@ -177,9 +224,15 @@ static void rate_reply(redisReply *reply, void *arg)
         st = STORE_OK;
         verdict = (store_rate_verdict_t)reply->element[0]->integer;
         wait_ms = reply->element[1]->integer;
-        if (c->kind == RATE_AHEAD && reply->elements == 3 &&
-            reply->element[2]->type == REDIS_REPLY_INTEGER)
-            c->tat_us = reply->element[2]->integer;
+        for (size_t i = 2; c->kind == RATE_AHEAD && i < reply->elements && i < 4; i++)
+            if (reply->element[i]->type == REDIS_REPLY_INTEGER) /* else nil: none taken */
+                c->tat_us[i - 2] = reply->element[i]->integer;
+        if (c->kind == RATE_AHEAD && c->contact != NULL && reply->elements == 5 &&
+            reply->element[4]->type == REDIS_REPLY_STRING &&
+            reply->element[4]->len < AHEAD_CONTACT_MAX) {
+            memcpy(c->contact, reply->element[4]->str, reply->element[4]->len);
+            c->contact[reply->element[4]->len] = '\0';
+        }
     }
     if (c->kind == RATE_AHEAD && c->cb == NULL) {
         c->got = st;
@@ -205,7 +258,7 @@ static store_rate_call_t *rate_eval(store_t *st, rate_kind_t kind, const char *c
                                     store_rate_cb *cb, void *arg, size_t extra,
                                     store_status_t *status)
 {
-    const char *words[4 + 7];
+    const char *words[7 + 7];
     store_rate_call_t *c = calloc(1, sizeof(*c) + extra);
     int n = 0, rc;
 
@@ -288,29 +341,71 @@ store_rate_call_t *store_rate_take_bulk(store_t *st, const char *channel_id,
 }
 
 store_rate_call_t *store_rate_take_ahead(store_t *st, const char *channel_id, const char *member_id,
-                                         int turn, const ratelimit_policy_t *policy,
-                                         int64_t max_wait_ms, store_status_t *status)
+                                         const char *recipient_id, int contact, int turn,
+                                         const ratelimit_policy_t *policy, int64_t max_wait_ms,
+                                         store_status_t *status)
 {
     const char *prefix = store_prefix(st);
-    char keys[4][STORE_KEY_MAX], nums[5][NUMFMT_DEC_SIZE];
-    const char *kv[4] = {keys[0], keys[1], keys[2], keys[3]};
-    const char *args[6] = {"ahead"};
-    int len = store_key_rate(keys[0], STORE_KEY_MAX, prefix, channel_id, NULL);
+    char keys[7][STORE_KEY_MAX], nums[5][NUMFMT_DEC_SIZE];
+    const char *kv[7] = {keys[0], keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]};
+    const char *args[7] = {"ahead"};
+    int pair = recipient_id != NULL, nkeys = pair ? 5 : 3;
+    int len = store_key_rate(keys[0], STORE_KEY_MAX, prefix, channel_id, NULL), plen = 0;
+    size_t rlen = pair ? strlen(recipient_id) + 1 : 0;
+    size_t clen = pair && contact ? AHEAD_CONTACT_MAX : 0;
+    int bad = len < 0 ||
+              store_key_rate_pause(keys[1], STORE_KEY_MAX, prefix, channel_id, NULL) < 0 ||
+              store_key_member(keys[2], STORE_KEY_MAX, prefix, channel_id, member_id) < 0;
     store_rate_call_t *c;
 
-    if (len < 0 || store_key_rate_pause(keys[1], STORE_KEY_MAX, prefix, channel_id, NULL) < 0 ||
-        store_key_member(keys[2], STORE_KEY_MAX, prefix, channel_id, member_id) < 0 ||
-        (turn && store_key_turns(keys[3], STORE_KEY_MAX, prefix, channel_id, member_id) < 0)) {
+    /* the member's turn queue shares the sender's slot on one server only (store_turn_keys) */
+    if (store_redis(st) == NULL)
+        turn = 0;
+    if (pair) { /* the pair's keys after the member's, the turn queue's last */
+        plen = store_key_rate(keys[3], STORE_KEY_MAX, prefix, channel_id, recipient_id) + 1;
+        bad = bad || plen <= 0 ||
+              store_key_rate_pause(keys[4], STORE_KEY_MAX, prefix, channel_id, recipient_id) < 0;
+        /* the contact's key (same channel's slot) after the pair's */
+        if (contact &&
+            store_key_contact(keys[nkeys++], STORE_KEY_MAX, prefix, channel_id, recipient_id) < 0)
+            bad = 1;
+    }
+    if (turn && store_key_turns(keys[nkeys++], STORE_KEY_MAX, prefix, channel_id, member_id) < 0)
+        bad = 1;
+    if (bad) {
         *status = STORE_BAD_RECORD;
         return NULL;
     }
     take_args(args, nums, policy, max_wait_ms);
-    c = rate_eval(st, RATE_AHEAD, kv, turn ? 4 : 3, args, 6, NULL, NULL, (size_t)len + 1, status);
+    args[6] = recipient_id;
+    if (clen > 0)
+        args[0] = "contact";
+    c = rate_eval(st, RATE_AHEAD, kv, nkeys, args, pair ? 7 : 6, NULL, NULL,
+                  (size_t)len + 1 + (size_t)plen + rlen + clen, status);
     if (c != NULL) {
-        c->interval_us = policy->sender.interval_us;
-        memcpy(c->key, keys[0], (size_t)len + 1);
+        c->interval_us[0] = policy->sender.interval_us;
+        c->interval_us[1] = policy->pair.interval_us;
+        memcpy(c->keys, keys[0], (size_t)len + 1);
+        if (pair) {
+            c->pair_key = memcpy(c->keys + len + 1, keys[3], (size_t)plen);
+            c->recipient = memcpy(c->keys + len + 1 + plen, recipient_id, rlen);
+            if (clen > 0)
+                c->contact = c->keys + len + 1 + plen + rlen; /* "" (calloc) until it came */
+        }
     }
     return c;
+}
+
+const char *store_rate_ahead_recipient(const store_rate_call_t *call)
+{
+    return call->recipient;
+}
+
+const char *store_rate_ahead_contact(const store_rate_call_t *call)
+{
+    return call->in && call->got == STORE_OK && call->contact != NULL && call->contact[0] != '\0'
+               ? call->contact
+               : NULL;
 }
 
 int store_rate_ahead_use(store_rate_call_t *c, int64_t late_ms, store_rate_cb *cb, void *arg,
@@ -333,9 +428,10 @@ int store_rate_ahead_use(store_rate_call_t *c, int64_t late_ms, store_rate_cb *c
         ahead_give_back(c);
         return 0;
     }
-    *verdict = c->verdict == STORE_RATE_TOO_LATE ? c->verdict
-               : left > 0                        ? STORE_RATE_WAIT
-                                                 : STORE_RATE_GO;
+    /* too late and the pair's retake say so as they were (the retake's wait from now) */
+    *verdict = c->verdict == STORE_RATE_TOO_LATE || c->verdict == STORE_RATE_RETAKE ? c->verdict
+               : left > 0 ? STORE_RATE_WAIT
+                          : STORE_RATE_GO;
     *wait_ms = c->verdict == STORE_RATE_TOO_LATE ? c->wait_ms : left > 0 ? left : 0;
     free(c);
     return 1;

@@ -18,8 +18,9 @@ typedef enum {
     STORE_RATE_RETAKE,   /* the pair's slot (taken) is wait_ms ahead, the sender's not taken
                           * (it would sit idle till then): at the pair's slot, take the
                           * sender's with store_rate_take(..., pair_held = 1) */
-    STORE_RATE_SKIP,     /* store_rate_take_ahead: nothing taken (no such member, or someone
-                          * holds or waits for its turn: the slot would be stale when used) */
+    STORE_RATE_SKIP,     /* store_rate_take_ahead: nothing taken (no such member, not at the
+                          * address guessed, or someone holds or waits for its turn: the slot
+                          * would be stale when used) */
 } store_rate_verdict_t;
 
 typedef struct store_rate_call store_rate_call_t;
@@ -53,22 +54,37 @@ store_rate_call_t *store_rate_take_bulk(store_t *st, const char *channel_id,
                                         int64_t lag_ms, store_rate_cb *cb, void *arg,
                                         store_status_t *status);
 
-/* The sender's slot (a policy without a pair limit: the pair's key needs the member's address)
- * taken ahead of the delivery, in the round trip of the member's read (send it before that
- * read and the turn's RPUSH): only when member_id's record exists and, with turn 1, nobody holds
- * or waits for the member's turn (its queue is empty). No callback: the caller hands the call
- * to its delivery with store_rate_ahead_use, or lets it go with store_rate_cancel, which gives
- * back a slot taken and not used (when no other slot was taken after it: else it is lost, one
- * slot, as a send that failed would have used it). NULL when nothing was sent. */
+/* The first message's slots taken ahead of the delivery, in the round trip of the member's read
+ * (send it before that read and the turn's RPUSH): the sender's and, when recipient_id is not
+ * NULL, the pair's, only when member_id's record holds recipient_id as its externalId: both or
+ * none, so that a wrong guess of the member's address takes nothing. With contact 1 (and a
+ * recipient_id), whatsapp's cached contact of recipient_id (store_get_contact) is read too and
+ * handed over (store_rate_ahead_contact), and the slots are taken only when it is recipient_id
+ * itself: a number not seen valid lately is checked before its slots are taken, and one the
+ * platform knows by another wa_id is paced on that wa_id's pair. Nothing either unless
+ * member_id's record exists and, with turn 1, nobody holds or waits for the member's turn (its
+ * queue is empty; on one server only: with a Redis Cluster the queue is in another slot, not
+ * looked at, and a request that finds someone ahead lets its slots go). No callback: the
+ * caller hands the call to its delivery with store_rate_ahead_use, or lets it go with
+ * store_rate_cancel, which gives back the slots taken and not used (each when no other slot
+ * was taken after it: else it is lost, one slot, as a send that failed would have used it).
+ * NULL when nothing was sent. */
 store_rate_call_t *store_rate_take_ahead(store_t *st, const char *channel_id, const char *member_id,
-                                         int turn, const ratelimit_policy_t *policy,
-                                         int64_t max_wait_ms, store_status_t *status);
+                                         const char *recipient_id, int contact, int turn,
+                                         const ratelimit_policy_t *policy, int64_t max_wait_ms,
+                                         store_status_t *status);
+/* The pair's address of a call of store_rate_take_ahead; NULL when it takes no pair's slot. */
+const char *store_rate_ahead_recipient(const store_rate_call_t *call);
+/* The contact read by a call of store_rate_take_ahead with contact 1, once its answer came (a
+ * round trip on the same connection after it): the wa_id cached for its recipient_id; NULL
+ * when none is cached (or an empty one), the call failed or its answer is still to come. */
+const char *store_rate_ahead_contact(const store_rate_call_t *call);
 /* The delivery's slot, from a call of store_rate_take_ahead (taken over). 2: its answer is still
  * to come: cb gets it, as from store_rate_take or STORE_RATE_SKIP (none taken: take one), and
- * call is the delivery's call in flight. 1: it
- * came, in *verdict and *wait_ms (as from now; the call is gone). 0: no slot to use (none taken,
- * the call failed, or the slot's time passed more than late_ms ago: then it was given back):
- * take one now. */
+ * call is the delivery's call in flight. 1: it came, in *verdict and *wait_ms (as from now; the
+ * call is gone), STORE_RATE_RETAKE as from store_rate_take. 0: no slot to use (none taken, the
+ * call failed, or the slot's time passed more than late_ms ago: then it was given back): take
+ * one now. */
 int store_rate_ahead_use(store_rate_call_t *call, int64_t late_ms, store_rate_cb *cb, void *arg,
                          store_rate_verdict_t *verdict, int64_t *wait_ms);
 

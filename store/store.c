@@ -322,6 +322,11 @@ const char *store_prefix(const store_t *st)
     return st->prefix;
 }
 
+hint_table_t *store_recipient_hints(store_t *st)
+{
+    return &st->recipients;
+}
+
 static void call_free(store_call_t *c)
 {
     json_decref(c->change);

@@ -586,6 +586,23 @@ class Stack:
         return self.sim("GET", "/_sim/log?since=%d" % since)["requests"]
 
 
+def outbox_shard(cid, mid, shards=16):
+    """store_outbox_shard: the outbox shard of a channel's member (BOTGATE_OUTBOX_SHARDS)."""
+    h = 2166136261
+    for b in cid.encode() + b"\xff" + mid.encode():
+        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+    return h % shards
+
+
+def turn_queue(cid, mid, shards=16):
+    """A member's turn queue (store_turn_key): under the channel's hash tag on one server, in
+    its outbox shard's slot on a cluster."""
+    if CLUSTER:
+        return "botgate:outbox:{%d}:turnq:%d:%s:%s" % (outbox_shard(cid, mid, shards),
+                                                      len(cid.encode()), cid, mid)
+    return "botgate:turnq:{%s}:%s" % (cid, mid)
+
+
 def facebook_channel(cid, app, **over):
     ch = {"_id": cid, "app": app, "type": "facebook", "on": True, "name": "fb " + cid,
           "info": {"accessToken": "fb-page-token-" + cid, "pageId": "1234567890"}}

@@ -8,7 +8,8 @@ import os
 import time
 import unittest
 
-from harness import StackTest, facebook_channel, free_port, http, member, wait_for
+from harness import CLUSTER, StackTest, facebook_channel, free_port, http, member, wait_for
+from test_webhooks import Monitor
 
 APP = "app-bc"
 
@@ -159,6 +160,53 @@ class Accept(Case):
         ext = [m["externalId"] for m in json.loads(r)]
         self.assertEqual(ext.count("psid-new1"), 1)
         self.assertEqual(ext.count("psid-bm3"), 1)
+
+    def test_3_accepting_names_every_key(self):
+        """The accepting scripts of a broadcast (store/broadcast.c) name every key they touch
+        among their KEYS (a Redis Cluster refuses others while their slot migrates). By
+        recipient ids: a new recipient, one whose member the worker does not know (made by
+        botgatectl: the first run says whose it is, the second adds it), one named twice; by
+        member ids (each one's record checked); and botgatectl's broadcast create, which runs
+        the same scripts. Seen by MONITOR of the one server."""
+        if CLUSTER:
+            self.skipTest("MONITOR of one server")
+        s = self.s
+        resp = json.dumps({"response": [{"type": "TEXT", "text": "ctlkeys"}]})
+        mon = Monitor(s.redis_port)
+        try:
+            a = self.post({"channelId": "fbb",
+                           "recipients": {"recipientIds": ["psid-keys1", "psid-bm1", "psid-keys1"]},
+                           "response": [{"type": "TEXT", "text": "keys {{member.externalId}}"}]})
+            r = s.ctl("broadcast", "create", "--channel", "fbb", "--recipient", "psid-keys2",
+                      "--recipient", "psid-bm2", "-", input=resp)
+            by_ids = self.post({"channelId": "fbb", "recipients": {"memberIds": ["bm0", "bm4"]},
+                                "response": [{"type": "TEXT", "text": "idkeys"}]})
+            r_ids = s.ctl("broadcast", "create", "--channel", "fbb", "--member", "bm1", "-",
+                          input=resp)
+        finally:
+            scripts = mon.stop()
+        self.assertEqual(a.status, 202, a)
+        self.assertEqual(a.json["total"], 2)
+        self.assertEqual(by_ids.status, 202, by_ids)
+        # the broadcast's scripts but the delivery's take (its KEYS end with the channel's):
+        # it reads the members of the ids it pops, which no caller can name before
+        accepting = [sc for sc in scripts if any(":broadcast:{fbb}:" in k for k in sc[0])
+                     and not sc[0][-1].startswith("botgate:channel:")]
+        for keys, touched in accepting:
+            self.assertLessEqual({k for _, k in touched}, set(keys), keys)
+        adds = [sc for sc in accepting if any(":recipient:{fbb}:" in k for _, k in sc[1])]
+        # by member ids: a script each (the API's, botgatectl's)
+        self.assertEqual(len([sc for sc in accepting if sc not in adds and
+                              any(":member:{fbb}:bm" in k for _, k in sc[1])]), 2, accepting)
+        # a slice's runs: one, then one for those whose member it did not know
+        self.assertEqual(len(adds), 4, adds)
+        self.wait_state(a.json["broadcastId"])
+        self.assertEqual(self.wait_state(r.stdout.strip())["sent"], 2)
+        self.assertEqual(self.wait_state(r_ids.stdout.strip())["sent"], 1)
+        self.assertEqual(sorted(rid for _, rid, _ in self.took("keys ")),
+                         ["psid-bm1", "psid-keys1"])
+        self.assertEqual(sorted(rid for _, rid, _ in self.took("ctlkeys")),
+                         ["psid-bm1", "psid-bm2", "psid-keys2"])
 
     def test_4_by_tag(self):
         a = self.post({"channelId": "fbb", "recipients": {"tags": ["vip", "nobody-has-it"]},

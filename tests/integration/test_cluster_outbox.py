@@ -1,7 +1,8 @@
 """contract.md sections 9, 12 and 14 on a Redis Cluster: the outbox's shards spread over the
 masters, each read by a blocking connection to its slot's master; 202 then delivered, in order
-per member, across three instances with one killed; webhook events through the outbox; and a
-shard's slot moved while its requests are queued (none lost, none twice, still in order)
+per member, across three instances with one killed, and against the member's sync requests;
+webhook events through the outbox; and a shard's slot moved while its requests are queued (none
+lost, none twice, still in order)
 (broadcasts: test_cluster_broadcasts.py). Cluster only (BOTGATE_TEST_REDIS=cluster, tests/CMakeLists.txt)."""
 import time
 import unittest
@@ -44,6 +45,15 @@ class ClusterOutbox(test_outbox.Case):
         for i in range(self.MEMBERS):
             mine = [t for t in took if int(t[2:]) % self.MEMBERS == i]
             self.assertEqual(mine, sorted(mine), "member cm%d out of order" % i)
+
+    def test_4_sync_after_async_goes_after_it(self):
+        """As on one server (test_outbox, test_7), though the member's outbox shard and its
+        channel are in other slots: its turn queue is in the shard's."""
+        self.check_sync_after_async("cko-")
+
+    def test_5_async_after_sync_waits_for_its_turn(self):
+        """The other way round (test_outbox, test_8)."""
+        self.check_async_after_sync("ckt-")
 
     def test_3_shard_slot_moved_while_queued(self):
         """The slot of the member's shard moves to another master, key by key as redis-cli

@@ -21,14 +21,14 @@ def idem_record(app, route, key):
     return "botgate:idem:{%d:%s:%s:%s}" % (len(app.encode()), app, route, key)
 
 
-class AnswerKept(StackTest):
-    stack_args = {"workers": 1, "env": {"BOTGATE_REQUEST_TIMEOUT_MS": "8000",
-                                        "BOTGATE_UPSTREAM_TIMEOUT_MS": "6000"}}
+class KeyedSends(StackTest):
+    """Sends with a key to the member TENANT (channel, member, psid) of APP."""
+    TENANT = ("fbk", "mk", "psid-keep")
 
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.tok, _ = tenant(cls.s, "fbk", "mk", "psid-keep", APP)
+        cls.tok, _ = tenant(cls.s, *cls.TENANT, APP)
 
     def post(self, body, key):
         return http("POST", self.s.url + "/sendResponses", body,
@@ -37,6 +37,11 @@ class AnswerKept(StackTest):
     def texts(self, word):
         return [r["body"]["message"]["text"] for r in self.s.sim_log()
                 if word in r["body"].get("message", {}).get("text", "")]
+
+
+class AnswerKept(KeyedSends):
+    stack_args = {"workers": 1, "env": {"BOTGATE_REQUEST_TIMEOUT_MS": "8000",
+                                        "BOTGATE_UPSTREAM_TIMEOUT_MS": "6000"}}
 
     def stalled_answer(self, word, key, pause_ms):
         """Sends word with key; once its call (answered after 1.5 s) is on the platform, Redis
@@ -93,6 +98,54 @@ class AnswerKept(StackTest):
         self.assertLess(took, 15)
         self.assertIn("Idempotency-Key answers not taken by Redis given up at exit",
                       s.gateway_log())
+
+
+class DropKept(KeyedSends):
+    """A request with a key that stops before it ran drops its record, so that a retry runs
+    afresh; that write too is written again when Redis did not take it. The member's turn is
+    held by a dead instance's id (pushed by the test, its lease past the request's deadline), so
+    that the request stops at its deadline (121) after its begin made it the record's owner;
+    Redis holds writes from before that stop until after the write's timeout. Before, the drop
+    was sent once and lost: the retry waited for the record's lease to end (the deadline plus
+    2 s), resumed it and answered 125 ("outcome unknown") for a message never sent."""
+    TENANT = ("fbd", "md", "psid-drop")
+    DEADLINE_MS = 3000
+    stack_args = {"workers": 1, "env": {"BOTGATE_REQUEST_TIMEOUT_MS": str(DEADLINE_MS),
+                                        "BOTGATE_MEMBER_ORDER": None}}  # the default: on
+
+    def test_drop_written_after_a_stall_lets_the_retry_run(self):
+        s = self.s
+        queue, leases = "botgate:turnq:{fbd}:md", "botgate:turnlease:{fbd}:md"
+        record = idem_record(APP, "sendResponses", "key-drop")
+        s.redis("RPUSH", queue, "dead-instance")
+        s.redis("PEXPIRE", queue, "60000")
+        body = {"channelId": "fbd", "memberId": "md",
+                "response": [{"type": "TEXT", "text": "dropped once"}]}
+        first = {}
+        t0 = time.monotonic()
+        t = threading.Thread(target=lambda: first.update(a=self.post(body, "key-drop")))
+        t.start()
+        # its begin made it the owner and it queued behind the dead id (reads pass the pause)
+        wait_for(lambda: s.redis("HGET", record, "owner") and s.redis("LLEN", queue) == 2,
+                 what="the request waiting for the member's turn")
+        # Redis holds writes from now until past its stop at the deadline and the drop's
+        # timeout (500 ms), ending well before the record's lease (the deadline plus 2 s)
+        pause_ms = int((t0 + self.DEADLINE_MS / 1000 + 1.0 - time.monotonic()) * 1000)
+        self.assertGreater(pause_ms, 1500, "the request took too long to queue")
+        s.redis("CLIENT", "PAUSE", str(pause_ms), "WRITE")
+        t.join()
+        a = first["a"]
+        self.assertEqual(a.status, 500, a)
+        self.assertIn(a.json["err_code"], (121, 119), a)
+        s.redis("SET", "test:after-pause", "1")  # returns once the pause is over
+        # the dead instance's id and the request's own (its give-back was lost too) go
+        s.redis("DEL", queue, leases)
+        b = self.post(body, "key-drop")
+        self.assertEqual(b.status, 200, b)
+        self.assertEqual(b.json["ok"], 1, b)
+        self.assertIsNone(b.headers.get("Idempotent-Replayed"))
+        self.assertNotIn("125", b.raw)
+        self.assertEqual(self.texts("dropped"), ["dropped once"])
 
 
 if __name__ == "__main__":

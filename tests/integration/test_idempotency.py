@@ -13,7 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from http.client import HTTPConnection
 import socket
 
-from harness import Answer, StackTest, facebook_channel, free_port, http, member, wait_for
+from harness import (Answer, StackTest, facebook_channel, free_port, http, member, turn_queue,
+                     wait_for)
 
 APP = "app-idem"
 
@@ -183,7 +184,7 @@ class Guarantees(StackTest):
         over 3 instances: every message arrives, each request's three together, requests in
         the order in which their turns reached Redis (their RPUSH, seen by MONITOR), each
         client's in its own order."""
-        queue = "botgate:turnq:{fbi}:mo"
+        queue = turn_queue("fbi", "mo")
         seen, stop = self.monitor(queue)
         time.sleep(0.2)  # MONITOR is on once its +OK came; what it misses fails the count below
 
@@ -331,7 +332,7 @@ class Guarantees(StackTest):
         # the answer stored (a script nobody waits for) and the turn passed (another)
         wait_for(lambda: s.redis("HGET", record, "status") == "200", timeout=5,
                  what="the answer stored after NOSCRIPT")
-        wait_for(lambda: s.redis("LLEN", "botgate:turnq:{fbi}:mo") == 0, timeout=5,
+        wait_for(lambda: s.redis("LLEN", turn_queue("fbi", "mo")) == 0, timeout=5,
                  what="the member's turn passed after NOSCRIPT")
         # begin and answer: each refused once by hash, then run in full (the member's turn
         # takes no script when nobody is ahead)

@@ -69,6 +69,42 @@ class Case(StackTest):
         p.kill()
         p.wait()
 
+    def check_sync_after_async(self, word):
+        """Contract section 12: a member's async and sync messages go out in the order they
+        reached Redis. Two queued requests, the first slow on the platform (the second waits in
+        the outbox behind it); a sync request sent once both were accepted goes out last."""
+        def text(t):
+            return {"channelId": "fbq", "memberId": "mq", "response": [{"type": "TEXT", "text": t}]}
+        rids = [self.post(text(word + "1 slow1500")).json["requestId"],
+                self.post(text(word + "2")).json["requestId"]]
+        sync = self.post(text(word + "3"), headers={})
+        self.assertEqual(sync.status, 200, sync)
+        self.assertEqual(sync.json["sendResult"]["ok"], 1, sync)
+        self.assertEqual([self.wait_final(r)["status"] for r in rids], ["done", "done"])
+        self.assertEqual(self.texts(word), [word + "1 slow1500", word + "2", word + "3"])
+
+    def check_async_after_sync(self, word):
+        """The other way round: a sync request holds the member's turn (its call is slow); a
+        request queued meanwhile goes out only once that turn passed, not beside it."""
+        def text(t):
+            return {"channelId": "fbq", "memberId": "mq", "response": [{"type": "TEXT", "text": t}]}
+        # an earlier request's turn goes after its answer (not awaited): gone before this starts
+        wait_for(lambda: not self.s.redis("KEYS", "*turnq*fbq*mq"), what="earlier turns passed")
+        out = {}
+        t = threading.Thread(target=lambda: out.update(a=self.post(text(word + "1 slow1500"), {})))
+        t.start()
+        try:
+            wait_for(lambda: self.s.redis("KEYS", "*turnq*fbq*mq"), what="the sync request's turn")
+            rid = self.post(text(word + "2")).json["requestId"]
+        finally:
+            t.join()
+        self.assertEqual(out["a"].status, 200, out["a"])
+        self.assertEqual(self.wait_final(rid)["status"], "done")
+        took = [(r["ts_ms"], r["body"]["message"]["text"]) for r in self.s.sim_log()
+                if word in (r.get("body") or {}).get("message", {}).get("text", "")]
+        self.assertEqual([x for _, x in took], [word + "1 slow1500", word + "2"])
+        self.assertGreaterEqual(took[1][0] - took[0][0], 1400, took)  # after the first's answer
+
     def texts(self, word):
         """The texts containing word the simulator took, in the order it took them."""
         out, since = [], 0
@@ -161,38 +197,10 @@ class Outbox(Case):
             self.s.metric('botgate_outbox_retries_total{reason="rate_limited"}'), 1)
 
     def test_7_sync_after_async_goes_after_it(self):
-        """Contract section 12: a member's async and sync messages go out in the order they
-        reached Redis. Two queued requests, the first slow on the platform (the second waits in
-        the outbox behind it); a sync request sent once both were accepted goes out last."""
-        def text(t):
-            return {"channelId": "fbq", "memberId": "mq", "response": [{"type": "TEXT", "text": t}]}
-        rids = [self.post(text("ord-1 slow1500")).json["requestId"],
-                self.post(text("ord-2")).json["requestId"]]
-        sync = self.post(text("ord-3"), headers={})
-        self.assertEqual(sync.status, 200, sync)
-        self.assertEqual(sync.json["sendResult"]["ok"], 1, sync)
-        self.assertEqual([self.wait_final(r)["status"] for r in rids], ["done", "done"])
-        self.assertEqual(self.texts("ord-"), ["ord-1 slow1500", "ord-2", "ord-3"])
+        self.check_sync_after_async("ord-")
 
     def test_8_async_after_sync_waits_for_its_turn(self):
-        """The other way round: a sync request holds the member's turn (its call is slow); a
-        request queued meanwhile goes out only once that turn passed, not beside it."""
-        def text(t):
-            return {"channelId": "fbq", "memberId": "mq", "response": [{"type": "TEXT", "text": t}]}
-        out = {}
-        t = threading.Thread(target=lambda: out.update(a=self.post(text("tu-1 slow1500"), {})))
-        t.start()
-        try:
-            wait_for(lambda: self.s.redis("KEYS", "*turnq*fbq*mq"), what="the sync request's turn")
-            rid = self.post(text("tu-2")).json["requestId"]
-        finally:
-            t.join()
-        self.assertEqual(out["a"].status, 200, out["a"])
-        self.assertEqual(self.wait_final(rid)["status"], "done")
-        took = [(r["ts_ms"], r["body"]["message"]["text"]) for r in self.s.sim_log()
-                if "tu-" in (r.get("body") or {}).get("message", {}).get("text", "")]
-        self.assertEqual([x for _, x in took], ["tu-1 slow1500", "tu-2"])
-        self.assertGreaterEqual(took[1][0] - took[0][0], 1400, took)  # after tu-1's answer
+        self.check_async_after_sync("tu-")
 
     def test_9_redis_stall_while_accepting(self):
         """Redis stalls (DEBUG SLEEP 1.6 s; the harness's BOTGATE_REDIS_TIMEOUT_MS is 500) while

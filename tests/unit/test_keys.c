@@ -361,13 +361,46 @@ static void test_patterns_and_ids(void **state)
     assert_int_equal(store_key_ids(buf, "botgate:", STORE_REC_TREE, NULL, 0, id, sizeof(id)), -1);
 }
 
+/* With a cluster, a member's turn keys are in its outbox shard's slot, with the shard's stream,
+ * records and order key, so that the outbox's scripts name them together; the channel goes
+ * behind its length (a ':' in it cannot make two members' keys one). */
+static void test_outbox_turn_keys(void **state)
+{
+    char turns[STORE_KEY_MAX], leases[STORE_KEY_MAX], stream[STORE_KEY_MAX], order[STORE_KEY_MAX],
+        other[STORE_KEY_MAX];
+    int n;
+
+    (void)state;
+    n = store_key_outbox_turns(turns, sizeof(turns), "botgate:", 7, "C1", "M1");
+    assert_string_equal(turns, "botgate:outbox:{7}:turnq:2:C1:M1");
+    assert_int_equal(n, strlen(turns));
+    n = store_key_outbox_leases(leases, sizeof(leases), "botgate:", 7, "C1", "M1");
+    assert_string_equal(leases, "botgate:outbox:{7}:turnlease:2:C1:M1");
+    assert_int_equal(n, strlen(leases));
+    store_key_outbox(stream, sizeof(stream), "botgate:", 7);
+    store_key_outbox_order(order, sizeof(order), "botgate:", 7, "C1", "M1");
+    assert_int_equal(cluster_keyslot(turns, strlen(turns)),
+                     cluster_keyslot(stream, strlen(stream)));
+    assert_int_equal(cluster_keyslot(leases, strlen(leases)),
+                     cluster_keyslot(order, strlen(order)));
+    /* channel "a:1" member "b" and channel "a" member "1:b" */
+    store_key_outbox_turns(turns, sizeof(turns), "botgate:", 0, "a:1", "b");
+    store_key_outbox_turns(other, sizeof(other), "botgate:", 0, "a", "1:b");
+    assert_string_not_equal(turns, other);
+    /* missing parts, no room */
+    assert_int_equal(store_key_outbox_turns(turns, sizeof(turns), "botgate:", 0, NULL, "M1"), -1);
+    assert_int_equal(store_key_outbox_leases(leases, sizeof(leases), "botgate:", 0, "C1", NULL),
+                     -1);
+    assert_int_equal(store_key_outbox_turns(turns, 20, "botgate:", 7, "C1", "M1"), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exact_keys),       cmocka_unit_test(test_hash_tags),
         cmocka_unit_test(test_idem_spreads),     cmocka_unit_test(test_idem_scopes_never_collide),
         cmocka_unit_test(test_does_not_fit),     cmocka_unit_test(test_missing_part),
-        cmocka_unit_test(test_patterns_and_ids),
+        cmocka_unit_test(test_patterns_and_ids), cmocka_unit_test(test_outbox_turn_keys),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

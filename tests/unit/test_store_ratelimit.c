@@ -1,7 +1,7 @@
 /* test_store_ratelimit.c - store/ratelimit.c's async calls through the worker's Redis client,
  * against a redis-server this test starts on a free loopback port: verdicts and waits as the
  * script gives them, the retake of a pair, a pause, cancel, a slot taken ahead (used, stale,
- * given back), and Redis down. */
+ * given back; whatsapp's contact read with it), and Redis down. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -164,13 +164,18 @@ static void raw3(const char *a, const char *b, const char *c, raw_reply_t *r)
     raw_argv(3, argv, r);
 }
 
-/* The sender's TAT of ch, "" when none. */
-static const char *tat(const char *ch, raw_reply_t *r)
+/* The sender's TAT of ch (or the pair's with rcpt), "" when none. */
+static const char *pair_tat(const char *ch, const char *rcpt, raw_reply_t *r)
 {
     char key[STORE_KEY_MAX];
-    store_key_rate(key, sizeof(key), store_prefix(rt.store), ch, NULL);
+    store_key_rate(key, sizeof(key), store_prefix(rt.store), ch, rcpt);
     raw("GET", key, r);
     return r->text;
+}
+
+static const char *tat(const char *ch, raw_reply_t *r)
+{
+    return pair_tat(ch, NULL, r);
 }
 
 /* A channel with member M1 (and M1's turn held by someone when held). */
@@ -180,7 +185,7 @@ static const char *ahead_channel(char *ch, size_t len, int held)
     raw_reply_t r;
     new_channel(ch, len);
     store_key_member(key, sizeof(key), store_prefix(rt.store), ch, "M1");
-    raw3("SET", key, "{}", &r);
+    raw3("SET", key, "{\"_id\":\"M1\",\"externalId\":\"P1\"}", &r);
     if (held) {
         store_key_turns(key, sizeof(key), store_prefix(rt.store), ch, "M1");
         raw3("RPUSH", key, "someone", &r);
@@ -188,16 +193,23 @@ static const char *ahead_channel(char *ch, size_t len, int held)
     return ch;
 }
 
-/* A slot taken ahead, its answer in (a round trip on the same connection after it). */
-static store_rate_call_t *ahead(const char *ch, const char *member, int turn,
-                                const ratelimit_policy_t *p)
+/* A slot taken ahead (and the pair's of rcpt, when not NULL), its answer in (a round trip on
+ * the same connection after it). */
+static store_rate_call_t *ahead_to(const char *ch, const char *member, const char *rcpt, int turn,
+                                   const ratelimit_policy_t *p)
 {
     store_status_t st;
     raw_reply_t r;
-    store_rate_call_t *c = store_rate_take_ahead(rt.store, ch, member, turn, p, 5000, &st);
+    store_rate_call_t *c = store_rate_take_ahead(rt.store, ch, member, rcpt, 0, turn, p, 5000, &st);
     assert_non_null(c);
     raw("PING", "x", &r);
     return c;
+}
+
+static store_rate_call_t *ahead(const char *ch, const char *member, int turn,
+                                const ratelimit_policy_t *p)
+{
+    return ahead_to(ch, member, NULL, turn, p);
 }
 
 static void test_ahead(void **state)
@@ -227,7 +239,7 @@ static void test_ahead(void **state)
     store_rate_cancel(ahead(ch, "M1", 0, &p));
     assert_string_equal(tat(ch, &r), before);
     store_status_t st;
-    store_rate_cancel(store_rate_take_ahead(rt.store, ch, "M1", 0, &p, 5000, &st));
+    store_rate_cancel(store_rate_take_ahead(rt.store, ch, "M1", NULL, 0, 0, &p, 5000, &st));
     raw("PING", "x", &r);
     assert_string_equal(tat(ch, &r), before);
     /* a slot taken after it: it stays taken (the TAT is the later one's) */
@@ -247,18 +259,165 @@ static void test_ahead(void **state)
     assert_string_equal(tat(ch, &r), "");
     /* used before its answer came: the answer goes to the callback */
     ahead_channel(ch, sizeof(ch), 0);
-    c = store_rate_take_ahead(rt.store, ch, "M1", 1, &p, 5000, &st);
+    c = store_rate_take_ahead(rt.store, ch, "M1", NULL, 0, 1, &p, 5000, &st);
     assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 2);
     run_until(&a.calls, 2000);
     assert_int_equal(a.calls, 1);
     assert_int_equal(a.verdict, STORE_RATE_GO);
     /* the same, none taken: the callback is told so */
     answer_t none = {0};
-    c = store_rate_take_ahead(rt.store, ch, "M9", 1, &p, 5000, &st);
+    c = store_rate_take_ahead(rt.store, ch, "M9", NULL, 0, 1, &p, 5000, &st);
     assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &none, &v, &wait), 2);
     run_until(&none.calls, 2000);
     assert_int_equal(none.calls, 1);
     assert_int_equal(none.verdict, STORE_RATE_SKIP);
+}
+
+/* M1's slots ahead, the pair's of address ext. */
+static store_rate_call_t *pair_ahead(const char *ch, const char *ext, int turn,
+                                     const ratelimit_policy_t *p)
+{
+    return ahead_to(ch, "M1", ext, turn, p);
+}
+
+static void test_pair_ahead(void **state)
+{
+    (void)state;
+    raw_reply_t r;
+    char ch[16], key[STORE_KEY_MAX], s_before[sizeof(r.text)], p_before[sizeof(r.text)];
+    answer_t a = {0};
+    store_rate_verdict_t v;
+    int64_t wait;
+    ratelimit_policy_t p = {.sender = {100000, 1}, .pair = {1000000, 1}}; /* 10/s, 1/s */
+    ratelimit_policy_t slack = {.pair = {1000000, 1}};                    /* the pair's alone */
+
+    /* another address than the member's, or its turn held: nothing taken, the pair's neither */
+    ahead_channel(ch, sizeof(ch), 1);
+    assert_int_equal(
+        store_rate_ahead_use(pair_ahead(ch, "P2", 0, &p), 10, on_answer, &a, &v, &wait), 0);
+    assert_int_equal(
+        store_rate_ahead_use(pair_ahead(ch, "P1", 1, &p), 10, on_answer, &a, &v, &wait), 0);
+    assert_string_equal(tat(ch, &r), "");
+    assert_string_equal(pair_tat(ch, "P1", &r), "");
+    assert_string_equal(pair_tat(ch, "P2", &r), "");
+    /* a record that is no JSON object: no guess holds */
+    store_key_member(key, sizeof(key), store_prefix(rt.store), ch, "M1");
+    raw3("SET", key, "P1", &r);
+    assert_int_equal(
+        store_rate_ahead_use(pair_ahead(ch, "P1", 0, &p), 10, on_answer, &a, &v, &wait), 0);
+    assert_string_equal(pair_tat(ch, "P1", &r), "");
+    /* the member's address: both taken, go; the next one waits for the pair's slot (a retake:
+     * the sender's is taken then) */
+    ahead_channel(ch, sizeof(ch), 0);
+    store_rate_call_t *c = pair_ahead(ch, "P1", 1, &p);
+    assert_string_equal(store_rate_ahead_recipient(c), "P1");
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 1);
+    assert_int_equal(v, STORE_RATE_GO);
+    assert_string_not_equal(pair_tat(ch, "P1", &r), "");
+    snprintf(s_before, sizeof(s_before), "%s", tat(ch, &r));
+    assert_int_equal(
+        store_rate_ahead_use(pair_ahead(ch, "P1", 0, &p), 10, on_answer, &a, &v, &wait), 1);
+    assert_int_equal(v, STORE_RATE_RETAKE);
+    assert_true(wait > 900 && wait <= 1000);
+    assert_string_equal(tat(ch, &r), s_before); /* the sender's not taken */
+    /* let go: the pair's slot goes back, with the sender's */
+    snprintf(p_before, sizeof(p_before), "%s", pair_tat(ch, "P1", &r));
+    store_rate_cancel(pair_ahead(ch, "P1", 0, &p));
+    assert_string_equal(pair_tat(ch, "P1", &r), p_before);
+    /* both taken (the sender's slot later), let go: both go back (the pair's to the slot's
+     * time, which is the sender's TAT before: a pair's next slot no later than that) */
+    ahead_channel(ch, sizeof(ch), 0);
+    take(ch, NULL, 0, &p, 5000);
+    snprintf(s_before, sizeof(s_before), "%s", tat(ch, &r));
+    c = pair_ahead(ch, "P1", 0, &p);
+    assert_string_not_equal(tat(ch, &r), s_before);
+    assert_string_not_equal(pair_tat(ch, "P1", &r), s_before);
+    store_rate_cancel(c);
+    raw("PING", "x", &r);
+    assert_string_equal(tat(ch, &r), s_before);
+    assert_string_equal(pair_tat(ch, "P1", &r), s_before);
+    /* a pause of the pair holds the slot taken ahead */
+    assert_non_null(store_rate_pause(rt.store, ch, "P1", 2000, NULL, NULL, &(store_status_t){0}));
+    assert_int_equal(
+        store_rate_ahead_use(pair_ahead(ch, "P1", 0, &slack), 10, on_answer, &a, &v, &wait), 1);
+    assert_int_equal(v, STORE_RATE_WAIT);
+    assert_true(wait > 1900 && wait <= 2000);
+    /* no sender's limit (slack): the pair's alone, given back when let go */
+    ahead_channel(ch, sizeof(ch), 0);
+    c = pair_ahead(ch, "P1", 0, &slack);
+    assert_string_equal(tat(ch, &r), "");
+    assert_string_not_equal(pair_tat(ch, "P1", &r), "");
+    store_rate_cancel(c);
+    raw("PING", "x", &r);
+    assert_string_equal(pair_tat(ch, "P1", &r), "");
+}
+
+/* M1's slots ahead with the contact of its address P1 read too (whatsapp), its answer in. */
+static store_rate_call_t *contact_ahead(const char *ch, const ratelimit_policy_t *p)
+{
+    store_status_t st;
+    raw_reply_t r;
+    store_rate_call_t *c = store_rate_take_ahead(rt.store, ch, "M1", "P1", 1, 0, p, 5000, &st);
+    assert_non_null(c);
+    raw("PING", "x", &r);
+    return c;
+}
+
+static void test_contact_ahead(void **state)
+{
+    (void)state;
+    raw_reply_t r;
+    char ch[16], key[STORE_KEY_MAX];
+    answer_t a = {0};
+    store_rate_verdict_t v;
+    int64_t wait;
+    ratelimit_policy_t p = {.sender = {100000, 1}, .pair = {1000000, 1}}; /* 10/s, 1/s */
+    ratelimit_policy_t slow = {.pair = {10000000, 1}};                    /* 1 per 10 s */
+    store_rate_call_t *c;
+
+    /* not cached (never checked, or expired): nothing read, nothing taken */
+    ahead_channel(ch, sizeof(ch), 0);
+    c = contact_ahead(ch, &p);
+    assert_null(store_rate_ahead_contact(c));
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 0);
+    assert_string_equal(tat(ch, &r), "");
+    assert_string_equal(pair_tat(ch, "P1", &r), "");
+    /* cached as an empty string: none, as deliver.c reads it */
+    store_key_contact(key, sizeof(key), store_prefix(rt.store), ch, "P1");
+    raw3("SET", key, "", &r);
+    c = contact_ahead(ch, &p);
+    assert_null(store_rate_ahead_contact(c));
+    store_rate_cancel(c);
+    assert_string_equal(pair_tat(ch, "P1", &r), "");
+    /* known by another wa_id: handed over, no slot taken (the pair is the wa_id's) */
+    raw3("SET", key, "P1-wa", &r);
+    c = contact_ahead(ch, &p);
+    assert_string_equal(store_rate_ahead_contact(c), "P1-wa");
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 0);
+    assert_string_equal(tat(ch, &r), "");
+    assert_string_equal(pair_tat(ch, "P1", &r), "");
+    /* seen valid as it is: handed over with both slots */
+    raw3("SET", key, "P1", &r);
+    c = contact_ahead(ch, &p);
+    assert_string_equal(store_rate_ahead_contact(c), "P1");
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 1);
+    assert_int_equal(v, STORE_RATE_GO);
+    assert_string_not_equal(tat(ch, &r), "");
+    assert_string_not_equal(pair_tat(ch, "P1", &r), "");
+    /* the pair's slot past the longest wait: too late, the contact handed over still */
+    ahead_channel(ch, sizeof(ch), 0);
+    store_key_contact(key, sizeof(key), store_prefix(rt.store), ch, "P1");
+    raw3("SET", key, "P1", &r);
+    take(ch, "P1", 0, &slow, 5000);
+    c = contact_ahead(ch, &slow);
+    assert_string_equal(store_rate_ahead_contact(c), "P1");
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 1);
+    assert_int_equal(v, STORE_RATE_TOO_LATE);
+    /* no member: nothing read */
+    c = store_rate_take_ahead(rt.store, ch, "M9", "P1", 1, 0, &p, 5000, &(store_status_t){0});
+    raw("PING", "x", &r);
+    assert_null(store_rate_ahead_contact(c));
+    store_rate_cancel(c);
 }
 
 /* Last: stops Redis. A call in flight gets STORE_UNAVAILABLE; later ones are not sent. */
@@ -292,6 +451,8 @@ int main(void)
         cmocka_unit_test(test_id_too_long),
         cmocka_unit_test(test_script_by_hash),
         cmocka_unit_test(test_ahead),
+        cmocka_unit_test(test_pair_ahead),
+        cmocka_unit_test(test_contact_ahead),
         cmocka_unit_test(test_redis_down),
     };
     signal(SIGPIPE, SIG_IGN);

@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""The pair's slot (contract.md section 8, per recipient: whatsapp-cloud, slack, whatsapp)
+taken ahead in the round trip of the member's read, for the address the worker read last for
+the member (issue 30): real redis-server, the simulator, botgate with member order on (the
+default), one worker, requests by memberId.
+
+- A sync send to a member the worker has read before costs two Redis round trips (the member's
+  read with its turn and both slots, then the turn given back after the call), one script. It
+  took three: the pair's key needs the member's address, so the slots were taken after the read.
+  On whatsapp (on-premises) it took four: the number's contact (seen valid by /v1/contacts,
+  cached) was read on its own after the member's read; now the same script reads it.
+- whatsapp's contact check holds as it was: a number not cached (never checked, or its cache
+  expired) is checked with the platform again before the message, an invalid one fails the
+  request with 100 and takes no slot, and a cached wa_id other than the number is where the
+  message goes, paced on that wa_id's pair.
+- The pair's pace holds: a second send within the pair's interval waits for its slot; a member
+  whose address changed is paced on the new one (the guess of the old one takes nothing).
+- A pair's slot past the request's deadline fails the element with 120, and nothing is taken.
+- A pair's slot taken ahead and not used goes back (a request refused before its call: the
+  member's conversation window is closed), and none is held while another request holds the
+  member's turn: the next send is not held a pair interval.
+
+Also run against a Redis Cluster (tests/CMakeLists.txt), but for the round trips.
+
+Run: BOTGATE_BIN_DIR=/work/main/build-asan/bin python3 test_ratelimit_pair_ahead.py"""
+import json
+import os
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import test_order_cost  # noqa: E402
+from harness import (CLUSTER, StackTest, cloud_channel, http as http_call,  # noqa: E402
+                     member, turn_queue, wait_for, whatsapp_channel)
+
+APP = "PA"
+CLOUD = "pa-wc"   # whatsapp-cloud's defaults: 80/s, the pair 1 per 6 s with a burst of 45
+SLACK = "pa-sl"   # slack's: no sender's limit, the pair 1/s with a burst of 3
+PACED = "pa-wcp"  # the pair 1 per PAIR_MS, no burst
+SLOW = "pa-wcs"   # the pair 1 per 30 s: a second send's slot is past its deadline
+WA = "pa-wa"      # whatsapp (on-premises)'s defaults: 50/s, the pair as whatsapp-cloud's
+PAIR_MS = 2000
+N = 10
+REQUEST_TIMEOUT_MS = 8000
+UPSTREAM_TIMEOUT_MS = 1000  # a slot may be waited for up to about 7 s
+
+
+def slack_channel(cid):
+    return {"_id": cid, "app": APP, "type": "slack", "on": True,
+            "info": {"botAccessToken": "xoxb-secret-" + cid, "botId": "B0" + cid}}
+
+
+class PairAhead(StackTest):
+    stack_args = {"workers": 1, "env": {"BOTGATE_MEMBER_ORDER": None,
+                                        "BOTGATE_OUTBOX_CLAIM_MS": "3600000",
+                                        "BOTGATE_REQUEST_TIMEOUT_MS": str(REQUEST_TIMEOUT_MS),
+                                        "BOTGATE_UPSTREAM_TIMEOUT_MS": str(UPSTREAM_TIMEOUT_MS)}}
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        s = cls.s
+        s.put("channel", cloud_channel(CLOUD, APP))
+        s.put("channel", slack_channel(SLACK))
+        s.put("channel", whatsapp_channel(WA, APP, s.sim_url + "/wa"))
+        s.put("channel", cloud_channel(PACED, APP, rateLimit={
+            "perSecond": 80, "burst": 1, "perRecipient": {"everyMs": PAIR_MS, "burst": 1}}))
+        s.put("channel", cloud_channel(SLOW, APP, rateLimit={
+            "perSecond": 80, "burst": 1, "perRecipient": {"everyMs": 30000, "burst": 1}}))
+        cls.tok = s.token(APP, "bot:sendResponses")
+        cls.next = 0
+        cls.infos = 0
+
+    def address(self, cid, i):
+        return ("D%06d" % i) if cid == SLACK else ("8529%07d" % i)
+
+    def put_member(self, cid, mid, address, inbound=True):
+        """The record written straight into Redis (its window open unless inbound is False)."""
+        over = {"lastInboundAt": int(time.time() * 1000) if inbound else 1700000000000}
+        platform = {SLACK: "slack", WA: "whatsapp"}.get(cid, "whatsapp-cloud")
+        self.s.redis("SET", "botgate:member:{%s}:%s" % (cid, mid),
+                     json.dumps(member(mid, cid, APP, address, platform, **over)))
+
+    def new_member(self, cid):
+        self.__class__.next += 1
+        mid = "m%d" % self.__class__.next
+        self.put_member(cid, mid, self.address(cid, self.__class__.next))
+        return mid
+
+    def post(self, cid, mid, text):
+        return http_call("POST", self.s.url + "/sendResponses",
+                         {"channelId": cid, "memberId": mid,
+                          "response": [{"type": "TEXT", "text": text}]},
+                         {"Authorization": "Bearer " + self.tok}, 30)
+
+    def send(self, cid, mid, text):
+        a = self.post(cid, mid, text)
+        self.assertEqual(a.status, 200, a)
+        el = a.json["sendResult"]["result"][0]
+        self.assertNotIn("error", el, el)
+        return a
+
+    def sent(self, marker):
+        """The simulator's calls whose body holds marker, in arrival order."""
+        return sorted((e for e in self.s.sim_log() if marker in json.dumps(e.get("body"))),
+                      key=lambda e: e["ts_us"])
+
+    def pair_tat(self, cid, address):
+        return self.s.redis("GET", "botgate:rate:{%s}:pair:%s" % (cid, address))
+
+    info = test_order_cost.OrderCost.info  # every command's calls and Redis's reads, one INFO
+
+    def measure(self, cid, mids):
+        """(commands by name, round trips) per request of one send to each of mids, one at a
+        time, each after the last one's turn was given back (else the give-back and the next
+        request's commands could share a read: fewer round trips, by luck)."""
+        settled = lambda: self.info()[0].get("lrem", 0) >= self.info()[0].get("rpush", 0)  # noqa
+        wait_for(settled, timeout=10, what="the turns given back")
+        c0, r0 = self.info()
+        infos = self.infos
+        for n, mid in enumerate(mids, 1):
+            self.send(cid, mid, "cost " + mid)
+            wait_for(lambda: self.info()[0].get("lrem", 0) - c0.get("lrem", 0) >= n,
+                     timeout=10, what="the turn given back")
+        c1, r1 = self.info()
+        own = self.infos - infos  # this measure's INFO calls, one read each
+        background = c1.get("xreadgroup", 0) - c0.get("xreadgroup", 0)
+        per = {k: (c1[k] - c0.get(k, 0)) / len(mids) for k in c1
+               if k != "info" and not k.startswith("x") and c1[k] != c0.get(k, 0)}
+        return per, (r1 - r0 - own - background) / len(mids)
+
+    @unittest.skipIf(CLUSTER, "round trips are counted on one server")
+    def test_1_two_round_trips_for_a_member_read_before(self):
+        for cid in (CLOUD, SLACK, WA):
+            with self.subTest(channel=cid):
+                mids = [self.new_member(cid) for _ in range(N)]
+                # the token and the channel into the worker's cache (whatsapp's login written
+                # back), and each member read once (on whatsapp its number checked and cached)
+                for _ in range(3):
+                    self.send(cid, mids[0], "warm")
+                for mid in mids[1:]:
+                    self.send(cid, mid, "first " + mid)
+                per, trips = self.measure(cid, mids)
+                # one script (the slots ahead, none given back; the member's read, the turn
+                # and its give-back beside it)
+                self.assertEqual(per.get("evalsha"), 1.0, per)
+                self.assertEqual((per.get("rpush"), per.get("lrem")), (1.0, 1.0), per)
+                self.assertEqual(trips, 2.0, per)
+
+    def contact_key(self, number):
+        return "botgate:wacontact:{%s}:%s" % (WA, number)
+
+    def kinds_for(self, marker, number):
+        """The simulator's calls of one send: its contact check (by number) and its message."""
+        return sorted((e for e in self.s.sim_log()
+                       if marker in json.dumps(e.get("body")) or
+                       (e["kind"] == "contacts" and number in json.dumps(e.get("body")))),
+                      key=lambda e: e["ts_us"])
+
+    def test_6_whatsapp_contact_read_with_the_slots(self):
+        mid = self.new_member(WA)
+        number = self.address(WA, self.next)
+        self.send(WA, mid, "learn " + mid)  # checked with the platform, cached, address read
+        self.assertEqual(self.s.redis("GET", self.contact_key(number)), number)
+        # cached: no check, the message only (its contact came with the slots ahead)
+        self.s.sim_reset()
+        self.send(WA, mid, "cached " + mid)
+        self.assertEqual([e["kind"] for e in self.kinds_for(mid, number)], ["messages"])
+        # the cache expired: checked with the platform again, before the message, and cached
+        self.s.redis("DEL", self.contact_key(number))
+        self.s.sim_reset()
+        self.send(WA, mid, "expired " + mid)
+        self.assertEqual([e["kind"] for e in self.kinds_for(mid, number)],
+                         ["contacts", "messages"])
+        self.assertGreater(self.s.redis("TTL", self.contact_key(number)), 6 * 24 * 3600)
+        # the platform knows the number by another wa_id: the message goes there, paced on it
+        # (the number's pair's slot, taken ahead with the contact, is not the wa_id's)
+        other = "85299%06d" % self.next
+        self.s.redis("SET", self.contact_key(number), other, "EX", "600")
+        before = self.pair_tat(WA, number)
+        self.s.sim_reset()
+        self.send(WA, mid, "moved " + mid)
+        self.assertEqual([(e["kind"], e["body"]["to"]) for e in self.kinds_for(mid, number)],
+                         [("messages", other)])
+        self.assertEqual(self.pair_tat(WA, number), before)
+        self.assertIsNotNone(self.pair_tat(WA, other))
+
+    def test_7_whatsapp_invalid_number_fails_as_before(self):
+        self.__class__.next += 1
+        mid = "m%d" % self.next
+        number = "8529%07dinvalid" % self.next  # the simulator's word for a number not on it
+        self.put_member(WA, mid, number)
+        for n in range(2):  # the second with the address read: the same check, the same 100
+            self.s.sim_reset()
+            a = self.post(WA, mid, "invalid %d %s" % (n, mid))
+            self.assertEqual((a.status, a.json.get("err_code")), (500, 100), a)
+            self.assertEqual([e["kind"] for e in self.kinds_for(mid, number)], ["contacts"])
+            self.assertIsNone(self.s.redis("GET", self.contact_key(number)))
+            self.assertIsNone(self.pair_tat(WA, number))  # no slot taken
+
+    def gap_us(self, first, second):
+        return self.sent(second)[0]["ts_us"] - self.sent(first)[0]["ts_us"]
+
+    def test_2_the_pair_is_paced(self):
+        mid = self.new_member(PACED)
+        addr, moved = self.address(PACED, self.next), self.address(PACED, 900000 + self.next)
+        self.send(PACED, mid, "learn " + mid)  # the worker reads its address
+        wait_for(lambda: self.pair_tat(PACED, addr) is None, timeout=PAIR_MS / 1000 + 5,
+                 what="the pair's slot passed")
+        self.send(PACED, mid, "pace-1 " + mid)
+        self.send(PACED, mid, "pace-2 " + mid)  # its pair's slot PAIR_MS after the first's
+        self.assertGreaterEqual(self.gap_us("pace-1 " + mid, "pace-2 " + mid),
+                                (PAIR_MS - 100) * 1000)
+        # the member moves to another number: the old one's slot is not taken (the worker's
+        # guess is the old one), the new one's is, and the new one is not held by the old one
+        self.put_member(PACED, mid, moved)
+        old_tat = self.pair_tat(PACED, addr)
+        self.send(PACED, mid, "moved-1 " + mid)
+        self.assertEqual(self.pair_tat(PACED, addr), old_tat)
+        self.assertIsNotNone(self.pair_tat(PACED, moved))
+        self.assertLess(self.gap_us("pace-2 " + mid, "moved-1 " + mid), (PAIR_MS - 200) * 1000)
+        self.send(PACED, mid, "moved-2 " + mid)  # paced on the new number
+        self.assertGreaterEqual(self.gap_us("moved-1 " + mid, "moved-2 " + mid),
+                                (PAIR_MS - 100) * 1000)
+        self.assertEqual([e["body"]["to"] for e in self.sent("moved-2 " + mid)], [moved])
+
+    def test_3_a_pair_slot_unused_goes_back(self):
+        mid = self.new_member(PACED)
+        addr = self.address(PACED, self.next)
+        self.send(PACED, mid, "learn " + mid)
+        before = self.pair_tat(PACED, addr)
+        self.assertIsNotNone(before)
+        # the window closed: refused (127) after the member's read, which took the pair's next
+        # slot with it: that slot goes back, the pair's TAT is as it was
+        self.put_member(PACED, mid, addr, inbound=False)
+        a = self.post(PACED, mid, "closed " + mid)
+        self.assertEqual(a.status, 200, a)
+        self.assertEqual(a.json["sendResult"]["result"][0]["error"]["err_code"], 127, a)
+        wait_for(lambda: self.pair_tat(PACED, addr) == before, timeout=10,
+                 what="the pair's slot given back")
+        self.assertEqual(self.sent("closed " + mid), [])
+
+    def test_5_past_the_deadline_120(self):
+        mid = self.new_member(SLOW)
+        addr = self.address(SLOW, self.next)
+        self.send(SLOW, mid, "learn " + mid)
+        before = self.pair_tat(SLOW, addr)
+        # its pair's slot, taken ahead, would come 30 s later: 120, nothing sent, nothing taken
+        a = self.post(SLOW, mid, "late " + mid)
+        self.assertEqual(a.status, 200, a)
+        el = a.json["sendResult"]["result"][0]
+        self.assertEqual(el["error"]["err_code"], 120, el)
+        self.assertTrue(25000 < el["error"]["retryAfterMs"] <= 30000, el)
+        self.assertEqual(self.sent("late " + mid), [])
+        self.assertEqual(self.pair_tat(SLOW, addr), before)
+
+    def test_4_no_pair_slot_while_the_turn_is_held(self):
+        mid = self.new_member(PACED)
+        addr = self.address(PACED, self.next)
+        self.send(PACED, mid, "learn " + mid)
+        wait_for(lambda: self.pair_tat(PACED, addr) is None, timeout=PAIR_MS / 1000 + 5,
+                 what="the pair's slot passed")
+        queue = turn_queue(PACED, mid)
+        # another request (of a dead instance) holds the member's turn for 1.5 s more
+        self.s.redis("RPUSH", queue, "0123456789abcdef")
+        self.s.redis("PEXPIRE", queue, "1500")
+        answers = {}
+        t = threading.Thread(target=lambda: answers.update(a=self.post(PACED, mid, "held " + mid)))
+        t.start()
+        wait_for(lambda: self.s.redis("LLEN", queue) == 2, timeout=10, what="the request queued")
+        # no slot that would be stale by the turn is held while it waits (on one server none is
+        # taken; on a cluster, where the script cannot see the queue in another slot, the one
+        # taken goes back once the request is told someone is ahead)
+        wait_for(lambda: self.pair_tat(PACED, addr) is None, timeout=5,
+                 what="no pair's slot held while it waits")
+        t.join(30)
+        self.assertEqual(answers["a"].status, 200, answers["a"])
+        self.assertNotIn("error", answers["a"].json["sendResult"]["result"][0])
+        self.assertEqual(len(self.sent("held " + mid)), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()
