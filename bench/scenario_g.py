@@ -96,9 +96,13 @@ def broadcast(s, tok, body):
     return a.json, time.time() - t0
 
 
-def p99(xs):
+def quantile(xs, q):
     xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(len(xs) * 0.99))] if xs else 0.0
+    return xs[min(len(xs) - 1, int(len(xs) * q))] if xs else 0.0
+
+
+def p99(xs):
+    return quantile(xs, 0.99)
 
 
 class Talker(threading.Thread):
@@ -209,6 +213,8 @@ def main():
                "busiest_second": max_in_window(ts), "sim_refusals": refused,
                "duplicates": len(bwords) - unique, "lost": bc["total"] - unique,
                "talk_idle_p99_ms": round(idle_p99, 1), "talk_busy_p99_ms": round(busy_p99, 1),
+               "talk_idle_p50_ms": round(quantile(idle.lat, 0.5), 1),
+               "talk_busy_p50_ms": round(quantile(talk.lat, 0.5), 1),
                "talk_sends": len(talk.lat), "talk_failed": talk.failed + idle.failed,
                "talk_x_idle": round(busy_p99 / idle_p99, 2) if idle_p99 else None,
                # every Redis command while it ran (the conversational sends' too, and the
@@ -217,10 +223,12 @@ def main():
         print("g  3 instances: %d recipients by tag accepted in %.2f s, %.0f bytes of Redis per "
               "queued message; %d members delivered to one number limited to %d/s: %.1f/s at "
               "the platform (%.1f %%), refusals %d, duplicates %d, lost %d; conversational "
-              "p99 %.1f ms during it, %.1f ms idle (%.2fx); %.1f Redis commands per member"
+              "p99 %.1f ms during it, %.1f ms idle (%.2fx; p50 %.1f against %.1f ms); %.1f Redis "
+              "commands per member"
               % (acc["total"], accept_s, per_msg, bc["total"], RATE, rate, res["percent"],
                  refused, res["duplicates"], res["lost"], busy_p99, idle_p99,
-                 res["talk_x_idle"] or 0, res["redis_calls_per_member"]))
+                 res["talk_x_idle"] or 0, res["talk_busy_p50_ms"], res["talk_idle_p50_ms"],
+                 res["redis_calls_per_member"]))
         print("BENCH_G_JSON " + json.dumps(res), flush=True)
     finally:
         s.close()

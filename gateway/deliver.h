@@ -125,7 +125,7 @@ typedef struct deliver {
     uint16_t _delivered : 15; /* responses already through delivery */
     /* a broadcast's message (contract.md section 12, last point): it waits for the sender's
      * slots in its worker's lane of the channel, which takes one only when it is due (never
-     * more than LANE_LEAD_MS ahead, never out of the burst), so that conversational traffic
+     * ahead, never out of the burst), so that conversational traffic
      * finds its slot almost as if it were alone. In the bits of _delivered: op_t stays in its
      * size class. */
     uint16_t bulk : 1;

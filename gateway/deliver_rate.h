@@ -29,8 +29,8 @@ void deliver_ahead_drop(deliver_t *d);
 
 /* A broadcast's message waits for its slot of the sender's limit (a channel that sets one) in
  * the lane of its worker and channel: one take in flight per lane, for the first message, which
- * takes the slot only when it comes within LANE_LEAD_MS (store_rate_take_bulk); further away
- * the lane asks again then, on one timer. cb gets the message's answer as from store_rate_take
+ * takes the slot only when it is due (store_rate_take_bulk); for a later one the lane asks
+ * again then, on one timer. cb gets the message's answer as from store_rate_take
  * (STORE_RATE_TOO_LATE only past its longest wait); d is in phase DL_RATE_TAKE meanwhile.
  * deliver_cancel takes it out with deliver_lane_leave (fine for a delivery not in a lane). -1
  * when out of memory (nothing done). */

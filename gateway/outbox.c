@@ -38,6 +38,13 @@
 #define END_AGAIN_MS   100  /* an attempt's end Redis did not take: again after this, doubled */
 #define END_AGAIN_MAX  2000 /* ...up to this (redisc's reconnect backoff at its longest) */
 #define KEEP_IDS       64   /* entry ids one XCLAIM of keep_held names at most */
+/* A broadcast's started requests a worker holds beyond BOTGATE_OUTBOX_JOBS at most (the
+ * largest window of a broadcast, bcpump.c): past them they take room as any job does. */
+#define BULK_JOBS_MAX 4096
+/* Start scripts in flight at most (a read's worth): the entries read next wait for their
+ * answers, so that a burst of entries is started a few at a time, not all at once (the
+ * conversational commands on the same connection waited behind 15 to 150 of them, 2-3 ms) */
+#define STARTS_MAX 8
 
 typedef struct ob_job ob_job_t;
 
@@ -49,6 +56,12 @@ struct outbox {
     outbox_feed_t *feed; /* NULL with a cluster: nothing is queued nor read */
     ob_job_t *jobs, *jobs_last;
     unsigned n_jobs;
+    /* of them, broadcasts' requests that started (ob_job_t.bulk): they wait for their slot in
+     * their lane and take no room, so that the stream holds no backlog of a broadcast that a
+     * single async send would be read after (a broadcast's window can be larger than the
+     * workers' jobs: 500 at 1,000/s against 256 jobs of one worker) */
+    unsigned n_bulk;
+    unsigned n_starting;      /* jobs whose start script is out (ob_job_t.starting) */
     outbox_status_t *status;  /* GET /requests in flight */
     struct event *keep_timer; /* keep_held */
     char consumer[48];
@@ -71,6 +84,8 @@ struct ob_job {
     unsigned sub_turn : 1;      /* sub is on the member's turn queue, else on its order */
     unsigned callback_turn : 1; /* a callback whose member's callbacks before it ended */
     unsigned ending : 1;        /* its end is to be written again (end_write) */
+    unsigned bulk : 1;          /* a broadcast's request that started (outbox_t.n_bulk) */
+    unsigned starting : 1;      /* its start script is out (outbox_t.n_starting) */
     /* its strings in one block, e.entry_id's (an event's url, app and body: below) */
     store_outbox_entry_t e;
     store_outbox_call_t *call;
@@ -148,6 +163,8 @@ static void job_free(ob_job_t *job)
     free((char *)job->e.entry_id);
     DLIST_UNLINK(ob->jobs, ob->jobs_last, job);
     ob->n_jobs--;
+    ob->n_bulk -= job->bulk;
+    ob->n_starting -= job->starting;
     free(job);
     outbox_feed_read(ob->feed); /* room for one more */
 }
@@ -303,6 +320,11 @@ static void on_start(void *arg, store_status_t st, const store_outbox_start_t *s
     outbox_t *ob = job->ob;
 
     job->call = NULL;
+    if (job->starting) { /* room for the next read's starts */
+        job->starting = 0;
+        if (ob->n_starting-- == STARTS_MAX)
+            outbox_feed_read(ob->feed);
+    }
     if (st != STORE_OK) {
         job_later(job, READ_RETRY_MS);
         return;
@@ -367,6 +389,11 @@ static void on_start(void *arg, store_status_t st, const store_outbox_start_t *s
         log_msg(LOG_DEBUG, "outbox: request %s attempt %lld from response %u", job->e.request_id,
                 (long long)s->attempts, s->next);
     job->running = 1;
+    if (s->bulk && !job->bulk) { /* its room goes to the next entry */
+        job->bulk = 1;
+        ob->n_bulk++;
+        outbox_feed_read(ob->feed);
+    }
     /* a broadcast's message (broadcast.c) takes its rate-limit slots after the others' */
     if (job->app == NULL || op_start_queued(ob->env,
                                             strcmp(s->kind, "redirect") == 0 ? &op_redirect_kind
@@ -435,6 +462,10 @@ static void job_start(ob_job_t *job)
                            cfg->request_timeout_ms + OUTBOX_LEASE_MARGIN_MS, on_start, job, &st);
     if (job->call == NULL)
         job_later(job, READ_RETRY_MS);
+    else if (!job->starting) {
+        job->starting = 1;
+        ob->n_starting++;
+    }
 }
 
 /* ---- an attempt's op (op_outbox_t) ---- */
@@ -1084,11 +1115,16 @@ static void on_feed_entry(void *arg, const store_outbox_entry_t *e, int claimed)
     job_add(ob, e);
 }
 
+/* The jobs that take room: a broadcast's started requests only past BULK_JOBS_MAX; all of it
+ * while STARTS_MAX start scripts are out. */
 static unsigned feed_jobs(void *arg)
 {
     const outbox_t *ob = arg;
+    unsigned n =
+        ob->n_jobs - ob->n_bulk + (ob->n_bulk > BULK_JOBS_MAX ? ob->n_bulk - BULK_JOBS_MAX : 0);
+    unsigned room = (unsigned)ob->env->deliver.cfg->outbox_jobs;
 
-    return ob->n_jobs;
+    return ob->n_starting >= STARTS_MAX && n < room ? room : n;
 }
 
 void outbox_watch_depth(outbox_t *ob)

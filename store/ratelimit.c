@@ -28,11 +28,14 @@
  * "until", and "next", the next pause's length in ms) holds the limit's clock until "until".
  *
  * take: KEYS sender TAT, sender pause[, pair TAT, pair pause];
- *       ARGV 'take', sender I, sender B, pair I, pair B, max wait ms[, lead ms]
- *       -> {0 go | 1 wait | 2 too late | 3 retake, wait ms}. With a lead (a broadcast's
- *       message), the sender's slot is taken only when it comes within lead ms: further
- *       away nothing is taken (2, as too late), so that no slot waits reserved ahead of the
- *       conversational calls that come meanwhile. A pair's later slot is taken as without.
+ *       ARGV 'take', sender I, sender B, pair I, pair B, max wait ms[, lag ms]
+ *       -> {0 go | 1 wait | 2 too late | 3 retake, wait ms}. With a lag (a broadcast's
+ *       message), the sender's slot is taken only when it is due: a later one is not taken
+ *       (2, as too late, with its distance), so that no slot waits reserved ahead of the
+ *       conversational calls that come meanwhile; a slot that passed at most lag ms ago is
+ *       still taken at its own time (the next one stays an interval after it), so that an
+ *       ask that comes late loses no pace (its TAT key is kept that much longer for the next
+ *       one). A pair's later slot is taken as without.
  * ahead: KEYS sender TAT, sender pause, member[, pair TAT, pair pause][, member's turn
  *       queue]; ARGV as take, with 'ahead'[, the pair's address: with the pair's keys] -> {4}
  *       (no member, its externalId is not that address, or the queue is not empty: nothing
@@ -97,38 +100,40 @@ static const char RATE_SCRIPT[] =
     "  end\n"
     "  pk, pair = 4, addr ~= nil\n"
     "end\n"
-    "local function limit(tat_key, pause_key, interval, burst)\n"
+    "local function limit(tat_key, pause_key, interval, burst, lag)\n"
     "  local t0 = now\n"
     "  local p = tonumber(redis.call('HGET', pause_key, 'until') or '0')\n"
     "  if p > t0 then t0 = p end\n"
     "  if interval <= 0 then return t0, nil end\n"
     "  local tat = tonumber(redis.call('GET', tat_key) or '0')\n"
-    "  if tat < t0 then tat = t0 end\n"
+    "  if tat < t0 - lag then tat = t0 end\n"
     "  return math.max(t0, tat - (burst - 1) * interval), tat\n"
     "end\n"
-    "local function take(tat_key, tat, interval, at)\n"
+    "local function take(tat_key, tat, interval, at, lag)\n"
     "  if tat == nil then return end\n"
     "  local next_tat = math.max(tat, at) + interval\n"
-    "  redis.call('SET', tat_key, us(next_tat), 'PX', ms(next_tat - now) + 1)\n"
+    "  redis.call('SET', tat_key, us(next_tat), 'PX', math.max(ms(next_tat - now + lag), 0) + 1)\n"
     "  return next_tat\n"
     "end\n"
     "local s_int, p_int = tonumber(ARGV[2]), tonumber(ARGV[4])\n"
-    "local s_at, s_tat = limit(KEYS[1], KEYS[2], s_int, tonumber(ARGV[3]))\n"
+    "local bulk = not ahead and ARGV[7]\n"
+    "local lag = bulk and tonumber(bulk) * 1000 or 0\n"
+    "local s_at, s_tat = limit(KEYS[1], KEYS[2], s_int, tonumber(ARGV[3]), lag)\n"
     "local p_at, p_tat = now, nil\n"
-    "if pair then p_at, p_tat = limit(KEYS[pk], KEYS[pk + 1], p_int, tonumber(ARGV[5])) end\n"
+    "if pair then p_at, p_tat = limit(KEYS[pk], KEYS[pk + 1], p_int, tonumber(ARGV[5]), 0) end\n"
     "local at = math.max(s_at, p_at)\n"
     "local wait = ms(at - now)\n"
     "if wait > tonumber(ARGV[6]) then\n"
     "  if ahead then return {2, wait, false, false, wa} end\n"
     "  return {2, wait}\n"
     "end\n"
-    "local lead = not ahead and tonumber(ARGV[7])\n"
-    "if lead and p_at <= s_at and wait > lead then return {2, wait} end\n"
+    "if bulk and p_at <= s_at and wait > 0 then return {2, wait} end\n"
     "local p_token = false\n"
-    "if pair then p_token = take(KEYS[pk], p_tat, p_int, at) or false end\n"
+    "if pair then p_token = take(KEYS[pk], p_tat, p_int, at, 0) or false end\n"
     "local v, s_token = wait > 0 and 1 or 0, false\n"
     "if p_at > s_at and s_tat ~= nil then v = 3\n"
-    "else s_token = take(KEYS[1], s_tat, s_int, at) or false end\n"
+    "else s_token = take(KEYS[1], s_tat, s_int, s_tat ~= nil and s_tat < at and s_tat or at, lag)\n"
+    "  or false end\n"
     "if ahead then return {v, wait, s_token, p_token, wa} end\n"
     "return {v, wait}\n"
     /* END RATE_SCRIPT */
@@ -290,10 +295,10 @@ static void take_args(const char *args[6], char nums[5][NUMFMT_DEC_SIZE],
     args[5] = numfmt_dec(nums[4], max_wait_ms < 0 ? 0 : max_wait_ms);
 }
 
-/* store_rate_take, and with lead_ms >= 0 store_rate_take_bulk. */
+/* store_rate_take, and with lag_ms >= 0 store_rate_take_bulk. */
 static store_rate_call_t *rate_take(store_t *st, const char *channel_id, const char *recipient_id,
                                     int pair_held, const ratelimit_policy_t *policy,
-                                    int64_t max_wait_ms, int64_t lead_ms, store_rate_cb *cb,
+                                    int64_t max_wait_ms, int64_t lag_ms, store_rate_cb *cb,
                                     void *arg, store_status_t *status)
 {
     const char *prefix = store_prefix(st);
@@ -311,9 +316,9 @@ static store_rate_call_t *rate_take(store_t *st, const char *channel_id, const c
         return NULL;
     }
     take_args(args, nums, policy, max_wait_ms);
-    if (lead_ms >= 0)
-        args[6] = numfmt_dec(nums[5], lead_ms);
-    return rate_eval(st, RATE_TAKE, kv, nkeys, args, lead_ms >= 0 ? 7 : 6, cb, arg, 0, status);
+    if (lag_ms >= 0)
+        args[6] = numfmt_dec(nums[5], lag_ms);
+    return rate_eval(st, RATE_TAKE, kv, nkeys, args, lag_ms >= 0 ? 7 : 6, cb, arg, 0, status);
 }
 
 store_rate_call_t *store_rate_take(store_t *st, const char *channel_id, const char *recipient_id,
@@ -328,11 +333,11 @@ store_rate_call_t *store_rate_take(store_t *st, const char *channel_id, const ch
 store_rate_call_t *store_rate_take_bulk(store_t *st, const char *channel_id,
                                         const char *recipient_id, int pair_held,
                                         const ratelimit_policy_t *policy, int64_t max_wait_ms,
-                                        int64_t lead_ms, store_rate_cb *cb, void *arg,
+                                        int64_t lag_ms, store_rate_cb *cb, void *arg,
                                         store_status_t *status)
 {
     return rate_take(st, channel_id, recipient_id, pair_held, policy, max_wait_ms,
-                     lead_ms > 0 ? lead_ms : 0, cb, arg, status);
+                     lag_ms > 0 ? lag_ms : 0, cb, arg, status);
 }
 
 store_rate_call_t *store_rate_take_ahead(store_t *st, const char *channel_id, const char *member_id,

@@ -41,15 +41,17 @@ store_rate_call_t *store_rate_take(store_t *st, const char *channel_id, const ch
                                    store_status_t *status);
 
 /* The same for a broadcast's message (contract.md section 12, last point): the sender's slot is
- * taken only when it comes within lead_ms; further away nothing is taken and the verdict is
- * STORE_RATE_TOO_LATE with the slot's distance (ask again lead_ms before it). A pair's slot
- * later than the sender's is taken as by store_rate_take (STORE_RATE_RETAKE), when within
- * max_wait_ms. So a broadcast never holds a slot further ahead than lead_ms: a conversational
- * call that comes meanwhile takes the next slot, not one behind the broadcast's. */
+ * taken only when it is due (STORE_RATE_GO); a later one is not taken and the verdict is
+ * STORE_RATE_TOO_LATE with the slot's distance (ask again then). A slot that passed at most
+ * lag_ms ago is taken at its own time, so that an ask a timer made late loses no pace: the next
+ * slot stays an interval after it. A pair's slot later than the sender's is taken as by
+ * store_rate_take (STORE_RATE_RETAKE), when within max_wait_ms. So a broadcast never holds a
+ * slot ahead: a conversational call that comes meanwhile takes the next slot, not one behind
+ * the broadcast's. */
 store_rate_call_t *store_rate_take_bulk(store_t *st, const char *channel_id,
                                         const char *recipient_id, int pair_held,
                                         const ratelimit_policy_t *policy, int64_t max_wait_ms,
-                                        int64_t lead_ms, store_rate_cb *cb, void *arg,
+                                        int64_t lag_ms, store_rate_cb *cb, void *arg,
                                         store_status_t *status);
 
 /* The first message's slots taken ahead of the delivery, in the round trip of the member's read
