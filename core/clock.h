@@ -49,4 +49,15 @@ static inline struct timeval clock_ms_timeval(int64_t ms)
     return tv;
 }
 
+/* The pause before try tries + 1 of something that is tried again: first_ms, doubled at each
+ * try before, at most max_ms (first_ms > 0). */
+static inline int64_t clock_doubling_ms(int64_t first_ms, int64_t max_ms, int64_t tries)
+{
+    int64_t ms = first_ms;
+
+    for (int64_t i = 0; i < tries && ms < max_ms; i++)
+        ms *= 2;
+    return ms < max_ms ? ms : max_ms;
+}
+
 #endif

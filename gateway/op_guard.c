@@ -632,12 +632,9 @@ static void on_kept_timer(evutil_socket_t fd, short what, void *arg)
  * crash: it sends nothing again. */
 static void kept_failed(op_kept_t *k)
 {
-    unsigned shift = k->tries < 5 ? k->tries : 5;
-    int64_t ms = (int64_t)KEEP_AGAIN_MS << shift;
+    int64_t ms = clock_doubling_ms(KEEP_AGAIN_MS, KEEP_AGAIN_MAX_MS, k->tries);
     struct timeval tv;
 
-    if (ms > KEEP_AGAIN_MAX_MS)
-        ms = KEEP_AGAIN_MAX_MS;
     k->tries++;
     if (clock_mono_us() / 1000 + ms < k->until_ms &&
         (k->timer != NULL ||

@@ -612,11 +612,8 @@ static void ob_release(op_t *op)
  * record says an attempt is out, and whoever takes the entry over finds it as after a crash. */
 static void end_failed(ob_job_t *job)
 {
-    unsigned shift = job->end_tries < 5 ? job->end_tries : 5;
-    int64_t ms = (int64_t)END_AGAIN_MS << shift;
+    int64_t ms = clock_doubling_ms(END_AGAIN_MS, END_AGAIN_MAX, job->end_tries);
 
-    if (ms > END_AGAIN_MAX)
-        ms = END_AGAIN_MAX;
     if (clock_coarse_ms() + ms < job->end_by) {
         job->end_tries++;
         job->ending = 1;

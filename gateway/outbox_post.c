@@ -35,13 +35,9 @@ struct outbox_post {
 
 int64_t outbox_backoff_ms(op_env_t *env, int64_t attempts)
 {
-    int64_t ms = BACKOFF_FIRST_MS;
+    int64_t ms = clock_doubling_ms(BACKOFF_FIRST_MS, BACKOFF_MAX_MS, attempts - 1);
     char hex[9];
 
-    for (int64_t i = 1; i < attempts && ms < BACKOFF_MAX_MS; i++)
-        ms *= 2;
-    if (ms > BACKOFF_MAX_MS)
-        ms = BACKOFF_MAX_MS;
     rng_hex(&env->deliver.rng, hex, 8);
     return ms / 2 + (int64_t)(strtoul(hex, NULL, 16) % (uint64_t)(ms / 2 + 1));
 }
