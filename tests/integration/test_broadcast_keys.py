@@ -6,7 +6,6 @@ the members' records are read by a command that names them (MGET). A member dele
 its record is read ends failed, counted once, and the others are sent."""
 import json
 import threading
-import time
 import unittest
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
