@@ -3,8 +3,9 @@
  * sets are in its channel's slot; its requests, queued in the outbox's shards, count their ends
  * in the broadcast's hash of their shard (store/outbox.c), whose counts the status sums; a
  * cancel is told to every shard. The steps across slots are each idempotent and ordered, so that
- * a crash between two leaves what the next one (or a take over) completes. Scripts that take a
- * slice of ids go as EVAL with every id a word (store_eval carries 16 words). */
+ * a crash between two leaves what the next one (or a take over) completes. A script touches
+ * only keys among its KEYS (TAKE_SCRIPT says why). Scripts that take a slice of ids go as EVAL
+ * with every id a word (store_eval carries 16 words). */
 #include "broadcast.h"
 #include "bcslice.h"
 
@@ -13,6 +14,7 @@
 #include "eval.h"
 #include "outbox.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -110,14 +112,18 @@ static const char CALLBACK_SCRIPT[] =
     "if redis.call('PTTL', KEYS[2]) < 0 then redis.call('PEXPIRE', KEYS[2], ARGV[3]) end "
     "redis.call('XADD', KEYS[1], '*', 'k', ARGV[1], 'h', ARGV[2]) return 1";
 
-/* KEYS record, todo, taking, channel; ARGV max, window, lease_ms, keep_ms, member key base,
- * sync_ms, flagged. Running: {'sync', shards} when the shards' counts were summed sync_ms ago
- * or more and a member is in flight or none is left (the caller sums them and takes again);
- * else members taken and not confirmed within the lease (their taker died) first, then new ones
- * while fewer than window are in flight (taken, not counted ended). Cancelled: {'flag', shards}
- * until flagged (the caller told the shards), then the members a dead taker left: queued now,
- * each is recorded cancelled (ENQUEUE_SCRIPT), so that every member is counted once. With
- * nothing to take: {state ('gone': no record), has a callback, members being taken, shards}. */
+/* KEYS record, todo, taking, channel; ARGV max, window, lease_ms, keep_ms, sync_ms, flagged.
+ * Running: {'sync', shards} when the shards' counts were summed sync_ms ago or more and a member is
+ * in flight or none is left (the caller sums them and takes again); else members taken and not
+ * confirmed within the lease (their taker died) first, then new ones while fewer than window are in
+ * flight (taken, not counted ended). Cancelled: {'flag', shards} until flagged (the caller told the
+ * shards), then the members a dead taker left: queued now, each is recorded cancelled
+ * (ENQUEUE_SCRIPT), so that every member is counted once. With nothing to take: {state ('gone': no
+ * record), has a callback, members being taken, shards}. Taken: {'take', body, app, the channel's
+ * record, the ids}, each id recorded in the taking hash first (one HSET per 500: unpack's words are
+ * bounded by Lua's stack). The members' records are read next (step_read), not here: their keys are
+ * built from the ids, and a script may touch only the keys it names (a Redis Cluster refuses the
+ * others, or runs the script half-way, while their slot migrates). */
 static const char TAKE_SCRIPT[] =
     NOW_MS "local s = redis.call('HMGET', KEYS[1], 'state', 'taken', 'body', 'app', 'sent', "
            "'failed', 'unknown', 'ccount', 'synced', 'cb', 'shards', 'xset') "
@@ -131,7 +137,7 @@ static const char TAKE_SCRIPT[] =
            "local inflight = tonumber(s[2] or '0') for i = 5, 8 do "
            "inflight = inflight - tonumber(s[i] or '0') end "
            "local left = redis.call('SCARD', KEYS[2]) "
-           "if (inflight > 0 or left == 0) and now - tonumber(s[9] or '0') >= tonumber(ARGV[6]) "
+           "if (inflight > 0 or left == 0) and now - tonumber(s[9] or '0') >= tonumber(ARGV[5]) "
            "then redis.call('HSET', KEYS[1], 'synced', now) return {'sync', shards} end "
            "redis.call('PEXPIRE', KEYS[1], ARGV[4]) redis.call('PEXPIRE', KEYS[2], ARGV[4]) "
            "expired() "
@@ -141,40 +147,43 @@ static const char TAKE_SCRIPT[] =
            "redis.call('HINCRBY', KEYS[1], 'taken', #more) end "
            "if #ids == 0 then return {room > 0 and 'empty' or 'full'} end "
            "elseif s[1] == 'cancelled' then "
-           "if not s[12] then if ARGV[7] ~= '1' then return {'flag', shards} end "
+           "if not s[12] then if ARGV[6] ~= '1' then return {'flag', shards} end "
            "redis.call('HSET', KEYS[1], 'xset', 1) end expired() end "
            "if #ids == 0 then return {s[1] or 'gone', (s[10] or '') ~= '' and 1 or 0, "
            "redis.call('HLEN', KEYS[3]), shards} end "
-           "for _, id in ipairs(ids) do redis.call('HSET', KEYS[3], id, now) end "
+           "local f = {} for _, id in ipairs(ids) do f[#f + 1] = id f[#f + 1] = now "
+           "if #f >= 1000 then redis.call('HSET', KEYS[3], unpack(f)) f = {} end end "
+           "if #f > 0 then redis.call('HSET', KEYS[3], unpack(f)) end "
            "redis.call('PEXPIRE', KEYS[3], ARGV[4]) "
            "local out = {'take', s[3], s[4], redis.call('GET', KEYS[4]) or ''} "
-           "for _, id in ipairs(ids) do out[#out + 1] = id "
-           "out[#out + 1] = redis.call('GET', ARGV[5] .. id) or '' end return out";
+           "for _, id in ipairs(ids) do out[#out + 1] = id end return out";
 
-/* KEYS stream, the broadcast's hash of the shard; ARGV keep_ms, ttl_ms, app, channel, the
- * broadcast's record, then per request: its record, the member's order key, its id, the member
- * id, its body. The outbox's accept for each (store/outbox.c ACCEPT_SCRIPT), the hash named in
- * the record ('bq'; 'bk' says whose it is: not 'bc', which the scripts of versions whose broadcasts
- * needed one server took for the record they count in); a request queued already (its member taken
- * again) is skipped; once the broadcast was cancelled (the hash's 'x') a request is recorded ended,
- * cancelled, and counted there instead of queued. */
+/* KEYS stream, the broadcast's hash of the shard, then per request its record and the member's
+ * order key (every key it touches among its KEYS); ARGV keep_ms, ttl_ms, app, channel, the
+ * broadcast's record, then per request its id, the member id, its body. The outbox's accept for
+ * each (store/outbox.c ACCEPT_SCRIPT), the hash named in the record ('bq'; 'bk' says whose it is:
+ * not 'bc', which the scripts of versions whose broadcasts needed one server took for the record
+ * they count in); a request queued already (its member taken again) is skipped; once the broadcast
+ * was cancelled (the hash's 'x') a request is recorded ended, cancelled, and counted there instead
+ * of queued. */
 static const char ENQUEUE_SCRIPT[] =
-    NOW_MS "local x = redis.call('HEXISTS', KEYS[2], 'x') == 1 local n = 0 "
-           "for i = 6, #ARGV, 5 do if redis.call('EXISTS', ARGV[i]) == 0 then "
-           "if x then redis.call('HSET', ARGV[i], 'app', ARGV[3], 'ch', ARGV[4], 'mb', "
-           "ARGV[i + 3], 'status', 'failed', 'result', "
+    NOW_MS "local x = redis.call('HEXISTS', KEYS[2], 'x') == 1 local n, a = 0, 6 "
+           "for i = 3, #KEYS, 2 do local rec, ord = KEYS[i], KEYS[i + 1] "
+           "if redis.call('EXISTS', rec) == 0 then "
+           "if x then redis.call('HSET', rec, 'app', ARGV[3], 'ch', ARGV[4], 'mb', "
+           "ARGV[a + 1], 'status', 'failed', 'result', "
            "'\"sendResult\":{\"ok\":0,\"result\":[]},\"error\":{\"err_code\":null,"
            "\"err\":\"the broadcast was cancelled\"}', 'attempts', 0, 'created', now, "
            "'updated', now, 'bk', ARGV[5], 'bq', KEYS[2]) "
            "redis.call('HINCRBY', KEYS[2], 'cancelled', 1) else "
-           "local seq = redis.call('HINCRBY', ARGV[i + 1], 'n', 1) "
-           "redis.call('PEXPIRE', ARGV[i + 1], ARGV[1]) "
-           "redis.call('HSET', ARGV[i], 'app', ARGV[3], 'body', ARGV[i + 4], 'ch', ARGV[4], "
-           "'mb', ARGV[i + 3], 'cb', '', 'seq', seq, 'status', 'queued', 'attempts', 0, "
+           "local seq = redis.call('HINCRBY', ord, 'n', 1) "
+           "redis.call('PEXPIRE', ord, ARGV[1]) "
+           "redis.call('HSET', rec, 'app', ARGV[3], 'body', ARGV[a + 2], 'ch', ARGV[4], "
+           "'mb', ARGV[a + 1], 'cb', '', 'seq', seq, 'status', 'queued', 'attempts', 0, "
            "'created', now, 'updated', now, 'next', 0, 'ends', now + ARGV[2], 'bk', ARGV[5], "
            "'bq', KEYS[2]) "
-           "redis.call('XADD', KEYS[1], '*', 'r', ARGV[i + 2], 'o', ARGV[i + 1]) n = n + 1 end "
-           "redis.call('PEXPIRE', ARGV[i], ARGV[1]) end end "
+           "redis.call('XADD', KEYS[1], '*', 'r', ARGV[a], 'o', ord) n = n + 1 end "
+           "redis.call('PEXPIRE', rec, ARGV[1]) end a = a + 3 end "
            "redis.call('PEXPIRE', KEYS[2], ARGV[1]) return {n, ''}";
 
 /* A call of one step (C_PLAIN) or of several, one command in flight at a time. */
@@ -183,6 +192,7 @@ typedef enum { C_PLAIN, C_STATUS, C_TAKE, C_FINISH, C_CANCEL, C_RECIPIENTS } cal
 /* The steps of the calls of several. */
 typedef enum {
     S_FIRST,  /* the first script: the status, the cancel, the take */
+    S_READ,   /* a take's members' records (MGET) */
     S_SHARDS, /* the shards' hashes, one after the other */
     S_MERGE,  /* their sums into the record */
     S_NOTIFY, /* an ended broadcast's callback queued */
@@ -214,11 +224,14 @@ struct store_bc_call {
     unsigned max, window;   /* a take's */
     int64_t lease_ms, keep_ms;
     store_bc_rslice_t *rslice; /* C_RECIPIENTS: the slice, kept for its next run */
+    char **taken; /* a take's words while its records are read: body, app, channel, the ids */
+    size_t n_taken;
 };
 
 static void call_free(store_bc_call_t *c)
 {
     store_bc_rslice_free(c->rslice);
+    free(c->taken); /* one block */
     free(c);
 }
 
@@ -231,6 +244,7 @@ void store_bc_cancel(store_bc_call_t *call)
 }
 
 static void on_reply(redisReply *reply, void *arg);
+static void fail(store_bc_call_t *c, store_status_t st);
 
 /* Sends argv (argv[0] "EVAL" or a command; key routes it) as c's next step: REDISC_OK, else
  * nothing was sent. */
@@ -325,41 +339,34 @@ static int active_entry(char *buf, size_t size, const char *channel_id, const ch
     return 0;
 }
 
+/* The take's members (c->taken) with their records (the MGET's reply). */
 static void take_reply(store_bc_call_t *c, store_status_t st, const redisReply *reply)
 {
     store_bc_take_t t = {0};
-    const char **ids = NULL, **recs = NULL;
+    size_t n = c->n_taken - 3;
+    const char **recs = NULL;
     size_t *lens = NULL;
 
-    if (st == STORE_OK && (reply->type != REDIS_REPLY_ARRAY || reply->elements == 0))
+    if (st == STORE_OK && (reply->type != REDIS_REPLY_ARRAY || reply->elements != n))
         st = STORE_BAD_RECORD;
+    if (st == STORE_OK &&
+        ((recs = calloc(n, sizeof(*recs))) == NULL || (lens = calloc(n, sizeof(*lens))) == NULL))
+        st = STORE_UNAVAILABLE;
     if (st == STORE_OK) {
-        t.state = store_eval_str(reply->element[0], NULL);
-        if (strcmp(t.state, "take") == 0) {
-            if (reply->elements < 4 || (reply->elements - 4) % 2 != 0) {
-                st = STORE_BAD_RECORD;
-            } else {
-                t.n = (reply->elements - 4) / 2;
-                ids = calloc(t.n + 1, sizeof(*ids));
-                recs = calloc(t.n + 1, sizeof(*recs));
-                lens = calloc(t.n + 1, sizeof(*lens));
-                if (ids == NULL || recs == NULL || lens == NULL)
-                    st = STORE_UNAVAILABLE;
-                t.body = store_eval_str(reply->element[1], NULL);
-                t.app = store_eval_str(reply->element[2], NULL);
-                t.channel = store_eval_str(reply->element[3], NULL);
-                for (size_t i = 0; st == STORE_OK && i < t.n; i++) {
-                    ids[i] = store_eval_str(reply->element[4 + 2 * i], NULL);
-                    recs[i] = store_eval_str(reply->element[5 + 2 * i], &lens[i]);
-                }
-                t.members = ids;
-                t.records = recs;
-                t.record_lens = lens;
-            }
-        }
+        t.state = "take";
+        t.body = c->taken[0];
+        t.app = c->taken[1];
+        t.channel = c->taken[2];
+        t.n = n;
+        t.members = (const char *const *)c->taken + 3;
+        /* a member deleted since it was taken reads as one deleted before: "" (its request
+         * ends failed, 114, as its send finds no member) */
+        for (size_t i = 0; i < n; i++)
+            recs[i] = store_eval_str(reply->element[i], &lens[i]);
+        t.records = recs;
+        t.record_lens = lens;
     }
     ((store_bc_take_cb *)c->cb)(c->arg, st, st == STORE_OK ? &t : NULL);
-    free(ids);
     free(recs);
     free(lens);
 }
@@ -504,13 +511,11 @@ static int shards_begin(store_bc_call_t *c, int64_t shards, int cancel, int *rc)
 
 static void step_take(store_bc_call_t *c, int *rc)
 {
-    char k[3][STORE_KEY_MAX], ch[STORE_KEY_MAX], base[STORE_KEY_MAX], n1[NUMFMT_DEC_SIZE],
-        n2[NUMFMT_DEC_SIZE], n3[NUMFMT_DEC_SIZE];
-    const char *prefix = store_prefix(c->st);
+    char k[3][STORE_KEY_MAX], ch[STORE_KEY_MAX], n1[NUMFMT_DEC_SIZE], n2[NUMFMT_DEC_SIZE],
+        n3[NUMFMT_DEC_SIZE];
 
     if (bc_keys(c->st, c->channel, c->id, k) < 0 ||
-        store_key_channel(ch, sizeof(ch), prefix, c->channel) < 0 ||
-        store_key_member_base(base, sizeof(base), prefix, c->channel) < 0) {
+        store_key_channel(ch, sizeof(ch), store_prefix(c->st), c->channel) < 0) {
         *rc = REDISC_DOWN;
         return;
     }
@@ -527,11 +532,50 @@ static void step_take(store_bc_call_t *c, int *rc)
                               numfmt_dec(n2, c->window),
                               numfmt_dec(n3, c->lease_ms),
                               "3600000",
-                              base,
                               SYNC_MS,
                               c->flagged ? "1" : "0"};
-        *rc = issue(c, k[0], 14, argv, NULL);
+        *rc = issue(c, k[0], 13, argv, NULL);
     }
+}
+
+/* A take's members (reply: {'take', body, app, channel, the ids}) kept in c->taken, then their
+ * records read by one MGET (the channel's slot). A crash or a failure before they are queued
+ * leaves them in the taking hash, taken again after the lease. 1: c is done. */
+static int step_read(store_bc_call_t *c, const redisReply *reply, int *rc)
+{
+    char base[STORE_KEY_MAX], *at;
+    size_t n = reply->elements - 1, len = 0, bl, l;
+    const char **argv;
+
+    if (reply->elements < 5 ||
+        store_key_member_base(base, sizeof(base), store_prefix(c->st), c->channel) < 0)
+        return fail(c, STORE_BAD_RECORD), 1;
+    bl = strlen(base);
+    for (size_t i = 0; i < n; i++) {
+        store_eval_str(reply->element[1 + i], &l);
+        len += l + 1;
+    }
+    if ((c->taken = malloc(n * sizeof(*c->taken) + len)) == NULL ||
+        (argv = malloc((n - 2) * sizeof(*argv) + (n - 3) * bl + len)) == NULL)
+        return fail(c, STORE_UNAVAILABLE), 1;
+    c->n_taken = n;
+    at = (char *)(c->taken + n);
+    for (size_t i = 0; i < n; i++) {
+        const char *w = store_eval_str(reply->element[1 + i], &l);
+        c->taken[i] = memcpy(at, w, l);
+        at[l] = '\0';
+        at += l + 1;
+    }
+    argv[0] = "MGET";
+    at = (char *)(argv + n - 2);
+    for (size_t i = 3; i < n; i++) {
+        argv[i - 2] = at;
+        at += sprintf(at, "%s%s", base, c->taken[i]) + 1;
+    }
+    c->step = S_READ;
+    *rc = issue(c, argv[1], (int)(n - 2), argv, NULL);
+    free(argv);
+    return 0;
 }
 
 /* An ended broadcast's callback, queued once (CALLBACK_SCRIPT). */
@@ -738,8 +782,10 @@ static int step(store_bc_call_t *c, store_status_t st, const redisReply *reply, 
         if (reply->type != REDIS_REPLY_ARRAY || reply->elements == 0)
             return take_reply(c, STORE_BAD_RECORD, reply), 1;
         if (strcmp(store_eval_str(reply->element[0], NULL), "take") == 0)
-            return take_reply(c, st, reply), 1;
+            return step_read(c, reply, rc);
         return take_next(c, reply, rc);
+    case S_READ:
+        return take_reply(c, st, reply), 1;
     case S_SHARDS:
         if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 5)
             return fail(c, STORE_BAD_RECORD), 1;
@@ -1075,8 +1121,8 @@ store_bc_call_t *store_bc_enqueue(store_t *st, unsigned shard, const char *chann
                                   void *arg, store_status_t *status)
 {
     char k[3][STORE_KEY_MAX], stream[STORE_KEY_MAX], hash[STORE_KEY_MAX], keep[NUMFMT_DEC_SIZE],
-        ttl[NUMFMT_DEC_SIZE];
-    size_t head = 3 + 2 + 5, argc = head + 5 * n, i = 0;
+        ttl[NUMFMT_DEC_SIZE], nkeys[NUMFMT_DEC_SIZE];
+    size_t head = 3 + 2 + 2 * n + 5, argc = head + 3 * n, i = 0;
     const char **argv;
     size_t *lens;
     char(*names)[2][STORE_KEY_MAX];
@@ -1095,14 +1141,9 @@ store_bc_call_t *store_bc_enqueue(store_t *st, unsigned shard, const char *chann
     }
     argv[i++] = "EVAL";
     argv[i++] = ENQUEUE_SCRIPT;
-    argv[i++] = "2";
+    argv[i++] = numfmt_dec(nkeys, (long long)(2 + 2 * n));
     argv[i++] = stream;
     argv[i++] = hash;
-    argv[i++] = numfmt_dec(keep, keep_ms);
-    argv[i++] = numfmt_dec(ttl, ttl_ms);
-    argv[i++] = app;
-    argv[i++] = channel_id;
-    argv[i++] = k[0];
     for (size_t r = 0; r < n; r++) {
         if (store_key_outbox_request(names[r][0], STORE_KEY_MAX, store_prefix(st), shard,
                                      reqs[r].request_id) < 0 ||
@@ -1113,13 +1154,20 @@ store_bc_call_t *store_bc_enqueue(store_t *st, unsigned shard, const char *chann
         }
         argv[i++] = names[r][0];
         argv[i++] = names[r][1];
+    }
+    argv[i++] = numfmt_dec(keep, keep_ms);
+    argv[i++] = numfmt_dec(ttl, ttl_ms);
+    argv[i++] = app;
+    argv[i++] = channel_id;
+    argv[i++] = k[0];
+    for (size_t r = 0; r < n; r++) {
         argv[i++] = reqs[r].request_id;
         argv[i++] = reqs[r].member_id;
         lens[i] = reqs[r].body_len;
         argv[i++] = reqs[r].body;
     }
     for (size_t w = 0; w < argc; w++)
-        if (w < head || (w - head) % 5 != 4)
+        if (w < head || (w - head) % 3 != 2)
             lens[w] = strlen(argv[w]);
     c = send(st, PLAIN(cb), arg, stream, (int)argc, argv, lens, status);
 out:
