@@ -8,7 +8,6 @@
 
 #include "../adapters/adapter.h"
 #include "../core/error.h"
-#include "../core/hint.h"
 #include "../core/ratelimit.h"
 #include "../core/result.h"
 #include "../store/ratelimit.h"
@@ -48,9 +47,6 @@ typedef struct deliver_env {
     struct credwait *cred_waits; /* deliveries waiting for a channel's credential (credwait.h) */
     store_rate_board_t *_pauses; /* the rate-limit pauses heard of, made at the first message */
     struct deliver_lane *_lanes; /* broadcasts' messages waiting for slots (deliver_rate.c) */
-    /* the address each member was last read with, by channel and member id, where a pair's
-     * slot may go ahead (deliver_address_seen); made at the first, at most 2 * HINT_SETS */
-    hint_table_t _addresses;
     /* Channel records whose rate limits were read, a slot each by the record's address (the
      * last one read in that slot): a record is never changed in place (a refresh changes a
      * copy, and only the contents of its "info"), so while it is the same object its limits
@@ -159,17 +155,12 @@ void deliver_start_parsed(deliver_t *d, json_t *response, const char *text, size
 /* Before the first deliver_start, with adapter, channel, channel_id and deadline_ms set, in the
  * loop pass that sends the member's read (before it, and before the turn's RPUSH): the first
  * message's slot of the channel's sender limit goes in that round trip (store_rate_take_ahead),
- * and of its pair's limit, when it has one, for the address the worker last read for the
- * member (deliver_address_seen; none known: neither goes ahead), if the member's record still
- * holds it. Where a number is checked first (whatsapp), only with that address, whose cached
- * contact comes with them (deliver_ahead_contact; the slots only when it was seen valid). The
- * first message uses them when its call goes at the slot's time to that address; else, and when
- * no message uses them, they go back (deliver_cancel). */
+ * and of its pair's limit, when it has one, for the address the member's record holds (read by
+ * the script). Where a number is checked first (whatsapp), its cached contact comes with them
+ * (deliver_ahead_contact; the slots only when it was seen valid). The first message uses them
+ * when its call goes at the slot's time to that address; else, and when no message uses them,
+ * they go back (deliver_cancel). */
 void deliver_slot_ahead(deliver_t *d, const char *member_id, int turn);
-/* The member's record was read with externalId, and d->to set from it (adapter and channel
- * set): the worker remembers it as the member's address for deliver_slot_ahead, where the
- * channel limits its pairs. */
-void deliver_address_seen(deliver_t *d, const char *member_id, const char *external_id);
 /* Stops what is in flight (no callback) and frees what it held, a slot taken ahead too: the
  * delivery is idle and can be started again. */
 void deliver_cancel(deliver_t *d);

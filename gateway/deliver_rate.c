@@ -4,7 +4,7 @@
 
 #include "../core/clock.h"
 #include "../core/hash.h"
-#include "../core/hint.h"
+#include "../core/request.h"
 #include "log.h"
 
 #include <event2/event.h>
@@ -14,6 +14,9 @@
 /* A slot taken ahead serves a call that goes at most this late (what a reply's trip adds to a
  * slot taken just before the call): a later one could crowd the next slots' calls. */
 #define SLOT_AHEAD_LATE_MS 10
+
+/* the script takes no pair's slot ahead for an externalId botgate would not send to */
+_Static_assert(REQUEST_MAX_RECIPIENT < STORE_RATE_ADDRESS_MAX, "an address the script skips");
 
 deliver_channel_kept_t *deliver_kept(deliver_env_t *env, const json_t *channel)
 {
@@ -57,45 +60,30 @@ void deliver_rate_policy(deliver_t *d, ratelimit_policy_t *policy)
     k->rate = *policy;
 }
 
-void deliver_address_seen(deliver_t *d, const char *member_id, const char *external_id)
-{
-    ratelimit_policy_t policy;
-
-    /* only an externalId that is the address as it stands (a phone number already normalised):
-     * the ahead script compares the record's with it and makes the pair's key of it */
-    if (d->to == NULL || external_id == NULL || strcmp(d->to, external_id) != 0)
-        return;
-    deliver_rate_policy(d, &policy);
-    if (policy.pair.interval_us != 0)
-        hint_put(&d->env->_addresses, hint_hash(d->channel_id, member_id), external_id);
-}
-
 void deliver_slot_ahead(deliver_t *d, const char *member_id, int turn)
 {
     ratelimit_policy_t policy;
     store_status_t st;
-    const char *to = NULL;
+    unsigned pair = 0;
 
     /* a broadcast's message takes its slot after everyone else's, just before its call */
     if (d->phase != DL_IDLE || d->_ahead != NULL || d->bulk)
         return;
     deliver_rate_policy(d, &policy);
-    /* a pair's limit needs the member's address, known once the member is read: the address
-     * this worker read last goes ahead (a guess the script checks); without one the slots are
-     * taken before the call as without a slot ahead */
-    if (policy.pair.interval_us != 0 &&
-        (to = hint_get(&d->env->_addresses, hint_hash(d->channel_id, member_id))) == NULL)
-        return;
-    /* a number checked first (whatsapp): its cached contact is read with the slots, which are
-     * taken only when it was seen valid; without an address the check comes first, and a slot
-     * taken before it would only go back */
-    if ((policy.sender.interval_us == 0 || d->adapter->build_check != NULL) && to == NULL)
+    /* a pair's limit needs the member's address: the script reads it from the record, as
+     * member_address (op.c) makes d->to of it. A number checked first (whatsapp): its cached
+     * contact is read with the slots, which are taken only when it was seen valid */
+    if (policy.pair.interval_us != 0)
+        pair = STORE_AHEAD_PAIR | (d->adapter->phone_recipients ? STORE_AHEAD_PHONE : 0) |
+               (d->adapter->build_check != NULL ? STORE_AHEAD_CONTACT : 0);
+    /* no limit; or a number checked first without a pair's limit: the check comes first, and a
+     * slot taken before it would only go back */
+    else if (policy.sender.interval_us == 0 || d->adapter->build_check != NULL)
         return;
     /* the board listens before a slot given now is used (deliver_start) */
     if (d->env->_pauses == NULL)
         d->env->_pauses = store_rate_board_new(d->env->store);
-    d->_ahead = store_rate_take_ahead(d->env->store, d->channel_id, member_id, to,
-                                      d->adapter->build_check != NULL, turn, &policy,
+    d->_ahead = store_rate_take_ahead(d->env->store, d->channel_id, member_id, pair, turn, &policy,
                                       deliver_rate_max_wait_ms(d), &st);
 }
 
@@ -105,7 +93,7 @@ const char *deliver_ahead_contact(const deliver_t *d)
 
     if (d->phase != DL_IDLE || d->_ahead == NULL)
         return NULL;
-    /* read for the address guessed: only a message to that very number uses it */
+    /* read for the address the script read: only a message to that very number uses it */
     to = store_rate_ahead_recipient(d->_ahead);
     return to != NULL && strcmp(to, d->to) == 0 ? store_rate_ahead_contact(d->_ahead) : NULL;
 }
@@ -115,22 +103,20 @@ int deliver_ahead_take(deliver_t *d, store_rate_cb *cb, store_rate_verdict_t *ve
 {
     store_rate_call_t *ahead = d->_ahead;
     ratelimit_policy_t policy;
-    const char *to;
 
     if (d->phase != DL_IDLE || ahead == NULL)
         return 0;
     d->_ahead = NULL;
-    /* a pair's slot taken for the address guessed serves only a message to that address (the
-     * member's read found another: the record changed meanwhile), and a policy with a pair's
-     * limit needs one: else the slots go back, and the message takes its own */
-    to = store_rate_ahead_recipient(ahead);
+    /* a policy with a pair's limit needs the pair's slot, one without none (the channel's
+     * record changed meanwhile): else the slots go back, and the message takes its own */
     deliver_rate_policy(d, &policy);
-    if ((to != NULL) != (policy.pair.interval_us != 0) || (to != NULL && strcmp(to, d->to) != 0)) {
+    if (store_rate_ahead_pair(ahead) != (policy.pair.interval_us != 0)) {
         store_rate_cancel(ahead);
         return 0;
     }
     d->phase = DL_RATE_TAKE;
-    switch (store_rate_ahead_use(ahead, SLOT_AHEAD_LATE_MS, cb, d, verdict, wait_ms)) {
+    /* a pair's slot serves only a message to the address it was taken for (else it goes back) */
+    switch (store_rate_ahead_use(ahead, d->to, SLOT_AHEAD_LATE_MS, cb, d, verdict, wait_ms)) {
     case 2:
         d->_rate = ahead;
         return 2;
@@ -404,7 +390,6 @@ void deliver_env_clear(deliver_env_t *env)
 {
     store_rate_board_free(env->_pauses);
     env->_pauses = NULL;
-    hint_free(&env->_addresses);
     while (env->_lanes != NULL) {
         deliver_lane_t *l = env->_lanes;
         env->_lanes = l->next;

@@ -474,9 +474,6 @@ static void member_ready(op_t *op)
         op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
-    /* the member's next request takes its pair's slot with this read (deliver_slot_ahead) */
-    deliver_address_seen(&op->dl, op->member_id,
-                         json_string_value(json_object_get(op->member, "externalId")));
     /* an async request is only queued now, with its place in the member's turn queue, which
      * its attempts hold (the outbox waits for that turn before it starts one) */
     if (op_is_async(op) || op_is_queued(op) || !op->env->deliver.cfg->member_order ||

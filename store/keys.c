@@ -113,6 +113,11 @@ int store_key_rate_pause(char *buf, size_t size, const char *prefix, const char 
     return key(buf, size, prefix, "ratepause:{", channel_id, "}:pair:", recipient_id);
 }
 
+int store_key_rate_fence(char *buf, size_t size, const char *prefix, const char *channel_id)
+{
+    return key(buf, size, prefix, "rate:{", channel_id, "}:fence");
+}
+
 int store_key_idem(char *buf, size_t size, const char *prefix, const char *app, const char *route,
                    const char *idem_key)
 {

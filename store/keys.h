@@ -53,6 +53,10 @@ int store_key_rate(char *buf, size_t size, const char *prefix, const char *chann
                    const char *recipient_id);
 int store_key_rate_pause(char *buf, size_t size, const char *prefix, const char *channel_id,
                          const char *recipient_id);
+/* A key of the channel's slot never written: among a script's KEYS, it makes a Redis Cluster
+ * refuse the script (TRYAGAIN) while the slot migrates, so that a key the script makes itself
+ * is never read on a node that does not hold it yet (store/ratelimit.c's ahead). */
+int store_key_rate_fence(char *buf, size_t size, const char *prefix, const char *channel_id);
 /* An Idempotency-Key's record (contract.md section 7), a hash: app is the token's app, route
  * the operation (no ':' in it: -1), key the Idempotency-Key as given (printable ASCII). Named
  * "idem:{<length of app>:<app>:<route>:<key>}": the length makes the name of each (app, route,

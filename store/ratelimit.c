@@ -36,16 +36,26 @@
  *       still taken at its own time (the next one stays an interval after it), so that an
  *       ask that comes late loses no pace (its TAT key is kept that much longer for the next
  *       one). A pair's later slot is taken as without.
- * ahead: KEYS sender TAT, sender pause, member[, pair TAT, pair pause][, member's turn
- *       queue]; ARGV as take, with 'ahead'[, the pair's address: with the pair's keys] -> {4}
- *       (no member, its externalId is not that address, or the queue is not empty: nothing
- *       taken), else as take with the new TATs of the sender and of the pair (integers; nil
- *       where none was taken) a third and fourth: the give-back's tokens.
- * contact: as ahead with the pair's keys, the address's contact's key after them (whatsapp:
- *       its wa_id, cached once /v1/contacts saw the number valid): its value comes fifth, and
- *       the slots are taken only when it is the address itself. A number not cached takes
- *       nothing (it is checked first), one known by another wa_id neither (its pair is the
- *       wa_id's): {4, 0, nil, nil, the value}.
+ * ahead: KEYS sender TAT, sender pause, member[, the channel's fence][, member's turn queue];
+ *       ARGV as take, with 'ahead'[, the pair's TAT key and pause key without the address, '1'
+ *       when the address is a phone number, the longest externalId]: with them (and the
+ *       fence), the pair's slot too, of the member's address, which the script reads (its
+ *       record's externalId, a phone number normalised as request_normalize_phone does: the
+ *       five characters "+-() " go) and makes the pair's keys of. Those keys (and the
+ *       contact's) are not among KEYS: they are known only once the record is read, and share
+ *       the channel's hash tag (one slot). The fence, a key never written, is: while the slot
+ *       migrates, a Redis Cluster refuses a script with a key missing (TRYAGAIN, as it refuses
+ *       most takes then: their pause keys rarely exist), so that the script never reads a key
+ *       of the address on a node that does not hold it yet (it would find it empty, and take
+ *       a slot already taken). -> {4} (no member, no
+ *       usable address, or the queue is not empty: nothing taken), else as take with the new
+ *       TATs of the sender and of the pair (integers; nil where none was taken) a third and
+ *       fourth: the give-back's tokens, and the address fifth.
+ * contact: as ahead with the pair's, then the contact's key without the address (whatsapp: a
+ *       number's wa_id, cached once /v1/contacts saw it valid): its value comes sixth, and the
+ *       slots are taken only when it is the address itself. A number not cached takes nothing
+ *       (it is checked first), one known by another wa_id neither (its pair is the wa_id's):
+ *       {4, 0, nil, nil, the address, the value}.
  * back: KEYS TAT[, TAT]; ARGV 'back', then for each key the TAT a take set and the limit's I:
  *       a slot goes back when nobody took one after it (its TAT is still that one).
  * pause: KEYS pause; ARGV 'pause', retry-after ms (0: the doubling one), first ms, max ms
@@ -81,24 +91,28 @@ static const char RATE_SCRIPT[] =
     "  return 0\n"
     "end\n"
     "local wa = ARGV[1] == 'contact' or nil\n"
-    "local ahead, addr = wa or ARGV[1] == 'ahead', ARGV[7]\n"
-    /* the pair's keys: 3 and 4 for a take, 4 and 5 (after the member) for an ahead */
-    "local pk, pair = 3, #KEYS >= 4\n"
+    "local ahead = wa or ARGV[1] == 'ahead'\n"
+    /* the pair's keys: 3 and 4 for a take, made of the member's address for an ahead */
+    "local p_key, p_pause, pair, addr = KEYS[3], KEYS[4], #KEYS >= 4, false\n"
     "if ahead then\n"
-    "  local q = KEYS[addr and (wa and 7 or 6) or 4]\n"
-    "  local m = addr and redis.call('GET', KEYS[3]) or redis.call('EXISTS', KEYS[3]) == 1\n"
+    "  local q = KEYS[ARGV[7] and 5 or 4]\n"
+    "  local m = ARGV[7] and redis.call('GET', KEYS[3]) or redis.call('EXISTS', KEYS[3]) == 1\n"
     "  if not m or (q and redis.call('LLEN', q) > 0) then return {4, 0} end\n"
-    /* the address the pair's key was made from is still the member's */
-    "  if addr then\n"
+    "  pair = ARGV[7] ~= nil\n"
+    /* the member's address, as op.c's member_address makes the delivery's of it */
+    "  if pair then\n"
     "    local ok, rec = pcall(cjson.decode, m)\n"
-    "    if not ok or type(rec) ~= 'table' or rec.externalId ~= addr then return {4, 0} end\n"
+    "    addr = ok and type(rec) == 'table' and rec.externalId\n"
+    "    if type(addr) ~= 'string' or #addr > tonumber(ARGV[10]) then return {4, 0} end\n"
+    "    if ARGV[9] == '1' then addr = string.gsub(addr, '[%+%-%(%) ]', '') end\n"
+    "    if addr == '' then return {4, 0} end\n"
+    "    p_key, p_pause = ARGV[7] .. addr, ARGV[8] .. addr\n"
     "  end\n"
     /* the number's contact, as deliver.c's check reads it: seen valid (cached) or not */
     "  if wa then\n"
-    "    wa = redis.call('GET', KEYS[6])\n"
-    "    if wa ~= addr then return {4, 0, false, false, wa} end\n"
+    "    wa = redis.call('GET', ARGV[11] .. addr)\n"
+    "    if wa ~= addr then return {4, 0, false, false, addr, wa} end\n"
     "  end\n"
-    "  pk, pair = 4, addr ~= nil\n"
     "end\n"
     "local function limit(tat_key, pause_key, interval, burst, lag)\n"
     "  local t0 = now\n"
@@ -120,21 +134,21 @@ static const char RATE_SCRIPT[] =
     "local lag = bulk and tonumber(bulk) * 1000 or 0\n"
     "local s_at, s_tat = limit(KEYS[1], KEYS[2], s_int, tonumber(ARGV[3]), lag)\n"
     "local p_at, p_tat = now, nil\n"
-    "if pair then p_at, p_tat = limit(KEYS[pk], KEYS[pk + 1], p_int, tonumber(ARGV[5]), 0) end\n"
+    "if pair then p_at, p_tat = limit(p_key, p_pause, p_int, tonumber(ARGV[5]), 0) end\n"
     "local at = math.max(s_at, p_at)\n"
     "local wait = ms(at - now)\n"
     "if wait > tonumber(ARGV[6]) then\n"
-    "  if ahead then return {2, wait, false, false, wa} end\n"
+    "  if ahead then return {2, wait, false, false, addr, wa} end\n"
     "  return {2, wait}\n"
     "end\n"
     "if bulk and p_at <= s_at and wait > 0 then return {2, wait} end\n"
     "local p_token = false\n"
-    "if pair then p_token = take(KEYS[pk], p_tat, p_int, at, 0) or false end\n"
+    "if pair then p_token = take(p_key, p_tat, p_int, at, 0) or false end\n"
     "local v, s_token = wait > 0 and 1 or 0, false\n"
     "if p_at > s_at and s_tat ~= nil then v = 3\n"
     "else s_token = take(KEYS[1], s_tat, s_int, s_tat ~= nil and s_tat < at and s_tat or at, lag)\n"
     "  or false end\n"
-    "if ahead then return {v, wait, s_token, p_token, wa} end\n"
+    "if ahead then return {v, wait, s_token, p_token, addr, wa} end\n"
     "return {v, wait}\n"
     /* END RATE_SCRIPT */
     ;
@@ -168,12 +182,16 @@ struct store_rate_call {
     int64_t wait_ms, in_ms; /* in_ms: when the answer came (monotonic) */
     int64_t interval_us[2]; /* of the sender's limit and the pair's */
     int64_t tat_us[2];      /* the TATs the slots set: 0 where none was taken */
-    /* the pair's TAT key and address (in keys), NULL when no pair's slot was asked for */
-    const char *pair_key, *recipient;
+    /* the pair's TAT key without its address (in keys), NULL when no pair's slot was asked for */
+    const char *pair_base;
+    /* the member's address the script read (STORE_RATE_ADDRESS_MAX bytes in keys), "" until
+     * it came; used before it came (expect), the message's, which the answer's must be */
+    char *recipient;
+    unsigned expect : 1;
     /* the address's contact read with the slots (AHEAD_CONTACT_MAX bytes in keys), NULL when
      * not asked for; "" until one came */
     char *contact;
-    char keys[]; /* the sender's TAT key, then the pair's, its address and the contact */
+    char keys[]; /* the sender's TAT key, the pair's base, its address and the contact */
 };
 
 static store_rate_call_t *rate_eval(store_t *st, rate_kind_t kind, const char *const *keys,
@@ -185,10 +203,14 @@ static store_rate_call_t *rate_eval(store_t *st, rate_kind_t kind, const char *c
  * them. A pair's slot lost would hold its user a whole pair interval (6 s on WhatsApp). */
 static void ahead_give_back(store_rate_call_t *c)
 {
-    char nums[4][NUMFMT_DEC_SIZE];
-    const char *kv[2], *args[5] = {"back"}, *tat_keys[2] = {c->keys, c->pair_key};
+    char nums[4][NUMFMT_DEC_SIZE], pair_key[STORE_KEY_MAX];
+    const char *kv[2], *args[5] = {"back"}, *tat_keys[2] = {c->keys, NULL};
     int n = 0;
 
+    if (c->pair_base != NULL && c->recipient[0] != '\0' &&
+        snprintf(pair_key, sizeof(pair_key), "%s%s", c->pair_base, c->recipient) <
+            (int)sizeof(pair_key))
+        tat_keys[1] = pair_key;
     for (int i = 0; c->got == STORE_OK && i < 2; i++) {
         if (c->tat_us[i] <= 0 || tat_keys[i] == NULL)
             continue;
@@ -204,19 +226,47 @@ static void ahead_give_back(store_rate_call_t *c)
     free(c);
 }
 
+/* An ahead's answer past its verdict: the tokens of the slots taken, the address they were
+ * taken for and the contact read. 0 when that address is not the one expected (expect): the
+ * slots are not the message's. */
+static int ahead_read(store_rate_call_t *c, const redisReply *reply)
+{
+    const redisReply *addr = reply->elements > 4 ? reply->element[4] : NULL;
+    const redisReply *contact = reply->elements > 5 ? reply->element[5] : NULL;
+    int same = 1;
+
+    for (size_t i = 2; i < reply->elements && i < 4; i++)
+        if (reply->element[i]->type == REDIS_REPLY_INTEGER) /* else nil: none taken */
+            c->tat_us[i - 2] = reply->element[i]->integer;
+    if (c->pair_base != NULL && addr != NULL && addr->type == REDIS_REPLY_STRING &&
+        addr->len < STORE_RATE_ADDRESS_MAX) {
+        same = !c->expect || (strlen(c->recipient) == addr->len &&
+                              memcmp(c->recipient, addr->str, addr->len) == 0);
+        memcpy(c->recipient, addr->str, addr->len); /* what the give-back's key is made of */
+        c->recipient[addr->len] = '\0';
+    }
+    if (c->contact != NULL && contact != NULL && contact->type == REDIS_REPLY_STRING &&
+        contact->len < AHEAD_CONTACT_MAX) {
+        memcpy(c->contact, contact->str, contact->len);
+        c->contact[contact->len] = '\0';
+    }
+    return same;
+}
+
 static void rate_reply(redisReply *reply, void *arg)
 {
     store_rate_call_t *c = arg;
     store_status_t st = STORE_UNAVAILABLE;
     store_rate_verdict_t verdict = STORE_RATE_TOO_LATE;
     int64_t wait_ms = 0;
+    int same = 1;
 
     c->ev = NULL;
     if (reply != NULL && c->kind == RATE_PAUSE && reply->type == REDIS_REPLY_INTEGER) {
         st = STORE_OK;
         wait_ms = reply->integer;
     } else if (reply != NULL && c->kind != RATE_PAUSE && reply->type == REDIS_REPLY_ARRAY &&
-               reply->elements >= 2 && reply->elements <= 5 &&
+               reply->elements >= 2 && reply->elements <= 6 &&
                reply->element[0]->type == REDIS_REPLY_INTEGER &&
                reply->element[1]->type == REDIS_REPLY_INTEGER &&
                reply->element[0]->integer >= STORE_RATE_GO &&
@@ -224,20 +274,17 @@ static void rate_reply(redisReply *reply, void *arg)
         st = STORE_OK;
         verdict = (store_rate_verdict_t)reply->element[0]->integer;
         wait_ms = reply->element[1]->integer;
-        for (size_t i = 2; c->kind == RATE_AHEAD && i < reply->elements && i < 4; i++)
-            if (reply->element[i]->type == REDIS_REPLY_INTEGER) /* else nil: none taken */
-                c->tat_us[i - 2] = reply->element[i]->integer;
-        if (c->kind == RATE_AHEAD && c->contact != NULL && reply->elements == 5 &&
-            reply->element[4]->type == REDIS_REPLY_STRING &&
-            reply->element[4]->len < AHEAD_CONTACT_MAX) {
-            memcpy(c->contact, reply->element[4]->str, reply->element[4]->len);
-            c->contact[reply->element[4]->len] = '\0';
-        }
+        if (c->kind == RATE_AHEAD)
+            same = ahead_read(c, reply);
     }
-    if (c->kind == RATE_AHEAD && c->cb == NULL) {
+    if (c->kind == RATE_AHEAD && (c->cb == NULL || !same)) {
+        store_rate_cb *cb = c->cb;
+        void *cb_arg = c->arg;
         c->got = st;
-        if (c->orphan) {
+        if (c->orphan || !same) {
             ahead_give_back(c);
+            if (cb != NULL) /* used before it came, for another address: none taken for it */
+                cb(cb_arg, STORE_OK, STORE_RATE_SKIP, 0);
             return;
         }
         c->in = 1; /* kept for store_rate_ahead_use */
@@ -258,7 +305,7 @@ static store_rate_call_t *rate_eval(store_t *st, rate_kind_t kind, const char *c
                                     store_rate_cb *cb, void *arg, size_t extra,
                                     store_status_t *status)
 {
-    const char *words[7 + 7];
+    const char *words[5 + 11]; /* an ahead's keys and args at most */
     store_rate_call_t *c = calloc(1, sizeof(*c) + extra);
     int n = 0, rc;
 
@@ -341,35 +388,34 @@ store_rate_call_t *store_rate_take_bulk(store_t *st, const char *channel_id,
 }
 
 store_rate_call_t *store_rate_take_ahead(store_t *st, const char *channel_id, const char *member_id,
-                                         const char *recipient_id, int contact, int turn,
-                                         const ratelimit_policy_t *policy, int64_t max_wait_ms,
-                                         store_status_t *status)
+                                         unsigned pair, int turn, const ratelimit_policy_t *policy,
+                                         int64_t max_wait_ms, store_status_t *status)
 {
     const char *prefix = store_prefix(st);
-    char keys[7][STORE_KEY_MAX], nums[5][NUMFMT_DEC_SIZE];
-    const char *kv[7] = {keys[0], keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]};
-    const char *args[7] = {"ahead"};
-    int pair = recipient_id != NULL, nkeys = pair ? 5 : 3;
-    int len = store_key_rate(keys[0], STORE_KEY_MAX, prefix, channel_id, NULL), plen = 0;
-    size_t rlen = pair ? strlen(recipient_id) + 1 : 0;
-    size_t clen = pair && contact ? AHEAD_CONTACT_MAX : 0;
+    char keys[5][STORE_KEY_MAX], bases[3][STORE_KEY_MAX], nums[6][NUMFMT_DEC_SIZE];
+    const char *kv[5] = {keys[0], keys[1], keys[2], keys[3], keys[4]};
+    const char *args[11] = {pair & STORE_AHEAD_CONTACT ? "contact" : "ahead"};
+    int nkeys = 3, nargs = 6, blen = 0;
+    int len = store_key_rate(keys[0], STORE_KEY_MAX, prefix, channel_id, NULL);
+    size_t alen = pair ? STORE_RATE_ADDRESS_MAX : 0, clen = 0;
     int bad = len < 0 ||
               store_key_rate_pause(keys[1], STORE_KEY_MAX, prefix, channel_id, NULL) < 0 ||
               store_key_member(keys[2], STORE_KEY_MAX, prefix, channel_id, member_id) < 0;
     store_rate_call_t *c;
 
+    /* the pair's keys (and the contact's) without the address: the script appends it */
+    if (pair) {
+        bad = bad || store_key_rate_fence(keys[nkeys++], STORE_KEY_MAX, prefix, channel_id) < 0;
+        blen = store_key_rate(bases[0], STORE_KEY_MAX, prefix, channel_id, "") + 1;
+        bad = bad || blen <= 0 ||
+              store_key_rate_pause(bases[1], STORE_KEY_MAX, prefix, channel_id, "") < 0 ||
+              ((pair & STORE_AHEAD_CONTACT) &&
+               store_key_contact(bases[2], STORE_KEY_MAX, prefix, channel_id, "") < 0);
+        clen = pair & STORE_AHEAD_CONTACT ? AHEAD_CONTACT_MAX : 0;
+    }
     /* the member's turn queue shares the sender's slot on one server only (store_turn_keys) */
     if (store_redis(st) == NULL)
         turn = 0;
-    if (pair) { /* the pair's keys after the member's, the turn queue's last */
-        plen = store_key_rate(keys[3], STORE_KEY_MAX, prefix, channel_id, recipient_id) + 1;
-        bad = bad || plen <= 0 ||
-              store_key_rate_pause(keys[4], STORE_KEY_MAX, prefix, channel_id, recipient_id) < 0;
-        /* the contact's key (same channel's slot) after the pair's */
-        if (contact &&
-            store_key_contact(keys[nkeys++], STORE_KEY_MAX, prefix, channel_id, recipient_id) < 0)
-            bad = 1;
-    }
     if (turn && store_key_turns(keys[nkeys++], STORE_KEY_MAX, prefix, channel_id, member_id) < 0)
         bad = 1;
     if (bad) {
@@ -377,28 +423,41 @@ store_rate_call_t *store_rate_take_ahead(store_t *st, const char *channel_id, co
         return NULL;
     }
     take_args(args, nums, policy, max_wait_ms);
-    args[6] = recipient_id;
-    if (clen > 0)
-        args[0] = "contact";
-    c = rate_eval(st, RATE_AHEAD, kv, nkeys, args, pair ? 7 : 6, NULL, NULL,
-                  (size_t)len + 1 + (size_t)plen + rlen + clen, status);
+    if (pair) {
+        args[nargs++] = bases[0];
+        args[nargs++] = bases[1];
+        args[nargs++] = pair & STORE_AHEAD_PHONE ? "1" : "0";
+        args[nargs++] = numfmt_dec(nums[5], STORE_RATE_ADDRESS_MAX - 1);
+        if (pair & STORE_AHEAD_CONTACT)
+            args[nargs++] = bases[2];
+    }
+    c = rate_eval(st, RATE_AHEAD, kv, nkeys, args, nargs, NULL, NULL,
+                  (size_t)len + 1 + (size_t)blen + alen + clen, status);
     if (c != NULL) {
         c->interval_us[0] = policy->sender.interval_us;
         c->interval_us[1] = policy->pair.interval_us;
         memcpy(c->keys, keys[0], (size_t)len + 1);
         if (pair) {
-            c->pair_key = memcpy(c->keys + len + 1, keys[3], (size_t)plen);
-            c->recipient = memcpy(c->keys + len + 1 + plen, recipient_id, rlen);
+            c->pair_base = memcpy(c->keys + len + 1, bases[0], (size_t)blen);
+            c->recipient = c->keys + len + 1 + blen; /* "" (calloc) until it came */
             if (clen > 0)
-                c->contact = c->keys + len + 1 + plen + rlen; /* "" (calloc) until it came */
+                c->contact = c->recipient + alen;
         }
     }
     return c;
 }
 
+int store_rate_ahead_pair(const store_rate_call_t *call)
+{
+    return call->pair_base != NULL;
+}
+
 const char *store_rate_ahead_recipient(const store_rate_call_t *call)
 {
-    return call->recipient;
+    return call->in && call->got == STORE_OK && call->recipient != NULL &&
+                   call->recipient[0] != '\0'
+               ? call->recipient
+               : NULL;
 }
 
 const char *store_rate_ahead_contact(const store_rate_call_t *call)
@@ -408,14 +467,19 @@ const char *store_rate_ahead_contact(const store_rate_call_t *call)
                : NULL;
 }
 
-int store_rate_ahead_use(store_rate_call_t *c, int64_t late_ms, store_rate_cb *cb, void *arg,
-                         store_rate_verdict_t *verdict, int64_t *wait_ms)
+int store_rate_ahead_use(store_rate_call_t *c, const char *to, int64_t late_ms, store_rate_cb *cb,
+                         void *arg, store_rate_verdict_t *verdict, int64_t *wait_ms)
 {
     int64_t left;
 
     if (!c->in) {
         c->cb = cb; /* its answer goes to cb as a take's */
         c->arg = arg;
+        if (c->pair_base != NULL) { /* the answer's address must be to ("": none will) */
+            c->expect = 1;
+            if (strlen(to) < STORE_RATE_ADDRESS_MAX)
+                strcpy(c->recipient, to);
+        }
         return 2;
     }
     if (c->got != STORE_OK || c->verdict == STORE_RATE_SKIP) {
@@ -424,7 +488,9 @@ int store_rate_ahead_use(store_rate_call_t *c, int64_t late_ms, store_rate_cb *c
     }
     /* the slot's time (or, too late, the time it was refused), as from now */
     left = c->wait_ms - (clock_mono_us() / 1000 - c->in_ms);
-    if (left < -late_ms) { /* a send this late could crowd the next slots' sends */
+    /* a pair's slot serves a message to its address only (the record changed between the
+     * script's read and the member's); a send this late could crowd the next slots' sends */
+    if ((c->pair_base != NULL && strcmp(c->recipient, to) != 0) || left < -late_ms) {
         ahead_give_back(c);
         return 0;
     }

@@ -18,9 +18,9 @@ typedef enum {
     STORE_RATE_RETAKE,   /* the pair's slot (taken) is wait_ms ahead, the sender's not taken
                           * (it would sit idle till then): at the pair's slot, take the
                           * sender's with store_rate_take(..., pair_held = 1) */
-    STORE_RATE_SKIP,     /* store_rate_take_ahead: nothing taken (no such member, not at the
-                          * address guessed, or someone holds or waits for its turn: the slot
-                          * would be stale when used) */
+    STORE_RATE_SKIP,     /* store_rate_take_ahead: nothing taken (no such member, no address,
+                          * a number not seen valid, or someone holds or waits for its turn:
+                          * the slot would be stale when used) */
 } store_rate_verdict_t;
 
 typedef struct store_rate_call store_rate_call_t;
@@ -54,14 +54,24 @@ store_rate_call_t *store_rate_take_bulk(store_t *st, const char *channel_id,
                                         int64_t lag_ms, store_rate_cb *cb, void *arg,
                                         store_status_t *status);
 
+/* What store_rate_take_ahead takes of a pair's limit: its slot too, of the member's address
+ * (STORE_AHEAD_PAIR), a phone number ('+', '-', '(', ')' and spaces taken out, as
+ * request_normalize_phone does: STORE_AHEAD_PHONE), with its cached contact read
+ * (STORE_AHEAD_CONTACT, whatsapp). An externalId of STORE_RATE_ADDRESS_MAX bytes or more takes
+ * no slot ahead. */
+#define STORE_AHEAD_PAIR       1u
+#define STORE_AHEAD_PHONE      2u
+#define STORE_AHEAD_CONTACT    4u
+#define STORE_RATE_ADDRESS_MAX 192
+
 /* The first message's slots taken ahead of the delivery, in the round trip of the member's read
- * (send it before that read and the turn's RPUSH): the sender's and, when recipient_id is not
- * NULL, the pair's, only when member_id's record holds recipient_id as its externalId: both or
- * none, so that a wrong guess of the member's address takes nothing. With contact 1 (and a
- * recipient_id), whatsapp's cached contact of recipient_id (store_get_contact) is read too and
- * handed over (store_rate_ahead_contact), and the slots are taken only when it is recipient_id
- * itself: a number not seen valid lately is checked before its slots are taken, and one the
- * platform knows by another wa_id is paced on that wa_id's pair. Nothing either unless
+ * (send it before that read and the turn's RPUSH): the sender's and, with STORE_AHEAD_PAIR in
+ * pair, the pair's of the address member_id's record holds (its externalId, read by the script,
+ * which makes the pair's keys of it: no guess, no table of addresses), both or none. With
+ * STORE_AHEAD_CONTACT, whatsapp's cached contact of that address (store_get_contact) is read
+ * too and handed over (store_rate_ahead_contact), and the slots are taken only when it is the
+ * address itself: a number not seen valid lately is checked before its slots are taken, and
+ * one the platform knows by another wa_id is paced on that wa_id's pair. Nothing either unless
  * member_id's record exists and, with turn 1, nobody holds or waits for the member's turn (its
  * queue is empty; on one server only: with a Redis Cluster the queue is in another slot, not
  * looked at, and a request that finds someone ahead lets its slots go). No callback: the
@@ -70,23 +80,27 @@ store_rate_call_t *store_rate_take_bulk(store_t *st, const char *channel_id,
  * was taken after it: else it is lost, one slot, as a send that failed would have used it).
  * NULL when nothing was sent. */
 store_rate_call_t *store_rate_take_ahead(store_t *st, const char *channel_id, const char *member_id,
-                                         const char *recipient_id, int contact, int turn,
-                                         const ratelimit_policy_t *policy, int64_t max_wait_ms,
-                                         store_status_t *status);
-/* The pair's address of a call of store_rate_take_ahead; NULL when it takes no pair's slot. */
+                                         unsigned pair, int turn, const ratelimit_policy_t *policy,
+                                         int64_t max_wait_ms, store_status_t *status);
+/* 1 when a call of store_rate_take_ahead asked for a pair's slot. */
+int store_rate_ahead_pair(const store_rate_call_t *call);
+/* The address a call of store_rate_take_ahead read for the pair's slot, once its answer came (a
+ * round trip on the same connection after it); NULL before, or when it read none. */
 const char *store_rate_ahead_recipient(const store_rate_call_t *call);
-/* The contact read by a call of store_rate_take_ahead with contact 1, once its answer came (a
- * round trip on the same connection after it): the wa_id cached for its recipient_id; NULL
- * when none is cached (or an empty one), the call failed or its answer is still to come. */
+/* The contact read by a call of store_rate_take_ahead with STORE_AHEAD_CONTACT, once its answer
+ * came: the wa_id cached for the address; NULL when none is cached (or an empty one), the call
+ * failed or its answer is still to come. */
 const char *store_rate_ahead_contact(const store_rate_call_t *call);
-/* The delivery's slot, from a call of store_rate_take_ahead (taken over). 2: its answer is still
- * to come: cb gets it, as from store_rate_take or STORE_RATE_SKIP (none taken: take one), and
- * call is the delivery's call in flight. 1: it came, in *verdict and *wait_ms (as from now; the
- * call is gone), STORE_RATE_RETAKE as from store_rate_take. 0: no slot to use (none taken, the
- * call failed, or the slot's time passed more than late_ms ago: then it was given back): take
- * one now. */
-int store_rate_ahead_use(store_rate_call_t *call, int64_t late_ms, store_rate_cb *cb, void *arg,
-                         store_rate_verdict_t *verdict, int64_t *wait_ms);
+/* The delivery's slot, from a call of store_rate_take_ahead (taken over), for a message to the
+ * address to (a pair's slot taken for another address goes back). 2: its answer is still to
+ * come: cb gets it, as from store_rate_take or STORE_RATE_SKIP (none taken, or for another
+ * address and given back: take one), and call is the delivery's call in flight. 1: it came,
+ * in *verdict and *wait_ms (as from now; the call is gone), STORE_RATE_RETAKE as from
+ * store_rate_take. 0: no slot to use (none taken, the call failed, another address, or the
+ * slot's time passed more than late_ms ago: then it was given back): take one now. */
+int store_rate_ahead_use(store_rate_call_t *call, const char *to, int64_t late_ms,
+                         store_rate_cb *cb, void *arg, store_rate_verdict_t *verdict,
+                         int64_t *wait_ms);
 
 /* The feedback of a platform rate-limit answer: pauses the sender's limit (recipient_id NULL)
  * or the pair's, for every instance, retry_after_ms when the platform said (> 0; at most 60 s),

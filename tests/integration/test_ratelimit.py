@@ -307,8 +307,9 @@ class RateLimitScriptTest(unittest.TestCase):
 
     def test_redis_clock_is_the_only_clock(self):
         # the script's arguments carry no time (ARGV[7], a broadcast's lag, is a length of
-        # time): the schedule is in Redis's TIME
-        self.assertNotIn("ARGV[8]", SCRIPT)
+        # time; an ahead's 7 to 11 are the pair's and the contact's key bases, a flag and a
+        # length): the schedule is in Redis's TIME
+        self.assertNotIn("ARGV[12]", SCRIPT)
         self.assertIn("redis.call('TIME')", SCRIPT)
         before = self.a.time_us()
         self.a.take("C1", s=(1000000, 1))

@@ -82,6 +82,8 @@ static void test_channel_keys_share_a_slot(void **state)
     assert_int_equal(slot(key), want);
     assert_true(store_key_rate_pause(key, sizeof(key), p, ch, "psid-9") > 0);
     assert_int_equal(slot(key), want);
+    assert_true(store_key_rate_fence(key, sizeof(key), p, ch) > 0);
+    assert_int_equal(slot(key), want);
 }
 
 int main(void)

@@ -178,14 +178,15 @@ static const char *tat(const char *ch, raw_reply_t *r)
     return pair_tat(ch, NULL, r);
 }
 
-/* A channel with member M1 (and M1's turn held by someone when held). */
-static const char *ahead_channel(char *ch, size_t len, int held)
+/* A channel with member M1 at address ext (and M1's turn held by someone when held). */
+static const char *ahead_channel_at(char *ch, size_t len, int held, const char *ext)
 {
-    char key[STORE_KEY_MAX];
+    char key[STORE_KEY_MAX], rec[128];
     raw_reply_t r;
     new_channel(ch, len);
     store_key_member(key, sizeof(key), store_prefix(rt.store), ch, "M1");
-    raw3("SET", key, "{\"_id\":\"M1\",\"externalId\":\"P1\"}", &r);
+    snprintf(rec, sizeof(rec), "{\"_id\":\"M1\",\"externalId\":\"%s\"}", ext);
+    raw3("SET", key, rec, &r);
     if (held) {
         store_key_turns(key, sizeof(key), store_prefix(rt.store), ch, "M1");
         raw3("RPUSH", key, "someone", &r);
@@ -193,14 +194,19 @@ static const char *ahead_channel(char *ch, size_t len, int held)
     return ch;
 }
 
-/* A slot taken ahead (and the pair's of rcpt, when not NULL), its answer in (a round trip on
- * the same connection after it). */
-static store_rate_call_t *ahead_to(const char *ch, const char *member, const char *rcpt, int turn,
+static const char *ahead_channel(char *ch, size_t len, int held)
+{
+    return ahead_channel_at(ch, len, held, "P1");
+}
+
+/* A slot taken ahead (and the pair's, of the member's address, with pair flags), its answer in
+ * (a round trip on the same connection after it). */
+static store_rate_call_t *ahead_to(const char *ch, const char *member, unsigned pair, int turn,
                                    const ratelimit_policy_t *p)
 {
     store_status_t st;
     raw_reply_t r;
-    store_rate_call_t *c = store_rate_take_ahead(rt.store, ch, member, rcpt, 0, turn, p, 5000, &st);
+    store_rate_call_t *c = store_rate_take_ahead(rt.store, ch, member, pair, turn, p, 5000, &st);
     assert_non_null(c);
     raw("PING", "x", &r);
     return c;
@@ -209,7 +215,7 @@ static store_rate_call_t *ahead_to(const char *ch, const char *member, const cha
 static store_rate_call_t *ahead(const char *ch, const char *member, int turn,
                                 const ratelimit_policy_t *p)
 {
-    return ahead_to(ch, member, NULL, turn, p);
+    return ahead_to(ch, member, 0, turn, p);
 }
 
 static void test_ahead(void **state)
@@ -224,14 +230,18 @@ static void test_ahead(void **state)
 
     /* no member, or its turn held: nothing taken */
     ahead_channel(ch, sizeof(ch), 1);
-    assert_int_equal(store_rate_ahead_use(ahead(ch, "M2", 0, &p), 10, on_answer, &a, &v, &wait), 0);
-    assert_int_equal(store_rate_ahead_use(ahead(ch, "M1", 1, &p), 10, on_answer, &a, &v, &wait), 0);
+    assert_int_equal(
+        store_rate_ahead_use(ahead(ch, "M2", 0, &p), "P1", 10, on_answer, &a, &v, &wait), 0);
+    assert_int_equal(
+        store_rate_ahead_use(ahead(ch, "M1", 1, &p), "P1", 10, on_answer, &a, &v, &wait), 0);
     assert_string_equal(tat(ch, &r), "");
     /* used at once: go; the next one waits a second */
-    assert_int_equal(store_rate_ahead_use(ahead(ch, "M1", 0, &p), 10, on_answer, &a, &v, &wait), 1);
+    assert_int_equal(
+        store_rate_ahead_use(ahead(ch, "M1", 0, &p), "P1", 10, on_answer, &a, &v, &wait), 1);
     assert_int_equal(v, STORE_RATE_GO);
     snprintf(before, sizeof(before), "%s", tat(ch, &r));
-    assert_int_equal(store_rate_ahead_use(ahead(ch, "M1", 0, &p), 10, on_answer, &a, &v, &wait), 1);
+    assert_int_equal(
+        store_rate_ahead_use(ahead(ch, "M1", 0, &p), "P1", 10, on_answer, &a, &v, &wait), 1);
     assert_int_equal(v, STORE_RATE_WAIT);
     assert_true(wait > 900 && wait <= 1000);
     /* let go, answered or not yet: the slot goes back */
@@ -239,7 +249,7 @@ static void test_ahead(void **state)
     store_rate_cancel(ahead(ch, "M1", 0, &p));
     assert_string_equal(tat(ch, &r), before);
     store_status_t st;
-    store_rate_cancel(store_rate_take_ahead(rt.store, ch, "M1", NULL, 0, 0, &p, 5000, &st));
+    store_rate_cancel(store_rate_take_ahead(rt.store, ch, "M1", 0, 0, &p, 5000, &st));
     raw("PING", "x", &r);
     assert_string_equal(tat(ch, &r), before);
     /* a slot taken after it: it stays taken (the TAT is the later one's) */
@@ -254,30 +264,29 @@ static void test_ahead(void **state)
     c = ahead(ch, "M1", 0, &p);
     assert_string_not_equal(tat(ch, &r), "");
     run_until(NULL, 50);
-    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 0);
+    assert_int_equal(store_rate_ahead_use(c, "P1", 10, on_answer, &a, &v, &wait), 0);
     raw("PING", "x", &r);
     assert_string_equal(tat(ch, &r), "");
     /* used before its answer came: the answer goes to the callback */
     ahead_channel(ch, sizeof(ch), 0);
-    c = store_rate_take_ahead(rt.store, ch, "M1", NULL, 0, 1, &p, 5000, &st);
-    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 2);
+    c = store_rate_take_ahead(rt.store, ch, "M1", 0, 1, &p, 5000, &st);
+    assert_int_equal(store_rate_ahead_use(c, "P1", 10, on_answer, &a, &v, &wait), 2);
     run_until(&a.calls, 2000);
     assert_int_equal(a.calls, 1);
     assert_int_equal(a.verdict, STORE_RATE_GO);
     /* the same, none taken: the callback is told so */
     answer_t none = {0};
-    c = store_rate_take_ahead(rt.store, ch, "M9", NULL, 0, 1, &p, 5000, &st);
-    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &none, &v, &wait), 2);
+    c = store_rate_take_ahead(rt.store, ch, "M9", 0, 1, &p, 5000, &st);
+    assert_int_equal(store_rate_ahead_use(c, "P1", 10, on_answer, &none, &v, &wait), 2);
     run_until(&none.calls, 2000);
     assert_int_equal(none.calls, 1);
     assert_int_equal(none.verdict, STORE_RATE_SKIP);
 }
 
-/* M1's slots ahead, the pair's of address ext. */
-static store_rate_call_t *pair_ahead(const char *ch, const char *ext, int turn,
-                                     const ratelimit_policy_t *p)
+/* M1's slots ahead, the pair's of its address. */
+static store_rate_call_t *pair_ahead(const char *ch, int turn, const ratelimit_policy_t *p)
 {
-    return ahead_to(ch, "M1", ext, turn, p);
+    return ahead_to(ch, "M1", STORE_AHEAD_PAIR, turn, p);
 }
 
 static void test_pair_ahead(void **state)
@@ -291,45 +300,85 @@ static void test_pair_ahead(void **state)
     ratelimit_policy_t p = {.sender = {100000, 1}, .pair = {1000000, 1}}; /* 10/s, 1/s */
     ratelimit_policy_t slack = {.pair = {1000000, 1}};                    /* the pair's alone */
 
-    /* another address than the member's, or its turn held: nothing taken, the pair's neither */
+    /* its turn held: nothing taken, the pair's neither */
     ahead_channel(ch, sizeof(ch), 1);
     assert_int_equal(
-        store_rate_ahead_use(pair_ahead(ch, "P2", 0, &p), 10, on_answer, &a, &v, &wait), 0);
-    assert_int_equal(
-        store_rate_ahead_use(pair_ahead(ch, "P1", 1, &p), 10, on_answer, &a, &v, &wait), 0);
+        store_rate_ahead_use(pair_ahead(ch, 1, &p), "P1", 10, on_answer, &a, &v, &wait), 0);
     assert_string_equal(tat(ch, &r), "");
     assert_string_equal(pair_tat(ch, "P1", &r), "");
-    assert_string_equal(pair_tat(ch, "P2", &r), "");
-    /* a record that is no JSON object: no guess holds */
+    /* used for another address than the member's (its record changed since): both go back */
+    ahead_channel(ch, sizeof(ch), 0);
+    store_rate_call_t *c = pair_ahead(ch, 0, &p);
+    assert_string_equal(store_rate_ahead_recipient(c), "P1");
+    assert_string_not_equal(pair_tat(ch, "P1", &r), "");
+    assert_int_equal(store_rate_ahead_use(c, "P2", 10, on_answer, &a, &v, &wait), 0);
+    raw("PING", "x", &r);
+    assert_string_equal(tat(ch, &r), "");
+    assert_string_equal(pair_tat(ch, "P1", &r), "");
+    /* a record that is no JSON object, or without an address: nothing taken */
     store_key_member(key, sizeof(key), store_prefix(rt.store), ch, "M1");
     raw3("SET", key, "P1", &r);
     assert_int_equal(
-        store_rate_ahead_use(pair_ahead(ch, "P1", 0, &p), 10, on_answer, &a, &v, &wait), 0);
+        store_rate_ahead_use(pair_ahead(ch, 0, &p), "P1", 10, on_answer, &a, &v, &wait), 0);
+    raw3("SET", key, "{\"_id\":\"M1\",\"externalId\":7}", &r);
+    assert_int_equal(
+        store_rate_ahead_use(pair_ahead(ch, 0, &p), "P1", 10, on_answer, &a, &v, &wait), 0);
+    assert_string_equal(tat(ch, &r), "");
+    assert_string_equal(pair_tat(ch, "P1", &r), "");
+    /* a phone number as written ("+852 ..."): the pair's key of the number normalised as
+     * request_normalize_phone does; as it is without STORE_AHEAD_PHONE */
+    ahead_channel_at(ch, sizeof(ch), 0, "+852 (9123) 45-67");
+    c = ahead_to(ch, "M1", STORE_AHEAD_PAIR | STORE_AHEAD_PHONE, 0, &p);
+    assert_string_equal(store_rate_ahead_recipient(c), "85291234567");
+    assert_string_not_equal(pair_tat(ch, "85291234567", &r), "");
+    assert_int_equal(store_rate_ahead_use(c, "85291234567", 10, on_answer, &a, &v, &wait), 1);
+    assert_int_equal(v, STORE_RATE_GO);
+    ahead_channel_at(ch, sizeof(ch), 0, "+852 1");
+    c = pair_ahead(ch, 0, &p);
+    assert_string_equal(store_rate_ahead_recipient(c), "+852 1");
+    store_rate_cancel(c);
+    ahead_channel_at(ch, sizeof(ch), 0, "+-() ");
+    assert_int_equal(
+        store_rate_ahead_use(ahead_to(ch, "M1", STORE_AHEAD_PAIR | STORE_AHEAD_PHONE, 0, &p), "",
+                             10, on_answer, &a, &v, &wait),
+        0);
+    assert_string_equal(tat(ch, &r), "");
+    /* used before its answer came, for another address: the callback is told none was taken,
+     * and both go back */
+    ahead_channel(ch, sizeof(ch), 0);
+    answer_t other = {0};
+    c = store_rate_take_ahead(rt.store, ch, "M1", STORE_AHEAD_PAIR, 0, &p, 5000,
+                              &(store_status_t){0});
+    assert_int_equal(store_rate_ahead_use(c, "P2", 10, on_answer, &other, &v, &wait), 2);
+    run_until(&other.calls, 2000);
+    assert_int_equal(other.verdict, STORE_RATE_SKIP);
+    raw("PING", "x", &r);
+    assert_string_equal(tat(ch, &r), "");
     assert_string_equal(pair_tat(ch, "P1", &r), "");
     /* the member's address: both taken, go; the next one waits for the pair's slot (a retake:
      * the sender's is taken then) */
     ahead_channel(ch, sizeof(ch), 0);
-    store_rate_call_t *c = pair_ahead(ch, "P1", 1, &p);
+    c = pair_ahead(ch, 1, &p);
     assert_string_equal(store_rate_ahead_recipient(c), "P1");
-    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 1);
+    assert_int_equal(store_rate_ahead_use(c, "P1", 10, on_answer, &a, &v, &wait), 1);
     assert_int_equal(v, STORE_RATE_GO);
     assert_string_not_equal(pair_tat(ch, "P1", &r), "");
     snprintf(s_before, sizeof(s_before), "%s", tat(ch, &r));
     assert_int_equal(
-        store_rate_ahead_use(pair_ahead(ch, "P1", 0, &p), 10, on_answer, &a, &v, &wait), 1);
+        store_rate_ahead_use(pair_ahead(ch, 0, &p), "P1", 10, on_answer, &a, &v, &wait), 1);
     assert_int_equal(v, STORE_RATE_RETAKE);
     assert_true(wait > 900 && wait <= 1000);
     assert_string_equal(tat(ch, &r), s_before); /* the sender's not taken */
     /* let go: the pair's slot goes back, with the sender's */
     snprintf(p_before, sizeof(p_before), "%s", pair_tat(ch, "P1", &r));
-    store_rate_cancel(pair_ahead(ch, "P1", 0, &p));
+    store_rate_cancel(pair_ahead(ch, 0, &p));
     assert_string_equal(pair_tat(ch, "P1", &r), p_before);
     /* both taken (the sender's slot later), let go: both go back (the pair's to the slot's
      * time, which is the sender's TAT before: a pair's next slot no later than that) */
     ahead_channel(ch, sizeof(ch), 0);
     take(ch, NULL, 0, &p, 5000);
     snprintf(s_before, sizeof(s_before), "%s", tat(ch, &r));
-    c = pair_ahead(ch, "P1", 0, &p);
+    c = pair_ahead(ch, 0, &p);
     assert_string_not_equal(tat(ch, &r), s_before);
     assert_string_not_equal(pair_tat(ch, "P1", &r), s_before);
     store_rate_cancel(c);
@@ -339,12 +388,12 @@ static void test_pair_ahead(void **state)
     /* a pause of the pair holds the slot taken ahead */
     assert_non_null(store_rate_pause(rt.store, ch, "P1", 2000, NULL, NULL, &(store_status_t){0}));
     assert_int_equal(
-        store_rate_ahead_use(pair_ahead(ch, "P1", 0, &slack), 10, on_answer, &a, &v, &wait), 1);
+        store_rate_ahead_use(pair_ahead(ch, 0, &slack), "P1", 10, on_answer, &a, &v, &wait), 1);
     assert_int_equal(v, STORE_RATE_WAIT);
     assert_true(wait > 1900 && wait <= 2000);
     /* no sender's limit (slack): the pair's alone, given back when let go */
     ahead_channel(ch, sizeof(ch), 0);
-    c = pair_ahead(ch, "P1", 0, &slack);
+    c = pair_ahead(ch, 0, &slack);
     assert_string_equal(tat(ch, &r), "");
     assert_string_not_equal(pair_tat(ch, "P1", &r), "");
     store_rate_cancel(c);
@@ -357,7 +406,8 @@ static store_rate_call_t *contact_ahead(const char *ch, const ratelimit_policy_t
 {
     store_status_t st;
     raw_reply_t r;
-    store_rate_call_t *c = store_rate_take_ahead(rt.store, ch, "M1", "P1", 1, 0, p, 5000, &st);
+    store_rate_call_t *c = store_rate_take_ahead(
+        rt.store, ch, "M1", STORE_AHEAD_PAIR | STORE_AHEAD_CONTACT, 0, p, 5000, &st);
     assert_non_null(c);
     raw("PING", "x", &r);
     return c;
@@ -379,7 +429,7 @@ static void test_contact_ahead(void **state)
     ahead_channel(ch, sizeof(ch), 0);
     c = contact_ahead(ch, &p);
     assert_null(store_rate_ahead_contact(c));
-    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 0);
+    assert_int_equal(store_rate_ahead_use(c, "P1", 10, on_answer, &a, &v, &wait), 0);
     assert_string_equal(tat(ch, &r), "");
     assert_string_equal(pair_tat(ch, "P1", &r), "");
     /* cached as an empty string: none, as deliver.c reads it */
@@ -393,14 +443,14 @@ static void test_contact_ahead(void **state)
     raw3("SET", key, "P1-wa", &r);
     c = contact_ahead(ch, &p);
     assert_string_equal(store_rate_ahead_contact(c), "P1-wa");
-    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 0);
+    assert_int_equal(store_rate_ahead_use(c, "P1", 10, on_answer, &a, &v, &wait), 0);
     assert_string_equal(tat(ch, &r), "");
     assert_string_equal(pair_tat(ch, "P1", &r), "");
     /* seen valid as it is: handed over with both slots */
     raw3("SET", key, "P1", &r);
     c = contact_ahead(ch, &p);
     assert_string_equal(store_rate_ahead_contact(c), "P1");
-    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 1);
+    assert_int_equal(store_rate_ahead_use(c, "P1", 10, on_answer, &a, &v, &wait), 1);
     assert_int_equal(v, STORE_RATE_GO);
     assert_string_not_equal(tat(ch, &r), "");
     assert_string_not_equal(pair_tat(ch, "P1", &r), "");
@@ -411,10 +461,11 @@ static void test_contact_ahead(void **state)
     take(ch, "P1", 0, &slow, 5000);
     c = contact_ahead(ch, &slow);
     assert_string_equal(store_rate_ahead_contact(c), "P1");
-    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 1);
+    assert_int_equal(store_rate_ahead_use(c, "P1", 10, on_answer, &a, &v, &wait), 1);
     assert_int_equal(v, STORE_RATE_TOO_LATE);
     /* no member: nothing read */
-    c = store_rate_take_ahead(rt.store, ch, "M9", "P1", 1, 0, &p, 5000, &(store_status_t){0});
+    c = store_rate_take_ahead(rt.store, ch, "M9", STORE_AHEAD_PAIR | STORE_AHEAD_CONTACT, 0, &p,
+                              5000, &(store_status_t){0});
     raw("PING", "x", &r);
     assert_null(store_rate_ahead_contact(c));
     store_rate_cancel(c);
