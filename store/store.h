@@ -48,7 +48,7 @@ redisc_t *store_redis(store_t *st);
 const char *store_prefix(const store_t *st);
 /* The member id this worker found last for each (channel, recipient id): the guesses of the
  * scripts that must name a member's key before they run (a send by recipientId, a broadcast's
- * recipient ids). */
+ * recipient ids, a webhook's sender: the same ids, normalised alike, so one table). */
 struct hint_table *store_recipient_hints(store_t *st);
 /* A connection of its own to the single server (or Sentinel's master), with command_timeout_ms
  * for each command: for a command that holds its connection (a blocking read). NULL with a
