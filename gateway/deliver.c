@@ -217,9 +217,9 @@ static void deliver_fail_store(deliver_t *d, store_status_t st)
     deliver_finish(d, &r);
 }
 
-static void arm_timer(deliver_t *d, long ms, event_callback_fn cb)
+static void arm_timer(deliver_t *d, int64_t us, event_callback_fn cb)
 {
-    struct timeval tv = clock_ms_timeval(ms);
+    struct timeval tv = clock_us_timeval(us);
 
     if (extra(d) != d->_x) {
         cb(-1, EV_TIMEOUT, d); /* out of memory: no wait rather than none at all */
@@ -824,9 +824,9 @@ static void media_cache(deliver_t *d)
 
 /* ---- the shared rate limits (contract.md section 8) ---- */
 
-/* The element fails with 120: its slot (or the pause's end) is wait_ms away, past the
+/* The element fails with 120: its slot (or the pause's end) is wait_us away, past the
  * deadline; nothing was sent for it. */
-static void rate_refuse(deliver_t *d, int64_t wait_ms, const char *msg)
+static void rate_refuse(deliver_t *d, int64_t wait_us, const char *msg)
 {
     deliver_result_t r;
 
@@ -834,7 +834,7 @@ static void rate_refuse(deliver_t *d, int64_t wait_ms, const char *msg)
     adapter_result_init(&r.res);
     r.res.status = ADAPTER_RATE_LIMITED;
     bg_error_set(&r.err, BG_ERR_RATE_LIMITED, "%s", msg);
-    r.retry_after_ms = wait_ms > 0 ? wait_ms : 1;
+    r.retry_after_ms = wait_us > 1000 ? (wait_us + 999) / 1000 : 1; /* whole ms, rounded up */
     metrics_rate_refused(d->env->metrics, d->adapter->type);
     deliver_finish(d, &r);
 }
@@ -855,7 +855,7 @@ static void on_rate_wait(evutil_socket_t fd, short what, void *arg)
 }
 
 static void on_rate_taken(void *arg, store_status_t st, store_rate_verdict_t verdict,
-                          int64_t wait_ms)
+                          int64_t wait_us)
 {
     deliver_t *d = arg;
 
@@ -875,17 +875,17 @@ static void on_rate_taken(void *arg, store_status_t st, store_rate_verdict_t ver
         return;
     case STORE_RATE_WAIT:
     case STORE_RATE_RETAKE:
-        metrics_rate_wait(d->env->metrics, d->adapter->type, wait_ms * 1000);
+        metrics_rate_wait(d->env->metrics, d->adapter->type, wait_us);
         d->_pair_held = verdict == STORE_RATE_RETAKE;
         d->phase = DL_RATE_WAIT;
-        arm_timer(d, (long)wait_ms, on_rate_wait);
+        arm_timer(d, wait_us, on_rate_wait);
         return;
     case STORE_RATE_SKIP: /* the slot ahead, used before its answer came, was none: one now */
         if (!rate_take(d))
             deliver_step(d);
         return;
     default:
-        rate_refuse(d, wait_ms, "rate limit: the next slot comes after the request's deadline");
+        rate_refuse(d, wait_us, "rate limit: the next slot comes after the request's deadline");
         return;
     }
 }
@@ -899,11 +899,11 @@ static int rate_take(deliver_t *d)
     store_status_t st;
     ratelimit_policy_t policy;
     store_rate_verdict_t verdict;
-    int64_t wait_ms;
+    int64_t wait_us;
 
-    switch (deliver_ahead_take(d, on_rate_taken, &verdict, &wait_ms)) {
+    switch (deliver_ahead_take(d, on_rate_taken, &verdict, &wait_us)) {
     case 1:
-        on_rate_taken(d, STORE_OK, verdict, wait_ms);
+        on_rate_taken(d, STORE_OK, verdict, wait_us);
         return 1;
     case 2:
         return 1;
@@ -947,14 +947,14 @@ static int rate_recheck(deliver_t *d)
 }
 
 static void on_rate_paused(void *arg, store_status_t st, store_rate_verdict_t verdict,
-                           int64_t pause_ms)
+                           int64_t pause_us)
 {
     deliver_t *d = arg;
 
     (void)verdict;
     d->_rate = NULL;
     if (st != STORE_OK) { /* no pause to wait for: a retry now would be refused as well */
-        rate_refuse(d, pause_ms > 0 ? pause_ms : RATE_PAUSE_UNKNOWN_MS, extra(d)->rate_msg);
+        rate_refuse(d, pause_us > 0 ? pause_us : RATE_PAUSE_UNKNOWN_MS * 1000, extra(d)->rate_msg);
         return;
     }
     /* Once, when it fits: the next slot comes after the pause (rate_take waits for it or
@@ -966,7 +966,7 @@ static void on_rate_paused(void *arg, store_status_t st, store_rate_verdict_t ve
         deliver_step(d);
         return;
     }
-    rate_refuse(d, pause_ms, extra(d)->rate_msg);
+    rate_refuse(d, pause_us, extra(d)->rate_msg);
 }
 
 /* The platform refused the message for a rate limit: pause the sender's (or the pair's) limit
@@ -983,7 +983,7 @@ static void rate_pause(deliver_t *d, const adapter_result_t *res)
     d->_rate = store_rate_pause(d->env->store, d->channel_id, res->rate_recipient ? d->to : NULL,
                                 after_ms, on_rate_paused, d, &st);
     if (d->_rate == NULL)
-        on_rate_paused(d, st, STORE_RATE_GO, after_ms);
+        on_rate_paused(d, st, STORE_RATE_GO, after_ms * 1000);
 }
 
 static void on_retry_wait(evutil_socket_t fd, short what, void *arg)
@@ -1018,7 +1018,7 @@ static void on_send_answer(deliver_t *d, const call_answer_t *ans)
         deliver_remaining_ms(d) > CONNECT_RETRY_MS + 2 * DEADLINE_MARGIN_MS) {
         d->_connect_retried = 1;
         d->phase = DL_RETRY_WAIT;
-        arm_timer(d, CONNECT_RETRY_MS, on_retry_wait);
+        arm_timer(d, CONNECT_RETRY_MS * 1000, on_retry_wait);
         return;
     }
     memset(&r, 0, sizeof(r));

@@ -99,7 +99,7 @@ const char *deliver_ahead_contact(const deliver_t *d)
 }
 
 int deliver_ahead_take(deliver_t *d, store_rate_cb *cb, store_rate_verdict_t *verdict,
-                       int64_t *wait_ms)
+                       int64_t *wait_us)
 {
     store_rate_call_t *ahead = d->_ahead;
     ratelimit_policy_t policy;
@@ -116,7 +116,7 @@ int deliver_ahead_take(deliver_t *d, store_rate_cb *cb, store_rate_verdict_t *ve
     }
     d->phase = DL_RATE_TAKE;
     /* a pair's slot serves only a message to the address it was taken for (else it goes back) */
-    switch (store_rate_ahead_use(ahead, d->to, SLOT_AHEAD_LATE_MS, cb, d, verdict, wait_ms)) {
+    switch (store_rate_ahead_use(ahead, d->to, SLOT_AHEAD_LATE_MS, cb, d, verdict, wait_us)) {
     case 2:
         d->_rate = ahead;
         return 2;
@@ -139,7 +139,7 @@ void deliver_ahead_drop(deliver_t *d)
 /* A lane's take is for a slot that is due, never one ahead: a conversational message that comes
  * meanwhile waits at most a slot interval for its own (with slots taken ahead, it waited behind
  * them: 3 ms at 1,000/s, most of its latency beside a broadcast). The timer that asks is late
- * by a reply's trip and its own lateness (the waits are whole milliseconds), and every lane of
+ * by a reply's trip and its own lateness (its timer's), and every lane of
  * every instance is late when Redis or the machine stalls: a slot that passed at most this long
  * ago (LANE_LAG_SLOTS slot intervals for a faster limit) is still taken at its own time, so that
  * the lateness costs no pace (store_rate_take_bulk); after a stall the lanes make up at most
@@ -219,25 +219,24 @@ static void lane_remove(deliver_lane_t *l, deliver_t *d)
 
 /* d leaves the lane and gets its answer. */
 static void lane_answer(deliver_lane_t *l, deliver_t *d, store_status_t st,
-                        store_rate_verdict_t verdict, int64_t wait_ms)
+                        store_rate_verdict_t verdict, int64_t wait_us)
 {
     lane_remove(l, d);
     l->in_cb++;
-    l->cb(d, st, verdict, wait_ms);
+    l->cb(d, st, verdict, wait_us);
     l->in_cb--;
 }
 
-/* In microseconds (not clock_ms_timeval): a fast limit's slots are less than a millisecond
- * apart. */
+/* In microseconds: a fast limit's slots are less than a millisecond apart. */
 static void lane_arm(deliver_lane_t *l, int64_t us)
 {
-    struct timeval tv = {(time_t)(us / 1000000), (suseconds_t)(us % 1000000)};
+    struct timeval tv = clock_us_timeval(us);
 
     l->timed = evtimer_add(l->timer, &tv) == 0;
 }
 
 static void on_lane_answer(void *arg, store_status_t st, store_rate_verdict_t verdict,
-                           int64_t wait_ms)
+                           int64_t wait_us)
 {
     deliver_lane_t *l = arg;
     deliver_t *d = l->asker;
@@ -247,14 +246,14 @@ static void on_lane_answer(void *arg, store_status_t st, store_rate_verdict_t ve
     l->asker = NULL;
     l->in_cb++;
     if (st == STORE_OK && verdict == STORE_RATE_TOO_LATE && d != NULL &&
-        wait_ms > deliver_rate_max_wait_ms(d)) {
-        lane_answer(l, d, st, verdict, wait_ms); /* too late for it (its pair's, maybe): 120 */
+        wait_us > deliver_rate_max_wait_ms(d) * 1000) {
+        lane_answer(l, d, st, verdict, wait_us); /* too late for it (its pair's, maybe): 120 */
     } else if (st == STORE_OK && verdict == STORE_RATE_TOO_LATE) {
-        /* nothing taken: the sender's next slot is wait_ms away; asked again then (a message
+        /* nothing taken: the sender's next slot is wait_us away; asked again then (a message
          * whose longest wait ends before, fails with 120: lane_ask) */
         if (d != NULL) {
-            l->due_ms = now + wait_ms;
-            next = (wait_ms > 0 ? wait_ms : 1) * 1000;
+            l->due_ms = now + (wait_us + 999) / 1000;
+            next = wait_us > 0 ? wait_us : 1;
         }
     } else {
         int taken = st == STORE_OK && (verdict == STORE_RATE_GO || verdict == STORE_RATE_WAIT);
@@ -266,15 +265,15 @@ static void on_lane_answer(void *arg, store_status_t st, store_rate_verdict_t ve
             d->_pair_held = 0;
         }
         if (d != NULL)
-            lane_answer(l, d, st, verdict, wait_ms);
+            lane_answer(l, d, st, verdict, wait_us);
         l->due_ms = 0;
         /* the next slot is at most one interval later (less when this one was late): asked
          * for a little before a whole interval, unless conversational calls take it meanwhile
          * (then the answer says when). A timer made from each answer would add the trip and
          * its lateness to every slot, until the lag is used up and slots are lost (6 % of
-         * the pace at 1,000/s); asked early, the answer says when (wait_ms, rounded up). */
+         * the pace at 1,000/s); asked early, the answer says when (wait_us). */
         if (taken)
-            next = wait_ms * 1000 + l->interval_us - l->interval_us / LANE_EARLY;
+            next = wait_us + l->interval_us - l->interval_us / LANE_EARLY;
     }
     l->in_cb--;
     if (next > 0 && l->n > 0 && l->ask == NULL) /* (an answer handed out may have asked) */
@@ -305,7 +304,7 @@ static void lane_ask(deliver_lane_t *l)
         int pair;
 
         if (l->due_ms > now + max_wait) { /* its slot comes too late for it: 120 */
-            lane_answer(l, d, STORE_OK, STORE_RATE_TOO_LATE, l->due_ms - now);
+            lane_answer(l, d, STORE_OK, STORE_RATE_TOO_LATE, (l->due_ms - now) * 1000);
             continue;
         }
         if (l->ask != NULL || l->timed)

@@ -29,7 +29,7 @@
  *
  * take: KEYS sender TAT, sender pause[, pair TAT, pair pause];
  *       ARGV 'take', sender I, sender B, pair I, pair B, max wait ms[, lag ms]
- *       -> {0 go | 1 wait | 2 too late | 3 retake, wait ms}. With a lag (a broadcast's
+ *       -> {0 go | 1 wait | 2 too late | 3 retake, wait us}. With a lag (a broadcast's
  *       message), the sender's slot is taken only when it is due: a later one is not taken
  *       (2, as too late, with its distance), so that no slot waits reserved ahead of the
  *       conversational calls that come meanwhile; a slot that passed at most lag ms ago is
@@ -136,8 +136,8 @@ static const char RATE_SCRIPT[] =
     "local p_at, p_tat = now, nil\n"
     "if pair then p_at, p_tat = limit(p_key, p_pause, p_int, tonumber(ARGV[5]), 0) end\n"
     "local at = math.max(s_at, p_at)\n"
-    "local wait = ms(at - now)\n"
-    "if wait > tonumber(ARGV[6]) then\n"
+    "local wait = at - now\n"
+    "if wait > tonumber(ARGV[6]) * 1000 then\n"
     "  if ahead then return {2, wait, false, false, addr, wa} end\n"
     "  return {2, wait}\n"
     "end\n"
@@ -179,7 +179,7 @@ struct store_rate_call {
     unsigned in : 1, orphan : 1;
     store_status_t got;
     store_rate_verdict_t verdict;
-    int64_t wait_ms, in_ms; /* in_ms: when the answer came (monotonic) */
+    int64_t wait_us, in_us; /* in_us: when the answer came (monotonic) */
     int64_t interval_us[2]; /* of the sender's limit and the pair's */
     int64_t tat_us[2];      /* the TATs the slots set: 0 where none was taken */
     /* the pair's TAT key without its address (in keys), NULL when no pair's slot was asked for */
@@ -258,13 +258,13 @@ static void rate_reply(redisReply *reply, void *arg)
     store_rate_call_t *c = arg;
     store_status_t st = STORE_UNAVAILABLE;
     store_rate_verdict_t verdict = STORE_RATE_TOO_LATE;
-    int64_t wait_ms = 0;
+    int64_t wait_us = 0;
     int same = 1;
 
     c->ev = NULL;
     if (reply != NULL && c->kind == RATE_PAUSE && reply->type == REDIS_REPLY_INTEGER) {
         st = STORE_OK;
-        wait_ms = reply->integer;
+        wait_us = reply->integer * 1000; /* the pause's length, in ms */
     } else if (reply != NULL && c->kind != RATE_PAUSE && reply->type == REDIS_REPLY_ARRAY &&
                reply->elements >= 2 && reply->elements <= 6 &&
                reply->element[0]->type == REDIS_REPLY_INTEGER &&
@@ -273,7 +273,7 @@ static void rate_reply(redisReply *reply, void *arg)
                reply->element[0]->integer <= STORE_RATE_SKIP) {
         st = STORE_OK;
         verdict = (store_rate_verdict_t)reply->element[0]->integer;
-        wait_ms = reply->element[1]->integer;
+        wait_us = reply->element[1]->integer;
         if (c->kind == RATE_AHEAD)
             same = ahead_read(c, reply);
     }
@@ -289,12 +289,12 @@ static void rate_reply(redisReply *reply, void *arg)
         }
         c->in = 1; /* kept for store_rate_ahead_use */
         c->verdict = verdict;
-        c->wait_ms = wait_ms;
-        c->in_ms = clock_mono_us() / 1000;
+        c->wait_us = wait_us;
+        c->in_us = clock_mono_us();
         return;
     }
     if (c->cb != NULL)
-        c->cb(c->arg, st, verdict, wait_ms);
+        c->cb(c->arg, st, verdict, wait_us);
     free(c);
 }
 
@@ -468,7 +468,7 @@ const char *store_rate_ahead_contact(const store_rate_call_t *call)
 }
 
 int store_rate_ahead_use(store_rate_call_t *c, const char *to, int64_t late_ms, store_rate_cb *cb,
-                         void *arg, store_rate_verdict_t *verdict, int64_t *wait_ms)
+                         void *arg, store_rate_verdict_t *verdict, int64_t *wait_us)
 {
     int64_t left;
 
@@ -487,10 +487,10 @@ int store_rate_ahead_use(store_rate_call_t *c, const char *to, int64_t late_ms, 
         return 0;
     }
     /* the slot's time (or, too late, the time it was refused), as from now */
-    left = c->wait_ms - (clock_mono_us() / 1000 - c->in_ms);
+    left = c->wait_us - (clock_mono_us() - c->in_us);
     /* a pair's slot serves a message to its address only (the record changed between the
      * script's read and the member's); a send this late could crowd the next slots' sends */
-    if ((c->pair_base != NULL && strcmp(c->recipient, to) != 0) || left < -late_ms) {
+    if ((c->pair_base != NULL && strcmp(c->recipient, to) != 0) || left < -late_ms * 1000) {
         ahead_give_back(c);
         return 0;
     }
@@ -498,7 +498,7 @@ int store_rate_ahead_use(store_rate_call_t *c, const char *to, int64_t late_ms, 
     *verdict = c->verdict == STORE_RATE_TOO_LATE || c->verdict == STORE_RATE_RETAKE ? c->verdict
                : left > 0 ? STORE_RATE_WAIT
                           : STORE_RATE_GO;
-    *wait_ms = c->verdict == STORE_RATE_TOO_LATE ? c->wait_ms : left > 0 ? left : 0;
+    *wait_us = c->verdict == STORE_RATE_TOO_LATE ? c->wait_us : left > 0 ? left : 0;
     free(c);
     return 1;
 }

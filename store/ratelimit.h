@@ -13,9 +13,9 @@
 
 typedef enum {
     STORE_RATE_GO,       /* slot taken: send now */
-    STORE_RATE_WAIT,     /* slot taken wait_ms ahead: send then (later callers queue after) */
-    STORE_RATE_TOO_LATE, /* the slot is wait_ms ahead, past max_wait_ms: nothing was taken */
-    STORE_RATE_RETAKE,   /* the pair's slot (taken) is wait_ms ahead, the sender's not taken
+    STORE_RATE_WAIT,     /* slot taken wait_us ahead: send then (later callers queue after) */
+    STORE_RATE_TOO_LATE, /* the slot is wait_us ahead, past max_wait_ms: nothing was taken */
+    STORE_RATE_RETAKE,   /* the pair's slot (taken) is wait_us ahead, the sender's not taken
                           * (it would sit idle till then): at the pair's slot, take the
                           * sender's with store_rate_take(..., pair_held = 1) */
     STORE_RATE_SKIP,     /* store_rate_take_ahead: nothing taken (no such member, no address,
@@ -25,10 +25,11 @@ typedef enum {
 
 typedef struct store_rate_call store_rate_call_t;
 
-/* verdict and wait_ms are meaningful only when st is STORE_OK. For store_rate_pause, wait_ms
- * is the length of the pause now in force. */
+/* verdict and wait_us are meaningful only when st is STORE_OK. wait_us is in microseconds of
+ * Redis's clock, exact: a slot 100 us away is waited for 100 us, not a whole millisecond. For
+ * store_rate_pause, wait_us is the length of the pause now in force (whole milliseconds). */
 typedef void store_rate_cb(void *arg, store_status_t st, store_rate_verdict_t verdict,
-                           int64_t wait_ms);
+                           int64_t wait_us);
 
 /* Takes a slot of the channel's sender limit and, when recipient_id is not NULL and pair_held is
  * 0, of the pair channel + recipient, at the earliest time both allow, after any pause in force
@@ -95,12 +96,12 @@ const char *store_rate_ahead_contact(const store_rate_call_t *call);
  * address to (a pair's slot taken for another address goes back). 2: its answer is still to
  * come: cb gets it, as from store_rate_take or STORE_RATE_SKIP (none taken, or for another
  * address and given back: take one), and call is the delivery's call in flight. 1: it came,
- * in *verdict and *wait_ms (as from now; the call is gone), STORE_RATE_RETAKE as from
+ * in *verdict and *wait_us (as from now; the call is gone), STORE_RATE_RETAKE as from
  * store_rate_take. 0: no slot to use (none taken, the call failed, another address, or the
  * slot's time passed more than late_ms ago: then it was given back): take one now. */
 int store_rate_ahead_use(store_rate_call_t *call, const char *to, int64_t late_ms,
                          store_rate_cb *cb, void *arg, store_rate_verdict_t *verdict,
-                         int64_t *wait_ms);
+                         int64_t *wait_us);
 
 /* The feedback of a platform rate-limit answer: pauses the sender's limit (recipient_id NULL)
  * or the pair's, for every instance, retry_after_ms when the platform said (> 0; at most 60 s),

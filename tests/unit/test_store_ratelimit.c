@@ -14,6 +14,7 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 
@@ -21,18 +22,18 @@ typedef struct {
     int calls;
     store_status_t st;
     store_rate_verdict_t verdict;
-    int64_t wait_ms;
+    int64_t wait_us;
 } answer_t;
 
 static int channel_seq; /* a fresh channel id per test: tests share one Redis */
 
-static void on_answer(void *arg, store_status_t st, store_rate_verdict_t verdict, int64_t wait_ms)
+static void on_answer(void *arg, store_status_t st, store_rate_verdict_t verdict, int64_t wait_us)
 {
     answer_t *a = arg;
     a->calls++;
     a->st = st;
     a->verdict = verdict;
-    a->wait_ms = wait_ms;
+    a->wait_us = wait_us;
 }
 
 static answer_t take(const char *channel, const char *rcpt, int pair_held,
@@ -66,10 +67,10 @@ static void test_burst_then_wait_then_too_late(void **state)
     assert_int_equal(take(ch, NULL, 0, &p, 1000).verdict, STORE_RATE_GO);
     answer_t a = take(ch, NULL, 0, &p, 1000);
     assert_int_equal(a.verdict, STORE_RATE_WAIT);
-    assert_true(a.wait_ms > 0 && a.wait_ms <= 100);
+    assert_true(a.wait_us > 0 && a.wait_us <= 100000);
     a = take(ch, NULL, 0, &p, 50);
     assert_int_equal(a.verdict, STORE_RATE_TOO_LATE);
-    assert_true(a.wait_ms > 100 && a.wait_ms <= 200);
+    assert_true(a.wait_us > 100000 && a.wait_us <= 200000);
 }
 
 static void test_pair_retake(void **state)
@@ -81,10 +82,10 @@ static void test_pair_retake(void **state)
     assert_int_equal(take(ch, "u1", 0, &p, 5000).verdict, STORE_RATE_GO);
     answer_t a = take(ch, "u1", 0, &p, 5000);
     assert_int_equal(a.verdict, STORE_RATE_RETAKE);
-    assert_true(a.wait_ms > 900 && a.wait_ms <= 1000);
+    assert_true(a.wait_us > 900000 && a.wait_us <= 1000000);
     a = take(ch, "u1", 1, &p, 5000); /* at the pair's slot: the sender's only */
     assert_int_equal(a.verdict, STORE_RATE_WAIT);
-    assert_true(a.wait_ms > 0 && a.wait_ms <= 100);
+    assert_true(a.wait_us > 0 && a.wait_us <= 100000);
 }
 
 static void test_pause(void **state)
@@ -98,14 +99,14 @@ static void test_pause(void **state)
     assert_non_null(store_rate_pause(rt.store, ch, NULL, 0, on_answer, &a, &st));
     run_until(&a.calls, 2000);
     assert_int_equal(a.st, STORE_OK);
-    assert_int_equal(a.wait_ms, 1000);
+    assert_int_equal(a.wait_us, 1000000);
     a = take(ch, "u1", 0, &off, 5000);
     assert_int_equal(a.verdict, STORE_RATE_WAIT);
-    assert_true(a.wait_ms > 900 && a.wait_ms <= 1000);
+    assert_true(a.wait_us > 900000 && a.wait_us <= 1000000);
     /* without a callback, with the platform's Retry-After */
     assert_non_null(store_rate_pause(rt.store, ch, "u2", 3000, NULL, NULL, &st));
     a = take(ch, "u2", 0, &off, 5000);
-    assert_true(a.wait_ms > 2900 && a.wait_ms <= 3000);
+    assert_true(a.wait_us > 2900000 && a.wait_us <= 3000000);
 }
 
 static void test_cancel(void **state)
@@ -178,6 +179,36 @@ static const char *tat(const char *ch, raw_reply_t *r)
     return pair_tat(ch, NULL, r);
 }
 
+/* Redis's clock, in microseconds (the limiter's). */
+static int64_t redis_now_us(void)
+{
+    raw_reply_t r;
+    const char *argv[3] = {
+        "EVAL", "local t = redis.call('TIME') return string.format('%.0f', t[1] * 1000000 + t[2])",
+        "0"};
+    raw_argv(3, argv, &r);
+    return strtoll(r.text, NULL, 10);
+}
+
+/* A slot's wait is to the microsecond, as far as it is from Redis's clock when taken: exactly
+ * between the clock read before and after the take (it was rounded up to whole milliseconds:
+ * 1 ms for a slot 100 us away). */
+static void test_wait_in_microseconds(void **state)
+{
+    (void)state;
+    char ch[16];
+    raw_reply_t r;
+    ratelimit_policy_t p = {.sender = {100500, 1}}; /* one every 100.5 ms */
+    new_channel(ch, sizeof(ch));
+    assert_int_equal(take(ch, NULL, 0, &p, 1000).verdict, STORE_RATE_GO);
+    int64_t before = redis_now_us();
+    answer_t a = take(ch, NULL, 0, &p, 1000);
+    int64_t after = redis_now_us();
+    int64_t slot = strtoll(tat(ch, &r), NULL, 10) - 100500; /* the slot it took */
+    assert_int_equal(a.verdict, STORE_RATE_WAIT);
+    assert_true(a.wait_us >= slot - after && a.wait_us <= slot - before);
+}
+
 /* A channel with member M1 at address ext (and M1's turn held by someone when held). */
 static const char *ahead_channel_at(char *ch, size_t len, int held, const char *ext)
 {
@@ -243,7 +274,7 @@ static void test_ahead(void **state)
     assert_int_equal(
         store_rate_ahead_use(ahead(ch, "M1", 0, &p), "P1", 10, on_answer, &a, &v, &wait), 1);
     assert_int_equal(v, STORE_RATE_WAIT);
-    assert_true(wait > 900 && wait <= 1000);
+    assert_true(wait > 900000 && wait <= 1000000);
     /* let go, answered or not yet: the slot goes back */
     snprintf(before, sizeof(before), "%s", tat(ch, &r));
     store_rate_cancel(ahead(ch, "M1", 0, &p));
@@ -367,7 +398,7 @@ static void test_pair_ahead(void **state)
     assert_int_equal(
         store_rate_ahead_use(pair_ahead(ch, 0, &p), "P1", 10, on_answer, &a, &v, &wait), 1);
     assert_int_equal(v, STORE_RATE_RETAKE);
-    assert_true(wait > 900 && wait <= 1000);
+    assert_true(wait > 900000 && wait <= 1000000);
     assert_string_equal(tat(ch, &r), s_before); /* the sender's not taken */
     /* let go: the pair's slot goes back, with the sender's */
     snprintf(p_before, sizeof(p_before), "%s", pair_tat(ch, "P1", &r));
@@ -390,7 +421,7 @@ static void test_pair_ahead(void **state)
     assert_int_equal(
         store_rate_ahead_use(pair_ahead(ch, 0, &slack), "P1", 10, on_answer, &a, &v, &wait), 1);
     assert_int_equal(v, STORE_RATE_WAIT);
-    assert_true(wait > 1900 && wait <= 2000);
+    assert_true(wait > 1900000 && wait <= 2000000);
     /* no sender's limit (slack): the pair's alone, given back when let go */
     ahead_channel(ch, sizeof(ch), 0);
     c = pair_ahead(ch, 0, &slack);
@@ -496,6 +527,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_burst_then_wait_then_too_late),
+        cmocka_unit_test(test_wait_in_microseconds),
         cmocka_unit_test(test_pair_retake),
         cmocka_unit_test(test_pause),
         cmocka_unit_test(test_cancel),
