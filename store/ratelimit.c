@@ -47,10 +47,10 @@
  *       migrates, a Redis Cluster refuses a script with a key missing (TRYAGAIN, as it refuses
  *       most takes then: their pause keys rarely exist), so that the script never reads a key
  *       of the address on a node that does not hold it yet (it would find it empty, and take
- *       a slot already taken). -> {4} (no member, no
- *       usable address, or the queue is not empty: nothing taken), else as take with the new
- *       TATs of the sender and of the pair (integers; nil where none was taken) a third and
- *       fourth: the give-back's tokens, and the address fifth.
+ *       a slot already taken). -> {4} (no member, no usable address, or the queue is not
+ *       empty: nothing taken), else as take with the new TATs of the sender and of the pair
+ *       (integers; nil where none was taken) a third and fourth: the give-back's tokens, and
+ *       the address fifth.
  * contact: as ahead with the pair's, then the contact's key without the address (whatsapp: a
  *       number's wa_id, cached once /v1/contacts saw it valid): its value comes sixth, and the
  *       slots are taken only when it is the address itself. A number not cached takes nothing
