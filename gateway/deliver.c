@@ -59,15 +59,16 @@ int64_t deliver_remaining_ms(const deliver_t *d)
 }
 
 /* Sets d->to to a copy of to (at most ADAPTER_ID_MAX - 1 bytes); -1 when out of memory. */
-static int deliver_set_to(deliver_t *d, const char *to)
+int deliver_set_address(deliver_t *d, const char *to, const char *member_id)
 {
-    size_t n = strnlen(to, ADAPTER_ID_MAX - 1);
-    char *copy = malloc(n + 1);
+    size_t n = strnlen(to, ADAPTER_ID_MAX - 1), m = strlen(member_id);
+    char *copy = malloc(n + 1 + m + 1);
 
     if (copy == NULL)
         return -1;
     memcpy(copy, to, n);
     copy[n] = '\0';
+    memcpy(copy + n + 1, member_id, m + 1);
     free(d->to);
     d->to = copy;
     return 0;
@@ -645,7 +646,7 @@ static int ref_answer(deliver_t *d, const call_answer_t *ans, parse_ref_fn *pars
 /* The number the platform knows for d->to: the message goes there. */
 static void contact_found(deliver_t *d, const char *wa_id)
 {
-    if (deliver_set_to(d, wa_id) < 0) {
+    if (deliver_set_address(d, wa_id, deliver_member_id(d)) < 0) {
         deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "out of memory");
         return;
     }
@@ -658,7 +659,8 @@ static void on_contact_answer(deliver_t *d, const call_answer_t *ans)
     adapter_result_t res;
 
     if (ref_answer(d, ans, d->adapter->parse_check, &res)) {
-        store_put_contact(d->env->store, d->channel_id, d->to, res.ref, CONTACT_TTL_S);
+        store_put_contact(d->env->store, d->channel_id, deliver_member_id(d), d->to, res.ref,
+                          CONTACT_TTL_S);
         contact_found(d, res.ref);
     }
     adapter_result_clear(&res);
@@ -674,10 +676,13 @@ static int build_check(deliver_t *d, const adapter_target_t *t, const json_t *re
 static void on_contact_cached(void *arg, store_status_t st, json_t *value)
 {
     deliver_t *d = arg;
+    const char *wa_id;
 
     d->_call = NULL;
-    if (st == STORE_OK && json_string_length(value) > 0)
-        contact_found(d, json_string_value(value));
+    /* cached for the member's number (else it changed since: checked again) */
+    wa_id = st == STORE_OK ? store_contact_wa_id(json_string_value(value), d->to) : NULL;
+    if (wa_id != NULL)
+        contact_found(d, wa_id);
     else /* a cache miss or a cache failure: ask the platform */
         build_and_call(d, build_check, NULL, DL_CONTACT_CALL);
     json_decref(value);
@@ -688,7 +693,8 @@ static void contact_cache(deliver_t *d)
     store_status_t st;
 
     d->phase = DL_CONTACT_CACHE;
-    d->_call = store_get_contact(d->env->store, d->channel_id, d->to, on_contact_cached, d, &st);
+    d->_call = store_get_contact(d->env->store, d->channel_id, deliver_member_id(d),
+                                 on_contact_cached, d, &st);
     if (d->_call == NULL)
         build_and_call(d, build_check, NULL, DL_CONTACT_CALL);
 }
@@ -923,7 +929,8 @@ static int rate_take(deliver_t *d)
     /* the pair's keys only where it has a limit, or the platform just paused it */
     d->_rate = store_rate_take(
         d->env->store, d->channel_id,
-        policy.pair.interval_us > 0 || d->_rate_retried || d->_pauses_heard ? d->to : NULL,
+        policy.pair.interval_us > 0 || d->_rate_retried || d->_pauses_heard ? deliver_member_id(d)
+                                                                            : NULL,
         d->_pair_held, &policy, deliver_rate_max_wait_ms(d), on_rate_taken, d, &st);
     d->_pair_held = 0;
     if (d->_rate == NULL)
@@ -939,7 +946,8 @@ static int rate_take(deliver_t *d)
 static int rate_recheck(deliver_t *d)
 {
     if (d->_pauses_heard == PAUSE_HEARD_MAX ||
-        store_rate_board_paused(d->env->_pauses, d->channel_id, d->to) < PAUSE_HEARD_MIN_MS)
+        store_rate_board_paused(d->env->_pauses, d->channel_id, deliver_member_id(d)) <
+            PAUSE_HEARD_MIN_MS)
         return 0;
     d->_pauses_heard++;
     d->_slot_ready = 0;
@@ -980,8 +988,9 @@ static void rate_pause(deliver_t *d, const adapter_result_t *res)
     snprintf(extra(d)->rate_msg, sizeof(extra(d)->rate_msg), "%s",
              res->error[0] ? res->error : "rate limited by the platform");
     d->phase = DL_RATE_PAUSE;
-    d->_rate = store_rate_pause(d->env->store, d->channel_id, res->rate_recipient ? d->to : NULL,
-                                after_ms, on_rate_paused, d, &st);
+    d->_rate = store_rate_pause(d->env->store, d->channel_id,
+                                res->rate_recipient ? deliver_member_id(d) : NULL, after_ms,
+                                on_rate_paused, d, &st);
     if (d->_rate == NULL)
         on_rate_paused(d, st, STORE_RATE_GO, after_ms * 1000);
 }

@@ -70,9 +70,10 @@ void deliver_slot_ahead(deliver_t *d, const char *member_id, int turn)
     if (d->phase != DL_IDLE || d->_ahead != NULL || d->bulk)
         return;
     deliver_rate_policy(d, &policy);
-    /* a pair's limit needs the member's address: the script reads it from the record, as
-     * member_address (op.c) makes d->to of it. A number checked first (whatsapp): its cached
-     * contact is read with the slots, which are taken only when it was seen valid */
+    /* a pair's limit is the member's: its keys are known before the record is read. A number
+     * checked first (whatsapp): the member's cached contact is read with the slots, which are
+     * taken only when it was seen valid for the number the record holds (the script reads it
+     * as member_address, op.c, makes d->to of it) */
     if (policy.pair.interval_us != 0)
         pair = STORE_AHEAD_PAIR | (d->adapter->phone_recipients ? STORE_AHEAD_PHONE : 0) |
                (d->adapter->build_check != NULL ? STORE_AHEAD_CONTACT : 0);
@@ -89,13 +90,10 @@ void deliver_slot_ahead(deliver_t *d, const char *member_id, int turn)
 
 const char *deliver_ahead_contact(const deliver_t *d)
 {
-    const char *to;
-
     if (d->phase != DL_IDLE || d->_ahead == NULL)
         return NULL;
-    /* read for the address the script read: only a message to that very number uses it */
-    to = store_rate_ahead_recipient(d->_ahead);
-    return to != NULL && strcmp(to, d->to) == 0 ? store_rate_ahead_contact(d->_ahead) : NULL;
+    /* cached for the member's number now (else it changed since: checked again) */
+    return store_contact_wa_id(store_rate_ahead_contact(d->_ahead), d->to);
 }
 
 int deliver_ahead_take(deliver_t *d, store_rate_cb *cb, store_rate_verdict_t *verdict,
@@ -115,8 +113,7 @@ int deliver_ahead_take(deliver_t *d, store_rate_cb *cb, store_rate_verdict_t *ve
         return 0;
     }
     d->phase = DL_RATE_TAKE;
-    /* a pair's slot serves only a message to the address it was taken for (else it goes back) */
-    switch (store_rate_ahead_use(ahead, d->to, SLOT_AHEAD_LATE_MS, cb, d, verdict, wait_us)) {
+    switch (store_rate_ahead_use(ahead, SLOT_AHEAD_LATE_MS, cb, d, verdict, wait_us)) {
     case 2:
         d->_rate = ahead;
         return 2;
@@ -320,9 +317,9 @@ static void lane_ask(deliver_lane_t *l)
             !d->_pair_held && (policy.pair.interval_us > 0 || d->_rate_retried || d->_pauses_heard);
         l->asker = d;
         l->ask_pair = pair;
-        l->ask =
-            store_rate_take_bulk(d->env->store, d->channel_id, pair ? d->to : NULL, d->_pair_held,
-                                 &policy, max_wait, l->lag_ms, on_lane_answer, l, &st);
+        l->ask = store_rate_take_bulk(d->env->store, d->channel_id,
+                                      pair ? deliver_member_id(d) : NULL, d->_pair_held, &policy,
+                                      max_wait, l->lag_ms, on_lane_answer, l, &st);
         d->_pair_held = 0;
         if (l->ask == NULL) {
             l->asker = NULL;

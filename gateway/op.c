@@ -432,8 +432,8 @@ static void guard_stopped(op_t *op, int code, const char *msg, int status, char 
         op_fail_code(op, code, msg);
 }
 
-/* Sets the delivery's address (op->dl.to, which the op sets once and op_free frees) from
- * the member's record: 0, or -1 when it has no address on the platform, -2 when out of memory.
+/* Sets the delivery's address (op->dl.to, with the member's id: op_free frees it) from the
+ * member's record: 0, or -1 when it has no address on the platform, -2 when out of memory.
  * It fits a platform call: REQUEST_MAX_RECIPIENT < ADAPTER_ID_MAX. */
 static int member_address(op_t *op)
 {
@@ -449,8 +449,7 @@ static int member_address(op_t *op)
             return -1;
         ext = phone;
     }
-    free(op->dl.to);
-    return (op->dl.to = strdup(ext)) != NULL ? 0 : -2;
+    return deliver_set_address(&op->dl, ext, op->member_id) == 0 ? 0 : -2;
 }
 
 static void run_kind(op_t *op)

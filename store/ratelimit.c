@@ -16,8 +16,8 @@
 #define BOARD_CHANNEL       "ratepauses" /* after the prefix: where every pause is announced */
 #define BOARD_SLOTS         1024         /* a board's slots (8 KiB); power of 2 */
 /* A contact read with the slots ahead is handed over up to this long, its NUL included (a
- * wa_id is a phone number): a longer one the delivery reads itself, as without. */
-#define AHEAD_CONTACT_MAX 48
+ * number and its wa_id): a longer one the delivery reads itself, as without. */
+#define AHEAD_CONTACT_MAX 96
 
 /* The only copy of the limiter script: tests/integration/test_ratelimit.py reads the C strings
  * between the two marker comments and runs them against a real redis-server.
@@ -36,26 +36,20 @@
  *       still taken at its own time (the next one stays an interval after it), so that an
  *       ask that comes late loses no pace (its TAT key is kept that much longer for the next
  *       one). A pair's later slot is taken as without.
- * ahead: KEYS sender TAT, sender pause, member[, the channel's fence][, member's turn queue];
- *       ARGV as take, with 'ahead'[, the pair's TAT key and pause key without the address, '1'
- *       when the address is a phone number, the longest externalId]: with them (and the
- *       fence), the pair's slot too, of the member's address, which the script reads (its
- *       record's externalId, a phone number normalised as request_normalize_phone does: the
- *       five characters "+-() " go) and makes the pair's keys of. Those keys (and the
- *       contact's) are not among KEYS: they are known only once the record is read, and share
- *       the channel's hash tag (one slot). The fence, a key never written, is: while the slot
- *       migrates, a Redis Cluster refuses a script with a key missing (TRYAGAIN, as it refuses
- *       most takes then: their pause keys rarely exist), so that the script never reads a key
- *       of the address on a node that does not hold it yet (it would find it empty, and take
- *       a slot already taken). -> {4} (no member, no usable address, or the queue is not
- *       empty: nothing taken), else as take with the new TATs of the sender and of the pair
- *       (integers; nil where none was taken) a third and fourth: the give-back's tokens, and
- *       the address fifth.
- * contact: as ahead with the pair's, then the contact's key without the address (whatsapp: a
- *       number's wa_id, cached once /v1/contacts saw it valid): its value comes sixth, and the
- *       slots are taken only when it is the address itself. A number not cached takes nothing
- *       (it is checked first), one known by another wa_id neither (its pair is the wa_id's):
- *       {4, 0, nil, nil, the address, the value}.
+ * ahead: KEYS sender TAT, sender pause, member[, pair TAT, pair pause][, member's turn queue];
+ *       ARGV as take, with 'ahead'[, '1': with the pair's keys] -> {4} (no member, or the queue
+ *       is not empty: nothing taken), else as take with the new TATs of the sender and of the
+ *       pair (integers; nil where none was taken) a third and fourth: the give-back's tokens.
+ *       The pair's keys are the member's (store_key_rate): known before its record is read,
+ *       they are among KEYS, as is every key a script touches (Redis's scripting rules; a
+ *       Redis Cluster checks, and migrates, only the keys it is given).
+ * contact: as ahead with the pair's keys, the contact's key (the member's: whatsapp, its
+ *       number seen valid by /v1/contacts, "<number> <wa_id>") after them, and ARGV '1' when
+ *       the address is a phone number, the longest externalId: the script reads the member's
+ *       number (its externalId, normalised as request_normalize_phone does: "+-() " go) and
+ *       takes the slots only when the contact is that number's, and the number itself. Else
+ *       (not seen valid, or known by another wa_id: paced after its check) nothing:
+ *       {4, 0, nil, nil, the contact}. The contact comes fifth in every answer.
  * back: KEYS TAT[, TAT]; ARGV 'back', then for each key the TAT a take set and the limit's I:
  *       a slot goes back when nobody took one after it (its TAT is still that one).
  * pause: KEYS pause; ARGV 'pause', retry-after ms (0: the doubling one), first ms, max ms
@@ -90,28 +84,24 @@ static const char RATE_SCRIPT[] =
     "  end\n"
     "  return 0\n"
     "end\n"
-    "local wa = ARGV[1] == 'contact' or nil\n"
-    "local ahead = wa or ARGV[1] == 'ahead'\n"
-    /* the pair's keys: 3 and 4 for a take, made of the member's address for an ahead */
-    "local p_key, p_pause, pair, addr = KEYS[3], KEYS[4], #KEYS >= 4, false\n"
+    "local ahead = ARGV[1] == 'ahead' or ARGV[1] == 'contact'\n"
+    /* the pair's keys: 3 and 4 for a take, 4 and 5 (after the member's) for an ahead */
+    "local pk, pair, wa = 3, #KEYS >= 4, false\n"
     "if ahead then\n"
-    "  local q = KEYS[ARGV[7] and 5 or 4]\n"
-    "  local m = ARGV[7] and redis.call('GET', KEYS[3]) or redis.call('EXISTS', KEYS[3]) == 1\n"
+    "  pk, pair = 4, ARGV[7] == '1'\n"
+    "  local ck = ARGV[1] == 'contact' and 6\n"
+    "  local q = KEYS[(pair and 6 or 4) + (ck and 1 or 0)]\n"
+    "  local m = ck and redis.call('GET', KEYS[3]) or redis.call('EXISTS', KEYS[3]) == 1\n"
     "  if not m or (q and redis.call('LLEN', q) > 0) then return {4, 0} end\n"
-    "  pair = ARGV[7] ~= nil\n"
-    /* the member's address, as op.c's member_address makes the delivery's of it */
-    "  if pair then\n"
+    /* the member's number, as op.c's member_address makes the delivery's of it, and its
+     * contact, as deliver.c's check reads it: seen valid for that number as it is, or not */
+    "  if ck then\n"
     "    local ok, rec = pcall(cjson.decode, m)\n"
-    "    addr = ok and type(rec) == 'table' and rec.externalId\n"
-    "    if type(addr) ~= 'string' or #addr > tonumber(ARGV[10]) then return {4, 0} end\n"
-    "    if ARGV[9] == '1' then addr = string.gsub(addr, '[%+%-%(%) ]', '') end\n"
-    "    if addr == '' then return {4, 0} end\n"
-    "    p_key, p_pause = ARGV[7] .. addr, ARGV[8] .. addr\n"
-    "  end\n"
-    /* the number's contact, as deliver.c's check reads it: seen valid (cached) or not */
-    "  if wa then\n"
-    "    wa = redis.call('GET', ARGV[11] .. addr)\n"
-    "    if wa ~= addr then return {4, 0, false, false, addr, wa} end\n"
+    "    local addr = ok and type(rec) == 'table' and rec.externalId\n"
+    "    if type(addr) ~= 'string' or #addr > tonumber(ARGV[9]) then return {4, 0} end\n"
+    "    if ARGV[8] == '1' then addr = string.gsub(addr, '[%+%-%(%) ]', '') end\n"
+    "    wa = redis.call('GET', KEYS[ck])\n"
+    "    if wa ~= addr .. ' ' .. addr then return {4, 0, false, false, wa} end\n"
     "  end\n"
     "end\n"
     "local function limit(tat_key, pause_key, interval, burst, lag)\n"
@@ -134,21 +124,21 @@ static const char RATE_SCRIPT[] =
     "local lag = bulk and tonumber(bulk) * 1000 or 0\n"
     "local s_at, s_tat = limit(KEYS[1], KEYS[2], s_int, tonumber(ARGV[3]), lag)\n"
     "local p_at, p_tat = now, nil\n"
-    "if pair then p_at, p_tat = limit(p_key, p_pause, p_int, tonumber(ARGV[5]), 0) end\n"
+    "if pair then p_at, p_tat = limit(KEYS[pk], KEYS[pk + 1], p_int, tonumber(ARGV[5]), 0) end\n"
     "local at = math.max(s_at, p_at)\n"
     "local wait = at - now\n"
     "if wait > tonumber(ARGV[6]) * 1000 then\n"
-    "  if ahead then return {2, wait, false, false, addr, wa} end\n"
+    "  if ahead then return {2, wait, false, false, wa} end\n"
     "  return {2, wait}\n"
     "end\n"
     "if bulk and p_at <= s_at and wait > 0 then return {2, wait} end\n"
     "local p_token = false\n"
-    "if pair then p_token = take(p_key, p_tat, p_int, at, 0) or false end\n"
+    "if pair then p_token = take(KEYS[pk], p_tat, p_int, at, 0) or false end\n"
     "local v, s_token = wait > 0 and 1 or 0, false\n"
     "if p_at > s_at and s_tat ~= nil then v = 3\n"
     "else s_token = take(KEYS[1], s_tat, s_int, s_tat ~= nil and s_tat < at and s_tat or at, lag)\n"
     "  or false end\n"
-    "if ahead then return {v, wait, s_token, p_token, addr, wa} end\n"
+    "if ahead then return {v, wait, s_token, p_token, wa} end\n"
     "return {v, wait}\n"
     /* END RATE_SCRIPT */
     ;
@@ -182,16 +172,12 @@ struct store_rate_call {
     int64_t wait_us, in_us; /* in_us: when the answer came (monotonic) */
     int64_t interval_us[2]; /* of the sender's limit and the pair's */
     int64_t tat_us[2];      /* the TATs the slots set: 0 where none was taken */
-    /* the pair's TAT key without its address (in keys), NULL when no pair's slot was asked for */
-    const char *pair_base;
-    /* the member's address the script read (STORE_RATE_ADDRESS_MAX bytes in keys), "" until
-     * it came; used before it came (expect), the message's, which the answer's must be */
-    char *recipient;
-    unsigned expect : 1;
-    /* the address's contact read with the slots (AHEAD_CONTACT_MAX bytes in keys), NULL when
+    /* the pair's TAT key (in keys), NULL when no pair's slot was asked for */
+    const char *pair_key;
+    /* the member's contact read with the slots (AHEAD_CONTACT_MAX bytes in keys), NULL when
      * not asked for; "" until one came */
     char *contact;
-    char keys[]; /* the sender's TAT key, the pair's base, its address and the contact */
+    char keys[]; /* the sender's TAT key, then the pair's and the contact */
 };
 
 static store_rate_call_t *rate_eval(store_t *st, rate_kind_t kind, const char *const *keys,
@@ -203,14 +189,10 @@ static store_rate_call_t *rate_eval(store_t *st, rate_kind_t kind, const char *c
  * them. A pair's slot lost would hold its user a whole pair interval (6 s on WhatsApp). */
 static void ahead_give_back(store_rate_call_t *c)
 {
-    char nums[4][NUMFMT_DEC_SIZE], pair_key[STORE_KEY_MAX];
-    const char *kv[2], *args[5] = {"back"}, *tat_keys[2] = {c->keys, NULL};
+    char nums[4][NUMFMT_DEC_SIZE];
+    const char *kv[2], *args[5] = {"back"}, *tat_keys[2] = {c->keys, c->pair_key};
     int n = 0;
 
-    if (c->pair_base != NULL && c->recipient[0] != '\0' &&
-        snprintf(pair_key, sizeof(pair_key), "%s%s", c->pair_base, c->recipient) <
-            (int)sizeof(pair_key))
-        tat_keys[1] = pair_key;
     for (int i = 0; c->got == STORE_OK && i < 2; i++) {
         if (c->tat_us[i] <= 0 || tat_keys[i] == NULL)
             continue;
@@ -226,31 +208,20 @@ static void ahead_give_back(store_rate_call_t *c)
     free(c);
 }
 
-/* An ahead's answer past its verdict: the tokens of the slots taken, the address they were
- * taken for and the contact read. 0 when that address is not the one expected (expect): the
- * slots are not the message's. */
-static int ahead_read(store_rate_call_t *c, const redisReply *reply)
+/* An ahead's answer past its verdict: the tokens of the slots taken (nil: none) and the
+ * contact read. */
+static void ahead_read(store_rate_call_t *c, const redisReply *reply)
 {
-    const redisReply *addr = reply->elements > 4 ? reply->element[4] : NULL;
-    const redisReply *contact = reply->elements > 5 ? reply->element[5] : NULL;
-    int same = 1;
+    const redisReply *contact = reply->elements > 4 ? reply->element[4] : NULL;
 
     for (size_t i = 2; i < reply->elements && i < 4; i++)
-        if (reply->element[i]->type == REDIS_REPLY_INTEGER) /* else nil: none taken */
+        if (reply->element[i]->type == REDIS_REPLY_INTEGER)
             c->tat_us[i - 2] = reply->element[i]->integer;
-    if (c->pair_base != NULL && addr != NULL && addr->type == REDIS_REPLY_STRING &&
-        addr->len < STORE_RATE_ADDRESS_MAX) {
-        same = !c->expect || (strlen(c->recipient) == addr->len &&
-                              memcmp(c->recipient, addr->str, addr->len) == 0);
-        memcpy(c->recipient, addr->str, addr->len); /* what the give-back's key is made of */
-        c->recipient[addr->len] = '\0';
-    }
     if (c->contact != NULL && contact != NULL && contact->type == REDIS_REPLY_STRING &&
         contact->len < AHEAD_CONTACT_MAX) {
         memcpy(c->contact, contact->str, contact->len);
         c->contact[contact->len] = '\0';
     }
-    return same;
 }
 
 static void rate_reply(redisReply *reply, void *arg)
@@ -259,14 +230,13 @@ static void rate_reply(redisReply *reply, void *arg)
     store_status_t st = STORE_UNAVAILABLE;
     store_rate_verdict_t verdict = STORE_RATE_TOO_LATE;
     int64_t wait_us = 0;
-    int same = 1;
 
     c->ev = NULL;
     if (reply != NULL && c->kind == RATE_PAUSE && reply->type == REDIS_REPLY_INTEGER) {
         st = STORE_OK;
         wait_us = reply->integer * 1000; /* the pause's length, in ms */
     } else if (reply != NULL && c->kind != RATE_PAUSE && reply->type == REDIS_REPLY_ARRAY &&
-               reply->elements >= 2 && reply->elements <= 6 &&
+               reply->elements >= 2 && reply->elements <= 5 &&
                reply->element[0]->type == REDIS_REPLY_INTEGER &&
                reply->element[1]->type == REDIS_REPLY_INTEGER &&
                reply->element[0]->integer >= STORE_RATE_GO &&
@@ -275,16 +245,12 @@ static void rate_reply(redisReply *reply, void *arg)
         verdict = (store_rate_verdict_t)reply->element[0]->integer;
         wait_us = reply->element[1]->integer;
         if (c->kind == RATE_AHEAD)
-            same = ahead_read(c, reply);
+            ahead_read(c, reply);
     }
-    if (c->kind == RATE_AHEAD && (c->cb == NULL || !same)) {
-        store_rate_cb *cb = c->cb;
-        void *cb_arg = c->arg;
+    if (c->kind == RATE_AHEAD && c->cb == NULL) {
         c->got = st;
-        if (c->orphan || !same) {
+        if (c->orphan) {
             ahead_give_back(c);
-            if (cb != NULL) /* used before it came, for another address: none taken for it */
-                cb(cb_arg, STORE_OK, STORE_RATE_SKIP, 0);
             return;
         }
         c->in = 1; /* kept for store_rate_ahead_use */
@@ -305,7 +271,7 @@ static store_rate_call_t *rate_eval(store_t *st, rate_kind_t kind, const char *c
                                     store_rate_cb *cb, void *arg, size_t extra,
                                     store_status_t *status)
 {
-    const char *words[5 + 11]; /* an ahead's keys and args at most */
+    const char *words[7 + 10]; /* an ahead's keys and args at most */
     store_rate_call_t *c = calloc(1, sizeof(*c) + extra);
     int n = 0, rc;
 
@@ -343,7 +309,7 @@ static void take_args(const char *args[6], char nums[5][NUMFMT_DEC_SIZE],
 }
 
 /* store_rate_take, and with lag_ms >= 0 store_rate_take_bulk. */
-static store_rate_call_t *rate_take(store_t *st, const char *channel_id, const char *recipient_id,
+static store_rate_call_t *rate_take(store_t *st, const char *channel_id, const char *member_id,
                                     int pair_held, const ratelimit_policy_t *policy,
                                     int64_t max_wait_ms, int64_t lag_ms, store_rate_cb *cb,
                                     void *arg, store_status_t *status)
@@ -352,13 +318,13 @@ static store_rate_call_t *rate_take(store_t *st, const char *channel_id, const c
     char keys[4][STORE_KEY_MAX], nums[6][NUMFMT_DEC_SIZE];
     const char *kv[4] = {keys[0], keys[1], keys[2], keys[3]};
     const char *args[7] = {"take"};
-    int nkeys = recipient_id != NULL && !pair_held ? 4 : 2;
+    int nkeys = member_id != NULL && !pair_held ? 4 : 2;
 
     if (store_key_rate(keys[0], STORE_KEY_MAX, prefix, channel_id, NULL) < 0 ||
         store_key_rate_pause(keys[1], STORE_KEY_MAX, prefix, channel_id, NULL) < 0 ||
         (nkeys == 4 &&
-         (store_key_rate(keys[2], STORE_KEY_MAX, prefix, channel_id, recipient_id) < 0 ||
-          store_key_rate_pause(keys[3], STORE_KEY_MAX, prefix, channel_id, recipient_id) < 0))) {
+         (store_key_rate(keys[2], STORE_KEY_MAX, prefix, channel_id, member_id) < 0 ||
+          store_key_rate_pause(keys[3], STORE_KEY_MAX, prefix, channel_id, member_id) < 0))) {
         *status = STORE_BAD_RECORD; /* an id too long for a key */
         return NULL;
     }
@@ -368,22 +334,21 @@ static store_rate_call_t *rate_take(store_t *st, const char *channel_id, const c
     return rate_eval(st, RATE_TAKE, kv, nkeys, args, lag_ms >= 0 ? 7 : 6, cb, arg, 0, status);
 }
 
-store_rate_call_t *store_rate_take(store_t *st, const char *channel_id, const char *recipient_id,
+store_rate_call_t *store_rate_take(store_t *st, const char *channel_id, const char *member_id,
                                    int pair_held, const ratelimit_policy_t *policy,
                                    int64_t max_wait_ms, store_rate_cb *cb, void *arg,
                                    store_status_t *status)
 {
-    return rate_take(st, channel_id, recipient_id, pair_held, policy, max_wait_ms, -1, cb, arg,
+    return rate_take(st, channel_id, member_id, pair_held, policy, max_wait_ms, -1, cb, arg,
                      status);
 }
 
-store_rate_call_t *store_rate_take_bulk(store_t *st, const char *channel_id,
-                                        const char *recipient_id, int pair_held,
-                                        const ratelimit_policy_t *policy, int64_t max_wait_ms,
-                                        int64_t lag_ms, store_rate_cb *cb, void *arg,
-                                        store_status_t *status)
+store_rate_call_t *store_rate_take_bulk(store_t *st, const char *channel_id, const char *member_id,
+                                        int pair_held, const ratelimit_policy_t *policy,
+                                        int64_t max_wait_ms, int64_t lag_ms, store_rate_cb *cb,
+                                        void *arg, store_status_t *status)
 {
-    return rate_take(st, channel_id, recipient_id, pair_held, policy, max_wait_ms,
+    return rate_take(st, channel_id, member_id, pair_held, policy, max_wait_ms,
                      lag_ms > 0 ? lag_ms : 0, cb, arg, status);
 }
 
@@ -392,26 +357,26 @@ store_rate_call_t *store_rate_take_ahead(store_t *st, const char *channel_id, co
                                          int64_t max_wait_ms, store_status_t *status)
 {
     const char *prefix = store_prefix(st);
-    char keys[5][STORE_KEY_MAX], bases[3][STORE_KEY_MAX], nums[6][NUMFMT_DEC_SIZE];
-    const char *kv[5] = {keys[0], keys[1], keys[2], keys[3], keys[4]};
-    const char *args[11] = {pair & STORE_AHEAD_CONTACT ? "contact" : "ahead"};
-    int nkeys = 3, nargs = 6, blen = 0;
+    char keys[7][STORE_KEY_MAX], nums[6][NUMFMT_DEC_SIZE];
+    const char *kv[7] = {keys[0], keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]};
+    const char *args[10] = {pair & STORE_AHEAD_CONTACT ? "contact" : "ahead"};
+    int nkeys = pair ? 5 : 3, nargs = 6, plen = 0;
     int len = store_key_rate(keys[0], STORE_KEY_MAX, prefix, channel_id, NULL);
-    size_t alen = pair ? STORE_RATE_ADDRESS_MAX : 0, clen = 0;
+    size_t clen = pair & STORE_AHEAD_CONTACT ? AHEAD_CONTACT_MAX : 0;
     int bad = len < 0 ||
               store_key_rate_pause(keys[1], STORE_KEY_MAX, prefix, channel_id, NULL) < 0 ||
               store_key_member(keys[2], STORE_KEY_MAX, prefix, channel_id, member_id) < 0;
     store_rate_call_t *c;
 
-    /* the pair's keys (and the contact's) without the address: the script appends it */
+    /* the pair's keys and the contact's are the member's: named here, as every key the script
+     * touches, in the slot of the member's record */
     if (pair) {
-        bad = bad || store_key_rate_fence(keys[nkeys++], STORE_KEY_MAX, prefix, channel_id) < 0;
-        blen = store_key_rate(bases[0], STORE_KEY_MAX, prefix, channel_id, "") + 1;
-        bad = bad || blen <= 0 ||
-              store_key_rate_pause(bases[1], STORE_KEY_MAX, prefix, channel_id, "") < 0 ||
-              ((pair & STORE_AHEAD_CONTACT) &&
-               store_key_contact(bases[2], STORE_KEY_MAX, prefix, channel_id, "") < 0);
-        clen = pair & STORE_AHEAD_CONTACT ? AHEAD_CONTACT_MAX : 0;
+        plen = store_key_rate(keys[3], STORE_KEY_MAX, prefix, channel_id, member_id) + 1;
+        bad = bad || plen <= 0 ||
+              store_key_rate_pause(keys[4], STORE_KEY_MAX, prefix, channel_id, member_id) < 0;
+        if (clen > 0 &&
+            store_key_contact(keys[nkeys++], STORE_KEY_MAX, prefix, channel_id, member_id) < 0)
+            bad = 1;
     }
     /* the member's turn queue shares the sender's slot on one server only (store_turn_keys) */
     if (store_redis(st) == NULL)
@@ -424,40 +389,27 @@ store_rate_call_t *store_rate_take_ahead(store_t *st, const char *channel_id, co
     }
     take_args(args, nums, policy, max_wait_ms);
     if (pair) {
-        args[nargs++] = bases[0];
-        args[nargs++] = bases[1];
+        args[nargs++] = "1";
         args[nargs++] = pair & STORE_AHEAD_PHONE ? "1" : "0";
         args[nargs++] = numfmt_dec(nums[5], STORE_RATE_ADDRESS_MAX - 1);
-        if (pair & STORE_AHEAD_CONTACT)
-            args[nargs++] = bases[2];
     }
     c = rate_eval(st, RATE_AHEAD, kv, nkeys, args, nargs, NULL, NULL,
-                  (size_t)len + 1 + (size_t)blen + alen + clen, status);
+                  (size_t)len + 1 + (size_t)plen + clen, status);
     if (c != NULL) {
         c->interval_us[0] = policy->sender.interval_us;
         c->interval_us[1] = policy->pair.interval_us;
         memcpy(c->keys, keys[0], (size_t)len + 1);
-        if (pair) {
-            c->pair_base = memcpy(c->keys + len + 1, bases[0], (size_t)blen);
-            c->recipient = c->keys + len + 1 + blen; /* "" (calloc) until it came */
-            if (clen > 0)
-                c->contact = c->recipient + alen;
-        }
+        if (pair)
+            c->pair_key = memcpy(c->keys + len + 1, keys[3], (size_t)plen);
+        if (clen > 0)
+            c->contact = c->keys + len + 1 + plen; /* "" (calloc) until it came */
     }
     return c;
 }
 
 int store_rate_ahead_pair(const store_rate_call_t *call)
 {
-    return call->pair_base != NULL;
-}
-
-const char *store_rate_ahead_recipient(const store_rate_call_t *call)
-{
-    return call->in && call->got == STORE_OK && call->recipient != NULL &&
-                   call->recipient[0] != '\0'
-               ? call->recipient
-               : NULL;
+    return call->pair_key != NULL;
 }
 
 const char *store_rate_ahead_contact(const store_rate_call_t *call)
@@ -467,19 +419,14 @@ const char *store_rate_ahead_contact(const store_rate_call_t *call)
                : NULL;
 }
 
-int store_rate_ahead_use(store_rate_call_t *c, const char *to, int64_t late_ms, store_rate_cb *cb,
-                         void *arg, store_rate_verdict_t *verdict, int64_t *wait_us)
+int store_rate_ahead_use(store_rate_call_t *c, int64_t late_ms, store_rate_cb *cb, void *arg,
+                         store_rate_verdict_t *verdict, int64_t *wait_us)
 {
     int64_t left;
 
     if (!c->in) {
         c->cb = cb; /* its answer goes to cb as a take's */
         c->arg = arg;
-        if (c->pair_base != NULL) { /* the answer's address must be to ("": none will) */
-            c->expect = 1;
-            if (strlen(to) < STORE_RATE_ADDRESS_MAX)
-                strcpy(c->recipient, to);
-        }
         return 2;
     }
     if (c->got != STORE_OK || c->verdict == STORE_RATE_SKIP) {
@@ -488,9 +435,7 @@ int store_rate_ahead_use(store_rate_call_t *c, const char *to, int64_t late_ms, 
     }
     /* the slot's time (or, too late, the time it was refused), as from now */
     left = c->wait_us - (clock_mono_us() - c->in_us);
-    /* a pair's slot serves a message to its address only (the record changed between the
-     * script's read and the member's); a send this late could crowd the next slots' sends */
-    if ((c->pair_base != NULL && strcmp(c->recipient, to) != 0) || left < -late_ms * 1000) {
+    if (left < -late_ms * 1000) { /* a send this late could crowd the next slots' sends */
         ahead_give_back(c);
         return 0;
     }
@@ -503,7 +448,7 @@ int store_rate_ahead_use(store_rate_call_t *c, const char *to, int64_t late_ms, 
     return 1;
 }
 
-store_rate_call_t *store_rate_pause(store_t *st, const char *channel_id, const char *recipient_id,
+store_rate_call_t *store_rate_pause(store_t *st, const char *channel_id, const char *member_id,
                                     int64_t retry_after_ms, store_rate_cb *cb, void *arg,
                                     store_status_t *status)
 {
@@ -512,7 +457,7 @@ store_rate_call_t *store_rate_pause(store_t *st, const char *channel_id, const c
     const char *kv[1] = {key};
     const char *args[5] = {"pause"};
 
-    if (store_key_rate_pause(key, sizeof(key), store_prefix(st), channel_id, recipient_id) < 0) {
+    if (store_key_rate_pause(key, sizeof(key), store_prefix(st), channel_id, member_id) < 0) {
         *status = STORE_BAD_RECORD;
         return NULL;
     }
@@ -600,24 +545,24 @@ void store_rate_board_free(store_rate_board_t *b)
 }
 
 /* The end heard of for one pause key, or 0. */
-static int64_t board_until(store_rate_board_t *b, const char *channel_id, const char *recipient_id)
+static int64_t board_until(store_rate_board_t *b, const char *channel_id, const char *member_id)
 {
     char key[STORE_KEY_MAX];
-    int len = store_key_rate_pause(key, sizeof(key), store_prefix(b->st), channel_id, recipient_id);
+    int len = store_key_rate_pause(key, sizeof(key), store_prefix(b->st), channel_id, member_id);
 
     return len < 0 ? 0 : *board_slot(b, key, (size_t)len);
 }
 
 int64_t store_rate_board_paused(store_rate_board_t *b, const char *channel_id,
-                                const char *recipient_id)
+                                const char *member_id)
 {
     int64_t until, now;
 
     if (b == NULL)
         return 0;
     until = board_until(b, channel_id, NULL);
-    if (recipient_id != NULL) {
-        int64_t pair = board_until(b, channel_id, recipient_id);
+    if (member_id != NULL) {
+        int64_t pair = board_until(b, channel_id, member_id);
         if (pair > until)
             until = pair;
     }

@@ -43,8 +43,8 @@ class Limiter:
     def keys(self, ch, rcpt=None):
         ks = [self.prefix + "rate:{%s}:sender" % ch, self.prefix + "ratepause:{%s}:sender" % ch]
         if rcpt is not None:
-            ks += [self.prefix + "rate:{%s}:pair:%s" % (ch, rcpt),
-                   self.prefix + "ratepause:{%s}:pair:%s" % (ch, rcpt)]
+            ks += [self.prefix + "rate:{%s}:pairm:%s" % (ch, rcpt),
+                   self.prefix + "ratepause:{%s}:pairm:%s" % (ch, rcpt)]
         return ks
 
     def take_us(self, ch, rcpt=None, s=(0, 0), p=(0, 0), max_wait=NO_LIMIT, lag=None):
@@ -288,7 +288,7 @@ class RateLimitScriptTest(unittest.TestCase):
                                           board="botgate:ratepauses"), 3000)
             kind, channel, msg = sub._reply()
             self.assertEqual((kind, channel), ("message", "botgate:ratepauses"))
-            self.assertEqual(msg, "botgate:ratepause:{C1}:pair:u1 3000")
+            self.assertEqual(msg, "botgate:ratepause:{C1}:pairm:u1 3000")
         finally:
             sub.close()
 
@@ -331,9 +331,8 @@ class RateLimitScriptTest(unittest.TestCase):
 
     def test_redis_clock_is_the_only_clock(self):
         # the script's arguments carry no time (ARGV[7], a broadcast's lag, is a length of
-        # time; an ahead's 7 to 11 are the pair's and the contact's key bases, a flag and a
-        # length): the schedule is in Redis's TIME
-        self.assertNotIn("ARGV[12]", SCRIPT)
+        # time; an ahead's 7 to 9 are two flags and a length): the schedule is in Redis's TIME
+        self.assertNotIn("ARGV[10]", SCRIPT)
         self.assertIn("redis.call('TIME')", SCRIPT)
         before = self.a.time_us()
         self.a.take("C1", s=(1000000, 1))
@@ -347,8 +346,8 @@ class RateLimitScriptTest(unittest.TestCase):
         self.a.take("C9", "u1", s=(1000, 1), p=(1000, 1))
         self.a.pause("C9", "u1")
         keys = sorted(self.s.redis("KEYS", "*"))
-        self.assertEqual(keys, ["botgate:rate:{C9}:pair:u1", "botgate:rate:{C9}:sender",
-                                "botgate:ratepause:{C9}:pair:u1"])
+        self.assertEqual(keys, ["botgate:rate:{C9}:pairm:u1", "botgate:rate:{C9}:sender",
+                                "botgate:ratepause:{C9}:pairm:u1"])
 
 
 class CtlRateLimitTest(unittest.TestCase):

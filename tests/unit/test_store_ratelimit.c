@@ -1,7 +1,7 @@
 /* test_store_ratelimit.c - store/ratelimit.c's async calls through the worker's Redis client,
  * against a redis-server this test starts on a free loopback port: verdicts and waits as the
  * script gives them, the retake of a pair, a pause, cancel, a slot taken ahead (used, stale,
- * given back; whatsapp's contact read with it), and Redis down. */
+ * given back; the member's pair's and whatsapp contact with it), and Redis down. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +11,7 @@
 
 #include "redis_test.h"
 #include "store/ratelimit.h"
+#include "store/store.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -261,18 +262,14 @@ static void test_ahead(void **state)
 
     /* no member, or its turn held: nothing taken */
     ahead_channel(ch, sizeof(ch), 1);
-    assert_int_equal(
-        store_rate_ahead_use(ahead(ch, "M2", 0, &p), "P1", 10, on_answer, &a, &v, &wait), 0);
-    assert_int_equal(
-        store_rate_ahead_use(ahead(ch, "M1", 1, &p), "P1", 10, on_answer, &a, &v, &wait), 0);
+    assert_int_equal(store_rate_ahead_use(ahead(ch, "M2", 0, &p), 10, on_answer, &a, &v, &wait), 0);
+    assert_int_equal(store_rate_ahead_use(ahead(ch, "M1", 1, &p), 10, on_answer, &a, &v, &wait), 0);
     assert_string_equal(tat(ch, &r), "");
     /* used at once: go; the next one waits a second */
-    assert_int_equal(
-        store_rate_ahead_use(ahead(ch, "M1", 0, &p), "P1", 10, on_answer, &a, &v, &wait), 1);
+    assert_int_equal(store_rate_ahead_use(ahead(ch, "M1", 0, &p), 10, on_answer, &a, &v, &wait), 1);
     assert_int_equal(v, STORE_RATE_GO);
     snprintf(before, sizeof(before), "%s", tat(ch, &r));
-    assert_int_equal(
-        store_rate_ahead_use(ahead(ch, "M1", 0, &p), "P1", 10, on_answer, &a, &v, &wait), 1);
+    assert_int_equal(store_rate_ahead_use(ahead(ch, "M1", 0, &p), 10, on_answer, &a, &v, &wait), 1);
     assert_int_equal(v, STORE_RATE_WAIT);
     assert_true(wait > 900000 && wait <= 1000000);
     /* let go, answered or not yet: the slot goes back */
@@ -295,26 +292,26 @@ static void test_ahead(void **state)
     c = ahead(ch, "M1", 0, &p);
     assert_string_not_equal(tat(ch, &r), "");
     run_until(NULL, 50);
-    assert_int_equal(store_rate_ahead_use(c, "P1", 10, on_answer, &a, &v, &wait), 0);
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 0);
     raw("PING", "x", &r);
     assert_string_equal(tat(ch, &r), "");
     /* used before its answer came: the answer goes to the callback */
     ahead_channel(ch, sizeof(ch), 0);
     c = store_rate_take_ahead(rt.store, ch, "M1", 0, 1, &p, 5000, &st);
-    assert_int_equal(store_rate_ahead_use(c, "P1", 10, on_answer, &a, &v, &wait), 2);
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 2);
     run_until(&a.calls, 2000);
     assert_int_equal(a.calls, 1);
     assert_int_equal(a.verdict, STORE_RATE_GO);
     /* the same, none taken: the callback is told so */
     answer_t none = {0};
     c = store_rate_take_ahead(rt.store, ch, "M9", 0, 1, &p, 5000, &st);
-    assert_int_equal(store_rate_ahead_use(c, "P1", 10, on_answer, &none, &v, &wait), 2);
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &none, &v, &wait), 2);
     run_until(&none.calls, 2000);
     assert_int_equal(none.calls, 1);
     assert_int_equal(none.verdict, STORE_RATE_SKIP);
 }
 
-/* M1's slots ahead, the pair's of its address. */
+/* M1's slots ahead, its pair's too. */
 static store_rate_call_t *pair_ahead(const char *ch, int turn, const ratelimit_policy_t *p)
 {
     return ahead_to(ch, "M1", STORE_AHEAD_PAIR, turn, p);
@@ -333,77 +330,36 @@ static void test_pair_ahead(void **state)
 
     /* its turn held: nothing taken, the pair's neither */
     ahead_channel(ch, sizeof(ch), 1);
-    assert_int_equal(
-        store_rate_ahead_use(pair_ahead(ch, 1, &p), "P1", 10, on_answer, &a, &v, &wait), 0);
+    assert_int_equal(store_rate_ahead_use(pair_ahead(ch, 1, &p), 10, on_answer, &a, &v, &wait), 0);
     assert_string_equal(tat(ch, &r), "");
-    assert_string_equal(pair_tat(ch, "P1", &r), "");
-    /* used for another address than the member's (its record changed since): both go back */
+    assert_string_equal(pair_tat(ch, "M1", &r), "");
+    /* the pair's keys are the member's: taken whatever its record holds (the delivery, which
+     * reads it, refuses a member without an address, and the slots go back) */
     ahead_channel(ch, sizeof(ch), 0);
-    store_rate_call_t *c = pair_ahead(ch, 0, &p);
-    assert_string_equal(store_rate_ahead_recipient(c), "P1");
-    assert_string_not_equal(pair_tat(ch, "P1", &r), "");
-    assert_int_equal(store_rate_ahead_use(c, "P2", 10, on_answer, &a, &v, &wait), 0);
-    raw("PING", "x", &r);
-    assert_string_equal(tat(ch, &r), "");
-    assert_string_equal(pair_tat(ch, "P1", &r), "");
-    /* a record that is no JSON object, or without an address: nothing taken */
     store_key_member(key, sizeof(key), store_prefix(rt.store), ch, "M1");
-    raw3("SET", key, "P1", &r);
-    assert_int_equal(
-        store_rate_ahead_use(pair_ahead(ch, 0, &p), "P1", 10, on_answer, &a, &v, &wait), 0);
-    raw3("SET", key, "{\"_id\":\"M1\",\"externalId\":7}", &r);
-    assert_int_equal(
-        store_rate_ahead_use(pair_ahead(ch, 0, &p), "P1", 10, on_answer, &a, &v, &wait), 0);
-    assert_string_equal(tat(ch, &r), "");
-    assert_string_equal(pair_tat(ch, "P1", &r), "");
-    /* a phone number as written ("+852 ..."): the pair's key of the number normalised as
-     * request_normalize_phone does; as it is without STORE_AHEAD_PHONE */
-    ahead_channel_at(ch, sizeof(ch), 0, "+852 (9123) 45-67");
-    c = ahead_to(ch, "M1", STORE_AHEAD_PAIR | STORE_AHEAD_PHONE, 0, &p);
-    assert_string_equal(store_rate_ahead_recipient(c), "85291234567");
-    assert_string_not_equal(pair_tat(ch, "85291234567", &r), "");
-    assert_int_equal(store_rate_ahead_use(c, "85291234567", 10, on_answer, &a, &v, &wait), 1);
-    assert_int_equal(v, STORE_RATE_GO);
-    ahead_channel_at(ch, sizeof(ch), 0, "+852 1");
-    c = pair_ahead(ch, 0, &p);
-    assert_string_equal(store_rate_ahead_recipient(c), "+852 1");
+    raw3("SET", key, "{\"_id\":\"M1\"}", &r);
+    store_rate_call_t *c = pair_ahead(ch, 0, &p);
+    assert_string_not_equal(pair_tat(ch, "M1", &r), "");
     store_rate_cancel(c);
-    ahead_channel_at(ch, sizeof(ch), 0, "+-() ");
-    assert_int_equal(
-        store_rate_ahead_use(ahead_to(ch, "M1", STORE_AHEAD_PAIR | STORE_AHEAD_PHONE, 0, &p), "",
-                             10, on_answer, &a, &v, &wait),
-        0);
-    assert_string_equal(tat(ch, &r), "");
-    /* used before its answer came, for another address: the callback is told none was taken,
-     * and both go back */
-    ahead_channel(ch, sizeof(ch), 0);
-    answer_t other = {0};
-    c = store_rate_take_ahead(rt.store, ch, "M1", STORE_AHEAD_PAIR, 0, &p, 5000,
-                              &(store_status_t){0});
-    assert_int_equal(store_rate_ahead_use(c, "P2", 10, on_answer, &other, &v, &wait), 2);
-    run_until(&other.calls, 2000);
-    assert_int_equal(other.verdict, STORE_RATE_SKIP);
     raw("PING", "x", &r);
     assert_string_equal(tat(ch, &r), "");
-    assert_string_equal(pair_tat(ch, "P1", &r), "");
-    /* the member's address: both taken, go; the next one waits for the pair's slot (a retake:
-     * the sender's is taken then) */
+    assert_string_equal(pair_tat(ch, "M1", &r), "");
+    /* the member's pair: both taken, go; the next one waits for the pair's slot (a retake: the
+     * sender's is taken then) */
     ahead_channel(ch, sizeof(ch), 0);
     c = pair_ahead(ch, 1, &p);
-    assert_string_equal(store_rate_ahead_recipient(c), "P1");
-    assert_int_equal(store_rate_ahead_use(c, "P1", 10, on_answer, &a, &v, &wait), 1);
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 1);
     assert_int_equal(v, STORE_RATE_GO);
-    assert_string_not_equal(pair_tat(ch, "P1", &r), "");
+    assert_string_not_equal(pair_tat(ch, "M1", &r), "");
     snprintf(s_before, sizeof(s_before), "%s", tat(ch, &r));
-    assert_int_equal(
-        store_rate_ahead_use(pair_ahead(ch, 0, &p), "P1", 10, on_answer, &a, &v, &wait), 1);
+    assert_int_equal(store_rate_ahead_use(pair_ahead(ch, 0, &p), 10, on_answer, &a, &v, &wait), 1);
     assert_int_equal(v, STORE_RATE_RETAKE);
     assert_true(wait > 900000 && wait <= 1000000);
     assert_string_equal(tat(ch, &r), s_before); /* the sender's not taken */
     /* let go: the pair's slot goes back, with the sender's */
-    snprintf(p_before, sizeof(p_before), "%s", pair_tat(ch, "P1", &r));
+    snprintf(p_before, sizeof(p_before), "%s", pair_tat(ch, "M1", &r));
     store_rate_cancel(pair_ahead(ch, 0, &p));
-    assert_string_equal(pair_tat(ch, "P1", &r), p_before);
+    assert_string_equal(pair_tat(ch, "M1", &r), p_before);
     /* both taken (the sender's slot later), let go: both go back (the pair's to the slot's
      * time, which is the sender's TAT before: a pair's next slot no later than that) */
     ahead_channel(ch, sizeof(ch), 0);
@@ -411,37 +367,32 @@ static void test_pair_ahead(void **state)
     snprintf(s_before, sizeof(s_before), "%s", tat(ch, &r));
     c = pair_ahead(ch, 0, &p);
     assert_string_not_equal(tat(ch, &r), s_before);
-    assert_string_not_equal(pair_tat(ch, "P1", &r), s_before);
+    assert_string_not_equal(pair_tat(ch, "M1", &r), s_before);
     store_rate_cancel(c);
     raw("PING", "x", &r);
     assert_string_equal(tat(ch, &r), s_before);
-    assert_string_equal(pair_tat(ch, "P1", &r), s_before);
+    assert_string_equal(pair_tat(ch, "M1", &r), s_before);
     /* a pause of the pair holds the slot taken ahead */
-    assert_non_null(store_rate_pause(rt.store, ch, "P1", 2000, NULL, NULL, &(store_status_t){0}));
-    assert_int_equal(
-        store_rate_ahead_use(pair_ahead(ch, 0, &slack), "P1", 10, on_answer, &a, &v, &wait), 1);
+    assert_non_null(store_rate_pause(rt.store, ch, "M1", 2000, NULL, NULL, &(store_status_t){0}));
+    assert_int_equal(store_rate_ahead_use(pair_ahead(ch, 0, &slack), 10, on_answer, &a, &v, &wait),
+                     1);
     assert_int_equal(v, STORE_RATE_WAIT);
     assert_true(wait > 1900000 && wait <= 2000000);
     /* no sender's limit (slack): the pair's alone, given back when let go */
     ahead_channel(ch, sizeof(ch), 0);
     c = pair_ahead(ch, 0, &slack);
     assert_string_equal(tat(ch, &r), "");
-    assert_string_not_equal(pair_tat(ch, "P1", &r), "");
+    assert_string_not_equal(pair_tat(ch, "M1", &r), "");
     store_rate_cancel(c);
     raw("PING", "x", &r);
-    assert_string_equal(pair_tat(ch, "P1", &r), "");
+    assert_string_equal(pair_tat(ch, "M1", &r), "");
 }
 
-/* M1's slots ahead with the contact of its address P1 read too (whatsapp), its answer in. */
-static store_rate_call_t *contact_ahead(const char *ch, const ratelimit_policy_t *p)
+/* M1's slots ahead with its contact read too (whatsapp; flags: STORE_AHEAD_PHONE or 0), its
+ * answer in. */
+static store_rate_call_t *contact_ahead(const char *ch, unsigned flags, const ratelimit_policy_t *p)
 {
-    store_status_t st;
-    raw_reply_t r;
-    store_rate_call_t *c = store_rate_take_ahead(
-        rt.store, ch, "M1", STORE_AHEAD_PAIR | STORE_AHEAD_CONTACT, 0, p, 5000, &st);
-    assert_non_null(c);
-    raw("PING", "x", &r);
-    return c;
+    return ahead_to(ch, "M1", STORE_AHEAD_PAIR | STORE_AHEAD_CONTACT | flags, 0, p);
 }
 
 static void test_contact_ahead(void **state)
@@ -458,41 +409,66 @@ static void test_contact_ahead(void **state)
 
     /* not cached (never checked, or expired): nothing read, nothing taken */
     ahead_channel(ch, sizeof(ch), 0);
-    c = contact_ahead(ch, &p);
+    c = contact_ahead(ch, 0, &p);
     assert_null(store_rate_ahead_contact(c));
-    assert_int_equal(store_rate_ahead_use(c, "P1", 10, on_answer, &a, &v, &wait), 0);
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 0);
     assert_string_equal(tat(ch, &r), "");
-    assert_string_equal(pair_tat(ch, "P1", &r), "");
+    assert_string_equal(pair_tat(ch, "M1", &r), "");
     /* cached as an empty string: none, as deliver.c reads it */
-    store_key_contact(key, sizeof(key), store_prefix(rt.store), ch, "P1");
+    store_key_contact(key, sizeof(key), store_prefix(rt.store), ch, "M1");
     raw3("SET", key, "", &r);
-    c = contact_ahead(ch, &p);
+    c = contact_ahead(ch, 0, &p);
     assert_null(store_rate_ahead_contact(c));
     store_rate_cancel(c);
-    assert_string_equal(pair_tat(ch, "P1", &r), "");
-    /* known by another wa_id: handed over, no slot taken (the pair is the wa_id's) */
-    raw3("SET", key, "P1-wa", &r);
-    c = contact_ahead(ch, &p);
-    assert_string_equal(store_rate_ahead_contact(c), "P1-wa");
-    assert_int_equal(store_rate_ahead_use(c, "P1", 10, on_answer, &a, &v, &wait), 0);
+    assert_string_equal(pair_tat(ch, "M1", &r), "");
+    /* known by another wa_id: handed over, no slot taken (its check's answer comes first) */
+    raw3("SET", key, "P1 P1-wa", &r);
+    c = contact_ahead(ch, 0, &p);
+    assert_string_equal(store_rate_ahead_contact(c), "P1 P1-wa");
+    assert_string_equal(store_contact_wa_id(store_rate_ahead_contact(c), "P1"), "P1-wa");
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 0);
     assert_string_equal(tat(ch, &r), "");
-    assert_string_equal(pair_tat(ch, "P1", &r), "");
+    assert_string_equal(pair_tat(ch, "M1", &r), "");
+    /* seen valid for the member's former number: nothing taken, and not its number's */
+    raw3("SET", key, "P0 P0", &r);
+    c = contact_ahead(ch, 0, &p);
+    assert_null(store_contact_wa_id(store_rate_ahead_contact(c), "P1"));
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 0);
+    assert_string_equal(pair_tat(ch, "M1", &r), "");
     /* seen valid as it is: handed over with both slots */
-    raw3("SET", key, "P1", &r);
-    c = contact_ahead(ch, &p);
-    assert_string_equal(store_rate_ahead_contact(c), "P1");
-    assert_int_equal(store_rate_ahead_use(c, "P1", 10, on_answer, &a, &v, &wait), 1);
+    raw3("SET", key, "P1 P1", &r);
+    c = contact_ahead(ch, 0, &p);
+    assert_string_equal(store_contact_wa_id(store_rate_ahead_contact(c), "P1"), "P1");
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 1);
     assert_int_equal(v, STORE_RATE_GO);
     assert_string_not_equal(tat(ch, &r), "");
-    assert_string_not_equal(pair_tat(ch, "P1", &r), "");
+    assert_string_not_equal(pair_tat(ch, "M1", &r), "");
+    /* a phone number as written ("+852 ..."): compared normalised as request_normalize_phone
+     * does, with STORE_AHEAD_PHONE; as it is without */
+    ahead_channel_at(ch, sizeof(ch), 0, "+852 (9123) 45-67");
+    store_key_contact(key, sizeof(key), store_prefix(rt.store), ch, "M1");
+    raw3("SET", key, "85291234567 85291234567", &r);
+    c = contact_ahead(ch, 0, &p);
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 0);
+    c = contact_ahead(ch, STORE_AHEAD_PHONE, &p);
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 1);
+    assert_int_equal(v, STORE_RATE_GO);
+    /* an externalId of no string: nothing read, nothing taken */
+    ahead_channel(ch, sizeof(ch), 0);
+    store_key_member(key, sizeof(key), store_prefix(rt.store), ch, "M1");
+    raw3("SET", key, "{\"_id\":\"M1\",\"externalId\":7}", &r);
+    c = contact_ahead(ch, 0, &p);
+    assert_null(store_rate_ahead_contact(c));
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 0);
+    assert_string_equal(pair_tat(ch, "M1", &r), "");
     /* the pair's slot past the longest wait: too late, the contact handed over still */
     ahead_channel(ch, sizeof(ch), 0);
-    store_key_contact(key, sizeof(key), store_prefix(rt.store), ch, "P1");
-    raw3("SET", key, "P1", &r);
-    take(ch, "P1", 0, &slow, 5000);
-    c = contact_ahead(ch, &slow);
-    assert_string_equal(store_rate_ahead_contact(c), "P1");
-    assert_int_equal(store_rate_ahead_use(c, "P1", 10, on_answer, &a, &v, &wait), 1);
+    store_key_contact(key, sizeof(key), store_prefix(rt.store), ch, "M1");
+    raw3("SET", key, "P1 P1", &r);
+    take(ch, "M1", 0, &slow, 5000);
+    c = contact_ahead(ch, 0, &slow);
+    assert_string_equal(store_rate_ahead_contact(c), "P1 P1");
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 1);
     assert_int_equal(v, STORE_RATE_TOO_LATE);
     /* no member: nothing read */
     c = store_rate_take_ahead(rt.store, ch, "M9", STORE_AHEAD_PAIR | STORE_AHEAD_CONTACT, 0, &p,
