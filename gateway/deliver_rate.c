@@ -15,7 +15,8 @@
  * slot taken just before the call): a later one could crowd the next slots' calls. */
 #define SLOT_AHEAD_LATE_MS 10
 
-/* the script takes no pair's slot ahead for an externalId botgate would not send to */
+/* the script that reads a member's number for its contact (whatsapp) skips only an externalId
+ * botgate would not send to */
 _Static_assert(REQUEST_MAX_RECIPIENT < STORE_RATE_ADDRESS_MAX, "an address the script skips");
 
 deliver_channel_kept_t *deliver_kept(deliver_env_t *env, const json_t *channel)
