@@ -35,6 +35,19 @@ static inline int64_t clock_wall_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* The same of a delay in microseconds (a rate limit's slot may be less than a millisecond
+ * away). */
+static inline struct timeval clock_us_timeval(int64_t us)
+{
+    struct timeval tv = {0, 0};
+
+    if (us > 0) {
+        tv.tv_sec = (time_t)(us / 1000000);
+        tv.tv_usec = (suseconds_t)(us % 1000000);
+    }
+    return tv;
+}
+
 /* A delay in milliseconds as the relative timeval that libevent's timers and hiredis's connect
  * take. A delay already over (ms < 0) becomes 0: libevent fires both at its next turn, but a
  * negative tv_usec is not a valid timeval. */

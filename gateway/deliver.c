@@ -59,15 +59,16 @@ int64_t deliver_remaining_ms(const deliver_t *d)
 }
 
 /* Sets d->to to a copy of to (at most ADAPTER_ID_MAX - 1 bytes); -1 when out of memory. */
-static int deliver_set_to(deliver_t *d, const char *to)
+int deliver_set_address(deliver_t *d, const char *to, const char *member_id)
 {
-    size_t n = strnlen(to, ADAPTER_ID_MAX - 1);
-    char *copy = malloc(n + 1);
+    size_t n = strnlen(to, ADAPTER_ID_MAX - 1), m = strlen(member_id);
+    char *copy = malloc(n + 1 + m + 1);
 
     if (copy == NULL)
         return -1;
     memcpy(copy, to, n);
     copy[n] = '\0';
+    memcpy(copy + n + 1, member_id, m + 1);
     free(d->to);
     d->to = copy;
     return 0;
@@ -217,9 +218,9 @@ static void deliver_fail_store(deliver_t *d, store_status_t st)
     deliver_finish(d, &r);
 }
 
-static void arm_timer(deliver_t *d, long ms, event_callback_fn cb)
+static void arm_timer(deliver_t *d, int64_t us, event_callback_fn cb)
 {
-    struct timeval tv = clock_ms_timeval(ms);
+    struct timeval tv = clock_us_timeval(us);
 
     if (extra(d) != d->_x) {
         cb(-1, EV_TIMEOUT, d); /* out of memory: no wait rather than none at all */
@@ -645,7 +646,7 @@ static int ref_answer(deliver_t *d, const call_answer_t *ans, parse_ref_fn *pars
 /* The number the platform knows for d->to: the message goes there. */
 static void contact_found(deliver_t *d, const char *wa_id)
 {
-    if (deliver_set_to(d, wa_id) < 0) {
+    if (deliver_set_address(d, wa_id, deliver_member_id(d)) < 0) {
         deliver_fail(d, ADAPTER_SERVER_ERROR, 0, "out of memory");
         return;
     }
@@ -658,7 +659,8 @@ static void on_contact_answer(deliver_t *d, const call_answer_t *ans)
     adapter_result_t res;
 
     if (ref_answer(d, ans, d->adapter->parse_check, &res)) {
-        store_put_contact(d->env->store, d->channel_id, d->to, res.ref, CONTACT_TTL_S);
+        store_put_contact(d->env->store, d->channel_id, deliver_member_id(d), d->to, res.ref,
+                          CONTACT_TTL_S);
         contact_found(d, res.ref);
     }
     adapter_result_clear(&res);
@@ -674,10 +676,13 @@ static int build_check(deliver_t *d, const adapter_target_t *t, const json_t *re
 static void on_contact_cached(void *arg, store_status_t st, json_t *value)
 {
     deliver_t *d = arg;
+    const char *wa_id;
 
     d->_call = NULL;
-    if (st == STORE_OK && json_string_length(value) > 0)
-        contact_found(d, json_string_value(value));
+    /* cached for the member's number (else it changed since: checked again) */
+    wa_id = st == STORE_OK ? store_contact_wa_id(json_string_value(value), d->to) : NULL;
+    if (wa_id != NULL)
+        contact_found(d, wa_id);
     else /* a cache miss or a cache failure: ask the platform */
         build_and_call(d, build_check, NULL, DL_CONTACT_CALL);
     json_decref(value);
@@ -688,7 +693,8 @@ static void contact_cache(deliver_t *d)
     store_status_t st;
 
     d->phase = DL_CONTACT_CACHE;
-    d->_call = store_get_contact(d->env->store, d->channel_id, d->to, on_contact_cached, d, &st);
+    d->_call = store_get_contact(d->env->store, d->channel_id, deliver_member_id(d),
+                                 on_contact_cached, d, &st);
     if (d->_call == NULL)
         build_and_call(d, build_check, NULL, DL_CONTACT_CALL);
 }
@@ -824,9 +830,9 @@ static void media_cache(deliver_t *d)
 
 /* ---- the shared rate limits (contract.md section 8) ---- */
 
-/* The element fails with 120: its slot (or the pause's end) is wait_ms away, past the
+/* The element fails with 120: its slot (or the pause's end) is wait_us away, past the
  * deadline; nothing was sent for it. */
-static void rate_refuse(deliver_t *d, int64_t wait_ms, const char *msg)
+static void rate_refuse(deliver_t *d, int64_t wait_us, const char *msg)
 {
     deliver_result_t r;
 
@@ -834,7 +840,7 @@ static void rate_refuse(deliver_t *d, int64_t wait_ms, const char *msg)
     adapter_result_init(&r.res);
     r.res.status = ADAPTER_RATE_LIMITED;
     bg_error_set(&r.err, BG_ERR_RATE_LIMITED, "%s", msg);
-    r.retry_after_ms = wait_ms > 0 ? wait_ms : 1;
+    r.retry_after_ms = wait_us > 1000 ? (wait_us + 999) / 1000 : 1; /* whole ms, rounded up */
     metrics_rate_refused(d->env->metrics, d->adapter->type);
     deliver_finish(d, &r);
 }
@@ -855,7 +861,7 @@ static void on_rate_wait(evutil_socket_t fd, short what, void *arg)
 }
 
 static void on_rate_taken(void *arg, store_status_t st, store_rate_verdict_t verdict,
-                          int64_t wait_ms)
+                          int64_t wait_us)
 {
     deliver_t *d = arg;
 
@@ -875,17 +881,17 @@ static void on_rate_taken(void *arg, store_status_t st, store_rate_verdict_t ver
         return;
     case STORE_RATE_WAIT:
     case STORE_RATE_RETAKE:
-        metrics_rate_wait(d->env->metrics, d->adapter->type, wait_ms * 1000);
+        metrics_rate_wait(d->env->metrics, d->adapter->type, wait_us);
         d->_pair_held = verdict == STORE_RATE_RETAKE;
         d->phase = DL_RATE_WAIT;
-        arm_timer(d, (long)wait_ms, on_rate_wait);
+        arm_timer(d, wait_us, on_rate_wait);
         return;
     case STORE_RATE_SKIP: /* the slot ahead, used before its answer came, was none: one now */
         if (!rate_take(d))
             deliver_step(d);
         return;
     default:
-        rate_refuse(d, wait_ms, "rate limit: the next slot comes after the request's deadline");
+        rate_refuse(d, wait_us, "rate limit: the next slot comes after the request's deadline");
         return;
     }
 }
@@ -899,11 +905,11 @@ static int rate_take(deliver_t *d)
     store_status_t st;
     ratelimit_policy_t policy;
     store_rate_verdict_t verdict;
-    int64_t wait_ms;
+    int64_t wait_us;
 
-    switch (deliver_ahead_take(d, on_rate_taken, &verdict, &wait_ms)) {
+    switch (deliver_ahead_take(d, on_rate_taken, &verdict, &wait_us)) {
     case 1:
-        on_rate_taken(d, STORE_OK, verdict, wait_ms);
+        on_rate_taken(d, STORE_OK, verdict, wait_us);
         return 1;
     case 2:
         return 1;
@@ -923,7 +929,8 @@ static int rate_take(deliver_t *d)
     /* the pair's keys only where it has a limit, or the platform just paused it */
     d->_rate = store_rate_take(
         d->env->store, d->channel_id,
-        policy.pair.interval_us > 0 || d->_rate_retried || d->_pauses_heard ? d->to : NULL,
+        policy.pair.interval_us > 0 || d->_rate_retried || d->_pauses_heard ? deliver_member_id(d)
+                                                                            : NULL,
         d->_pair_held, &policy, deliver_rate_max_wait_ms(d), on_rate_taken, d, &st);
     d->_pair_held = 0;
     if (d->_rate == NULL)
@@ -939,7 +946,8 @@ static int rate_take(deliver_t *d)
 static int rate_recheck(deliver_t *d)
 {
     if (d->_pauses_heard == PAUSE_HEARD_MAX ||
-        store_rate_board_paused(d->env->_pauses, d->channel_id, d->to) < PAUSE_HEARD_MIN_MS)
+        store_rate_board_paused(d->env->_pauses, d->channel_id, deliver_member_id(d)) <
+            PAUSE_HEARD_MIN_MS)
         return 0;
     d->_pauses_heard++;
     d->_slot_ready = 0;
@@ -947,14 +955,14 @@ static int rate_recheck(deliver_t *d)
 }
 
 static void on_rate_paused(void *arg, store_status_t st, store_rate_verdict_t verdict,
-                           int64_t pause_ms)
+                           int64_t pause_us)
 {
     deliver_t *d = arg;
 
     (void)verdict;
     d->_rate = NULL;
     if (st != STORE_OK) { /* no pause to wait for: a retry now would be refused as well */
-        rate_refuse(d, pause_ms > 0 ? pause_ms : RATE_PAUSE_UNKNOWN_MS, extra(d)->rate_msg);
+        rate_refuse(d, pause_us > 0 ? pause_us : RATE_PAUSE_UNKNOWN_MS * 1000, extra(d)->rate_msg);
         return;
     }
     /* Once, when it fits: the next slot comes after the pause (rate_take waits for it or
@@ -966,7 +974,7 @@ static void on_rate_paused(void *arg, store_status_t st, store_rate_verdict_t ve
         deliver_step(d);
         return;
     }
-    rate_refuse(d, pause_ms, extra(d)->rate_msg);
+    rate_refuse(d, pause_us, extra(d)->rate_msg);
 }
 
 /* The platform refused the message for a rate limit: pause the sender's (or the pair's) limit
@@ -980,10 +988,11 @@ static void rate_pause(deliver_t *d, const adapter_result_t *res)
     snprintf(extra(d)->rate_msg, sizeof(extra(d)->rate_msg), "%s",
              res->error[0] ? res->error : "rate limited by the platform");
     d->phase = DL_RATE_PAUSE;
-    d->_rate = store_rate_pause(d->env->store, d->channel_id, res->rate_recipient ? d->to : NULL,
-                                after_ms, on_rate_paused, d, &st);
+    d->_rate = store_rate_pause(d->env->store, d->channel_id,
+                                res->rate_recipient ? deliver_member_id(d) : NULL, after_ms,
+                                on_rate_paused, d, &st);
     if (d->_rate == NULL)
-        on_rate_paused(d, st, STORE_RATE_GO, after_ms);
+        on_rate_paused(d, st, STORE_RATE_GO, after_ms * 1000);
 }
 
 static void on_retry_wait(evutil_socket_t fd, short what, void *arg)
@@ -1018,7 +1027,7 @@ static void on_send_answer(deliver_t *d, const call_answer_t *ans)
         deliver_remaining_ms(d) > CONNECT_RETRY_MS + 2 * DEADLINE_MARGIN_MS) {
         d->_connect_retried = 1;
         d->phase = DL_RETRY_WAIT;
-        arm_timer(d, CONNECT_RETRY_MS, on_retry_wait);
+        arm_timer(d, CONNECT_RETRY_MS * 1000, on_retry_wait);
         return;
     }
     memset(&r, 0, sizeof(r));

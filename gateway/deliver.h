@@ -8,7 +8,6 @@
 
 #include "../adapters/adapter.h"
 #include "../core/error.h"
-#include "../core/hint.h"
 #include "../core/ratelimit.h"
 #include "../core/result.h"
 #include "../store/ratelimit.h"
@@ -20,6 +19,7 @@
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 struct event_base;
 struct credwait;
@@ -48,9 +48,6 @@ typedef struct deliver_env {
     struct credwait *cred_waits; /* deliveries waiting for a channel's credential (credwait.h) */
     store_rate_board_t *_pauses; /* the rate-limit pauses heard of, made at the first message */
     struct deliver_lane *_lanes; /* broadcasts' messages waiting for slots (deliver_rate.c) */
-    /* the address each member was last read with, by channel and member id, where a pair's
-     * slot may go ahead (deliver_address_seen); made at the first, at most 2 * HINT_SETS */
-    hint_table_t _addresses;
     /* Channel records whose rate limits were read, a slot each by the record's address (the
      * last one read in that slot): a record is never changed in place (a refresh changes a
      * copy, and only the contents of its "info"), so while it is the same object its limits
@@ -94,17 +91,19 @@ struct deliver;
 typedef void deliver_done_fn(struct deliver *d, const deliver_result_t *r, void *arg);
 
 /* One request's deliveries, one response at a time. The owner (the request) sets env, adapter,
- * channel, channel_id, to and deadline_ms before the first deliver_start, and frees channel
- * and to. An idle delivery (phase DL_IDLE: finished or cancelled) holds nothing else but a slot
- * taken ahead: only one that deliver_holds needs deliver_cancel. Fields with a leading '_' are
- * deliver.c's own. */
+ * channel, channel_id, to (deliver_set_address) and deadline_ms before the first
+ * deliver_start, and frees channel and to. An idle delivery (phase DL_IDLE: finished or
+ * cancelled) holds nothing else but a slot taken ahead: only one that deliver_holds needs
+ * deliver_cancel. Fields with a leading '_' are deliver.c's own. */
 typedef struct deliver {
     deliver_env_t *env;
     const adapter_ops_t *adapter;
     json_t *channel;        /* the channel record (owned; replaced after a refresh) */
     const char *channel_id; /* borrowed from the request, outlives the deliveries */
-    char *to;               /* the member's address on the platform (the owner's) */
-    int64_t deadline_ms;    /* monotonic: nothing is started that cannot end before it */
+    /* the member's address on the platform, then after its NUL the member's id, whose pair's
+     * rate keys (and whatsapp contact) are the member's (deliver_set_address; the owner's) */
+    char *to;
+    int64_t deadline_ms; /* monotonic: nothing is started that cannot end before it */
     deliver_phase_t phase;
     unsigned _text_len;
     const char *_text; /* the response being delivered (borrowed until done) */
@@ -140,6 +139,16 @@ typedef struct deliver {
         last_unsent : 1;
 } deliver_t;
 
+/* Sets d->to (the owner frees it): the member's address, and its id after it. -1 when out of
+ * memory. */
+int deliver_set_address(deliver_t *d, const char *to, const char *member_id);
+/* The member's id of d->to: its pair's rate limit and its whatsapp contact are the member's
+ * (store_key_rate), so that a member is paced alike however a request names it. */
+static inline const char *deliver_member_id(const deliver_t *d)
+{
+    return d->to + strlen(d->to) + 1;
+}
+
 /* Lets go what the worker's deliveries kept between them (deliver_env_t._channels). */
 void deliver_env_clear(deliver_env_t *env);
 
@@ -159,17 +168,12 @@ void deliver_start_parsed(deliver_t *d, json_t *response, const char *text, size
 /* Before the first deliver_start, with adapter, channel, channel_id and deadline_ms set, in the
  * loop pass that sends the member's read (before it, and before the turn's RPUSH): the first
  * message's slot of the channel's sender limit goes in that round trip (store_rate_take_ahead),
- * and of its pair's limit, when it has one, for the address the worker last read for the
- * member (deliver_address_seen; none known: neither goes ahead), if the member's record still
- * holds it. Where a number is checked first (whatsapp), only with that address, whose cached
- * contact comes with them (deliver_ahead_contact; the slots only when it was seen valid). The
- * first message uses them when its call goes at the slot's time to that address; else, and when
- * no message uses them, they go back (deliver_cancel). */
+ * and of the member's pair's limit, when it has one. Where a number is checked first
+ * (whatsapp), the member's cached contact comes with them (deliver_ahead_contact; the slots
+ * only when it was seen valid for the number the record holds). The first message uses them
+ * when its call goes at the slot's time; else, and when no message uses them, they go back
+ * (deliver_cancel). */
 void deliver_slot_ahead(deliver_t *d, const char *member_id, int turn);
-/* The member's record was read with externalId, and d->to set from it (adapter and channel
- * set): the worker remembers it as the member's address for deliver_slot_ahead, where the
- * channel limits its pairs. */
-void deliver_address_seen(deliver_t *d, const char *member_id, const char *external_id);
 /* Stops what is in flight (no callback) and frees what it held, a slot taken ahead too: the
  * delivery is idle and can be started again. */
 void deliver_cancel(deliver_t *d);

@@ -4,7 +4,7 @@
 
 #include "../core/clock.h"
 #include "../core/hash.h"
-#include "../core/hint.h"
+#include "../core/request.h"
 #include "log.h"
 
 #include <event2/event.h>
@@ -14,6 +14,10 @@
 /* A slot taken ahead serves a call that goes at most this late (what a reply's trip adds to a
  * slot taken just before the call): a later one could crowd the next slots' calls. */
 #define SLOT_AHEAD_LATE_MS 10
+
+/* the script that reads a member's number for its contact (whatsapp) skips only an externalId
+ * botgate would not send to */
+_Static_assert(REQUEST_MAX_RECIPIENT < STORE_RATE_ADDRESS_MAX, "an address the script skips");
 
 deliver_channel_kept_t *deliver_kept(deliver_env_t *env, const json_t *channel)
 {
@@ -57,80 +61,60 @@ void deliver_rate_policy(deliver_t *d, ratelimit_policy_t *policy)
     k->rate = *policy;
 }
 
-void deliver_address_seen(deliver_t *d, const char *member_id, const char *external_id)
-{
-    ratelimit_policy_t policy;
-
-    /* only an externalId that is the address as it stands (a phone number already normalised):
-     * the ahead script compares the record's with it and makes the pair's key of it */
-    if (d->to == NULL || external_id == NULL || strcmp(d->to, external_id) != 0)
-        return;
-    deliver_rate_policy(d, &policy);
-    if (policy.pair.interval_us != 0)
-        hint_put(&d->env->_addresses, hint_hash(d->channel_id, member_id), external_id);
-}
-
 void deliver_slot_ahead(deliver_t *d, const char *member_id, int turn)
 {
     ratelimit_policy_t policy;
     store_status_t st;
-    const char *to = NULL;
+    unsigned pair = 0;
 
     /* a broadcast's message takes its slot after everyone else's, just before its call */
     if (d->phase != DL_IDLE || d->_ahead != NULL || d->bulk)
         return;
     deliver_rate_policy(d, &policy);
-    /* a pair's limit needs the member's address, known once the member is read: the address
-     * this worker read last goes ahead (a guess the script checks); without one the slots are
-     * taken before the call as without a slot ahead */
-    if (policy.pair.interval_us != 0 &&
-        (to = hint_get(&d->env->_addresses, hint_hash(d->channel_id, member_id))) == NULL)
-        return;
-    /* a number checked first (whatsapp): its cached contact is read with the slots, which are
-     * taken only when it was seen valid; without an address the check comes first, and a slot
-     * taken before it would only go back */
-    if ((policy.sender.interval_us == 0 || d->adapter->build_check != NULL) && to == NULL)
+    /* a pair's limit is the member's: its keys are known before the record is read. A number
+     * checked first (whatsapp): the member's cached contact is read with the slots, which are
+     * taken only when it was seen valid for the number the record holds (the script reads it
+     * as member_address, op.c, makes d->to of it) */
+    if (policy.pair.interval_us != 0)
+        pair = STORE_AHEAD_PAIR | (d->adapter->phone_recipients ? STORE_AHEAD_PHONE : 0) |
+               (d->adapter->build_check != NULL ? STORE_AHEAD_CONTACT : 0);
+    /* no limit; or a number checked first without a pair's limit: the check comes first, and a
+     * slot taken before it would only go back */
+    else if (policy.sender.interval_us == 0 || d->adapter->build_check != NULL)
         return;
     /* the board listens before a slot given now is used (deliver_start) */
     if (d->env->_pauses == NULL)
         d->env->_pauses = store_rate_board_new(d->env->store);
-    d->_ahead = store_rate_take_ahead(d->env->store, d->channel_id, member_id, to,
-                                      d->adapter->build_check != NULL, turn, &policy,
+    d->_ahead = store_rate_take_ahead(d->env->store, d->channel_id, member_id, pair, turn, &policy,
                                       deliver_rate_max_wait_ms(d), &st);
 }
 
 const char *deliver_ahead_contact(const deliver_t *d)
 {
-    const char *to;
-
     if (d->phase != DL_IDLE || d->_ahead == NULL)
         return NULL;
-    /* read for the address guessed: only a message to that very number uses it */
-    to = store_rate_ahead_recipient(d->_ahead);
-    return to != NULL && strcmp(to, d->to) == 0 ? store_rate_ahead_contact(d->_ahead) : NULL;
+    /* cached for the member's number now (else it changed since: checked again) */
+    return store_contact_wa_id(store_rate_ahead_contact(d->_ahead), d->to);
 }
 
 int deliver_ahead_take(deliver_t *d, store_rate_cb *cb, store_rate_verdict_t *verdict,
-                       int64_t *wait_ms)
+                       int64_t *wait_us)
 {
     store_rate_call_t *ahead = d->_ahead;
     ratelimit_policy_t policy;
-    const char *to;
 
     if (d->phase != DL_IDLE || ahead == NULL)
         return 0;
     d->_ahead = NULL;
-    /* a pair's slot taken for the address guessed serves only a message to that address (the
-     * member's read found another: the record changed meanwhile), and a policy with a pair's
-     * limit needs one: else the slots go back, and the message takes its own */
-    to = store_rate_ahead_recipient(ahead);
+    /* a policy with a pair's limit needs the pair's slot, one without none (the channel's
+     * record changed meanwhile): else the slots go back, and the message takes its own */
     deliver_rate_policy(d, &policy);
-    if ((to != NULL) != (policy.pair.interval_us != 0) || (to != NULL && strcmp(to, d->to) != 0)) {
+    if (store_rate_ahead_pair(ahead) != (policy.pair.interval_us != 0)) {
         store_rate_cancel(ahead);
         return 0;
     }
     d->phase = DL_RATE_TAKE;
-    switch (store_rate_ahead_use(ahead, SLOT_AHEAD_LATE_MS, cb, d, verdict, wait_ms)) {
+    switch (store_rate_ahead_use(ahead, SLOT_AHEAD_LATE_MS, cb, d, verdict, wait_us)) {
     case 2:
         d->_rate = ahead;
         return 2;
@@ -153,7 +137,7 @@ void deliver_ahead_drop(deliver_t *d)
 /* A lane's take is for a slot that is due, never one ahead: a conversational message that comes
  * meanwhile waits at most a slot interval for its own (with slots taken ahead, it waited behind
  * them: 3 ms at 1,000/s, most of its latency beside a broadcast). The timer that asks is late
- * by a reply's trip and its own lateness (the waits are whole milliseconds), and every lane of
+ * by a reply's trip and its own lateness (its timer's), and every lane of
  * every instance is late when Redis or the machine stalls: a slot that passed at most this long
  * ago (LANE_LAG_SLOTS slot intervals for a faster limit) is still taken at its own time, so that
  * the lateness costs no pace (store_rate_take_bulk); after a stall the lanes make up at most
@@ -233,25 +217,24 @@ static void lane_remove(deliver_lane_t *l, deliver_t *d)
 
 /* d leaves the lane and gets its answer. */
 static void lane_answer(deliver_lane_t *l, deliver_t *d, store_status_t st,
-                        store_rate_verdict_t verdict, int64_t wait_ms)
+                        store_rate_verdict_t verdict, int64_t wait_us)
 {
     lane_remove(l, d);
     l->in_cb++;
-    l->cb(d, st, verdict, wait_ms);
+    l->cb(d, st, verdict, wait_us);
     l->in_cb--;
 }
 
-/* In microseconds (not clock_ms_timeval): a fast limit's slots are less than a millisecond
- * apart. */
+/* In microseconds: a fast limit's slots are less than a millisecond apart. */
 static void lane_arm(deliver_lane_t *l, int64_t us)
 {
-    struct timeval tv = {(time_t)(us / 1000000), (suseconds_t)(us % 1000000)};
+    struct timeval tv = clock_us_timeval(us);
 
     l->timed = evtimer_add(l->timer, &tv) == 0;
 }
 
 static void on_lane_answer(void *arg, store_status_t st, store_rate_verdict_t verdict,
-                           int64_t wait_ms)
+                           int64_t wait_us)
 {
     deliver_lane_t *l = arg;
     deliver_t *d = l->asker;
@@ -261,14 +244,14 @@ static void on_lane_answer(void *arg, store_status_t st, store_rate_verdict_t ve
     l->asker = NULL;
     l->in_cb++;
     if (st == STORE_OK && verdict == STORE_RATE_TOO_LATE && d != NULL &&
-        wait_ms > deliver_rate_max_wait_ms(d)) {
-        lane_answer(l, d, st, verdict, wait_ms); /* too late for it (its pair's, maybe): 120 */
+        wait_us > deliver_rate_max_wait_ms(d) * 1000) {
+        lane_answer(l, d, st, verdict, wait_us); /* too late for it (its pair's, maybe): 120 */
     } else if (st == STORE_OK && verdict == STORE_RATE_TOO_LATE) {
-        /* nothing taken: the sender's next slot is wait_ms away; asked again then (a message
+        /* nothing taken: the sender's next slot is wait_us away; asked again then (a message
          * whose longest wait ends before, fails with 120: lane_ask) */
         if (d != NULL) {
-            l->due_ms = now + wait_ms;
-            next = (wait_ms > 0 ? wait_ms : 1) * 1000;
+            l->due_ms = now + (wait_us + 999) / 1000;
+            next = wait_us > 0 ? wait_us : 1;
         }
     } else {
         int taken = st == STORE_OK && (verdict == STORE_RATE_GO || verdict == STORE_RATE_WAIT);
@@ -280,15 +263,15 @@ static void on_lane_answer(void *arg, store_status_t st, store_rate_verdict_t ve
             d->_pair_held = 0;
         }
         if (d != NULL)
-            lane_answer(l, d, st, verdict, wait_ms);
+            lane_answer(l, d, st, verdict, wait_us);
         l->due_ms = 0;
         /* the next slot is at most one interval later (less when this one was late): asked
          * for a little before a whole interval, unless conversational calls take it meanwhile
          * (then the answer says when). A timer made from each answer would add the trip and
          * its lateness to every slot, until the lag is used up and slots are lost (6 % of
-         * the pace at 1,000/s); asked early, the answer says when (wait_ms, rounded up). */
+         * the pace at 1,000/s); asked early, the answer says when (wait_us). */
         if (taken)
-            next = wait_ms * 1000 + l->interval_us - l->interval_us / LANE_EARLY;
+            next = wait_us + l->interval_us - l->interval_us / LANE_EARLY;
     }
     l->in_cb--;
     if (next > 0 && l->n > 0 && l->ask == NULL) /* (an answer handed out may have asked) */
@@ -319,7 +302,7 @@ static void lane_ask(deliver_lane_t *l)
         int pair;
 
         if (l->due_ms > now + max_wait) { /* its slot comes too late for it: 120 */
-            lane_answer(l, d, STORE_OK, STORE_RATE_TOO_LATE, l->due_ms - now);
+            lane_answer(l, d, STORE_OK, STORE_RATE_TOO_LATE, (l->due_ms - now) * 1000);
             continue;
         }
         if (l->ask != NULL || l->timed)
@@ -335,9 +318,9 @@ static void lane_ask(deliver_lane_t *l)
             !d->_pair_held && (policy.pair.interval_us > 0 || d->_rate_retried || d->_pauses_heard);
         l->asker = d;
         l->ask_pair = pair;
-        l->ask =
-            store_rate_take_bulk(d->env->store, d->channel_id, pair ? d->to : NULL, d->_pair_held,
-                                 &policy, max_wait, l->lag_ms, on_lane_answer, l, &st);
+        l->ask = store_rate_take_bulk(d->env->store, d->channel_id,
+                                      pair ? deliver_member_id(d) : NULL, d->_pair_held, &policy,
+                                      max_wait, l->lag_ms, on_lane_answer, l, &st);
         d->_pair_held = 0;
         if (l->ask == NULL) {
             l->asker = NULL;
@@ -404,7 +387,6 @@ void deliver_env_clear(deliver_env_t *env)
 {
     store_rate_board_free(env->_pauses);
     env->_pauses = NULL;
-    hint_free(&env->_addresses);
     while (env->_lanes != NULL) {
         deliver_lane_t *l = env->_lanes;
         env->_lanes = l->next;

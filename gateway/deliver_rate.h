@@ -15,13 +15,13 @@ void deliver_rate_policy(deliver_t *d, ratelimit_policy_t *policy);
 /* The longest a message may wait for its slot. */
 int64_t deliver_rate_max_wait_ms(const deliver_t *d);
 /* The message's slot from the one taken ahead (deliver_slot_ahead), when there is one on time:
- * 1 with *verdict and *wait_ms; 2 when its answer is still to come (cb gets it, d->_rate is
+ * 1 with *verdict and *wait_us; 2 when its answer is still to come (cb gets it, d->_rate is
  * it, in DL_RATE_TAKE); 0: none, take one. */
 int deliver_ahead_take(deliver_t *d, store_rate_cb *cb, store_rate_verdict_t *verdict,
-                       int64_t *wait_ms);
-/* whatsapp: the wa_id cached for d->to, read with the slots taken ahead (deliver_slot_ahead),
- * once their answer came; NULL when none was read (then the delivery reads it or checks the
- * number itself). The slots stay for deliver_ahead_take. */
+                       int64_t *wait_us);
+/* whatsapp: the wa_id cached for the member's number (d->to), read with the slots taken ahead
+ * (deliver_slot_ahead), once their answer came; NULL when none was read (then the delivery
+ * reads it or checks the number itself). The slots stay for deliver_ahead_take. */
 const char *deliver_ahead_contact(const deliver_t *d);
 /* A slot taken ahead goes back before a store call of another phase takes its place: the calls
  * before the message's (a credential, a contact) would make it late anyway. */

@@ -432,8 +432,8 @@ static void guard_stopped(op_t *op, int code, const char *msg, int status, char 
         op_fail_code(op, code, msg);
 }
 
-/* Sets the delivery's address (op->dl.to, which the op sets once and op_free frees) from
- * the member's record: 0, or -1 when it has no address on the platform, -2 when out of memory.
+/* Sets the delivery's address (op->dl.to, with the member's id: op_free frees it) from the
+ * member's record: 0, or -1 when it has no address on the platform, -2 when out of memory.
  * It fits a platform call: REQUEST_MAX_RECIPIENT < ADAPTER_ID_MAX. */
 static int member_address(op_t *op)
 {
@@ -449,8 +449,7 @@ static int member_address(op_t *op)
             return -1;
         ext = phone;
     }
-    free(op->dl.to);
-    return (op->dl.to = strdup(ext)) != NULL ? 0 : -2;
+    return deliver_set_address(&op->dl, ext, op->member_id) == 0 ? 0 : -2;
 }
 
 static void run_kind(op_t *op)
@@ -474,9 +473,6 @@ static void member_ready(op_t *op)
         op_fail_code(op, BG_ERR_UNAVAILABLE, "out of memory");
         return;
     }
-    /* the member's next request takes its pair's slot with this read (deliver_slot_ahead) */
-    deliver_address_seen(&op->dl, op->member_id,
-                         json_string_value(json_object_get(op->member, "externalId")));
     /* an async request is only queued now, with its place in the member's turn queue, which
      * its attempts hold (the outbox waits for that turn before it starts one) */
     if (op_is_async(op) || op_is_queued(op) || !op->env->deliver.cfg->member_order ||

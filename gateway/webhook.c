@@ -75,8 +75,8 @@ struct webhook {
     int freeing;      /* webhook_free: the worker is past its drain */
     /* The member script names the member's key among its KEYS, so it must know the member's
      * id before it runs: the worker remembers the id it last found for each sender (a guess:
-     * one that went wrong costs a round trip, never a wrong member). */
-    hint_table_t hints;
+     * one that went wrong costs a round trip, never a wrong member), in the store's table of
+     * recipients (store_recipient_hints), which a send by recipientId learns from too. */
 };
 
 webhook_t *webhook_new(op_env_t *env)
@@ -120,7 +120,6 @@ void webhook_free(struct webhook *wh)
     wh->freeing = 1;
     while (wh->reqs != NULL)
         hk_free(wh->reqs);
-    hint_free(&wh->hints);
     free(wh);
 }
 
@@ -504,7 +503,7 @@ static void on_member(void *arg, store_status_t st, const char *member_id, json_
     }
     snprintf(h->member_id, sizeof(h->member_id), "%s", member_id);
     json_object_set_new(ev, "memberId", json_string(member_id));
-    hint_put(&h->wh->hints, h->hint, member_id);
+    hint_put(store_recipient_hints(h->wh->env->deliver.store), h->hint, member_id);
     h->next_event++;
     if (record == NULL) {
         hk_next(h);
@@ -733,7 +732,7 @@ static void hk_next(hook_req_t *h)
     memset(&m, 0, sizeof(m));
     m.channel_id = h->channel_id;
     m.recipient_id = rid;
-    m.guess_id = hint_get(&h->wh->hints, h->hint);
+    m.guess_id = hint_get(store_recipient_hints(env->deliver.store), h->hint);
     m.fresh = fresh;
     m.inbound_at = h->inbound_at;
     m.now_ms = h->now_ms;

@@ -81,9 +81,9 @@ int store_key_tree_import(char *buf, size_t size, const char *prefix, const char
 }
 
 int store_key_contact(char *buf, size_t size, const char *prefix, const char *channel_id,
-                      const char *number)
+                      const char *member_id)
 {
-    return channel_record(buf, size, prefix, "wacontact", channel_id, number);
+    return channel_record(buf, size, prefix, "wacontactm", channel_id, member_id);
 }
 
 int store_key_cred_lock(char *buf, size_t size, const char *prefix, const char *channel_id)
@@ -98,19 +98,19 @@ int store_key_media(char *buf, size_t size, const char *prefix, const char *chan
 }
 
 int store_key_rate(char *buf, size_t size, const char *prefix, const char *channel_id,
-                   const char *recipient_id)
+                   const char *member_id)
 {
-    if (recipient_id == NULL)
+    if (member_id == NULL)
         return key(buf, size, prefix, "rate:{", channel_id, "}:sender");
-    return key(buf, size, prefix, "rate:{", channel_id, "}:pair:", recipient_id);
+    return key(buf, size, prefix, "rate:{", channel_id, "}:pairm:", member_id);
 }
 
 int store_key_rate_pause(char *buf, size_t size, const char *prefix, const char *channel_id,
-                         const char *recipient_id)
+                         const char *member_id)
 {
-    if (recipient_id == NULL)
+    if (member_id == NULL)
         return key(buf, size, prefix, "ratepause:{", channel_id, "}:sender");
-    return key(buf, size, prefix, "ratepause:{", channel_id, "}:pair:", recipient_id);
+    return key(buf, size, prefix, "ratepause:{", channel_id, "}:pairm:", member_id);
 }
 
 int store_key_idem(char *buf, size_t size, const char *prefix, const char *app, const char *route,

@@ -38,21 +38,25 @@ int store_key_pattern(char *buf, size_t size, const char *prefix, store_rec_t ki
  * key is not a key of that kind or an id does not fit. */
 int store_key_ids(const char *key, const char *prefix, store_rec_t kind, char *channel,
                   size_t channel_size, char *id, size_t id_size);
-/* whatsapp: a number seen valid by /v1/contacts, kept 7 days. */
+/* whatsapp: the member's number seen valid by /v1/contacts, kept 7 days ("<number> <wa_id>"):
+ * kept by the member's id, so that the script that takes the first message's slots with the
+ * member's read names it among its KEYS (store/ratelimit.c). */
 int store_key_contact(char *buf, size_t size, const char *prefix, const char *channel_id,
-                      const char *number);
+                      const char *member_id);
 /* The lock that makes a credential refresh single-flight across instances. */
 int store_key_cred_lock(char *buf, size_t size, const char *prefix, const char *channel_id);
 /* wechat: the media_id of an uploaded URL (url_hash: hex SHA-256 of the URL). */
 int store_key_media(char *buf, size_t size, const char *prefix, const char *channel_id,
                     const char *url_hash);
 /* The platform rate limits of a channel (contract.md section 8): the limit's state (a GCRA
- * theoretical arrival time) and its pause after a platform refusal. recipient_id NULL: the
- * channel's sender limit; else the limit of the pair channel + recipient. */
+ * theoretical arrival time) and its pause after a platform refusal. member_id NULL: the
+ * channel's sender limit; else the limit of the pair channel + recipient, kept by the member's
+ * id ("pairm"): known before the member's record is read, so that a script that takes the
+ * first message's slots with that read names the pair's keys among its KEYS. */
 int store_key_rate(char *buf, size_t size, const char *prefix, const char *channel_id,
-                   const char *recipient_id);
+                   const char *member_id);
 int store_key_rate_pause(char *buf, size_t size, const char *prefix, const char *channel_id,
-                         const char *recipient_id);
+                         const char *member_id);
 /* An Idempotency-Key's record (contract.md section 7), a hash: app is the token's app, route
  * the operation (no ':' in it: -1), key the Idempotency-Key as given (printable ASCII). Named
  * "idem:{<length of app>:<app>:<route>:<key>}": the length makes the name of each (app, route,

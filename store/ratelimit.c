@@ -16,8 +16,8 @@
 #define BOARD_CHANNEL       "ratepauses" /* after the prefix: where every pause is announced */
 #define BOARD_SLOTS         1024         /* a board's slots (8 KiB); power of 2 */
 /* A contact read with the slots ahead is handed over up to this long, its NUL included (a
- * wa_id is a phone number): a longer one the delivery reads itself, as without. */
-#define AHEAD_CONTACT_MAX 48
+ * number and its wa_id): a longer one the delivery reads itself, as without. */
+#define AHEAD_CONTACT_MAX 96
 
 /* The only copy of the limiter script: tests/integration/test_ratelimit.py reads the C strings
  * between the two marker comments and runs them against a real redis-server.
@@ -29,23 +29,27 @@
  *
  * take: KEYS sender TAT, sender pause[, pair TAT, pair pause];
  *       ARGV 'take', sender I, sender B, pair I, pair B, max wait ms[, lag ms]
- *       -> {0 go | 1 wait | 2 too late | 3 retake, wait ms}. With a lag (a broadcast's
+ *       -> {0 go | 1 wait | 2 too late | 3 retake, wait us}. With a lag (a broadcast's
  *       message), the sender's slot is taken only when it is due: a later one is not taken
  *       (2, as too late, with its distance), so that no slot waits reserved ahead of the
  *       conversational calls that come meanwhile; a slot that passed at most lag ms ago is
  *       still taken at its own time (the next one stays an interval after it), so that an
  *       ask that comes late loses no pace (its TAT key is kept that much longer for the next
  *       one). A pair's later slot is taken as without.
- * ahead: KEYS sender TAT, sender pause, member[, pair TAT, pair pause][, member's turn
- *       queue]; ARGV as take, with 'ahead'[, the pair's address: with the pair's keys] -> {4}
- *       (no member, its externalId is not that address, or the queue is not empty: nothing
- *       taken), else as take with the new TATs of the sender and of the pair (integers; nil
- *       where none was taken) a third and fourth: the give-back's tokens.
- * contact: as ahead with the pair's keys, the address's contact's key after them (whatsapp:
- *       its wa_id, cached once /v1/contacts saw the number valid): its value comes fifth, and
- *       the slots are taken only when it is the address itself. A number not cached takes
- *       nothing (it is checked first), one known by another wa_id neither (its pair is the
- *       wa_id's): {4, 0, nil, nil, the value}.
+ * ahead: KEYS sender TAT, sender pause, member[, pair TAT, pair pause][, member's turn queue];
+ *       ARGV as take, with 'ahead'[, '1': with the pair's keys] -> {4} (no member, or the queue
+ *       is not empty: nothing taken), else as take with the new TATs of the sender and of the
+ *       pair (integers; nil where none was taken) a third and fourth: the give-back's tokens.
+ *       The pair's keys are the member's (store_key_rate): known before its record is read,
+ *       they are among KEYS, as is every key a script touches (Redis's scripting rules; a
+ *       Redis Cluster checks, and migrates, only the keys it is given).
+ * contact: as ahead with the pair's keys, the contact's key (the member's: whatsapp, its
+ *       number seen valid by /v1/contacts, "<number> <wa_id>") after them, and ARGV '1' when
+ *       the address is a phone number, the longest externalId: the script reads the member's
+ *       number (its externalId, normalised as request_normalize_phone does: "+-() " go) and
+ *       takes the slots only when the contact is that number's, and the number itself. Else
+ *       (not seen valid, or known by another wa_id: paced after its check) nothing:
+ *       {4, 0, nil, nil, the contact}. The contact comes fifth in every answer.
  * back: KEYS TAT[, TAT]; ARGV 'back', then for each key the TAT a take set and the limit's I:
  *       a slot goes back when nobody took one after it (its TAT is still that one).
  * pause: KEYS pause; ARGV 'pause', retry-after ms (0: the doubling one), first ms, max ms
@@ -80,25 +84,25 @@ static const char RATE_SCRIPT[] =
     "  end\n"
     "  return 0\n"
     "end\n"
-    "local wa = ARGV[1] == 'contact' or nil\n"
-    "local ahead, addr = wa or ARGV[1] == 'ahead', ARGV[7]\n"
-    /* the pair's keys: 3 and 4 for a take, 4 and 5 (after the member) for an ahead */
-    "local pk, pair = 3, #KEYS >= 4\n"
+    "local ahead = ARGV[1] == 'ahead' or ARGV[1] == 'contact'\n"
+    /* the pair's keys: 3 and 4 for a take, 4 and 5 (after the member's) for an ahead */
+    "local pk, pair, wa = 3, #KEYS >= 4, false\n"
     "if ahead then\n"
-    "  local q = KEYS[addr and (wa and 7 or 6) or 4]\n"
-    "  local m = addr and redis.call('GET', KEYS[3]) or redis.call('EXISTS', KEYS[3]) == 1\n"
+    "  pk, pair = 4, ARGV[7] == '1'\n"
+    "  local ck = ARGV[1] == 'contact' and 6\n"
+    "  local q = KEYS[(pair and 6 or 4) + (ck and 1 or 0)]\n"
+    "  local m = ck and redis.call('GET', KEYS[3]) or redis.call('EXISTS', KEYS[3]) == 1\n"
     "  if not m or (q and redis.call('LLEN', q) > 0) then return {4, 0} end\n"
-    /* the address the pair's key was made from is still the member's */
-    "  if addr then\n"
+    /* the member's number, as op.c's member_address makes the delivery's of it, and its
+     * contact, as deliver.c's check reads it: seen valid for that number as it is, or not */
+    "  if ck then\n"
     "    local ok, rec = pcall(cjson.decode, m)\n"
-    "    if not ok or type(rec) ~= 'table' or rec.externalId ~= addr then return {4, 0} end\n"
+    "    local addr = ok and type(rec) == 'table' and rec.externalId\n"
+    "    if type(addr) ~= 'string' or #addr > tonumber(ARGV[9]) then return {4, 0} end\n"
+    "    if ARGV[8] == '1' then addr = string.gsub(addr, '[%+%-%(%) ]', '') end\n"
+    "    wa = redis.call('GET', KEYS[ck])\n"
+    "    if wa ~= addr .. ' ' .. addr then return {4, 0, false, false, wa} end\n"
     "  end\n"
-    /* the number's contact, as deliver.c's check reads it: seen valid (cached) or not */
-    "  if wa then\n"
-    "    wa = redis.call('GET', KEYS[6])\n"
-    "    if wa ~= addr then return {4, 0, false, false, wa} end\n"
-    "  end\n"
-    "  pk, pair = 4, addr ~= nil\n"
     "end\n"
     "local function limit(tat_key, pause_key, interval, burst, lag)\n"
     "  local t0 = now\n"
@@ -122,8 +126,8 @@ static const char RATE_SCRIPT[] =
     "local p_at, p_tat = now, nil\n"
     "if pair then p_at, p_tat = limit(KEYS[pk], KEYS[pk + 1], p_int, tonumber(ARGV[5]), 0) end\n"
     "local at = math.max(s_at, p_at)\n"
-    "local wait = ms(at - now)\n"
-    "if wait > tonumber(ARGV[6]) then\n"
+    "local wait = at - now\n"
+    "if wait > tonumber(ARGV[6]) * 1000 then\n"
     "  if ahead then return {2, wait, false, false, wa} end\n"
     "  return {2, wait}\n"
     "end\n"
@@ -165,15 +169,15 @@ struct store_rate_call {
     unsigned in : 1, orphan : 1;
     store_status_t got;
     store_rate_verdict_t verdict;
-    int64_t wait_ms, in_ms; /* in_ms: when the answer came (monotonic) */
+    int64_t wait_us, in_us; /* in_us: when the answer came (monotonic) */
     int64_t interval_us[2]; /* of the sender's limit and the pair's */
     int64_t tat_us[2];      /* the TATs the slots set: 0 where none was taken */
-    /* the pair's TAT key and address (in keys), NULL when no pair's slot was asked for */
-    const char *pair_key, *recipient;
-    /* the address's contact read with the slots (AHEAD_CONTACT_MAX bytes in keys), NULL when
+    /* the pair's TAT key (in keys), NULL when no pair's slot was asked for */
+    const char *pair_key;
+    /* the member's contact read with the slots (AHEAD_CONTACT_MAX bytes in keys), NULL when
      * not asked for; "" until one came */
     char *contact;
-    char keys[]; /* the sender's TAT key, then the pair's, its address and the contact */
+    char keys[]; /* the sender's TAT key, then the pair's and the contact */
 };
 
 static store_rate_call_t *rate_eval(store_t *st, rate_kind_t kind, const char *const *keys,
@@ -204,17 +208,33 @@ static void ahead_give_back(store_rate_call_t *c)
     free(c);
 }
 
+/* An ahead's answer past its verdict: the tokens of the slots taken (nil: none) and the
+ * contact read. */
+static void ahead_read(store_rate_call_t *c, const redisReply *reply)
+{
+    const redisReply *contact = reply->elements > 4 ? reply->element[4] : NULL;
+
+    for (size_t i = 2; i < reply->elements && i < 4; i++)
+        if (reply->element[i]->type == REDIS_REPLY_INTEGER)
+            c->tat_us[i - 2] = reply->element[i]->integer;
+    if (c->contact != NULL && contact != NULL && contact->type == REDIS_REPLY_STRING &&
+        contact->len < AHEAD_CONTACT_MAX) {
+        memcpy(c->contact, contact->str, contact->len);
+        c->contact[contact->len] = '\0';
+    }
+}
+
 static void rate_reply(redisReply *reply, void *arg)
 {
     store_rate_call_t *c = arg;
     store_status_t st = STORE_UNAVAILABLE;
     store_rate_verdict_t verdict = STORE_RATE_TOO_LATE;
-    int64_t wait_ms = 0;
+    int64_t wait_us = 0;
 
     c->ev = NULL;
     if (reply != NULL && c->kind == RATE_PAUSE && reply->type == REDIS_REPLY_INTEGER) {
         st = STORE_OK;
-        wait_ms = reply->integer;
+        wait_us = reply->integer * 1000; /* the pause's length, in ms */
     } else if (reply != NULL && c->kind != RATE_PAUSE && reply->type == REDIS_REPLY_ARRAY &&
                reply->elements >= 2 && reply->elements <= 5 &&
                reply->element[0]->type == REDIS_REPLY_INTEGER &&
@@ -223,16 +243,9 @@ static void rate_reply(redisReply *reply, void *arg)
                reply->element[0]->integer <= STORE_RATE_SKIP) {
         st = STORE_OK;
         verdict = (store_rate_verdict_t)reply->element[0]->integer;
-        wait_ms = reply->element[1]->integer;
-        for (size_t i = 2; c->kind == RATE_AHEAD && i < reply->elements && i < 4; i++)
-            if (reply->element[i]->type == REDIS_REPLY_INTEGER) /* else nil: none taken */
-                c->tat_us[i - 2] = reply->element[i]->integer;
-        if (c->kind == RATE_AHEAD && c->contact != NULL && reply->elements == 5 &&
-            reply->element[4]->type == REDIS_REPLY_STRING &&
-            reply->element[4]->len < AHEAD_CONTACT_MAX) {
-            memcpy(c->contact, reply->element[4]->str, reply->element[4]->len);
-            c->contact[reply->element[4]->len] = '\0';
-        }
+        wait_us = reply->element[1]->integer;
+        if (c->kind == RATE_AHEAD)
+            ahead_read(c, reply);
     }
     if (c->kind == RATE_AHEAD && c->cb == NULL) {
         c->got = st;
@@ -242,12 +255,12 @@ static void rate_reply(redisReply *reply, void *arg)
         }
         c->in = 1; /* kept for store_rate_ahead_use */
         c->verdict = verdict;
-        c->wait_ms = wait_ms;
-        c->in_ms = clock_mono_us() / 1000;
+        c->wait_us = wait_us;
+        c->in_us = clock_mono_us();
         return;
     }
     if (c->cb != NULL)
-        c->cb(c->arg, st, verdict, wait_ms);
+        c->cb(c->arg, st, verdict, wait_us);
     free(c);
 }
 
@@ -258,7 +271,7 @@ static store_rate_call_t *rate_eval(store_t *st, rate_kind_t kind, const char *c
                                     store_rate_cb *cb, void *arg, size_t extra,
                                     store_status_t *status)
 {
-    const char *words[7 + 7];
+    const char *words[7 + 10]; /* an ahead's keys and args at most */
     store_rate_call_t *c = calloc(1, sizeof(*c) + extra);
     int n = 0, rc;
 
@@ -296,7 +309,7 @@ static void take_args(const char *args[6], char nums[5][NUMFMT_DEC_SIZE],
 }
 
 /* store_rate_take, and with lag_ms >= 0 store_rate_take_bulk. */
-static store_rate_call_t *rate_take(store_t *st, const char *channel_id, const char *recipient_id,
+static store_rate_call_t *rate_take(store_t *st, const char *channel_id, const char *member_id,
                                     int pair_held, const ratelimit_policy_t *policy,
                                     int64_t max_wait_ms, int64_t lag_ms, store_rate_cb *cb,
                                     void *arg, store_status_t *status)
@@ -305,13 +318,13 @@ static store_rate_call_t *rate_take(store_t *st, const char *channel_id, const c
     char keys[4][STORE_KEY_MAX], nums[6][NUMFMT_DEC_SIZE];
     const char *kv[4] = {keys[0], keys[1], keys[2], keys[3]};
     const char *args[7] = {"take"};
-    int nkeys = recipient_id != NULL && !pair_held ? 4 : 2;
+    int nkeys = member_id != NULL && !pair_held ? 4 : 2;
 
     if (store_key_rate(keys[0], STORE_KEY_MAX, prefix, channel_id, NULL) < 0 ||
         store_key_rate_pause(keys[1], STORE_KEY_MAX, prefix, channel_id, NULL) < 0 ||
         (nkeys == 4 &&
-         (store_key_rate(keys[2], STORE_KEY_MAX, prefix, channel_id, recipient_id) < 0 ||
-          store_key_rate_pause(keys[3], STORE_KEY_MAX, prefix, channel_id, recipient_id) < 0))) {
+         (store_key_rate(keys[2], STORE_KEY_MAX, prefix, channel_id, member_id) < 0 ||
+          store_key_rate_pause(keys[3], STORE_KEY_MAX, prefix, channel_id, member_id) < 0))) {
         *status = STORE_BAD_RECORD; /* an id too long for a key */
         return NULL;
     }
@@ -321,55 +334,53 @@ static store_rate_call_t *rate_take(store_t *st, const char *channel_id, const c
     return rate_eval(st, RATE_TAKE, kv, nkeys, args, lag_ms >= 0 ? 7 : 6, cb, arg, 0, status);
 }
 
-store_rate_call_t *store_rate_take(store_t *st, const char *channel_id, const char *recipient_id,
+store_rate_call_t *store_rate_take(store_t *st, const char *channel_id, const char *member_id,
                                    int pair_held, const ratelimit_policy_t *policy,
                                    int64_t max_wait_ms, store_rate_cb *cb, void *arg,
                                    store_status_t *status)
 {
-    return rate_take(st, channel_id, recipient_id, pair_held, policy, max_wait_ms, -1, cb, arg,
+    return rate_take(st, channel_id, member_id, pair_held, policy, max_wait_ms, -1, cb, arg,
                      status);
 }
 
-store_rate_call_t *store_rate_take_bulk(store_t *st, const char *channel_id,
-                                        const char *recipient_id, int pair_held,
-                                        const ratelimit_policy_t *policy, int64_t max_wait_ms,
-                                        int64_t lag_ms, store_rate_cb *cb, void *arg,
-                                        store_status_t *status)
+store_rate_call_t *store_rate_take_bulk(store_t *st, const char *channel_id, const char *member_id,
+                                        int pair_held, const ratelimit_policy_t *policy,
+                                        int64_t max_wait_ms, int64_t lag_ms, store_rate_cb *cb,
+                                        void *arg, store_status_t *status)
 {
-    return rate_take(st, channel_id, recipient_id, pair_held, policy, max_wait_ms,
+    return rate_take(st, channel_id, member_id, pair_held, policy, max_wait_ms,
                      lag_ms > 0 ? lag_ms : 0, cb, arg, status);
 }
 
 store_rate_call_t *store_rate_take_ahead(store_t *st, const char *channel_id, const char *member_id,
-                                         const char *recipient_id, int contact, int turn,
-                                         const ratelimit_policy_t *policy, int64_t max_wait_ms,
-                                         store_status_t *status)
+                                         unsigned pair, int turn, const ratelimit_policy_t *policy,
+                                         int64_t max_wait_ms, store_status_t *status)
 {
     const char *prefix = store_prefix(st);
-    char keys[7][STORE_KEY_MAX], nums[5][NUMFMT_DEC_SIZE];
+    char keys[7][STORE_KEY_MAX], nums[6][NUMFMT_DEC_SIZE];
     const char *kv[7] = {keys[0], keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]};
-    const char *args[7] = {"ahead"};
-    int pair = recipient_id != NULL, nkeys = pair ? 5 : 3;
-    int len = store_key_rate(keys[0], STORE_KEY_MAX, prefix, channel_id, NULL), plen = 0;
-    size_t rlen = pair ? strlen(recipient_id) + 1 : 0;
-    size_t clen = pair && contact ? AHEAD_CONTACT_MAX : 0;
+    const char *args[10] = {pair & STORE_AHEAD_CONTACT ? "contact" : "ahead"};
+    int nkeys = pair ? 5 : 3, nargs = 6, plen = 0;
+    int len = store_key_rate(keys[0], STORE_KEY_MAX, prefix, channel_id, NULL);
+    size_t clen = pair & STORE_AHEAD_CONTACT ? AHEAD_CONTACT_MAX : 0;
     int bad = len < 0 ||
               store_key_rate_pause(keys[1], STORE_KEY_MAX, prefix, channel_id, NULL) < 0 ||
               store_key_member(keys[2], STORE_KEY_MAX, prefix, channel_id, member_id) < 0;
     store_rate_call_t *c;
 
+    /* the pair's keys and the contact's are the member's: named here, as every key the script
+     * touches, in the slot of the member's record */
+    if (pair) {
+        plen = store_key_rate(keys[3], STORE_KEY_MAX, prefix, channel_id, member_id) + 1;
+        bad = bad || plen <= 0 ||
+              store_key_rate_pause(keys[4], STORE_KEY_MAX, prefix, channel_id, member_id) < 0;
+        if (clen > 0 &&
+            store_key_contact(keys[nkeys++], STORE_KEY_MAX, prefix, channel_id, member_id) < 0)
+            bad = 1;
+    }
     /* the member's turn queue shares the sender's slot on one server only (store_turn_keys) */
     if (store_redis(st) == NULL)
         turn = 0;
-    if (pair) { /* the pair's keys after the member's, the turn queue's last */
-        plen = store_key_rate(keys[3], STORE_KEY_MAX, prefix, channel_id, recipient_id) + 1;
-        bad = bad || plen <= 0 ||
-              store_key_rate_pause(keys[4], STORE_KEY_MAX, prefix, channel_id, recipient_id) < 0;
-        /* the contact's key (same channel's slot) after the pair's */
-        if (contact &&
-            store_key_contact(keys[nkeys++], STORE_KEY_MAX, prefix, channel_id, recipient_id) < 0)
-            bad = 1;
-    }
     if (turn && store_key_turns(keys[nkeys++], STORE_KEY_MAX, prefix, channel_id, member_id) < 0)
         bad = 1;
     if (bad) {
@@ -377,28 +388,28 @@ store_rate_call_t *store_rate_take_ahead(store_t *st, const char *channel_id, co
         return NULL;
     }
     take_args(args, nums, policy, max_wait_ms);
-    args[6] = recipient_id;
-    if (clen > 0)
-        args[0] = "contact";
-    c = rate_eval(st, RATE_AHEAD, kv, nkeys, args, pair ? 7 : 6, NULL, NULL,
-                  (size_t)len + 1 + (size_t)plen + rlen + clen, status);
+    if (pair) {
+        args[nargs++] = "1";
+        args[nargs++] = pair & STORE_AHEAD_PHONE ? "1" : "0";
+        args[nargs++] = numfmt_dec(nums[5], STORE_RATE_ADDRESS_MAX - 1);
+    }
+    c = rate_eval(st, RATE_AHEAD, kv, nkeys, args, nargs, NULL, NULL,
+                  (size_t)len + 1 + (size_t)plen + clen, status);
     if (c != NULL) {
         c->interval_us[0] = policy->sender.interval_us;
         c->interval_us[1] = policy->pair.interval_us;
         memcpy(c->keys, keys[0], (size_t)len + 1);
-        if (pair) {
+        if (pair)
             c->pair_key = memcpy(c->keys + len + 1, keys[3], (size_t)plen);
-            c->recipient = memcpy(c->keys + len + 1 + plen, recipient_id, rlen);
-            if (clen > 0)
-                c->contact = c->keys + len + 1 + plen + rlen; /* "" (calloc) until it came */
-        }
+        if (clen > 0)
+            c->contact = c->keys + len + 1 + plen; /* "" (calloc) until it came */
     }
     return c;
 }
 
-const char *store_rate_ahead_recipient(const store_rate_call_t *call)
+int store_rate_ahead_pair(const store_rate_call_t *call)
 {
-    return call->recipient;
+    return call->pair_key != NULL;
 }
 
 const char *store_rate_ahead_contact(const store_rate_call_t *call)
@@ -409,7 +420,7 @@ const char *store_rate_ahead_contact(const store_rate_call_t *call)
 }
 
 int store_rate_ahead_use(store_rate_call_t *c, int64_t late_ms, store_rate_cb *cb, void *arg,
-                         store_rate_verdict_t *verdict, int64_t *wait_ms)
+                         store_rate_verdict_t *verdict, int64_t *wait_us)
 {
     int64_t left;
 
@@ -423,8 +434,8 @@ int store_rate_ahead_use(store_rate_call_t *c, int64_t late_ms, store_rate_cb *c
         return 0;
     }
     /* the slot's time (or, too late, the time it was refused), as from now */
-    left = c->wait_ms - (clock_mono_us() / 1000 - c->in_ms);
-    if (left < -late_ms) { /* a send this late could crowd the next slots' sends */
+    left = c->wait_us - (clock_mono_us() - c->in_us);
+    if (left < -late_ms * 1000) { /* a send this late could crowd the next slots' sends */
         ahead_give_back(c);
         return 0;
     }
@@ -432,12 +443,12 @@ int store_rate_ahead_use(store_rate_call_t *c, int64_t late_ms, store_rate_cb *c
     *verdict = c->verdict == STORE_RATE_TOO_LATE || c->verdict == STORE_RATE_RETAKE ? c->verdict
                : left > 0 ? STORE_RATE_WAIT
                           : STORE_RATE_GO;
-    *wait_ms = c->verdict == STORE_RATE_TOO_LATE ? c->wait_ms : left > 0 ? left : 0;
+    *wait_us = c->verdict == STORE_RATE_TOO_LATE ? c->wait_us : left > 0 ? left : 0;
     free(c);
     return 1;
 }
 
-store_rate_call_t *store_rate_pause(store_t *st, const char *channel_id, const char *recipient_id,
+store_rate_call_t *store_rate_pause(store_t *st, const char *channel_id, const char *member_id,
                                     int64_t retry_after_ms, store_rate_cb *cb, void *arg,
                                     store_status_t *status)
 {
@@ -446,7 +457,7 @@ store_rate_call_t *store_rate_pause(store_t *st, const char *channel_id, const c
     const char *kv[1] = {key};
     const char *args[5] = {"pause"};
 
-    if (store_key_rate_pause(key, sizeof(key), store_prefix(st), channel_id, recipient_id) < 0) {
+    if (store_key_rate_pause(key, sizeof(key), store_prefix(st), channel_id, member_id) < 0) {
         *status = STORE_BAD_RECORD;
         return NULL;
     }
@@ -534,24 +545,24 @@ void store_rate_board_free(store_rate_board_t *b)
 }
 
 /* The end heard of for one pause key, or 0. */
-static int64_t board_until(store_rate_board_t *b, const char *channel_id, const char *recipient_id)
+static int64_t board_until(store_rate_board_t *b, const char *channel_id, const char *member_id)
 {
     char key[STORE_KEY_MAX];
-    int len = store_key_rate_pause(key, sizeof(key), store_prefix(b->st), channel_id, recipient_id);
+    int len = store_key_rate_pause(key, sizeof(key), store_prefix(b->st), channel_id, member_id);
 
     return len < 0 ? 0 : *board_slot(b, key, (size_t)len);
 }
 
 int64_t store_rate_board_paused(store_rate_board_t *b, const char *channel_id,
-                                const char *recipient_id)
+                                const char *member_id)
 {
     int64_t until, now;
 
     if (b == NULL)
         return 0;
     until = board_until(b, channel_id, NULL);
-    if (recipient_id != NULL) {
-        int64_t pair = board_until(b, channel_id, recipient_id);
+    if (member_id != NULL) {
+        int64_t pair = board_until(b, channel_id, member_id);
         if (pair > until)
             until = pair;
     }

@@ -48,7 +48,7 @@ redisc_t *store_redis(store_t *st);
 const char *store_prefix(const store_t *st);
 /* The member id this worker found last for each (channel, recipient id): the guesses of the
  * scripts that must name a member's key before they run (a send by recipientId, a broadcast's
- * recipient ids). */
+ * recipient ids, a webhook's sender: the same ids, normalised alike, so one table). */
 struct hint_table *store_recipient_hints(store_t *st);
 /* A connection of its own to the single server (or Sentinel's master), with command_timeout_ms
  * for each command: for a command that holds its connection (a blocking read). NULL with a
@@ -124,11 +124,16 @@ store_call_t *store_update_member(store_t *st, const char *channel_id, const cha
                                   const json_t *current, uint64_t current_seq,
                                   store_mutate_fn *mutate, const json_t *change, int64_t now_ms,
                                   store_cb *cb, void *arg, store_status_t *status);
-/* whatsapp contacts seen valid: value is the wa_id as a JSON string. */
-store_call_t *store_get_contact(store_t *st, const char *channel_id, const char *number,
+/* whatsapp contacts seen valid, one per member (the number its record held then): value is
+ * "<number> <wa_id>" as a JSON string (store_contact_wa_id reads it). Kept by the member's id,
+ * so that the script that takes the first message's slots names it among its KEYS. */
+store_call_t *store_get_contact(store_t *st, const char *channel_id, const char *member_id,
                                 store_cb *cb, void *arg, store_status_t *status);
-void store_put_contact(store_t *st, const char *channel_id, const char *number, const char *wa_id,
-                       int ttl_s);
+void store_put_contact(store_t *st, const char *channel_id, const char *member_id,
+                       const char *number, const char *wa_id, int ttl_s);
+/* The wa_id of a contact's value when it was cached for number (a member whose number changed
+ * is checked again), else NULL. */
+const char *store_contact_wa_id(const char *value, const char *number);
 /* A node of a tree: value is {"tree": <_tree field>, "node": <node>}; STORE_NOT_FOUND when the
  * tree or the node is missing. */
 store_call_t *store_get_node(store_t *st, const char *tree_id, const char *node_id, store_cb *cb,

@@ -43,16 +43,29 @@ static void put_remembered(store_t *st, channel_key_fn *key_of, const char *chan
     store_call_start(c, 5, argv, NULL, NULL);
 }
 
-store_call_t *store_get_contact(store_t *st, const char *channel_id, const char *number,
+store_call_t *store_get_contact(store_t *st, const char *channel_id, const char *member_id,
                                 store_cb *cb, void *arg, store_status_t *status)
 {
-    return get_remembered(st, store_key_contact, channel_id, number, cb, arg, status);
+    return get_remembered(st, store_key_contact, channel_id, member_id, cb, arg, status);
 }
 
-void store_put_contact(store_t *st, const char *channel_id, const char *number, const char *wa_id,
-                       int ttl_s)
+void store_put_contact(store_t *st, const char *channel_id, const char *member_id,
+                       const char *number, const char *wa_id, int ttl_s)
 {
-    put_remembered(st, store_key_contact, channel_id, number, wa_id, ttl_s);
+    char value[512];
+    int n = snprintf(value, sizeof(value), "%s %s", number, wa_id);
+
+    if (n > 0 && (size_t)n < sizeof(value)) /* else not cached: checked again next time */
+        put_remembered(st, store_key_contact, channel_id, member_id, value, ttl_s);
+}
+
+const char *store_contact_wa_id(const char *value, const char *number)
+{
+    size_t n = strlen(number);
+
+    if (value == NULL || strncmp(value, number, n) != 0 || value[n] != ' ' || value[n + 1] == '\0')
+        return NULL;
+    return value + n + 1;
 }
 
 store_call_t *store_get_node(store_t *st, const char *tree_id, const char *node_id, store_cb *cb,

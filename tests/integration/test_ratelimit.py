@@ -43,15 +43,22 @@ class Limiter:
     def keys(self, ch, rcpt=None):
         ks = [self.prefix + "rate:{%s}:sender" % ch, self.prefix + "ratepause:{%s}:sender" % ch]
         if rcpt is not None:
-            ks += [self.prefix + "rate:{%s}:pair:%s" % (ch, rcpt),
-                   self.prefix + "ratepause:{%s}:pair:%s" % (ch, rcpt)]
+            ks += [self.prefix + "rate:{%s}:pairm:%s" % (ch, rcpt),
+                   self.prefix + "ratepause:{%s}:pairm:%s" % (ch, rcpt)]
         return ks
 
-    def take(self, ch, rcpt=None, s=(0, 0), p=(0, 0), max_wait=NO_LIMIT, lag=None):
-        """lag: a broadcast's take (store_rate_take_bulk)."""
+    def take_us(self, ch, rcpt=None, s=(0, 0), p=(0, 0), max_wait=NO_LIMIT, lag=None):
+        """The script's answer: (verdict, wait in microseconds). lag: a broadcast's take
+        (store_rate_take_bulk)."""
         ks = self.keys(ch, rcpt)
         return tuple(self.r("EVAL", SCRIPT, len(ks), *ks, "take", s[0], s[1], p[0], p[1],
                             max_wait, *([lag] if lag is not None else [])))
+
+    def take(self, *args, **kw):
+        """(verdict, wait in whole milliseconds, rounded up): the schedule's tests read it in
+        the limits' own unit."""
+        verdict, wait_us = self.take_us(*args, **kw)
+        return verdict, -(-wait_us // 1000)
 
     def pause(self, ch, rcpt=None, retry_after_ms=0, board=None):
         key = self.keys(ch, rcpt)[-1]
@@ -281,7 +288,7 @@ class RateLimitScriptTest(unittest.TestCase):
                                           board="botgate:ratepauses"), 3000)
             kind, channel, msg = sub._reply()
             self.assertEqual((kind, channel), ("message", "botgate:ratepauses"))
-            self.assertEqual(msg, "botgate:ratepause:{C1}:pair:u1 3000")
+            self.assertEqual(msg, "botgate:ratepause:{C1}:pairm:u1 3000")
         finally:
             sub.close()
 
@@ -292,6 +299,23 @@ class RateLimitScriptTest(unittest.TestCase):
         self.assertTrue(2900 < ttl <= 3000, ttl)  # the pause, then 2 s to repeat in
         self.s.redis("DEL", key)
         self.assertEqual(self.a.pause("C1"), 1000)
+
+    def test_wait_is_in_microseconds(self):
+        """The wait is the slot's distance from Redis's clock to the microsecond (it was whole
+        milliseconds, rounded up: 1 ms for a slot 100 us away): exactly between the clock read
+        before and after the take, on one connection."""
+        lim = (100500, 1)  # one every 100.5 ms
+        self.assertEqual(self.a.take_us("C1", s=lim), (GO, 0))
+        before = self.a.time_us()
+        verdict, wait = self.a.take_us("C1", s=lim)
+        after = self.a.time_us()
+        slot = int(self.s.redis("GET", "botgate:rate:{C1}:sender")) - 100500
+        self.assertEqual(verdict, WAIT)
+        self.assertTrue(slot - after <= wait <= slot - before, (slot - after, wait, slot - before))
+        # too late: how far, to the microsecond too (max wait in ms)
+        verdict, wait = self.a.take_us("C1", s=lim, max_wait=100)
+        self.assertEqual(verdict, TOO_LATE)
+        self.assertTrue(100500 < wait <= 201000, wait)
 
     def test_two_instances_share_one_schedule(self):
         lim = (20000, 1)  # 50/s
@@ -307,8 +331,8 @@ class RateLimitScriptTest(unittest.TestCase):
 
     def test_redis_clock_is_the_only_clock(self):
         # the script's arguments carry no time (ARGV[7], a broadcast's lag, is a length of
-        # time): the schedule is in Redis's TIME
-        self.assertNotIn("ARGV[8]", SCRIPT)
+        # time; an ahead's 7 to 9 are two flags and a length): the schedule is in Redis's TIME
+        self.assertNotIn("ARGV[10]", SCRIPT)
         self.assertIn("redis.call('TIME')", SCRIPT)
         before = self.a.time_us()
         self.a.take("C1", s=(1000000, 1))
@@ -322,8 +346,8 @@ class RateLimitScriptTest(unittest.TestCase):
         self.a.take("C9", "u1", s=(1000, 1), p=(1000, 1))
         self.a.pause("C9", "u1")
         keys = sorted(self.s.redis("KEYS", "*"))
-        self.assertEqual(keys, ["botgate:rate:{C9}:pair:u1", "botgate:rate:{C9}:sender",
-                                "botgate:ratepause:{C9}:pair:u1"])
+        self.assertEqual(keys, ["botgate:rate:{C9}:pairm:u1", "botgate:rate:{C9}:sender",
+                                "botgate:ratepause:{C9}:pairm:u1"])
 
 
 class CtlRateLimitTest(unittest.TestCase):

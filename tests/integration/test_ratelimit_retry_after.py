@@ -76,8 +76,11 @@ class RetryAfter(StackTest):
             since = page["next"]
 
     def pause_left_ms(self, cid, pair=None):
-        """(ms left of the pause by Redis's clock, the key's PTTL), or None without a pause."""
-        key = PREFIX + "ratepause:{%s}:" % cid + ("sender" if pair is None else "pair:" + pair)
+        """(ms left of the pause by Redis's clock, the key's PTTL), or None without a pause.
+        pair: a recipient id, whose pair's keys are its member's."""
+        if pair is not None:
+            pair = self.s.redis("GET", PREFIX + "recipient:{%s}:%s" % (cid, pair))
+        key = PREFIX + "ratepause:{%s}:" % cid + ("sender" if pair is None else "pairm:" + pair)
         until, ttl = self.s.redis("HGET", key, "until"), self.s.redis("PTTL", key)
         if until is None:
             return None

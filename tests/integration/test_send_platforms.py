@@ -56,7 +56,8 @@ class WhatsApp(StackTest):
         self.assertEqual(a.status, 200, a)
         self.assertEqual(self.kinds(), ["messages"])
         self.assertEqual(a.json["sendResult"]["result"][0]["result"]["meta"]["version"], "2.45.1")
-        ttl = self.s.redis("TTL", "botgate:wacontact:{wa-login}:85260000001")
+        mid = self.s.redis("GET", "botgate:recipient:{wa-login}:85260000001")
+        ttl = self.s.redis("TTL", "botgate:wacontactm:{wa-login}:%s" % mid)
         self.assertGreater(ttl, 6 * 24 * 3600)
 
     def test_expiring_token_logs_in_again(self):
@@ -109,10 +110,12 @@ class WhatsApp(StackTest):
         ch = whatsapp_channel("wa-refused", APP, "http://127.0.0.1:9/wa")
         ch["info"].update({"adminAuthToken": "valid", "adminAuthTokenExpiry": 4102444800000})
         self.s.put("channel", ch)
-        # the number was seen valid lately: the first call is the message itself
-        self.s.redis("SET", "botgate:wacontact:{wa-refused}:85260000016", "85260000016")
+        # the member's number was seen valid lately: the first call is the message itself
+        self.s.redis("SET", "botgate:member:{wa-refused}:mref",
+                     json.dumps(member("mref", "wa-refused", APP, "85260000016", "whatsapp")))
+        self.s.redis("SET", "botgate:wacontactm:{wa-refused}:mref", "85260000016 85260000016")
         before = refused_calls()
-        a = self.send("wa-refused", rid="85260000016")
+        a = self.send("wa-refused", mid="mref")
         self.assertEqual((a.status, a.json.get("err_code")), (500, 113), a)
         # what went wrong and after how long (the system's words for the errno), no address
         self.assertRegex(a.json["err"], r"^whatsapp: no answer: Couldn't connect to server: "

@@ -137,6 +137,28 @@ class WebhookCost(StackTest):
         self.assertEqual(trips, 1.0)
         self.assertEqual(per, {"evalsha": 1.0, "get": 2.0, "set": 1.0, "hgetall": 1.0})
 
+    def test_a_sender_is_a_known_recipient(self):
+        """A send by recipientId to a sender the worker took a webhook from: the member's
+        get-or-create script runs once, its guess of the member's id learnt from the webhook
+        (one table of the ids of senders and recipients; with two it ran twice, the first
+        run told it the id)."""
+        tok = self.s.token(APP, "bot:sendResponses")
+
+        def reply(psid):
+            a = http("POST", self.s.url + "/sendResponses",
+                     {"channelId": "hcost2", "recipientId": psid,
+                      "response": [{"type": "TEXT", "text": "back"}]},
+                     {"Authorization": "Bearer " + tok}, 30)
+            self.assertEqual(a.status, 200, a)
+            self.assertNotIn("error", a.json["sendResult"]["result"][0])
+        self.send("hcost2", "psid-warm")
+        self.send("hcost2", "psid-back")
+        reply("psid-warm")  # the token, and every script the send runs, loaded (EVAL once)
+        c0, _ = self.info()
+        reply("psid-back")
+        c1, _ = self.info()
+        self.assertEqual(c1.get("eval", 0) - c0.get("eval", 0), 1)
+
 
 if __name__ == "__main__":
     unittest.main()

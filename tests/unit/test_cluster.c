@@ -70,17 +70,17 @@ static void test_channel_keys_share_a_slot(void **state)
     assert_int_equal(slot(key), want);
     assert_true(store_key_cred_lock(key, sizeof(key), p, ch) > 0);
     assert_int_equal(slot(key), want);
-    assert_true(store_key_contact(key, sizeof(key), p, ch, "85200000000") > 0);
+    assert_true(store_key_contact(key, sizeof(key), p, ch, "m1") > 0);
     assert_int_equal(slot(key), want);
     assert_true(store_key_media(key, sizeof(key), p, ch, "abc") > 0);
     assert_int_equal(slot(key), want);
     assert_true(store_key_rate(key, sizeof(key), p, ch, NULL) > 0);
     assert_int_equal(slot(key), want);
-    assert_true(store_key_rate(key, sizeof(key), p, ch, "psid-9") > 0);
+    assert_true(store_key_rate(key, sizeof(key), p, ch, "m1") > 0);
     assert_int_equal(slot(key), want);
     assert_true(store_key_rate_pause(key, sizeof(key), p, ch, NULL) > 0);
     assert_int_equal(slot(key), want);
-    assert_true(store_key_rate_pause(key, sizeof(key), p, ch, "psid-9") > 0);
+    assert_true(store_key_rate_pause(key, sizeof(key), p, ch, "m1") > 0);
     assert_int_equal(slot(key), want);
 }
 

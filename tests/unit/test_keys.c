@@ -57,7 +57,7 @@ static int k_tree(const key_case_t *c, char *buf, size_t size, const char *prefi
 
 static int k_contact(const key_case_t *c, char *buf, size_t size, const char *prefix)
 {
-    return store_key_contact(buf, size, prefix, c->channel, "85291234567");
+    return store_key_contact(buf, size, prefix, c->channel, "M1");
 }
 
 static int k_cred_lock(const key_case_t *c, char *buf, size_t size, const char *prefix)
@@ -95,7 +95,7 @@ static const key_case_t cases[] = {
     {"tree", NULL, "tree:T1", k_tree},
     /* botgate's own keys, in the channel's slot */
     {"member_base", "C1", "member:{C1}:", k_member_base},
-    {"contact", "C1", "wacontact:{C1}:85291234567", k_contact},
+    {"contact", "C1", "wacontactm:{C1}:M1", k_contact},
     {"cred_lock", "C1", "lock:{C1}:credential", k_cred_lock},
     {"media", "C1", "media:{C1}:" HASH, k_media},
     {"turnq", "C1", "turnq:{C1}:M1", k_turns},

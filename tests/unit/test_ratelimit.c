@@ -170,12 +170,12 @@ static void test_keys(void **state)
     char buf[STORE_KEY_MAX];
     assert_int_equal(store_key_rate(buf, sizeof(buf), "botgate:", "C1", NULL), 24);
     assert_string_equal(buf, "botgate:rate:{C1}:sender");
-    store_key_rate(buf, sizeof(buf), "botgate:", "C1", "85291234567");
-    assert_string_equal(buf, "botgate:rate:{C1}:pair:85291234567");
+    store_key_rate(buf, sizeof(buf), "botgate:", "C1", "M1");
+    assert_string_equal(buf, "botgate:rate:{C1}:pairm:M1");
     store_key_rate_pause(buf, sizeof(buf), "p:", "C1", NULL);
     assert_string_equal(buf, "p:ratepause:{C1}:sender");
     store_key_rate_pause(buf, sizeof(buf), "p:", "C1", "u1");
-    assert_string_equal(buf, "p:ratepause:{C1}:pair:u1");
+    assert_string_equal(buf, "p:ratepause:{C1}:pairm:u1");
     assert_int_equal(store_key_rate(buf, 10, "botgate:", "C1", NULL), -1);
     assert_int_equal(store_key_rate_pause(buf, sizeof(buf), "botgate:", NULL, "u1"), -1);
 }

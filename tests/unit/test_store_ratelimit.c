@@ -1,7 +1,7 @@
 /* test_store_ratelimit.c - store/ratelimit.c's async calls through the worker's Redis client,
  * against a redis-server this test starts on a free loopback port: verdicts and waits as the
  * script gives them, the retake of a pair, a pause, cancel, a slot taken ahead (used, stale,
- * given back; whatsapp's contact read with it), and Redis down. */
+ * given back; the member's pair's and whatsapp contact with it), and Redis down. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,9 +11,11 @@
 
 #include "redis_test.h"
 #include "store/ratelimit.h"
+#include "store/store.h"
 
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 
@@ -21,18 +23,18 @@ typedef struct {
     int calls;
     store_status_t st;
     store_rate_verdict_t verdict;
-    int64_t wait_ms;
+    int64_t wait_us;
 } answer_t;
 
 static int channel_seq; /* a fresh channel id per test: tests share one Redis */
 
-static void on_answer(void *arg, store_status_t st, store_rate_verdict_t verdict, int64_t wait_ms)
+static void on_answer(void *arg, store_status_t st, store_rate_verdict_t verdict, int64_t wait_us)
 {
     answer_t *a = arg;
     a->calls++;
     a->st = st;
     a->verdict = verdict;
-    a->wait_ms = wait_ms;
+    a->wait_us = wait_us;
 }
 
 static answer_t take(const char *channel, const char *rcpt, int pair_held,
@@ -66,10 +68,10 @@ static void test_burst_then_wait_then_too_late(void **state)
     assert_int_equal(take(ch, NULL, 0, &p, 1000).verdict, STORE_RATE_GO);
     answer_t a = take(ch, NULL, 0, &p, 1000);
     assert_int_equal(a.verdict, STORE_RATE_WAIT);
-    assert_true(a.wait_ms > 0 && a.wait_ms <= 100);
+    assert_true(a.wait_us > 0 && a.wait_us <= 100000);
     a = take(ch, NULL, 0, &p, 50);
     assert_int_equal(a.verdict, STORE_RATE_TOO_LATE);
-    assert_true(a.wait_ms > 100 && a.wait_ms <= 200);
+    assert_true(a.wait_us > 100000 && a.wait_us <= 200000);
 }
 
 static void test_pair_retake(void **state)
@@ -81,10 +83,10 @@ static void test_pair_retake(void **state)
     assert_int_equal(take(ch, "u1", 0, &p, 5000).verdict, STORE_RATE_GO);
     answer_t a = take(ch, "u1", 0, &p, 5000);
     assert_int_equal(a.verdict, STORE_RATE_RETAKE);
-    assert_true(a.wait_ms > 900 && a.wait_ms <= 1000);
+    assert_true(a.wait_us > 900000 && a.wait_us <= 1000000);
     a = take(ch, "u1", 1, &p, 5000); /* at the pair's slot: the sender's only */
     assert_int_equal(a.verdict, STORE_RATE_WAIT);
-    assert_true(a.wait_ms > 0 && a.wait_ms <= 100);
+    assert_true(a.wait_us > 0 && a.wait_us <= 100000);
 }
 
 static void test_pause(void **state)
@@ -98,14 +100,14 @@ static void test_pause(void **state)
     assert_non_null(store_rate_pause(rt.store, ch, NULL, 0, on_answer, &a, &st));
     run_until(&a.calls, 2000);
     assert_int_equal(a.st, STORE_OK);
-    assert_int_equal(a.wait_ms, 1000);
+    assert_int_equal(a.wait_us, 1000000);
     a = take(ch, "u1", 0, &off, 5000);
     assert_int_equal(a.verdict, STORE_RATE_WAIT);
-    assert_true(a.wait_ms > 900 && a.wait_ms <= 1000);
+    assert_true(a.wait_us > 900000 && a.wait_us <= 1000000);
     /* without a callback, with the platform's Retry-After */
     assert_non_null(store_rate_pause(rt.store, ch, "u2", 3000, NULL, NULL, &st));
     a = take(ch, "u2", 0, &off, 5000);
-    assert_true(a.wait_ms > 2900 && a.wait_ms <= 3000);
+    assert_true(a.wait_us > 2900000 && a.wait_us <= 3000000);
 }
 
 static void test_cancel(void **state)
@@ -178,14 +180,45 @@ static const char *tat(const char *ch, raw_reply_t *r)
     return pair_tat(ch, NULL, r);
 }
 
-/* A channel with member M1 (and M1's turn held by someone when held). */
-static const char *ahead_channel(char *ch, size_t len, int held)
+/* Redis's clock, in microseconds (the limiter's). */
+static int64_t redis_now_us(void)
 {
-    char key[STORE_KEY_MAX];
+    raw_reply_t r;
+    const char *argv[3] = {
+        "EVAL", "local t = redis.call('TIME') return string.format('%.0f', t[1] * 1000000 + t[2])",
+        "0"};
+    raw_argv(3, argv, &r);
+    return strtoll(r.text, NULL, 10);
+}
+
+/* A slot's wait is to the microsecond, as far as it is from Redis's clock when taken: exactly
+ * between the clock read before and after the take (it was rounded up to whole milliseconds:
+ * 1 ms for a slot 100 us away). */
+static void test_wait_in_microseconds(void **state)
+{
+    (void)state;
+    char ch[16];
+    raw_reply_t r;
+    ratelimit_policy_t p = {.sender = {100500, 1}}; /* one every 100.5 ms */
+    new_channel(ch, sizeof(ch));
+    assert_int_equal(take(ch, NULL, 0, &p, 1000).verdict, STORE_RATE_GO);
+    int64_t before = redis_now_us();
+    answer_t a = take(ch, NULL, 0, &p, 1000);
+    int64_t after = redis_now_us();
+    int64_t slot = strtoll(tat(ch, &r), NULL, 10) - 100500; /* the slot it took */
+    assert_int_equal(a.verdict, STORE_RATE_WAIT);
+    assert_true(a.wait_us >= slot - after && a.wait_us <= slot - before);
+}
+
+/* A channel with member M1 at address ext (and M1's turn held by someone when held). */
+static const char *ahead_channel_at(char *ch, size_t len, int held, const char *ext)
+{
+    char key[STORE_KEY_MAX], rec[128];
     raw_reply_t r;
     new_channel(ch, len);
     store_key_member(key, sizeof(key), store_prefix(rt.store), ch, "M1");
-    raw3("SET", key, "{\"_id\":\"M1\",\"externalId\":\"P1\"}", &r);
+    snprintf(rec, sizeof(rec), "{\"_id\":\"M1\",\"externalId\":\"%s\"}", ext);
+    raw3("SET", key, rec, &r);
     if (held) {
         store_key_turns(key, sizeof(key), store_prefix(rt.store), ch, "M1");
         raw3("RPUSH", key, "someone", &r);
@@ -193,14 +226,19 @@ static const char *ahead_channel(char *ch, size_t len, int held)
     return ch;
 }
 
-/* A slot taken ahead (and the pair's of rcpt, when not NULL), its answer in (a round trip on
- * the same connection after it). */
-static store_rate_call_t *ahead_to(const char *ch, const char *member, const char *rcpt, int turn,
+static const char *ahead_channel(char *ch, size_t len, int held)
+{
+    return ahead_channel_at(ch, len, held, "P1");
+}
+
+/* A slot taken ahead (and the pair's, of the member's address, with pair flags), its answer in
+ * (a round trip on the same connection after it). */
+static store_rate_call_t *ahead_to(const char *ch, const char *member, unsigned pair, int turn,
                                    const ratelimit_policy_t *p)
 {
     store_status_t st;
     raw_reply_t r;
-    store_rate_call_t *c = store_rate_take_ahead(rt.store, ch, member, rcpt, 0, turn, p, 5000, &st);
+    store_rate_call_t *c = store_rate_take_ahead(rt.store, ch, member, pair, turn, p, 5000, &st);
     assert_non_null(c);
     raw("PING", "x", &r);
     return c;
@@ -209,7 +247,7 @@ static store_rate_call_t *ahead_to(const char *ch, const char *member, const cha
 static store_rate_call_t *ahead(const char *ch, const char *member, int turn,
                                 const ratelimit_policy_t *p)
 {
-    return ahead_to(ch, member, NULL, turn, p);
+    return ahead_to(ch, member, 0, turn, p);
 }
 
 static void test_ahead(void **state)
@@ -233,13 +271,13 @@ static void test_ahead(void **state)
     snprintf(before, sizeof(before), "%s", tat(ch, &r));
     assert_int_equal(store_rate_ahead_use(ahead(ch, "M1", 0, &p), 10, on_answer, &a, &v, &wait), 1);
     assert_int_equal(v, STORE_RATE_WAIT);
-    assert_true(wait > 900 && wait <= 1000);
+    assert_true(wait > 900000 && wait <= 1000000);
     /* let go, answered or not yet: the slot goes back */
     snprintf(before, sizeof(before), "%s", tat(ch, &r));
     store_rate_cancel(ahead(ch, "M1", 0, &p));
     assert_string_equal(tat(ch, &r), before);
     store_status_t st;
-    store_rate_cancel(store_rate_take_ahead(rt.store, ch, "M1", NULL, 0, 0, &p, 5000, &st));
+    store_rate_cancel(store_rate_take_ahead(rt.store, ch, "M1", 0, 0, &p, 5000, &st));
     raw("PING", "x", &r);
     assert_string_equal(tat(ch, &r), before);
     /* a slot taken after it: it stays taken (the TAT is the later one's) */
@@ -259,25 +297,24 @@ static void test_ahead(void **state)
     assert_string_equal(tat(ch, &r), "");
     /* used before its answer came: the answer goes to the callback */
     ahead_channel(ch, sizeof(ch), 0);
-    c = store_rate_take_ahead(rt.store, ch, "M1", NULL, 0, 1, &p, 5000, &st);
+    c = store_rate_take_ahead(rt.store, ch, "M1", 0, 1, &p, 5000, &st);
     assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 2);
     run_until(&a.calls, 2000);
     assert_int_equal(a.calls, 1);
     assert_int_equal(a.verdict, STORE_RATE_GO);
     /* the same, none taken: the callback is told so */
     answer_t none = {0};
-    c = store_rate_take_ahead(rt.store, ch, "M9", NULL, 0, 1, &p, 5000, &st);
+    c = store_rate_take_ahead(rt.store, ch, "M9", 0, 1, &p, 5000, &st);
     assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &none, &v, &wait), 2);
     run_until(&none.calls, 2000);
     assert_int_equal(none.calls, 1);
     assert_int_equal(none.verdict, STORE_RATE_SKIP);
 }
 
-/* M1's slots ahead, the pair's of address ext. */
-static store_rate_call_t *pair_ahead(const char *ch, const char *ext, int turn,
-                                     const ratelimit_policy_t *p)
+/* M1's slots ahead, its pair's too. */
+static store_rate_call_t *pair_ahead(const char *ch, int turn, const ratelimit_policy_t *p)
 {
-    return ahead_to(ch, "M1", ext, turn, p);
+    return ahead_to(ch, "M1", STORE_AHEAD_PAIR, turn, p);
 }
 
 static void test_pair_ahead(void **state)
@@ -291,76 +328,71 @@ static void test_pair_ahead(void **state)
     ratelimit_policy_t p = {.sender = {100000, 1}, .pair = {1000000, 1}}; /* 10/s, 1/s */
     ratelimit_policy_t slack = {.pair = {1000000, 1}};                    /* the pair's alone */
 
-    /* another address than the member's, or its turn held: nothing taken, the pair's neither */
+    /* its turn held: nothing taken, the pair's neither */
     ahead_channel(ch, sizeof(ch), 1);
-    assert_int_equal(
-        store_rate_ahead_use(pair_ahead(ch, "P2", 0, &p), 10, on_answer, &a, &v, &wait), 0);
-    assert_int_equal(
-        store_rate_ahead_use(pair_ahead(ch, "P1", 1, &p), 10, on_answer, &a, &v, &wait), 0);
+    assert_int_equal(store_rate_ahead_use(pair_ahead(ch, 1, &p), 10, on_answer, &a, &v, &wait), 0);
     assert_string_equal(tat(ch, &r), "");
-    assert_string_equal(pair_tat(ch, "P1", &r), "");
-    assert_string_equal(pair_tat(ch, "P2", &r), "");
-    /* a record that is no JSON object: no guess holds */
-    store_key_member(key, sizeof(key), store_prefix(rt.store), ch, "M1");
-    raw3("SET", key, "P1", &r);
-    assert_int_equal(
-        store_rate_ahead_use(pair_ahead(ch, "P1", 0, &p), 10, on_answer, &a, &v, &wait), 0);
-    assert_string_equal(pair_tat(ch, "P1", &r), "");
-    /* the member's address: both taken, go; the next one waits for the pair's slot (a retake:
-     * the sender's is taken then) */
+    assert_string_equal(pair_tat(ch, "M1", &r), "");
+    /* the pair's keys are the member's: taken whatever its record holds (the delivery, which
+     * reads it, refuses a member without an address, and the slots go back) */
     ahead_channel(ch, sizeof(ch), 0);
-    store_rate_call_t *c = pair_ahead(ch, "P1", 1, &p);
-    assert_string_equal(store_rate_ahead_recipient(c), "P1");
+    store_key_member(key, sizeof(key), store_prefix(rt.store), ch, "M1");
+    raw3("SET", key, "{\"_id\":\"M1\"}", &r);
+    store_rate_call_t *c = pair_ahead(ch, 0, &p);
+    assert_string_not_equal(pair_tat(ch, "M1", &r), "");
+    store_rate_cancel(c);
+    raw("PING", "x", &r);
+    assert_string_equal(tat(ch, &r), "");
+    assert_string_equal(pair_tat(ch, "M1", &r), "");
+    /* the member's pair: both taken, go; the next one waits for the pair's slot (a retake: the
+     * sender's is taken then) */
+    ahead_channel(ch, sizeof(ch), 0);
+    c = pair_ahead(ch, 1, &p);
     assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 1);
     assert_int_equal(v, STORE_RATE_GO);
-    assert_string_not_equal(pair_tat(ch, "P1", &r), "");
+    assert_string_not_equal(pair_tat(ch, "M1", &r), "");
     snprintf(s_before, sizeof(s_before), "%s", tat(ch, &r));
-    assert_int_equal(
-        store_rate_ahead_use(pair_ahead(ch, "P1", 0, &p), 10, on_answer, &a, &v, &wait), 1);
+    assert_int_equal(store_rate_ahead_use(pair_ahead(ch, 0, &p), 10, on_answer, &a, &v, &wait), 1);
     assert_int_equal(v, STORE_RATE_RETAKE);
-    assert_true(wait > 900 && wait <= 1000);
+    assert_true(wait > 900000 && wait <= 1000000);
     assert_string_equal(tat(ch, &r), s_before); /* the sender's not taken */
     /* let go: the pair's slot goes back, with the sender's */
-    snprintf(p_before, sizeof(p_before), "%s", pair_tat(ch, "P1", &r));
-    store_rate_cancel(pair_ahead(ch, "P1", 0, &p));
-    assert_string_equal(pair_tat(ch, "P1", &r), p_before);
+    snprintf(p_before, sizeof(p_before), "%s", pair_tat(ch, "M1", &r));
+    store_rate_cancel(pair_ahead(ch, 0, &p));
+    assert_string_equal(pair_tat(ch, "M1", &r), p_before);
     /* both taken (the sender's slot later), let go: both go back (the pair's to the slot's
      * time, which is the sender's TAT before: a pair's next slot no later than that) */
     ahead_channel(ch, sizeof(ch), 0);
     take(ch, NULL, 0, &p, 5000);
     snprintf(s_before, sizeof(s_before), "%s", tat(ch, &r));
-    c = pair_ahead(ch, "P1", 0, &p);
+    c = pair_ahead(ch, 0, &p);
     assert_string_not_equal(tat(ch, &r), s_before);
-    assert_string_not_equal(pair_tat(ch, "P1", &r), s_before);
+    assert_string_not_equal(pair_tat(ch, "M1", &r), s_before);
     store_rate_cancel(c);
     raw("PING", "x", &r);
     assert_string_equal(tat(ch, &r), s_before);
-    assert_string_equal(pair_tat(ch, "P1", &r), s_before);
+    assert_string_equal(pair_tat(ch, "M1", &r), s_before);
     /* a pause of the pair holds the slot taken ahead */
-    assert_non_null(store_rate_pause(rt.store, ch, "P1", 2000, NULL, NULL, &(store_status_t){0}));
-    assert_int_equal(
-        store_rate_ahead_use(pair_ahead(ch, "P1", 0, &slack), 10, on_answer, &a, &v, &wait), 1);
+    assert_non_null(store_rate_pause(rt.store, ch, "M1", 2000, NULL, NULL, &(store_status_t){0}));
+    assert_int_equal(store_rate_ahead_use(pair_ahead(ch, 0, &slack), 10, on_answer, &a, &v, &wait),
+                     1);
     assert_int_equal(v, STORE_RATE_WAIT);
-    assert_true(wait > 1900 && wait <= 2000);
+    assert_true(wait > 1900000 && wait <= 2000000);
     /* no sender's limit (slack): the pair's alone, given back when let go */
     ahead_channel(ch, sizeof(ch), 0);
-    c = pair_ahead(ch, "P1", 0, &slack);
+    c = pair_ahead(ch, 0, &slack);
     assert_string_equal(tat(ch, &r), "");
-    assert_string_not_equal(pair_tat(ch, "P1", &r), "");
+    assert_string_not_equal(pair_tat(ch, "M1", &r), "");
     store_rate_cancel(c);
     raw("PING", "x", &r);
-    assert_string_equal(pair_tat(ch, "P1", &r), "");
+    assert_string_equal(pair_tat(ch, "M1", &r), "");
 }
 
-/* M1's slots ahead with the contact of its address P1 read too (whatsapp), its answer in. */
-static store_rate_call_t *contact_ahead(const char *ch, const ratelimit_policy_t *p)
+/* M1's slots ahead with its contact read too (whatsapp; flags: STORE_AHEAD_PHONE or 0), its
+ * answer in. */
+static store_rate_call_t *contact_ahead(const char *ch, unsigned flags, const ratelimit_policy_t *p)
 {
-    store_status_t st;
-    raw_reply_t r;
-    store_rate_call_t *c = store_rate_take_ahead(rt.store, ch, "M1", "P1", 1, 0, p, 5000, &st);
-    assert_non_null(c);
-    raw("PING", "x", &r);
-    return c;
+    return ahead_to(ch, "M1", STORE_AHEAD_PAIR | STORE_AHEAD_CONTACT | flags, 0, p);
 }
 
 static void test_contact_ahead(void **state)
@@ -377,44 +409,70 @@ static void test_contact_ahead(void **state)
 
     /* not cached (never checked, or expired): nothing read, nothing taken */
     ahead_channel(ch, sizeof(ch), 0);
-    c = contact_ahead(ch, &p);
+    c = contact_ahead(ch, 0, &p);
     assert_null(store_rate_ahead_contact(c));
     assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 0);
     assert_string_equal(tat(ch, &r), "");
-    assert_string_equal(pair_tat(ch, "P1", &r), "");
+    assert_string_equal(pair_tat(ch, "M1", &r), "");
     /* cached as an empty string: none, as deliver.c reads it */
-    store_key_contact(key, sizeof(key), store_prefix(rt.store), ch, "P1");
+    store_key_contact(key, sizeof(key), store_prefix(rt.store), ch, "M1");
     raw3("SET", key, "", &r);
-    c = contact_ahead(ch, &p);
+    c = contact_ahead(ch, 0, &p);
     assert_null(store_rate_ahead_contact(c));
     store_rate_cancel(c);
-    assert_string_equal(pair_tat(ch, "P1", &r), "");
-    /* known by another wa_id: handed over, no slot taken (the pair is the wa_id's) */
-    raw3("SET", key, "P1-wa", &r);
-    c = contact_ahead(ch, &p);
-    assert_string_equal(store_rate_ahead_contact(c), "P1-wa");
+    assert_string_equal(pair_tat(ch, "M1", &r), "");
+    /* known by another wa_id: handed over, no slot taken (its check's answer comes first) */
+    raw3("SET", key, "P1 P1-wa", &r);
+    c = contact_ahead(ch, 0, &p);
+    assert_string_equal(store_rate_ahead_contact(c), "P1 P1-wa");
+    assert_string_equal(store_contact_wa_id(store_rate_ahead_contact(c), "P1"), "P1-wa");
     assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 0);
     assert_string_equal(tat(ch, &r), "");
-    assert_string_equal(pair_tat(ch, "P1", &r), "");
+    assert_string_equal(pair_tat(ch, "M1", &r), "");
+    /* seen valid for the member's former number: nothing taken, and not its number's */
+    raw3("SET", key, "P0 P0", &r);
+    c = contact_ahead(ch, 0, &p);
+    assert_null(store_contact_wa_id(store_rate_ahead_contact(c), "P1"));
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 0);
+    assert_string_equal(pair_tat(ch, "M1", &r), "");
     /* seen valid as it is: handed over with both slots */
-    raw3("SET", key, "P1", &r);
-    c = contact_ahead(ch, &p);
-    assert_string_equal(store_rate_ahead_contact(c), "P1");
+    raw3("SET", key, "P1 P1", &r);
+    c = contact_ahead(ch, 0, &p);
+    assert_string_equal(store_contact_wa_id(store_rate_ahead_contact(c), "P1"), "P1");
     assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 1);
     assert_int_equal(v, STORE_RATE_GO);
     assert_string_not_equal(tat(ch, &r), "");
-    assert_string_not_equal(pair_tat(ch, "P1", &r), "");
+    assert_string_not_equal(pair_tat(ch, "M1", &r), "");
+    /* a phone number as written ("+852 ..."): compared normalised as request_normalize_phone
+     * does, with STORE_AHEAD_PHONE; as it is without */
+    ahead_channel_at(ch, sizeof(ch), 0, "+852 (9123) 45-67");
+    store_key_contact(key, sizeof(key), store_prefix(rt.store), ch, "M1");
+    raw3("SET", key, "85291234567 85291234567", &r);
+    c = contact_ahead(ch, 0, &p);
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 0);
+    c = contact_ahead(ch, STORE_AHEAD_PHONE, &p);
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 1);
+    assert_int_equal(v, STORE_RATE_GO);
+    /* an externalId of no string: nothing read, nothing taken */
+    ahead_channel(ch, sizeof(ch), 0);
+    store_key_member(key, sizeof(key), store_prefix(rt.store), ch, "M1");
+    raw3("SET", key, "{\"_id\":\"M1\",\"externalId\":7}", &r);
+    c = contact_ahead(ch, 0, &p);
+    assert_null(store_rate_ahead_contact(c));
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 0);
+    assert_string_equal(pair_tat(ch, "M1", &r), "");
     /* the pair's slot past the longest wait: too late, the contact handed over still */
     ahead_channel(ch, sizeof(ch), 0);
-    store_key_contact(key, sizeof(key), store_prefix(rt.store), ch, "P1");
-    raw3("SET", key, "P1", &r);
-    take(ch, "P1", 0, &slow, 5000);
-    c = contact_ahead(ch, &slow);
-    assert_string_equal(store_rate_ahead_contact(c), "P1");
+    store_key_contact(key, sizeof(key), store_prefix(rt.store), ch, "M1");
+    raw3("SET", key, "P1 P1", &r);
+    take(ch, "M1", 0, &slow, 5000);
+    c = contact_ahead(ch, 0, &slow);
+    assert_string_equal(store_rate_ahead_contact(c), "P1 P1");
     assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 1);
     assert_int_equal(v, STORE_RATE_TOO_LATE);
     /* no member: nothing read */
-    c = store_rate_take_ahead(rt.store, ch, "M9", "P1", 1, 0, &p, 5000, &(store_status_t){0});
+    c = store_rate_take_ahead(rt.store, ch, "M9", STORE_AHEAD_PAIR | STORE_AHEAD_CONTACT, 0, &p,
+                              5000, &(store_status_t){0});
     raw("PING", "x", &r);
     assert_null(store_rate_ahead_contact(c));
     store_rate_cancel(c);
@@ -445,6 +503,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_burst_then_wait_then_too_late),
+        cmocka_unit_test(test_wait_in_microseconds),
         cmocka_unit_test(test_pair_retake),
         cmocka_unit_test(test_pause),
         cmocka_unit_test(test_cancel),
