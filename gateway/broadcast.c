@@ -50,6 +50,7 @@ typedef struct bc_req bc_req_t;
 struct broadcasts {
     op_env_t *env;
     bc_req_t *reqs, *reqs_last; /* requests in flight */
+    size_t big_bytes;           /* bodies over REQUEST_MAX_BODY held by them (bc_ids) */
     bcpump_t *pump;             /* the delivery */
 };
 
@@ -126,6 +127,8 @@ static void req_free(bc_req_t *r)
     auth_token_free(&r->token);
     json_decref(r->root);
     json_decref(r->channel);
+    if (r->big != NULL)
+        b->big_bytes -= bc_ids_body_bytes(r->big);
     bc_ids_free(r->big);
     free(r->kept);
     DLIST_UNLINK(b->reqs, b->reqs_last, r);
@@ -1010,6 +1013,12 @@ void broadcasts_post_route(void *arg, struct evhttp_request *req)
     if (r == NULL)
         return;
     memset(&err, 0, sizeof(err));
+    if (len > REQUEST_MAX_BODY &&
+        b->big_bytes + len > (size_t)b->env->deliver.cfg->max_reading_mb * 1024 * 1024) {
+        /* held until answered, past the reading budget (conn.c): as many again at most */
+        req_fail(r, BG_ERR_UNAVAILABLE, "too many large broadcasts being accepted; retry");
+        return;
+    }
     if (len > REQUEST_MAX_BODY) {
         /* up to a million ids (conn.c let it be read): checked in steps of the loop */
         const char *fp =
@@ -1019,6 +1028,8 @@ void broadcasts_post_route(void *arg, struct evhttp_request *req)
         r->big = bc_ids_check(b->env->deliver.base, in, fp, on_big_checked, r);
         if (r->big == NULL)
             req_fail(r, BG_ERR_UNAVAILABLE, "out of memory");
+        else
+            b->big_bytes += len;
         return;
     }
     if (request_parse_json(len ? (const char *)evbuffer_pullup(in, -1) : "", len, &r->root, &err) <

@@ -209,6 +209,11 @@ const char *bc_ids_name(const bc_ids_t *b)
     return b->name;
 }
 
+size_t bc_ids_body_bytes(const bc_ids_t *b)
+{
+    return b->len;
+}
+
 size_t bc_ids_count(const bc_ids_t *b)
 {
     return b->count;

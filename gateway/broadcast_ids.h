@@ -35,6 +35,7 @@ void bc_ids_free(bc_ids_t *b); /* stops a check in flight: fn is not called */
 /* After the check: the ids' parameter name ("memberIds", "recipientIds"), their count, and
  * the fingerprint ("" without a route). */
 const char *bc_ids_name(const bc_ids_t *b);
+size_t bc_ids_body_bytes(const bc_ids_t *b); /* the body's bytes (any time) */
 size_t bc_ids_count(const bc_ids_t *b);
 const char *bc_ids_fingerprint(const bc_ids_t *b);
 /* The longest step of the check, and the steps, for the log. */
