@@ -82,8 +82,11 @@ def id_members(s, channel, prefix, n, drop=False):
 
 
 def step_line(s):
-    """(steps, longest step in us) of the last large body's check, from the gateway's log."""
-    found = re.findall(r"checked in (\d+) steps, the longest (\d+) us", s.gateway_log())
+    """(steps, longest step in us) of the last large body's check, from the log of the first
+    gateway (the one s.url names)."""
+    with open(os.path.join(s.dir, "botgate.log"), errors="replace") as f:
+        log = f.read()
+    found = re.findall(r"checked in (\d+) steps, the longest (\d+) us", log)
     return tuple(int(x) for x in found[-1]) if found else (None, None)
 
 
