@@ -5,10 +5,14 @@ on one Redis, as scenario f.
     bench/scenario_g.py [BIN_DIR] [DELIVERED] [RATE] [ACCEPTED]
                         (default build-release/bin, 100000, 1000, 1000000)
 
-(1) Accepting: ACCEPTED recipients by tag (the body limit allows about 50,000 ids a request: a
-million goes by tag), the tag's index written straight to Redis (ids only: accepting copies
-the index, it reads no member record); the time to the 202 and Redis's used_memory before and
-after (INFO memory): bytes per queued message. The broadcast is then cancelled (DELETE).
+(1) Accepting: ACCEPTED recipients by tag, the tag's index written straight to Redis (ids
+only: accepting copies the index, it reads no member record); the time to the 202 and Redis's
+used_memory before and after (INFO memory): bytes per queued message. The broadcast is then
+cancelled (DELETE). Then ACCEPTED recipients by member ids in one body (about 11 MB: the
+records written straight to Redis, accepting checks only that each exists), the same figures,
+while the conversational client below sends beside it to the same worker: its slowest send
+and the longest step of the body's check (the gateway's log line) say how long the loop was
+held at most.
 (2) Delivering: DELIVERED members (bench/members.lua copies of one botgatectl record) tagged,
 one broadcast to the tag, delivered by the three instances to a whatsapp-cloud number the
 simulator limits to RATE a second (burst 50). Meanwhile one client sends synchronous
@@ -21,6 +25,7 @@ Done when (issue 34): 95-100 % of the limit, 0 refusals, 0 duplicates, 0 lost; c
 p99 within 2x of idle."""
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -42,6 +47,10 @@ IDLE_SENDS = 200
 LIMITED, FREE = "1055551000", "1055552000"  # phoneNumberIds: delivered to; the accept's
 harness.BIN = BIN
 
+MEMBERS_SCRIPT = ("for i = tonumber(ARGV[2]), tonumber(ARGV[3]) - 1 do "
+                  "redis.call('SET', KEYS[1] .. ARGV[1] .. i, '{}') end return 1")
+DROP_SCRIPT = ("for i = tonumber(ARGV[2]), tonumber(ARGV[3]) - 1 do "
+               "redis.call('DEL', KEYS[1] .. ARGV[1] .. i) end return 1")
 SADD_SCRIPT = ("for i = tonumber(ARGV[2]), tonumber(ARGV[3]) - 1 do "
                "redis.call('SADD', KEYS[1], ARGV[1] .. i) end return redis.call('SCARD', KEYS[1])")
 
@@ -62,6 +71,23 @@ def tag_ids(s, channel, tag, prefix, n):
         got = s.redis("EVAL", SADD_SCRIPT, "1", key, prefix, str(lo), str(min(lo + 100000, n)))
     if int(got) != n:
         raise SystemExit("tag %s holds %s ids, not %d" % (key, got, n))
+
+
+def id_members(s, channel, prefix, n, drop=False):
+    """Member keys prefix0 .. prefix<n-1> (bare records: accepting by id checks that each
+    exists, it reads none), 100,000 a script; with drop, deleted."""
+    for lo in range(0, n, 100000):
+        s.redis("EVAL", DROP_SCRIPT if drop else MEMBERS_SCRIPT, "1", "botgate:member:{%s}:" % channel, prefix, str(lo),
+                str(min(lo + 100000, n)))
+
+
+def step_line(s):
+    """(steps, longest step in us) of the last large body's check, from the log of the first
+    gateway (the one s.url names)."""
+    with open(os.path.join(s.dir, "botgate.log"), errors="replace") as f:
+        log = f.read()
+    found = re.findall(r"checked in (\d+) steps, the longest (\d+) us", log)
+    return tuple(int(x) for x in found[-1]) if found else (None, None)
 
 
 def load_members(s, channel, n):
@@ -130,7 +156,7 @@ class Talker(threading.Thread):
 
 
 def main():
-    env = {"BOTGATE_WORKERS": "1", "BOTGATE_LOG_LEVEL": "warn", "BOTGATE_MEMBER_ORDER": "1",
+    env = {"BOTGATE_WORKERS": "1", "BOTGATE_LOG_LEVEL": "info", "BOTGATE_MEMBER_ORDER": "1",
            "BOTGATE_REQUEST_TIMEOUT_MS": "10000", "BOTGATE_UPSTREAM_TIMEOUT_MS": "5000"}
     s = harness.Stack(workers=1, env=env, sim_threads=2)
     try:
@@ -164,11 +190,30 @@ def main():
         per_msg = (mem1 - mem0) / max(acc["total"], 1)
         s.redis("DEL", "botgate:tag:{bench-ga}:all")
 
-        # (2) delivering DELIVERED members, with conversational sends beside
-        load_members(s, "bench-gw", DELIVERED)
+        # (1b) accepting a million by member ids, one body, a conversation beside it
         for i in range(10):
             s.put("member", harness.member("bench-t%d" % i, "bench-gw", "bench",
                                            "1666000000%d" % i, platform="whatsapp-cloud"))
+        id_members(s, "bench-ga", "bench-i", ACCEPTED)
+        body = ('{"channelId": "bench-ga", "recipients": {"memberIds": [%s]}, "response": '
+                '[{"type": "TEXT", "text": "never {{member._id}}"}]}'
+                % ",".join('"bench-i%d"' % i for i in range(ACCEPTED))).encode()
+        beside = Talker(s, tok, "bench-gw")
+        beside.start()
+        time.sleep(1)  # a few sends before, for the comparison
+        mem2 = used_memory(s)
+        ids_acc, ids_accept_s = broadcast(s, tok, body)
+        mem3 = used_memory(s)
+        beside.stop.set()
+        beside.join()
+        harness.http("DELETE", s.url + "/broadcasts/" + ids_acc["broadcastId"], headers=auth,
+                     timeout=60)
+        ids_per_msg = (mem3 - mem2) / max(ids_acc["total"], 1)
+        steps, longest_us = step_line(s)
+        id_members(s, "bench-ga", "bench-i", ACCEPTED, drop=True)  # not needed below
+
+        # (2) delivering DELIVERED members, with conversational sends beside
+        load_members(s, "bench-gw", DELIVERED)
         idle = Talker(s, tok, "bench-gw", IDLE_SENDS)
         idle.run()
         s.sim_reset()
@@ -205,7 +250,13 @@ def main():
         idle_p99, busy_p99 = p99(idle.lat), p99(talk.lat)
         res = {"instances": 3, "accepted": acc["total"], "accept_s": round(accept_s, 2),
                "redis_bytes_per_queued": round(per_msg, 1), "used_memory_before": mem0,
-               "used_memory_after": mem1, "delivered_total": bc["total"],
+               "used_memory_after": mem1, "ids_accepted": ids_acc["total"],
+               "ids_body_bytes": len(body), "ids_accept_s": round(ids_accept_s, 2),
+               "ids_redis_bytes_per_queued": round(ids_per_msg, 1), "ids_check_steps": steps,
+               "ids_longest_step_ms": longest_us / 1000 if longest_us is not None else None,
+               "ids_talk_sends": len(beside.lat),
+               "ids_talk_max_ms": round(max(beside.lat), 1) if beside.lat else None,
+               "ids_talk_p50_ms": round(quantile(beside.lat, 0.5), 1), "delivered_total": bc["total"],
                "delivered_accept_s": round(deliver_accept_s, 2), "limit": RATE,
                "state": st.get("state"), "sent": st.get("sent"), "failed": st.get("failed"),
                "unknown": st.get("unknown"), "arrivals": len(bwords),
@@ -220,6 +271,12 @@ def main():
                # every Redis command while it ran (the conversational sends' too, and the
                # status polls), per member delivered
                "redis_calls_per_member": round(calls / max(len(bwords), 1), 1)}
+        print("g  by member ids: %d accepted in %.2f s from a body of %d bytes, %.0f bytes of "
+              "Redis per queued message; the body checked in %s steps, the longest %s ms; %d "
+              "sends beside it on the same worker, the slowest %s ms (p50 %.1f)"
+              % (ids_acc["total"], ids_accept_s, len(body), ids_per_msg, steps,
+                 res["ids_longest_step_ms"], len(beside.lat), res["ids_talk_max_ms"],
+                 res["ids_talk_p50_ms"]))
         print("g  3 instances: %d recipients by tag accepted in %.2f s, %.0f bytes of Redis per "
               "queued message; %d members delivered to one number limited to %d/s: %.1f/s at "
               "the platform (%.1f %%), refusals %d, duplicates %d, lost %d; conversational "

@@ -15,6 +15,10 @@
 /* bytes in recipientId: it becomes the member's address, and a platform call carries at most
  * ADAPTER_ID_MAX - 1 bytes of it (gateway/op.c checks the two agree). Over it: 108. */
 #define REQUEST_MAX_RECIPIENT 191
+/* bytes of a POST /broadcasts body (contract.md section 13 allows 1,000,000 recipients, more
+ * than REQUEST_MAX_BODY carries): a million ids of REQUEST_MAX_ID bytes, each with its quotes
+ * and comma, and REQUEST_MAX_BODY for the rest. Over it: HTTP 413, err_code 118. */
+#define REQUEST_MAX_BROADCAST_BODY ((size_t)1000000 * (REQUEST_MAX_ID + 3) + REQUEST_MAX_BODY)
 
 /* Who a request is about. Every pointer is borrowed from the parsed body. */
 typedef struct request_target {

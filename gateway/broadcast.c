@@ -14,6 +14,7 @@
 #include "../store/broadcast.h"
 #include "../store/idem.h"
 #include "bcpump.h"
+#include "broadcast_ids.h"
 #include "log.h"
 #include "outbox_post.h"
 #include "outbox_status.h"
@@ -49,6 +50,7 @@ typedef struct bc_req bc_req_t;
 struct broadcasts {
     op_env_t *env;
     bc_req_t *reqs, *reqs_last; /* requests in flight */
+    size_t big_bytes;           /* bodies over REQUEST_MAX_BODY held by them (bc_ids) */
     bcpump_t *pump;             /* the delivery */
 };
 
@@ -71,6 +73,7 @@ struct bc_req {
     const char *channel_id; /* in root, or channel_buf */
     bc_by_t by;
     const json_t *list; /* the ids or tags */
+    bc_ids_t *big;      /* the ids of a body over REQUEST_MAX_BODY (list is empty then) */
     const json_t *responses;
     const char *callback;
     const adapter_ops_t *ops;
@@ -124,6 +127,9 @@ static void req_free(bc_req_t *r)
     auth_token_free(&r->token);
     json_decref(r->root);
     json_decref(r->channel);
+    if (r->big != NULL)
+        b->big_bytes -= bc_ids_body_bytes(r->big);
+    bc_ids_free(r->big);
     free(r->kept);
     DLIST_UNLINK(b->reqs, b->reqs_last, r);
     free(r);
@@ -262,7 +268,7 @@ static int check_body(bc_req_t *r, bg_error_t *err)
     const json_t *vals[5], *by[3];
     const char *extra = request_fields(r->root, names, vals), *name;
     const json_t *resp;
-    size_t i;
+    size_t i, max;
     int n = 0;
 
     if (extra != NULL)
@@ -293,11 +299,12 @@ static int check_body(bc_req_t *r, bg_error_t *err)
     if (n != 1)
         return bg_error_set(err, BG_ERR_MISSING_PARAM,
                             "parameter recipients must hold one of memberIds, recipientIds, tags");
-    if (check_ids(r->list, by_names[r->by],
-                  r->by == BC_RECIPIENTS ? REQUEST_MAX_RECIPIENT
-                  : r->by == BC_TAGS     ? STORE_TAG_MAX
-                                         : REQUEST_MAX_ID,
-                  err) < 0)
+    max = r->by == BC_RECIPIENTS ? REQUEST_MAX_RECIPIENT
+          : r->by == BC_TAGS     ? STORE_TAG_MAX
+                                 : REQUEST_MAX_ID;
+    /* a large body's ids were checked as it was (its array is empty here) */
+    if ((r->big != NULL ? bc_ids_verdict(r->big, RECIPIENTS_MAX, max, err)
+                        : check_ids(r->list, by_names[r->by], max, err)) < 0)
         return -1;
     if (r->by == BC_TAGS && json_array_size(r->list) > 100)
         return bg_error_set(err, BG_ERR_LIMIT, "more than 100 tags in one broadcast");
@@ -333,6 +340,22 @@ static int check_body(bc_req_t *r, bg_error_t *err)
 
 static void accept_next(bc_req_t *r);
 static void on_id_recorded(void *arg, store_status_t st);
+
+static size_t list_size(const bc_req_t *r)
+{
+    return r->big != NULL ? bc_ids_count(r->big) : json_array_size(r->list);
+}
+
+/* The next n ids (from pos) into ids: from the body's value, or read again from a large body
+ * (bc_ids_next). -1 when out of memory. */
+static int slice_ids(bc_req_t *r, const char **ids, size_t n)
+{
+    if (r->big != NULL)
+        return bc_ids_next(r->big, ids, n) == (int)n ? 0 : -1;
+    for (size_t i = 0; i < n; i++)
+        ids[i] = json_string_value(json_array_get(r->list, r->pos + i));
+    return 0;
+}
 static void create(bc_req_t *r);
 
 /* 202 {"ok":1,"broadcastId","total"}: the answer a key's retry gets again. */
@@ -368,8 +391,15 @@ static void on_finished(void *arg, store_status_t st, int64_t n, const char *tex
     }
     r->created = 0; /* it is the caller's now */
     metrics_count(&metrics(r->b)->broadcasts[0]);
-    log_msg(LOG_INFO, "broadcast %s of channel %s accepted: %lld members", r->id, r->channel_id,
-            (long long)n);
+    if (r->big != NULL) /* how long the loop was held at most while its body was checked */
+        log_msg(LOG_INFO,
+                "broadcast %s of channel %s accepted: %lld members; body of %zu ids checked in "
+                "%u steps, the longest %lld us",
+                r->id, r->channel_id, (long long)n, bc_ids_count(r->big), bc_ids_steps(r->big),
+                (long long)bc_ids_longest_step_us(r->big));
+    else
+        log_msg(LOG_INFO, "broadcast %s of channel %s accepted: %lld members", r->id, r->channel_id,
+                (long long)n);
     answer_accepted(r, r->id, n);
 }
 
@@ -399,7 +429,8 @@ static void on_slice(void *arg, store_status_t st, int64_t n, const char *text)
 
 /* The slice of recipient ids from pos: each one's new member, made as a sendResponses by
  * recipientId makes it (used only when the recipient has none). */
-static store_bc_call_t *add_recipients(bc_req_t *r, size_t n, store_status_t *st)
+static store_bc_call_t *add_recipients(bc_req_t *r, const char *const *given, size_t n,
+                                       store_status_t *st)
 {
     op_env_t *env = r->b->env;
     const char **rids = calloc(n, sizeof(*rids)), **ids = calloc(n, sizeof(*ids)),
@@ -412,7 +443,7 @@ static store_bc_call_t *add_recipients(bc_req_t *r, size_t n, store_status_t *st
     if (rids == NULL || ids == NULL || recs == NULL || idbuf == NULL || rbuf == NULL)
         goto out;
     for (i = 0; i < n; i++) {
-        const char *rid = json_string_value(json_array_get(r->list, r->pos + i));
+        const char *rid = given[i];
         char *norm = rbuf + i * (REQUEST_MAX_RECIPIENT + 1);
         json_t *fresh;
         if (r->ops->phone_recipients) {
@@ -449,8 +480,9 @@ out:
 static void accept_next(bc_req_t *r)
 {
     store_t *store = r->b->env->deliver.store;
-    size_t total = json_array_size(r->list), n = total - r->pos < SLICE ? total - r->pos : SLICE;
+    size_t total = list_size(r), n = total - r->pos < SLICE ? total - r->pos : SLICE;
     store_status_t st = STORE_OK;
+    const char *ids[SLICE];
 
     if (r->b->env->draining) {
         req_fail(r, BG_ERR_UNAVAILABLE, "server is shutting down");
@@ -460,17 +492,17 @@ static void accept_next(bc_req_t *r)
         const config_t *cfg = r->b->env->deliver.cfg;
         int64_t keep = ((int64_t)cfg->outbox_ttl_s + cfg->idempotency_ttl_s) * 1000;
         r->call = store_bc_finish(store, r->channel_id, r->id, keep, on_finished, r, &st);
+    } else if (r->by != BC_TAGS && slice_ids(r, ids, n) < 0) {
+        req_fail(r, BG_ERR_UNAVAILABLE, "out of memory");
+        return;
     } else if (r->by == BC_MEMBERS) {
-        const char *ids[SLICE];
-        for (size_t i = 0; i < n; i++)
-            ids[i] = json_string_value(json_array_get(r->list, r->pos + i));
         r->call = store_bc_add_members(store, r->channel_id, r->id, ids, n, on_slice, r, &st);
     } else if (r->by == BC_TAGS) {
         r->call = store_bc_add_tag(store, r->channel_id, r->id,
                                    json_string_value(json_array_get(r->list, r->pos)), r->cursor,
                                    TAG_COUNT, on_slice, r, &st);
     } else {
-        r->call = add_recipients(r, n, &st);
+        r->call = add_recipients(r, ids, n, &st);
     }
     if (r->call != NULL)
         return;
@@ -919,7 +951,7 @@ static bc_req_t *req_new(broadcasts_t *b, struct evhttp_request *req, bc_route_t
 }
 
 /* The request's Idempotency-Key, if it has one (given once, valid), and its fingerprint: the
- * route and the body as received. */
+ * route and the body as received (a large body's was made as it was checked). */
 static int idem_take(bc_req_t *r, struct evhttp_request *req, size_t len, bg_error_t *err)
 {
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
@@ -943,8 +975,31 @@ static int idem_take(bc_req_t *r, struct evhttp_request *req, size_t len, bg_err
                             "parameter Idempotency-Key must be 1-255 printable ASCII characters");
     if ((r->idem_key = strdup(key)) == NULL)
         return bg_error_set(err, BG_ERR_UNAVAILABLE, "out of memory");
-    idem_fingerprint(IDEM_ROUTE, len ? (const char *)evbuffer_pullup(in, -1) : "", len, r->idem_fp);
+    if (r->big != NULL)
+        snprintf(r->idem_fp, sizeof(r->idem_fp), "%s", bc_ids_fingerprint(r->big));
+    else
+        idem_fingerprint(IDEM_ROUTE, len ? (const char *)evbuffer_pullup(in, -1) : "", len,
+                         r->idem_fp);
     return 0;
+}
+
+/* A large body was checked (bc_ids_check): the checks of a small one's value follow. */
+static void on_big_checked(void *arg, json_t *root, const bg_error_t *checked)
+{
+    bc_req_t *r = arg;
+    bg_error_t err;
+
+    memset(&err, 0, sizeof(err));
+    if (checked != NULL) {
+        req_fail_err(r, checked);
+        return;
+    }
+    r->root = root;
+    if (check_body(r, &err) < 0 || idem_take(r, r->req, 0, &err) < 0) {
+        req_fail_err(r, &err);
+        return;
+    }
+    take_token(r);
 }
 
 void broadcasts_post_route(void *arg, struct evhttp_request *req)
@@ -958,6 +1013,25 @@ void broadcasts_post_route(void *arg, struct evhttp_request *req)
     if (r == NULL)
         return;
     memset(&err, 0, sizeof(err));
+    if (len > REQUEST_MAX_BODY &&
+        b->big_bytes + len > (size_t)b->env->deliver.cfg->max_reading_mb * 1024 * 1024) {
+        /* held until answered, past the reading budget (conn.c): as many again at most */
+        req_fail(r, BG_ERR_UNAVAILABLE, "too many large broadcasts being accepted; retry");
+        return;
+    }
+    if (len > REQUEST_MAX_BODY) {
+        /* up to a million ids (conn.c let it be read): checked in steps of the loop */
+        const char *fp =
+            evhttp_find_header(evhttp_request_get_input_headers(req), "Idempotency-Key") != NULL
+                ? IDEM_ROUTE
+                : NULL;
+        r->big = bc_ids_check(b->env->deliver.base, in, fp, on_big_checked, r);
+        if (r->big == NULL)
+            req_fail(r, BG_ERR_UNAVAILABLE, "out of memory");
+        else
+            b->big_bytes += len;
+        return;
+    }
     if (request_parse_json(len ? (const char *)evbuffer_pullup(in, -1) : "", len, &r->root, &err) <
             0 ||
         check_body(r, &err) < 0 || idem_take(r, req, len, &err) < 0) {

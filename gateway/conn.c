@@ -60,6 +60,7 @@ typedef struct conn_reading {
     unsigned n_length, n_encoding;
     unsigned length_bad : 1, encoding_bad : 1, folded : 1;
     unsigned framing_line : 1; /* the previous line was Content-Length or Transfer-Encoding */
+    unsigned broadcast : 1;    /* POST /broadcasts: its body may be REQUEST_MAX_BROADCAST_BODY */
     size_t line_len;           /* the current line's length, beyond LINE_KEEP too */
     char line[LINE_KEEP];      /* the start of the current line */
     int64_t length;            /* the Content-Length, -1 when none */
@@ -228,8 +229,13 @@ static void head_line(conn_reading_t *rd)
     char *colon;
     const char *v;
 
-    if (rd->lines++ == 0)
-        return; /* the request line: evhttp's */
+    if (rd->lines++ == 0) {
+        /* the request line: evhttp's, but for the one route whose body may be larger (an
+         * absolute-form target keeps REQUEST_MAX_BODY: no client sends one to an origin) */
+        rd->broadcast = strncmp(rd->line, "POST /broadcasts", 16) == 0 &&
+                        (rd->line[16] == ' ' || rd->line[16] == '?');
+        return;
+    }
     if (rd->line[0] == ' ' || rd->line[0] == '\t') {
         /* obs-fold: evhttp appends it to the header before */
         if (rd->framing_line)
@@ -269,6 +275,12 @@ typedef struct verdict {
     const char *msg;
 } verdict_t;
 
+/* The most bytes the request's body may have. */
+static size_t body_max(const conn_reading_t *rd)
+{
+    return rd->broadcast ? REQUEST_MAX_BROADCAST_BODY : REQUEST_MAX_BODY;
+}
+
 /* The empty line: the head is complete. 0 when evhttp may go on with it. */
 static int head_done(conn_t *c, verdict_t *v)
 {
@@ -283,8 +295,13 @@ static int head_done(conn_t *c, verdict_t *v)
         *v = (verdict_t){400, BG_ERR_MISSING_PARAM, "more than one Content-Length"};
     else if (rd->length_bad || rd->folded)
         *v = (verdict_t){400, BG_ERR_MISSING_PARAM, "invalid Content-Length"};
-    else if (rd->length > REQUEST_MAX_BODY)
+    else if (rd->length > (int64_t)body_max(rd))
         *v = (verdict_t){413, BG_ERR_LIMIT, "request body too large"};
+    else if (rd->length > 0 && rd->received + (size_t)rd->length > c->t->reading_max)
+        /* more than the worker reads at once: a retry would never be read either */
+        *v = (verdict_t){413, BG_ERR_LIMIT,
+                         "request body larger than a worker reads at once "
+                         "(BOTGATE_MAX_READING_MB)"};
     else if (rd->length > 0 && charge(c, rd->received + (size_t)rd->length) < 0)
         *v = (verdict_t){503, BG_ERR_UNAVAILABLE, "too many requests being read; retry"};
     else
@@ -331,8 +348,7 @@ static int follow(conn_t *c, struct evbuffer *buf, size_t n, verdict_t *v)
         return -1;
     }
     if (c->phase == CONN_BODY) {
-        if (rd->length < 0 &&
-            rd->received > REQUEST_MAX_BODY + CONN_MAX_HEADERS_SIZE + CHUNKED_SLACK) {
+        if (rd->length < 0 && rd->received > body_max(rd) + CONN_MAX_HEADERS_SIZE + CHUNKED_SLACK) {
             *v = (verdict_t){413, BG_ERR_LIMIT, "request body too large"};
             return -1;
         }

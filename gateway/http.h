@@ -4,6 +4,7 @@
 #ifndef BOTGATE_GATEWAY_HTTP_H
 #define BOTGATE_GATEWAY_HTTP_H
 
+#include "../core/request.h"
 #include "config.h"
 #include "conn.h"
 #include "metrics.h"
@@ -16,10 +17,11 @@ struct event_base;
 struct evconnlistener;
 struct evhttp_bound_socket;
 
-/* The largest body evhttp reads at all: a backstop. A declared Content-Length over
- * REQUEST_MAX_BODY is refused before the body is read, and a chunked body soon after it
- * passes REQUEST_MAX_BODY (conn.c), both with our JSON 413. */
-#define HTTP_TRANSPORT_MAX_BODY (2 * 1024 * 1024)
+/* The largest body evhttp reads at all: a backstop. A declared Content-Length over the route's
+ * limit (REQUEST_MAX_BODY, REQUEST_MAX_BROADCAST_BODY for POST /broadcasts) is refused before
+ * the body is read, and a chunked body soon after it passes that limit (conn.c), both with
+ * our JSON 413. */
+#define HTTP_TRANSPORT_MAX_BODY (REQUEST_MAX_BROADCAST_BODY + 1024 * 1024)
 #define HTTP_MAX_HEADERS_SIZE   CONN_MAX_HEADERS_SIZE
 #define HTTP_ROUTES_MAX         14
 
