@@ -118,10 +118,10 @@ typedef struct store_bc_take {
 typedef void store_bc_take_cb(void *arg, store_status_t st, const store_bc_take_t *t);
 /* Takes up to max members to queue, while fewer than window are queued and not finished; a
  * member taken and not confirmed (store_bc_taken) within lease_ms is taken again. A script
- * takes their ids, then one MGET reads their records (a member deleted meanwhile has ""). The shards'
- * counts are summed first every few hundred ms (what frees the window and ends the broadcast);
- * a cancelled one is told to the shards first, then the members a dead taker left are taken
- * (their enqueue records them cancelled); an ended one's callback is queued, then it leaves
+ * takes their ids, then one MGET reads their records (a member deleted meanwhile has ""). The
+ * shards' counts are summed first every few hundred ms (what frees the window and ends the
+ * broadcast); a cancelled one is told to the shards first, then the members a dead taker left are
+ * taken (their enqueue records them cancelled); an ended one's callback is queued, then it leaves
  * the running ones. */
 store_bc_call_t *store_bc_take(store_t *st, const char *channel_id, const char *id, unsigned max,
                                unsigned window, int64_t lease_ms, store_bc_take_cb *cb, void *arg,
