@@ -18,7 +18,6 @@
 #include <ctype.h>
 #include <event2/dns.h>
 #include <event2/event.h>
-#include <hiredis/adapters/libevent.h>
 #include <hiredis/async.h>
 #include <netdb.h>
 #include <stdint.h>
@@ -67,6 +66,7 @@ struct redisc {
     redisAsyncContext *ac; /* NULL while down */
     redisc_state_t state;
     struct event *timer; /* connect timeout, then the next deadline (on_deadline) */
+    struct event *flush; /* the end of a loop pass that queued commands (on_flush) */
     struct event *retry; /* reconnect after backoff */
     int backoff_ms;
     /* In flight, oldest first; n counts them all, the late ones too (max_in_flight bounds
@@ -328,6 +328,27 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
         arm(r, now);
 }
 
+/* The commands queued in this loop pass are written at its end, rather than when epoll_wait
+ * reports the socket writable: hiredis's write event (not persistent) was added in this pass
+ * and its delete after the write folds it into nothing in the base's changelist. Per batch,
+ * two epoll_ctl (EPOLLOUT on, then off) and a turn of the loop less (bench a-tls: the
+ * Redis socket's were every epoll_ctl botgate made). A socket that takes only part of the
+ * batch keeps the event for the rest, as before. */
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    redisc_t *r = arg;
+
+    (void)fd;
+    (void)what;
+    if (r->ac != NULL && (r->ac->c.flags & REDIS_CONNECTED))
+        redisAsyncHandleWrite(r->ac); /* on a failure, hiredis disconnects as from its event */
+}
+
+static void flush_soon(redisc_t *r)
+{
+    event_active(r->flush, EV_TIMEOUT, 0); /* already active: nothing more */
+}
+
 static void watch_head(redisc_t *r, int64_t now)
 {
     if (r->head != NULL && !event_pending(r->timer, EV_TIMEOUT, NULL))
@@ -395,6 +416,7 @@ static int send_cmd(redisc_t *r, redisc_cb *cb, void *arg, int argc, const char 
         r->live = c;
     r->n++;
     watch_head(r, now);
+    flush_soon(r);
     if (out != NULL)
         *out = c;
     return REDISC_OK;
@@ -428,6 +450,7 @@ static void sub_send(redisc_t *r, const char *verb, const char *name, size_t len
 
     /* A failure means the connection is going: the reconnect subscribes again. */
     redisAsyncCommandArgv(r->ac, on_message, r, 2, argv, argvlen);
+    flush_soon(r);
 }
 
 static void subscribe_all(redisc_t *r)
@@ -717,15 +740,96 @@ static void on_redis_disconnect(const redisAsyncContext *ac, int status)
     go_down(r, NULL, "connection lost");
 }
 
+/* hiredis's events on the loop: hiredis 0.14's libevent adapter (hiredis/adapters/libevent.h)
+ * but for the read event, persistent here. hiredis asks for the read again after every read:
+ * the adapter's one-shot event, gone when it fired, came back as an EPOLL_CTL_MOD in every loop
+ * pass that read a reply; a persistent event asked for again is left as it is. The write
+ * event stays one-shot: it is wanted only while a batch waits for room (see on_flush). */
+typedef struct {
+    redisAsyncContext *ac;
+    struct event *rev, *wev;
+} rc_events_t;
+
+static void rc_on_read(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    redisAsyncHandleRead(((rc_events_t *)arg)->ac);
+}
+
+static void rc_on_write(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    redisAsyncHandleWrite(((rc_events_t *)arg)->ac);
+}
+
+static void rc_add_read(void *arg)
+{
+    event_add(((rc_events_t *)arg)->rev, NULL); /* already pending: nothing changes */
+}
+
+static void rc_del_read(void *arg)
+{
+    event_del(((rc_events_t *)arg)->rev);
+}
+
+static void rc_add_write(void *arg)
+{
+    event_add(((rc_events_t *)arg)->wev, NULL);
+}
+
+static void rc_del_write(void *arg)
+{
+    event_del(((rc_events_t *)arg)->wev);
+}
+
+static void rc_cleanup(void *arg)
+{
+    rc_events_t *e = arg;
+
+    event_free(e->rev);
+    event_free(e->wev);
+    free(e);
+}
+
+static int rc_attach(redisAsyncContext *ac, struct event_base *base)
+{
+    rc_events_t *e;
+
+    if (ac->ev.data != NULL || (e = calloc(1, sizeof(*e))) == NULL)
+        return REDIS_ERR;
+    e->ac = ac;
+    e->rev = event_new(base, ac->c.fd, EV_READ | EV_PERSIST, rc_on_read, e);
+    e->wev = event_new(base, ac->c.fd, EV_WRITE, rc_on_write, e);
+    if (e->rev == NULL || e->wev == NULL) {
+        if (e->rev != NULL)
+            event_free(e->rev);
+        if (e->wev != NULL)
+            event_free(e->wev);
+        free(e);
+        return REDIS_ERR;
+    }
+    ac->ev.addRead = rc_add_read;
+    ac->ev.delRead = rc_del_read;
+    ac->ev.addWrite = rc_add_write;
+    ac->ev.delWrite = rc_del_write;
+    ac->ev.cleanup = rc_cleanup;
+    ac->ev.data = e;
+    /* as the adapter: the write event tells when the connect is done */
+    event_add(e->rev, NULL);
+    event_add(e->wev, NULL);
+    return REDIS_OK;
+}
+
 /* A subscriber's messages are read before anything else the loop has ready (the worker's
  * base has 3 priorities, everything else at the default 1): an invalidation already in the
  * socket is applied before a request that arrived in the same loop turn reads the cache.
- * hiredis 0.14's libevent adapter keeps its two events in ev.data; just attached, neither is
- * pending yet, as event_priority_set requires. On a base without priorities 0 is the only
- * one, and nothing changes. */
+ * Just attached, neither event is active yet, as event_priority_set requires. On a base
+ * without priorities 0 is the only one, and nothing changes. */
 static int sub_prioritise(redisAsyncContext *ac)
 {
-    redisLibeventEvents *e = ac->ev.data;
+    rc_events_t *e = ac->ev.data;
 
     return event_priority_set(e->rev, 0);
 }
@@ -793,8 +897,7 @@ static void connect_to(redisc_t *r, const char *host, int port)
         return;
     }
     ac->data = r;
-    if (redisLibeventAttach(ac, r->base) != REDIS_OK ||
-        (r->anchor != NULL && sub_prioritise(ac) != 0) ||
+    if (rc_attach(ac, r->base) != REDIS_OK || (r->anchor != NULL && sub_prioritise(ac) != 0) ||
         redisAsyncSetConnectCallback(ac, on_redis_connect) != REDIS_OK ||
         redisAsyncSetDisconnectCallback(ac, on_redis_disconnect) != REDIS_OK) {
         redisAsyncFree(ac);
@@ -899,7 +1002,8 @@ redisc_t *redisc_new(struct event_base *base, const redisc_config_t *cfg)
     r->timer = evtimer_new(base, on_deadline, r);
     r->retry = evtimer_new(base, on_retry, r);
     r->check = evtimer_new(base, on_check, r);
-    if (r->timer == NULL || r->retry == NULL || r->check == NULL) {
+    r->flush = event_new(base, -1, 0, on_flush, r);
+    if (r->timer == NULL || r->retry == NULL || r->check == NULL || r->flush == NULL) {
         redisc_free(r);
         return NULL;
     }
@@ -983,6 +1087,8 @@ void redisc_free(redisc_t *r)
         event_free(r->retry);
     if (r->check)
         event_free(r->check);
+    if (r->flush)
+        event_free(r->flush);
     while ((c = r->spare) != NULL) {
         r->spare = c->next;
         free(c);
