@@ -96,7 +96,7 @@ struct ob_job {
     /* the attempt */
     op_t *op; /* while its progress record is out */
     op_progress_fn *then;
-    char *app;
+    char *app, *bc_hash, *channel;    /* e's, from the start */
     unsigned first, stop_at, resumed; /* first: the first response not finished */
     int crashed, expired;
     int64_t attempts, retry_ms;
@@ -155,6 +155,8 @@ static void job_free(ob_job_t *job)
     for (unsigned i = 0; i < STORE_OUTBOX_ELEMENTS_MAX; i++)
         free(job->elements[i]);
     free(job->app);
+    free(job->bc_hash);
+    free(job->channel);
     free(job->url);
     free(job->body);
     free(job->end_status);
@@ -352,14 +354,27 @@ static void on_start(void *arg, store_status_t st, const store_outbox_start_t *s
     case STORE_OUTBOX_WAIT:
         job_later(job, s->wait_ms);
         return;
+    case STORE_OUTBOX_HASH: /* a broadcast's request: its script is to declare the hash */
     case STORE_OUTBOX_RUN:
-        break;
+        if (job->bc_hash == NULL || strcmp(job->bc_hash, s->bc_hash) != 0) {
+            free(job->bc_hash);
+            job->e.bc_hash = job->bc_hash = strdup(s->bc_hash);
+        }
+        if (s->state == STORE_OUTBOX_RUN)
+            break;
+        if (job->bc_hash != NULL)
+            job_start(job);
+        else
+            job_later(job, READ_RETRY_MS);
+        return;
     }
     store_unwatch(job->sub);
     job->sub = NULL;
     evtimer_del(job->timer);
     free(job->app);
     job->app = strdup(s->app);
+    free(job->channel);
+    job->e.channel = job->channel = strdup(s->channel);
     for (unsigned i = 0; i < STORE_OUTBOX_ELEMENTS_MAX; i++) {
         free(job->elements[i]);
         job->elements[i] = i < s->next ? strndup(s->elements[i], s->element_lens[i]) : NULL;
@@ -395,11 +410,12 @@ static void on_start(void *arg, store_status_t st, const store_outbox_start_t *s
         outbox_feed_read(ob->feed);
     }
     /* a broadcast's message (broadcast.c) takes its rate-limit slots after the others' */
-    if (job->app == NULL || op_start_queued(ob->env,
-                                            strcmp(s->kind, "redirect") == 0 ? &op_redirect_kind
-                                            : s->bulk                        ? &op_send_bulk_kind
-                                                                             : &op_send_kind,
-                                            s->body, s->body_len, job->app, job) < 0) {
+    if (job->app == NULL || job->channel == NULL || job->bc_hash == NULL ||
+        op_start_queued(ob->env,
+                        strcmp(s->kind, "redirect") == 0 ? &op_redirect_kind
+                        : s->bulk                        ? &op_send_bulk_kind
+                                                         : &op_send_kind,
+                        s->body, s->body_len, job->app, job) < 0) {
         job->running = 0;
         job->abandon = 1; /* taken over as after a crash: nothing is sent twice */
         job_drop(job);
@@ -547,8 +563,8 @@ static int ob_progress(op_t *op, unsigned done, const char *element, size_t len,
     job->progress_el = element;
     job->progress_len = len;
     job->progress_at = done;
-    job->call = store_outbox_progress(ob->env->deliver.store, job->shard, job->e.request_id,
-                                      job->owner, done, element, len, on_progress, job, &st);
+    job->call = store_outbox_progress(ob->env->deliver.store, &job->e, job->owner, done, element,
+                                      len, on_progress, job, &st);
     if (job->call == NULL) {
         job->then = NULL;
         progress_lost(job);
@@ -663,7 +679,7 @@ static void end_write(ob_job_t *job)
 {
     outbox_t *ob = job->ob;
     const config_t *cfg = ob->env->deliver.cfg;
-    store_outbox_end_t end = {&job->e, job->end_status != NULL, job->end_status, job->end_result,
+    store_outbox_end_t end = {job->end_status != NULL, job->end_status, job->end_result,
                               job->end_len, job->retry_ms, (int64_t)cfg->idempotency_ttl_s * 1000,
                               /* its callback is tried that long, behind the member's others */
                               OUTBOX_POST_FOR_MS + (int64_t)cfg->outbox_claim_ms * 4};
@@ -671,12 +687,11 @@ static void end_write(ob_job_t *job)
 
     job->ending = 0;
     if (job->lost != NULL)
-        job->call =
-            store_outbox_progress(ob->env->deliver.store, job->shard, job->e.request_id, job->owner,
-                                  job->lost_at, job->lost, job->lost_len, on_end, job, &st);
+        job->call = store_outbox_progress(ob->env->deliver.store, &job->e, job->owner, job->lost_at,
+                                          job->lost, job->lost_len, on_end, job, &st);
     else
-        job->call = store_outbox_end(ob->env->deliver.store, job->shard, job->e.request_id,
-                                     job->owner, &end, on_end, job, &st);
+        job->call =
+            store_outbox_end(ob->env->deliver.store, &job->e, job->owner, &end, on_end, job, &st);
     if (job->call == NULL)
         end_failed(job);
 }

@@ -30,7 +30,7 @@ typedef struct store_script {
 
 typedef struct store_eval store_eval_t;
 
-#define STORE_EVAL_WORDS_MAX 80 /* store_hook_event: 66 keys and 9 arguments at most */
+#define STORE_EVAL_WORDS_MAX 128 /* store_outbox_end: 118 words at most (50 index keys) */
 
 /* Runs script on nwords words (at most STORE_EVAL_WORDS_MAX): nkeys keys, then its arguments. lens
  * NULL: each word is a C string. Every key shares the first one's slot (it names the server in a

@@ -1,5 +1,6 @@
 /* outbox.c - the outbox's streams and records in Redis (outbox.h). Every script touches the
- * keys of one shard (hash tag {outbox:<n>}); times are Redis's (TIME): every instance agrees. */
+ * keys of one shard (hash tag {outbox:<n>}), and only those among its KEYS; times are Redis's
+ * (TIME): every instance agrees. */
 #include "outbox.h"
 #include "outbox_entries.h"
 
@@ -7,26 +8,12 @@
 #include "eval.h"
 #include "idem.h"
 
+#include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define NOW_MS "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
-
-/* index_message(record, element, i, base, request id, ttl): the platform's message id of a
- * sent element leads its receipts back to the request (store_hook_event). An element is
- * botgate's own JSON, only read. MSG_INDEX_FIRST: its keys (as many as the elements) are not
- * among the script's KEYS, and while their slot migrates a Redis Cluster refuses a write to a
- * new one in the middle of the script, which stops there with what it wrote kept; so a script
- * indexes before it writes anything else: refused, it leaves nothing but index entries (which
- * a later try writes again) and is tried again or taken over whole. */
-#define INDEX_MESSAGE_FN                                                                           \
-    "local function index_message(rec, el, i, base, id, ttl) "                                     \
-    "local m = type(el) == 'table' and type(el.result) == 'table' and "                            \
-    "type(el.result.messages) == 'table' and el.result.messages[1] "                               \
-    "if type(m) ~= 'table' or type(m.id) ~= 'string' or m.id == '' then return end "               \
-    "local ch = redis.call('HGET', rec, 'ch') or '' "                                              \
-    "redis.call('SET', base .. string.len(ch) .. ':' .. ch .. ':' .. m.id, id .. ' ' .. i, "       \
-    "'PX', ttl) end "
 
 /* KEYS stream, record, order[, turns, leases]; ARGV id, app, body, channel, member, callback,
  * keep_ms, ttl_ms (the accepting instance's queue TTL: 'ends', when what is not sent expires),
@@ -65,8 +52,7 @@ static const char ACCEPT_SCRIPT[] =
  * unknown, cancelled), in the step that ends it. The broadcast's record, in its channel's slot,
  * sums the shards' counts (store_bc_status). */
 #define BC_END_FN                                                                                  \
-    "local function bc_end(rec, kind) "                                                            \
-    "local q = redis.call('HGET', rec, 'bq') if not q then return end "                            \
+    "local function bc_end(q, rec, kind) if not q then return end "                                \
     "redis.call('HDEL', q, 'r:' .. rec) if kind then redis.call('HINCRBY', q, kind, 1) end end "
 
 /* KEYS record; ARGV keep_ms. An accept whose answer was lost (a timeout: it may run later, or
@@ -77,12 +63,17 @@ static const char SETTLE_SCRIPT[] =
     "redis.call('HSET', KEYS[1], 'status', 'void') redis.call('PEXPIRE', KEYS[1], ARGV[1]) "
     "return 0";
 
-/* KEYS record, order[, turns]; ARGV owner, lease_ms[, id]. A member's requests start in the
+/* KEYS record, order[, turns][, the broadcast's hash]; ARGV owner, lease_ms, id ('' without
+ * turns), the broadcast's hash ('' when not known). A member's requests start in the
  * order of their sequence numbers: the one before must be finished ('done' in the order hash).
  * With its place in the member's turn queue, it starts once no one is ahead there (a sync
  * request that came before it; dead ones are dropped by store_turn_join), unless it expired:
  * then it sends nothing. 'out' stays set while an attempt may have a call out: found set with
- * the lease over, the attempt died, and response 'next' may have been delivered. */
+ * the lease over, the attempt died, and response 'next' may have been delivered. A script
+ * touches only its KEYS (a Redis Cluster refuses another key while its slot migrates, and the
+ * script stops there, half-way): a broadcast's request whose hash ('bq') the caller did not
+ * know yet (its stream entry does not name it) gets its name back, nothing written, and is
+ * started again with it (one more round trip, once per job). */
 static const char START_SCRIPT[] = NOW_MS BC_END_FN
     "local r = redis.call('HMGET', KEYS[1], 'status', 'seq', 'due', 'lease', 'ends', "
     "'next', 'out') "
@@ -92,65 +83,63 @@ static const char START_SCRIPT[] = NOW_MS BC_END_FN
     "return {'order'} end "
     "if r[4] and tonumber(r[4]) > now then return {'wait', tostring(tonumber(r[4]) - now)} "
     "end "
-    /* a cancelled broadcast's request ends here, unsent (unknown when an attempt
-     * died with its call maybe out); its hash is read before anything is written (as
-     * MSG_INDEX_FIRST: a migrating slot refuses it while nothing is half-written) */
     "local bq = redis.call('HGET', KEYS[1], 'bq') "
+    "if bq and bq ~= ARGV[4] then return {'hash', bq} end "
+    /* a cancelled broadcast's request ends here, unsent (unknown when an attempt
+     * died with its call maybe out) */
     "if bq and redis.call('HEXISTS', bq, 'x') == 1 then "
     "redis.call('HDEL', KEYS[1], 'body', 'due', 'owner', 'lease', 'out') "
     "redis.call('HSET', KEYS[1], 'status', 'failed', 'result', "
     "'\"sendResult\":{\"ok\":0,\"result\":[]},\"error\":{\"err_code\":null,"
     "\"err\":\"the broadcast was cancelled\"}', 'updated', now) "
     "redis.call('HSET', KEYS[2], 'done', r[2]) redis.call('PUBLISH', KEYS[2], r[2]) "
-    "bc_end(KEYS[1], r[7] == '1' and 'unknown' or 'cancelled') return {'final'} end "
+    "bc_end(bq, KEYS[1], r[7] == '1' and 'unknown' or 'cancelled') return {'final'} end "
     "local ends = tonumber(r[5]) local expired = now >= ends "
     "if r[3] and tonumber(r[3]) > now and not expired then "
     "return {'wait', tostring(math.min(tonumber(r[3]), ends) - now)} end "
-    "if KEYS[3] and not expired then local h = redis.call('LINDEX', KEYS[3], 0) "
+    "if ARGV[3] ~= '' and not expired then local h = redis.call('LINDEX', KEYS[3], 0) "
     "if h and h ~= ARGV[3] and redis.call('LPOS', KEYS[3], ARGV[3]) then "
     "return {'turn'} end end "
     "if bq then redis.call('HSET', bq, 'r:' .. KEYS[1], now + ARGV[2]) end "
     "redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease', now + ARGV[2], 'out', '1', "
     "'status', 'sending', 'updated', now) "
     "local n = tonumber(r[6] or '0') "
-    "local f = redis.call('HMGET', KEYS[1], 'body', 'app', 'kind') "
+    "local f = redis.call('HMGET', KEYS[1], 'body', 'app', 'kind', 'ch') "
     "local out = {'run', n, r[7] == '1' and 1 or 0, expired and 1 or 0, "
-    "redis.call('HINCRBY', KEYS[1], 'attempts', 1), f[1], f[2], bq and 1 or 0, f[3] or ''} "
+    "redis.call('HINCRBY', KEYS[1], 'attempts', 1), f[1], f[2], bq or '', f[3] or '', "
+    "f[4] or ''} "
     "for i = 0, n - 1 do out[#out + 1] = redis.call('HGET', KEYS[1], 'e' .. i) or '' end "
     "return out";
 
-/* KEYS record; ARGV owner, index, element. */
-static const char PROGRESS_SCRIPT[] = NOW_MS INDEX_MESSAGE_FN
-    "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
-    /* ARGV[4] the message index's key base, ARGV[5] the request id; the index first
-     * (MSG_INDEX_FIRST) */
-    "local ok, el = pcall(cjson.decode, ARGV[3]) "
-    "local ttl = redis.call('PTTL', KEYS[1]) if ttl < 1 then ttl = 86400000 end "
-    "if ok then index_message(KEYS[1], el, ARGV[2], ARGV[4], ARGV[5], ttl) end "
-    "redis.call('HSET', KEYS[1], 'e' .. ARGV[2], ARGV[3], 'next', ARGV[2] + 1, 'updated', now) "
-    "return 1";
+/* KEYS record[, the element's message index key]; ARGV owner, index, element, the index's
+ * value (message_index). */
+static const char PROGRESS_SCRIPT[] =
+    NOW_MS "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
+           "if KEYS[2] then local ttl = redis.call('PTTL', KEYS[1]) "
+           "redis.call('SET', KEYS[2], ARGV[4], 'PX', ttl > 0 and ttl or 86400000) end "
+           "redis.call('HSET', KEYS[1], 'e' .. ARGV[2], ARGV[3], 'next', ARGV[2] + 1, "
+           "'updated', now) return 1";
 
-/* KEYS record, order, stream[, turns, leases]; ARGV owner, entry, final, status, result,
- * delay_ms, keep_ms, group, request id, the message index's key base, callback_keep_ms. Final: the
+/* KEYS record, order, stream[, turns, leases][, the broadcast's hash][, message index keys];
+ * ARGV owner, entry, final, status, result, delay_ms, keep_ms, group, request id,
+ * callback_keep_ms, the broadcast's hash (''), '1' with turns, the first index key's place in
+ * KEYS, then the index keys' values (message_index). Final: the
  * status is written, the member's order and turn pass (the next in the turn queue is told, as
  * store_turn_done does), the entry is acknowledged and deleted, and the callback's entry added with
  * the member's next callback number ('cbn'; its callbacks are posted in that order, 'cbdone' the
  * last one ended: the order hash is kept while they may be tried), in one step: a crash leaves
  * either all of it or none. The elements' message ids are indexed for their receipts (the last
  * response's element is recorded only here). A broadcast's request counts its end in the
- * broadcast (bc_end). */
-static const char END_SCRIPT[] = NOW_MS BC_END_FN INDEX_MESSAGE_FN
+ * broadcast (bc_end), whose hash its start told (START_SCRIPT): another one is refused, before
+ * anything is written. */
+static const char END_SCRIPT[] = NOW_MS BC_END_FN
     "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
-    /* a broadcast's hash read first (START_SCRIPT says why) */
-    "local bq = redis.call('HGET', KEYS[1], 'bq') if bq then redis.call('EXISTS', bq) end "
-    /* the index first (MSG_INDEX_FIRST) */
-    "if ARGV[3] ~= '0' then local ok, res = pcall(cjson.decode, '{' .. ARGV[5] .. '}') "
-    "if ok and type(res) == 'table' and type(res.sendResult) == 'table' and "
-    "type(res.sendResult.result) == 'table' then "
-    "for i, el in ipairs(res.sendResult.result) do "
-    "index_message(KEYS[1], el, i - 1, ARGV[10], ARGV[9], ARGV[7]) end end end "
+    "local bq = redis.call('HGET', KEYS[1], 'bq') if bq and bq ~= ARGV[11] then "
+    "return redis.error_reply('ERR broadcast hash ' .. bq .. ' not among KEYS') end "
+    "local ix = tonumber(ARGV[13]) "
+    "for k = ix, #KEYS do redis.call('SET', KEYS[k], ARGV[14 + k - ix], 'PX', ARGV[7]) end "
     "redis.call('HDEL', KEYS[1], 'owner', 'lease', 'out') "
-    "if ARGV[3] == '0' then bc_end(KEYS[1], nil) "
+    "if ARGV[3] == '0' then bc_end(bq, KEYS[1], nil) "
     "redis.call('HSET', KEYS[1], 'status', 'queued', 'due', "
     "now + ARGV[6], 'updated', now) return 1 end "
     "local drop = {'due', 'body'} "
@@ -161,16 +150,16 @@ static const char END_SCRIPT[] = NOW_MS BC_END_FN INDEX_MESSAGE_FN
     "redis.call('PEXPIRE', KEYS[1], ARGV[7]) "
     "local seq = redis.call('HGET', KEYS[1], 'seq') "
     "redis.call('HSET', KEYS[2], 'done', seq) redis.call('PUBLISH', KEYS[2], seq) "
-    "bc_end(KEYS[1], ARGV[4] == 'done' and 'sent' or "
+    "bc_end(bq, KEYS[1], ARGV[4] == 'done' and 'sent' or "
     "(string.find(ARGV[5], '\"err_code\":125', 1, true) and 'unknown' or 'failed')) "
-    "if KEYS[4] then redis.call('LREM', KEYS[4], 1, ARGV[9]) "
+    "if ARGV[12] == '1' then redis.call('LREM', KEYS[4], 1, ARGV[9]) "
     "redis.call('HDEL', KEYS[5], ARGV[9]) local h = redis.call('LINDEX', KEYS[4], 0) "
     "if h then redis.call('PUBLISH', KEYS[4], h) end end "
     "redis.call('XACK', KEYS[3], ARGV[8], ARGV[2]) redis.call('XDEL', KEYS[3], ARGV[2]) "
     "if (redis.call('HGET', KEYS[1], 'cb') or '') ~= '' then "
     "local cs = redis.call('HINCRBY', KEYS[2], 'cbn', 1) "
-    "if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[11]) then "
-    "redis.call('PEXPIRE', KEYS[2], ARGV[11]) end "
+    "if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[10]) then "
+    "redis.call('PEXPIRE', KEYS[2], ARGV[10]) end "
     "redis.call('XADD', KEYS[3], '*', 'c', ARGV[9], 'o', KEYS[2], 'cs', cs) end return 1";
 
 /* KEYS order; ARGV the callback's number. 1 when the member's callbacks before it ended. */
@@ -376,10 +365,13 @@ static void on_reply(redisReply *reply, void *arg)
         } else if (strcmp(what, "wait") == 0 && reply->elements == 2) {
             s->state = STORE_OUTBOX_WAIT;
             s->wait_ms = store_eval_int(reply->element[1]);
-        } else if (strcmp(what, "run") == 0 && reply->elements >= 9 &&
+        } else if (strcmp(what, "hash") == 0 && reply->elements == 2) {
+            s->state = STORE_OUTBOX_HASH;
+            s->bc_hash = store_eval_str(reply->element[1], NULL);
+        } else if (strcmp(what, "run") == 0 && reply->elements >= 10 &&
                    store_eval_int(reply->element[1]) >= 0 &&
                    store_eval_int(reply->element[1]) < STORE_OUTBOX_ELEMENTS_MAX &&
-                   reply->elements == 9 + (size_t)store_eval_int(reply->element[1])) {
+                   reply->elements == 10 + (size_t)store_eval_int(reply->element[1])) {
             s->state = STORE_OUTBOX_RUN;
             s->next = (unsigned)store_eval_int(reply->element[1]);
             s->crashed = store_eval_int(reply->element[2]) == 1;
@@ -387,10 +379,12 @@ static void on_reply(redisReply *reply, void *arg)
             s->attempts = store_eval_int(reply->element[4]);
             s->body = store_eval_str(reply->element[5], &s->body_len);
             s->app = store_eval_str(reply->element[6], NULL);
-            s->bulk = store_eval_int(reply->element[7]) == 1;
+            s->bc_hash = store_eval_str(reply->element[7], NULL);
+            s->bulk = s->bc_hash[0] != '\0';
             s->kind = store_eval_str(reply->element[8], NULL);
+            s->channel = store_eval_str(reply->element[9], NULL);
             for (unsigned i = 0; i < s->next; i++)
-                s->elements[i] = store_eval_str(reply->element[9 + i], &s->element_lens[i]);
+                s->elements[i] = store_eval_str(reply->element[10 + i], &s->element_lens[i]);
         } else {
             st = STORE_BAD_RECORD;
         }
@@ -739,6 +733,7 @@ store_outbox_call_t *store_outbox_start(store_t *st, const store_outbox_entry_t 
 {
     char record[STORE_KEY_MAX], turns[STORE_KEY_MAX], leases[STORE_KEY_MAX], lease[NUMFMT_DEC_SIZE];
     int turn = e->turn_channel != NULL && e->turn_member != NULL;
+    const char *bq = e->bc_hash != NULL ? e->bc_hash : "";
     store_outbox_call_t *c;
 
     if (record_key(st, record, e->shard, e->request_id) < 0 ||
@@ -749,65 +744,145 @@ store_outbox_call_t *store_outbox_start(store_t *st, const store_outbox_entry_t 
         return NULL;
     }
     {
-        const char *words[6];
+        const char *words[8];
         int n = 0, nkeys;
         words[n++] = record;
         words[n++] = e->order_key;
         if (turn)
             words[n++] = turns;
+        if (*bq)
+            words[n++] = bq;
         nkeys = n;
         words[n++] = owner;
         words[n++] = numfmt_dec(lease, lease_ms);
-        if (turn)
-            words[n++] = e->request_id;
+        words[n++] = turn ? e->request_id : "";
+        words[n++] = bq;
         return run(st, &start_script, c, nkeys, n, words, NULL, status);
     }
 }
 
-store_outbox_call_t *store_outbox_progress(store_t *st, unsigned shard, const char *id,
+/* One element's entry in the message index: the platform's message id of a sent element leads
+ * its receipts back to the request (store_hook_event). Its key is computed here, not in the
+ * script, so that the script touches only its KEYS. */
+typedef struct {
+    char key[STORE_KEY_MAX], value[STORE_KEY_MAX];
+} msg_index_t;
+
+/* The entry of element el (response i of request id, channel's) into out: 0 when it has no
+ * message id (or its key does not fit). */
+static int message_index(store_t *st, unsigned shard, const char *channel, const char *id,
+                         const json_t *el, size_t i, msg_index_t *out)
+{
+    const json_t *msgs = json_object_get(json_object_get(el, "result"), "messages");
+    const char *mid = json_string_value(json_object_get(json_array_get(msgs, 0), "id"));
+
+    return mid != NULL && *mid != '\0' && channel != NULL &&
+           store_key_outbox_message(out->key, sizeof(out->key), store_prefix(st), shard, channel,
+                                    mid) >= 0 &&
+           snprintf(out->value, sizeof(out->value), "%s %zu", id, i) < (int)sizeof(out->value);
+}
+
+store_outbox_call_t *store_outbox_progress(store_t *st, const store_outbox_entry_t *e,
                                            const char *owner, unsigned i, const char *element,
                                            size_t len, store_outbox_done_cb *cb, void *arg,
                                            store_status_t *status)
 {
-    char record[STORE_KEY_MAX], index[NUMFMT_DEC_SIZE], base[STORE_KEY_MAX];
+    char record[STORE_KEY_MAX], index[NUMFMT_DEC_SIZE];
+    msg_index_t ix;
+    json_t *el;
+    int indexed;
     store_outbox_call_t *c;
 
-    if (record_key(st, record, shard, id) < 0 ||
-        store_key_outbox_message_base(base, sizeof(base), store_prefix(st), shard) < 0 ||
-        (c = NEW_CALL(C_DONE, cb, arg, shard, status)) == NULL) {
+    if (record_key(st, record, e->shard, e->request_id) < 0 ||
+        (c = NEW_CALL(C_DONE, cb, arg, e->shard, status)) == NULL) {
         *status = STORE_UNAVAILABLE;
         return NULL;
     }
+    el = json_loadb(element, len, 0, NULL);
+    indexed = message_index(st, e->shard, e->channel, e->request_id, el, i, &ix);
+    json_decref(el);
     {
-        const char *words[] = {record, owner, numfmt_dec(index, i), element, base, id};
-        size_t lens[] = {strlen(record), strlen(owner), strlen(words[2]), len,
-                         strlen(base),   strlen(id)};
-        return run(st, &progress_script, c, 1, 6, words, lens, status);
+        const char *words[6];
+        size_t lens[6];
+        int n = 0, nkeys;
+        words[n++] = record;
+        if (indexed)
+            words[n++] = ix.key;
+        nkeys = n;
+        words[n++] = owner;
+        words[n++] = numfmt_dec(index, i);
+        words[n++] = element;
+        if (indexed)
+            words[n++] = ix.value;
+        for (int k = 0; k < n; k++)
+            lens[k] = words[k] == element ? len : strlen(words[k]);
+        return run(st, &progress_script, c, nkeys, n, words, lens, status);
     }
 }
 
-store_outbox_call_t *store_outbox_end(store_t *st, unsigned shard, const char *id,
-                                      const char *owner, const store_outbox_end_t *end,
-                                      store_outbox_done_cb *cb, void *arg, store_status_t *status)
+/* An end's index keys at most: with its other 20 words within store_eval's (a request has 50
+ * responses at most) */
+#define END_INDEX_MAX ((STORE_EVAL_WORDS_MAX - 20) / 2)
+
+/* The message index's entries of a final result's elements (its "sendResult" member's "result"),
+ * malloc'd into *out: how many (0 and *out NULL when none). */
+static size_t result_index(store_t *st, const store_outbox_entry_t *e, const char *result,
+                           size_t len, msg_index_t **out)
 {
-    const store_outbox_entry_t *e = end->entry;
+    char *text;
+    json_t *root = NULL;
+    const json_t *els;
+    size_t n = 0;
+
+    *out = NULL;
+    /* a result without message ids (a failure's) is not parsed */
+    if (result == NULL || memmem(result, len, "\"messages\"", 10) == NULL ||
+        (text = malloc(len + 2)) == NULL)
+        return 0;
+    text[0] = '{';
+    memcpy(text + 1, result, len);
+    text[len + 1] = '}';
+    root = json_loadb(text, len + 2, 0, NULL);
+    free(text);
+    els = json_object_get(json_object_get(root, "sendResult"), "result");
+    if (json_array_size(els) > 0 &&
+        (*out = calloc(json_array_size(els) < END_INDEX_MAX ? json_array_size(els) : END_INDEX_MAX,
+                       sizeof(**out))) != NULL)
+        for (size_t i = 0; i < json_array_size(els) && i < END_INDEX_MAX; i++)
+            n += message_index(st, e->shard, e->channel, e->request_id, json_array_get(els, i), i,
+                               *out + n);
+    json_decref(root);
+    return n;
+}
+
+store_outbox_call_t *store_outbox_end(store_t *st, const store_outbox_entry_t *e, const char *owner,
+                                      const store_outbox_end_t *end, store_outbox_done_cb *cb,
+                                      void *arg, store_status_t *status)
+{
     char record[STORE_KEY_MAX], stream[STORE_KEY_MAX], turns[STORE_KEY_MAX], leases[STORE_KEY_MAX],
         delay[NUMFMT_DEC_SIZE], keep[NUMFMT_DEC_SIZE], cb_keep[NUMFMT_DEC_SIZE],
-        base[STORE_KEY_MAX];
+        first[NUMFMT_DEC_SIZE];
     int turn = e->turn_channel != NULL && e->turn_member != NULL;
+    const char *bq = e->bc_hash != NULL ? e->bc_hash : "";
+    msg_index_t *ix = NULL;
+    size_t nix = 0;
     store_outbox_call_t *c;
 
-    if (record_key(st, record, shard, id) < 0 ||
-        store_key_outbox(stream, sizeof(stream), store_prefix(st), shard) < 0 ||
-        (turn && store_turn_keys(st, shard, e->turn_channel, e->turn_member, turns, leases) < 0) ||
-        store_key_outbox_message_base(base, sizeof(base), store_prefix(st), shard) < 0 ||
-        (c = NEW_CALL(C_DONE, cb, arg, shard, status)) == NULL) {
+    if (record_key(st, record, e->shard, e->request_id) < 0 ||
+        store_key_outbox(stream, sizeof(stream), store_prefix(st), e->shard) < 0 ||
+        (turn &&
+         store_turn_keys(st, e->shard, e->turn_channel, e->turn_member, turns, leases) < 0) ||
+        (c = NEW_CALL(C_DONE, cb, arg, e->shard, status)) == NULL) {
         *status = STORE_UNAVAILABLE;
         return NULL;
     }
+    if (end->final)
+        nix = result_index(st, e, end->result, end->result_len, &ix);
     {
-        const char *words[16];
-        size_t lens[16];
+        const char *words[20 + 2 * END_INDEX_MAX];
+        size_t lens[20 + 2 * END_INDEX_MAX];
+        store_outbox_call_t *out;
+        const char *first_at;
         int n = 0, nkeys;
         words[n++] = record;
         words[n++] = e->order_key;
@@ -816,6 +891,11 @@ store_outbox_call_t *store_outbox_end(store_t *st, unsigned shard, const char *i
             words[n++] = turns;
             words[n++] = leases;
         }
+        if (*bq)
+            words[n++] = bq;
+        first_at = numfmt_dec(first, n + 1); /* where the index keys begin */
+        for (size_t i = 0; i < nix; i++)
+            words[n++] = ix[i].key;
         nkeys = n;
         words[n++] = owner;
         words[n++] = e->entry_id;
@@ -825,12 +905,18 @@ store_outbox_call_t *store_outbox_end(store_t *st, unsigned shard, const char *i
         words[n++] = numfmt_dec(delay, end->delay_ms);
         words[n++] = numfmt_dec(keep, end->keep_ms);
         words[n++] = STORE_OUTBOX_GROUP;
-        words[n++] = id;
-        words[n++] = base;
+        words[n++] = e->request_id;
         words[n++] = numfmt_dec(cb_keep, end->callback_keep_ms);
+        words[n++] = bq;
+        words[n++] = turn ? "1" : "0";
+        words[n++] = first_at;
+        for (size_t i = 0; i < nix; i++)
+            words[n++] = ix[i].value;
         for (int i = 0; i < n; i++)
             lens[i] = words[i] == end->result ? end->result_len : strlen(words[i]);
-        return run(st, &end_script, c, nkeys, n, words, lens, status);
+        out = run(st, &end_script, c, nkeys, n, words, lens, status);
+        free(ix);
+        return out;
     }
 }
 

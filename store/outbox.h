@@ -77,6 +77,9 @@ typedef struct store_outbox_entry {
     /* a broadcast's status callback (callback 1, request_id the broadcast's id): its channel,
      * else NULL (store/broadcast.c's scripts write the entry) */
     const char *broadcast_channel;
+    /* a request's, once its start told them (NULL before): its broadcast's hash of the shard
+     * (store/broadcast.c; NULL or "" when none), the channel its message index is under */
+    const char *bc_hash, *channel;
 } store_outbox_entry_t;
 
 /* ---- webhook events (contract.md section 14) ---- */
@@ -154,17 +157,20 @@ typedef enum {
     STORE_OUTBOX_ORDER, /* an earlier request of the member is not finished: wait for it */
     STORE_OUTBOX_WAIT,  /* another attempt holds the lease, or a retry is due later: wait_ms */
     STORE_OUTBOX_TURN,  /* a request ahead in the member's turn queue (a sync one) holds it */
+    STORE_OUTBOX_HASH,  /* a broadcast's: to be started again with its hash (bc_hash) */
 } store_outbox_state_t;
 
 /* What an attempt starts from; strings valid during the callback only. */
 typedef struct store_outbox_start {
     store_outbox_state_t state;
     int64_t wait_ms;
-    unsigned next;    /* the first response not finished */
-    int crashed;      /* an attempt died with the call of response next maybe out */
-    int expired;      /* older than the queue TTL: what is not sent fails with 128 */
-    int64_t attempts; /* counting this one */
-    int bulk;         /* a broadcast's message (store/broadcast.c): low priority */
+    unsigned next;       /* the first response not finished */
+    int crashed;         /* an attempt died with the call of response next maybe out */
+    int expired;         /* older than the queue TTL: what is not sent fails with 128 */
+    int64_t attempts;    /* counting this one */
+    int bulk;            /* a broadcast's message (store/broadcast.c): low priority */
+    const char *bc_hash; /* its hash ("" when not a broadcast's; HASH: the one to declare) */
+    const char *channel; /* the request's channel */
     const char *body, *app;
     const char *kind; /* as accepted (store_outbox_new_t) */
     size_t body_len;
@@ -181,14 +187,13 @@ store_outbox_call_t *store_outbox_start(store_t *st, const store_outbox_entry_t 
 /* STORE_OK: recorded; STORE_CONFLICT: another attempt holds the record now. */
 typedef void store_outbox_done_cb(void *arg, store_status_t st);
 /* Records response i's final element before the next response's call may go out. */
-store_outbox_call_t *store_outbox_progress(store_t *st, unsigned shard, const char *id,
+store_outbox_call_t *store_outbox_progress(store_t *st, const store_outbox_entry_t *e,
                                            const char *owner, unsigned i, const char *element,
                                            size_t len, store_outbox_done_cb *cb, void *arg,
                                            store_status_t *status);
 
 /* How an attempt ended. */
 typedef struct store_outbox_end {
-    const store_outbox_entry_t *entry; /* final: its order and turn pass */
     int final;          /* 1: status and result are the end; 0: tried again in delay_ms */
     const char *status; /* "done" or "failed" */
     const char *result; /* JSON text: {"sendResult":..} or {"error":..} */
@@ -197,9 +202,10 @@ typedef struct store_outbox_end {
     int64_t keep_ms;          /* a final status is kept this long */
     int64_t callback_keep_ms; /* the member's order is kept this long for a callback queued */
 } store_outbox_end_t;
-store_outbox_call_t *store_outbox_end(store_t *st, unsigned shard, const char *id,
-                                      const char *owner, const store_outbox_end_t *end,
-                                      store_outbox_done_cb *cb, void *arg, store_status_t *status);
+/* Ends an attempt on entry e's request: final, its order and turn pass. */
+store_outbox_call_t *store_outbox_end(store_t *st, const store_outbox_entry_t *e, const char *owner,
+                                      const store_outbox_end_t *end, store_outbox_done_cb *cb,
+                                      void *arg, store_status_t *status);
 
 /* ---- the status ---- */
 
