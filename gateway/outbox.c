@@ -273,6 +273,8 @@ static void job_add(outbox_t *ob, const store_outbox_entry_t *e)
     job->e.turn_channel = copy_str(&p, e->turn_channel);
     job->e.turn_member = copy_str(&p, e->turn_member);
     job->e.broadcast_channel = copy_str(&p, e->broadcast_channel);
+    /* a broadcast's message names its hash from the first start (the entry's "bq") */
+    job->e.bc_hash = job->bc_hash = e->bc_hash != NULL ? strdup(e->bc_hash) : NULL;
     /* an event's own strings are the job's (url, app, body), not the entry's */
     job->e.subscription = job->e.url = job->e.app = job->e.body = NULL;
     job->e.body_len = 0;

@@ -165,7 +165,8 @@ static const char TAKE_SCRIPT[] =
  * not 'bc', which the scripts of versions whose broadcasts needed one server took for the record
  * they count in); a request queued already (its member taken again) is skipped; once the broadcast
  * was cancelled (the hash's 'x') a request is recorded ended, cancelled, and counted there instead
- * of queued. */
+ * of queued. The stream's entry names the hash too ('bq'), so that the request's first start
+ * declares it among its KEYS (store/outbox.c). */
 static const char ENQUEUE_SCRIPT[] =
     NOW_MS "local x = redis.call('HEXISTS', KEYS[2], 'x') == 1 local n, a = 0, 6 "
            "for i = 3, #KEYS, 2 do local rec, ord = KEYS[i], KEYS[i + 1] "
@@ -182,7 +183,8 @@ static const char ENQUEUE_SCRIPT[] =
            "'mb', ARGV[a + 1], 'cb', '', 'seq', seq, 'status', 'queued', 'attempts', 0, "
            "'created', now, 'updated', now, 'next', 0, 'ends', now + ARGV[2], 'bk', ARGV[5], "
            "'bq', KEYS[2]) "
-           "redis.call('XADD', KEYS[1], '*', 'r', ARGV[a], 'o', ord) n = n + 1 end "
+           "redis.call('XADD', KEYS[1], '*', 'r', ARGV[a], 'o', ord, 'bq', KEYS[2]) "
+           "n = n + 1 end "
            "redis.call('PEXPIRE', rec, ARGV[1]) end a = a + 3 end "
            "redis.call('PEXPIRE', KEYS[2], ARGV[1]) return {n, ''}";
 

@@ -317,6 +317,8 @@ size_t store_outbox_decode_entries(const redisReply *list, unsigned shard,
                 en.body = store_eval_str(f->element[k + 1], &en.body_len);
             } else if (strcmp(name, "q") == 0) {
                 en.seq = strtoll(value, NULL, 10);
+            } else if (strcmp(name, "bq") == 0) {
+                en.bc_hash = value;
             }
         }
         /* a deleted entry (a claim finds its id with no fields) has nothing left to do */

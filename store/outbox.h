@@ -78,7 +78,8 @@ typedef struct store_outbox_entry {
      * else NULL (store/broadcast.c's scripts write the entry) */
     const char *broadcast_channel;
     /* a request's, once its start told them (NULL before): its broadcast's hash of the shard
-     * (store/broadcast.c; NULL or "" when none), the channel its message index is under */
+     * (store/broadcast.c; NULL or "" when none; a broadcast's entry names it, "bq", so that
+     * its first start declares it), the channel its message index is under */
     const char *bc_hash, *channel;
 } store_outbox_entry_t;
 
