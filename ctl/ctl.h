@@ -99,13 +99,28 @@ int ctl_get(const ctl_opts_t *o); /* get KIND ID...: routes to the commands abov
 
 /* ---- tags.c: the tag index of contract.md section 13 ---- */
 
-/* Lua that takes the member of KEYS[1] (its record as stored) out of the index of each of its
- * tags: ARGV[1] the tag key base, ARGV[2] the member id. */
-#define CTL_UNTAG_LUA                                                                              \
-    "local old = redis.call('GET', KEYS[1]) if old then "                                          \
-    "local ok, m = pcall(cjson.decode, old) "                                                      \
-    "if ok and type(m) == 'table' and type(m.tags) == 'table' then for _, t in ipairs(m.tags) do " \
-    "if type(t) == 'string' then redis.call('SREM', ARGV[1] .. t, ARGV[2]) end end end end\n"
+/* The member's write and delete name every key their scripts touch among KEYS (a Redis Cluster
+ * refuses others while their slot migrates): the record is read first, its tags' index keys
+ * computed here, and the script runs only if the record is still the one read (else read
+ * again, at most CTL_TAG_TRIES times). */
+#define CTL_TAG_TRIES 10
+
+/* Runs script (KEYS: key, then extra_keys of the caller, then the index keys of the stored
+ * record's tags, then those of text's; ARGV: the record read, "1" when there was one, member_id,
+ * how many index keys of the stored record, text or "", then extra_args) until the record read
+ * was still stored: the script's reply (freeReplyObject), or NULL after printing why. The
+ * script returns the string "changed" when the record is no longer the one read. */
+/* ctl_tag_script's first lines: the stored record is still the one read (ARGV[1], ARGV[2] "1"
+ * when one was), else "changed"; KEYS[2 + ARGV[6]] on: the old tags' index keys (ARGV[4] of them),
+ * then the new. */
+#define CTL_TAG_CHECK_LUA                                                                          \
+    "local cur = redis.call('GET', KEYS[1]) "                                                      \
+    "if (cur and (ARGV[2] ~= '1' or cur ~= ARGV[1])) or (not cur and ARGV[2] == '1') then "        \
+    "return 'changed' end local first, nold = 2 + tonumber(ARGV[6]), tonumber(ARGV[4]) "
+
+redisReply *ctl_tag_script(const char *script, const char *channel, const char *member_id,
+                           const char *key, const char *const *extra_keys, size_t n_extra,
+                           const char *text);
 
 /* Stores a member record (JSON text) at key, its tags' index with it: 0 or CTL_FAIL. */
 int ctl_member_write(const char *channel, const char *member_id, const char *key, const char *text);

@@ -538,21 +538,20 @@ int ctl_member_get(const ctl_opts_t *o)
 
 /* The member and the recipient key that leads to it, in one script (both share the channel's
  * slot): a recipient key that botgate has meanwhile given to another member stays. */
-static const char member_delete_lua[] = CTL_UNTAG_LUA
-    "local n = redis.call('DEL', KEYS[1])\n"
-    "if KEYS[2] and redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) end\n"
-    "return n";
+static const char member_delete_lua[] =
+    CTL_TAG_CHECK_LUA "for i = first, first + nold - 1 do redis.call('SREM', KEYS[i], ARGV[3]) end "
+                      "local n = redis.call('DEL', KEYS[1]) "
+                      "if ARGV[6] == '1' and redis.call('GET', KEYS[2]) == ARGV[3] then "
+                      "redis.call('DEL', KEYS[2]) end return n";
 
 int ctl_member_delete(const ctl_opts_t *o)
 {
-    char key[STORE_KEY_MAX], rkey[STORE_KEY_MAX], tbase[STORE_KEY_MAX], what[2 * STORE_KEY_MAX],
-        phone[256];
-    const char *ext, *argv[7];
+    char key[STORE_KEY_MAX], rkey[STORE_KEY_MAX], what[2 * STORE_KEY_MAX], phone[256];
+    const char *ext;
     const adapter_ops_t *ops = NULL;
     json_t *m, *ch;
     redisReply *r;
     long long n;
-    int argc = 6;
 
     if (member_key(o, key, what, sizeof(what)) != 0 || (m = get_record(key, what, NULL)) == NULL)
         return CTL_FAIL;
@@ -567,26 +566,16 @@ int ctl_member_delete(const ctl_opts_t *o)
         request_normalize_phone(ext, phone, sizeof(phone));
         ext = phone[0] ? phone : NULL;
     }
-    if (key_or_die(store_key_tag_base(tbase, sizeof(tbase), ctl_prefix, o->args[0]), what) != 0) {
+    {
+        const char *extra[] = {rkey};
+        int with_rkey = ext != NULL &&
+                        store_key_recipient(rkey, sizeof(rkey), ctl_prefix, o->args[0], ext) >= 0;
+
         json_decref(m);
-        return CTL_FAIL;
+        if ((r = ctl_tag_script(member_delete_lua, o->args[0], o->args[1], key, extra,
+                                with_rkey ? 1 : 0, NULL)) == NULL)
+            return CTL_FAIL;
     }
-    argv[0] = "EVAL";
-    argv[1] = member_delete_lua;
-    argv[3] = key;
-    argv[4] = tbase;
-    argv[5] = o->args[1];
-    if (ext != NULL && store_key_recipient(rkey, sizeof(rkey), ctl_prefix, o->args[0], ext) >= 0) {
-        argv[3] = key;
-        argv[4] = rkey;
-        argv[5] = tbase;
-        argv[6] = o->args[1];
-        argc = 7;
-    }
-    argv[2] = argc == 7 ? "2" : "1";
-    json_decref(m);
-    if ((r = ctl_redis_command(argc, argv, NULL)) == NULL)
-        return CTL_FAIL;
     n = r->integer;
     freeReplyObject(r);
     if (n == 0)

@@ -9,29 +9,106 @@
 
 #define BATCH 1000 /* members per SADD when the index is rebuilt */
 
-/* KEYS[1] the member key; ARGV[1] the tag key base, ARGV[2] the member id, ARGV[3] the record,
- * ARGV[4] the longest tag indexed. The old record's tags leave the index, the new one's enter
- * it, with the record, in one step. */
+/* The record replaced: out of its old tags' sets, into its new ones', with it, in one step. */
 static const char member_write_lua[] =
-    CTL_UNTAG_LUA "redis.call('SET', KEYS[1], ARGV[3])\n"
-                  "local m = cjson.decode(ARGV[3])\n"
-                  "if type(m.tags) == 'table' then for _, t in ipairs(m.tags) do\n"
-                  "if type(t) == 'string' and #t <= tonumber(ARGV[4]) then "
-                  "redis.call('SADD', ARGV[1] .. t, ARGV[2]) end end end return 1";
+    CTL_TAG_CHECK_LUA "for i = first, first + nold - 1 do redis.call('SREM', KEYS[i], ARGV[3]) end "
+                      "redis.call('SET', KEYS[1], ARGV[5]) "
+                      "for i = first + nold, #KEYS do redis.call('SADD', KEYS[i], ARGV[3]) end "
+                      "return 1";
+
+/* The index keys (base then the tag) of the tags of member record text that botgate indexes
+ * (strings of at most STORE_TAG_MAX bytes), appended to keys. */
+static void tag_keys(json_t *keys, const char *base, const char *text, size_t len)
+{
+    json_t *m = text != NULL ? json_loadb(text, len, 0, NULL) : NULL, *t;
+    char k[STORE_KEY_MAX];
+    size_t i;
+
+    json_array_foreach(json_object_get(m, "tags"), i, t) {
+        const char *tag = json_string_value(t);
+
+        if (tag != NULL && json_string_length(t) <= STORE_TAG_MAX &&
+            strlen(tag) == json_string_length(t) &&
+            (size_t)snprintf(k, sizeof(k), "%s%s", base, tag) < sizeof(k))
+            json_array_append_new(keys, json_string(k));
+    }
+    json_decref(m);
+}
+
+redisReply *ctl_tag_script(const char *script, const char *channel, const char *member_id,
+                           const char *key, const char *const *extra_keys, size_t n_extra,
+                           const char *text)
+{
+    char base[STORE_KEY_MAX], nkeys[24], nold[24], nextra[24];
+
+    if (store_key_tag_base(base, sizeof(base), ctl_prefix, channel) < 0) {
+        ctl_die("channel id %s is too long for a key", channel);
+        return NULL;
+    }
+    for (int tries = 0; tries < CTL_TAG_TRIES; tries++) {
+        const char *get[] = {"GET", key};
+        redisReply *was = ctl_redis_command(2, get, NULL), *r = NULL;
+        json_t *keys = json_array();
+        const char **argv = NULL;
+        size_t *lens = NULL, old, argc = 0, n;
+
+        if (was == NULL || keys == NULL) {
+            freeReplyObject(was);
+            json_decref(keys);
+            return NULL;
+        }
+        tag_keys(keys, base, was->type == REDIS_REPLY_STRING ? was->str : NULL, was->len);
+        old = json_array_size(keys);
+        if (text != NULL)
+            tag_keys(keys, base, text, strlen(text));
+        n = json_array_size(keys);
+        argv = malloc((3 + 1 + n_extra + n + 6) * sizeof(*argv));
+        lens = malloc((3 + 1 + n_extra + n + 6) * sizeof(*lens));
+        if (argv != NULL && lens != NULL) {
+            snprintf(nkeys, sizeof(nkeys), "%zu", 1 + n_extra + n);
+            snprintf(nold, sizeof(nold), "%zu", old);
+            snprintf(nextra, sizeof(nextra), "%zu", n_extra);
+            argv[argc++] = "EVAL";
+            argv[argc++] = script;
+            argv[argc++] = nkeys;
+            argv[argc++] = key;
+            for (size_t i = 0; i < n_extra; i++)
+                argv[argc++] = extra_keys[i];
+            for (size_t i = 0; i < n; i++)
+                argv[argc++] = json_string_value(json_array_get(keys, i));
+            for (size_t i = 0; i < argc; i++)
+                lens[i] = strlen(argv[i]);
+            lens[argc] = was->type == REDIS_REPLY_STRING ? was->len : 0;
+            argv[argc++] = was->type == REDIS_REPLY_STRING ? was->str : "";
+            argv[argc++] = was->type == REDIS_REPLY_STRING ? "1" : "0";
+            argv[argc++] = member_id;
+            argv[argc++] = nold;
+            argv[argc++] = text != NULL ? text : "";
+            argv[argc++] = nextra;
+            for (size_t i = argc - 5; i < argc; i++)
+                lens[i] = strlen(argv[i]);
+            r = ctl_redis_command((int)argc, argv, lens);
+        } else {
+            ctl_die("out of memory");
+        }
+        free(argv);
+        free(lens);
+        json_decref(keys);
+        freeReplyObject(was);
+        if (r == NULL || r->type != REDIS_REPLY_STRING || strcmp(r->str, "changed") != 0)
+            return r;
+        freeReplyObject(r); /* written by another meanwhile: read it again */
+    }
+    ctl_die("member %s changed %d times while it was written; try again", member_id, CTL_TAG_TRIES);
+    return NULL;
+}
 
 int ctl_member_write(const char *channel, const char *member_id, const char *key, const char *text)
 {
-    char base[STORE_KEY_MAX], max[16];
-    redisReply *r;
+    redisReply *r = ctl_tag_script(member_write_lua, channel, member_id, key, NULL, 0, text);
 
-    if (store_key_tag_base(base, sizeof(base), ctl_prefix, channel) < 0)
-        return ctl_die("channel id %s is too long for a key", channel);
-    snprintf(max, sizeof(max), "%d", STORE_TAG_MAX);
-    {
-        const char *argv[] = {"EVAL", member_write_lua, "1", key, base, member_id, text, max};
-        if ((r = ctl_redis_command(8, argv, NULL)) == NULL)
-            return CTL_FAIL;
-    }
+    if (r == NULL)
+        return CTL_FAIL;
     freeReplyObject(r);
     return 0;
 }

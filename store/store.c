@@ -34,13 +34,15 @@ static const char CAS_SCRIPT[] = "if redis.call('GET', KEYS[1]) == ARGV[1] then 
                                  "redis.call('SET', KEYS[1], ARGV[2]) return 1 end return 0";
 
 /* The same for a member record, and its tags' index (contract.md section 13) in the same step:
- * ARGV[3] the tag key base, ARGV[4] the member id, ARGV[5] how many tags were added, then the
- * added tags, then the removed ones. The tag keys carry the channel's hash tag: one slot. */
+ * KEYS the member, then the keys of the tags added, then of those removed (every key it
+ * touches among KEYS: a Redis Cluster refuses others while their slot migrates); ARGV[3] the
+ * member id, ARGV[4] how many tags were added. The tag keys carry the channel's hash tag, as the
+ * member's: one slot. */
 static const char MEMBER_CAS_SCRIPT[] =
     "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end "
-    "redis.call('SET', KEYS[1], ARGV[2]) local n = tonumber(ARGV[5]) "
-    "for i = 6, 5 + n do redis.call('SADD', ARGV[3] .. ARGV[i], ARGV[4]) end "
-    "for i = 6 + n, #ARGV do redis.call('SREM', ARGV[3] .. ARGV[i], ARGV[4]) end return 1";
+    "redis.call('SET', KEYS[1], ARGV[2]) local n = tonumber(ARGV[4]) "
+    "for i = 2, 1 + n do redis.call('SADD', KEYS[i], ARGV[3]) end "
+    "for i = 2 + n, #KEYS do redis.call('SREM', KEYS[i], ARGV[3]) end return 1";
 
 /* Get-or-create of a member by recipient id, atomic so that two first messages from the same
  * user create one member. KEYS recipient, member (of the guess; the new one's without a
@@ -613,50 +615,73 @@ static store_status_t cas_send(store_call_t *c, const char *raw, size_t len, cha
                                size_t next_len)
 {
     size_t added = json_array_size(c->tags_added), removed = json_array_size(c->tags_removed);
-    size_t n = added + removed, argc = 6;
-    const char *stack_argv[6 + 3 + 16], **argv = stack_argv;
-    size_t stack_lens[6 + 3 + 16], *lens = stack_lens;
-    char count[NUMFMT_DEC_SIZE];
+    size_t n = added + removed, argc = 0, base_len = c->tagging ? strlen(c->tagging) : 0;
+    size_t keys_len = 0;
+    const char *stack_argv[7 + 16], **argv = stack_argv;
+    size_t stack_lens[7 + 16], *lens = stack_lens;
+    char count[NUMFMT_DEC_SIZE], nkeys[NUMFMT_DEC_SIZE], *keys = NULL, *k;
     store_status_t st;
 
     c->kind = CALL_CAS_WRITE;
     if (c->cacheable)
         c->ticket = store_cache_ticket(c->st->cache, c->key);
+    for (size_t i = 0; i < n; i++)
+        keys_len +=
+            base_len +
+            strlen(json_string_value(i < added ? json_array_get(c->tags_added, i)
+                                               : json_array_get(c->tags_removed, i - added))) +
+            1;
     if (n > 16) {
-        argv = malloc((9 + n) * sizeof(*argv));
-        lens = malloc((9 + n) * sizeof(*lens));
-        if (argv == NULL || lens == NULL) {
+        argv = malloc((7 + n) * sizeof(*argv));
+        lens = malloc((7 + n) * sizeof(*lens));
+    }
+    if (n > 0)
+        keys = malloc(keys_len);
+    if (argv == NULL || lens == NULL || (n > 0 && keys == NULL)) {
+        if (argv != stack_argv) {
             free(argv);
             free(lens);
-            free(next);
-            return STORE_BUSY;
         }
+        free(keys);
+        free(next);
+        return STORE_BUSY;
     }
-    argv[0] = "EVAL";
-    argv[1] = n > 0 ? MEMBER_CAS_SCRIPT : CAS_SCRIPT;
-    argv[2] = "1";
-    argv[3] = c->key;
-    argv[4] = raw;
-    argv[5] = next;
-    lens[4] = len;
-    lens[5] = next_len;
-    if (n > 0) { /* the write changes the member's tags: their index changes with it */
-        argv[argc++] = c->tagging;
-        argv[argc++] = c->tagging + strlen(c->tagging) + 1;
-        argv[argc++] = numfmt_dec(count, (long long)added);
-        for (size_t i = 0; i < n; i++)
-            argv[argc++] =
-                json_string_value(i < added ? json_array_get(c->tags_added, i)
-                                            : json_array_get(c->tags_removed, i - added));
+    argv[argc++] = "EVAL";
+    argv[argc++] = n > 0 ? MEMBER_CAS_SCRIPT : CAS_SCRIPT;
+    argv[argc++] = numfmt_dec(nkeys, (long long)(1 + n));
+    argv[argc++] = c->key;
+    /* the tag keys: the base ("<prefix>tag:{<channel>}:") and the tag */
+    k = keys;
+    for (size_t i = 0; i < n; i++) {
+        const char *tag = json_string_value(i < added ? json_array_get(c->tags_added, i)
+                                                      : json_array_get(c->tags_removed, i - added));
+        size_t tl = strlen(tag);
+
+        memcpy(k, c->tagging, base_len);
+        memcpy(k + base_len, tag, tl + 1);
+        argv[argc++] = k;
+        k += base_len + tl + 1;
     }
     for (size_t i = 0; i < argc; i++)
-        if (i != 4 && i != 5)
-            lens[i] = strlen(argv[i]);
+        lens[i] = strlen(argv[i]);
+    argv[argc] = raw;
+    lens[argc++] = len;
+    argv[argc] = next;
+    lens[argc++] = next_len;
+    if (n > 0) { /* the write changes the member's tags: their index changes with it */
+        argv[argc] = c->tagging + base_len + 1;
+        lens[argc] = strlen(argv[argc]);
+        argc++;
+        argv[argc] = numfmt_dec(count, (long long)added);
+        lens[argc] = strlen(argv[argc]);
+        argc++;
+    }
     st = send_argv(c, (int)argc, argv, lens); /* hiredis copies the arguments */
     if (argv != stack_argv) {
         free(argv);
         free(lens);
     }
+    free(keys);
     free(next);
     return st;
 }

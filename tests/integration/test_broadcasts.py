@@ -747,6 +747,41 @@ class Tags(Case):
         self.assertNotIn("bm3", s.redis("SMEMBERS", key + "node-added") or [])
         self.assertIn("bm3", s.redis("SMEMBERS", key + "vip"))
 
+    def test_index_scripts_name_their_keys(self):
+        # the tag keys a member write or delete changes are among its script's KEYS (a Redis
+        # Cluster refuses others while their slot migrates): botgatectl's put and delete, and
+        # the gateway's compare-and-set (a node's addTags and removeTags)
+        s = self.s
+        t = {"_id": "TK", "app": APP, "name": "tagkeys", "nodes": {
+            "ADD": {"postAction": [{"type": "addTags", "tags": ["k-added"]}]},
+            "DEL": {"postAction": [{"type": "removeTags", "tags": ["k-added"]}]}}}
+        path = os.path.join(s.dir, "tagkeys-tree.json")
+        with open(path, "w") as f:
+            json.dump(t, f)
+        s.ctl("tree", "import", path)
+        tok = s.token(APP, "bot:redirectMemberToNode")
+        key = "botgate:tag:{fbb}:"
+        mons = [Monitor(p) for p in (s.redis.masters() if CLUSTER else [s.redis_port])]
+        try:
+            s.put("member", member("bk1", "fbb", APP, "psid-bk1", tags=["k-old", "k-both"]))
+            s.put("member", member("bk1", "fbb", APP, "psid-bk1", tags=["k-new", "k-both"]))
+            for node in ("ADD", "DEL"):
+                a = s.post("/redirectMemberToNode",
+                           {"channelId": "fbb", "memberId": "bk1",
+                            "redirect": {"tree": "TK", "nodeCompositeId": node}}, token=tok)
+                self.assertEqual(a.json["ok"], 1, a)
+            self.assertIn("bk1", s.redis("SMEMBERS", key + "k-new"))
+            s.ctl("member", "delete", "fbb", "bk1")
+        finally:
+            scripts = [sc for mon in mons for sc in mon.stop()]
+        for tag in ("k-old", "k-new", "k-both", "k-added"):
+            self.assertNotIn("bk1", s.redis("SMEMBERS", key + tag) or [])
+        tagging = [sc for sc in scripts if any(":tag:" in k for _, k in sc[1])]
+        # put, put, ADD, DEL, delete: each changed a tag's set
+        self.assertGreaterEqual(len(tagging), 5, scripts)
+        for keys, touched in tagging:
+            self.assertLessEqual({k for _, k in touched}, set(keys), keys)
+
 
 if __name__ == "__main__":
     unittest.main()
