@@ -721,29 +721,36 @@ class Tags(Case):
         self.assertEqual(s.redis("SMEMBERS", key + "gold"), ["bm2"])
         s.put("member", member("bm4", "fbb", APP, "psid-bm4", tags=["vip"]))
 
-    def test_index_kept_by_the_gateways_member_writes(self):
-        # addTags and removeTags of a node run by redirectMemberToNode: the member's
-        # compare-and-set changes the index with the record
+    def tag_tree(self, tree_id, added, removed):
+        """A tree whose node ADD adds the tags added and node DEL removes those removed; a
+        function that redirects a member of fbb to one of its nodes."""
         s = self.s
-        t = {"_id": "TT", "app": APP, "name": "tags", "nodes": {
-            "ADD": {"postAction": [{"type": "addTags", "tags": ["node-added", "vip"]}]},
-            "DEL": {"postAction": [{"type": "removeTags", "tags": ["node-added"]}]}}}
-        path = os.path.join(s.dir, "tags-tree.json")
+        t = {"_id": tree_id, "app": APP, "name": "tags " + tree_id, "nodes": {
+            "ADD": {"postAction": [{"type": "addTags", "tags": added}]},
+            "DEL": {"postAction": [{"type": "removeTags", "tags": removed}]}}}
+        path = os.path.join(s.dir, "tree-%s.json" % tree_id)
         with open(path, "w") as f:
             json.dump(t, f)
         s.ctl("tree", "import", path)
         tok = s.token(APP, "bot:redirectMemberToNode")
-        key = "botgate:tag:{fbb}:"
 
-        def go(node):
-            a = s.post("/redirectMemberToNode", {"channelId": "fbb", "memberId": "bm3",
-                                                 "redirect": {"tree": "TT", "nodeCompositeId": node}},
-                       token=tok)
+        def go(member_id, node):
+            a = s.post("/redirectMemberToNode",
+                       {"channelId": "fbb", "memberId": member_id,
+                        "redirect": {"tree": tree_id, "nodeCompositeId": node}}, token=tok)
             self.assertEqual(a.json["ok"], 1, a)
-        go("ADD")
+        return go
+
+    def test_index_kept_by_the_gateways_member_writes(self):
+        # addTags and removeTags of a node run by redirectMemberToNode: the member's
+        # compare-and-set changes the index with the record
+        s = self.s
+        go = self.tag_tree("TT", ["node-added", "vip"], ["node-added"])
+        key = "botgate:tag:{fbb}:"
+        go("bm3", "ADD")
         self.assertIn("bm3", s.redis("SMEMBERS", key + "node-added"))
         self.assertIn("bm3", s.redis("SMEMBERS", key + "vip"))
-        go("DEL")
+        go("bm3", "DEL")
         self.assertNotIn("bm3", s.redis("SMEMBERS", key + "node-added") or [])
         self.assertIn("bm3", s.redis("SMEMBERS", key + "vip"))
 
@@ -752,24 +759,14 @@ class Tags(Case):
         # Cluster refuses others while their slot migrates): botgatectl's put and delete, and
         # the gateway's compare-and-set (a node's addTags and removeTags)
         s = self.s
-        t = {"_id": "TK", "app": APP, "name": "tagkeys", "nodes": {
-            "ADD": {"postAction": [{"type": "addTags", "tags": ["k-added"]}]},
-            "DEL": {"postAction": [{"type": "removeTags", "tags": ["k-added"]}]}}}
-        path = os.path.join(s.dir, "tagkeys-tree.json")
-        with open(path, "w") as f:
-            json.dump(t, f)
-        s.ctl("tree", "import", path)
-        tok = s.token(APP, "bot:redirectMemberToNode")
+        go = self.tag_tree("TK", ["k-added"], ["k-added"])
         key = "botgate:tag:{fbb}:"
         mons = [Monitor(p) for p in (s.redis.masters() if CLUSTER else [s.redis_port])]
         try:
             s.put("member", member("bk1", "fbb", APP, "psid-bk1", tags=["k-old", "k-both"]))
             s.put("member", member("bk1", "fbb", APP, "psid-bk1", tags=["k-new", "k-both"]))
-            for node in ("ADD", "DEL"):
-                a = s.post("/redirectMemberToNode",
-                           {"channelId": "fbb", "memberId": "bk1",
-                            "redirect": {"tree": "TK", "nodeCompositeId": node}}, token=tok)
-                self.assertEqual(a.json["ok"], 1, a)
+            go("bk1", "ADD")
+            go("bk1", "DEL")
             self.assertIn("bk1", s.redis("SMEMBERS", key + "k-new"))
             s.ctl("member", "delete", "fbb", "bk1")
         finally:
