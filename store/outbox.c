@@ -71,9 +71,9 @@ static const char SETTLE_SCRIPT[] =
  * then it sends nothing. 'out' stays set while an attempt may have a call out: found set with
  * the lease over, the attempt died, and response 'next' may have been delivered. A script
  * touches only its KEYS (a Redis Cluster refuses another key while its slot migrates, and the
- * script stops there, half-way): a broadcast's request whose hash ('bq') the caller did not
- * know yet (its stream entry does not name it) gets its name back, nothing written, and is
- * started again with it (one more round trip, once per job). */
+ * script stops there, half-way): the stream entry of a broadcast's request names its hash
+ * ('bq', store/broadcast.c's enqueue); one queued by an older version does not, and its start
+ * gets the name back, nothing written, and runs again with it (one more round trip, once). */
 static const char START_SCRIPT[] = NOW_MS BC_END_FN
     "local r = redis.call('HMGET', KEYS[1], 'status', 'seq', 'due', 'lease', 'ends', "
     "'next', 'out') "
