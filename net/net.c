@@ -501,8 +501,7 @@ static void on_xfer_timer(evutil_socket_t fd, short what, void *arg)
         left_us = x->deadline_us - clock_mono_us();
         if (left_us < 1)
             left_us = 1;
-        tv.tv_sec = (time_t)(left_us / 1000000);
-        tv.tv_usec = (suseconds_t)(left_us % 1000000);
+        tv = clock_us_timeval(left_us);
         event_add(x->timer, &tv);
         own_go(x);
         return;
