@@ -149,12 +149,14 @@ class OrderCost(StackTest):
         self.assertEqual(keyed_trips, 2.0)
         self.assertEqual(keyed_trips, plain_trips)
         self.assertEqual(keyed.get("evalsha", 0) - plain.get("evalsha", 0), 2.0, keyed)
-        # the begin (HMGET, HSET, PEXPIRE; it called TIME for the lease's end, which is now
-        # the record's TTL) and the answer (HMGET, HSET; it also set the TTL again and always
-        # published, for waiters that a request alone never has: 8 calls in all, now 5)
+        # the begin (EXISTS, HSET, PEXPIRE: a new key is not read whole; it called TIME for
+        # the lease's end, which is now the record's TTL) and the answer (HMGET, HSET; it also
+        # set the TTL again and always published, for waiters that a request alone never has:
+        # 8 calls in all, now 5)
         diff = {k: keyed.get(k, 0) - plain.get(k, 0) for k in set(keyed) | set(plain)}
         self.assertEqual({k: v for k, v in diff.items() if v},
-                         {"evalsha": 2.0, "hmget": 2.0, "hset": 2.0, "pexpire": 1.0}, keyed)
+                         {"evalsha": 2.0, "exists": 1.0, "hmget": 1.0, "hset": 2.0,
+                          "pexpire": 1.0}, keyed)
 
     def test_5_a_rate_limit_in_the_same_round_trips(self):
         """Issue 30: the channel's shared rate limit costs no round trip of its own: the first
