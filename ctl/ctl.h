@@ -105,11 +105,6 @@ int ctl_get(const ctl_opts_t *o); /* get KIND ID...: routes to the commands abov
  * again, at most CTL_TAG_TRIES times). */
 #define CTL_TAG_TRIES 10
 
-/* Runs script (KEYS: key, then extra_keys of the caller, then the index keys of the stored
- * record's tags, then those of text's; ARGV: the record read, "1" when there was one, member_id,
- * how many index keys of the stored record, text or "", then extra_args) until the record read
- * was still stored: the script's reply (freeReplyObject), or NULL after printing why. The
- * script returns the string "changed" when the record is no longer the one read. */
 /* ctl_tag_script's first lines: the stored record is still the one read (ARGV[1], ARGV[2] "1"
  * when one was), else "changed"; KEYS[2 + ARGV[6]] on: the old tags' index keys (ARGV[4] of them),
  * then the new. */
@@ -118,6 +113,11 @@ int ctl_get(const ctl_opts_t *o); /* get KIND ID...: routes to the commands abov
     "if (cur and (ARGV[2] ~= '1' or cur ~= ARGV[1])) or (not cur and ARGV[2] == '1') then "        \
     "return 'changed' end local first, nold = 2 + tonumber(ARGV[6]), tonumber(ARGV[4]) "
 
+/* Runs script (KEYS: key, then extra_keys of the caller, then the index keys of the stored
+ * record's tags, then those of text's; ARGV: the record read, "1" when there was one, member_id,
+ * how many index keys of the stored record, text or "", how many extra_keys) until the record read
+ * was still stored: the script's reply (freeReplyObject), or NULL after printing why. The
+ * script returns the string "changed" when the record is no longer the one read. */
 redisReply *ctl_tag_script(const char *script, const char *channel, const char *member_id,
                            const char *key, const char *const *extra_keys, size_t n_extra,
                            const char *text);

@@ -16,20 +16,17 @@ static const char member_write_lua[] =
                       "for i = first + nold, #KEYS do redis.call('SADD', KEYS[i], ARGV[3]) end "
                       "return 1";
 
-/* The index keys (base then the tag) of the tags of member record text that botgate indexes
- * (strings of at most STORE_TAG_MAX bytes), appended to keys. */
-static void tag_keys(json_t *keys, const char *base, const char *text, size_t len)
+/* The index keys of the tags of member record text that botgate indexes (store_tag_indexed),
+ * appended to keys. */
+static void tag_keys(json_t *keys, const char *channel, const char *text, size_t len)
 {
     json_t *m = text != NULL ? json_loadb(text, len, 0, NULL) : NULL, *t;
     char k[STORE_KEY_MAX];
     size_t i;
 
     json_array_foreach(json_object_get(m, "tags"), i, t) {
-        const char *tag = json_string_value(t);
-
-        if (tag != NULL && json_string_length(t) <= STORE_TAG_MAX &&
-            strlen(tag) == json_string_length(t) &&
-            (size_t)snprintf(k, sizeof(k), "%s%s", base, tag) < sizeof(k))
+        if (json_is_string(t) && store_tag_indexed(json_string_value(t), json_string_length(t)) &&
+            store_key_tag(k, sizeof(k), ctl_prefix, channel, json_string_value(t)) >= 0)
             json_array_append_new(keys, json_string(k));
     }
     json_decref(m);
@@ -57,10 +54,10 @@ redisReply *ctl_tag_script(const char *script, const char *channel, const char *
             json_decref(keys);
             return NULL;
         }
-        tag_keys(keys, base, was->type == REDIS_REPLY_STRING ? was->str : NULL, was->len);
+        tag_keys(keys, channel, was->type == REDIS_REPLY_STRING ? was->str : NULL, was->len);
         old = json_array_size(keys);
         if (text != NULL)
-            tag_keys(keys, base, text, strlen(text));
+            tag_keys(keys, channel, text, strlen(text));
         n = json_array_size(keys);
         argv = malloc((3 + 1 + n_extra + n + 6) * sizeof(*argv));
         lens = malloc((3 + 1 + n_extra + n + 6) * sizeof(*lens));
@@ -139,8 +136,7 @@ static int on_member(void *arg, const char *key, redisReply **replies)
     ri->members++;
     json_array_foreach(json_object_get(m, "tags"), i, t) {
         json_t *ids;
-        if (!json_is_string(t) || json_string_length(t) > STORE_TAG_MAX ||
-            json_string_length(t) != strlen(json_string_value(t)))
+        if (!json_is_string(t) || !store_tag_indexed(json_string_value(t), json_string_length(t)))
             continue;
         if ((ids = json_object_get(ri->tags, json_string_value(t))) == NULL) {
             ids = json_array();

@@ -327,6 +327,11 @@ int store_key_tag(char *buf, size_t size, const char *prefix, const char *channe
     return channel_record(buf, size, prefix, "tag", channel_id, tag);
 }
 
+int store_tag_indexed(const char *tag, size_t len)
+{
+    return len <= STORE_TAG_MAX && memchr(tag, '\0', len) == NULL;
+}
+
 int store_key_tag_build(char *buf, size_t size, const char *prefix, const char *channel_id,
                         const char *tag)
 {

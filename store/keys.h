@@ -105,6 +105,9 @@ int store_key_outbox_leases(char *buf, size_t size, const char *prefix, unsigned
  * "broadcastch:<id>"); and the set of the running broadcasts ("<channel>\t<id>"), which every
  * instance's delivery reads. */
 #define STORE_TAG_MAX 256 /* bytes of a tag that is indexed: longer ones are not */
+/* 1 when a member's tag of len bytes is indexed: at most STORE_TAG_MAX bytes, no NUL (a key
+ * ends there). Every writer of the index (the gateway, botgatectl) tests tags by it. */
+int store_tag_indexed(const char *tag, size_t len);
 int store_key_tag(char *buf, size_t size, const char *prefix, const char *channel_id,
                   const char *tag);
 /* Where botgatectl rebuilds a tag's set before renaming it over the tag's key (same slot). */

@@ -555,9 +555,6 @@ store_call_t *store_call_for(store_t *st, store_call_kind_t kind, int key_len, c
     return c;
 }
 
-/* mutate(record) as text in *next; takes record over (kept in c->written, for the callback:
- * what was written is what it gets). Returns STORE_OK, STORE_BAD_RECORD or
- * STORE_UNAVAILABLE. */
 /* The indexable tags of a member record in one array and not in the other: strings of at
  * most STORE_TAG_MAX bytes (a longer one, or another value, is not indexed). New reference. */
 static json_t *tags_minus(const json_t *a, const json_t *b)
@@ -567,8 +564,7 @@ static json_t *tags_minus(const json_t *a, const json_t *b)
 
     json_array_foreach(a, i, t) {
         int found = 0;
-        if (!json_is_string(t) || json_string_length(t) > STORE_TAG_MAX ||
-            json_string_length(t) != strlen(json_string_value(t)))
+        if (!json_is_string(t) || !store_tag_indexed(json_string_value(t), json_string_length(t)))
             continue;
         json_array_foreach(b, j, u)
             found |= json_equal(t, u);
@@ -578,6 +574,9 @@ static json_t *tags_minus(const json_t *a, const json_t *b)
     return out;
 }
 
+/* mutate(record) as text in *next; takes record over (kept in c->written, for the callback:
+ * what was written is what it gets). Returns STORE_OK, STORE_BAD_RECORD or
+ * STORE_UNAVAILABLE. */
 static store_status_t cas_next(store_call_t *c, json_t *record, char **next, size_t *next_len)
 {
     json_t *was = NULL;
