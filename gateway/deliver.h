@@ -172,8 +172,9 @@ void deliver_start_parsed(deliver_t *d, json_t *response, const char *text, size
  * (whatsapp), the member's cached contact comes with them (deliver_ahead_contact; the slots
  * only when it was seen valid for the number the record holds). The first message uses them
  * when its call goes at the slot's time; else, and when no message uses them, they go back
- * (deliver_cancel). */
-void deliver_slot_ahead(deliver_t *d, const char *member_id, int turn);
+ * (deliver_cancel). begin: a request's Idempotency-Key begin held (store_idem_begin_held), to
+ * ride with the slots when it can; NULL: none (store_rate_take_ahead). */
+void deliver_slot_ahead(deliver_t *d, const char *member_id, int turn, store_idem_call_t *begin);
 /* Stops what is in flight (no callback) and frees what it held, a slot taken ahead too: the
  * delivery is idle and can be started again. */
 void deliver_cancel(deliver_t *d);

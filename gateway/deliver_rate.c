@@ -61,7 +61,7 @@ void deliver_rate_policy(deliver_t *d, ratelimit_policy_t *policy)
     k->rate = *policy;
 }
 
-void deliver_slot_ahead(deliver_t *d, const char *member_id, int turn)
+void deliver_slot_ahead(deliver_t *d, const char *member_id, int turn, store_idem_call_t *begin)
 {
     ratelimit_policy_t policy;
     store_status_t st;
@@ -85,8 +85,8 @@ void deliver_slot_ahead(deliver_t *d, const char *member_id, int turn)
     /* the board listens before a slot given now is used (deliver_start) */
     if (d->env->_pauses == NULL)
         d->env->_pauses = store_rate_board_new(d->env->store);
-    d->_ahead = store_rate_take_ahead(d->env->store, d->channel_id, member_id, pair, turn, &policy,
-                                      deliver_rate_max_wait_ms(d), &st);
+    d->_ahead = store_rate_take_ahead(d->env->store, d->channel_id, member_id, pair, turn, begin,
+                                      &policy, deliver_rate_max_wait_ms(d), &st);
 }
 
 const char *deliver_ahead_contact(const deliver_t *d)

@@ -715,12 +715,14 @@ static void on_begun(op_t *op)
         resolve_member(op);
 }
 
-/* The first message's slot of the channel's rate limit goes in the member's read's round trip
- * (before the read and the turn's RPUSH), when the request delivers now. */
-static void slot_ahead(op_t *op)
+/* The first message's slots of the channel's rate limit go in the member's read's round trip
+ * (before the read and the turn's RPUSH) when the request delivers now; begin, an
+ * Idempotency-Key's begin held, rides with them when it can (deliver_slot_ahead). */
+static void slot_ahead(op_t *op, store_idem_call_t *begin)
 {
     if (op->kind->route == METRICS_ROUTE_SEND && !op_is_async(op))
-        deliver_slot_ahead(&op->dl, op->target.member_id, op->env->deliver.cfg->member_order);
+        deliver_slot_ahead(&op->dl, op->target.member_id, op->env->deliver.cfg->member_order,
+                           begin);
 }
 
 void op_resolve(op_t *op, const char *token_hash)
@@ -759,11 +761,11 @@ void op_resolve(op_t *op, const char *token_hash)
         !op_is_async(op)) {
         if (resolve_refused(op))
             return;
-        slot_ahead(op);
         if (op->env->deliver.cfg->member_order) {
-            op_guard_take_member(op, on_member_taken, guard_stopped);
+            op_guard_take_member(op, on_member_taken, guard_stopped, slot_ahead);
             return;
         }
+        slot_ahead(op, NULL);
         accepted = 1;
     }
     if (!op->token_done)

@@ -298,24 +298,56 @@ static void idem_begin(op_t *op)
         g->begin_sent = 1;
 }
 
+/* The key's record and owner named, its begin made and held in g->call: the caller sends it
+ * (alone, or riding with the slots taken ahead). -1: the request was stopped. */
+static int begin_hold(op_t *op, op_run_fn *next)
+{
+    op_guard_t *g = op->guard;
+    store_status_t st = STORE_OK;
+    int64_t left = op->dl.deadline_ms - clock_mono_us() / 1000;
+    char record[STORE_KEY_MAX];
+    int n = store_idem_key(op->env->deliver.store, record, sizeof(record), op->token.app,
+                           route_name(op), g->key);
+
+    g->next = next;
+    if (n < 0 || (g->record = strndup(record, (size_t)n)) == NULL) {
+        stop_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+        return -1;
+    }
+    rng_hex(&op->env->deliver.rng, g->owner_id, 16);
+    g->call = store_idem_begin_held(op->env->deliver.store, g->record, g->fp, g->owner_id,
+                                    (int)(left > 0 ? left : 1) + LEASE_MARGIN_MS,
+                                    op->env->deliver.cfg->idempotency_ttl_s, on_idem, op, &st);
+    if (g->call == NULL) {
+        stop_store(op, st);
+        return -1;
+    }
+    return 0;
+}
+
+/* Sends the held begin, unless it rides. -1: the request was stopped. */
+static int begin_send(op_t *op)
+{
+    op_guard_t *g = op->guard;
+    store_status_t st = STORE_OK;
+
+    if (store_idem_begin_send(g->call, &st) < 0) {
+        g->call = NULL;
+        stop_store(op, st);
+        return -1;
+    }
+    g->begin_sent = 1;
+    return 0;
+}
+
 int op_guard_begin(op_t *op, op_run_fn *next)
 {
     op_guard_t *g = op->guard;
 
     if (g == NULL || !op->keyed)
         return 1;
-    g->next = next;
-    {
-        char record[STORE_KEY_MAX];
-        int n = store_idem_key(op->env->deliver.store, record, sizeof(record), op->token.app,
-                               route_name(op), g->key);
-        if (n < 0 || (g->record = strndup(record, (size_t)n)) == NULL) {
-            stop_code(op, BG_ERR_UNAVAILABLE, "out of memory");
-            return 0;
-        }
-    }
-    rng_hex(&op->env->deliver.rng, g->owner_id, 16);
-    idem_begin(op);
+    if (begin_hold(op, next) == 0)
+        begin_send(op);
     return 0;
 }
 
@@ -422,16 +454,26 @@ static void on_taken(void *arg, store_status_t st, int queued, store_status_t me
 
 /* Sends the take: brief >= 0 reads the member with it. 0, or -1 when answered (through stop,
  * which a guard made here keeps). */
-static int turn_take(op_t *op, int brief, op_guard_stop_fn *stop)
+/* The request's guard, made at its first use. NULL: the request was stopped. */
+static op_guard_t *guard_get(op_t *op, op_guard_stop_fn *stop)
 {
     op_guard_t *g = op->guard;
-    store_status_t st = STORE_OK;
 
     if (g == NULL && (g = op->guard = calloc(1, sizeof(*g))) == NULL) {
         stop(op, BG_ERR_UNAVAILABLE, "out of memory", 0, NULL, 0);
-        return -1;
+        return NULL;
     }
     g->stop = stop;
+    return g;
+}
+
+static int turn_take(op_t *op, int brief, op_guard_stop_fn *stop)
+{
+    op_guard_t *g = guard_get(op, stop);
+    store_status_t st = STORE_OK;
+
+    if (g == NULL)
+        return -1;
     rng_hex(&op->env->deliver.rng, g->turn_id, 16);
     /* read with the member: the id asked for; after it: the record's (found by recipientId) */
     if (brief >= 0) {
@@ -483,16 +525,25 @@ static void turn_give_back(op_t *op)
     g->next = retake;
 }
 
-void op_guard_take_member(op_t *op, op_member_fn *done, op_guard_stop_fn *stop)
+void op_guard_take_member(op_t *op, op_member_fn *done, op_guard_stop_fn *stop,
+                          op_ahead_fn *ahead)
 {
     /* a request without an Idempotency-Key gets its guard here, for its turn alone */
+    op_guard_t *g = guard_get(op, stop);
+
+    if (g == NULL)
+        return;
+    /* with one, its begin goes in the same round trip: the request goes on once both answered.
+     * It rides with the slots taken ahead when they are (one script call, not two), which go
+     * before the turn's RPUSH: they are not taken when someone holds or waits for the turn */
+    if (op->keyed && begin_hold(op, retake) < 0)
+        return;
+    ahead(op, g->call);
+    if (g->call != NULL && begin_send(op) < 0)
+        return;
     if (turn_take(op, op->kind->route == METRICS_ROUTE_SEND, stop) < 0)
         return;
     op->guard->member_done = done;
-    /* with one, its begin goes in the same round trip: the request goes on once both answered
-     * (op_guard_begin answers the request when it cannot send) */
-    if (op->keyed)
-        op_guard_begin(op, retake);
 }
 
 int op_guard_turn(op_t *op, op_run_fn *next, op_guard_stop_fn *stop)

@@ -4,49 +4,16 @@
 #include "idem.h"
 
 #include "eval.h"
+#include "idemlua.h"
 #include "../json/numfmt.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* Redis's clock, in ms: the one every instance shares. */
-#define NOW_MS "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
-
-/* The record's lease is its own TTL: begin sets it to ttl + lease and 'held' to ttl, so the
- * lease runs while the TTL is above 'held' (Redis's clock, without a TIME call), and an answer
- * written before the lease ends is kept at least ttl (no PEXPIRE in the answer's script).
- * Records written before 'held' carry 'lease', the lease's end on TIME's clock. ttl is the one
- * its runner was configured with: another instance's may differ. */
-#define LEASE_LEFT(r_lease, r_held)                                                                \
-    "local function lease_left() "                                                                 \
-    "if " r_held " then return redis.call('PTTL', KEYS[1]) - tonumber(" r_held ") end " NOW_MS     \
-    "return tonumber(" r_lease " or '0') - now end "
-
-/* KEYS[1] the record; ARGV fp, owner, ttl_ms (what 'held' says), ttl_ms + lease_ms. Its
- * common case, a new key, is three calls: EXISTS, HSET, PEXPIRE (TIME was a fourth; the
- * EXISTS, where an HMGET of the six fields a record that is there needs once was, costs
- * Redis a seventh less of the whole script). Every record has its fp: a key there is never
- * taken for a new one. A duplicate that is told to wait marks the record ('w'), so that the
- * answer's script publishes only for a waiter: it asks again once subscribed, so an answer
- * that came before the mark is seen then. */
-/* clang-format off */ /* the lease macro sits in the script where it runs */
+/* KEYS[1] the record; ARGV fp, owner, ttl_ms (what 'held' says), ttl_ms + lease_ms
+ * (idemlua.h). */
 static const char BEGIN_SCRIPT[] =
-    "if redis.call('EXISTS', KEYS[1]) == 0 then "
-    "redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'owner', ARGV[2], 'held', ARGV[3]) "
-    "redis.call('PEXPIRE', KEYS[1], ARGV[4]) return {'run'} end "
-    "local r = redis.call('HMGET', KEYS[1], 'fp', 'status', 'code', 'body', 'lease', 'held') "
-    "if r[1] ~= ARGV[1] then return {'conflict'} end "
-    "if r[2] then return {'done', r[2], r[3], r[4]} end " LEASE_LEFT("r[5]", "r[6]")
-    "local left = lease_left() "
-    "if left > 0 then redis.call('HSET', KEYS[1], 'w', '1') return {'wait', tostring(left)} end "
-    "redis.call('HSET', KEYS[1], 'owner', ARGV[2], 'held', ARGV[3]) "
-    "if r[5] then redis.call('HDEL', KEYS[1], 'lease') end "
-    "redis.call('PEXPIRE', KEYS[1], ARGV[4]) "
-    "local at = tonumber(redis.call('HGET', KEYS[1], 'at') or '0') "
-    "local out = {'resume', at} "
-    "for i = 0, at - 1 do out[#out + 1] = redis.call('HGET', KEYS[1], 'e' .. i) end "
-    "return out";
-/* clang-format on */
+    IDEM_BEGIN_LUA("KEYS[1]", "ARGV[1]", "ARGV[2]", "ARGV[3]", "ARGV[4]", "return {'run'}");
 
 /* KEYS[1] the record; ARGV owner, the index delivered, its element. A response's call may go
  * out once 'at' names it: before it, the record says the earlier ones are done. A new record
@@ -88,7 +55,7 @@ static const char ABANDON_SCRIPT[] =
  * new head. ARGV id, lease_ms, first. -> {0} its turn (or it was dropped: its own lease ran
  * out), {ms} the lease left of the one ahead. */
 static const char JOIN_SCRIPT[] =
-    NOW_MS "local q, w, me, left = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]) "
+    IDEM_NOW_MS "local q, w, me, left = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]) "
            "local ttl = redis.call('PTTL', q) "
            "local function lease(id) local l = redis.call('HGET', w, id) "
            "if l then return tonumber(l) end "
@@ -136,13 +103,23 @@ struct store_idem_call {
     store_idem_progress_cb *progress_cb;
     void *arg;
     store_eval_t *ev;
+    /* a begin held (store_idem_begin_held): its words, key, fp, owner, held and ttl, each with
+     * its NUL, until it is sent (alone, or riding); NULL once sent */
+    store_t *st;
+    char *words;
+    unsigned riding : 1; /* sent with the slots taken ahead: their answer frees it */
 };
 
 void store_idem_cancel(store_idem_call_t *call)
 {
     if (call == NULL)
         return;
+    if (call->riding) {
+        call->idem_cb = NULL; /* the slots' answer comes for both, and frees it */
+        return;
+    }
     store_eval_cancel(call->ev);
+    free(call->words);
     free(call);
 }
 
@@ -200,6 +177,23 @@ static int idem_decode(const redisReply *r, store_idem_t *res, resumed_t *rs)
     return 0;
 }
 
+/* A begin's answer to its caller; ran: it said run by going on (to the slots it rode with). */
+static void begin_answer(store_idem_call_t *c, const redisReply *reply, int ran)
+{
+    store_status_t st =
+        reply == NULL || reply->type == REDIS_REPLY_ERROR ? STORE_UNAVAILABLE : STORE_OK;
+    store_idem_t res;
+    resumed_t rs;
+
+    if (st == STORE_OK && ran) {
+        memset(&res, 0, sizeof(res));
+        res.state = STORE_IDEM_RUN;
+    } else if (st == STORE_OK && idem_decode(reply, &res, &rs) < 0) {
+        st = STORE_BAD_RECORD;
+    }
+    c->idem_cb(c->arg, st, st == STORE_OK ? &res : NULL);
+}
+
 static void on_reply(redisReply *reply, void *arg)
 {
     store_idem_call_t *c = arg;
@@ -207,11 +201,7 @@ static void on_reply(redisReply *reply, void *arg)
         reply == NULL || reply->type == REDIS_REPLY_ERROR ? STORE_UNAVAILABLE : STORE_OK;
 
     if (c->kind == IDEM_BEGIN) {
-        store_idem_t res;
-        resumed_t rs;
-        if (st == STORE_OK && idem_decode(reply, &res, &rs) < 0)
-            st = STORE_BAD_RECORD;
-        c->idem_cb(c->arg, st, st == STORE_OK ? &res : NULL);
+        begin_answer(c, reply, 0);
     } else if (c->kind == IDEM_PROGRESS) {
         if (st == STORE_OK && store_eval_int(reply) != 1)
             st = STORE_CONFLICT;
@@ -271,21 +261,92 @@ int store_idem_key(store_t *st, char *buf, size_t size, const char *app, const c
     return store_key_idem(buf, size, store_prefix(st), app, route, key);
 }
 
+store_idem_call_t *store_idem_begin_held(store_t *st, const char *key, const char *fp,
+                                         const char *owner, int lease_ms, int ttl_s,
+                                         store_idem_cb *cb, void *arg, store_status_t *status)
+{
+    char held[NUMFMT_DEC_SIZE], keep[NUMFMT_DEC_SIZE];
+    long long ttl_ms = (long long)ttl_s * 1000;
+    /* the record's TTL: the lease, then the answer's ttl (IDEM_BEGIN_LUA) */
+    const char *words[5] = {key, fp, owner, numfmt_dec(held, ttl_ms),
+                            numfmt_dec(keep, ttl_ms + (lease_ms > 0 ? lease_ms : 1))};
+    size_t lens[5], size = 0;
+    store_idem_call_t *c = calloc(1, sizeof(*c));
+    char *p;
+
+    for (int i = 0; i < 5; i++)
+        size += (lens[i] = strlen(words[i])) + 1;
+    if (c == NULL || (c->words = p = malloc(size)) == NULL) {
+        free(c);
+        if (status != NULL)
+            *status = STORE_UNAVAILABLE;
+        return NULL;
+    }
+    for (int i = 0; i < 5; i++) {
+        memcpy(p, words[i], lens[i] + 1);
+        p += lens[i] + 1;
+    }
+    c->kind = IDEM_BEGIN;
+    c->idem_cb = cb;
+    c->arg = arg;
+    c->st = st;
+    return c;
+}
+
+int store_idem_ride_words(const store_idem_call_t *call, const char *words[5])
+{
+    const char *p = call->words;
+
+    if (p == NULL || call->riding)
+        return -1;
+    for (int i = 0; i < 5; i++) {
+        words[i] = p;
+        p += strlen(p) + 1;
+    }
+    return 0;
+}
+
+void store_idem_riding(store_idem_call_t *call)
+{
+    call->riding = 1;
+    free(call->words); /* the ride's command holds them now */
+    call->words = NULL;
+}
+
+void store_idem_ridden(store_idem_call_t *call, const redisReply *reply, int ran)
+{
+    if (call->idem_cb != NULL)
+        begin_answer(call, reply, ran);
+    free(call);
+}
+
+int store_idem_begin_send(store_idem_call_t *call, store_status_t *status)
+{
+    const char *words[5];
+    int rc;
+
+    if (store_idem_ride_words(call, words) < 0)
+        return 0; /* it rides, or went already */
+    rc = store_eval(call->st, &begin_script, 1, 5, words, NULL, on_reply, call, &call->ev);
+    free(call->words);
+    call->words = NULL;
+    if (rc != REDISC_OK) {
+        free(call);
+        if (status != NULL)
+            *status = rc == REDISC_BUSY ? STORE_BUSY : STORE_UNAVAILABLE;
+        return -1;
+    }
+    return 0;
+}
+
 store_idem_call_t *store_idem_begin(store_t *st, const char *key, const char *fp, const char *owner,
                                     int lease_ms, int ttl_s, store_idem_cb *cb, void *arg,
                                     store_status_t *status)
 {
-    char held[NUMFMT_DEC_SIZE], keep[NUMFMT_DEC_SIZE];
-    long long ttl_ms = (long long)ttl_s * 1000;
+    store_idem_call_t *c =
+        store_idem_begin_held(st, key, fp, owner, lease_ms, ttl_s, cb, arg, status);
 
-    {
-        /* the record's TTL: the lease, then the answer's ttl (BEGIN_SCRIPT) */
-        const char *words[] = {key, fp, owner, numfmt_dec(held, ttl_ms),
-                               numfmt_dec(keep, ttl_ms + (lease_ms > 0 ? lease_ms : 1))};
-        return run(st, &begin_script,
-                   &(store_idem_call_t){.kind = IDEM_BEGIN, .idem_cb = cb, .arg = arg}, 1, 5, words,
-                   NULL, status);
-    }
+    return c != NULL && store_idem_begin_send(c, status) == 0 ? c : NULL;
 }
 
 store_idem_call_t *store_idem_finish(store_t *st, const char *key, const char *owner,

@@ -52,6 +52,23 @@ int store_idem_key(store_t *st, char *buf, size_t size, const char *app, const c
 store_idem_call_t *store_idem_begin(store_t *st, const char *key, const char *fp, const char *owner,
                                     int lease_ms, int ttl_s, store_idem_cb *cb, void *arg,
                                     store_status_t *status);
+/* The same begin, made but not sent: it goes with the request's slots taken ahead when it can
+ * (store_rate_take_ahead), else alone by store_idem_begin_send. Either way its callback runs
+ * once, and store_idem_cancel stops it as a sent one. NULL with *status when out of memory. */
+store_idem_call_t *store_idem_begin_held(store_t *st, const char *key, const char *fp,
+                                         const char *owner, int lease_ms, int ttl_s,
+                                         store_idem_cb *cb, void *arg, store_status_t *status);
+/* Sends a held begin alone; nothing when it rides with the slots (or went already). 0, or -1
+ * with *status: nothing was sent and the call is freed (its callback will not run). */
+int store_idem_begin_send(store_idem_call_t *call, store_status_t *status);
+/* The ride, for the limiter's script (ratelimit.c) alone. The words of a held begin: key, fp,
+ * owner, held, ttl (IDEM_BEGIN_LUA), valid until store_idem_riding; -1 when it was sent. */
+int store_idem_ride_words(const store_idem_call_t *call, const char *words[5]);
+/* Its words went in the slots' command: its answer comes with theirs (store_idem_ridden). */
+void store_idem_riding(store_idem_call_t *call);
+/* The ride's answer: reply NULL (or an error) when the command failed; ran: the script went on
+ * past the begin (it said run), else reply is the begin's. The call is freed. */
+void store_idem_ridden(store_idem_call_t *call, const redisReply *reply, int ran);
 /* The longest answer a record keeps: the largest request body (1 MiB) plus 64 KiB, room for
  * the 50 elements' own fields, so that every sendResponses answer fits; the caller stores a
  * longer one's replacement instead (docs/api.md, Idempotency). */

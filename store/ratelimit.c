@@ -2,6 +2,7 @@
 #include "ratelimit.h"
 
 #include "eval.h"
+#include "idemlua.h"
 #include "../core/clock.h"
 #include "../core/hash.h"
 #include "../json/numfmt.h"
@@ -194,6 +195,27 @@ static const char RATE_SCRIPT[] =
 
 static _Thread_local store_script_t rate_script = STORE_SCRIPT(RATE_SCRIPT);
 
+/* An ahead with an Idempotency-Key's begin (store_rate_take_ahead): KEYS the ahead's, with the
+ * member's turn queue, then the record; ARGV the ahead's nine (a pair's three "0" without one),
+ * then the begin's four. The begin runs first: unless it says run, its answer is the script's
+ * (a string first) and no slot is taken; else the answer is the ahead's. */
+#define AHEAD_BEGIN_LUA                                                                            \
+    "local bk, bn = KEYS[#KEYS], #ARGV "                                                           \
+    IDEM_BEGIN_LUA("bk", "ARGV[bn - 3]", "ARGV[bn - 2]", "ARGV[bn - 1]", "ARGV[bn]", "")
+static _Thread_local char ahead_begin_text[sizeof(AHEAD_BEGIN_LUA) - 1 + sizeof(RATE_SCRIPT)];
+static _Thread_local store_script_t ahead_begin_script;
+
+static store_script_t *ahead_begin(void)
+{
+    if (ahead_begin_script.text == NULL) {
+        memcpy(ahead_begin_text, AHEAD_BEGIN_LUA, sizeof(AHEAD_BEGIN_LUA) - 1);
+        memcpy(ahead_begin_text + sizeof(AHEAD_BEGIN_LUA) - 1, RATE_SCRIPT, sizeof(RATE_SCRIPT));
+        ahead_begin_script.text = ahead_begin_text;
+        ahead_begin_script.len = sizeof(ahead_begin_text) - 1;
+    }
+    return &ahead_begin_script;
+}
+
 #define BOARD_CHANNEL_MAX (STORE_PREFIX_MAX + sizeof(BOARD_CHANNEL))
 
 /* The channel on which every pause is announced (store_rate_board_new). */
@@ -226,13 +248,14 @@ struct store_rate_call {
     /* the member's contact read with the slots (AHEAD_CONTACT_MAX bytes in keys), NULL when
      * not asked for; "" until one came */
     char *contact;
+    store_idem_call_t *begin; /* riding with the slots until their answer came, else NULL */
     char keys[]; /* the sender's TAT key, then the pair's and the contact */
 };
 
 static store_rate_call_t *rate_eval(store_t *st, rate_kind_t kind, const char *const *keys,
                                     int nkeys, const char *const *args, int nargs,
-                                    store_rate_cb *cb, void *arg, size_t extra,
-                                    store_status_t *status);
+                                    store_idem_call_t *begin, store_rate_cb *cb, void *arg,
+                                    size_t extra, store_status_t *status);
 
 /* The slots taken ahead go back (those taken: the sender's, the pair's), and the call with
  * them. A pair's slot lost would hold its user a whole pair interval (6 s on WhatsApp). */
@@ -252,7 +275,7 @@ static void ahead_give_back(store_rate_call_t *c)
     }
     if (n > 0) {
         store_status_t ignored;
-        rate_eval(c->st, RATE_BACK, kv, n, args, 1 + 2 * n, NULL, NULL, 0, &ignored);
+        rate_eval(c->st, RATE_BACK, kv, n, args, 1 + 2 * n, NULL, NULL, NULL, 0, &ignored);
     }
     free(c);
 }
@@ -281,6 +304,18 @@ static void rate_reply(redisReply *reply, void *arg)
     int64_t wait_us = 0;
 
     c->ev = NULL;
+    if (c->begin != NULL) {
+        /* the ahead's answer (its verdict first): the begin said run; else the begin's */
+        int ran = reply != NULL && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 1 &&
+                  reply->element[0]->type == REDIS_REPLY_INTEGER;
+        store_idem_ridden(c->begin, reply, ran);
+        c->begin = NULL;
+        if (!ran && reply != NULL && reply->type == REDIS_REPLY_ARRAY) {
+            st = STORE_OK; /* nothing taken: the request does not run now */
+            verdict = STORE_RATE_SKIP;
+            reply = NULL;
+        }
+    }
     if (reply != NULL && c->kind == RATE_PAUSE && reply->type == REDIS_REPLY_INTEGER) {
         st = STORE_OK;
         wait_us = reply->integer * 1000; /* the pause's length, in ms */
@@ -317,10 +352,11 @@ static void rate_reply(redisReply *reply, void *arg)
  * shares the channel's hash tag: one slot in a cluster. extra: bytes after the call (its key). */
 static store_rate_call_t *rate_eval(store_t *st, rate_kind_t kind, const char *const *keys,
                                     int nkeys, const char *const *args, int nargs,
-                                    store_rate_cb *cb, void *arg, size_t extra,
-                                    store_status_t *status)
+                                    store_idem_call_t *begin, store_rate_cb *cb, void *arg,
+                                    size_t extra, store_status_t *status)
 {
-    const char *words[7 + 10]; /* an ahead's keys and args at most */
+    const char *words[7 + 1 + 9 + 4]; /* an ahead's keys and args at most, a begin's */
+    const char *begin_words[5];
     store_rate_call_t *c = calloc(1, sizeof(*c) + extra);
     int n = 0, rc;
 
@@ -328,19 +364,32 @@ static store_rate_call_t *rate_eval(store_t *st, rate_kind_t kind, const char *c
         *status = STORE_BUSY;
         return NULL;
     }
+    if (begin != NULL && store_idem_ride_words(begin, begin_words) < 0)
+        begin = NULL;
     for (int i = 0; i < nkeys; i++)
         words[n++] = keys[i];
+    if (begin != NULL)
+        words[n++] = begin_words[0];
     for (int i = 0; i < nargs; i++)
         words[n++] = args[i];
+    for (int i = nargs; begin != NULL && i < 9; i++)
+        words[n++] = "0"; /* no pair's */
+    for (int i = 1; begin != NULL && i < 5; i++)
+        words[n++] = begin_words[i];
     c->cb = cb;
     c->arg = arg;
     c->kind = kind;
     c->st = st;
-    if ((rc = store_eval(st, &rate_script, nkeys, n, words, NULL, rate_reply, c, &c->ev)) !=
+    if ((rc = store_eval(st, begin != NULL ? ahead_begin() : &rate_script,
+                         nkeys + (begin != NULL), n, words, NULL, rate_reply, c, &c->ev)) !=
         REDISC_OK) {
         *status = rc == REDISC_BUSY ? STORE_BUSY : STORE_UNAVAILABLE;
         free(c);
         return NULL;
+    }
+    if (begin != NULL) {
+        store_idem_riding(begin);
+        c->begin = begin;
     }
     *status = STORE_OK;
     return c;
@@ -380,7 +429,8 @@ static store_rate_call_t *rate_take(store_t *st, const char *channel_id, const c
     take_args(args, nums, policy, max_wait_ms);
     if (lag_ms >= 0)
         args[6] = numfmt_dec(nums[5], lag_ms);
-    return rate_eval(st, RATE_TAKE, kv, nkeys, args, lag_ms >= 0 ? 7 : 6, cb, arg, 0, status);
+    return rate_eval(st, RATE_TAKE, kv, nkeys, args, lag_ms >= 0 ? 7 : 6, NULL, cb, arg, 0,
+                     status);
 }
 
 store_rate_call_t *store_rate_take(store_t *st, const char *channel_id, const char *member_id,
@@ -402,8 +452,9 @@ store_rate_call_t *store_rate_take_bulk(store_t *st, const char *channel_id, con
 }
 
 store_rate_call_t *store_rate_take_ahead(store_t *st, const char *channel_id, const char *member_id,
-                                         unsigned pair, int turn, const ratelimit_policy_t *policy,
-                                         int64_t max_wait_ms, store_status_t *status)
+                                         unsigned pair, int turn, store_idem_call_t *begin,
+                                         const ratelimit_policy_t *policy, int64_t max_wait_ms,
+                                         store_status_t *status)
 {
     const char *prefix = store_prefix(st);
     char keys[7][STORE_KEY_MAX], nums[6][NUMFMT_DEC_SIZE];
@@ -442,7 +493,8 @@ store_rate_call_t *store_rate_take_ahead(store_t *st, const char *channel_id, co
         args[nargs++] = pair & STORE_AHEAD_PHONE ? "1" : "0";
         args[nargs++] = numfmt_dec(nums[5], STORE_RATE_ADDRESS_MAX - 1);
     }
-    c = rate_eval(st, RATE_AHEAD, kv, nkeys, args, nargs, NULL, NULL,
+    /* the begin's key goes after the turn queue's, which the ahead finds by its place */
+    c = rate_eval(st, RATE_AHEAD, kv, nkeys, args, nargs, turn ? begin : NULL, NULL, NULL,
                   (size_t)len + 1 + (size_t)plen + clen, status);
     if (c != NULL) {
         c->interval_us[0] = policy->sender.interval_us;
@@ -514,7 +566,7 @@ store_rate_call_t *store_rate_pause(store_t *st, const char *channel_id, const c
     args[2] = numfmt_dec(first, RATE_PAUSE_FIRST_MS);
     args[3] = numfmt_dec(max, RATE_PAUSE_MAX_MS);
     args[4] = board_channel(st, board);
-    return rate_eval(st, RATE_PAUSE, kv, 1, args, 5, cb, arg, 0, status);
+    return rate_eval(st, RATE_PAUSE, kv, 1, args, 5, NULL, cb, arg, 0, status);
 }
 
 void store_rate_cancel(store_rate_call_t *call)

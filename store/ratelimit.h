@@ -5,6 +5,7 @@
 #ifndef BOTGATE_STORE_RATELIMIT_H
 #define BOTGATE_STORE_RATELIMIT_H
 
+#include "idem.h"
 #include "store.h"
 
 #include "../core/ratelimit.h"
@@ -77,10 +78,15 @@ store_rate_call_t *store_rate_take_bulk(store_t *st, const char *channel_id, con
  * callback: the caller hands the call to its delivery with store_rate_ahead_use, or lets it go
  * with store_rate_cancel, which gives back the slots taken and not used (each when no other
  * slot was taken after it: else it is lost, one slot, as a send that failed would have used
- * it). NULL when nothing was sent. */
+ * it). begin, when not NULL, is an Idempotency-Key's begin held (store_idem_begin_held): with
+ * turn 1 on one server it rides in the same script call, which runs it first and takes the
+ * slots only when it says run (else the call's answer is STORE_RATE_SKIP); the caller sends it
+ * alone after this call either way (store_idem_begin_send does nothing for one that rides).
+ * NULL when nothing was sent. */
 store_rate_call_t *store_rate_take_ahead(store_t *st, const char *channel_id, const char *member_id,
-                                         unsigned pair, int turn, const ratelimit_policy_t *policy,
-                                         int64_t max_wait_ms, store_status_t *status);
+                                         unsigned pair, int turn, store_idem_call_t *begin,
+                                         const ratelimit_policy_t *policy, int64_t max_wait_ms,
+                                         store_status_t *status);
 /* 1 when a call of store_rate_take_ahead asked for a pair's slot. */
 int store_rate_ahead_pair(const store_rate_call_t *call);
 /* The contact read by a call of store_rate_take_ahead with STORE_AHEAD_CONTACT, once its answer

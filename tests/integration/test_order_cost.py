@@ -38,7 +38,7 @@ class OrderCost(StackTest):
         s.put("channel", facebook_channel("fbr", APP, rateLimit={"perSecond": 100000,
                                                                   "burst": 10000}))
         for cid in ("fbc", "fbr"):  # read by memberId: the record alone (no recipient key)
-            for i in range(4 * N + 200):
+            for i in range(8 * N + 400):
                 s.redis("SET", "botgate:member:{%s}:m%d" % (cid, i),
                         json.dumps(member("m%d" % i, cid, APP, "2456%012d" % i)))
         cls.tok = s.token(APP, "bot:sendResponses")
@@ -83,6 +83,7 @@ class OrderCost(StackTest):
             if c1.get("get", 0) - c0.get("get", 0) == 1:
                 break
         self.send(url, "fbr")  # its channel into the cache, now that the cache is on
+        self.send(url, "fbr", keyed=True)  # the slot's script with a key's begin loaded
 
     def measure(self, url, cid, order, keyed=False):
         """(commands by name, round trips) per request over N requests sent one at a time."""
@@ -166,21 +167,43 @@ class OrderCost(StackTest):
                                   (self.on, True, True), (self.off, False, True)):
             with self.subTest(order=order, keyed=keyed):
                 per, trips = self.measure(url, "fbr", order=order, keyed=keyed)
-                self.assertEqual(per.get("evalsha", 0) - keyed * 2, 1.0, per)
+                # order on, the key's begin rides in the slot's script (test_6)
+                self.assertEqual(per.get("evalsha", 0) - keyed * (1 if order else 2), 1.0, per)
                 self.assertLessEqual(trips, 2.0, per)
+
+    def test_6_the_key_begins_in_the_slots_script(self):
+        """Issue 30: order on, on one server, an Idempotency-Key's begin rides in the script
+        call that takes the first message's slot ahead, which runs it first: a keyed request
+        costs one script more than a plain one (the answer's), not two, and no round trip
+        more. The begin's commands (EXISTS, HSET, PEXPIRE) run in it as in a script of its
+        own; the answer's (HMGET, HSET) after the call, as before."""
+        plain, plain_trips = self.measure(self.on, "fbr", order=True)
+        keyed, keyed_trips = self.measure(self.on, "fbr", order=True, keyed=True)
+        self.assertEqual(keyed_trips, plain_trips)
+        self.assertLessEqual(keyed_trips, 2.0)
+        diff = {k: keyed.get(k, 0) - plain.get(k, 0) for k in set(keyed) | set(plain)}
+        self.assertEqual({k: v for k, v in diff.items() if v},
+                         {"evalsha": 1.0, "exists": 1.0, "hmget": 1.0, "hset": 2.0,
+                          "pexpire": 1.0}, keyed)
 
     def test_4_a_duplicate_gives_its_turn_back_while_it_waits(self):
         """A duplicate of a running keyed request took the member's turn with its begin; told to
         wait for the key's answer it gives the turn back (the member's queue holds the running
-        request alone) and then replays the answer; the message went out once."""
+        request alone) and then replays the answer; the message went out once. With a rate
+        limit (fbr) its begin rode in the slot's script, which took no slot for it."""
+        for cid in ("fbc", "fbr"):
+            with self.subTest(channel=cid):
+                self.duplicate_waits(cid)
+
+    def duplicate_waits(self, cid):
         s = self.s
         i = self.__class__.next_member
         self.__class__.next_member += 1
-        body = {"channelId": "fbc", "memberId": "m%d" % i,
+        body = {"channelId": cid, "memberId": "m%d" % i,
                 "response": [{"type": "TEXT", "text": "dup-%d" % i}]}
         headers = {"Authorization": "Bearer " + self.tok, "Idempotency-Key": "dup-%d" % i}
         record = "botgate:idem:{%d:%s:sendResponses:dup-%d}" % (len(APP), APP, i)
-        queue = "botgate:turnq:{fbc}:m%d" % i
+        queue = "botgate:turnq:{%s}:m%d" % (cid, i)
         s.sim("POST", "/_sim/config", {"latency_ms": 1500})
         answers = {}
         try:
@@ -188,6 +211,7 @@ class OrderCost(StackTest):
                 first=http("POST", self.on + "/sendResponses", body, headers)))
             first.start()
             wait_for(lambda: s.redis("EXISTS", record) == 1, timeout=10, what="the key's record")
+            tat = s.redis("GET", "botgate:rate:{fbr}")
             dup = threading.Thread(target=lambda: answers.update(
                 dup=http("POST", self.on + "/sendResponses", body, headers)))
             dup.start()
@@ -195,6 +219,8 @@ class OrderCost(StackTest):
             wait_for(lambda: s.redis("PUBSUB", "NUMSUB", record)[1] == 1, timeout=10,
                      what="the duplicate waiting for the key's answer")
             self.assertEqual(s.redis("LLEN", queue), 1)
+            if cid == "fbr":  # the slot's TAT is still the first request's
+                self.assertEqual(s.redis("GET", "botgate:rate:{fbr}"), tat)
             first.join(30)
             dup.join(30)
         finally:
@@ -205,6 +231,39 @@ class OrderCost(StackTest):
         self.assertEqual(answers["dup"].headers.get("Idempotent-Replayed"), "true")
         wait_for(lambda: s.redis("LLEN", queue) == 0, timeout=10, what="the turn given back")
         texts = [e for e in s.sim_log() if "dup-%d" % i in json.dumps(e)]
+        self.assertEqual(len(texts), 1, texts)
+
+
+    def test_7_a_replay_takes_no_slot(self):
+        """A keyed request whose answer is stored is replayed by the script that would take its
+        slot: one script call, which takes none (no TAT written, none given back: the old
+        begin and slot scripts took one and gave it back, three calls)."""
+        s = self.s
+        self.warm(self.on)
+        i = self.__class__.next_member
+        self.__class__.next_member += 1
+        body = {"channelId": "fbr", "memberId": "m%d" % i,
+                "response": [{"type": "TEXT", "text": "replay-%d" % i}]}
+        headers = {"Authorization": "Bearer " + self.tok, "Idempotency-Key": "replay-%d" % i}
+        record = "botgate:idem:{%d:%s:sendResponses:replay-%d}" % (len(APP), APP, i)
+        first = http("POST", self.on + "/sendResponses", body, headers)
+        self.assertEqual(first.status, 200, first)
+        wait_for(lambda: s.redis("HEXISTS", record, "status") == 1, timeout=10,
+                 what="the key's answer stored")
+        wait_for(lambda: self.info()[0].get("lrem", 0) >= self.info()[0].get("rpush", 0),
+                 timeout=10, what="the turn given back")
+        c0, _ = self.info()
+        again = http("POST", self.on + "/sendResponses", body, headers)
+        self.assertEqual((again.status, again.raw), (200, first.raw))
+        self.assertEqual(again.headers.get("Idempotent-Replayed"), "true")
+        wait_for(lambda: self.info()[0].get("lrem", 0) - c0.get("lrem", 0) >= 1, timeout=10,
+                 what="the replay's turn given back")
+        c1, _ = self.info()
+        diff = {k: c1[k] - c0.get(k, 0) for k in c1 if k != "info" and not k.startswith("x")
+                and c1[k] != c0.get(k, 0)}
+        self.assertEqual(diff.get("evalsha"), 1, diff)
+        self.assertNotIn("set", diff)
+        texts = [e for e in s.sim_log() if "replay-%d" % i in json.dumps(e)]
         self.assertEqual(len(texts), 1, texts)
 
 

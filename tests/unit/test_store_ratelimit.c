@@ -238,7 +238,7 @@ static store_rate_call_t *ahead_to(const char *ch, const char *member, unsigned 
 {
     store_status_t st;
     raw_reply_t r;
-    store_rate_call_t *c = store_rate_take_ahead(rt.store, ch, member, pair, turn, p, 5000, &st);
+    store_rate_call_t *c = store_rate_take_ahead(rt.store, ch, member, pair, turn, NULL, p, 5000, &st);
     assert_non_null(c);
     raw("PING", "x", &r);
     return c;
@@ -277,7 +277,7 @@ static void test_ahead(void **state)
     store_rate_cancel(ahead(ch, "M1", 0, &p));
     assert_string_equal(tat(ch, &r), before);
     store_status_t st;
-    store_rate_cancel(store_rate_take_ahead(rt.store, ch, "M1", 0, 0, &p, 5000, &st));
+    store_rate_cancel(store_rate_take_ahead(rt.store, ch, "M1", 0, 0, NULL, &p, 5000, &st));
     raw("PING", "x", &r);
     assert_string_equal(tat(ch, &r), before);
     /* a slot taken after it: it stays taken (the TAT is the later one's) */
@@ -297,14 +297,14 @@ static void test_ahead(void **state)
     assert_string_equal(tat(ch, &r), "");
     /* used before its answer came: the answer goes to the callback */
     ahead_channel(ch, sizeof(ch), 0);
-    c = store_rate_take_ahead(rt.store, ch, "M1", 0, 1, &p, 5000, &st);
+    c = store_rate_take_ahead(rt.store, ch, "M1", 0, 1, NULL, &p, 5000, &st);
     assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 2);
     run_until(&a.calls, 2000);
     assert_int_equal(a.calls, 1);
     assert_int_equal(a.verdict, STORE_RATE_GO);
     /* the same, none taken: the callback is told so */
     answer_t none = {0};
-    c = store_rate_take_ahead(rt.store, ch, "M9", 0, 1, &p, 5000, &st);
+    c = store_rate_take_ahead(rt.store, ch, "M9", 0, 1, NULL, &p, 5000, &st);
     assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &none, &v, &wait), 2);
     run_until(&none.calls, 2000);
     assert_int_equal(none.calls, 1);
@@ -471,7 +471,7 @@ static void test_contact_ahead(void **state)
     assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 1);
     assert_int_equal(v, STORE_RATE_TOO_LATE);
     /* no member: nothing read */
-    c = store_rate_take_ahead(rt.store, ch, "M9", STORE_AHEAD_PAIR | STORE_AHEAD_CONTACT, 0, &p,
+    c = store_rate_take_ahead(rt.store, ch, "M9", STORE_AHEAD_PAIR | STORE_AHEAD_CONTACT, 0, NULL, &p,
                               5000, &(store_status_t){0});
     raw("PING", "x", &r);
     assert_null(store_rate_ahead_contact(c));
