@@ -1,7 +1,8 @@
 /* test_store_ratelimit.c - store/ratelimit.c's async calls through the worker's Redis client,
  * against a redis-server this test starts on a free loopback port: verdicts and waits as the
  * script gives them, the retake of a pair, a pause, cancel, a slot taken ahead (used, stale,
- * given back; the member's pair's and whatsapp contact with it), and Redis down. */
+ * given back; the member's pair's and whatsapp contact with it; an Idempotency-Key's begin
+ * riding with it), and Redis down. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,7 @@
 #include <cmocka.h>
 
 #include "redis_test.h"
+#include "store/idem.h"
 #include "store/ratelimit.h"
 #include "store/store.h"
 
@@ -311,6 +313,112 @@ static void test_ahead(void **state)
     assert_int_equal(none.verdict, STORE_RATE_SKIP);
 }
 
+typedef struct {
+    int calls;
+    store_status_t st;
+    store_idem_state_t state;
+    char body[32];
+} begun_t;
+
+static void on_begun(void *arg, store_status_t st, const store_idem_t *res)
+{
+    begun_t *b = arg;
+    b->calls++;
+    b->st = st;
+    b->state = res != NULL ? res->state : (store_idem_state_t)-1;
+    if (res != NULL && res->state == STORE_IDEM_DONE)
+        snprintf(b->body, sizeof(b->body), "%.*s", (int)res->len, res->body);
+}
+
+/* M1's slot ahead (turn 1) with the begin of record rec (fingerprint fp) riding: the answers of
+ * both once in. The begin's callback has run by then. */
+static store_rate_call_t *ahead_begin(const char *ch, const char *rec, const char *fp, int turn,
+                                      const ratelimit_policy_t *p, begun_t *b)
+{
+    store_status_t st;
+    raw_reply_t r;
+    store_idem_call_t *begin =
+        store_idem_begin_held(rt.store, rec, fp, "owner1", 5000, 60, on_begun, b, &st);
+    store_rate_call_t *c;
+
+    assert_non_null(begin);
+    c = store_rate_take_ahead(rt.store, ch, "M1", 0, turn, begin, p, 5000, &st);
+    assert_non_null(c);
+    assert_int_equal(store_idem_begin_send(begin, &st), 0); /* alone unless it rode */
+    raw("PING", "x", &r);
+    run_until(&b->calls, 2000);
+    assert_int_equal(b->calls, 1);
+    assert_int_equal(b->st, STORE_OK);
+    return c;
+}
+
+static void test_ahead_with_begin(void **state)
+{
+    (void)state;
+    raw_reply_t r;
+    char ch[16], rec[STORE_KEY_MAX], before[sizeof(r.text)];
+    answer_t a = {0};
+    store_rate_verdict_t v;
+    int64_t wait;
+    store_status_t st;
+    ratelimit_policy_t p = {.sender = {1000000, 1}}; /* 1/s */
+    begun_t b = {0};
+    store_idem_call_t *begin;
+
+    ahead_channel(ch, sizeof(ch), 0);
+    store_idem_key(rt.store, rec, sizeof(rec), "app", "sendResponses", ch);
+    /* a new key: the begin says run, the slot is taken, and the record holds the lease */
+    store_rate_call_t *c = ahead_begin(ch, rec, "fpA", 1, &p, &b);
+    assert_int_equal(b.state, STORE_IDEM_RUN);
+    raw3("HGET", rec, "owner", &r);
+    assert_string_equal(r.text, "owner1");
+    snprintf(before, sizeof(before), "%s", tat(ch, &r));
+    assert_string_not_equal(before, "");
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 1);
+    assert_int_equal(v, STORE_RATE_GO);
+    /* the same key while its lease runs: wait, and no slot taken (the TAT is as it was) */
+    memset(&b, 0, sizeof(b));
+    c = ahead_begin(ch, rec, "fpA", 1, &p, &b);
+    assert_int_equal(b.state, STORE_IDEM_WAIT);
+    assert_string_equal(tat(ch, &r), before);
+    assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 0);
+    /* another request under the key: conflict, none taken */
+    memset(&b, 0, sizeof(b));
+    store_rate_cancel(ahead_begin(ch, rec, "fpB", 1, &p, &b));
+    assert_int_equal(b.state, STORE_IDEM_CONFLICT);
+    raw("PING", "x", &r);
+    assert_string_equal(tat(ch, &r), before);
+    /* answered: the answer, none taken */
+    a.calls = 0;
+    assert_non_null(store_idem_finish(rt.store, rec, "owner1", 200, 0, "{\"ok\":1}", 8,
+                                      (store_idem_progress_cb *)NULL, NULL, &st));
+    memset(&b, 0, sizeof(b));
+    store_rate_cancel(ahead_begin(ch, rec, "fpA", 1, &p, &b));
+    assert_int_equal(b.state, STORE_IDEM_DONE);
+    assert_string_equal(b.body, "{\"ok\":1}");
+    assert_string_equal(tat(ch, &r), before);
+    /* turn 0 (no queue named): the begin goes alone, as a script of its own */
+    memset(&b, 0, sizeof(b));
+    store_rate_cancel(ahead_begin(ch, rec, "fpA", 0, &p, &b));
+    assert_int_equal(b.state, STORE_IDEM_DONE);
+    /* cancelled while it rides: no callback, nothing leaks; the slot it took goes back */
+    store_idem_key(rt.store, rec, sizeof(rec), "app", "sendResponses", "other");
+    ahead_channel(ch, sizeof(ch), 0);
+    memset(&b, 0, sizeof(b));
+    begin = store_idem_begin_held(rt.store, rec, "fpA", "owner1", 5000, 60, on_begun, &b, &st);
+    c = store_rate_take_ahead(rt.store, ch, "M1", 0, 1, begin, &p, 5000, &st);
+    assert_non_null(c);
+    assert_int_equal(store_idem_begin_send(begin, &st), 0);
+    store_idem_cancel(begin);
+    store_rate_cancel(c);
+    raw("PING", "x", &r);
+    raw("PING", "x", &r); /* the give-back's answer */
+    assert_int_equal(b.calls, 0);
+    assert_string_equal(tat(ch, &r), "");
+    raw3("HGET", rec, "owner", &r);
+    assert_string_equal(r.text, "owner1"); /* it ran in Redis: the caller drops the record */
+}
+
 /* M1's slots ahead, its pair's too. */
 static store_rate_call_t *pair_ahead(const char *ch, int turn, const ratelimit_policy_t *p)
 {
@@ -510,6 +618,7 @@ int main(void)
         cmocka_unit_test(test_id_too_long),
         cmocka_unit_test(test_script_by_hash),
         cmocka_unit_test(test_ahead),
+        cmocka_unit_test(test_ahead_with_begin),
         cmocka_unit_test(test_pair_ahead),
         cmocka_unit_test(test_contact_ahead),
         cmocka_unit_test(test_redis_down),
