@@ -459,6 +459,8 @@ static void run_kind(op_t *op)
     op->kind->run(op);
 }
 
+static void slot_ahead(op_t *op, store_idem_call_t *begin);
+
 static void member_ready(op_t *op)
 {
     op->member_id = json_string_value(json_object_get(op->member, "_id"));
@@ -486,7 +488,7 @@ static void member_ready(op_t *op)
      * cannot see the member's queue, in another slot) */
     if (deliver_holds(&op->dl))
         deliver_cancel(&op->dl);
-    if (op_guard_turn(op, run_kind, guard_stopped))
+    if (op_guard_turn(op, run_kind, guard_stopped, slot_ahead))
         run_kind(op);
 }
 
@@ -720,9 +722,11 @@ static void on_begun(op_t *op)
  * Idempotency-Key's begin held, rides with them when it can (deliver_slot_ahead). */
 static void slot_ahead(op_t *op, store_idem_call_t *begin)
 {
-    if (op->kind->route == METRICS_ROUTE_SEND && !op_is_async(op))
-        deliver_slot_ahead(&op->dl, op->target.member_id, op->env->deliver.cfg->member_order,
-                           begin);
+    /* the record's id once read (a member found by recipientId), else the one asked for */
+    const char *member_id = op->member_id != NULL ? op->member_id : op->target.member_id;
+
+    if (op->kind->route == METRICS_ROUTE_SEND && !op_is_async(op) && member_id != NULL)
+        deliver_slot_ahead(&op->dl, member_id, op->env->deliver.cfg->member_order, begin);
 }
 
 void op_resolve(op_t *op, const char *token_hash)

@@ -262,11 +262,15 @@ int op_guard_take(op_t *op, const char *key, const char *body, size_t len, op_gu
  * on); else 0, and it runs next once the key's record says this request runs, or answers (the
  * stored answer, 123, 124). */
 int op_guard_begin(op_t *op, op_run_fn *next);
+/* Takes the first message's slots ahead (op.c), an Idempotency-Key's begin riding with them
+ * when not NULL: called just before a turn's RPUSH goes, in the same round trip. */
+typedef void op_ahead_fn(op_t *op, store_idem_call_t *begin);
 /* Once the member is known: 1 when the request goes on at once (member order off, or its turn
  * was taken with op_guard_take_member and nobody was ahead); else 0, and it runs next when the
  * member's turn has come, or answers. Makes the guard when the request has none yet (no
- * Idempotency-Key). */
-int op_guard_turn(op_t *op, op_run_fn *next, op_guard_stop_fn *stop);
+ * Idempotency-Key). A turn taken here (the member was found by recipientId, or read alone)
+ * takes the slots ahead with it (ahead, NULL: none). */
+int op_guard_turn(op_t *op, op_run_fn *next, op_guard_stop_fn *stop, op_ahead_fn *ahead);
 /* What a member read found (st, and the record, taken over: NULL unless STORE_OK). */
 typedef void op_member_fn(op_t *op, store_status_t st, json_t *member);
 /* Member order on and the member id given: takes the member's turn and reads its record in the
@@ -275,7 +279,6 @@ typedef void op_member_fn(op_t *op, store_status_t st, json_t *member);
  * key's answer gives the turn back meanwhile); done goes on with op_guard_turn, which then only
  * waits when someone was ahead. Before them ahead (the caller's op.c) takes the first message's
  * slots ahead, the key's begin riding with them when it can. Or answers. */
-typedef void op_ahead_fn(op_t *op, store_idem_call_t *begin);
 void op_guard_take_member(op_t *op, op_member_fn *done, op_guard_stop_fn *stop,
                           op_ahead_fn *ahead);
 /* The deadline passed while waiting (OP_WAIT): the answer's error, 123, or 121 for a turn. */

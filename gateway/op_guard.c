@@ -546,7 +546,7 @@ void op_guard_take_member(op_t *op, op_member_fn *done, op_guard_stop_fn *stop,
     op->guard->member_done = done;
 }
 
-int op_guard_turn(op_t *op, op_run_fn *next, op_guard_stop_fn *stop)
+int op_guard_turn(op_t *op, op_run_fn *next, op_guard_stop_fn *stop, op_ahead_fn *ahead)
 {
     op_guard_t *g = op->guard;
 
@@ -559,6 +559,10 @@ int op_guard_turn(op_t *op, op_run_fn *next, op_guard_stop_fn *stop)
         turn_check(op);
         return 0;
     }
+    /* the member found by recipientId (or read alone): its slots go before the RPUSH, which
+     * saves the delivery its own round trip for them */
+    if (ahead != NULL)
+        ahead(op, NULL);
     if (turn_take(op, -1, stop) == 0)
         op->guard->next = next;
     return 0;
