@@ -279,8 +279,7 @@ typedef void op_member_fn(op_t *op, store_status_t st, json_t *member);
  * key's answer gives the turn back meanwhile); done goes on with op_guard_turn, which then only
  * waits when someone was ahead. Before them ahead (the caller's op.c) takes the first message's
  * slots ahead, the key's begin riding with them when it can. Or answers. */
-void op_guard_take_member(op_t *op, op_member_fn *done, op_guard_stop_fn *stop,
-                          op_ahead_fn *ahead);
+void op_guard_take_member(op_t *op, op_member_fn *done, op_guard_stop_fn *stop, op_ahead_fn *ahead);
 /* The deadline passed while waiting (OP_WAIT): the answer's error, 123, or 121 for a turn. */
 void op_guard_expired(const op_t *op, bg_error_t *err);
 /* Stops the guard's store call and waiting. */

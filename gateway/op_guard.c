@@ -525,8 +525,7 @@ static void turn_give_back(op_t *op)
     g->next = retake;
 }
 
-void op_guard_take_member(op_t *op, op_member_fn *done, op_guard_stop_fn *stop,
-                          op_ahead_fn *ahead)
+void op_guard_take_member(op_t *op, op_member_fn *done, op_guard_stop_fn *stop, op_ahead_fn *ahead)
 {
     /* a request without an Idempotency-Key gets its guard here, for its turn alone */
     op_guard_t *g = guard_get(op, stop);

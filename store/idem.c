@@ -54,36 +54,36 @@ static const char ABANDON_SCRIPT[] =
  * drops the heads whose lease ran out (their instance died) and tells the queue's channel the
  * new head. ARGV id, lease_ms, first. -> {0} its turn (or it was dropped: its own lease ran
  * out), {ms} the lease left of the one ahead. */
-static const char JOIN_SCRIPT[] =
-    IDEM_NOW_MS "local q, w, me, left = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]) "
-           "local ttl = redis.call('PTTL', q) "
-           "local function lease(id) local l = redis.call('HGET', w, id) "
-           "if l then return tonumber(l) end "
-           /* not recorded: the queue's TTL is its lease; none yet (its PEXPIRE follows its RPUSH).
-            * A queue that holds a queued request's place (the outbox) lives for hours: an id that
-            * never recorded its lease there (its instance died before it joined) holds it no longer
-            * than a request's deadline (it came before this one: its deadline is before ours) */
-           "if ttl > 0 then return now + math.min(ttl, left) end return now + left end "
-           "local h = redis.call('LINDEX', q, 0) "
-           "if h and h ~= me and redis.call('HEXISTS', w, h) == 0 then "
-           "redis.call('HSET', w, h, lease(h)) end "
-           "if not redis.call('LPOS', q, me) then "
-           "if ARGV[3] ~= '1' then return {0} end "
-           "redis.call('RPUSH', q, me) end "
-           "if ARGV[3] == '1' then redis.call('HSET', w, me, now + left) "
-           /* fields of ids that left without a word (their own lease ran out) */
-           "if redis.call('HLEN', w) > 2 * redis.call('LLEN', q) + 16 then "
-           "for _, id in ipairs(redis.call('HKEYS', w)) do "
-           "if not redis.call('LPOS', q, id) then redis.call('HDEL', w, id) end end end end "
-           "if left > ttl then redis.call('PEXPIRE', q, left) redis.call('PEXPIRE', w, left) "
-           "else redis.call('PEXPIRE', w, ttl) end "
-           "local dropped = false "
-           "while true do h = redis.call('LINDEX', q, 0) "
-           "if not h or h == me or lease(h) > now then break end "
-           "redis.call('LPOP', q) redis.call('HDEL', w, h) dropped = true end "
-           "if dropped and h then redis.call('PUBLISH', q, h) end "
-           "if not h or h == me then return {0} end "
-           "return {lease(h) - now}";
+static const char JOIN_SCRIPT[] = IDEM_NOW_MS
+    "local q, w, me, left = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]) "
+    "local ttl = redis.call('PTTL', q) "
+    "local function lease(id) local l = redis.call('HGET', w, id) "
+    "if l then return tonumber(l) end "
+    /* not recorded: the queue's TTL is its lease; none yet (its PEXPIRE follows its RPUSH).
+     * A queue that holds a queued request's place (the outbox) lives for hours: an id that
+     * never recorded its lease there (its instance died before it joined) holds it no longer
+     * than a request's deadline (it came before this one: its deadline is before ours) */
+    "if ttl > 0 then return now + math.min(ttl, left) end return now + left end "
+    "local h = redis.call('LINDEX', q, 0) "
+    "if h and h ~= me and redis.call('HEXISTS', w, h) == 0 then "
+    "redis.call('HSET', w, h, lease(h)) end "
+    "if not redis.call('LPOS', q, me) then "
+    "if ARGV[3] ~= '1' then return {0} end "
+    "redis.call('RPUSH', q, me) end "
+    "if ARGV[3] == '1' then redis.call('HSET', w, me, now + left) "
+    /* fields of ids that left without a word (their own lease ran out) */
+    "if redis.call('HLEN', w) > 2 * redis.call('LLEN', q) + 16 then "
+    "for _, id in ipairs(redis.call('HKEYS', w)) do "
+    "if not redis.call('LPOS', q, id) then redis.call('HDEL', w, id) end end end end "
+    "if left > ttl then redis.call('PEXPIRE', q, left) redis.call('PEXPIRE', w, left) "
+    "else redis.call('PEXPIRE', w, ttl) end "
+    "local dropped = false "
+    "while true do h = redis.call('LINDEX', q, 0) "
+    "if not h or h == me or lease(h) > now then break end "
+    "redis.call('LPOP', q) redis.call('HDEL', w, h) dropped = true end "
+    "if dropped and h then redis.call('PUBLISH', q, h) end "
+    "if not h or h == me then return {0} end "
+    "return {lease(h) - now}";
 
 static _Thread_local store_script_t begin_script = STORE_SCRIPT(BEGIN_SCRIPT);
 static _Thread_local store_script_t progress_script = STORE_SCRIPT(PROGRESS_SCRIPT);

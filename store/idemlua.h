@@ -5,7 +5,8 @@
 #define BOTGATE_STORE_IDEMLUA_H
 
 /* Redis's clock, in ms: the one every instance shares. */
-#define IDEM_NOW_MS "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
+#define IDEM_NOW_MS                                                                                \
+    "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
 
 /* The record's lease is its own TTL: begin sets it to ttl + lease and 'held' to ttl, so the
  * lease runs while the TTL is above 'held' (Redis's clock, without a TIME call), and an answer

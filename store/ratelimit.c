@@ -200,8 +200,8 @@ static _Thread_local store_script_t rate_script = STORE_SCRIPT(RATE_SCRIPT);
  * then the begin's four. The begin runs first: unless it says run, its answer is the script's
  * (a string first) and no slot is taken; else the answer is the ahead's. */
 #define AHEAD_BEGIN_LUA                                                                            \
-    "local bk, bn = KEYS[#KEYS], #ARGV "                                                           \
-    IDEM_BEGIN_LUA("bk", "ARGV[bn - 3]", "ARGV[bn - 2]", "ARGV[bn - 1]", "ARGV[bn]", "")
+    "local bk, bn = KEYS[#KEYS], #ARGV " IDEM_BEGIN_LUA("bk", "ARGV[bn - 3]", "ARGV[bn - 2]",      \
+                                                        "ARGV[bn - 1]", "ARGV[bn]", "")
 static _Thread_local char ahead_begin_text[sizeof(AHEAD_BEGIN_LUA) - 1 + sizeof(RATE_SCRIPT)];
 static _Thread_local store_script_t ahead_begin_script;
 
@@ -249,7 +249,7 @@ struct store_rate_call {
      * not asked for; "" until one came */
     char *contact;
     store_idem_call_t *begin; /* riding with the slots until their answer came, else NULL */
-    char keys[]; /* the sender's TAT key, then the pair's and the contact */
+    char keys[];              /* the sender's TAT key, then the pair's and the contact */
 };
 
 static store_rate_call_t *rate_eval(store_t *st, rate_kind_t kind, const char *const *keys,
@@ -380,9 +380,8 @@ static store_rate_call_t *rate_eval(store_t *st, rate_kind_t kind, const char *c
     c->arg = arg;
     c->kind = kind;
     c->st = st;
-    if ((rc = store_eval(st, begin != NULL ? ahead_begin() : &rate_script,
-                         nkeys + (begin != NULL), n, words, NULL, rate_reply, c, &c->ev)) !=
-        REDISC_OK) {
+    if ((rc = store_eval(st, begin != NULL ? ahead_begin() : &rate_script, nkeys + (begin != NULL),
+                         n, words, NULL, rate_reply, c, &c->ev)) != REDISC_OK) {
         *status = rc == REDISC_BUSY ? STORE_BUSY : STORE_UNAVAILABLE;
         free(c);
         return NULL;
@@ -429,8 +428,7 @@ static store_rate_call_t *rate_take(store_t *st, const char *channel_id, const c
     take_args(args, nums, policy, max_wait_ms);
     if (lag_ms >= 0)
         args[6] = numfmt_dec(nums[5], lag_ms);
-    return rate_eval(st, RATE_TAKE, kv, nkeys, args, lag_ms >= 0 ? 7 : 6, NULL, cb, arg, 0,
-                     status);
+    return rate_eval(st, RATE_TAKE, kv, nkeys, args, lag_ms >= 0 ? 7 : 6, NULL, cb, arg, 0, status);
 }
 
 store_rate_call_t *store_rate_take(store_t *st, const char *channel_id, const char *member_id,

@@ -240,7 +240,8 @@ static store_rate_call_t *ahead_to(const char *ch, const char *member, unsigned 
 {
     store_status_t st;
     raw_reply_t r;
-    store_rate_call_t *c = store_rate_take_ahead(rt.store, ch, member, pair, turn, NULL, p, 5000, &st);
+    store_rate_call_t *c =
+        store_rate_take_ahead(rt.store, ch, member, pair, turn, NULL, p, 5000, &st);
     assert_non_null(c);
     raw("PING", "x", &r);
     return c;
@@ -579,8 +580,8 @@ static void test_contact_ahead(void **state)
     assert_int_equal(store_rate_ahead_use(c, 10, on_answer, &a, &v, &wait), 1);
     assert_int_equal(v, STORE_RATE_TOO_LATE);
     /* no member: nothing read */
-    c = store_rate_take_ahead(rt.store, ch, "M9", STORE_AHEAD_PAIR | STORE_AHEAD_CONTACT, 0, NULL, &p,
-                              5000, &(store_status_t){0});
+    c = store_rate_take_ahead(rt.store, ch, "M9", STORE_AHEAD_PAIR | STORE_AHEAD_CONTACT, 0, NULL,
+                              &p, 5000, &(store_status_t){0});
     raw("PING", "x", &r);
     assert_null(store_rate_ahead_contact(c));
     store_rate_cancel(c);
