@@ -353,6 +353,13 @@ static store_rate_call_t *ahead_begin(const char *ch, const char *rec, const cha
     return c;
 }
 
+static void on_finished(void *arg, store_status_t st)
+{
+    answer_t *a = arg;
+    a->calls++;
+    a->st = st;
+}
+
 static void test_ahead_with_begin(void **state)
 {
     (void)state;
@@ -364,6 +371,7 @@ static void test_ahead_with_begin(void **state)
     store_status_t st;
     ratelimit_policy_t p = {.sender = {1000000, 1}}; /* 1/s */
     begun_t b = {0};
+    answer_t finished = {0};
     store_idem_call_t *begin;
 
     ahead_channel(ch, sizeof(ch), 0);
@@ -390,9 +398,11 @@ static void test_ahead_with_begin(void **state)
     raw("PING", "x", &r);
     assert_string_equal(tat(ch, &r), before);
     /* answered: the answer, none taken */
-    a.calls = 0;
-    assert_non_null(store_idem_finish(rt.store, rec, "owner1", 200, 0, "{\"ok\":1}", 8,
-                                      (store_idem_progress_cb *)NULL, NULL, &st));
+    finished.calls = 0;
+    assert_non_null(store_idem_finish(rt.store, rec, "owner1", 200, 0, "{\"ok\":1}", 8, on_finished,
+                                      &finished, &st));
+    run_until(&finished.calls, 2000);
+    assert_int_equal(finished.st, STORE_OK);
     memset(&b, 0, sizeof(b));
     store_rate_cancel(ahead_begin(ch, rec, "fpA", 1, &p, &b));
     assert_int_equal(b.state, STORE_IDEM_DONE);
