@@ -452,8 +452,6 @@ static void on_taken(void *arg, store_status_t st, int queued, store_status_t me
         go_on(op);
 }
 
-/* Sends the take: brief >= 0 reads the member with it. 0, or -1 when answered (through stop,
- * which a guard made here keeps). */
 /* The request's guard, made at its first use. NULL: the request was stopped. */
 static op_guard_t *guard_get(op_t *op, op_guard_stop_fn *stop)
 {
@@ -467,6 +465,8 @@ static op_guard_t *guard_get(op_t *op, op_guard_stop_fn *stop)
     return g;
 }
 
+/* Sends the take: brief >= 0 reads the member with it. 0, or -1 when answered (through stop,
+ * which a guard made here keeps). */
 static int turn_take(op_t *op, int brief, op_guard_stop_fn *stop)
 {
     op_guard_t *g = guard_get(op, stop);
