@@ -122,7 +122,15 @@ class PairAhead(StackTest):
     def measure(self, cid, mids, by="memberId"):
         """(commands by name, round trips) per request of one send to each of mids, one at a
         time, each after the last one's turn was given back (else the give-back and the next
-        request's commands could share a read: fewer round trips, by luck)."""
+        request's commands could share a read: fewer round trips, by luck). Made again when the
+        instance's background work came in the window (test_order_cost.BACKGROUND)."""
+        for _ in range(12):
+            measured = self.measure_once(cid, mids, by)
+            if measured is not None:
+                return measured
+        self.fail("every measure met the instance's background work")
+
+    def measure_once(self, cid, mids, by):
         settled = lambda: (self.info()[0].get("lrem", 0) + self.pushed >=  # noqa
                            self.info()[0].get("rpush", 0))
         wait_for(settled, timeout=10, what="the turns given back")
@@ -133,6 +141,8 @@ class PairAhead(StackTest):
             wait_for(lambda: self.info()[0].get("lrem", 0) - c0.get("lrem", 0) >= n,
                      timeout=10, what="the turn given back")
         c1, r1 = self.info()
+        if any(c1.get(k, 0) != c0.get(k, 0) for k in test_order_cost.BACKGROUND):
+            return None
         own = self.infos - infos  # this measure's INFO calls, one read each
         background = c1.get("xreadgroup", 0) - c0.get("xreadgroup", 0)
         per = {k: (c1[k] - c0.get(k, 0)) / len(mids) for k in c1
@@ -180,6 +190,32 @@ class PairAhead(StackTest):
                 self.assertEqual(per.get("evalsha"), 1.0, per)
                 self.assertEqual(trips, 2.0, per)
                 self.assertIsNotNone(self.pair_tat(cid, mids[-1]))  # the member's pair
+
+    @unittest.skipIf(CLUSTER, "round trips are counted on one server")
+    def test_10_by_recipient_three_round_trips(self):
+        """Sends by recipientId to members this worker found before: the member's lookup, then
+        its turn with the slots ahead (the sender's, the pair's, whatsapp's cached contact:
+        before the turn's RPUSH), then the turn given back: three round trips. The slots took
+        one of their own (and whatsapp's contact another) after the turn's: four, five."""
+        for cid in (CLOUD, SLACK, WA):
+            with self.subTest(channel=cid):
+                warm = self.new_member(cid)
+                for _ in range(3):  # the token, the channel (and whatsapp's login) cached
+                    self.send(cid, warm, "warm")
+                numbers = []
+                for _ in range(N):
+                    mid = self.new_member(cid)
+                    number = self.address(cid, self.next)
+                    self.s.redis("SET", "botgate:recipient:{%s}:%s" % (cid, number), mid)
+                    if cid == WA:  # seen valid lately (by another worker or instance)
+                        self.s.redis("SET", self.contact_key(mid), number + " " + number,
+                                     "EX", "600")
+                    numbers.append(number)
+                for number in numbers:  # each member's id learnt by the worker
+                    self.send(cid, number, "first " + number, by="recipientId")
+                per, trips = self.measure(cid, numbers, by="recipientId")
+                self.assertEqual(trips, 3.0, per)
+                self.assertEqual((per.get("rpush"), per.get("lrem")), (1.0, 1.0), per)
 
     @unittest.skipIf(CLUSTER, "MONITOR of one server")
     def test_0_scripts_name_every_key_they_touch(self):
