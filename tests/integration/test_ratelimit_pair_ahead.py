@@ -80,6 +80,12 @@ class PairAhead(StackTest):
         cls.infos = 0
         cls.pushed = 0  # RPUSHes of the test's own, never given back by botgate
 
+    def warm(self, cid):
+        """The token, the channel (and whatsapp's login) into the worker's cache."""
+        warm = self.new_member(cid)
+        for _ in range(3):
+            self.send(cid, warm, "warm")
+
     def address(self, cid, i):
         return ("D%06d" % i) if cid == SLACK else ("8529%07d" % i)
 
@@ -172,9 +178,7 @@ class PairAhead(StackTest):
         """Members this worker never read, some numbers written as people write them."""
         for cid in (CLOUD, SLACK, WA):
             with self.subTest(channel=cid):
-                warm = self.new_member(cid)
-                for _ in range(3):  # the token, the channel (and whatsapp's login) cached
-                    self.send(cid, warm, "warm")
+                self.warm(cid)
                 mids = []
                 for n in range(N):
                     self.__class__.next += 1
@@ -199,9 +203,7 @@ class PairAhead(StackTest):
         one of their own (and whatsapp's contact another) after the turn's: four, five."""
         for cid in (CLOUD, SLACK, WA):
             with self.subTest(channel=cid):
-                warm = self.new_member(cid)
-                for _ in range(3):  # the token, the channel (and whatsapp's login) cached
-                    self.send(cid, warm, "warm")
+                self.warm(cid)
                 numbers = []
                 for _ in range(N):
                     mid = self.new_member(cid)
