@@ -283,38 +283,14 @@ static void on_idem(void *arg, store_status_t st, const store_idem_t *res)
     }
 }
 
-static void idem_begin(op_t *op)
+/* The key's begin made and held in g->call: the caller sends it (alone, or riding with the
+ * slots taken ahead). -1: the request was stopped. */
+static int begin_hold(op_t *op)
 {
     op_guard_t *g = op->guard;
     store_status_t st = STORE_OK;
     int64_t left = op->dl.deadline_ms - clock_mono_us() / 1000;
 
-    g->call = store_idem_begin(op->env->deliver.store, g->record, g->fp, g->owner_id,
-                               (int)(left > 0 ? left : 1) + LEASE_MARGIN_MS,
-                               op->env->deliver.cfg->idempotency_ttl_s, on_idem, op, &st);
-    if (g->call == NULL)
-        stop_store(op, st);
-    else
-        g->begin_sent = 1;
-}
-
-/* The key's record and owner named, its begin made and held in g->call: the caller sends it
- * (alone, or riding with the slots taken ahead). -1: the request was stopped. */
-static int begin_hold(op_t *op, op_run_fn *next)
-{
-    op_guard_t *g = op->guard;
-    store_status_t st = STORE_OK;
-    int64_t left = op->dl.deadline_ms - clock_mono_us() / 1000;
-    char record[STORE_KEY_MAX];
-    int n = store_idem_key(op->env->deliver.store, record, sizeof(record), op->token.app,
-                           route_name(op), g->key);
-
-    g->next = next;
-    if (n < 0 || (g->record = strndup(record, (size_t)n)) == NULL) {
-        stop_code(op, BG_ERR_UNAVAILABLE, "out of memory");
-        return -1;
-    }
-    rng_hex(&op->env->deliver.rng, g->owner_id, 16);
     g->call = store_idem_begin_held(op->env->deliver.store, g->record, g->fp, g->owner_id,
                                     (int)(left > 0 ? left : 1) + LEASE_MARGIN_MS,
                                     op->env->deliver.cfg->idempotency_ttl_s, on_idem, op, &st);
@@ -340,14 +316,39 @@ static int begin_send(op_t *op)
     return 0;
 }
 
+/* The begin alone: the first (op_guard_begin), or asked again (ask_again). */
+static void idem_begin(op_t *op)
+{
+    if (begin_hold(op) == 0)
+        begin_send(op);
+}
+
+/* The key's record and its owner's id named, for the begin; next runs once it lets the request
+ * go. -1: the request was stopped. */
+static int begin_name(op_t *op, op_run_fn *next)
+{
+    op_guard_t *g = op->guard;
+    char record[STORE_KEY_MAX];
+    int n = store_idem_key(op->env->deliver.store, record, sizeof(record), op->token.app,
+                           route_name(op), g->key);
+
+    g->next = next;
+    if (n < 0 || (g->record = strndup(record, (size_t)n)) == NULL) {
+        stop_code(op, BG_ERR_UNAVAILABLE, "out of memory");
+        return -1;
+    }
+    rng_hex(&op->env->deliver.rng, g->owner_id, 16);
+    return 0;
+}
+
 int op_guard_begin(op_t *op, op_run_fn *next)
 {
     op_guard_t *g = op->guard;
 
     if (g == NULL || !op->keyed)
         return 1;
-    if (begin_hold(op, next) == 0)
-        begin_send(op);
+    if (begin_name(op, next) == 0)
+        idem_begin(op);
     return 0;
 }
 
@@ -535,7 +536,7 @@ void op_guard_take_member(op_t *op, op_member_fn *done, op_guard_stop_fn *stop, 
     /* with one, its begin goes in the same round trip: the request goes on once both answered.
      * It rides with the slots taken ahead when they are (one script call, not two), which go
      * before the turn's RPUSH: they are not taken when someone holds or waits for the turn */
-    if (op->keyed && begin_hold(op, retake) < 0)
+    if (op->keyed && (begin_name(op, retake) < 0 || begin_hold(op) < 0))
         return;
     ahead(op, g->call);
     if (g->call != NULL && begin_send(op) < 0)

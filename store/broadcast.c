@@ -18,8 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NOW_MS "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
-
 /* A shard's hash made by a cancel or a callback (not by a queued request) is kept this long:
  * the defaults' BOTGATE_OUTBOX_TTL_S + BOTGATE_IDEMPOTENCY_TTL_S. */
 #define SHARD_KEEP_MS "100800000"
@@ -30,13 +28,13 @@
 
 /* KEYS record, todo, taking; ARGV app, body, callback, channel, keep_ms, shards (the outbox's:
  * where the status sums its counts). */
-const char store_bc_create_script[] =
-    NOW_MS "redis.call('DEL', KEYS[2], KEYS[3]) "
-           "redis.call('HSET', KEYS[1], 'app', ARGV[1], 'body', ARGV[2], 'cb', ARGV[3], 'ch', "
-           "ARGV[4], 'state', 'accepting', 'total', 0, 'sent', 0, 'failed', 0, 'unknown', 0, "
-           "'cancelled', 0, 'ccount', 0, 'taken', 0, 'synced', 0, 'shards', ARGV[6], "
-           "'created', now, 'updated', now) "
-           "redis.call('PEXPIRE', KEYS[1], ARGV[5]) return {1, ''}";
+const char store_bc_create_script[] = STORE_LUA_NOW_MS
+    "redis.call('DEL', KEYS[2], KEYS[3]) "
+    "redis.call('HSET', KEYS[1], 'app', ARGV[1], 'body', ARGV[2], 'cb', ARGV[3], 'ch', "
+    "ARGV[4], 'state', 'accepting', 'total', 0, 'sent', 0, 'failed', 0, 'unknown', 0, "
+    "'cancelled', 0, 'ccount', 0, 'taken', 0, 'synced', 0, 'shards', ARGV[6], "
+    "'created', now, 'updated', now) "
+    "redis.call('PEXPIRE', KEYS[1], ARGV[5]) return {1, ''}";
 
 /* KEYS record, todo, tag; ARGV keep_ms, cursor, count. */
 const char store_bc_add_tag_script[] =
@@ -48,12 +46,12 @@ const char store_bc_add_tag_script[] =
 /* KEYS record, todo; ARGV keep_ms. Its id's index and its line among the running broadcasts
  * are written before (store_bc_finish): an accept that dies before this leaves it accepting,
  * never taken from, and dropped from the running ones once its record expired. */
-const char store_bc_finish_script[] =
-    NOW_MS "if redis.call('HGET', KEYS[1], 'state') ~= 'accepting' then return {-1, ''} end "
-           "local n = redis.call('SCARD', KEYS[2]) local state = n > 0 and 'running' or 'done' "
-           "redis.call('HSET', KEYS[1], 'state', state, 'total', n, 'updated', now) "
-           "redis.call('PEXPIRE', KEYS[1], ARGV[1]) "
-           "if n > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[1]) end return {n, state}";
+const char store_bc_finish_script[] = STORE_LUA_NOW_MS
+    "if redis.call('HGET', KEYS[1], 'state') ~= 'accepting' then return {-1, ''} end "
+    "local n = redis.call('SCARD', KEYS[2]) local state = n > 0 and 'running' or 'done' "
+    "redis.call('HSET', KEYS[1], 'state', state, 'total', n, 'updated', now) "
+    "redis.call('PEXPIRE', KEYS[1], ARGV[1]) "
+    "if n > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[1]) end return {n, state}";
 
 /* The record's status: app, state, total, sent, failed, unknown, cancelled (not queued), created,
  * updated, callback, cancelled (queued), shards ({} when there is no record). */
@@ -68,7 +66,7 @@ const char store_bc_status_script[] = STATUS_FIELDS;
 /* KEYS the broadcast's hash of one outbox shard; ARGV cancel ("1": no attempt of it starts
  * there from now on, store/outbox.c), keep_ms (when the hash is new). Its counts (sent, failed,
  * unknown, cancelled) and the attempts that may be sending (their lease is not over). */
-const char store_bc_shard_script[] = NOW_MS
+const char store_bc_shard_script[] = STORE_LUA_NOW_MS
     "if ARGV[1] == '1' then redis.call('HSET', KEYS[1], 'x', 1) "
     "if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end end "
     "local out, at = {0, 0, 0, 0, 0}, {sent = 1, failed = 2, unknown = 3, cancelled = 4} "
@@ -81,27 +79,27 @@ const char store_bc_shard_script[] = NOW_MS
  * only grows (a sum read while requests end is below the truth, never above it): each keeps
  * the larger, so that two sums that cross leave the later truth. A running broadcast is done
  * once every member ended. Then the status (STATUS_FIELDS). */
-const char store_bc_merge_script[] =
-    NOW_MS "local r = redis.call('HMGET', KEYS[1], 'state', 'total', 'cancelled', 'sent', "
-           "'failed', 'unknown', 'ccount') "
-           "if not r[1] then return {} end "
-           "local names, ended = {'sent', 'failed', 'unknown', 'ccount'}, tonumber(r[3] or '0') "
-           "for i = 1, 4 do local v = math.max(tonumber(r[i + 3] or '0'), tonumber(ARGV[i])) "
-           "redis.call('HSET', KEYS[1], names[i], v) ended = ended + v end "
-           "if r[1] == 'running' and ended >= tonumber(r[2]) and "
-           "redis.call('SCARD', KEYS[2]) == 0 then "
-           "redis.call('HSET', KEYS[1], 'state', 'done', 'updated', now) end " STATUS_FIELDS;
+const char store_bc_merge_script[] = STORE_LUA_NOW_MS
+    "local r = redis.call('HMGET', KEYS[1], 'state', 'total', 'cancelled', 'sent', "
+    "'failed', 'unknown', 'ccount') "
+    "if not r[1] then return {} end "
+    "local names, ended = {'sent', 'failed', 'unknown', 'ccount'}, tonumber(r[3] or '0') "
+    "for i = 1, 4 do local v = math.max(tonumber(r[i + 3] or '0'), tonumber(ARGV[i])) "
+    "redis.call('HSET', KEYS[1], names[i], v) ended = ended + v end "
+    "if r[1] == 'running' and ended >= tonumber(r[2]) and "
+    "redis.call('SCARD', KEYS[2]) == 0 then "
+    "redis.call('HSET', KEYS[1], 'state', 'done', 'updated', now) end " STATUS_FIELDS;
 
 /* KEYS record, todo; ARGV app. What is not queued is cancelled at once and no member is taken
  * from now on; the shards are told next (store_bc_shard_script), so that no queued member
  * starts. {shards, the state before}, or {-1, ''} when it is not app's. */
 const char store_bc_cancel_script[] =
-    NOW_MS "local r = redis.call('HMGET', KEYS[1], 'app', 'state', 'shards') "
-           "if not r[1] or r[1] ~= ARGV[1] then return {-1, ''} end "
-           "if r[2] == 'running' then local n = redis.call('SCARD', KEYS[2]) "
-           "redis.call('DEL', KEYS[2]) redis.call('HINCRBY', KEYS[1], 'cancelled', n) "
-           "redis.call('HSET', KEYS[1], 'state', 'cancelled', 'updated', now) end "
-           "return {tonumber(r[3] or '0') or 0, r[2]}";
+    STORE_LUA_NOW_MS "local r = redis.call('HMGET', KEYS[1], 'app', 'state', 'shards') "
+                     "if not r[1] or r[1] ~= ARGV[1] then return {-1, ''} end "
+                     "if r[2] == 'running' then local n = redis.call('SCARD', KEYS[2]) "
+                     "redis.call('DEL', KEYS[2]) redis.call('HINCRBY', KEYS[1], 'cancelled', n) "
+                     "redis.call('HSET', KEYS[1], 'state', 'cancelled', 'updated', now) end "
+                     "return {tonumber(r[3] or '0') or 0, r[2]}";
 
 /* KEYS the callback stream (shard 0's), the broadcast's hash of shard 0; ARGV id, channel,
  * keep_ms. An ended broadcast's statusCallback: an entry of the stream names it ('k' its id,
@@ -124,39 +122,39 @@ static const char CALLBACK_SCRIPT[] =
  * bounded by Lua's stack). The members' records are read next (step_read), not here: their keys are
  * built from the ids, and a script may touch only the keys it names (a Redis Cluster refuses the
  * others, or runs the script half-way, while their slot migrates). */
-static const char TAKE_SCRIPT[] =
-    NOW_MS "local s = redis.call('HMGET', KEYS[1], 'state', 'taken', 'body', 'app', 'sent', "
-           "'failed', 'unknown', 'ccount', 'synced', 'cb', 'shards', 'xset') "
-           "local shards = tonumber(s[11] or '0') or 0 "
-           "if s[1] == 'accepting' then return {'accepting'} end "
-           "local ids, max = {}, tonumber(ARGV[1]) "
-           "local function expired() local t = redis.call('HGETALL', KEYS[3]) "
-           "for i = 1, #t, 2 do if #ids < max and tonumber(t[i + 1]) < now - tonumber(ARGV[3]) "
-           "then ids[#ids + 1] = t[i] end end end "
-           "if s[1] == 'running' then "
-           "local inflight = tonumber(s[2] or '0') for i = 5, 8 do "
-           "inflight = inflight - tonumber(s[i] or '0') end "
-           "local left = redis.call('SCARD', KEYS[2]) "
-           "if (inflight > 0 or left == 0) and now - tonumber(s[9] or '0') >= tonumber(ARGV[5]) "
-           "then redis.call('HSET', KEYS[1], 'synced', now) return {'sync', shards} end "
-           "redis.call('PEXPIRE', KEYS[1], ARGV[4]) redis.call('PEXPIRE', KEYS[2], ARGV[4]) "
-           "expired() "
-           "local room = math.min(tonumber(ARGV[2]) - inflight, max - #ids) "
-           "if room > 0 and left > 0 then local more = redis.call('SPOP', KEYS[2], room) "
-           "for _, id in ipairs(more) do ids[#ids + 1] = id end "
-           "redis.call('HINCRBY', KEYS[1], 'taken', #more) end "
-           "if #ids == 0 then return {room > 0 and 'empty' or 'full'} end "
-           "elseif s[1] == 'cancelled' then "
-           "if not s[12] then if ARGV[6] ~= '1' then return {'flag', shards} end "
-           "redis.call('HSET', KEYS[1], 'xset', 1) end expired() end "
-           "if #ids == 0 then return {s[1] or 'gone', (s[10] or '') ~= '' and 1 or 0, "
-           "redis.call('HLEN', KEYS[3]), shards} end "
-           "local f = {} for _, id in ipairs(ids) do f[#f + 1] = id f[#f + 1] = now "
-           "if #f >= 1000 then redis.call('HSET', KEYS[3], unpack(f)) f = {} end end "
-           "if #f > 0 then redis.call('HSET', KEYS[3], unpack(f)) end "
-           "redis.call('PEXPIRE', KEYS[3], ARGV[4]) "
-           "local out = {'take', s[3], s[4], redis.call('GET', KEYS[4]) or ''} "
-           "for _, id in ipairs(ids) do out[#out + 1] = id end return out";
+static const char TAKE_SCRIPT[] = STORE_LUA_NOW_MS
+    "local s = redis.call('HMGET', KEYS[1], 'state', 'taken', 'body', 'app', 'sent', "
+    "'failed', 'unknown', 'ccount', 'synced', 'cb', 'shards', 'xset') "
+    "local shards = tonumber(s[11] or '0') or 0 "
+    "if s[1] == 'accepting' then return {'accepting'} end "
+    "local ids, max = {}, tonumber(ARGV[1]) "
+    "local function expired() local t = redis.call('HGETALL', KEYS[3]) "
+    "for i = 1, #t, 2 do if #ids < max and tonumber(t[i + 1]) < now - tonumber(ARGV[3]) "
+    "then ids[#ids + 1] = t[i] end end end "
+    "if s[1] == 'running' then "
+    "local inflight = tonumber(s[2] or '0') for i = 5, 8 do "
+    "inflight = inflight - tonumber(s[i] or '0') end "
+    "local left = redis.call('SCARD', KEYS[2]) "
+    "if (inflight > 0 or left == 0) and now - tonumber(s[9] or '0') >= tonumber(ARGV[5]) "
+    "then redis.call('HSET', KEYS[1], 'synced', now) return {'sync', shards} end "
+    "redis.call('PEXPIRE', KEYS[1], ARGV[4]) redis.call('PEXPIRE', KEYS[2], ARGV[4]) "
+    "expired() "
+    "local room = math.min(tonumber(ARGV[2]) - inflight, max - #ids) "
+    "if room > 0 and left > 0 then local more = redis.call('SPOP', KEYS[2], room) "
+    "for _, id in ipairs(more) do ids[#ids + 1] = id end "
+    "redis.call('HINCRBY', KEYS[1], 'taken', #more) end "
+    "if #ids == 0 then return {room > 0 and 'empty' or 'full'} end "
+    "elseif s[1] == 'cancelled' then "
+    "if not s[12] then if ARGV[6] ~= '1' then return {'flag', shards} end "
+    "redis.call('HSET', KEYS[1], 'xset', 1) end expired() end "
+    "if #ids == 0 then return {s[1] or 'gone', (s[10] or '') ~= '' and 1 or 0, "
+    "redis.call('HLEN', KEYS[3]), shards} end "
+    "local f = {} for _, id in ipairs(ids) do f[#f + 1] = id f[#f + 1] = now "
+    "if #f >= 1000 then redis.call('HSET', KEYS[3], unpack(f)) f = {} end end "
+    "if #f > 0 then redis.call('HSET', KEYS[3], unpack(f)) end "
+    "redis.call('PEXPIRE', KEYS[3], ARGV[4]) "
+    "local out = {'take', s[3], s[4], redis.call('GET', KEYS[4]) or ''} "
+    "for _, id in ipairs(ids) do out[#out + 1] = id end return out";
 
 /* KEYS stream, the broadcast's hash of the shard, then per request its record and the member's
  * order key (every key it touches among its KEYS); ARGV keep_ms, ttl_ms, app, channel, the
@@ -167,26 +165,26 @@ static const char TAKE_SCRIPT[] =
  * was cancelled (the hash's 'x') a request is recorded ended, cancelled, and counted there instead
  * of queued. The stream's entry names the hash too ('bq'), so that the request's first start
  * declares it among its KEYS (store/outbox.c). */
-static const char ENQUEUE_SCRIPT[] =
-    NOW_MS "local x = redis.call('HEXISTS', KEYS[2], 'x') == 1 local n, a = 0, 6 "
-           "for i = 3, #KEYS, 2 do local rec, ord = KEYS[i], KEYS[i + 1] "
-           "if redis.call('EXISTS', rec) == 0 then "
-           "if x then redis.call('HSET', rec, 'app', ARGV[3], 'ch', ARGV[4], 'mb', "
-           "ARGV[a + 1], 'status', 'failed', 'result', "
-           "'\"sendResult\":{\"ok\":0,\"result\":[]},\"error\":{\"err_code\":null,"
-           "\"err\":\"the broadcast was cancelled\"}', 'attempts', 0, 'created', now, "
-           "'updated', now, 'bk', ARGV[5], 'bq', KEYS[2]) "
-           "redis.call('HINCRBY', KEYS[2], 'cancelled', 1) else "
-           "local seq = redis.call('HINCRBY', ord, 'n', 1) "
-           "redis.call('PEXPIRE', ord, ARGV[1]) "
-           "redis.call('HSET', rec, 'app', ARGV[3], 'body', ARGV[a + 2], 'ch', ARGV[4], "
-           "'mb', ARGV[a + 1], 'cb', '', 'seq', seq, 'status', 'queued', 'attempts', 0, "
-           "'created', now, 'updated', now, 'next', 0, 'ends', now + ARGV[2], 'bk', ARGV[5], "
-           "'bq', KEYS[2]) "
-           "redis.call('XADD', KEYS[1], '*', 'r', ARGV[a], 'o', ord, 'bq', KEYS[2]) "
-           "n = n + 1 end "
-           "redis.call('PEXPIRE', rec, ARGV[1]) end a = a + 3 end "
-           "redis.call('PEXPIRE', KEYS[2], ARGV[1]) return {n, ''}";
+static const char ENQUEUE_SCRIPT[] = STORE_LUA_NOW_MS
+    "local x = redis.call('HEXISTS', KEYS[2], 'x') == 1 local n, a = 0, 6 "
+    "for i = 3, #KEYS, 2 do local rec, ord = KEYS[i], KEYS[i + 1] "
+    "if redis.call('EXISTS', rec) == 0 then "
+    "if x then redis.call('HSET', rec, 'app', ARGV[3], 'ch', ARGV[4], 'mb', "
+    "ARGV[a + 1], 'status', 'failed', 'result', "
+    "'\"sendResult\":{\"ok\":0,\"result\":[]},\"error\":{\"err_code\":null,"
+    "\"err\":\"the broadcast was cancelled\"}', 'attempts', 0, 'created', now, "
+    "'updated', now, 'bk', ARGV[5], 'bq', KEYS[2]) "
+    "redis.call('HINCRBY', KEYS[2], 'cancelled', 1) else "
+    "local seq = redis.call('HINCRBY', ord, 'n', 1) "
+    "redis.call('PEXPIRE', ord, ARGV[1]) "
+    "redis.call('HSET', rec, 'app', ARGV[3], 'body', ARGV[a + 2], 'ch', ARGV[4], "
+    "'mb', ARGV[a + 1], 'cb', '', 'seq', seq, 'status', 'queued', 'attempts', 0, "
+    "'created', now, 'updated', now, 'next', 0, 'ends', now + ARGV[2], 'bk', ARGV[5], "
+    "'bq', KEYS[2]) "
+    "redis.call('XADD', KEYS[1], '*', 'r', ARGV[a], 'o', ord, 'bq', KEYS[2]) "
+    "n = n + 1 end "
+    "redis.call('PEXPIRE', rec, ARGV[1]) end a = a + 3 end "
+    "redis.call('PEXPIRE', KEYS[2], ARGV[1]) return {n, ''}";
 
 /* A call of one step (C_PLAIN) or of several, one command in flight at a time. */
 typedef enum { C_PLAIN, C_STATUS, C_TAKE, C_FINISH, C_CANCEL, C_RECIPIENTS } call_kind_t;

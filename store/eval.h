@@ -28,6 +28,11 @@ typedef struct store_script {
         }                                                                                          \
     }
 
+/* Redis's clock, in ms, as a script's local `now`: the one every instance shares. Every
+ * script that needs it starts with this text. */
+#define STORE_LUA_NOW_MS                                                                           \
+    "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
+
 typedef struct store_eval store_eval_t;
 
 #define STORE_EVAL_WORDS_MAX 128 /* store_outbox_end: 118 words at most (50 index keys) */

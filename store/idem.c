@@ -54,7 +54,7 @@ static const char ABANDON_SCRIPT[] =
  * drops the heads whose lease ran out (their instance died) and tells the queue's channel the
  * new head. ARGV id, lease_ms, first. -> {0} its turn (or it was dropped: its own lease ran
  * out), {ms} the lease left of the one ahead. */
-static const char JOIN_SCRIPT[] = IDEM_NOW_MS
+static const char JOIN_SCRIPT[] = STORE_LUA_NOW_MS
     "local q, w, me, left = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]) "
     "local ttl = redis.call('PTTL', q) "
     "local function lease(id) local l = redis.call('HGET', w, id) "

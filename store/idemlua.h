@@ -4,9 +4,7 @@
 #ifndef BOTGATE_STORE_IDEMLUA_H
 #define BOTGATE_STORE_IDEMLUA_H
 
-/* Redis's clock, in ms: the one every instance shares. */
-#define IDEM_NOW_MS                                                                                \
-    "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
+#include "eval.h"
 
 /* The record's lease is its own TTL: begin sets it to ttl + lease and 'held' to ttl, so the
  * lease runs while the TTL is above 'held' (Redis's clock, without a TIME call), and an answer
@@ -15,8 +13,8 @@
  * its runner was configured with: another instance's may differ. */
 #define IDEM_LEASE_LEFT(k, r_lease, r_held)                                                        \
     "local function lease_left() "                                                                 \
-    "if " r_held " then return redis.call('PTTL', " k ") - tonumber(" r_held ") end " IDEM_NOW_MS  \
-    "return tonumber(" r_lease " or '0') - now end "
+    "if " r_held " then return redis.call('PTTL', " k ") - tonumber(" r_held                       \
+    ") end " STORE_LUA_NOW_MS "return tonumber(" r_lease " or '0') - now end "
 
 /* The begin of record k; fp, owner, held (ttl_ms, what 'held' says), ttl (ttl_ms + lease_ms):
  * Lua expressions. Its common case, a new key, is three calls: EXISTS, HSET, PEXPIRE, then

@@ -13,8 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NOW_MS "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
-
 /* KEYS stream, record, order[, turns, leases]; ARGV id, app, body, channel, member, callback,
  * keep_ms, ttl_ms (the accepting instance's queue TTL: 'ends', when what is not sent expires),
  * kind[, turn_lease_ms, guess_ms]. The entry carries the order key: an attempt's script names it
@@ -26,25 +24,25 @@
  * JOIN_SCRIPT does. With a Redis Cluster the turn keys are in the shard's slot
  * (store_turn_keys), here as in START_SCRIPT and END_SCRIPT. A record that exists already was
  * settled (SETTLE_SCRIPT): the request is not queued (-1). */
-static const char ACCEPT_SCRIPT[] =
-    NOW_MS "if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end " /* settled: not queued */
-           "local seq = redis.call('HINCRBY', KEYS[3], 'n', 1) "
-           "redis.call('PEXPIRE', KEYS[3], ARGV[7]) "
-           "redis.call('HSET', KEYS[2], 'app', ARGV[2], 'body', ARGV[3], 'ch', ARGV[4], 'mb', "
-           "ARGV[5], 'cb', ARGV[6], 'seq', seq, 'status', 'queued', 'attempts', 0, 'created', now, "
-           "'updated', now, 'next', 0, 'ends', now + ARGV[8], 'kind', ARGV[9]) "
-           "redis.call('PEXPIRE', KEYS[2], ARGV[7]) "
-           "if not KEYS[4] then "
-           "redis.call('XADD', KEYS[1], '*', 'r', ARGV[1], 'o', KEYS[3]) return now end "
-           "local q, w, lease, guess = KEYS[4], KEYS[5], tonumber(ARGV[10]), tonumber(ARGV[11]) "
-           "local ttl = redis.call('PTTL', q) local h = redis.call('LINDEX', q, 0) "
-           "if h and redis.call('HEXISTS', w, h) == 0 then "
-           "redis.call('HSET', w, h, now + math.min(ttl > 0 and ttl or guess, guess)) end "
-           "redis.call('RPUSH', q, ARGV[1]) redis.call('HSET', w, ARGV[1], now + lease) "
-           "if lease > ttl then redis.call('PEXPIRE', q, lease) end "
-           "if lease > redis.call('PTTL', w) then redis.call('PEXPIRE', w, lease) end "
-           "redis.call('XADD', KEYS[1], '*', 'r', ARGV[1], 'o', KEYS[3], 'tc', ARGV[4], 'tm', "
-           "ARGV[5]) return now";
+static const char ACCEPT_SCRIPT[] = STORE_LUA_NOW_MS
+    "if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end " /* settled: not queued */
+    "local seq = redis.call('HINCRBY', KEYS[3], 'n', 1) "
+    "redis.call('PEXPIRE', KEYS[3], ARGV[7]) "
+    "redis.call('HSET', KEYS[2], 'app', ARGV[2], 'body', ARGV[3], 'ch', ARGV[4], 'mb', "
+    "ARGV[5], 'cb', ARGV[6], 'seq', seq, 'status', 'queued', 'attempts', 0, 'created', now, "
+    "'updated', now, 'next', 0, 'ends', now + ARGV[8], 'kind', ARGV[9]) "
+    "redis.call('PEXPIRE', KEYS[2], ARGV[7]) "
+    "if not KEYS[4] then "
+    "redis.call('XADD', KEYS[1], '*', 'r', ARGV[1], 'o', KEYS[3]) return now end "
+    "local q, w, lease, guess = KEYS[4], KEYS[5], tonumber(ARGV[10]), tonumber(ARGV[11]) "
+    "local ttl = redis.call('PTTL', q) local h = redis.call('LINDEX', q, 0) "
+    "if h and redis.call('HEXISTS', w, h) == 0 then "
+    "redis.call('HSET', w, h, now + math.min(ttl > 0 and ttl or guess, guess)) end "
+    "redis.call('RPUSH', q, ARGV[1]) redis.call('HSET', w, ARGV[1], now + lease) "
+    "if lease > ttl then redis.call('PEXPIRE', q, lease) end "
+    "if lease > redis.call('PTTL', w) then redis.call('PEXPIRE', w, lease) end "
+    "redis.call('XADD', KEYS[1], '*', 'r', ARGV[1], 'o', KEYS[3], 'tc', ARGV[4], 'tm', "
+    "ARGV[5]) return now";
 
 /* A request of a broadcast (store/broadcast.c) names in its record ("bq") the broadcast's hash of
  * its shard (keys.h), of the record's slot: an attempt running is written there with its lease
@@ -74,7 +72,7 @@ static const char SETTLE_SCRIPT[] =
  * script stops there, half-way): the stream entry of a broadcast's request names its hash
  * ('bq', store/broadcast.c's enqueue); one queued by an older version does not, and its start
  * gets the name back, nothing written, and runs again with it (one more round trip, once). */
-static const char START_SCRIPT[] = NOW_MS BC_END_FN
+static const char START_SCRIPT[] = STORE_LUA_NOW_MS BC_END_FN
     "local r = redis.call('HMGET', KEYS[1], 'status', 'seq', 'due', 'lease', 'ends', "
     "'next', 'out') "
     "if not r[1] then return {'gone'} end "
@@ -114,11 +112,11 @@ static const char START_SCRIPT[] = NOW_MS BC_END_FN
 /* KEYS record[, the element's message index key]; ARGV owner, index, element, the index's
  * value (message_index). */
 static const char PROGRESS_SCRIPT[] =
-    NOW_MS "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
-           "if KEYS[2] then local ttl = redis.call('PTTL', KEYS[1]) "
-           "redis.call('SET', KEYS[2], ARGV[4], 'PX', ttl > 0 and ttl or 86400000) end "
-           "redis.call('HSET', KEYS[1], 'e' .. ARGV[2], ARGV[3], 'next', ARGV[2] + 1, "
-           "'updated', now) return 1";
+    STORE_LUA_NOW_MS "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
+                     "if KEYS[2] then local ttl = redis.call('PTTL', KEYS[1]) "
+                     "redis.call('SET', KEYS[2], ARGV[4], 'PX', ttl > 0 and ttl or 86400000) end "
+                     "redis.call('HSET', KEYS[1], 'e' .. ARGV[2], ARGV[3], 'next', ARGV[2] + 1, "
+                     "'updated', now) return 1";
 
 /* KEYS record, order, stream[, turns, leases][, the broadcast's hash][, message index keys];
  * ARGV owner, entry, final, status, result, delay_ms, keep_ms, group, request id,
@@ -132,7 +130,7 @@ static const char PROGRESS_SCRIPT[] =
  * response's element is recorded only here). A broadcast's request counts its end in the
  * broadcast (bc_end), whose hash its start told (START_SCRIPT): another one is refused, before
  * anything is written. */
-static const char END_SCRIPT[] = NOW_MS BC_END_FN
+static const char END_SCRIPT[] = STORE_LUA_NOW_MS BC_END_FN
     "if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end "
     "local bq = redis.call('HGET', KEYS[1], 'bq') if bq and bq ~= ARGV[11] then "
     "return redis.error_reply('ERR broadcast hash ' .. bq .. ' not among KEYS') end "
@@ -191,10 +189,10 @@ static const char STATUS_SCRIPT[] =
 
 /* KEYS stream; ARGV group. Entries (XLEN) and the first entry's id (its time). */
 static const char DEPTH_SCRIPT[] =
-    NOW_MS "local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1] "
-           "local age = 0 if first then "
-           "age = now - tonumber(string.match(first[1], '^(%d+)')) end "
-           "return {redis.call('XLEN', KEYS[1]), age}";
+    STORE_LUA_NOW_MS "local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1] "
+                     "local age = 0 if first then "
+                     "age = now - tonumber(string.match(first[1], '^(%d+)')) end "
+                     "return {redis.call('XLEN', KEYS[1]), age}";
 
 /* KEYS stream; ARGV group, min_idle_ms. Consumers that hold nothing and did not read for
  * min_idle_ms are removed (XINFO and XGROUP DELCONSUMER in one step: one that takes an entry
