@@ -22,6 +22,22 @@ MEMBERS = 4000  # each measure's requests go to members no request went to befor
 # depth gauges and consumers' upkeep (every 5 s: XLEN, XRANGE, XINFO in scripts, per shard),
 # the broadcasts' idle look (SMEMBERS). A measure that saw any of it is made again.
 BACKGROUND = ("xinfo", "xlen", "xrange", "xautoclaim", "smembers")
+TRIES = 12  # windows, at most, until one without it
+
+
+def background_came(c0, c1):
+    """Whether the instances' background work ran between two INFO commandstats."""
+    return any(c1.get(k, 0) != c0.get(k, 0) for k in BACKGROUND)
+
+
+def in_quiet_window(test, once, what):
+    """once()'s result, made again (TRIES times at most) while it is None: its window met the
+    instances' background work (on a busy machine a window lasts long enough to)."""
+    for _ in range(TRIES):
+        result = once()
+        if result is not None:
+            return result
+    test.fail("every %s met the instances' background work" % what)
 TURN_COMMANDS = {"rpush": 1, "pexpire": 1, "lrem": 1, "lindex": 1}
 
 
@@ -97,11 +113,8 @@ class OrderCost(StackTest):
         """(commands by name, round trips) per request over N requests sent one at a time, in a
         window without the instances' background work (made again until one is: on a busy
         machine a window lasts long enough to meet it)."""
-        for _ in range(12):
-            measured = self.measure_once(url, cid, order, keyed, by_recipient)
-            if measured is not None:
-                return measured
-        self.fail("every measure met the instances' background work")
+        return in_quiet_window(
+            self, lambda: self.measure_once(url, cid, order, keyed, by_recipient), "measure")
 
     def measure_once(self, url, cid, order, keyed, by_recipient):
         """measure's window, or None when the instances' background work came in it."""
@@ -126,7 +139,7 @@ class OrderCost(StackTest):
                 wait_for(lambda: self.info()[0].get("hset", 0) - c0.get("hset", 0) >= 2 * n,
                          timeout=10, what="the key's answer stored")
         c1, r1 = self.info()
-        if any(c1.get(k, 0) != c0.get(k, 0) for k in BACKGROUND):
+        if background_came(c0, c1):
             return None
         own = self.infos - infos  # this test's INFO calls, one read each
         # the outbox's blocking stream reads (each worker's, in the background, every 5 s, each
@@ -276,13 +289,10 @@ class OrderCost(StackTest):
         """A keyed request whose answer is stored is replayed by the script that would take its
         slot: one script call, which takes none (no TAT written, none given back: the old
         begin and slot scripts took one and gave it back, three calls)."""
-        for _ in range(12):
-            if self.replay_once():
-                return
-        self.fail("every replay met the instances' background work")
+        in_quiet_window(self, self.replay_once, "replay")
 
     def replay_once(self):
-        """test_7 once: False when the instances' background work came in its window."""
+        """test_7 once: None when the instances' background work came in its window."""
         s = self.s
         self.warm(self.on)
         i = self.__class__.next_member
@@ -306,8 +316,8 @@ class OrderCost(StackTest):
         c1, _ = self.info()
         texts = [e for e in s.sim_log() if "replay-%d" % i in json.dumps(e)]
         self.assertEqual(len(texts), 1, texts)
-        if any(c1.get(k, 0) != c0.get(k, 0) for k in BACKGROUND):
-            return False
+        if background_came(c0, c1):
+            return None
         diff = {k: c1[k] - c0.get(k, 0) for k in c1 if k != "info" and not k.startswith("x")
                 and c1[k] != c0.get(k, 0)}
         self.assertEqual(diff.get("evalsha"), 1, diff)

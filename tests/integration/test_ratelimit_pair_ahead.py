@@ -130,11 +130,8 @@ class PairAhead(StackTest):
         time, each after the last one's turn was given back (else the give-back and the next
         request's commands could share a read: fewer round trips, by luck). Made again when the
         instance's background work came in the window (test_order_cost.BACKGROUND)."""
-        for _ in range(12):
-            measured = self.measure_once(cid, mids, by)
-            if measured is not None:
-                return measured
-        self.fail("every measure met the instance's background work")
+        return test_order_cost.in_quiet_window(
+            self, lambda: self.measure_once(cid, mids, by), "measure")
 
     def measure_once(self, cid, mids, by):
         settled = lambda: (self.info()[0].get("lrem", 0) + self.pushed >=  # noqa
@@ -147,7 +144,7 @@ class PairAhead(StackTest):
             wait_for(lambda: self.info()[0].get("lrem", 0) - c0.get("lrem", 0) >= n,
                      timeout=10, what="the turn given back")
         c1, r1 = self.info()
-        if any(c1.get(k, 0) != c0.get(k, 0) for k in test_order_cost.BACKGROUND):
+        if test_order_cost.background_came(c0, c1):
             return None
         own = self.infos - infos  # this measure's INFO calls, one read each
         background = c1.get("xreadgroup", 0) - c0.get("xreadgroup", 0)
