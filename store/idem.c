@@ -490,10 +490,11 @@ store_turn_take_t *store_turn_take(store_t *st, unsigned shard, const char *chan
                                    const char *member_id, const char *id, int lease_ms, int brief,
                                    store_turn_taken_cb *cb, void *arg, store_status_t *status)
 {
-    char turns[STORE_KEY_MAX], leases[STORE_KEY_MAX], member[STORE_KEY_MAX], ms[NUMFMT_DEC_SIZE];
+    char turns[STORE_KEY_MAX], member[STORE_KEY_MAX], ms[NUMFMT_DEC_SIZE];
     store_turn_take_t *t;
 
-    if (store_turn_keys(st, shard, channel_id, member_id, turns, leases) < 0 ||
+    /* the queue alone: its leases are the script's (store_turn_join) and the give-back's */
+    if (store_turn_key(st, turns, sizeof(turns), shard, channel_id, member_id) < 0 ||
         (brief >= 0 &&
          store_key_member(member, sizeof(member), store_prefix(st), channel_id, member_id) < 0)) {
         if (status != NULL)
