@@ -26,6 +26,10 @@
 #   BENCH_G_ACCEPTED=1000000 recipients g accepts by tag (then cancelled: not delivered)
 #   BENCH_H_RATE=20000       webhooks/s the bodies of h's maximum run are made for (each is
 #                            signed before the run; a run that uses them all reports wraps)
+#   BENCH_PAIR_ROUNDS=6      rounds of a and a-off (a-tls and a-tls-off) in turn, after their
+#                            own runs: the order on / off ratio of each round and their median
+#                            (0: none)
+#   BENCH_PAIR_DURATION=4    seconds of each run of those rounds
 #   BENCH_CONNECTIONS=64     wrk connections of a, b, c, a-tls and a-tls-h1
 #   BENCH_WRK_THREADS=2      wrk threads
 #   BENCH_UPSTREAM_WORKERS=auto  worker_processes of the static upstream nginx
@@ -41,7 +45,7 @@
 #   BENCH_HOLD=1             start and load everything, print the addresses, pids and wrk
 #                            commands, and wait for Ctrl-C instead of running (for strace/perf);
 #                            botgate's upstream: the static one over HTTP (1 or http), over
-#                            HTTPS (tls) or the simulator (sim)
+#                            HTTPS (tls) or the simulator (sim); its order-off twin beside it
 #
 # Expects a Release build in build-release (make bench does it). Every process it starts is
 # stopped on exit, Ctrl-C included.
@@ -60,6 +64,8 @@ wrk_threads=${BENCH_WRK_THREADS:-2}
 upstream_workers=${BENCH_UPSTREAM_WORKERS:-auto}
 strace_requests=${BENCH_STRACE_REQUESTS:-20000}
 strace_scenarios=${BENCH_STRACE_SCENARIOS:-a a-tls a-tls-h1}
+pair_rounds=${BENCH_PAIR_ROUNDS:-6}
+pair_duration=${BENCH_PAIR_DURATION:-4}
 out=${BENCH_OUT:-$root/build-release/bench-latest.txt}
 workers=${BOTGATE_WORKERS:-1}
 max_conn=${BOTGATE_MAX_CONNECTIONS:-20000}
@@ -320,13 +326,17 @@ stop_botgate() { # both
 
 if [ "${BENCH_HOLD:-0}" != 0 ]; then
   case $BENCH_HOLD in
-    tls) start_botgate "$upstream_tls/graph/v19.0" BOTGATE_CA_FILE="$cert"; hsc=a-tls; hng=$nginx_tls ;;
-    sim) start_botgate "$sim/graph/v19.0"; hsc=d; hng=$nginx_sim ;;
-    *) start_botgate "$upstream/graph/v19.0"; hsc=a; hng=$nginx ;;
+    tls) hurl=$upstream_tls/graph/v19.0; hsc=a-tls; hng=$nginx_tls
+         start_botgate "$hurl" BOTGATE_CA_FILE="$cert"; start_twin "$hurl" BOTGATE_CA_FILE="$cert" ;;
+    sim) hurl=$sim/graph/v19.0; hsc=d; hng=$nginx_sim
+         start_botgate "$hurl"; start_twin "$hurl" ;;
+    *) hurl=$upstream/graph/v19.0; hsc=a; hng=$nginx
+       start_botgate "$hurl"; start_twin "$hurl" ;;
   esac
   cat >&2 <<EOT
 bench: BENCH_HOLD=$BENCH_HOLD: everything runs until Ctrl-C (logs in $tmp)
   botgate $botgate (pid $botgate_pid), Facebook upstream used: $botgate_proto
+  its order-off twin $twin (pid $twin_pid): the same wrk line with $twin
   nginx $nginx (static upstream), $nginx_tls (static upstream over TLS), $nginx_sim (simulator)
     (master pid $nginx_pid, worker $(pgrep -P "$nginx_pid" | tr '\n' ' '))
   static upstream $upstream and $upstream_tls (master pid $upstream_pid, status $upstream_status)
@@ -385,7 +395,7 @@ run() { # scenario target connections [extra wrk options...]
   [ "$t" -gt "$c" ] && t=$c
   BENCH_THREADS=$t BENCH_MEMBERS=$members \
     $report measure --out "${run_out:-$results}" --log "$tmp/wrk.log" --scenario "$sc" --target "$target" \
-    --connections "$c" --pids "$pidlist" --aux "$aux" "${counter[@]}" -- \
+    --connections "$c" --pids "$pidlist" --aux "$aux" --kind "${run_kind:-}" "${counter[@]}" -- \
     wrk "-t$t" "-c$c" "-d${run_duration:-$duration}s" --latency "$@" -s "$script" "$url" \
     -- "${sargs[@]}" || {
     local rc=$?
@@ -393,6 +403,24 @@ run() { # scenario target connections [extra wrk options...]
     failed=1
   }
   sleep 1
+}
+
+# A scenario and its order-off twin in turn, short runs, on first then off first (ABBA...): the
+# machine's drift over a minute moves one long run of each by more than order costs; the table
+# gives each round's ratio and their median (report.py order_rounds)
+order_rounds() { # scenario twin
+  local i
+  [ "$pair_rounds" -gt 0 ] || return 0
+  echo "bench: $1 and $2 in turn, $pair_rounds rounds of $pair_duration s" >&2
+  for i in $(seq "$pair_rounds"); do
+    if [ $((i % 2)) = 1 ]; then
+      run_kind=pair run_duration=$pair_duration run "$1" botgate "$conns"
+      run_kind=pair run_duration=$pair_duration run "$2" botgate "$conns"
+    else
+      run_kind=pair run_duration=$pair_duration run "$2" botgate "$conns"
+      run_kind=pair run_duration=$pair_duration run "$1" botgate "$conns"
+    fi
+  done
 }
 
 # strace -c over a fixed number of requests, after the timed runs of the same botgate
@@ -438,7 +466,8 @@ if has a || has a-off || has b || has c || has c-lua || has a-key; then
         echo "bench: scenario $sc" >&2
         run "$sc" botgate "$conns"
         # a's twin right after it: the machine as alike as it gets for the two
-        [ "$sc" = a ] && has a-off && { echo "bench: scenario a-off" >&2; run a-off botgate "$conns"; }
+        [ "$sc" = a ] && has a-off && { echo "bench: scenario a-off" >&2; run a-off botgate "$conns"
+                                        order_rounds a a-off; }
         run "$sc" nginx "$conns"
         ;;
       a-off)
@@ -480,6 +509,7 @@ if has a-tls || has a-tls-off; then
   run up-tls upstream "$conns"
   has a-tls && run a-tls botgate "$conns"
   has a-tls-off && { echo "bench: scenario a-tls-off" >&2; run a-tls-off botgate "$conns"; }
+  has a-tls && has a-tls-off && order_rounds a-tls a-tls-off
   run a-tls nginx "$conns"
   strace_phase a-tls
   stop_botgate
@@ -649,7 +679,7 @@ python3 -c 'import json, sys; print(json.dumps(dict(a.split("=", 1) for a in sys
   "upstream_workers=$upstream_workers" "strace_count=$((strace_requests / wrk_threads))" \
   "tls_botgate_proto=$tls_botgate_proto" "tls_h1_botgate_proto=$tls_h1_botgate_proto" \
   "tls_nginx_proto=$tls_nginx_proto" \
-  "command=${BENCH_COMMAND:-bench/bench.sh} (BENCH_DURATION=$duration BENCH_D_DURATION=$d_duration BENCH_SCENARIOS=\"$scenarios\" BENCH_G_MEMBERS=$g_members)" \
+  "command=${BENCH_COMMAND:-bench/bench.sh} (BENCH_DURATION=$duration BENCH_D_DURATION=$d_duration BENCH_PAIR_ROUNDS=$pair_rounds BENCH_PAIR_DURATION=$pair_duration BENCH_SCENARIOS=\"$scenarios\" BENCH_G_MEMBERS=$g_members)" \
   > "$tmp/meta.json"
 mkdir -p "$(dirname "$out")"
 $report table "$results" "$tmp/meta.json" | tee "$out"

@@ -344,6 +344,8 @@ def cmd_measure(args):
            "others_top": sorted(([k, round(v, 2)] for k, v in others.items()),
                                 key=lambda kv: -kv[1])[:4],
            "wrk_rc": r.returncode, "note": args.note}
+    if args.kind:
+        rec["kind"] = args.kind  # not a row of the table (load)
     if calls0 is not None and calls1 is not None:
         rec["upstream_calls"] = calls1 - calls0
     if status0 is not None and status1 is not None:
@@ -491,6 +493,27 @@ def short(rec):
 
 def per_req_us(rec):
     return rec["cpu_s"] * 1e6 / (rec["requests"] or 1)
+
+
+def redis_us(rec):
+    return rec["aux_cpu_s"].get("redis", 0) * 1e6 / (rec["requests"] or 1)
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return (xs[n // 2] + xs[(n - 1) // 2]) / 2.0
+
+
+def order_rounds(recs, on, off):
+    """The alternating rounds of a scenario and its order-off twin (bench.sh's order_rounds,
+    kind "pair"), as (on, off) pairs of the same round: the machine's drift over a minute,
+    which moves one long run of each by more than order costs, weighs on both alike."""
+    runs = [r for r in recs if r.get("kind") == "pair" and r["target"] == "botgate"
+            and "error" not in r and r["scenario"] in (on, off)]
+    ons = [r for r in runs if r["scenario"] == on and rps(r) > 0]
+    offs = [r for r in runs if r["scenario"] == off and rps(r) > 0]
+    return list(zip(ons, offs))
 
 
 def find(recs, scenario, target):
@@ -745,6 +768,15 @@ def cmd_table(args):
               % (on["scenario"], rps(on), rps(off), rps(on) / rps(off), per_req_us(on),
                  per_req_us(off), per_req_us(on) / per_req_us(off) if per_req_us(off) else 0,
                  red_on, red_off, "%.2fx" % (red_on / red_off) if red_off > 0 else "-", cmd))
+            rounds = order_rounds(load_all(args.results), on["scenario"], off["scenario"])
+            if rounds:
+                w("          alternating: %d rounds of %.0f s each, on and off in turn (on first, then"
+                  % (len(rounds), rounds[0][0]["duration_us"] / 1e6))
+                w("          off first, ...): req/s on / off %s, median %.2fx; Redis CPU median %s"
+                  % (" ".join("%.2f" % (rps(a) / rps(b)) for a, b in rounds),
+                     median([rps(a) / rps(b) for a, b in rounds]),
+                     "%.2fx" % median([redis_us(a) / redis_us(b) for a, b in rounds])
+                     if all(redis_us(b) > 0 for _, b in rounds) else "-"))
 
     guarded = [r for r in recs if r["scenario"] in GUARANTEES and r["target"] == "botgate"
                and "error" not in r]
@@ -784,8 +816,9 @@ def cmd_table(args):
         w("and offers h2 and http/1.1 by ALPN. HTTP version that reached the upstream (the upstream")
         w("names it in its message_id; one check call each): botgate %s (a-tls, told"
           % (meta.get("tls_botgate_proto") or "?"))
-        w("BOTGATE_UPSTREAM_HTTP=2, its default; a-tls-h1, told 1.1: %s), nginx %s."
-          % (meta.get("tls_h1_botgate_proto") or "?", meta.get("tls_nginx_proto") or "?"))
+        h1 = meta.get("tls_h1_botgate_proto")
+        w("BOTGATE_UPSTREAM_HTTP=2, its default%s), nginx %s."
+          % ("; a-tls-h1, told 1.1: " + h1 if h1 else "", meta.get("tls_nginx_proto") or "?"))
         for r in tls:
             if "upstream_conns_max" in r:
                 w("  %-8s %-8s at most %d upstream connection(s) open at once, %s accepted by "
@@ -902,6 +935,8 @@ def main():
                    help="the Redis on 127.0.0.1 whose scripts (EVAL, EVALSHA) are counted")
     p.add_argument("--log", default="")
     p.add_argument("--note", default="")
+    p.add_argument("--kind", default="",
+                   help="pair: one of the alternating on / off rounds (order_rounds)")
     p.add_argument("wrk", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_measure)
     p = sub.add_parser("syscalls")

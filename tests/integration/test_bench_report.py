@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """make bench's report (bench/report.py table): the upstream-alone check, the system calls per
 request, the a-tls lines, the delivery guarantees' rows (a-key), the order-off twins (a-off)
-and the webhooks of scenario h, from results files written as bench.sh's runs write them.
+and their rounds in turn, and the webhooks of scenario h, from results files written as bench.sh's runs write them.
 
 Run: python3 tests/integration/test_bench_report.py
 """
@@ -98,6 +98,11 @@ class SyscallsAndTls(unittest.TestCase):
         self.assertIn("0.60x", row(out, "a-tls-h1  a over TLS, botgate HTTP/1.1", "botgate"))
         line = [x for x in out.splitlines() if x.strip().startswith("a        botgate")]
         self.assertEqual(1, len(line), out)
+        # a-tls without a-tls-h1: nothing said of the run that did not run
+        out = table([timed("a-tls", "botgate", 15000), timed("a-tls", "nginx", 30000)],
+                    tls_botgate_proto="HTTP/2.0", tls_h1_botgate_proto="",
+                    tls_nginx_proto="HTTP/1.1")
+        self.assertIn("BOTGATE_UPSTREAM_HTTP=2, its default), nginx HTTP/1.1.", out)
         self.assertIn("9.20 per request (20000 requests, 184000 calls): epoll_ctl 2.20, "
                       "poll 2.00", line[0])
         # the strace record is not a timed run: no row of its own, no effect on the pacing
@@ -149,6 +154,30 @@ class DeliveryGuarantees(unittest.TestCase):
         self.assertEqual(line, "  a       req/s 20000 / 21000 = 0.95x; botgate CPU 22 / 20 us/req = "
                                "1.10x; Redis CPU 5.0 / 4.0 us/req = 1.25x, Redis commands 10.00 / "
                                "6.00 per request")
+
+    def test_the_rounds_in_turn_give_each_ratio_and_their_median(self):
+        """bench.sh's order_rounds: a and a-off in turn (kind "pair", 4 s each), on first then
+        off first; each round's on / off and the median, under the twin's line; not rows."""
+        def pair(sc, rps, redis):
+            return timed(sc, "botgate", rps, kind="pair", duration_us=4000000,
+                         requests=rps * 4, aux_cpu_s={"redis": redis * rps * 4 / 1e6})
+        rounds = [pair("a", 19000, 14.0), pair("a-off", 20000, 10.0),    # 0.95, 1.40x
+                  pair("a-off", 21000, 10.0), pair("a", 18690, 13.0),    # 0.89, 1.30x
+                  pair("a", 20000, 12.0), pair("a-off", 20000, 10.0),    # 1.00, 1.20x
+                  pair("a-off", 25000, 10.0), pair("a", 20000, 15.0)]    # 0.80, 1.50x
+        out = table(self.records() + rounds)
+        lines = out.splitlines()
+        at = lines.index([x for x in lines if x.startswith("  a       req/s")][0])
+        self.assertIn("alternating: 4 rounds of 4 s each", lines[at + 1])
+        self.assertIn("req/s on / off 0.95 0.89 1.00 0.80, median 0.92x; Redis CPU median 1.35x",
+                      lines[at + 2])
+        # the rounds are no rows: a's row is its own run's
+        self.assertTrue(row(out, "a  sendResponses, 1 TEXT", "botgate").endswith("0.50x"))
+        self.assertEqual(len([x for x in lines if x.startswith("a  sendResponses")
+                              and " botgate " in x]), 1, out)
+        # none for a-tls, which ran no rounds
+        tls = lines.index([x for x in lines if x.startswith("  a-tls   req/s")][0])
+        self.assertNotIn("alternating", lines[tls + 1] if tls + 1 < len(lines) else "")
 
     def test_the_cost_section_compares_cpu_and_scripts(self):
         out = table(self.records())
