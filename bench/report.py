@@ -507,13 +507,17 @@ def median(xs):
 
 def order_rounds(recs, on, off):
     """The alternating rounds of a scenario and its order-off twin (bench.sh's order_rounds,
-    kind "pair"), as (on, off) pairs of the same round: the machine's drift over a minute,
-    which moves one long run of each by more than order costs, weighs on both alike."""
+    kind "pair": each round two runs in a row, one of each), as (on, off) pairs of the same
+    round: the machine's drift over a minute, which moves one long run of each by more than
+    order costs, weighs on both alike. A round with a failed run is left out whole."""
     runs = [r for r in recs if r.get("kind") == "pair" and r["target"] == "botgate"
-            and "error" not in r and r["scenario"] in (on, off)]
-    ons = [r for r in runs if r["scenario"] == on and rps(r) > 0]
-    offs = [r for r in runs if r["scenario"] == off and rps(r) > 0]
-    return list(zip(ons, offs))
+            and r["scenario"] in (on, off)]
+    pairs = []
+    for i in range(0, len(runs) - 1, 2):
+        got = {r["scenario"]: r for r in runs[i:i + 2] if "error" not in r and rps(r) > 0}
+        if len(got) == 2:
+            pairs.append((got[on], got[off]))
+    return pairs
 
 
 def find(recs, scenario, target):

@@ -175,6 +175,12 @@ class DeliveryGuarantees(unittest.TestCase):
         self.assertTrue(row(out, "a  sendResponses, 1 TEXT", "botgate").endswith("0.50x"))
         self.assertEqual(len([x for x in lines if x.startswith("a  sendResponses")
                               and " botgate " in x]), 1, out)
+        # a round with a failed run is left out whole: the others keep their pairs
+        failed = dict(pair("a", 30000, 14.0), error="wrk failed")
+        out = table(self.records() + rounds[:2] + [failed, pair("a-off", 21000, 10.0)]
+                    + rounds[4:])
+        self.assertIn("3 rounds of 4 s each", out)
+        self.assertIn("req/s on / off 0.95 1.00 0.80, median 0.95x", out)
         # none for a-tls, which ran no rounds
         tls = lines.index([x for x in lines if x.startswith("  a-tls   req/s")][0])
         self.assertNotIn("alternating", lines[tls + 1] if tls + 1 < len(lines) else "")
