@@ -161,7 +161,9 @@ int64_t adapter_hook_time(const json_t *v, int ms)
             return -1;
         for (; isdigit((unsigned char)*s) && digits < 16; s++, digits++)
             t = t * 10 + (*s - '0');
-        if (*s == '.' && !ms) { /* slack: seconds with a fraction; keep the ms */
+        if (*s == '.' && !ms) {        /* slack: seconds with a fraction; keep the ms */
+            if (t >= INT64_MAX / 1000) /* its ms and their fraction would not fit */
+                return -1;
             for (s++; isdigit((unsigned char)*s); s++, frac++)
                 if (frac < 3)
                     t = t * 10 + (*s - '0');

@@ -218,6 +218,50 @@ static void test_teamwork(void **state)
     assert_null(adapter_teamwork.parse_hook);
 }
 
+/* A platform's time as ms; -1 for what is none, and for what does not fit in an int64 of ms
+ * (a fuzzed wechat CreateTime of 16 digits and a fraction overflowed while it was read). */
+static void test_hook_time(void **state)
+{
+    static const struct {
+        const char *json;
+        int ms;
+        int64_t want;
+    } cases[] = {
+        {"1700000000", 0, 1700000000000},
+        {"1700000000123", 1, 1700000000123},
+        {"\"1503435956.000247\"", 0, 1503435956000},
+        {"\"1503435956.5\"", 0, 1503435956500},
+        {"\"1503435956\"", 0, 1503435956000},
+        {"-1", 0, -1},
+        {"\"\"", 0, -1},
+        {"\"12a\"", 0, -1},
+        {"\"1.\"", 0, 1000},
+        {"\".5\"", 0, -1},
+        {"1.5", 0, -1}, /* a JSON real: none of the platforms' forms */
+        /* the largest seconds whose ms, fraction included, fit; one more does not */
+        {"\"9223372036854774.999\"", 0, INT64_C(9223372036854774999)},
+        {"\"9223372036854775.0\"", 0, -1},
+        {"\"9999999999999999.99999\"", 0, -1},
+        {"\"9999999999999999\"", 0, -1},
+        {"\"9999999999999999\"", 1, INT64_C(9999999999999999)},
+        {"\"99999999999999999\"", 1, -1}, /* 17 digits */
+        {"9223372036854775807", 1, INT64_MAX},
+        {"9223372036854775807", 0, -1},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *v = json_loads(cases[i].json, JSON_DECODE_ANY, NULL);
+        int64_t got;
+        assert_non_null(v);
+        got = adapter_hook_time(v, cases[i].ms);
+        if (got != cases[i].want)
+            fail_msg("%s (ms %d): %lld, want %lld", cases[i].json, cases[i].ms, (long long)got,
+                     (long long)cases[i].want);
+        json_decref(v);
+    }
+}
+
 /* lastInboundAt: the later of the stored and the new, never moved back. */
 static void test_mark_inbound(void **state)
 {
@@ -251,9 +295,8 @@ static void test_mark_inbound(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cases),
-        cmocka_unit_test(test_event_bound),
-        cmocka_unit_test(test_teamwork),
+        cmocka_unit_test(test_cases),        cmocka_unit_test(test_event_bound),
+        cmocka_unit_test(test_teamwork),     cmocka_unit_test(test_hook_time),
         cmocka_unit_test(test_mark_inbound),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
