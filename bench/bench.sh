@@ -409,17 +409,13 @@ run() { # scenario target connections [extra wrk options...]
 # machine's drift over a minute moves one long run of each by more than order costs; the table
 # gives each round's ratio and their median (report.py order_rounds)
 order_rounds() { # scenario twin
-  local i
+  local i first=$1 second=$2 swap
   [ "$pair_rounds" -gt 0 ] || return 0
   echo "bench: $1 and $2 in turn, $pair_rounds rounds of $pair_duration s" >&2
   for i in $(seq "$pair_rounds"); do
-    if [ $((i % 2)) = 1 ]; then
-      run_kind=pair run_duration=$pair_duration run "$1" botgate "$conns"
-      run_kind=pair run_duration=$pair_duration run "$2" botgate "$conns"
-    else
-      run_kind=pair run_duration=$pair_duration run "$2" botgate "$conns"
-      run_kind=pair run_duration=$pair_duration run "$1" botgate "$conns"
-    fi
+    run_kind=pair run_duration=$pair_duration run "$first" botgate "$conns"
+    run_kind=pair run_duration=$pair_duration run "$second" botgate "$conns"
+    swap=$first first=$second second=$swap   # the next round starts with the other
   done
 }
 

@@ -31,6 +31,7 @@ import re
 import resource
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -496,13 +497,8 @@ def per_req_us(rec):
 
 
 def redis_us(rec):
+    """Redis's CPU during a botgate run, in us per request answered."""
     return rec["aux_cpu_s"].get("redis", 0) * 1e6 / (rec["requests"] or 1)
-
-
-def median(xs):
-    xs = sorted(xs)
-    n = len(xs)
-    return (xs[n // 2] + xs[(n - 1) // 2]) / 2.0
 
 
 def order_rounds(recs, on, off):
@@ -689,8 +685,7 @@ def cmd_table(args):
                          "%.2f" % (up / n) if up is not None else "", conns,
                          "%.2f" % r["aux_cpu_s"].get("redis", 0)
                          if r["target"] == "botgate" else "",
-                         "%.1f" % (r["aux_cpu_s"].get("redis", 0) * 1e6 / n)
-                         if r["target"] == "botgate" else "",
+                         "%.1f" % redis_us(r) if r["target"] == "botgate" else "",
                          "%.2f" % (r["redis_commands"] / float(n))
                          if r["target"] == "botgate" and "redis_commands" in r else "",
                          "%.2f" % r["aux_cpu_s"]["upstream"]
@@ -761,8 +756,7 @@ def cmd_table(args):
         w("off (the twins, a botgate of their own started beside it, run right after it): on / off.")
         for off, on in twins:
             n_on, n_off = float(on["requests"] or 1), float(off["requests"] or 1)
-            red_on = on["aux_cpu_s"].get("redis", 0) * 1e6 / n_on
-            red_off = off["aux_cpu_s"].get("redis", 0) * 1e6 / n_off
+            red_on, red_off = redis_us(on), redis_us(off)
             cmd = ""
             if "redis_commands" in on and "redis_commands" in off:
                 cmd = ", Redis commands %.2f / %.2f per request" % (
@@ -778,8 +772,8 @@ def cmd_table(args):
                   % (len(rounds), rounds[0][0]["duration_us"] / 1e6))
                 w("          off first, ...): req/s on / off %s, median %.2fx; Redis CPU median %s"
                   % (" ".join("%.2f" % (rps(a) / rps(b)) for a, b in rounds),
-                     median([rps(a) / rps(b) for a, b in rounds]),
-                     "%.2fx" % median([redis_us(a) / redis_us(b) for a, b in rounds])
+                     statistics.median([rps(a) / rps(b) for a, b in rounds]),
+                     "%.2fx" % statistics.median([redis_us(a) / redis_us(b) for a, b in rounds])
                      if all(redis_us(b) > 0 for _, b in rounds) else "-"))
 
     guarded = [r for r in recs if r["scenario"] in GUARANTEES and r["target"] == "botgate"
@@ -801,14 +795,14 @@ def cmd_table(args):
                 return ""
             n = float(r["requests"])
             return ", Redis %.1f us/req, %.2f commands/req, %.2f scripts/req" % (
-                r["aux_cpu_s"].get("redis", 0) * 1e6 / n, r.get("redis_commands", 0) / n,
+                redis_us(r), r.get("redis_commands", 0) / n,
                 r["redis_scripts"] / n)
 
         w("  %-8s %.0f req/s, CPU %.0f us/req%s" % ("a", rps(a), per_req_us(a), scripts(a)))
         for r in guarded:
             w("  %-8s %s: %s%s" % (r["scenario"], GUARANTEES[r["scenario"]], cost(r, a, "a"),
                                    scripts(r)))
-            red, red0 = (x["aux_cpu_s"].get("redis", 0) / float(x["requests"] or 1) for x in (r, a))
+            red, red0 = redis_us(r), redis_us(a)
             if red0 > 0:
                 w("  %-8s Redis CPU per request %.2fx a's" % ("", red / red0))
 
