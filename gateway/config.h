@@ -50,6 +50,9 @@ typedef struct config {
     int script_max_instructions;  /* VM instructions of one node script run */
     int script_max_memory_kb;     /* memory of one node script run, KiB */
     int script_max_ms;            /* computing time of one node script run, ms */
+    /* not configured: random per process (main), the first part of its workers' outbox
+     * consumers' names (<instance>-<worker>), so that XINFO CONSUMERS tells instances apart */
+    char instance[17];
 } config_t;
 
 /* Fills cfg from defaults, the environment, then argv. Returns 0, 1 when --help was printed,

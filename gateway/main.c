@@ -3,6 +3,7 @@
 #include "log.h"
 #include "worker.h"
 
+#include "../core/rng.h"
 #include "../net/curlmem.h"
 
 #include <jansson.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -26,6 +28,12 @@ int main(int argc, char **argv)
         return rc > 0 ? 0 : 2;
     log_set_level((log_level_t)cfg.log_level);
     config_warn_unknown(environ);
+    {
+        uint64_t seed = 0;
+        if (getrandom(&seed, sizeof(seed), 0) != sizeof(seed) || seed == 0)
+            seed = ((uint64_t)time(NULL) << 22) ^ (uint64_t)getpid() ^ 0x9E3779B97F4A7C15ULL;
+        rng_hex(&seed, cfg.instance, sizeof(cfg.instance) - 1);
+    }
     /* libevent and hiredis write to sockets with plain write(2). */
     signal(SIGPIPE, SIG_IGN);
     if (curlmem_global_init() < 0) {

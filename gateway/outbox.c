@@ -1150,7 +1150,6 @@ void outbox_watch_depth(outbox_t *ob)
 outbox_t *outbox_new(op_env_t *env, int worker_id)
 {
     outbox_t *ob = calloc(1, sizeof(*ob));
-    char hex[17];
 
     if (ob == NULL)
         return NULL;
@@ -1158,8 +1157,7 @@ outbox_t *outbox_new(op_env_t *env, int worker_id)
     ob->shards = (unsigned)env->deliver.cfg->outbox_shards;
     /* one name per worker and process: a restarted instance is a new consumer, and the old
      * one's entries are taken over once idle for the claim time */
-    rng_hex(&env->deliver.rng, hex, 16);
-    snprintf(ob->consumer, sizeof(ob->consumer), "%s-%d", hex, worker_id);
+    snprintf(ob->consumer, sizeof(ob->consumer), "%s-%d", env->deliver.cfg->instance, worker_id);
     ob->hooks =
         (op_outbox_t){ob, ob_accept, ob_answered, ob_progress, ob_resumed, ob_cancel, ob_release};
     if ((ob->status = outbox_status_new(env)) == NULL ||
