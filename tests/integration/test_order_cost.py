@@ -94,12 +94,20 @@ class OrderCost(StackTest):
                  dict(to, channelId=cid, response=[{"type": "TEXT", "text": "cost"}]), headers)
         self.assertEqual(a.status, 200, a)
 
+    def send_keyed(self, url, cid):
+        """send() with a new Idempotency-Key, returning once the key's answer is stored (its
+        script's HMGET counted): it is stored after the answer, and on a busy machine it could
+        otherwise land in the window that follows and count as a measured request's."""
+        c0 = self.info()[0].get("hmget", 0)
+        self.send(url, cid, keyed=True)
+        wait_for(lambda: self.info()[0].get("hmget", 0) > c0, timeout=10,
+                 what="the key's answer stored")
+
     def warm(self, url):
         """Until the worker answers from its cache (the token and both channels): a request on
         fbc then reads Redis for its member alone."""
-        # the key's scripts loaded (a first EVALSHA fails); its answer is stored after it, on
-        # the connection that carries the requests below, so before their answers
-        self.send(url, "fbc", keyed=True)
+        # the key's scripts loaded (a first EVALSHA fails)
+        self.send_keyed(url, "fbc")
         for _ in range(50):
             c0, _ = self.info()
             self.send(url, "fbc")
@@ -107,7 +115,7 @@ class OrderCost(StackTest):
             if c1.get("get", 0) - c0.get("get", 0) == 1:
                 break
         self.send(url, "fbr")  # its channel into the cache, now that the cache is on
-        self.send(url, "fbr", keyed=True)  # the slot's script with a key's begin loaded
+        self.send_keyed(url, "fbr")  # the slot's script with a key's begin loaded
 
     def measure(self, url, cid, order, keyed=False, by_recipient=False):
         """(commands by name, round trips) per request over N requests sent one at a time, in a
