@@ -691,13 +691,16 @@ class Consumers(Case):
                                         "BOTGATE_OUTBOX_CLAIM_MS": "1000"}}
 
     def processes(self):
-        """The process part of the names of every shard's consumers."""
+        """The process part of the names of every shard's consumers, each name checked to be
+        <16 hex digits>-<worker>: the same 16 for every worker of a process."""
         out = set()
         for shard in range(16):
             try:
                 got = self.s.redis("XINFO", "CONSUMERS", "botgate:outbox:{%d}" % shard, "botgate")
             except RuntimeError:  # the stream and its group are made by the first read
                 continue
+            for c in got:
+                self.assertRegex(c[1], r"^[0-9a-f]{16}-[01]$")
             out |= {c[1].rsplit("-", 1)[0] for c in got}
         return out
 
