@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,9 +28,7 @@ int main(int argc, char **argv)
     log_set_level((log_level_t)cfg.log_level);
     config_warn_unknown(environ);
     {
-        uint64_t seed = 0;
-        if (getrandom(&seed, sizeof(seed), 0) != sizeof(seed) || seed == 0)
-            seed = ((uint64_t)time(NULL) << 22) ^ (uint64_t)getpid() ^ 0x9E3779B97F4A7C15ULL;
+        uint64_t seed = worker_seed(&cfg);
         rng_hex(&seed, cfg.instance, sizeof(cfg.instance) - 1);
     }
     /* libevent and hiredis write to sockets with plain write(2). */

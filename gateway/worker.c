@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #define DRAIN_FLUSH_MS       200 /* after the last answer, time for it to leave the socket buffers */
@@ -244,6 +245,17 @@ static int add_routes(worker_t *w)
     return 0;
 }
 
+uint64_t worker_seed(const void *salt)
+{
+    uint64_t seed = 0;
+
+    if (getrandom(&seed, sizeof(seed), 0) != sizeof(seed) || seed == 0)
+        seed = (0x9E3779B97F4A7C15ULL ^ (uint64_t)(uintptr_t)salt ^ ((uint64_t)time(NULL) << 22) ^
+                (uint64_t)getpid()) |
+               1;
+    return seed;
+}
+
 int worker_init(worker_t *w, int id, const config_t *cfg)
 {
     struct event_config *ec;
@@ -253,10 +265,7 @@ int worker_init(worker_t *w, int id, const config_t *cfg)
     w->id = id;
     w->cfg = cfg;
     w->ctl[0] = w->ctl[1] = -1;
-    if (getrandom(&w->env.deliver.rng, sizeof(w->env.deliver.rng), 0) !=
-            sizeof(w->env.deliver.rng) ||
-        w->env.deliver.rng == 0)
-        w->env.deliver.rng = 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uintptr_t)w;
+    w->env.deliver.rng = worker_seed(w);
     /* One thread per base: no locking inside libevent. */
     ec = event_config_new();
     event_config_set_flag(ec, EVENT_BASE_FLAG_NOLOCK);

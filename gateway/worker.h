@@ -49,4 +49,8 @@ void worker_cleanup(worker_t *w);
 /* Every worker, for /metrics. Set once by main before the workers start. */
 void worker_set_all(worker_t *all, int n);
 
+/* A non-zero seed for core/rng.h, from getrandom(2); should that fail, from salt (an address
+ * of the caller's), the time and the pid. */
+uint64_t worker_seed(const void *salt);
+
 #endif
