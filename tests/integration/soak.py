@@ -143,14 +143,21 @@ class Tally:
             self.slowest = max(self.slowest, took)
 
 
+def element_errors(j):
+    """The error objects of a send answer's elements (j its JSON)."""
+    result = j.get("sendResult", {}).get("result", []) if isinstance(j.get("sendResult"),
+                                                                     dict) else []
+    return [el["error"] for el in result
+            if isinstance(el, dict) and isinstance(el.get("error"), dict)]
+
+
 def classify(a):
     """A label for the answer, and a description when it is not what contract.md allows."""
     j = a.json
     if not isinstance(j, dict):
         return "unexpected %d" % a.status, repr(a)[:300]
     if a.status == 200 and j.get("ok") == 1 and isinstance(j.get("sendResult"), dict):
-        codes = sorted({el["error"].get("err_code") for el in j["sendResult"].get("result", [])
-                        if isinstance(el, dict) and isinstance(el.get("error"), dict)})
+        codes = sorted({e.get("err_code") for e in element_errors(j)})
         if not codes:
             return "200", None
         return "200, element err_code %s" % "/".join(str(c) for c in codes), None
@@ -267,12 +274,9 @@ PAUSE_MAX_S = 60.0  # a platform's rate-limit answer pauses its sender this long
 
 def retry_after_s(a):
     """The longest retryAfterMs of the answer's elements refused for a rate limit (120), in s."""
-    j = a.json if isinstance(a.json, dict) else {}
-    result = j.get("sendResult", {}).get("result", []) if isinstance(j.get("sendResult"),
-                                                                     dict) else []
-    waits = [el["error"].get("retryAfterMs", 0) / 1000.0 for el in result
-             if isinstance(el, dict) and isinstance(el.get("error"), dict)
-             and el["error"].get("err_code") == 120]
+    waits = [e.get("retryAfterMs", 0) / 1000.0
+             for e in element_errors(a.json if isinstance(a.json, dict) else {})
+             if e.get("err_code") == 120]
     return max(waits) if waits else None
 
 
@@ -288,9 +292,7 @@ def traffic_ok(s, tok):
     while pending and time.monotonic() < max(end[p] for p in pending):
         for ptype in sorted(pending):
             now = time.monotonic()
-            if now >= end[ptype]:
-                continue
-            if now < next_try[ptype]:
+            if now >= end[ptype] or now < next_try[ptype]:
                 continue
             a = http("POST", s.url + "/sendResponses",
                      {"channelId": CHANNELS[ptype]["_id"], "memberId": mid(ptype, 0),
