@@ -18,7 +18,9 @@ typedef struct scan {
 
 static void skip_ws(scan_t *s)
 {
-    while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
+    /* a stored record has no white space: one comparison finds that */
+    while (s->p < s->end && *s->p <= ' ' &&
+           (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
         s->p++;
 }
 
@@ -62,11 +64,14 @@ static long scan_string(scan_t *s, unsigned char *dst)
         const unsigned char *run = s->p;
         unsigned char c;
         /* plain ASCII, the bulk of every record, goes as one run: eight bytes at a time while
-         * none ends it, then byte by byte */
+         * none ends it, then straight to the byte that does (the quote of a short string) */
         while (s->end - s->p >= 8) {
             uint64_t w = swar_load(s->p);
-            if ((swar_json_special(w) | (w & SWAR_HIGHS)) != 0)
+            uint64_t stop = swar_json_special(w) | (w & SWAR_HIGHS);
+            if (stop != 0) {
+                s->p += swar_clear_bytes(stop);
                 break;
+            }
             s->p += 8;
         }
         while (s->p < s->end && *s->p >= 0x20 && *s->p < 0x80 && *s->p != '"' && *s->p != '\\')
@@ -260,8 +265,13 @@ static int scan_object(const char *text, size_t n, const char *const *keys, size
                        char **out, unsigned numbers)
 {
     scan_t s = {(const unsigned char *)text, (const unsigned char *)text + n};
+    size_t klens[JSCAN_MAX_KEYS];
 
     memset(out, 0, nkeys * sizeof(*out));
+    if (nkeys > JSCAN_MAX_KEYS)
+        return -1;
+    for (size_t i = 0; i < nkeys; i++)
+        klens[i] = strlen(keys[i]);
     skip_ws(&s);
     if (s.p >= s.end || *s.p != '{')
         return -1;
@@ -283,9 +293,10 @@ static int scan_object(const char *text, size_t n, const char *const *keys, size
             goto fail;
         /* keys asked for are plain ASCII: compare the raw bytes (an escaped key never matches) */
         for (size_t i = 0; i < nkeys; i++)
-            if ((size_t)(s.p - 1 - key) == strlen(keys[i]) &&
-                memcmp(key, keys[i], strlen(keys[i])) == 0)
+            if ((size_t)(s.p - 1 - key) == klens[i] && memcmp(key, keys[i], klens[i]) == 0) {
                 which = i;
+                break;
+            }
         skip_ws(&s);
         if (s.p >= s.end || *s.p++ != ':')
             goto fail;

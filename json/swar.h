@@ -1,6 +1,7 @@
 /* swar.h - tests on eight bytes at once, for the loops that skip plain text (the zero-byte
- * tests of "Bit Twiddling Hacks"). Each result is not zero exactly when some byte matches;
- * which bits are set says nothing more, so a match is then found byte by byte. */
+ * tests of "Bit Twiddling Hacks"). Each result is not zero exactly when some byte matches.
+ * A byte's borrow runs only into the bytes above it, so the lowest flagged byte is a true
+ * match and those above it may not be: swar_clear_bytes says how far a loop may skip. */
 #ifndef BOTGATE_JSON_SWAR_H
 #define BOTGATE_JSON_SWAR_H
 
@@ -36,6 +37,19 @@ static inline uint64_t swar_equal(uint64_t w, unsigned char c)
 static inline uint64_t swar_json_special(uint64_t w)
 {
     return swar_below(w, 0x20) | swar_equal(w, '"') | swar_equal(w, '\\');
+}
+
+/* How many of the eight bytes at p, in memory order, surely match none of mask's tests (mask
+ * not zero): on a little-endian machine the offset of the lowest flagged byte, the first match;
+ * elsewhere 0, and the caller looks byte by byte. */
+static inline unsigned swar_clear_bytes(uint64_t mask)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    return (unsigned)__builtin_ctzll(mask) / 8;
+#else
+    (void)mask;
+    return 0;
+#endif
 }
 
 #endif

@@ -92,8 +92,11 @@ static const char *line_scan(const char *s, const char *end, const char **eol)
     for (;;) {
         while (e - p >= 8) {
             uint64_t w = swar_load(p);
-            if ((swar_below(w, 0x20) | swar_equal(w, 0x7F)) != 0)
+            uint64_t stop = swar_below(w, 0x20) | swar_equal(w, 0x7F);
+            if (stop != 0) {
+                p += swar_clear_bytes(stop);
                 break;
+            }
             p += 8;
         }
         if ((*p >= 0x20 && *p != 0x7F) || *p == '\t') {

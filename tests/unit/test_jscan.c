@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "json/jscan.h"
+#include "json/swar.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -183,6 +184,55 @@ static void test_scalars(void **state)
     assert_null(out[2]);
 }
 
+/* swar_clear_bytes never skips a match: on this (little-endian) machine it finds the first one
+ * exactly, whatever follows it, even bytes that the borrow out of the match flags falsely ('#'
+ * after a quote, a space after a control character). */
+static void test_swar_first_match(void **state)
+{
+    static const unsigned char stops[] = {'"', '\\', 0x00, 0x1F, 0x0A, 0x80, 0xC3, 0xFF};
+    static const unsigned char after[] = {'#', ' ', '!', ']', 0x01, 0x21, 'a', 0x80};
+
+    (void)state;
+    for (size_t k = 0; k < 8; k++)
+        for (size_t i = 0; i < sizeof(stops); i++)
+            for (size_t j = 0; j < sizeof(after); j++) {
+                unsigned char b[8];
+                uint64_t w, stop;
+                memset(b, 'x', sizeof(b));
+                b[k] = stops[i];
+                for (size_t m = k + 1; m < 8; m++)
+                    b[m] = after[j];
+                w = swar_load(b);
+                stop = swar_json_special(w) | (w & SWAR_HIGHS);
+                assert_true(stop != 0);
+                assert_true(swar_clear_bytes(stop) <= k);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+                assert_int_equal(swar_clear_bytes(stop), k);
+#endif
+            }
+}
+
+/* Every string length up to 24 and every place of an escape, a control character or UTF-8 in
+ * it, read as jansson reads it: the eight-byte runs end where the byte that ends them is. */
+static void test_string_runs(void **state)
+{
+    static const char *const inserts[] = {"\\\"", "\\n", "\\u00e9", "\xc3\xa9", "#", " "};
+
+    (void)state;
+    for (size_t len = 0; len <= 24; len++)
+        for (size_t at = 0; at <= len; at++)
+            for (size_t i = 0; i < sizeof(inserts) / sizeof(*inserts); i++) {
+                char value[64], text[128];
+                memset(value, 'v', len);
+                value[len] = '\0';
+                snprintf(text, sizeof(text), "{\"_id\":\"%.*s%s%s\",\"externalId\":\"#\"}", (int)at,
+                         value, inserts[i], value + at);
+                same_as_jansson(text);
+                text[strlen(text) - 3] = '\x01'; /* a raw control character in the last string */
+                refused(text, strlen(text));
+            }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -192,6 +242,8 @@ int main(void)
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_depth),
         cmocka_unit_test(test_long_runs),
+        cmocka_unit_test(test_swar_first_match),
+        cmocka_unit_test(test_string_runs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
