@@ -825,13 +825,14 @@ static json_t *decode_brief(const char *raw, size_t len)
 
     if (jscan_scalars(raw, len, keys, 3, values, 1u << 2) < 0)
         return NULL;
+    /* jscan checked the strings' UTF-8 (escapes included) as jansson would: not again */
     if (values[0] != NULL) {
         o = json_object();
-        json_object_set_new(o, "_id", json_string(values[0]));
+        json_object_set_new_nocheck(o, "_id", json_string_nocheck(values[0]));
         if (values[1] != NULL)
-            json_object_set_new(o, "externalId", json_string(values[1]));
+            json_object_set_new_nocheck(o, "externalId", json_string_nocheck(values[1]));
         if (values[2] != NULL)
-            json_object_set_new(o, "lastInboundAt", inbound_value(values[2]));
+            json_object_set_new_nocheck(o, "lastInboundAt", inbound_value(values[2]));
     }
     for (size_t i = 0; i < 3; i++)
         free(values[i]);
