@@ -6,14 +6,14 @@
 
 #include <stddef.h>
 
+/* The most keys one scan looks for (numbers' bits name 32). */
+#define JSCAN_MAX_KEYS 32
+
 /* Scans the JSON object in s (n bytes), checking its syntax throughout, and for each of the
  * nkeys keys sets out[i] to a malloc'd copy of its string value (the last one when a key is
  * repeated), or NULL when the key is absent or its value is not a string. Returns 0, or -1
  * when s is not one well-formed JSON object or nkeys is over JSCAN_MAX_KEYS (then every out[i]
  * is NULL). */
-/* The most keys one scan looks for (numbers' bits name 32). */
-#define JSCAN_MAX_KEYS 32
-
 int jscan_strings(const char *s, size_t n, const char *const *keys, size_t nkeys, char **out);
 
 /* As jscan_strings, and for the keys whose bit is set in numbers (bit i: keys[i], i < 32) a

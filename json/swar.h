@@ -39,9 +39,9 @@ static inline uint64_t swar_json_special(uint64_t w)
     return swar_below(w, 0x20) | swar_equal(w, '"') | swar_equal(w, '\\');
 }
 
-/* How many of the eight bytes at p, in memory order, surely match none of mask's tests (mask
- * not zero): on a little-endian machine the offset of the lowest flagged byte, the first match;
- * elsewhere 0, and the caller looks byte by byte. */
+/* How many of the eight bytes a test's result (not zero) came from, in memory order, surely
+ * match none: on a little-endian machine the offset of the lowest flagged byte, the first
+ * match; elsewhere 0, and the caller looks byte by byte. */
 static inline unsigned swar_clear_bytes(uint64_t mask)
 {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
