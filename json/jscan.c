@@ -65,15 +65,7 @@ static long scan_string(scan_t *s, unsigned char *dst)
         unsigned char c;
         /* plain ASCII, the bulk of every record, goes as one run: eight bytes at a time while
          * none ends it, then straight to the byte that does (the quote of a short string) */
-        while (s->end - s->p >= 8) {
-            uint64_t w = swar_load(s->p);
-            uint64_t stop = swar_json_special(w) | (w & SWAR_HIGHS);
-            if (stop != 0) {
-                s->p += swar_clear_bytes(stop);
-                break;
-            }
-            s->p += 8;
-        }
+        s->p = swar_json_run(s->p, s->end, 1);
         while (s->p < s->end && *s->p >= 0x20 && *s->p < 0x80 && *s->p != '"' && *s->p != '\\')
             s->p++;
         if (s->p > run) {

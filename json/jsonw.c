@@ -86,13 +86,7 @@ void jw_str(jsonw_t *w, const char *s)
     }
     /* most strings need no escape: they go as one copy, found eight bytes at a time */
     n = strlen(s);
-    for (run = p; run + 8 <= p + n; run += 8) {
-        uint64_t stop = swar_json_special(swar_load(run));
-        if (stop != 0) {
-            run += swar_clear_bytes(stop);
-            break;
-        }
-    }
+    run = swar_json_run(p, p + n, 0);
     while (*run >= 0x20 && *run != '"' && *run != '\\')
         run++;
     if (*run == '\0') {

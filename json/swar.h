@@ -52,4 +52,20 @@ static inline unsigned swar_clear_bytes(uint64_t mask)
 #endif
 }
 
+/* p moved over the plain bytes of [p, end) eight at a time: to the first byte that may end a
+ * JSON string's run of them (a control character, a quote or a backslash; with stop_high, a
+ * byte of 0x80 or more too), or to the last bytes when fewer than eight are left. */
+static inline const unsigned char *swar_json_run(const unsigned char *p, const unsigned char *end,
+                                                 int stop_high)
+{
+    while (end - p >= 8) {
+        uint64_t w = swar_load(p);
+        uint64_t stop = swar_json_special(w) | (stop_high ? w & SWAR_HIGHS : 0);
+        if (stop != 0)
+            return p + swar_clear_bytes(stop);
+        p += 8;
+    }
+    return p;
+}
+
 #endif
